@@ -1,0 +1,25 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   -> creates .venv, installs the kit, runs `kit demo` on the embedded tiny default
+#   make test   -> creates .venv, installs the kit with test extras, runs the test suite
+# torch is pinned to the CPU build that these machines carry on local disk (2.13.0);
+# a plain `torch` requirement would pull a multi-GB CUDA build.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_CPU ?= torch==2.13.0
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_CPU)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+.PHONY: demo test lint
+demo: $(VENV)/.installed
+	$(VENV)/bin/kit demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q tests
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check kit tests

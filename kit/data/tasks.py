@@ -1,0 +1,294 @@
+"""The four public generated task families (lookup, filtering, arithmetic totals, sorting) and their checker.
+
+Why: the seeds train and test on generated tasks whose example sets for different roles (cohort A/B new
+tasks, development tests, final tests, study sets, ...) must be disjoint both by construction and by
+content, and whose answers are scored exactly from greedy-generated text. Everything here is a pure
+function of its arguments, so a committed set is reproduced byte for byte from (family, seed, index,
+difficulty) and is pinned by the content digest of each example.
+
+Randomness: every example has its own `numpy.random.PCG64` bit generator seeded with the sha256 of
+canonical JSON of {family, seed, index, difficulty, generator}. Draws are taken from the bit generator's
+raw 64-bit output by this module's own rejection sampling rather than through `numpy.random.Generator`
+methods: numpy's stream policy (NEP 19) lets `Generator.integers`/`choice` change between releases,
+which would silently change committed sets; the raw PCG64 stream and SeedSequence seeding are stable.
+
+Prompts are short and use lowercase letters, a few short words, digits and simple punctuation, so tiny
+models with a small vocabulary can learn them. Difficulty 1..3 scales list lengths and number sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kit.digest import canonical_json, sha256_json
+
+FAMILIES = ("lookup", "filtering", "arithmetic", "sorting")
+GENERATOR = "kit.data.tasks/1"  # part of every RNG key: bump only to deliberately re-draw every task set
+EMPTY_ANSWER = "none"  # a filtering answer when no number is kept
+
+KEYS = "abcdefghijklmnopqrstuvwxyz"
+ITEMS = ("pen", "cup", "hat", "box", "bag", "map", "key", "jar", "mug", "pot", "cap", "fan")
+WORDS = (
+    "ant", "bee", "cat", "cow", "dog", "eel", "elk", "emu", "fox", "gnu", "hen", "jay",
+    "kid", "owl", "pig", "ram", "rat", "yak", "bat", "ape", "cod", "doe", "hog", "ewe",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Level:
+    lookup_pairs: int
+    filter_items: int
+    total_terms: int
+    sort_items: int
+    max_value: int  # numbers are drawn from 1..max_value (lookup values from 0..max_value)
+
+
+LEVELS = {1: _Level(3, 5, 3, 4, 50), 2: _Level(5, 7, 4, 6, 99), 3: _Level(8, 10, 6, 8, 999)}
+
+
+@dataclass(frozen=True)
+class TaskExample:
+    """One generated question with its canonical answer; `digest` pins family, prompt and answer."""
+
+    id: str
+    family: str
+    role: str
+    difficulty: int
+    prompt: str
+    answer: str
+    digest: str
+
+    def to_conversation(self) -> dict:
+        return {
+            "id": self.id,
+            "messages": [
+                {"role": "user", "content": self.prompt},
+                {"role": "assistant", "content": self.answer},
+            ],
+            "family": self.family,
+            "source": "task",
+            "digest": self.digest,
+        }
+
+
+def content_digest(family: str, prompt: str, answer: str) -> str:
+    return sha256_json({"family": family, "prompt": prompt, "answer": answer})
+
+
+class _Draws:
+    """Uniform draws from the raw PCG64 stream (see the module docstring for why not Generator methods)."""
+
+    def __init__(self, key: dict):
+        seed = int.from_bytes(hashlib.sha256(canonical_json(key)).digest(), "big")
+        self._bits = np.random.PCG64(seed)
+
+    def below(self, n: int) -> int:
+        """Uniform integer in [0, n), by rejection so that no value is favoured by the modulo."""
+        limit = (1 << 64) - (1 << 64) % n
+        while True:
+            x = int(self._bits.random_raw())
+            if x < limit:
+                return x % n
+
+    def between(self, low: int, high: int) -> int:
+        return low + self.below(high - low + 1)
+
+    def sample(self, pool: Sequence, k: int) -> list:
+        """k distinct elements in draw order (partial Fisher-Yates)."""
+        items = list(pool)
+        for i in range(k):
+            j = i + self.below(len(items) - i)
+            items[i], items[j] = items[j], items[i]
+        return items[:k]
+
+
+def _lookup(draw: _Draws, level: _Level) -> tuple[str, str]:
+    keys = draw.sample(KEYS, level.lookup_pairs)
+    values = [draw.between(0, level.max_value) for _ in keys]
+    asked = draw.below(len(keys))
+    table = ", ".join(f"{k}={v}" for k, v in zip(keys, values))
+    return f"table: {table}. value of {keys[asked]}?", str(values[asked])
+
+
+def _filtering(draw: _Draws, level: _Level) -> tuple[str, str]:
+    numbers = [draw.between(1, level.max_value) for _ in range(level.filter_items)]
+    rule = draw.below(4)
+    if rule < 2:  # a threshold inside the middle of the range keeps empty answers occasional, not common
+        threshold = draw.between(level.max_value // 5, level.max_value * 4 // 5)
+        if rule == 0:
+            kept, text = [x for x in numbers if x > threshold], f"keep those greater than {threshold}"
+        else:
+            kept, text = [x for x in numbers if x < threshold], f"keep those less than {threshold}"
+    elif rule == 2:
+        kept, text = [x for x in numbers if x % 2 == 0], "keep the even ones"
+    else:
+        kept, text = [x for x in numbers if x % 2 == 1], "keep the odd ones"
+    answer = " ".join(map(str, kept)) if kept else EMPTY_ANSWER
+    return f"numbers: {' '.join(map(str, numbers))}. {text}.", answer
+
+
+def _arithmetic(draw: _Draws, level: _Level) -> tuple[str, str]:
+    terms = [draw.between(1, level.max_value) for _ in range(level.total_terms)]
+    if draw.below(2) == 0:
+        prompt = f"total of {' + '.join(map(str, terms))}?"
+    else:
+        items = draw.sample(ITEMS, len(terms))
+        prompt = f"prices: {', '.join(f'{i} {p}' for i, p in zip(items, terms))}. total cost?"
+    return prompt, str(sum(terms))
+
+
+def _sorting(draw: _Draws, level: _Level) -> tuple[str, str]:
+    if draw.below(2) == 0:
+        values: list = draw.sample(range(1, level.max_value + 1), level.sort_items)
+    else:
+        values = draw.sample(WORDS, level.sort_items)
+    descending = draw.below(2) == 1
+    ordered = sorted(values, reverse=descending)  # numbers numerically, words alphabetically
+    direction = "descending" if descending else "ascending"
+    return f"sort {direction}: {' '.join(map(str, values))}", " ".join(map(str, ordered))
+
+
+_BUILDERS = {"lookup": _lookup, "filtering": _filtering, "arithmetic": _arithmetic, "sorting": _sorting}
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown task family {family!r}; expected one of {', '.join(FAMILIES)}")
+
+
+def _check_natural(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"task {name} {value!r} is not a non-negative integer")
+
+
+def generate(family: str, seed: int, index: int, difficulty: int = 1, role: str = "train") -> TaskExample:
+    """Example `index` of `family`'s stream `seed`; content depends only on (family, seed, index, difficulty).
+
+    `role` only labels the example (its id and `role` field); `generate_set` mixes the role into the
+    seed instead. The id is "<family>/<role>/<seed>/d<difficulty>/<index>".
+    """
+    _check_family(family)
+    _check_natural("seed", seed)
+    _check_natural("index", index)
+    if isinstance(difficulty, bool) or difficulty not in LEVELS:
+        raise ValueError(f"task difficulty {difficulty!r} is not one of {', '.join(map(str, LEVELS))}")
+    draw = _Draws({"family": family, "seed": seed, "index": index, "difficulty": difficulty,
+                   "generator": GENERATOR})  # fmt: skip
+    prompt, answer = _BUILDERS[family](draw, LEVELS[difficulty])
+    assert normalize_answer(answer) == answer, f"non-canonical answer {answer!r} for {family}"
+    return TaskExample(
+        id=f"{family}/{role}/{seed}/d{difficulty}/{index}",
+        family=family,
+        role=role,
+        difficulty=difficulty,
+        prompt=prompt,
+        answer=answer,
+        digest=content_digest(family, prompt, answer),
+    )
+
+
+def role_stream_seed(seed: int, role: str) -> int:
+    """The 64-bit stream seed of `role` under the set seed `seed`: different roles draw different streams."""
+    return int(sha256_json({"seed": seed, "role": role, "generator": GENERATOR})[:16], 16)
+
+
+def family_counts_for(total: int) -> dict[str, int]:
+    """Spread `total` evenly over FAMILIES; the remainder goes one each to the first families in order."""
+    _check_natural("count", total)
+    base, extra = divmod(total, len(FAMILIES))
+    return {family: base + (1 if i < extra else 0) for i, family in enumerate(FAMILIES)}
+
+
+def generate_set(
+    family_counts: Mapping[str, int] | int,
+    seed: int,
+    role: str,
+    difficulty: int = 1,
+    exclude_digests: Iterable[str] = frozenset(),
+) -> list[TaskExample]:
+    """The task set of one role: exactly the requested count per family, with distinct content digests.
+
+    An int count is spread by `family_counts_for`. Each family draws indices 0, 1, 2, ... of stream
+    `role_stream_seed(seed, role)`; an example whose digest is already in this set or in
+    `exclude_digests` (e.g. every digest of the sets prepared before) is skipped and the next index
+    drawn, so counts stay exact. Examples are grouped by family in FAMILIES order, each in index
+    order; a training schedule shuffles them itself with its own recorded seed.
+    """
+    if not isinstance(role, str) or not role or "/" in role:
+        raise ValueError(f"task set role {role!r} must be a non-empty string without '/'")
+    _check_natural("seed", seed)
+    counts = family_counts_for(family_counts) if isinstance(family_counts, int) else dict(family_counts)
+    for family, count in counts.items():
+        _check_family(family)
+        _check_natural(f"count for {family}", count)
+    stream = role_stream_seed(seed, role)
+    excluded = frozenset(exclude_digests)
+    seen: set[str] = set()
+    out: list[TaskExample] = []
+    for family in FAMILIES:
+        wanted = counts.get(family, 0)
+        # Every family's content space is far larger than any contract's count; the bound only turns a
+        # mistaken request (e.g. excluding a whole space) into an error instead of an endless loop.
+        max_index = 100 * wanted + 1000
+        taken, index = 0, 0
+        while taken < wanted:
+            if index >= max_index:
+                raise ValueError(
+                    f"task set {role!r}: only {taken} of {wanted} distinct {family} examples at difficulty "
+                    f"{difficulty} within {max_index} draws; content space exhausted by exclude_digests?"
+                )
+            example = generate(family, stream, index, difficulty, role)
+            index += 1
+            if example.digest in seen or example.digest in excluded:
+                continue
+            seen.add(example.digest)
+            out.append(example)
+            taken += 1
+    return out
+
+
+def assert_disjoint(*sets: Sequence[TaskExample]) -> None:
+    """Raise ValueError if two different sets share an example id or a content digest."""
+    by_id: dict[str, tuple[int, TaskExample]] = {}
+    by_digest: dict[str, tuple[int, TaskExample]] = {}
+    for position, examples in enumerate(sets):
+        for example in examples:
+            for what, key, index in (("an id", example.id, by_id), ("a content digest", example.digest, by_digest)):
+                first = index.setdefault(key, (position, example))
+                if first[0] != position:
+                    other = first[1]
+                    raise ValueError(
+                        f"task sets of roles {other.role!r} and {example.role!r} share {what}: "
+                        f"example {other.id!r} and example {example.id!r}"
+                    )
+
+
+def normalize_answer(text: str) -> str:
+    """The comparable form of an answer text. Exactly, in this order:
+
+    1. strip leading and trailing whitespace (so leading blank lines are dropped), then keep only the
+       first line: everything from the first line break on is ignored (models may ramble after);
+    2. lowercase (word case does not matter: "Apple" == "apple", "None" == "none");
+    3. replace every comma by a space, so "3, 8, 15", "3,8,15" and "3 8 15" agree (consequently a
+       thousands separator is NOT accepted: "1,234" reads as the two numbers "1 234");
+    4. collapse runs of whitespace to one space and strip;
+    5. drop one trailing period ("15." == "15").
+
+    Nothing else is forgiven: a different number, another order, a missing or extra item, a prefix
+    such as "answer:" or words around the answer all make the text differ from the canonical answer.
+    """
+    lines = text.strip().splitlines()
+    first = lines[0] if lines else ""
+    collapsed = " ".join(first.lower().replace(",", " ").split())
+    if collapsed.endswith("."):
+        collapsed = collapsed[:-1].rstrip()
+    return collapsed
+
+
+def check_answer(example: TaskExample, generated: str) -> bool:
+    """True iff the generated text's normalised first line equals the example's canonical answer."""
+    return normalize_answer(generated) == normalize_answer(example.answer)

@@ -1,0 +1,119 @@
+"""Canonical JSON and sha256 digests: the one way every hashed record of the kit is serialised.
+
+Canonical JSON is `json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+allow_nan=False)` encoded as ASCII. Readers refuse duplicate keys and non-finite numbers, so a
+file that parses has exactly one canonical form and therefore exactly one digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+HASH_CHUNK = 1 << 22  # 4 MiB reads keep hashing of multi-GB objects streaming
+
+
+class DigestMismatch(ValueError):
+    """A file's bytes do not hash to the digest that names or pins it."""
+
+
+def canonical_json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode(
+        "ascii"
+    )
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    return sha256_bytes(canonical_json(obj))
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]], source: str) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"{source}: duplicate key {key!r}; canonical records have unique keys")
+        out[key] = value
+    return out
+
+
+def _refuse_constant(name: str, source: str):
+    raise ValueError(f"{source}: non-finite number {name} is not allowed in canonical JSON")
+
+
+def loads_strict(text: str | bytes, source: str = "<json>") -> Any:
+    """Parse JSON refusing duplicate keys and NaN/Infinity; errors name `source`."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{source}: not UTF-8 ({e})") from None
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=lambda pairs: _refuse_duplicates(pairs, source),
+            parse_constant=lambda name: _refuse_constant(name, source),
+        )
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+
+
+def load_json_strict(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: file not found") from None
+    return loads_strict(data, str(path))
+
+
+def load_canonical_json(path: str | os.PathLike) -> Any:
+    """Load a file that must be byte-identical to its canonical serialisation (manifests, records)."""
+    path = Path(path)
+    data = path.read_bytes()
+    obj = loads_strict(data, str(path))
+    if canonical_json(obj) != data:
+        raise ValueError(f"{path}: not in canonical JSON form (key order, spacing or trailing bytes differ)")
+    return obj
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write to a temporary sibling, fsync, then rename: readers see the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_canonical_json(path: str | os.PathLike, obj: Any) -> str:
+    """Atomically write `obj` as canonical JSON; returns the sha256 of the written bytes."""
+    data = canonical_json(obj)
+    write_bytes_atomic(path, data)
+    return sha256_bytes(data)

@@ -1,0 +1,1 @@
+"""Distributed layer: process groups, the local launcher, the stage schedule and byte counters."""

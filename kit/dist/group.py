@@ -1,0 +1,128 @@
+"""Joining the process group from the torchrun environment, and point-to-point messages.
+
+A worker reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (GLOO_SOCKET_IFNAME, when set, is
+read by gloo itself to choose the interface), so `torchrun` works across hosts and the kit's
+local launcher (kit/dist/launch.py) only has to set the same variables. gloo on CPU, NCCL on
+CUDA. Every collective and receive has a bounded timeout: a dead or hung peer becomes an error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class WorkerEnvError(ValueError):
+    pass
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise WorkerEnvError(f"environment variable {name} is not set; launch with torchrun or `--workers N`")
+    try:
+        return int(value)
+    except ValueError:
+        raise WorkerEnvError(f"environment variable {name}={value!r}; expected an integer") from None
+
+
+@dataclass
+class Group:
+    rank: int
+    world: int
+    device: torch.device
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    _loopback: deque = field(default_factory=deque)  # messages a single worker sends to itself
+    _pending: list = field(default_factory=list)  # isend handles and their tensors, kept alive
+    bytes_sent: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    # --- point to point ---------------------------------------------------------------------
+    def isend(self, tensor: torch.Tensor, dst: int) -> None:
+        tensor = tensor.detach().contiguous()
+        if dst == self.rank:
+            self._loopback.append(tensor)
+            return
+        self.bytes_sent += tensor.numel() * tensor.element_size()
+        self._pending.append((dist.isend(tensor, dst), tensor))
+
+    def recv(self, shape, dtype, src: int) -> torch.Tensor:
+        if src == self.rank:
+            t = self._loopback.popleft()
+            if tuple(t.shape) != tuple(shape):
+                raise RuntimeError(f"loopback message shape {tuple(t.shape)} != expected {tuple(shape)}")
+            return t.clone()
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        dist.recv(buf, src)
+        return buf
+
+    def wait_sends(self) -> None:
+        for work, _ in self._pending:
+            work.wait()
+        self._pending.clear()
+
+    # --- collectives ------------------------------------------------------------------------
+    def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def barrier(self) -> None:
+        if self.distributed:
+            # A tiny all-reduce instead of dist.barrier(): it honours the group timeout on gloo and NCCL.
+            self.allreduce_sum_(torch.zeros(1, device=self.device))
+
+    def allgather_bytes(self, data: bytes) -> list[bytes]:
+        """Every rank's bytes (JSON records, never pickle) in rank order."""
+        if not self.distributed:
+            return [data]
+        n = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
+        sizes = [torch.zeros_like(n) for _ in range(self.world)]
+        dist.all_gather(sizes, n)
+        cap = int(max(int(s) for s in sizes))
+        buf = torch.zeros(cap, dtype=torch.uint8, device=self.device)
+        if data:
+            buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+        outs = [torch.zeros_like(buf) for _ in range(self.world)]
+        dist.all_gather(outs, buf)
+        return [bytes(o[: int(s)].cpu().numpy().tobytes()) for o, s in zip(outs, sizes)]
+
+
+def join(device: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Group:
+    """Join the group described by the environment (world size 1 needs no rendezvous)."""
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if not 0 <= rank < world:
+        raise WorkerEnvError(f"RANK={rank} is outside 0..WORLD_SIZE-1 (WORLD_SIZE={world})")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        dev = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if name not in os.environ:
+                raise WorkerEnvError(f"environment variable {name} is not set for a {world}-worker group")
+        dist.init_process_group(
+            backend="nccl" if dev.type == "cuda" else "gloo",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+    return Group(rank, world, dev, timeout_s)
+
+
+def leave() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,172 @@
+"""The local launcher (`--workers N`): N worker processes on one host, set up as torchrun would.
+
+Each worker runs `python -m kit.dist.launch ENTRY ARGS_JSON` with RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT set, calls `ENTRY(group, args, worker)` (ENTRY = "module:function") and writes its
+JSON result to `run_dir/result-<rank>.json`. Workers report progress (the step they are on) to
+`run_dir/status-<rank>.json`, so when one dies or raises, the launcher ends the whole run with an
+error naming the rank and the step, stops the others within a bounded grace period and never
+waits forever.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.digest import load_json_strict, write_canonical_json
+
+# Errors a healthy rank raises when a peer vanished; used to name the root cause, not a victim.
+PEER_ERROR_MARKERS = ("Connection closed", "Connection reset", "connection", "Broken pipe", "peer",
+                      "Timed out", "timed out", "timeout", "NCCL")
+
+
+class WorkerFailure(RuntimeError):
+    def __init__(self, message: str, rank: int, step, reports: list[dict]):
+        super().__init__(message)
+        self.rank, self.step, self.reports = rank, step, reports
+
+
+@dataclass
+class WorkerContext:
+    rank: int
+    world: int
+    run_dir: Path
+    step: int | None = None
+    phase: str = "start"
+
+    def progress(self, step: int | None = None, phase: str | None = None) -> None:
+        if step is not None:
+            self.step = step
+        if phase is not None:
+            self.phase = phase
+        write_canonical_json(self.run_dir / f"status-{self.rank}.json",
+                             {"rank": self.rank, "step": self.step, "phase": self.phase, "error": None})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(entry: str, args: dict, workers: int, run_dir: str | os.PathLike, timeout_s: float = 900.0,
+           grace_s: float = 30.0, env: dict | None = None, threads: int = 1) -> list[dict]:
+    """Run `entry` on `workers` local processes; return each rank's result (rank order)."""
+    if workers < 1:
+        raise ValueError(f"--workers {workers}; expected at least 1")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in list(run_dir.glob("status-*.json")) + list(run_dir.glob("result-*.json")):
+        stale.unlink()
+    args_path = run_dir / "launch-args.json"
+    write_canonical_json(args_path, args)
+    port = free_port()
+    procs = []
+    for rank in range(workers):
+        penv = dict(os.environ)
+        penv.update(env or {})
+        penv.update(RANK=str(rank), WORLD_SIZE=str(workers), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(port), KIT_RUN_DIR=str(run_dir), KIT_THREADS=str(threads),
+                    OMP_NUM_THREADS=str(threads))
+        log = open(run_dir / f"worker-{rank}.log", "wb")
+        procs.append((subprocess.Popen([sys.executable, "-m", "kit.dist.launch", entry, str(args_path)],
+                                       env=penv, stdout=log, stderr=subprocess.STDOUT), log))
+    deadline = time.monotonic() + timeout_s
+    failed_at = None
+    try:
+        while True:
+            codes = [p.poll() for p, _ in procs]
+            if all(c == 0 for c in codes):
+                break
+            if failed_at is None and any(c not in (None, 0) for c in codes):
+                failed_at = time.monotonic()
+            if failed_at is not None and (all(c is not None for c in codes) or time.monotonic() > failed_at + grace_s):
+                break
+            if time.monotonic() > deadline:
+                break
+            try:
+                procs[[i for i, c in enumerate(codes) if c is None][0]][0].wait(timeout=0.05)
+            except (subprocess.TimeoutExpired, IndexError):
+                pass
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            log.close()
+    codes = [p.returncode for p, _ in procs]
+    reports = [_report(run_dir, r, codes[r]) for r in range(workers)]
+    if all(c == 0 for c in codes):
+        return [load_json_strict(run_dir / f"result-{r}.json") for r in range(workers)]
+    cause = _root_cause(reports)
+    if failed_at is None:
+        msg = f"run timed out after {timeout_s:.0f}s: worker rank {cause['rank']} at step {cause['step']} did not finish"
+    else:
+        how = cause["error"] or f"exited with code {cause['code']}"
+        msg = f"worker rank {cause['rank']} failed at step {cause['step']} ({cause['phase']}): {how}"
+    others = [f"rank {r['rank']}: {r['error'] or 'code ' + str(r['code'])}" for r in reports
+              if r["rank"] != cause["rank"] and r["code"] != 0]
+    if others:
+        msg += "; then " + "; ".join(others)
+    raise WorkerFailure(msg + f" (logs in {run_dir})", cause["rank"], cause["step"], reports)
+
+
+def _report(run_dir: Path, rank: int, code: int | None) -> dict:
+    path = run_dir / f"status-{rank}.json"
+    status = load_json_strict(path) if path.exists() else {"step": None, "phase": "start", "error": None}
+    if code is not None and code < 0 and not status.get("error"):
+        status["error"] = f"killed by signal {-code}"
+    return {"rank": rank, "code": code, "step": status.get("step"), "phase": status.get("phase"),
+            "error": status.get("error"), "time": status.get("time")}
+
+
+def _root_cause(reports: list[dict]) -> dict:
+    bad = [r for r in reports if r["code"] != 0]
+    primary = [r for r in bad if not (r["error"] and any(m in r["error"] for m in PEER_ERROR_MARKERS))
+               or (r["error"] or "").startswith("killed")]
+    pool = primary or bad
+    return min(pool, key=lambda r: (r["time"] or float("inf"), r["rank"]))
+
+
+def _worker_main(entry: str, args_path: str) -> int:
+    import torch
+
+    from kit.dist.group import join, leave
+
+    torch.set_num_threads(int(os.environ.get("KIT_THREADS", "1")))
+    run_dir = Path(os.environ["KIT_RUN_DIR"])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    ctx = WorkerContext(rank, world, run_dir)
+    try:
+        ctx.progress(phase="join")
+        args = load_json_strict(args_path)
+        group = join(device=args.get("device"), timeout_s=float(args.get("timeout_s", 120)))
+        module, _, func = entry.partition(":")
+        result = getattr(importlib.import_module(module), func)(group, args, ctx)
+        write_canonical_json(run_dir / f"result-{rank}.json", result if result is not None else {})
+        ctx.progress(phase="done")
+        leave()
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure must leave a status naming rank and step
+        write_canonical_json(run_dir / f"status-{rank}.json", {
+            "rank": rank, "step": ctx.step, "phase": ctx.phase, "time": time.time(),
+            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]})
+        sys.stderr.write(traceback.format_exc())
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(_worker_main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,166 @@
+"""Assistant-token cross entropy on new records and KL toward the frozen reference on replay records.
+
+Only the positions that predict an assistant target token ever reach the output head: the
+final hidden states are gathered at those positions first, and the head is applied in chunks of
+positions inside a custom autograd function that computes the gradient in the same pass. So
+full-vocabulary FP32 logits are never materialised for a whole microbatch (chunk x vocab at most).
+
+Objective of one update (all records of the update, over all microbatches and workers):
+
+    L = ( sum_{new targets}  w_d * CE(t)  +  kl_weight * sum_{replay targets} w_d * KL(t) ) / N
+
+where w_d is the document's weight and N is the **global** count of assistant target tokens of the
+whole update (new and replay, unweighted). Because N is known before the first microbatch, the
+sum of per-microbatch contributions is exactly L however the update is split.
+
+KL (default direction "forward", temperature 1):  forward = KL(p_ref || p_student),
+reverse = KL(p_student || p_ref), both on softmax(logits / T) and scaled by T^2 (Hinton et al.) so
+gradient magnitudes do not shrink with T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_CHUNK_ELEMENTS = 1 << 26  # positions x vocab per chunk (256 MiB of FP32 logits)
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    weight: float = 1.0
+    temperature: float = 1.0
+    direction: str = "forward"
+
+    def __post_init__(self):
+        if self.direction not in ("forward", "reverse"):
+            raise ValueError(f"distillation direction {self.direction!r}; expected 'forward' or 'reverse'")
+        if not self.temperature > 0 or not self.weight >= 0:
+            raise ValueError(f"distillation temperature {self.temperature} must be > 0 and weight {self.weight} >= 0")
+
+
+def _chunks(n: int, vocab: int, chunk_elements: int):
+    step = max(1, chunk_elements // max(1, vocab))
+    for a in range(0, n, step):
+        yield a, min(n, a + step)
+
+
+class _CrossEntropySum(torch.autograd.Function):
+    """sum_i w_i * CE(x_i W^T, y_i), with d/dx and d/dW computed chunk by chunk in forward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, targets, token_w, chunk_elements):
+        w = weight.to(x.dtype)
+        dx = torch.empty_like(x, dtype=torch.float32)
+        dw = torch.zeros_like(weight, dtype=torch.float32)
+        total = torch.zeros((), dtype=torch.float64, device=x.device)
+        for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
+            logits = (x[a:b] @ w.t()).float()  # (n, V)
+            lse = torch.logsumexp(logits, dim=-1)
+            tgt = logits.gather(1, targets[a:b, None]).squeeze(1)
+            total += (token_w[a:b] * (lse - tgt)).double().sum()
+            g = torch.softmax(logits, dim=-1)  # d CE / d logits = softmax - onehot
+            g[torch.arange(b - a, device=x.device), targets[a:b]] -= 1.0
+            g *= token_w[a:b, None]
+            dx[a:b] = g @ w.float() if w.dtype == torch.float32 else (g.to(w.dtype) @ w).float()
+            dw += g.t() @ x[a:b].float()
+        ctx.save_for_backward(dx, dw)
+        ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
+        return total.float()
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        dx, dw = ctx.saved_tensors
+        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None
+
+
+class _KLSum(torch.autograd.Function):
+    """sum_i w_i * T^2 * KL between softmax(student/T) and softmax(reference/T) at each position."""
+
+    @staticmethod
+    def forward(ctx, x, weight, ref_x, ref_weight, token_w, temperature, reverse, chunk_elements):
+        w = weight.to(x.dtype)
+        rw = ref_weight.to(ref_x.dtype)
+        T = float(temperature)
+        dx = torch.empty_like(x, dtype=torch.float32)
+        dw = torch.zeros_like(weight, dtype=torch.float32)
+        total = torch.zeros((), dtype=torch.float64, device=x.device)
+        for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
+            s = torch.log_softmax((x[a:b] @ w.t()).float() / T, dim=-1)  # student log-probs
+            r = torch.log_softmax((ref_x[a:b] @ rw.t()).float() / T, dim=-1)  # reference log-probs
+            if not reverse:  # KL(ref || student); d/dz_s = T * (q_s - p_r)
+                pr = r.exp()
+                kl = (pr * (r - s)).sum(-1)
+                g = T * (s.exp() - pr)
+            else:  # KL(student || ref); d/dz_s = T * q_s * (log q_s - log p_r - KL)
+                qs = s.exp()
+                diff = s - r
+                kl = (qs * diff).sum(-1)
+                g = T * qs * (diff - kl[:, None])
+            total += (token_w[a:b] * kl).double().sum() * (T * T)
+            g *= token_w[a:b, None]
+            dx[a:b] = g @ w.float() if w.dtype == torch.float32 else (g.to(w.dtype) @ w).float()
+            dw += g.t() @ x[a:b].float()
+        ctx.save_for_backward(dx, dw)
+        ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
+        return total.float()
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        dx, dw = ctx.saved_tensors
+        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None, None, None
+
+
+def cross_entropy_sum(x, weight, targets, token_w, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS):
+    """x: (n, C) final-normed hidden at target positions; weight: (V, C); targets: (n,); token_w: (n,)."""
+    if x.shape[0] == 0:
+        return (x.sum() * 0 + weight.sum() * 0).float()
+    return _CrossEntropySum.apply(x, weight, targets, token_w, chunk_elements)
+
+
+def kl_sum(x, weight, ref_x, ref_weight, token_w, cfg: DistillConfig, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS):
+    if x.shape[0] == 0:
+        return (x.sum() * 0 + weight.sum() * 0).float()
+    if ref_x.shape != x.shape or ref_weight.shape != weight.shape:
+        raise ValueError(f"reference shapes {tuple(ref_x.shape)}/{tuple(ref_weight.shape)} differ from the "
+                         f"student's {tuple(x.shape)}/{tuple(weight.shape)}")
+    return _KLSum.apply(x, weight, ref_x, ref_weight, token_w, cfg.temperature, cfg.direction == "reverse",
+                        chunk_elements)
+
+
+@dataclass
+class LossParts:
+    """Sums over one microbatch or a whole update (add them); `objective` is already divided by N."""
+
+    ce_sum: float = 0.0
+    kl_sum: float = 0.0
+    new_tokens: int = 0
+    replay_tokens: int = 0
+    objective: float = 0.0
+
+    def __add__(self, other: "LossParts") -> "LossParts":
+        return LossParts(self.ce_sum + other.ce_sum, self.kl_sum + other.kl_sum,
+                         self.new_tokens + other.new_tokens, self.replay_tokens + other.replay_tokens,
+                         self.objective + other.objective)
+
+    def to_json(self) -> dict:
+        return {
+            "ce_sum": self.ce_sum, "kl_sum": self.kl_sum,
+            "new_tokens": self.new_tokens, "replay_tokens": self.replay_tokens,
+            "ce_per_token": self.ce_sum / self.new_tokens if self.new_tokens else None,
+            "kl_per_token": self.kl_sum / self.replay_tokens if self.replay_tokens else None,
+            "objective": self.objective,
+        }
+
+
+def gather_targets(hidden: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Tensor, rows: torch.Tensor):
+    """Hidden states at the positions that predict each target token of `rows`.
+
+    target_mask[b, t] marks token t as a target; it is predicted from position t - 1, so token 0
+    is never a target. Returns (x (n, C), targets (n,), row index (n,)).
+    """
+    mask = target_mask[rows].clone()
+    mask[:, 0] = False
+    b, t = mask.nonzero(as_tuple=True)
+    return hidden[rows][b, t - 1], input_ids[rows][b, t], rows[b]

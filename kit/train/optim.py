@@ -1,0 +1,154 @@
+"""AdamW with per-named-parameter state, and clipping whose factor does not depend on the worker count.
+
+State per parameter: FP32 `exp_avg`, `exp_avg_sq`, the parameter's own step count ("Adam age",
+used in bias correction) and its optimizer-group name. Ages are per parameter so that a block
+appended by growth starts its own Adam clock (age 0 at insertion) while the old ones continue.
+The update is torch.optim.AdamW's single-tensor formula, written out so the state is ours to
+commit; tensors of equal (group, age) are stepped together with `torch._foreach_*` ops, which
+compute the same elementwise values as the per-tensor ops.
+
+Canonical clipping: every worker computes the squared L2 norm of each of its parameters'
+gradients (in FP64); the global squared norm is the sum of those numbers in the canonical
+parameter order (the full model's names), so the clip factor is bit-identical for any layout.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    lr: float
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+    @staticmethod
+    def from_json(obj: dict, source: str) -> "GroupConfig":
+        allowed = {"lr", "beta1", "beta2", "eps", "weight_decay"}
+        unknown = set(obj) - allowed
+        if unknown:
+            raise ValueError(f"{source}: unknown optimizer field(s) {sorted(unknown)}; allowed {sorted(allowed)}")
+        if "lr" not in obj:
+            raise ValueError(f"{source}: optimizer group lacks 'lr'")
+        g = GroupConfig(**{k: float(v) for k, v in obj.items()})
+        if not (g.lr >= 0 and 0 <= g.beta1 < 1 and 0 <= g.beta2 < 1 and g.eps > 0 and g.weight_decay >= 0):
+            raise ValueError(f"{source}: optimizer group {obj} out of range")
+        return g
+
+
+def assign_groups(names: Iterable[str], rules: Sequence[tuple[str, str]], default: str = "default") -> dict[str, str]:
+    """First matching fnmatch pattern wins; e.g. [("*norm.weight", "no_decay")]."""
+    out = {}
+    for n in names:
+        out[n] = next((g for pat, g in rules if fnmatch.fnmatchcase(n, pat)), default)
+    return out
+
+
+class ParamAdamW:
+    def __init__(self, params: dict[str, torch.nn.Parameter], groups: dict[str, GroupConfig],
+                 group_of: dict[str, str]):
+        missing = [n for n in params if group_of.get(n) not in groups]
+        if missing:
+            raise ValueError(f"parameters without a configured optimizer group: {missing[:5]}")
+        self.params = params
+        self.groups = groups
+        self.state: dict[str, dict] = {}
+        for n, p in params.items():
+            self.state[n] = {
+                "group": group_of[n],
+                "age": 0,
+                "exp_avg": torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
+                "exp_avg_sq": torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
+            }
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        buckets: dict[tuple[str, int], list[str]] = {}
+        for n in sorted(self.params):
+            if self.params[n].grad is None:
+                continue  # no gradient: the parameter's Adam clock does not advance
+            st = self.state[n]
+            st["age"] += 1
+            buckets.setdefault((st["group"], st["age"]), []).append(n)
+        for (group, age), names in sorted(buckets.items()):
+            g = self.groups[group]
+            ps = [self.params[n] for n in names]
+            grads = [p.grad for p in ps]
+            m = [self.state[n]["exp_avg"] for n in names]
+            v = [self.state[n]["exp_avg_sq"] for n in names]
+            if g.weight_decay:
+                torch._foreach_mul_(ps, 1 - g.lr * g.weight_decay)
+            torch._foreach_lerp_(m, grads, 1 - g.beta1)
+            torch._foreach_mul_(v, g.beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - g.beta2)
+            step_size = g.lr / (1 - g.beta1**age)
+            bc2_sqrt = math.sqrt(1 - g.beta2**age)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, bc2_sqrt)
+            torch._foreach_add_(denom, g.eps)
+            torch._foreach_addcdiv_(ps, m, denom, value=-step_size)
+
+    # --- state for checkpoints --------------------------------------------------------------
+    def param_states(self) -> dict[str, dict]:
+        return {
+            n: {"group": st["group"], "age": st["age"], "param": self.params[n].detach(),
+                "exp_avg": st["exp_avg"], "exp_avg_sq": st["exp_avg_sq"]}
+            for n, st in self.state.items()
+        }
+
+    @torch.no_grad()
+    def load_param_states(self, states: dict[str, dict], source: str = "checkpoint") -> None:
+        missing = sorted(set(self.params) - set(states))
+        if missing:
+            raise ValueError(f"{source}: no state for owned parameter(s) {missing[:5]}")
+        for n, p in self.params.items():
+            s = states[n]
+            for key in ("param", "exp_avg", "exp_avg_sq"):
+                if tuple(s[key].shape) != tuple(p.shape):
+                    raise ValueError(f"{source}: {n}.{key} has shape {list(s[key].shape)}; expected {list(p.shape)}")
+            if s["group"] not in self.groups:
+                raise ValueError(f"{source}: {n} is in group {s['group']!r}, which the contract does not configure")
+            p.copy_(s["param"])
+            st = self.state[n]
+            st["exp_avg"].copy_(s["exp_avg"])
+            st["exp_avg_sq"].copy_(s["exp_avg_sq"])
+            st["age"] = int(s["age"])
+            st["group"] = s["group"]
+
+
+# --- canonical clipping --------------------------------------------------------------------
+def squared_norms(named_grads: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Each gradient's squared L2 norm in FP64 (one deterministic reduction per tensor)."""
+    return {n: float(g.detach().double().pow(2).sum()) for n, g in named_grads.items()}
+
+
+def clip_factor(sq_norms_in_canonical_order: Sequence[float], max_norm: float) -> tuple[float, float]:
+    """(global norm, factor): the sum runs in canonical order, so it is the same on every worker."""
+    total = 0.0
+    for s in sq_norms_in_canonical_order:
+        total += s
+    norm = math.sqrt(total)
+    if not math.isfinite(norm):
+        raise FloatingPointError(f"gradient norm is not finite ({norm}); refusing to update")
+    factor = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
+    return norm, factor
+
+
+@torch.no_grad()
+def apply_clip(params: Iterable[torch.nn.Parameter], factor: float) -> None:
+    if factor < 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(factor)
