@@ -1,0 +1,220 @@
+"""Chat encoding: a seed's own chat template, token ids and the assistant-target mask.
+
+The trainer's loss at position i predicts `input_ids[i]` from positions < i, and only positions
+whose `target_mask[i]` is True count. A target is an assistant-content token, or one of the
+end-of-turn tokens that close an assistant turn (`<|im_end|>` in ChatML), so the model learns
+both what to answer and when to stop. System and user text, role headers and the whitespace
+after an end-of-turn token are context, never targets. Token 0 is never a target: nothing
+precedes it.
+
+How the mask is found, for any Hugging Face chat template (ChatML is not assumed):
+1. Render the whole conversation with `apply_chat_template(tokenize=False)`.
+2. For each assistant message k, render the prefixes messages[:k] (with and without the
+   generation prompt) and messages[:k+1]. The template must be prefix-stable (each rendered
+   prefix is a prefix of the full text); otherwise the conversation is refused.
+3. The content is located after the generation prompt inside message k's rendered segment.
+   The targets span [content start, end of the segment with trailing whitespace removed):
+   the content plus the end-of-turn text, without the newline the template writes after it.
+4. The full text is tokenized once with `return_offsets_mapping=True` (fast tokenizers
+   only); a token is a target when its character span overlaps a target span. Overlap, not
+   containment: a token that straddles the header/content boundary in some template still
+   carries content, so it is learned rather than dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kit.data.conversations import Conversation, Message
+
+if TYPE_CHECKING:  # importing transformers' tokenizer classes also imports torch; only load_tokenizer needs them
+    from transformers import PreTrainedTokenizerBase
+
+OVERFLOW_POLICIES = ("reject", "truncate")
+
+
+def load_tokenizer(seed_dir: str | Path) -> PreTrainedTokenizerBase:
+    """Load the seed directory's tokenizer from local files; refuse one without a chat template."""
+    seed_dir = Path(seed_dir)
+    if not seed_dir.is_dir():
+        raise ValueError(f"{seed_dir}: not a directory; expected a seed directory with tokenizer files")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(seed_dir, local_files_only=True)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"{seed_dir}: tokenizer has no chat template; expected 'chat_template' in tokenizer_config.json "
+            "or a chat_template.jinja file"
+        )
+    if not tokenizer.is_fast:
+        raise ValueError(f"{seed_dir}: tokenizer is not a fast tokenizer; assistant masks need offset mappings")
+    return tokenizer
+
+
+@dataclass
+class EncodeStats:
+    """Counts of an encoding pass. `accepted` counts returned examples; `truncated` is a subset of it."""
+
+    accepted: int = 0
+    rejected_too_long: int = 0
+    truncated: int = 0
+
+
+@dataclass(frozen=True)
+class EncodedExample:
+    id: str
+    input_ids: tuple[int, ...]
+    target_mask: tuple[bool, ...]  # True: token i is a loss target (predicted from tokens < i)
+    source: str
+    conversation_digest: str
+    truncated: bool = False
+
+    def __post_init__(self):
+        if len(self.input_ids) != len(self.target_mask):
+            raise ValueError(
+                f"example {self.id!r}: {len(self.input_ids)} input ids but {len(self.target_mask)} mask entries"
+            )
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def num_targets(self) -> int:
+        return sum(self.target_mask)
+
+
+def _as_dicts(messages: Iterable[Message | Mapping]) -> list[dict]:
+    out = []
+    for message in messages:
+        if isinstance(message, Message):
+            out.append({"role": message.role, "content": message.content})
+        else:
+            out.append({"role": message["role"], "content": message["content"]})
+    return out
+
+
+def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool = False) -> str:
+    if not messages and not add_generation_prompt:
+        return ""  # templates may refuse an empty conversation; an empty prefix renders to nothing
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    assert isinstance(text, str), type(text)
+    return text
+
+
+def assistant_target_spans(
+    tokenizer: PreTrainedTokenizerBase, conversation: Conversation
+) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered text and, per assistant message, the character span [start, end) of its targets."""
+    messages = _as_dicts(conversation.messages)
+    full = _render(tokenizer, messages)
+    spans = []
+    for k, message in enumerate(conversation.messages):
+        if message.role != "assistant":
+            continue
+        before = _render(tokenizer, messages[:k])
+        through = _render(tokenizer, messages[: k + 1])
+        if not (through.startswith(before) and full.startswith(through)):
+            raise ValueError(
+                f"conversation {conversation.id!r}: the chat template is not prefix-stable at message {k} "
+                "(rendering a prefix of the conversation is not a prefix of the full rendering); "
+                "assistant tokens cannot be located"
+            )
+        # Content starts after the generation prompt when the template has one that matches.
+        header_end = len(before)
+        if k > 0:
+            prompt = _render(tokenizer, messages[:k], add_generation_prompt=True)
+            if through.startswith(prompt):
+                header_end = len(prompt)
+        content_start = -1
+        # Some templates trim message content; look for the exact content first, then the trimmed one.
+        for candidate in (message.content, message.content.strip()):
+            content_start = through.find(candidate, header_end)
+            if content_start >= 0:
+                content_end = content_start + len(candidate)
+                break
+        if content_start < 0:
+            raise ValueError(
+                f"conversation {conversation.id!r}: assistant message {k} content not found in its rendered turn"
+            )
+        # End-of-turn text (e.g. "<|im_end|>") is a target; the whitespace after it is not.
+        target_end = content_end + len(through[content_end:].rstrip())
+        spans.append((content_start, target_end))
+    return full, spans
+
+
+def encode_conversation(
+    tokenizer: PreTrainedTokenizerBase,
+    conversation: Conversation,
+    max_tokens: int,
+    overflow: str = "reject",
+    stats: EncodeStats | None = None,
+) -> EncodedExample | None:
+    """Token ids and target mask of `conversation`, or None when it is too long and rejected.
+
+    overflow="reject": more than `max_tokens` tokens -> None, counted in `stats.rejected_too_long`.
+    overflow="truncate": keep the first `max_tokens` tokens and their mask entries (counted in
+    `stats.truncated`); if no target survives the cut, the example is rejected as too long.
+    """
+    if overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"overflow={overflow!r}: expected one of {OVERFLOW_POLICIES}")
+    if not isinstance(max_tokens, int) or max_tokens < 2:
+        raise ValueError(f"max_tokens={max_tokens!r}: expected an int >= 2")
+    if not tokenizer.is_fast:
+        raise ValueError(f"{type(tokenizer).__name__}: assistant masks need a fast tokenizer (offset mappings)")
+    stats = stats if stats is not None else EncodeStats()
+    text, spans = assistant_target_spans(tokenizer, conversation)
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    input_ids = list(encoding["input_ids"])
+    mask = [
+        end > start and any(start < span_end and end > span_start for span_start, span_end in spans)
+        for start, end in encoding["offset_mapping"]
+    ]
+    if mask:
+        mask[0] = False  # position 0 has no context to predict it from
+    if not any(mask):
+        raise ValueError(f"conversation {conversation.id!r}: no assistant token to learn after encoding")
+
+    truncated = False
+    if len(input_ids) > max_tokens:
+        if overflow == "reject" or not any(mask[:max_tokens]):
+            stats.rejected_too_long += 1
+            return None
+        input_ids, mask, truncated = input_ids[:max_tokens], mask[:max_tokens], True
+        stats.truncated += 1
+    stats.accepted += 1
+    return EncodedExample(
+        id=conversation.id,
+        input_ids=tuple(int(i) for i in input_ids),
+        target_mask=tuple(bool(m) for m in mask),
+        source=conversation.source,
+        conversation_digest=conversation.digest,
+        truncated=truncated,
+    )
+
+
+def encode_many(
+    tokenizer: PreTrainedTokenizerBase,
+    conversations: Iterable[Conversation],
+    max_tokens: int,
+    overflow: str = "reject",
+) -> tuple[list[EncodedExample], EncodeStats]:
+    """Encode every conversation in order; rejected ones are counted in the stats, not returned."""
+    stats = EncodeStats()
+    examples = []
+    for conversation in conversations:
+        example = encode_conversation(tokenizer, conversation, max_tokens, overflow, stats)
+        if example is not None:
+            examples.append(example)
+    return examples, stats
+
+
+def generation_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message | Mapping]) -> list[int]:
+    """Token ids of `messages` followed by the template's generation prompt (for greedy answers)."""
+    if not messages:
+        raise ValueError("generation_prompt_ids: expected at least one message")
+    text = _render(tokenizer, _as_dicts(messages), add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -1,0 +1,327 @@
+"""Immutable content-addressed objects: `home/objects/<first two hex digits>/<sha256>`.
+
+An object's name is the sha256 of its bytes, so every read can be checked against the name and
+nothing corrupted, truncated or substituted is ever returned. A tensor object is the tensor's raw
+little-endian C-contiguous bytes (bfloat16 included: viewed as uint8), which makes its name equal
+to the per-tensor digest `kit digest` computes from a safetensors file. dtype and shape live in
+the manifest; objects never hold pickles.
+
+Writes go to a uniquely named temporary file under `home/tmp/`, are fsynced, renamed into place
+and the directory fsynced, so an object path either does not exist or holds complete bytes (a
+crash leaves only a temporary, which loaders never read and `remove_stale_temps` deletes).
+
+`ObjectStore.bytes_read` counts every byte read from the store, so a test can show that a new
+owner read only its own objects (`fetch_objects`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import socket
+import sys
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import torch
+
+from kit.digest import HASH_CHUNK, DigestMismatch, fsync_dir
+
+DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+TMP_DIR_NAME = "tmp"
+OBJECTS_DIR_NAME = "objects"
+
+# dtype names as torch spells them without the "torch." prefix (same spelling as kit.inventory)
+TENSOR_DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+
+class StoreError(ValueError):
+    """A store file is missing, malformed or inconsistent; the message names the file."""
+
+
+class ObjectMissing(StoreError):
+    """An object a record names is not in the store."""
+
+
+class ObjectCorrupt(DigestMismatch):
+    """An object's bytes do not hash to its name (bit flip, truncation, substitution)."""
+
+
+def check_digest(value: object, what: str) -> str:
+    """Return `value` if it is 64 lowercase hex characters, else a ValueError naming `what`."""
+    if not isinstance(value, str) or not DIGEST_RE.fullmatch(value):
+        raise StoreError(f"{what}: expected a sha256 digest (64 lowercase hex characters), got {value!r}")
+    return value
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in TENSOR_DTYPES:
+        raise ValueError(f"tensor dtype {name} cannot be stored; supported: {sorted(TENSOR_DTYPES)}")
+    return name
+
+
+def torch_dtype(name: object, source: str) -> torch.dtype:
+    if name not in TENSOR_DTYPES:
+        raise ValueError(f"{source}: dtype {name!r} is not one of {sorted(TENSOR_DTYPES)}")
+    return TENSOR_DTYPES[name]
+
+
+def _require_little_endian() -> None:
+    # Objects are defined as little-endian bytes; a big-endian host would need byte swapping
+    # that nothing in the kit exercises, so it is refused rather than silently mis-hashed.
+    if sys.byteorder != "little":
+        raise RuntimeError("kit.store objects are little-endian; big-endian hosts are not supported")
+
+
+# ---------------------------------------------------------------------------------------------
+# temporary files: home/tmp/<purpose>.<host>.<pid>.<random>.tmp
+
+
+def host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def new_temp_path(home: str | os.PathLike, purpose: str) -> Path:
+    """A fresh path under `home/tmp/`; its name records host and pid so gc can tell live writers."""
+    assert re.fullmatch(r"[a-z-]+", purpose), purpose
+    directory = Path(home) / TMP_DIR_NAME
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"{purpose}.{host_tag()}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+
+
+def process_alive_here(host: str, pid: int) -> bool:
+    """True if `pid` runs on this host (a process on another host is assumed alive)."""
+    if host != host_tag():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temps(home: str | os.PathLike, force: bool = False) -> list[str]:
+    """Delete temporaries under `home/tmp/` whose writer is gone (all of them with `force`)."""
+    directory = Path(home) / TMP_DIR_NAME
+    removed: list[str] = []
+    if not directory.is_dir():
+        return removed
+    for path in sorted(directory.iterdir()):
+        parts = path.name.split(".")
+        live = (
+            len(parts) == 5
+            and parts[2].isdigit()
+            and process_alive_here(parts[1], int(parts[2]))
+        )
+        if live and not force:
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(str(path))
+    return removed
+
+
+def write_durably(temp: Path, chunks: Iterable) -> None:
+    with open(temp, "xb") as f:
+        f.writelines(chunks)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def install(temp: Path, final: Path) -> None:
+    """Rename a complete, fsynced temporary into place and make the rename durable."""
+    created_parent = not final.parent.is_dir()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(temp, final)
+    fsync_dir(final.parent)
+    if created_parent:
+        fsync_dir(final.parent.parent)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class ObjectStore:
+    """The objects of one store directory `home`; reads re-hash, writes are atomic and durable."""
+
+    def __init__(self, home: str | os.PathLike):
+        self.home = Path(home)
+        self.objects_dir = self.home / OBJECTS_DIR_NAME
+        self.bytes_read = 0  # every byte read from this store's objects, for traffic accounting
+
+    def path(self, digest: str) -> Path:
+        check_digest(digest, f"{self.objects_dir}: object name")
+        return self.objects_dir / digest[:2] / digest
+
+    def has(self, digest: str) -> bool:
+        """Whether the object file exists (its content is not checked; use `verify`)."""
+        return self.path(digest).is_file()
+
+    def digests(self) -> Iterator[str]:
+        """Names of every object file present, in sorted order."""
+        if not self.objects_dir.is_dir():
+            return
+        for sub in sorted(self.objects_dir.iterdir()):
+            for path in sorted(sub.iterdir()):
+                if DIGEST_RE.fullmatch(path.name) and path.name[:2] == sub.name:
+                    yield path.name
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def put_bytes(self, data: bytes | bytearray | memoryview) -> str:
+        """Store `data`; returns its sha256. An existing verified copy is left untouched."""
+        view = memoryview(data).cast("B")
+        digest = hashlib.sha256(view).hexdigest()
+        final = self.path(digest)
+        if final.is_file():
+            try:
+                self.verify(digest)
+                return digest
+            except ObjectCorrupt:
+                pass  # a damaged copy: the bytes in hand hash to the name, so rewriting repairs it
+        temp = new_temp_path(self.home, "object")
+        try:
+            write_durably(temp, [view])
+            install(temp, final)
+        finally:
+            temp.unlink(missing_ok=True)
+        return digest
+
+    def put_tensor(self, tensor: torch.Tensor) -> str:
+        """Store a tensor's raw little-endian C-contiguous bytes; returns their sha256."""
+        _require_little_endian()
+        dtype_name(tensor.dtype)
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        return self.put_bytes(memoryview(flat.view(torch.uint8).numpy()))
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _open(self, digest: str):
+        path = self.path(digest)
+        try:
+            return path, open(path, "rb")
+        except FileNotFoundError:
+            raise ObjectMissing(f"{path}: object {digest} is missing from the store") from None
+
+    def _corrupt(self, path: Path, digest: str, actual: str, size: int) -> ObjectCorrupt:
+        return ObjectCorrupt(
+            f"{path}: object is corrupt: expected sha256 {digest} (its name), "
+            f"actual sha256 {actual} of its {size} bytes"
+        )
+
+    def _read_verified(self, digest: str) -> bytearray:
+        path, f = self._open(digest)
+        with f:
+            buf = bytearray(os.fstat(f.fileno()).st_size)
+            view, filled = memoryview(buf), 0
+            while filled < len(buf):
+                n = f.readinto(view[filled:])
+                if not n:
+                    break  # shrank while reading: the hash check below refuses it
+                filled += n
+        del view
+        del buf[filled:]
+        self.bytes_read += filled
+        actual = hashlib.sha256(buf).hexdigest()
+        if actual != digest:
+            raise self._corrupt(path, digest, actual, filled)
+        return buf
+
+    def get_bytes(self, digest: str) -> bytes:
+        """The object's bytes after re-hashing them; ObjectMissing / ObjectCorrupt name the file."""
+        return bytes(self._read_verified(digest))
+
+    def get_tensor(self, digest: str, dtype: str, shape: Iterable[int]) -> torch.Tensor:
+        """A tensor built (torch.frombuffer, no pickle) from a verified object of exact length."""
+        _require_little_endian()
+        path = self.path(digest)
+        tdtype = torch_dtype(dtype, f"{path}: requested")
+        shape = tuple(int(d) for d in shape)
+        needed = math.prod(shape) * tdtype.itemsize
+        buf = self._read_verified(digest)
+        if len(buf) != needed:
+            raise StoreError(
+                f"{path}: object holds {len(buf)} bytes but {dtype}{list(shape)} needs {needed} bytes"
+            )
+        if needed == 0:
+            return torch.empty(shape, dtype=tdtype)
+        return torch.frombuffer(buf, dtype=tdtype).reshape(shape)
+
+    def verify(self, digest: str, fsync: bool = False) -> int:
+        """Re-hash the object by streaming it (optionally fsync it first); returns its size."""
+        path, f = self._open(digest)
+        h, size = hashlib.sha256(), 0
+        with f:
+            if fsync:
+                os.fsync(f.fileno())
+            while chunk := f.read(HASH_CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+        self.bytes_read += size
+        if h.hexdigest() != digest:
+            raise self._corrupt(path, digest, h.hexdigest(), size)
+        return size
+
+
+def fetch_objects(source: ObjectStore, dest: ObjectStore, digests: Iterable[str]) -> int:
+    """Copy exactly the named objects from `source` into `dest`, verifying each from the bytes read.
+
+    No other source object is opened. An object `dest` already holds intact is skipped (so a rerun
+    after an interrupted preparation is cheap); a damaged copy in `dest` is replaced. A source
+    object that does not hash to its name is refused with ObjectCorrupt naming the source file,
+    and nothing is installed for it. Returns the number of bytes read from `source`.
+    """
+    total = 0
+    for digest in dict.fromkeys(digests):  # each object once, in the order given
+        check_digest(digest, "fetch_objects: requested object")
+        if dest.has(digest):
+            try:
+                dest.verify(digest)
+                continue
+            except ObjectCorrupt:
+                pass
+        total += _copy_verified(source, dest, digest)
+    return total
+
+
+def _copy_verified(source: ObjectStore, dest: ObjectStore, digest: str) -> int:
+    path, f = source._open(digest)
+    h, size = hashlib.sha256(), 0
+
+    def chunks():
+        nonlocal size
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+            yield chunk
+
+    temp = new_temp_path(dest.home, "fetch")
+    try:
+        with f:
+            write_durably(temp, chunks())
+        source.bytes_read += size
+        if h.hexdigest() != digest:
+            raise ObjectCorrupt(
+                f"{path}: refusing to fetch object {digest}: expected sha256 {digest}, "
+                f"actual sha256 {h.hexdigest()} of its {size} bytes"
+            )
+        install(temp, dest.path(digest))
+    finally:
+        temp.unlink(missing_ok=True)
+    return size

@@ -1,0 +1,1 @@
+"""Training math: loss, per-parameter AdamW, canonical clipping, PowerSGD (layer 2)."""

@@ -1,0 +1,420 @@
+"""PowerSGD gradient compression on plain tensors, with the all-reduce injected as a callable.
+
+Why this shape: the math (rank-r power iteration, orthogonalisation, error feedback, warm start)
+is testable in one process, and the distributed layer only supplies
+`allreduce_mean(tensors) -> None`, which averages a list of contiguous FP32 tensors in place and
+must leave bitwise-identical values on every rank (ring all-reduces in gloo and NCCL do). In one
+process the identity is a valid all-reduce. The compressor makes the same calls, in the same
+order, on every rank, because every decision depends only on the shapes, the config and values
+that were already all-reduced.
+
+Per call after the dense warm-up, each compressed gradient viewed as M (n, m) = (shape[0],
+prod(rest)) is handled as in torch's `powerSGD_hook`:
+    M += e;  Q = orth(Q);  P = M Q;  mean(P);  P = orth(P);  Q = M^T P;  mean(Q);
+    sent = P Q^T;  e = M - sent (local to this rank)
+with every P in one flat all-reduce and every Q in another, so a call makes one dense all-reduce
+(vectors, small tensors) plus exactly two compressed ones (a list with nothing in it is skipped).
+Orthogonalisation is Gram-Schmidt in FP32 with an epsilon (a zero column stays zero, never NaN),
+in two passes so that rank-deficient P's stay orthogonal. Error buffers stay FP32 on the
+error-feedback device (the CPU; pinned when CUDA is present). Dense tensors keep no error (their
+mean is exact), and the warm-up accumulates none.
+Q is warm-started from the previous call; its first value is drawn from a torch.Generator seeded
+by sha256(seed, name), so every rank has the same Q without communication.
+
+Traffic is logical: the bytes of the tensors this rank hands to the all-reduce (FP32). A ring
+all-reduce moves about 2 (w - 1) / w times that on the wire per rank; that, and the interface
+counters, are the dist layer's business.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+
+import torch
+
+from kit.digest import sha256_json
+
+AllreduceMean = Callable[[list[torch.Tensor]], None]
+
+STATE_FORMAT = "kit.powersgd/1"
+FP32_BYTES = 4
+# After orthogonalisation a healthy column has norm ~1; one below this had a norm under epsilon
+# before normalising (e.g. a zero gradient last call) and would stay dead under warm start.
+DEAD_COLUMN_NORM = 0.5
+# Fields that change what is computed; a resumed run must match them exactly.
+_RESULT_FIELDS = (
+    "rank", "warmup_updates", "min_compression_numel", "min_compression_rate", "warm_start", "seed",
+    "orthogonalization_epsilon",
+)
+
+
+@dataclass(frozen=True)
+class PowerSGDConfig:
+    rank: int = 32
+    warmup_updates: int = 8
+    # Tensors with fewer elements, 1-D tensors, and matrices where rank*(n+m)*rate >= n*m go dense.
+    min_compression_numel: int = 1024
+    # As torch's `min_compression_rate`; 1.0 is "compress only if P and Q are smaller than M".
+    min_compression_rate: float = 1.0
+    warm_start: bool = True
+    seed: int = 0
+    orthogonalization_epsilon: float = 1e-8
+    error_feedback_device: str = "cpu"
+    pin_memory: bool | None = None  # None: pinned when CUDA is available and the device is the CPU
+
+    def __post_init__(self):
+        def need(ok: bool, field: str, expected: str):
+            if not ok:
+                raise ValueError(f"PowerSGDConfig.{field}: expected {expected}, got {getattr(self, field)!r}")
+
+        def is_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        need(is_int(self.rank) and self.rank >= 1, "rank", "an integer >= 1")
+        need(is_int(self.warmup_updates) and self.warmup_updates >= 0, "warmup_updates", "an integer >= 0")
+        need(is_int(self.min_compression_numel) and self.min_compression_numel >= 0,
+             "min_compression_numel", "an integer >= 0")
+        need(isinstance(self.min_compression_rate, (int, float)) and not isinstance(self.min_compression_rate, bool)
+             and math.isfinite(self.min_compression_rate) and self.min_compression_rate >= 0,
+             "min_compression_rate", "a finite number >= 0")
+        need(isinstance(self.warm_start, bool), "warm_start", "a bool")
+        need(is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+        need(isinstance(self.orthogonalization_epsilon, (int, float)) and not isinstance(
+            self.orthogonalization_epsilon, bool) and math.isfinite(self.orthogonalization_epsilon)
+             and self.orthogonalization_epsilon > 0, "orthogonalization_epsilon", "a finite number > 0")
+        need(isinstance(self.error_feedback_device, str), "error_feedback_device", "a torch device string")
+        need(self.pin_memory is None or isinstance(self.pin_memory, bool), "pin_memory", "a bool or None")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping, source: str = "powersgd config") -> PowerSGDConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown PowerSGDConfig fields {unknown}; expected a subset of {sorted(known)}")
+        return cls(**dict(data))
+
+
+def q_seed(seed: int, name: str, tag: str) -> int:
+    """A 60-bit generator seed from (config seed, parameter name, draw tag); the same on every rank."""
+    return int(sha256_json({"seed": seed, "name": name, "tag": tag})[:15], 16)
+
+
+def draw_q(seed: int, name: str, tag: str, m: int, r: int) -> torch.Tensor:
+    """A standard-normal (m, r) FP32 CPU matrix from a generator seeded by `q_seed`."""
+    gen = torch.Generator(device="cpu").manual_seed(q_seed(seed, name, tag))
+    return torch.randn(m, r, generator=gen, dtype=torch.float32)
+
+
+def orthogonalize_(matrices: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Gram-Schmidt on the columns of a batch (b, n, r), in place, FP32.
+
+    Dividing by (norm + epsilon), as torch's hook does, keeps a zero column zero, so zero
+    gradients give zeros, not NaN. Unlike torch's single pass, each column is projected off the
+    previous ones twice ("twice is enough"): when P is rank-deficient (a gradient of rank below r,
+    e.g. few tokens or a zero column), one pass leaves rounding noise with a large component along
+    the earlier columns, and normalising that noise would send the same direction twice.
+    """
+    assert matrices.dim() == 3 and matrices.dtype == torch.float32
+    for i in range(matrices.shape[2]):
+        col = matrices[:, :, i : i + 1]
+        if i > 0:
+            done = matrices[:, :, :i]
+            for _ in range(2):
+                col -= done @ (done.transpose(1, 2) @ col)
+        col /= torch.linalg.vector_norm(col, dim=1, keepdim=True) + epsilon
+    return matrices
+
+
+def _orthogonalize_all_(mats: Sequence[torch.Tensor], epsilon: float) -> None:
+    """Orthogonalise 2-D matrices in place, batching those of equal shape (fewer kernel launches)."""
+    by_shape: dict[tuple, list[torch.Tensor]] = defaultdict(list)
+    for mat in mats:
+        by_shape[tuple(mat.shape)].append(mat)
+    for group in by_shape.values():
+        if len(group) == 1:
+            orthogonalize_(group[0].unsqueeze(0), epsilon)
+            continue
+        stacked = orthogonalize_(torch.stack(group), epsilon)
+        for mat, done in zip(group, stacked):
+            mat.copy_(done)
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    name: str
+    shape: tuple[int, ...]
+    n: int
+    m: int
+    r: int
+
+
+class PowerSGDCompressor:
+    """Compresses named gradients; one instance per rank, all built from the same config and shapes."""
+
+    def __init__(self, config: PowerSGDConfig, named_shapes: Mapping[str, Sequence[int]]):
+        self.config = config
+        self.shapes = {name: tuple(int(d) for d in shape) for name, shape in sorted(named_shapes.items())}
+        self.error_device = torch.device(config.error_feedback_device)
+        pin = torch.cuda.is_available() and self.error_device.type == "cpu" if config.pin_memory is None \
+            else config.pin_memory
+        if pin and (self.error_device.type != "cpu" or not torch.cuda.is_available()):
+            raise ValueError("PowerSGDConfig.pin_memory: True needs error_feedback_device 'cpu' and CUDA present")
+        self.pin_memory = pin
+        self.matrices: dict[str, _Matrix] = {}
+        self.dense_names: list[str] = []
+        for name, shape in self.shapes.items():
+            matrix = self._plan(name, shape)
+            if matrix is None:
+                self.dense_names.append(name)
+            else:
+                self.matrices[name] = matrix
+        self.step = 0  # reduce() calls completed, warm-up included
+        self._errors: dict[str, torch.Tensor] = {}  # allocated at the first compressed call
+        self._q: dict[str, torch.Tensor] = {}
+        if config.warm_start:
+            for mat in self.matrices.values():
+                self._q[mat.name] = draw_q(config.seed, mat.name, "init", mat.m, mat.r)
+        self.traffic = {
+            "calls": 0, "warmup_calls": 0,
+            "dense_equivalent_bytes": 0, "compressed_bytes": 0,
+            "dense_equivalent_bytes_after_warmup": 0, "compressed_bytes_after_warmup": 0,
+        }
+        self.last_call: dict | None = None
+
+    def _plan(self, name: str, shape: tuple[int, ...]) -> _Matrix | None:
+        if any(d < 0 for d in shape):
+            raise ValueError(f"named_shapes[{name!r}]: expected non-negative sizes, got {shape}")
+        numel = math.prod(shape)
+        if len(shape) < 2 or numel == 0 or numel < self.config.min_compression_numel:
+            return None
+        n, m = shape[0], numel // shape[0]
+        r = min(n, m, self.config.rank)
+        if r * (n + m) * self.config.min_compression_rate >= n * m:
+            return None
+        return _Matrix(name, shape, n, m, r)
+
+    @property
+    def in_warmup(self) -> bool:
+        return self.step < self.config.warmup_updates
+
+    def reduce(self, named_grads: Mapping[str, torch.Tensor], allreduce_mean: AllreduceMean) -> dict[str, torch.Tensor]:
+        """The averaged (approximated) gradient per name, in each gradient's dtype; updates the state."""
+        grads = self._checked(named_grads)
+        calls = 0
+        out: dict[str, torch.Tensor] = {}
+        warmup = self.in_warmup
+        dense_names = list(self.shapes) if warmup else self.dense_names
+        calls += self._dense_mean_into(out, dense_names, grads, allreduce_mean)
+        p_numel = q_numel = 0
+        if not warmup and self.matrices:
+            p_numel, q_numel = self._compress_into(out, grads, allreduce_mean)
+            calls += 2
+        dense_bytes = sum(math.prod(s) for s in self.shapes.values()) * FP32_BYTES
+        dense_sent = sum(math.prod(self.shapes[n]) for n in dense_names) * FP32_BYTES
+        record = {
+            "step": self.step, "warmup": warmup, "allreduce_calls": calls,
+            "dense_equivalent_bytes": dense_bytes, "dense_sent_bytes": dense_sent,
+            "p_bytes": p_numel * FP32_BYTES, "q_bytes": q_numel * FP32_BYTES,
+            "compressed_bytes": dense_sent + (p_numel + q_numel) * FP32_BYTES,
+        }
+        self._account(record)
+        self.step += 1
+        return {name: out[name] for name in self.shapes}
+
+    def _checked(self, named_grads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if set(named_grads) != set(self.shapes):
+            missing, extra = sorted(set(self.shapes) - set(named_grads)), sorted(set(named_grads) - set(self.shapes))
+            raise ValueError(f"PowerSGD reduce: gradient names differ from named_shapes (missing {missing}, "
+                             f"unexpected {extra})")
+        devices = set()
+        for name, shape in self.shapes.items():
+            g = named_grads[name]
+            if tuple(g.shape) != shape or not g.is_floating_point():
+                raise ValueError(f"PowerSGD reduce: gradient {name!r} expected floating shape {shape}, "
+                                 f"got {g.dtype} {tuple(g.shape)}")
+            devices.add(g.device)
+        if len(devices) > 1:
+            raise ValueError(f"PowerSGD reduce: gradients must share one device, got {sorted(map(str, devices))}")
+        return {name: named_grads[name].detach() for name in self.shapes}
+
+    @staticmethod
+    def _dense_mean_into(out: dict, names: list[str], grads: dict, allreduce_mean: AllreduceMean) -> int:
+        """One flat FP32 all-reduce for `names`; returns the number of all-reduce calls made."""
+        if not names:
+            return 0
+        flat = torch.cat([grads[n].reshape(-1).to(torch.float32) for n in names])
+        allreduce_mean([flat])
+        offset = 0
+        for n in names:
+            g = grads[n]
+            out[n] = flat[offset : offset + g.numel()].view(g.shape).to(g.dtype)
+            offset += g.numel()
+        return 1
+
+    def _compress_into(self, out: dict, grads: dict, allreduce_mean: AllreduceMean) -> tuple[int, int]:
+        mats = list(self.matrices.values())
+        device = grads[mats[0].name].device
+        eps = self.config.orthogonalization_epsilon
+        ms = []
+        for mat in mats:
+            # Copy even for FP32 grads: M becomes the new error buffer and must not alias the input.
+            m_ = grads[mat.name].reshape(mat.n, mat.m).to(torch.float32, copy=True)
+            if mat.name in self._errors:
+                m_ += self._errors[mat.name].to(device, non_blocking=self.pin_memory)
+            ms.append(m_)
+        qs = self._prepared_qs(mats, device)
+        p_flat = torch.empty(sum(mat.n * mat.r for mat in mats), dtype=torch.float32, device=device)
+        q_flat = torch.empty(sum(mat.m * mat.r for mat in mats), dtype=torch.float32, device=device)
+        ps, new_qs, p_off, q_off = [], [], 0, 0
+        for mat in mats:
+            ps.append(p_flat[p_off : p_off + mat.n * mat.r].view(mat.n, mat.r))
+            new_qs.append(q_flat[q_off : q_off + mat.m * mat.r].view(mat.m, mat.r))
+            p_off, q_off = p_off + mat.n * mat.r, q_off + mat.m * mat.r
+        for m_, q, p in zip(ms, qs, ps):
+            torch.matmul(m_, q, out=p)
+        allreduce_mean([p_flat])
+        _orthogonalize_all_(ps, eps)
+        for m_, p, q in zip(ms, ps, new_qs):
+            torch.matmul(m_.T, p, out=q)
+        allreduce_mean([q_flat])
+        for mat, m_, p, q in zip(mats, ms, ps, new_qs):
+            g = grads[mat.name]
+            sent = (p @ q.T).to(g.dtype)
+            out[mat.name] = sent.view(mat.shape)
+            m_ -= sent.to(torch.float32)  # the local error: what this rank meant to send but did not
+            self._store_error(mat, m_)
+            if self.config.warm_start:
+                self._q[mat.name] = q
+        return p_off, q_off
+
+    def _prepared_qs(self, mats: list[_Matrix], device: torch.device) -> list[torch.Tensor]:
+        """Orthonormal Q per matrix: warm-started (dead columns re-drawn) or freshly drawn."""
+        seed, eps = self.config.seed, self.config.orthogonalization_epsilon
+        tag = f"step{self.step}"
+        if self.config.warm_start:
+            qs = [self._q[mat.name].to(device, torch.float32, copy=True) for mat in mats]
+        else:
+            qs = [draw_q(seed, mat.name, tag, mat.m, mat.r).to(device) for mat in mats]
+        _orthogonalize_all_(qs, eps)
+        if not self.config.warm_start:
+            return qs
+        # A zero gradient leaves Q = M^T P = 0, and warm start would keep it zero forever (newly
+        # grown blocks start exactly so). Re-draw such columns; Q is identical on every rank after
+        # its all-reduce, so every rank takes the same branch and draws the same values.
+        norms = [torch.linalg.vector_norm(q, dim=0) for q in qs]
+        dead_any = torch.stack([(nrm < DEAD_COLUMN_NORM).any() for nrm in norms]).tolist()
+        for mat, q, nrm, dead in zip(mats, qs, norms, dead_any):
+            if dead:
+                cols = (nrm < DEAD_COLUMN_NORM).nonzero().flatten().cpu()
+                q[:, cols.to(device)] = draw_q(seed, mat.name, tag, mat.m, mat.r)[:, cols].to(device)
+                orthogonalize_(q.unsqueeze(0), eps)
+        return qs
+
+    def _store_error(self, mat: _Matrix, error: torch.Tensor) -> None:
+        buf = self._errors.get(mat.name)
+        if buf is None:
+            buf = torch.empty((mat.n, mat.m), dtype=torch.float32, device=self.error_device,
+                              pin_memory=self.pin_memory)
+            self._errors[mat.name] = buf
+        buf.copy_(error)  # device -> host copy is synchronous, so `error` may be freed afterwards
+
+    def _account(self, record: dict) -> None:
+        t = self.traffic
+        t["calls"] += 1
+        t["dense_equivalent_bytes"] += record["dense_equivalent_bytes"]
+        t["compressed_bytes"] += record["compressed_bytes"]
+        if record["warmup"]:
+            t["warmup_calls"] += 1
+        else:
+            t["dense_equivalent_bytes_after_warmup"] += record["dense_equivalent_bytes"]
+            t["compressed_bytes_after_warmup"] += record["compressed_bytes"]
+        self.last_call = record
+
+    def stats(self) -> dict:
+        """Cumulative logical traffic (with and without warm-up), ratios and the last call's record."""
+        t = dict(self.traffic)
+        after = t["compressed_bytes_after_warmup"]
+        t["compression_ratio_after_warmup"] = t["dense_equivalent_bytes_after_warmup"] / after if after else None
+        t["compression_ratio_overall"] = (
+            t["dense_equivalent_bytes"] / t["compressed_bytes"] if t["compressed_bytes"] else None)
+        t["step"] = self.step
+        t["compressed_names"] = len(self.matrices)
+        t["dense_names"] = len(self.dense_names)
+        t["last_call"] = dict(self.last_call) if self.last_call else None
+        return t
+
+    def set_q(self, name: str, q: torch.Tensor) -> None:
+        """Replace the warm-start Q of `name` (tests align it with another implementation's draw)."""
+        mat = self.matrices.get(name)
+        if mat is None:
+            raise ValueError(f"PowerSGD set_q: {name!r} is not a compressed matrix")
+        if tuple(q.shape) != (mat.m, mat.r):
+            raise ValueError(f"PowerSGD set_q: {name!r} expected shape {(mat.m, mat.r)}, got {tuple(q.shape)}")
+        self._q[name] = q.detach().to("cpu", torch.float32, copy=True)
+
+    # -- checkpoint state ------------------------------------------------------------------------
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """CPU FP32 copies: "error/<name>" (n, m) once compression has started, "q/<name>" (m, r).
+
+        No generator state is needed: every draw uses a fresh generator seeded by (seed, name, tag),
+        with the tag derived from the step in `state_meta`.
+        """
+        out = {f"error/{n}": e.detach().to("cpu", copy=True) for n, e in self._errors.items()}
+        out.update({f"q/{n}": q.detach().to("cpu", torch.float32, copy=True) for n, q in self._q.items()})
+        return dict(sorted(out.items()))
+
+    def state_meta(self) -> dict:
+        """JSON-ready: format, step, config, compressed names and cumulative traffic."""
+        return {
+            "format": STATE_FORMAT, "step": self.step, "config": self.config.to_dict(),
+            "compressed": sorted(self.matrices), "traffic": dict(self.traffic),
+        }
+
+    def load_state(self, tensors: Mapping[str, torch.Tensor], meta: Mapping) -> None:
+        """Restore `state_tensors()`/`state_meta()` exactly; refuses anything that does not fit."""
+        src = "powersgd state"
+        if meta.get("format") != STATE_FORMAT:
+            raise ValueError(f"{src}: field 'format' expected {STATE_FORMAT!r}, got {meta.get('format')!r}")
+        saved = PowerSGDConfig.from_dict(meta.get("config", {}), f"{src} field 'config'")
+        for field in _RESULT_FIELDS:
+            if getattr(saved, field) != getattr(self.config, field):
+                raise ValueError(f"{src}: config field {field!r} is {getattr(saved, field)!r} in the checkpoint "
+                                 f"but {getattr(self.config, field)!r} here")
+        step = meta.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"{src}: field 'step' expected an integer >= 0, got {step!r}")
+        if meta.get("compressed") != sorted(self.matrices):
+            raise ValueError(f"{src}: field 'compressed' lists {meta.get('compressed')!r}, "
+                             f"but these shapes compress {sorted(self.matrices)!r}")
+        traffic = meta.get("traffic")
+        if not isinstance(traffic, Mapping) or set(traffic) != set(self.traffic) or not all(
+                isinstance(v, int) and v >= 0 for v in traffic.values()):
+            raise ValueError(f"{src}: field 'traffic' expected integer counters {sorted(self.traffic)}")
+        has_errors = step > self.config.warmup_updates
+        expected = {f"error/{n}": (m.n, m.m) for n, m in self.matrices.items()} if has_errors else {}
+        if self.config.warm_start:
+            expected.update({f"q/{n}": (m.m, m.r) for n, m in self.matrices.items()})
+        if set(tensors) != set(expected):
+            raise ValueError(f"{src}: tensors expected keys {sorted(expected)} at step {step}, "
+                             f"got {sorted(tensors)}")
+        for key, shape in expected.items():
+            t = tensors[key]
+            if t.dtype != torch.float32 or tuple(t.shape) != shape:
+                raise ValueError(f"{src}: tensor {key!r} expected float32 {shape}, got {t.dtype} {tuple(t.shape)}")
+        self._errors = {}
+        for key, t in tensors.items():
+            kind, name = key.split("/", 1)
+            if kind == "error":
+                self._store_error(self.matrices[name], t)
+            else:
+                self._q[name] = t.detach().to("cpu", copy=True)
+        self.step = step
+        self.traffic = dict(traffic)
+        self.last_call = None

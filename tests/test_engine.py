@@ -1,0 +1,188 @@
+"""The sharded engine against the one-process oracle, with 1, 2 and 3 workers in separate processes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import write_hf_llama
+from engine_oracle import run_oracle
+from safetensors import safe_open
+
+from kit.dist.group import Group
+from kit.dist.launch import launch
+from kit.model.shard import LayoutError, even_layout
+from kit.trainer import build_engine, records_from_json
+from kit.train.optim import GroupConfig
+
+OPT = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
+
+
+def make_batches(n_updates=3, per_update=5, vocab=64, seed=0):
+    """Records of varied length, unequal weights, replay declared on some; 5 docs in microbatches of 2
+    gives a partial last microbatch."""
+    rng = random.Random(seed)
+    batches = []
+    for u in range(n_updates):
+        rows = []
+        for i in range(per_update):
+            n = rng.randint(6, 14)
+            ids = [rng.randrange(1, vocab) for _ in range(n)]
+            start = rng.randint(2, n - 2)  # the "assistant" part is a suffix, like a chat reply
+            mask = [t >= start for t in range(n)]
+            rows.append({"id": f"u{u}r{i}", "input_ids": ids, "target_mask": mask,
+                         "weight": [1.0, 0.5, 2.0, 1.0, 1.5][i % 5], "replay": i % 3 == 1})
+        batches.append(rows)
+    return batches
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engine")
+    return write_hf_llama(root / "student", seed=0), write_hf_llama(root / "reference", seed=1)
+
+
+def _launch(tmp_path, dirs, workers, batches, max_norm, name):
+    seed_dir, ref_dir = dirs
+    dump = tmp_path / f"{name}-{workers}"
+    dump.mkdir()
+    args = {"seed_dir": str(seed_dir), "reference_dir": str(ref_dir),
+            "layout": even_layout(3, workers).to_json(),
+            "engine": {"microbatch_size": 2, "max_grad_norm": max_norm},
+            "optimizer": {"default": OPT}, "batches": batches, "dump_dir": str(dump), "dump_grads_at": 1,
+            "timeout_s": 60}
+    results = launch("kit.trainer:train_worker", args, workers, dump / "run", timeout_s=300)
+    grads, state, ages = {}, {}, {}
+    for r in range(workers):
+        with safe_open(str(dump / f"grads-{r}.safetensors"), "pt") as f:
+            grads.update({k: f.get_tensor(k) for k in f.keys()})
+        with safe_open(str(dump / f"state-{r}.safetensors"), "pt") as f:
+            state.update({k: f.get_tensor(k) for k in f.keys()})
+            for kv in f.metadata()["ages"].split(","):
+                k, v = kv.split("=")
+                ages[k] = int(v)
+    return results, grads, state, ages
+
+
+@pytest.mark.parametrize("max_norm, clipping", [(0.05, True), (1e6, False)])
+def test_workers_match_oracle_and_each_other(tmp_path, dirs, max_norm, clipping):
+    batches = make_batches()
+    history, oracle_state = run_oracle(*dirs, batches, OPT["lr"], (OPT["beta1"], OPT["beta2"]), OPT["eps"],
+                                       OPT["weight_decay"], max_norm)
+    runs = {w: _launch(tmp_path, dirs, w, batches, max_norm, "clip" if clipping else "noclip") for w in (1, 2, 3)}
+    first = history[0]
+    assert (first["grad_norm"] > max_norm) == clipping
+    for w, (results, grads, state, ages) in runs.items():
+        upd = results[0]["updates"][0]
+        for key in ("objective", "ce_sum", "kl_sum"):
+            assert upd[key] == pytest.approx(first[key], rel=1e-6), (w, key)
+        assert upd["kl_sum"] > 0 and upd["replay_tokens"] > 0 and upd["new_tokens"] > 0
+        assert upd["grad_norm"] == pytest.approx(first["grad_norm"], rel=1e-5)
+        assert (upd["clip_factor"] < 1.0) == clipping
+        assert set(grads) == set(first["grads"])
+        for n, g in first["grads"].items():
+            assert (grads[n] - g).abs().max().item() <= 1e-6, (w, n)
+        # every rank reports the same global loss parts
+        def _losses(res):
+            return [{k: v for k, v in u.items() if k != "seconds"} for u in res["updates"]]
+
+        assert all(_losses(r) == _losses(results[0]) for r in results)
+        for n, st in oracle_state.items():
+            assert ages[n] == st["age"] == len(batches)
+            for key in ("param", "exp_avg", "exp_avg_sq"):
+                assert (state[f"{key}/{n}"] - st[key]).abs().max().item() <= 1e-6, (w, n, key)
+    # bit-identical learned state across worker counts
+    base = runs[1][2]
+    for w in (2, 3):
+        assert set(runs[w][2]) == set(base)
+        for k, t in base.items():
+            assert torch.equal(runs[w][2][k], t), (w, k)
+        assert runs[w][3] == runs[1][3]
+
+
+def test_no_worker_holds_a_full_model(tmp_path, dirs):
+    results, _, _, _ = _launch(tmp_path, dirs, 3, make_batches(n_updates=1), 1.0, "count")
+    from kit.model.llama import LlamaCausalLM
+    from kit.model_config import load_config
+
+    shape = load_config(dirs[0])
+    full = sum(p.numel() for p in LlamaCausalLM(shape).parameters())
+    assert sum(r["student_params"] for r in results) == full
+    for r in results:
+        assert r["student_params"] < full and r["reference_params"] == r["student_params"]
+        assert r["student_bytes"] == 4 * r["student_params"]
+    assert [sorted({int(n.split(".")[2]) for n in r["owned"] if ".layers." in n}) for r in results] == [[0], [1], [2]]
+    assert "model.embed_tokens.weight" in results[0]["owned"] and "model.norm.weight" in results[0]["owned"]
+    assert not any("embed" in n or n == "model.norm.weight" for r in results[1:] for n in r["owned"])
+
+
+def _engine(dirs, ref_dir=None, kl_weight=1.0):
+    seed_dir, other = dirs
+    from kit.trainer import engine_config_from_json
+
+    cfg = engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0, "distill": {"weight": kl_weight}})
+    return build_engine(Group(0, 1, torch.device("cpu")), str(seed_dir), str(ref_dir or other),
+                        even_layout(3, 1), cfg, {"default": GroupConfig(**OPT)})
+
+
+def test_kl_is_zero_with_identical_reference_and_gradient_zero(dirs):
+    eng = _engine(dirs, ref_dir=dirs[0])
+    rows = make_batches(1)[0]
+    for r in rows:
+        r["replay"] = True
+    eng.capture_grads = True
+    res = eng.update(records_from_json(rows))
+    assert res.parts.kl_sum == pytest.approx(0.0, abs=1e-6)
+    assert res.parts.ce_sum == 0.0 and res.parts.new_tokens == 0
+    assert max(g.abs().max().item() for g in eng.last_grads.values()) <= 1e-6
+
+
+def test_kl_applies_only_to_declared_replay_records(dirs):
+    rows = make_batches(1)[0]
+    a = _engine(dirs).update(records_from_json([dict(r, replay=False) for r in rows]))
+    b = _engine(dirs).update(records_from_json(rows))
+    assert a.parts.kl_sum == 0.0 and a.parts.replay_tokens == 0
+    assert b.parts.kl_sum > 0 and b.parts.replay_tokens > 0
+    assert a.parts.ce_sum > b.parts.ce_sum  # flipped records moved from CE to KL
+
+
+def test_loss_does_not_depend_on_microbatch_split(dirs):
+    rows = make_batches(1)[0]
+    from kit.trainer import engine_config_from_json
+
+    outs = []
+    for mb in (1, 2, 5):
+        eng = _engine(dirs)
+        eng.cfg = engine_config_from_json({"microbatch_size": mb, "max_grad_norm": 1.0})
+        eng.capture_grads = True
+        outs.append((eng.update(records_from_json(rows)), eng.last_grads))
+    for res, grads in outs[1:]:
+        assert res.parts.objective == pytest.approx(outs[0][0].parts.objective, rel=1e-6)
+        for n, g in grads.items():
+            assert (g - outs[0][1][n]).abs().max().item() <= 1e-6
+
+
+def test_bad_inputs_are_refused_before_any_update(dirs, tmp_path):
+    eng = _engine(dirs)
+    before = {n: p.detach().clone() for n, p in eng.student.named_parameters()}
+    rows = make_batches(1)[0]
+    no_targets = [dict(r, target_mask=[False] * len(r["input_ids"])) for r in rows]
+    with pytest.raises(ValueError, match="no assistant target tokens"):
+        eng.update(records_from_json(no_targets))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        eng.update(records_from_json([dict(rows[0], input_ids=[1, 2, 999, 3], target_mask=[False, False, True, True])] + rows[1:]))
+    assert all(torch.equal(p, before[n]) for n, p in eng.student.named_parameters())
+    with pytest.raises(LayoutError, match="misses block"):
+        from kit.model.shard import Layout
+
+        Layout(((0, 1), (2, 3))).validate(3)
+    with pytest.raises(LayoutError, match="repeats block"):
+        from kit.model.shard import Layout
+
+        Layout(((0, 2), (1, 3))).validate(3)
+    with pytest.raises(LayoutError, match="4 workers but only 3 blocks"):
+        even_layout(3, 4)
+    other = write_hf_llama(tmp_path / "wide", hidden=48, heads=4, kv_heads=2, seed=3)
+    with pytest.raises(ValueError, match="reference shape differs"):
+        _engine((dirs[0], other))
