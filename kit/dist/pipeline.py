@@ -86,6 +86,8 @@ class StageEngine:
         self.hidden = student.shape.hidden_size
         self.dtype = getattr(torch, cfg.compute_dtype)
         self.device = group.device
+        # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
+        self.grad_reducer = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
         self.last_grads: dict[str, torch.Tensor] = {}
 
@@ -95,9 +97,15 @@ class StageEngine:
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     # --- the update -------------------------------------------------------------------------
-    def update(self, records: list[TrainRecord]) -> UpdateResult:
+    def update(self, records: list[TrainRecord], total_targets: int | None = None) -> UpdateResult:
+        """One update over `records`. With data parallelism (the gradient study) each replica passes
+        its share of the global batch and `total_targets`, the global batch's target count, so the
+        objective keeps the global normalisation; `grad_reducer` then sums gradients across replicas."""
         t0 = time.perf_counter()
-        N = validate_records(records, self.student.shape.vocab_size)
+        local_n = validate_records(records, self.student.shape.vocab_size)
+        N = local_n if total_targets is None else int(total_targets)
+        if N < local_n:
+            raise ValueError(f"total_targets {N} is smaller than this worker's own {local_n} target tokens")
         if any(r.replay for r in records) and self.reference is None:
             raise ValueError("the batch declares replay records but no reference model was given")
         mbs = make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id, self.device)
@@ -151,6 +159,8 @@ class StageEngine:
             if r != 0:
                 g.isend(h_in.grad, prv)
         g.wait_sends()
+        if self.grad_reducer is not None:
+            self.grad_reducer(self.params)
         if self.capture_grads:
             self.last_grads = {n: p.grad.detach().clone() for n, p in self.params.items() if p.grad is not None}
         norm, factor = self._clip()

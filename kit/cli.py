@@ -1,0 +1,145 @@
+"""`kit` command line. Each subcommand is a thin wrapper over a kit function; heavy modules
+(torch, transformers, papermill, nbconvert, matplotlib) are imported only by the subcommand that
+needs them, so `kit --help` and `kit digest` start fast and import on the GPU image as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, sort_keys=True))
+
+
+# --- digest / seed --------------------------------------------------------------------------
+def cmd_digest(a) -> int:
+    from kit.inventory import parameter_digest
+
+    print(parameter_digest(a.dir))
+    return 0
+
+
+def cmd_seed_build(a) -> int:
+    from kit.seedbuild import SeedBuildConfig, build_seed
+
+    cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
+    _print_json(build_seed(Path(a.out), cfg, progress=not a.no_progress))
+    return 0
+
+
+def cmd_seed_show(a) -> int:
+    from kit.seedbuild import describe_seed
+
+    print(describe_seed(Path(a.dir)))
+    return 0
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+def cmd_checkpoint(a) -> int:
+    from kit.store import commits, export
+
+    if a.action == "verify":
+        report = commits.verify_commit(a.home, a.root)
+        _print_json(report)
+    elif a.action == "show":
+        root = a.root or commits.read_head(a.home)
+        if root is None:
+            raise SystemExit(f"{a.home}: no HEAD; name a commit root")
+        print(json.dumps(commits.read_commit(a.home, root), indent=1, sort_keys=True))
+    elif a.action == "export":
+        if not a.root or not a.out:
+            raise SystemExit("kit checkpoint export ROOT --out DIR")
+        print(export.export_hf(a.home, a.root, a.out, extra_files_dir=a.tokenizer_from))
+    elif a.action == "gc":
+        for path in commits.gc(a.home, unreferenced_objects=a.objects):
+            print(path)
+    elif a.action == "list":
+        head = commits.read_head(a.home)
+        for root in commits.list_commits(a.home):
+            print(root, "HEAD" if root == head else "")
+    return 0
+
+
+# --- planner --------------------------------------------------------------------------------
+def cmd_plan(a) -> int:
+    from kit.model_config import load_config
+    from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
+
+    shape = load_config(a.config)
+    if a.grow:
+        shape = shape_with_growth(shape, a.grow)
+    workers = []
+    for i, spec in enumerate(a.worker):
+        mem, _, speed = spec.partition(":")
+        workers.append(WorkerCapacity(f"worker{i}", int(float(mem) * 2**30), float(speed or 1.0)))
+    model = MemoryModel(**json.loads(a.memory_model)) if a.memory_model else MemoryModel()
+    mb = MicrobatchShape(a.batch, a.seq_len, a.in_flight)
+    _print_json(plan(shape, workers, mb, model).to_json())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kit", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats.md)")
+    s.add_argument("dir")
+    s.set_defaults(fn=cmd_digest)
+
+    seed = sub.add_parser("seed", help="build or describe a seed").add_subparsers(dest="action", required=True)
+    s = seed.add_parser("build", help="train the tiny seed (tokenizer + Llama) into DIR")
+    s.add_argument("--out", required=True)
+    s.add_argument("--test-size", action="store_true", help="an even smaller seed, for tests")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(fn=cmd_seed_build)
+    s = seed.add_parser("show", help="digest, shape and a sample reply of a seed directory")
+    s.add_argument("dir")
+    s.set_defaults(fn=cmd_seed_show)
+
+    s = sub.add_parser("checkpoint", help="verify, show, export, list or gc commits of a store")
+    s.add_argument("action", choices=["verify", "show", "export", "gc", "list"])
+    s.add_argument("root", nargs="?")
+    s.add_argument("--home", required=True)
+    s.add_argument("--out")
+    s.add_argument("--tokenizer-from", help="copy tokenizer files from this seed directory on export")
+    s.add_argument("--objects", action="store_true", help="gc: also remove objects no commit names")
+    s.set_defaults(fn=cmd_checkpoint)
+
+    s = sub.add_parser("plan", help="capacity planner: contiguous block assignment minimising peak utilisation")
+    s.add_argument("--config", required=True, help="config.json or a directory holding one")
+    s.add_argument("--worker", action="append", required=True, help="GiB[:relative speed], once per worker")
+    s.add_argument("--batch", type=int, default=1)
+    s.add_argument("--seq-len", type=int, default=2048)
+    s.add_argument("--in-flight", type=int, default=1)
+    s.add_argument("--grow", type=int, default=0, help="plan for this many appended blocks")
+    s.add_argument("--memory-model", help="JSON object of MemoryModel fields")
+    s.set_defaults(fn=cmd_plan)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return p
+
+
+_EXTRA_COMMANDS: list = []  # drivers append their registration functions (see kit/cli_drivers.py)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        import kit.cli_drivers  # noqa: F401  - registers driver subcommands when present
+    except ImportError as e:
+        if e.name != "kit.cli_drivers":
+            raise
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"kit {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
