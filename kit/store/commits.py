@@ -338,7 +338,25 @@ def write_commit(
     if problems:
         raise CommitError(f"{home}: cannot commit, {len(problems)} problem(s):\n" + "\n".join(problems))
     _fault_point("objects_verified")
+    return _install(home, manifest, parent, lock_timeout_s)
 
+
+def adopt_commit(home: str | os.PathLike, manifest: dict, expected_head: str | None = None) -> str:
+    """Install another store's manifest verbatim (migration: after every new owner fetched and
+    verified its objects) and move HEAD to it from `expected_head`. Refused when the manifest's roots
+    do not recompute or any object it names is missing or corrupt here."""
+    home = Path(home)
+    validate_manifest(manifest, "adopted manifest")
+    problems, _, _ = _check_objects(ObjectStore(home), manifest, fsync=True, source="adopted ")
+    if problems:
+        raise CommitError(f"{home}: cannot adopt {manifest['full_root']}, {len(problems)} problem(s):\n"
+                          + "\n".join(problems))
+    return _install(home, manifest, expected_head)
+
+
+def _install(home: Path, manifest: dict, expected_head: str | None, lock_timeout_s: float = 30.0) -> str:
+    """Write the manifest (atomic), then compare-and-swap HEAD from `expected_head` to its root."""
+    parent = expected_head
     root = manifest["full_root"]
     manifest_path = _commits_dir(home) / f"{root}.json"
     data = canonical_json(manifest)

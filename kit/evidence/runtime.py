@@ -1,0 +1,102 @@
+"""The notebook runtime (papermill, a Jupyter kernel) on hosts that have it, or that bring it as wheels.
+
+The GPU hosts have neither papermill nor a package index. `kit run` / `kit batch` therefore look
+for the missing packages in the repository's git-ignored `.whl/` folder before giving up:
+
+    .whl/site/      an unpacked install target: added to sys.path and to the kernel's PYTHONPATH
+    .whl/*.whl      wheel files: each added as a zip-import path (works for pure-Python wheels only)
+
+Bring them from a machine with an index, for the GPU host's Python and platform (3.12, x86_64):
+
+    pip install --target .whl/site --only-binary=:all: --python-version 3.12 \
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 papermill ipykernel
+
+(`--target` puts compiled dependencies such as pyzmq, tornado and rpds-py there too, which a bare
+`.whl` file cannot provide through zip import), then copy `.whl/` along with the repository. If
+the host has pip, `pip install --no-index --find-links .whl papermill ipykernel` over downloaded
+wheels (`pip download -d .whl ...` with the same platform flags) is the alternative. When
+something is still missing, the commands fail at once, naming every missing module; the other
+`kit` commands never import any of this.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import kit
+
+# Imported by the runner process (papermill, nbclient, nbformat, jupyter_client) or by the
+# kernel it starts (ipykernel, zmq): a host missing any of them cannot execute a notebook.
+RUN_MODULES = ("papermill", "nbformat", "nbclient", "jupyter_client", "ipykernel", "zmq", "yaml")
+# What `kit report` needs in addition (rendering and the report's own cells).
+REPORT_MODULES = ("nbconvert", "pandas", "matplotlib", "IPython")
+WHEEL_DIR_NAME = ".whl"
+
+
+class NotebookRuntimeMissing(ValueError):
+    """The packages needed to execute or render notebooks are not importable, even from `.whl/`."""
+
+
+def repository_root() -> Path:
+    """The checkout holding the `kit` package (where `.whl/` and `notebooks/` live)."""
+    return Path(kit.__file__).resolve().parents[1]
+
+
+def wheel_paths(root: Path | None = None) -> list[Path]:
+    """The import paths `.whl/` offers: its `site/` folder, then each wheel file (sorted)."""
+    wheel_dir = (root or repository_root()) / WHEEL_DIR_NAME
+    if not wheel_dir.is_dir():
+        return []
+    paths = [wheel_dir / "site"] if (wheel_dir / "site").is_dir() else []
+    return paths + sorted(wheel_dir.glob("*.whl"))
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def ensure_runtime(modules: tuple[str, ...] = RUN_MODULES, purpose: str = "execute notebooks") -> list[Path]:
+    """Make `modules` importable, adding `.whl/` paths to sys.path when needed; returns the paths added.
+
+    Raises NotebookRuntimeMissing naming every module still missing, before any work starts.
+    """
+    missing = _missing(modules)
+    added: list[Path] = []
+    if missing:
+        for path in wheel_paths():
+            if str(path) not in sys.path:
+                sys.path.append(str(path))
+                added.append(path)
+        importlib.invalidate_caches()
+        missing = _missing(modules)
+    if missing:
+        wheel_dir = repository_root() / WHEEL_DIR_NAME
+        offered = ", ".join(p.name for p in wheel_paths()) or "nothing"
+        raise NotebookRuntimeMissing(
+            f"cannot {purpose}: Python modules {', '.join(missing)} are not importable by {sys.executable}, "
+            f"and {wheel_dir} offers {offered}. Install them (pip install papermill ipykernel nbconvert) or "
+            f"bring them into {wheel_dir}/site as described in kit/evidence/runtime.py."
+        )
+    return added
+
+
+def kernel_pythonpath() -> str:
+    """PYTHONPATH for the kernel: the repository (so `import kit` works uninstalled), the `.whl/` paths
+    this process uses, then whatever the caller had."""
+    in_use = [str(p) for p in wheel_paths() if str(p) in sys.path]
+    parts = [str(repository_root()), *in_use]
+    if os.environ.get("PYTHONPATH"):
+        parts.append(os.environ["PYTHONPATH"])
+    return os.pathsep.join(parts)
