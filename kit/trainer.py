@@ -54,6 +54,17 @@ def build_engine(group: Group, seed_dir: str, reference_dir: str | None, layout:
     return StageEngine(group, layout, student, reference, opt, canonical_names(shape), engine)
 
 
+def _test_fault(rank: int, step: int) -> None:
+    """Test hooks: KIT_TEST_DIE / KIT_TEST_HANG = "rank:step" kill or stall that worker at that step."""
+    import os
+    import time
+
+    if os.environ.get("KIT_TEST_DIE") == f"{rank}:{step}":
+        os._exit(137)
+    if os.environ.get("KIT_TEST_HANG") == f"{rank}:{step}":
+        time.sleep(3600)
+
+
 def train_worker(group: Group, args: dict, ctx: WorkerContext) -> dict:
     """args: seed_dir, reference_dir|None, layout {blocks, embedding_owner}, engine {...},
     optimizer {group: {...}}, batches [[record, ...], ...], dump_dir|None, dump_grads_at|None."""
@@ -65,6 +76,7 @@ def train_worker(group: Group, args: dict, ctx: WorkerContext) -> dict:
     results = []
     for step, rows in enumerate(args["batches"], start=1):
         ctx.progress(step=step, phase="update")
+        _test_fault(group.rank, step)
         eng.capture_grads = dump is not None and step == args.get("dump_grads_at")
         res = eng.update(records_from_json(rows))
         if eng.capture_grads:

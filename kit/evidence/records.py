@@ -219,6 +219,10 @@ def git_state(directory: Path) -> dict:
     return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
 
 
+def git_commit_exists(directory: Path, commit: str) -> bool:
+    return _git(directory, "cat-file", "-e", f"{commit}^{{commit}}") is not None
+
+
 def package_versions() -> dict:
     """Python and package versions from installed metadata; nothing is imported (torch stays unloaded)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}

@@ -5,7 +5,11 @@ used in bias correction) and its optimizer-group name. Ages are per parameter so
 appended by growth starts its own Adam clock (age 0 at insertion) while the old ones continue.
 The update is torch.optim.AdamW's single-tensor formula, written out so the state is ours to
 commit; tensors of equal (group, age) are stepped together with `torch._foreach_*` ops, which
-compute the same elementwise values as the per-tensor ops.
+compute the same elementwise values as the per-tensor ops. On CUDA the same formula runs through
+torch's fused AdamW kernel (`torch._fused_adamw_`: one pass over param, grad and both moments
+instead of eight foreach passes and a temporary the size of the parameters); it is elementwise
+per parameter, so results still do not depend on the layout. CPU always takes the foreach path,
+which is what the bit-identity tests pin.
 
 Canonical clipping: every worker computes the squared L2 norm of each of its parameters'
 gradients (in FP64); the global squared norm is the sum of those numbers in the canonical
@@ -54,7 +58,8 @@ def assign_groups(names: Iterable[str], rules: Sequence[tuple[str, str]], defaul
 
 class ParamAdamW:
     def __init__(self, params: dict[str, torch.nn.Parameter], groups: dict[str, GroupConfig],
-                 group_of: dict[str, str]):
+                 group_of: dict[str, str], fused: bool | None = None):
+        """`fused`: None picks the fused kernel when every parameter is an FP32 CUDA tensor."""
         missing = [n for n in params if group_of.get(n) not in groups]
         if missing:
             raise ValueError(f"parameters without a configured optimizer group: {missing[:5]}")
@@ -68,6 +73,10 @@ class ParamAdamW:
                 "exp_avg": torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
                 "exp_avg_sq": torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
             }
+        fusable = bool(params) and all(p.is_cuda and p.dtype == torch.float32 for p in params.values())
+        if fused and not fusable:
+            raise ValueError("ParamAdamW(fused=True) needs every parameter to be an FP32 CUDA tensor")
+        self.fused = fusable if fused is None else bool(fused)
 
     def zero_grad(self) -> None:
         for p in self.params.values():
@@ -88,6 +97,9 @@ class ParamAdamW:
             grads = [p.grad for p in ps]
             m = [self.state[n]["exp_avg"] for n in names]
             v = [self.state[n]["exp_avg_sq"] for n in names]
+            if self.fused:
+                self._fused_step(g, age, ps, grads, m, v)
+                continue
             if g.weight_decay:
                 torch._foreach_mul_(ps, 1 - g.lr * g.weight_decay)
             torch._foreach_lerp_(m, grads, 1 - g.beta1)
@@ -99,6 +111,14 @@ class ParamAdamW:
             torch._foreach_div_(denom, bc2_sqrt)
             torch._foreach_add_(denom, g.eps)
             torch._foreach_addcdiv_(ps, m, denom, value=-step_size)
+
+    @staticmethod
+    def _fused_step(g: GroupConfig, age: int, ps, grads, m, v) -> None:
+        # The kernel reads each tensor's step from a device scalar (no host sync); one buffer of
+        # `age` values, unbound into per-parameter views, serves the whole bucket.
+        steps = torch.full((len(ps),), float(age), dtype=torch.float32, device=ps[0].device).unbind()
+        torch._fused_adamw_(ps, grads, m, v, [], list(steps), amsgrad=False, lr=g.lr, beta1=g.beta1,
+                            beta2=g.beta2, weight_decay=g.weight_decay, eps=g.eps, maximize=False)
 
     # --- state for checkpoints --------------------------------------------------------------
     def param_states(self) -> dict[str, dict]:
@@ -149,6 +169,6 @@ def clip_factor(sq_norms_in_canonical_order: Sequence[float], max_norm: float) -
 @torch.no_grad()
 def apply_clip(params: Iterable[torch.nn.Parameter], factor: float) -> None:
     if factor < 1.0:
-        for p in params:
-            if p.grad is not None:
-                p.grad.mul_(factor)
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, factor)  # the same elementwise product as p.grad.mul_(factor)

@@ -1,0 +1,307 @@
+"""Execute a parameterised notebook with papermill into `runs/<run-id>/` and always leave a run record.
+
+`run_notebook` checks the parameters against the notebook's `parameters` cell before anything is
+created, executes into `runs/<run-id>/<notebook name>` (papermill saves after every cell, so a
+failure leaves the partial notebook), and writes `run.json` whatever happens: `completed`;
+`failed` for a cell that raised, a kernel that died or did not start; `unavailable` / `aborted`
+when the notebook raised ArmUnavailable / ArmAborted (kit.evidence.records). The kernel gets
+KIT_RUN_DIR (papermill starts it with this process's environment), through which notebook code
+records checkpoint roots, input digests and metric sidecars; they are merged into run.json here.
+
+`run_batch` runs a plan (a JSON or YAML list of {"notebook", "run_id", "parameters", "extra"})
+sequentially: every arm is checked before the first starts, a run id whose run.json says
+`completed` is skipped, a failed arm does not stop the batch. Notebook paths in a plan are relative
+to the current directory, like those given to `kit run`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
+from kit.evidence import records
+from kit.evidence.parameters import check_parameters
+from kit.evidence.records import RunRecord, RunRecordError
+from kit.evidence.runtime import ensure_runtime, kernel_pythonpath
+
+EXTRA_KEYS = frozenset({"contract_digest", "input_digests", "notes"})
+PLAN_KEYS = frozenset({"notebook", "run_id", "parameters", "extra"})
+INJECTED_TAG = "injected-parameters"
+ERROR_MARKER_TAG = "papermill-error-cell-tag"  # papermill's two markdown cells around an error
+DEFAULT_KERNEL = "python3"  # jupyter_client maps the native kernel's `python` to this interpreter
+
+
+class RunExists(ValueError):
+    """The run id already names a completed run; evidence is never overwritten."""
+
+
+def default_run_id(notebook: Path) -> str:
+    return f"{notebook.stem}-{records.utc_now().strftime('%Y%m%dT%H%M%S%fZ')}"
+
+
+def _check_extra(extra: dict, source: str) -> None:
+    unknown = set(extra) - EXTRA_KEYS
+    if unknown:
+        raise ValueError(f"{source}: unknown extra field(s) {sorted(unknown)}; allowed: {sorted(EXTRA_KEYS)}")
+    if extra.get("contract_digest") is not None and not records.SHA256_RE.fullmatch(str(extra["contract_digest"])):
+        raise ValueError(f"{source}: contract_digest {extra['contract_digest']!r} is not a sha256 hex digest")
+    if not isinstance(extra.get("input_digests", {}), dict):
+        raise ValueError(f"{source}: extra 'input_digests' must be an object of name -> sha256")
+    for name, digest in (extra.get("input_digests") or {}).items():
+        if not records.SHA256_RE.fullmatch(str(digest)):
+            raise ValueError(f"{source}: input digest {name!r} = {digest!r} is not a sha256 hex digest")
+    if not isinstance(extra.get("notes", {}), dict):
+        raise ValueError(f"{source}: extra 'notes' must be an object")
+    try:
+        canonical_json(extra)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: not JSON ({e})") from None
+
+
+@contextmanager
+def _kernel_environment(run_dir: Path):
+    """KIT_RUN_DIR and PYTHONPATH for the kernel papermill starts (it inherits os.environ)."""
+    saved = {k: os.environ.get(k) for k in (records.RUN_DIR_ENV, "PYTHONPATH")}
+    os.environ[records.RUN_DIR_ENV] = str(run_dir.resolve())
+    os.environ["PYTHONPATH"] = kernel_pythonpath()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _source_cell_index(executed: Path, executed_index: int | None) -> tuple[int | None, int | None]:
+    """Map a cell of the parameterised notebook to (index in the source notebook, execution count).
+
+    With `executed_index` None (the kernel died), the failing cell is the last one that started.
+    Papermill's injected cell has no source index (None)."""
+    if not executed.exists():
+        return None, None
+    nb = loads_strict(executed.read_bytes(), str(executed))
+    cells = [c for c in nb["cells"] if ERROR_MARKER_TAG not in c.get("metadata", {}).get("tags", [])]
+    if executed_index is None:
+        started = [i for i, c in enumerate(cells)
+                   if c.get("cell_type") == "code" and (c.get("metadata", {}).get("papermill") or {}).get("start_time")]
+        if not started:
+            return None, None
+        executed_index = started[-1]
+    if not 0 <= executed_index < len(cells):
+        return None, None
+    count = cells[executed_index].get("execution_count")
+    injected = [i for i, c in enumerate(cells) if INJECTED_TAG in c.get("metadata", {}).get("tags", [])]
+    if injected and executed_index == injected[0]:
+        return None, count
+    shift = 1 if injected and executed_index > injected[0] else 0
+    return executed_index - shift, count
+
+
+def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_output: bool) -> tuple[str, dict | None]:
+    """Run papermill; returns (status, error) where error is None or the record's error object."""
+    import papermill  # lazily: the rest of the kit never needs it
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        papermill.execute_notebook(str(notebook), str(output), parameters=params, kernel_name=kernel_name,
+                                   progress_bar=False, log_output=log_output,
+                                   stdout_file=sys.stderr if log_output else None,
+                                   stderr_file=sys.stderr if log_output else None)
+        return "completed", None
+    except PapermillExecutionError as e:
+        status = records.STATUS_OF_EXCEPTION_NAME.get(e.ename, "failed")
+        index, count = _source_cell_index(output, e.cell_index)
+        return status, {"cell_index": index, "execution_count": count if count is not None else e.exec_count,
+                        "ename": str(e.ename), "evalue": str(e.evalue)}
+    except Exception as e:  # a dead kernel (DeadKernelError), a kernel that never started, a lost connection
+        index, count = _source_cell_index(output, None)
+        return "failed", {"cell_index": index, "execution_count": count, "ename": type(e).__name__,
+                          "evalue": str(e)}
+
+
+def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_name: str) -> None:
+    """When execution left no notebook (the kernel never started), keep the parameterised input."""
+    import papermill
+
+    papermill.execute_notebook(str(notebook), str(output), parameters=params, kernel_name=kernel_name,
+                               prepare_only=True, progress_bar=False)
+
+
+def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, dict, dict]:
+    """(checkpoint_roots, inputs, metrics) from what the notebook recorded and what the caller passed."""
+    roots = {"produced": [], "used": []}
+    roots_path = run_dir / records.KERNEL_ROOTS_NAME
+    if roots_path.exists():
+        kernel_roots = load_json_strict(roots_path)
+        for role in roots:
+            for entry in kernel_roots.get(role, []):
+                home = entry["home"] and records.relative_to_base(entry["home"], base)
+                if {"root": entry["root"], "home": home} not in roots[role]:
+                    roots[role].append({"root": entry["root"], "home": home})
+        roots_path.unlink()
+    inputs = {"contract_digest": extra.get("contract_digest"), "input_digests": dict(extra.get("input_digests") or {})}
+    inputs_path = run_dir / records.KERNEL_INPUTS_NAME
+    if inputs_path.exists():
+        kernel_inputs = load_json_strict(inputs_path)
+        inputs_path.unlink()
+        inputs = records.merge_inputs(inputs, kernel_inputs, str(run_dir / records.RUN_RECORD_NAME))
+    metrics_dir = run_dir / records.METRICS_DIR_NAME
+    metrics = {p.stem: sha256_file(p) for p in sorted(metrics_dir.glob("*.json"))} if metrics_dir.is_dir() else {}
+    return roots, inputs, metrics
+
+
+def _prepare_run_dir(run_dir: Path) -> None:
+    if (run_dir / records.RUN_RECORD_NAME).exists():
+        try:
+            previous = records.read_run_record(run_dir)
+        except ValueError:
+            previous = None
+        if previous is not None and previous.status == "completed":
+            raise RunExists(f"{run_dir}: run {previous.run_id!r} already completed; choose another --run-id "
+                            f"or remove the directory to run it again")
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an unfinished or failed attempt: its leftovers must not mix with this run
+    run_dir.mkdir(parents=True)
+
+
+def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Path, extra: dict | None = None,
+                 *, kernel_name: str = DEFAULT_KERNEL, log_output: bool = False) -> RunRecord:
+    """Execute `notebook` with `params` into runs_dir/<run_id>/ and write its run.json; returns the record.
+
+    Bad parameters, extra fields or run ids raise ValueError before anything is created. `extra`
+    may hold "contract_digest", "input_digests" ({name: sha256}) and "notes" (free-form object).
+    """
+    notebook, runs_dir, extra = Path(notebook), Path(runs_dir), dict(extra or {})
+    if not notebook.is_file():
+        raise FileNotFoundError(f"{notebook}: notebook not found")
+    check_parameters(notebook, params)
+    _check_extra(extra, f"{notebook}: extra")
+    run_id = run_id or default_run_id(notebook)
+    if not records.RUN_ID_RE.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r} must match {records.RUN_ID_RE.pattern}")
+    ensure_runtime()
+    run_dir = runs_dir / run_id
+    _prepare_run_dir(run_dir)
+    base = records.evidence_base(runs_dir)
+    notebook_sha = sha256_file(notebook)
+    git, versions, device = records.git_state(notebook.resolve().parent), records.package_versions(), records.device_info()
+    output = run_dir / notebook.name
+    started = records.utc_now()
+    interrupted = None
+    with _kernel_environment(run_dir):
+        try:
+            status, error = _execute(notebook, output, params, kernel_name, log_output)
+        except KeyboardInterrupt as e:  # record the arm as aborted by the operator, then stop
+            interrupted = e
+            status, error = "aborted", {"cell_index": None, "execution_count": None, "ename": "KeyboardInterrupt",
+                                        "evalue": "interrupted by the operator"}
+    ended = records.utc_now()
+    if not output.exists():
+        try:
+            _write_prepared_notebook(notebook, output, params, kernel_name)
+        except Exception as e:  # the record below still says what happened; it must be written
+            print(f"{output}: could not write the parameterised notebook either: {e}", file=sys.stderr)
+    try:
+        roots, inputs, metrics = _collect_from_kernel(run_dir, base, extra)
+    except (RunRecordError, ValueError) as e:
+        roots, inputs, metrics = {"produced": [], "used": []}, {"contract_digest": None, "input_digests": {}}, {}
+        status, error = "failed", {"cell_index": None, "execution_count": None, "ename": "EvidenceConflict",
+                                   "evalue": str(e)}
+    reason = None
+    if status in ("unavailable", "aborted"):
+        reason = error["evalue"]
+    elif status == "failed":
+        reason = f"{error['ename']}: {error['evalue']}".splitlines()[0] if error["evalue"] else error["ename"]
+    record = RunRecord(
+        run_id=run_id, notebook=records.relative_to_base(notebook, base), notebook_sha256=notebook_sha,
+        executed_notebook=output.name, executed_notebook_sha256=sha256_file(output) if output.exists() else None,
+        parameters=dict(params), status=status, reason=reason, error=error,
+        started_at=records.iso_utc(started), ended_at=records.iso_utc(ended),
+        duration_s=round((ended - started) / _dt.timedelta(seconds=1), 3),
+        git=git, versions=versions, device=device,
+        contract_digest=inputs["contract_digest"], input_digests=inputs["input_digests"],
+        checkpoint_roots=roots, metrics=metrics, notes=dict(extra.get("notes") or {}),
+    )
+    records.write_run_record(run_dir, record)
+    if interrupted is not None:
+        raise interrupted
+    return record
+
+
+# --- batches --------------------------------------------------------------------------------
+def load_plan(path: str | os.PathLike) -> list[dict]:
+    """Read and check a batch plan; every arm's notebook and parameters are checked here, up front."""
+    path = Path(path)
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ValueError(f"{path}: a YAML plan needs PyYAML, which is not importable; use JSON") from None
+        try:
+            plan = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: invalid YAML ({e})") from None
+    else:
+        plan = load_json_strict(path)
+    if not isinstance(plan, list) or not plan:
+        raise ValueError(f"{path}: a plan is a non-empty list of {{'notebook', 'run_id', 'parameters'}} objects")
+    seen: set[str] = set()
+    for i, arm in enumerate(plan):
+        where = f"{path}: arm {i}"
+        if not isinstance(arm, dict) or not {"notebook", "run_id"} <= set(arm) or set(arm) - PLAN_KEYS:
+            raise ValueError(f"{where}: expected keys notebook, run_id and optionally parameters, extra; "
+                             f"got {sorted(arm) if isinstance(arm, dict) else type(arm).__name__}")
+        if not isinstance(arm["run_id"], str) or not records.RUN_ID_RE.fullmatch(arm["run_id"]):
+            raise ValueError(f"{where}: run_id {arm['run_id']!r} must match {records.RUN_ID_RE.pattern}")
+        if arm["run_id"] in seen:
+            raise ValueError(f"{where}: run_id {arm['run_id']!r} appears twice in the plan")
+        seen.add(arm["run_id"])
+        if not isinstance(arm.get("parameters", {}), dict) or not isinstance(arm.get("extra", {}), dict):
+            raise ValueError(f"{where}: 'parameters' and 'extra' must be objects")
+        notebook = Path(arm["notebook"])
+        if not notebook.is_file():
+            raise FileNotFoundError(f"{where}: notebook {notebook} not found (paths are relative to {Path.cwd()})")
+        check_parameters(notebook, arm.get("parameters", {}))
+        _check_extra(arm.get("extra", {}), f"{where}: extra")
+    return plan
+
+
+def completed_before(run_dir: Path) -> bool:
+    try:
+        return records.read_run_record(run_dir).status == "completed"
+    except (FileNotFoundError, ValueError):
+        return False
+
+
+def run_batch(plan_path: str | os.PathLike, runs_dir: Path, *, kernel_name: str = DEFAULT_KERNEL,
+              log_output: bool = False, echo=print) -> list[tuple[str, str]]:
+    """Run every arm of a plan in order; returns [(run_id, status or "skipped")]. Never stops early."""
+    ensure_runtime()  # before reading anything: a host without the runtime fails at once
+    plan = load_plan(plan_path)
+    outcome: list[tuple[str, str]] = []
+    for i, arm in enumerate(plan, 1):
+        run_id = arm["run_id"]
+        if completed_before(Path(runs_dir) / run_id):
+            echo(f"[{i}/{len(plan)}] {run_id}: skipped (completed before)")
+            outcome.append((run_id, "skipped"))
+            continue
+        echo(f"[{i}/{len(plan)}] {run_id}: running {arm['notebook']}")
+        record = run_notebook(Path(arm["notebook"]), arm.get("parameters", {}), run_id, Path(runs_dir),
+                              arm.get("extra", {}), kernel_name=kernel_name, log_output=log_output)
+        echo(f"[{i}/{len(plan)}] {run_id}: {record.status}" + (f" ({record.reason})" if record.reason else "")
+             + f" in {record.duration_s:.1f} s")
+        outcome.append((run_id, record.status))
+    return outcome
+
+
+def batch_exit_status(outcome: list[tuple[str, Any]]) -> int:
+    """1 when any arm failed; unavailable and aborted arms are outcomes the notebook chose, not failures."""
+    return 1 if any(status == "failed" for _, status in outcome) else 0

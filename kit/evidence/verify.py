@@ -1,0 +1,141 @@
+"""`kit verify-evidence`: check that a run directory is what its run.json says it is.
+
+Checks, each with a result `pass`, `fail` or `skipped`:
+    record              run.json is canonical and well formed
+    executed_notebook   the executed notebook exists and hashes to the recorded sha256
+    parameters          papermill's record of the injected parameters (notebook metadata
+                        `papermill.parameters`) and the literals of the injected cell both equal
+                        run.json's parameters (compared as canonical JSON, so 1, 1.0 and true differ)
+    metrics             every sidecar in metrics/ is pinned in run.json and hashes to its digest
+    roots               each recorded checkpoint root verifies with kit.store.commits.verify_commit
+                        where its checkpoint home is present (`skipped`, "home absent", where not)
+    git                 the recorded commit exists in the repository holding the run (git cat-file -e)
+Relative paths in a record are relative to the repository holding the runs directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kit.digest import canonical_json, loads_strict, sha256_file
+from kit.evidence import records
+from kit.evidence.parameters import ParameterError, parse_assignments
+
+INJECTED_TAG = "injected-parameters"
+
+
+def _check(name: str, result: str, detail: str) -> dict:
+    assert result in ("pass", "fail", "skipped")
+    return {"check": name, "result": result, "detail": detail}
+
+
+def _parameters_checks(executed: Path, recorded: dict) -> list[dict]:
+    nb = loads_strict(executed.read_bytes(), str(executed))
+    meta = (nb.get("metadata", {}).get("papermill") or {}).get("parameters") or {}
+    out = []
+    if canonical_json(meta) == canonical_json(recorded):
+        out.append(_check("parameters", "pass", f"notebook metadata holds the {len(recorded)} recorded parameter(s)"))
+    else:
+        out.append(_check("parameters", "fail", f"{executed}: metadata papermill.parameters {meta!r} differ from "
+                                                f"run.json parameters {recorded!r}"))
+    injected = [c for c in nb["cells"] if INJECTED_TAG in (c.get("metadata", {}).get("tags") or [])]
+    if not recorded and not injected:
+        return out
+    if len(injected) != 1:
+        return out + [_check("injected_cell", "fail", f"{executed}: {len(injected)} injected-parameters cells")]
+    source = injected[0]["source"]
+    source = "".join(source) if isinstance(source, list) else source
+    try:
+        values = parse_assignments(source, f"{executed}: injected cell")
+    except ParameterError as e:
+        return out + [_check("injected_cell", "fail", str(e))]
+    if canonical_json(values) == canonical_json(recorded):
+        out.append(_check("injected_cell", "pass", "the injected cell assigns exactly the recorded values"))
+    else:
+        out.append(_check("injected_cell", "fail", f"{executed}: injected cell assigns {values!r}, run.json "
+                                                   f"records {recorded!r}"))
+    return out
+
+
+def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
+    metrics_dir = run_dir / records.METRICS_DIR_NAME
+    present = {p.stem: p for p in metrics_dir.glob("*.json")} if metrics_dir.is_dir() else {}
+    out = []
+    for name in sorted(set(present) | set(pinned)):
+        if name not in pinned:
+            out.append(_check(f"metric {name}", "fail", f"{present[name]}: sidecar not pinned in run.json"))
+        elif name not in present:
+            out.append(_check(f"metric {name}", "fail", f"{records.metric_path(run_dir, name)}: pinned but missing"))
+        elif sha256_file(present[name]) != pinned[name]:
+            out.append(_check(f"metric {name}", "fail", f"{present[name]}: bytes do not hash to the pinned digest"))
+        else:
+            out.append(_check(f"metric {name}", "pass", "hashes to the pinned digest"))
+    return out
+
+
+def _roots_checks(roots: dict, base: Path) -> list[dict]:
+    out = []
+    for role in ("produced", "used"):
+        for entry in roots[role]:
+            name = f"root {role} {entry['root'][:12]}"
+            if entry["home"] is None:
+                out.append(_check(name, "skipped", "no checkpoint home recorded"))
+                continue
+            home = Path(entry["home"]) if os.path.isabs(entry["home"]) else base / entry["home"]
+            if not home.is_dir():
+                out.append(_check(name, "skipped", f"home absent: {home}"))
+                continue
+            from kit.store.commits import verify_commit  # lazily: torch only when a home is here
+
+            try:
+                report = verify_commit(home, entry["root"])
+            except (ValueError, OSError) as e:
+                out.append(_check(name, "fail", str(e).splitlines()[0]))
+            else:
+                out.append(_check(name, "pass", f"{report['objects']} objects in {home} re-hash"))
+    return out
+
+
+def _git_check(commit: str | None, base: Path) -> dict:
+    if commit is None:
+        return _check("git", "fail", "run.json records no git commit (the run was made outside a repository)")
+    if not records.git_commit_exists(base, commit):
+        return _check("git", "fail", f"commit {commit} not found in the repository at {base}")
+    return _check("git", "pass", f"commit {commit} exists")
+
+
+def verify_evidence(run_dir: str | os.PathLike) -> dict:
+    """{"run_dir", "run_id", "ok", "checks": [{"check", "result", "detail"}]} for one run directory."""
+    run_dir = Path(run_dir)
+    try:
+        record = records.read_run_record(run_dir)
+    except (FileNotFoundError, ValueError) as e:
+        return {"run_dir": str(run_dir), "run_id": None, "ok": False, "checks": [_check("record", "fail", str(e))]}
+    base = records.evidence_base(run_dir.parent)
+    checks = [_check("record", "pass", f"status {record.status}")]
+    executed = run_dir / record.executed_notebook
+    if not executed.is_file():
+        checks.append(_check("executed_notebook", "fail", f"{executed}: missing"))
+    else:
+        if record.executed_notebook_sha256 is not None and sha256_file(executed) != record.executed_notebook_sha256:
+            checks.append(_check("executed_notebook", "fail", f"{executed}: does not hash to the recorded sha256"))
+        else:
+            checks.append(_check("executed_notebook", "pass", "hashes to the recorded sha256"))
+        checks += _parameters_checks(executed, record.parameters)
+    checks += _metrics_checks(run_dir, record.metrics)
+    checks += _roots_checks(record.checkpoint_roots, base)
+    checks.append(_git_check(record.git["commit"], base))
+    return {"run_dir": str(run_dir), "run_id": record.run_id, "ok": all(c["result"] != "fail" for c in checks),
+            "checks": checks}
+
+
+def expand_run_dirs(paths: list[str]) -> list[Path]:
+    """Each path is a run directory, or a runs directory standing for every run directory in it."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / records.RUN_RECORD_NAME).exists() or not p.is_dir():
+            out.append(p)
+        else:
+            out.extend(records.list_run_dirs(p) or [p])
+    return out
