@@ -82,6 +82,12 @@ def cmd_plan(a) -> int:
     return 0
 
 
+def cmd_demo(a) -> int:
+    from kit.demo import run_demo
+
+    return run_demo(Path(a.out), progress=not a.no_progress)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -118,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--grow", type=int, default=0, help="plan for this many appended blocks")
     s.add_argument("--memory-model", help="JSON object of MemoryModel fields")
     s.set_defaults(fn=cmd_plan)
+
+    s = sub.add_parser("demo", help="the embedded default: both tiny contracts end to end")
+    s.add_argument("--out", default="demo-out", help="working directory for seeds, stores and runs")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(fn=cmd_demo)
 
     for register in _EXTRA_COMMANDS:
         register(sub)

@@ -138,12 +138,43 @@ def _load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict 
     return ref.to(dtype)
 
 
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory actually free now: CUDA free memory on GPU, MemAvailable on CPU (never advertised totals)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable line")
+
+
+def admit_worker(group: Group, shape: LlamaShape, layout: Layout, microbatch: tuple[int, int, int],
+                 memory_model: dict | None = None) -> dict:
+    """Refuse, before allocating, a worker whose planner estimate exceeds the memory free right now."""
+    from kit.planner import MemoryModel, MicrobatchShape, admit, estimate_worker
+
+    if memory_model is None:
+        memory_model = {} if group.device.type == "cpu" else {"compute_copy_bytes": 0, "reference_bytes": 2,
+                                                              "activation_bytes": 2}
+    est = estimate_worker(shape, layout.blocks_of(group.rank), group.rank == layout.embedding_owner,
+                          MicrobatchShape(*microbatch), MemoryModel(**memory_model))
+    free = free_memory_bytes(group.device)
+    admit(est, free, f"rank {group.rank} ({group.device})")
+    return {"estimate": est.total, "free": free}
+
+
 class Session:
     def __init__(self, group: Group, home: str, layout: Layout, start: Start, engine_cfg: EngineConfig,
-                 groups: dict[str, GroupConfig], group_rules=(), reference: dict | None = None):
+                 groups: dict[str, GroupConfig], group_rules=(), reference: dict | None = None,
+                 admission: dict | None = None):
         self.group, self.home, self.layout, self.start = group, home, layout, start
         shape = start.shape
         layout.validate(shape.num_hidden_layers)
+        adm = admission or {}
+        self.admission = admit_worker(group, shape, layout,
+                                      tuple(adm.get("microbatch", (engine_cfg.microbatch_size, 512, 1))),
+                                      adm.get("memory_model"))
         self.store = ObjectStore(home)
         student = build_stage(shape, layout, group.rank, device=group.device)
         params = dict(student.named_parameters())

@@ -99,3 +99,12 @@ def test_growth_refuses_bad_arguments(trained):
         grow_commit(str(home), root, add=1, copy_from=7, group="grown")
     with pytest.raises(ValueError, match="adds 0 blocks"):
         grow_commit(str(home), root, add=0, copy_from=0, group="grown")
+
+
+def test_admission_refuses_before_allocating(trained, monkeypatch):
+    import kit.session as session_mod
+
+    home, root, seed = trained
+    monkeypatch.setattr(session_mod, "free_memory_bytes", lambda device: 1000)
+    with pytest.raises(ValueError, match=r"rank 0 \(cpu\).*1000|1000.*rank 0 \(cpu\)"):
+        Session(CPU, str(home), even_layout(3, 1), start_from_commit(str(home), root), ENGINE, GROUPS)

@@ -174,6 +174,13 @@ class LlamaCausalLM(nn.Module):
                 self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
         self.rotary = Rotary(shape)
 
+    def compile_blocks(self, **options) -> None:
+        """`torch.compile` each block in place (parameter names unchanged). The blocks share one
+        compiled graph: parameters are graph inputs, so block 2..n reuse block 1's compilation.
+        Used on CUDA only (kit/dist/pipeline.py); CPU runs stay eager and bit-exact."""
+        for block in self.model.layers.values():
+            block.compile(**options)
+
     # --- pieces used by the stage schedule -------------------------------------------------
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)  # (B, T, C)

@@ -16,6 +16,14 @@ sum of per-microbatch contributions is exactly L however the update is split.
 KL (default direction "forward", temperature 1):  forward = KL(p_ref || p_student),
 reverse = KL(p_student || p_ref), both on softmax(logits / T) and scaled by T^2 (Hinton et al.) so
 gradient magnitudes do not shrink with T.
+
+Precision: with `compute_dtype` bfloat16 the three matrix products of each chunk (logits, d/dx,
+d/dW) run in bf16 with the head weight cast once per call, whatever autocast says; the logits,
+softmax, loss sums and the accumulated gradients stay FP32. With FP32 inputs and no compute dtype
+the code path is plain FP32 (the CPU bit-identity tests run it).
+
+Target positions are found on the host (`target_positions`, from CPU masks) so that gathering
+them on a GPU needs no `nonzero` and hence no device-to-host synchronisation inside the update.
 """
 
 from __future__ import annotations
@@ -46,25 +54,39 @@ def _chunks(n: int, vocab: int, chunk_elements: int):
         yield a, min(n, a + step)
 
 
+def _grads_into(dx, dw, g, xc, w, a: int, b: int) -> None:
+    """dx[a:b] = g W and dw += g^T x for one chunk; FP32 operands stay FP32, else the products run in
+    w's (compute) dtype and are accumulated in FP32."""
+    if w.dtype == torch.float32:
+        dx[a:b] = g @ w
+        dw += g.t() @ xc.float()
+    else:
+        gc = g.to(w.dtype)
+        dx[a:b] = (gc @ w).float()
+        dw += (gc.t() @ xc.to(w.dtype)).float()
+
+
 class _CrossEntropySum(torch.autograd.Function):
     """sum_i w_i * CE(x_i W^T, y_i), with d/dx and d/dW computed chunk by chunk in forward."""
 
     @staticmethod
-    def forward(ctx, x, weight, targets, token_w, chunk_elements):
-        w = weight.to(x.dtype)
+    def forward(ctx, x, weight, targets, token_w, chunk_elements, compute_dtype):
+        cd = compute_dtype or x.dtype
+        w = weight.to(cd)  # once per call, not per chunk
         dx = torch.empty_like(x, dtype=torch.float32)
         dw = torch.zeros_like(weight, dtype=torch.float32)
         total = torch.zeros((), dtype=torch.float64, device=x.device)
         for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
-            logits = (x[a:b] @ w.t()).float()  # (n, V)
+            xc = x[a:b].to(cd)
+            logits = (xc @ w.t()).float()  # (n, V)
             lse = torch.logsumexp(logits, dim=-1)
             tgt = logits.gather(1, targets[a:b, None]).squeeze(1)
             total += (token_w[a:b] * (lse - tgt)).double().sum()
             g = torch.softmax(logits, dim=-1)  # d CE / d logits = softmax - onehot
+            del logits
             g[torch.arange(b - a, device=x.device), targets[a:b]] -= 1.0
             g *= token_w[a:b, None]
-            dx[a:b] = g @ w.float() if w.dtype == torch.float32 else (g.to(w.dtype) @ w).float()
-            dw += g.t() @ x[a:b].float()
+            _grads_into(dx, dw, g, xc, w, a, b)
         ctx.save_for_backward(dx, dw)
         ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
         return total.float()
@@ -72,36 +94,46 @@ class _CrossEntropySum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         dx, dw = ctx.saved_tensors
-        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None
+        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None
+
+
+def _scaled(z: torch.Tensor, T: float) -> torch.Tensor:
+    return z if T == 1.0 else z / T  # z / 1.0 == z exactly: skip a pass over chunk x vocab
+
+
+def _times(T: float, z: torch.Tensor) -> torch.Tensor:
+    return z if T == 1.0 else T * z  # likewise exact
 
 
 class _KLSum(torch.autograd.Function):
     """sum_i w_i * T^2 * KL between softmax(student/T) and softmax(reference/T) at each position."""
 
     @staticmethod
-    def forward(ctx, x, weight, ref_x, ref_weight, token_w, temperature, reverse, chunk_elements):
-        w = weight.to(x.dtype)
-        rw = ref_weight.to(ref_x.dtype)
+    def forward(ctx, x, weight, ref_x, ref_weight, token_w, temperature, reverse, chunk_elements, compute_dtype):
+        cd = compute_dtype or x.dtype
+        w = weight.to(cd)
+        rw = ref_weight.to(compute_dtype or ref_x.dtype)
         T = float(temperature)
         dx = torch.empty_like(x, dtype=torch.float32)
         dw = torch.zeros_like(weight, dtype=torch.float32)
         total = torch.zeros((), dtype=torch.float64, device=x.device)
         for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
-            s = torch.log_softmax((x[a:b] @ w.t()).float() / T, dim=-1)  # student log-probs
-            r = torch.log_softmax((ref_x[a:b] @ rw.t()).float() / T, dim=-1)  # reference log-probs
+            xc = x[a:b].to(cd)
+            s = torch.log_softmax(_scaled((xc @ w.t()).float(), T), dim=-1)  # student log-probs
+            r = torch.log_softmax(_scaled((ref_x[a:b].to(rw.dtype) @ rw.t()).float(), T), dim=-1)  # reference
             if not reverse:  # KL(ref || student); d/dz_s = T * (q_s - p_r)
                 pr = r.exp()
                 kl = (pr * (r - s)).sum(-1)
-                g = T * (s.exp() - pr)
+                g = _times(T, s.exp() - pr)
             else:  # KL(student || ref); d/dz_s = T * q_s * (log q_s - log p_r - KL)
                 qs = s.exp()
                 diff = s - r
                 kl = (qs * diff).sum(-1)
-                g = T * qs * (diff - kl[:, None])
+                g = _times(T, qs) * (diff - kl[:, None])
             total += (token_w[a:b] * kl).double().sum() * (T * T)
+            del s, r
             g *= token_w[a:b, None]
-            dx[a:b] = g @ w.float() if w.dtype == torch.float32 else (g.to(w.dtype) @ w).float()
-            dw += g.t() @ x[a:b].float()
+            _grads_into(dx, dw, g, xc, w, a, b)
         ctx.save_for_backward(dx, dw)
         ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
         return total.float()
@@ -109,24 +141,28 @@ class _KLSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         dx, dw = ctx.saved_tensors
-        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None, None, None
+        return ((dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype),
+                None, None, None, None, None, None, None)
 
 
-def cross_entropy_sum(x, weight, targets, token_w, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS):
-    """x: (n, C) final-normed hidden at target positions; weight: (V, C); targets: (n,); token_w: (n,)."""
+def cross_entropy_sum(x, weight, targets, token_w, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+                      compute_dtype: torch.dtype | None = None):
+    """x: (n, C) final-normed hidden at target positions; weight: (V, C); targets: (n,); token_w: (n,).
+    `compute_dtype` (e.g. torch.bfloat16): dtype of the matrix products; None: x's dtype."""
     if x.shape[0] == 0:
         return (x.sum() * 0 + weight.sum() * 0).float()
-    return _CrossEntropySum.apply(x, weight, targets, token_w, chunk_elements)
+    return _CrossEntropySum.apply(x, weight, targets, token_w, chunk_elements, compute_dtype)
 
 
-def kl_sum(x, weight, ref_x, ref_weight, token_w, cfg: DistillConfig, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS):
+def kl_sum(x, weight, ref_x, ref_weight, token_w, cfg: DistillConfig, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+           compute_dtype: torch.dtype | None = None):
     if x.shape[0] == 0:
         return (x.sum() * 0 + weight.sum() * 0).float()
     if ref_x.shape != x.shape or ref_weight.shape != weight.shape:
         raise ValueError(f"reference shapes {tuple(ref_x.shape)}/{tuple(ref_weight.shape)} differ from the "
                          f"student's {tuple(x.shape)}/{tuple(weight.shape)}")
     return _KLSum.apply(x, weight, ref_x, ref_weight, token_w, cfg.temperature, cfg.direction == "reverse",
-                        chunk_elements)
+                        chunk_elements, compute_dtype)
 
 
 @dataclass
@@ -154,13 +190,29 @@ class LossParts:
         }
 
 
-def gather_targets(hidden: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Tensor, rows: torch.Tensor):
-    """Hidden states at the positions that predict each target token of `rows`.
+def target_positions(target_mask: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, token) index pairs of the target tokens of `rows`, in row-major order.
 
     target_mask[b, t] marks token t as a target; it is predicted from position t - 1, so token 0
-    is never a target. Returns (x (n, C), targets (n,), row index (n,)).
+    is never a target. Call it on CPU tensors and move the result: `nonzero` on a GPU tensor
+    would synchronise the host with the device.
     """
     mask = target_mask[rows].clone()
     mask[:, 0] = False
     b, t = mask.nonzero(as_tuple=True)
-    return hidden[rows][b, t - 1], input_ids[rows][b, t], rows[b]
+    return rows[b], t
+
+
+def gather_at(hidden: torch.Tensor, input_ids: torch.Tensor, row: torch.Tensor, tok: torch.Tensor):
+    """(x (n, C), targets (n,)): the hidden state predicting each target and the target token."""
+    return hidden[row, tok - 1], input_ids[row, tok]
+
+
+def gather_targets(hidden: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Tensor, rows: torch.Tensor):
+    """Hidden states at the positions that predict each target token of `rows`.
+
+    Returns (x (n, C), targets (n,), row index (n,)); the indices are computed where the mask lives.
+    """
+    row, tok = target_positions(target_mask, rows)
+    x, tg = gather_at(hidden, input_ids, row, tok)
+    return x, tg, row

@@ -1,0 +1,124 @@
+"""Driver subcommands of `kit`, registered into kit/cli.py's parser.
+
+A flat list of small `register_*` functions, each appended to `kit.cli._EXTRA_COMMANDS`; each adds
+one subparser whose handler (`fn`) imports its driver lazily, so `kit --help` stays fast and needs
+neither papermill nor torch. Add new driver commands the same way, below the existing ones.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from kit.cli import _EXTRA_COMMANDS
+
+
+# --- kit run --------------------------------------------------------------------------------
+def cmd_run(a) -> int:
+    from kit.evidence.parameters import parse_cli_parameters
+    from kit.evidence.runner import batch_exit_status, run_notebook
+    from kit.evidence.runtime import ensure_runtime
+
+    ensure_runtime()
+    params = parse_cli_parameters(a.notebook, [tuple(p) for p in a.parameter or []])
+    extra = {"contract_digest": a.contract_digest, "input_digests": dict(_name_value(s) for s in a.input_digest or [])}
+    record = run_notebook(Path(a.notebook), params, a.run_id, Path(a.runs_dir), extra, kernel_name=a.kernel,
+                          log_output=a.log_output)
+    run_dir = Path(a.runs_dir) / record.run_id
+    print(f"{run_dir / 'run.json'}: {record.status}" + (f" ({record.reason})" if record.reason else ""))
+    return batch_exit_status([(record.run_id, record.status)])
+
+
+def _name_value(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--input-digest {text!r}: expected NAME=SHA256")
+    return name, value
+
+
+def register_run(sub) -> None:
+    s = sub.add_parser("run", help="execute a notebook with papermill into runs/<run-id>/ and write run.json")
+    s.add_argument("notebook")
+    s.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="a parameter of the notebook's `parameters` cell; VALUE is read as JSON or a Python "
+                        "literal, else as a string (verbatim when the default is a string)")
+    s.add_argument("--run-id", help="default: <notebook stem>-<UTC time>")
+    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("--contract-digest", help="sha256 of the contract this run is bound to")
+    s.add_argument("--input-digest", action="append", metavar="NAME=SHA256", help="a named input's digest")
+    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("--log-output", action="store_true", help="stream the notebook's output to stderr")
+    s.set_defaults(fn=cmd_run)
+
+
+_EXTRA_COMMANDS.append(register_run)
+
+
+# --- kit batch ------------------------------------------------------------------------------
+def cmd_batch(a) -> int:
+    from kit.evidence.runner import batch_exit_status, run_batch
+
+    outcome = run_batch(a.plan, Path(a.runs_dir), kernel_name=a.kernel, log_output=a.log_output)
+    failed = [run_id for run_id, status in outcome if status == "failed"]
+    print(f"{len(outcome)} arm(s): " + ", ".join(f"{r} {s}" for r, s in outcome))
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return batch_exit_status(outcome)
+
+
+def register_batch(sub) -> None:
+    s = sub.add_parser("batch", help="run a plan of notebook executions in order; skips completed run ids")
+    s.add_argument("plan", help='JSON (or YAML) list of {"notebook", "run_id", "parameters", "extra"}')
+    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
+    s.set_defaults(fn=cmd_batch)
+
+
+_EXTRA_COMMANDS.append(register_batch)
+
+
+# --- kit verify-evidence --------------------------------------------------------------------
+def cmd_verify_evidence(a) -> int:
+    from kit.evidence.verify import expand_run_dirs, verify_evidence
+
+    reports = [verify_evidence(d) for d in expand_run_dirs(a.run_dirs)]
+    if a.json:
+        print(json.dumps(reports, indent=1, sort_keys=True))
+    else:
+        for report in reports:
+            print(f"{report['run_dir']}: {'ok' if report['ok'] else 'FAILED'}")
+            for check in report["checks"]:
+                print(f"  {check['result']:7s} {check['check']}: {check['detail']}")
+    return 0 if reports and all(r["ok"] for r in reports) else 1
+
+
+def register_verify_evidence(sub) -> None:
+    s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
+    s.add_argument("run_dirs", nargs="+", help="run directories, or a runs directory for all of its runs")
+    s.add_argument("--json", action="store_true", help="print the check reports as JSON")
+    s.set_defaults(fn=cmd_verify_evidence)
+
+
+_EXTRA_COMMANDS.append(register_verify_evidence)
+
+
+# --- kit report -----------------------------------------------------------------------------
+def cmd_report(a) -> int:
+    from kit.evidence.report import render_report
+
+    print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel))
+    return 0
+
+
+def register_report(sub) -> None:
+    s = sub.add_parser("report", help="render an offline HTML report of every run into OUT/index.html")
+    s.add_argument("--runs", default="runs", help="runs directory")
+    s.add_argument("--out", required=True, help="report directory, e.g. reports/<report-id>/")
+    s.add_argument("--title")
+    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.set_defaults(fn=cmd_report)
+
+
+_EXTRA_COMMANDS.append(register_report)

@@ -1,0 +1,374 @@
+"""The tiny seed: a few-million-parameter Llama and its tokenizer, trained on CPU in about 1.5 minutes.
+
+The embedded default runs every experiment end to end on a 2-core CPU, so it needs a seed that
+is small, built locally (no network) and still a plausible starting point: it speaks ChatML,
+stops at the end of its turn, and has already seen a share of task-style conversations.
+`build_seed` writes an ordinary Hugging Face directory, so every later step treats it exactly
+like a real seed:
+
+    config.json, generation_config.json       LlamaShape.to_hf_dict(); eos <|im_end|>, bos <|im_start|>,
+                                               pad <|endoftext|>
+    model.safetensors                          FP32, Hugging Face names, no lm_head.weight (tied)
+    tokenizer.json, tokenizer_config.json,     byte-level BPE with the ChatML template
+    special_tokens_map.json                    (kit/data/tokenizer_build.py)
+    trained_conversations.jsonl                every conversation trained on, once each, in training
+                                               order: update k used lines [k*B, (k+1)*B)
+    seed_build.json                            how it was built (config, data counts and digests,
+                                               hyperparameters, losses, seconds, versions, digest)
+
+Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of task conversations of
+role "seed-train" (kit/data/tasks.py), so later roles can exclude them by content digest (each
+task line of trained_conversations.jsonl carries its "digest"). One pass, no repeats; the order
+is a permutation drawn from `numpy.random.default_rng(seed)`.
+
+Training uses the kit's own engine (one worker of kit/dist/pipeline.StageEngine with the
+per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
+warm-up then cosine decay of the learning rate.
+
+Determinism: the same config on the same machine gives the same parameter digest. The data and
+initialisation are seeded (numpy PCG64, per-name torch generators), and the build runs with a
+fixed torch thread count (`threads`, default 2: CPU matmul results depend on how the work is
+split across threads). Another CPU or torch build may round differently; the digest of each
+build is in seed_build.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+import kit
+from kit.data.chat import encode_many, generation_prompt_ids, load_tokenizer
+from kit.data.conversations import Conversation, Message, conversation_from_json, read_jsonl, \
+    synthetic_conversations, write_jsonl
+from kit.data.tasks import FAMILIES, TaskExample, check_answer, generate_set
+from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
+from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
+from kit.dist.group import Group
+from kit.dist.pipeline import EngineConfig, StageEngine
+from kit.inventory import parameter_digest
+from kit.model.generate import greedy_generate
+from kit.model.llama import LlamaCausalLM, init_weights
+from kit.model.shard import canonical_names, even_layout, load_owned
+from kit.model_config import LlamaShape, RopeSpec, load_config
+from kit.train.batch import TrainRecord
+from kit.train.optim import GroupConfig, ParamAdamW
+
+SEED_TRAIN_ROLE = "seed-train"  # task conversations the seed was trained on
+SEED_SAMPLE_ROLE = "seed-sample"  # the per-family sample questions shown after the build
+SAMPLE_CHAT_PROMPT = "What colour is the sky?"  # a training-style prompt (kit.data.conversations)
+TRAINED_CONVERSATIONS_FILE = "trained_conversations.jsonl"
+SEED_BUILD_FILE = "seed_build.json"
+WEIGHTS_FILE = "model.safetensors"
+OPTIMIZER_GROUP = "default"
+FINAL_LOSS_WINDOW = 10  # the final loss is the mean over the last updates (each on unseen data)
+
+
+@dataclass(frozen=True)
+class SeedBuildConfig:
+    # model; the model's vocabulary is the trained tokenizer's size (at most `vocab_size`: BPE
+    # stops early once every pair in the small corpus is merged)
+    vocab_size: int = 1024
+    hidden_size: int = 192
+    intermediate_size: int = 512
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 512
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    init_std: float = 0.02
+    # data: updates * batch_size conversations, each trained once
+    updates: int = 400
+    batch_size: int = 32
+    task_share: float = 0.2
+    task_difficulty: int = 1
+    max_tokens: int = 256  # longer conversations are refused, never truncated
+    # optimisation
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_updates: int = 20
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    microbatch_size: int = 32
+    # reproducibility and reporting
+    seed: int = 0
+    threads: int = 2
+    sample_max_new_tokens: int = 48
+
+    @staticmethod
+    def tiny() -> "SeedBuildConfig":
+        """The embedded default's seed: ~1.75M parameters, ~1.5 min on 2 CPU cores."""
+        return SeedBuildConfig()
+
+    @staticmethod
+    def test() -> "SeedBuildConfig":
+        """The same code path in a few seconds, for unit tests."""
+        return SeedBuildConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                               updates=60, batch_size=16, microbatch_size=16, lr=5e-3, warmup_updates=5,
+                               sample_max_new_tokens=24)
+
+    def __post_init__(self):
+        ints = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "max_position_embeddings", "updates", "batch_size", "max_tokens",
+                "microbatch_size", "threads", "sample_max_new_tokens")
+        for name in ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SeedBuildConfig.{name} = {value!r}; expected a positive int")
+        if self.hidden_size % self.num_attention_heads or (self.hidden_size // self.num_attention_heads) % 2:
+            raise ValueError(f"SeedBuildConfig.hidden_size = {self.hidden_size}; expected a multiple of "
+                             f"num_attention_heads = {self.num_attention_heads} with an even head dimension")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"SeedBuildConfig.num_key_value_heads = {self.num_key_value_heads}; expected a "
+                             f"divisor of num_attention_heads = {self.num_attention_heads}")
+        if self.max_tokens > self.max_position_embeddings:
+            raise ValueError(f"SeedBuildConfig.max_tokens = {self.max_tokens}; expected <= "
+                             f"max_position_embeddings = {self.max_position_embeddings}")
+        if not 0.0 <= self.task_share < 1.0:
+            raise ValueError(f"SeedBuildConfig.task_share = {self.task_share}; expected 0 <= share < 1")
+        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and 0 <= self.warmup_updates < self.updates):
+            raise ValueError(f"SeedBuildConfig: lr = {self.lr}, min_lr_ratio = {self.min_lr_ratio}, "
+                             f"warmup_updates = {self.warmup_updates}; expected lr > 0, ratio in [0, 1] "
+                             f"and warmup_updates < updates = {self.updates}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"SeedBuildConfig.seed = {self.seed!r}; expected a non-negative int")
+
+    def learning_rate(self, update: int) -> float:
+        """Linear warm-up over `warmup_updates`, then cosine decay to `min_lr_ratio * lr` (0-based update)."""
+        if update < self.warmup_updates:
+            return self.lr * (update + 1) / self.warmup_updates
+        progress = (update - self.warmup_updates) / max(1, self.updates - 1 - self.warmup_updates)
+        floor = self.lr * self.min_lr_ratio
+        return floor + (self.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def shape(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> LlamaShape:
+        return LlamaShape(
+            vocab_size=vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads, head_dim=self.hidden_size // self.num_attention_heads,
+            rms_norm_eps=self.rms_norm_eps, max_position_embeddings=self.max_position_embeddings,
+            tie_word_embeddings=True, rope=RopeSpec("default", self.rope_theta),
+            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32",
+        )
+
+
+# --- data --------------------------------------------------------------------------------------
+def task_conversation(example: TaskExample) -> Conversation:
+    return conversation_from_json(example.to_conversation(), f"task example {example.id}", "task")
+
+
+def training_conversations(cfg: SeedBuildConfig) -> tuple[list[Conversation], dict]:
+    """The conversations of the build in training order, and a summary of what went in."""
+    total = cfg.updates * cfg.batch_size
+    n_task = round(cfg.task_share * total)
+    synthetic = synthetic_conversations(total - n_task, cfg.seed)
+    tasks = generate_set(n_task, cfg.seed, SEED_TRAIN_ROLE, cfg.task_difficulty)
+    pool = synthetic + [task_conversation(t) for t in tasks]
+    order = np.random.default_rng(cfg.seed).permutation(len(pool))
+    summary = {
+        "synthetic": {"count": len(synthetic), "seed": cfg.seed,
+                      "digest": sha256_json([c.digest for c in synthetic])},
+        "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed, "difficulty": cfg.task_difficulty,
+                  "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
+                  "digest": sha256_json(sorted(t.digest for t in tasks))},
+        "order": f"numpy.random.default_rng({cfg.seed}).permutation({len(pool)}) of synthetic + tasks",
+    }
+    return [pool[int(i)] for i in order], summary
+
+
+# --- the build ---------------------------------------------------------------------------------
+def _progress_enabled(progress: bool) -> bool:
+    return progress and os.environ.get("KIT_PROGRESS", "1") != "0"
+
+
+def _staging_dir(out: Path) -> Path:
+    """A fresh sibling of `out`: the seed appears at `out` by one rename, complete or not at all."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: already exists and is not an empty directory; choose a new --out or remove it")
+    staging = out.parent / f".{out.name}.building-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord], show: bool) -> list[float]:
+    shape = model.shape
+    params = dict(model.named_parameters())
+    base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
+    optimizer = ParamAdamW(params, {OPTIMIZER_GROUP: base}, {n: OPTIMIZER_GROUP for n in params})
+    engine = StageEngine(Group(0, 1, torch.device("cpu")), even_layout(shape.num_hidden_layers, 1), model, None,
+                         optimizer, canonical_names(shape),
+                         EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=shape.pad_token_id))
+    from tqdm.auto import tqdm
+
+    losses = []
+    bar = tqdm(range(cfg.updates), desc="seed build", unit="update", disable=not show)
+    for k in bar:
+        optimizer.groups = {OPTIMIZER_GROUP: replace(base, lr=cfg.learning_rate(k))}
+        result = engine.update(records[k * cfg.batch_size:(k + 1) * cfg.batch_size])
+        losses.append(result.parts.objective)
+        bar.set_postfix(loss=f"{result.parts.objective:.3f}", refresh=False)
+    bar.close()
+    return losses
+
+
+def _write_model_files(staging: Path, model: LlamaCausalLM, shape: LlamaShape) -> None:
+    config = json.dumps(shape.to_hf_dict(), indent=2, sort_keys=True) + "\n"
+    write_bytes_atomic(staging / "config.json", config.encode("utf-8"))
+    generation = {"bos_token_id": shape.bos_token_id, "eos_token_id": shape.eos_token_id,
+                  "pad_token_id": shape.pad_token_id}
+    write_bytes_atomic(staging / "generation_config.json",
+                       (json.dumps(generation, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    # named_parameters of a tied model has no lm_head.weight: exactly what Hugging Face stores.
+    tensors = {name: p.detach().to(torch.float32).contiguous().clone() for name, p in model.named_parameters()}
+    save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def greedy_reply(model: LlamaCausalLM, tokenizer, prompt: str, max_new_tokens: int) -> dict:
+    """The seed's greedy reply to one user turn: ids, text (without the end-of-turn token), ended."""
+    eos_id = model.shape.eos_token_id
+    ids = greedy_generate(model, generation_prompt_ids(tokenizer, [Message("user", prompt)]), max_new_tokens, eos_id)
+    ended = bool(ids) and ids[-1] == eos_id
+    text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+    return {"ids": ids, "text": text, "ended_at_turn_boundary": ended}
+
+
+def _task_samples(cfg: SeedBuildConfig, model: LlamaCausalLM, tokenizer, trained_digests: set[str]) -> dict:
+    samples = {}
+    for family in FAMILIES:
+        (example,) = generate_set({family: 1}, cfg.seed, SEED_SAMPLE_ROLE, cfg.task_difficulty,
+                                  exclude_digests=trained_digests)
+        reply = greedy_reply(model, tokenizer, example.prompt, cfg.sample_max_new_tokens)
+        samples[family] = {"prompt": example.prompt, "expected": example.answer, "reply": reply["text"],
+                           "correct": check_answer(example, reply["text"]),
+                           "ended_at_turn_boundary": reply["ended_at_turn_boundary"]}
+    return samples
+
+
+def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
+    """Train the seed and write its Hugging Face directory at `out` (which must not hold anything).
+
+    Returns the build summary (also printed by `kit seed build`): out, parameter_digest, params,
+    seconds, losses, counts, and `samples`: one task question per family with the expected answer
+    and the seed's greedy reply, plus `chat_sample`, the reply to a training-style chat prompt.
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    staging = _staging_dir(out)
+    threads_before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        conversations, data_summary = training_conversations(cfg)
+        build_tokenizer([m.content for c in conversations for m in c.messages], cfg.vocab_size, staging,
+                        model_max_length=cfg.max_position_embeddings)
+        tokenizer = load_tokenizer(staging)
+        encoded, stats = encode_many(tokenizer, conversations, cfg.max_tokens, overflow="reject")
+        if stats.rejected_too_long:
+            raise ValueError(f"seed build: {stats.rejected_too_long} conversations exceed max_tokens = "
+                             f"{cfg.max_tokens}; raise max_tokens (up to max_position_embeddings)")
+        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
+        shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])
+        model = LlamaCausalLM(shape)
+        init_weights(model, cfg.seed, cfg.init_std)
+        records = [TrainRecord(e.id, e.input_ids, e.target_mask) for e in encoded]
+        t_train = time.perf_counter()
+        losses = _train(cfg, model, records, _progress_enabled(progress))
+        train_seconds = time.perf_counter() - t_train
+
+        _write_model_files(staging, model, shape)
+        trained_sha256 = write_jsonl(staging / TRAINED_CONVERSATIONS_FILE, conversations)
+        digest = parameter_digest(staging)
+        trained_digests = {c.meta["digest"] for c in conversations if "digest" in c.meta}
+        samples = _task_samples(cfg, model, tokenizer, trained_digests)
+        chat = greedy_reply(model, tokenizer, SAMPLE_CHAT_PROMPT, cfg.sample_max_new_tokens)
+        chat_sample = {"prompt": SAMPLE_CHAT_PROMPT, "reply": chat["text"],
+                       "ended_at_turn_boundary": chat["ended_at_turn_boundary"]}
+        final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
+        seconds = time.perf_counter() - t0
+        record = {
+            "kit_version": kit.__version__,
+            "config": asdict(cfg),
+            "params": shape.param_count(),
+            "vocab_size": len(tokenizer),
+            "data": {**data_summary, "trained_conversations": len(conversations),
+                     "trained_conversations_sha256": trained_sha256,
+                     "tokens": sum(e.num_tokens for e in encoded), "target_tokens": sum(e.num_targets for e in encoded),
+                     "tokenizer_sha256": sha256_file(staging / "tokenizer.json")},
+            "updates": cfg.updates,
+            "learning_rate": {"schedule": "linear warm-up then cosine", "peak": cfg.lr,
+                              "warmup_updates": cfg.warmup_updates, "final": cfg.learning_rate(cfg.updates - 1)},
+            "loss_initial": losses[0],
+            "loss_final": final_loss,
+            "loss_every_10_updates": [round(x, 4) for x in losses[::10]],
+            "train_seconds": round(train_seconds, 2),
+            "seconds": round(seconds, 2),
+            "torch_version": torch.__version__,
+            "python_version": platform.python_version(),
+            "machine": platform.machine(),
+            "threads": cfg.threads,
+            "parameter_digest": digest,
+        }
+        write_bytes_atomic(staging / SEED_BUILD_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        if out.exists():
+            out.rmdir()  # checked empty by _staging_dir
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        torch.set_num_threads(threads_before)
+    return {"out": str(out), "parameter_digest": digest, "params": shape.param_count(),
+            "vocab_size": len(tokenizer), "trained_conversations": len(conversations), "updates": cfg.updates,
+            "loss_initial": round(losses[0], 4), "loss_final": round(final_loss, 4),
+            "seconds": round(seconds, 2), "samples": samples, "chat_sample": chat_sample}
+
+
+# --- inspection --------------------------------------------------------------------------------
+def load_seed_model(seed_dir: Path) -> LlamaCausalLM:
+    """The full model of a seed directory, through the kit's own loader (FP32)."""
+    model = LlamaCausalLM(load_config(seed_dir))
+    load_owned(model, seed_dir)
+    return model.eval()
+
+
+def describe_seed(seed_dir: Path) -> str:
+    """Human-readable summary: digest, shape, tokenizer, trained conversations, one greedy reply."""
+    seed_dir = Path(seed_dir)
+    shape = load_config(seed_dir)
+    tokenizer = load_tokenizer(seed_dir)
+    lines = [f"seed {seed_dir}", f"parameter digest: {parameter_digest(seed_dir)}"]
+    kv = f" ({shape.num_key_value_heads} key/value)" if shape.num_key_value_heads != shape.num_attention_heads else ""
+    lines.append(
+        f"shape: {shape.num_hidden_layers} layers, hidden {shape.hidden_size}, {shape.num_attention_heads} heads"
+        f"{kv}, head_dim {shape.head_dim}, intermediate {shape.intermediate_size}, vocab {shape.vocab_size}, "
+        f"{'tied' if shape.tie_word_embeddings else 'untied'} embeddings, {shape.param_count():,} parameters"
+    )
+    lines.append(f"tokenizer: {len(tokenizer)} tokens, eos {tokenizer.eos_token!r}, chat template present")
+    trained = seed_dir / TRAINED_CONVERSATIONS_FILE
+    lines.append(f"trained conversations: {len(read_jsonl(trained)):,}" if trained.exists()
+                 else f"trained conversations: not recorded (no {TRAINED_CONVERSATIONS_FILE})")
+    build = seed_dir / SEED_BUILD_FILE
+    if build.exists():
+        info = load_json_strict(build)
+        lines.append(f"built by kit {info['kit_version']} (torch {info['torch_version']}, {info['threads']} threads): "
+                     f"{info['updates']} updates, loss {info['loss_initial']:.3f} -> {info['loss_final']:.3f}, "
+                     f"{info['seconds']:.1f} s")
+    reply = greedy_reply(load_seed_model(seed_dir), tokenizer, SAMPLE_CHAT_PROMPT, 48)
+    end = "ended at end of turn" if reply["ended_at_turn_boundary"] else "no end of turn within 48 tokens"
+    lines.append(f"greedy reply to {SAMPLE_CHAT_PROMPT!r}: {reply['text']!r} ({end})")
+    return "\n".join(lines)
