@@ -1,0 +1,113 @@
+"""Adaptive evaluation: score a candidate against its baseline on development or final roles,
+then apply the seed's gates to the final comparison.
+
+Comparisons (the seed): phase A endpoint vs the seed; phase B endpoint vs the phase-A endpoint;
+growth vs the fixed-depth control. Per example the record holds both models' summed
+assistant-token NLL and token count, and both greedy answers checked by the task checker.
+
+Gates, exactly as the seed states them, on final roles:
+  gain       upper one-sided 95% paired-bootstrap bound of the per-token NLL change on final tasks < -0.001
+  retention  the same bound on final conversation retention <= +0.02
+  generated  generated task answers lose no correct cases in aggregate (lost <= gained)
+Development roles may abort a run; they never select another endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kit.adaptive.selection import open_final_roles
+from kit.digest import load_json_strict, sha256_file, write_canonical_json
+
+DEV_ROLES = {"tasks": "dev.tasks", "retention": "dev.retention"}
+FINAL_ROLES = {"tasks": "final.tasks", "retention": "final.retention"}
+
+
+def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
+    prepared = load_json_strict(prepared_dir / "prepared.json")
+    try:
+        info = prepared["roles"][role]
+    except KeyError:
+        raise ValueError(f"{prepared_dir / 'prepared.json'}: no role {role!r}") from None
+    return prepared_dir / info["file"], info["sha256"]
+
+
+def _model_spec(spec: str):
+    """'seed:DIR' or 'HOME:ROOT' -> kwargs of kit.evaluate.load_model, plus an identity string."""
+    if spec.startswith("seed:"):
+        return {"seed_dir": spec[5:]}, spec
+    home, _, root = spec.rpartition(":")
+    if not home or len(root) != 64:
+        raise ValueError(f"model {spec!r}: expected 'seed:DIR' or 'HOME:FULL_ROOT'")
+    return {"home": home, "root": root}, root
+
+
+def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, split: str, out: str | os.PathLike,
+             tokenizer_dir: str, max_tokens: int, max_new_tokens: int = 32, selection: str | None = None,
+             progress: bool = True) -> dict:
+    from kit.data.chat import load_tokenizer
+    from kit.data.conversations import read_jsonl
+    from kit.evaluate import answer_tasks, load_model, score_nll
+
+    prepared_dir = Path(prepared_dir)
+    if split not in ("dev", "final"):
+        raise ValueError(f"split {split!r}; expected 'dev' or 'final'")
+    cand_kw, cand_id = _model_spec(candidate)
+    base_kw, base_id = _model_spec(baseline)
+    roles = DEV_ROLES if split == "dev" else FINAL_ROLES
+    if split == "final":
+        open_final_roles(prepared_dir, selection, [cand_id] if not cand_id.startswith("seed:") else [],
+                         purpose=f"final scoring of {cand_id} against {base_id}")
+    tok = load_tokenizer(tokenizer_dir)
+    data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
+    result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,
+              "role_sha256": {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in roles.items()}}
+    per_model = {}
+    for name, kw in (("candidate", cand_kw), ("baseline", base_kw)):
+        model = load_model(**kw)
+        per_model[name] = {
+            "task_nll": score_nll(model, tok, data["tasks"], max_tokens),
+            "retention_nll": score_nll(model, tok, data["retention"], max_tokens),
+            "answers": answer_tasks(model, tok, data["tasks"], max_new_tokens),
+        }
+    c, b = per_model["candidate"], per_model["baseline"]
+    result["tasks"] = [
+        {"id": x["id"], "family": x.get("family"), "tokens": x["tokens"], "cand_nll": x["nll_sum"],
+         "base_nll": y["nll_sum"], "cand_correct": xa["correct"], "base_correct": ya["correct"],
+         "cand_reply": xa["reply"], "base_reply": ya["reply"]}
+        for x, y, xa, ya in zip(c["task_nll"], b["task_nll"], c["answers"], b["answers"])
+    ]
+    result["retention"] = [
+        {"id": x["id"], "tokens": x["tokens"], "cand_nll": x["nll_sum"], "base_nll": y["nll_sum"]}
+        for x, y in zip(c["retention_nll"], b["retention_nll"])
+    ]
+    write_canonical_json(out, result)
+    return result
+
+
+def gates(evaluation: dict, contract: dict) -> dict:
+    """The seed's three gates on a final evaluation record, with every input written out."""
+    from kit.stats import (accuracy_by_family, gained_lost, gate_gain, gate_generated, gate_retention,
+                           paired_bootstrap_upper)
+
+    if evaluation["split"] != "final":
+        raise ValueError("gates apply to final evaluations only; development checks may only abort")
+    g = contract["gates"]
+    boot = contract["bootstrap"]
+    t, r = evaluation["tasks"], evaluation["retention"]
+    gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
+                                  boot["confidence"], boot["resamples"], boot["seed"])
+    ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
+                                 boot["confidence"], boot["resamples"], boot["seed"])
+    gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
+    verdicts = [gate_gain(gain.upper, g["gain_upper_below"]), gate_retention(ret.upper, g["retention_upper_at_most"]),
+                gate_generated(gl)]
+    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])  # noqa: E731
+    return {
+        "candidate": evaluation["candidate"], "baseline": evaluation["baseline"],
+        "gain": gain.to_dict(), "retention": ret.to_dict(), "generated": gl,
+        "gates": verdicts, "passed": all(v["passed"] for v in verdicts),
+        "accuracy": {"candidate": fam("cand_correct").to_dict(orient="records"),
+                     "baseline": fam("base_correct").to_dict(orient="records")},
+    }

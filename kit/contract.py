@@ -1,0 +1,146 @@
+"""Frozen experiment contracts: loading, schema validation and the contract digest (layer 0, no torch).
+
+A schema is plain data: a dict mapping each field to its spec, where a spec is
+  - a type: `int`, `float` (ints accepted), `str`, `bool`;
+  - a dict: a nested object with exactly these fields;
+  - `Seq(spec, min_len=0)`: a list whose items match `spec`;
+  - `OneOf("a", "b")`: one of these literal values;
+  - `Opt(spec)`: the value may be null (the field itself must still be present);
+  - `MapOf(spec)`: an object with arbitrary string keys whose values match `spec`;
+  - `Num(lo=None, hi=None, integer=False)`: a number within bounds.
+Every field is required and unknown fields are errors: a frozen contract says everything it means
+and nothing by accident. Errors name the file and the dotted path of the field.
+
+The contract digest is the sha256 of the file's canonical JSON (docs/formats.md), so reformatting
+the file does not change it but any change of value does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.digest import load_json_strict, sha256_json
+
+
+class ContractError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Seq:
+    item: Any
+    min_len: int = 0
+
+
+@dataclass(frozen=True)
+class OneOf:
+    values: tuple
+
+    def __init__(self, *values):
+        object.__setattr__(self, "values", tuple(values))
+
+
+@dataclass(frozen=True)
+class Opt:
+    spec: Any
+
+
+@dataclass(frozen=True)
+class MapOf:
+    spec: Any
+
+
+@dataclass(frozen=True)
+class Num:
+    lo: float | None = None
+    hi: float | None = None
+    integer: bool = False
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validate(value: Any, spec: Any, path: str, source: str) -> None:
+    where = f"{source}: field {path!r}" if path else source
+    if isinstance(spec, Opt):
+        if value is None:
+            return
+        return validate(value, spec.spec, path, source)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
+        unknown = sorted(set(value) - set(spec))
+        if unknown:
+            raise ContractError(f"{source}: unknown field {_join(path, unknown[0])!r}; "
+                                f"expected only {sorted(spec)}")
+        missing = sorted(set(spec) - set(value))
+        if missing:
+            raise ContractError(f"{source}: missing field {_join(path, missing[0])!r}")
+        for k, sub in spec.items():
+            validate(value[k], sub, _join(path, k), source)
+        return
+    if isinstance(spec, MapOf):
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
+        for k, v in value.items():
+            validate(v, spec.spec, _join(path, k), source)
+        return
+    if isinstance(spec, Seq):
+        if not isinstance(value, list):
+            raise ContractError(f"{where}: expected a list, got {type(value).__name__}")
+        if len(value) < spec.min_len:
+            raise ContractError(f"{where}: expected at least {spec.min_len} items, got {len(value)}")
+        for i, v in enumerate(value):
+            validate(v, spec.item, f"{path}[{i}]", source)
+        return
+    if isinstance(spec, OneOf):
+        if value not in spec.values:
+            raise ContractError(f"{where} = {value!r}; expected one of {list(spec.values)}")
+        return
+    if isinstance(spec, Num):
+        if not _is_number(value) or (spec.integer and not isinstance(value, int)):
+            raise ContractError(f"{where} = {value!r}; expected {'an integer' if spec.integer else 'a number'}")
+        if (spec.lo is not None and value < spec.lo) or (spec.hi is not None and value > spec.hi):
+            raise ContractError(f"{where} = {value!r}; expected within [{spec.lo}, {spec.hi}]")
+        return
+    if spec is float:
+        if not _is_number(value):
+            raise ContractError(f"{where} = {value!r}; expected a number")
+        return
+    if spec is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ContractError(f"{where} = {value!r}; expected an integer")
+        return
+    if spec in (str, bool):
+        if not isinstance(value, spec):
+            raise ContractError(f"{where} = {value!r}; expected {spec.__name__}")
+        return
+    raise TypeError(f"unknown schema spec {spec!r} at {path}")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+@dataclass(frozen=True)
+class Contract:
+    path: Path
+    data: dict
+    digest: str
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+
+def load_contract(path: str | os.PathLike, schema: dict, kind: str) -> Contract:
+    """Load and validate; `kind` must equal the contract's `kind` field."""
+    path = Path(path)
+    data = load_json_strict(path)
+    validate(data, schema, "", str(path))
+    if data.get("kind") != kind:
+        raise ContractError(f"{path}: field 'kind' = {data.get('kind')!r}; expected {kind!r}")
+    return Contract(path, data, sha256_json(data))
