@@ -14,11 +14,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test lint
+.PHONY: demo test lint chromium
 demo: $(VENV)/.installed
 	$(VENV)/bin/kit demo
 
-test: $(VENV)/.installed
+# The report test opens the rendered HTML in headless Chromium (Debian's package).
+chromium:
+	@[ -x /usr/bin/chromium ] || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+test: $(VENV)/.installed chromium
 	$(PY) -m pytest -q tests
 
 lint: $(VENV)/.installed

@@ -175,16 +175,17 @@ def record_metric(name: str, obj: Any) -> Path | None:
 
 # --- environment capture --------------------------------------------------------------------
 def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def iso_utc(moment: _dt.datetime) -> str:
-    return moment.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return moment.astimezone(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _git(directory: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=30,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None  # no git on this host
     return done.stdout if done.returncode == 0 else None
@@ -253,7 +254,7 @@ def gpus() -> list[dict]:
         return []
     try:
         done = subprocess.run([tool, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
     if done.returncode != 0:

@@ -22,7 +22,6 @@ How a sidecar is drawn depends on its shape (docs/formats.md, "Metric sidecars")
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import json
@@ -47,14 +46,17 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 """
 PAGE_CSS = """<style>
 table.kit-table { border-collapse: collapse; font-size: 12px; margin: 4px 0 12px 0; }
-table.kit-table th, table.kit-table td { border: 1px solid #ccc; padding: 2px 6px; text-align: left;
-  vertical-align: top; }
+table.kit-table th, table.kit-table td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; }
 table.kit-table td { max-width: 520px; overflow-wrap: anywhere; }
+#kit-runs th, #kit-runs td, #kit-failures th, #kit-failures td { text-align: left; }
+#kit-runs td, #kit-failures td { white-space: pre-wrap; }
 td.status-completed { background: #e3f4e3; } td.status-failed { background: #fbe0e0; }
 td.status-aborted { background: #fdf0d5; } td.status-unavailable { background: #e8e8f4; }
 td.status-unrecorded { background: #f4d8f4; }
+td[class*="status-"] { white-space: nowrap; }
 </style>"""
-EXTERNAL_RE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//", re.I)
+EXTERNAL_RE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//[^\s\"'>]*[\"']?",
+                         re.IGNORECASE)
 
 
 # --- reading runs (used inside the report's kernel) -----------------------------------------
@@ -99,7 +101,7 @@ def run_table(runs_dir: str | os.PathLike):
 
 def _styled_html(df, table_id: str) -> str:
     """HTML of a run table with one CSS class per status cell (colour), escaped, no index."""
-    styler = df.style.hide(axis="index").format(escape="html", na_rep="")
+    styler = df.style.hide(axis="index").format(escape="html", na_rep="", precision=1)
     if "status" in df.columns:
         styler = styler.set_td_classes(df[["status"]].map(lambda s: f"status-{s}"))
     return styler.set_table_attributes(f'id="{table_id}" class="kit-table"').to_html()
@@ -169,6 +171,7 @@ def metric_view(obj: Any) -> tuple[str, Any]:
 def curves_png(x_name: str, x: list, series: dict[str, list], title: str) -> bytes:
     """PNG of one panel per series against x (Agg canvas through Figure: no GUI, no pyplot state)."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     cols = min(3, len(series))
     rows = -(-len(series) // cols)
@@ -178,6 +181,8 @@ def curves_png(x_name: str, x: list, series: dict[str, list], title: str) -> byt
         ax = fig.add_subplot(rows, cols, i + 1)
         ax.plot(x, values, marker="." if len(x) <= 64 else None, linewidth=1.2)
         ax.set_xlabel(x_name)
+        if all(isinstance(v, int) for v in x):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(name)
         ax.grid(alpha=0.3)
     buf = io.BytesIO()
@@ -194,7 +199,10 @@ def show_metric(run_dir: str | os.PathLike, name: str) -> None:
         x_name, x, series = view
         display(Image(data=curves_png(x_name, x, series, f"{Path(run_dir).name}: {name}"), format="png"))
     elif kind == "table":
-        display(HTML(view.to_html(classes="kit-table kit-metric", escape=True, na_rep="")))
+        import pandas as pd
+
+        show_index = not isinstance(view.index, pd.RangeIndex)  # row labels only where they mean something
+        display(HTML(view.to_html(classes="kit-table kit-metric", escape=True, na_rep="", index=show_index)))
     else:
         display(HTML(f"<pre>{html.escape(json.dumps(view, indent=1, sort_keys=True))}</pre>"))
 

@@ -52,12 +52,12 @@ def _check_extra(extra: dict, source: str) -> None:
     if extra.get("contract_digest") is not None and not records.SHA256_RE.fullmatch(str(extra["contract_digest"])):
         raise ValueError(f"{source}: contract_digest {extra['contract_digest']!r} is not a sha256 hex digest")
     if not isinstance(extra.get("input_digests", {}), dict):
-        raise ValueError(f"{source}: extra 'input_digests' must be an object of name -> sha256")
+        raise ValueError(f"{source}: extra 'input_digests' must be an object of name -> sha256")  # noqa: TRY004
     for name, digest in (extra.get("input_digests") or {}).items():
         if not records.SHA256_RE.fullmatch(str(digest)):
             raise ValueError(f"{source}: input digest {name!r} = {digest!r} is not a sha256 hex digest")
     if not isinstance(extra.get("notes", {}), dict):
-        raise ValueError(f"{source}: extra 'notes' must be an object")
+        raise ValueError(f"{source}: extra 'notes' must be an object")  # noqa: TRY004
     try:
         canonical_json(extra)
     except (TypeError, ValueError) as e:
@@ -121,7 +121,7 @@ def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_o
         index, count = _source_cell_index(output, e.cell_index)
         return status, {"cell_index": index, "execution_count": count if count is not None else e.exec_count,
                         "ename": str(e.ename), "evalue": str(e.evalue)}
-    except Exception as e:  # a dead kernel (DeadKernelError), a kernel that never started, a lost connection
+    except Exception as e:  # noqa: BLE001 - a dead kernel (DeadKernelError), a kernel that never started, a lost connection
         index, count = _source_cell_index(output, None)
         return "failed", {"cell_index": index, "execution_count": count, "ename": type(e).__name__,
                           "evalue": str(e)}
@@ -141,11 +141,11 @@ def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, 
     roots_path = run_dir / records.KERNEL_ROOTS_NAME
     if roots_path.exists():
         kernel_roots = load_json_strict(roots_path)
-        for role in roots:
+        for role, entries in roots.items():
             for entry in kernel_roots.get(role, []):
                 home = entry["home"] and records.relative_to_base(entry["home"], base)
-                if {"root": entry["root"], "home": home} not in roots[role]:
-                    roots[role].append({"root": entry["root"], "home": home})
+                if {"root": entry["root"], "home": home} not in entries:
+                    entries.append({"root": entry["root"], "home": home})
         roots_path.unlink()
     inputs = {"contract_digest": extra.get("contract_digest"), "input_digests": dict(extra.get("input_digests") or {})}
     inputs_path = run_dir / records.KERNEL_INPUTS_NAME
@@ -207,7 +207,7 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
     if not output.exists():
         try:
             _write_prepared_notebook(notebook, output, params, kernel_name)
-        except Exception as e:  # the record below still says what happened; it must be written
+        except Exception as e:  # noqa: BLE001 - the record below still says what happened; it must be written
             print(f"{output}: could not write the parameterised notebook either: {e}", file=sys.stderr)
     try:
         roots, inputs, metrics = _collect_from_kernel(run_dir, base, extra)
@@ -265,7 +265,7 @@ def load_plan(path: str | os.PathLike) -> list[dict]:
             raise ValueError(f"{where}: run_id {arm['run_id']!r} appears twice in the plan")
         seen.add(arm["run_id"])
         if not isinstance(arm.get("parameters", {}), dict) or not isinstance(arm.get("extra", {}), dict):
-            raise ValueError(f"{where}: 'parameters' and 'extra' must be objects")
+            raise ValueError(f"{where}: 'parameters' and 'extra' must be objects")  # noqa: TRY004
         notebook = Path(arm["notebook"])
         if not notebook.is_file():
             raise FileNotFoundError(f"{where}: notebook {notebook} not found (paths are relative to {Path.cwd()})")

@@ -9,7 +9,8 @@ for the missing packages in the repository's git-ignored `.whl/` folder before g
 Bring them from a machine with an index, for the GPU host's Python and platform (3.12, x86_64):
 
     pip install --target .whl/site --only-binary=:all: --python-version 3.12 \
-        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 papermill ipykernel
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux_2_28_x86_64 papermill ipykernel
 
 (`--target` puts compiled dependencies such as pyzmq, tornado and rpds-py there too, which a bare
 `.whl` file cannot provide through zip import), then copy `.whl/` along with the repository. If
@@ -67,11 +68,13 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
     return missing
 
 
-def ensure_runtime(modules: tuple[str, ...] = RUN_MODULES, purpose: str = "execute notebooks") -> list[Path]:
-    """Make `modules` importable, adding `.whl/` paths to sys.path when needed; returns the paths added.
+def ensure_runtime(modules: tuple[str, ...] | None = None, purpose: str = "execute notebooks") -> list[Path]:
+    """Make `modules` (default RUN_MODULES) importable, adding `.whl/` paths to sys.path when needed;
+    returns the paths added.
 
     Raises NotebookRuntimeMissing naming every module still missing, before any work starts.
     """
+    modules = RUN_MODULES if modules is None else modules
     missing = _missing(modules)
     added: list[Path] = []
     if missing:
