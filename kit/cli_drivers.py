@@ -122,3 +122,15 @@ def register_report(sub) -> None:
 
 
 _EXTRA_COMMANDS.append(register_report)
+
+
+# --- kit adaptive ... ------------------------------------------------------------------------
+def register_adaptive(sub) -> None:
+    from kit.adaptive import cli as adaptive_cli
+    from kit.adaptive import prepare
+
+    prepare.register(sub)
+    adaptive_cli.register(sub)
+
+
+_EXTRA_COMMANDS.append(register_adaptive)

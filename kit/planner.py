@@ -89,9 +89,8 @@ class MicrobatchShape:
 class MemoryModel:
     """Bytes per owned parameter, activation coefficients and the reserve; defaults are the CPU FP32 regime.
 
-    On GPU with a bf16 compute copy and a bf16 reference: compute_copy_bytes=2, reference_bytes=2,
-    activation_bytes=2. The activation coefficients count saved tensors per token (see
-    `activation_bytes_per_token_per_block`); the GPU calibration may adjust them.
+    The kit's engine on GPU: `MemoryModel.gpu_bf16()` (calibrated on an H200; docs/planner.md). The
+    activation coefficients count saved tensors per token (see `activation_bytes_per_token_per_block`).
     """
 
     master_bytes: int = 4  # FP32 master weights
@@ -135,6 +134,16 @@ class MemoryModel:
             "reserve_fraction",
         ):
             _require_number("MemoryModel", f, getattr(self, f))
+
+    @classmethod
+    def gpu_bf16(cls, reserve_bytes: int = 0, reserve_fraction: float = 0.0) -> MemoryModel:
+        """The kit's GPU regime: bf16 autocast over FP32 masters with torch.compile'd blocks (the engine's
+        default on CUDA), fused attention, a bf16 reference. Calibrated on one H200 (docs/planner.md,
+        "Measured on the GPU host"): the compiled blocks recompute the bf16 weight casts in backward
+        instead of keeping a copy (compute_copy_bytes=0), and the saved activations measured
+        98.9 KB per token per block at the 1.7B shape against the default coefficients' 98.3 KB."""
+        return cls(compute_copy_bytes=0, reference_bytes=2, activation_bytes=2,
+                   reserve_bytes=reserve_bytes, reserve_fraction=reserve_fraction)
 
     @property
     def bytes_per_param(self) -> int:

@@ -19,7 +19,8 @@ like a real seed:
 Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of task conversations of
 role "seed-train" (kit/data/tasks.py), so later roles can exclude them by content digest (each
 task line of trained_conversations.jsonl carries its "digest"). One pass, no repeats; the order
-is a permutation drawn from `numpy.random.default_rng(seed)`.
+is a permutation drawn from `numpy.random.default_rng(seed)`, then each update's batch is sorted by
+token length (see `length_sorted_batches`).
 
 Training uses the kit's own engine (one worker of kit/dist/pipeline.StageEngine with the
 per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
@@ -102,7 +103,7 @@ class SeedBuildConfig:
     beta2: float = 0.95
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    microbatch_size: int = 32
+    microbatch_size: int = 8  # batches are length-sorted, so small microbatches pad little
     # reproducibility and reporting
     seed: int = 0
     threads: int = 2
@@ -117,7 +118,7 @@ class SeedBuildConfig:
     def test() -> "SeedBuildConfig":
         """The same code path in a few seconds, for unit tests."""
         return SeedBuildConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                               updates=60, batch_size=16, microbatch_size=16, lr=5e-3, warmup_updates=5,
+                               updates=60, batch_size=16, lr=5e-3, warmup_updates=5,
                                sample_max_new_tokens=24)
 
     def __post_init__(self):
@@ -184,9 +185,22 @@ def training_conversations(cfg: SeedBuildConfig) -> tuple[list[Conversation], di
         "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed, "difficulty": cfg.task_difficulty,
                   "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
                   "digest": sha256_json(sorted(t.digest for t in tasks))},
-        "order": f"numpy.random.default_rng({cfg.seed}).permutation({len(pool)}) of synthetic + tasks",
+        "order": f"numpy.random.default_rng({cfg.seed}).permutation({len(pool)}) of synthetic + tasks, "
+                 f"then each batch of {cfg.batch_size} sorted by token length",
     }
     return [pool[int(i)] for i in order], summary
+
+
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[int]:
+    """Indices in training order: consecutive batches of `batch_size`, each sorted by length (stable).
+
+    An update's loss is a sum over its documents, so the order inside a batch changes nothing but
+    padding: sorted, each microbatch holds documents of similar length and pads little.
+    """
+    order = []
+    for start in range(0, len(lengths), batch_size):
+        order += sorted(range(start, min(start + batch_size, len(lengths))), key=lambda i: (lengths[i], i))
+    return order
 
 
 # --- the build ---------------------------------------------------------------------------------
@@ -285,6 +299,8 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
         shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])
         model = LlamaCausalLM(shape)
         init_weights(model, cfg.seed, cfg.init_std)
+        order = length_sorted_batches([e.num_tokens for e in encoded], cfg.batch_size)
+        conversations, encoded = [conversations[i] for i in order], [encoded[i] for i in order]
         records = [TrainRecord(e.id, e.input_ids, e.target_mask) for e in encoded]
         t_train = time.perf_counter()
         losses = _train(cfg, model, records, _progress_enabled(progress))

@@ -111,28 +111,42 @@ def migrate(group: Group, source_home: str, home: str, root: str, layout: Layout
     return status["bytes"]
 
 
+def _reference_stage(group: Group, layout: Layout, student_shape: LlamaShape, ref_shape: LlamaShape, source: str):
+    """The reference's blocks among this worker's: the same as the student's, except that after growth
+    the reference is shallower and the appended blocks have no counterpart (the worker then only
+    forwards the reference activations it receives)."""
+    from dataclasses import replace
+
+    if replace(ref_shape, num_hidden_layers=student_shape.num_hidden_layers) != student_shape:
+        raise ValueError(f"{source}: the reference's shape differs from the student's beyond depth")
+    if ref_shape.num_hidden_layers > student_shape.num_hidden_layers:
+        raise ValueError(f"{source}: the reference has more blocks ({ref_shape.num_hidden_layers}) than the "
+                         f"student ({student_shape.num_hidden_layers})")
+    ids = [i for i in layout.blocks_of(group.rank) if i < ref_shape.num_hidden_layers]
+    with torch.device(group.device):
+        from kit.model.llama import LlamaCausalLM
+
+        return LlamaCausalLM(ref_shape, ids, with_embedding=group.rank == layout.embedding_owner)
+
+
 def _load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict | None, dtype) -> torch.nn.Module | None:
     """The frozen reference's stage: from a seed directory, or from a commit (its `param` objects only)."""
     if spec is None:
         return None
-    ref = build_stage(shape, layout, group.rank, device=group.device)
     if "seed_dir" in spec:
-        ref_cfg = parse_config(json.loads((Path(spec["seed_dir"]) / "config.json").read_text()), spec["seed_dir"])
-        if ref_cfg != shape:
-            raise ValueError(f"{spec['seed_dir']}/config.json: the reference's shape differs from the student's")
+        path = Path(spec["seed_dir"]) / "config.json"
+        ref = _reference_stage(group, layout, shape, parse_config(json.loads(path.read_text()), str(path)), str(path))
         load_owned(ref, spec["seed_dir"])
     else:
-        manifest = commits.read_commit(spec["home"], spec["root"])
+        start = start_from_commit(spec["home"], spec["root"])
+        ref = _reference_stage(group, layout, shape, start.shape, f"reference commit {spec['root']}")
         store = ObjectStore(spec["home"])
-        entries = {e["name"]: e for e in manifest["learned_state"]["params"]}
+        entries = {e["name"]: e for e in start.manifest["learned_state"]["params"]}
         with torch.no_grad():
             for n, p in ref.named_parameters():
                 if n not in entries:
                     raise ValueError(f"reference commit {spec['root']} has no parameter {n!r}")
                 e = entries[n]
-                if list(e["shape"]) != list(p.shape):
-                    raise ValueError(f"reference commit {spec['root']}: {n} has shape {e['shape']}; "
-                                     f"the student's is {list(p.shape)}")
                 p.copy_(store.get_tensor(e["param"], e["dtype"], e["shape"]))
     ref.requires_grad_(False)
     return ref.to(dtype)

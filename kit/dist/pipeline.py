@@ -20,13 +20,19 @@ loopback queue, so one worker executes exactly the same operations in the same o
 which is what makes the learned state bit-identical across worker counts on CPU.
 
 Then canonical clipping (kit/train/optim.py) and the per-parameter AdamW step.
+
+GPU speed without changing CPU results: on CUDA each block is `torch.compile`d (EngineConfig
+`compile_blocks="auto"`; "off" keeps eager), CPU always runs eager. Everything the schedule needs
+to know about a microbatch (its shape, replay rows, target positions and token weights) is
+computed on the host before the first kernel is queued and moved once, so the update synchronises
+with the device only where the value is needed on the host: the clip factor and the loss sums.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,17 +40,53 @@ from kit.dist.group import Group
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.train.batch import TrainRecord, make_microbatches, validate_records
-from kit.train.loss import DistillConfig, LossParts, cross_entropy_sum, gather_targets, kl_sum
-from kit.train.optim import ParamAdamW, apply_clip, clip_factor
+from kit.train.loss import DistillConfig, LossParts, cross_entropy_sum, kl_sum, target_positions
+from kit.train.optim import ParamAdamW, clip_factor
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     microbatch_size: int
     max_grad_norm: float
-    distill: DistillConfig = DistillConfig()
+    distill: DistillConfig = field(default_factory=DistillConfig)
     compute_dtype: str = "float32"  # "bfloat16": autocast compute over FP32 master weights
     pad_id: int = 0
+    compile_blocks: str = "auto"  # "auto": torch.compile the blocks on CUDA (never on CPU); "off": eager
+
+    def __post_init__(self):
+        if self.compile_blocks not in ("auto", "off"):
+            raise ValueError(f"engine compile_blocks {self.compile_blocks!r}; expected 'auto' or 'off'")
+
+
+@dataclass
+class _Targets:
+    """Target tokens of some rows of a microbatch, as device index tensors built on the host."""
+
+    local: torch.Tensor  # index into the rows given (the reference's replay-only tensors use it)
+    row: torch.Tensor  # row in the microbatch
+    pos: torch.Tensor  # position predicting the target (token index - 1)
+    token: torch.Tensor  # target token id
+    weight: torch.Tensor  # the record's weight, per target
+
+
+@dataclass
+class _Prepared:
+    """One microbatch on the device plus host-side integers, so the schedule never asks the device."""
+
+    ids: torch.Tensor
+    replay_ids: torch.Tensor
+    shape: tuple[int, int]
+    num_replay: int
+    new: _Targets
+    replay: _Targets
+    new_tokens: int
+    replay_tokens: int
+
+
+def _targets(mask, ids, weights, rows, move) -> _Targets:
+    local, tok = target_positions(mask, rows)
+    row = rows[local]
+    return _Targets(move(local), move(row), move(tok - 1), move(ids[row, tok]), move(weights[row]))
 
 
 @dataclass
@@ -68,11 +110,14 @@ class StageEngine:
         if layout.workers != group.world:
             raise ValueError(f"layout has {layout.workers} workers but the group has {group.world}")
         if reference is not None:
+            # The reference holds the same blocks, or (after growth) a prefix of them.
             own = {n: tuple(p.shape) for n, p in student.named_parameters()}
             ref = {n: tuple(p.shape) for n, p in reference.named_parameters()}
-            if own != ref:
-                diff = sorted(set(own.items()) ^ set(ref.items()))[:3]
-                raise ValueError(f"reference stage shapes differ from the student's on rank {group.rank}: {diff}")
+            diff = sorted((n, s) for n, s in ref.items() if own.get(n) != s)[:3]
+            missing = sorted(n for n in own if n not in ref and ".layers." not in n)[:3]
+            if diff or missing:
+                raise ValueError(f"reference stage shapes differ from the student's on rank {group.rank}: "
+                                 f"{diff or missing}")
             reference.requires_grad_(False)
         self.group, self.layout, self.cfg = group, layout, cfg
         self.student, self.reference, self.optimizer = student, reference, optimizer
@@ -86,6 +131,12 @@ class StageEngine:
         self.hidden = student.shape.hidden_size
         self.dtype = getattr(torch, cfg.compute_dtype)
         self.device = group.device
+        self.loss_dtype = None if self.dtype == torch.float32 else self.dtype
+        self._index_cache: dict[tuple[str, ...], torch.Tensor] = {}
+        if cfg.compile_blocks == "auto" and self.device.type == "cuda":
+            student.compile_blocks()
+            if reference is not None:
+                reference.compile_blocks()
         # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
         self.grad_reducer = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
@@ -108,7 +159,7 @@ class StageEngine:
             raise ValueError(f"total_targets {N} is smaller than this worker's own {local_n} target tokens")
         if any(r.replay for r in records) and self.reference is None:
             raise ValueError("the batch declares replay records but no reference model was given")
-        mbs = make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id, self.device)
+        mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id)]
         g, W, r = self.group, self.world, self.rank
         nxt, prv = (r + 1) % W, (r - 1) % W
         act = self.dtype
@@ -125,7 +176,7 @@ class StageEngine:
                     th = None
                     if R:
                         with torch.no_grad():
-                            th = self.reference.embed(mb.ids[mb.replay_rows])
+                            th = self.reference.embed(mb.replay_ids)
                 else:
                     h = g.recv((B, T, self.hidden), act, prv).requires_grad_()
                     th = g.recv((R, T, self.hidden), act, prv) if R else None
@@ -163,44 +214,68 @@ class StageEngine:
             self.grad_reducer(self.params)
         if self.capture_grads:
             self.last_grads = {n: p.grad.detach().clone() for n, p in self.params.items() if p.grad is not None}
-        norm, factor = self._clip()
-        self.optimizer.step()
+        norm, factor, (ce_sum, kl_sum_) = self._clip(parts)
+        # No wait for the step: the next update's host-side preparation overlaps it on the device.
+        self.optimizer.step(grad_factor=factor)
         self.optimizer.zero_grad()
-        # rank 0 computed the loss sums; the others hold zeros, so a sum all-reduce is exact
-        g.allreduce_sum_(parts)
-        ce_sum, kl_sum_ = (float(x) for x in parts.cpu())
         new_tokens = sum(mb.new_tokens for mb in mbs)
         replay_tokens = sum(mb.replay_tokens for mb in mbs)
         objective = (ce_sum + self.cfg.distill.weight * kl_sum_) / N
         return UpdateResult(LossParts(ce_sum, kl_sum_, new_tokens, replay_tokens, objective),
                             norm, factor, N, time.perf_counter() - t0)
 
-    def _head_loss(self, mb, hf, thf, N: int):
+    def _prepare(self, mb) -> _Prepared:
+        """Host-side bookkeeping of a CPU microbatch, then one move of what the device needs."""
+        move = self._to_device
+        new = _targets(mb.target_mask, mb.ids, mb.weights, mb.new_rows, move)
+        replay = _targets(mb.target_mask, mb.ids, mb.weights, mb.replay_rows, move)
+        return _Prepared(move(mb.ids), move(mb.ids[mb.replay_rows]), tuple(mb.ids.shape), mb.num_replay,
+                         new, replay, mb.new_tokens, mb.replay_tokens)
+
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        # Pinned + non_blocking: a pageable host-to-device copy would wait for the device to drain
+        # (the previous update's optimizer step), which is exactly the overlap we want to keep.
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
+
+    def _head_loss(self, mb: _Prepared, hf, thf, N: int):
         with self._autocast():
             x = self.student.final_norm(hf)
             weight = self.student.head_weight()
-            xs, tg, rows = gather_targets(x, mb.ids, mb.target_mask, mb.new_rows)
-            ce = cross_entropy_sum(xs, weight, tg, mb.weights[rows])
+            t = mb.new
+            ce = cross_entropy_sum(x[t.row, t.pos], weight, t.token, t.weight, compute_dtype=self.loss_dtype)
             kl = torch.zeros((), device=self.device)
             if mb.num_replay:
-                xr, _, rrows = gather_targets(x, mb.ids, mb.target_mask, mb.replay_rows)
+                t = mb.replay
                 with torch.no_grad():
-                    tx = self.reference.final_norm(thf)
-                    local = torch.arange(mb.num_replay, device=self.device)
-                    txr, _, _ = gather_targets(tx, mb.ids[mb.replay_rows], mb.target_mask[mb.replay_rows], local)
-                kl = kl_sum(xr, weight, txr, self.reference.head_weight(), mb.weights[rrows], self.cfg.distill)
+                    txr = self.reference.final_norm(thf)[t.local, t.pos]
+                kl = kl_sum(x[t.row, t.pos], weight, txr, self.reference.head_weight(), t.weight,
+                            self.cfg.distill, compute_dtype=self.loss_dtype)
         loss = (ce + self.cfg.distill.weight * kl) / N
         return loss, ce, kl
 
-    def _clip(self) -> tuple[float, float]:
-        """Squared norms per parameter, summed in canonical order; identical on every worker."""
-        sq = torch.zeros(len(self.canonical), dtype=torch.float64, device=self.device)
-        names = [n for n in self.params if self.params[n].grad is not None]
+    def _clip(self, parts: torch.Tensor) -> tuple[float, float, list[float]]:
+        """(norm, factor, loss sums): squared norms per parameter, summed in canonical order, so the
+        factor is identical on every worker. The loss sums ride in the same all-reduce and the same
+        device-to-host copy: the one synchronisation of an update. The factor is applied by the
+        optimizer step."""
+        n = len(self.canonical)
+        buf = torch.zeros(n + parts.numel(), dtype=torch.float64, device=self.device)
+        names = [n_ for n_ in self.params if self.params[n_].grad is not None]
         if names:
-            local = torch.stack([torch.linalg.vector_norm(self.params[n].grad, dtype=torch.float64) ** 2
-                                 for n in names])
-            sq[torch.tensor([self.index[n] for n in names], device=self.device)] = local
-        self.group.allreduce_sum_(sq)  # each entry is non-zero on exactly one rank: the sum is exact
-        norm, factor = clip_factor(sq.cpu().tolist(), self.cfg.max_grad_norm)
-        apply_clip(self.params.values(), factor)
-        return norm, factor
+            local = torch.stack([torch.linalg.vector_norm(self.params[n_].grad, dtype=torch.float64) ** 2
+                                 for n_ in names])
+            buf[self._canonical_index(names)] = local
+        buf[n:] = parts
+        # each squared norm is non-zero on exactly one rank and the loss sums only on rank 0: the sum is exact
+        self.group.allreduce_sum_(buf)
+        host = buf.cpu().tolist()
+        norm, factor = clip_factor(host[:n], self.cfg.max_grad_norm)
+        return norm, factor, host[n:]
+
+    def _canonical_index(self, names: list[str]) -> torch.Tensor:
+        key = tuple(names)
+        if key not in self._index_cache:  # built once per set of names: no host-to-device copy per update
+            self._index_cache[key] = torch.tensor([self.index[n] for n in names]).to(self.device)
+        return self._index_cache[key]

@@ -175,7 +175,7 @@ class LossParts:
     replay_tokens: int = 0
     objective: float = 0.0
 
-    def __add__(self, other: "LossParts") -> "LossParts":
+    def __add__(self, other: LossParts) -> LossParts:
         return LossParts(self.ce_sum + other.ce_sum, self.kl_sum + other.kl_sum,
                          self.new_tokens + other.new_tokens, self.replay_tokens + other.replay_tokens,
                          self.objective + other.objective)
@@ -191,7 +191,7 @@ class LossParts:
 
 
 def target_positions(target_mask: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row, token) index pairs of the target tokens of `rows`, in row-major order.
+    """(local, token) index pairs of the target tokens of `rows`, row-major; `rows[local]` is the row.
 
     target_mask[b, t] marks token t as a target; it is predicted from position t - 1, so token 0
     is never a target. Call it on CPU tensors and move the result: `nonzero` on a GPU tensor
@@ -199,13 +199,8 @@ def target_positions(target_mask: torch.Tensor, rows: torch.Tensor) -> tuple[tor
     """
     mask = target_mask[rows].clone()
     mask[:, 0] = False
-    b, t = mask.nonzero(as_tuple=True)
-    return rows[b], t
-
-
-def gather_at(hidden: torch.Tensor, input_ids: torch.Tensor, row: torch.Tensor, tok: torch.Tensor):
-    """(x (n, C), targets (n,)): the hidden state predicting each target and the target token."""
-    return hidden[row, tok - 1], input_ids[row, tok]
+    local, t = mask.nonzero(as_tuple=True)
+    return local, t
 
 
 def gather_targets(hidden: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Tensor, rows: torch.Tensor):
@@ -213,6 +208,6 @@ def gather_targets(hidden: torch.Tensor, input_ids: torch.Tensor, target_mask: t
 
     Returns (x (n, C), targets (n,), row index (n,)); the indices are computed where the mask lives.
     """
-    row, tok = target_positions(target_mask, rows)
-    x, tg = gather_at(hidden, input_ids, row, tok)
-    return x, tg, row
+    local, t = target_positions(target_mask, rows)
+    row = rows[local]
+    return hidden[row, t - 1], input_ids[row, t], row

@@ -35,7 +35,7 @@ class GroupConfig:
     weight_decay: float = 0.0
 
     @staticmethod
-    def from_json(obj: dict, source: str) -> "GroupConfig":
+    def from_json(obj: dict, source: str) -> GroupConfig:
         allowed = {"lr", "beta1", "beta2", "eps", "weight_decay"}
         unknown = set(obj) - allowed
         if unknown:
@@ -83,7 +83,16 @@ class ParamAdamW:
             p.grad = None
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, grad_factor: float = 1.0) -> None:
+        """One AdamW step. `grad_factor` (the canonical clip factor, <= 1) scales every gradient first:
+        in place on the foreach path (exactly `apply_clip`), inside the fused kernel on CUDA (as its
+        grad_scale = 1 / factor, which saves a pass over the gradients)."""
+        if not self.fused:
+            apply_clip(self.params.values(), grad_factor)
+        grad_scale = None
+        if self.fused and grad_factor < 1.0:
+            device = next(iter(self.params.values())).device
+            grad_scale = torch.full((), 1.0 / grad_factor, dtype=torch.float32, device=device)
         buckets: dict[tuple[str, int], list[str]] = {}
         for n in sorted(self.params):
             if self.params[n].grad is None:
@@ -98,7 +107,7 @@ class ParamAdamW:
             m = [self.state[n]["exp_avg"] for n in names]
             v = [self.state[n]["exp_avg_sq"] for n in names]
             if self.fused:
-                self._fused_step(g, age, ps, grads, m, v)
+                self._fused_step(g, age, ps, grads, m, v, grad_scale)
                 continue
             if g.weight_decay:
                 torch._foreach_mul_(ps, 1 - g.lr * g.weight_decay)
@@ -113,12 +122,13 @@ class ParamAdamW:
             torch._foreach_addcdiv_(ps, m, denom, value=-step_size)
 
     @staticmethod
-    def _fused_step(g: GroupConfig, age: int, ps, grads, m, v) -> None:
+    def _fused_step(g: GroupConfig, age: int, ps, grads, m, v, grad_scale) -> None:
         # The kernel reads each tensor's step from a device scalar (no host sync); one buffer of
         # `age` values, unbound into per-parameter views, serves the whole bucket.
         steps = torch.full((len(ps),), float(age), dtype=torch.float32, device=ps[0].device).unbind()
         torch._fused_adamw_(ps, grads, m, v, [], list(steps), amsgrad=False, lr=g.lr, beta1=g.beta1,
-                            beta2=g.beta2, weight_decay=g.weight_decay, eps=g.eps, maximize=False)
+                            beta2=g.beta2, weight_decay=g.weight_decay, eps=g.eps, maximize=False,
+                            grad_scale=grad_scale)
 
     # --- state for checkpoints --------------------------------------------------------------
     def param_states(self) -> dict[str, dict]:

@@ -1,0 +1,562 @@
+"""One update of SmolLM2-1.7B's shape on one GPU: the kit's real update against plain transformers.
+
+Run on the GPU host (one H200): `python bench/update_throughput.py` (outputs under $OUT when set,
+else under --out). In ONE process it measures
+
+  baseline  written here by the method of ../shared/bench/hf_baseline.py: transformers'
+            LlamaForCausalLM with FP32 weights, bf16 autocast, fused torch.optim.AdamW, a frozen bf16
+            teacher forward and KL over the full logits of every token plus CE, clip_grad_norm_;
+  kit       kit.dist.pipeline.StageEngine with one worker: FP32 master weights, bf16 compute, the
+            frozen bf16 reference forward on the replay records, CE on new records and KL on replay
+            records (half of the records replay), canonical clipping, ParamAdamW; every token a
+            target (the baseline's full-sequence loss);
+
+both at 4 x 2048 tokens per microbatch and one microbatch per update (equal tokens per update), then
+  checkpoint  commit of the full learned state with kit.store (write + fsync + hash), its load, and a
+              new owner's fetch + load of only half of the blocks;
+  planner     each worker's peak of the planner's 2-worker layout, simulated one stage at a time on
+              the one GPU (random input activations and output gradients stand in for the peers),
+              against kit.planner's estimate.
+
+Prints one JSON line per row and writes update_throughput.jsonl and run.json (the run record).
+MFU counts FLOPs per token = 6N + 12*L*H*T (student) + 2N + 4*L*H*T (reference forward) against
+989 TFLOP/s (bf16 dense, H100/H200 datasheet); `mfu_executed` counts the reference forward only
+for the tokens that ran it (the kit runs it on replay records only).
+`--tiny` runs every section on a toy shape (CPU works) to check the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kit.digest import canonical_json
+from kit.dist.group import Group
+from kit.dist.pipeline import EngineConfig, StageEngine
+from kit.model.llama import LlamaCausalLM
+from kit.model.shard import Layout, build_stage, canonical_names, even_layout
+from kit.model_config import LlamaShape, RopeSpec
+from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, estimate_worker, plan
+from kit.train.batch import TrainRecord
+from kit.train.loss import DistillConfig
+from kit.train.optim import GroupConfig, ParamAdamW, assign_groups
+
+PEAK_FLOPS = 989e12  # bf16 dense, datasheet
+GIB = 2**30
+# torch.optim.AdamW's defaults, used by both rows
+LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM = 1e-5, (0.9, 0.999), 1e-8, 0.01, 1.0
+
+
+def smollm2_17b() -> LlamaShape:
+    return LlamaShape(vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                      num_attention_heads=32, num_key_value_heads=32, head_dim=64, rms_norm_eps=1e-5,
+                      max_position_embeddings=8192, tie_word_embeddings=True, rope=RopeSpec(theta=130000.0))
+
+
+def tiny() -> LlamaShape:
+    return LlamaShape(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=4, head_dim=16, rms_norm_eps=1e-5,
+                      max_position_embeddings=256, tie_word_embeddings=True, rope=RopeSpec(theta=130000.0))
+
+
+def param_count(shape: LlamaShape) -> int:
+    return shape.param_count()
+
+
+def flops_per_token(shape: LlamaShape, seq: int, ref_fraction: float) -> float:
+    n, L, H = param_count(shape), shape.num_hidden_layers, shape.hidden_size
+    return 6 * n + 12 * L * H * seq + ref_fraction * (2 * n + 4 * L * H * seq)
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def free(device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib(device) -> float | None:
+    return round(torch.cuda.max_memory_allocated() / GIB, 2) if device.type == "cuda" else None
+
+
+def allocated_gib(device) -> float | None:
+    return round(torch.cuda.memory_allocated() / GIB, 2) if device.type == "cuda" else None
+
+
+def emit(row: dict, sink) -> dict:
+    line = json.dumps(row)
+    print(line, flush=True)
+    sink.write(line + "\n")
+    sink.flush()
+    return row
+
+
+# --- (b) the baseline, by the method of ../shared/bench/hf_baseline.py ------------------------------
+def run_baseline(shape: LlamaShape, micro: int, seq: int, warmup: int, steps: int, device) -> dict:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
+                      intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_hidden_layers,
+                      num_attention_heads=shape.num_attention_heads, num_key_value_heads=shape.num_key_value_heads,
+                      max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=True,
+                      rms_norm_eps=shape.rms_norm_eps, rope_theta=shape.rope.theta)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    ref = LlamaForCausalLM(cfg).to(device, dtype=torch.bfloat16).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
+                            fused=device.type == "cuda")
+    x = torch.randint(0, shape.vocab_size, (micro, seq), device=device)
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = model(input_ids=x).logits.float()
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+            with torch.no_grad():
+                t = ref(input_ids=x).logits.float()
+            loss = loss + F.kl_div(F.log_softmax(logits, -1), F.log_softmax(t, -1), log_target=True,
+                                   reduction="batchmean")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    dt_ = (time.perf_counter() - t0) / steps
+    assert n_params == param_count(shape), (n_params, param_count(shape))
+    out = throughput_row("baseline", shape, micro, seq, dt_, 1.0, device)
+    out["method"] = "transformers LlamaForCausalLM + bf16 autocast + fused AdamW + teacher forward + full-logit KL"
+    return out
+
+
+def throughput_row(name: str, shape: LlamaShape, micro: int, seq: int, step_s: float, ref_fraction: float,
+                   device) -> dict:
+    toks = micro * seq
+    return {
+        "row": name, "micro": micro, "seq": seq, "tokens_per_update": toks, "step_s": round(step_s, 4),
+        "tokens_per_s": round(toks / step_s), "n_params": param_count(shape),
+        "mfu": round(flops_per_token(shape, seq, 1.0) * toks / step_s / PEAK_FLOPS, 4),
+        "mfu_executed": round(flops_per_token(shape, seq, ref_fraction) * toks / step_s / PEAK_FLOPS, 4),
+        "reference_fraction": ref_fraction, "peak_gib": peak_gib(device),
+    }
+
+
+# --- (a) the kit's real update ----------------------------------------------------------------------
+@torch.no_grad()
+def random_init(model: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+        else:
+            p.normal_(0.0, 0.02, generator=gen)
+
+
+def make_records(shape: LlamaShape, n: int, seq: int, replay_every: tuple[bool, ...], seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, shape.vocab_size, (n, seq), generator=gen)
+    mask = (True,) * seq
+    return [TrainRecord(f"r{i}", tuple(ids[i].tolist()), mask, 1.0, replay_every[i % len(replay_every)])
+            for i in range(n)]
+
+
+def engine_config(micro: int, compile_blocks: str) -> EngineConfig:
+    return EngineConfig(microbatch_size=micro, max_grad_norm=MAX_NORM, distill=DistillConfig(),
+                        compute_dtype="bfloat16", compile_blocks=compile_blocks)
+
+
+def optimizer(student: torch.nn.Module) -> ParamAdamW:
+    params = dict(student.named_parameters())
+    group = GroupConfig(lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)
+    return ParamAdamW(params, {"default": group}, assign_groups(params, []))
+
+
+def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str) -> StageEngine:
+    with torch.device(device):
+        student = LlamaCausalLM(shape)
+        reference = LlamaCausalLM(shape)
+    random_init(student, 1)
+    random_init(reference, 2)
+    reference.to(torch.bfloat16).requires_grad_(False)
+    layout = even_layout(shape.num_hidden_layers, 1)
+    return StageEngine(Group(0, 1, device), layout, student, reference, optimizer(student),
+                       canonical_names(shape), engine_config(micro, compile_blocks))
+
+
+def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay: tuple[bool, ...],
+            warmup: int, steps: int, device) -> dict:
+    records = make_records(shape, micro, seq, replay, seed=3)
+    t_first = time.perf_counter()
+    first = eng.update(records)  # includes torch.compile of the blocks on CUDA
+    first_s = time.perf_counter() - t_first
+    for _ in range(warmup - 1):
+        eng.update(records)
+    sync(device)
+    t0 = time.perf_counter()
+    last = None
+    for _ in range(steps):
+        last = eng.update(records)
+    sync(device)
+    dt_ = (time.perf_counter() - t0) / steps
+    ref_fraction = sum(replay) / len(replay)
+    out = throughput_row(name, shape, micro, seq, dt_, ref_fraction, device)
+    out.update({"first_update_s": round(first_s, 2), "compile_blocks": eng.cfg.compile_blocks,
+                "replay_records": sum(replay), "records": micro, "objective_first": first.parts.objective,
+                "objective_last": last.parts.objective, "grad_norm_last": last.grad_norm,
+                "clip_factor_last": last.clip_factor, "optimizer_fused": eng.optimizer.fused})
+    return out
+
+
+def profile_update(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay, out_dir: Path) -> dict:
+    """One profiled kit update: the kernels by device time, written to kit_profile.txt."""
+    from torch.profiler import ProfilerActivity, profile
+
+    records = make_records(shape, micro, seq, replay, seed=3)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if eng.device.type == "cuda" else [])
+    sync(eng.device)
+    t0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        eng.update(records)
+        sync(eng.device)
+    wall = time.perf_counter() - t0
+    key = "self_device_time_total" if eng.device.type == "cuda" else "self_cpu_time_total"
+    averages = prof.key_averages()
+    try:
+        table = averages.table(sort_by=key, row_limit=45, max_name_column_width=90)
+    except (KeyError, AttributeError, ValueError):  # older spelling of the device-time column
+        key = "self_cuda_time_total"
+        table = averages.table(sort_by=key, row_limit=45, max_name_column_width=90)
+    (out_dir / "kit_profile.txt").write_text(table)
+    busy_us = sum(getattr(e, key, 0) or 0 for e in averages
+                  if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA)
+    return {"row": "profile", "wall_s": round(wall, 4), "device_busy_s": round(busy_us / 1e6, 4),
+            "file": "kit_profile.txt"}
+
+
+# --- (c) checkpoint throughput ------------------------------------------------------------------------
+def drop_page_cache() -> bool:
+    """Make the next reads come from disk (root only; False where the kernel refuses)."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def checkpoint_bench(eng: StageEngine, shape: LlamaShape, base: Path) -> dict:
+    from kit.store.commits import load_param_states, param_digests, save_param_states, write_commit
+    from kit.store.objects import ObjectStore, fetch_objects
+
+    states = eng.optimizer.param_states()
+    total = sum(st["param"].numel() * 4 * 3 for st in states.values())
+    usage = shutil.disk_usage(base)
+    out = {"row": "checkpoint", "store_dir": str(base), "learned_state_bytes": total,
+           "disk_free_before_gb": round(usage.free / 1e9, 1)}
+    if usage.free < 1.1 * total:
+        out["skipped"] = f"only {usage.free / 1e9:.1f} GB free under {base}; need {1.1 * total / 1e9:.1f}"
+        return out
+    home = Path(tempfile.mkdtemp(prefix="kit-bench-store-", dir=base))
+    home2 = Path(tempfile.mkdtemp(prefix="kit-bench-owner-", dir=base))
+    try:
+        store = ObjectStore(home)
+        sync(eng.device)
+        t0 = time.perf_counter()
+        entries = save_param_states(store, states)  # device -> host, sha256, write, fsync, rename
+        t1 = time.perf_counter()
+        rng = [store.put_bytes(b"benchmark rng state of rank 0")]
+        layout = {"blocks": [[0, shape.num_hidden_layers]], "embedding_owner": 0,
+                  "model_config": store.put_bytes(canonical_json(shape.to_hf_dict()))}
+        learned = {"cursor": {"update": 1}, "params": entries}
+        root = write_commit(home, learned, layout, None, rng)  # fsync + re-hash of every object, manifest, HEAD
+        t2 = time.perf_counter()
+        out.update({"commit_s": round(t2 - t0, 2), "commit_gb_per_s": round(total / 1e9 / (t2 - t0), 3),
+                    "save_param_states_s": round(t1 - t0, 2), "write_commit_verify_s": round(t2 - t1, 2),
+                    "root": root})
+        del states
+        out["load_cold"] = drop_page_cache()
+        t0 = time.perf_counter()
+        loaded = load_param_states(store, entries)  # read + re-hash + tensors, on the host
+        t1 = time.perf_counter()
+        n_loaded = sum(st[k].numel() * 4 for st in loaded.values() for k in ("param", "exp_avg", "exp_avg_sq"))
+        del loaded
+        out.update({"load_s": round(t1 - t0, 2), "load_gb_per_s": round(n_loaded / 1e9 / (t1 - t0), 3)})
+        half = set(range(shape.num_hidden_layers // 2, shape.num_hidden_layers))
+        names = {e["name"] for e in entries if e["name"].startswith("model.layers.")
+                 and int(e["name"].split(".")[2]) in half}
+        wanted = param_digests(entries, names)
+        want_bytes = sum(store.path(d).stat().st_size for d in set(wanted))
+        if shutil.disk_usage(base).free < 1.1 * want_bytes:
+            out["owner_skipped"] = "not enough disk for the new owner's store"
+            return out
+        out["owner_load_cold"] = drop_page_cache()
+        before = store.bytes_read
+        t0 = time.perf_counter()
+        fetched = fetch_objects(store, ObjectStore(home2), wanted)
+        t1 = time.perf_counter()
+        mine = load_param_states(ObjectStore(home2), entries, names)
+        t2 = time.perf_counter()
+        out.update({"owner_blocks": [min(half), max(half) + 1], "owner_params": len(names),
+                    "owner_bytes": want_bytes, "owner_source_bytes_read": store.bytes_read - before,
+                    "owner_reads_only_its_objects": store.bytes_read - before == fetched == want_bytes,
+                    "owner_fetch_s": round(t1 - t0, 2), "owner_load_s": round(t2 - t1, 2),
+                    "owner_total_gb_per_s": round(want_bytes / 1e9 / (t2 - t0), 3)})
+        del mine
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(home2, ignore_errors=True)
+        out["disk_free_after_gb"] = round(shutil.disk_usage(base).free / 1e9, 1)
+    return out
+
+
+def store_base() -> Path:
+    """The candidate directory with the most free disk (the learned state is ~20 GB at 1.7B)."""
+    cands = [Path(p) for p in (os.environ.get("KIT_BENCH_STORE"), tempfile.gettempdir(), str(REPO)) if p]
+    return max((p for p in cands if p.is_dir()), key=lambda p: shutil.disk_usage(p).free)
+
+
+# --- (3) the planner's estimate against measurement ----------------------------------------------------
+class SimulatedPeers(Group):
+    """Stands in for the other ranks on one device: a receive yields a random tensor of the expected
+    shape (input activations or output gradients), a send is held until `wait_sends` as an NCCL
+    isend buffer would be, collectives are the identity. Records allocated bytes at each receive."""
+
+    def __init__(self, rank: int, world: int, device):
+        super().__init__(rank, world, device)
+        self.allocated_at_recv: list[int] = []
+
+    def isend(self, tensor, dst):
+        self._pending.append((None, tensor.detach().contiguous()))
+
+    def recv(self, shape, dtype, src):
+        if self.device.type == "cuda":
+            self.allocated_at_recv.append(torch.cuda.memory_allocated())
+        return torch.randn(shape, device=self.device).to(dtype)
+
+    def wait_sends(self):
+        self._pending.clear()
+
+    def allreduce_sum_(self, tensor):
+        return tensor
+
+
+def planner_check(shape: LlamaShape, micro: int, seq: int, n_micro: int, device, capacity: int,
+                  compile_blocks: str) -> list[dict]:
+    model = MemoryModel.gpu_bf16()
+    mb = MicrobatchShape(batch=micro, seq_len=seq, in_flight=n_micro)
+    p = plan(shape, [WorkerCapacity("gpu0", capacity), WorkerCapacity("gpu1", capacity)], mb, model)
+    layout = Layout(tuple(p.ranges)).validate(shape.num_hidden_layers)
+    records = make_records(shape, micro * n_micro, seq, (False, False, True, True), seed=4)
+    rows = []
+    for rank in range(layout.workers):
+        free(device)
+        student = build_stage(shape, layout, rank, device=device)
+        reference = build_stage(shape, layout, rank, device=device)
+        random_init(student, 10 + rank)
+        random_init(reference, 20 + rank)
+        reference.to(torch.bfloat16).requires_grad_(False)
+        group = SimulatedPeers(rank, layout.workers, device)
+        eng = StageEngine(group, layout, student, reference, optimizer(student), canonical_names(shape),
+                          engine_config(micro, compile_blocks))
+        static = torch.cuda.memory_allocated() if device.type == "cuda" else None
+        for _ in range(2):
+            eng.update(records)
+        sync(device)
+        est = p.estimates[rank]
+        measured = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+        row = {"row": "planner", "workers": layout.workers, "rank": rank, "blocks": list(layout.ranges[rank]),
+               "owns_embedding": rank == layout.embedding_owner, "microbatch": [micro, seq],
+               "in_flight": n_micro, "estimate_bytes": est.total, "estimate_components": est.components,
+               "measured_peak_bytes": measured, "static_bytes": static,
+               "max_allocated_at_recv_bytes": max(group.allocated_at_recv, default=None)}
+        if measured:
+            row["error"] = round((est.total - measured) / measured, 4)
+        rows.append(row)
+        del eng, student, reference, group
+    free(device)
+    return rows
+
+
+def single_worker_estimate(shape: LlamaShape, micro: int, seq: int) -> dict:
+    est = estimate_worker(shape, range(shape.num_hidden_layers), True, MicrobatchShape(micro, seq, 1),
+                          MemoryModel.gpu_bf16())
+    return {"estimate_bytes": est.total, "estimate_components": est.components}
+
+
+# --- the run record -----------------------------------------------------------------------------------
+def versions() -> dict:
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+    for name in ("transformers", "triton"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            out[name] = None
+    return out
+
+
+def device_info(device) -> dict:
+    info = {"type": device.type, "host": platform.node(), "cpu_count": os.cpu_count()}
+    if device.type == "cuda":
+        prop = torch.cuda.get_device_properties(device)
+        info.update({"name": prop.name, "capability": f"{prop.major}.{prop.minor}",
+                     "memory_bytes": prop.total_memory, "multiprocessors": prop.multi_processor_count})
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30, check=False)
+            info["driver"] = smi.stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            info["driver"] = None
+    return info
+
+
+def git_commit() -> dict:
+    commit = os.environ.get("KIT_GIT_COMMIT")
+    dirty = os.environ.get("KIT_GIT_DIRTY")
+    if commit is None:
+        try:
+            done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  check=False, timeout=30)
+            commit = done.stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            commit = None
+    return {"commit": commit, "dirty": None if dirty is None else dirty == "1",
+            "source": "env KIT_GIT_COMMIT" if os.environ.get("KIT_GIT_COMMIT") else "git rev-parse"}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="toy shape: checks the script (CPU works)")
+    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--sections", default="baseline,kit,checkpoint,planner,kit_all_replay,kit_eager",
+                    help="comma list of baseline, kit, checkpoint, planner, kit_all_replay, kit_eager")
+    ap.add_argument("--planner-microbatches", type=int, default=2)
+    ap.add_argument("--profile", action="store_true", help="profile one kit update (kit_profile.txt)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "bench-update"))
+    a = ap.parse_args(argv)
+    started = dt.datetime.now(dt.UTC)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    shape = tiny() if a.tiny else smollm2_17b()
+    seq = a.seq or (64 if a.tiny else 2048)
+    sections = [s for s in a.sections.split(",") if s] + (["profile"] if a.profile else [])
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results, status, errors = [], "completed", []
+    half = (False, False, True, True) if a.micro == 4 else tuple(i >= a.micro // 2 for i in range(a.micro))
+    with open(out_dir / "update_throughput.jsonl", "w") as sink:
+        emit({"row": "environment", "versions": versions(), "device": device_info(device),
+              "shape": shape.to_hf_dict()}, sink)
+        baseline = kit_row = None
+
+        def section(name, fn):
+            nonlocal status
+            if name not in sections:
+                return None
+            free(device)
+            try:
+                rows = fn()
+            except Exception as e:  # noqa: BLE001 -- record and go on: one failing section must not hide the others
+                status = "failed"
+                errors.append({"section": name, "error": repr(e)[:2000]})
+                emit({"row": name, "error": repr(e)[:2000]}, sink)
+                return None
+            for r in rows if isinstance(rows, list) else [rows]:
+                results.append(emit(r, sink))
+            return rows
+
+        baseline = section("baseline", lambda: run_baseline(shape, a.micro, seq, a.warmup, a.steps, device))
+        holder = {}
+
+        def kit_section(compile_blocks, name, replay):
+            eng = build_kit(shape, a.micro, device, compile_blocks)
+            static = allocated_gib(device)
+            row = run_kit(name, eng, shape, a.micro, seq, replay, a.warmup, a.steps, device)
+            row["static_gib"] = static
+            if name == "kit":
+                row.update({"planner_" + k: v for k, v in single_worker_estimate(shape, a.micro, seq).items()})
+                if device.type == "cuda":
+                    row["planner_error"] = round((row["planner_estimate_bytes"] - torch.cuda.max_memory_allocated())
+                                                 / torch.cuda.max_memory_allocated(), 4)
+                    row["peak_bytes"] = torch.cuda.max_memory_allocated()
+                holder["eng"] = eng
+            return row
+
+        kit_row = section("kit", lambda: kit_section("auto", "kit", half))
+        if baseline and kit_row:
+            ratio = {"row": "ratio", "kit_over_baseline_tokens_per_s": round(kit_row["tokens_per_s"]
+                                                                           / baseline["tokens_per_s"], 3),
+                     "kit_peak_over_baseline_peak": (round(kit_row["peak_gib"] / baseline["peak_gib"], 3)
+                                                     if baseline["peak_gib"] else None)}
+            results.append(emit(ratio, sink))
+        if "eng" in holder:
+            if a.profile:
+                section("profile", lambda: profile_update(holder["eng"], shape, a.micro, seq, half, out_dir))
+            section("checkpoint", lambda: checkpoint_bench(holder["eng"], shape, store_base()))
+            holder.clear()
+        capacity = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 64 * GIB)
+        section("planner", lambda: planner_check(shape, a.micro, seq, a.planner_microbatches, device, capacity,
+                                                 "auto"))
+        section("kit_all_replay", lambda: kit_section("auto", "kit_all_replay", (True,) * a.micro))
+        section("kit_eager", lambda: kit_section("off", "kit_eager", half))
+    ended = dt.datetime.now(dt.UTC)
+    record = {
+        "format": "kit-bench/1",
+        "run_id": f"bench-update-{started.strftime('%Y-%m-%d')}",
+        "notebook": None,
+        "command": " ".join(["python", *([sys.argv[0]] if argv is None else ["bench/update_throughput.py"]),
+                             *(sys.argv[1:] if argv is None else argv)]),
+        "parameters": {"shape": shape.to_hf_dict(), "micro": a.micro, "seq": seq, "warmup": a.warmup,
+                       "steps": a.steps, "sections": sections, "planner_microbatches": a.planner_microbatches,
+                       "lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WEIGHT_DECAY,
+                       "max_grad_norm": MAX_NORM, "peak_flops": PEAK_FLOPS, "tiny": a.tiny},
+        "git": git_commit(),
+        "versions": versions(),
+        "device": device_info(device),
+        "status": status,
+        "errors": errors,
+        "started_at": started.isoformat(timespec="seconds"),
+        "ended_at": ended.isoformat(timespec="seconds"),
+        "duration_s": round((ended - started).total_seconds(), 1),
+        "results": results,
+        "raw_output": "update_throughput.jsonl",
+    }
+    (out_dir / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return 0 if status == "completed" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""`kit adaptive train | evaluate | select | gates` (prepare lives with kit/adaptive/prepare.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def cmd_train(a) -> int:
+    from kit.adaptive.train import train
+
+    for c in train(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home,
+                   a.until, a.grow, a.reference_home):
+        print(json.dumps(c, sort_keys=True), flush=True)
+    return 0
+
+
+def cmd_evaluate(a) -> int:
+    from kit.adaptive.evaluation import evaluate
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.digest import load_json_strict
+
+    pj = load_json_strict(Path(a.prepared) / "prepared.json")
+    c = load_adaptive_contract(pj["locations"]["contract"]).data
+    res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
+                   c["training"]["max_tokens"], c["evaluation"]["max_new_tokens"], a.selection)
+    correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
+    print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
+                      "baseline_correct": correct[1]}, sort_keys=True))
+    return 0
+
+
+def cmd_select(a) -> int:
+    from kit.adaptive.selection import write_selection
+
+    cands = {}
+    for spec in a.candidate:
+        name, _, loc = spec.partition("=")
+        home, _, root = loc.rpartition(":")
+        if not name or not home or len(root) != 64:
+            raise ValueError(f"--candidate {spec!r}: expected NAME=HOME:FULL_ROOT")
+        cands[name] = {"home": home, "root": root}
+    dev = {}
+    for path in a.dev_eval or []:
+        from kit.digest import sha256_file
+
+        dev[Path(path).name] = sha256_file(path)
+    rec = write_selection(a.prepared, cands, a.out, {"dev_evaluations": dev})
+    print(json.dumps({"out": a.out, "candidates": rec["candidates"]}, sort_keys=True))
+    return 0
+
+
+def cmd_gates(a) -> int:
+    from kit.adaptive.evaluation import gates
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.digest import load_json_strict, write_canonical_json
+
+    contract = load_adaptive_contract(a.contract)
+    out = {"contract_digest": contract.digest, "comparisons": {}}
+    for spec in a.eval:
+        name, _, path = spec.partition("=")
+        out["comparisons"][name] = {"evaluation": path, **gates(load_json_strict(path), contract.data)}
+    out["all_passed"] = all(v["passed"] for v in out["comparisons"].values())
+    write_canonical_json(a.out, out)
+    print(json.dumps({n: {"passed": v["passed"], "gates": {g["name"]: g["passed"] for g in v["gates"]}}
+                      for n, v in out["comparisons"].items()}, sort_keys=True))
+    return 0
+
+
+def cmd_compare(a) -> int:
+    from kit.adaptive.compare import compare
+    from kit.digest import write_canonical_json
+
+    ah, _, ar = a.a.rpartition(":")
+    bh, _, br = a.b.rpartition(":")
+    res = compare(ah, ar, bh, br, a.cohort)
+    write_canonical_json(a.out, res)
+    print(json.dumps({k: res[k] for k in ("learned_state_equal", "parameters_differing",
+                                          "max_abs_parameter_difference")}, sort_keys=True))
+    if a.require_equal and not res["learned_state_equal"]:
+        return 1
+    return 0
+
+
+def register(sub) -> None:
+    from kit.adaptive.prepare import adaptive_subparsers
+
+    sp = adaptive_subparsers(sub)
+    s = sp.add_parser("train", help="one cohort arm on owned blocks only (local launcher or torchrun)")
+    s.add_argument("--prepared", required=True)
+    s.add_argument("--seed", required=True)
+    s.add_argument("--home", required=True)
+    s.add_argument("--cohort", choices=["A", "B"], default="A")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--resume", help="full root of a complete commit to continue from")
+    s.add_argument("--reference", help="cohort B: full root of the committed phase-A endpoint")
+    s.add_argument("--reference-home", help="store holding --reference (default: --source-home or --home)")
+    s.add_argument("--source-home", help="migrate: fetch assigned objects of --resume from this store")
+    s.add_argument("--until", type=int, help="stop after this cohort step (default: the contract's endpoint)")
+    s.add_argument("--grow", action="store_true", help="append the contract's blocks before training")
+    s.set_defaults(fn=cmd_train)
+
+    s = sp.add_parser("evaluate", help="score a candidate against its baseline (dev roles by default)")
+    s.add_argument("--prepared", required=True)
+    s.add_argument("--candidate", required=True, help="HOME:FULL_ROOT or seed:DIR")
+    s.add_argument("--baseline", required=True, help="HOME:FULL_ROOT or seed:DIR")
+    s.add_argument("--split", choices=["dev", "final"], default="dev")
+    s.add_argument("--selection", help="final roles: the selection record")
+    s.add_argument("--tokenizer", help="seed directory with the tokenizer (default: the prepared seed)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_evaluate)
+
+    s = sp.add_parser("select", help="bind the prepared job and the candidate roots before final scoring")
+    s.add_argument("--prepared", required=True)
+    s.add_argument("--candidate", action="append", required=True, help="NAME=HOME:FULL_ROOT")
+    s.add_argument("--dev-eval", action="append", help="development evaluations the decision read")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_select)
+
+    s = sp.add_parser("compare", help="two committed runs side by side (migration vs uninterrupted, growth vs control)")
+    s.add_argument("--a", required=True, help="HOME:FULL_ROOT")
+    s.add_argument("--b", required=True, help="HOME:FULL_ROOT")
+    s.add_argument("--cohort", choices=["A", "B"], default="A")
+    s.add_argument("--require-equal", action="store_true", help="exit 1 unless the learned-state roots are equal")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_compare)
+
+    s = sp.add_parser("gates", help="the seed's gates on final evaluations")
+    s.add_argument("--contract", required=True)
+    s.add_argument("--eval", action="append", required=True, help="NAME=final evaluation JSON")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_gates)

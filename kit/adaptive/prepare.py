@@ -1,0 +1,475 @@
+"""`kit adaptive prepare`: the frozen contract's data, schedule and ownership, bound by digests, before training.
+
+What it writes into a fresh `out_dir` (formats in docs/formats.md, "Adaptive preparation"):
+  roles/<role>.jsonl          one file per role (ROLES); every record carries its "role"; task records
+                              carry "family", "answer", "difficulty" and the task content "digest"
+  schedule.json               per cohort, per update, the ordered record ids with their replay flag
+  ownership.json              the planner's seed ownership manifests (ranges and tensor names per worker)
+  prepared.json               what was prepared from what; `job_digest` excludes paths and created_at
+  adaptive-shards-inputs.json digests of every input, the contract, the prepared files and the kit source
+
+Why it never loads weights: the seed may be 1.7B parameters and preparation runs anywhere. The tensor
+inventory comes from safetensors headers (kit.inventory) and the parameter digest from streamed bytes;
+no tensor is built. A contract that pins the parameter digest refuses a different seed before anything
+is written. Everything is assembled in a staging sibling and renamed into place at the end, so a
+refusal or a crash leaves no half-prepared directory.
+
+Selection and order are pure functions of the contract's data seeds: records are ranked by
+sha256(canonical_json([seed, label, id])), which no library upgrade can change (kit.data.tasks avoids
+numpy's Generator methods for the same reason). Roles are disjoint by construction (task roles are
+generated with every earlier role's digests, and the seed's own training tasks, excluded; conversation
+roles skip content already used) and checked again by id and content digest before writing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kit.adaptive.schema import REGIMES, load_adaptive_contract
+from kit.data.conversations import (
+    Conversation,
+    conversation_from_json,
+    instruction_source_range,
+    normalize_text,
+    read_jsonl,
+    write_jsonl,
+)
+from kit.data.tasks import FAMILIES, TaskExample, assert_disjoint, generate_set
+from kit.digest import canonical_json, sha256_file, sha256_json, write_canonical_json
+from kit.inventory import inventory, inventory_digest, parameter_digest
+from kit.model_config import LlamaShape, load_config
+from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
+from kit.provenance import input_commitments
+
+PREPARED_FORMAT = "kit.adaptive.prepared/1"
+SCHEDULE_FORMAT = "kit.adaptive.schedule/1"
+OWNERSHIP_FORMAT = "kit.adaptive.ownership/1"
+PREPARED_FILE = "prepared.json"
+SCHEDULE_FILE = "schedule.json"
+OWNERSHIP_FILE = "ownership.json"
+COMMITMENTS_FILE = "adaptive-shards-inputs.json"
+ROLES = ("A.new", "A.replay", "B.new", "B.replay_a", "B.replay_conv",
+         "dev.tasks", "dev.retention", "final.tasks", "final.retention")
+TRAINING_ROLES = ("A.new", "A.replay", "B.new", "B.replay_a", "B.replay_conv")
+# role -> contract part of the per-update composition (kit/adaptive/schema.py)
+COHORT_PARTS = {"A": {"A.new": "new", "A.replay": "replay_conv"},
+                "B": {"B.new": "new", "B.replay_a": "replay_a", "B.replay_conv": "replay_conv"}}
+# Seed files that change behaviour besides the weights; hashed and committed when present.
+SEED_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+              "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model")
+TOKENIZER_FILES = SEED_FILES[2:]
+
+
+class PrepareError(ValueError):
+    """Preparation refused: the message names the input or contract field and what was expected."""
+
+
+def role_file(role: str) -> str:
+    return f"roles/{role}.jsonl"
+
+
+def _rank(items, seed: int, label: str, key=lambda c: c.id) -> list:
+    """`items` in the order of sha256(canonical_json([seed, label, key])): a seeded, version-proof shuffle."""
+    return sorted(items, key=lambda x: sha256_json([seed, label, key(x)]))
+
+
+def _labelled(conv: Conversation, role: str, **extra) -> Conversation:
+    return Conversation(conv.id, conv.messages, conv.source, {**conv.meta, **extra, "role": role})
+
+
+def _task_records(examples: list[TaskExample], role: str) -> list[Conversation]:
+    out = []
+    for e in examples:
+        conv = conversation_from_json(e.to_conversation(), f"task example {e.id}", "task")
+        out.append(_labelled(conv, role, answer=e.answer, difficulty=e.difficulty))
+    return out
+
+
+def _document_key(conv: Conversation) -> str:
+    """Normalised text of the whole document: every user and assistant turn, in order."""
+    return normalize_text(" ".join(m.content for m in conv.messages if m.role in ("user", "assistant")))
+
+
+class _Fits:
+    """Whether a conversation encodes within max_tokens under the contract's "reject" policy."""
+
+    def __init__(self, seed_dir: Path, max_tokens: int):
+        from kit.data.chat import encode_conversation, load_tokenizer
+
+        self._encode = encode_conversation
+        self.tokenizer = load_tokenizer(seed_dir)
+        self.tokenizer.model_max_length = 1 << 62  # we only count tokens; silence the long-sequence warning
+        self.max_tokens = max_tokens
+
+    def __call__(self, conv: Conversation) -> bool:
+        try:
+            return self._encode(self.tokenizer, conv, self.max_tokens, "reject") is not None
+        except ValueError:
+            return False  # no learnable assistant token under this tokenizer: unusable like an over-long one
+
+
+def _take(candidates, count: int, fits: _Fits, used: set[str], role: str, source: str) -> tuple[list, dict]:
+    """The first `count` candidates that fit and whose content is not used yet; counts what was skipped."""
+    taken, skipped = [], {"over_max_tokens": 0, "content_used": 0}
+    for conv in candidates:
+        if len(taken) == count:
+            break
+        if conv.digest in used:
+            skipped["content_used"] += 1
+        elif not fits(conv):
+            skipped["over_max_tokens"] += 1
+        else:
+            taken.append(conv)
+            used.add(conv.digest)
+    if len(taken) < count:
+        raise PrepareError(f"{source}: only {len(taken)} usable conversations for role {role!r}, the contract needs "
+                           f"{count} (skipped: {skipped}; max_tokens = {fits.max_tokens})")
+    return taken, skipped
+
+
+def _check_out_dir(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PrepareError(f"{out}: already exists and is not an empty directory; prepared jobs are immutable, "
+                           "choose a new --out")
+
+
+def _check_pinned(path: Path, expected: str | None, field: str) -> str:
+    actual = sha256_file(path)
+    if expected is not None and actual != expected:
+        raise PrepareError(f"{path}: sha256 {actual} does not match the contract's {field} = {expected}")
+    return actual
+
+
+def _seed_identity(c: dict, seed_dir: Path) -> tuple[dict, object, dict]:
+    """Header-only inventory and streamed parameter digest; refuses a seed the contract does not name."""
+    pinned = c["seed"]["parameter_digest"]
+    digest = parameter_digest(seed_dir)  # hashes each tensor's byte range; nothing is materialised
+    if pinned is not None and digest != pinned:
+        raise PrepareError(f"{seed_dir}: parameter digest {digest} does not match the contract's "
+                           f"seed.parameter_digest = {pinned}; refusing a different seed")
+    shape = load_config(seed_dir)
+    inv = inventory(seed_dir)
+    blocks = {b for n in inv if (b := _block_of(n)) is not None}
+    if blocks != set(range(shape.num_hidden_layers)):
+        raise PrepareError(f"{seed_dir}: safetensors hold blocks {sorted(blocks)}; config.json says "
+                           f"num_hidden_layers = {shape.num_hidden_layers}")
+    if c["growth"]["copy_block"] >= shape.num_hidden_layers:
+        raise PrepareError(f"contract field 'growth.copy_block' = {c['growth']['copy_block']}; the seed has blocks "
+                           f"0..{shape.num_hidden_layers - 1}")
+    workers = max(c["migration"]["to_workers"], c["cohorts"]["A"]["workers"], c["cohorts"]["B"]["workers"])
+    if workers > shape.num_hidden_layers:
+        raise PrepareError(f"the contract needs {workers} workers but the seed has only {shape.num_hidden_layers} "
+                           "blocks (each worker owns at least one)")
+    identity = {
+        "parameter_digest": digest,
+        "parameter_digest_pinned": pinned is not None,
+        "inventory_digest": inventory_digest(seed_dir),
+        "config_sha256": sha256_file(seed_dir / "config.json"),
+        "num_hidden_layers": shape.num_hidden_layers,
+        "param_count": shape.param_count(),
+        "tensors": len(inv),
+    }
+    return identity, shape, inv
+
+
+def _block_of(name: str) -> int | None:
+    m = re.match(r"^model\.layers\.(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def _layout_manifest(c: dict, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
+    """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
+    t = c["training"]
+    docs = max(c["cohorts"]["A"]["documents_per_update"], c["cohorts"]["B"]["documents_per_update"])
+    # GPipe-style schedule (kit/dist/pipeline.py): every microbatch of an update is in flight at once.
+    mb = MicrobatchShape(t["microbatch_size"], t["max_tokens"], -(-docs // t["microbatch_size"]))
+    model = MemoryModel(reserve_bytes=c["planner"]["reserve_bytes"], **REGIMES[c["planner"]["regime"]])
+    capacity = c["planner"]["worker_memory_bytes"]
+    p = plan(shape, [WorkerCapacity(f"worker{i}", capacity) for i in range(workers)], mb, model)
+    detail = []
+    for rank, ((a, b), est) in enumerate(zip(p.ranges, p.estimates)):
+        owned = sorted(n for n, blk in names.items() if blk is not None and a <= blk < b)
+        owned += sorted(n for n, blk in names.items() if blk is None) if rank == p.embedding_owner else []
+        detail.append({"rank": rank, "blocks": [a, b], "owns_embedding": rank == p.embedding_owner,
+                       "estimate_bytes": est.total, "utilization": p.utilizations[rank], "tensors": owned})
+    return {"workers": workers, "num_hidden_layers": shape.num_hidden_layers, "grown": grown,
+            "blocks": [list(r) for r in p.ranges], "embedding_owner": p.embedding_owner,
+            "peak_utilization": p.peak_utilization, "per_worker": detail}
+
+
+def ownership_manifests(c: dict, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
+    """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth.
+
+    Equal capacities (planner.worker_memory_bytes each): the assignment then minimises the largest
+    estimate, and the value only decides feasibility. Grown tensors are the copy block's names under
+    the new block indices (kit/model/growth.py); they are not in the seed.
+    """
+    names = {n: _block_of(n) for n in inv}
+    g = c["growth"]
+    grown_names = dict(names)
+    copied = [n for n, blk in names.items() if blk == g["copy_block"]]
+    for k in range(g["add_blocks"]):
+        new = shape.num_hidden_layers + k
+        grown_names |= {n.replace(f"model.layers.{g['copy_block']}.", f"model.layers.{new}.", 1): new for n in copied}
+    counts = sorted({c["cohorts"]["A"]["workers"], c["migration"]["to_workers"], c["cohorts"]["B"]["workers"]})
+    layouts = [_layout_manifest(c, shape, names, w, False) for w in counts]
+    layouts.append(_layout_manifest(c, shape_with_growth(shape, g["add_blocks"]), grown_names,
+                                    c["cohorts"]["B"]["workers"], True))
+    return {"format": OWNERSHIP_FORMAT, "seed_inventory_digest": inv_digest, "regime": c["planner"]["regime"],
+            "worker_memory_bytes": c["planner"]["worker_memory_bytes"],
+            "reserve_bytes": c["planner"]["reserve_bytes"], "layouts": layouts}
+
+
+def _generate_tasks(c: dict, seed_task_digests: set[str]) -> dict[str, list[TaskExample]]:
+    """A.new, B.new, dev.tasks, final.tasks; each excludes every earlier role and the seed's own tasks."""
+    wanted = {"A.new": c["cohorts"]["A"]["totals"]["new"], "B.new": c["cohorts"]["B"]["totals"]["new"],
+              "dev.tasks": c["evaluation"]["dev"]["tasks"], "final.tasks": c["evaluation"]["final"]["tasks"]}
+    excluded = set(seed_task_digests)
+    out = {}
+    for role, count in wanted.items():
+        out[role] = generate_set(count, c["data_seeds"]["tasks"], role, c["tasks"]["difficulty"], excluded)
+        excluded |= {e.digest for e in out[role]}
+    assert_disjoint(*out.values())
+    return out
+
+
+def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation]], fits: _Fits) -> tuple[list, dict]:
+    """The first `count` records of the pinned range surviving exclusion against every prepared record."""
+    spec = c["evaluation"]["final"]["retention"]
+    rng = instruction_source_range(public, spec["sha256"], spec["start"], spec["stop"], spec["source_name"])
+    against = [conv for role, convs in records.items() for conv in convs]
+    prompts = {m.content for conv in against for m in conv.messages if m.role == "user"}
+    keys = {"prompt_exact": prompts, "prompt_normalized": {normalize_text(p) for p in prompts},
+            "document_normalized": {_document_key(conv) for conv in against}}
+    counts = {rule: 0 for rule in keys} | {"over_max_tokens": 0, "content_used": 0}
+    used: set[str] = set()
+    eligible = []
+    for conv in rng.conversations:  # index order; each record is counted under the first rule it meets
+        probe = {"prompt_exact": conv.prompt, "prompt_normalized": normalize_text(conv.prompt),
+                 "document_normalized": _document_key(conv)}
+        rule = next((r for r in keys if probe[r] in keys[r]), None)
+        if rule is None and conv.digest in used:
+            rule = "content_used"
+        elif rule is None and not fits(conv):
+            rule = "over_max_tokens"
+        if rule is not None:
+            counts[rule] += 1
+            continue
+        used.add(conv.digest)
+        eligible.append(conv)
+    if len(eligible) < spec["count"]:
+        raise PrepareError(f"{public}: records [{spec['start']}, {spec['stop']}) leave {len(eligible)} eligible "
+                           f"after exclusion {counts}; evaluation.final.retention.count = {spec['count']}")
+    report = {"source_name": spec["source_name"], "start": spec["start"], "stop": spec["stop"],
+              "skipped_empty_output": len(rng.skipped_empty_output), "excluded": counts,
+              "excluded_total": sum(counts.values()), "eligible": len(eligible), "taken": spec["count"],
+              "against_roles": sorted(records)}
+    return [_labelled(x, "final.retention") for x in eligible[: spec["count"]]], report
+
+
+def _schedule(c: dict, records: dict[str, list[Conversation]]) -> dict:
+    seed = c["data_seeds"]["schedule"]
+    cohorts = {}
+    for cohort, parts in COHORT_PARTS.items():
+        spec = c["cohorts"][cohort]
+        ranked = {role: _rank(records[role], seed, f"schedule/{cohort}/{role}") for role in parts}
+        steps = []
+        for k in range(spec["updates"]):
+            chosen = []
+            for role, part in parts.items():
+                n = spec["per_update"][part]
+                chosen += [(role, conv) for conv in ranked[role][k * n:(k + 1) * n]]
+            chosen = _rank(chosen, seed, f"schedule/{cohort}/{k + 1}", key=lambda rc: [rc[0], rc[1].id])
+            steps.append([{"id": conv.id, "role": role, "replay": role not in ("A.new", "B.new"),
+                           "digest": conv.digest} for role, conv in chosen])
+        cohorts[cohort] = {"updates": spec["updates"], "reference": spec["reference"], "steps": steps}
+    return {"format": SCHEDULE_FORMAT, "contract_digest": None, "seed": seed, "cohorts": cohorts}
+
+
+def _a_steps(schedule: dict) -> dict[str, int]:
+    return {e["id"]: k + 1 for k, step in enumerate(schedule["cohorts"]["A"]["steps"])
+            for e in step if e["role"] == "A.new"}
+
+
+def _assert_roles(records: dict[str, list[Conversation]], seed_task_digests: set[str]) -> None:
+    """Disjoint roles by id and content; replay roles are subsets of what they replay."""
+    disjoint = ("A.new", "B.new", "dev.tasks", "final.tasks", "A.replay", "dev.retention", "final.retention")
+    seen_id: dict[str, str] = {}
+    seen_digest: dict[str, str] = {}
+    for role in disjoint:
+        for conv in records[role]:
+            for key, seen in ((conv.id, seen_id), (conv.digest, seen_digest)):
+                if seen.setdefault(key, role) != role:
+                    raise PrepareError(f"roles {seen[key]!r} and {role!r} share record {conv.id!r}")
+    for role in ("A.new", "B.new", "dev.tasks", "final.tasks"):
+        clash = [x.id for x in records[role] if x.meta["digest"] in seed_task_digests]
+        if clash:
+            raise PrepareError(f"role {role!r} repeats the seed's own training task {clash[0]!r}")
+    for role, parent in (("B.replay_a", "A.new"), ("B.replay_conv", "A.replay")):
+        parent_ids = {x.id: x.digest for x in records[parent]}
+        for conv in records[role]:
+            if parent_ids.get(conv.id) != conv.digest:
+                raise PrepareError(f"role {role!r} record {conv.id!r} is not a record of {parent!r}")
+
+
+def _role_summary(convs: list[Conversation], sha: str, role: str) -> dict:
+    families = [x.meta.get("family") for x in convs]
+    return {"file": role_file(role), "sha256": sha, "count": len(convs),
+            "per_family": ({f: families.count(f) for f in FAMILIES} if any(families) else None),
+            "content_digest": sha256_json(sorted(x.digest for x in convs))}
+
+
+def _conversation_roles(c: dict, pool: list[Conversation], dev_path: Path | None, replay_path: Path,
+                        fits: _Fits) -> tuple[dict[str, list[Conversation]], dict]:
+    """A.replay and dev.retention: disjoint in content; dev.retention from its file, else from the pool."""
+    sel, used, skipped, out = c["data_seeds"]["selection"], set(), {}, {}
+    n_dev, n_replay = c["evaluation"]["dev"]["retention"], c["cohorts"]["A"]["totals"]["replay_conv"]
+    if dev_path:  # the given exposed records first, in file order; replay then avoids their content
+        out["dev.retention"], skipped["dev.retention"] = _take(read_jsonl(dev_path), n_dev, fits, used,
+                                                               "dev.retention", str(dev_path))
+    out["A.replay"], skipped["A.replay"] = _take(_rank(pool, sel, "A.replay"), n_replay, fits, used, "A.replay",
+                                                 str(replay_path))
+    if not dev_path:  # exposed conversations: previously trained, not used as replay
+        out["dev.retention"], skipped["dev.retention"] = _take(_rank(pool, sel, "dev.retention"), n_dev, fits, used,
+                                                               "dev.retention", str(replay_path))
+    return {role: [_labelled(x, role) for x in convs] for role, convs in out.items()}, skipped
+
+
+def _cohort_b_replay(c: dict, records: dict[str, list[Conversation]]) -> None:
+    """B.replay_conv from A.replay (conversation_replay.cohort_B), B.replay_a from what A's schedule trains."""
+    sel, totals = c["data_seeds"]["selection"], c["cohorts"]["B"]["totals"]
+    records["B.replay_conv"] = [_labelled(x, "B.replay_conv")
+                                for x in _rank(records["A.replay"], sel, "B.replay_conv")[:totals["replay_conv"]]]
+    a_step = _a_steps(_schedule(c, {**records, "B.new": [], "B.replay_a": [], "B.replay_conv": []}))
+    trained_in_a = _rank([x for x in records["A.new"] if x.id in a_step], sel, "B.replay_a")
+    records["B.replay_a"] = [_labelled(x, "B.replay_a", trained_in="A.new", a_step=a_step[x.id])
+                             for x in trained_in_a[:totals["replay_a"]]]
+
+
+def _check_inputs(c: dict, seed_dir: Path, replay: Path, dev: Path | None, public: Path, out: Path) -> None:
+    _check_out_dir(out)
+    for path in (seed_dir / "config.json", replay, public, *([dev] if dev else [])):
+        if not path.is_file():
+            raise PrepareError(f"{path}: input file not found")
+    _check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
+    _check_pinned(replay, c["inputs"]["replay_sha256"], "inputs.replay_sha256")
+    if dev:
+        _check_pinned(dev, c["inputs"]["dev_retention_sha256"], "inputs.dev_retention_sha256")
+
+
+def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_source_path, out_dir) -> dict:
+    """Prepare the contract's job into `out_dir` (absent or empty); returns a summary. See the module docstring.
+
+    Refused before anything is written: a contract failing its schema or rules, an input whose sha256
+    differs from the contract's pin, a seed whose parameter digest differs from the pinned one, a replay
+    file with fewer usable conversations than the contract needs, an existing non-empty `out_dir`.
+    """
+    contract = load_adaptive_contract(contract_path)
+    c = contract.data
+    seed_dir, replay_path, public = Path(seed_dir), Path(replay_path), Path(public_source_path)
+    dev_path = Path(dev_retention_path) if dev_retention_path is not None else None
+    out = Path(out_dir)
+    _check_inputs(c, seed_dir, replay_path, dev_path, public, out)
+    identity, shape, inv = _seed_identity(c, seed_dir)
+
+    trained = read_jsonl(replay_path)
+    seed_task_digests = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
+    pool = [x for x in trained if c["conversation_replay"]["pool"] == "all" or "family" not in x.meta]
+    need_replay = c["cohorts"]["A"]["totals"]["replay_conv"]
+    need = need_replay + (0 if dev_path else c["evaluation"]["dev"]["retention"])
+    if len(pool) < need:
+        raise PrepareError(f"{replay_path}: {len(pool)} {c['conversation_replay']['pool']} conversations; the contract "
+                           f"needs {need} (cohorts.A.totals.replay_conv = {need_replay}"
+                           + ("" if dev_path else f" + evaluation.dev.retention = {need - need_replay}") + ")")
+
+    fits = _Fits(seed_dir, c["training"]["max_tokens"])
+    records = {role: _task_records(examples, role) for role, examples in _generate_tasks(c, seed_task_digests).items()}
+    for role, convs in records.items():
+        too_long = next((x.id for x in convs if not fits(x)), None)
+        if too_long is not None:  # the over-long policy is "reject": a training or test task is never cut
+            raise PrepareError(f"role {role!r} task {too_long!r} exceeds training.max_tokens = {fits.max_tokens}")
+    conversation_roles, skipped = _conversation_roles(c, pool, dev_path, replay_path, fits)
+    records |= conversation_roles
+    _cohort_b_replay(c, records)
+    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits)
+    _assert_roles(records, seed_task_digests)
+    schedule = {**_schedule(c, records), "contract_digest": contract.digest}
+
+    staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        roles = {role: _role_summary(records[role], write_jsonl(staging / role_file(role), records[role]), role)
+                 for role in ROLES}
+        prepared = {
+            "format": PREPARED_FORMAT,
+            "contract": {"digest": contract.digest, "kind": c["kind"], "scale": c["scale"]},
+            "seed": identity,
+            "tokenizer": {f: sha256_file(seed_dir / f) for f in TOKENIZER_FILES if (seed_dir / f).is_file()},
+            "sources": {"replay": {"sha256": sha256_file(replay_path), "records": len(trained),
+                                   "task_records": len(seed_task_digests), "pool": c["conversation_replay"]["pool"],
+                                   "pool_records": len(pool)},
+                        "dev_retention": ({"sha256": sha256_file(dev_path)} if dev_path else
+                                          {"sha256": None, "drawn_from": "replay"}),
+                        "public": {"source_name": final_report["source_name"], "sha256": sha256_file(public)}},
+            "roles": roles,
+            "schedule": {"file": SCHEDULE_FILE, "sha256": write_canonical_json(staging / SCHEDULE_FILE, schedule)},
+            "ownership": {"file": OWNERSHIP_FILE, "sha256": write_canonical_json(
+                staging / OWNERSHIP_FILE, ownership_manifests(c, shape, inv, identity["inventory_digest"]))},
+            "exclusions": {"final.retention": final_report, "selection_skipped": skipped},
+        }
+        prepared["job_digest"] = sha256_json(prepared)  # before locations and created_at: neither is identity
+        prepared["locations"] = {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
+                                 "replay": str(replay_path.absolute()), "public_source": str(public.absolute()),
+                                 "dev_retention": str(dev_path.absolute()) if dev_path else None}
+        prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        prepared_sha = write_canonical_json(staging / PREPARED_FILE, prepared)
+        inputs = {f"seed/{p.name}": p for p in sorted(seed_dir.iterdir())
+                  if p.name in SEED_FILES or p.suffix == ".safetensors"}
+        inputs |= {"replay": replay_path, "public_source": public} | ({"dev_retention": dev_path} if dev_path else {})
+        written = {role: role_file(role) for role in ROLES} | {
+            "schedule": SCHEDULE_FILE, "ownership": OWNERSHIP_FILE, "prepared": PREPARED_FILE}
+        write_canonical_json(staging / COMMITMENTS_FILE,
+                             input_commitments(contract_path, contract.digest, inputs, staging, written))
+        if out.exists():
+            out.rmdir()  # checked empty above
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
+            "contract_digest": contract.digest, "parameter_digest": identity["parameter_digest"],
+            "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"]}
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+def adaptive_subparsers(sub):
+    """The `kit adaptive` subcommand group, created once and shared by every adaptive command."""
+    import argparse
+
+    parser = sub.choices.get("adaptive") or sub.add_parser("adaptive", help="the adaptive sharded learning experiment")
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    return action or parser.add_subparsers(dest="adaptive_command", required=True)
+
+
+def cmd_prepare(a) -> int:
+    summary = prepare(a.contract, a.seed, a.replay, a.dev_retention, a.public_source, a.out)
+    print(canonical_json(summary).decode())
+    return 0
+
+
+def register(sub) -> None:
+    s = adaptive_subparsers(sub).add_parser(
+        "prepare", help="write role files, schedule, ownership manifests, prepared.json and input commitments")
+    s.add_argument("--contract", required=True, help="contracts/adaptive-shards.json or .tiny.json")
+    s.add_argument("--seed", required=True, help="seed directory (config.json, *.safetensors, tokenizer files)")
+    s.add_argument("--replay", required=True, help="the seed's trained_conversations.jsonl")
+    s.add_argument("--dev-retention", default=None,
+                   help="exposed development-retention records (JSONL); default: drawn from --replay, not replayed")
+    s.add_argument("--public-source", required=True, help="local copy of the pinned public source (alpaca_5000.json)")
+    s.add_argument("--out", required=True, help="a new or empty directory for the prepared job")
+    s.set_defaults(fn=cmd_prepare)

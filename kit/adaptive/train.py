@@ -1,0 +1,233 @@
+"""`kit adaptive train`: one cohort arm of the adaptive experiment on owned blocks only.
+
+The driver (this process) checks every input commitment, including the kit's own source, before
+any worker starts; creates an attempt record in the home that survives every outcome; prepares the
+start state (a seed, a commit to resume, a migration from another store, or the append transition);
+launches the workers (local launcher, or this process is one torchrun worker); and finalises the
+attempt record. Each update's CE, KL, token counts, gradient norm, clip factor, time and the ids of
+its records go to `attempts/<attempt>/updates.jsonl` in the home; commits happen at the contract's
+commit points and at the endpoint, and the driver prints one JSON line per commit with the step
+and both roots.
+
+Global cursor: `step` counts updates since the seed (the Adam phase), `cohort` is 0 for A and 1
+for B, `cohort_step` counts updates within the cohort; cohort B starts from the committed A
+endpoint (cursor cohort 0 at its endpoint) and continues the same Adam state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+from kit.digest import canonical_json, load_json_strict, write_canonical_json
+
+COHORTS = ("A", "B")
+
+
+class TrainRefused(ValueError):
+    pass
+
+
+def check_inputs(prepared: Path) -> dict:
+    """Every digest in adaptive-shards-inputs.json against what is on disk, and the kit's source."""
+    from kit.provenance import check_commitments
+
+    commitments = load_json_strict(prepared / "adaptive-shards-inputs.json")
+    check_commitments(commitments, lambda p: Path(p) if os.path.isabs(p) else prepared / p)
+    return commitments
+
+
+def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int) -> dict:
+    """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
+    from kit.data.chat import encode_conversation, load_tokenizer
+    from kit.data.conversations import read_jsonl
+
+    pj = load_json_strict(prepared / "prepared.json")
+    schedule = load_json_strict(prepared / pj["schedule"]["file"])
+    roles = {e["role"] for step in schedule["cohorts"][cohort]["steps"] for e in step}
+    tok = load_tokenizer(seed_dir)
+    convs = {}
+    for role in sorted(roles):
+        info = pj["roles"][role]
+        for c in read_jsonl(prepared / info["file"], info["sha256"]):
+            convs[c.id] = c
+    encoded = {}
+    for cid, c in convs.items():
+        e = encode_conversation(tok, c, max_tokens, overflow="reject")
+        if e is None:
+            raise TrainRefused(f"{prepared}: record {cid!r} exceeds max_tokens={max_tokens}")
+        encoded[cid] = e
+    return {"steps": schedule["cohorts"][cohort]["steps"], "encoded": encoded,
+            "pad_id": tok.pad_token_id or 0}
+
+
+def adaptive_worker(group, args: dict, ctx) -> dict:
+    """Launcher/torchrun entry. args: prepared, seed_dir, home, cohort, layout, start, source_home,
+    reference, until, attempt_dir."""
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.dist.pipeline import EngineConfig
+    from kit.model.shard import Layout
+    from kit.session import Session, migrate, start_from_commit, start_from_seed
+    from kit.train.batch import TrainRecord
+    from kit.train.loss import DistillConfig
+    from kit.train.optim import GroupConfig
+
+    prepared = Path(args["prepared"])
+    ctx.progress(phase="check-inputs")
+    check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
+    contract = load_adaptive_contract(load_json_strict(prepared / "prepared.json")["locations"]["contract"]
+                                      if not args.get("contract") else args["contract"]).data
+    tr = contract["training"]
+    cohort = args["cohort"]
+    layout = Layout.from_json(args["layout"])
+    fetched = 0
+    if args.get("source_home"):
+        ctx.progress(phase="migrate")
+        fetched = migrate(group, args["source_home"], args["home"], args["start"]["root"], layout)
+    ctx.progress(phase="load")
+    start = (start_from_seed(args["seed_dir"]) if args["start"].get("seed")
+             else start_from_commit(args["home"], args["start"]["root"]))
+    d = tr["distillation"]
+    engine = EngineConfig(tr["microbatch_size"], tr["max_grad_norm"],
+                          DistillConfig(d["weight"], d["temperature"], d["direction"]), tr["compute_dtype"])
+    groups = {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in tr["optimizer"].items()}
+    session = Session(group, args["home"], layout, start, engine, groups, reference=args["reference"],
+                      admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"], 1)})
+    data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
+    engine_pad = data["pad_id"]
+    session.engine.cfg = EngineConfig(engine.microbatch_size, engine.max_grad_norm, engine.distill,
+                                      engine.compute_dtype, engine_pad)
+    cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
+    cohort_idx = COHORTS.index(cohort)
+    if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B, from the A endpoint
+        if cursor.get("cohort", 0) + 1 != cohort_idx or cursor.get("cohort_step", cursor["step"]) != \
+                contract["endpoints"][COHORTS[cohort_idx - 1]]:
+            raise TrainRefused(f"cohort {cohort} must start from the committed endpoint of cohort "
+                               f"{COHORTS[cohort_idx - 1]}; the start commit's cursor is {cursor}")
+        cohort_step = 0
+    else:
+        cohort_step = cursor.get("cohort_step", cursor["step"])
+    until = min(int(args.get("until") or contract["endpoints"][cohort]), contract["endpoints"][cohort])
+    every = tr["commit_every"]
+    log = Path(args["attempt_dir"]) / "updates.jsonl" if group.rank == 0 else None
+    out = {"rank": group.rank, "fetched_bytes": fetched, "commits": [], "start_cohort_step": cohort_step,
+           "admission": session.admission}
+    while cohort_step < until:
+        ctx.progress(step=session.step + 1, phase="update")
+        entries = data["steps"][cohort_step]
+        records = [TrainRecord(e["id"], data["encoded"][e["id"]].input_ids, data["encoded"][e["id"]].target_mask,
+                               1.0, bool(e["replay"])) for e in entries]
+        res = session.update(records)
+        cohort_step += 1
+        if log is not None:
+            with open(log, "ab") as f:
+                f.write(canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
+                                        "ids": [e["id"] for e in entries], **res.to_json()}) + b"\n")
+        if cohort_step % every == 0 or cohort_step == until:
+            ctx.progress(phase="commit")
+            full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
+            out["commits"].append({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
+                                   "full_root": full, "learned_state_root": learned})
+    return out
+
+
+def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
+    """Phase B replays examples *actually trained* in phase A: every B.replay_a id must appear in an
+    update of A's logs at a step within A's endpoint. Returns how many were checked."""
+    from kit.data.conversations import read_jsonl
+
+    pj = load_json_strict(prepared / "prepared.json")
+    info = pj["roles"]["B.replay_a"]
+    wanted = {c.id for c in read_jsonl(prepared / info["file"], info["sha256"])}
+    seen = set()
+    for log in Path(a_home).glob("attempts/*/*updates.jsonl"):
+        for line in log.read_text().splitlines():
+            row = json.loads(line)
+            if row["cohort"] == "A" and row["cohort_step"] <= a_endpoint:
+                seen.update(row["ids"])
+    missing = sorted(wanted - seen)
+    if missing:
+        raise TrainRefused(f"{a_home}: {len(missing)} B.replay_a record(s) were never trained in phase A "
+                           f"(e.g. {missing[0]!r}); phase B replays only examples actually trained")
+    return len(wanted)
+
+
+def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, resume: str | None = None,
+          reference: str | None = None, source_home: str | None = None, until: int | None = None,
+          grow: bool = False, reference_home: str | None = None, timeout_s: float = 1800) -> list[dict]:
+    """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.dist.launch import launch
+    from kit.model.shard import even_layout
+    from kit.model_config import load_config
+
+    prepared_p = Path(prepared)
+    check_inputs(prepared_p)  # before anything else: source or input changes fail here, naming the file
+    pj = load_json_strict(prepared_p / "prepared.json")
+    contract = load_adaptive_contract(pj["locations"]["contract"]).data
+    if cohort not in COHORTS:
+        raise TrainRefused(f"--cohort {cohort!r}; expected A or B")
+    if cohort == "B" and (not reference or not resume):
+        raise TrainRefused("cohort B needs --reference (the committed phase-A endpoint) and --resume")
+    home_p = Path(home)
+    home_p.mkdir(parents=True, exist_ok=True)
+    attempt = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+    attempt_dir = home_p / "attempts" / attempt
+    attempt_dir.mkdir(parents=True)
+    record = {"attempt": attempt, "cohort": cohort, "workers": workers, "resume": resume, "reference": reference,
+              "source_home": source_home, "until": until, "grow": grow, "prepared": str(prepared_p),
+              "started_at": time.time(), "status": "running", "error": None, "commits": []}
+    write_canonical_json(attempt_dir / "attempt.json", record)
+    try:
+        if source_home:  # the lineage's update logs travel with the migrated state
+            import shutil
+
+            for log in sorted(Path(source_home).glob("attempts/*/*updates.jsonl")):
+                shutil.copyfile(log, attempt_dir / f"inherited-{log.parent.name}-{log.name}")
+        if cohort == "B":
+            a_home = reference_home or source_home or home
+            check_a_trained(a_home, prepared_p, contract["endpoints"]["A"])
+        start = {"seed": True} if resume is None else {"root": resume}
+        if grow:
+            start = {"root": _grow_into(home, source_home, resume, contract)}
+            source_home = None
+        shape_layers = load_config(seed_dir).num_hidden_layers + (contract["growth"]["add_blocks"] if grow else 0)
+        if cohort == "B" and not grow and resume:
+            from kit.session import start_from_commit
+
+            shape_layers = start_from_commit(source_home or home, resume).shape.num_hidden_layers
+        ref_spec = {"seed_dir": seed_dir} if cohort == "A" else {"home": reference_home or source_home or home,
+                                                                  "root": reference}
+        args = {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
+                "layout": even_layout(shape_layers, workers).to_json(), "start": start,
+                "source_home": source_home, "reference": ref_spec, "until": until,
+                "attempt_dir": str(attempt_dir), "timeout_s": 300}
+        results = launch("kit.adaptive.train:adaptive_worker", args, workers, attempt_dir / "workers",
+                         timeout_s=timeout_s)
+        record.update(status="completed", commits=results[0]["commits"],
+                      fetched_bytes=[r["fetched_bytes"] for r in results])
+        return results[0]["commits"]
+    except BaseException as e:
+        record.update(status="aborted" if isinstance(e, KeyboardInterrupt) else "failed",
+                      error=f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        record["ended_at"] = time.time()
+        write_canonical_json(attempt_dir / "attempt.json", record)
+
+
+def _grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:
+    """Bring `root` into `home` (all objects: this store grows the whole model) and append blocks."""
+    from kit.session import grow_commit
+    from kit.store import commits
+    from kit.store.objects import ObjectStore, fetch_objects
+
+    g = contract["growth"]
+    if source_home and commits.read_head(home) != root:
+        manifest = commits.read_commit(source_home, root)
+        fetch_objects(ObjectStore(source_home), ObjectStore(home), commits.object_digests(manifest))
+        commits.adopt_commit(home, manifest, expected_head=commits.read_head(home))
+    return grow_commit(home, root, g["add_blocks"], g["copy_block"], g["group"])

@@ -1,0 +1,162 @@
+"""Input and source commitments: what a prepared job was made from, re-checked before training (layer 0).
+
+The seed: "Source mismatches fail before training." Preparation records, for every file it read or
+wrote, the path as given, its `os.path.realpath` and its sha256, plus a digest of the kit's own
+source; `check_commitments` re-hashes all of them and raises `CommitmentMismatch` naming the file,
+the expected and the actual value. A file behind a symlink that is swapped after preparation is
+caught twice: its realpath changes and its bytes hash differently.
+
+Kit source digest (`source_digest`): the rows [relative POSIX path, sha256 of the bytes] of every
+regular file under the package directory, sorted by path, then
+    digest = sha256(canonical_json(rows))
+Skipped, because they cannot change what the kit does: `__pycache__` directories, compiled files
+(*.pyc, *.pyo) and hidden files or directories (editor swap files, .DS_Store). Everything else
+counts, *.py and any data file a module reads (templates, JSON), so an edit anywhere fails closed.
+
+Layer 0: stdlib and kit.digest only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from kit.digest import canonical_json, sha256_bytes, sha256_file
+
+COMMITMENTS_FORMAT = "kit.adaptive-shards-inputs/1"
+_SKIPPED_SUFFIXES = (".pyc", ".pyo")
+
+
+class CommitmentMismatch(ValueError):
+    """A committed file or the kit's source differs from what preparation recorded."""
+
+
+def kit_package_dir() -> Path:
+    """The directory of the `kit` package that is running now (the source that will train)."""
+    import kit
+
+    return Path(kit.__file__).resolve().parent
+
+
+def source_files(package_dir: str | os.PathLike) -> list[list[str]]:
+    """Sorted rows [relative path, sha256] of the package's behaviour-affecting files."""
+    root = Path(package_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: kit package directory not found")
+    rows = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        # Prune in place so os.walk does not descend into caches or hidden directories.
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        for name in filenames:
+            if name.startswith(".") or name.endswith(_SKIPPED_SUFFIXES):
+                continue
+            path = Path(dirpath) / name
+            if path.is_file():
+                rows.append([path.relative_to(root).as_posix(), sha256_file(path)])
+    return sorted(rows)
+
+
+def source_digest(package_dir: str | os.PathLike) -> tuple[str, list[list[str]]]:
+    """(digest, rows) of the kit source under `package_dir`; see the module docstring."""
+    rows = source_files(package_dir)
+    return sha256_bytes(canonical_json(rows)), rows
+
+
+def file_commitment(path: str | os.PathLike, recorded_path: str | None = None, relocatable: bool = False) -> dict:
+    """{"path", "realpath", "sha256", "bytes"} of one file.
+
+    `recorded_path` is what a later check resolves (default: the path as given). A relocatable file
+    (the prepared directory's own outputs, recorded relative to it) has realpath null: it may move
+    with its directory, and its hash still pins its bytes.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: input file not found")
+    return {
+        "path": recorded_path if recorded_path is not None else str(path),
+        "realpath": None if relocatable else os.path.realpath(path),
+        "sha256": sha256_file(path),
+        "bytes": path.stat().st_size,
+    }
+
+
+def input_commitments(
+    contract_path: str | os.PathLike,
+    contract_digest: str,
+    inputs: Mapping[str, str | os.PathLike],
+    prepared_dir: str | os.PathLike,
+    prepared_files: Mapping[str, str],
+    package_dir: str | os.PathLike | None = None,
+) -> dict:
+    """The adaptive-shards-inputs.json object.
+
+    inputs: name -> path of every file preparation read (recorded absolute, with realpath);
+    prepared_files: name -> path relative to `prepared_dir` of every file preparation wrote;
+    package_dir: the kit package whose source is committed (default: the running one).
+    """
+    package_dir = Path(package_dir) if package_dir is not None else kit_package_dir()
+    digest, rows = source_digest(package_dir)
+    prepared_dir = Path(prepared_dir)
+    return {
+        "format": COMMITMENTS_FORMAT,
+        "contract": {**file_commitment(Path(contract_path).absolute()), "digest": contract_digest},
+        "inputs": {name: file_commitment(Path(p).absolute()) for name, p in sorted(inputs.items())},
+        "prepared": {name: file_commitment(prepared_dir / rel, rel, relocatable=True)
+                     for name, rel in sorted(prepared_files.items())},
+        "kit_source": {"package_dir": str(package_dir), "digest": digest, "files": rows},
+    }
+
+
+def _check_file(kind: str, name: str, entry: dict, resolve_path: Callable[[str], Path]) -> None:
+    path = Path(resolve_path(entry["path"]))
+    label = f"{kind} {name!r} ({path})"
+    if not path.is_file():
+        raise CommitmentMismatch(f"{label}: file missing; expected sha256 {entry['sha256']} recorded at preparation")
+    # The realpath is checked when the file is looked up where it was recorded; a caller that
+    # relocates inputs on purpose (resolve_path maps them elsewhere) still has every hash checked.
+    if entry.get("realpath") is not None and str(path) == entry["path"]:
+        actual_real = os.path.realpath(path)
+        if actual_real != entry["realpath"]:
+            raise CommitmentMismatch(f"{label}: resolves to {actual_real}; expected realpath {entry['realpath']} "
+                                     "recorded at preparation (a symlink was changed)")
+    actual = sha256_file(path)
+    if actual != entry["sha256"]:
+        raise CommitmentMismatch(f"{label}: sha256 mismatch: expected {entry['sha256']}, actual {actual} "
+                                 "(changed after preparation; refusing before training)")
+
+
+def _check_source(entry: dict, package_dir: Path) -> None:
+    digest, rows = source_digest(package_dir)
+    if digest == entry["digest"]:
+        return
+    expected = dict(entry["files"])
+    actual = dict(rows)
+    for rel in sorted(set(expected) | set(actual)):
+        if expected.get(rel) != actual.get(rel):
+            raise CommitmentMismatch(
+                f"kit source file {rel!r} under {package_dir}: expected sha256 {expected.get(rel, 'absent')}, "
+                f"actual {actual.get(rel, 'absent')} (kit source digest expected {entry['digest']}, actual {digest}); "
+                "the code that would train is not the code that prepared"
+            )
+    raise CommitmentMismatch(f"kit source under {package_dir}: digest expected {entry['digest']}, actual {digest}")
+
+
+def check_commitments(
+    commitments: dict,
+    resolve_path: Callable[[str], Path] = Path,
+    package_dir: str | os.PathLike | None = None,
+) -> None:
+    """Re-hash every committed file and the kit source; raise CommitmentMismatch on the first difference.
+
+    `resolve_path` maps a recorded path to where it is now (e.g. `lambda p: prepared_dir / p`: relative
+    prepared-file paths land in the prepared directory, absolute input paths stay as they are).
+    `package_dir` defaults to the running kit package.
+    """
+    if commitments.get("format") != COMMITMENTS_FORMAT:
+        raise CommitmentMismatch(f"commitments: format {commitments.get('format')!r}; expected {COMMITMENTS_FORMAT!r}")
+    _check_file("contract", "contract", commitments["contract"], resolve_path)
+    for kind in ("inputs", "prepared"):
+        for name, entry in sorted(commitments[kind].items()):
+            _check_file("input" if kind == "inputs" else "prepared file", name, entry, resolve_path)
+    _check_source(commitments["kit_source"], Path(package_dir) if package_dir is not None else kit_package_dir())

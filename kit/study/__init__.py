@@ -1,0 +1,17 @@
+"""The shared-gradient method study (seeds/004_c2816a6b0f4864c9.txt): single, dense pair and PowerSGD
+pair over one common AdamW, with throughput, wire traffic, GPU cost and the quality screen.
+
+- `schema`: the contract schema and its cross-field rules.
+- `prepare`: inputs committed by digest (documents, schedule, final tests, retention probes).
+- `arms`: the replica worker and the driver (availability, projection, launch, records).
+- `compression_state`: the PowerSGD state committed next to the weights.
+- `cost`: projection against the deadline and the bound; the cost table.
+- `screens`: freeze, scoring, paired changes, retention bound, quality and speed screens.
+- `cli`: `kit study prepare|arm|evaluate|screens|status` (`register(sub)`).
+
+docs/study.md explains the study; docs/formats.md ("Shared-gradient study records") its files.
+"""
+
+from kit.study.cli import register
+
+__all__ = ["register"]

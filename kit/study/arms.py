@@ -1,0 +1,417 @@
+"""The arms of the shared-gradient study: the worker every replica runs, and the driver that admits,
+launches and records one arm.
+
+One common recipe (seeds/004): the same seed, the same document schedule, the same clipping and
+AdamW; only the communicated gradient differs. Update k's global batch is the schedule's k-th list
+of documents; replica r of w takes positions r, r + w, r + 2w, ... of it. Every replica runs a
+whole-model StageEngine on a LOCAL one-stage pipeline group `Group(0, 1, device)` and passes
+`total_targets` = the assistant-token count of the whole global batch, so each replica's loss is
+its share of the globally normalised objective; the gradient reducer (kit/dist/grad_reduce.py,
+over torch.distributed's default group that the launcher's `join()` created) sums the replicas'
+gradients before the engine clips and steps. The replicas therefore hold bitwise-identical
+learned states, which every commit checks (`replica_learned_state_roots`).
+
+Commits: replica 0 commits the weights and both Adam moments through kit/session.py; every
+replica hashes its own learned state the same way (without writing it) so the roots can be
+compared; a PowerSGD arm's ranks then write their compression state (kit/study/compression_state.py).
+
+The driver (`run_arm`) writes `STUDY/arms/<arm>/attempts/<n>.json` for every attempt and copies
+the latest to `STUDY/arms/<arm>/arm.json`, with one status: "completed" (endpoint committed at the
+contract's last update), "partial" (stopped earlier by --until), "failed" (a worker failed or the
+study deadline passed), "rejected" (the projection did not fit the deadline or the bound) or
+"unavailable" (the resources it needs are absent: never run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
+from kit.dist.grad_reduce import DenseSumReducer, PowerSGDSumReducer
+from kit.dist.group import Group
+from kit.dist.launch import WorkerFailure, launch
+from kit.dist.pipeline import EngineConfig
+from kit.dist.traffic import LogicalTraffic, counter_delta, read_interface_counters
+from kit.model.llama import LlamaCausalLM
+from kit.model.shard import Layout
+from kit.session import Session, start_from_commit, start_from_seed
+from kit.store import commits
+from kit.study.compression_state import load_compression_state, read_compression_record, write_compression_state
+from kit.study.cost import arm_cost, project_arm
+from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared, read_train_rows
+from kit.study.schema import arm_spec, powersgd_config_dict
+from kit.train.batch import TrainRecord
+from kit.train.optim import GroupConfig
+from kit.train.powersgd import FP32_BYTES, PowerSGDCompressor, PowerSGDConfig
+
+ARM_FORMAT = "kit.study.arm/1"
+NON_RUN = ("failed", "rejected", "unavailable")
+FREEZE_FILE = "evaluation/freeze.json"  # written by evaluation; arms refuse to run after it
+DEADLINE_GRACE_S = 60.0
+
+
+class DeadlineExceeded(RuntimeError):
+    pass
+
+
+class ArmRefused(ValueError):
+    pass
+
+
+# --- worker ---------------------------------------------------------------------------------
+def _tensor_digest(t: torch.Tensor) -> str:
+    """sha256 of the raw bytes ObjectStore.put_tensor would store, without storing them."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return hashlib.sha256(memoryview(flat.view(torch.uint8).numpy())).hexdigest()
+
+
+def learned_state_root_of(session: Session) -> str:
+    """The learned-state root this replica's commit would have (kit/store/commits.py's entries)."""
+    entries = []
+    for name, st in sorted(session.engine.optimizer.param_states().items()):
+        entries.append({"name": name, "dtype": commits.LEARNED_DTYPE, "shape": list(st["param"].shape),
+                        "group": st["group"], "age": st["age"],
+                        **{f: _tensor_digest(st[f]) for f in commits.TENSOR_FIELDS}})
+    return commits.learned_state_root({"cursor": {"step": session.step}, "params": entries})
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _records(rows: list[dict]) -> list[TrainRecord]:
+    return [TrainRecord(r["id"], tuple(r["input_ids"]), tuple(r["target_mask"])) for r in rows]
+
+
+def _commit(group: Group, session: Session, home: str, compressor, traffic: LogicalTraffic) -> dict:
+    """Replica 0 commits; every replica compares its learned-state root; PowerSGD ranks save their state."""
+    t0 = time.perf_counter()
+    mine = learned_state_root_of(session)
+    outcome = {"rank": group.rank, "learned": mine, "full": None, "error": None}
+    if group.rank == 0:
+        try:
+            full, learned = session.commit()
+            outcome["full"] = full
+            if learned != mine:
+                outcome["error"] = f"committed learned-state root {learned} differs from the replica's own {mine}"
+        except (ValueError, OSError) as e:
+            outcome["error"] = f"{type(e).__name__}: {e}"
+    payload = canonical_json(outcome)
+    gathered = [loads_strict(b, "commit outcome") for b in group.allgather_bytes(payload)]
+    if group.world > 1:
+        traffic.add_overhead(len(payload) * group.world, in_update=False)
+    errors = [f"rank {g['rank']}: {g['error']}" for g in gathered if g["error"]]
+    if errors:
+        raise RuntimeError("commit failed: " + "; ".join(errors))
+    full_root = gathered[0]["full"]
+    record = None
+    if compressor is not None:
+        record = write_compression_state(home, full_root, group.rank, group.world, compressor)
+    roots = [g["learned"] for g in gathered]
+    return {"step": session.step, "full_root": full_root, "learned_state_root": roots[0],
+            "replica_learned_state_roots": roots, "replicas_equal": len(set(roots)) == 1,
+            "compression_record": record, "seconds": time.perf_counter() - t0}
+
+
+def arm_worker(group: Group, args: dict, ctx) -> dict:
+    """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `start` to `until`.
+
+    args: arm, reduction, study_dir, seed_dir, home, resume_root|None, until, commit_every,
+    engine {microbatch_size, max_grad_norm, compute_dtype, compile_blocks}, optimizer {...},
+    powersgd {...}|None, max_tokens, deadline_at (epoch seconds), device, timeout_s."""
+    t_setup = time.perf_counter()
+    study = Path(args["study_dir"])
+    rows = read_train_rows(study)
+    schedule = load_json_strict(study / PREPARED_DIR / "schedule.json")["updates"]
+    world, rank, device = group.world, group.rank, group.device
+    home = args["home"]
+    start = (start_from_commit(home, args["resume_root"]) if args.get("resume_root")
+             else start_from_seed(args["seed_dir"]))
+    local = Group(0, 1, device, group.timeout_s)  # one pipeline stage: this replica holds the whole model
+    layout = Layout(((0, start.shape.num_hidden_layers),))
+    e = args["engine"]
+    engine_cfg = EngineConfig(int(e["microbatch_size"]), float(e["max_grad_norm"]), compute_dtype=e["compute_dtype"],
+                              compile_blocks=e.get("compile_blocks", "auto"))
+    session = Session(local, home, layout, start, engine_cfg, {"default": GroupConfig(**args["optimizer"])},
+                      admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"], 1]})
+    params = session.engine.params
+    traffic = LogicalTraffic(world, sum(p.numel() for p in params.values()) * FP32_BYTES)
+    compressor = None
+    if args["reduction"] == "dense":
+        session.engine.grad_reducer = DenseSumReducer(world, traffic)
+    elif args["reduction"] == "powersgd":
+        compressor = PowerSGDCompressor(PowerSGDConfig.from_dict(args["powersgd"], "contract field 'powersgd'"),
+                                        {n: tuple(p.shape) for n, p in params.items()})
+        if start.manifest is not None:
+            load_compression_state(home, start.manifest["full_root"], rank, world, compressor)
+            if compressor.step != session.step:
+                raise ValueError(f"compression state of {start.manifest['full_root']} is at step "
+                                 f"{compressor.step}, the commit at step {session.step}")
+        session.engine.grad_reducer = PowerSGDSumReducer(compressor, world, traffic)
+    until, every = int(args["until"]), int(args["commit_every"])
+    out = {"rank": rank, "world": world, "arm": args["arm"], "device": str(device), "start_step": session.step,
+           "updates": [], "commits": [], "setup_seconds": time.perf_counter() - t_setup}
+    active = checkpoint = 0.0
+    while session.step < until:
+        step = session.step + 1
+        ctx.progress(step=step, phase="update")
+        late = torch.tensor([1.0 if time.time() > args["deadline_at"] else 0.0], dtype=torch.float64, device=device)
+        if world > 1:  # every replica stops at the same update, so none waits on a peer that left
+            dist.all_reduce(late, op=dist.ReduceOp.MAX)
+            traffic.add_overhead(late.numel() * late.element_size())
+        if float(late) > 0:
+            raise DeadlineExceeded(f"the study's stop deadline passed before update {step}")
+        batch = [rows[i] for i in schedule[step - 1]]
+        records = _records(batch)
+        n_targets = sum(r.num_targets for r in records)  # N of the whole global batch
+        mine = records[rank::world]
+        _sync(device)
+        t0 = time.perf_counter()
+        res = session.update(mine, total_targets=n_targets)
+        parts = torch.tensor([res.parts.ce_sum, res.parts.kl_sum], dtype=torch.float64, device=device)
+        if world > 1:
+            dist.all_reduce(parts, op=dist.ReduceOp.SUM)
+            traffic.add_overhead(parts.numel() * parts.element_size())
+        _sync(device)
+        seconds = time.perf_counter() - t0
+        active += seconds
+        t_rec = traffic.end_update(step)
+        ce, kl = (float(x) for x in parts.cpu())
+        out["updates"].append({
+            "step": step, "ce_sum": ce, "kl_sum": kl, "objective": ce / n_targets, "target_tokens": n_targets,
+            "input_tokens": sum(len(r.input_ids) for r in records), "documents": len(records),
+            "local_documents": len(mine), "grad_norm": res.grad_norm, "clip_factor": res.clip_factor,
+            "seconds": seconds, "warmup": t_rec["warmup"], "gradient_bytes": t_rec["gradient_bytes"],
+            "overhead_bytes": t_rec["overhead_bytes"]})
+        if step == until or (every and step % every == 0):
+            ctx.progress(phase="commit")
+            c = _commit(group, session, home, compressor, traffic)
+            checkpoint += c["seconds"]
+            out["commits"].append(c)
+    out.update(active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
+               powersgd=compressor.stats() if compressor is not None else None)
+    return out
+
+
+# --- driver ---------------------------------------------------------------------------------
+def arm_dir(study_dir: str | os.PathLike, arm: str) -> Path:
+    return Path(study_dir) / "arms" / arm
+
+
+def read_arm_record(study_dir: str | os.PathLike, arm: str) -> dict | None:
+    path = arm_dir(study_dir, arm) / "arm.json"
+    return load_json_strict(path) if path.exists() else None
+
+
+def arm_statuses(study_dir: str | os.PathLike, contract) -> list[dict]:
+    """Every contract arm with its latest status and reason ("not run" when it has no record)."""
+    out = []
+    for spec in contract["arms"]:
+        rec = read_arm_record(study_dir, spec["name"])
+        out.append({"arm": spec["name"], "workers": spec["workers"], "reduction": spec["reduction"],
+                    "status": rec["status"] if rec else "not run", "reason": rec["reason"] if rec else None,
+                    "endpoint": rec.get("endpoint") if rec else None, "attempts": rec["attempts"] if rec else 0})
+    return out
+
+
+def availability(contract, arm: dict, cuda_devices: int | None = None) -> str | None:
+    """Why this host cannot run `arm` (None when it can): the contract's device, counted here."""
+    if contract["device"] == "cuda":
+        n = torch.cuda.device_count() if cuda_devices is None else cuda_devices
+        if n < arm["workers"]:
+            return (f"contract device 'cuda' needs {arm['workers']} GPU(s) for arm {arm['name']!r}; this host has "
+                    f"torch.cuda.device_count() = {n}")
+    return None
+
+
+def _clock(study_dir: Path) -> float | None:
+    path = study_dir / "arms" / "clock.json"
+    return load_json_strict(path)["started_at"] if path.exists() else None
+
+
+def attempt_records(study_dir: str | os.PathLike, arm: str) -> list[dict]:
+    """Every attempt of `arm`, oldest first (none is ever deleted)."""
+    return [load_json_strict(p) for p in sorted((arm_dir(study_dir, arm) / "attempts").glob("*.json"))]
+
+
+def spent_usd(study_dir: str | os.PathLike) -> float:
+    """Money of every attempt that ran (failed ones included)."""
+    total = 0.0
+    for path in sorted((Path(study_dir) / "arms").glob("*/attempts/*.json")):
+        total += (load_json_strict(path).get("cost") or {}).get("total_usd", 0.0)
+    return total
+
+
+def named_shapes(seed_or_home: dict) -> dict[str, tuple[int, ...]]:
+    start = (start_from_commit(seed_or_home["home"], seed_or_home["root"]) if "root" in seed_or_home
+             else start_from_seed(seed_or_home["seed_dir"]))
+    with torch.device("meta"):
+        model = LlamaCausalLM(start.shape)
+    return {n: tuple(p.shape) for n, p in model.named_parameters()}
+
+
+def projected_logical_bytes(contract, arm: dict, shapes: dict, first_step: int, until: int) -> int:
+    """Bytes each rank will hand to collectives for updates first_step+1..until (gradients only)."""
+    if arm["workers"] < 2:
+        return 0
+    dense = sum(int(torch.Size(s).numel()) for s in shapes.values()) * FP32_BYTES
+    if arm["reduction"] == "dense":
+        return dense * (until - first_step)
+    cfg = PowerSGDConfig.from_dict({**powersgd_config_dict(contract), "warm_start": False})  # no Q draws
+    comp = PowerSGDCompressor(cfg, shapes)
+    compressed = (sum(int(torch.Size(shapes[n]).numel()) for n in comp.dense_names)
+                  + sum(m.r * (m.n + m.m) for m in comp.matrices.values())) * FP32_BYTES
+    warm = max(0, min(until, cfg.warmup_updates) - first_step)
+    return dense * warm + compressed * (until - first_step - warm)
+
+
+def _write_attempt(study_dir: Path, record: dict) -> dict:
+    d = arm_dir(study_dir, record["arm"])
+    attempts = d / "attempts"
+    attempts.mkdir(parents=True, exist_ok=True)
+    n = len(list(attempts.glob("*.json"))) + 1
+    record["attempts"] = n
+    write_canonical_json(attempts / f"{n:03d}.json", record)
+    write_canonical_json(d / "arm.json", record)
+    return record
+
+
+def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.PathLike, *,
+            resume_root: str | None = None, until: int | None = None, seconds_per_update: float | None = None,
+            cuda_devices: int | None = None, threads: int = 1, compile_blocks: str = "auto",
+            now: float | None = None) -> dict:
+    """Admit, run and record one arm; returns its record (also for unavailable and rejected arms)."""
+    study_dir = Path(study_dir)
+    prepared, contract, prepared_digest = load_prepared(study_dir)
+    if (study_dir / FREEZE_FILE).exists():
+        raise ArmRefused(f"{study_dir / FREEZE_FILE}: candidates were frozen for final-test scoring; no arm may "
+                         "run after that")
+    spec = arm_spec(contract, arm_name)
+    last = read_arm_record(study_dir, arm_name)
+    if last is not None and last["status"] == "completed":
+        raise ArmRefused(f"{arm_dir(study_dir, arm_name) / 'arm.json'}: arm {arm_name!r} already completed at "
+                         f"{last['endpoint']['full_root']}; its endpoint is fixed")
+    updates = contract["schedule"]["updates"]
+    until = updates if until is None else int(until)
+    home = arm_dir(study_dir, arm_name) / "home"
+    record = {"format": ARM_FORMAT, "arm": arm_name, "workers": spec["workers"], "reduction": spec["reduction"],
+              "contract_digest": contract.digest, "prepared_digest": prepared_digest, "device": contract["device"],
+              "home": str(home), "resume_root": resume_root, "until": until, "status": None, "reason": None,
+              "projection": None, "endpoint": None, "commits": [], "measurement": None, "traffic": None,
+              "cost": None, "updates": None, "started_at": None, "ended_at": None}
+    if not 1 <= until <= updates:
+        raise ArmRefused(f"--until {until}: expected 1..{updates} (contract field 'schedule.updates')")
+    missing = availability(contract, spec, cuda_devices)
+    if missing:
+        return _write_attempt(study_dir, {**record, "status": "unavailable", "reason": missing})
+    check_seed(prepared, seed_dir)
+    source = {"home": str(home), "root": resume_root} if resume_root else {"seed_dir": str(seed_dir)}
+    first = start_from_commit(str(home), resume_root).step if resume_root else 0
+    if resume_root and spec["reduction"] == "powersgd":
+        for rank in range(spec["workers"]):  # refused here, before any process starts
+            read_compression_record(home, resume_root, rank, spec["workers"])
+    if first >= until:
+        raise ArmRefused(f"resume root {resume_root} is at step {first}; nothing to run up to --until {until}")
+    shapes = named_shapes(source)
+    given = seconds_per_update is not None
+    spu = seconds_per_update if given else contract["projection"]["seconds_per_update"][arm_name]
+    every = contract["training"]["commit_every"]
+    n_commits = len({s for s in range(first + 1, until + 1) if every and s % every == 0} | {until})
+    now = time.time() if now is None else now
+    clock = _clock(study_dir)
+    proj = project_arm(contract.data, spec, until - first, spu, "measured (given)" if given else "contract",
+                       projected_logical_bytes(contract, spec, shapes, first, until), n_commits, now, clock,
+                       spent_usd(study_dir))
+    record["projection"] = proj
+    if not proj["fits"]:
+        return _write_attempt(study_dir, {**record, "status": "rejected", "reason": proj["reason"]})
+    if clock is None:
+        write_canonical_json(study_dir / "arms" / "clock.json", {"started_at": now})
+    deadline_at = proj["deadline_at"]
+    home.mkdir(parents=True, exist_ok=True)
+    args = {"arm": arm_name, "reduction": spec["reduction"], "study_dir": str(study_dir), "seed_dir": str(seed_dir),
+            "home": str(home), "resume_root": resume_root, "until": until, "commit_every": every,
+            "engine": {**{k: contract["training"][k] for k in ("microbatch_size", "max_grad_norm", "compute_dtype")},
+                       "compile_blocks": compile_blocks},
+            "optimizer": contract["training"]["optimizer"], "max_tokens": contract["data"]["max_tokens"],
+            "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
+            "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"]}
+    before = read_interface_counters()
+    started = time.time()
+    record["started_at"] = started
+    try:
+        results = launch("kit.study.arms:arm_worker", args, spec["workers"], arm_dir(study_dir, arm_name) / "run",
+                         timeout_s=max(1.0, deadline_at - started) + DEADLINE_GRACE_S, threads=threads)
+        status, reason = ("completed", None) if until == updates else \
+            ("partial", f"stopped at update {until} of {updates} (--until)")
+    except WorkerFailure as e:
+        results, status, reason = None, "failed", str(e)
+    ended = time.time()
+    record.update(status=status, reason=reason, ended_at=ended)
+    record["traffic"] = {"interfaces": counter_delta(before, read_interface_counters())}
+    wall = ended - started
+    if results is None:
+        record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"])
+        record["measurement"] = {"wall_seconds": wall, "devices": spec["workers"]}
+        return _write_attempt(study_dir, record)
+    _summarise(record, results, wall, contract)
+    return _write_attempt(study_dir, record)
+
+
+def _summarise(record: dict, results: list[dict], wall: float, contract) -> None:
+    r0 = results[0]
+    n = len(r0["updates"])
+    active = max(r["active_seconds"] for r in results)
+    checkpoint = max(r["checkpoint_seconds"] for r in results)
+    tokens = sum(u["input_tokens"] for u in r0["updates"])
+    targets = sum(u["target_tokens"] for u in r0["updates"])
+    later = r0["updates"][1:]
+    later_active = max(sum(u["seconds"] for u in r["updates"][1:]) for r in results)
+    workers = record["workers"]
+    record["updates"] = r0["updates"]
+    record["commits"] = r0["commits"]
+    record["compression_records"] = [[c["compression_record"] for c in r["commits"]] for r in results] \
+        if record["reduction"] == "powersgd" else None
+    last = r0["commits"][-1]
+    record["replicas_equal"] = all(c["replicas_equal"] for c in r0["commits"])
+    if record["status"] == "completed":
+        record["endpoint"] = {"home": record["home"], "full_root": last["full_root"], "step": last["step"],
+                              "learned_state_root": last["learned_state_root"],
+                              "replica_learned_state_roots": last["replica_learned_state_roots"]}
+        if not last["replicas_equal"]:
+            record.update(status="failed", reason="replicas' learned-state roots differ at the endpoint: "
+                          + ", ".join(last["replica_learned_state_roots"]))
+            record["endpoint"] = None
+    record["measurement"] = {
+        "updates": n, "devices": workers, "device": r0["device"],
+        "active_seconds": active, "checkpoint_seconds": checkpoint, "wall_seconds": wall,
+        "setup_seconds": max(r["setup_seconds"] for r in results),
+        "input_tokens": tokens, "target_tokens": targets,
+        "active_tokens_per_s": tokens / active if active else None,
+        "active_target_tokens_per_s": targets / active if active else None,
+        "active_tokens_per_s_after_first_update": (sum(u["input_tokens"] for u in later) / later_active
+                                                   if later and later_active else None),
+        "gpu_seconds_per_update": wall * workers / n if n else None,
+        "active_gpu_seconds_per_update": active * workers / n if n else None,
+        "rule": "active = update time only (no setup, no commits); gpu seconds = seconds x workers",
+    }
+    record["traffic"]["logical_per_rank"] = [r["traffic"] for r in results]
+    record["traffic"]["powersgd_per_rank"] = [r["powersgd"] for r in results] if results[0]["powersgd"] else None
+    record["cost"] = arm_cost(contract.data, wall, [r["traffic"]["sent_bytes_total"] for r in results])
+
+
+def arm_summary_json(record: dict) -> str:
+    """One line for the CLI: arm, status, reason, endpoint roots and the headline measurements."""
+    m = record.get("measurement") or {}
+    return json.dumps({"arm": record["arm"], "status": record["status"], "reason": record["reason"],
+                       "endpoint": record.get("endpoint"), "active_tokens_per_s": m.get("active_tokens_per_s"),
+                       "wall_seconds": m.get("wall_seconds"), "cost_usd": (record.get("cost") or {}).get("total_usd")},
+                      sort_keys=True)

@@ -1,0 +1,97 @@
+"""`kit study ...` subcommands: prepare, arm, evaluate, screens, status.
+
+`register(sub)` adds them to kit's argparse subparsers (kit/cli_drivers.py calls it); every handler
+imports its driver lazily, so `kit --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def cmd_prepare(a) -> int:
+    from kit.study.prepare import prepare_study
+
+    prepared = prepare_study(a.contract, a.seed, a.source, a.study)
+    print(json.dumps({"study": a.study, "counts": prepared["counts"], "contract_digest": prepared["contract"]["digest"]},
+                     sort_keys=True))
+    return 0
+
+
+def cmd_arm(a) -> int:
+    from kit.study.arms import arm_summary_json, run_arm
+
+    record = run_arm(a.study, a.name, a.seed, resume_root=a.resume, until=a.until,
+                     seconds_per_update=a.seconds_per_update, threads=a.threads, compile_blocks=a.compile)
+    print(arm_summary_json(record))
+    if record["status"] == "failed":
+        print(f"kit study arm: arm {a.name!r} failed: {record['reason']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_evaluate(a) -> int:
+    from kit.study.screens import evaluate_study
+
+    print(json.dumps(evaluate_study(a.study, a.seed, device=a.device), sort_keys=True))
+    return 0
+
+
+def cmd_screens(a) -> int:
+    from kit.study.screens import build_screens
+
+    out = build_screens(a.study)
+    print(json.dumps({"quality": out["screens"]["quality"]["verdict"], "speed": out["screens"]["speed"]["verdict"],
+                      "arms": {r["arm"]: r["status"] for r in out["arms"]},
+                      "cost_usd": out["cost"]["total_usd"], "screens_json": f"{a.study}/screens.json"}, sort_keys=True))
+    return 0
+
+
+def cmd_status(a) -> int:
+    from kit.study.arms import arm_statuses
+    from kit.study.prepare import load_prepared
+
+    _, contract, _ = load_prepared(a.study)
+    for s in arm_statuses(a.study, contract):
+        print(json.dumps({k: s[k] for k in ("arm", "status", "reason", "attempts")}, sort_keys=True))
+    return 0
+
+
+def register(sub) -> None:
+    study = sub.add_parser("study", help="the shared-gradient study: prepare, arms, evaluation, screens")
+    actions = study.add_subparsers(dest="action", required=True)
+
+    s = actions.add_parser("prepare", help="commit every input of a study by digest into STUDY/prepared/")
+    s.add_argument("--contract", required=True, help="contracts/shared-gradient.json or .tiny.json")
+    s.add_argument("--seed", required=True, help="seed directory (Hugging Face Llama + tokenizer)")
+    s.add_argument("--source", required=True, help="local copy of the pinned public conversation source")
+    s.add_argument("--study", required=True, help="study directory (created)")
+    s.set_defaults(fn=cmd_prepare)
+
+    s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason")
+    s.add_argument("name", choices=["single", "dense", "powersgd"])
+    s.add_argument("--study", required=True)
+    s.add_argument("--seed", required=True)
+    s.add_argument("--resume", help="full root of a commit in this arm's store to continue from")
+    s.add_argument("--until", type=int, help="stop after this update (default: the contract's last; earlier "
+                                             "stops are recorded as partial)")
+    s.add_argument("--seconds-per-update", type=float,
+                   help="a measured per-update time for the projection (default: the contract's estimate)")
+    s.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    s.add_argument("--compile", choices=["auto", "off"], default="auto", help="torch.compile blocks on CUDA")
+    s.set_defaults(fn=cmd_arm)
+
+    s = actions.add_parser("evaluate", help="freeze the candidates, then score final tasks and retention probes")
+    s.add_argument("--study", required=True)
+    s.add_argument("--seed", required=True)
+    s.add_argument("--device", default="cpu")
+    s.set_defaults(fn=cmd_evaluate)
+
+    s = actions.add_parser("screens", help="write STUDY/screens.json: every arm, every screen's inputs and verdict")
+    s.add_argument("--study", required=True)
+    s.set_defaults(fn=cmd_screens)
+
+    s = actions.add_parser("status", help="every arm of the contract with its status and reason")
+    s.add_argument("--study", required=True)
+    s.set_defaults(fn=cmd_status)

@@ -1,0 +1,226 @@
+"""Preparation of a shared-gradient study: every input committed by digest before any training.
+
+`prepare_study(contract, seed_dir, source, study_dir)` writes `study_dir/prepared/`:
+
+    contract.json       the contract, canonical JSON (its sha256 is the contract digest)
+    train.jsonl         the training documents, encoded: {"id", "source", "family", "replay",
+                        "input_ids", "target_mask", "conversation_digest"}, one canonical JSON a line
+    schedule.json       {"updates": [[document id, ...] per update]}: the global batches in order
+    final_tasks.jsonl   the final-test task conversations (meta: family, answer, digest, role)
+    retention.jsonl     the exposed retention probes (public conversations)
+    prepared.json       digests of all of the above and of the inputs (seed weights, tokenizer
+                        files, public source), counts, exclusions, encoding statistics
+
+Training documents are the contract's generated tasks (four families, role `data.tasks.role`,
+excluding by content digest any task the seed was trained on when the seed records them in
+trained_conversations.jsonl) and the first `data.replay.count` public conversation-replay records
+of the pinned source range that fit `data.max_tokens` (longer ones are rejected and counted, never
+truncated). Replay documents are trained with cross entropy like the tasks (`data.replay.loss`
+is "ce"; docs/study.md says why). Every document is trained exactly once: the schedule is a
+permutation (numpy default_rng(schedule.order_seed)) cut into global batches.
+
+Final-test tasks come from another role's stream and exclude every training and seed task by
+content digest. Retention probes come from another range of the public source, excluding any
+record whose normalised prompt or content digest matches a training document (counted).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from kit.contract import Contract
+from kit.data.chat import encode_conversation, load_tokenizer
+from kit.data.conversations import (
+    Conversation,
+    Message,
+    instruction_source_range,
+    normalize_text,
+    read_jsonl,
+    write_jsonl,
+)
+from kit.data.tasks import generate_set
+from kit.digest import (
+    canonical_json,
+    load_json_strict,
+    loads_strict,
+    sha256_file,
+    sha256_json,
+    write_bytes_atomic,
+    write_canonical_json,
+)
+from kit.inventory import inventory_digest, parameter_digest
+from kit.study.schema import load_study_contract
+
+PREPARED_FORMAT = "kit.study.prepared/1"
+PREPARED_DIR = "prepared"
+FILES = ("contract.json", "train.jsonl", "schedule.json", "final_tasks.jsonl", "retention.jsonl")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+SEED_TRAINED_FILE = "trained_conversations.jsonl"
+
+
+class PreparedError(ValueError):
+    pass
+
+
+def _task_conversation(example, with_answer: bool) -> Conversation:
+    meta = {"family": example.family, "digest": example.digest, "role": example.role}
+    if with_answer:
+        meta["answer"] = example.answer
+    return Conversation(example.id, (Message("user", example.prompt), Message("assistant", example.answer)),
+                        "task", meta)
+
+
+def _seed_task_digests(seed_dir: Path) -> tuple[set[str], bool]:
+    path = seed_dir / SEED_TRAINED_FILE
+    if not path.exists():
+        return set(), False
+    return {c.meta["digest"] for c in read_jsonl(path) if c.source == "task" and "digest" in c.meta}, True
+
+
+def _first_fitting(tokenizer, conversations, count: int, max_tokens: int, what: str, skip=None):
+    """The first `count` conversations that encode within max_tokens (and `skip` does not exclude)."""
+    chosen, rejected, excluded = [], 0, 0
+    for c in conversations:
+        if len(chosen) == count:
+            break
+        if skip is not None and skip(c):
+            excluded += 1
+            continue
+        enc = encode_conversation(tokenizer, c, max_tokens, overflow="reject")
+        if enc is None:
+            rejected += 1
+            continue
+        chosen.append((c, enc))
+    if len(chosen) < count:
+        raise PreparedError(f"{what}: only {len(chosen)} of {count} records fit max_tokens={max_tokens} "
+                            f"({rejected} too long, {excluded} excluded); widen the contract's source range")
+    return chosen, {"rejected_too_long": rejected, "excluded": excluded}
+
+
+def _record_row(c: Conversation, enc, family: str | None) -> dict:
+    return {"id": c.id, "source": c.source, "family": family, "replay": c.source != "task",
+            "input_ids": list(enc.input_ids), "target_mask": [bool(m) for m in enc.target_mask],
+            "conversation_digest": c.digest}
+
+
+def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike, source_path: str | os.PathLike,
+                  study_dir: str | os.PathLike) -> dict:
+    """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content."""
+    contract = load_study_contract(contract_path)
+    seed_dir, source_path, study_dir = Path(seed_dir), Path(source_path), Path(study_dir)
+    out = study_dir / PREPARED_DIR
+    if (out / "prepared.json").exists():
+        raise PreparedError(f"{out / 'prepared.json'}: this study is already prepared; use a new study directory")
+    d = contract["data"]
+    max_tokens = d["max_tokens"]
+    digest = parameter_digest(seed_dir)
+    want = contract["seed"]["parameter_digest"]
+    if want is not None and want != digest:
+        raise PreparedError(f"{seed_dir}: parameter digest {digest}; the contract's field 'seed.parameter_digest' "
+                            f"is {want}")
+    tokenizer = load_tokenizer(seed_dir)
+    seed_tasks, seed_records_present = _seed_task_digests(seed_dir)
+
+    tasks = generate_set(d["tasks"]["count"], d["tasks"]["seed"], d["tasks"]["role"], d["tasks"]["difficulty"],
+                         exclude_digests=seed_tasks)
+    task_pairs, task_stats = _first_fitting(tokenizer, [_task_conversation(t, False) for t in tasks],
+                                            len(tasks), max_tokens, "data.tasks")
+    rng = d["replay"]["source"]
+    replay_range = instruction_source_range(source_path, rng["sha256"], rng["start"], rng["stop"], rng["name"])
+    replay_pairs, replay_stats = _first_fitting(tokenizer, replay_range.conversations, d["replay"]["count"],
+                                                max_tokens, "data.replay")
+    train_pairs = task_pairs + replay_pairs
+    train_prompts = {normalize_text(c.prompt) for c, _ in train_pairs}
+    train_digests = {c.digest for c, _ in train_pairs}
+
+    final = generate_set(d["final_test"]["count"], d["final_test"]["seed"], d["final_test"]["role"],
+                         d["final_test"]["difficulty"], exclude_digests=seed_tasks | {t.digest for t in tasks})
+    rng = d["retention"]["source"]
+    retention_range = instruction_source_range(source_path, rng["sha256"], rng["start"], rng["stop"], rng["name"])
+    retention_pairs, retention_stats = _first_fitting(
+        tokenizer, retention_range.conversations, d["retention"]["count"], max_tokens, "data.retention",
+        skip=lambda c: normalize_text(c.prompt) in train_prompts or c.digest in train_digests)
+
+    ids = [c.id for c, _ in train_pairs]
+    order = np.random.default_rng(contract["schedule"]["order_seed"]).permutation(len(ids))
+    per = contract["schedule"]["documents_per_update"]
+    schedule = {"updates": [[ids[int(i)] for i in order[a:a + per]] for a in range(0, len(ids), per)]}
+
+    staging = study_dir / f".{PREPARED_DIR}.staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    write_canonical_json(staging / "contract.json", contract.data)
+    lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
+    write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
+    write_canonical_json(staging / "schedule.json", schedule)
+    write_jsonl(staging / "final_tasks.jsonl", [_task_conversation(t, True) for t in final])
+    write_jsonl(staging / "retention.jsonl", [c for c, _ in retention_pairs])
+    prepared = {
+        "format": PREPARED_FORMAT,
+        "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
+        "seed": {"dir": str(seed_dir), "parameter_digest": digest, "inventory_digest": inventory_digest(seed_dir),
+                 "config_sha256": sha256_file(seed_dir / "config.json"),
+                 "tokenizer_files": {n: sha256_file(seed_dir / n) for n in TOKENIZER_FILES if (seed_dir / n).exists()},
+                 "trained_conversations_present": seed_records_present,
+                 "trained_tasks_excluded_by_digest": len(seed_tasks)},
+        "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
+        "files": {n: sha256_file(staging / n) for n in FILES},
+        "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
+                   "retention": len(retention_pairs), "updates": len(schedule["updates"]),
+                   "documents_per_update": per,
+                   "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
+                   "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
+        "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
+                                                       "skipped_empty_output": len(replay_range.skipped_empty_output)},
+                       "retention": {**retention_stats, "rule": "normalised prompt or content digest matches a "
+                                     "training document"}},
+    }
+    write_canonical_json(staging / "prepared.json", prepared)
+    if out.exists():
+        shutil.rmtree(out)  # a previous preparation that never wrote prepared.json
+    os.replace(staging, out)
+    return prepared
+
+
+def load_prepared(study_dir: str | os.PathLike) -> tuple[dict, Contract, str]:
+    """(prepared.json, the contract, prepared digest); every listed file is re-hashed first."""
+    out = Path(study_dir) / PREPARED_DIR
+    path = out / "prepared.json"
+    if not path.exists():
+        raise PreparedError(f"{path}: not found; run `kit study prepare` for this study directory first")
+    prepared = load_json_strict(path)
+    for name, want in prepared["files"].items():
+        got = sha256_file(out / name)
+        if got != want:
+            raise PreparedError(f"{out / name}: sha256 {got} differs from {want} recorded in {path}")
+    contract = load_study_contract(out / "contract.json")
+    if contract.digest != prepared["contract"]["digest"]:
+        raise PreparedError(f"{out / 'contract.json'}: contract digest {contract.digest} differs from "
+                            f"prepared.json's {prepared['contract']['digest']}")
+    return prepared, contract, sha256_json(prepared)
+
+
+def check_seed(prepared: dict, seed_dir: str | os.PathLike) -> None:
+    """Refuse a seed directory whose weights or tokenizer differ from the prepared ones."""
+    seed_dir = Path(seed_dir)
+    got = parameter_digest(seed_dir)
+    if got != prepared["seed"]["parameter_digest"]:
+        raise PreparedError(f"{seed_dir}: parameter digest {got} differs from the prepared "
+                            f"{prepared['seed']['parameter_digest']}")
+    for name, want in prepared["seed"]["tokenizer_files"].items():
+        if sha256_file(seed_dir / name) != want:
+            raise PreparedError(f"{seed_dir / name}: differs from the prepared tokenizer file (sha256 {want})")
+
+
+def read_train_rows(study_dir: str | os.PathLike) -> dict[str, dict]:
+    """The encoded training documents by id (the file's digest was checked by load_prepared)."""
+    path = Path(study_dir) / PREPARED_DIR / "train.jsonl"
+    rows = {}
+    for lineno, line in enumerate(path.read_bytes().splitlines(), start=1):
+        row = loads_strict(line, f"{path}:{lineno}")
+        rows[row["id"]] = row
+    return rows

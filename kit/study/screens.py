@@ -1,0 +1,264 @@
+"""Evaluation of the study's candidates and the quality and speed screens, written to one JSON per study.
+
+Order of operations (seeds/004: "all candidates must be committed before any test scoring"):
+`freeze_candidates` refuses until every arm the contract lists has a committed endpoint
+("completed") or a recorded non-run status ("failed", "rejected", "unavailable"); it re-verifies
+every endpoint commit and writes `STUDY/evaluation/freeze.json`, after which no arm may run
+(kit/study/arms.py refuses). Only then does `evaluate_study` score the final-test tasks (greedy
+answers, task checker) and the retention probes (summed assistant-token NLL) of the seed and of
+every completed endpoint, one file per model, and append each opening to `opened.jsonl`.
+
+`build_screens` aggregates: accuracy by family per model; per candidate arm the paired change by
+example against the seed and against each control (gained, lost, mean difference, the normal
+noninferiority bound); the retention change in nats per assistant token against the seed with the
+contract's approximate normal bound; the screens; measurement, traffic and cost tables; and every
+arm's status and reason. The screen functions are pure and take the contract's thresholds:
+
+- quality: task gain (candidate accuracy - seed accuracy, all final tests) >= min_task_gain; the
+  retention upper bound <= max_retention_upper_nats; and noninferiority to every control:
+  mean paired difference - multiplier x sd / sqrt(n) > -margin (kit/stats.py). Gains are ratios
+  of counts compared with a 1e-12 tolerance, so 0.6 - 0.5 counts as the 0.10 it is.
+- speed: candidate active throughput / baseline active throughput >= min_speedup.
+
+Retention bound: the change is the token-weighted ratio R = sum(d_i) / sum(t_i) (d_i the probe's NLL
+change, t_i its assistant tokens). Its approximate normal bound is the delta-method one, computed
+by kit/stats.normal_upper_bound on z_i = R + (d_i - R t_i) / mean(t): mean(z) = R exactly and
+sd(z) / sqrt(n) is the ratio's linearised standard error.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kit.data.chat import load_tokenizer
+from kit.data.conversations import read_jsonl
+from kit.digest import canonical_json, load_json_strict, write_canonical_json
+from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, normal_upper_bound
+from kit.store import commits
+from kit.study.arms import FREEZE_FILE, NON_RUN, arm_statuses, attempt_records, read_arm_record
+from kit.study.cost import cost_table
+from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared
+
+SCREENS_FORMAT = "kit.study.screens/1"
+EVAL_FORMAT = "kit.study.evaluation/1"
+GAIN_TOLERANCE = 1e-12
+NOT_EVALUABLE = "not evaluable"
+
+
+class EvaluationRefused(ValueError):
+    pass
+
+
+# --- the scoring adapter (kit/evaluate.py) --------------------------------------------------
+def _scorer():
+    from kit.evaluate import answer_tasks, load_model, score_nll
+
+    return load_model, score_nll, answer_tasks
+
+
+# --- freeze and score -----------------------------------------------------------------------
+def freeze_candidates(study_dir: str | os.PathLike) -> dict:
+    """Refuse unless every arm is settled; verify every endpoint; write (or re-check) freeze.json."""
+    study_dir = Path(study_dir)
+    _, contract, prepared_digest = load_prepared(study_dir)
+    statuses = arm_statuses(study_dir, contract)
+    unsettled = [s for s in statuses if s["status"] not in NON_RUN
+                 and not (s["status"] == "completed" and s["endpoint"])]
+    if unsettled:
+        raise EvaluationRefused(
+            "final-test scoring refused: every arm the contract lists needs a committed endpoint or a recorded "
+            "non-run status first; " + ", ".join(f"arm {s['arm']!r} is {s['status']!r}" for s in unsettled))
+    for s in statuses:
+        if s["status"] == "completed":
+            commits.verify_commit(s["endpoint"]["home"], s["endpoint"]["full_root"])
+    freeze = {"format": "kit.study.freeze/1", "contract_digest": contract.digest, "prepared_digest": prepared_digest,
+              "arms": [{k: s[k] for k in ("arm", "status", "reason", "endpoint")} for s in statuses]}
+    path = study_dir / FREEZE_FILE
+    if path.exists():
+        old = load_json_strict(path)
+        if {k: old[k] for k in freeze} != freeze:
+            raise EvaluationRefused(f"{path}: the arms changed since the candidates were frozen")
+        return old
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_canonical_json(path, {**freeze, "frozen_at": time.time()})
+    return load_json_strict(path)
+
+
+def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, device: str = "cpu") -> dict:
+    """Score the seed and every completed endpoint on the final tasks and retention probes."""
+    study_dir = Path(study_dir)
+    freeze = freeze_candidates(study_dir)
+    prepared, contract, _ = load_prepared(study_dir)
+    check_seed(prepared, seed_dir)
+    load_model, score_nll, answer_tasks = _scorer()
+    tokenizer = load_tokenizer(seed_dir)
+    final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl")
+    retention = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl")
+    ev = contract["evaluation"]
+    models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared["seed"]["parameter_digest"]})]
+    models += [(a["arm"], {"home": a["endpoint"]["home"], "full_root": a["endpoint"]["full_root"]})
+               for a in freeze["arms"] if a["status"] == "completed"]
+    out_dir = study_dir / "evaluation" / "models"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(study_dir / "evaluation" / "opened.jsonl", "ab") as log:
+        log.write(canonical_json({"at": time.time(), "roles": ["final_tasks", "retention"],
+                                  "models": [m[0] for m in models]}) + b"\n")
+    written = {}
+    for label, source in models:
+        path = out_dir / f"{label}.json"
+        if path.exists() and load_json_strict(path)["source"] == source:
+            written[label] = str(path)  # scoring is deterministic: a rerun reuses it
+            continue
+        t0 = time.perf_counter()
+        model = (load_model(seed_dir=str(seed_dir), device=device) if label == "seed"
+                 else load_model(home=source["home"], root=source["full_root"], device=device))
+        tasks = answer_tasks(model, tokenizer, final, ev["max_new_tokens"])
+        nll = score_nll(model, tokenizer, retention, contract["data"]["max_tokens"], batch_size=ev["batch_size"])
+        write_canonical_json(path, {"format": EVAL_FORMAT, "label": label, "source": source, "tasks": tasks,
+                                    "retention": nll, "seconds": time.perf_counter() - t0})
+        written[label] = str(path)
+        del model
+    return {"models": written, "frozen_arms": freeze["arms"]}
+
+
+# --- pure statistics and screens ------------------------------------------------------------
+def _aligned(cand: list[dict], ref: list[dict], what: str) -> tuple[list[dict], list[dict]]:
+    by_id = {r["id"]: r for r in ref}
+    if set(by_id) != {r["id"] for r in cand} or len(by_id) != len(cand):
+        raise ValueError(f"{what}: candidate and reference rows cover different example ids")
+    return cand, [by_id[r["id"]] for r in cand]
+
+
+def paired_task_change(cand: list[dict], ref: list[dict], margin: float, multiplier: float) -> dict:
+    """Accuracy of both, difference overall and by family, gained/lost and the noninferiority bound."""
+    cand, ref = _aligned(cand, ref, "paired task change")
+    a = np.array([bool(r["correct"]) for r in cand])
+    b = np.array([bool(r["correct"]) for r in ref])
+    by_family = {}
+    for fam in sorted({r["family"] for r in cand}):
+        idx = np.array([r["family"] == fam for r in cand])
+        by_family[fam] = {"n": int(idx.sum()), "difference": float(a[idx].mean() - b[idx].mean())}
+    return {"n": int(a.size), "candidate_correct": int(a.sum()), "reference_correct": int(b.sum()),
+            "difference": (int(a.sum()) - int(b.sum())) / a.size, "by_family": by_family,
+            **gained_lost(a, b), "noninferiority": normal_noninferiority(a, b, margin, multiplier)}
+
+
+def retention_change(cand: list[dict], base: list[dict], multiplier: float) -> dict:
+    """Token-weighted NLL change per assistant token and its delta-method normal upper bound."""
+    cand, base = _aligned(cand, base, "retention change")
+    bad = [c["id"] for c, b in zip(cand, base) if c["tokens"] != b["tokens"]]
+    if bad:
+        raise ValueError(f"retention change: probe {bad[0]!r} has different token counts for candidate and base")
+    d = np.array([c["nll_sum"] - b["nll_sum"] for c, b in zip(cand, base)], dtype=np.float64)
+    t = np.array([c["tokens"] for c in cand], dtype=np.float64)
+    ratio = float(d.sum() / t.sum())
+    z = ratio + (d - ratio * t) / t.mean()
+    _, upper = normal_upper_bound(z, multiplier)
+    return {"n": int(d.size), "tokens": int(t.sum()), "change_nats_per_token": ratio, "upper": upper,
+            "multiplier": multiplier, "rule": "upper = R + multiplier x sd(z) / sqrt(n), z_i = R + (d_i - R t_i) / "
+            "mean(t) (delta method for the ratio R = sum d / sum t)"}
+
+
+def quality_screen(task_gain: float | None, retention_upper: float | None,
+                   noninferiority_lower: dict[str, float | None], screens: dict) -> dict:
+    """Pass only when every input is present and meets its threshold; missing inputs: not evaluable."""
+    margin = screens["noninferiority_margin"]
+    checks = {
+        "task_gain": None if task_gain is None else task_gain + GAIN_TOLERANCE >= screens["min_task_gain"],
+        "retention": None if retention_upper is None else retention_upper <= screens["max_retention_upper_nats"],
+        **{f"noninferior_to_{c}": None if lo is None else lo > -margin for c, lo in noninferiority_lower.items()},
+    }
+    missing = sorted(k for k, v in checks.items() if v is None)
+    verdict = NOT_EVALUABLE if missing else ("pass" if all(checks.values()) else "fail")
+    return {"name": "quality", "verdict": verdict, "checks": checks, "missing_inputs": missing,
+            "inputs": {"task_gain": task_gain, "retention_upper": retention_upper,
+                       "noninferiority_lower": noninferiority_lower},
+            "thresholds": {"min_task_gain": screens["min_task_gain"],
+                           "max_retention_upper_nats": screens["max_retention_upper_nats"],
+                           "noninferiority_margin": margin, "normal_multiplier": screens["normal_multiplier"]},
+            "rule": "task_gain >= min_task_gain (1e-12 tolerance) and retention_upper <= max_retention_upper_nats "
+                    "and, for every control, noninferiority lower bound > -margin"}
+
+
+def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens: dict) -> dict:
+    ratio = None
+    if candidate_tokens_per_s is not None and baseline_tokens_per_s:
+        ratio = candidate_tokens_per_s / baseline_tokens_per_s
+    verdict = NOT_EVALUABLE if ratio is None else ("pass" if ratio >= screens["min_speedup"] else "fail")
+    return {"name": "speed", "verdict": verdict, "ratio": ratio,
+            "inputs": {"candidate_active_tokens_per_s": candidate_tokens_per_s,
+                       "baseline_active_tokens_per_s": baseline_tokens_per_s},
+            "thresholds": {"min_speedup": screens["min_speedup"]},
+            "rule": "candidate active throughput / baseline active throughput >= min_speedup; GPU time and cost "
+                    "are reported beside it, not in it"}
+
+
+# --- the study JSON -------------------------------------------------------------------------
+def _table(frame) -> list[dict]:
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def build_screens(study_dir: str | os.PathLike) -> dict:
+    """Aggregate every arm's record and every model's scores into STUDY/screens.json."""
+    study_dir = Path(study_dir)
+    prepared, contract, prepared_digest = load_prepared(study_dir)
+    freeze_path = study_dir / FREEZE_FILE
+    if not freeze_path.exists():
+        raise EvaluationRefused(f"{freeze_path}: not found; run `kit study evaluate` first")
+    statuses = arm_statuses(study_dir, contract)
+    records = {s["arm"]: read_arm_record(study_dir, s["arm"]) for s in statuses}
+    sc = contract["screens"]
+    k, margin = sc["normal_multiplier"], sc["noninferiority_margin"]
+    evals = {}
+    for label in ["seed"] + [s["arm"] for s in statuses if s["status"] == "completed"]:
+        path = study_dir / "evaluation" / "models" / f"{label}.json"
+        if not path.exists():
+            raise EvaluationRefused(f"{path}: not found; `kit study evaluate` has not scored {label!r}")
+        evals[label] = load_json_strict(path)
+    accuracy = {label: _table(accuracy_by_family(e["tasks"])) for label, e in evals.items()}
+    paired, retention = {}, {}
+    for arm in evals:
+        if arm == "seed":
+            continue
+        paired[arm] = {ref: paired_task_change(evals[arm]["tasks"], evals[ref]["tasks"], margin, k)
+                       for ref in ["seed", *sc["controls"], sc["candidate"]] if ref in evals and ref != arm}
+        retention[arm] = retention_change(evals[arm]["retention"], evals["seed"]["retention"], k)
+    cand = sc["candidate"]
+    cand_paired = paired.get(cand, {})
+    quality = quality_screen(
+        cand_paired["seed"]["difference"] if "seed" in cand_paired else None,
+        retention[cand]["upper"] if cand in retention else None,
+        {c: cand_paired[c]["noninferiority"]["lower"] if c in cand_paired else None for c in sc["controls"]}, sc)
+
+    def tput(arm):
+        rec = records.get(arm)
+        return (rec.get("measurement") or {}).get("active_tokens_per_s") if rec and rec["status"] == "completed" \
+            else None
+
+    speed = speed_screen(tput(cand), tput(sc["speed_baseline"]), sc)
+    for screen, needs in ((quality, [cand, *sc["controls"]]), (speed, [cand, sc["speed_baseline"]])):
+        screen["arms_not_completed"] = [{"arm": s["arm"], "status": s["status"], "reason": s["reason"]}
+                                        for s in statuses if s["arm"] in needs and s["status"] != "completed"]
+    arm_rows = []
+    for s in statuses:
+        rec = records.get(s["arm"]) or {}
+        m, t = rec.get("measurement") or {}, rec.get("traffic") or {}
+        logical = (t.get("logical_per_rank") or [None])[0]
+        arm_rows.append({**{k2: s[k2] for k2 in ("arm", "workers", "reduction", "status", "reason", "attempts")},
+                         "endpoint": s["endpoint"], "replicas_equal": rec.get("replicas_equal"),
+                         "projection": rec.get("projection"), "measurement": m or None,
+                         "logical_traffic_rank0": logical, "interfaces": t.get("interfaces")})
+    out = {"format": SCREENS_FORMAT, "contract_digest": contract.digest, "prepared_digest": prepared_digest,
+           "study": contract["name"], "candidate": cand, "controls": sc["controls"], "arms": arm_rows,
+           "accuracy_by_family": accuracy, "paired_task_change": paired, "retention_change": retention,
+           "screens": {"quality": quality, "speed": speed},
+           "cost": cost_table(contract.data, [{"arm": s["arm"], "status": s["status"], "reason": s["reason"],
+                                               "costs": [a.get("cost") for a in attempt_records(study_dir, s["arm"])]}
+                                              for s in statuses]),
+           "counts": prepared["counts"], "retention_probes_exposed": contract["data"]["retention"]["exposed"]}
+    write_canonical_json(study_dir / "screens.json", out)
+    return out
