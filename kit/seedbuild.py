@@ -116,9 +116,10 @@ class SeedBuildConfig:
 
     @staticmethod
     def test() -> "SeedBuildConfig":
-        """The same code path in a few seconds, for unit tests."""
+        """The same code path in a few seconds, for unit tests. One thread: at this size intra-op
+        parallelism gains nothing, and on a busy machine spinning OpenMP threads cost 10x or more."""
         return SeedBuildConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                               updates=60, batch_size=16, lr=5e-3, warmup_updates=5,
+                               updates=60, batch_size=16, lr=5e-3, warmup_updates=5, threads=1,
                                sample_max_new_tokens=24)
 
     def __post_init__(self):

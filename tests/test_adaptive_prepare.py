@@ -44,6 +44,21 @@ def test_both_contracts_validate_with_the_seed_numbers():
     assert tiny["migration"]["at_step"] == 4 and tiny["cohorts"]["A"]["per_update"]["new"] == 12
 
 
+def test_full_contract_plans_a_1_7b_llama_on_its_workers():
+    """The full contract's planner settings fit a SmolLM2-1.7B-shaped seed at 2 and 3 workers and grown."""
+    full = load_adaptive_contract(FULL).data
+    shape = LlamaShape(vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                       num_attention_heads=32, num_key_value_heads=32, head_dim=64, rms_norm_eps=1e-5,
+                       max_position_embeddings=8192, tie_word_embeddings=True, rope=RopeSpec())
+    names = ["model.embed_tokens.weight", "model.norm.weight"] + [
+        f"model.layers.{i}.{p}.weight" for i in range(24) for p in ("self_attn.q_proj", "mlp.down_proj")]
+    o = prep.ownership_manifests(full, shape, dict.fromkeys(names), "0" * 64)
+    assert [(x["workers"], x["grown"], x["num_hidden_layers"]) for x in o["layouts"]] == \
+        [(2, False, 24), (3, False, 24), (3, True, 26)]
+    assert all(x["peak_utilization"] <= 1 for x in o["layouts"])
+    assert full["growth"]["copy_block"] == shape.num_hidden_layers - 1
+
+
 def _write_variant(tmp_path, edit) -> Path:
     data = json.loads(TINY.read_text())
     edit(data)

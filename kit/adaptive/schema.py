@@ -18,9 +18,9 @@ import os
 import re
 
 from kit.contract import Contract, ContractError, Num, OneOf, Opt, Seq, load_contract
+from kit.data.tasks import FAMILIES
 
 KIND = "adaptive-shards"
-FAMILIES = ("lookup", "filtering", "arithmetic", "sorting")  # = kit.data.tasks.FAMILIES (layer 1; checked in tests)
 PART_NAMES = ("new", "replay_a", "replay_conv")
 EXCLUSION_RULES = ("prompt_exact", "prompt_normalized", "document_normalized")
 # The seed's gates, verbatim: a contract states them but cannot change them.
