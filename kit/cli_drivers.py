@@ -134,3 +134,13 @@ def register_adaptive(sub) -> None:
 
 
 _EXTRA_COMMANDS.append(register_adaptive)
+
+
+# --- kit study ... ---------------------------------------------------------------------------
+def register_study(sub) -> None:
+    from kit.study import register
+
+    register(sub)
+
+
+_EXTRA_COMMANDS.append(register_study)

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from kit.data.chat import encode_conversation, generation_prompt_ids
 from kit.data.conversations import Conversation
 from kit.data.tasks import normalize_answer
-from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
 from kit.model_config import load_config
@@ -88,15 +87,53 @@ def score_nll(model: LlamaCausalLM, tokenizer, conversations: list[Conversation]
     return out
 
 
-def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max_new_tokens: int) -> list[dict]:
-    """[{id, family, reply, correct}]: greedy reply to each task's user turn, checked against its answer."""
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else tokenizer.eos_token_id
-    out = []
+@torch.no_grad()
+def greedy_batch(model: LlamaCausalLM, prompts: list[list[int]], max_new_tokens: int, eos_id: int) -> list[list[int]]:
+    """Greedy replies for many prompts at once, one forward per generated token for the whole batch.
+
+    Rows are right-padded: with causal attention a position never sees the padding after it, so row
+    i's next token is read at its own last position and written into its own next slot; the result
+    equals `kit.model.generate.greedy_generate` row by row (tests/test_evaluate.py checks it).
+    """
+    device = next(model.parameters()).device
+    lens = [len(p) for p in prompts]
+    T = min(max(lens) + max_new_tokens, model.shape.max_position_embeddings)
+    buf = torch.zeros((len(prompts), T), dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        buf[i, :len(p)] = torch.tensor(p, dtype=torch.long)
+    out: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    for _ in range(max_new_tokens):
+        live = [i for i in range(len(prompts)) if not done[i] and lens[i] < T]
+        if not live:
+            break
+        width = max(lens[i] for i in live)
+        logits = model(buf[live, :width])  # (B, width, V)
+        rows = torch.arange(len(live), device=device)
+        nxt = logits[rows, torch.tensor([lens[i] - 1 for i in live], device=device)].argmax(-1).tolist()
+        for j, i in enumerate(live):
+            out[i].append(nxt[j])
+            buf[i, lens[i]] = nxt[j]
+            lens[i] += 1
+            if nxt[j] == eos_id:
+                done[i] = True
+    return out
+
+
+def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max_new_tokens: int,
+                 batch_size: int = 32) -> list[dict]:
+    """[{id, family, reply, correct}]: greedy reply to each task's prompt, checked against its answer."""
+    vocab = tokenizer.get_vocab()
+    eos = vocab["<|im_end|>"] if "<|im_end|>" in vocab else tokenizer.eos_token_id
     for c in tasks:
         if "answer" not in c.meta or "family" not in c.meta:
             raise ValueError(f"task record {c.id!r} lacks 'answer' or 'family'")
-        prompt = generation_prompt_ids(tokenizer, list(c.messages[:-1]))  # everything before the answer
-        gen = greedy_generate(model, prompt, max_new_tokens, eos)
+    prompts = [generation_prompt_ids(tokenizer, list(c.messages[:-1])) for c in tasks]  # all before the answer
+    replies: list[list[int]] = []
+    for a in range(0, len(prompts), batch_size):
+        replies += greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos)
+    out = []
+    for c, gen in zip(tasks, replies):
         if gen and gen[-1] == eos:
             gen = gen[:-1]
         reply = tokenizer.decode(gen, skip_special_tokens=True)

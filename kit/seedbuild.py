@@ -50,8 +50,14 @@ from safetensors.torch import save_file
 
 import kit
 from kit.data.chat import encode_many, generation_prompt_ids, load_tokenizer
-from kit.data.conversations import Conversation, Message, conversation_from_json, read_jsonl, \
-    synthetic_conversations, write_jsonl
+from kit.data.conversations import (
+    Conversation,
+    Message,
+    conversation_from_json,
+    read_jsonl,
+    synthetic_conversations,
+    write_jsonl,
+)
 from kit.data.tasks import FAMILIES, TaskExample, check_answer, generate_set
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
@@ -110,12 +116,12 @@ class SeedBuildConfig:
     sample_max_new_tokens: int = 48
 
     @staticmethod
-    def tiny() -> "SeedBuildConfig":
+    def tiny() -> SeedBuildConfig:
         """The embedded default's seed: ~1.75M parameters, ~1.5 min on 2 CPU cores."""
         return SeedBuildConfig()
 
     @staticmethod
-    def test() -> "SeedBuildConfig":
+    def test() -> SeedBuildConfig:
         """The same code path in a few seconds, for unit tests. One thread: at this size intra-op
         parallelism gains nothing, and on a busy machine spinning OpenMP threads cost 10x or more."""
         return SeedBuildConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,

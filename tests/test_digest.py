@@ -45,7 +45,8 @@ def independent_digest(directory) -> str:
 
 def kit(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KIT_PROGRESS": "0"}
-    return subprocess.run([sys.executable, "-m", "kit", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, "-m", "kit", *args], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
 
 
 def kit_digest(directory) -> str:

@@ -24,8 +24,15 @@ from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
 from kit.model_config import load_config
-from kit.seedbuild import SAMPLE_CHAT_PROMPT, SEED_SAMPLE_ROLE, SEED_TRAIN_ROLE, SeedBuildConfig, build_seed, \
-    describe_seed, length_sorted_batches
+from kit.seedbuild import (
+    SAMPLE_CHAT_PROMPT,
+    SEED_SAMPLE_ROLE,
+    SEED_TRAIN_ROLE,
+    SeedBuildConfig,
+    build_seed,
+    describe_seed,
+    length_sorted_batches,
+)
 
 CFG = SeedBuildConfig.test()
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"

@@ -23,7 +23,12 @@ from kit.dist.traffic import LogicalTraffic, counter_delta, read_interface_count
 from kit.store import commits
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.study import arms as study_arms
-from kit.study.compression_state import COMPRESSION_DIR, CompressionStateError, read_compression_record, record_digests
+from kit.study.compression_state import (
+    COMPRESSION_DIR,
+    CompressionStateError,
+    read_compression_record,
+    record_digests,
+)
 from kit.study.cost import project_arm
 from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import ContractError, load_study_contract

@@ -43,7 +43,11 @@ from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.session import Session, start_from_commit, start_from_seed
 from kit.store import commits
-from kit.study.compression_state import load_compression_state, read_compression_record, write_compression_state
+from kit.study.compression_state import (
+    load_compression_state,
+    read_compression_record,
+    write_compression_state,
+)
 from kit.study.cost import arm_cost, project_arm
 from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared, read_train_rows
 from kit.study.schema import arm_spec, powersgd_config_dict
@@ -273,6 +277,14 @@ def projected_logical_bytes(contract, arm: dict, shapes: dict, first_step: int, 
     return dense * warm + compressed * (until - first_step - warm)
 
 
+def _host_counters() -> dict | None:
+    """This host's interface counters, or None where /proc/net/dev cannot be read (not Linux)."""
+    try:
+        return read_interface_counters()
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def _write_attempt(study_dir: Path, record: dict) -> dict:
     d = arm_dir(study_dir, record["arm"])
     attempts = d / "attempts"
@@ -344,7 +356,7 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
             "optimizer": contract["training"]["optimizer"], "max_tokens": contract["data"]["max_tokens"],
             "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
             "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"]}
-    before = read_interface_counters()
+    before = _host_counters()
     started = time.time()
     record["started_at"] = started
     try:
@@ -356,7 +368,9 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
         results, status, reason = None, "failed", str(e)
     ended = time.time()
     record.update(status=status, reason=reason, ended_at=ended)
-    record["traffic"] = {"interfaces": counter_delta(before, read_interface_counters())}
+    after = _host_counters()
+    record["traffic"] = {"interfaces": counter_delta(before, after) if before and after else
+                         {"unavailable": "/proc/net/dev could not be read on this host"}}
     wall = ended - started
     if results is None:
         record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"])
