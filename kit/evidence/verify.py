@@ -105,9 +105,38 @@ def _git_check(commit: str | None, base: Path) -> dict:
     return _check("git", "pass", f"commit {commit} exists")
 
 
+BENCH_FORMAT = "kit-bench/1"
+
+
+def _bench_record(run_dir: Path) -> dict | None:
+    """A benchmark's run record (`kit-bench/1`, written by bench/*.py on a GPU host, no notebook):
+    it must parse strictly, name its raw output files, which must exist, and a git commit that exists."""
+    from kit.digest import load_json_strict
+
+    path = run_dir / records.RUN_RECORD_NAME
+    try:
+        rec = load_json_strict(path)
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("format") != BENCH_FORMAT:
+        return None
+    checks = [_check("record", "pass", f"benchmark record, status {rec.get('status')}")]
+    raw = rec.get("raw_output")
+    names = raw if isinstance(raw, list) else [raw] if isinstance(raw, str) else []
+    for name in names:
+        f = run_dir / name
+        checks.append(_check("raw_output", "pass" if f.is_file() else "fail", f"{f}: {'present' if f.is_file() else 'missing'}"))
+    checks.append(_git_check((rec.get("git") or {}).get("commit"), records.evidence_base(run_dir.parent)))
+    return {"run_dir": str(run_dir), "run_id": rec.get("run_id"), "ok": all(c["result"] != "fail" for c in checks),
+            "checks": checks}
+
+
 def verify_evidence(run_dir: str | os.PathLike) -> dict:
     """{"run_dir", "run_id", "ok", "checks": [{"check", "result", "detail"}]} for one run directory."""
     run_dir = Path(run_dir)
+    bench = _bench_record(run_dir)
+    if bench is not None:
+        return bench
     try:
         record = records.read_run_record(run_dir)
     except (FileNotFoundError, ValueError) as e:
