@@ -51,8 +51,8 @@ def cmd_checkpoint(a) -> int:
             raise SystemExit(f"{a.home}: no HEAD; name a commit root")
         print(json.dumps(commits.read_commit(a.home, root), indent=1, sort_keys=True))
     elif a.action == "export":
-        if not a.root or not a.out:
-            raise SystemExit("kit checkpoint export ROOT --out DIR")
+        if not a.root:
+            raise SystemExit("kit checkpoint export ROOT --home H --out DIR")
         print(export.export_hf(a.home, a.root, a.out, extra_files_dir=a.tokenizer_from))
     elif a.action == "gc":
         for path in commits.gc(a.home, unreferenced_objects=a.objects):
@@ -106,14 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir")
     s.set_defaults(fn=cmd_seed_show)
 
-    s = sub.add_parser("checkpoint", help="verify, show, export, list or gc commits of a store")
-    s.add_argument("action", choices=["verify", "show", "export", "gc", "list"])
-    s.add_argument("root", nargs="?")
-    s.add_argument("--home", required=True)
-    s.add_argument("--out")
-    s.add_argument("--tokenizer-from", help="copy tokenizer files from this seed directory on export")
-    s.add_argument("--objects", action="store_true", help="gc: also remove objects no commit names")
-    s.set_defaults(fn=cmd_checkpoint)
+    ck = sub.add_parser("checkpoint", help="verify, show, export, list or gc commits of a store")
+    ck_sub = ck.add_subparsers(dest="action", required=True)
+    for action, help_text in (("verify", "re-hash every object of a commit (default HEAD) and recompute both roots"),
+                              ("show", "print a commit's manifest (default HEAD)"),
+                              ("export", "write a Hugging Face directory of a commit and print its kit digest"),
+                              ("list", "every commit of the store; HEAD marked"),
+                              ("gc", "remove temporary files (and, with --objects, unreferenced objects)")):
+        s = ck_sub.add_parser(action, help=help_text)
+        if action in ("verify", "show", "export"):
+            s.add_argument("root", nargs="?")
+        s.add_argument("--home", required=True)
+        if action == "export":
+            s.add_argument("--out", required=True)
+            s.add_argument("--tokenizer-from", help="copy tokenizer files from this seed directory")
+        if action == "gc":
+            s.add_argument("--objects", action="store_true", help="also remove objects no commit names")
+        s.set_defaults(fn=cmd_checkpoint, root=getattr(s, "root", None))
 
     s = sub.add_parser("plan", help="capacity planner: contiguous block assignment minimising peak utilisation")
     s.add_argument("--config", required=True, help="config.json or a directory holding one")

@@ -1,4 +1,4 @@
-"""The tiny seed: a few-million-parameter Llama and its tokenizer, trained on CPU in about 1.5 minutes.
+"""The tiny seed: a ~1.75M-parameter Llama and its tokenizer, trained on one CPU core in about 1.5 minutes.
 
 The embedded default runs every experiment end to end on a 2-core CPU, so it needs a seed that
 is small, built locally (no network) and still a plausible starting point: it speaks ChatML,
@@ -28,9 +28,9 @@ warm-up then cosine decay of the learning rate.
 
 Determinism: the same config on the same machine gives the same parameter digest. The data and
 initialisation are seeded (numpy PCG64, per-name torch generators), and the build runs with a
-fixed torch thread count (`threads`, default 2: CPU matmul results depend on how the work is
-split across threads). Another CPU or torch build may round differently; the digest of each
-build is in seed_build.json.
+fixed torch thread count (`threads`, default 1, restored afterwards: CPU matmul results may
+depend on how the work is split across threads). Another CPU or torch build may round
+differently; each build records its digest, versions and thread count in seed_build.json.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class SeedBuildConfig:
     rms_norm_eps: float = 1e-5
     init_std: float = 0.02
     # data: updates * batch_size conversations, each trained once
-    updates: int = 400
+    updates: int = 300
     batch_size: int = 32
     task_share: float = 0.2
     task_difficulty: int = 1
@@ -112,20 +112,21 @@ class SeedBuildConfig:
     microbatch_size: int = 8  # batches are length-sorted, so small microbatches pad little
     # reproducibility and reporting
     seed: int = 0
-    threads: int = 2
+    # One intra-op thread: the matrices are small, and with two OpenMP threads on a busy 2-core machine
+    # the build measured ~20x slower (threads spin at every barrier while their peer is descheduled).
+    threads: int = 1
     sample_max_new_tokens: int = 48
 
     @staticmethod
     def tiny() -> SeedBuildConfig:
-        """The embedded default's seed: ~1.75M parameters, ~1.5 min on 2 CPU cores."""
+        """The embedded default's seed: ~1.75M parameters, ~1.5 min on one CPU core."""
         return SeedBuildConfig()
 
     @staticmethod
     def test() -> SeedBuildConfig:
-        """The same code path in a few seconds, for unit tests. One thread: at this size intra-op
-        parallelism gains nothing, and on a busy machine spinning OpenMP threads cost 10x or more."""
+        """The same code path in a few seconds, for unit tests."""
         return SeedBuildConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                               updates=60, batch_size=16, lr=5e-3, warmup_updates=5, threads=1,
+                               updates=60, batch_size=16, lr=5e-3, warmup_updates=5,
                                sample_max_new_tokens=24)
 
     def __post_init__(self):

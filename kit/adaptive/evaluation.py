@@ -48,8 +48,6 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
              progress: bool = True) -> dict:
     from kit.data.chat import load_tokenizer
     from kit.data.conversations import read_jsonl
-    from kit.evaluate import answer_tasks, load_model, score_nll
-
     prepared_dir = Path(prepared_dir)
     if split not in ("dev", "final"):
         raise ValueError(f"split {split!r}; expected 'dev' or 'final'")
@@ -64,13 +62,9 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,
               "role_sha256": {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in roles.items()}}
     per_model = {}
-    for name, kw in (("candidate", cand_kw), ("baseline", base_kw)):
-        model = load_model(**kw)
-        per_model[name] = {
-            "task_nll": score_nll(model, tok, data["tasks"], max_tokens),
-            "retention_nll": score_nll(model, tok, data["retention"], max_tokens),
-            "answers": answer_tasks(model, tok, data["tasks"], max_new_tokens),
-        }
+    cache = Path(out).parent / "score-cache"
+    for name, kw, ident in (("candidate", cand_kw, cand_id), ("baseline", base_kw, base_id)):
+        per_model[name] = _scores(kw, ident, tok, data, result["role_sha256"], max_tokens, max_new_tokens, cache)
     c, b = per_model["candidate"], per_model["baseline"]
     result["tasks"] = [
         {"id": x["id"], "family": x.get("family"), "tokens": x["tokens"], "cand_nll": x["nll_sum"],
@@ -84,6 +78,30 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     ]
     write_canonical_json(out, result)
     return result
+
+
+def _scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: int, max_new_tokens: int,
+            cache: Path) -> dict:
+    """A model's scores on the roles, cached by (weights identity, role file digests, settings): scoring
+    is a deterministic function of those, and each endpoint is a candidate once and a baseline once."""
+    from kit.digest import sha256_json
+    from kit.evaluate import answer_tasks, load_model, score_nll
+    from kit.inventory import parameter_digest
+
+    weights = parameter_digest(kw["seed_dir"]) if "seed_dir" in kw else ident
+    key = sha256_json(["kit-adaptive-scores/1", weights, role_sha, max_tokens, max_new_tokens])
+    path = cache / f"{key}.json"
+    if path.exists():
+        return load_json_strict(path)
+    model = load_model(**kw)
+    scores = {
+        "task_nll": score_nll(model, tok, data["tasks"], max_tokens),
+        "retention_nll": score_nll(model, tok, data["retention"], max_tokens),
+        "answers": answer_tasks(model, tok, data["tasks"], max_new_tokens),
+    }
+    cache.mkdir(parents=True, exist_ok=True)
+    write_canonical_json(path, scores)
+    return scores
 
 
 def gates(evaluation: dict, contract: dict) -> dict:
