@@ -46,17 +46,17 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.update_throughput import device_info, git_commit, smollm2_17b, store_base, versions  # noqa: E402
-from kit.data.chat import load_tokenizer  # noqa: E402
-from kit.data.conversations import instruction_source_range, synthetic_conversations  # noqa: E402
-from kit.data.tasks import generate_set  # noqa: E402
-from kit.data.tokenizer_build import SPECIAL_TOKEN_IDS, build_tokenizer  # noqa: E402
-from kit.digest import load_json_strict, sha256_file, write_canonical_json  # noqa: E402
-from kit.model.llama import LlamaCausalLM  # noqa: E402
-from kit.model_config import LlamaShape, RopeSpec  # noqa: E402
-from kit.study.arms import arm_dir, arm_statuses, availability, run_arm  # noqa: E402
-from kit.study.prepare import PREPARED_DIR, prepare_study  # noqa: E402
-from kit.study.schema import arm_spec, load_study_contract  # noqa: E402
+from bench.update_throughput import device_info, git_commit, smollm2_17b, store_base, versions
+from kit.data.chat import load_tokenizer
+from kit.data.conversations import instruction_source_range, synthetic_conversations
+from kit.data.tasks import generate_set
+from kit.data.tokenizer_build import SPECIAL_TOKEN_IDS, build_tokenizer
+from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.model.llama import LlamaCausalLM
+from kit.model_config import LlamaShape, RopeSpec
+from kit.study.arms import arm_dir, arm_statuses, availability, run_arm
+from kit.study.prepare import PREPARED_DIR, prepare_study
+from kit.study.schema import arm_spec, load_study_contract
 
 CONTRACT = REPO / "contracts" / "shared-gradient.json"
 SOURCE_CANDIDATES = (REPO / "build" / "study-source" / "alpaca_5000.json",
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
     }
     (run_dir / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     s = results.get("single") or {}
-    print(json.dumps({"run_dir": str(run_dir), "status": status, "errors": errors,
+    print(json.dumps({"run_dir": str(run_dir), "run_status": status, "errors": errors,
                       **{k: s.get(k) for k in ("status", "active_tokens_per_s", "active_tokens_per_s_after_first_update",
                                                "checkpoint_seconds", "wall_seconds", "gpu_seconds_per_update")},
                       "arms": [(r["arm"], r["status"]) for r in results.get("arms", [])],
