@@ -46,7 +46,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
+from tqdm.auto import tqdm
 
 import kit
 from kit.data.chat import encode_many, generation_prompt_ids, load_tokenizer
@@ -126,7 +127,7 @@ class SeedBuildConfig:
     def test() -> SeedBuildConfig:
         """The same code path in a few seconds, for unit tests."""
         return SeedBuildConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                               updates=60, batch_size=16, lr=5e-3, warmup_updates=5,
+                               updates=150, batch_size=16, lr=5e-3, warmup_updates=10,
                                sample_max_new_tokens=24)
 
     def __post_init__(self):
@@ -235,8 +236,6 @@ def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord
     engine = StageEngine(Group(0, 1, torch.device("cpu")), even_layout(shape.num_hidden_layers, 1), model, None,
                          optimizer, canonical_names(shape),
                          EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=shape.pad_token_id))
-    from tqdm.auto import tqdm
-
     losses = []
     bar = tqdm(range(cfg.updates), desc="seed build", unit="update", disable=not show)
     for k in bar:
@@ -257,14 +256,17 @@ def _write_model_files(staging: Path, model: LlamaCausalLM, shape: LlamaShape) -
                        (json.dumps(generation, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     # named_parameters of a tied model has no lm_head.weight: exactly what Hugging Face stores.
     tensors = {name: p.detach().to(torch.float32).contiguous().clone() for name, p in model.named_parameters()}
-    save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
+    # safetensors' own serialisation (the bytes save_file writes), written like every other kit
+    # file: atomically, fsynced, with ordinary permissions (save_file leaves the file mode 0600).
+    write_bytes_atomic(staging / WEIGHTS_FILE, safetensors_bytes(tensors, metadata={"format": "pt"}))
 
 
 def greedy_reply(model: LlamaCausalLM, tokenizer, prompt: str, max_new_tokens: int) -> dict:
     """The seed's greedy reply to one user turn: ids, text (without the end-of-turn token), ended."""
-    eos_id = model.shape.eos_token_id
-    ids = greedy_generate(model, generation_prompt_ids(tokenizer, [Message("user", prompt)]), max_new_tokens, eos_id)
-    ended = bool(ids) and ids[-1] == eos_id
+    eos_id = model.shape.eos_token_id  # one id, or a list of them in some configs
+    eos_ids = {eos_id} if isinstance(eos_id, int) else set(eos_id or ())
+    ids = greedy_generate(model, generation_prompt_ids(tokenizer, [Message("user", prompt)]), max_new_tokens, eos_ids)
+    ended = bool(ids) and ids[-1] in eos_ids
     text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
     return {"ids": ids, "text": text, "ended_at_turn_boundary": ended}
 
@@ -389,7 +391,7 @@ def describe_seed(seed_dir: Path) -> str:
     build = seed_dir / SEED_BUILD_FILE
     if build.exists():
         info = load_json_strict(build)
-        lines.append(f"built by kit {info['kit_version']} (torch {info['torch_version']}, {info['threads']} threads): "
+        lines.append(f"built by kit {info['kit_version']} (torch {info['torch_version']}, {info['threads']} thread(s)): "
                      f"{info['updates']} updates, loss {info['loss_initial']:.3f} -> {info['loss_final']:.3f}, "
                      f"{info['seconds']:.1f} s")
     reply = greedy_reply(load_seed_model(seed_dir), tokenizer, SAMPLE_CHAT_PROMPT, 48)
