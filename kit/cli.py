@@ -85,7 +85,9 @@ def cmd_plan(a) -> int:
 def cmd_demo(a) -> int:
     from kit.demo import run_demo
 
-    return run_demo(Path(a.out), progress=not a.no_progress)
+    return run_demo(Path(a.out), progress=not a.no_progress, runs_dir=Path(a.runs_dir),
+                    reports_dir=Path(a.reports_dir),
+                    public_source=Path(a.public_source) if a.public_source else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="the embedded default: both tiny contracts end to end")
     s.add_argument("--out", default="demo-out", help="working directory for seeds, stores and runs")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--runs-dir", default="runs", help="where the executed notebooks and run records go")
+    s.add_argument("--reports-dir", default="reports", help="where the rendered report goes")
+    s.add_argument("--public-source", help="local copy of the pinned public source (default ../shared/data/alpaca_5000.json)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_demo)
 
     for register in _EXTRA_COMMANDS:

@@ -98,7 +98,8 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
             validate(v, spec.item, f"{path}[{i}]", source)
         return
     if isinstance(spec, OneOf):
-        if value not in spec.values:
+        # `in` compares with ==, and True == 1: a JSON boolean must not pass for a numeric literal
+        if not any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in spec.values):
             raise ContractError(f"{where} = {value!r}; expected one of {list(spec.values)}")
         return
     if isinstance(spec, Num):

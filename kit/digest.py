@@ -70,6 +70,8 @@ def loads_strict(text: str | bytes, source: str = "<json>") -> Any:
         )
     except json.JSONDecodeError as e:
         raise ValueError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:  # json's parser recurses per nesting level; a garbage file must still be a ValueError
+        raise ValueError(f"{source}: invalid JSON: nested too deeply to parse") from None
 
 
 def load_json_strict(path: str | os.PathLike) -> Any:

@@ -26,6 +26,17 @@ from kit.model.shard import load_owned
 from kit.model_config import load_config
 
 
+def _bar(iterable, desc: str, total: int | None = None):
+    """tqdm over evaluation batches; KIT_PROGRESS=0 turns every bar off."""
+    import os
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit="batch", file=sys.stderr, leave=False,
+                disable=os.environ.get("KIT_PROGRESS", "1") == "0")
+
+
 def load_model(home: str | None = None, root: str | None = None, seed_dir: str | None = None,
                device: str = "cpu") -> LlamaCausalLM:
     """The full model of a commit (`home` + `root`) or of a seed directory, FP32, eval mode."""
@@ -66,7 +77,7 @@ def score_nll(model: LlamaCausalLM, tokenizer, conversations: list[Conversation]
         encoded.append((c, e))
     device = next(model.parameters()).device
     out = []
-    for a in range(0, len(encoded), batch_size):
+    for a in _bar(range(0, len(encoded), batch_size), "scoring NLL"):
         chunk = encoded[a:a + batch_size]
         T = max(len(e.input_ids) for _, e in chunk)
         ids = torch.zeros((len(chunk), T), dtype=torch.long)
@@ -130,7 +141,7 @@ def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max
             raise ValueError(f"task record {c.id!r} lacks 'answer' or 'family'")
     prompts = [generation_prompt_ids(tokenizer, list(c.messages[:-1])) for c in tasks]  # all before the answer
     replies: list[list[int]] = []
-    for a in range(0, len(prompts), batch_size):
+    for a in _bar(range(0, len(prompts), batch_size), "greedy answers"):
         replies += greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos)
     out = []
     for c, gen in zip(tasks, replies):

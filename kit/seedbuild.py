@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import save as safetensors_bytes
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import kit
 from kit.data.chat import encode_many, generation_prompt_ids, load_tokenizer

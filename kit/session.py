@@ -216,10 +216,11 @@ class Session:
     def _restore_rng(self) -> None:
         m = self.start.manifest
         if m is not None and m["layout"]["blocks"] == self.layout.to_json()["blocks"]:
-            state = self.store.get_bytes(m["rng"][self.group.rank]) if self.store.has(m["rng"][self.group.rank]) else None
-            if state is not None:
-                torch.set_rng_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
-                return
+            # A commit's RNG objects are in its store (write_commit and adoption re-hash them), so a missing
+            # one is damage: refused (ObjectMissing) like a corrupt one, never silently reseeded.
+            state = self.store.get_bytes(m["rng"][self.group.rank])
+            torch.set_rng_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+            return
         torch.manual_seed(self.step * 1009 + self.group.rank)
 
     def update(self, records, total_targets: int | None = None):

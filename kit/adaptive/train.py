@@ -206,7 +206,8 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
                 "source_home": source_home, "reference": ref_spec, "until": until,
                 "attempt_dir": str(attempt_dir), "timeout_s": 300}
         results = launch("kit.adaptive.train:adaptive_worker", args, workers, attempt_dir / "workers",
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, progress_total=until or contract["endpoints"][cohort],
+                         desc=f"cohort {cohort} ({workers} workers)")
         record.update(status="completed", commits=results[0]["commits"],
                       fetched_bytes=[r["fetched_bytes"] for r in results])
         return results[0]["commits"]

@@ -58,9 +58,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _progress_bar(total: int | None, desc: str):
+    """A tqdm bar over rank 0's reported step; off when KIT_PROGRESS=0 or no total is known."""
+    if not total or os.environ.get("KIT_PROGRESS", "1") == "0":
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="update", file=sys.stderr, dynamic_ncols=True)
+
+
+def _advance(bar, run_dir: Path, first_step: int) -> None:
+    try:
+        step = load_json_strict(run_dir / "status-0.json").get("step")
+    except (FileNotFoundError, ValueError):
+        return
+    if isinstance(step, int) and step - first_step > bar.n:
+        bar.update(step - first_step - bar.n)
+
+
 def launch(entry: str, args: dict, workers: int, run_dir: str | os.PathLike, timeout_s: float = 900.0,
-           grace_s: float = 30.0, env: dict | None = None, threads: int = 1) -> list[dict]:
-    """Run `entry` on `workers` local processes; return each rank's result (rank order)."""
+           grace_s: float = 30.0, env: dict | None = None, threads: int = 1,
+           progress_total: int | None = None, progress_first_step: int = 0, desc: str = "training") -> list[dict]:
+    """Run `entry` on `workers` local processes; return each rank's result (rank order).
+
+    With `progress_total`, a progress bar follows the step rank 0 reports (steps counted from
+    `progress_first_step`)."""
     if workers < 1:
         raise ValueError(f"--workers {workers}; expected at least 1")
     run_dir = Path(run_dir)
@@ -82,8 +104,11 @@ def launch(entry: str, args: dict, workers: int, run_dir: str | os.PathLike, tim
                                        env=penv, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout_s
     failed_at = None
+    bar = _progress_bar(progress_total, desc)
     try:
         while True:
+            if bar is not None:
+                _advance(bar, run_dir, progress_first_step)
             codes = [p.poll() for p, _ in procs]
             if all(c == 0 for c in codes):
                 break
@@ -98,6 +123,8 @@ def launch(entry: str, args: dict, workers: int, run_dir: str | os.PathLike, tim
             except (subprocess.TimeoutExpired, IndexError):
                 pass
     finally:
+        if bar is not None:
+            bar.close()
         for p, log in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -451,10 +451,16 @@ def _acquire_lock(home: Path, timeout_s: float) -> str:
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
             continue
-        with os.fdopen(fd, "wb") as f:
-            f.write(record)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(record)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            # The lock is ours (O_EXCL) but holds no record (e.g. disk full): left in place it would
+            # block every writer until it aged into staleness, so remove it before reporting the error.
+            lock.unlink(missing_ok=True)
+            raise
         return token
 
 
