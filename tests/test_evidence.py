@@ -341,7 +341,9 @@ def test_kernel_death_gives_failed_and_keeps_partial_notebook(tmp_path):
     record = run_notebook(nb, {}, "dies", tmp_path / "runs", {})
     assert record.status == "failed"
     assert record.error["ename"] == "DeadKernelError" and record.error["cell_index"] == 2
-    assert record.error["execution_count"] == 2
+    # papermill saves the dying cell's count only if the kernel answered before it died; the source
+    # cell index (above) is what names the cell either way.
+    assert record.error["execution_count"] in (2, None)
     partial = nbformat.read(tmp_path / "runs" / "dies" / "die.ipynb", as_version=4)
     assert partial.cells[1].outputs[0]["text"] == "alive\n"
     assert partial.cells[3].get("execution_count") is None
