@@ -9,9 +9,13 @@ from pathlib import Path
 def cmd_train(a) -> int:
     from kit.adaptive.train import train
 
-    for c in train(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home,
-                   a.until, a.grow, a.reference_home):
-        print(json.dumps(c, sort_keys=True), flush=True)
+    import os
+
+    commits = train(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home,
+                    a.until, a.grow, a.reference_home)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 prints
+        for c in commits:
+            print(json.dumps(c, sort_keys=True), flush=True)
     return 0
 
 

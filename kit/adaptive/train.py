@@ -164,6 +164,9 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
     from kit.model.shard import even_layout
     from kit.model_config import load_config
 
+    if _under_torchrun():
+        return _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference,
+                                         source_home, until, grow, reference_home)
     prepared_p = Path(prepared)
     check_inputs(prepared_p)  # before anything else: source or input changes fail here, naming the file
     pj = load_json_strict(prepared_p / "prepared.json")
@@ -218,6 +221,77 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
     finally:
         record["ended_at"] = time.time()
         write_canonical_json(attempt_dir / "attempt.json", record)
+
+
+def _under_torchrun() -> bool:
+    """torchrun sets RANK/WORLD_SIZE (and TORCHELASTIC_RUN_ID); the kit's own launcher sets KIT_RUN_DIR."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
+
+
+def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference, source_home, until,
+                              grow, reference_home) -> list[dict]:
+    """This process is one worker of a torchrun group (one per host or GPU, across hosts): the same
+    checks and worker body as the local launcher, with the attempt record kept by rank 0."""
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.dist.group import join, leave
+    from kit.dist.launch import WorkerContext
+    from kit.model.shard import even_layout
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if workers != world:
+        raise TrainRefused(f"--workers {workers} but torchrun started WORLD_SIZE={world} processes")
+    if grow:
+        raise TrainRefused("--grow under torchrun: run the append transition first with the local launcher "
+                           "(kit adaptive train --grow ...), then resume its root under torchrun")
+    prepared_p = Path(prepared)
+    check_inputs(prepared_p)  # every rank, before joining: a changed byte stops the run naming the file
+    pj = load_json_strict(prepared_p / "prepared.json")
+    contract = load_adaptive_contract(pj["locations"]["contract"]).data
+    if cohort == "B" and (not reference or not resume):
+        raise TrainRefused("cohort B needs --reference (the committed phase-A endpoint) and --resume")
+    if cohort == "B":
+        check_a_trained(reference_home or source_home or home, prepared_p, contract["endpoints"]["A"])
+    group = join()
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    attempt = f"torchrun-{run_id}-{os.environ.get('MASTER_PORT', '0')}"
+    attempt_dir = Path(home) / "attempts" / attempt
+    record = {"attempt": attempt, "cohort": cohort, "workers": workers, "resume": resume, "reference": reference,
+              "source_home": source_home, "until": until, "grow": False, "prepared": str(prepared_p),
+              "started_at": time.time(), "status": "running", "error": None, "commits": [], "launcher": "torchrun"}
+    if rank == 0:
+        (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)
+        write_canonical_json(attempt_dir / "attempt.json", record)
+    group.barrier()
+    if resume and not source_home:
+        from kit.session import start_from_commit
+
+        layers = start_from_commit(home, resume).shape.num_hidden_layers
+    elif resume:
+        from kit.session import start_from_commit
+
+        layers = start_from_commit(source_home, resume).shape.num_hidden_layers
+    else:
+        from kit.model_config import load_config
+
+        layers = load_config(seed_dir).num_hidden_layers
+    args = {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
+            "layout": even_layout(layers, workers).to_json(), "start": {"seed": True} if resume is None else {"root": resume},
+            "source_home": source_home, "reference": {"seed_dir": seed_dir} if cohort == "A" else
+            {"home": reference_home or source_home or home, "root": reference}, "until": until,
+            "attempt_dir": str(attempt_dir)}
+    try:
+        out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
+        record.update(status="completed", commits=out["commits"])
+        return out["commits"]
+    except BaseException as e:
+        record.update(status="failed", error=f"rank {rank}: {type(e).__name__}: {e}")
+        raise
+    finally:
+        record["ended_at"] = time.time()
+        if rank == 0 or record["status"] == "failed":
+            name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
+            write_canonical_json(attempt_dir / name, record)
+        leave()
 
 
 def _grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:

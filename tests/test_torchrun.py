@@ -1,0 +1,33 @@
+"""`kit adaptive train` under torchrun (gloo, CPU): each process is one worker; the result equals the
+local launcher's bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture
+
+from kit.adaptive.train import train
+
+
+def test_torchrun_matches_the_local_launcher(prepared, tmp_path):  # noqa: F811
+    p = tmp_path / "prepared"
+    shutil.copytree(prepared["out"], p)
+    local = train(str(p), str(prepared["seed"]), str(tmp_path / "local"), "A", 2, until=1)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "KIT_RUN_DIR")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "kit",
+         "adaptive", "train", "--prepared", str(p), "--seed", str(prepared["seed"]), "--home",
+         str(tmp_path / "tr"), "--cohort", "A", "--workers", "2", "--until", "1"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commits = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert commits[-1]["learned_state_root"] == local[-1]["learned_state_root"]
+    (attempt,) = list((tmp_path / "tr" / "attempts").iterdir())
+    rec = json.loads((attempt / "attempt.json").read_text())
+    assert rec["status"] == "completed" and rec["launcher"] == "torchrun"
