@@ -462,6 +462,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--run-id", default=None, help="run id of the record (default bench-update-<date>)")
     ap.add_argument("--sections", default="baseline,kit,checkpoint,planner,kit_all_replay,kit_eager",
                     help="comma list of baseline, kit, checkpoint, planner, kit_all_replay, kit_eager")
     ap.add_argument("--planner-microbatches", type=int, default=2)
@@ -535,7 +536,7 @@ def main(argv=None) -> int:
     ended = dt.datetime.now(dt.UTC)
     record = {
         "format": "kit-bench/1",
-        "run_id": f"bench-update-{started.strftime('%Y-%m-%d')}",
+        "run_id": a.run_id or f"bench-update-{started.strftime('%Y-%m-%d')}",
         "notebook": None,
         "command": " ".join(["python", *([sys.argv[0]] if argv is None else ["bench/update_throughput.py"]),
                              *(sys.argv[1:] if argv is None else argv)]),

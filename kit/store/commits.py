@@ -226,9 +226,25 @@ def object_digests(manifest: dict) -> list[str]:
 # -- parameter states ----------------------------------------------------------------------------
 
 
+IO_THREADS = max(1, min(8, os.cpu_count() or 1))  # sha256, file I/O and device copies release the GIL
+
+
+def _parallel(fn, items: list) -> list:
+    """`fn` over `items` on a few threads, results in input order (deterministic records)."""
+    if len(items) < 2 or IO_THREADS == 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        return list(pool.map(fn, items))
+
+
 def save_param_states(store: ObjectStore, states: dict[str, dict]) -> list[dict]:
-    """Write each parameter's FP32 tensors as objects; returns the learned-state entries, by name."""
-    entries = []
+    """Write each parameter's FP32 tensors as objects; returns the learned-state entries, by name.
+
+    Objects are written on a few threads (hashing, writing and fsync of different tensors overlap);
+    the entries do not depend on the order in which they finish."""
+    shapes = {}
     for name in sorted(states):
         state, where = states[name], f"param state {name!r}"
         _exact_keys(state, STATE_KEYS, where)
@@ -240,16 +256,20 @@ def save_param_states(store: ObjectStore, states: dict[str, dict]) -> list[dict]
             shape = list(tensor.shape) if shape is None else shape
             if list(tensor.shape) != shape:
                 raise RecordError(f"{where}.{field}: shape {list(tensor.shape)} differs from param shape {shape}")
-        entries.append(
-            {
-                "name": name,
-                "dtype": LEARNED_DTYPE,
-                "shape": shape,
-                "group": state["group"],
-                "age": state["age"],
-                **{field: store.put_tensor(state[field]) for field in TENSOR_FIELDS},
-            }
-        )
+        shapes[name] = shape
+    jobs = [(name, field) for name in sorted(states) for field in TENSOR_FIELDS]
+    digests = dict(zip(jobs, _parallel(lambda j: store.put_tensor(states[j[0]][j[1]]), jobs)))
+    entries = [
+        {
+            "name": name,
+            "dtype": LEARNED_DTYPE,
+            "shape": shapes[name],
+            "group": states[name]["group"],
+            "age": states[name]["age"],
+            **{field: digests[(name, field)] for field in TENSOR_FIELDS},
+        }
+        for name in sorted(states)
+    ]
     validate_param_entries(entries, "save_param_states")
     return entries
 
@@ -280,11 +300,17 @@ def _check_objects(
     """Re-hash every named object; returns (problems, bytes, num_layers from the config object)."""
     problems: list[str] = []
     sizes: dict[str, int] = {}
-    for digest in object_digests(manifest):
+    def check(digest):
         try:
-            sizes[digest] = store.verify(digest, fsync=fsync)
+            return digest, store.verify(digest, fsync=fsync), None
         except (ObjectMissing, ObjectCorrupt) as e:
-            problems.append(str(e))
+            return digest, None, str(e)
+
+    for digest, size, problem in _parallel(check, object_digests(manifest)):
+        if problem is None:
+            sizes[digest] = size
+        else:
+            problems.append(problem)
     for entry in manifest["learned_state"]["params"]:
         numel = math.prod(entry["shape"])
         for field in TENSOR_FIELDS:

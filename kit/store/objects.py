@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 import re
 import socket
 import sys
@@ -164,6 +165,11 @@ class ObjectStore:
         self.home = Path(home)
         self.objects_dir = self.home / OBJECTS_DIR_NAME
         self.bytes_read = 0  # every byte read from this store's objects, for traffic accounting
+        self._count_lock = threading.Lock()  # objects are written and verified from several threads
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.bytes_read += n
 
     def path(self, digest: str) -> Path:
         check_digest(digest, f"{self.objects_dir}: object name")
@@ -237,7 +243,7 @@ class ObjectStore:
                 filled += n
         del view
         del buf[filled:]
-        self.bytes_read += filled
+        self._count(filled)
         actual = hashlib.sha256(buf).hexdigest()
         if actual != digest:
             raise self._corrupt(path, digest, actual, filled)
@@ -273,7 +279,7 @@ class ObjectStore:
             while chunk := f.read(HASH_CHUNK):
                 h.update(chunk)
                 size += len(chunk)
-        self.bytes_read += size
+        self._count(size)
         if h.hexdigest() != digest:
             raise self._corrupt(path, digest, h.hexdigest(), size)
         return size

@@ -121,7 +121,10 @@ def test_sigkill_in_each_phase_leaves_a_complete_head(killed, point, capsys):
     leftovers = sorted((home / "tmp").iterdir())
     if point != "head_installed":
         side = json.loads(run["side"].read_text())
-        assert leftovers == [Path(side["temp"])]  # the killed write's temporary, and nothing else
+        # the killed write's temporary is left (objects are written on a few threads, so other
+        # objects' temporaries in flight at the kill may be left beside it), and nothing else
+        assert Path(side["temp"]) in leftovers
+        assert all(p.name.startswith(point if point != "object" else "object") for p in leftovers)
         if point == "object":  # the half-written object is not in the store, and is never read from tmp/
             with pytest.raises(ObjectMissing, match=side["sha256"]):
                 ObjectStore(home).get_bytes(side["sha256"])
