@@ -15,8 +15,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 .PHONY: demo test lint chromium
+# The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
+# in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
 demo: $(VENV)/.installed
-	$(VENV)/bin/kit demo
+	$(VENV)/bin/kit demo --out demo-out --runs-dir demo-out/runs --reports-dir demo-out/reports
 
 # The report test opens the rendered HTML in headless Chromium (Debian's package).
 chromium:
