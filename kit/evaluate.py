@@ -12,8 +12,6 @@ task family's normalising checker. Both are deterministic functions of the weigh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -57,11 +55,6 @@ def load_model(home: str | None = None, root: str | None = None, seed_dir: str |
                 raise ValueError(f"commit {root} in {home} has no parameter {n!r}")
             p.copy_(states[n]["param"])
     return model.to(device).eval()
-
-
-@dataclass(frozen=True)
-class _Answer:
-    answer: str
 
 
 @torch.no_grad()
@@ -151,9 +144,3 @@ def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max
         out.append({"id": c.id, "family": c.meta["family"], "reply": reply,
                     "correct": normalize_answer(reply) == normalize_answer(c.meta["answer"])})
     return out
-
-
-def write_records(path: str | Path, rows: list[dict]) -> str:
-    from kit.digest import write_canonical_json
-
-    return write_canonical_json(path, rows)

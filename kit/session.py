@@ -129,13 +129,13 @@ def _reference_stage(group: Group, layout: Layout, student_shape: LlamaShape, re
         return LlamaCausalLM(ref_shape, ids, with_embedding=group.rank == layout.embedding_owner)
 
 
-def _load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict | None, dtype) -> torch.nn.Module | None:
+def load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict | None, dtype) -> torch.nn.Module | None:
     """The frozen reference's stage: from a seed directory, or from a commit (its `param` objects only)."""
     if spec is None:
         return None
     if "seed_dir" in spec:
         path = Path(spec["seed_dir"]) / "config.json"
-        ref = _reference_stage(group, layout, shape, parse_config(json.loads(path.read_text()), str(path)), str(path))
+        ref = _reference_stage(group, layout, shape, start_from_seed(spec["seed_dir"]).shape, str(path))
         load_owned(ref, spec["seed_dir"])
     else:
         start = start_from_commit(spec["home"], spec["root"])
@@ -192,22 +192,19 @@ class Session:
         self.store = ObjectStore(home)
         student = build_stage(shape, layout, group.rank, device=group.device)
         params = dict(student.named_parameters())
-        ages = {}
         if start.manifest is None:
             load_owned(student, start.seed_dir)
             group_of = assign_groups(params, group_rules)
         else:
             entries = {e["name"]: e for e in start.manifest["learned_state"]["params"]}
             group_of = {n: entries[n]["group"] for n in params}
-            ages = entries
         opt = ParamAdamW(params, groups, group_of)
         if start.manifest is not None:
             states = commits.load_param_states(self.store, start.manifest["learned_state"]["params"], set(params))
             opt.load_param_states({n: {k: (v.to(group.device) if torch.is_tensor(v) else v) for k, v in s.items()}
                                    for n, s in states.items()}, f"commit {start.manifest['full_root']}")
-        del ages
         ref_dtype = torch.float32 if engine_cfg.compute_dtype == "float32" else getattr(torch, engine_cfg.compute_dtype)
-        ref = _load_reference(group, layout, shape, reference, ref_dtype)
+        ref = load_reference(group, layout, shape, reference, ref_dtype)
         self.engine = StageEngine(group, layout, student, ref, opt, canonical_names(shape), engine_cfg)
         self.step = start.step
         self.parent = start.manifest["full_root"] if start.manifest is not None else commits.read_head(home)
@@ -292,6 +289,20 @@ def grow_commit(home: str, root: str, add: int, copy_from: int, group: str, layo
                                 root, rng)
 
 
+def open_start(group: Group, home: str, layout: Layout, start: dict, source_home: str | None, ctx) -> tuple[Start, int]:
+    """Where a worker's state comes from, after an optional migration: `start` is {"seed_dir": DIR} or
+    {"root": FULL_ROOT} (in `home`, fetched from `source_home` first when given). Returns the start and
+    the bytes this worker fetched."""
+    fetched = 0
+    if source_home:
+        ctx.progress(phase="migrate")
+        fetched = migrate(group, source_home, home, start["root"], layout)
+    ctx.progress(phase="load")
+    if "seed_dir" in start:
+        return start_from_seed(start["seed_dir"]), fetched
+    return start_from_commit(home, start["root"]), fetched
+
+
 def session_worker(group: Group, args: dict, ctx) -> dict:
     """Launcher entry: optional migration, then train `batches[step]` (global step numbering from 1)
     up to `until`, committing at `commit_at` steps and at the end.
@@ -302,13 +313,7 @@ def session_worker(group: Group, args: dict, ctx) -> dict:
     from kit.trainer import engine_config_from_json, records_from_json
 
     layout = Layout.from_json(args["layout"])
-    fetched = 0
-    if args.get("source_home"):
-        ctx.progress(phase="migrate")
-        fetched = migrate(group, args["source_home"], args["home"], args["start"]["root"], layout)
-    ctx.progress(phase="load")
-    start = (start_from_seed(args["start"]["seed_dir"]) if "seed_dir" in args["start"]
-             else start_from_commit(args["home"], args["start"]["root"]))
+    start, fetched = open_start(group, args["home"], layout, args["start"], args.get("source_home"), ctx)
     groups = {k: GroupConfig.from_json(v, f"optimizer.{k}") for k, v in args["optimizer"].items()}
     session = Session(group, args["home"], layout, start, engine_config_from_json(args["engine"]), groups,
                       [tuple(r) for r in args.get("group_rules", [])], args.get("reference"))

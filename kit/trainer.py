@@ -15,6 +15,7 @@ from kit.dist.launch import WorkerContext
 from kit.dist.pipeline import EngineConfig, StageEngine
 from kit.model.shard import Layout, build_stage, canonical_names, load_owned, stage_bytes
 from kit.model_config import load_config
+from kit.session import load_reference
 from kit.train.batch import TrainRecord
 from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig, ParamAdamW, assign_groups
@@ -39,16 +40,8 @@ def build_engine(group: Group, seed_dir: str, reference_dir: str | None, layout:
     layout.validate(shape.num_hidden_layers)
     student = build_stage(shape, layout, group.rank, device=group.device)
     load_owned(student, seed_dir)
-    reference = None
-    if reference_dir is not None:
-        ref_shape = load_config(reference_dir)
-        if ref_shape != shape:
-            raise ValueError(f"{reference_dir}/config.json: reference shape differs from the student's {seed_dir}")
-        reference = build_stage(shape, layout, group.rank, device=group.device)
-        load_owned(reference, reference_dir, dtype=torch.float32 if engine.compute_dtype == "float32"
-                   else getattr(torch, engine.compute_dtype))
-        if engine.compute_dtype != "float32":
-            reference.to(getattr(torch, engine.compute_dtype))
+    dtype = getattr(torch, engine.compute_dtype)
+    reference = load_reference(group, layout, shape, {"seed_dir": reference_dir} if reference_dir else None, dtype)
     params = dict(student.named_parameters())
     opt = ParamAdamW(params, groups, assign_groups(params, group_rules))
     return StageEngine(group, layout, student, reference, opt, canonical_names(shape), engine)

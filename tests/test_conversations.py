@@ -216,15 +216,20 @@ def test_synthetic_is_deterministic_labelled_and_varied():
 
 
 def test_synthetic_facts_are_right():
+    checked = {"sky": 0, "repeat": 0, "count": 0}
     for c in synthetic_conversations(200, seed=1):
         for user, assistant in zip(c.messages[:-1], c.messages[1:]):
             if user.role == "user" and user.content == "What colour is the sky?":
                 assert assistant.content == "The sky is blue."
+                checked["sky"] += 1
             if user.role == "user" and user.content.startswith("Repeat after me: "):
                 assert assistant.content == user.content.removeprefix("Repeat after me: ")
+                checked["repeat"] += 1
             if user.role == "user" and user.content.startswith("How many words are in: "):
                 n = len(user.content.removeprefix("How many words are in: ").split())
                 assert assistant.content.startswith(f"There {'is' if n == 1 else 'are'} {n} word")
+                checked["count"] += 1
+    assert all(checked.values()), checked  # every kind of fact was actually generated and checked
 
 
 def test_normalize_text():

@@ -13,7 +13,7 @@ def test_batched_greedy_equals_single(tmp_path):
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, 64, (n,), generator=g).tolist() for n in (3, 9, 5, 1)]
     batch = greedy_batch(model, prompts, 12, eos_id=7)
-    for p, b in zip(prompts, batch):
+    for p, b in zip(prompts, batch, strict=True):
         assert b == greedy_generate(model, p, 12, 7)
 
 
@@ -32,7 +32,7 @@ def test_nll_matches_direct_log_softmax(tmp_path):
     convs = [Conversation(f"c{i}", (Message("user", t), Message("assistant", t[::-1])), "test")
              for i, t in enumerate(texts[:5])]
     rows = score_nll(model, tok, convs, 128, batch_size=2)
-    for c, r in zip(convs, rows):
+    for c, r in zip(convs, rows, strict=True):
         e = encode_conversation(tok, c, 128)
         ids = torch.tensor(e.input_ids)[None]
         with torch.no_grad():

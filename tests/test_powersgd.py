@@ -124,6 +124,7 @@ def test_full_rank_two_ranks_equals_mean_and_q_agrees():
             torch.testing.assert_close(outs[0][t][name], mean, atol=1e-5, rtol=0)
             assert torch.equal(outs[0][t][name], outs[1][t][name])
     q0, q1 = comps[0].state_tensors(), comps[1].state_tensors()
+    assert any(k.startswith("q/") for k in q0)
     for key in q0:
         if key.startswith("q/"):
             assert torch.equal(q0[key], q1[key])

@@ -67,10 +67,10 @@ def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: 
 def adaptive_worker(group, args: dict, ctx) -> dict:
     """Launcher/torchrun entry. args: prepared, seed_dir, home, cohort, layout, start, source_home,
     reference, until, attempt_dir."""
-    from kit.adaptive.schema import load_adaptive_contract
+    from kit.adaptive.schema import commit_points, load_adaptive_contract
     from kit.dist.pipeline import EngineConfig
     from kit.model.shard import Layout
-    from kit.session import Session, migrate, start_from_commit, start_from_seed
+    from kit.session import Session, open_start
     from kit.train.batch import TrainRecord
     from kit.train.loss import DistillConfig
     from kit.train.optim import GroupConfig
@@ -83,23 +83,16 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     tr = contract["training"]
     cohort = args["cohort"]
     layout = Layout.from_json(args["layout"])
-    fetched = 0
-    if args.get("source_home"):
-        ctx.progress(phase="migrate")
-        fetched = migrate(group, args["source_home"], args["home"], args["start"]["root"], layout)
-    ctx.progress(phase="load")
-    start = (start_from_seed(args["seed_dir"]) if args["start"].get("seed")
-             else start_from_commit(args["home"], args["start"]["root"]))
+    start_spec = {"seed_dir": args["seed_dir"]} if args["start"].get("seed") else args["start"]
+    start, fetched = open_start(group, args["home"], layout, start_spec, args.get("source_home"), ctx)
+    data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
     d = tr["distillation"]
     engine = EngineConfig(tr["microbatch_size"], tr["max_grad_norm"],
-                          DistillConfig(d["weight"], d["temperature"], d["direction"]), tr["compute_dtype"])
+                          DistillConfig(d["weight"], d["temperature"], d["direction"]), tr["compute_dtype"],
+                          pad_id=data["pad_id"])
     groups = {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in tr["optimizer"].items()}
     session = Session(group, args["home"], layout, start, engine, groups, reference=args["reference"],
                       admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"], 1)})
-    data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
-    engine_pad = data["pad_id"]
-    session.engine.cfg = EngineConfig(engine.microbatch_size, engine.max_grad_norm, engine.distill,
-                                      engine.compute_dtype, engine_pad)
     cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
     cohort_idx = COHORTS.index(cohort)
     if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B, from the A endpoint
@@ -111,7 +104,7 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     else:
         cohort_step = cursor.get("cohort_step", cursor["step"])
     until = min(int(args.get("until") or contract["endpoints"][cohort]), contract["endpoints"][cohort])
-    every = tr["commit_every"]
+    points = set(commit_points(contract, cohort)) | {until}  # the contract's commit points, and where we stop
     log = Path(args["attempt_dir"]) / "updates.jsonl" if group.rank == 0 else None
     out = {"rank": group.rank, "fetched_bytes": fetched, "commits": [], "start_cohort_step": cohort_step,
            "admission": session.admission}
@@ -126,7 +119,7 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
             with open(log, "ab") as f:
                 f.write(canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                         "ids": [e["id"] for e in entries], **res.to_json()}) + b"\n")
-        if cohort_step % every == 0 or cohort_step == until:
+        if cohort_step in points:
             ctx.progress(phase="commit")
             full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
             out["commits"].append({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,

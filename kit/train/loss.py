@@ -201,13 +201,3 @@ def target_positions(target_mask: torch.Tensor, rows: torch.Tensor) -> tuple[tor
     mask[:, 0] = False
     local, t = mask.nonzero(as_tuple=True)
     return local, t
-
-
-def gather_targets(hidden: torch.Tensor, input_ids: torch.Tensor, target_mask: torch.Tensor, rows: torch.Tensor):
-    """Hidden states at the positions that predict each target token of `rows`.
-
-    Returns (x (n, C), targets (n,), row index (n,)); the indices are computed where the mask lives.
-    """
-    local, t = target_positions(target_mask, rows)
-    row = rows[local]
-    return hidden[row, t - 1], input_ids[row, t], row

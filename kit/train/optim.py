@@ -159,11 +159,6 @@ class ParamAdamW:
 
 
 # --- canonical clipping --------------------------------------------------------------------
-def squared_norms(named_grads: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Each gradient's squared L2 norm in FP64 (one deterministic reduction per tensor)."""
-    return {n: float(g.detach().double().pow(2).sum()) for n, g in named_grads.items()}
-
-
 def clip_factor(sq_norms_in_canonical_order: Sequence[float], max_norm: float) -> tuple[float, float]:
     """(global norm, factor): the sum runs in canonical order, so it is the same on every worker."""
     total = 0.0
