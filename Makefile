@@ -17,8 +17,11 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: demo test lint chromium
 # The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
 # in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
+# SOURCE: the pinned public conversation source (default: the repository's data/alpaca_5000.json,
+# see data/SOURCE.md); its sha256 is checked against the contracts before anything runs.
+SOURCE ?= data/alpaca_5000.json
 demo: $(VENV)/.installed
-	$(VENV)/bin/kit demo --out demo-out --runs-dir demo-out/runs --reports-dir demo-out/reports
+	$(VENV)/bin/kit demo --out demo-out --runs-dir demo-out/runs --reports-dir demo-out/reports --public-source $(SOURCE)
 
 # The report test opens the rendered HTML in headless Chromium (Debian's package).
 chromium:

@@ -59,8 +59,7 @@ from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import arm_spec, load_study_contract
 
 CONTRACT = REPO / "contracts" / "shared-gradient.json"
-SOURCE_CANDIDATES = (REPO / "build" / "study-source" / "alpaca_5000.json",
-                     REPO.parent / "shared" / "data" / "alpaca_5000.json")
+SOURCE_CANDIDATES = (REPO / "data" / "alpaca_5000.json",)  # carried by the repository (data/SOURCE.md)
 PAIR_ARMS = ("dense", "powersgd")
 INIT_SEED, INIT_STD = 0, 0.02
 TOKENIZER_SYNTHETIC = 4000  # synthetic conversations in the tokenizer's training text
@@ -217,7 +216,7 @@ def main(argv=None) -> int:
     ap.add_argument("--until", type=int, default=6, help="updates of the single arm (recorded partial)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the arm's worker (the study's default)")
     ap.add_argument("--source", default=os.environ.get("KIT_STUDY_SOURCE"),
-                    help="the pinned public source alpaca_5000.json (default: build/study-source/ or ../shared/data/)")
+                    help="the pinned public source alpaca_5000.json (default: data/alpaca_5000.json in the repository)")
     ap.add_argument("--workdir", default=None, help="where the temporary seed and study go (default: most free disk)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary seed and study")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "study-single-arm"))

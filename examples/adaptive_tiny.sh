@@ -5,14 +5,14 @@
 # selection -> final evaluation -> gates JSON; then every commit is verified.
 #
 #   examples/adaptive_tiny.sh [OUT_DIR] [SEED_DIR]
-# SHARED defaults to ../shared beside the repository (the public source lives there).
+# PUBLIC_SOURCE defaults to data/alpaca_5000.json in the repository (data/SOURCE.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-adaptive-tiny-out}
 SEED=${2:-$OUT/seed}
 PY=${PYTHON:-python3}
 KIT="$PY -m kit"
-SHARED=${SHARED:-$(cd .. && pwd)/shared}
+PUBLIC_SOURCE=${PUBLIC_SOURCE:-data/alpaca_5000.json}
 CONTRACT=contracts/adaptive-shards.tiny.json
 P=$OUT/prepared
 mkdir -p "$OUT"
@@ -25,7 +25,7 @@ TO=$(contract 'c["migration"]["to_workers"]')
 
 [ -f "$SEED/config.json" ] || $KIT seed build --out "$SEED" --no-progress
 [ -f "$P/prepared.json" ] || $KIT adaptive prepare --contract $CONTRACT --seed "$SEED" \
-    --replay "$SEED/trained_conversations.jsonl" --public-source "$SHARED/data/alpaca_5000.json" --out "$P"
+    --replay "$SEED/trained_conversations.jsonl" --public-source "$PUBLIC_SOURCE" --out "$P"
 
 echo "== cohort A: $FROM workers to step $MIG_STEP"
 A_MID=$($KIT adaptive train --prepared "$P" --seed "$SEED" --home "$OUT/A$FROM" --cohort A --workers "$FROM" \

@@ -5,13 +5,13 @@
 #
 # usage: examples/gradient_study_tiny.sh [OUT]       (default OUT: gradient-study-out)
 # env:   PYTHON (default python3), SEED (a seed directory; built into OUT/seed when absent),
-#        SOURCE (the pinned public conversation source, default ../shared/data/alpaca_5000.json)
+#        SOURCE (the pinned public conversation source, default data/alpaca_5000.json in the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${1:-gradient-study-out}
 SEED=${SEED:-$OUT/seed}
-SOURCE=${SOURCE:-../shared/data/alpaca_5000.json}
+SOURCE=${SOURCE:-data/alpaca_5000.json}
 STUDY=$OUT/study
 CONTRACT=contracts/shared-gradient.tiny.json
 

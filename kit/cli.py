@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from kit import numerics
+
 
 def _print_json(obj) -> None:
     print(json.dumps(obj, sort_keys=True))
@@ -140,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="demo-out", help="working directory for seeds, stores and runs")
     s.add_argument("--runs-dir", default="runs", help="where the executed notebooks and run records go")
     s.add_argument("--reports-dir", default="reports", help="where the rendered report goes")
-    s.add_argument("--public-source", help="local copy of the pinned public source (default ../shared/data/alpaca_5000.json)")
+    s.add_argument("--public-source", help="local copy of the pinned public source (default data/alpaca_5000.json in the repository; its sha256 is checked before anything runs)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_demo)
 
@@ -159,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if e.name != "kit.cli_drivers":
             raise
     args = build_parser().parse_args(argv)
+    numerics.apply()  # every command computes under the kit's numeric profile (kit/numerics.py)
     try:
         return int(args.fn(args) or 0)
     except (ValueError, FileNotFoundError) as e:

@@ -41,7 +41,7 @@ from kit.digest import write_canonical_json
 ADAPTIVE_CONTRACT = "contracts/adaptive-shards.tiny.json"
 STUDY_CONTRACT = "contracts/shared-gradient.tiny.json"
 STUDY_ARMS = ("single", "dense", "powersgd")
-PUBLIC_SOURCE = Path("shared") / "data" / "alpaca_5000.json"  # beside the repository, as the examples expect
+PUBLIC_SOURCE = Path("data") / "alpaca_5000.json"  # in the repository (data/SOURCE.md), so a bare clone runs
 REPORT_ID = "demo"
 PLAN_FILE = "demo-plan.json"
 TIMING_FILE = "demo-timing.json"
@@ -196,12 +196,28 @@ def _reusable(runs_dir: Path, step: Step) -> bool:
     return True
 
 
+def pinned_public_sha256() -> str:
+    """The sha256 both tiny contracts pin for the public conversation source."""
+    from kit.digest import load_json_strict
+    from kit.evidence.runtime import repository_root
+
+    contract = load_json_strict(repository_root() / ADAPTIVE_CONTRACT)
+    return contract["evaluation"]["final"]["retention"]["sha256"]
+
+
 def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path) -> None:
-    """Refuse, before anything runs, a missing public source or earlier demo runs without their data dir."""
+    """Refuse, before anything runs (the seed build takes minutes), a missing or different public source,
+    or earlier demo runs without their data dir."""
+    from kit.digest import sha256_file
+
     if not Path(public_source).is_file():
-        raise FileNotFoundError(f"{public_source}: the pinned public conversation source (alpaca_5000.json, "
-                                f"sha256 in {ADAPTIVE_CONTRACT}) is needed by both experiments; put a local "
-                                "copy there")
+        raise FileNotFoundError(f"{public_source}: the pinned public conversation source (alpaca_5000.json from "
+                                f"tatsu-lab/stanford_alpaca, see data/SOURCE.md; sha256 in {ADAPTIVE_CONTRACT}) is "
+                                "needed by both experiments; the repository carries it as data/alpaca_5000.json")
+    expected, actual = pinned_public_sha256(), sha256_file(public_source)
+    if actual != expected:
+        raise ValueError(f"{public_source}: sha256 {actual}, but {ADAPTIVE_CONTRACT} pins the public source at "
+                         f"{expected}; give the pinned file (data/alpaca_5000.json, see data/SOURCE.md)")
     earlier = sorted(p.name for p in Path(runs_dir).glob("demo-*")) if Path(runs_dir).is_dir() else []
     if earlier and not Path(out).is_dir():
         raise ValueError(f"{runs_dir}: holds runs of an earlier demo ({', '.join(earlier[:3])}, ...) but "
@@ -213,7 +229,7 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
              reports_dir: Path = Path("reports"), public_source: Path | None = None) -> int:
     """Run every step (module docstring), render reports_dir/demo/index.html and print its path.
 
-    `public_source` defaults to ../shared/data/alpaca_5000.json beside the repository. Returns 0 when every
+    `public_source` defaults to data/alpaca_5000.json in the repository. Returns 0 when every
     step completed (or was reused), 1 when a step failed or the demo stopped."""
     from kit.evidence.report import render_report
     from kit.evidence.runner import run_notebook
@@ -221,7 +237,7 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
 
     ensure_runtime()  # papermill and a kernel, before anything is written
     out, runs_dir, reports_dir = Path(out), Path(runs_dir), Path(reports_dir)
-    public_source = Path(public_source) if public_source else repository_root().parent / PUBLIC_SOURCE
+    public_source = Path(public_source) if public_source else repository_root() / PUBLIC_SOURCE
     check_demo_inputs(out, public_source, runs_dir)
     out.mkdir(parents=True, exist_ok=True)
     notebooks = repository_root() / "notebooks"

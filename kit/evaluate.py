@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kit import numerics
 from kit.data.chat import encode_conversation, generation_prompt_ids
 from kit.data.conversations import Conversation
 from kit.data.tasks import normalize_answer
@@ -38,6 +39,7 @@ def _bar(iterable, desc: str, total: int | None = None):
 def load_model(home: str | None = None, root: str | None = None, seed_dir: str | None = None,
                device: str = "cpu") -> LlamaCausalLM:
     """The full model of a commit (`home` + `root`) or of a seed directory, FP32, eval mode."""
+    numerics.apply(device)  # scores are compared across machines and runs: the kit's numeric profile
     if seed_dir is not None:
         model = LlamaCausalLM(load_config(seed_dir))
         load_owned(model, seed_dir)

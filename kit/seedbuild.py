@@ -26,11 +26,11 @@ Training uses the kit's own engine (one worker of kit/dist/pipeline.StageEngine 
 per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
 warm-up then cosine decay of the learning rate.
 
-Determinism: the same config on the same machine gives the same parameter digest. The data and
-initialisation are seeded (numpy PCG64, per-name torch generators), and the build runs with a
-fixed torch thread count (`threads`, default 1, restored afterwards: CPU matmul results may
-depend on how the work is split across threads). Another CPU or torch build may round
-differently; each build records its digest, versions and thread count in seed_build.json.
+Determinism: the same config gives the same parameter digest on any x86 CPU with the pinned torch
+build. The data and initialisation are seeded (numpy PCG64, per-name torch generators), and the
+build runs under the kit's numeric profile (kit/numerics.py: one intra-op thread, ATen's DEFAULT
+kernels, MKL's COMPATIBLE branch), which it records in seed_build.json with the digest and versions.
+Another torch build may round differently.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from safetensors.torch import save as safetensors_bytes
 from tqdm import tqdm
 
 import kit
+from kit import numerics
 from kit.data.chat import encode_many, generation_prompt_ids, load_tokenizer
 from kit.data.conversations import (
     Conversation,
@@ -113,9 +114,6 @@ class SeedBuildConfig:
     microbatch_size: int = 8  # batches are length-sorted, so small microbatches pad little
     # reproducibility and reporting
     seed: int = 0
-    # One intra-op thread: the matrices are small, and with two OpenMP threads on a busy 2-core machine
-    # the build measured ~20x slower (threads spin at every barrier while their peer is descheduled).
-    threads: int = 1
     sample_max_new_tokens: int = 48
 
     @staticmethod
@@ -133,7 +131,7 @@ class SeedBuildConfig:
     def __post_init__(self):
         ints = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "max_position_embeddings", "updates", "batch_size", "max_tokens",
-                "microbatch_size", "threads", "sample_max_new_tokens")
+                "microbatch_size", "sample_max_new_tokens")
         for name in ints:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -293,9 +291,8 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     out = Path(out)
     staging = _staging_dir(out)
-    threads_before = torch.get_num_threads()
+    profile = numerics.apply()  # one thread, CPU-independent kernels: the digest is the same on any x86 CPU
     try:
-        torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
         conversations, data_summary = training_conversations(cfg)
         build_tokenizer([m.content for c in conversations for m in c.messages], cfg.vocab_size, staging,
@@ -346,7 +343,8 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
             "torch_version": torch.__version__,
             "python_version": platform.python_version(),
             "machine": platform.machine(),
-            "threads": cfg.threads,
+            "threads": profile["intra_op_threads"],
+            "numeric_profile": profile,
             "parameter_digest": digest,
         }
         write_bytes_atomic(staging / SEED_BUILD_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
@@ -356,8 +354,6 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    finally:
-        torch.set_num_threads(threads_before)
     return {"out": str(out), "parameter_digest": digest, "params": shape.param_count(),
             "vocab_size": len(tokenizer), "trained_conversations": len(conversations), "updates": cfg.updates,
             "loss_initial": round(losses[0], 4), "loss_final": round(final_loss, 4),

@@ -6,10 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
+
+import kit  # noqa: F401  - first: sets the numeric profile's environment before torch computes anything
+import kit.numerics
 import torch
 
+# The test process computes under the same profile as the launched workers and the CLI, so in-process
+# and launched results are comparable bit for bit.
+kit.numerics.apply()
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+PUBLIC_SOURCE = REPO / "data" / "alpaca_5000.json"  # in the repository (data/SOURCE.md)
 
 
 def write_hf_llama(out: Path, *, vocab=64, hidden=32, layers=3, heads=4, kv_heads=2, inter=48, tied=True,

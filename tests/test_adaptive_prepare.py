@@ -23,8 +23,9 @@ from kit.model_config import LlamaShape, RopeSpec
 REPO = Path(__file__).resolve().parents[1]
 FULL = REPO / "contracts" / "adaptive-shards.json"
 TINY = REPO / "contracts" / "adaptive-shards.tiny.json"
-PUBLIC = REPO.parent / "shared/data/alpaca_5000.json"
-needs_public = pytest.mark.skipif(not PUBLIC.exists(), reason=f"public source {PUBLIC} is absent (see shared/data)")
+PUBLIC = REPO / "data/alpaca_5000.json"
+def needs_public(test):
+    return test  # data/alpaca_5000.json is part of the repository; a missing file fails, never skips
 
 
 # --- contracts ------------------------------------------------------------------------------------
@@ -141,8 +142,6 @@ def seed_tasks() -> list[Conversation]:
 def prepared(tmp_path_factory):
     """One preparation of the tiny contract: replay = 29 synthetic + 3 planted overlaps (exactly the 32
     A.replay needs) + 8 seed tasks; dev retention given as its own file. No tensor may be read."""
-    if not PUBLIC.exists():
-        pytest.skip(f"public source {PUBLIC} is absent (see shared/data)")
     root = tmp_path_factory.mktemp("prep")
     synthetic = _distinct(synthetic_conversations(200, 11))
     replay = synthetic[:29] + _planted(PUBLIC) + seed_tasks()

@@ -19,7 +19,7 @@ def layer_of(module: str) -> int:
 
     if within("kit.data"):
         return 1
-    if within("kit.model") or within("kit.train"):
+    if within("kit.model") or within("kit.train") or module == "kit.numerics":
         return 2
     if within("kit.dist"):
         return 3

@@ -174,7 +174,7 @@ def test_summary_digest_and_samples(built, record):
     assert summary["parameter_digest"] == record["parameter_digest"] == digest
     assert summary["params"] == record["params"] == load_config(out).param_count()
     assert summary["out"] == str(out) and summary["seconds"] > 0
-    assert record["threads"] == CFG.threads and record["config"]["hidden_size"] == CFG.hidden_size
+    assert record["threads"] == 1 and record["numeric_profile"]["name"] == "kit-cpu-portable/1" and record["config"]["hidden_size"] == CFG.hidden_size
     assert sorted(summary["samples"]) == sorted(FAMILIES)
     for family, sample in summary["samples"].items():
         (example,) = generate_set({family: 1}, CFG.seed, SEED_SAMPLE_ROLE, CFG.task_difficulty)

@@ -169,11 +169,10 @@ def _root_cause(reports: list[dict]) -> dict:
 
 
 def _worker_main(entry: str, args_path: str) -> int:
-    import torch
-
+    from kit import numerics
     from kit.dist.group import join, leave
 
-    torch.set_num_threads(int(os.environ.get("KIT_THREADS", "1")))
+    numerics.apply(threads=int(os.environ.get("KIT_THREADS", "1")))  # before the worker computes anything: its roots must not depend on the CPU
     run_dir = Path(os.environ["KIT_RUN_DIR"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ctx = WorkerContext(rank, world, run_dir)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kit import numerics
 from kit.dist.group import Group
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
@@ -119,6 +120,7 @@ class StageEngine:
                 raise ValueError(f"reference stage shapes differ from the student's on rank {group.rank}: "
                                  f"{diff or missing}")
             reference.requires_grad_(False)
+        numerics.apply(group.device)  # idempotent; in-process engines get the launched workers' numerics
         self.group, self.layout, self.cfg = group, layout, cfg
         self.student, self.reference, self.optimizer = student, reference, optimizer
         self.rank, self.world = group.rank, group.world

@@ -26,9 +26,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import kit
 from kit.digest import canonical_json, load_canonical_json, load_json_strict, write_canonical_json
 
-RUN_FORMAT = "kit-run/1"
+RUN_FORMAT = "kit-run/2"  # /2 added numeric_profile
 STATUSES = ("completed", "failed", "aborted", "unavailable")
 RUN_DIR_ENV = "KIT_RUN_DIR"
 RUN_RECORD_NAME = "run.json"
@@ -263,6 +264,13 @@ def gpus() -> list[dict]:
     return [{"name": name.strip(), "driver": driver.strip()} for name, driver in rows if driver is not None]
 
 
+def declared_numeric_profile() -> dict:
+    """The profile a notebook kernel started from this process runs under: `import kit` set these
+    variables here and the kernel inherits them; kit.numerics.apply() in the kernel refuses to compute
+    when they did not take effect. (torch is not imported here.)"""
+    return {"name": kit.NUMERIC_PROFILE, "environment": {k: os.environ.get(k) for k in kit.NUMERIC_ENV}}
+
+
 def device_info() -> dict:
     found = gpus()
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": found, "gpu_count": len(found)}
@@ -291,6 +299,8 @@ class RunRecord:
     checkpoint_roots: dict = field(default_factory=lambda: {"produced": [], "used": []})
     metrics: dict = field(default_factory=dict)  # sidecar name -> sha256 of its bytes
     notes: dict = field(default_factory=dict)  # free-form annotations from the caller
+    # the numeric profile the kernel ran under (kit/numerics.py): name and the environment it set
+    numeric_profile: dict = field(default_factory=declared_numeric_profile)
     format: str = RUN_FORMAT
 
     def to_json(self) -> dict:
@@ -350,6 +360,10 @@ def validate_run_record(obj: Any, source: str) -> None:
             _fail(source, "error.ename and error.evalue must be strings")
     if not isinstance(obj["duration_s"], (int, float)) or isinstance(obj["duration_s"], bool) or obj["duration_s"] < 0:
         _fail(source, f"field 'duration_s' = {obj['duration_s']!r} must be a non-negative number")
+    profile = obj["numeric_profile"]
+    if not isinstance(profile, dict) or not isinstance(profile.get("name"), str) \
+            or not isinstance(profile.get("environment"), dict):
+        _fail(source, "field 'numeric_profile' must be an object with a string 'name' and an 'environment' object")
     for name in ("parameters", "git", "versions", "device", "input_digests", "metrics", "notes", "checkpoint_roots"):
         if not isinstance(obj[name], dict):
             _fail(source, f"field {name!r} must be an object")

@@ -46,7 +46,6 @@ from kit.data.conversations import read_jsonl, synthetic_conversations, write_js
 from kit.digest import DigestMismatch, load_json_strict, sha256_file, write_canonical_json
 from kit.provenance import CommitmentMismatch, check_commitments, kit_package_dir
 
-pytestmark = pytest.mark.skipif(not PUBLIC.exists(), reason=f"public source {PUBLIC} is absent (see shared/data)")
 DAMAGES = ("bit_flip", "truncate", "delete")
 
 

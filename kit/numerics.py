@@ -1,0 +1,118 @@
+"""The kit's one numeric profile: the settings under which a digest or a root means the same number
+on every x86 CPU (docs/engine.md, "Determinism").
+
+Why each setting (measured on an AMD EPYC with AVX-512 and compared with an Intel Xeon):
+
+- ATen CPU kernels are compiled several times (DEFAULT, AVX2, AVX512) and chosen at run time from
+  the CPU's instruction set. The vector width changes the order of reductions (softmax, norms, sums),
+  so the same code gave another seed digest on AVX-512 than on AVX2. The profile pins the DEFAULT
+  kernels (`ATEN_CPU_CAPABILITY=default`): one compiled code path that every x86-64 CPU executes.
+- MKL (the BLAS of torch's x86 wheels) dispatches its GEMM kernels by CPU vendor and instruction
+  set, so a matmul rounds differently on Intel and AMD. Conditional numerical reproducibility
+  pins the COMPATIBLE branch (`mkl_cbwr_set(MKL_CBWR_COMPATIBLE)`), the only branch MKL honours on
+  every x86 vendor (an AVX2 request falls back to AUTO on AMD).
+- One intra-op thread: ATen splits reductions across threads, so the thread count changes the
+  summation order. (On the 2-core machines that run the tiny default, one thread is also faster.)
+- oneDNN is switched off so that no kernel with its own ISA dispatch is reached.
+
+The environment variables are set by `kit/__init__.py` on `import kit`, before torch computes
+anything (ATen reads its capability and MKL its branch once, at first use). `apply()` then fixes
+the thread count, switches oneDNN off, checks that ATen and MKL really took the settings (they
+cannot be changed once torch has computed) and returns the profile that run records carry.
+
+On CUDA the promise is weaker and stated as such: with `deterministic_gpu=True`, cuBLAS,
+cuDNN and torch use deterministic algorithms, so a root repeats on the same layout and hardware;
+GPU roots are not promised equal to CPU roots or across GPU models.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+from kit import NUMERIC_ENV, NUMERIC_PROFILE
+
+MKL_CBWR_BRANCH = 1  # mkl_service.h: the query for the current branch
+MKL_CBWR_COMPATIBLE = 3
+_MKL_BRANCH_NAMES = {0: "off", 1: "branch off", 2: "auto", 3: "compatible", 4: "sse2", 9: "avx2"}
+
+
+class NumericProfileError(RuntimeError):
+    """The process computed before the kit could fix its numerics; its digests would not be portable."""
+
+
+_applied: dict | None = None
+
+
+def _mkl():
+    """torch's statically linked MKL service functions, or None where the BLAS is not MKL."""
+    import torch
+
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        handle = ctypes.CDLL(str(lib))
+        get, put = handle.mkl_serv_cbwr_get, handle.mkl_serv_cbwr_set
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    put.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
+    return get, put
+
+
+def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dict:
+    """Fix this process's numerics (idempotent) and return the profile a run record carries.
+
+    `threads` above 1 is for GPU hosts, where CPU work is elementwise (the study's offloaded error
+    feedback) and does not depend on the split; the CPU promise holds for threads == 1 only, and the
+    record says which was used.
+
+    Raises NumericProfileError when torch already computed under other settings (kit imported after
+    a torch computation), because every digest made afterwards would depend on the CPU."""
+    global _applied
+    import torch
+
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"numeric profile threads = {threads!r}; expected a positive int")
+    torch.set_num_threads(threads)
+    torch.backends.mkldnn.enabled = False
+    mkl = _mkl()
+    branch = None
+    if mkl is not None:
+        get, put = mkl
+        if get(MKL_CBWR_BRANCH) != MKL_CBWR_COMPATIBLE:
+            put(MKL_CBWR_COMPATIBLE)  # succeeds only before MKL's first call; checked just below
+        branch = get(MKL_CBWR_BRANCH)
+        if branch != MKL_CBWR_COMPATIBLE:
+            raise NumericProfileError(
+                f"MKL runs its {_MKL_BRANCH_NAMES.get(branch, branch)!r} branch, not 'compatible': torch "
+                f"multiplied matrices before `import kit` set MKL_CBWR. Import kit before any torch computation "
+                f"(or start the process with MKL_CBWR=COMPATIBLE).")
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability != "DEFAULT":
+        raise NumericProfileError(
+            f"ATen dispatches its {capability} CPU kernels, not DEFAULT: torch computed before `import kit` set "
+            f"ATEN_CPU_CAPABILITY. Import kit before any torch computation (or start the process with "
+            f"ATEN_CPU_CAPABILITY=default).")
+    gpu = None
+    if device is not None and torch.device(device).type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if deterministic_gpu:
+            # cuBLAS reads its workspace setting when its handle is made; set here for this process's
+            # first handle and by kit/__init__.py for workers (KIT_GPU_DETERMINISTIC=1).
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+        gpu = {"deterministic_algorithms": bool(deterministic_gpu),
+               "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"), "tf32": False}
+    _applied = {"name": NUMERIC_PROFILE, "environment": dict(NUMERIC_ENV), "intra_op_threads": torch.get_num_threads(),
+                "aten_cpu_capability": capability, "mkl_cbwr_branch": _MKL_BRANCH_NAMES.get(branch, branch),
+                "mkldnn_enabled": torch.backends.mkldnn.enabled, "torch": torch.__version__, "gpu": gpu}
+    return dict(_applied)
+
+
+def describe() -> dict:
+    """The applied profile (applying it first if nothing has yet)."""
+    return dict(_applied) if _applied is not None else apply()
