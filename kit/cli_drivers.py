@@ -83,6 +83,8 @@ _EXTRA_COMMANDS.append(register_batch)
 def cmd_verify_evidence(a) -> int:
     from kit.evidence.verify import expand_run_dirs, verify_evidence
 
+    if a.replay:
+        return _replay(expand_run_dirs(a.run_dirs), a)
     reports = [verify_evidence(d) for d in expand_run_dirs(a.run_dirs)]
     if a.json:
         print(json.dumps(reports, indent=1, sort_keys=True))
@@ -94,10 +96,33 @@ def cmd_verify_evidence(a) -> int:
     return 0 if reports and all(r["ok"] for r in reports) else 1
 
 
+def _replay(run_dirs, a) -> int:
+    import tempfile
+
+    from kit.evidence.replay import replay_runs
+
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="kit-replay-"))
+    results = replay_runs(run_dirs, work, log=lambda m: print(m, file=sys.stderr))
+    if a.json:
+        print(json.dumps(results, indent=1, sort_keys=True))
+    for r in results:
+        if not a.json:
+            print(f"{r['run_id']}: {'replayed, equal' if r['ok'] else 'REPLAY MISMATCH'} "
+                  f"({len(r['compared'])} fields compared; work in {work})")
+        for m in r["mismatches"]:
+            print(f"  {m}", file=sys.stderr if a.json else sys.stdout)
+    return 0 if results and all(r["ok"] for r in results) else 1
+
+
 def register_verify_evidence(sub) -> None:
     s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
     s.add_argument("run_dirs", nargs="+", help="run directories, or a runs directory for all of its runs")
     s.add_argument("--json", action="store_true", help="print the check reports as JSON")
+    s.add_argument("--replay", action="store_true",
+                   help="re-execute each completed CPU run (and the runs it depends on) from its recorded parameters "
+                        "and compare its digests and roots with the committed ones (kit/evidence/replay.py)")
+    s.add_argument("--work", help="with --replay: the folder for the replayed runs and their data (default: a new "
+                                  "temporary folder)")
     s.set_defaults(fn=cmd_verify_evidence)
 
 

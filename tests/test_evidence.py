@@ -16,6 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import kit
 from kit.cli import main
 from kit.digest import canonical_json, load_canonical_json, sha256_file, write_canonical_json
 from kit.evidence import records, runtime
@@ -201,7 +202,7 @@ def test_completed_run_writes_every_field(completed):
     assert set(on_disk) == {
         "format", "run_id", "notebook", "notebook_sha256", "executed_notebook", "executed_notebook_sha256",
         "parameters", "status", "reason", "error", "started_at", "ended_at", "duration_s", "git", "versions",
-        "device", "contract_digest", "input_digests", "checkpoint_roots", "metrics", "notes"}
+        "device", "contract_digest", "input_digests", "checkpoint_roots", "metrics", "notes", "numeric_profile"}
     assert on_disk["notebook"] == "study.ipynb"  # relative to the repository
     assert on_disk["notebook_sha256"] == sha256_file(completed["notebook"])
     assert on_disk["executed_notebook_sha256"] == sha256_file(run_dir / "study.ipynb")
@@ -213,6 +214,7 @@ def test_completed_run_writes_every_field(completed):
     assert 0 < on_disk["duration_s"] < 120
     assert on_disk["contract_digest"] == "d" * 64 and on_disk["input_digests"] == {"seed": "c" * 64}
     assert on_disk["notes"] == {"purpose": "test"}
+    assert on_disk["numeric_profile"]["name"] == kit.NUMERIC_PROFILE
     assert on_disk["checkpoint_roots"] == {"produced": [{"root": completed["root"], "home": "home"}],
                                            "used": [{"root": "b" * 64, "home": "absent-home"}]}
     assert on_disk["metrics"] == {n: sha256_file(run_dir / "metrics" / f"{n}.json") for n in ("curve", "echo")}

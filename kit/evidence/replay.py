@@ -1,0 +1,143 @@
+"""`kit verify-evidence --replay RUN`: re-execute a committed CPU run and compare what it produced.
+
+A hash alone proves only that bytes did not change; replay shows that the recorded computation,
+run again from the recorded parameters on this machine, produces the same digests and roots. That
+holds on any x86 CPU because every digest-producing path runs under the kit's numeric profile
+(kit/numerics.py), which the record names.
+
+How a run is replayed:
+1. Its notebook is executed again by the papermill runner with the recorded parameters, except
+   that data paths (parameters named `*_DIR`, `HOME`, `*_HOME` that hold relative paths outside the
+   repository's own folders) are moved under the replay's work directory.
+2. A data path that an earlier run in the same runs directory also named (the earliest such run,
+   by `started_at`) is that run's output: the producer is replayed first, into the same work
+   directory (each run once per replay). So replaying an arm replays the seed build and the
+   prepare it depends on.
+3. The replayed record is compared field by field with the committed one: its status, every input
+   digest that is an identity (not `prepared.json`, whose bytes hold absolute locations and a creation
+   time; its identity is `prepared.job_digest`), and every produced checkpoint root, in order.
+A mismatch names the run, the field, the committed value and the replayed one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import kit
+from kit.evidence import records
+from kit.evidence.records import RunRecord
+
+# input digests that are not identities of the computation (the module docstring says why)
+NON_IDENTITY_INPUTS = frozenset({"prepared.json"})
+REPOSITORY_FOLDERS = ("contracts", "data", "notebooks", "kit")
+
+
+class ReplayError(ValueError):
+    """A run cannot be replayed here (not a completed CPU run, other profile or torch build)."""
+
+
+def _is_data_path(name: str, value) -> bool:
+    if not isinstance(value, str) or not value or os.path.isabs(value):
+        return False
+    if not (name.endswith("_DIR") or name == "HOME" or name.endswith("_HOME")):
+        return False
+    return Path(value).parts[0] not in REPOSITORY_FOLDERS
+
+
+def _replayable(record: RunRecord, run_dir: Path) -> None:
+    if record.status != "completed":
+        raise ReplayError(f"{run_dir}: status {record.status!r}; only completed runs are replayed")
+    if record.device.get("gpu_count"):
+        raise ReplayError(f"{run_dir}: ran on a GPU host; replay re-derives CPU runs (GPU roots repeat only on "
+                          "the same layout and hardware, docs/engine.md 'Determinism')")
+    profile = record.numeric_profile.get("name")
+    if profile != kit.NUMERIC_PROFILE:
+        raise ReplayError(f"{run_dir}: field numeric_profile.name = {profile!r}; this kit computes under "
+                          f"{kit.NUMERIC_PROFILE!r}, so its digests are not comparable")
+    torch_version = record.versions.get("torch")
+    from importlib import metadata
+
+    here = metadata.version("torch")
+    if torch_version != here:
+        raise ReplayError(f"{run_dir}: field versions.torch = {torch_version!r}, installed {here!r}; the numeric "
+                          "profile promises equal digests for one torch build (make test pins it)")
+
+
+class Replayer:
+    """Replays runs of one runs directory into `work` (work/runs: the new records, work/data: their data)."""
+
+    def __init__(self, runs_dir: Path, work: Path, log=print):
+        self.runs_dir, self.work, self.log = Path(runs_dir), Path(work), log
+        self.records: dict[str, tuple[Path, RunRecord]] = {}
+        for d in records.list_run_dirs(self.runs_dir):
+            try:
+                self.records[d.name] = (d, records.read_run_record(d))
+            except (FileNotFoundError, ValueError):
+                continue  # benchmark records (kit-bench/1) and damaged runs are not producers
+        self.done: dict[str, dict] = {}
+
+    def _producer(self, value: str, consumer: RunRecord) -> RunRecord | None:
+        named = [r for _, r in self.records.values()
+                 if any(v == value for k, v in r.parameters.items() if _is_data_path(k, v))]
+        first = min(named, key=lambda r: (r.started_at, r.run_id), default=None)
+        return None if first is None or first.run_id == consumer.run_id else first
+
+    def _remap(self, params: dict) -> dict:
+        return {k: str(self.work / "data" / v) if _is_data_path(k, v) else v for k, v in params.items()}
+
+    def replay(self, run_id: str) -> dict:
+        """{"run_id", "ok", "mismatches": [...], "compared": [...]} (dependencies replayed first)."""
+        if run_id in self.done:
+            return self.done[run_id]
+        if run_id not in self.records:
+            raise ReplayError(f"{self.runs_dir / run_id}: no run record there")
+        run_dir, record = self.records[run_id]
+        _replayable(record, run_dir)
+        for name, value in sorted(record.parameters.items()):
+            if _is_data_path(name, value):
+                producer = self._producer(value, record)
+                if producer is not None:
+                    dep = self.replay(producer.run_id)
+                    if not dep["ok"]:
+                        raise ReplayError(f"{run_dir}: its input {name} = {value!r} comes from {producer.run_id}, "
+                                          f"whose replay did not match: {dep['mismatches'][0]}")
+        from kit.evidence.runner import run_notebook
+        from kit.evidence.runtime import repository_root
+
+        self.log(f"replaying {run_id} ({record.notebook})")
+        notebook = repository_root() / record.notebook
+        new = run_notebook(notebook, self._remap(record.parameters), run_id, self.work / "runs")
+        result = compare(record, new, str(run_dir))
+        self.done[run_id] = result
+        return result
+
+
+def compare(committed: RunRecord, replayed: RunRecord, where: str) -> dict:
+    mismatches, compared = [], []
+
+    def check(field: str, old, new) -> None:
+        compared.append(field)
+        if old != new:
+            mismatches.append(f"{where}: field {field}: committed {old!r}, replayed {new!r}")
+
+    check("status", committed.status, replayed.status)
+    for name, digest in sorted(committed.input_digests.items()):
+        if name not in NON_IDENTITY_INPUTS:
+            check(f"input_digests[{name!r}]", digest, replayed.input_digests.get(name))
+    old_roots = [e["root"] for e in committed.checkpoint_roots["produced"]]
+    new_roots = [e["root"] for e in replayed.checkpoint_roots["produced"]]
+    check("checkpoint_roots.produced", old_roots, new_roots)
+    if replayed.status != "completed" and replayed.error:
+        mismatches.append(f"{where}: the replay failed: {replayed.error['ename']}: "
+                          f"{replayed.error['evalue'].splitlines()[0] if replayed.error['evalue'] else ''}")
+    return {"run_id": committed.run_id, "ok": not mismatches, "mismatches": mismatches, "compared": compared}
+
+
+def replay_runs(run_dirs: list[Path], work: Path, log=print) -> list[dict]:
+    """Replay each run directory (all from one runs directory) into `work`."""
+    parents = {Path(d).resolve().parent for d in run_dirs}
+    if len(parents) != 1:
+        raise ReplayError(f"replay takes runs of one runs directory; got {sorted(map(str, parents))}")
+    replayer = Replayer(parents.pop(), work, log)
+    return [replayer.replay(Path(d).name) for d in run_dirs]
