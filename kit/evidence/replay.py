@@ -9,6 +9,8 @@ How a run is replayed:
 1. Its notebook is executed again by the papermill runner with the recorded parameters, except
    that data paths (parameters named `*_DIR`, `HOME`, `*_HOME` that hold relative paths outside the
    repository's own folders) are moved under the replay's work directory.
+   A run already replayed into the same work directory with the same parameters is compared again
+   from its record, not re-executed (so an interrupted replay resumes).
 2. A data path that an earlier run in the same runs directory also named (the earliest such run,
    by `started_at`) is that run's output: the producer is replayed first, into the same work
    directory (each run once per replay). So replaying an arm replays the seed build and the
@@ -105,9 +107,16 @@ class Replayer:
         from kit.evidence.runner import run_notebook
         from kit.evidence.runtime import repository_root
 
-        self.log(f"replaying {run_id} ({record.notebook})")
-        notebook = repository_root() / record.notebook
-        new = run_notebook(notebook, self._remap(record.parameters), run_id, self.work / "runs")
+        earlier = self.work / "runs" / run_id
+        if (earlier / records.RUN_RECORD_NAME).is_file() and \
+                records.read_run_record(earlier).parameters == self._remap(record.parameters):
+            # replayed before into this work directory (an interrupted replay, or a second check of the same
+            # evidence): its record is compared again, nothing is re-executed
+            new = records.read_run_record(earlier)
+        else:
+            self.log(f"replaying {run_id} ({record.notebook})")
+            new = run_notebook(repository_root() / record.notebook, self._remap(record.parameters), run_id,
+                               self.work / "runs")
         result = compare(record, new, str(run_dir))
         self.done[run_id] = result
         return result

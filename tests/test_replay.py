@@ -1,0 +1,69 @@
+"""`kit verify-evidence --replay` against the committed demo evidence (runs/): the arm
+demo-adaptive-A2-to-step4 is re-executed with the seed build and the prepare it depends on, on
+whatever x86 CPU runs the suite, and must give the committed digests and roots; a tampered root fails."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kit.evidence import records
+from kit.evidence.replay import ReplayError, replay_runs
+from kit.digest import load_json_strict, write_canonical_json
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "runs"
+ARM = "demo-adaptive-A2-to-step4"
+CHAIN = ("demo-seed", "demo-adaptive-prepare", ARM)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("replay")
+
+
+@pytest.fixture(scope="module")
+def replayed(work):
+    return replay_runs([RUNS / ARM], work, log=lambda m: None)
+
+
+def test_committed_seed_and_arm_replay_to_the_committed_roots(replayed, work):
+    (arm,) = replayed
+    assert arm["ok"], arm["mismatches"]
+    assert "checkpoint_roots.produced" in arm["compared"] and "input_digests['seed.parameter_digest']" in arm["compared"]
+    committed = records.read_run_record(RUNS / ARM)
+    assert committed.checkpoint_roots["produced"], "the committed arm produced roots to compare"
+    again = records.read_run_record(work / "runs" / ARM)
+    assert [e["root"] for e in again.checkpoint_roots["produced"]] == \
+        [e["root"] for e in committed.checkpoint_roots["produced"]]
+    seed = records.read_run_record(work / "runs" / "demo-seed")  # the dependency was replayed too
+    assert seed.input_digests["seed.parameter_digest"] == \
+        records.read_run_record(RUNS / "demo-seed").input_digests["seed.parameter_digest"]
+
+
+def test_a_tampered_root_fails_the_replay_naming_the_field(replayed, work, tmp_path):
+    runs = tmp_path / "runs"
+    for name in CHAIN:
+        shutil.copytree(RUNS / name, runs / name)
+    path = runs / ARM / records.RUN_RECORD_NAME
+    record = load_json_strict(path)
+    real = record["checkpoint_roots"]["produced"][0]["root"]
+    forged = ("0" if real[0] != "0" else "1") + real[1:]
+    record["checkpoint_roots"]["produced"][0]["root"] = forged
+    write_canonical_json(path, record)
+    (arm,) = replay_runs([runs / ARM], work, log=lambda m: None)  # same work dir: compared, not re-executed
+    assert not arm["ok"]
+    assert any("field checkpoint_roots.produced" in m and forged in m and real in m for m in arm["mismatches"])
+
+
+def test_replay_refuses_a_record_of_another_numeric_profile(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(RUNS / "demo-seed", runs / "demo-seed")
+    path = runs / "demo-seed" / records.RUN_RECORD_NAME
+    record = load_json_strict(path)
+    record["numeric_profile"]["name"] = "native"
+    write_canonical_json(path, record)
+    with pytest.raises(ReplayError, match=r"demo-seed: field numeric_profile.name = 'native'"):
+        replay_runs([runs / "demo-seed"], tmp_path / "work", log=lambda m: None)
