@@ -122,10 +122,13 @@ def test_demo_refuses_a_missing_source_and_runs_without_their_data(tmp_path):
     kwargs = {"runs_dir": tmp_path / "runs", "reports_dir": tmp_path / "reports"}
     with pytest.raises(FileNotFoundError, match=r"absent\.json: the pinned public conversation source"):
         run_demo(tmp_path / "out", False, public_source=tmp_path / "absent.json", **kwargs)
-    (tmp_path / "source.json").write_text("[]")
+    (tmp_path / "source.json").write_text("[]")  # another file: refused by its sha256 before the seed build
+    with pytest.raises(ValueError, match=r"source\.json: sha256 [0-9a-f]{64}, but contracts/adaptive-shards\.tiny\.json "
+                                         r"pins the public source at fc1add24"):
+        run_demo(tmp_path / "out", False, public_source=tmp_path / "source.json", **kwargs)
     (tmp_path / "runs" / "demo-seed").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"earlier demo \(demo-seed, \.\.\.\) but their working directory"):
-        run_demo(tmp_path / "out", False, public_source=tmp_path / "source.json", **kwargs)
+        run_demo(tmp_path / "out", False, public_source=REPO / "data" / "alpaca_5000.json", **kwargs)
     assert not (tmp_path / "out").exists() and not (tmp_path / "reports").exists()
 
 
