@@ -6,7 +6,7 @@ else under --out). In ONE process it measures
   baseline  written here by the method of ../shared/bench/hf_baseline.py: transformers'
             LlamaForCausalLM with FP32 weights, bf16 autocast, fused torch.optim.AdamW, a frozen bf16
             teacher forward and KL over the full logits of every token plus CE, clip_grad_norm_;
-  kit       kit.dist.pipeline.StageEngine with one worker: FP32 master weights, bf16 compute, the
+  kit       kit.distributed.pipeline.StageEngine with one worker: FP32 master weights, bf16 compute, the
             frozen bf16 reference forward on the replay records, CE on new records and KL on replay
             records (half of the records replay), canonical clipping, ParamAdamW; every token a
             target (the baseline's full-sequence loss);
@@ -47,8 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kit.digest import canonical_json
-from kit.dist.group import Group
-from kit.dist.pipeline import EngineConfig, StageEngine
+from kit.distributed.group import Group
+from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage, canonical_names, even_layout
 from kit.model_config import LlamaShape, RopeSpec

@@ -22,7 +22,7 @@ task line of trained_conversations.jsonl carries its "digest"). One pass, no rep
 is a permutation drawn from `numpy.random.default_rng(seed)`, then each update's batch is sorted by
 token length (see `length_sorted_batches`).
 
-Training uses the kit's own engine (one worker of kit/dist/pipeline.StageEngine with the
+Training uses the kit's own engine (one worker of kit/distributed/pipeline.StageEngine with the
 per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
 warm-up then cosine decay of the learning rate.
 
@@ -63,8 +63,8 @@ from kit.data.conversations import (
 from kit.data.tasks import FAMILIES, TaskExample, check_answer, generate_set
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
-from kit.dist.group import Group
-from kit.dist.pipeline import EngineConfig, StageEngine
+from kit.distributed.group import Group
+from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.inventory import parameter_digest
 from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM, init_weights

@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from kit.digest import canonical_json, loads_strict
-from kit.dist.group import Group
-from kit.dist.pipeline import EngineConfig, StageEngine
+from kit.distributed.group import Group
+from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.model.shard import Layout, build_stage, canonical_names, load_owned
 from kit.model_config import LlamaShape, parse_config
 from kit.store import commits

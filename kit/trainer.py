@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from kit.dist.group import Group
-from kit.dist.launch import WorkerContext
-from kit.dist.pipeline import EngineConfig, StageEngine
+from kit.distributed.group import Group
+from kit.distributed.launch import WorkerContext
+from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.model.shard import Layout, build_stage, canonical_names, load_owned, stage_bytes
 from kit.model_config import load_config
 from kit.session import load_reference

@@ -23,8 +23,8 @@ import kit  # noqa: E402,F401  - first, as every kit entry point: the profile's 
 from conftest import write_hf_llama  # noqa: E402
 from test_engine import OPT, make_batches  # noqa: E402
 
-from kit.dist.group import Group  # noqa: E402
-from kit.dist.launch import launch  # noqa: E402
+from kit.distributed.group import Group  # noqa: E402
+from kit.distributed.launch import launch  # noqa: E402
 from kit.model.shard import even_layout  # noqa: E402
 from kit.seedbuild import SeedBuildConfig, build_seed  # noqa: E402
 from kit.session import session_worker  # noqa: E402

@@ -13,7 +13,7 @@ from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture
 import kit.provenance as provenance
 from kit.adaptive.selection import FinalRolesRefused, access_entries, open_final_roles, write_selection
 from kit.adaptive.train import check_inputs, train
-from kit.dist.group import Group
+from kit.distributed.group import Group
 from kit.model.shard import even_layout
 from kit.provenance import CommitmentMismatch
 from kit.session import Session, start_from_seed

@@ -9,7 +9,7 @@ import torch
 from conftest import write_hf_llama
 from test_engine import OPT, make_batches
 
-from kit.dist.launch import WorkerFailure, launch
+from kit.distributed.launch import WorkerFailure, launch
 from kit.model.shard import even_layout
 from kit.store import commits
 from kit.store.objects import ObjectStore

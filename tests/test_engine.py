@@ -10,8 +10,8 @@ from conftest import write_hf_llama
 from engine_oracle import run_oracle64
 from safetensors import safe_open
 
-from kit.dist.group import Group
-from kit.dist.launch import launch
+from kit.distributed.group import Group
+from kit.distributed.launch import launch
 from kit.model.shard import LayoutError, even_layout
 from kit.trainer import build_engine, records_from_json
 from kit.train.optim import GroupConfig

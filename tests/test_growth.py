@@ -9,7 +9,7 @@ import torch
 from conftest import write_hf_llama
 from test_engine import OPT, make_batches
 
-from kit.dist.group import Group
+from kit.distributed.group import Group
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import even_layout
 from kit.session import Session, grow_commit, start_from_commit, start_from_seed

@@ -21,7 +21,7 @@ def layer_of(module: str) -> int:
         return 1
     if within("kit.model") or within("kit.train") or module == "kit.numerics":
         return 2
-    if within("kit.dist"):
+    if within("kit.distributed"):
         return 3
     if within("kit.store"):
         return 4
@@ -80,7 +80,7 @@ def test_layering():
 
 def test_layer_checker_catches_a_violation(tmp_path):
     assert layer_of("kit.stats") == 0 and layer_of("kit.data.chat") == 1 and layer_of("kit.store.objects") == 4
-    assert layer_of("kit.session") == 5 and layer_of("kit.dist.pipeline") == 3
+    assert layer_of("kit.session") == 5 and layer_of("kit.distributed.pipeline") == 3
     bad = tmp_path / "m.py"
     bad.write_text("import torch.distributed as dist\nfrom kit.session import Session\n")
     assert list(_imports(bad)) == ["torch.distributed", "kit.session"]

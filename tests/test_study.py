@@ -19,7 +19,7 @@ from kit.data.conversations import synthetic_conversations
 from kit.data.tasks import generate_set
 from kit.data.tokenizer_build import build_tokenizer
 from kit.digest import sha256_file
-from kit.dist.traffic import LogicalTraffic, counter_delta, read_interface_counters, ring_wire_bytes
+from kit.distributed.traffic import LogicalTraffic, counter_delta, read_interface_counters, ring_wire_bytes
 from kit.store import commits
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.study import arms as study_arms

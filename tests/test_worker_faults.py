@@ -8,7 +8,7 @@ import pytest
 from conftest import write_hf_llama
 from test_engine import OPT, make_batches
 
-from kit.dist.launch import WorkerFailure, launch
+from kit.distributed.launch import WorkerFailure, launch
 from kit.model.shard import even_layout
 
 

@@ -185,7 +185,7 @@ def _layout_manifest(c: dict, shape: LlamaShape, names: dict[str, int], workers:
     """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
     t = c["training"]
     docs = max(c["cohorts"]["A"]["documents_per_update"], c["cohorts"]["B"]["documents_per_update"])
-    # GPipe-style schedule (kit/dist/pipeline.py): every microbatch of an update is in flight at once.
+    # GPipe-style schedule (kit/distributed/pipeline.py): every microbatch of an update is in flight at once.
     mb = MicrobatchShape(t["microbatch_size"], t["max_tokens"], -(-docs // t["microbatch_size"]))
     model = MemoryModel(reserve_bytes=c["planner"]["reserve_bytes"], **REGIMES[c["planner"]["regime"]])
     capacity = c["planner"]["worker_memory_bytes"]

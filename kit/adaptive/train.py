@@ -68,7 +68,7 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     """Launcher/torchrun entry. args: prepared, seed_dir, home, cohort, layout, start, source_home,
     reference, until, attempt_dir."""
     from kit.adaptive.schema import commit_points, load_adaptive_contract
-    from kit.dist.pipeline import EngineConfig
+    from kit.distributed.pipeline import EngineConfig
     from kit.model.shard import Layout
     from kit.session import Session, open_start
     from kit.train.batch import TrainRecord
@@ -153,7 +153,7 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
           grow: bool = False, reference_home: str | None = None, timeout_s: float = 1800) -> list[dict]:
     """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
     from kit.adaptive.schema import load_adaptive_contract
-    from kit.dist.launch import launch
+    from kit.distributed.launch import launch
     from kit.model.shard import even_layout
     from kit.model_config import load_config
 
@@ -226,8 +226,8 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
     """This process is one worker of a torchrun group (one per host or GPU, across hosts): the same
     checks and worker body as the local launcher, with the attempt record kept by rank 0."""
     from kit.adaptive.schema import load_adaptive_contract
-    from kit.dist.group import join, leave
-    from kit.dist.launch import WorkerContext
+    from kit.distributed.group import join, leave
+    from kit.distributed.launch import WorkerContext
     from kit.model.shard import even_layout
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])

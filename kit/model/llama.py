@@ -177,7 +177,7 @@ class LlamaCausalLM(nn.Module):
     def compile_blocks(self, **options) -> None:
         """`torch.compile` each block in place (parameter names unchanged). The blocks share one
         compiled graph: parameters are graph inputs, so block 2..n reuse block 1's compilation.
-        Used on CUDA only (kit/dist/pipeline.py); CPU runs stay eager and bit-exact."""
+        Used on CUDA only (kit/distributed/pipeline.py); CPU runs stay eager and bit-exact."""
         for block in self.model.layers.values():
             block.compile(**options)
 

@@ -6,7 +6,7 @@ AdamW; only the communicated gradient differs. Update k's global batch is the sc
 of documents; replica r of w takes positions r, r + w, r + 2w, ... of it. Every replica runs a
 whole-model StageEngine on a LOCAL one-stage pipeline group `Group(0, 1, device)` and passes
 `total_targets` = the assistant-token count of the whole global batch, so each replica's loss is
-its share of the globally normalised objective; the gradient reducer (kit/dist/grad_reduce.py,
+its share of the globally normalised objective; the gradient reducer (kit/distributed/grad_reduce.py,
 over torch.distributed's default group that the launcher's `join()` created) sums the replicas'
 gradients before the engine clips and steps. The replicas therefore hold bitwise-identical
 learned states, which every commit checks (`replica_learned_state_roots`).
@@ -34,11 +34,11 @@ import torch
 import torch.distributed as dist
 
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
-from kit.dist.grad_reduce import DenseSumReducer, PowerSGDSumReducer
-from kit.dist.group import Group
-from kit.dist.launch import WorkerFailure, launch
-from kit.dist.pipeline import EngineConfig
-from kit.dist.traffic import LogicalTraffic, counter_delta, read_interface_counters
+from kit.distributed.grad_reduce import DenseSumReducer, PowerSGDSumReducer
+from kit.distributed.group import Group
+from kit.distributed.launch import WorkerFailure, launch
+from kit.distributed.pipeline import EngineConfig
+from kit.distributed.traffic import LogicalTraffic, counter_delta, read_interface_counters
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.session import Session, start_from_commit, start_from_seed

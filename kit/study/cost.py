@@ -10,7 +10,7 @@ with its source and date.
   3600. An arm with two workers holds two hosts; a faster arm can still cost more GPU time, so
   both are reported.
 - Cross-zone cost: with one worker per host, everything a rank sends to its peer crosses zones.
-  Each rank sends `ring_wire_bytes(logical bytes, world)` (kit/dist/traffic.py); a byte that
+  Each rank sends `ring_wire_bytes(logical bytes, world)` (kit/distributed/traffic.py); a byte that
   crosses is billed once leaving its zone and once entering the other, so the cost is
   bytes / bytes_per_gb x price_each_direction x 2. Only when `cross_zone_traffic_billed`.
 - Projection: time = startup + updates x seconds per update + commits x checkpoint seconds; the
@@ -20,7 +20,7 @@ with its source and date.
 
 from __future__ import annotations
 
-from kit.dist.traffic import ring_wire_bytes
+from kit.distributed.traffic import ring_wire_bytes
 
 BILLED_DIRECTIONS = 2  # out of the sending zone and into the receiving one
 

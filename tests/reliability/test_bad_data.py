@@ -27,7 +27,7 @@ from kit.adaptive import prepare as prep
 from kit.adaptive.train import TrainRefused, _records_for_cohort
 from kit.data.conversations import Conversation, Message, RecordError, synthetic_conversations, write_jsonl
 from kit.digest import sha256_file, write_canonical_json
-from kit.dist.group import Group
+from kit.distributed.group import Group
 from kit.model.shard import even_layout
 from kit.model_config import ConfigError
 from kit.session import Session, start_from_seed

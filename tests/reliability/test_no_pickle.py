@@ -120,7 +120,7 @@ def test_payload_in_place_of_an_existing_object_is_refused(tmp_path, seed, marke
 def test_payload_as_an_rng_object_is_refused_by_the_resume(tmp_path, seed, marker, payloads, form):
     from test_engine import OPT
 
-    from kit.dist.group import Group
+    from kit.distributed.group import Group
     from kit.model.shard import even_layout
     from kit.session import Session, start_from_commit
     from kit.train.optim import GroupConfig

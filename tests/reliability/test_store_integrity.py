@@ -30,7 +30,7 @@ from reliability_support import corrupt, model_commit, write_seed
 from test_engine import OPT
 
 from kit.digest import canonical_json, loads_strict, sha256_json
-from kit.dist.group import Group
+from kit.distributed.group import Group
 from kit.model.shard import even_layout
 from kit.session import MigrationError, Session, migrate, start_from_commit
 from kit.store.commits import (

@@ -1,6 +1,6 @@
 """The local launcher (`--workers N`): N worker processes on one host, set up as torchrun would.
 
-Each worker runs `python -m kit.dist.launch ENTRY ARGS_JSON` with RANK, WORLD_SIZE, MASTER_ADDR,
+Each worker runs `python -m kit.distributed.launch ENTRY ARGS_JSON` with RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT set, calls `ENTRY(group, args, worker)` (ENTRY = "module:function") and writes its
 JSON result to `run_dir/result-<rank>.json`. Workers report progress (the step they are on) to
 `run_dir/status-<rank>.json`, so when one dies or raises, the launcher ends the whole run with an
@@ -100,7 +100,7 @@ def launch(entry: str, args: dict, workers: int, run_dir: str | os.PathLike, tim
                     MASTER_PORT=str(port), KIT_RUN_DIR=str(run_dir), KIT_THREADS=str(threads),
                     OMP_NUM_THREADS=str(threads))
         log = open(run_dir / f"worker-{rank}.log", "wb")
-        procs.append((subprocess.Popen([sys.executable, "-m", "kit.dist.launch", entry, str(args_path)],
+        procs.append((subprocess.Popen([sys.executable, "-m", "kit.distributed.launch", entry, str(args_path)],
                                        env=penv, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout_s
     failed_at = None
@@ -170,7 +170,7 @@ def _root_cause(reports: list[dict]) -> dict:
 
 def _worker_main(entry: str, args_path: str) -> int:
     from kit import numerics
-    from kit.dist.group import join, leave
+    from kit.distributed.group import join, leave
 
     numerics.apply(threads=int(os.environ.get("KIT_THREADS", "1")))  # before the worker computes anything: its roots must not depend on the CPU
     run_dir = Path(os.environ["KIT_RUN_DIR"])

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kit import numerics
-from kit.dist.group import Group
+from kit.distributed.group import Group
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.train.batch import TrainRecord, make_microbatches, validate_records

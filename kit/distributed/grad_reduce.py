@@ -16,7 +16,7 @@ point, so the dense warm-up updates deliver exactly the dense sum. Error feedbac
 the compressor, local to the rank, FP32 on the CPU.
 
 Both install as `StageEngine.grad_reducer` (called with the engine's {name: Parameter}), both
-count the logical bytes they hand to collectives in a kit/dist/traffic.py `LogicalTraffic`, and
+count the logical bytes they hand to collectives in a kit/distributed/traffic.py `LogicalTraffic`, and
 both leave bitwise-identical gradients on every replica (the all-reduce result is the same on
 every rank), which is what keeps the replicas' learned states identical.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from kit.dist.traffic import LogicalTraffic
+from kit.distributed.traffic import LogicalTraffic
 from kit.train.powersgd import PowerSGDCompressor
 
 FP32_BYTES = 4

@@ -2,7 +2,7 @@
 
 A worker reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (GLOO_SOCKET_IFNAME, when set, is
 read by gloo itself to choose the interface), so `torchrun` works across hosts and the kit's
-local launcher (kit/dist/launch.py) only has to set the same variables. gloo on CPU, NCCL on
+local launcher (kit/distributed/launch.py) only has to set the same variables. gloo on CPU, NCCL on
 CUDA. Every collective and receive has a bounded timeout: a dead or hung peer becomes an error.
 """
 
