@@ -7,7 +7,12 @@ The exact format, and how an independent verifier recomputes both roots, is in d
 ("Checkpoint store").
 
 - `kit.store.objects`: the object store (write, read with re-hash, fetch only assigned objects).
-- `kit.store.commits`: learned state, roots, layout, manifests, HEAD protocol, verify, gc.
+- `kit.store.manifest`: commit records (learned state, layout, RNG, manifest) and both roots.
+- `kit.store.params`: parameter I/O (param and both Adam moments; or parameters only).
+- `kit.store.head`: HEAD and HEAD.lock.
+- `kit.store.commits`: writing, adopting, reading, verifying and collecting commits (where a commit
+  is written: `write_commit`).
+- `kit.store.start`: where a worker's state comes from (a seed directory or a commit).
 - `kit.store.export`: a commit back to a Hugging Face directory.
 
 Layer 4: imports torch, safetensors and layers 0-2 only; never torch.distributed.

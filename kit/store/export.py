@@ -23,6 +23,7 @@ from kit.inventory import parameter_digest
 from kit.model_config import LlamaShape, parse_config
 from kit.store.commits import read_commit
 from kit.store.objects import ObjectStore, StoreError
+from kit.store.params import parameter_tensor
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -82,7 +83,7 @@ def export_hf(
     if extra is not None and not extra.is_dir():
         raise ExportError(f"{extra}: tokenizer source directory does not exist")
 
-    tensors = {e["name"]: store.get_tensor(e["param"], e["dtype"], e["shape"]) for e in entries}
+    tensors = {e["name"]: parameter_tensor(store, e) for e in entries}  # parameters only, no moments
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / CONFIG_FILE).write_bytes(config_bytes)

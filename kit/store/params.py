@@ -1,0 +1,105 @@
+"""Parameter I/O of the checkpoint store: each parameter's FP32 tensors (param, exp_avg, exp_avg_sq)
+as objects, and back. `load_parameters` reads the `param` objects only (evaluation, comparison,
+export and the frozen reference never need the Adam moments).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from kit.store.manifest import (
+    LEARNED_DTYPE,
+    STATE_KEYS,
+    TENSOR_FIELDS,
+    RecordError,
+    _exact_keys,
+    validate_param_entries,
+)
+from kit.store.objects import ObjectStore
+
+# -- parameter states ----------------------------------------------------------------------------
+
+
+IO_THREADS = max(1, min(8, os.cpu_count() or 1))  # sha256, file I/O and device copies release the GIL
+
+
+def _parallel(fn, items: list) -> list:
+    """`fn` over `items` on a few threads, results in input order (deterministic records)."""
+    if len(items) < 2 or IO_THREADS == 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        return list(pool.map(fn, items))
+
+
+def save_param_states(store: ObjectStore, states: dict[str, dict]) -> list[dict]:
+    """Write each parameter's FP32 tensors as objects; returns the learned-state entries, by name.
+
+    Objects are written on a few threads (hashing, writing and fsync of different tensors overlap);
+    the entries do not depend on the order in which they finish."""
+    shapes = {}
+    for name in sorted(states):
+        state, where = states[name], f"param state {name!r}"
+        _exact_keys(state, STATE_KEYS, where)
+        shape = None
+        for field in TENSOR_FIELDS:
+            tensor = state[field]
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.float32:
+                raise RecordError(f"{where}.{field}: expected a float32 tensor, got {getattr(tensor, 'dtype', tensor)!r}")
+            shape = list(tensor.shape) if shape is None else shape
+            if list(tensor.shape) != shape:
+                raise RecordError(f"{where}.{field}: shape {list(tensor.shape)} differs from param shape {shape}")
+        shapes[name] = shape
+    jobs = [(name, field) for name in sorted(states) for field in TENSOR_FIELDS]
+    digests = dict(zip(jobs, _parallel(lambda j: store.put_tensor(states[j[0]][j[1]]), jobs)))
+    entries = [
+        {
+            "name": name,
+            "dtype": LEARNED_DTYPE,
+            "shape": shapes[name],
+            "group": states[name]["group"],
+            "age": states[name]["age"],
+            **{field: digests[(name, field)] for field in TENSOR_FIELDS},
+        }
+        for name in sorted(states)
+    ]
+    validate_param_entries(entries, "save_param_states")
+    return entries
+
+
+def load_param_states(store: ObjectStore, entries: list[dict], names: set[str] | None = None) -> dict[str, dict]:
+    """Load the named parameters' tensors (all when `names` is None); no other object is read."""
+    validate_param_entries(entries, "load_param_states")
+    by_name = {e["name"]: e for e in entries}
+    wanted = sorted(by_name) if names is None else sorted(names)
+    missing = [n for n in wanted if n not in by_name]
+    if missing:
+        raise RecordError(f"load_param_states: no entry for parameters {missing[:5]} ({len(missing)} missing)")
+    out = {}
+    for name in wanted:
+        e = by_name[name]
+        out[name] = {"group": e["group"], "age": e["age"]}
+        for field in TENSOR_FIELDS:
+            out[name][field] = store.get_tensor(e[field], e["dtype"], e["shape"])
+    return out
+
+
+
+
+def parameter_tensor(store: ObjectStore, entry: dict) -> torch.Tensor:
+    """One learned-state entry's parameter tensor (its `param` object only)."""
+    return store.get_tensor(entry["param"], entry["dtype"], entry["shape"])
+
+
+def load_parameters(store: ObjectStore, entries: list[dict], model: torch.nn.Module, source: str) -> None:
+    """Copy the entries' `param` objects into `model`'s parameters, by name; the Adam moments are never
+    read. A parameter the entries lack is refused naming `source`."""
+    by_name = {e["name"]: e for e in entries}
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n not in by_name:
+                raise ValueError(f"{source} has no parameter {n!r}")
+            p.copy_(parameter_tensor(store, by_name[n]))
