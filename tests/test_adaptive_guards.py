@@ -8,17 +8,18 @@ import shutil
 
 import pytest
 import torch
+from engine_workers import engine_config
 from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture (one preparation)
 
 import kit.provenance as provenance
 from kit.adaptive.selection import FinalRolesRefused, access_entries, open_final_roles, write_selection
 from kit.adaptive.train import check_inputs, train
 from kit.distributed.group import Group
+from kit.engine.session import Session
 from kit.model.shard import even_layout
 from kit.provenance import CommitmentMismatch
-from kit.session import Session, start_from_seed
+from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
-from kit.trainer import engine_config_from_json
 
 
 def _copy_prepared(prepared, tmp_path):  # noqa: F811
@@ -55,7 +56,7 @@ def _commit(tmp_path, seed):
     home = tmp_path / "store"
     opt = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0}
     s = Session(Group(0, 1, torch.device("cpu")), str(home), even_layout(4, 1), start_from_seed(str(seed)),
-                engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0}),
+                engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}),
                 {"default": GroupConfig(**opt)})
     root, _ = s.commit()
     return str(home), root

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 from conftest import write_hf_llama
+from engine_workers import tests_env
 from test_engine import OPT, make_batches
 
 from kit.distributed.launch import WorkerFailure, launch
@@ -33,8 +34,9 @@ def _args(seeds, home, workers, until, start=None, source_home=None, commit_at=(
             "until": until, "commit_at": list(commit_at), "timeout_s": 60}
 
 
-def _run(tmp_path, name, args, workers, **kw):
-    return launch("kit.session:session_worker", args, workers, tmp_path / f"run-{name}", timeout_s=300, **kw)
+def _run(tmp_path, name, args, workers, env=None, **kw):
+    kw["env"] = tests_env(env)
+    return launch("engine_workers:session_worker", args, workers, tmp_path / f"run-{name}", timeout_s=300, **kw)
 
 
 def test_resume_and_migration_match_uninterrupted(tmp_path, seeds):

@@ -8,12 +8,12 @@ import pytest
 import torch
 from conftest import write_hf_llama
 from engine_oracle import run_oracle64
+from engine_workers import build_engine, records_from_json, tests_env
 from safetensors import safe_open
 
 from kit.distributed.group import Group
 from kit.distributed.launch import launch
 from kit.model.shard import LayoutError, even_layout
-from kit.trainer import build_engine, records_from_json
 from kit.train.optim import GroupConfig
 
 OPT = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
@@ -52,7 +52,7 @@ def _launch(tmp_path, dirs, workers, batches, max_norm, name):
             "engine": {"microbatch_size": 2, "max_grad_norm": max_norm},
             "optimizer": {"default": OPT}, "batches": batches, "dump_dir": str(dump), "dump_grads_at": 1,
             "timeout_s": 60}
-    results = launch("kit.trainer:train_worker", args, workers, dump / "run", timeout_s=300)
+    results = launch("engine_workers:train_worker", args, workers, dump / "run", timeout_s=300, env=tests_env())
     grads, state, ages = {}, {}, {}
     for r in range(workers):
         with safe_open(str(dump / f"grads-{r}.safetensors"), "pt") as f:
@@ -127,9 +127,8 @@ def test_no_worker_holds_a_full_model(tmp_path, dirs):
 
 def _engine(dirs, ref_dir=None, kl_weight=1.0):
     seed_dir, other = dirs
-    from kit.trainer import engine_config_from_json
 
-    cfg = engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0, "distill": {"weight": kl_weight}})
+    cfg = engine_config({"microbatch_size": 2, "max_grad_norm": 1.0, "distill": {"weight": kl_weight}})
     return build_engine(Group(0, 1, torch.device("cpu")), str(seed_dir), str(ref_dir or other),
                         even_layout(3, 1), cfg, {"default": GroupConfig(**OPT)})
 
@@ -157,12 +156,11 @@ def test_kl_applies_only_to_declared_replay_records(dirs):
 
 def test_loss_does_not_depend_on_microbatch_split(dirs):
     rows = make_batches(1)[0]
-    from kit.trainer import engine_config_from_json
 
     outs = []
     for mb in (1, 2, 5):
         eng = _engine(dirs)
-        eng.cfg = engine_config_from_json({"microbatch_size": mb, "max_grad_norm": 1.0})
+        eng.cfg = engine_config({"microbatch_size": mb, "max_grad_norm": 1.0})
         eng.capture_grads = True
         outs.append((eng.update(records_from_json(rows)), eng.last_grads))
     for res, grads in outs[1:]:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from engine_oracle import run_oracle64
 from test_engine import OPT, _engine, dirs, make_batches  # noqa: F401  - `dirs` is the module fixture
 
-from kit.trainer import records_from_json
+from engine_workers import records_from_json
 
 
 def _hf_gradients(seed_dir, ref_dir, rows):

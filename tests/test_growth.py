@@ -7,19 +7,21 @@ import math
 import pytest
 import torch
 from conftest import write_hf_llama
+from engine_workers import engine_config, records_from_json
 from test_engine import OPT, make_batches
 
+from kit.adaptive.growth import grow_commit
 from kit.distributed.group import Group
+from kit.engine.session import Session
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import even_layout
-from kit.session import Session, grow_commit, start_from_commit, start_from_seed
 from kit.store import commits
 from kit.store.objects import ObjectStore
-from kit.trainer import engine_config_from_json, records_from_json
+from kit.store.start import start_from_commit, start_from_seed
 from kit.train.optim import GroupConfig
 
 CPU = Group(0, 1, torch.device("cpu"))
-ENGINE = engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0})
+ENGINE = engine_config({"microbatch_size": 2, "max_grad_norm": 1.0})
 GROUPS = {"default": GroupConfig(**OPT), "grown": GroupConfig(**OPT)}
 
 
@@ -102,7 +104,7 @@ def test_growth_refuses_bad_arguments(trained):
 
 
 def test_admission_refuses_before_allocating(trained, monkeypatch):
-    import kit.session as session_mod
+    import kit.engine.admission as session_mod
 
     home, root, seed = trained
     monkeypatch.setattr(session_mod, "free_memory_bytes", lambda device: 1000)

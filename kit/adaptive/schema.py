@@ -28,7 +28,7 @@ GAIN_UPPER_BELOW = -0.001
 RETENTION_UPPER_AT_MOST = 0.02
 GENERATED_MAX_NET_LOST = 0
 CONFIDENCE = 0.95
-# Planner regimes -> kit.planner.MemoryModel overrides (the same bytes kit.session.admit_worker assumes).
+# Planner regimes -> kit.planner.MemoryModel overrides (the same bytes kit.engine.admission.admit_worker assumes).
 REGIMES = {
     "cpu-fp32": {},
     "gpu-bf16": {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2},
@@ -207,3 +207,24 @@ def commit_points(contract: dict, cohort: str) -> list[int]:
     """Steps at which a cohort commits: every commit_every updates, and always the endpoint."""
     every, end = contract["training"]["commit_every"], contract["endpoints"][cohort]
     return sorted(set(range(every, end + 1, every)) | {end})
+
+
+def engine_config(contract: dict, pad_id: int = 0):
+    """The contract's training section as the engine's typed config (`kit.distributed.pipeline.EngineConfig`):
+    the one translation of an adaptive contract. `pad_id` is the seed tokenizer's pad token (the
+    contract does not name it); `compile_blocks` has no contract field and stays "auto"."""
+    from kit.distributed.pipeline import EngineConfig
+    from kit.train.loss import DistillConfig
+
+    tr = contract["training"]
+    d = tr["distillation"]
+    return EngineConfig(tr["microbatch_size"], tr["max_grad_norm"],
+                        DistillConfig(d["weight"], d["temperature"], d["direction"]), tr["compute_dtype"],
+                        pad_id=pad_id)
+
+
+def optimizer_groups(contract: dict) -> dict:
+    """The contract's optimizer groups ("default", "grown") as `kit.train.optim.GroupConfig`s."""
+    from kit.train.optim import GroupConfig
+
+    return {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in contract["training"]["optimizer"].items()}

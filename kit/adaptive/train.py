@@ -25,6 +25,7 @@ from pathlib import Path
 from kit.digest import canonical_json, load_json_strict, write_canonical_json
 
 COHORTS = ("A", "B")
+WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
 
 
 class TrainRefused(ValueError):
@@ -67,13 +68,11 @@ def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: 
 def adaptive_worker(group, args: dict, ctx) -> dict:
     """Launcher/torchrun entry. args: prepared, seed_dir, home, cohort, layout, start, source_home,
     reference, until, attempt_dir."""
-    from kit.adaptive.schema import commit_points, load_adaptive_contract
-    from kit.distributed.pipeline import EngineConfig
+    from kit.adaptive.schema import commit_points, engine_config, load_adaptive_contract, optimizer_groups
+    from kit.engine.migration import open_start
+    from kit.engine.session import Session
     from kit.model.shard import Layout
-    from kit.session import Session, open_start
     from kit.train.batch import TrainRecord
-    from kit.train.loss import DistillConfig
-    from kit.train.optim import GroupConfig
 
     prepared = Path(args["prepared"])
     ctx.progress(phase="check-inputs")
@@ -86,12 +85,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     start_spec = {"seed_dir": args["seed_dir"]} if args["start"].get("seed") else args["start"]
     start, fetched = open_start(group, args["home"], layout, start_spec, args.get("source_home"), ctx)
     data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
-    d = tr["distillation"]
-    engine = EngineConfig(tr["microbatch_size"], tr["max_grad_norm"],
-                          DistillConfig(d["weight"], d["temperature"], d["direction"]), tr["compute_dtype"],
-                          pad_id=data["pad_id"])
-    groups = {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in tr["optimizer"].items()}
-    session = Session(group, args["home"], layout, start, engine, groups, reference=args["reference"],
+    session = Session(group, args["home"], layout, start, engine_config(contract, pad_id=data["pad_id"]),
+                      optimizer_groups(contract), reference=args["reference"],
                       admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"], 1)})
     cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
     cohort_idx = COHORTS.index(cohort)
@@ -148,19 +143,11 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     return len(wanted)
 
 
-def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, resume: str | None = None,
-          reference: str | None = None, source_home: str | None = None, until: int | None = None,
-          grow: bool = False, reference_home: str | None = None, timeout_s: float = 1800) -> list[dict]:
-    """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
+def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, reference: str | None) -> dict:
+    """Shared by the local and torchrun paths: every input commitment and the kit's source, the
+    contract, the cohort name, and cohort B's --reference/--resume."""
     from kit.adaptive.schema import load_adaptive_contract
-    from kit.distributed.launch import launch
-    from kit.model.shard import even_layout
-    from kit.model_config import load_config
 
-    if _under_torchrun():
-        return _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference,
-                                         source_home, until, grow, reference_home)
-    prepared_p = Path(prepared)
     check_inputs(prepared_p)  # before anything else: source or input changes fail here, naming the file
     pj = load_json_strict(prepared_p / "prepared.json")
     contract = load_adaptive_contract(pj["locations"]["contract"]).data
@@ -168,14 +155,58 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
         raise TrainRefused(f"--cohort {cohort!r}; expected A or B")
     if cohort == "B" and (not reference or not resume):
         raise TrainRefused("cohort B needs --reference (the committed phase-A endpoint) and --resume")
+    return contract
+
+
+def _worker_args(prepared_p: Path, seed_dir: str, home: str, cohort: str, workers: int, start: dict,
+                 source_home: str | None, reference: str | None, reference_home: str | None,
+                 until: int | None, attempt_dir: Path, layers: int) -> dict:
+    """The workers' arguments (`adaptive_worker`), the same for both launch paths."""
+    from kit.model.shard import even_layout
+
+    ref_spec = {"seed_dir": seed_dir} if cohort == "A" else {"home": reference_home or source_home or home,
+                                                              "root": reference}
+    return {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
+            "layout": even_layout(layers, workers).to_json(), "start": start,
+            "source_home": source_home, "reference": ref_spec, "until": until,
+            "attempt_dir": str(attempt_dir), "timeout_s": WORKER_TIMEOUT_S}
+
+
+def _layers(seed_dir: str, home: str, source_home: str | None, resume: str | None) -> int:
+    """The student's depth: the resumed commit's (a grown commit is deeper than the seed), else the seed's."""
+    if resume:
+        from kit.store.start import start_from_commit
+
+        return start_from_commit(source_home or home, resume).shape.num_hidden_layers
+    from kit.model_config import load_config
+
+    return load_config(seed_dir).num_hidden_layers
+
+
+def _attempt_record(attempt: str, cohort: str, workers: int, resume, reference, source_home, until, grow,
+                    prepared_p: Path) -> dict:
+    return {"attempt": attempt, "cohort": cohort, "workers": workers, "resume": resume, "reference": reference,
+            "source_home": source_home, "until": until, "grow": grow, "prepared": str(prepared_p),
+            "started_at": time.time(), "status": "running", "error": None, "commits": []}
+
+
+def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, resume: str | None = None,
+          reference: str | None = None, source_home: str | None = None, until: int | None = None,
+          grow: bool = False, reference_home: str | None = None, timeout_s: float = 1800) -> list[dict]:
+    """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
+    from kit.distributed.launch import launch
+
+    if _under_torchrun():
+        return _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference,
+                                         source_home, until, grow, reference_home, timeout_s)
+    prepared_p = Path(prepared)
+    contract = _checked_contract(prepared_p, cohort, resume, reference)
     home_p = Path(home)
     home_p.mkdir(parents=True, exist_ok=True)
     attempt = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     attempt_dir = home_p / "attempts" / attempt
     attempt_dir.mkdir(parents=True)
-    record = {"attempt": attempt, "cohort": cohort, "workers": workers, "resume": resume, "reference": reference,
-              "source_home": source_home, "until": until, "grow": grow, "prepared": str(prepared_p),
-              "started_at": time.time(), "status": "running", "error": None, "commits": []}
+    record = _attempt_record(attempt, cohort, workers, resume, reference, source_home, until, grow, prepared_p)
     write_canonical_json(attempt_dir / "attempt.json", record)
     try:
         if source_home:  # the lineage's update logs travel with the migrated state
@@ -190,18 +221,12 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
         if grow:
             start = {"root": _grow_into(home, source_home, resume, contract)}
             source_home = None
-        shape_layers = load_config(seed_dir).num_hidden_layers + (contract["growth"]["add_blocks"] if grow else 0)
-        if cohort == "B" and not grow and resume:
-            from kit.session import start_from_commit
-
-            shape_layers = start_from_commit(source_home or home, resume).shape.num_hidden_layers
-        ref_spec = {"seed_dir": seed_dir} if cohort == "A" else {"home": reference_home or source_home or home,
-                                                                  "root": reference}
-        args = {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
-                "layout": even_layout(shape_layers, workers).to_json(), "start": start,
-                "source_home": source_home, "reference": ref_spec, "until": until,
-                "attempt_dir": str(attempt_dir), "timeout_s": 300}
-        results = launch("kit.adaptive.train:adaptive_worker", args, workers, attempt_dir / "workers",
+            layers = _layers(seed_dir, home, None, start["root"])
+        else:
+            layers = _layers(seed_dir, home, source_home, resume)
+        args = _worker_args(prepared_p, seed_dir, home, cohort, workers, start, source_home, reference,
+                            reference_home, until, attempt_dir, layers)
+        results = launch(adaptive_worker, args, workers, attempt_dir / "workers",
                          timeout_s=timeout_s, progress_total=until or contract["endpoints"][cohort],
                          desc=f"cohort {cohort} ({workers} workers)")
         record.update(status="completed", commits=results[0]["commits"],
@@ -222,13 +247,12 @@ def _under_torchrun() -> bool:
 
 
 def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference, source_home, until,
-                              grow, reference_home) -> list[dict]:
+                              grow, reference_home, timeout_s) -> list[dict]:
     """This process is one worker of a torchrun group (one per host or GPU, across hosts): the same
-    checks and worker body as the local launcher, with the attempt record kept by rank 0."""
-    from kit.adaptive.schema import load_adaptive_contract
+    checks, arguments and worker body as the local launcher, with the attempt record kept by rank 0.
+    `timeout_s` bounds the run here too: it is the group's collective timeout of every worker."""
     from kit.distributed.group import join, leave
     from kit.distributed.launch import WorkerContext
-    from kit.model.shard import even_layout
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     if workers != world:
@@ -237,41 +261,22 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
         raise TrainRefused("--grow under torchrun: run the append transition first with the local launcher "
                            "(kit adaptive train --grow ...), then resume its root under torchrun")
     prepared_p = Path(prepared)
-    check_inputs(prepared_p)  # every rank, before joining: a changed byte stops the run naming the file
-    pj = load_json_strict(prepared_p / "prepared.json")
-    contract = load_adaptive_contract(pj["locations"]["contract"]).data
-    if cohort == "B" and (not reference or not resume):
-        raise TrainRefused("cohort B needs --reference (the committed phase-A endpoint) and --resume")
+    contract = _checked_contract(prepared_p, cohort, resume, reference)  # every rank, before joining
     if cohort == "B":
         check_a_trained(reference_home or source_home or home, prepared_p, contract["endpoints"]["A"])
-    group = join()
+    group = join(timeout_s=min(float(timeout_s), WORKER_TIMEOUT_S))
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     attempt = f"torchrun-{run_id}-{os.environ.get('MASTER_PORT', '0')}"
     attempt_dir = Path(home) / "attempts" / attempt
-    record = {"attempt": attempt, "cohort": cohort, "workers": workers, "resume": resume, "reference": reference,
-              "source_home": source_home, "until": until, "grow": False, "prepared": str(prepared_p),
-              "started_at": time.time(), "status": "running", "error": None, "commits": [], "launcher": "torchrun"}
+    record = {**_attempt_record(attempt, cohort, workers, resume, reference, source_home, until, False, prepared_p),
+              "launcher": "torchrun"}
     if rank == 0:
         (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)
         write_canonical_json(attempt_dir / "attempt.json", record)
     group.barrier()
-    if resume and not source_home:
-        from kit.session import start_from_commit
-
-        layers = start_from_commit(home, resume).shape.num_hidden_layers
-    elif resume:
-        from kit.session import start_from_commit
-
-        layers = start_from_commit(source_home, resume).shape.num_hidden_layers
-    else:
-        from kit.model_config import load_config
-
-        layers = load_config(seed_dir).num_hidden_layers
-    args = {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
-            "layout": even_layout(layers, workers).to_json(), "start": {"seed": True} if resume is None else {"root": resume},
-            "source_home": source_home, "reference": {"seed_dir": seed_dir} if cohort == "A" else
-            {"home": reference_home or source_home or home, "root": reference}, "until": until,
-            "attempt_dir": str(attempt_dir)}
+    args = _worker_args(prepared_p, seed_dir, home, cohort, workers,
+                        {"seed": True} if resume is None else {"root": resume}, source_home, reference,
+                        reference_home, until, attempt_dir, _layers(seed_dir, home, source_home, resume))
     try:
         out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
         record.update(status="completed", commits=out["commits"])
@@ -289,7 +294,7 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
 
 def _grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:
     """Bring `root` into `home` (all objects: this store grows the whole model) and append blocks."""
-    from kit.session import grow_commit
+    from kit.adaptive.growth import grow_commit
     from kit.store import commits
     from kit.store.objects import ObjectStore, fetch_objects
 

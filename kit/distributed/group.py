@@ -77,6 +77,11 @@ class Group:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
+    def allreduce_max_(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor
+
     def barrier(self) -> None:
         if self.distributed:
             # A tiny all-reduce instead of dist.barrier(): it honours the group timeout on gloo and NCCL.

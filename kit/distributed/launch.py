@@ -76,7 +76,15 @@ def _advance(bar, run_dir: Path, first_step: int) -> None:
         bar.update(step - first_step - bar.n)
 
 
-def launch(entry: str, args: dict, workers: int, run_dir: str | os.PathLike, timeout_s: float = 900.0,
+def entry_name(entry) -> str:
+    """A worker entry as "module:function": a kit driver passes the function itself (an import the
+    layer test sees); tests may name a test-support module's function as a string."""
+    if isinstance(entry, str):
+        return entry
+    return f"{entry.__module__}:{entry.__qualname__}"
+
+
+def launch(entry, args: dict, workers: int, run_dir: str | os.PathLike, timeout_s: float = 900.0,
            grace_s: float = 30.0, env: dict | None = None, threads: int = 1,
            progress_total: int | None = None, progress_first_step: int = 0, desc: str = "training") -> list[dict]:
     """Run `entry` on `workers` local processes; return each rank's result (rank order).
@@ -85,6 +93,7 @@ def launch(entry: str, args: dict, workers: int, run_dir: str | os.PathLike, tim
     `progress_first_step`)."""
     if workers < 1:
         raise ValueError(f"--workers {workers}; expected at least 1")
+    entry = entry_name(entry)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in list(run_dir.glob("status-*.json")) + list(run_dir.glob("result-*.json")):

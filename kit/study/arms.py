@@ -11,7 +11,7 @@ over torch.distributed's default group that the launcher's `join()` created) sum
 gradients before the engine clips and steps. The replicas therefore hold bitwise-identical
 learned states, which every commit checks (`replica_learned_state_roots`).
 
-Commits: replica 0 commits the weights and both Adam moments through kit/session.py; every
+Commits: replica 0 commits the weights and both Adam moments through kit/engine/session.py; every
 replica hashes its own learned state the same way (without writing it) so the roots can be
 compared; a PowerSGD arm's ranks then write their compression state (kit/study/compression_state.py).
 
@@ -31,18 +31,17 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 from kit.distributed.grad_reduce import DenseSumReducer, PowerSGDSumReducer
 from kit.distributed.group import Group
 from kit.distributed.launch import WorkerFailure, launch
-from kit.distributed.pipeline import EngineConfig
 from kit.distributed.traffic import LogicalTraffic, counter_delta, read_interface_counters
+from kit.engine.session import Session
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
-from kit.session import Session, start_from_commit, start_from_seed
 from kit.store import commits
+from kit.store.start import start_from_commit, start_from_seed
 from kit.study.compression_state import (
     load_compression_state,
     read_compression_record,
@@ -50,9 +49,8 @@ from kit.study.compression_state import (
 )
 from kit.study.cost import arm_cost, project_arm
 from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared, read_train_rows
-from kit.study.schema import arm_spec, powersgd_config_dict
+from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
 from kit.train.batch import TrainRecord
-from kit.train.optim import GroupConfig
 from kit.train.powersgd import FP32_BYTES, PowerSGDCompressor, PowerSGDConfig
 
 ARM_FORMAT = "kit.study.arm/1"
@@ -129,7 +127,7 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
     """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `start` to `until`.
 
     args: arm, reduction, study_dir, seed_dir, home, resume_root|None, until, commit_every,
-    engine {microbatch_size, max_grad_norm, compute_dtype, compile_blocks}, optimizer {...},
+    contract (the study contract's data: engine and optimizer via kit.study.schema), compile_blocks,
     powersgd {...}|None, max_tokens, deadline_at (epoch seconds), device, timeout_s."""
     t_setup = time.perf_counter()
     study = Path(args["study_dir"])
@@ -141,10 +139,8 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
              else start_from_seed(args["seed_dir"]))
     local = Group(0, 1, device, group.timeout_s)  # one pipeline stage: this replica holds the whole model
     layout = Layout(((0, start.shape.num_hidden_layers),))
-    e = args["engine"]
-    engine_cfg = EngineConfig(int(e["microbatch_size"]), float(e["max_grad_norm"]), compute_dtype=e["compute_dtype"],
-                              compile_blocks=e.get("compile_blocks", "auto"))
-    session = Session(local, home, layout, start, engine_cfg, {"default": GroupConfig(**args["optimizer"])},
+    engine_cfg = engine_config(args["contract"], compile_blocks=args["compile_blocks"])
+    session = Session(local, home, layout, start, engine_cfg, optimizer_groups(args["contract"]),
                       admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"], 1]})
     params = session.engine.params
     traffic = LogicalTraffic(world, sum(p.numel() for p in params.values()) * FP32_BYTES)
@@ -169,7 +165,7 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
         ctx.progress(step=step, phase="update")
         late = torch.tensor([1.0 if time.time() > args["deadline_at"] else 0.0], dtype=torch.float64, device=device)
         if world > 1:  # every replica stops at the same update, so none waits on a peer that left
-            dist.all_reduce(late, op=dist.ReduceOp.MAX)
+            group.allreduce_max_(late)
             traffic.add_overhead(late.numel() * late.element_size())
         if float(late) > 0:
             raise DeadlineExceeded(f"the study's stop deadline passed before update {step}")
@@ -182,7 +178,7 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
         res = session.update(mine, total_targets=n_targets)
         parts = torch.tensor([res.parts.ce_sum, res.parts.kl_sum], dtype=torch.float64, device=device)
         if world > 1:
-            dist.all_reduce(parts, op=dist.ReduceOp.SUM)
+            group.allreduce_sum_(parts)
             traffic.add_overhead(parts.numel() * parts.element_size())
         _sync(device)
         seconds = time.perf_counter() - t0
@@ -351,16 +347,14 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
     home.mkdir(parents=True, exist_ok=True)
     args = {"arm": arm_name, "reduction": spec["reduction"], "study_dir": str(study_dir), "seed_dir": str(seed_dir),
             "home": str(home), "resume_root": resume_root, "until": until, "commit_every": every,
-            "engine": {**{k: contract["training"][k] for k in ("microbatch_size", "max_grad_norm", "compute_dtype")},
-                       "compile_blocks": compile_blocks},
-            "optimizer": contract["training"]["optimizer"], "max_tokens": contract["data"]["max_tokens"],
+            "contract": contract.data, "compile_blocks": compile_blocks, "max_tokens": contract["data"]["max_tokens"],
             "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
             "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"]}
     before = _host_counters()
     started = time.time()
     record["started_at"] = started
     try:
-        results = launch("kit.study.arms:arm_worker", args, spec["workers"], arm_dir(study_dir, arm_name) / "run",
+        results = launch(arm_worker, args, spec["workers"], arm_dir(study_dir, arm_name) / "run",
                          timeout_s=max(1.0, deadline_at - started) + DEADLINE_GRACE_S, threads=threads)
         status, reason = ("completed", None) if until == updates else \
             ("partial", f"stopped at update {until} of {updates} (--until)")

@@ -167,3 +167,21 @@ def powersgd_config_dict(contract: Contract) -> dict:
     p = contract["powersgd"]
     return {k: p[k] for k in ("rank", "warmup_updates", "min_compression_numel", "min_compression_rate",
                               "warm_start", "seed", "orthogonalization_epsilon", "error_feedback_device")}
+
+
+def engine_config(contract, compile_blocks: str = "auto", pad_id: int = 0):
+    """The contract's training section as the engine's typed config: the one translation of a study
+    contract. `compile_blocks` is a run option (`kit study arm --compile-blocks`), not a contract field;
+    the study's documents are pre-tokenised and padding is never a target, so `pad_id` stays 0."""
+    from kit.distributed.pipeline import EngineConfig
+
+    t = contract["training"]
+    return EngineConfig(int(t["microbatch_size"]), float(t["max_grad_norm"]), compute_dtype=t["compute_dtype"],
+                        compile_blocks=compile_blocks, pad_id=pad_id)
+
+
+def optimizer_groups(contract) -> dict:
+    """The study's one AdamW group ("default") as `kit.train.optim.GroupConfig`."""
+    from kit.train.optim import GroupConfig
+
+    return {"default": GroupConfig(**contract["training"]["optimizer"])}

@@ -15,7 +15,7 @@ What is here:
   planted bytes in place of an RNG state or a tensor object).
 - `learned_root_from_loaded`: load every tensor of a commit and recompute its learned-state root
   from the loaded values (what a resume would actually use), independently of the manifest.
-- `faulty_session_worker`: `kit.session.session_worker` with one fault injected on one rank at one
+- `faulty_session_worker`: `engine_workers.session_worker` (tests/engine_workers.py) with one fault injected on one rank at one
   phase (raise, SIGKILL or hang), driven by `args["fault"]`.
 - `corrupt`: bit flip, truncation or deletion of a file.
 - `worker_env` / `run_python`: the environment and runner for subprocesses of the suite.
@@ -138,8 +138,8 @@ def corrupt(path: Path, damage: str, offset: int | None = None) -> None:
 
 
 def worker_env(extra: dict | None = None) -> dict:
-    """Environment for a subprocess or launched worker: this directory importable, one thread."""
-    path = os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")])
+    """Environment for a subprocess or launched worker: this directory and tests/ importable, one thread."""
+    path = os.pathsep.join([str(HERE), str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(extra or {})}
 
 
@@ -154,7 +154,7 @@ def run_python(code: str, *args: str, env: dict | None = None, cwd: Path | None 
 
 
 def faulty_session_worker(group, args: dict, ctx) -> dict:
-    """`kit.session.session_worker` with `args["fault"] = {"rank", "phase", "kind", "step"}` injected.
+    """`engine_workers.session_worker` (tests/engine_workers.py) with `args["fault"] = {"rank", "phase", "kind", "step"}` injected.
 
     phase "migrate": the rank's fetch of its assigned objects raises OSError (a failed read);
     phase "update":  at update `step` the rank raises RuntimeError ("raise") or SIGKILLs itself ("sigkill");
@@ -163,7 +163,9 @@ def faulty_session_worker(group, args: dict, ctx) -> dict:
                      its objects are exchanged, and "hang" stalls the rank just before that collective.
     Every fault is real in the worker process; nothing outside this function is changed.
     """
-    from kit import session
+    import engine_workers
+
+    from kit.engine import migration, session
     from kit.store import commits
 
     fault = args.get("fault") or {}
@@ -177,7 +179,7 @@ def faulty_session_worker(group, args: dict, ctx) -> dict:
         def failing_fetch(*a, **k):
             mark()
             raise OSError(f"injected read failure while fetching on rank {group.rank}")
-        session.fetch_objects = failing_fetch
+        migration.fetch_objects = failing_fetch
     if mine and phase == "update":
         original_update = session.Session.update
 
@@ -209,7 +211,7 @@ def faulty_session_worker(group, args: dict, ctx) -> dict:
         session.Session.commit = commit_
         if group.rank == 0:
             commits.write_commit = write_commit_
-    return session.session_worker(group, args, ctx)
+    return engine_workers.session_worker(group, args, ctx)
 
 
 def model_commit(home: Path, seed_dir: Path, workers: int, seed: int = 0, parent: str | None = None,

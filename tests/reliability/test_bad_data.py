@@ -4,7 +4,7 @@ any training.
 tests/test_conversations.py and tests/test_chat.py check the readers one by one. Here the same faults
 reach the entry points that would train: `kit adaptive prepare` (nothing written, no staging directory
 left), the adaptive workers' encoding of a cohort's records, and a worker building its stage from a
-seed (`kit.session.Session`, `kit.trainer.build_engine`). Faults: malformed JSONL, an empty assistant
+seed (`kit.engine.session.Session`, `engine_workers.build_engine`). Faults: malformed JSONL, an empty assistant
 turn, oversized examples, a tokenizer without a chat template, a seed with a missing tensor, a tensor of
 the wrong shape, and a non-Llama config.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_workers import build_engine, engine_config
 from reliability_support import write_seed
 from safetensors.torch import load_file, save_file
 from test_adaptive_prepare import PUBLIC, TINY, _distinct, _planted, make_seed, seed_tasks
@@ -28,11 +29,11 @@ from kit.adaptive.train import TrainRefused, _records_for_cohort
 from kit.data.conversations import Conversation, Message, RecordError, synthetic_conversations, write_jsonl
 from kit.digest import sha256_file, write_canonical_json
 from kit.distributed.group import Group
+from kit.engine.session import Session
 from kit.model.shard import even_layout
 from kit.model_config import ConfigError
-from kit.session import Session, start_from_seed
+from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
-from kit.trainer import build_engine, engine_config_from_json
 
 def needs_public(test):
     return test  # data/alpaca_5000.json is part of the repository
@@ -200,13 +201,13 @@ def small_seed(tmp_path):
 
 def _session(seed: Path) -> Session:
     return Session(Group(0, 1, CPU), str(seed.parent / "home"), even_layout(2, 1), start_from_seed(str(seed)),
-                   engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0}),
+                   engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}),
                    {"default": GroupConfig(**OPT)})
 
 
 def _engine(seed: Path):
     return build_engine(Group(0, 1, CPU), str(seed), None, even_layout(2, 1),
-                        engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0}),
+                        engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}),
                         {"default": GroupConfig(**OPT)})
 
 

@@ -118,19 +118,20 @@ def test_payload_in_place_of_an_existing_object_is_refused(tmp_path, seed, marke
 
 @pytest.mark.parametrize("form", ["pickle", "torch.save"])
 def test_payload_as_an_rng_object_is_refused_by_the_resume(tmp_path, seed, marker, payloads, form):
+    from engine_workers import engine_config
     from test_engine import OPT
 
     from kit.distributed.group import Group
+    from kit.engine.session import Session
     from kit.model.shard import even_layout
-    from kit.session import Session, start_from_commit
+    from kit.store.start import start_from_commit
     from kit.train.optim import GroupConfig
-    from kit.trainer import engine_config_from_json
 
     home = tmp_path / "home"
     root = model_commit(home, seed, workers=1, rng_bytes=[payloads(marker)[form]])
     with pytest.raises(RuntimeError):  # torch.set_rng_state(torch.frombuffer(bytes)): a byte tensor of the wrong size
         Session(Group(0, 1, torch.device("cpu")), str(home), even_layout(2, 1), start_from_commit(str(home), root),
-                engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0}), {"default": GroupConfig(**OPT)})
+                engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}), {"default": GroupConfig(**OPT)})
 
 
 @pytest.mark.parametrize("form", ["pickle", "torch.save"])

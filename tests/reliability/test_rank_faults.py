@@ -1,8 +1,8 @@
 """Issue 9, cases 2, 7, 8 and 9: faults on one rank of a real two-process run (gloo, CPU).
 
 Every run here is `kit.distributed.launch.launch` starting real worker processes of
-`reliability_support:faulty_session_worker`, i.e. `kit.session.session_worker` with one fault
-injected on one rank (tests/test_worker_faults.py covers the same for `kit.trainer.train_worker`
+`reliability_support:faulty_session_worker`, i.e. `engine_workers.session_worker` with one fault
+injected on one rank (tests/test_worker_faults.py covers the same for `engine_workers.train_worker`
 at an update; these add the session's phases, commits and resumes).
 
 Case 2. An exception on a chosen rank in each phase: preparing a migration (a failed read while
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_workers import session_worker
 from reliability_support import worker_env, write_seed
 from test_engine import OPT, make_batches
 
 from kit.distributed.group import Group
 from kit.distributed.launch import WorkerFailure, launch
 from kit.model.shard import even_layout
-from kit.session import session_worker
 from kit.store.commits import read_commit, read_head, verify_commit
 
 LAYERS, WORKERS = 2, 2

@@ -11,7 +11,7 @@ value), NaN / Infinity anywhere, trailing or leading bytes of every sort, other 
 values (1.0 for 1, escaped key characters, upper-case hex), an edited digest. Each is refused by the
 reader; each that only changed the byte form re-serialises to the identical bytes with the same root.
 
-Case 10. A new owner fetching its assigned objects through `kit.session.migrate` (simulated per rank
+Case 10. A new owner fetching its assigned objects through `kit.engine.migration.migrate` (simulated per rank
 in this process: a one-process group per rank, fetching into one destination store): an object it
 does not need being corrupt does not matter; it fetches exactly its assigned objects, and besides them
 opens only the model's config object (every rank reads it for the model's shape; a few hundred bytes);
@@ -26,13 +26,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_workers import engine_config
 from reliability_support import corrupt, model_commit, write_seed
 from test_engine import OPT
 
 from kit.digest import canonical_json, loads_strict, sha256_json
 from kit.distributed.group import Group
+from kit.engine.migration import MigrationError, migrate
+from kit.engine.session import Session
 from kit.model.shard import even_layout
-from kit.session import MigrationError, Session, migrate, start_from_commit
 from kit.store.commits import (
     CommitError,
     HeadMoved,
@@ -43,8 +45,8 @@ from kit.store.commits import (
     write_commit,
 )
 from kit.store.objects import ObjectCorrupt, ObjectMissing, ObjectStore, StoreError, fetch_objects
+from kit.store.start import start_from_commit
 from kit.train.optim import GroupConfig
-from kit.trainer import engine_config_from_json
 
 DAMAGES = ("bit_flip", "truncate", "delete")
 CPU = torch.device("cpu")
@@ -104,7 +106,7 @@ def test_damaged_copy_in_the_new_owners_store_is_replaced_not_used(store, damage
 def _session(home: Path, root: str) -> Session:
     opt = GroupConfig(**OPT)
     return Session(Group(0, 1, CPU), str(home), even_layout(2, 1), start_from_commit(str(home), root),
-                   engine_config_from_json({"microbatch_size": 2, "max_grad_norm": 1.0}), {"default": opt})
+                   engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}), {"default": opt})
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
@@ -275,7 +277,7 @@ def test_other_values_are_refused(store, spelling):
 
 
 def _owned_names(manifest: dict, rank: int, layout) -> set[str]:
-    """Independently of kit.session: block tensors by index, everything else on the embedding owner."""
+    """Independently of kit.engine: block tensors by index, everything else on the embedding owner."""
     out = set()
     for e in manifest["learned_state"]["params"]:
         m = re.match(r"model\.layers\.(\d+)\.", e["name"])

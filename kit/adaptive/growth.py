@@ -1,0 +1,51 @@
+"""The append transition of the adaptive experiment: a commit of the grown model (new blocks appended
+after the last, copied from block `copy_from`, age 0 in their own optimizer group) whose parent is the
+commit it grew from. The entry arithmetic is `kit.model.growth.grown_entries`."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from kit.model.growth import grown_entries
+from kit.model.shard import Layout
+from kit.model_config import parse_config
+from kit.store import commits
+from kit.store.objects import ObjectStore
+from kit.store.start import start_from_commit
+
+
+def grow_commit(home: str, root: str, add: int, copy_from: int, group: str, layout: Layout | None = None) -> str:
+    """Commit the append transition of `root` (parent = root); new blocks go to the last worker
+    unless a layout is given. Returns the new full root."""
+    start = start_from_commit(home, root)
+    m = start.manifest
+    store = ObjectStore(home)
+    zero_cache: dict[tuple, str] = {}
+
+    def zero(shape):
+        key = tuple(shape)
+        if key not in zero_cache:
+            zero_cache[key] = store.put_tensor(torch.zeros(key, dtype=torch.float32))
+        return zero_cache[key]
+
+    L = start.shape.num_hidden_layers
+    params = grown_entries(m["learned_state"]["params"], L, add, copy_from, group, zero)
+    cfg = json.loads(start.config_bytes)
+    cfg["num_hidden_layers"] = L + add
+    config_bytes = json.dumps(cfg, indent=2, sort_keys=True).encode()
+    parse_config(json.loads(config_bytes), "grown config")
+    if layout is None:
+        blocks = [list(b) for b in m["layout"]["blocks"]]
+        blocks[-1][1] += add
+    else:
+        layout.validate(L + add)
+        blocks = layout.to_json()["blocks"]
+    new_layout = {"blocks": blocks, "embedding_owner": m["layout"]["embedding_owner"],
+                  "model_config": store.put_bytes(config_bytes)}
+    rng = list(m["rng"])
+    if len(rng) != len(blocks):
+        raise ValueError(f"growth keeps the worker count ({len(rng)}); the given layout has {len(blocks)}")
+    return commits.write_commit(home, {"cursor": m["learned_state"]["cursor"], "params": params}, new_layout,
+                                root, rng)

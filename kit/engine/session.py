@@ -1,0 +1,87 @@
+"""A worker's training session bound to a checkpoint store: built from a seed or a commit
+(`kit.engine.worker.build_worker`), it runs updates (the schedule itself is
+`kit.distributed.pipeline.StageEngine.update`) and commits the sharded state together with the
+other workers.
+
+Commit protocol (every worker, then rank 0):
+  1. each worker writes its own parameters' objects (param, exp_avg, exp_avg_sq) and its RNG state
+     into the run's store (`--home`, a directory every worker of the run can reach);
+  2. the workers exchange their learned-state entries (canonical JSON over the process group);
+  3. rank 0 writes the commit (`kit.store.commits.write_commit`): it re-hashes every object, writes
+     the manifest, then moves HEAD by compare-and-swap from the parent; every worker learns the
+     result (or rank 0's error).
+
+The profile is dropout-free, so updates consume no random draws: RNG states are committed for
+the full root, restored when the layout is unchanged and reseeded deterministically otherwise.
+Migration before a session is `kit.engine.migration`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kit.digest import canonical_json, loads_strict
+from kit.distributed.group import Group
+from kit.distributed.pipeline import EngineConfig
+from kit.engine.worker import build_worker
+from kit.model.shard import Layout
+from kit.store import commits
+from kit.store.objects import ObjectStore
+from kit.store.start import Start
+from kit.train.optim import GroupConfig
+
+
+class Session:
+    def __init__(self, group: Group, home: str, layout: Layout, start: Start, engine_cfg: EngineConfig,
+                 groups: dict[str, GroupConfig], group_rules=(), reference: dict | None = None,
+                 admission: dict | None = None):
+        self.group, self.home, self.layout, self.start = group, home, layout, start
+        self.store = ObjectStore(home)
+        worker = build_worker(group, layout, start, engine_cfg, groups, home=home, group_rules=group_rules,
+                              reference=reference, admission=admission or {})
+        self.engine, self.admission = worker.engine, worker.admission
+        self.step = start.step
+        self.parent = start.manifest["full_root"] if start.manifest is not None else commits.read_head(home)
+        self._restore_rng()
+
+    def _restore_rng(self) -> None:
+        m = self.start.manifest
+        if m is not None and m["layout"]["blocks"] == self.layout.to_json()["blocks"]:
+            # A commit's RNG objects are in its store (write_commit and adoption re-hash them), so a missing
+            # one is damage: refused (ObjectMissing) like a corrupt one, never silently reseeded.
+            state = self.store.get_bytes(m["rng"][self.group.rank])
+            torch.set_rng_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+            return
+        torch.manual_seed(self.step * 1009 + self.group.rank)
+
+    def update(self, records, total_targets: int | None = None):
+        res = self.engine.update(records, total_targets)
+        self.step += 1
+        return res
+
+    def commit(self, extra_cursor: dict | None = None) -> tuple[str, str]:
+        """All workers together; returns (full_root, learned_state_root)."""
+        entries = commits.save_param_states(self.store, {
+            n: {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in s.items()}
+            for n, s in self.engine.optimizer.param_states().items()})
+        rng = self.store.put_bytes(torch.get_rng_state().numpy().tobytes())
+        config_digest = self.store.put_bytes(self.start.config_bytes)
+        mine = canonical_json({"entries": entries, "rng": rng})
+        gathered = [loads_strict(b, "commit entries") for b in self.group.allgather_bytes(mine)]
+        outcome = {"ok": True, "root": None, "error": None}
+        if self.group.rank == 0:
+            try:
+                params = sorted((e for g in gathered for e in g["entries"]), key=lambda e: e["name"])
+                cursor = {"step": self.step, **(extra_cursor or {})}
+                layout = {**self.layout.to_json(), "model_config": config_digest}
+                outcome["root"] = commits.write_commit(self.home, {"cursor": cursor, "params": params}, layout,
+                                                       self.parent, [g["rng"] for g in gathered])
+            except ValueError as e:
+                outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}"}
+        result = loads_strict(self.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
+        if not result["ok"]:
+            raise commits.CommitError(f"rank 0 could not commit step {self.step}: {result['error']}")
+        self.parent = result["root"]
+        manifest = commits.read_commit(self.home, self.parent)
+        return self.parent, manifest["learned_state_root"]
+
