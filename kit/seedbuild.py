@@ -51,7 +51,7 @@ from tqdm import tqdm
 
 import kit
 from kit import numerics
-from kit.data.chat import encode_many, generation_prompt_ids, load_tokenizer
+from kit.data.chat import encode_or_refuse, generation_prompt_ids, load_tokenizer
 from kit.data.conversations import (
     Conversation,
     Message,
@@ -298,9 +298,10 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
         build_tokenizer([m.content for c in conversations for m in c.messages], cfg.vocab_size, staging,
                         model_max_length=cfg.max_position_embeddings)
         tokenizer = load_tokenizer(staging)
-        encoded, stats = encode_many(tokenizer, conversations, cfg.max_tokens, overflow="reject")
-        if stats.rejected_too_long:
-            raise ValueError(f"seed build: {stats.rejected_too_long} conversations exceed max_tokens = "
+        encoded = [encode_or_refuse(tokenizer, c, cfg.max_tokens) for c in conversations]
+        too_long = sum(e is None for e in encoded)
+        if too_long:
+            raise ValueError(f"seed build: {too_long} conversations exceed max_tokens = "
                              f"{cfg.max_tokens}; raise max_tokens (up to max_position_embeddings)")
         ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
         shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])

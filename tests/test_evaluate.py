@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 from conftest import write_hf_llama
 
-from kit.evaluate import greedy_batch, load_model
+from kit.evaluation.scoring import load_model
+from kit.model.generate import greedy_batch
 from kit.model.generate import greedy_generate
 
 
@@ -21,7 +22,7 @@ def test_nll_matches_direct_log_softmax(tmp_path):
     from kit.data.conversations import Conversation, Message
     from kit.data.chat import encode_conversation, load_tokenizer
     from kit.data.tokenizer_build import build_tokenizer
-    from kit.evaluate import score_nll
+    from kit.evaluation.scoring import score_nll
 
     tok_dir = tmp_path / "m"
     write_hf_llama(tok_dir, layers=2, vocab=300)

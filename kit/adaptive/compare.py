@@ -15,6 +15,7 @@ import torch
 
 from kit.store import commits
 from kit.store.objects import ObjectStore
+from kit.store.params import parameter_tensor
 
 
 def update_log(home: str, cohort: str) -> list[dict]:
@@ -39,8 +40,7 @@ def compare(a_home: str, a_root: str, b_home: str, b_root: str, cohort: str) -> 
         for n in sorted(ea):
             if ea[n]["param"] != eb[n]["param"]:
                 differing += 1
-                ta = sa.get_tensor(ea[n]["param"], "float32", ea[n]["shape"])
-                tb = sb.get_tensor(eb[n]["param"], "float32", eb[n]["shape"])
+                ta, tb = parameter_tensor(sa, ea[n]), parameter_tensor(sb, eb[n])  # parameters only
                 max_diff = max(max_diff, float((ta - tb).abs().max()))
     return {
         "a": {"home": a_home, "full_root": a_root, "learned_state_root": ma["learned_state_root"],

@@ -34,7 +34,7 @@ def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
 
 
 def _model_spec(spec: str):
-    """'seed:DIR' or 'HOME:ROOT' -> kwargs of kit.evaluate.load_model, plus an identity string."""
+    """'seed:DIR' or 'HOME:ROOT' -> kwargs of kit.evaluation.scoring.load_model, plus an identity string."""
     if spec.startswith("seed:"):
         return {"seed_dir": spec[5:]}, spec
     home, _, root = spec.rpartition(":")
@@ -85,7 +85,7 @@ def _scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: i
     """A model's scores on the roles, cached by (weights identity, role file digests, settings): scoring
     is a deterministic function of those, and each endpoint is a candidate once and a baseline once."""
     from kit.digest import sha256_json
-    from kit.evaluate import answer_tasks, load_model, score_nll
+    from kit.evaluation.scoring import answer_tasks, load_model, score_nll
     from kit.inventory import parameter_digest
 
     weights = parameter_digest(kw["seed_dir"]) if "seed_dir" in kw else ident

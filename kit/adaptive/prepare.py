@@ -98,16 +98,16 @@ class _Fits:
     """Whether a conversation encodes within max_tokens under the contract's "reject" policy."""
 
     def __init__(self, seed_dir: Path, max_tokens: int):
-        from kit.data.chat import encode_conversation, load_tokenizer
+        from kit.data.chat import encode_or_refuse, load_tokenizer
 
-        self._encode = encode_conversation
+        self._encode = encode_or_refuse
         self.tokenizer = load_tokenizer(seed_dir)
         self.tokenizer.model_max_length = 1 << 62  # we only count tokens; silence the long-sequence warning
         self.max_tokens = max_tokens
 
     def __call__(self, conv: Conversation) -> bool:
         try:
-            return self._encode(self.tokenizer, conv, self.max_tokens, "reject") is not None
+            return self._encode(self.tokenizer, conv, self.max_tokens) is not None
         except ValueError:
             return False  # no learnable assistant token under this tokenizer: unusable like an over-long one
 

@@ -43,7 +43,7 @@ def check_inputs(prepared: Path) -> dict:
 
 def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int) -> dict:
     """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
-    from kit.data.chat import encode_conversation, load_tokenizer
+    from kit.data.chat import encode_or_refuse, load_tokenizer
     from kit.data.conversations import read_jsonl
 
     pj = load_json_strict(prepared / "prepared.json")
@@ -57,10 +57,7 @@ def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: 
             convs[c.id] = c
     encoded = {}
     for cid, c in convs.items():
-        e = encode_conversation(tok, c, max_tokens, overflow="reject")
-        if e is None:
-            raise TrainRefused(f"{prepared}: record {cid!r} exceeds max_tokens={max_tokens}")
-        encoded[cid] = e
+        encoded[cid] = encode_or_refuse(tok, c, max_tokens, TrainRefused, f"{prepared}: record")
     return {"steps": schedule["cohorts"][cohort]["steps"], "encoded": encoded,
             "pad_id": tok.pad_token_id or 0}
 

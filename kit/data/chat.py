@@ -196,6 +196,22 @@ def encode_conversation(
     )
 
 
+def encode_or_refuse(
+    tokenizer: PreTrainedTokenizerBase,
+    conversation: Conversation,
+    max_tokens: int,
+    refuse: type[Exception] | None = None,
+    what: str = "record",
+) -> EncodedExample | None:
+    """The contracts' "reject" policy in one place: the encoded conversation when it fits `max_tokens`;
+    otherwise `refuse(f"{what} {id!r} exceeds max_tokens={max_tokens}")` is raised, or, without
+    `refuse`, None (a caller that skips or counts over-long records)."""
+    example = encode_conversation(tokenizer, conversation, max_tokens, overflow="reject")
+    if example is None and refuse is not None:
+        raise refuse(f"{what} {conversation.id!r} exceeds max_tokens={max_tokens}")
+    return example
+
+
 def encode_many(
     tokenizer: PreTrainedTokenizerBase,
     conversations: Iterable[Conversation],

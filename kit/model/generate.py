@@ -1,6 +1,7 @@
 """Greedy decoding with the kit's own Llama (no `transformers.generate` on any kit path).
 
-Used by the seed builder for its sample replies and by evaluation for greedy task answers, so
+One decoder (`greedy_batch`; `greedy_generate` is its one-prompt form, with checks), used by the
+seed builder for its sample replies and by evaluation for greedy task answers, so
 the answers the kit scores come from the same model code the kit trains.
 
 No KV cache: every step runs the full forward over the prompt and the tokens generated so far.
@@ -58,20 +59,45 @@ def greedy_generate(
             f"greedy_generate: prompt has {len(ids)} tokens; the model's max_position_embeddings is "
             f"{shape.max_position_embeddings}"
         )
-    stop = _eos_set(eos_id)
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
-        generated: list[int] = []
-        while len(generated) < max_new_tokens and len(ids) < shape.max_position_embeddings:
-            context = torch.tensor([ids], dtype=torch.int64, device=device)  # (1, T)
-            logits = model(context)[0, -1]  # (V,) next-token logits at the last position
-            token = int(torch.argmax(logits))
-            ids.append(token)
-            generated.append(token)
-            if token in stop:
-                break
-        return generated
+        return greedy_batch(model, [ids], max_new_tokens, eos_id)[0]
     finally:
         model.train(was_training)
+
+
+@torch.no_grad()
+def greedy_batch(model: LlamaCausalLM, prompts: list[list[int]], max_new_tokens: int,
+                 eos_id: int | Iterable[int] | None) -> list[list[int]]:
+    """Greedy replies for many prompts at once, one forward per generated token for the whole batch.
+
+    Rows are right-padded: with causal attention a position never sees the padding after it, so row
+    i's next token is read at its own last position and written into its own next slot; the result
+    equals decoding each prompt alone (tests/test_evaluate.py checks it). This is the kit's one greedy
+    decoder: `greedy_generate` is its one-prompt form.
+    """
+    stop = _eos_set(eos_id)
+    device = next(model.parameters()).device
+    lens = [len(p) for p in prompts]
+    T = min(max(lens) + max_new_tokens, model.shape.max_position_embeddings)
+    buf = torch.zeros((len(prompts), T), dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        buf[i, :len(p)] = torch.tensor(p, dtype=torch.long)
+    out: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    for _ in range(max_new_tokens):
+        live = [i for i in range(len(prompts)) if not done[i] and lens[i] < T]
+        if not live:
+            break
+        width = max(lens[i] for i in live)
+        logits = model(buf[live, :width])  # (B, width, V)
+        rows = torch.arange(len(live), device=device)
+        nxt = logits[rows, torch.tensor([lens[i] - 1 for i in live], device=device)].argmax(-1).tolist()
+        for j, i in enumerate(live):
+            out[i].append(nxt[j])
+            buf[i, lens[i]] = nxt[j]
+            lens[i] += 1
+            if nxt[j] in stop:
+                done[i] = True
+    return out

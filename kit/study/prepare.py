@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from kit.contract import Contract
-from kit.data.chat import encode_conversation, load_tokenizer
+from kit.data.chat import encode_or_refuse, load_tokenizer
 from kit.data.conversations import (
     Conversation,
     Message,
@@ -90,7 +90,7 @@ def _first_fitting(tokenizer, conversations, count: int, max_tokens: int, what: 
         if skip is not None and skip(c):
             excluded += 1
             continue
-        enc = encode_conversation(tokenizer, c, max_tokens, overflow="reject")
+        enc = encode_or_refuse(tokenizer, c, max_tokens)
         if enc is None:
             rejected += 1
             continue

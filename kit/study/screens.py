@@ -53,9 +53,9 @@ class EvaluationRefused(ValueError):
     pass
 
 
-# --- the scoring adapter (kit/evaluate.py) --------------------------------------------------
+# --- the scoring adapter (kit/evaluation/scoring.py) --------------------------------------------------
 def _scorer():
-    from kit.evaluate import answer_tasks, load_model, score_nll
+    from kit.evaluation.scoring import answer_tasks, load_model, score_nll
 
     return load_model, score_nll, answer_tasks
 

@@ -1,7 +1,7 @@
 """Evaluation of a committed candidate: per-example assistant-token NLL and greedy task answers.
 
 A model under evaluation is loaded whole into one process (`load_model`), from a commit of a
-checkpoint store or from a seed directory: evaluation is forward-only, and a tiny or a 1.7B model
+checkpoint store (its parameters only) or from a seed directory: evaluation is forward-only, and a tiny or a 1.7B model
 fits one device. Training never holds a full model; evaluation is a separate, read-only step.
 
 `score_nll` returns, per conversation, the summed NLL (nats) of its assistant target tokens and
@@ -12,17 +12,20 @@ task family's normalising checker. Both are deterministic functions of the weigh
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
 from kit import numerics
-from kit.data.chat import encode_conversation, generation_prompt_ids
+from kit.data.chat import encode_or_refuse, generation_prompt_ids
 from kit.data.conversations import Conversation
 from kit.data.tasks import normalize_answer
+from kit.model.generate import greedy_batch
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
 from kit.model_config import load_config
+from kit.store.objects import ObjectStore
+from kit.store.params import load_parameters
+from kit.store.start import start_from_commit
 
 
 def _bar(iterable, desc: str, total: int | None = None):
@@ -38,24 +41,16 @@ def _bar(iterable, desc: str, total: int | None = None):
 
 def load_model(home: str | None = None, root: str | None = None, seed_dir: str | None = None,
                device: str = "cpu") -> LlamaCausalLM:
-    """The full model of a commit (`home` + `root`) or of a seed directory, FP32, eval mode."""
+    """The full model of a commit (`home` + `root`, its `param` objects only: no Adam moment is read)
+    or of a seed directory, FP32, eval mode."""
     numerics.apply(device)  # scores are compared across machines and runs: the kit's numeric profile
     if seed_dir is not None:
         model = LlamaCausalLM(load_config(seed_dir))
         load_owned(model, seed_dir)
         return model.to(device).eval()
-    from kit.session import start_from_commit
-    from kit.store.commits import load_param_states
-    from kit.store.objects import ObjectStore
-
     start = start_from_commit(home, root)
     model = LlamaCausalLM(start.shape)
-    states = load_param_states(ObjectStore(home), start.manifest["learned_state"]["params"])
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n not in states:
-                raise ValueError(f"commit {root} in {home} has no parameter {n!r}")
-            p.copy_(states[n]["param"])
+    load_parameters(ObjectStore(home), start.manifest["learned_state"]["params"], model, f"commit {root} in {home}")
     return model.to(device).eval()
 
 
@@ -64,12 +59,7 @@ def score_nll(model: LlamaCausalLM, tokenizer, conversations: list[Conversation]
               batch_size: int = 16) -> list[dict]:
     """[{id, nll_sum, tokens, family?}] for every conversation; over-long ones are refused (the
     evaluation set was prepared under the same cap, so none should be)."""
-    encoded = []
-    for c in conversations:
-        e = encode_conversation(tokenizer, c, max_tokens, overflow="reject")
-        if e is None:
-            raise ValueError(f"evaluation record {c.id!r} exceeds max_tokens={max_tokens}")
-        encoded.append((c, e))
+    encoded = [(c, encode_or_refuse(tokenizer, c, max_tokens, ValueError, "evaluation record")) for c in conversations]
     device = next(model.parameters()).device
     out = []
     for a in _bar(range(0, len(encoded), batch_size), "scoring NLL"):
@@ -90,39 +80,6 @@ def score_nll(model: LlamaCausalLM, tokenizer, conversations: list[Conversation]
             if "family" in c.meta:
                 row["family"] = c.meta["family"]
             out.append(row)
-    return out
-
-
-@torch.no_grad()
-def greedy_batch(model: LlamaCausalLM, prompts: list[list[int]], max_new_tokens: int, eos_id: int) -> list[list[int]]:
-    """Greedy replies for many prompts at once, one forward per generated token for the whole batch.
-
-    Rows are right-padded: with causal attention a position never sees the padding after it, so row
-    i's next token is read at its own last position and written into its own next slot; the result
-    equals `kit.model.generate.greedy_generate` row by row (tests/test_evaluate.py checks it).
-    """
-    device = next(model.parameters()).device
-    lens = [len(p) for p in prompts]
-    T = min(max(lens) + max_new_tokens, model.shape.max_position_embeddings)
-    buf = torch.zeros((len(prompts), T), dtype=torch.long, device=device)
-    for i, p in enumerate(prompts):
-        buf[i, :len(p)] = torch.tensor(p, dtype=torch.long)
-    out: list[list[int]] = [[] for _ in prompts]
-    done = [False] * len(prompts)
-    for _ in range(max_new_tokens):
-        live = [i for i in range(len(prompts)) if not done[i] and lens[i] < T]
-        if not live:
-            break
-        width = max(lens[i] for i in live)
-        logits = model(buf[live, :width])  # (B, width, V)
-        rows = torch.arange(len(live), device=device)
-        nxt = logits[rows, torch.tensor([lens[i] - 1 for i in live], device=device)].argmax(-1).tolist()
-        for j, i in enumerate(live):
-            out[i].append(nxt[j])
-            buf[i, lens[i]] = nxt[j]
-            lens[i] += 1
-            if nxt[j] == eos_id:
-                done[i] = True
     return out
 
 
