@@ -52,8 +52,8 @@ from kit.data.conversations import instruction_source_range, synthetic_conversat
 from kit.data.tasks import generate_set
 from kit.data.tokenizer_build import SPECIAL_TOKEN_IDS, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.model.config import LlamaShape, RopeSpec
 from kit.model.llama import LlamaCausalLM
-from kit.model_config import LlamaShape, RopeSpec
 from kit.study.arms import arm_dir, arm_statuses, availability, run_arm
 from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import arm_spec, load_study_contract

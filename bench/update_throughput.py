@@ -51,7 +51,7 @@ from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage, canonical_names, even_layout
-from kit.model_config import LlamaShape, RopeSpec
+from kit.model.config import LlamaShape, RopeSpec
 from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, estimate_worker, plan
 from kit.train.batch import TrainRecord
 from kit.train.loss import DistillConfig

@@ -1,8 +1,9 @@
 """kit: a notebook-first, reproducible toolkit for sharded Llama training and paired-bootstrap gates.
 
 Layers (a module imports only from its own layer or below; tests/test_layers.py enforces it):
-0 pure (digest, inventory, model_config, stats, planner, contract) -> 1 data -> 2 math (model, train,
-numerics) -> 3 distributed (distributed) -> 4 storage (store) -> 5 drivers (seedbuild, adaptive, study, evidence, cli).
+0 pure (digest, inventory, model.config, stats, planner, contract) -> 1 data -> 2 math (model, train,
+numerics) -> 3 distributed -> 4 storage (store) -> 5 drivers (engine, seed, evaluation, adaptive, study,
+evidence, cli).
 """
 
 import os

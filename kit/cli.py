@@ -26,7 +26,7 @@ def cmd_digest(a) -> int:
 
 
 def cmd_seed_build(a) -> int:
-    from kit.seedbuild import SeedBuildConfig, build_seed
+    from kit.seed.build import SeedBuildConfig, build_seed
 
     cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
     _print_json(build_seed(Path(a.out), cfg, progress=not a.no_progress))
@@ -34,7 +34,7 @@ def cmd_seed_build(a) -> int:
 
 
 def cmd_seed_show(a) -> int:
-    from kit.seedbuild import describe_seed
+    from kit.seed.build import describe_seed
 
     print(describe_seed(Path(a.dir)))
     return 0
@@ -68,7 +68,7 @@ def cmd_checkpoint(a) -> int:
 
 # --- planner --------------------------------------------------------------------------------
 def cmd_plan(a) -> int:
-    from kit.model_config import load_config
+    from kit.model.config import load_config
     from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
 
     shape = load_config(a.config)

@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
-from kit.model_config import LlamaShape
+from kit.model.config import LlamaShape
 
 GIB = 1 << 30
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kit.model.config import load_config
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
-from kit.model_config import load_config
 
 
 def oracle_loss(model, ref, records, kl_weight=1.0, temperature=1.0):

@@ -27,7 +27,7 @@ from test_engine import OPT, make_batches  # noqa: E402
 from kit.distributed.group import Group  # noqa: E402
 from kit.distributed.launch import launch  # noqa: E402
 from kit.model.shard import even_layout  # noqa: E402
-from kit.seedbuild import SeedBuildConfig, build_seed  # noqa: E402
+from kit.seed.build import SeedBuildConfig, build_seed  # noqa: E402
 
 
 class _Quiet:

@@ -18,7 +18,7 @@ from kit.data.tasks import FAMILIES as TASK_FAMILIES
 from kit.data.tasks import generate_set
 from kit.data.tokenizer_build import build_tokenizer
 from kit.digest import load_json_strict, sha256_file
-from kit.model_config import LlamaShape, RopeSpec
+from kit.model.config import LlamaShape, RopeSpec
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = REPO / "contracts" / "adaptive-shards.json"
@@ -347,7 +347,7 @@ def test_cli_registration_adds_kit_adaptive_prepare():
 
 
 def test_tiny_contract_fits_the_tiny_seed():
-    from kit.seedbuild import SeedBuildConfig
+    from kit.seed.build import SeedBuildConfig
 
     tiny = load_adaptive_contract(TINY).data
     cfg = SeedBuildConfig.tiny()

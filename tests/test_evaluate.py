@@ -5,8 +5,7 @@ import torch.nn.functional as F
 from conftest import write_hf_llama
 
 from kit.evaluation.scoring import load_model
-from kit.model.generate import greedy_batch
-from kit.model.generate import greedy_generate
+from kit.model.generate import greedy_batch, greedy_generate
 
 
 def test_batched_greedy_equals_single(tmp_path):
@@ -19,8 +18,8 @@ def test_batched_greedy_equals_single(tmp_path):
 
 
 def test_nll_matches_direct_log_softmax(tmp_path):
-    from kit.data.conversations import Conversation, Message
     from kit.data.chat import encode_conversation, load_tokenizer
+    from kit.data.conversations import Conversation, Message
     from kit.data.tokenizer_build import build_tokenizer
     from kit.evaluation.scoring import score_nll
 

@@ -7,9 +7,9 @@ import torch
 from conftest import write_hf_llama
 from transformers import LlamaForCausalLM
 
+from kit.model.config import ConfigError, load_config
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
-from kit.model_config import ConfigError, load_config
 
 
 @pytest.mark.parametrize("layers", [1, 2, 3])

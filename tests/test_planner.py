@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from kit.model_config import LlamaShape
+from kit.model.config import LlamaShape
 from kit.planner import (
     GIB,
     AdmissionError,

@@ -20,11 +20,11 @@ from kit.data.conversations import Message, read_jsonl
 from kit.data.tasks import FAMILIES, generate_set
 from kit.digest import sha256_file
 from kit.inventory import parameter_digest
+from kit.model.config import load_config
 from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
-from kit.model_config import load_config
-from kit.seedbuild import (
+from kit.seed.build import (
     SAMPLE_CHAT_PROMPT,
     SEED_SAMPLE_ROLE,
     SEED_TRAIN_ROLE,

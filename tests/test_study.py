@@ -269,7 +269,7 @@ def test_projection_numbers_and_bound():
 
 
 def test_tiny_contract_rank_compresses_the_tiny_seed_20x():
-    from kit.seedbuild import SeedBuildConfig
+    from kit.seed.build import SeedBuildConfig
 
     c = load_study_contract(TINY)
     cfg = SeedBuildConfig.tiny()

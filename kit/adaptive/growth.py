@@ -8,9 +8,9 @@ import json
 
 import torch
 
+from kit.model.config import parse_config
 from kit.model.growth import grown_entries
 from kit.model.shard import Layout
-from kit.model_config import parse_config
 from kit.store import commits
 from kit.store.objects import ObjectStore
 from kit.store.start import start_from_commit

@@ -41,7 +41,7 @@ from kit.data.conversations import (
 from kit.data.tasks import FAMILIES, TaskExample, assert_disjoint, generate_set
 from kit.digest import canonical_json, sha256_file, sha256_json, write_canonical_json
 from kit.inventory import inventory, inventory_digest, parameter_digest
-from kit.model_config import LlamaShape, load_config
+from kit.model.config import LlamaShape, load_config
 from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
 from kit.provenance import input_commitments
 

@@ -175,7 +175,7 @@ def _layers(seed_dir: str, home: str, source_home: str | None, resume: str | Non
         from kit.store.start import start_from_commit
 
         return start_from_commit(source_home or home, resume).shape.num_hidden_layers
-    from kit.model_config import load_config
+    from kit.model.config import load_config
 
     return load_config(seed_dir).num_hidden_layers
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from kit.distributed.group import Group
+from kit.model.config import LlamaShape
 from kit.model.shard import Layout
-from kit.model_config import LlamaShape
 
 
 def free_memory_bytes(device: torch.device) -> int:

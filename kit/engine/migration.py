@@ -15,8 +15,8 @@ import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
+from kit.model.config import parse_config
 from kit.model.shard import Layout, build_stage
-from kit.model_config import parse_config
 from kit.store import commits
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.store.start import Start, start_from_commit, start_from_seed

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 from kit.distributed.group import Group
+from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, load_owned
-from kit.model_config import LlamaShape
 from kit.store.objects import ObjectStore
 from kit.store.params import load_parameters
 from kit.store.start import start_from_commit, start_from_seed

@@ -19,10 +19,10 @@ from kit import numerics
 from kit.data.chat import encode_or_refuse, generation_prompt_ids
 from kit.data.conversations import Conversation
 from kit.data.tasks import normalize_answer
+from kit.model.config import load_config
 from kit.model.generate import greedy_batch
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
-from kit.model_config import load_config
 from kit.store.objects import ObjectStore
 from kit.store.params import load_parameters
 from kit.store.start import start_from_commit

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.model_config import LlamaShape, RopeSpec
+from kit.model.config import LlamaShape, RopeSpec
 
 
 class RMSNorm(nn.Module):

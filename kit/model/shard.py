@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM
-from kit.model_config import LlamaShape
 
 EMBEDDING_OWNER = 0
 

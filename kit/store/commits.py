@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from kit.digest import canonical_json, load_canonical_json, loads_strict
-from kit.model_config import parse_config
+from kit.model.config import parse_config
 from kit.store.head import _acquire_lock, _lock_is_stale, _read_lock, _release_lock, read_head
 from kit.store.manifest import (  # noqa: F401  - re-exported: the commit record API in one place
     COMMITS_DIR_NAME,

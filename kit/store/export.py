@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from kit.digest import loads_strict
 from kit.inventory import parameter_digest
-from kit.model_config import LlamaShape, parse_config
+from kit.model.config import LlamaShape, parse_config
 from kit.store.commits import read_commit
 from kit.store.objects import ObjectStore, StoreError
 from kit.store.params import parameter_tensor

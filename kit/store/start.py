@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import loads_strict
-from kit.model_config import LlamaShape, parse_config
+from kit.model.config import LlamaShape, parse_config
 from kit.store import commits
 from kit.store.objects import ObjectStore
 

@@ -36,7 +36,7 @@ import torch
 from safetensors.torch import save_file
 
 from kit.digest import canonical_json
-from kit.model_config import LlamaShape, RopeSpec
+from kit.model.config import LlamaShape, RopeSpec
 from kit.store.commits import learned_state_root, save_param_states, write_commit
 from kit.store.objects import ObjectStore
 
@@ -223,7 +223,7 @@ def model_commit(home: Path, seed_dir: Path, workers: int, seed: int = 0, parent
     bytes stored (under their own digest) in place of that tensor's object."""
     from kit.model.llama import LlamaCausalLM
     from kit.model.shard import even_layout
-    from kit.model_config import load_config
+    from kit.model.config import load_config
 
     shape = load_config(seed_dir)
     with torch.device("meta"):

@@ -30,8 +30,8 @@ from kit.data.conversations import Conversation, Message, RecordError, synthetic
 from kit.digest import sha256_file, write_canonical_json
 from kit.distributed.group import Group
 from kit.engine.session import Session
+from kit.model.config import ConfigError
 from kit.model.shard import even_layout
-from kit.model_config import ConfigError
 from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
 

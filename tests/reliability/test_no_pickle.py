@@ -171,7 +171,7 @@ def test_payload_as_the_safetensors_file_is_refused(tmp_path, seed, marker, payl
 
     from kit.inventory import parameter_digest
     from kit.model.shard import build_stage, even_layout, load_owned
-    from kit.model_config import load_config
+    from kit.model.config import load_config
 
     bad = tmp_path / "seed"
     shutil.copytree(seed, bad)
@@ -195,7 +195,7 @@ def test_pickle_files_beside_a_good_seed_are_never_opened(tmp_path, seed, marker
     from kit.data.tokenizer_build import build_tokenizer
     from kit.inventory import parameter_digest
     from kit.model.shard import build_stage, even_layout, load_owned
-    from kit.model_config import load_config
+    from kit.model.config import load_config
 
     good = tmp_path / "seed"
     shutil.copytree(seed, good)

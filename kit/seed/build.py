@@ -22,7 +22,7 @@ task line of trained_conversations.jsonl carries its "digest"). One pass, no rep
 is a permutation drawn from `numpy.random.default_rng(seed)`, then each update's batch is sorted by
 token length (see `length_sorted_batches`).
 
-Training uses the kit's own engine (one worker of kit/distributed/pipeline.StageEngine with the
+Training uses the kit's own engine (one worker built by kit.engine.worker.build_worker: a StageEngine with the
 per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
 warm-up then cosine decay of the learning rate.
 
@@ -64,14 +64,15 @@ from kit.data.tasks import FAMILIES, TaskExample, check_answer, generate_set
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
 from kit.distributed.group import Group
-from kit.distributed.pipeline import EngineConfig, StageEngine
+from kit.distributed.pipeline import EngineConfig
+from kit.engine.worker import build_worker
 from kit.inventory import parameter_digest
 from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM, init_weights
-from kit.model.shard import canonical_names, even_layout, load_owned
-from kit.model_config import LlamaShape, RopeSpec, load_config
+from kit.model.shard import even_layout, load_owned
+from kit.model.config import LlamaShape, RopeSpec, load_config
 from kit.train.batch import TrainRecord
-from kit.train.optim import GroupConfig, ParamAdamW
+from kit.train.optim import GroupConfig
 
 SEED_TRAIN_ROLE = "seed-train"  # task conversations the seed was trained on
 SEED_SAMPLE_ROLE = "seed-sample"  # the per-family sample questions shown after the build
@@ -228,12 +229,11 @@ def _staging_dir(out: Path) -> Path:
 
 def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord], show: bool) -> list[float]:
     shape = model.shape
-    params = dict(model.named_parameters())
     base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
-    optimizer = ParamAdamW(params, {OPTIMIZER_GROUP: base}, {n: OPTIMIZER_GROUP for n in params})
-    engine = StageEngine(Group(0, 1, torch.device("cpu")), even_layout(shape.num_hidden_layers, 1), model, None,
-                         optimizer, canonical_names(shape),
-                         EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=shape.pad_token_id))
+    engine = build_worker(Group(0, 1, torch.device("cpu")), even_layout(shape.num_hidden_layers, 1), None,
+                          EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=shape.pad_token_id),
+                          {OPTIMIZER_GROUP: base}, student=model).engine  # every parameter in OPTIMIZER_GROUP
+    optimizer = engine.optimizer
     losses = []
     bar = tqdm(range(cfg.updates), desc="seed build", unit="update", disable=not show)
     for k in bar:
