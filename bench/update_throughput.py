@@ -49,13 +49,14 @@ sys.path.insert(0, str(REPO))
 from kit.digest import canonical_json
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig, StageEngine
-from kit.model.llama import LlamaCausalLM
-from kit.model.shard import Layout, build_stage, canonical_names, even_layout
+from kit.engine.worker import build_worker
 from kit.model.config import LlamaShape, RopeSpec
+from kit.model.llama import LlamaCausalLM
+from kit.model.shard import Layout, build_stage, even_layout
 from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, estimate_worker, plan
 from kit.train.batch import TrainRecord
 from kit.train.loss import DistillConfig
-from kit.train.optim import GroupConfig, ParamAdamW, assign_groups
+from kit.train.optim import GroupConfig
 
 PEAK_FLOPS = 989e12  # bf16 dense, datasheet
 GIB = 2**30
@@ -195,10 +196,8 @@ def engine_config(micro: int, compile_blocks: str) -> EngineConfig:
                         compute_dtype="bfloat16", compile_blocks=compile_blocks)
 
 
-def optimizer(student: torch.nn.Module) -> ParamAdamW:
-    params = dict(student.named_parameters())
-    group = GroupConfig(lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)
-    return ParamAdamW(params, {"default": group}, assign_groups(params, []))
+def optimizer_groups() -> dict[str, GroupConfig]:
+    return {"default": GroupConfig(lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)}
 
 
 def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str) -> StageEngine:
@@ -209,8 +208,8 @@ def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str) -> Sta
     random_init(reference, 2)
     reference.to(torch.bfloat16).requires_grad_(False)
     layout = even_layout(shape.num_hidden_layers, 1)
-    return StageEngine(Group(0, 1, device), layout, student, reference, optimizer(student),
-                       canonical_names(shape), engine_config(micro, compile_blocks))
+    return build_worker(Group(0, 1, device), layout, None, engine_config(micro, compile_blocks), optimizer_groups(),
+                        student=student, reference=reference).engine
 
 
 def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay: tuple[bool, ...],
@@ -387,8 +386,8 @@ def planner_check(shape: LlamaShape, micro: int, seq: int, n_micro: int, device,
         random_init(reference, 20 + rank)
         reference.to(torch.bfloat16).requires_grad_(False)
         group = SimulatedPeers(rank, layout.workers, device)
-        eng = StageEngine(group, layout, student, reference, optimizer(student), canonical_names(shape),
-                          engine_config(micro, compile_blocks))
+        eng = build_worker(group, layout, None, engine_config(micro, compile_blocks), optimizer_groups(),
+                           student=student, reference=reference).engine
         static = torch.cuda.memory_allocated() if device.type == "cuda" else None
         for _ in range(2):
             eng.update(records)
