@@ -1,6 +1,6 @@
 """`kit study ...` subcommands: prepare, arm, evaluate, screens, status.
 
-`register(sub)` adds them to kit's argparse subparsers (kit/cli_drivers.py calls it); every handler
+`register(sub)` adds them to kit's argparse subparsers (kit/cli/drivers.py calls it); every handler
 imports its driver lazily, so `kit --help` stays fast.
 """
 

@@ -1,8 +1,8 @@
 """Driver subcommands of `kit`, registered into kit/cli.py's parser.
 
-A flat list of small `register_*` functions, each appended to `kit.cli._EXTRA_COMMANDS`; each adds
+A flat list of small `register_*` functions, listed in `DRIVER_COMMANDS` at the end; each adds
 one subparser whose handler (`fn`) imports its driver lazily, so `kit --help` stays fast and needs
-neither papermill nor torch. Add new driver commands the same way, below the existing ones.
+neither papermill nor torch. Add new driver commands the same way, and list them in `DRIVER_COMMANDS`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-
-from kit.cli import _EXTRA_COMMANDS
 
 
 # --- kit run --------------------------------------------------------------------------------
@@ -52,8 +50,6 @@ def register_run(sub) -> None:
     s.set_defaults(fn=cmd_run)
 
 
-_EXTRA_COMMANDS.append(register_run)
-
 
 # --- kit batch ------------------------------------------------------------------------------
 def cmd_batch(a) -> int:
@@ -75,8 +71,6 @@ def register_batch(sub) -> None:
     s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
     s.set_defaults(fn=cmd_batch)
 
-
-_EXTRA_COMMANDS.append(register_batch)
 
 
 # --- kit verify-evidence --------------------------------------------------------------------
@@ -126,8 +120,6 @@ def register_verify_evidence(sub) -> None:
     s.set_defaults(fn=cmd_verify_evidence)
 
 
-_EXTRA_COMMANDS.append(register_verify_evidence)
-
 
 # --- kit report -----------------------------------------------------------------------------
 def cmd_report(a) -> int:
@@ -146,8 +138,6 @@ def register_report(sub) -> None:
     s.set_defaults(fn=cmd_report)
 
 
-_EXTRA_COMMANDS.append(register_report)
-
 
 # --- kit adaptive ... ------------------------------------------------------------------------
 def register_adaptive(sub) -> None:
@@ -158,8 +148,6 @@ def register_adaptive(sub) -> None:
     adaptive_cli.register(sub)
 
 
-_EXTRA_COMMANDS.append(register_adaptive)
-
 
 # --- kit study ... ---------------------------------------------------------------------------
 def register_study(sub) -> None:
@@ -168,4 +156,5 @@ def register_study(sub) -> None:
     register(sub)
 
 
-_EXTRA_COMMANDS.append(register_study)
+DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_report, register_adaptive,
+                   register_study]

@@ -1,6 +1,7 @@
 """`kit` command line. Each subcommand is a thin wrapper over a kit function; heavy modules
 (torch, transformers, papermill, nbconvert, matplotlib) are imported only by the subcommand that
 needs them, so `kit --help` and `kit digest` start fast and import on the GPU image as it is.
+The driver subcommands are registered from `kit.cli.drivers` (which never imports this module).
 """
 
 from __future__ import annotations
@@ -146,20 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_demo)
 
-    for register in _EXTRA_COMMANDS:
+    from kit.cli.drivers import DRIVER_COMMANDS  # run, batch, verify-evidence, report, adaptive, study
+
+    for register in DRIVER_COMMANDS:
         register(sub)
     return p
 
 
-_EXTRA_COMMANDS: list = []  # drivers append their registration functions (see kit/cli_drivers.py)
-
-
 def main(argv: list[str] | None = None) -> int:
-    try:
-        import kit.cli_drivers  # noqa: F401  - registers driver subcommands when present
-    except ImportError as e:
-        if e.name != "kit.cli_drivers":
-            raise
     args = build_parser().parse_args(argv)
     numerics.apply()  # every command computes under the kit's numeric profile (kit/numerics.py)
     try:
