@@ -41,7 +41,14 @@ from kit.distributed.group import Group
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.train.batch import TrainRecord, make_microbatches, validate_records
-from kit.train.loss import DistillConfig, LossParts, cross_entropy_sum, kl_sum, target_positions
+from kit.train.loss import (
+    DistillConfig,
+    LossParts,
+    cross_entropy_sum,
+    kl_sum,
+    target_positions,
+    update_objective,
+)
 from kit.train.optim import ParamAdamW, clip_factor
 
 
@@ -222,7 +229,7 @@ class StageEngine:
         self.optimizer.zero_grad()
         new_tokens = sum(mb.new_tokens for mb in mbs)
         replay_tokens = sum(mb.replay_tokens for mb in mbs)
-        objective = (ce_sum + self.cfg.distill.weight * kl_sum_) / N
+        objective = update_objective(ce_sum, kl_sum_, self.cfg.distill.weight, N)
         return UpdateResult(LossParts(ce_sum, kl_sum_, new_tokens, replay_tokens, objective),
                             norm, factor, N, time.perf_counter() - t0)
 
@@ -254,7 +261,7 @@ class StageEngine:
                     txr = self.reference.final_norm(thf)[t.local, t.pos]
                 kl = kl_sum(x[t.row, t.pos], weight, txr, self.reference.head_weight(), t.weight,
                             self.cfg.distill, compute_dtype=self.loss_dtype)
-        loss = (ce + self.cfg.distill.weight * kl) / N
+        loss = update_objective(ce, kl, self.cfg.distill.weight, N)
         return loss, ce, kl
 
     def _clip(self, parts: torch.Tensor) -> tuple[float, float, list[float]]:

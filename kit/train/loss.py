@@ -165,6 +165,13 @@ def kl_sum(x, weight, ref_x, ref_weight, token_w, cfg: DistillConfig, chunk_elem
                         chunk_elements, compute_dtype)
 
 
+def update_objective(ce_sum, kl_sum, kl_weight: float, total_targets: int):
+    """The update's objective, L = (sum CE + kl_weight * sum KL) / N, with N the global count of
+    assistant target tokens of the whole update (docs/engine.md, "Loss and normalisation"). Works on
+    tensors (a microbatch's differentiable part) and on floats (the update's reported value) alike."""
+    return (ce_sum + kl_weight * kl_sum) / total_targets
+
+
 @dataclass
 class LossParts:
     """Sums over one microbatch or a whole update (add them); `objective` is already divided by N."""
