@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 KIT = Path(__file__).resolve().parents[1] / "kit"
@@ -33,9 +34,29 @@ THIRD_PARTY_FORBIDDEN = {0: {"torch", "transformers", "tokenizers", "safetensors
 DIST_FORBIDDEN_BELOW = 3  # torch.distributed only from layer 3 on (layer 4 storage must not use it either)
 
 
+ENTRY_RE = re.compile(r"^(kit(?:\.\w+)+):\w+$")  # a launcher entry named as a string, "kit.x.y:function"
+
+
+def _package_of(path: Path) -> str:
+    mod = _module_name(path)
+    return mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+
+
 def _imports(path: Path):
+    """Every module `path` imports, wherever the import is (module level or inside a function: ast.walk
+    visits both), including relative imports, `importlib.import_module("kit....")` and launcher
+    entries named as strings ("kit.x:function"), which are imports the interpreter makes later."""
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0 and path.is_relative_to(KIT):
+            base = _package_of(path).split(".")
+            base = base[:len(base) - (node.level - 1)]
+            yield ".".join(base + ([node.module] if node.module else []))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module" \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            yield node.args[0].value
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and ENTRY_RE.match(node.value):
+            yield ENTRY_RE.match(node.value).group(1)
         if isinstance(node, ast.ImportFrom) and node.module == "torch" and node.level == 0:
             for a in node.names:  # `from torch import distributed`
                 if a.name == "distributed":
@@ -80,7 +101,106 @@ def test_layering():
 
 def test_layer_checker_catches_a_violation(tmp_path):
     assert layer_of("kit.stats") == 0 and layer_of("kit.data.chat") == 1 and layer_of("kit.store.objects") == 4
-    assert layer_of("kit.session") == 5 and layer_of("kit.distributed.pipeline") == 3
+    assert layer_of("kit.engine.session") == 5 and layer_of("kit.distributed.pipeline") == 3
+    assert layer_of("kit.model.config") == 0
     bad = tmp_path / "m.py"
     bad.write_text("import torch.distributed as dist\nfrom kit.session import Session\n")
     assert list(_imports(bad)) == ["torch.distributed", "kit.session"]
+
+
+def test_layer_checker_sees_imports_inside_functions_and_launcher_entries(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("def f():\n    from kit.engine.session import Session\n    import importlib\n"
+                   "    importlib.import_module('kit.study.arms')\n"
+                   "    return launch('kit.adaptive.train:adaptive_worker', {}, 1, '.')\n")
+    assert set(_imports(bad)) == {"kit.engine.session", "importlib", "kit.study.arms", "kit.adaptive.train"}
+
+
+def test_kit_passes_worker_functions_to_the_launcher_not_names():
+    """A driver passes the function itself (`launch(adaptive_worker, ...)`): an import this test sees."""
+    named = []
+    for path in sorted(KIT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and ENTRY_RE.match(node.value):
+                named.append(f"{_module_name(path)}: {node.value!r}")
+    assert not named, "\n".join(named)
+
+
+# -- import cycles ---------------------------------------------------------------------------------------
+
+
+def _kit_modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(KIT.rglob("*.py"))}
+
+
+def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the kit modules it imports (anywhere in the file); `from kit.a import b` is an edge to
+    kit.a.b when b is a module, else to kit.a. The implicit import of a parent package is not an edge."""
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for mod, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kit"):
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    edges.add(full if full in modules else resolve(node.module))
+        edges.update(resolve(i) for i in _imports(path) if i.startswith("kit"))
+        edges.discard(None)
+        edges.discard(mod)
+        graph[mod] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycles_among_kit_modules():
+    cycles = _cycles(_import_graph(_kit_modules()))
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_checker_catches_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
