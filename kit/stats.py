@@ -145,6 +145,17 @@ def normal_upper_bound(diff_values, multiplier: float) -> tuple[float, float]:
     return mean, mean + multiplier * float(d.std(ddof=1)) / math.sqrt(d.size)
 
 
+def ratio_change_normal_upper(diff_sums, tokens, multiplier: float) -> tuple[float, float]:
+    """(R, upper) for the token-weighted change R = sum d / sum t, with the delta-method normal upper
+    bound: `normal_upper_bound` on z_i = R + (d_i - R t_i) / mean(t) (mean(z) = R exactly)."""
+    d = np.asarray(diff_sums, dtype=np.float64)
+    t = np.asarray(tokens, dtype=np.float64)
+    ratio = float(d.sum() / t.sum())
+    z = ratio + (d - ratio * t) / t.mean()
+    _, upper = normal_upper_bound(z, multiplier)
+    return ratio, upper
+
+
 def _check_multiplier(multiplier) -> None:
     if (
         isinstance(multiplier, bool)

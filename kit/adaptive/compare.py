@@ -30,6 +30,11 @@ def update_log(home: str, cohort: str) -> list[dict]:
     return [rows[k] for k in sorted(rows)]
 
 
+def attempt_records(home: str) -> list[dict]:
+    """Every attempt record of a home (`attempts/<attempt>/attempt.json`), oldest first."""
+    return [json.loads(p.read_text()) for p in sorted(Path(home).glob("attempts/*/attempt.json"))]
+
+
 def compare(a_home: str, a_root: str, b_home: str, b_root: str, cohort: str) -> dict:
     ma, mb = commits.read_commit(a_home, a_root), commits.read_commit(b_home, b_root)
     ea = {e["name"]: e for e in ma["learned_state"]["params"]}

@@ -129,3 +129,24 @@ def gates(evaluation: dict, contract: dict) -> dict:
         "accuracy": {"candidate": fam("cand_correct").to_dict(orient="records"),
                      "baseline": fam("base_correct").to_dict(orient="records")},
     }
+
+
+def nll_change_bounds(evaluation: dict, contract: dict, normal_multiplier: float = 1.645) -> dict:
+    """Per part ("tasks", "retention"): the per-token NLL change with its one-sided paired-bootstrap
+    upper bound (the contract's confidence, resamples and seed: the numbers `gates` judges on final
+    roles) and the approximate delta-method normal bound beside it. Notebooks show these; they never
+    compute a bound themselves."""
+    from kit.stats import paired_bootstrap_upper, ratio_change_normal_upper
+
+    boot = contract["bootstrap"]
+    bounds = {}
+    for part in ("tasks", "retention"):
+        rows = evaluation[part]
+        b = paired_bootstrap_upper([x["cand_nll"] for x in rows], [x["base_nll"] for x in rows],
+                                   [x["tokens"] for x in rows], boot["confidence"], boot["resamples"], boot["seed"])
+        _, normal_upper = ratio_change_normal_upper([x["cand_nll"] - x["base_nll"] for x in rows],
+                                                    [x["tokens"] for x in rows], normal_multiplier)
+        bounds[part] = {"n": b.n, "tokens": int(sum(x["tokens"] for x in rows)), "change_nats_per_token": b.estimate,
+                        "bootstrap_upper": b.upper, "normal_upper": normal_upper, "confidence": b.confidence,
+                        "resamples": b.n_resamples, "bootstrap_seed": b.seed, "normal_multiplier": normal_multiplier}
+    return bounds

@@ -37,7 +37,7 @@ import numpy as np
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import canonical_json, load_json_strict, write_canonical_json
-from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, normal_upper_bound
+from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, ratio_change_normal_upper
 from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_statuses, attempt_records, read_arm_record
 from kit.study.cost import cost_table
@@ -155,9 +155,7 @@ def retention_change(cand: list[dict], base: list[dict], multiplier: float) -> d
         raise ValueError(f"retention change: probe {bad[0]!r} has different token counts for candidate and base")
     d = np.array([c["nll_sum"] - b["nll_sum"] for c, b in zip(cand, base)], dtype=np.float64)
     t = np.array([c["tokens"] for c in cand], dtype=np.float64)
-    ratio = float(d.sum() / t.sum())
-    z = ratio + (d - ratio * t) / t.mean()
-    _, upper = normal_upper_bound(z, multiplier)
+    ratio, upper = ratio_change_normal_upper(d, t, multiplier)
     return {"n": int(d.size), "tokens": int(t.sum()), "change_nats_per_token": ratio, "upper": upper,
             "multiplier": multiplier, "rule": "upper = R + multiplier x sd(z) / sqrt(n), z_i = R + (d_i - R t_i) / "
             "mean(t) (delta method for the ratio R = sum d / sum t)"}
