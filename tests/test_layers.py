@@ -204,3 +204,15 @@ def test_no_import_cycles_among_kit_modules():
 def test_cycle_checker_catches_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_engine_is_constructed_in_one_function():
+    """StageEngine and ParamAdamW are called only by kit.engine.worker.build_worker (kit, bench, tests)."""
+    calls = []
+    root = KIT.parent
+    for path in sorted([*KIT.rglob("*.py"), *(root / "bench").rglob("*.py"), *(root / "tests").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("StageEngine", "ParamAdamW"):
+                calls.append(f"{path.relative_to(root)}:{node.lineno} {node.func.id}")
+    assert calls and all(c.startswith("kit/engine/worker.py:") for c in calls), calls
