@@ -8,9 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from engine_oracle import run_oracle64
-from test_engine import OPT, _engine, dirs, make_batches  # noqa: F401  - `dirs` is the module fixture
-
 from engine_workers import records_from_json
+from test_engine import OPT, _engine, dirs, make_batches  # noqa: F401  - `dirs` is the module fixture
 
 
 def _hf_gradients(seed_dir, ref_dir, rows):

@@ -1,8 +1,8 @@
 """Evaluation of a committed candidate: per-example assistant-token NLL and greedy task answers.
 
 A model under evaluation is loaded whole into one process (`load_model`), from a commit of a
-checkpoint store (its parameters only) or from a seed directory: evaluation is forward-only, and a tiny or a 1.7B model
-fits one device. Training never holds a full model; evaluation is a separate, read-only step.
+checkpoint store (its parameters only) or from a seed directory: evaluation is forward-only, and a
+tiny or a 1.7B model fits one device. Training never holds a full model; evaluation is a separate, read-only step.
 
 `score_nll` returns, per conversation, the summed NLL (nats) of its assistant target tokens and
 their count: exactly the tokens the training loss uses (kit/data/chat.py masks). `answer_tasks`
