@@ -9,7 +9,7 @@ drivers are `kit.adaptive.train.adaptive_worker` and `kit.study.arms.arm_worker`
   kit's one construction function `kit.engine.worker.build_worker`.
 
 Launched workers import this module by name, so the launch environment must put tests/ on
-PYTHONPATH (`tests_env()`).
+PYTHONPATH (`launch_env()`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from kit.train.optim import GroupConfig
 HERE = Path(__file__).resolve().parent
 
 
-def tests_env(extra: dict | None = None) -> dict:
+def launch_env(extra: dict | None = None) -> dict:
     """Environment for launched workers: tests/ importable (entries `engine_workers:...`)."""
     path = os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])
     return {"PYTHONPATH": path, **(extra or {})}

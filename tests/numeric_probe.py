@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kit  # noqa: E402,F401  - first, as every kit entry point: the profile's environment
 from conftest import write_hf_llama  # noqa: E402
-from engine_workers import session_worker, tests_env  # noqa: E402
+from engine_workers import session_worker, launch_env  # noqa: E402
 from test_engine import OPT, make_batches  # noqa: E402
 
 from kit.distributed.group import Group  # noqa: E402
@@ -50,7 +50,7 @@ def main() -> None:
 
     here = session_worker(Group(0, 1, torch.device("cpu")), args(out / "one", 1), _Quiet())
     launched = launch("engine_workers:session_worker", args(out / "two", 2), 2, out / "run", timeout_s=240,
-                      env=tests_env())
+                      env=launch_env())
     import kit.numerics
 
     print(json.dumps({"seed_digest": seed["parameter_digest"],

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 from conftest import write_hf_llama
-from engine_workers import tests_env
+from engine_workers import launch_env
 from test_engine import OPT, make_batches
 
 from kit.distributed.launch import WorkerFailure, launch
@@ -35,7 +35,7 @@ def _args(seeds, home, workers, until, start=None, source_home=None, commit_at=(
 
 
 def _run(tmp_path, name, args, workers, env=None, **kw):
-    kw["env"] = tests_env(env)
+    kw["env"] = launch_env(env)
     return launch("engine_workers:session_worker", args, workers, tmp_path / f"run-{name}", timeout_s=300, **kw)
 
 

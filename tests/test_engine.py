@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import write_hf_llama
 from engine_oracle import run_oracle64
-from engine_workers import build_engine, engine_config, records_from_json, tests_env
+from engine_workers import build_engine, engine_config, records_from_json, launch_env
 from safetensors import safe_open
 
 from kit.distributed.group import Group
@@ -52,7 +52,7 @@ def _launch(tmp_path, dirs, workers, batches, max_norm, name):
             "engine": {"microbatch_size": 2, "max_grad_norm": max_norm},
             "optimizer": {"default": OPT}, "batches": batches, "dump_dir": str(dump), "dump_grads_at": 1,
             "timeout_s": 60}
-    results = launch("engine_workers:train_worker", args, workers, dump / "run", timeout_s=300, env=tests_env())
+    results = launch("engine_workers:train_worker", args, workers, dump / "run", timeout_s=300, env=launch_env())
     grads, state, ages = {}, {}, {}
     for r in range(workers):
         with safe_open(str(dump / f"grads-{r}.safetensors"), "pt") as f:

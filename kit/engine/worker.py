@@ -32,9 +32,9 @@ class Worker:
 
 
 def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: EngineConfig,
-                 groups: dict[str, GroupConfig], *, home: str | None = None, group_rules=(), reference: dict | torch.nn.Module | None = None,
-                 admission: dict | None = None, student: torch.nn.Module | None = None,
-                 shape=None) -> Worker:
+                 groups: dict[str, GroupConfig], *, home: str | None = None, group_rules=(),
+                 reference: dict | torch.nn.Module | None = None, admission: dict | None = None,
+                 student: torch.nn.Module | None = None) -> Worker:
     """One worker's engine.
 
     start       a seed directory or a commit (`kit.store.start`) whose objects are in the store `home`;
@@ -45,7 +45,7 @@ def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: 
     admission   {"microbatch": (batch, seq, in_flight), "memory_model": {...}} to admit against the
                 memory free now; None skips admission (callers that own the whole device)
     """
-    shape = start.shape if start is not None else (shape or student.shape)
+    shape = start.shape if start is not None else student.shape
     layout.validate(shape.num_hidden_layers)
     admitted = None
     if admission is not None:
