@@ -45,6 +45,45 @@ from kit.train.loss import DistillConfig, LossParts, cross_entropy_sum, kl_sum, 
 from kit.train.optim import ParamAdamW, clip_factor
 
 
+# --- the tick plan: pure functions of (world W, microbatches M, rank r, tick t) ----------------------
+# Microbatch i runs forward on rank r at tick i + r, its head (rank 0) at tick i + W, its backward on
+# rank r at tick i + bwd_offset(W, r). A message produced at tick t is consumed at tick t + 1, and
+# both ends post it in the same tick's batched exchange, in the same order per ordered pair:
+# forward activations, then reference activations, then gradients. See docs/engine.md.
+
+def bwd_offset(world: int, rank: int) -> int:
+    """Ticks between a microbatch's forward on rank 0 and its backward on `rank`."""
+    return 2 * world - rank if rank else 2 * world
+
+
+def n_ticks(world: int, microbatches: int) -> int:
+    return microbatches + 2 * world
+
+
+def in_flight(world: int, microbatches: int, rank: int) -> int:
+    """Microbatches whose saved activations `rank` holds at once (backward runs before forward in a tick)."""
+    return min(microbatches, bwd_offset(world, rank) - rank)
+
+
+def tick_receives(world: int, microbatches: int, rank: int, tick: int, replay_rows: list[int]):
+    """What `rank` receives in tick `tick`'s exchange, in order: (kind, microbatch, source rank).
+
+    kinds: "fwd"/"ref" (stage input and reference input), "head"/"href" (rank 0: the last stage's
+    output coming back), "grad" (the gradient of this stage's output)."""
+    W, M, r, t = world, microbatches, rank, tick
+    out = []
+    i = t + 1 - (W if r == 0 else r)
+    if 0 <= i < M:
+        a, b = ("head", "href") if r == 0 else ("fwd", "ref")
+        out.append((a, i, (r - 1) % W))
+        if replay_rows[i]:
+            out.append((b, i, (r - 1) % W))
+    i = t + 1 - bwd_offset(W, r)
+    if 0 <= i < M:
+        out.append(("grad", i, (r + 1) % W))
+    return out
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     microbatch_size: int
@@ -162,56 +201,7 @@ class StageEngine:
         if any(r.replay for r in records) and self.reference is None:
             raise ValueError("the batch declares replay records but no reference model was given")
         mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id)]
-        g, W, r = self.group, self.world, self.rank
-        nxt, prv = (r + 1) % W, (r - 1) % W
-        act = self.dtype
-        saved, heads = [], []
-        parts = torch.zeros(2, dtype=torch.float64, device=self.device)  # ce_sum, kl_sum
-        # forward: every microbatch through this stage
-        for mb in mbs:
-            B, T = mb.shape
-            R = mb.num_replay
-            with self._autocast():
-                if r == 0:
-                    h_in = None
-                    h = self.student.embed(mb.ids)
-                    th = None
-                    if R:
-                        with torch.no_grad():
-                            th = self.reference.embed(mb.replay_ids)
-                else:
-                    h = g.recv((B, T, self.hidden), act, prv).requires_grad_()
-                    th = g.recv((R, T, self.hidden), act, prv) if R else None
-                    h_in = h
-                cos, sin = self.student.rope_tables(T, self.device, act)
-                h_out = self.student.run_blocks(h.to(act), cos, sin)
-                if R:
-                    with torch.no_grad():
-                        th = self.reference.run_blocks(th.to(act), cos, sin)
-            g.isend(h_out, nxt)
-            if R:
-                g.isend(th, nxt)
-            saved.append((h_in, h_out))
-        # the embedding owner is also the last stage: norm + head + loss for each returning microbatch
-        if r == 0:
-            for mb in mbs:
-                B, T = mb.shape
-                hf = g.recv((B, T, self.hidden), act, W - 1).requires_grad_()
-                thf = g.recv((mb.num_replay, T, self.hidden), act, W - 1) if mb.num_replay else None
-                loss, ce, kl = self._head_loss(mb, hf, thf, N)
-                parts[0] += ce.detach().double()
-                parts[1] += kl.detach().double()
-                heads.append((hf, loss))
-            for hf, loss in heads:
-                loss.backward()
-                g.isend(hf.grad, W - 1)
-        # backward through this stage's blocks, in microbatch order
-        for h_in, h_out in saved:
-            grad = g.recv(tuple(h_out.shape), h_out.dtype, nxt)
-            h_out.backward(grad)
-            if r != 0:
-                g.isend(h_in.grad, prv)
-        g.wait_sends()
+        parts = self._run_schedule(mbs, N)
         if self.grad_reducer is not None:
             self.grad_reducer(self.params)
         if self.capture_grads:
@@ -225,6 +215,93 @@ class StageEngine:
         objective = (ce_sum + self.cfg.distill.weight * kl_sum_) / N
         return UpdateResult(LossParts(ce_sum, kl_sum_, new_tokens, replay_tokens, objective),
                             norm, factor, N, time.perf_counter() - t0)
+
+    def _run_schedule(self, mbs: list[_Prepared], N: int) -> torch.Tensor:
+        """Forward, loss and backward of every microbatch over the ring, in lockstep ticks (see
+        `tick_plan`). Returns the (ce_sum, kl_sum) partial sums; gradients are left in `.grad`.
+
+        Per-parameter gradient accumulation order is that of the GPipe schedule this replaced: on every
+        rank the blocks accumulate microbatch by microbatch in order; on rank 0 the tied embedding
+        receives all head gradients (microbatch order) before any embedding-lookup gradient (deferred
+        to the end, microbatch order). So the learned state is bit-identical on CPU."""
+        g, W, r, M = self.group, self.world, self.rank, len(mbs)
+        nxt, prv = (r + 1) % W, (r - 1) % W
+        act, H = self.dtype, self.hidden
+        parts = torch.zeros(2, dtype=torch.float64, device=self.device)  # ce_sum, kl_sum
+        saved: dict[int, tuple] = {}  # i -> (h_in, h_out): this stage's graph of microbatch i
+        deferred: list[tuple] = []  # rank 0: (embedding output, its gradient) per microbatch, in order
+        inbox: dict[tuple[str, int], torch.Tensor] = {}  # ("fwd"|"ref"|"head"|"href"|"grad", i) -> tensor
+        g.ensure_p2p()
+        for t in range(n_ticks(W, M)):
+            sends: list[tuple[torch.Tensor, int]] = []
+            # 1) backward of the microbatch whose output gradient arrived last tick
+            i = t - bwd_offset(W, r)
+            if 0 <= i < M:
+                h_in, h_out = saved.pop(i)
+                h_out.backward(inbox.pop(("grad", i)))
+                if r != 0:
+                    sends_bwd = [(h_in.grad, prv)]
+                else:
+                    emb, h_leaf = h_in
+                    deferred.append((emb, h_leaf.grad))
+                    sends_bwd = []
+            else:
+                sends_bwd = []
+            # 2) rank 0 (the last stage too): norm + head + loss of the microbatch that came back, and its backward
+            sends_head = []
+            i = t - W
+            if r == 0 and 0 <= i < M:
+                hf = inbox.pop(("head", i)).requires_grad_()
+                thf = inbox.pop(("href", i), None)
+                loss, ce, kl = self._head_loss(mbs[i], hf, thf, N)
+                parts[0] += ce.detach().double()
+                parts[1] += kl.detach().double()
+                loss.backward()
+                sends_head = [(hf.grad, W - 1)]
+                del hf, thf, loss
+            # 3) forward of the microbatch that reaches this stage now
+            sends_fwd = []
+            i = t - r
+            if 0 <= i < M:
+                mb = mbs[i]
+                B, T = mb.shape
+                R = mb.num_replay
+                with self._autocast():
+                    if r == 0:
+                        # The lookup's output is a leaf for the blocks, so the blocks' backward can run early
+                        # (1F1B memory) while the embedding's own backward waits for every head gradient.
+                        emb = self.student.embed(mb.ids)
+                        h = emb.detach().requires_grad_()
+                        h_in = (emb, h)
+                        th = None
+                        if R:
+                            with torch.no_grad():
+                                th = self.reference.embed(mb.replay_ids)
+                    else:
+                        h = inbox.pop(("fwd", i)).requires_grad_()
+                        th = inbox.pop(("ref", i), None)
+                        h_in = h
+                    cos, sin = self.student.rope_tables(T, self.device, act)
+                    h_out = self.student.run_blocks(h.to(act), cos, sin)
+                    if R:
+                        with torch.no_grad():
+                            th = self.reference.run_blocks(th.to(act), cos, sin)
+                sends_fwd = [(h_out, nxt)] + ([(th, nxt)] if R else [])
+                saved[i] = (h_in, h_out)
+            # 4) one batched exchange: this tick's outputs, next tick's inputs (see tick_messages)
+            recvs = []
+            for kind, i, src in tick_receives(W, M, r, t, [mb.num_replay for mb in mbs]):
+                B, T = mbs[i].shape
+                rows = mbs[i].num_replay if kind in ("ref", "href") else B
+                recvs.append(((kind, i), (rows, T, H), src))
+            if sends_fwd or sends_head or sends_bwd or recvs:
+                got = g.exchange(sends_fwd + sends_head + sends_bwd, [(shape, act, src) for _, shape, src in recvs])
+                inbox.update({key: x for (key, _, _), x in zip(recvs, got)})
+        assert not saved and not inbox, (sorted(saved), sorted(inbox))
+        # rank 0: the embedding lookup's gradients, after every head gradient, in microbatch order
+        for emb, grad in deferred:
+            emb.backward(grad)
+        return parts
 
     def _prepare(self, mb) -> _Prepared:
         """Host-side bookkeeping of a CPU microbatch, then one move of what the device needs."""
