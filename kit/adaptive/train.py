@@ -91,8 +91,13 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
                           DistillConfig(d["weight"], d["temperature"], d["direction"]), tr["compute_dtype"],
                           pad_id=data["pad_id"])
     groups = {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in tr["optimizer"].items()}
+    from kit.adaptive.prepare import memory_model_of
+
+    docs = contract["cohorts"][cohort]["documents_per_update"]
     session = Session(group, args["home"], layout, start, engine, groups, reference=args["reference"],
-                      admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"], 1)})
+                      admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"]),
+                                 "microbatches": -(-docs // tr["microbatch_size"]),
+                                 "memory_model": memory_model_of(contract)})
     cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
     cohort_idx = COHORTS.index(cohort)
     if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B, from the A endpoint
@@ -154,7 +159,6 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
     """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
     from kit.adaptive.schema import load_adaptive_contract
     from kit.dist.launch import launch
-    from kit.model.shard import even_layout
     from kit.model_config import load_config
 
     if _under_torchrun():
@@ -198,7 +202,7 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
         ref_spec = {"seed_dir": seed_dir} if cohort == "A" else {"home": reference_home or source_home or home,
                                                                   "root": reference}
         args = {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
-                "layout": even_layout(shape_layers, workers).to_json(), "start": start,
+                "layout": _training_layout(prepared_p, shape_layers, workers).to_json(), "start": start,
                 "source_home": source_home, "reference": ref_spec, "until": until,
                 "attempt_dir": str(attempt_dir), "timeout_s": 300}
         results = launch("kit.adaptive.train:adaptive_worker", args, workers, attempt_dir / "workers",
@@ -216,6 +220,15 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
         write_canonical_json(attempt_dir / "attempt.json", record)
 
 
+def _training_layout(prepared: Path, layers: int, workers: int):
+    """The planner's layout from the prepared ownership manifest when it has one for (workers, depth),
+    whatever split the planner chose; an even split otherwise (a worker count the contract never planned)."""
+    from kit.adaptive.prepare import planned_layout
+    from kit.model.shard import even_layout
+
+    return planned_layout(prepared, layers, workers) or even_layout(layers, workers)
+
+
 def _under_torchrun() -> bool:
     """torchrun sets RANK/WORLD_SIZE (and TORCHELASTIC_RUN_ID); the kit's own launcher sets KIT_RUN_DIR."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
@@ -228,7 +241,6 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
     from kit.adaptive.schema import load_adaptive_contract
     from kit.dist.group import join, leave
     from kit.dist.launch import WorkerContext
-    from kit.model.shard import even_layout
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     if workers != world:
@@ -268,7 +280,8 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
 
         layers = load_config(seed_dir).num_hidden_layers
     args = {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
-            "layout": even_layout(layers, workers).to_json(), "start": {"seed": True} if resume is None else {"root": resume},
+            "layout": _training_layout(prepared_p, layers, workers).to_json(),
+            "start": {"seed": True} if resume is None else {"root": resume},
             "source_home": source_home, "reference": {"seed_dir": seed_dir} if cohort == "A" else
             {"home": reference_home or source_home or home, "root": reference}, "until": until,
             "attempt_dir": str(attempt_dir)}

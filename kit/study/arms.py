@@ -145,7 +145,9 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
     engine_cfg = EngineConfig(int(e["microbatch_size"]), float(e["max_grad_norm"]), compute_dtype=e["compute_dtype"],
                               compile_blocks=e.get("compile_blocks", "auto"))
     session = Session(local, home, layout, start, engine_cfg, {"default": GroupConfig(**args["optimizer"])},
-                      admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"], 1]})
+                      admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"]],
+                                 "microbatches": -(-max(-(-len(u) // world) for u in schedule)
+                                                   // engine_cfg.microbatch_size)})
     params = session.engine.params
     traffic = LogicalTraffic(world, sum(p.numel() for p in params.values()) * FP32_BYTES)
     compressor = None
