@@ -97,6 +97,9 @@ def tick_receives(world: int, microbatches: int, rank: int, tick: int, replay_ro
     return out
 
 
+CUDA_LENGTH_BUCKET = 64
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     microbatch_size: int
@@ -105,10 +108,22 @@ class EngineConfig:
     compute_dtype: str = "float32"  # "bfloat16": autocast compute over FP32 master weights
     pad_id: int = 0
     compile_blocks: str = "auto"  # "auto": torch.compile the blocks on CUDA (never on CPU); "off": eager
+    # Pad each microbatch's length up to a multiple of this (kit/train/batch.py): "auto" is 64 on CUDA,
+    # where every new length costs a new attention plan, and off on CPU, so CPU results never change.
+    length_bucket: str | int = "auto"
 
     def __post_init__(self):
         if self.compile_blocks not in ("auto", "off"):
             raise ValueError(f"engine compile_blocks {self.compile_blocks!r}; expected 'auto' or 'off'")
+        ok = self.length_bucket == "auto" or (isinstance(self.length_bucket, int)
+                                              and not isinstance(self.length_bucket, bool) and self.length_bucket >= 0)
+        if not ok:
+            raise ValueError(f"engine length_bucket {self.length_bucket!r}; expected 'auto' or an integer >= 0")
+
+    def bucket_for(self, device: torch.device) -> int:
+        if self.length_bucket == "auto":
+            return CUDA_LENGTH_BUCKET if device.type == "cuda" else 0
+        return int(self.length_bucket)
 
 
 @dataclass
@@ -213,7 +228,8 @@ class StageEngine:
             raise ValueError(f"total_targets {N} is smaller than this worker's own {local_n} target tokens")
         if any(r.replay for r in records) and self.reference is None:
             raise ValueError("the batch declares replay records but no reference model was given")
-        mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id)]
+        mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id,
+                                                             length_bucket=self.cfg.bucket_for(self.device))]
         parts = self._run_schedule(mbs, N)
         if self.grad_reducer is not None:
             self.grad_reducer(self.params)
