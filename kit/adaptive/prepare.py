@@ -204,14 +204,11 @@ def _layout_manifest(c: dict, shape: LlamaShape, names: dict[str, int], workers:
     """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
     t = c["training"]
     docs = max(c["cohorts"]["A"]["documents_per_update"], c["cohorts"]["B"]["documents_per_update"])
-    # What the tick schedule keeps alive (kit/dist/pipeline.py, docs/engine.md): the embedding owner's
-    # in-flight microbatches (the most of any rank; one MicrobatchShape serves every worker here) and
-    # its deferred lookup gradients, one per microbatch of the update. The same terms as
-    # kit.session.worker_estimate, which admits each worker with its own rank's count.
-    from kit.dist.pipeline import in_flight
-
-    n_mb = -(-docs // t["microbatch_size"])
-    mb = MicrobatchShape(t["microbatch_size"], t["max_tokens"], in_flight(workers, n_mb, 0), lookup_grads=n_mb)
+    # The plan counts every microbatch of an update in flight: an upper bound of what the tick schedule
+    # keeps (min(M, 2W) on the embedding owner, less elsewhere; kit/dist/pipeline.in_flight), kept so that
+    # prepared manifests (and every digest downstream of them) stay as committed. Each worker's admission
+    # (kit.session.worker_estimate) counts its own rank's exact terms before it allocates.
+    mb = MicrobatchShape(t["microbatch_size"], t["max_tokens"], -(-docs // t["microbatch_size"]))
     model = MemoryModel(**memory_model_of(c))
     capacity = c["planner"]["worker_memory_bytes"]
     p = plan(shape, [WorkerCapacity(f"worker{i}", capacity) for i in range(workers)], mb, model)
