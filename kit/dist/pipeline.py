@@ -246,8 +246,8 @@ class StageEngine:
                             norm, factor, N, time.perf_counter() - t0)
 
     def _run_schedule(self, mbs: list[_Prepared], N: int) -> torch.Tensor:
-        """Forward, loss and backward of every microbatch over the ring, in lockstep ticks (see
-        `tick_plan`). Returns the (ce_sum, kl_sum) partial sums; gradients are left in `.grad`.
+        """Forward, loss and backward of every microbatch over the ring, in lockstep ticks (the tick
+        plan: `bwd_offset`, `tick_receives`). Returns the (ce_sum, kl_sum) partial sums; gradients are left in `.grad`.
 
         Per-parameter gradient accumulation order is that of the GPipe schedule this replaced: on every
         rank the blocks accumulate microbatch by microbatch in order; on rank 0 the tied embedding
@@ -262,8 +262,8 @@ class StageEngine:
         inbox: dict[tuple[str, int], torch.Tensor] = {}  # ("fwd"|"ref"|"head"|"href"|"grad", i) -> tensor
         g.ensure_p2p()
         for t in range(n_ticks(W, M)):
-            sends: list[tuple[torch.Tensor, int]] = []
             # 1) backward of the microbatch whose output gradient arrived last tick
+            sends_bwd = []
             i = t - bwd_offset(W, r)
             if 0 <= i < M:
                 h_in, h_out = saved.pop(i)
@@ -273,9 +273,6 @@ class StageEngine:
                 else:
                     emb, h_leaf = h_in
                     deferred.append((emb, h_leaf.grad))
-                    sends_bwd = []
-            else:
-                sends_bwd = []
             # 2) rank 0 (the last stage too): norm + head + loss of the microbatch that came back, and its backward
             sends_head = []
             i = t - W
@@ -317,7 +314,7 @@ class StageEngine:
                             th = self.reference.run_blocks(th.to(act), cos, sin)
                 sends_fwd = [(h_out, nxt)] + ([(th, nxt)] if R else [])
                 saved[i] = (h_in, h_out)
-            # 4) one batched exchange: this tick's outputs, next tick's inputs (see tick_messages)
+            # 4) one batched exchange: this tick's outputs, next tick's inputs (see tick_receives)
             recvs = []
             for kind, i, src in tick_receives(W, M, r, t, [mb.num_replay for mb in mbs]):
                 B, T = mbs[i].shape
