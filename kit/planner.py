@@ -75,10 +75,14 @@ class MicrobatchShape:
     batch: int
     seq_len: int
     in_flight: int  # microbatches whose saved activations are alive at once under the schedule
+    # Embedding owner: microbatches whose FP32 (batch, seq_len, hidden) lookup gradient it keeps until the
+    # update's deferred embedding backward (kit/distributed/pipeline.py); 0 counts none (the planner's old model).
+    lookup_grads: int = 0
 
     def __post_init__(self):
         for f in ("batch", "seq_len", "in_flight"):
             _require_int("MicrobatchShape", f, getattr(self, f), 1)
+        _require_int("MicrobatchShape", "lookup_grads", self.lookup_grads, 0)
 
     @property
     def tokens(self) -> int:
@@ -221,6 +225,7 @@ def estimate_worker(
         "reference": params * model.reference_bytes,
         "activations": math.ceil(mb.in_flight * mb.tokens * act_per_token),
         "logits_buffers": logits,
+        "lookup_gradients": mb.lookup_grads * mb.tokens * shape.hidden_size * 4 if owns_embedding else 0,
     }
     subtotal = sum(components.values())
     components["reserve"] = model.reserve_bytes + math.ceil(model.reserve_fraction * subtotal)

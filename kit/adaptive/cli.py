@@ -27,7 +27,7 @@ def cmd_evaluate(a) -> int:
     pj = load_json_strict(Path(a.prepared) / "prepared.json")
     c = load_adaptive_contract(pj["locations"]["contract"]).data
     res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
-                   c["training"]["max_tokens"], c["evaluation"]["max_new_tokens"], a.selection)
+                   c["training"]["max_tokens"], c["evaluation"]["max_new_tokens"], a.selection, device=a.device)
     correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
     print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
                       "baseline_correct": correct[1]}, sort_keys=True))
@@ -111,6 +111,7 @@ def register(sub) -> None:
     s.add_argument("--split", choices=["dev", "final"], default="dev")
     s.add_argument("--selection", help="final roles: the selection record")
     s.add_argument("--tokenizer", help="seed directory with the tokenizer (default: the prepared seed)")
+    s.add_argument("--device", default="cpu", help="cpu (default) or cuda: where NLL and greedy answers are scored")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_evaluate)
 

@@ -45,7 +45,10 @@ def _model_spec(spec: str):
 
 def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, split: str, out: str | os.PathLike,
              tokenizer_dir: str, max_tokens: int, max_new_tokens: int = 32, selection: str | None = None,
-             progress: bool = True) -> dict:
+             progress: bool = True, device: str = "cpu") -> dict:
+    """Score candidate and baseline on `split` (NLL per assistant token, greedy answers) in batches on
+    `device` ("cpu", or "cuda" for the 1.7B shape: FP32 weights either way; GPU scores may differ from
+    CPU ones in the last bits, so the score cache keys them by device)."""
     from kit.data.chat import load_tokenizer
     from kit.data.conversations import read_jsonl
     prepared_dir = Path(prepared_dir)
@@ -64,7 +67,8 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     per_model = {}
     cache = Path(out).parent / "score-cache"
     for name, kw, ident in (("candidate", cand_kw, cand_id), ("baseline", base_kw, base_id)):
-        per_model[name] = _scores(kw, ident, tok, data, result["role_sha256"], max_tokens, max_new_tokens, cache)
+        per_model[name] = _scores(kw, ident, tok, data, result["role_sha256"], max_tokens, max_new_tokens, cache,
+                                  device)
     c, b = per_model["candidate"], per_model["baseline"]
     result["tasks"] = [
         {"id": x["id"], "family": x.get("family"), "tokens": x["tokens"], "cand_nll": x["nll_sum"],
@@ -76,12 +80,14 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
         {"id": x["id"], "tokens": x["tokens"], "cand_nll": x["nll_sum"], "base_nll": y["nll_sum"]}
         for x, y in zip(c["retention_nll"], b["retention_nll"])
     ]
+    if device != "cpu":  # CPU records keep their bytes
+        result["device"] = device
     write_canonical_json(out, result)
     return result
 
 
 def _scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: int, max_new_tokens: int,
-            cache: Path) -> dict:
+            cache: Path, device: str = "cpu") -> dict:
     """A model's scores on the roles, cached by (weights identity, role file digests, settings): scoring
     is a deterministic function of those, and each endpoint is a candidate once and a baseline once."""
     from kit.digest import sha256_json
@@ -89,16 +95,21 @@ def _scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: i
     from kit.inventory import parameter_digest
 
     weights = parameter_digest(kw["seed_dir"]) if "seed_dir" in kw else ident
-    key = sha256_json(["kit-adaptive-scores/1", weights, role_sha, max_tokens, max_new_tokens])
+    key = sha256_json(["kit-adaptive-scores/1", weights, role_sha, max_tokens, max_new_tokens]
+                      + ([] if device == "cpu" else [device]))
     path = cache / f"{key}.json"
     if path.exists():
         return load_json_strict(path)
-    model = load_model(**kw)
+    from kit.evaluation.scoring import eval_batch_sizes
+
+    model = load_model(**kw, device=device)
+    nll_batch, answer_batch = eval_batch_sizes(device)
     scores = {
-        "task_nll": score_nll(model, tok, data["tasks"], max_tokens),
-        "retention_nll": score_nll(model, tok, data["retention"], max_tokens),
-        "answers": answer_tasks(model, tok, data["tasks"], max_new_tokens),
+        "task_nll": score_nll(model, tok, data["tasks"], max_tokens, batch_size=nll_batch),
+        "retention_nll": score_nll(model, tok, data["retention"], max_tokens, batch_size=nll_batch),
+        "answers": answer_tasks(model, tok, data["tasks"], max_new_tokens, batch_size=answer_batch),
     }
+    del model
     cache.mkdir(parents=True, exist_ok=True)
     write_canonical_json(path, scores)
     return scores

@@ -39,7 +39,7 @@ from kit.data.conversations import (
     write_jsonl,
 )
 from kit.data.tasks import FAMILIES, TaskExample, assert_disjoint, generate_set
-from kit.digest import canonical_json, sha256_file, sha256_json, write_canonical_json
+from kit.digest import canonical_json, load_json_strict, sha256_file, sha256_json, write_canonical_json
 from kit.inventory import inventory, inventory_digest, parameter_digest
 from kit.model.config import LlamaShape, load_config
 from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
@@ -181,13 +181,35 @@ def _block_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def memory_model_of(c: dict) -> dict:
+    """The contract's planner regime and reserve as kit.planner.MemoryModel fields (planning and admission)."""
+    return {**REGIMES[c["planner"]["regime"]], "reserve_bytes": c["planner"]["reserve_bytes"]}
+
+
+def planned_layout(prepared: Path, layers: int, workers: int):
+    """The planner's layout for `workers` at depth `layers` from the prepared ownership manifest (verified
+    by check_inputs before any worker starts), or None when the manifest has none for that pair."""
+    from kit.model.shard import Layout
+
+    o = load_json_strict(Path(prepared) / OWNERSHIP_FILE)
+    for x in o["layouts"]:
+        if x["workers"] == workers and x["num_hidden_layers"] == layers:
+            layout = Layout(tuple(tuple(b) for b in x["blocks"]), x["embedding_owner"])
+            layout.validate(layers)
+            return layout
+    return None
+
+
 def _layout_manifest(c: dict, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
     """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
     t = c["training"]
     docs = max(c["cohorts"]["A"]["documents_per_update"], c["cohorts"]["B"]["documents_per_update"])
-    # GPipe-style schedule (kit/distributed/pipeline.py): every microbatch of an update is in flight at once.
+    # The plan counts every microbatch of an update in flight: an upper bound of what the tick schedule
+    # keeps (min(M, 2W) on the embedding owner, less elsewhere; kit/distributed/pipeline.in_flight), kept so that
+    # prepared manifests (and every digest downstream of them) stay as committed. Each worker's admission
+    # (kit.engine.admission.worker_estimate) counts its own rank's exact terms before it allocates.
     mb = MicrobatchShape(t["microbatch_size"], t["max_tokens"], -(-docs // t["microbatch_size"]))
-    model = MemoryModel(reserve_bytes=c["planner"]["reserve_bytes"], **REGIMES[c["planner"]["regime"]])
+    model = MemoryModel(**memory_model_of(c))
     capacity = c["planner"]["worker_memory_bytes"]
     p = plan(shape, [WorkerCapacity(f"worker{i}", capacity) for i in range(workers)], mb, model)
     detail = []

@@ -82,9 +82,14 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     start_spec = {"seed_dir": args["seed_dir"]} if args["start"].get("seed") else args["start"]
     start, fetched = open_start(group, args["home"], layout, start_spec, args.get("source_home"), ctx)
     data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
+    from kit.adaptive.prepare import memory_model_of
+
+    docs = contract["cohorts"][cohort]["documents_per_update"]
     session = Session(group, args["home"], layout, start, engine_config(contract, pad_id=data["pad_id"]),
                       optimizer_groups(contract), reference=args["reference"],
-                      admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"], 1)})
+                      admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"]),
+                                 "microbatches": -(-docs // tr["microbatch_size"]),
+                                 "memory_model": memory_model_of(contract)})
     cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
     cohort_idx = COHORTS.index(cohort)
     if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B, from the A endpoint
@@ -158,13 +163,12 @@ def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, referen
 def _worker_args(prepared_p: Path, seed_dir: str, home: str, cohort: str, workers: int, start: dict,
                  source_home: str | None, reference: str | None, reference_home: str | None,
                  until: int | None, attempt_dir: Path, layers: int) -> dict:
-    """The workers' arguments (`adaptive_worker`), the same for both launch paths."""
-    from kit.model.shard import even_layout
-
+    """The workers' arguments (`adaptive_worker`), the same for both launch paths; the layout is the
+    planner's from the prepared ownership manifest (`_training_layout`)."""
     ref_spec = {"seed_dir": seed_dir} if cohort == "A" else {"home": reference_home or source_home or home,
                                                               "root": reference}
     return {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
-            "layout": even_layout(layers, workers).to_json(), "start": start,
+            "layout": _training_layout(prepared_p, layers, workers).to_json(), "start": start,
             "source_home": source_home, "reference": ref_spec, "until": until,
             "attempt_dir": str(attempt_dir), "timeout_s": WORKER_TIMEOUT_S}
 
@@ -236,6 +240,15 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
     finally:
         record["ended_at"] = time.time()
         write_canonical_json(attempt_dir / "attempt.json", record)
+
+
+def _training_layout(prepared: Path, layers: int, workers: int):
+    """The planner's layout from the prepared ownership manifest when it has one for (workers, depth),
+    whatever split the planner chose; an even split otherwise (a worker count the contract never planned)."""
+    from kit.adaptive.prepare import planned_layout
+    from kit.model.shard import even_layout
+
+    return planned_layout(prepared, layers, workers) or even_layout(layers, workers)
 
 
 def _under_torchrun() -> bool:

@@ -42,6 +42,7 @@ class Group:
     _loopback: deque = field(default_factory=deque)  # messages a single worker sends to itself
     _pending: list = field(default_factory=list)  # isend handles and their tensors, kept alive
     bytes_sent: int = 0
+    _p2p_ready: bool = False
 
     @property
     def distributed(self) -> bool:
@@ -70,6 +71,42 @@ class Group:
         for work, _ in self._pending:
             work.wait()
         self._pending.clear()
+
+    def exchange(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[tuple, torch.dtype, int]]
+                 ) -> list[torch.Tensor]:
+        """One batched exchange (NCCL: one group): receives posted before sends, all waited together.
+
+        Messages to and from this rank itself go through the loopback queue, sends first. Within an
+        ordered pair, messages match in list order on both sides (NCCL matches FIFO, ignoring tags)."""
+        ops, out = [], []
+        for tensor, dst in sends:
+            if dst == self.rank:
+                self._loopback.append(tensor.detach().contiguous())
+        for shape, dtype, src in recvs:
+            if src == self.rank:
+                out.append(self.recv(shape, dtype, src))
+            else:
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+                ops.append(dist.P2POp(dist.irecv, buf, src))
+                out.append(buf)
+        keep = []
+        for tensor, dst in sends:
+            if dst != self.rank:
+                tensor = tensor.detach().contiguous()
+                keep.append(tensor)
+                self.bytes_sent += tensor.numel() * tensor.element_size()
+                ops.append(dist.P2POp(dist.isend, tensor, dst))
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        return out
+
+    def ensure_p2p(self) -> None:
+        """Every rank, before its first batched exchange: NCCL requires the first batched P2P call on
+        a communicator to involve all ranks; a tiny all-reduce creates it with everyone present."""
+        if self.distributed and not self._p2p_ready:
+            self.barrier()
+            self._p2p_ready = True
 
     # --- collectives ------------------------------------------------------------------------
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:

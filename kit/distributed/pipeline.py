@@ -6,18 +6,31 @@ embedding matrix, owned by rank 0, so rank 0 is both the first stage (embedding)
 (final norm + head + loss), and the embedding weight receives gradient from both ends of the
 pipe. Expressing that would need sharing a parameter across two pipelining stages, which the
 library does not support, or untying the head, which changes the model. So the kit runs a small
-GPipe-style schedule of its own over point-to-point messages:
+schedule of its own over point-to-point messages, in lockstep ticks (docs/engine.md, "The schedule"):
 
-  forward   rank 0: embed + its blocks for every microbatch -> rank 1 -> ... -> rank W-1 -> rank 0
-            rank 0 then applies the final norm + head + loss to each microbatch as it returns
-  backward  rank 0: loss backward for every microbatch, sends d(final hidden) to rank W-1,
-            which passes gradients back down to rank 0's blocks and the embedding
+  tick t, rank r:  1. backward of microbatch t - bwd_offset(W, r) (its output gradient came last tick)
+                   2. rank 0 only: norm + head + loss of microbatch t - W (came back from rank W-1
+                      last tick) and the loss backward at once
+                   3. forward of microbatch t - r (rank 0: embed it; others: it came last tick)
+                   4. one batched exchange (`Group.exchange`, one NCCL group): this tick's outputs
+                      out, next tick's inputs in, per ordered pair in the order activations,
+                      reference activations, gradients
 
-Student and reference activations travel together (the reference's hidden states for the replay
-rows of a microbatch only, computed without autograd). All sends are asynchronous so no rank
-blocks on a send while its peer is blocked on one; a single worker sends to itself through a
-loopback queue, so one worker executes exactly the same operations in the same order as many,
-which is what makes the learned state bit-identical across worker counts on CPU.
+Why: NCCL sends are rendezvous (a send completes only when the peer posts the matching receive),
+matching is FIFO per ordered pair and tags are ignored. The GPipe order this replaced posted every
+forward send before any receive; rank 0, being the first and the last stage, then waited in a send
+to rank 1 while rank 1 waited in a send to rank 0 (a deadlock on two H200s). Here every message
+produced in tick t is received in tick t, in one group on both sides, so each tick completes once
+the previous one has (tests/nccl_semantics.py checks this with NCCL's rules on CPU threads).
+Microbatch i's activations live on rank r from tick i + r to tick i + bwd_offset(W, r): at most
+`in_flight(W, M, r)` = min(M, 2(W - r)) microbatches at once (rank 0: min(M, 2W)).
+
+Numerics are those of the GPipe order: each microbatch's forward and backward are the same
+operations, the loss sums are added in microbatch order, every block's gradients accumulate in
+microbatch order, and rank 0's tied embedding receives every head gradient (microbatch order)
+before any lookup gradient: the lookup's output is a leaf for the blocks, and the lookup's own
+backward is deferred to the end of the update. A single worker sends to itself through a loopback
+queue and runs the same ticks, so the learned state is bit-identical across worker counts on CPU.
 
 Then canonical clipping (kit/train/optim.py) and the per-parameter AdamW step.
 
@@ -52,6 +65,48 @@ from kit.train.loss import (
 from kit.train.optim import ParamAdamW, clip_factor
 
 
+# --- the tick plan: pure functions of (world W, microbatches M, rank r, tick t) ----------------------
+# Microbatch i runs forward on rank r at tick i + r, its head (rank 0) at tick i + W, its backward on
+# rank r at tick i + bwd_offset(W, r). A message produced at tick t is consumed at tick t + 1, and
+# both ends post it in the same tick's batched exchange, in the same order per ordered pair:
+# forward activations, then reference activations, then gradients. See docs/engine.md.
+
+def bwd_offset(world: int, rank: int) -> int:
+    """Ticks between a microbatch's forward on rank 0 and its backward on `rank`."""
+    return 2 * world - rank if rank else 2 * world
+
+
+def n_ticks(world: int, microbatches: int) -> int:
+    return microbatches + 2 * world
+
+
+def in_flight(world: int, microbatches: int, rank: int) -> int:
+    """Microbatches whose saved activations `rank` holds at once (backward runs before forward in a tick)."""
+    return min(microbatches, bwd_offset(world, rank) - rank)
+
+
+def tick_receives(world: int, microbatches: int, rank: int, tick: int, replay_rows: list[int]):
+    """What `rank` receives in tick `tick`'s exchange, in order: (kind, microbatch, source rank).
+
+    kinds: "fwd"/"ref" (stage input and reference input), "head"/"href" (rank 0: the last stage's
+    output coming back), "grad" (the gradient of this stage's output)."""
+    W, M, r, t = world, microbatches, rank, tick
+    out = []
+    i = t + 1 - (W if r == 0 else r)
+    if 0 <= i < M:
+        a, b = ("head", "href") if r == 0 else ("fwd", "ref")
+        out.append((a, i, (r - 1) % W))
+        if replay_rows[i]:
+            out.append((b, i, (r - 1) % W))
+    i = t + 1 - bwd_offset(W, r)
+    if 0 <= i < M:
+        out.append(("grad", i, (r + 1) % W))
+    return out
+
+
+CUDA_LENGTH_BUCKET = 64
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     microbatch_size: int
@@ -60,10 +115,22 @@ class EngineConfig:
     compute_dtype: str = "float32"  # "bfloat16": autocast compute over FP32 master weights
     pad_id: int = 0
     compile_blocks: str = "auto"  # "auto": torch.compile the blocks on CUDA (never on CPU); "off": eager
+    # Pad each microbatch's length up to a multiple of this (kit/train/batch.py): "auto" is 64 on CUDA,
+    # where every new length costs a new attention plan, and off on CPU, so CPU results never change.
+    length_bucket: str | int = "auto"
 
     def __post_init__(self):
         if self.compile_blocks not in ("auto", "off"):
             raise ValueError(f"engine compile_blocks {self.compile_blocks!r}; expected 'auto' or 'off'")
+        ok = self.length_bucket == "auto" or (isinstance(self.length_bucket, int)
+                                              and not isinstance(self.length_bucket, bool) and self.length_bucket >= 0)
+        if not ok:
+            raise ValueError(f"engine length_bucket {self.length_bucket!r}; expected 'auto' or an integer >= 0")
+
+    def bucket_for(self, device: torch.device) -> int:
+        if self.length_bucket == "auto":
+            return CUDA_LENGTH_BUCKET if device.type == "cuda" else 0
+        return int(self.length_bucket)
 
 
 @dataclass
@@ -168,57 +235,9 @@ class StageEngine:
             raise ValueError(f"total_targets {N} is smaller than this worker's own {local_n} target tokens")
         if any(r.replay for r in records) and self.reference is None:
             raise ValueError("the batch declares replay records but no reference model was given")
-        mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id)]
-        g, W, r = self.group, self.world, self.rank
-        nxt, prv = (r + 1) % W, (r - 1) % W
-        act = self.dtype
-        saved, heads = [], []
-        parts = torch.zeros(2, dtype=torch.float64, device=self.device)  # ce_sum, kl_sum
-        # forward: every microbatch through this stage
-        for mb in mbs:
-            B, T = mb.shape
-            R = mb.num_replay
-            with self._autocast():
-                if r == 0:
-                    h_in = None
-                    h = self.student.embed(mb.ids)
-                    th = None
-                    if R:
-                        with torch.no_grad():
-                            th = self.reference.embed(mb.replay_ids)
-                else:
-                    h = g.recv((B, T, self.hidden), act, prv).requires_grad_()
-                    th = g.recv((R, T, self.hidden), act, prv) if R else None
-                    h_in = h
-                cos, sin = self.student.rope_tables(T, self.device, act)
-                h_out = self.student.run_blocks(h.to(act), cos, sin)
-                if R:
-                    with torch.no_grad():
-                        th = self.reference.run_blocks(th.to(act), cos, sin)
-            g.isend(h_out, nxt)
-            if R:
-                g.isend(th, nxt)
-            saved.append((h_in, h_out))
-        # the embedding owner is also the last stage: norm + head + loss for each returning microbatch
-        if r == 0:
-            for mb in mbs:
-                B, T = mb.shape
-                hf = g.recv((B, T, self.hidden), act, W - 1).requires_grad_()
-                thf = g.recv((mb.num_replay, T, self.hidden), act, W - 1) if mb.num_replay else None
-                loss, ce, kl = self._head_loss(mb, hf, thf, N)
-                parts[0] += ce.detach().double()
-                parts[1] += kl.detach().double()
-                heads.append((hf, loss))
-            for hf, loss in heads:
-                loss.backward()
-                g.isend(hf.grad, W - 1)
-        # backward through this stage's blocks, in microbatch order
-        for h_in, h_out in saved:
-            grad = g.recv(tuple(h_out.shape), h_out.dtype, nxt)
-            h_out.backward(grad)
-            if r != 0:
-                g.isend(h_in.grad, prv)
-        g.wait_sends()
+        mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id,
+                                                             length_bucket=self.cfg.bucket_for(self.device))]
+        parts = self._run_schedule(mbs, N)
         if self.grad_reducer is not None:
             self.grad_reducer(self.params)
         if self.capture_grads:
@@ -232,6 +251,90 @@ class StageEngine:
         objective = update_objective(ce_sum, kl_sum_, self.cfg.distill.weight, N)
         return UpdateResult(LossParts(ce_sum, kl_sum_, new_tokens, replay_tokens, objective),
                             norm, factor, N, time.perf_counter() - t0)
+
+    def _run_schedule(self, mbs: list[_Prepared], N: int) -> torch.Tensor:
+        """Forward, loss and backward of every microbatch over the ring, in lockstep ticks (the tick
+        plan: `bwd_offset`, `tick_receives`). Returns the (ce_sum, kl_sum) partial sums; gradients are left in `.grad`.
+
+        Per-parameter gradient accumulation order is that of the GPipe schedule this replaced: on every
+        rank the blocks accumulate microbatch by microbatch in order; on rank 0 the tied embedding
+        receives all head gradients (microbatch order) before any embedding-lookup gradient (deferred
+        to the end, microbatch order). So the learned state is bit-identical on CPU."""
+        g, W, r, M = self.group, self.world, self.rank, len(mbs)
+        nxt, prv = (r + 1) % W, (r - 1) % W
+        act, H = self.dtype, self.hidden
+        parts = torch.zeros(2, dtype=torch.float64, device=self.device)  # ce_sum, kl_sum
+        saved: dict[int, tuple] = {}  # i -> (h_in, h_out): this stage's graph of microbatch i
+        deferred: list[tuple] = []  # rank 0: (embedding output, its gradient) per microbatch, in order
+        inbox: dict[tuple[str, int], torch.Tensor] = {}  # ("fwd"|"ref"|"head"|"href"|"grad", i) -> tensor
+        g.ensure_p2p()
+        for t in range(n_ticks(W, M)):
+            # 1) backward of the microbatch whose output gradient arrived last tick
+            sends_bwd = []
+            i = t - bwd_offset(W, r)
+            if 0 <= i < M:
+                h_in, h_out = saved.pop(i)
+                h_out.backward(inbox.pop(("grad", i)))
+                if r != 0:
+                    sends_bwd = [(h_in.grad, prv)]
+                else:
+                    emb, h_leaf = h_in
+                    deferred.append((emb, h_leaf.grad))
+            # 2) rank 0 (the last stage too): norm + head + loss of the microbatch that came back, and its backward
+            sends_head = []
+            i = t - W
+            if r == 0 and 0 <= i < M:
+                hf = inbox.pop(("head", i)).requires_grad_()
+                thf = inbox.pop(("href", i), None)
+                loss, ce, kl = self._head_loss(mbs[i], hf, thf, N)
+                parts[0] += ce.detach().double()
+                parts[1] += kl.detach().double()
+                loss.backward()
+                sends_head = [(hf.grad, W - 1)]
+                del hf, thf, loss
+            # 3) forward of the microbatch that reaches this stage now
+            sends_fwd = []
+            i = t - r
+            if 0 <= i < M:
+                mb = mbs[i]
+                B, T = mb.shape
+                R = mb.num_replay
+                with self._autocast():
+                    if r == 0:
+                        # The lookup's output is a leaf for the blocks, so the blocks' backward can run early
+                        # (1F1B memory) while the embedding's own backward waits for every head gradient.
+                        emb = self.student.embed(mb.ids)
+                        h = emb.detach().requires_grad_()
+                        h_in = (emb, h)
+                        th = None
+                        if R:
+                            with torch.no_grad():
+                                th = self.reference.embed(mb.replay_ids)
+                    else:
+                        h = inbox.pop(("fwd", i)).requires_grad_()
+                        th = inbox.pop(("ref", i), None)
+                        h_in = h
+                    cos, sin = self.student.rope_tables(T, self.device, act)
+                    h_out = self.student.run_blocks(h.to(act), cos, sin)
+                    if R:
+                        with torch.no_grad():
+                            th = self.reference.run_blocks(th.to(act), cos, sin)
+                sends_fwd = [(h_out, nxt)] + ([(th, nxt)] if R else [])
+                saved[i] = (h_in, h_out)
+            # 4) one batched exchange: this tick's outputs, next tick's inputs (see tick_receives)
+            recvs = []
+            for kind, i, src in tick_receives(W, M, r, t, [mb.num_replay for mb in mbs]):
+                B, T = mbs[i].shape
+                rows = mbs[i].num_replay if kind in ("ref", "href") else B
+                recvs.append(((kind, i), (rows, T, H), src))
+            if sends_fwd or sends_head or sends_bwd or recvs:
+                got = g.exchange(sends_fwd + sends_head + sends_bwd, [(shape, act, src) for _, shape, src in recvs])
+                inbox.update({key: x for (key, _, _), x in zip(recvs, got)})
+        assert not saved and not inbox, (sorted(saved), sorted(inbox))
+        # rank 0: the embedding lookup's gradients, after every head gradient, in microbatch order
+        for emb, grad in deferred:
+            emb.backward(grad)
+        return parts
 
     def _prepare(self, mb) -> _Prepared:
         """Host-side bookkeeping of a CPU microbatch, then one move of what the device needs."""

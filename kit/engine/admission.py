@@ -21,16 +21,36 @@ def free_memory_bytes(device: torch.device) -> int:
     raise RuntimeError("/proc/meminfo has no MemAvailable line")
 
 
-def admit_worker(group: Group, shape: LlamaShape, layout: Layout, microbatch: tuple[int, int, int],
-                 memory_model: dict | None = None) -> dict:
-    """Refuse, before allocating, a worker whose planner estimate exceeds the memory free right now."""
-    from kit.planner import MemoryModel, MicrobatchShape, admit, estimate_worker
+def worker_estimate(shape: LlamaShape, layout: Layout, rank: int, microbatch: tuple[int, int],
+                    microbatches: int, memory_model: dict):
+    """The planner's estimate for `rank` under the schedule that runs: its in-flight microbatches
+    (kit/distributed/pipeline.in_flight), the head and loss buffers and, on the embedding owner, the
+    deferred lookup gradients of every microbatch of the update; plus the memory model's reserve."""
+    from kit.distributed.pipeline import in_flight
+    from kit.planner import MemoryModel, MicrobatchShape, estimate_worker
+
+    batch, seq_len = int(microbatch[0]), int(microbatch[1])
+    owner = rank == layout.embedding_owner
+    mb = MicrobatchShape(batch, seq_len, in_flight(layout.workers, microbatches, rank),
+                         lookup_grads=microbatches if owner else 0)
+    return estimate_worker(shape, layout.blocks_of(rank), owner, mb, MemoryModel(**memory_model))
+
+
+def default_memory_model(device: torch.device) -> dict:
+    return {} if device.type == "cpu" else {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2}
+
+
+def admit_worker(group: Group, shape: LlamaShape, layout: Layout, microbatch: tuple[int, int],
+                 microbatches: int = 1, memory_model: dict | None = None) -> dict:
+    """Refuse, before allocating, a worker whose planner estimate exceeds the memory free right now.
+
+    `microbatch` is (documents, max tokens) of one microbatch, `microbatches` how many an update has;
+    `memory_model` the planner's MemoryModel fields, the contract's reserve included."""
+    from kit.planner import admit
 
     if memory_model is None:
-        memory_model = {} if group.device.type == "cpu" else {"compute_copy_bytes": 0, "reference_bytes": 2,
-                                                              "activation_bytes": 2}
-    est = estimate_worker(shape, layout.blocks_of(group.rank), group.rank == layout.embedding_owner,
-                          MicrobatchShape(*microbatch), MemoryModel(**memory_model))
+        memory_model = default_memory_model(group.device)
+    est = worker_estimate(shape, layout, group.rank, microbatch, microbatches, memory_model)
     free = free_memory_bytes(group.device)
     admit(est, free, f"rank {group.rank} ({group.device})")
-    return {"estimate": est.total, "free": free}
+    return {"estimate": est.total, "free": free, "components": est.components}

@@ -42,16 +42,17 @@ def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: 
                 initialise their own modules)
     groups      optimizer group configs; parameters get their group from the commit, else `group_rules`
     reference   None, {"seed_dir"}, {"home", "root"}, or a ready frozen module
-    admission   {"microbatch": (batch, seq, in_flight), "memory_model": {...}} to admit against the
-                memory free now; None skips admission (callers that own the whole device)
+    admission   {"microbatch": (documents, max tokens), "microbatches": per update, "memory_model": {...}}
+                to admit against the memory free now (kit/engine/admission.py counts what the schedule
+                keeps in flight); None skips admission (callers that own the whole device)
     """
     shape = start.shape if start is not None else student.shape
     layout.validate(shape.num_hidden_layers)
     admitted = None
     if admission is not None:
         admitted = admit_worker(group, shape, layout,
-                                tuple(admission.get("microbatch", (engine_cfg.microbatch_size, 512, 1))),
-                                admission.get("memory_model"))
+                                tuple(admission.get("microbatch", (engine_cfg.microbatch_size, 512)))[:2],
+                                int(admission.get("microbatches", 1)), admission.get("memory_model"))
     if student is None:
         student = build_stage(shape, layout, group.rank, device=group.device)
     params = dict(student.named_parameters())

@@ -39,6 +39,12 @@ def _bar(iterable, desc: str, total: int | None = None):
                 disable=os.environ.get("KIT_PROGRESS", "1") == "0")
 
 
+def eval_batch_sizes(device: str) -> tuple[int, int]:
+    """(NLL rows, greedy prompts) per batch: the historical CPU sizes, larger on a GPU (per-row math is
+    the same; only how many rows share a kernel changes)."""
+    return (16, 32) if torch.device(device).type == "cpu" else (64, 128)
+
+
 def load_model(home: str | None = None, root: str | None = None, seed_dir: str | None = None,
                device: str = "cpu") -> LlamaCausalLM:
     """The full model of a commit (`home` + `root`, its `param` objects only: no Adam moment is read)

@@ -140,8 +140,11 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
     local = Group(0, 1, device, group.timeout_s)  # one pipeline stage: this replica holds the whole model
     layout = Layout(((0, start.shape.num_hidden_layers),))
     engine_cfg = engine_config(args["contract"], compile_blocks=args["compile_blocks"])
+    bucket = engine_cfg.bucket_for(device)  # CUDA: lengths padded to multiples of 64; CPU: unchanged
     session = Session(local, home, layout, start, engine_cfg, optimizer_groups(args["contract"]),
-                      admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"], 1]})
+                      admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"]],
+                                 "microbatches": -(-max(-(-len(u) // world) for u in schedule)
+                                                   // engine_cfg.microbatch_size)})
     params = session.engine.params
     traffic = LogicalTraffic(world, sum(p.numel() for p in params.values()) * FP32_BYTES)
     compressor = None
@@ -188,6 +191,7 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
         out["updates"].append({
             "step": step, "ce_sum": ce, "kl_sum": kl, "objective": ce / n_targets, "target_tokens": n_targets,
             "input_tokens": sum(len(r.input_ids) for r in records), "documents": len(records),
+            "local_padded_tokens": _padded_tokens(mine, engine_cfg.microbatch_size, bucket),
             "local_documents": len(mine), "grad_norm": res.grad_norm, "clip_factor": res.clip_factor,
             "seconds": seconds, "warmup": t_rec["warmup"], "gradient_bytes": t_rec["gradient_bytes"],
             "overhead_bytes": t_rec["overhead_bytes"]})
@@ -374,6 +378,17 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
     return _write_attempt(study_dir, record)
 
 
+def _padded_tokens(records, microbatch_size: int, bucket: int) -> int:
+    """Token positions the engine computes for these records: each microbatch padded to its longest
+    record, rounded up to the length bucket when there is one (kit/train/batch.py)."""
+    total = 0
+    for a in range(0, len(records), microbatch_size):
+        chunk = records[a:a + microbatch_size]
+        T = max(len(r.input_ids) for r in chunk)
+        total += len(chunk) * (-(-T // bucket) * bucket if bucket else T)
+    return total
+
+
 def _summarise(record: dict, results: list[dict], wall: float, contract) -> None:
     r0 = results[0]
     n = len(r0["updates"])
@@ -407,6 +422,13 @@ def _summarise(record: dict, results: list[dict], wall: float, contract) -> None
         "active_target_tokens_per_s": targets / active if active else None,
         "active_tokens_per_s_after_first_update": (sum(u["input_tokens"] for u in later) / later_active
                                                    if later and later_active else None),
+        # The first update pays for compilation and the first attention plans of each length bucket;
+        # steady state is every later update (lengths bucketed on CUDA, so plans are reused).
+        "first_update_seconds": max(r["updates"][0]["seconds"] for r in results) if n else None,
+        "steady_state_updates": len(later),
+        "steady_state_seconds": later_active if later else None,
+        "steady_state_tokens_per_s": (sum(u["input_tokens"] for u in later) / later_active
+                                      if later and later_active else None),
         "gpu_seconds_per_update": wall * workers / n if n else None,
         "active_gpu_seconds_per_update": active * workers / n if n else None,
         "rule": "active = update time only (no setup, no commits); gpu seconds = seconds x workers",

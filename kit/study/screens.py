@@ -116,10 +116,17 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
         t0 = time.perf_counter()
         model = (load_model(seed_dir=str(seed_dir), device=device) if label == "seed"
                  else load_model(home=source["home"], root=source["full_root"], device=device))
-        tasks = answer_tasks(model, tokenizer, final, ev["max_new_tokens"])
-        nll = score_nll(model, tokenizer, retention, contract["data"]["max_tokens"], batch_size=ev["batch_size"])
-        write_canonical_json(path, {"format": EVAL_FORMAT, "label": label, "source": source, "tasks": tasks,
-                                    "retention": nll, "seconds": time.perf_counter() - t0})
+        # CPU: the contract's batch sizes, as before; CUDA: larger batches (same per-row math)
+        from kit.evaluation.scoring import eval_batch_sizes
+
+        nll_batch, answer_batch = (ev["batch_size"], 32) if device == "cpu" else eval_batch_sizes(device)
+        tasks = answer_tasks(model, tokenizer, final, ev["max_new_tokens"], batch_size=answer_batch)
+        nll = score_nll(model, tokenizer, retention, contract["data"]["max_tokens"], batch_size=nll_batch)
+        rec = {"format": EVAL_FORMAT, "label": label, "source": source, "tasks": tasks,
+               "retention": nll, "seconds": time.perf_counter() - t0}
+        if device != "cpu":
+            rec["device"] = device
+        write_canonical_json(path, rec)
         written[label] = str(path)
         del model
     return {"models": written, "frozen_arms": freeze["arms"]}

@@ -72,13 +72,21 @@ def validate_records(records: list[TrainRecord], vocab_size: int, source: str = 
 
 
 def make_microbatches(records: list[TrainRecord], microbatch_size: int, pad_id: int = 0,
-                      device: torch.device | str = "cpu") -> list[Microbatch]:
+                      device: torch.device | str = "cpu", length_bucket: int = 0) -> list[Microbatch]:
+    """Consecutive groups of `microbatch_size` records, right-padded to the group's longest record, or,
+    with `length_bucket` > 0, up to the next multiple of it (so a GPU sees few distinct lengths and
+    reuses its attention plans). Padding is never a target and, attention being causal, no real
+    position sees it: the loss is the same function of the real tokens either way."""
     if microbatch_size < 1:
         raise ValueError(f"microbatch_size {microbatch_size}; expected >= 1")
+    if length_bucket < 0:
+        raise ValueError(f"length_bucket {length_bucket}; expected >= 0 (0: no bucketing)")
     out = []
     for a in range(0, len(records), microbatch_size):
         chunk = records[a:a + microbatch_size]
         T = max(len(r.input_ids) for r in chunk)
+        if length_bucket:
+            T = -(-T // length_bucket) * length_bucket
         ids = torch.full((len(chunk), T), pad_id, dtype=torch.int64)
         mask = torch.zeros((len(chunk), T), dtype=torch.bool)
         for i, r in enumerate(chunk):
