@@ -219,3 +219,23 @@ def test_sigkill_during_the_background_write_leaves_head_on_the_previous_commit(
     s.commit(background=True)
     full, _ = s.wait_commit()
     assert commits.read_head(home) == full and commits.read_commit(home, full)["parent"] == head
+
+
+def test_two_workers_background_commits_match_synchronous(tmp_path, seeds):
+    """Two gloo workers: the flag and entry all-gathers of background commits run in the same order on
+    both ranks, and every commit's roots equal those of the synchronous run."""
+    from kit.dist.launch import launch
+
+    def args(home, background):
+        return {"home": str(home), "layout": even_layout(LAYERS, 2).to_json(), "start": {"seed_dir": str(seeds[0])},
+                "source_home": None, "reference": {"seed_dir": str(seeds[1])},
+                "engine": {"microbatch_size": 2, "max_grad_norm": 0.5}, "optimizer": {"default": OPT},
+                "batches": BATCHES, "until": 6, "commit_at": [2, 4], "timeout_s": 60,
+                "background_commits": background}
+
+    sync = launch("kit.session:session_worker", args(tmp_path / "sync", False), 2, tmp_path / "run-sync", timeout_s=300)
+    bg = launch("kit.session:session_worker", args(tmp_path / "bg", True), 2, tmp_path / "run-bg", timeout_s=300)
+    assert [c["step"] for c in sync[0]["commits"]] == [2, 4, 6]
+    assert bg[0]["commits"] == bg[1]["commits"] == sync[0]["commits"]
+    assert commits.read_head(tmp_path / "bg") == sync[0]["commits"][-1]["full_root"]
+    commits.verify_commit(tmp_path / "bg")
