@@ -24,8 +24,8 @@ from kit.model.shard import even_layout
 from kit.session import Session, start_from_seed
 from kit.store import commits
 from kit.store.async_commit import AsyncCommitter
-from kit.trainer import engine_config_from_json, records_from_json
 from kit.train.optim import GroupConfig
+from kit.trainer import engine_config_from_json, records_from_json
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
