@@ -16,6 +16,9 @@ then write it from a background thread and hand back a future), adapted to the s
     update(): poll again; all done -> all-gather
       rank 0's outcome; the commit is complete
 
+Unlike dcp.async_save, which plans and gathers metadata on the background thread (over its own
+process group), the kit keeps every collective on the training thread; the "every rank finished?"
+all-gather at update boundaries plays the part of nvidia-resiliency-ext's `finalize_async_save`.
 Every collective runs on the training thread, at the same point on every rank: each poll is one
 all-gather of every rank's flag, and every rank advances on the same gathered flags, so the
 sequence of collectives is identical on all ranks. The background thread never touches the
