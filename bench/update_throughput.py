@@ -1,27 +1,36 @@
 """One update of SmolLM2-1.7B's shape on one GPU: the kit's real update against plain transformers.
 
 Run on the GPU host (one H200): `python bench/update_throughput.py` (outputs under $OUT when set,
-else under --out). In ONE process it measures
+else under --out). In ONE process, in this order, it measures
 
-  baseline  written here by the method of ../shared/bench/hf_baseline.py: transformers'
-            LlamaForCausalLM with FP32 weights, bf16 autocast, fused torch.optim.AdamW, a frozen bf16
-            teacher forward and KL over the full logits of every token plus CE, clip_grad_norm_;
-  kit       kit.distributed.pipeline.StageEngine with one worker: FP32 master weights, bf16 compute, the
-            frozen bf16 reference forward on the replay records, CE on new records and KL on replay
-            records (half of the records replay), canonical clipping, ParamAdamW; every token a
-            target (the baseline's full-sequence loss);
+  ceiling            a bf16 8192^3 GEMM timed with CUDA events: the matmul rate this card reaches now;
+  baseline           written here by the method of ../shared/bench/hf_baseline.py: transformers'
+                     LlamaForCausalLM with FP32 weights, bf16 autocast, fused torch.optim.AdamW, a frozen
+                     bf16 teacher forward and KL over the full logits of every token plus CE,
+                     clip_grad_norm_ (eager);
+  baseline_compiled  the same with the student under torch.compile (hf_baseline.py's method);
+  kit                THE HEADLINE, equal work: kit.distributed.pipeline.StageEngine with one worker, FP32
+                     master weights, bf16 compute, the frozen bf16 teacher forward on EVERY record, CE + KL,
+                     canonical clipping, ParamAdamW; every token a target (the baselines' full-sequence loss);
+  commit             the training stall of one commit at this shape: synchronous Session.commit against
+                     Session.commit(background=True) (kit.store.async_commit), with bytes/s;
+  checkpoint         commit of the full learned state with kit.store (write + fsync + hash), its load, and
+                     a new owner's fetch + load of only half of the blocks;
+  kit_mixed          a second row, NOT equal work: the teacher forward on half of the records only (KL on
+                     those, CE on the others);
+  planner            each worker's peak of the planner's 2-worker layout, simulated one stage at a time on
+                     the one GPU (random input activations and output gradients stand in for the peers),
+                     against kit.planner's estimate;
+  kit_eager          the headline row without compiled blocks;
 
-both at 4 x 2048 tokens per microbatch and one microbatch per update (equal tokens per update), then
-  checkpoint  commit of the full learned state with kit.store (write + fsync + hash), its load, and a
-              new owner's fetch + load of only half of the blocks;
-  planner     each worker's peak of the planner's 2-worker layout, simulated one stage at a time on
-              the one GPU (random input activations and output gradients stand in for the peers),
-              against kit.planner's estimate.
+all at 4 x 2048 tokens per microbatch and one microbatch per update (equal tokens per update).
 
 Prints one JSON line per row and writes update_throughput.jsonl and run.json (the run record).
-MFU counts FLOPs per token = 6N + 12*L*H*T (student) + 2N + 4*L*H*T (reference forward) against
-989 TFLOP/s (bf16 dense, H100/H200 datasheet); `mfu_executed` counts the reference forward only
-for the tokens that ran it (the kit runs it on replay records only).
+MFU counts EXECUTED FLOPs (`executed_flops_per_token`): 6 x matmul parameters + 3 x causal attention
+(half of the full square, as the causal kernels execute it) for the student, and 2 x matmul parameters +
+causal attention for the teacher only on the tokens that ran it; it is reported over 989 TFLOP/s (bf16
+dense, H100/H200 datasheet) and over the `ceiling` row's measured GEMM rate. `mfu_nominal_old` is the
+earlier count (full attention, teacher on every token) for comparison with older records only.
 `--tiny` runs every section on a toy shape (CPU works) to check the script itself.
 """
 
@@ -59,6 +68,8 @@ from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig
 
 PEAK_FLOPS = 989e12  # bf16 dense, datasheet
+SECTIONS = ("ceiling", "baseline", "baseline_compiled", "kit", "commit", "checkpoint", "kit_mixed", "planner",
+            "kit_eager")
 GIB = 2**30
 # torch.optim.AdamW's defaults, used by both rows
 LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM = 1e-5, (0.9, 0.999), 1e-8, 0.01, 1.0
@@ -80,9 +91,64 @@ def param_count(shape: LlamaShape) -> int:
     return shape.param_count()
 
 
+def matmul_params(shape: LlamaShape) -> int:
+    """Weights that take part in a matmul for every token: the blocks' projections and the LM head
+    (vocab x hidden; with tied embeddings it is the embedding matrix, whose lookup does no FLOPs).
+    Norm weights (elementwise) and the embedding lookup are not counted."""
+    H, I, d = shape.hidden_size, shape.intermediate_size, shape.head_dim
+    q = o = H * shape.num_attention_heads * d
+    kv = 2 * H * shape.num_key_value_heads * d
+    mlp = 3 * H * I
+    return shape.num_hidden_layers * (q + o + kv + mlp) + shape.vocab_size * H
+
+
+def attention_flops_forward(shape: LlamaShape, seq: int, causal: bool = True) -> float:
+    """Per token, all layers, forward: QK^T and AV are 2 * seq * heads * head_dim each over the full
+    square; a causal kernel (FlashAttention, cuDNN, SDPA's is_causal) skips the masked half, so the
+    executed count is half of that."""
+    full = 4 * seq * shape.num_attention_heads * shape.head_dim * shape.num_hidden_layers
+    return full / 2 if causal else full
+
+
+def executed_flops_per_token(shape: LlamaShape, seq: int, teacher_fraction: float, causal: bool = True) -> float:
+    """FLOPs a GPU executes per token of one update: the student's forward + backward (3x forward:
+    6 * matmul params + 3x attention) and the frozen teacher's forward (2 * matmul params + attention)
+    counted only on the fraction of tokens that ran it. Elementwise work (norms, SwiGLU, softmax,
+    loss, optimizer) is not counted, as in the usual MFU convention."""
+    n = matmul_params(shape)
+    attn = attention_flops_forward(shape, seq, causal)
+    return 6 * n + 3 * attn + teacher_fraction * (2 * n + attn)
+
+
 def flops_per_token(shape: LlamaShape, seq: int, ref_fraction: float) -> float:
+    """The earlier nominal count (6N + 12LHT student, 2N + 4LHT teacher: full attention, N with norms),
+    kept for comparison with older records only; MFU uses `executed_flops_per_token`."""
     n, L, H = param_count(shape), shape.num_hidden_layers, shape.hidden_size
     return 6 * n + 12 * L * H * seq + ref_fraction * (2 * n + 4 * L * H * seq)
+
+
+def measure_matmul_ceiling(device, n: int = 8192, warmup: int = 5, iters: int = 50) -> dict:
+    """The bf16 dense GEMM rate this card reaches now (n x n x n, timed with CUDA events): the practical
+    ceiling that MFU is also reported against. None off CUDA."""
+    if device.type != "cuda":
+        return {"row": "ceiling", "matmul_bf16_flops": None, "note": "not measured off CUDA"}
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn_like(a)
+    c = torch.empty_like(a)
+    for _ in range(warmup):
+        torch.mm(a, b, out=c)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        torch.mm(a, b, out=c)
+    end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3
+    rate = iters * 2 * n**3 / seconds
+    del a, b, c
+    return {"row": "ceiling", "matmul_bf16_flops": rate, "matmul_bf16_tflops": round(rate / 1e12, 1),
+            "n": n, "iters": iters, "over_datasheet": round(rate / PEAK_FLOPS, 4)}
 
 
 def sync(device) -> None:
@@ -114,7 +180,8 @@ def emit(row: dict, sink) -> dict:
 
 
 # --- (b) the baseline, by the method of ../shared/bench/hf_baseline.py ------------------------------
-def run_baseline(shape: LlamaShape, micro: int, seq: int, warmup: int, steps: int, device) -> dict:
+def run_baseline(shape: LlamaShape, micro: int, seq: int, warmup: int, steps: int, device, compiled: bool = False,
+                 ceiling: float | None = None) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -132,10 +199,11 @@ def run_baseline(shape: LlamaShape, micro: int, seq: int, warmup: int, steps: in
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
                             fused=device.type == "cuda")
     x = torch.randint(0, shape.vocab_size, (micro, seq), device=device)
+    fwd = torch.compile(model) if compiled else model  # as ../shared/bench/hf_baseline.py: the student only
 
     def step():
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = model(input_ids=x).logits.float()
+            logits = fwd(input_ids=x).logits.float()
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
             with torch.no_grad():
                 t = ref(input_ids=x).logits.float()
@@ -146,29 +214,44 @@ def run_baseline(shape: LlamaShape, micro: int, seq: int, warmup: int, steps: in
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(warmup):
+    t_first = time.perf_counter()
+    for _ in range(warmup):  # the first step compiles when `compiled`
         step()
     sync(device)
+    first_s = time.perf_counter() - t_first
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
     sync(device)
     dt_ = (time.perf_counter() - t0) / steps
     assert n_params == param_count(shape), (n_params, param_count(shape))
-    out = throughput_row("baseline", shape, micro, seq, dt_, 1.0, device)
-    out["method"] = "transformers LlamaForCausalLM + bf16 autocast + fused AdamW + teacher forward + full-logit KL"
+    out = throughput_row("baseline_compiled" if compiled else "baseline", shape, micro, seq, dt_, 1.0, device,
+                         ceiling)
+    out["work"] = "equal: teacher forward on every record, CE + KL"
+    out["warmup_s"] = round(first_s, 2)
+    out["method"] = ("transformers LlamaForCausalLM" + (" under torch.compile (default mode)" if compiled else "")
+                     + " + bf16 autocast + fused AdamW + teacher forward + full-logit KL")
+    del fwd, model, ref, opt
+    if compiled:
+        torch._dynamo.reset()
     return out
 
 
-def throughput_row(name: str, shape: LlamaShape, micro: int, seq: int, step_s: float, ref_fraction: float,
-                   device) -> dict:
+def throughput_row(name: str, shape: LlamaShape, micro: int, seq: int, step_s: float, teacher_fraction: float,
+                   device, ceiling: float | None = None) -> dict:
+    """tokens/s and MFU of one row. MFU = executed FLOPs per second (executed_flops_per_token: causal
+    attention at half, the teacher only where it ran) over 989 TFLOP/s and over the bf16 GEMM ceiling
+    measured in the same run (`ceiling`, FLOP/s; None when not measured)."""
     toks = micro * seq
+    rate = executed_flops_per_token(shape, seq, teacher_fraction) * toks / step_s
     return {
         "row": name, "micro": micro, "seq": seq, "tokens_per_update": toks, "step_s": round(step_s, 4),
         "tokens_per_s": round(toks / step_s), "n_params": param_count(shape),
-        "mfu": round(flops_per_token(shape, seq, 1.0) * toks / step_s / PEAK_FLOPS, 4),
-        "mfu_executed": round(flops_per_token(shape, seq, ref_fraction) * toks / step_s / PEAK_FLOPS, 4),
-        "reference_fraction": ref_fraction, "peak_gib": peak_gib(device),
+        "executed_tflops": round(rate / 1e12, 2),
+        "mfu_executed": round(rate / PEAK_FLOPS, 4),
+        "mfu_executed_vs_matmul_ceiling": round(rate / ceiling, 4) if ceiling else None,
+        "mfu_nominal_old": round(flops_per_token(shape, seq, 1.0) * toks / step_s / PEAK_FLOPS, 4),
+        "teacher_fraction": teacher_fraction, "peak_gib": peak_gib(device),
     }
 
 
@@ -213,7 +296,7 @@ def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str) -> Sta
 
 
 def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay: tuple[bool, ...],
-            warmup: int, steps: int, device) -> dict:
+            warmup: int, steps: int, device, ceiling: float | None = None) -> dict:
     records = make_records(shape, micro, seq, replay, seed=3)
     t_first = time.perf_counter()
     first = eng.update(records)  # includes torch.compile of the blocks on CUDA
@@ -227,8 +310,10 @@ def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int
         last = eng.update(records)
     sync(device)
     dt_ = (time.perf_counter() - t0) / steps
-    ref_fraction = sum(replay) / len(replay)
-    out = throughput_row(name, shape, micro, seq, dt_, ref_fraction, device)
+    ref_fraction = sum(replay) / len(replay)  # records are of equal length, so also the fraction of tokens
+    out = throughput_row(name, shape, micro, seq, dt_, ref_fraction, device, ceiling)
+    out["work"] = ("equal: teacher forward on every record, CE + KL" if all(replay) else
+                   f"mixed: teacher forward on {sum(replay)} of {len(replay)} records (KL there, CE on the rest)")
     out.update({"first_update_s": round(first_s, 2), "compile_blocks": eng.cfg.compile_blocks,
                 "replay_records": sum(replay), "records": micro, "objective_first": first.parts.objective,
                 "objective_last": last.parts.objective, "grad_norm_last": last.grad_norm,
@@ -336,6 +421,85 @@ def checkpoint_bench(eng: StageEngine, shape: LlamaShape, base: Path) -> dict:
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(home2, ignore_errors=True)
         out["disk_free_after_gb"] = round(shutil.disk_usage(base).free / 1e9, 1)
+    return out
+
+
+def bench_session(eng: StageEngine, shape: LlamaShape, home: Path):
+    """A kit.engine.session.Session over the benchmark's engine (built without a seed directory), so that
+    the commit section times Session.commit itself, synchronous and background."""
+    from kit.engine.session import Session
+    from kit.store.start import Start
+    from kit.store.objects import ObjectStore
+
+    sess = object.__new__(Session)
+    sess.group, sess.home, sess.layout = eng.group, str(home), eng.layout
+    sess.start = Start(shape, canonical_json(shape.to_hf_dict()))
+    sess.store, sess.engine, sess.step, sess.parent, sess.committer = ObjectStore(home), eng, 0, None, None
+    return sess
+
+
+def commit_bench(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay, base: Path, step_s: float,
+                 max_updates: int = 400) -> dict:
+    """The training stall of one commit at the benchmark's shape: synchronous Session.commit (all of it
+    stalls training) against Session.commit(background=True) (the snapshot to pinned host memory, plus
+    whatever the background write takes from the updates that run meanwhile, measured as their time
+    above `step_s`, the update time measured without a commit in flight)."""
+    states = eng.optimizer.param_states()
+    total = sum(st["param"].numel() * 4 * 3 for st in states.values())
+    del states
+    usage = shutil.disk_usage(base)
+    out = {"row": "commit", "store_dir": str(base), "learned_state_bytes": total, "baseline_step_s": round(step_s, 4)}
+    if usage.free < 1.1 * total:
+        out["skipped"] = f"only {usage.free / 1e9:.1f} GB free under {base}; need {1.1 * total / 1e9:.1f}"
+        return out
+    records = make_records(shape, micro, seq, replay, seed=5)
+    home = Path(tempfile.mkdtemp(prefix="kit-bench-commit-", dir=base))
+    try:
+        sess = bench_session(eng, shape, home / "sync")
+        sess.update(records)
+        sync(eng.device)
+        t0 = time.perf_counter()
+        sess.commit()
+        sync_s = time.perf_counter() - t0
+        out.update({"sync_commit_s": round(sync_s, 3), "sync_bytes_per_s": round(total / sync_s)})
+        shutil.rmtree(home / "sync")
+        sess = bench_session(eng, shape, home / "async")
+        sess.update(records)
+        sync(eng.device)
+        # The pinned host buffers are allocated once per session and reused by every later commit:
+        # allocate them outside the timed commit (reported apart) so that the stall is a steady-state one.
+        from kit.store.async_commit import AsyncCommitter
+
+        sess.committer = AsyncCommitter(sess.store)
+        t0 = time.perf_counter()
+        sess.committer.snapshot.take(eng.optimizer.param_states())
+        out["pinned_alloc_and_first_copy_s"] = round(time.perf_counter() - t0, 3)
+        t0 = time.perf_counter()
+        sess.commit(background=True)  # returns after the snapshot
+        snapshot_s = time.perf_counter() - t0
+        overlapped, n = 0.0, 0
+        while sess.committer.inflight is not None and n < max_updates:
+            t1 = time.perf_counter()
+            sess.update(records)  # polls the background commit first
+            sync(eng.device)
+            overlapped += time.perf_counter() - t1
+            n += 1
+        t1 = time.perf_counter()
+        blocked = sess.wait_commit() is not None  # only if max_updates did not cover the write
+        wait_s = time.perf_counter() - t1
+        last = sess.committer.last
+        stall = snapshot_s + max(0.0, overlapped - n * step_s) + wait_s
+        background_s = (last.get("objects_s") or 0) + (last.get("install_s") or 0)
+        out.update({"async_snapshot_s": round(snapshot_s, 3), "async_updates_during_commit": n,
+                    "async_updates_s": round(overlapped, 3), "async_blocking_wait_s": round(wait_s, 3),
+                    "async_had_to_block": blocked, "async_stall_s": round(stall, 3),
+                    "async_stall_over_sync": round(stall / sync_s, 4),
+                    "async_background_objects_s": last.get("objects_s"), "async_background_install_s": last.get("install_s"),
+                    "async_background_bytes_per_s": round(total / background_s) if background_s else None,
+                    "snapshot_bytes_per_s": round(last["snapshot_bytes"] / snapshot_s) if snapshot_s else None,
+                    "async_full_root": last["full_root"], "target_stall_over_sync": 0.10})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     return out
 
 
@@ -462,8 +626,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--run-id", default=None, help="run id of the record (default bench-update-<date>)")
-    ap.add_argument("--sections", default="baseline,kit,checkpoint,planner,kit_all_replay,kit_eager",
-                    help="comma list of baseline, kit, checkpoint, planner, kit_all_replay, kit_eager")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
     ap.add_argument("--planner-microbatches", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="profile one kit update (kit_profile.txt)")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "bench-update"))
@@ -473,6 +636,9 @@ def main(argv=None) -> int:
     shape = tiny() if a.tiny else smollm2_17b()
     seq = a.seq or (64 if a.tiny else 2048)
     sections = [s for s in a.sections.split(",") if s] + (["profile"] if a.profile else [])
+    unknown = sorted(set(sections) - set(SECTIONS) - {"profile"})
+    if unknown:
+        ap.error(f"--sections: unknown {unknown}; choose from {', '.join(SECTIONS)}")
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results, status, errors = [], "completed", []
@@ -498,40 +664,55 @@ def main(argv=None) -> int:
                 results.append(emit(r, sink))
             return rows
 
-        baseline = section("baseline", lambda: run_baseline(shape, a.micro, seq, a.warmup, a.steps, device))
+        ceiling_row = section("ceiling", lambda: measure_matmul_ceiling(device))
+        ceiling = (ceiling_row or {}).get("matmul_bf16_flops")
+        baseline = section("baseline", lambda: run_baseline(shape, a.micro, seq, a.warmup, a.steps, device,
+                                                            ceiling=ceiling))
+        compiled = section("baseline_compiled", lambda: run_baseline(shape, a.micro, seq, a.warmup, a.steps, device,
+                                                                     compiled=True, ceiling=ceiling))
         holder = {}
 
-        def kit_section(compile_blocks, name, replay):
+        def kit_section(compile_blocks, name, replay, keep=False):
             eng = build_kit(shape, a.micro, device, compile_blocks)
             static = allocated_gib(device)
-            row = run_kit(name, eng, shape, a.micro, seq, replay, a.warmup, a.steps, device)
+            row = run_kit(name, eng, shape, a.micro, seq, replay, a.warmup, a.steps, device, ceiling)
             row["static_gib"] = static
-            if name == "kit":
+            if keep:
                 row.update({"planner_" + k: v for k, v in single_worker_estimate(shape, a.micro, seq).items()})
                 if device.type == "cuda":
                     row["planner_error"] = round((row["planner_estimate_bytes"] - torch.cuda.max_memory_allocated())
                                                  / torch.cuda.max_memory_allocated(), 4)
                     row["peak_bytes"] = torch.cuda.max_memory_allocated()
-                holder["eng"] = eng
+                holder.update(eng=eng, step_s=row["step_s"])
             return row
 
-        kit_row = section("kit", lambda: kit_section("auto", "kit", half))
-        if baseline and kit_row:
-            ratio = {"row": "ratio", "kit_over_baseline_tokens_per_s": round(kit_row["tokens_per_s"]
-                                                                           / baseline["tokens_per_s"], 3),
-                     "kit_peak_over_baseline_peak": (round(kit_row["peak_gib"] / baseline["peak_gib"], 3)
-                                                     if baseline["peak_gib"] else None)}
-            results.append(emit(ratio, sink))
+        # The headline: equal work (a teacher forward on every record, CE + KL), as both baselines do.
+        kit_row = section("kit", lambda: kit_section("auto", "kit_equal_work", (True,) * a.micro, keep=True))
+        if kit_row:
+            head = {"row": "headline", "work": kit_row["work"], "kit_tokens_per_s": kit_row["tokens_per_s"],
+                    "kit_mfu_executed": kit_row["mfu_executed"],
+                    "kit_mfu_executed_vs_matmul_ceiling": kit_row["mfu_executed_vs_matmul_ceiling"],
+                    "targets": {"over_compiled": 1.30, "mfu_executed": 0.55, "peak": "<= eager baseline"}}
+            for label, ref in (("eager", baseline), ("compiled", compiled)):
+                if ref:
+                    head[f"kit_over_{label}_baseline"] = round(kit_row["tokens_per_s"] / ref["tokens_per_s"], 3)
+                    head[f"kit_peak_over_{label}_peak"] = (round(kit_row["peak_gib"] / ref["peak_gib"], 3)
+                                                           if ref["peak_gib"] else None)
+            results.append(emit(head, sink))
         if "eng" in holder:
             if a.profile:
-                section("profile", lambda: profile_update(holder["eng"], shape, a.micro, seq, half, out_dir))
+                section("profile", lambda: profile_update(holder["eng"], shape, a.micro, seq, (True,) * a.micro,
+                                                          out_dir))
+            section("commit", lambda: commit_bench(holder["eng"], shape, a.micro, seq, (True,) * a.micro,
+                                                   store_base(), holder["step_s"]))
             section("checkpoint", lambda: checkpoint_bench(holder["eng"], shape, store_base()))
             holder.clear()
+        # A second row, NOT equal work: the teacher runs on half of the records only.
+        section("kit_mixed", lambda: kit_section("auto", "kit_mixed_work", half))
         capacity = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 64 * GIB)
         section("planner", lambda: planner_check(shape, a.micro, seq, a.planner_microbatches, device, capacity,
                                                  "auto"))
-        section("kit_all_replay", lambda: kit_section("auto", "kit_all_replay", (True,) * a.micro))
-        section("kit_eager", lambda: kit_section("off", "kit_eager", half))
+        section("kit_eager", lambda: kit_section("off", "kit_eager_equal_work", (True,) * a.micro))
     ended = dt.datetime.now(dt.UTC)
     record = {
         "format": "kit-bench/1",
@@ -542,7 +723,8 @@ def main(argv=None) -> int:
         "parameters": {"shape": shape.to_hf_dict(), "micro": a.micro, "seq": seq, "warmup": a.warmup,
                        "steps": a.steps, "sections": sections, "planner_microbatches": a.planner_microbatches,
                        "lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WEIGHT_DECAY,
-                       "max_grad_norm": MAX_NORM, "peak_flops": PEAK_FLOPS, "tiny": a.tiny},
+                       "max_grad_norm": MAX_NORM, "peak_flops": PEAK_FLOPS, "tiny": a.tiny,
+                       "matmul_ceiling_flops": ceiling},
         "git": git_commit(),
         "versions": versions(),
         "device": device_info(device),

@@ -108,7 +108,7 @@ def session_worker(group: Group, args: dict, ctx) -> dict:
 
     args: home, layout, start ({"seed_dir"} or {"root"}), source_home (migrate from it first),
     reference (None, {"seed_dir"} or {"home", "root"}), engine, optimizer, group_rules, batches, until,
-    commit_at."""
+    commit_at, background_commits (commits before `until` in the background; the last one is synchronous)."""
 
     layout = Layout.from_json(args["layout"])
     start, fetched = open_start(group, args["home"], layout, args["start"], args.get("source_home"), ctx)
@@ -118,12 +118,27 @@ def session_worker(group: Group, args: dict, ctx) -> dict:
     out = {"rank": group.rank, "fetched_bytes": fetched, "updates": [], "commits": [], "start_step": session.step}
     commit_at = set(args.get("commit_at", []))
     until = int(args["until"])
+    background = bool(args.get("background_commits", False))  # commits at commit_at complete behind updates
+    seen = []
+
+    def completed_background_commits():
+        last = session.committer.last if session.committer is not None else None
+        if last is not None and (not seen or seen[-1] is not last):
+            seen.append(last)
+            out["commits"].append({k: last[k] for k in ("step", "full_root", "learned_state_root")})
+
     while session.step < until:
         ctx.progress(step=session.step + 1, phase="update")
         res = session.update(records_from_json(args["batches"][session.step]))
+        completed_background_commits()
         out["updates"].append({"step": session.step, **{k: v for k, v in res.to_json().items() if k != "seconds"}})
         if session.step in commit_at or session.step == until:
             ctx.progress(phase="commit")
+            if background and session.step != until:
+                session.commit(background=True)
+                continue
+            session.wait_commit()  # the end of training waits for a background commit in flight
+            completed_background_commits()
             full, learned = session.commit()
             out["commits"].append({"step": session.step, "full_root": full, "learned_state_root": learned})
     return out

@@ -26,6 +26,7 @@ from kit.distributed.pipeline import EngineConfig
 from kit.engine.worker import build_worker
 from kit.model.shard import Layout
 from kit.store import commits
+from kit.store.async_commit import AsyncCommitter
 from kit.store.objects import ObjectStore
 from kit.store.start import Start
 from kit.train.optim import GroupConfig
@@ -42,6 +43,7 @@ class Session:
         self.engine, self.admission = worker.engine, worker.admission
         self.step = start.step
         self.parent = start.manifest["full_root"] if start.manifest is not None else commits.read_head(home)
+        self.committer: AsyncCommitter | None = None  # created by the first commit(background=True)
         self._restore_rng()
 
     def _restore_rng(self) -> None:
@@ -55,12 +57,23 @@ class Session:
         torch.manual_seed(self.step * 1009 + self.group.rank)
 
     def update(self, records, total_targets: int | None = None):
+        if self.committer is not None:
+            self.committer.poll(self)  # advance a background commit (collective: every rank, same point)
         res = self.engine.update(records, total_targets)
         self.step += 1
         return res
 
-    def commit(self, extra_cursor: dict | None = None) -> tuple[str, str]:
-        """All workers together; returns (full_root, learned_state_root)."""
+    def commit(self, extra_cursor: dict | None = None, background: bool = False) -> tuple[str, str] | None:
+        """All workers together; returns (full_root, learned_state_root). With `background`, snapshots the
+        state and returns None at once; the commit completes during later updates (kit.store.async_commit)
+        and `wait_commit` returns its roots. Either way a commit still in flight completes first."""
+        self.wait_commit()
+        if background:
+            self.committer = self.committer or AsyncCommitter(self.store)
+            self.committer.start(self.step, {"step": self.step, **(extra_cursor or {})},
+                                 self.engine.optimizer.param_states(), torch.get_rng_state().numpy().tobytes(),
+                                 self.start.config_bytes)
+            return None
         entries = commits.save_param_states(self.store, {
             n: {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in s.items()}
             for n, s in self.engine.optimizer.param_states().items()})
@@ -84,4 +97,11 @@ class Session:
         self.parent = result["root"]
         manifest = commits.read_commit(self.home, self.parent)
         return self.parent, manifest["learned_state_root"]
+
+    def wait_commit(self) -> tuple[str, str] | None:
+        """Complete the background commit in flight (all workers together); its roots, None if none was."""
+        if self.committer is None or self.committer.inflight is None:
+            return None
+        self.committer.poll(self, block=True)
+        return self.committer.last["full_root"], self.committer.last["learned_state_root"]
 

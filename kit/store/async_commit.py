@@ -1,0 +1,230 @@
+"""Commits that do not stall training: snapshot on the training thread, hash / write / verify behind it.
+
+The way torch.distributed.checkpoint's `async_save` does it (stage the state dict to host memory,
+then write it from a background thread and hand back a future), adapted to the store's protocol:
+
+    training thread (every rank, in order)         background thread (one per commit, this rank)
+    ---------------------------------------         ----------------------------------------------
+    commit(step): wait for the previous commit
+      snapshot params + moments -> (pinned) host
+      capture RNG bytes, cursor                ->   stage "objects": sha256 + write + fsync of this
+      return; training goes on                       rank's objects (commits.save_param_states)
+    update(): poll = all-gather of "done" flags
+      all done -> all-gather entries (protocol      rank 0 only, stage "install": commits.write_commit
+      of Session.commit) ---------------------->     (re-hash + fsync of every object, manifest,
+                                                     HEAD by compare-and-swap); other ranks: nothing
+    update(): poll again; all done -> all-gather
+      rank 0's outcome; the commit is complete
+
+Unlike dcp.async_save, which plans and gathers metadata on the background thread (over its own
+process group), the kit keeps every collective on the training thread; the "every rank finished?"
+all-gather at update boundaries plays the part of nvidia-resiliency-ext's `finalize_async_save`.
+Every collective runs on the training thread, at the same point on every rank: each poll is one
+all-gather of every rank's flag, and every rank advances on the same gathered flags, so the
+sequence of collectives is identical on all ranks. The background thread never touches the
+process group, the model or the optimizer; it reads only the host snapshot, which nothing else
+writes until the commit is complete (at most one commit is in flight: the next commit, `wait` and
+the end of training wait for it).
+
+HEAD moves only inside `write_commit`, i.e. after every rank's objects are written and fsynced and
+rank 0 has re-hashed all of them. A crash (SIGKILL) at any point of the background write leaves HEAD
+on the previous commit: the objects written so far are unreferenced (gc removes them), the
+temporaries belong to a dead writer (gc removes them), and the roots are those of the synchronous
+commit because the objects are the same bytes of the same tensors (tests/test_async_commit.py).
+
+An error in the background (disk full, a corrupt object, HEAD moved) is reported to every rank at
+the next poll (`update`), `commit` or `wait`, as CommitError naming the step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kit.digest import canonical_json, loads_strict
+from kit.store import commits
+from kit.store.objects import ObjectStore
+
+WriteObjects = Callable[[ObjectStore, dict], list]  # (store, host states) -> learned-state entries
+
+
+class Background:
+    """One job on its own daemon thread; `result()` re-raises the job's exception on the caller's thread."""
+
+    def __init__(self, fn: Callable[[], Any], name: str):
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.started = time.perf_counter()
+        self.finished: float | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, fn) -> None:
+        try:
+            self._value = fn()
+        except BaseException as e:  # noqa: BLE001 -- carried to the training thread by result()
+            self._error = e
+        finally:
+            self.finished = time.perf_counter()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _done(value: Any = None) -> Background:
+    return Background(lambda: value, "kit-commit-noop")
+
+
+class HostSnapshot:
+    """Host copies of each parameter's FP32 tensors, reused from one commit to the next (pinned when the
+    state lives on CUDA: pinned pages are slow to allocate and fast to copy into)."""
+
+    def __init__(self):
+        self._buffers: dict[tuple[str, str], torch.Tensor] = {}
+        self.bytes = 0
+
+    def take(self, states: dict[str, dict]) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        cuda = None
+        total = 0
+        for name in sorted(states):
+            snap = {}
+            for key, value in states[name].items():
+                if not torch.is_tensor(value):
+                    snap[key] = value
+                    continue
+                src = value.detach()
+                buf = self._buffers.get((name, key))
+                if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
+                    pin = src.device.type == "cuda"
+                    buf = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=pin)
+                    self._buffers[(name, key)] = buf
+                if src.device.type == "cuda":
+                    cuda = src.device
+                    buf.copy_(src, non_blocking=True)
+                else:
+                    buf.copy_(src)
+                total += buf.numel() * buf.element_size()
+                snap[key] = buf
+            out[name] = snap
+        if cuda is not None:
+            torch.cuda.current_stream(cuda).synchronize()  # the copies are complete before training resumes
+        self.bytes = total
+        return out
+
+
+@dataclass
+class InFlight:
+    step: int
+    cursor: dict
+    rng: bytes
+    stage: str  # "objects" -> "install" -> complete
+    job: Background
+    config_digest: str | None = None
+    snapshot_s: float = 0.0
+    timings: dict = field(default_factory=dict)
+
+
+class AsyncCommitter:
+    """One rank's side of background commits for a Session (see the module docstring)."""
+
+    def __init__(self, store: ObjectStore, write_objects: WriteObjects | None = None):
+        self.store = store
+        self.write_objects: WriteObjects = write_objects or commits.save_param_states
+        self.snapshot = HostSnapshot()
+        self.inflight: InFlight | None = None
+        self.polls = 0  # flag all-gathers done while a commit was in flight
+        self.last: dict | None = None  # {"step", "full_root", "learned_state_root", timings} of the last complete one
+
+    # -- training thread ---------------------------------------------------------------------------
+    def start(self, step: int, cursor: dict, states: dict[str, dict], rng: bytes, config_bytes: bytes) -> float:
+        """Snapshot and hand the object writes to the background; returns the seconds the caller stalled."""
+        assert self.inflight is None, "finish the previous commit first"
+        t0 = time.perf_counter()
+        host = self.snapshot.take(states)
+        stall = time.perf_counter() - t0
+        store, write = self.store, self.write_objects
+
+        def objects():
+            entries = write(store, host)
+            return {"entries": entries, "rng": store.put_bytes(rng), "config": store.put_bytes(config_bytes)}
+
+        self.inflight = InFlight(step, cursor, rng, "objects", Background(objects, f"kit-commit-{step}"),
+                                 snapshot_s=stall)
+        return stall
+
+    def poll(self, session, block: bool = False) -> bool:
+        """Advance the in-flight commit as far as every rank allows; True when none is in flight any more.
+
+        Each round is one all-gather of done flags (every rank executes the same rounds). With `block`,
+        waits for this rank's job before each round, so the commit completes before returning."""
+        while self.inflight is not None:
+            job = self.inflight.job
+            if block:
+                job.wait()
+            self.polls += 1
+            flags = session.group.allgather_bytes(b"1" if job.done() else b"0")
+            if not all(f == b"1" for f in flags):
+                return False
+            self._advance(session)
+            if not block:
+                return self.inflight is None
+        return True
+
+    def _advance(self, session) -> None:
+        f = self.inflight
+        if f.stage == "objects":
+            status = {"ok": True, "error": None, "entries": None, "rng": None, "config": None}
+            try:
+                status.update(f.job.result())
+            except Exception as e:  # noqa: BLE001 -- every rank learns it from the all-gather below
+                status = {"ok": False, "error": f"{type(e).__name__}: {e}", "entries": None, "rng": None,
+                          "config": None}
+            f.timings["objects_s"] = round(f.job.finished - f.job.started, 4)
+            gathered = [loads_strict(b, "commit entries")
+                        for b in session.group.allgather_bytes(canonical_json(status))]
+            failed = [f"rank {r}: {g['error']}" for r, g in enumerate(gathered) if not g["ok"]]
+            if failed:
+                self.inflight = None
+                raise commits.CommitError(f"background commit of step {f.step} failed, HEAD unchanged: "
+                                          + "; ".join(failed))
+            if session.group.rank == 0:
+                params = sorted((e for g in gathered for e in g["entries"]), key=lambda e: e["name"])
+                layout = {**session.layout.to_json(), "model_config": gathered[0]["config"]}
+                rngs = [g["rng"] for g in gathered]
+                home, parent = session.home, session.parent
+                f.job = Background(lambda: commits.write_commit(home, {"cursor": f.cursor, "params": params},
+                                                                layout, parent, rngs), f"kit-install-{f.step}")
+            else:
+                f.job = _done()
+            f.stage = "install"
+            return
+        outcome = {"ok": True, "root": None, "error": None}
+        try:
+            outcome["root"] = f.job.result() if session.group.rank == 0 else None
+        except Exception as e:  # noqa: BLE001
+            outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}"}
+        f.timings["install_s"] = round(f.job.finished - f.job.started, 4)
+        result = loads_strict(session.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
+        self.inflight = None
+        if not result["ok"]:
+            raise commits.CommitError(f"rank 0 could not commit step {f.step} (background): {result['error']}")
+        manifest = commits.read_commit(session.home, result["root"])
+        session.parent = result["root"]
+        self.last = {"step": f.step, "full_root": result["root"],
+                     "learned_state_root": manifest["learned_state_root"], "snapshot_s": round(f.snapshot_s, 4),
+                     "snapshot_bytes": self.snapshot.bytes, **f.timings}
