@@ -75,9 +75,10 @@ DEPS = {"seed": (), "prepare": ("seed",), "a2": ("prepare",), "resume": ("a2",),
         "determinism": ("resume", "rerun"), "control": ("a2",), "migrated": ("a2",),
         "migration": ("control", "migrated"), "growth": ("control",)}
 # homes, and the phases that still read them: deleted once all of those are done (unless --keep-work)
-HOME_READERS = {"R1": ("determinism",), "R2": ("determinism",), "A3": ("migration",)}
+HOME_READERS = {"R1": ("determinism",), "R2": ("determinism",), "A3": ("migration",), "G": ("growth",),
+                "A2": ("resume", "rerun", "control", "migrated", "migration", "growth")}
 # per-phase timeouts (seconds) before the overall deadline cuts them shorter
-TIMEOUTS = {"full": {"seed": 420, "prepare": 300, "train": 480, "compare": 240},
+TIMEOUTS = {"full": {"seed": 420, "prepare": 300, "train": 300, "compare": 240},
             "tiny": {"seed": 300, "prepare": 300, "train": 300, "compare": 120}}
 MIN_START_S = {"train": 60, "compare": 20, "prepare": 30, "seed": 60}
 
@@ -105,7 +106,7 @@ def device_info(kind: str) -> dict:
     if kind == "cuda":
         try:
             smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=False)
             for line in smi.stdout.strip().splitlines():
                 idx, name, mem, driver = [x.strip() for x in line.split(",")]
                 info["gpus"].append({"index": int(idx), "name": name, "memory_mib": int(mem), "driver": driver})
@@ -120,10 +121,10 @@ def git_commit() -> dict:
     if commit is None:
         try:
             commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=30).stdout.strip() or None
+                                    timeout=30, check=False).stdout.strip() or None
             if dirty is None:
                 st = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=30)
+                                    capture_output=True, text=True, timeout=30, check=False)
                 dirty = "1" if st.stdout.strip() else "0"
         except (OSError, subprocess.SubprocessError):
             commit = None
@@ -181,7 +182,7 @@ def derive_contract(base: dict, digest: str, a_updates: int, b_updates: int, mig
         put(f"cohorts.{name}.updates", n, short)
         for part, per in co["per_update"].items():
             put(f"cohorts.{name}.totals.{part}", n * per, f"= updates x per_update.{part} (schema rule)")
-        put(f"endpoints.{name}", n, "= cohorts.{name}.updates (schema rule)".format(name=name))
+        put(f"endpoints.{name}", n, f"= cohorts.{name}.updates (schema rule)")
     put("training.commit_every", commit_every, "a commit every few updates: the migration, resume and rerun start "
                                                "from a committed step early in cohort A")
     put("migration.at_step", migration_step, "an early commit point, so the control and the migrated run both "
@@ -375,6 +376,8 @@ class Campaign:
         h = self.homes[home]
         if fresh and h.exists():
             shutil.rmtree(h)
+        if home in self.state.get("deleted_homes", []):
+            self.state["deleted_homes"].remove(home)
         disk = self.check_disk(phase, copies)
         before = set((h / "attempts").iterdir()) if (h / "attempts").exists() else set()
         args = ["adaptive", "train", "--prepared", self.prepared, "--seed", self.seed_dir, "--home", h,
@@ -568,6 +571,13 @@ class Campaign:
             return commits[-1][key]
         return next(c[key] for c in commits if c["cohort_step"] == cohort_step)
 
+    def commits_between(self, cohort: str, start: int, until: int) -> int:
+        """How many commits a run from cohort step `start` to `until` writes (the contract's points, and `until`)."""
+        c = self.contract_data()
+        every, end = c["training"]["commit_every"], c["endpoints"][cohort]
+        points = set(range(every, end + 1, every)) | {end, until}
+        return len([p for p in points if start < p <= until])
+
     def run_phase(self, name: str) -> dict:
         a, c = self.a, None
         m = a.migration_step
@@ -582,45 +592,73 @@ class Campaign:
             return self.train(name, "A2", 2, until=m, fresh=True, deterministic=a.deterministic == "all")
         if name in ("resume", "rerun"):
             home = "R1" if name == "resume" else "R2"
+            if name == "rerun" and not a.keep_work and self.homes["R1"].exists():
+                need = 2 * self.learned_state_bytes() + 2 * 2**30
+                if shutil.disk_usage(self.work).free < need:  # the pair is compared by roots only then
+                    shutil.rmtree(self.homes["R1"])
+                    self.state["r1_deleted_for_disk"] = True
             return self.train(name, home, 2, resume=self.root("a2", m), source_home="A2",
-                              until=min(m + a.resume_updates, c["endpoints"]["A"]), fresh=True, copies=2,
+                              until=min(m + a.resume_updates, c["endpoints"]["A"]), fresh=True,
+                              copies=1 + self.commits_between("A", m, min(m + a.resume_updates, c["endpoints"]["A"])),
                               deterministic=a.deterministic in ("all", "rerun"))
         if name == "determinism":
+            if not self.homes["R1"].exists():  # deleted before the rerun for lack of disk: roots only
+                ra, rb = (self.state["phases"][p]["commits"][-1] for p in ("resume", "rerun"))
+                equal = ra["learned_state_root"] == rb["learned_state_root"]
+                if cpu and not equal:
+                    raise PhaseError("learned-state roots of resume and rerun differ on CPU")
+                return {"a": {**ra, "home": "R1"}, "b": {**rb, "home": "R2"}, "learned_state_equal": equal,
+                        "parameters_differing": None, "max_abs_parameter_difference": None,
+                        "note": "the resume's home was deleted before the rerun for lack of disk: roots compared, "
+                                "no parameter difference"}
             return self.compare(name, "R1", self.root("resume"), "R2", self.root("rerun"), "A", require_equal=cpu)
         if name == "control":
-            return self.train(name, "A2", 2, resume=self.root("a2", m), copies=c["endpoints"]["A"] // a.commit_every,
+            return self.train(name, "A2", 2, resume=self.root("a2", m), copies=self.commits_between("A", m, c["endpoints"]["A"]),
                               deterministic=a.deterministic == "all")
         if name == "migrated":
             return self.train(name, "A3", a.migrated_workers, resume=self.root("a2", m), source_home="A2", fresh=True,
-                              copies=1 + c["endpoints"]["A"] // a.commit_every, deterministic=a.deterministic == "all")
+                              copies=1 + self.commits_between("A", m, c["endpoints"]["A"]), deterministic=a.deterministic == "all")
         if name == "migration":
             return self.compare(name, "A3", self.root("migrated"), "A2", self.root("control"), "A", require_equal=cpu)
         if name == "growth":
             end = self.root("control")
-            until = a.growth_updates or c["endpoints"]["B"]
+            until = min(a.growth_updates, c["endpoints"]["B"])
             return self.train(name, "G", a.growth_workers, cohort="B", resume=end, reference=end,
                               reference_home="A2", source_home="A2", grow=True, until=until, fresh=True,
-                              copies=2 + -(-until // a.commit_every), deterministic=a.deterministic == "all")
+                              copies=1.1 + self.commits_between("B", 0, until), deterministic=a.deterministic == "all")
         raise ValueError(name)
 
     def cleanup(self) -> None:
+        """Delete a home (tens of GB at 1.7B) once no later phase reads it: A2 when all its readers completed;
+        the others once their reader has ended either way (their logs and records are already in --out)."""
         if self.a.keep_work:
             return
-        done = {p for p, s in self.state["phases"].items() if s.get("status") in ("completed", "reused")}
+        status = {p: s.get("status") for p, s in self.state["phases"].items()}
+        ok, ended = ("completed", "reused"), ("completed", "reused", "failed", "skipped")
         for home, readers in HOME_READERS.items():
-            if all(r in done for r in readers) and self.homes[home].exists():
+            final = ok if home == "A2" else ended
+            if all(status.get(r) in final for r in readers) and self.homes[home].exists():
                 shutil.rmtree(self.homes[home])
-                self.state.setdefault("deleted_homes", []).append(home)
+                deleted = self.state.setdefault("deleted_homes", [])
+                if home not in deleted:
+                    deleted.append(home)
 
     def outputs_exist(self, name: str) -> bool:
         need = {"seed": [self.seed_dir / "config.json", self.out / "contract.json"],
                 "prepare": [self.prepared / "prepared.json"], "a2": [self.homes["A2"]], "control": [self.homes["A2"]],
                 "resume": [self.homes["R1"]], "rerun": [self.homes["R2"]], "migrated": [self.homes["A3"]],
                 "growth": [self.homes["G"]], "determinism": [], "migration": []}[name]
-        return all(p.exists() for p in need)
+        deleted = {self.homes[h] for h in self.state.get("deleted_homes", [])}
+        return all(p.exists() or p in deleted for p in need)
+
+    def missing_homes(self, name: str) -> list[str]:
+        """Homes a phase reads that an earlier call deleted (then: --redo)."""
+        reads = {"resume": ["A2"], "rerun": ["A2"], "control": ["A2"], "migrated": ["A2"], "migration": ["A2", "A3"],
+                 "growth": ["A2"], "determinism": ["R2"]}.get(name, [])
+        return [h for h in reads if not self.homes[h].exists()]
 
     def run(self, wanted: list[str]) -> int:
-        status_code = 0
+        failed = incomplete = False
         for name in PHASES:
             if name not in wanted:
                 continue
@@ -633,9 +671,16 @@ class Campaign:
             rec = {"phase": name, "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
             self.current = {}  # what a phase learned before it failed (attempt, logs, roots) is kept
             t0 = time.perf_counter()
-            if bad:
+            if bad and all(self.state["phases"].get(d, {}).get("status") in ("not_started", None) for d in bad):
+                rec.update(status="not_started", error=f"needs phase(s) {bad}, left for lack of time")
+                incomplete = True
+            elif bad:
                 rec.update(status="skipped", error=f"needs phase(s) {bad}, which did not complete")
-                status_code = max(status_code, 1)
+                failed = True
+            elif self.missing_homes(name):
+                rec.update(status="failed", error=f"home(s) {self.missing_homes(name)} under {self.work} are gone "
+                                                  "(deleted by an earlier call or removed): rerun with --redo")
+                failed = True
             else:
                 self.log(f"phase {name}: start" + (f" ({self.deadline.left():.0f}s left)" if self.deadline.end else ""))
                 try:
@@ -643,11 +688,11 @@ class Campaign:
                     rec["status"] = "completed"
                 except TimeoutError as e:
                     rec.update(status="not_started", error=str(e))
-                    status_code = max(status_code, 2)
+                    incomplete = True
                 except Exception as e:  # noqa: BLE001 -- every failure is recorded, named and the rest goes on
                     rec.update({k: v for k, v in self.current.items() if k not in rec})
                     rec.update(status="failed", error=f"{type(e).__name__}: {e}"[:6000])
-                    status_code = 1
+                    failed = True
             rec["seconds"] = round(time.perf_counter() - t0, 2)
             self.state["phases"][name] = rec
             if rec["status"] in ("failed", "skipped", "not_started"):
@@ -657,7 +702,7 @@ class Campaign:
                 self.log(f"phase {name}: {rec['status']} in {rec['seconds']:.1f}s")
             self.cleanup()
             self.save()
-        return status_code
+        return 1 if failed else (2 if incomplete else 0)
 
     def log(self, msg: str) -> None:
         print(f"[{dt.datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -678,8 +723,8 @@ def phase_rows(state: dict) -> list[dict]:
 def summary_md(state: dict, record: dict) -> str:
     ph = state["phases"]
     lines = [f"# Adaptive GPU campaign `{record['run_id']}`", "",
-             f"status **{record['status']}**, scale {state['scale']}, device {state['device']}, "
-             f"git {record['git']['commit']}, {record['duration_s']} s", "",
+             (f"status **{record['status']}**, scale {state['scale']}, device {state['device']}, "
+              f"git {record['git']['commit']}, {record['duration_s']} s"), "",
              "| phase | status | seconds | commits | note |", "|---|---|---|---|---|"]
     for name in PHASES:
         p = ph.get(name)
@@ -692,23 +737,28 @@ def summary_md(state: dict, record: dict) -> str:
                        ("migration", "3 ranks (migrated) vs the uninterrupted 2-worker control")):
         p = ph.get(name) or {}
         if "learned_state_equal" in p:
-            lines += ["", f"**{name}** ({what}): learned-state roots `{p['a']['learned_state_root']}` vs "
-                          f"`{p['b']['learned_state_root']}`; equal: **{p['learned_state_equal']}**; parameters "
-                          f"differing {p['parameters_differing']}; max |difference| {p['max_abs_parameter_difference']}"]
-    lines += ["", "| phase | step | workers | s | input tok/s | padded tok/s | per rank: peak GiB / planner GiB "
-                  "(run seq, no reserve) / sent MB |", "|---|---|---|---|---|---|---|"]
+            lines += ["", (f"**{name}** ({what}): learned-state roots `{p['a']['learned_state_root']}` vs "
+                           f"`{p['b']['learned_state_root']}`; equal: **{p['learned_state_equal']}**; parameters "
+                           f"differing {p['parameters_differing']}; max |difference| "
+                           f"{p['max_abs_parameter_difference']}")]
+    lines += ["", ("| phase | step | workers | s | input tok/s | padded tok/s | per rank: peak GiB / planner GiB "
+                   "(run seq, no reserve) / sent MB |"), "|---|---|---|---|---|---|---|"]
     gib = 2**30
+
+    def g(v):
+        return "-" if v is None else f"{v / gib:.2f}"
+
     for u in state["updates"]:
         ranks = "; ".join(
-            f"r{r['rank']}: {(r.get('peak_memory_bytes') or 0) / gib:.2f} / "
-            f"{(r.get('planner_estimate_run_seq_no_reserve_bytes') or 0) / gib:.2f} / "
+            f"r{r['rank']}: {g(r.get('peak_memory_bytes'))} / "
+            f"{g(r.get('planner_estimate_run_seq_no_reserve_bytes'))} / "
             f"{(r.get('bytes_sent') or 0) / 1e6:.1f}" for r in u.get("ranks") or [])
         lines.append(f"| {u['phase']} | {u['cohort']}{u['cohort_step']} | {u['workers']} | {u['seconds']:.2f} | "
                      f"{u.get('input_tokens_per_s')} | {u.get('padded_tokens_per_s')} | {ranks} |")
-    lines += ["", "Peak memory is `torch.cuda.max_memory_allocated` of the rank's device during the update (none "
-                  "on CPU); sent is the pipeline's point-to-point bytes from the rank (collectives excluded). "
-                  "Planner: kit.planner.estimate_worker for the layout that ran with every microbatch in flight. "
-                  "Files: run.json, phases.json, updates.json, comparisons/, raw/, contract_changes.json."]
+    lines += ["", ("Peak memory is `torch.cuda.max_memory_allocated` of the rank's device during the update (- "
+                   "on CPU); sent is the pipeline's point-to-point bytes from the rank (collectives excluded). "
+                   "Planner: kit.planner.estimate_worker for the layout that ran with every microbatch in flight. "
+                   "Files: run.json, phases.json, updates.json, comparisons/, raw/, contract_changes.json.")]
     return "\n".join(lines) + "\n"
 
 
@@ -719,8 +769,7 @@ def write_outputs(camp: Campaign, started: dt.datetime, argv: list[str], status_
     (out / "updates.json").write_text(json.dumps(state["updates"], indent=1, sort_keys=True) + "\n")
     rows = phases + [{"row": "update", **u} for u in state["updates"]]
     with open(out / "campaign.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r, sort_keys=True) + "\n")
+        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     ended = dt.datetime.now(dt.UTC)
     all_done = all(state["phases"].get(p, {}).get("status") in ("completed", "reused") for p in PHASES)
     record = {
@@ -773,14 +822,15 @@ def main(argv=None) -> int:
     ap.add_argument("--redo", action="store_true", help="rerun phases an earlier call completed")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="overall wall-clock budget: no phase starts or runs past it (default: 570 at full scale)")
-    ap.add_argument("--a-updates", type=int, default=None, help="cohort A endpoint (default 4 full, 6 tiny)")
+    ap.add_argument("--a-updates", type=int, default=4, help="cohort A endpoint")
     ap.add_argument("--b-updates", type=int, default=4, help="cohort B endpoint")
     ap.add_argument("--migration-step", type=int, default=2)
     ap.add_argument("--commit-every", type=int, default=2)
     ap.add_argument("--resume-updates", type=int, default=2)
     ap.add_argument("--migrated-workers", type=int, default=3)
     ap.add_argument("--growth-workers", type=int, default=2, help="ranks of the growth run (default 2: one per GPU)")
-    ap.add_argument("--growth-updates", type=int, default=None, help="default: the B endpoint")
+    ap.add_argument("--growth-updates", type=int, default=2,
+                    help="updates of the growth run (one commit at 1.7B: ~22 GB of disk per commit)")
     ap.add_argument("--deterministic", choices=["rerun", "all", "none"], default="rerun",
                     help="phases run with KIT_GPU_DETERMINISTIC=1: resume+rerun (default), all, or none")
     ap.add_argument("--keep-work", action="store_true", help="keep every home (no deletion as the campaign goes)")
@@ -793,8 +843,6 @@ def main(argv=None) -> int:
         return 0
     if not a.out:
         ap.error("--out is required")
-    if a.a_updates is None:
-        a.a_updates = 4 if a.scale == "full" else 6
     if a.deadline_s is None and a.scale == "full":
         a.deadline_s = 570.0
     if a.device == "cuda":
