@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from kit.digest import canonical_json, load_json_strict, write_canonical_json
+from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 
 COHORTS = ("A", "B")
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
@@ -72,6 +72,10 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     from kit.train.batch import TrainRecord
 
     prepared = Path(args["prepared"])
+    if os.environ.get("KIT_GPU_DETERMINISTIC") == "1" and group.device.type == "cuda":
+        from kit import numerics
+
+        numerics.apply(group.device, deterministic_gpu=True, threads=int(os.environ.get("KIT_THREADS", "1")))
     ctx.progress(phase="check-inputs")
     check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
     contract = load_adaptive_contract(load_json_strict(prepared / "prepared.json")["locations"]["contract"]
@@ -104,7 +108,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     points = set(commit_points(contract, cohort)) | {until}  # the contract's commit points, and where we stop
     log = Path(args["attempt_dir"]) / "updates.jsonl" if group.rank == 0 else None
     out = {"rank": group.rank, "fetched_bytes": fetched, "commits": [], "start_cohort_step": cohort_step,
-           "admission": session.admission}
+           "admission": session.admission, "device": str(group.device)}
+    stats = _RankStats(group)
     while cohort_step < until:
         ctx.progress(step=session.step + 1, phase="update")
         entries = data["steps"][cohort_step]
@@ -112,16 +117,51 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
                                1.0, bool(e["replay"])) for e in entries]
         res = session.update(records)
         cohort_step += 1
+        ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it
         if log is not None:
             with open(log, "ab") as f:
                 f.write(canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
-                                        "ids": [e["id"] for e in entries], **res.to_json()}) + b"\n")
+                                        "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}) + b"\n")
         if cohort_step in points:
             ctx.progress(phase="commit")
             full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
             out["commits"].append({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                    "full_root": full, "learned_state_root": learned})
+            stats.reset()  # the commit's traffic and buffers are not the next update's
+    import torch
+
+    out["deterministic_algorithms"] = torch.are_deterministic_algorithms_enabled()
     return out
+
+
+class _RankStats:
+    """Per-update measurements of one rank, gathered to every rank as canonical JSON: the peak of
+    allocated device memory during the update (`torch.cuda.max_memory_allocated`, reset after each
+    update; None on CPU) and the point-to-point bytes this rank handed to the pipeline's sends
+    (`Group.bytes_sent`; collectives are not counted)."""
+
+    def __init__(self, group):
+        self.group = group
+        self.reset()
+
+    def reset(self) -> None:
+        import torch
+
+        if self.group.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.group.device)
+        self.sent = getattr(self.group, "bytes_sent", None)
+
+    def gather(self) -> list[dict]:
+        import torch
+
+        g = self.group
+        peak = int(torch.cuda.max_memory_allocated(g.device)) if g.device.type == "cuda" else None
+        sent = getattr(g, "bytes_sent", None)
+        mine = {"rank": g.rank, "device": str(g.device), "peak_memory_bytes": peak,
+                "bytes_sent": None if sent is None or self.sent is None else sent - self.sent}
+        rows = [loads_strict(b, "rank stats") for b in g.allgather_bytes(canonical_json(mine))]
+        self.reset()
+        return rows
 
 
 def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
