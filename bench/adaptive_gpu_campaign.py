@@ -306,7 +306,7 @@ class Campaign:
         return json.loads((self.out / "contract.json").read_text())
 
     def learned_state_bytes(self, extra_blocks: int = 0) -> int:
-        from kit.model_config import load_config
+        from kit.model.config import load_config
 
         shape = load_config(self.seed_dir)
         return (shape.param_count() + extra_blocks * shape.block_param_count()) * 12  # param + 2 moments, FP32
@@ -399,9 +399,9 @@ class Campaign:
             n = torch.cuda.device_count()
             rec["rank_devices"] = {r: f"cuda:{r % n}" for r in range(workers)} if n else None
             if n and workers > n:
-                rec["note"] = (f"{workers} ranks on {n} GPUs: kit.dist.group.join puts rank r on cuda:(LOCAL_RANK % "
-                               f"{n}) and the launcher sets LOCAL_RANK = rank, so ranks share GPUs; NCCL refuses two "
-                               f"ranks of one communicator on one GPU ('Duplicate GPU detected')")
+                rec["note"] = (f"{workers} ranks on {n} GPUs: kit.distributed.group.join puts rank r on cuda:(LOCAL_RANK % "
+                               f"{n}), so ranks share GPUs; NCCL refuses two ranks of one communicator on one GPU "
+                               f"('Duplicate GPU detected'), so the group runs on gloo with host-staged messages")
         r = run_process(cmd, self.env(deterministic), self.timeout("train"), self.out / "logs" / phase)
         rec.update(cli_seconds=r["seconds"], returncode=r["returncode"], timed_out=r["timed_out"])
         attempts = sorted(set((h / "attempts").iterdir()) - before) if (h / "attempts").exists() else []
@@ -514,7 +514,7 @@ class Campaign:
         try:
             from kit.adaptive.schema import REGIMES
             from kit.model.shard import even_layout
-            from kit.model_config import load_config
+            from kit.model.config import load_config
             from kit.planner import MemoryModel, MicrobatchShape, estimate_worker, shape_with_growth
 
             c = self.contract_data()

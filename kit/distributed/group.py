@@ -4,6 +4,13 @@ A worker reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (GLOO_SOCKET_IFNAME
 read by gloo itself to choose the interface), so `torchrun` works across hosts and the kit's
 local launcher (kit/distributed/launch.py) only has to set the same variables. gloo on CPU, NCCL on
 CUDA. Every collective and receive has a bounded timeout: a dead or hung peer becomes an error.
+
+More ranks than GPUs on a host (three ranks on two GPUs, the 2 -> 3 migration on a two-GPU host):
+NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected", since NCCL 2.5; its
+topology search assumes one rank per device). Then the group runs on gloo and every message is
+staged through host memory (`staged`): the tensors still live on the GPU, only the bytes on the wire
+pass through the CPU. Slower, and said so in the run's records (`Group.backend`), but the same
+schedule and the same values.
 """
 
 from __future__ import annotations
@@ -43,6 +50,20 @@ class Group:
     _pending: list = field(default_factory=list)  # isend handles and their tensors, kept alive
     bytes_sent: int = 0
     _p2p_ready: bool = False
+    staged: bool = False  # CUDA tensors sent through host memory over gloo (more ranks than GPUs on a host)
+
+    @property
+    def backend(self) -> str:
+        if not self.distributed:
+            return "none"
+        return "gloo (host-staged)" if self.staged else ("nccl" if self.device.type == "cuda" else "gloo")
+
+    def _wire(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The tensor as it goes on the wire: itself, or a host copy when the group is staged."""
+        return tensor.cpu() if self.staged else tensor
+
+    def _buffer(self, shape, dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="cpu" if self.staged else self.device)
 
     @property
     def distributed(self) -> bool:
@@ -55,7 +76,8 @@ class Group:
             self._loopback.append(tensor)
             return
         self.bytes_sent += tensor.numel() * tensor.element_size()
-        self._pending.append((dist.isend(tensor, dst), tensor))
+        wire = self._wire(tensor)
+        self._pending.append((dist.isend(wire, dst), wire))
 
     def recv(self, shape, dtype, src: int) -> torch.Tensor:
         if src == self.rank:
@@ -63,9 +85,9 @@ class Group:
             if tuple(t.shape) != tuple(shape):
                 raise RuntimeError(f"loopback message shape {tuple(t.shape)} != expected {tuple(shape)}")
             return t.clone()
-        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        buf = self._buffer(shape, dtype)
         dist.recv(buf, src)
-        return buf
+        return buf.to(self.device) if self.staged else buf
 
     def wait_sends(self) -> None:
         for work, _ in self._pending:
@@ -86,19 +108,21 @@ class Group:
             if src == self.rank:
                 out.append(self.recv(shape, dtype, src))
             else:
-                buf = torch.empty(shape, dtype=dtype, device=self.device)
+                buf = self._buffer(shape, dtype)
                 ops.append(dist.P2POp(dist.irecv, buf, src))
                 out.append(buf)
         keep = []
         for tensor, dst in sends:
             if dst != self.rank:
-                tensor = tensor.detach().contiguous()
+                tensor = self._wire(tensor.detach().contiguous())
                 keep.append(tensor)
                 self.bytes_sent += tensor.numel() * tensor.element_size()
                 ops.append(dist.P2POp(dist.isend, tensor, dst))
         if ops:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
+        if self.staged:
+            out = [t.to(self.device) if t.device != self.device else t for t in out]
         return out
 
     def ensure_p2p(self) -> None:
@@ -109,15 +133,22 @@ class Group:
             self._p2p_ready = True
 
     # --- collectives ------------------------------------------------------------------------
-    def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.distributed:
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    def _allreduce_(self, tensor: torch.Tensor, op) -> torch.Tensor:
+        if not self.distributed:
+            return tensor
+        if self.staged and tensor.device.type != "cpu":
+            wire = tensor.cpu()
+            dist.all_reduce(wire, op=op)
+            tensor.copy_(wire)
+        else:
+            dist.all_reduce(tensor, op=op)
         return tensor
 
+    def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._allreduce_(tensor, dist.ReduceOp.SUM)
+
     def allreduce_max_(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.distributed:
-            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return tensor
+        return self._allreduce_(tensor, dist.ReduceOp.MAX)
 
     def barrier(self) -> None:
         if self.distributed:
@@ -128,13 +159,14 @@ class Group:
         """Every rank's bytes (JSON records, never pickle) in rank order."""
         if not self.distributed:
             return [data]
-        n = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
+        device = "cpu" if self.staged else self.device
+        n = torch.tensor([len(data)], dtype=torch.int64, device=device)
         sizes = [torch.zeros_like(n) for _ in range(self.world)]
         dist.all_gather(sizes, n)
         cap = int(max(int(s) for s in sizes))
-        buf = torch.zeros(cap, dtype=torch.uint8, device=self.device)
+        buf = torch.zeros(cap, dtype=torch.uint8, device=device)
         if data:
-            buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+            buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
         outs = [torch.zeros_like(buf) for _ in range(self.world)]
         dist.all_gather(outs, buf)
         return [bytes(o[: int(s)].cpu().numpy().tobytes()) for o, s in zip(outs, sizes)]
@@ -148,21 +180,25 @@ def join(device: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Gro
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
+    staged = False
     if dev.type == "cuda":
         local = int(os.environ.get("LOCAL_RANK", rank))
-        dev = torch.device("cuda", local % torch.cuda.device_count())
+        gpus = torch.cuda.device_count()
+        dev = torch.device("cuda", local % gpus)
         torch.cuda.set_device(dev)
+        # More ranks than GPUs on this host: NCCL would refuse the shared device (module docstring).
+        staged = world > 1 and int(os.environ.get("LOCAL_WORLD_SIZE", min(world, gpus))) > gpus
     if world > 1 and not dist.is_initialized():
         for name in ("MASTER_ADDR", "MASTER_PORT"):
             if name not in os.environ:
                 raise WorkerEnvError(f"environment variable {name} is not set for a {world}-worker group")
         dist.init_process_group(
-            backend="nccl" if dev.type == "cuda" else "gloo",
+            backend="nccl" if dev.type == "cuda" and not staged else "gloo",
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
-    return Group(rank, world, dev, timeout_s)
+    return Group(rank, world, dev, timeout_s, staged=staged)
 
 
 def leave() -> None:

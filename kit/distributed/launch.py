@@ -105,7 +105,8 @@ def launch(entry, args: dict, workers: int, run_dir: str | os.PathLike, timeout_
     for rank in range(workers):
         penv = dict(os.environ)
         penv.update(env or {})
-        penv.update(RANK=str(rank), WORLD_SIZE=str(workers), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+        penv.update(RANK=str(rank), WORLD_SIZE=str(workers), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(workers),
+                    MASTER_ADDR="127.0.0.1",
                     MASTER_PORT=str(port), KIT_RUN_DIR=str(run_dir), KIT_THREADS=str(threads),
                     OMP_NUM_THREADS=str(threads))
         log = open(run_dir / f"worker-{rank}.log", "wb")
