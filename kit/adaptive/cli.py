@@ -20,7 +20,7 @@ def cmd_train(a) -> int:
 
 
 def cmd_evaluate(a) -> int:
-    from kit.adaptive.continued import job_contract
+    from kit.adaptive.continued_schema import job_contract
     from kit.adaptive.evaluation import evaluate
     from kit.digest import load_json_strict
 

@@ -73,7 +73,7 @@ def _max_difference(a_home: str, a_root: str, b_home: str, b_root: str) -> float
 def replay(home: str, root: str, parent: str | None = None, workers: int | None = None,
            scratch: str | None = None) -> dict:
     """Replay the window (PARENT, ROOT] of store `home`; returns and writes the replay record."""
-    from kit.adaptive.continued import job_contract
+    from kit.adaptive.continued_schema import job_contract
     from kit.adaptive.train import train
     from kit.store.commits import read_commit
 

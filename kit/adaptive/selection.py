@@ -52,7 +52,7 @@ class FinalRolesRefused(PermissionError):
 def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[dict, dict]:
     """(prepared.json, contract data) of a prepared job; the contract file must still have the digest
     prepared.json records (else FinalRolesRefused naming both)."""
-    from kit.adaptive.continued import job_contract
+    from kit.adaptive.continued_schema import job_contract
     from kit.contract import ContractError
     from kit.digest import load_json_strict
 

@@ -152,7 +152,7 @@ def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: 
 def adaptive_worker(group, args: dict, ctx) -> dict:
     """Launcher/torchrun entry. args: prepared, seed_dir, home, cohort, layout, start, source_home,
     reference, until, attempt_dir."""
-    from kit.adaptive.continued import job_contract
+    from kit.adaptive.continued_schema import job_contract
     from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
     from kit.engine.migration import open_start
     from kit.engine.session import Session
@@ -233,7 +233,7 @@ def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, referen
     """Shared by the local and torchrun paths: every input commitment and the kit's source, the
     contract (adaptive or continued), the cohort name, and a later cohort's --reference/--resume.
     Returns (contract view, prepared.json)."""
-    from kit.adaptive.continued import job_contract
+    from kit.adaptive.continued_schema import job_contract
 
     check_inputs(prepared_p)  # before anything else: source or input changes fail here, naming the file
     pj = load_json_strict(prepared_p / "prepared.json")
