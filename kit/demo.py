@@ -9,6 +9,8 @@ sidecars, checkpoint roots), and `reports/demo/index.html` is rendered from it a
       (migrated) -> the uninterrupted 2-worker control -> migration comparison -> cohort B fixed-depth
       control -> cohort B growth -> growth comparison -> dev evaluations -> selection -> final
       evaluations with the gates
+    continued learning (contracts/continued-learning.tiny.json, exploratory): prepare from the selected A
+      endpoint -> cohort C -> dev evaluation -> selection -> final evaluation with its gates
     gradient study: prepare -> single, dense, PowerSGD arms -> evaluation and screens
     report
 
@@ -39,6 +41,7 @@ from pathlib import Path
 from kit.digest import write_canonical_json
 
 ADAPTIVE_CONTRACT = "contracts/adaptive-shards.tiny.json"
+CONTINUED_CONTRACT = "contracts/continued-learning.tiny.json"
 STUDY_CONTRACT = "contracts/shared-gradient.tiny.json"
 STUDY_ARMS = ("single", "dense", "powersgd")
 PUBLIC_SOURCE = Path("data") / "alpaca_5000.json"  # in the repository (data/SOURCE.md), so a bare clone runs
@@ -153,6 +156,36 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots) -> Iterato
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "final",
                     "SELECTION": selection, "COMPARISON": label,
                     "OUT": shown_path(ad / f"final-{name}.json")})
+    yield from _continued_steps(out, seed, public_source, prepared, a_to, a_end, shown_path(ad / "final-A.json"),
+                                roots)
+
+
+def _continued_steps(out: Path, seed: str, public_source: Path, start_prepared: str, a_home: str, a_end: str,
+                     a_final: str, roots) -> Iterator[Step]:
+    """The continued-learning contract from the selected A endpoint: prepare -> cohort C -> dev -> select -> final."""
+    from kit.evidence.runtime import repository_root
+
+    cd = out / "continued"
+    prepared, home = shown_path(cd / "prepared"), shown_path(cd / "C")
+    yield Step("demo-continued-prepare", "15_continued_prepare.ipynb",
+               {"CONTRACT": shown_path(repository_root() / CONTINUED_CONTRACT), "START_PREPARED": start_prepared,
+                "START": f"{a_home}:{a_end}", "START_EVALUATION": a_final, "SEED_DIR": seed,
+                "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": prepared})
+    yield Step("demo-continued-C", "11_adaptive_arm.ipynb",
+               {"PREPARED_DIR": prepared, "SEED_DIR": seed, "HOME": home, "COHORT": "C", "WORKERS": 2,
+                "RESUME": a_end, "REFERENCE": a_end, "SOURCE_HOME": a_home})
+    cand = f"{home}:{roots.endpoint('demo-continued-C')}"
+    base = f"{a_home}:{a_end}"
+    yield Step("demo-continued-dev-C", "13_adaptive_evaluate.ipynb",
+               {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
+                "COMPARISON": "C_vs_A", "OUT": shown_path(cd / "dev-C.json")})
+    selection = shown_path(cd / "selection.json")
+    yield Step("demo-continued-select", "14_adaptive_select.ipynb",
+               {"PREPARED_DIR": prepared, "CANDIDATES": {"C": cand}, "DEV_EVALUATIONS": [shown_path(cd / "dev-C.json")],
+                "OUT": selection})
+    yield Step("demo-continued-final-C", "13_adaptive_evaluate.ipynb",
+               {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "final",
+                "SELECTION": selection, "COMPARISON": "C_vs_A", "OUT": shown_path(cd / "final-C.json")})
 
 
 def _study_steps(out: Path, seed: str, public_source: Path) -> Iterator[Step]:

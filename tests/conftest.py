@@ -44,3 +44,19 @@ def tiny_llama(tmp_path):
 
 def load_json(path):
     return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_exposure_ledger(tmp_path_factory):
+    """Module- and session-scoped preparations read an empty ledger of the session, never the
+    repository's ledger/exposed.jsonl."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KIT_LEDGER", str(tmp_path_factory.mktemp("session-ledger") / "exposed.jsonl"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _private_exposure_ledger(tmp_path_factory, monkeypatch):
+    """Every test records final exposures to (and prepares against) a ledger of its own; a test that
+    wants a shared ledger sets KIT_LEDGER itself."""
+    monkeypatch.setenv("KIT_LEDGER", str(tmp_path_factory.mktemp("ledger") / "exposed.jsonl"))

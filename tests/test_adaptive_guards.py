@@ -52,13 +52,17 @@ def test_changed_kit_source_refused_before_training(prepared, tmp_path, monkeypa
         train(str(p), str(prepared["seed"]), str(tmp_path / "home"), "A", 1)
 
 
-def _commit(tmp_path, seed):
-    home = tmp_path / "store"
+A_END = {"step": 8, "cohort": 0, "cohort_step": 8}  # the tiny contract's cohort-A endpoint cursor
+
+
+def _commit(tmp_path, seed, cursor=A_END, name="store"):
+    """A commit of the seed's weights in a fresh store; at the A endpoint's cursor unless told."""
+    home = tmp_path / name
     opt = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0}
     s = Session(Group(0, 1, torch.device("cpu")), str(home), even_layout(4, 1), start_from_seed(str(seed)),
                 engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}),
                 {"default": GroupConfig(**opt)})
-    root, _ = s.commit()
+    root, _ = s.commit(dict(cursor))
     return str(home), root
 
 

@@ -26,7 +26,7 @@ from kit.evidence.runner import load_plan, run_notebook
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 EXPECTED = ["00_seed", "10_adaptive_prepare", "11_adaptive_arm", "12_adaptive_migration",
-            "13_adaptive_evaluate", "14_adaptive_select", "19_study_prepare", "20_study_arm",
+            "13_adaptive_evaluate", "14_adaptive_select", "15_continued_prepare", "19_study_prepare", "20_study_arm",
             "21_study_evaluate", "30_report", "90_inspect_failed_arm"]
 SHA = "ab" * 32
 FAILURE = "worker rank 1 failed at step 4 (update)"
@@ -99,12 +99,13 @@ def test_demo_plan_fits_the_notebooks_and_mirrors_the_examples(tmp_path):
                    "demo-adaptive-B-control", "demo-adaptive-B-growth", "demo-adaptive-growth-comparison",
                    "demo-adaptive-dev-A", "demo-adaptive-dev-B", "demo-adaptive-dev-G",
                    "demo-adaptive-select", "demo-adaptive-final-A", "demo-adaptive-final-B",
-                   "demo-adaptive-final-G", "demo-study-prepare", "demo-study-single", "demo-study-dense",
-                   "demo-study-powersgd", "demo-study-evaluate"]
+                   "demo-adaptive-final-G", "demo-continued-prepare", "demo-continued-C", "demo-continued-dev-C",
+                   "demo-continued-select", "demo-continued-final-C", "demo-study-prepare", "demo-study-single",
+                   "demo-study-dense", "demo-study-powersgd", "demo-study-evaluate"]
     plan = [{"notebook": str(NOTEBOOKS / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
             for s in steps]
     write_canonical_json(tmp_path / "plan.json", plan)
-    assert len(load_plan(tmp_path / "plan.json")) == 21  # every name and type checked against its notebook
+    assert len(load_plan(tmp_path / "plan.json")) == 26  # every name and type checked against its notebook
     by_id = {s.run_id: s.parameters for s in steps}
     assert by_id["demo-adaptive-A2-to-step4"]["UNTIL"] == 4  # the contract's migration step
     assert by_id["demo-adaptive-A3-migrated"]["WORKERS"] == 3
@@ -116,6 +117,13 @@ def test_demo_plan_fits_the_notebooks_and_mirrors_the_examples(tmp_path):
     assert sorted(selected) == sorted(f["CANDIDATE"] for f in finals)
     assert {f["SELECTION"] for f in finals} == {by_id["demo-adaptive-select"]["OUT"]}
     assert [s.may_fail for s in steps].count(True) == 3  # the study arms: their outcome is the study's
+    # continued learning starts from the selected A endpoint, by the A final evaluation, with no growth
+    cont = by_id["demo-continued-prepare"]
+    assert cont["START"] == by_id["demo-adaptive-final-A"]["CANDIDATE"]
+    assert cont["START_EVALUATION"] == by_id["demo-adaptive-final-A"]["OUT"]
+    c_arm = by_id["demo-continued-C"]
+    assert c_arm["COHORT"] == "C" and "GROW" not in c_arm and c_arm["RESUME"] == c_arm["REFERENCE"]
+    assert by_id["demo-continued-final-C"]["BASELINE"] == cont["START"]
 
 
 def test_demo_refuses_a_missing_source_and_runs_without_their_data(tmp_path):

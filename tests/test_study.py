@@ -90,14 +90,27 @@ def env(tmp_path_factory):
     build_tokenizer(texts, 300, seed)
     write_hf_llama(seed, vocab=320, hidden=64, layers=2, heads=4, kv_heads=2, inter=128)
     source = _source(tmp / "source.json")
-    return {"tmp": tmp, "seed": seed, "source": source, "contract": _contract(tmp, source)}
+    return {"tmp": tmp, "seed": seed, "source": source, "contract": _contract(tmp, source),
+            "ledger": _exposed_ledger(tmp / "exposed.jsonl", source, 30, 60)}
+
+
+def _exposed_ledger(path: Path, source: Path, start: int, stop: int) -> Path:
+    """A ledger in which an earlier scoring (another contract) opened records [start, stop) of the
+    source as retention probes: the tiny contracts' retention is "already exposed"."""
+    from kit.data.conversations import instruction_source_range
+    from kit.evidence.ledger import record
+
+    rng = instruction_source_range(source, sha256_file(source), start, stop, "test-source")
+    record([("retention.probe", c.digest, c.id) for c in rng.conversations], "cd" * 32, "ef" * 32,
+           "an earlier study's final scoring", path)
+    return path
 
 
 @pytest.fixture(scope="module")
 def study(env):
     """The three arms of one prepared study, run once for the module."""
     sdir = env["tmp"] / "s1"
-    prepare_study(env["contract"], env["seed"], env["source"], sdir)
+    prepare_study(env["contract"], env["seed"], env["source"], sdir, env["ledger"])
     recs = {name: study_arms.run_arm(sdir, name, env["seed"]) for name in ("single", "dense", "powersgd")}
     return sdir, recs
 
@@ -214,7 +227,7 @@ def test_evaluation_and_screens_list_every_arm(study, env):
 
 def test_evaluation_refused_until_every_arm_is_settled_and_projection_refuses(env):
     sdir = env["tmp"] / "s4"
-    prepare_study(env["contract"], env["seed"], env["source"], sdir)
+    prepare_study(env["contract"], env["seed"], env["source"], sdir, env["ledger"])
     with pytest.raises(EvaluationRefused, match="arm 'single' is 'not run'"):
         evaluate_study(sdir, env["seed"])
     rec = study_arms.run_arm(sdir, "single", env["seed"], seconds_per_update=1e6)
@@ -231,7 +244,7 @@ def test_unavailable_arms_are_recorded_with_reason_never_run(env):
     cuda_contract = env["tmp"] / "cuda-contract.json"
     cuda_contract.write_text(json.dumps(c))
     sdir = env["tmp"] / "s5"
-    prepare_study(cuda_contract, env["seed"], env["source"], sdir)
+    prepare_study(cuda_contract, env["seed"], env["source"], sdir, env["ledger"])
     gpus = {"single": 0, "dense": 1, "powersgd": 1}  # a CPU host, then a one-GPU host
     recs = {n: study_arms.run_arm(sdir, n, env["seed"], cuda_devices=g) for n, g in gpus.items()}
     for n, rec in recs.items():

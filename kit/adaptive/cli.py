@@ -20,12 +20,12 @@ def cmd_train(a) -> int:
 
 
 def cmd_evaluate(a) -> int:
+    from kit.adaptive.continued_schema import job_contract
     from kit.adaptive.evaluation import evaluate
-    from kit.adaptive.schema import load_adaptive_contract
     from kit.digest import load_json_strict
 
     pj = load_json_strict(Path(a.prepared) / "prepared.json")
-    c = load_adaptive_contract(pj["locations"]["contract"]).data
+    c = job_contract(pj)
     res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
                    c["training"]["max_tokens"], c["evaluation"]["max_new_tokens"], a.selection, device=a.device)
     correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
@@ -55,15 +55,26 @@ def cmd_select(a) -> int:
 
 
 def cmd_gates(a) -> int:
+    from kit.adaptive.continued import KIND as CONTINUED
+    from kit.adaptive.continued import continued_gates, load_continued_contract
     from kit.adaptive.evaluation import gates
     from kit.adaptive.schema import load_adaptive_contract
     from kit.digest import load_json_strict, write_canonical_json
 
-    contract = load_adaptive_contract(a.contract)
+    continued = load_json_strict(a.contract).get("kind") == CONTINUED
+    contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
     out = {"contract_digest": contract.digest, "comparisons": {}}
+    if continued:  # the report says whether the start endpoint's gates passed (exploratory otherwise)
+        if not a.prepared:
+            raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
+        start = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
+        out["start"] = {k: start[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
     for spec in a.eval:
         name, _, path = spec.partition("=")
-        out["comparisons"][name] = {"evaluation": path, **gates(load_json_strict(path), contract.data)}
+        ev = load_json_strict(path)
+        verdict = (continued_gates(ev, contract.data, out["start"]["exploratory"]) if continued
+                   else gates(ev, contract.data))
+        out["comparisons"][name] = {"evaluation": path, **verdict}
     out["all_passed"] = all(v["passed"] for v in out["comparisons"].values())
     write_canonical_json(a.out, out)
     print(json.dumps({n: {"passed": v["passed"], "gates": {g["name"]: g["passed"] for g in v["gates"]}}
@@ -94,7 +105,7 @@ def register(sub) -> None:
     s.add_argument("--prepared", required=True)
     s.add_argument("--seed", required=True)
     s.add_argument("--home", required=True)
-    s.add_argument("--cohort", choices=["A", "B"], default="A")
+    s.add_argument("--cohort", choices=["A", "B", "C"], default="A", help="C: a continued-learning job")
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--resume", help="full root of a complete commit to continue from")
     s.add_argument("--reference", help="cohort B: full root of the committed phase-A endpoint")
@@ -133,5 +144,6 @@ def register(sub) -> None:
     s = sp.add_parser("gates", help="the seed's gates on final evaluations")
     s.add_argument("--contract", required=True)
     s.add_argument("--eval", action="append", required=True, help="NAME=final evaluation JSON")
+    s.add_argument("--prepared", help="continued-learning: the prepared job (its start endpoint and gates)")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_gates)

@@ -57,11 +57,18 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     cand_kw, cand_id = _model_spec(candidate)
     base_kw, base_id = _model_spec(baseline)
     roles = DEV_ROLES if split == "dev" else FINAL_ROLES
-    if split == "final":
+    if split == "final":  # the pair must be one the selection record binds, before any final byte is read
         open_final_roles(prepared_dir, selection, [cand_id] if not cand_id.startswith("seed:") else [],
-                         purpose=f"final scoring of {cand_id} against {base_id}")
+                         purpose=f"final scoring of {cand_id} against {base_id}",
+                         models={"candidate": cand_kw, "baseline": base_kw})
     tok = load_tokenizer(tokenizer_dir)
     data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
+    if split == "final":
+        from kit.evidence.ledger import record_exposures
+
+        pj = load_json_strict(prepared_dir / "prepared.json")
+        record_exposures(data["tasks"], data["retention"], pj["contract"]["digest"], pj["job_digest"],
+                         f"final scoring of {cand_id} against {base_id}")
     result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,
               "role_sha256": {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in roles.items()}}
     per_model = {}
@@ -82,7 +89,12 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     ]
     if device != "cpu":  # CPU records keep their bytes
         result["device"] = device
-    write_canonical_json(out, result)
+    sha = write_canonical_json(out, result)
+    if split == "final":  # the record's bytes, bound where the opening was logged (kit continued prepare reads it)
+        from kit.adaptive.selection import EVALUATIONS_LOG, _log
+
+        _log(prepared_dir, {"evaluation": str(out), "sha256": sha, "candidate": cand_id, "baseline": base_id},
+             EVALUATIONS_LOG)
     return result
 
 

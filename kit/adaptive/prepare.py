@@ -246,34 +246,49 @@ def ownership_manifests(c: dict, shape: LlamaShape, inv: dict, inv_digest: str) 
             "reserve_bytes": c["planner"]["reserve_bytes"], "layouts": layouts}
 
 
-def _generate_tasks(c: dict, seed_task_digests: set[str]) -> dict[str, list[TaskExample]]:
-    """A.new, B.new, dev.tasks, final.tasks; each excludes every earlier role and the seed's own tasks."""
+def _generate_tasks(c: dict, seed_task_digests: set[str], exposed: frozenset[str] = frozenset(),
+                    report: dict | None = None) -> dict[str, list[TaskExample]]:
+    """A.new, B.new, dev.tasks, final.tasks; each excludes every earlier role and the seed's own tasks;
+    final.tasks also every task digest of the exposure ledger (`exposed`), counted into `report`."""
+    from kit.evidence.ledger import tasks_excluding
+
     wanted = {"A.new": c["cohorts"]["A"]["totals"]["new"], "B.new": c["cohorts"]["B"]["totals"]["new"],
               "dev.tasks": c["evaluation"]["dev"]["tasks"], "final.tasks": c["evaluation"]["final"]["tasks"]}
     excluded = set(seed_task_digests)
     out = {}
     for role, count in wanted.items():
-        out[role] = generate_set(count, c["data_seeds"]["tasks"], role, c["tasks"]["difficulty"], excluded)
+        if role == "final.tasks" and exposed:
+            out[role], skipped = tasks_excluding(count, c["data_seeds"]["tasks"], role, c["tasks"]["difficulty"],
+                                                  excluded, exposed)
+            if report is not None:
+                report["final.tasks"] = {"excluded": {"ledger": skipped}, "excluded_total": skipped,
+                                         "taken": count}
+        else:
+            out[role] = generate_set(count, c["data_seeds"]["tasks"], role, c["tasks"]["difficulty"], excluded)
         excluded |= {e.digest for e in out[role]}
     assert_disjoint(*out.values())
     return out
 
 
-def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation]], fits: _Fits) -> tuple[list, dict]:
-    """The first `count` records of the pinned range surviving exclusion against every prepared record."""
+def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
+                     exposed: frozenset[str] = frozenset()) -> tuple[list, dict]:
+    """The first `count` records of the pinned range surviving exclusion against every prepared record
+    and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened)."""
     spec = c["evaluation"]["final"]["retention"]
     rng = instruction_source_range(public, spec["sha256"], spec["start"], spec["stop"], spec["source_name"])
     against = [conv for role, convs in records.items() for conv in convs]
     prompts = {m.content for conv in against for m in conv.messages if m.role == "user"}
     keys = {"prompt_exact": prompts, "prompt_normalized": {normalize_text(p) for p in prompts},
             "document_normalized": {_document_key(conv) for conv in against}}
-    counts = {rule: 0 for rule in keys} | {"over_max_tokens": 0, "content_used": 0}
+    counts = {rule: 0 for rule in keys} | {"ledger": 0, "over_max_tokens": 0, "content_used": 0}
     used: set[str] = set()
     eligible = []
     for conv in rng.conversations:  # index order; each record is counted under the first rule it meets
         probe = {"prompt_exact": conv.prompt, "prompt_normalized": normalize_text(conv.prompt),
                  "document_normalized": _document_key(conv)}
         rule = next((r for r in keys if probe[r] in keys[r]), None)
+        if rule is None and conv.digest in exposed:
+            rule = "ledger"
         if rule is None and conv.digest in used:
             rule = "content_used"
         elif rule is None and not fits(conv):
@@ -383,8 +398,12 @@ def _check_inputs(c: dict, seed_dir: Path, replay: Path, dev: Path | None, publi
         _check_pinned(dev, c["inputs"]["dev_retention_sha256"], "inputs.dev_retention_sha256")
 
 
-def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_source_path, out_dir) -> dict:
+def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_source_path, out_dir,
+            ledger=None) -> dict:
     """Prepare the contract's job into `out_dir` (absent or empty); returns a summary. See the module docstring.
+
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default: ledger_path()); final tasks and final
+    retention exclude every digest in it, counted under exclusions ("ledger").
 
     Refused before anything is written: a contract failing its schema or rules, an input whose sha256
     differs from the contract's pin, a seed whose parameter digest differs from the pinned one, a replay
@@ -408,8 +427,24 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
                            f"needs {need} (cohorts.A.totals.replay_conv = {need_replay}"
                            + ("" if dev_path else f" + evaluation.dev.retention = {need - need_replay}") + ")")
 
+    from kit.evidence.ledger import (
+        CONVERSATION_KINDS,
+        TASK_KINDS,
+        exposed_digests,
+        ledger_path,
+        ledger_summary,
+    )
+
+    ledger = Path(ledger) if ledger is not None else ledger_path()
+    ledger_info = ledger_summary(ledger)
+    # a later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself
+    exposed_tasks = frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract.digest))
+    exposed_convs = frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract.digest))
     fits = _Fits(seed_dir, c["training"]["max_tokens"])
-    records = {role: _task_records(examples, role) for role, examples in _generate_tasks(c, seed_task_digests).items()}
+    task_report = {"final.tasks": {"excluded": {"ledger": 0}, "excluded_total": 0,
+                                   "taken": c["evaluation"]["final"]["tasks"]}}
+    records = {role: _task_records(examples, role)
+               for role, examples in _generate_tasks(c, seed_task_digests, exposed_tasks, task_report).items()}
     for role, convs in records.items():
         too_long = next((x.id for x in convs if not fits(x)), None)
         if too_long is not None:  # the over-long policy is "reject": a training or test task is never cut
@@ -417,7 +452,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     conversation_roles, skipped = _conversation_roles(c, pool, dev_path, replay_path, fits)
     records |= conversation_roles
     _cohort_b_replay(c, records)
-    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits)
+    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs)
     _assert_roles(records, seed_task_digests)
     schedule = {**_schedule(c, records), "contract_digest": contract.digest}
 
@@ -442,12 +477,17 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             "schedule": {"file": SCHEDULE_FILE, "sha256": write_canonical_json(staging / SCHEDULE_FILE, schedule)},
             "ownership": {"file": OWNERSHIP_FILE, "sha256": write_canonical_json(
                 staging / OWNERSHIP_FILE, ownership_manifests(c, shape, inv, identity["inventory_digest"]))},
-            "exclusions": {"final.retention": final_report, "selection_skipped": skipped},
+            "exclusions": {"final.retention": final_report, "final.tasks": task_report["final.tasks"],
+                           "selection_skipped": skipped},
+            "ledger": {**{k: ledger_info[k] for k in ("sha256", "entries", "digests")},
+                       "excluded_digests": {"tasks": len(exposed_tasks), "conversations": len(exposed_convs)},
+                       "rule": "every digest exposed under another contract"},
         }
         prepared["job_digest"] = sha256_json(prepared)  # before locations and created_at: neither is identity
         prepared["locations"] = {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
                                  "replay": str(replay_path.absolute()), "public_source": str(public.absolute()),
-                                 "dev_retention": str(dev_path.absolute()) if dev_path else None}
+                                 "dev_retention": str(dev_path.absolute()) if dev_path else None,
+                                 "ledger": ledger_info["path"]}
         prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         prepared_sha = write_canonical_json(staging / PREPARED_FILE, prepared)
         inputs = {f"seed/{p.name}": p for p in sorted(seed_dir.iterdir())
@@ -465,7 +505,8 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
         raise
     return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
             "contract_digest": contract.digest, "parameter_digest": identity["parameter_digest"],
-            "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"]}
+            "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],
+            "final_tasks_excluded": task_report["final.tasks"]["excluded"]}
 
 
 # --- CLI ------------------------------------------------------------------------------------------
@@ -479,7 +520,7 @@ def adaptive_subparsers(sub):
 
 
 def cmd_prepare(a) -> int:
-    summary = prepare(a.contract, a.seed, a.replay, a.dev_retention, a.public_source, a.out)
+    summary = prepare(a.contract, a.seed, a.replay, a.dev_retention, a.public_source, a.out, a.ledger)
     print(canonical_json(summary).decode())
     return 0
 
@@ -494,4 +535,6 @@ def register(sub) -> None:
                    help="exposed development-retention records (JSONL); default: drawn from --replay, not replayed")
     s.add_argument("--public-source", required=True, help="local copy of the pinned public source (alpaca_5000.json)")
     s.add_argument("--out", required=True, help="a new or empty directory for the prepared job")
+    s.add_argument("--ledger", default=None,
+                   help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER or ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)

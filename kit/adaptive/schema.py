@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from kit.contract import Contract, ContractError, Num, OneOf, Opt, Seq, load_contract
+from kit.contract import Contract, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract
 from kit.data.tasks import FAMILIES
 
 KIND = "adaptive-shards"
@@ -108,6 +108,10 @@ SCHEMA = {
         "generated_max_net_lost": OneOf(GENERATED_MAX_NET_LOST),
     },
     "bootstrap": {"resamples": Num(100, integer=True), "seed": Num(0, integer=True), "confidence": OneOf(CONFIDENCE)},
+    # name -> the comparison's candidate endpoint (cohort, grown or not) and its baseline: "seed" (the seed,
+    # by seed.parameter_digest or the digest prepare recorded) or the name of another comparison, whose
+    # candidate endpoint is then the baseline. A selection record binds exactly these pairs.
+    "comparisons": MapOf({"cohort": OneOf("A", "B"), "grown": bool, "baseline": str}),
     "planner": {"regime": OneOf(*REGIMES), "reserve_bytes": Num(0, integer=True),
                 "worker_memory_bytes": Num(1, integer=True)},
 }
@@ -196,10 +200,37 @@ def check_rules(c: dict, source: str) -> None:
               f"every rule {list(EXCLUSION_RULES)} (the seed: prompt/document exclusion, exact and normalised)")
 
 
+def check_comparisons(c: dict, source: str) -> None:
+    """Each comparison's baseline is the seed or another comparison's endpoint; no cycles; growth only in B."""
+    comps = c["comparisons"]
+    if not comps:
+        _fail(source, "comparisons", comps, "at least one comparison (the seed: A vs the seed, B vs A, growth vs control)")
+    for name, comp in sorted(comps.items()):
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,31}", name) or name == "seed":
+            _fail(source, f"comparisons.{name}", name, "a name [A-Za-z][A-Za-z0-9_-]* other than 'seed'")
+        if comp["grown"] and comp["cohort"] != c["growth"]["cohort"]:
+            _fail(source, f"comparisons.{name}.grown", True, f"only for cohort growth.cohort = {c['growth']['cohort']!r}")
+        base = comp["baseline"]
+        if base != "seed" and (base not in comps or base == name):
+            _fail(source, f"comparisons.{name}.baseline", base,
+                  f"'seed' or the name of another comparison ({sorted(set(comps) - {name})})")
+    for name in comps:  # no cycle: following baselines ends at the seed
+        seen, at = set(), name
+        while at != "seed":
+            if at in seen:
+                _fail(source, f"comparisons.{name}.baseline", comps[name]["baseline"], "a chain of baselines that ends at 'seed'")
+            seen.add(at)
+            at = comps[at]["baseline"]
+    ends = [(x["cohort"], x["grown"]) for x in comps.values()]
+    if len(set(ends)) != len(ends):
+        _fail(source, "comparisons", sorted(comps), "one comparison per candidate endpoint (cohort, grown)")
+
+
 def load_adaptive_contract(path: str | os.PathLike) -> Contract:
     """Load, validate against SCHEMA and the cross-field rules; the digest is of the canonical JSON."""
     contract = load_contract(path, SCHEMA, KIND)
     check_rules(contract.data, str(contract.path))
+    check_comparisons(contract.data, str(contract.path))
     return contract
 
 

@@ -15,6 +15,16 @@ candidates that record binds:
   directory, and final roles open only with a record whose bytes hash to one of those, and, once
   scoring happened, only with the record it happened under. An edited, hand-made or copied record
   (which could otherwise bind other candidates after scoring) is refused naming the digests expected.
+- Each candidate is named by a comparison of the contract (field `comparisons`) and must be a commit at
+  that comparison's endpoint (cursor cohort, cohort_step and step at the contract's endpoints; the
+  grown depth exactly for a grown comparison): an intermediate or a wrong-cohort commit is refused.
+  The record binds, per candidate, its baseline: the seed by parameter digest, or the full root of the
+  candidate the contract names as baseline (which must then be selected as well).
+- On final roles, `open_final_roles(..., models=...)` refuses a candidate that is not a bound commit
+  (a `seed:DIR` candidate included), re-reads the candidate's commit and checks its endpoint again,
+  and refuses a baseline other than the one bound: a `seed:DIR` baseline only when the directory's
+  parameter digest is the contract's seed digest (for a tiny contract that records it at prepare: the
+  prepared one), so an exported commit or a renamed directory cannot stand in for the seed.
 """
 
 from __future__ import annotations
@@ -26,13 +36,69 @@ from pathlib import Path
 
 from kit.digest import canonical_json, load_canonical_json, sha256_file, write_canonical_json
 
-SELECTION_FORMAT = "kit-adaptive-selection/1"
+SELECTION_FORMAT = "kit-adaptive-selection/2"  # /2: every candidate binds its comparison's baseline
 ACCESS_LOG = "final-access.jsonl"
 SELECTIONS_LOG = "selections.jsonl"  # sha256 of every record `select` wrote for this prepared job
+EVALUATIONS_LOG = "final-evaluations.jsonl"  # sha256 of every final evaluation record `evaluate` wrote
+
+
+COHORTS = ("A", "B")
 
 
 class FinalRolesRefused(PermissionError):
     pass
+
+
+def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[dict, dict]:
+    """(prepared.json, contract data) of a prepared job; the contract file must still have the digest
+    prepared.json records (else FinalRolesRefused naming both)."""
+    from kit.adaptive.continued_schema import job_contract
+    from kit.contract import ContractError
+    from kit.digest import load_json_strict
+
+    path = Path(prepared_dir) / "prepared.json"
+    pj = load_json_strict(path)
+    try:
+        return pj, job_contract(pj)
+    except ContractError as e:
+        raise FinalRolesRefused(f"{path}: {e}") from None
+
+
+def seed_digest(pj: dict, contract: dict) -> tuple[str, str]:
+    """(the seed's parameter digest, where it is stated): the contract's pin, else the prepared one."""
+    pinned = contract["seed"]["parameter_digest"]
+    if pinned is not None:
+        return pinned, "contract field 'seed.parameter_digest'"
+    return pj["seed"]["parameter_digest"], "prepared.json field 'seed.parameter_digest' (recorded at prepare)"
+
+
+def endpoint_cursor(contract: dict, cohort: str) -> dict:
+    """The cursor of a cohort's contract endpoint: {"step", "cohort", "cohort_step"}."""
+    order = contract.get("cohort_order", COHORTS)
+    i = order.index(cohort)
+    return {"step": sum(contract["endpoints"][c] for c in order[: i + 1]), "cohort": i,
+            "cohort_step": contract["endpoints"][cohort]}
+
+
+def check_endpoint(manifest: dict, name: str, pj: dict, contract: dict, source: str) -> None:
+    """Refuse a commit that is not at comparison `name`'s endpoint (cursor and depth)."""
+    comps = contract["comparisons"]
+    if name not in comps:
+        raise FinalRolesRefused(f"{source}: candidate name {name!r} is not a comparison of the contract (field "
+                                f"'comparisons'); expected one of {sorted(comps)}")
+    comp = comps[name]
+    cursor = manifest["learned_state"]["cursor"]
+    want = endpoint_cursor(contract, comp["cohort"])
+    got = {k: cursor.get(k) for k in want}
+    if got != want:
+        raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has cursor {cursor}; "
+                                f"expected the endpoint of cohort {comp['cohort']} (contract field 'endpoints."
+                                f"{comp['cohort']}' = {contract['endpoints'][comp['cohort']]}): {want}")
+    layers = max(b for _, b in manifest["layout"]["blocks"])
+    depth = pj["seed"]["num_hidden_layers"] + (contract["growth"]["add_blocks"] if comp["grown"] else 0)
+    if layers != depth:
+        raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has {layers} blocks; "
+                                f"contract field 'comparisons.{name}.grown' = {comp['grown']} expects {depth}")
 
 
 def prepared_digest(prepared_dir: str | os.PathLike) -> str:
@@ -64,21 +130,40 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
     if scored:
         raise FinalRolesRefused(f"{prepared_dir / ACCESS_LOG}: final roles of this prepared job were already "
                                 f"opened ({len(scored)} time(s)); a selection made after final scoring is refused")
+    pj, contract = prepared_contract(prepared_dir)
     bound = {}
     for name, c in sorted(candidates.items()):
         m = read_commit(c["home"], c["root"])  # recomputes both roots; refuses a tampered manifest
+        check_endpoint(m, name, pj, contract, f"{c['home']}:{c['root']}")
         bound[name] = {"full_root": m["full_root"], "learned_state_root": m["learned_state_root"]}
-    record = {"format": SELECTION_FORMAT, "prepared_digest": prepared_digest(prepared_dir), "candidates": bound,
-              "development": development or {}}
+    for name in sorted(bound):
+        base = contract["comparisons"][name]["baseline"]
+        if base == "seed":
+            digest, _ = seed_digest(pj, contract)
+            bound[name]["baseline"] = {"kind": "seed", "parameter_digest": digest}
+        elif base == "start":  # a continued-learning job: the phase-A endpoint it started from
+            bound[name]["baseline"] = {"kind": "endpoint", "name": "start", "full_root": pj["start"]["full_root"]}
+        elif base in bound:
+            bound[name]["baseline"] = {"kind": "endpoint", "name": base, "full_root": bound[base]["full_root"]}
+        else:
+            raise FinalRolesRefused(f"candidate {name!r}: its baseline {base!r} (contract field 'comparisons.{name}."
+                                    f"baseline') is not among the selected candidates {sorted(bound)}; select it too")
+    record = {"format": SELECTION_FORMAT, "prepared_digest": prepared_digest(prepared_dir),
+              "contract_digest": pj["contract"]["digest"], "candidates": bound, "development": development or {}}
     _log(prepared_dir, {"selection": str(out), "sha256": write_canonical_json(out, record)}, SELECTIONS_LOG)
     return record
 
 
 def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.PathLike | None,
-                     roots: list[str], purpose: str) -> dict:
-    """Allow reading final roles for `roots`, or raise FinalRolesRefused; logged either way."""
+                     roots: list[str], purpose: str, models: dict | None = None) -> dict:
+    """Allow reading final roles for `roots`, or raise FinalRolesRefused; logged either way.
+
+    models (what `evaluate` passes): {"candidate": M, "baseline": M} with M = {"home", "root"} or
+    {"seed_dir"}; the pair must be one the record binds (see the module docstring)."""
     prepared_dir = Path(prepared_dir)
     entry = {"purpose": purpose, "roots": sorted(roots), "selection": str(selection_path) if selection_path else None}
+    if models is not None:
+        entry["baseline"] = models["baseline"].get("root") or f"seed:{models['baseline'].get('seed_dir')}"
     try:
         if selection_path is None or not Path(selection_path).exists():
             raise FinalRolesRefused(f"{prepared_dir}: final roles need a selection record (kit adaptive select)")
@@ -96,6 +181,8 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
         stray = [r for r in roots if r not in bound]
         if stray:
             raise FinalRolesRefused(f"{selection_path}: candidate {stray[0]} is not bound by the selection record")
+        if models is not None:
+            _check_models(prepared_dir, record, models, str(selection_path))
         actual = sha256_file(selection_path)
         written = [e["sha256"] for e in access_entries(prepared_dir, SELECTIONS_LOG)]
         if actual not in written:
@@ -114,3 +201,46 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
         raise FinalRolesRefused(f"{selection_path}: unreadable selection record: {e}") from None
     _log(prepared_dir, {**entry, "allowed": True, "selection_sha256": sha256_file(selection_path)})
     return record
+
+
+def _check_models(prepared_dir: Path, record: dict, models: dict, source: str) -> None:
+    """The evaluated pair is a bound (candidate, baseline): see the module docstring."""
+    from kit.inventory import parameter_digest
+    from kit.store.commits import read_commit
+
+    cand, base = models["candidate"], models["baseline"]
+    if "root" not in cand:
+        raise FinalRolesRefused(f"{source}: candidate seed:{cand.get('seed_dir')} on final roles; a candidate must be "
+                                "a committed endpoint bound by field 'candidates' (HOME:FULL_ROOT)")
+    names = [n for n, c in record["candidates"].items() if c["full_root"] == cand["root"]]
+    if not names:
+        raise FinalRolesRefused(f"{source}: candidate {cand['root']} is not bound by the selection record "
+                                "(field 'candidates')")
+    pj, contract = prepared_contract(prepared_dir)
+    name = names[0]
+    check_endpoint(read_commit(cand["home"], cand["root"]), name, pj, contract, f"{cand['home']}:{cand['root']}")
+    bound = record["candidates"][name].get("baseline")
+    if not isinstance(bound, dict):
+        raise FinalRolesRefused(f"{source}: field 'candidates.{name}.baseline' missing; expected the baseline the "
+                                f"contract declares (comparisons.{name}.baseline)")
+    want_base = contract["comparisons"][name]["baseline"]
+    if bound.get("kind") != ("seed" if want_base == "seed" else "endpoint") or \
+            (want_base != "seed" and bound.get("name") != want_base):
+        raise FinalRolesRefused(f"{source}: field 'candidates.{name}.baseline' = {bound}; the contract's "
+                                f"comparisons.{name}.baseline is {want_base!r}")
+    if bound["kind"] == "seed":
+        digest, where = seed_digest(pj, contract)
+        if "seed_dir" not in base:
+            raise FinalRolesRefused(f"{source}: baseline {base.get('root')} for candidate {name!r}; field "
+                                    f"'candidates.{name}.baseline' binds the seed (seed:DIR with parameter digest "
+                                    f"{digest})")
+        actual = parameter_digest(base["seed_dir"])
+        if actual != digest or bound["parameter_digest"] != digest:
+            raise FinalRolesRefused(f"{base['seed_dir']}: parameter digest {actual}; a seed:DIR baseline on final roles "
+                                    f"must have the {where} = {digest} (an exported commit or another directory is "
+                                    "not the seed)")
+    else:
+        if base.get("root") != bound["full_root"]:
+            raise FinalRolesRefused(f"{source}: baseline {base.get('root') or 'seed:' + str(base.get('seed_dir'))} "
+                                    f"for candidate {name!r}; field 'candidates.{name}.baseline.full_root' binds "
+                                    f"{bound['full_root']} (the {want_base!r} endpoint)")

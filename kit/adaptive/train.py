@@ -41,6 +41,93 @@ def check_inputs(prepared: Path) -> dict:
     return commitments
 
 
+def check_seed(prepared: Path, pj: dict, seed_dir: str) -> None:
+    """--seed must be the prepared seed: its parameter digest, config.json and tokenizer files (the
+    committed inputs pin the directory prepare read, not the one passed now)."""
+    from kit.digest import sha256_file
+    from kit.inventory import parameter_digest
+
+    seed = Path(seed_dir)
+    if not (seed / "config.json").is_file():
+        raise TrainRefused(f"--seed {seed}: no config.json; expected the prepared seed directory")
+    actual = parameter_digest(seed)
+    if actual != pj["seed"]["parameter_digest"]:
+        raise TrainRefused(f"--seed {seed}: parameter digest {actual}; {prepared / 'prepared.json'} field "
+                           f"'seed.parameter_digest' expects {pj['seed']['parameter_digest']}")
+    files = {"config.json": pj["seed"]["config_sha256"], **pj.get("tokenizer", {})}
+    for name, want in sorted(files.items()):
+        got = sha256_file(seed / name) if (seed / name).is_file() else "absent"
+        if got != want:
+            field = "seed.config_sha256" if name == "config.json" else f"tokenizer.{name}"
+            raise TrainRefused(f"--seed {seed / name}: sha256 {got}; {prepared / 'prepared.json'} field "
+                               f"{field!r} expects {want}")
+
+
+def check_fresh_home(home: str, cohort: str, resume: str | None, resume_cursor: dict | None,
+                     order=COHORTS) -> None:
+    """The trial's "fresh --home": a cohort starts in a new or empty store. Only an attempt that continues
+    its own cohort from a commit (--resume with the same cohort in the cursor) may use an existing home."""
+    continues = resume is not None and resume_cursor is not None and \
+        resume_cursor.get("cohort", 0) == list(order).index(cohort)
+    h = Path(home)
+    if not continues and h.exists() and (not h.is_dir() or any(h.iterdir())):
+        what = "starts from the seed" if resume is None else f"starts from {resume} (another cohort's endpoint)"
+        raise TrainRefused(f"--home {h}: not empty; cohort {cohort} {what} and needs a fresh --home (a new or "
+                           "empty directory); only --resume within the same cohort continues in an existing home")
+
+
+def a_endpoint_of(resume_home: str, resume: str, contract: dict, depth: int) -> str | None:
+    """The phase-A endpoint a cohort-B lineage continues: --resume itself at the B start, else the nearest
+    ancestor (parent links in `resume_home`) at the A endpoint's cursor and the seed's depth (a growth
+    commit keeps the A cursor with more blocks, so its parent is the one). None when the chain breaks."""
+    from kit.store.commits import CommitError, read_commit
+
+    want = {"step": contract["endpoints"]["A"], "cohort": 0, "cohort_step": contract["endpoints"]["A"]}
+    root = resume
+    for _ in range(100_000):
+        try:
+            m = read_commit(resume_home, root)
+        except (CommitError, ValueError):
+            return None
+        cursor = m["learned_state"]["cursor"]
+        if {k: cursor.get(k) for k in want} == want and max(b for _, b in m["layout"]["blocks"]) == depth:
+            return root
+        if m["parent"] is None:
+            return None
+        root = m["parent"]
+    return None
+
+
+def check_reference(prepared: Path, pj: dict, contract: dict, reference: str, resume: str, ref_home: str,
+                    resume_home: str | None = None) -> dict:
+    """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
+    start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
+    by an attempt of this prepared job."""
+    from kit.store.commits import read_commit
+
+    endpoint = a_endpoint_of(resume_home or ref_home, resume, contract, pj["seed"]["num_hidden_layers"])
+    if reference != endpoint:
+        raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
+                           f"continues from --resume {resume}: {endpoint or 'none found along its parents'} "
+                           f"(contract field 'cohorts.B.reference' = {contract['cohorts']['B']['reference']!r})")
+    manifest = read_commit(ref_home, reference)
+    cursor = manifest["learned_state"]["cursor"]
+    want = {"step": contract["endpoints"]["A"], "cohort": 0, "cohort_step": contract["endpoints"]["A"]}
+    if {k: cursor.get(k) for k in want} != want:
+        raise TrainRefused(f"--reference {ref_home}:{reference}: cursor {cursor}; expected the phase-A endpoint "
+                           f"{want} (contract field 'endpoints.A' = {contract['endpoints']['A']})")
+    made = []
+    for path in sorted(Path(ref_home).glob("attempts/*/attempt.json")):
+        rec = load_json_strict(path)
+        if any(c.get("full_root") == reference for c in rec.get("commits", [])) and rec.get("status") == "completed":
+            made.append((path, rec.get("prepared_job_digest")))
+    if not any(job == pj["job_digest"] for _, job in made):
+        found = ", ".join(f"{p} (prepared_job_digest {j})" for p, j in made) or "no completed attempt committed it"
+        raise TrainRefused(f"--reference {ref_home}:{reference}: not committed by an attempt of this prepared job "
+                           f"({prepared / 'prepared.json'} field 'job_digest' = {pj['job_digest']}); found: {found}")
+    return manifest
+
+
 def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int) -> dict:
     """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
     from kit.data.chat import encode_or_refuse, load_tokenizer
@@ -65,7 +152,8 @@ def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: 
 def adaptive_worker(group, args: dict, ctx) -> dict:
     """Launcher/torchrun entry. args: prepared, seed_dir, home, cohort, layout, start, source_home,
     reference, until, attempt_dir."""
-    from kit.adaptive.schema import commit_points, engine_config, load_adaptive_contract, optimizer_groups
+    from kit.adaptive.continued_schema import job_contract
+    from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
     from kit.engine.migration import open_start
     from kit.engine.session import Session
     from kit.model.shard import Layout
@@ -78,8 +166,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         numerics.apply(group.device, deterministic_gpu=True, threads=int(os.environ.get("KIT_THREADS", "1")))
     ctx.progress(phase="check-inputs")
     check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
-    contract = load_adaptive_contract(load_json_strict(prepared / "prepared.json")["locations"]["contract"]
-                                      if not args.get("contract") else args["contract"]).data
+    contract = job_contract(load_json_strict(prepared / "prepared.json"))
+    order = contract["cohort_order"]
     tr = contract["training"]
     cohort = args["cohort"]
     layout = Layout.from_json(args["layout"])
@@ -95,12 +183,12 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
                                  "microbatches": -(-docs // tr["microbatch_size"]),
                                  "memory_model": memory_model_of(contract)})
     cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
-    cohort_idx = COHORTS.index(cohort)
-    if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B, from the A endpoint
+    cohort_idx = order.index(cohort)
+    if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
         if cursor.get("cohort", 0) + 1 != cohort_idx or cursor.get("cohort_step", cursor["step"]) != \
-                contract["endpoints"][COHORTS[cohort_idx - 1]]:
+                contract["endpoints"][order[cohort_idx - 1]]:
             raise TrainRefused(f"cohort {cohort} must start from the committed endpoint of cohort "
-                               f"{COHORTS[cohort_idx - 1]}; the start commit's cursor is {cursor}")
+                               f"{order[cohort_idx - 1]}; the start commit's cursor is {cursor}")
         cohort_step = 0
     else:
         cohort_step = cursor.get("cohort_step", cursor["step"])
@@ -185,19 +273,53 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     return len(wanted)
 
 
-def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, reference: str | None) -> dict:
+def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, reference: str | None,
+                      grow: bool = False) -> tuple[dict, dict]:
     """Shared by the local and torchrun paths: every input commitment and the kit's source, the
-    contract, the cohort name, and cohort B's --reference/--resume."""
-    from kit.adaptive.schema import load_adaptive_contract
+    contract (adaptive or continued), the cohort name, and a later cohort's --reference/--resume.
+    Returns (contract view, prepared.json)."""
+    from kit.adaptive.continued_schema import job_contract
 
     check_inputs(prepared_p)  # before anything else: source or input changes fail here, naming the file
     pj = load_json_strict(prepared_p / "prepared.json")
-    contract = load_adaptive_contract(pj["locations"]["contract"]).data
-    if cohort not in COHORTS:
-        raise TrainRefused(f"--cohort {cohort!r}; expected A or B")
-    if cohort == "B" and (not reference or not resume):
-        raise TrainRefused("cohort B needs --reference (the committed phase-A endpoint) and --resume")
-    return contract
+    contract = job_contract(pj)
+    _check_cohort(pj, contract, cohort, resume, reference, grow)
+    return contract, pj
+
+
+def _check_cohort(pj: dict, contract: dict, cohort: str, resume: str | None, reference: str | None,
+                  grow: bool) -> None:
+    order = contract["cohort_order"]
+    if cohort not in order:
+        raise TrainRefused(f"--cohort {cohort!r}; this prepared job ({pj['contract']['kind']}) has cohorts {order}")
+    if cohort != order[0] and (not reference or not resume):
+        raise TrainRefused(f"cohort {cohort} needs --reference (the committed phase-A endpoint) and --resume")
+    if grow and contract["growth"].get("cohort") != cohort:
+        raise TrainRefused(f"--grow: the contract grows cohort {contract['growth'].get('cohort')!r} only "
+                           f"(growth forbidden in cohort {cohort})")
+
+
+def _check_bindings(prepared: Path, pj: dict, contract: dict, seed_dir: str, home: str, cohort: str,
+                    resume: str | None, reference: str | None, source_home: str | None,
+                    reference_home: str | None) -> None:
+    """Inputs bound to the prepared job, before anything is created: the seed, cohort B's reference, a
+    fresh home for a new cohort."""
+    from kit.store.commits import read_commit
+
+    check_seed(prepared, pj, seed_dir)
+    if cohort == "B":
+        check_reference(prepared, pj, contract, reference, resume, reference_home or source_home or home,
+                        source_home or home)
+    if cohort == "C":  # continued learning: the prepared job names its start endpoint
+        want = pj["start"]["full_root"]
+        for flag, value in (("--resume", resume), ("--reference", reference)):
+            if value != want:
+                raise TrainRefused(f"{flag} {value}: {prepared / 'prepared.json'} field 'start.full_root' expects "
+                                   f"{want} (the phase-A endpoint this continued job starts from)")
+    cursor = read_commit(source_home or home, resume)["learned_state"]["cursor"] if resume else None
+    check_fresh_home(home, cohort, resume, cursor, contract["cohort_order"])
+
+
 
 
 def _worker_args(prepared_p: Path, seed_dir: str, home: str, cohort: str, workers: int, start: dict,
@@ -225,9 +347,10 @@ def _layers(seed_dir: str, home: str, source_home: str | None, resume: str | Non
 
 
 def _attempt_record(attempt: str, cohort: str, workers: int, resume, reference, source_home, until, grow,
-                    prepared_p: Path) -> dict:
+                    prepared_p: Path, pj: dict, reference_home=None) -> dict:
     return {"attempt": attempt, "cohort": cohort, "workers": workers, "resume": resume, "reference": reference,
-            "source_home": source_home, "until": until, "grow": grow, "prepared": str(prepared_p),
+            "source_home": source_home, "reference_home": reference_home, "until": until, "grow": grow,
+            "prepared": str(prepared_p), "prepared_job_digest": pj["job_digest"],
             "started_at": time.time(), "status": "running", "error": None, "commits": []}
 
 
@@ -241,13 +364,19 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
         return _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference,
                                          source_home, until, grow, reference_home, timeout_s)
     prepared_p = Path(prepared)
-    contract = _checked_contract(prepared_p, cohort, resume, reference)
+    contract, pj = _checked_contract(prepared_p, cohort, resume, reference, grow)
+    if cohort == "C":  # the continued cohort's start state and reference: the bound phase-A endpoint's store
+        source_home = source_home or pj["start"]["home"]
+        reference_home = reference_home or source_home
+    _check_bindings(prepared_p, pj, contract, seed_dir, home, cohort, resume, reference, source_home,
+                    reference_home)
     home_p = Path(home)
     home_p.mkdir(parents=True, exist_ok=True)
     attempt = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     attempt_dir = home_p / "attempts" / attempt
     attempt_dir.mkdir(parents=True)
-    record = _attempt_record(attempt, cohort, workers, resume, reference, source_home, until, grow, prepared_p)
+    record = _attempt_record(attempt, cohort, workers, resume, reference, source_home, until, grow, prepared_p,
+                             pj, reference_home)
     write_canonical_json(attempt_dir / "attempt.json", record)
     try:
         if source_home:  # the lineage's update logs travel with the migrated state
@@ -311,15 +440,20 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
         raise TrainRefused("--grow under torchrun: run the append transition first with the local launcher "
                            "(kit adaptive train --grow ...), then resume its root under torchrun")
     prepared_p = Path(prepared)
-    contract = _checked_contract(prepared_p, cohort, resume, reference)  # every rank, before joining
+    contract, pj = _checked_contract(prepared_p, cohort, resume, reference)  # every rank, before joining
+    if cohort == "C":
+        source_home = source_home or pj["start"]["home"]
+        reference_home = reference_home or source_home
+    _check_bindings(prepared_p, pj, contract, seed_dir, home, cohort, resume, reference, source_home,
+                    reference_home)
     if cohort == "B":
         check_a_trained(reference_home or source_home or home, prepared_p, contract["endpoints"]["A"])
     group = join(timeout_s=min(float(timeout_s), WORKER_TIMEOUT_S))
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     attempt = f"torchrun-{run_id}-{os.environ.get('MASTER_PORT', '0')}"
     attempt_dir = Path(home) / "attempts" / attempt
-    record = {**_attempt_record(attempt, cohort, workers, resume, reference, source_home, until, False, prepared_p),
-              "launcher": "torchrun"}
+    record = {**_attempt_record(attempt, cohort, workers, resume, reference, source_home, until, False, prepared_p,
+                                pj, reference_home), "launcher": "torchrun"}
     if rank == 0:
         (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)
         write_canonical_json(attempt_dir / "attempt.json", record)

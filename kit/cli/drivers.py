@@ -146,6 +146,12 @@ def register_adaptive(sub) -> None:
 
     prepare.register(sub)
     adaptive_cli.register(sub)
+    from kit.adaptive import continued
+
+    continued.register(sub)  # `kit continued prepare` (the continued-learning contract)
+    from kit.adaptive import replay
+
+    replay.register(sub)  # `kit checkpoint replay` (needs an adaptive home's attempt records)
 
 
 

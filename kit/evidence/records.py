@@ -16,6 +16,7 @@ the runner maps the exception's name to the status. This module imports neither 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
 import platform
 import re
@@ -225,14 +226,28 @@ def git_commit_exists(directory: Path, commit: str) -> bool:
     return _git(directory, "cat-file", "-e", f"{commit}^{{commit}}") is not None
 
 
+GPU_REFERENCE_REQUIREMENTS = Path("requirements") / "gpu-reference.txt"
+
+
+def gpu_reference_requirements_sha256() -> str | None:
+    """sha256 of the kit repository's requirements/gpu-reference.txt (the pinned GPU image), or None
+    when the running kit is not inside a checkout that has it."""
+    import kit
+
+    path = Path(kit.__file__).resolve().parents[1] / GPU_REFERENCE_REQUIREMENTS
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
 def package_versions() -> dict:
-    """Python and package versions from installed metadata; nothing is imported (torch stays unloaded)."""
+    """Python and package versions from installed metadata; nothing is imported (torch stays unloaded);
+    and `gpu_reference_requirements_sha256`, the pinned GPU requirements file this run names."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in VERSIONED_PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
+    versions["gpu_reference_requirements_sha256"] = gpu_reference_requirements_sha256()
     return versions
 
 

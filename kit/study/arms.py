@@ -48,7 +48,7 @@ from kit.study.compression_state import (
     write_compression_state,
 )
 from kit.study.cost import arm_cost, project_arm
-from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared, read_train_rows
+from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
 from kit.train.batch import TrainRecord
 from kit.train.powersgd import FP32_BYTES, PowerSGDCompressor, PowerSGDConfig
@@ -325,6 +325,7 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
     if missing:
         return _write_attempt(study_dir, {**record, "status": "unavailable", "reason": missing})
     check_seed(prepared, seed_dir)
+    check_source(prepared, study_dir / PREPARED_DIR / "prepared.json")
     source = {"home": str(home), "root": resume_root} if resume_root else {"seed_dir": str(seed_dir)}
     first = start_from_commit(str(home), resume_root).step if resume_root else 0
     if resume_root and spec["reduction"] == "powersgd":

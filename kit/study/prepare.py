@@ -20,8 +20,11 @@ is "ce"; docs/study.md says why). Every document is trained exactly once: the sc
 permutation (numpy default_rng(schedule.order_seed)) cut into global batches.
 
 Final-test tasks come from another role's stream and exclude every training and seed task by
-content digest. Retention probes come from another range of the public source, excluding any
-record whose normalised prompt or content digest matches a training document (counted).
+content digest, and every task another contract's scoring exposed (the exposure ledger, counted).
+Retention probes come from another range of the public source, excluding any record whose normalised
+prompt or content digest matches a training document (counted); when the contract says they are
+exposed (`data.retention.exposed`), only records whose content digest is in the exposure ledger are
+eligible, so "exposed" names the set that really was exposed.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ from kit.digest import (
     write_bytes_atomic,
     write_canonical_json,
 )
+from kit.evidence.records import package_versions
 from kit.inventory import inventory_digest, parameter_digest
+from kit.provenance import kit_package_dir, source_digest
 from kit.study.schema import load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
@@ -108,9 +113,27 @@ def _record_row(c: Conversation, enc, family: str | None) -> dict:
 
 
 def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike, source_path: str | os.PathLike,
-                  study_dir: str | os.PathLike) -> dict:
-    """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content."""
+                  study_dir: str | os.PathLike, ledger: str | os.PathLike | None = None) -> dict:
+    """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content.
+
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path()). Final-test tasks exclude
+    every task digest another contract exposed (counted); with `data.retention.exposed` the probes are
+    the records of the retention range whose content digest the ledger holds (really exposed), and
+    preparation is refused when too few are."""
+    from kit.evidence.ledger import (
+        CONVERSATION_KINDS,
+        TASK_KINDS,
+        exposed_digests,
+        ledger_path,
+        ledger_summary,
+        tasks_excluding,
+    )
+
     contract = load_study_contract(contract_path)
+    ledger = Path(ledger) if ledger is not None else ledger_path()
+    ledger_info = ledger_summary(ledger)
+    exposed_tasks = exposed_digests(TASK_KINDS, ledger, other_than=contract.digest)
+    exposed_convs = exposed_digests(CONVERSATION_KINDS, ledger)
     seed_dir, source_path, study_dir = Path(seed_dir), Path(source_path), Path(study_dir)
     out = study_dir / PREPARED_DIR
     if (out / "prepared.json").exists():
@@ -137,12 +160,22 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     train_prompts = {normalize_text(c.prompt) for c, _ in train_pairs}
     train_digests = {c.digest for c, _ in train_pairs}
 
-    final = generate_set(d["final_test"]["count"], d["final_test"]["seed"], d["final_test"]["role"],
-                         d["final_test"]["difficulty"], exclude_digests=seed_tasks | {t.digest for t in tasks})
+    final, final_exposed = tasks_excluding(d["final_test"]["count"], d["final_test"]["seed"], d["final_test"]["role"],
+                                           d["final_test"]["difficulty"], seed_tasks | {t.digest for t in tasks},
+                                           exposed_tasks)
     rng = d["retention"]["source"]
     retention_range = instruction_source_range(source_path, rng["sha256"], rng["start"], rng["stop"], rng["name"])
+    probes = retention_range.conversations
+    not_exposed = 0
+    if d["retention"]["exposed"]:  # "already exposed": the records some scoring really opened
+        probes = [c for c in retention_range.conversations if c.digest in exposed_convs]
+        not_exposed = len(retention_range.conversations) - len(probes)
+        if len(probes) < d["retention"]["count"]:
+            raise PreparedError(f"{ledger}: {len(probes)} records of data.retention.source [{rng['start']}, "
+                                f"{rng['stop']}) are in the exposure ledger; field 'data.retention.count' = "
+                                f"{d['retention']['count']} exposed probes needed (data.retention.exposed = true)")
     retention_pairs, retention_stats = _first_fitting(
-        tokenizer, retention_range.conversations, d["retention"]["count"], max_tokens, "data.retention",
+        tokenizer, probes, d["retention"]["count"], max_tokens, "data.retention",
         skip=lambda c: normalize_text(c.prompt) in train_prompts or c.digest in train_digests)
 
     ids = [c.id for c, _ in train_pairs]
@@ -153,6 +186,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     staging = study_dir / f".{PREPARED_DIR}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    source = source_digest(kit_package_dir())
     write_canonical_json(staging / "contract.json", contract.data)
     lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
     write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
@@ -174,10 +208,17 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
                    "documents_per_update": per,
                    "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
                    "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
+        # what prepared it, as the adaptive prepare commits (kit/provenance.py): the kit's own source and
+        # the library versions; `run_arm` refuses a kit whose source digest differs (check_source)
+        "kit_source": {"package_dir": str(kit_package_dir()), "digest": source[0], "files": source[1]},
+        "versions": package_versions(),
+        "ledger": {**{k: ledger_info[k] for k in ("path", "sha256", "entries", "digests")},
+                   "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
         "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
                                                        "skipped_empty_output": len(replay_range.skipped_empty_output)},
                        "retention": {**retention_stats, "rule": "normalised prompt or content digest matches a "
-                                     "training document"}},
+                                     "training document", "not_in_ledger": not_exposed},
+                       "final_test": {"ledger": final_exposed}},
     }
     write_canonical_json(staging / "prepared.json", prepared)
     if out.exists():
@@ -202,6 +243,22 @@ def load_prepared(study_dir: str | os.PathLike) -> tuple[dict, Contract, str]:
         raise PreparedError(f"{out / 'contract.json'}: contract digest {contract.digest} differs from "
                             f"prepared.json's {prepared['contract']['digest']}")
     return prepared, contract, sha256_json(prepared)
+
+
+def check_source(prepared: dict, path: str | os.PathLike = "prepared.json",
+                 package_dir: str | os.PathLike | None = None) -> None:
+    """Refuse to train with a kit whose source differs from the one that prepared (or a preparation
+    that did not commit it); the refusal names the file and the expected digest."""
+    from kit.provenance import CommitmentMismatch, _check_source
+
+    entry = prepared.get("kit_source")
+    if not isinstance(entry, dict) or "digest" not in entry:
+        raise PreparedError(f"{path}: field 'kit_source' missing; expected the kit source digest committed at "
+                            "prepare (prepare the study again with this kit)")
+    try:
+        _check_source(entry, Path(package_dir) if package_dir is not None else kit_package_dir())
+    except CommitmentMismatch as e:
+        raise PreparedError(f"{path}: field 'kit_source.digest' = {entry['digest']}: {e}") from None
 
 
 def check_seed(prepared: dict, seed_dir: str | os.PathLike) -> None:

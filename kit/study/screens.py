@@ -36,7 +36,7 @@ import numpy as np
 
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
-from kit.digest import canonical_json, load_json_strict, write_canonical_json
+from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
 from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, ratio_change_normal_upper
 from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_statuses, attempt_records, read_arm_record
@@ -107,6 +107,10 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     with open(study_dir / "evaluation" / "opened.jsonl", "ab") as log:
         log.write(canonical_json({"at": time.time(), "roles": ["final_tasks", "retention"],
                                   "models": [m[0] for m in models]}) + b"\n")
+    from kit.evidence.ledger import record_exposures
+
+    record_exposures(final, retention, contract.digest, sha256_file(study_dir / PREPARED_DIR / "prepared.json"),
+                     f"study final scoring of {', '.join(m[0] for m in models)}", retention_kind="retention.probe")
     written = {}
     for label, source in models:
         path = out_dir / f"{label}.json"

@@ -215,12 +215,13 @@ def faulty_session_worker(group, args: dict, ctx) -> dict:
 
 
 def model_commit(home: Path, seed_dir: Path, workers: int, seed: int = 0, parent: str | None = None,
-                 rng_bytes: list[bytes] | None = None, replace_objects: dict[str, bytes] | None = None) -> str:
+                 rng_bytes: list[bytes] | None = None, replace_objects: dict[str, bytes] | None = None,
+                 cursor: dict | None = None) -> str:
     """A commit of the seed's model in `home`: every parameter with random, distinct FP32 tensors (so
     no two entries share an object), the seed's config.json bytes, real torch RNG states, an even layout.
 
     `rng_bytes` replaces the RNG states' bytes; `replace_objects` maps "<parameter name>.<field>" to
-    bytes stored (under their own digest) in place of that tensor's object."""
+    bytes stored (under their own digest) in place of that tensor's object; `cursor` replaces {"step": seed}."""
     from kit.model.llama import LlamaCausalLM
     from kit.model.shard import even_layout
     from kit.model.config import load_config
@@ -240,4 +241,4 @@ def model_commit(home: Path, seed_dir: Path, workers: int, seed: int = 0, parent
         rng.append(store.put_bytes(state))
     layout = {**even_layout(shape.num_hidden_layers, workers).to_json(),
               "model_config": store.put_bytes((seed_dir / "config.json").read_bytes())}
-    return write_commit(home, {"cursor": {"step": seed}, "params": entries}, layout, parent, rng)
+    return write_commit(home, {"cursor": cursor or {"step": seed}, "params": entries}, layout, parent, rng)

@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reliability_support import commit, corrupt, run_python
+from reliability_support import corrupt, model_commit, run_python
 from test_adaptive_prepare import PUBLIC, TINY, _distinct, _planted, make_seed, seed_tasks
 
 from kit.adaptive import prepare as prep
@@ -47,6 +47,7 @@ from kit.digest import DigestMismatch, load_json_strict, sha256_file, write_cano
 from kit.provenance import CommitmentMismatch, check_commitments, kit_package_dir
 
 DAMAGES = ("bit_flip", "truncate", "delete")
+A_END = {"step": 8, "cohort": 0, "cohort_step": 8}  # the tiny contract's cohort-A endpoint cursor
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +125,10 @@ def selection(job, tmp_path):
     prepared = tmp_path / "prepared"
     shutil.copytree(job["out"], prepared)
     home = tmp_path / "store"
-    root = commit(home, seed=1, parent=None)
+    root = model_commit(home, job["seed"], 2, seed=1, cursor=A_END)  # at the contract's A endpoint
     path = tmp_path / "selection.json"
     write_selection(prepared, {"A": {"home": str(home), "root": root}}, path, {"note": "dev checks passed"})
-    return {"prepared": prepared, "path": path, "root": root, "home": home}
+    return {"prepared": prepared, "path": path, "root": root, "home": home, "seed": job["seed"]}
 
 
 def test_damaged_selection_record_never_opens_the_final_roles(selection):
@@ -177,7 +178,7 @@ def test_hand_made_or_copied_selection_is_refused_and_logged(selection, job, tmp
 
 def test_no_second_selection_after_scoring(selection, tmp_path):
     prepared, path, root, home = selection["prepared"], selection["path"], selection["root"], selection["home"]
-    second_root = commit(home, seed=2, parent=root)
+    second_root = model_commit(home, selection["seed"], 2, seed=2, parent=root, cursor=A_END)
     second = tmp_path / "second.json"  # written before any scoring, so select accepts it
     write_selection(prepared, {"A": {"home": str(home), "root": second_root}}, second)
     open_final_roles(prepared, path, [root], "final scoring")  # scoring happens under the first

@@ -1,0 +1,279 @@
+"""The continued-learning contract (seeds/000: "The next learning experiment is the separate
+continued-learning contract. It starts from the passing phase-A checkpoint, forbids growth, and treats
+generated-answer improvement as the primary gate. This adaptive plan's exposed finals cannot be reused
+there.").
+
+One cohort `C` continues a committed phase-A endpoint of an adaptive job (its Adam state included),
+with that endpoint as the frozen reference for replay KL, and no growth. `prepare_continued` refuses
+before writing anything:
+- an endpoint that is not the start job's phase-A endpoint (cursor, depth), or whose final evaluation
+  is not bound to the start job (split, candidate, role digests, an allowed final-access line);
+- an endpoint whose recomputed gates did not pass, unless the contract says `start.exploratory`, in
+  which case prepared.json, the gates and every report say "exploratory";
+- final tasks or final retention records exposed under another contract (the exposure ledger), or
+  present in any role of the start job (excluded and counted, never reused).
+
+The prepared directory has the adaptive layout (role files, schedule.json, prepared.json,
+adaptive-shards-inputs.json), so `kit adaptive train --cohort C`, `evaluate`, `select` and `gates`
+run it; `job_contract` gives those drivers one view of either contract kind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the contract's names in one place
+    COHORT,
+    KIND,
+    PREPARED_FORMAT,
+    ROLES,
+    ContinuedRefused,
+    job_contract,
+    load_continued_contract,
+)
+
+
+def continued_gates(evaluation: dict, contract: dict, exploratory: bool) -> dict:
+    """Generated answers first (net gained >= 1), retention as a guard, the NLL gain reported."""
+    from kit.stats import accuracy_by_family, gained_lost, gate_retention, paired_bootstrap_upper
+
+    if evaluation["split"] != "final":
+        raise ValueError("gates apply to final evaluations only; development checks may only abort")
+    boot, t, r = contract["bootstrap"], evaluation["tasks"], evaluation["retention"]
+    gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
+                                  boot["confidence"], boot["resamples"], boot["seed"])
+    ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
+                                 boot["confidence"], boot["resamples"], boot["seed"])
+    gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
+    need = contract["gates"]["generated_min_net_gained"]
+    generated = {"name": "generated", "passed": gl["gained"] - gl["lost"] >= need, "inputs": gl,
+                 "rule": f"primary: generated answers improve, gained - lost >= {need}"}
+    verdicts = [generated, gate_retention(ret.upper, contract["gates"]["retention_upper_at_most"])]
+    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
+    return {"candidate": evaluation["candidate"], "baseline": evaluation["baseline"], "gain": gain.to_dict(),
+            "retention": ret.to_dict(), "generated": gl, "gates": verdicts,
+            "passed": all(v["passed"] for v in verdicts), "exploratory": exploratory,
+            "note": ("EXPLORATORY: started from a phase-A endpoint whose gates did not pass" if exploratory else
+                     "started from a phase-A endpoint whose gates passed"),
+            "accuracy": {"candidate": fam("cand_correct").to_dict(orient="records"),
+                         "baseline": fam("base_correct").to_dict(orient="records")}}
+
+
+def _start_endpoint(spj: dict, start_dir: Path, start_contract: dict, c: dict, home: str, root: str,
+                    evaluation: Path) -> dict:
+    """The start endpoint's identity and its gates, recomputed from its bound final evaluation."""
+    from kit.adaptive.evaluation import gates
+    from kit.adaptive.selection import (
+        ACCESS_LOG,
+        EVALUATIONS_LOG,
+        FinalRolesRefused,
+        access_entries,
+        check_endpoint,
+    )
+    from kit.digest import load_json_strict, sha256_file
+    from kit.store.commits import read_commit
+
+    name = c["start"]["comparison"]
+    m = read_commit(home, root)
+    try:
+        check_endpoint(m, name, spj, start_contract, f"{home}:{root}")
+    except FinalRolesRefused as e:
+        raise ContinuedRefused(f"start endpoint: {e}") from None
+    if start_contract["comparisons"][name]["cohort"] != "A" or start_contract["comparisons"][name]["grown"]:
+        raise ContinuedRefused(f"contract field 'start.comparison' = {name!r}; expected the start contract's "
+                               "fixed-depth phase-A comparison (the continued cohort forbids growth)")
+    ev = load_json_strict(evaluation)
+    roles = {"tasks": spj["roles"]["final.tasks"]["sha256"], "retention": spj["roles"]["final.retention"]["sha256"]}
+    for field, got, want in (("split", ev.get("split"), "final"), ("candidate", ev.get("candidate"), root),
+                             ("role_sha256", ev.get("role_sha256"), roles)):
+        if got != want:
+            raise ContinuedRefused(f"{evaluation}: field {field!r} = {got!r}; expected {want!r} (the start "
+                                   f"endpoint's final evaluation in {start_dir})")
+    sha = sha256_file(evaluation)
+    written = [e for e in access_entries(start_dir, EVALUATIONS_LOG) if e.get("sha256") == sha]
+    if not written:
+        raise ContinuedRefused(f"{evaluation}: sha256 {sha} is not a final evaluation record `kit adaptive evaluate` "
+                               f"wrote for {start_dir} ({EVALUATIONS_LOG}); an edited or hand-made record is refused")
+    opened = [e for e in access_entries(start_dir) if e.get("allowed") and root in e.get("roots", [])
+              and e.get("baseline") == ev.get("baseline")]
+    if not opened:
+        raise ContinuedRefused(f"{start_dir / ACCESS_LOG}: no allowed final-role opening for candidate {root} against "
+                               f"{ev.get('baseline')}; the evaluation is not bound to a selection of the start job")
+    verdict = gates(ev, start_contract)
+    passed = bool(verdict["passed"])
+    if not passed and not c["start"]["exploratory"]:
+        failed = [g["name"] for g in verdict["gates"] if not g["passed"]]
+        raise ContinuedRefused(f"{evaluation}: the start endpoint's gates did not pass (failed: {failed}); contract "
+                               "field 'start.exploratory' = false, so a continued run may start only from a passing "
+                               "phase-A endpoint (set it true to run exploratory, and the report says so)")
+    return {"comparison": name, "full_root": root, "learned_state_root": m["learned_state_root"],
+            "cursor": m["learned_state"]["cursor"], "home": str(Path(home).absolute()),
+            "prepared_job_digest": spj["job_digest"], "contract_digest": spj["contract"]["digest"],
+            "evaluation_sha256": sha256_file(evaluation), "gates": {g["name"]: g["passed"] for g in verdict["gates"]},
+            "gates_passed": passed, "exploratory": not passed}
+
+
+def prepare_continued(contract_path, start_prepared, start_home: str, start_root: str, start_evaluation,
+                      seed_dir, public_source, out_dir, ledger=None) -> dict:
+    """Prepare the continued cohort into `out_dir` (new or empty); see the module docstring."""
+    from kit.adaptive import prepare as prep
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.data.conversations import read_jsonl, write_jsonl
+    from kit.data.tasks import generate_set
+    from kit.digest import load_json_strict, sha256_json, write_canonical_json
+    from kit.evidence.ledger import (
+        CONVERSATION_KINDS,
+        TASK_KINDS,
+        exposed_digests,
+        ledger_path,
+        ledger_summary,
+        tasks_excluding,
+    )
+    from kit.inventory import parameter_digest
+    from kit.provenance import input_commitments
+
+    contract = load_continued_contract(contract_path)
+    c = contract.data
+    start_dir, out = Path(start_prepared), Path(out_dir)
+    prep._check_out_dir(out)
+    spj = load_json_strict(start_dir / "prepared.json")
+    start_c = load_adaptive_contract(spj["locations"]["contract"])
+    if start_c.digest != spj["contract"]["digest"]:
+        raise ContinuedRefused(f"{start_c.path}: digest {start_c.digest}; {start_dir / 'prepared.json'} field "
+                               f"'contract.digest' expects {spj['contract']['digest']}")
+    pinned = c["start"]["contract_digest"]
+    if pinned is not None and pinned != start_c.digest:
+        raise ContinuedRefused(f"{start_dir / 'prepared.json'}: start contract digest {start_c.digest}; contract field "
+                               f"'start.contract_digest' = {pinned}")
+    start_contract = {**start_c.data, "cohort_order": ["A", "B"]}
+    start = _start_endpoint(spj, start_dir, start_contract, c, start_home, start_root, Path(start_evaluation))
+    seed_dir, public = Path(seed_dir), Path(public_source)
+    actual = parameter_digest(seed_dir)
+    if actual != spj["seed"]["parameter_digest"]:
+        raise ContinuedRefused(f"--seed {seed_dir}: parameter digest {actual}; {start_dir / 'prepared.json'} field "
+                               f"'seed.parameter_digest' expects {spj['seed']['parameter_digest']}")
+    prep._check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
+
+    ledger = Path(ledger) if ledger is not None else ledger_path()
+    ledger_info = ledger_summary(ledger)
+    exposed_tasks = exposed_digests(TASK_KINDS, ledger, other_than=contract.digest)
+    exposed_convs = exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract.digest)
+    start_roles = {role: read_jsonl(start_dir / info["file"], info["sha256"]) for role, info in spj["roles"].items()}
+    trained = read_jsonl(spj["locations"]["replay"])
+    excluded = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
+    excluded |= {x.meta["digest"] for convs in start_roles.values() for x in convs if "digest" in x.meta}
+    seeds, diff = c["data_seeds"], c["tasks"]["difficulty"]
+    tasks = {}
+    for role, count in (("C.new", c["cohort"]["totals"]["new"]), ("dev.tasks", c["evaluation"]["dev"]["tasks"])):
+        tasks[role] = generate_set(count, seeds["tasks"], role, diff, excluded)
+        excluded |= {e.digest for e in tasks[role]}
+    tasks["final.tasks"], final_skipped = tasks_excluding(c["evaluation"]["final"]["tasks"], seeds["tasks"],
+                                                          "final.tasks", diff, excluded, exposed_tasks)
+    fits = prep._Fits(seed_dir, c["training"]["max_tokens"])
+    records = {role: prep._task_records(ex, role) for role, ex in tasks.items()}
+    for role, convs in records.items():
+        too_long = next((x.id for x in convs if not fits(x)), None)
+        if too_long is not None:
+            raise ContinuedRefused(f"role {role!r} task {too_long!r} exceeds training.max_tokens = {fits.max_tokens}")
+    n_replay, n_dev = c["cohort"]["totals"]["replay_conv"], c["evaluation"]["dev"]["retention"]
+    if n_replay > len(start_roles["A.replay"]) or n_dev > len(start_roles["dev.retention"]):
+        raise ContinuedRefused(f"{start_dir}: A.replay has {len(start_roles['A.replay'])} and dev.retention "
+                               f"{len(start_roles['dev.retention'])} records; contract fields 'cohort.totals.replay_conv' "
+                               f"= {n_replay} and 'evaluation.dev.retention' = {n_dev} need at most that many")
+    records["C.replay"] = [prep._labelled(x, "C.replay") for x in
+                           prep._rank(start_roles["A.replay"], seeds["selection"], "C.replay")[:n_replay]]
+    records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
+    against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
+    final_ret, final_report = prep._final_retention(c, public, against, fits, frozenset(exposed_convs))
+    start_final = {x.digest for x in start_roles["final.retention"]}
+    records["final.retention"] = final_ret
+    assert not {x.digest for x in final_ret} & start_final  # document rules already exclude every start record
+
+    sched_seed, k = seeds["schedule"], c["cohort"]
+    ranked = {role: prep._rank(records[role], sched_seed, f"schedule/C/{role}") for role in ("C.new", "C.replay")}
+    steps = []
+    for i in range(k["updates"]):
+        chosen = [(role, conv) for role, part in (("C.new", "new"), ("C.replay", "replay_conv"))
+                  for conv in ranked[role][i * k["per_update"][part]:(i + 1) * k["per_update"][part]]]
+        chosen = prep._rank(chosen, sched_seed, f"schedule/C/{i + 1}", key=lambda rc: [rc[0], rc[1].id])
+        steps.append([{"id": conv.id, "role": role, "replay": role == "C.replay", "digest": conv.digest}
+                      for role, conv in chosen])
+    schedule = {"format": prep.SCHEDULE_FORMAT, "contract_digest": contract.digest, "seed": sched_seed,
+                "cohorts": {COHORT: {"updates": k["updates"], "reference": "start", "steps": steps}}}
+
+    staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        roles = {role: prep._role_summary(records[role], write_jsonl(staging / prep.role_file(role), records[role]),
+                                          role) for role in ROLES}
+        prepared = {
+            "format": PREPARED_FORMAT,
+            "contract": {"digest": contract.digest, "kind": KIND, "scale": c["scale"]},
+            "start": start,
+            "seed": {**spj["seed"], "parameter_digest": actual},
+            "tokenizer": spj["tokenizer"],
+            "roles": roles,
+            "schedule": {"file": prep.SCHEDULE_FILE, "sha256": write_canonical_json(staging / prep.SCHEDULE_FILE,
+                                                                                    schedule)},
+            "exclusions": {"final.retention": final_report,
+                           "final.tasks": {"excluded": {"ledger": final_skipped}, "excluded_total": final_skipped,
+                                           "taken": c["evaluation"]["final"]["tasks"]}},
+            "ledger": {**{key: ledger_info[key] for key in ("sha256", "entries", "digests")},
+                       "excluded_digests": {"tasks": len(exposed_tasks), "conversations": len(exposed_convs)},
+                       "rule": "every digest exposed under another contract"},
+        }
+        prepared["job_digest"] = sha256_json(prepared)
+        prepared["locations"] = {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
+                                 "start_prepared": str(start_dir.absolute()), "replay": spj["locations"]["replay"],
+                                 "public_source": str(public.absolute()), "ledger": ledger_info["path"],
+                                 "start_evaluation": str(Path(start_evaluation).absolute())}
+        prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        prepared_sha = write_canonical_json(staging / prep.PREPARED_FILE, prepared)
+        inputs = {f"seed/{p.name}": p for p in sorted(seed_dir.iterdir())
+                  if p.name in prep.SEED_FILES or p.suffix == ".safetensors"}
+        inputs |= {"public_source": public, "start_prepared": start_dir / prep.PREPARED_FILE,
+                   "start_evaluation": Path(start_evaluation)}
+        written = {role: prep.role_file(role) for role in ROLES} | {"schedule": prep.SCHEDULE_FILE,
+                                                                    "prepared": prep.PREPARED_FILE}
+        write_canonical_json(staging / prep.COMMITMENTS_FILE,
+                             input_commitments(contract_path, contract.digest, inputs, staging, written))
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
+            "contract_digest": contract.digest, "start": {k: start[k] for k in ("full_root", "gates", "gates_passed",
+                                                                               "exploratory")},
+            "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],
+            "final_tasks_excluded": {"ledger": final_skipped}}
+
+
+def cmd_prepare(a) -> int:
+    from kit.digest import canonical_json
+
+    home, _, root = a.start.rpartition(":")
+    summary = prepare_continued(a.contract, a.start_prepared, home, root, a.start_evaluation, a.seed,
+                                a.public_source, a.out, a.ledger)
+    print(canonical_json(summary).decode())
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("continued", help="the continued-learning contract (prepare; then kit adaptive train --cohort C)")
+    sp = p.add_subparsers(dest="continued_command", required=True)
+    s = sp.add_parser("prepare", help="roles, schedule and commitments of the continued cohort from a passing A endpoint")
+    s.add_argument("--contract", required=True, help="contracts/continued-learning.json or .tiny.json")
+    s.add_argument("--start-prepared", required=True, help="the adaptive job's prepared directory")
+    s.add_argument("--start", required=True, help="HOME:FULL_ROOT of the selected phase-A endpoint")
+    s.add_argument("--start-evaluation", required=True, help="its final evaluation record (kit adaptive evaluate)")
+    s.add_argument("--seed", required=True, help="the seed directory (tokenizer; the start job's seed)")
+    s.add_argument("--public-source", required=True, help="local copy of the pinned public source")
+    s.add_argument("--out", required=True, help="a new or empty directory")
+    s.add_argument("--ledger", default=None, help="exposure ledger (default: $KIT_LEDGER or ledger/exposed.jsonl)")
+    s.set_defaults(fn=cmd_prepare)

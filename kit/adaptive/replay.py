@@ -1,0 +1,161 @@
+"""`kit checkpoint replay --home H ROOT [--from PARENT]`: recompute an update window and compare roots.
+
+A hash names a state; it does not prove the updates that led to it were done. Replay recomputes them:
+from the committed state of PARENT (ROOT's parent by default, or an earlier ancestor in the same lineage)
+it runs the prepared job's updates between PARENT's and ROOT's cohort steps (the schedule names every
+record; the attempt that committed ROOT names the prepared job, the cohort, the worker count and the
+reference) in a scratch store, then compares the learned-state root it reaches with ROOT's.
+
+- On CPU the roots must be equal (the kit's numeric profile makes CPU updates bit-identical across
+  layouts); a difference is reported with the largest parameter difference, and the exit status is 1.
+- On GPU, in the deterministic mode, the report gives equality or the maximum difference.
+- What is refused before any update: a PARENT that is not an ancestor of ROOT (walking `parent` links),
+  a window that crosses a cohort other than from the previous cohort's endpoint into its first update,
+  a window that contains the append transition (a growth commit is replayed as its own window: the
+  transition is checked by re-applying it), no completed attempt of H listing ROOT.
+
+Every replay writes `H/replays/<ROOT>-from-<PARENT>.json` (docs/formats.md, "Replay records"); the
+window is marked there with its cohort steps, so a report can show which windows were replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from kit.digest import load_json_strict, write_canonical_json
+
+REPLAY_FORMAT = "kit-replay/1"
+
+
+class ReplayRefused(ValueError):
+    pass
+
+
+def _attempt_of(home: Path, root: str) -> dict:
+    for path in sorted(home.glob("attempts/*/attempt.json")):
+        rec = load_json_strict(path)
+        if rec.get("status") == "completed" and any(c.get("full_root") == root for c in rec.get("commits", [])):
+            return {**rec, "_path": str(path)}
+    raise ReplayRefused(f"{home}/attempts: no completed attempt lists commit {root}; replay needs the attempt "
+                        "that committed it (prepared job, cohort, workers, reference)")
+
+
+def _lineage(home: Path, root: str, parent: str | None) -> tuple[list[dict], str]:
+    """Manifests from ROOT back to PARENT (exclusive of PARENT), and PARENT (default: ROOT's parent)."""
+    from kit.store.commits import read_commit
+
+    m = read_commit(home, root)
+    if parent is None:
+        if m["parent"] is None:
+            raise ReplayRefused(f"commit {root} has no parent; name --from")
+        return [m], m["parent"]
+    chain = [m]
+    while chain[-1]["parent"] != parent:
+        if chain[-1]["parent"] is None:
+            raise ReplayRefused(f"--from {parent}: not an ancestor of {root} in {home} (the parent chain ends at "
+                                f"{chain[-1]['full_root']})")
+        chain.append(read_commit(home, chain[-1]["parent"]))
+    return chain, parent
+
+
+def _max_difference(a_home: str, a_root: str, b_home: str, b_root: str) -> float | None:
+    from kit.adaptive.compare import compare
+
+    res = compare(a_home, a_root, b_home, b_root, "A")
+    return res["max_abs_parameter_difference"]
+
+
+def replay(home: str, root: str, parent: str | None = None, workers: int | None = None,
+           scratch: str | None = None) -> dict:
+    """Replay the window (PARENT, ROOT] of store `home`; returns and writes the replay record."""
+    from kit.adaptive.continued_schema import job_contract
+    from kit.adaptive.train import train
+    from kit.store.commits import read_commit
+
+    h = Path(home)
+    chain, parent = _lineage(h, root, parent)
+    target, start = chain[0], read_commit(h, parent)
+    attempt = _attempt_of(h, root)
+    prepared = Path(attempt["prepared"])
+    pj = load_json_strict(prepared / "prepared.json")
+    contract = job_contract(pj)
+    order, cohort = contract["cohort_order"], attempt["cohort"]
+    tc, sc = target["learned_state"]["cursor"], start["learned_state"]["cursor"]
+    idx = order.index(cohort)
+    if tc.get("cohort", 0) != idx:
+        raise ReplayRefused(f"commit {root}: cursor {tc} is not in cohort {cohort} of its attempt {attempt['_path']}")
+    same = sc.get("cohort", 0) == idx
+    from_prev_end = (sc.get("cohort", 0) == idx - 1 and idx > 0
+                     and sc.get("cohort_step") == contract["endpoints"][order[idx - 1]])
+    if not (same or from_prev_end):
+        raise ReplayRefused(f"--from {parent}: cursor {sc}; a window stays in cohort {cohort} or starts at the "
+                            f"endpoint of cohort {order[idx - 1] if idx else '-'}")
+    grown = [m["full_root"] for m in chain[1:] + [start] if max(b for _, b in m["layout"]["blocks"])
+             != max(b for _, b in target["layout"]["blocks"])]
+    if grown:
+        raise ReplayRefused(f"the window ({parent}, {root}] contains the append transition (depth changes at "
+                            f"{grown[0]}); replay the updates after the growth commit (--from it)")
+    until = tc["cohort_step"]
+    first = (sc.get("cohort_step", 0) if same else 0) + 1
+    workers = workers or attempt["workers"]
+    tmp = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="kit-replay-"))
+    scratch_home = tmp / "home"  # fresh: the replay writes only here; H is read (objects re-hashed on fetch)
+    reference = attempt.get("reference") if cohort != order[0] else None
+    ref_home = attempt.get("reference_home") or attempt.get("source_home") or home if reference else None
+    t0 = time.perf_counter()
+    try:
+        commits = train(str(prepared), pj["locations"]["seed"], str(scratch_home), cohort, workers,
+                        resume=parent, reference=reference, source_home=str(h), until=until,
+                        reference_home=ref_home)
+    finally:
+        seconds = time.perf_counter() - t0
+    got = next(c for c in commits if c["cohort_step"] == until)
+    equal = got["learned_state_root"] == target["learned_state_root"]
+    record = {
+        "format": REPLAY_FORMAT, "home": str(h), "root": root, "from": parent, "cohort": cohort,
+        "cohort_steps": [first, until], "updates": until - first + 1, "workers": workers,
+        "prepared": str(prepared), "prepared_job_digest": pj["job_digest"], "attempt": attempt["_path"],
+        "expected_learned_state_root": target["learned_state_root"],
+        "replayed_learned_state_root": got["learned_state_root"], "equal": equal,
+        "max_abs_parameter_difference": 0.0 if equal else _max_difference(str(h), root, str(scratch_home),
+                                                                             got["full_root"]),
+        "device": "cpu" if not _cuda() else "cuda", "seconds": round(seconds, 3),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_canonical_json(h / "replays" / f"{root}-from-{parent}.json", record)
+    if not scratch:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return record
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and os.environ.get("KIT_DEVICE", "cpu") != "cpu"
+
+
+def register(sub) -> None:
+    """`kit checkpoint replay` inside the existing `kit checkpoint` group."""
+    import argparse
+
+    ck = sub.choices["checkpoint"]
+    group = next(x for x in ck._actions if isinstance(x, argparse._SubParsersAction))
+    s = group.add_parser("replay", help="recompute the updates between a commit and its parent (or --from an "
+                                        "ancestor) from the committed parent state and the prepared job")
+    s.add_argument("root")
+    s.add_argument("--home", required=True)
+    s.add_argument("--from", dest="from_root", help="an earlier ancestor of ROOT (default: its parent)")
+    s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
+    s.set_defaults(fn=cmd_replay)
+
+
+def cmd_replay(a) -> int:
+    rec = replay(a.home, a.root, a.from_root, a.workers)
+    print(json.dumps({k: rec[k] for k in ("root", "from", "cohort", "cohort_steps", "equal",
+                                          "max_abs_parameter_difference")}, sort_keys=True))
+    return 0 if rec["equal"] or rec["device"] != "cpu" else 1

@@ -1,0 +1,156 @@
+"""The exposure ledger (`ledger/exposed.jsonl` in the evidence): every final task and retention probe
+that a scored evaluation opened, by content digest, so that no later contract reuses it.
+
+One canonical-JSON line per exposed item (docs/formats.md, "Exposure ledger"):
+
+    {"format": "kit-exposure/1", "kind": "final.task" | "final.retention" | "retention.probe",
+     "digest": content digest, "id": record id, "contract_digest", "job": prepared-job digest,
+     "run": run id | null, "purpose", "time": ISO 8601 UTC}
+
+`digest` is what a later preparation excludes by: for a generated task its task content digest
+(`meta.digest`, the digest kit.data.tasks excludes by), for a conversation its content digest
+(`Conversation.digest`). Lines are appended (one write, fsynced) and never rewritten; an item already
+in the ledger for the same contract is not written twice, so re-opening the same finals adds nothing.
+
+Where: `$KIT_LEDGER` when set (tests; an operator's shared ledger); inside a `kit run` the `ledger/`
+beside the run's `runs/` directory (the repository's evidence, or `demo-out/` for `make demo`);
+otherwise the kit repository's `ledger/`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kit.digest import canonical_json, sha256_file
+
+LEDGER_FORMAT = "kit-exposure/1"
+LEDGER_ENV = "KIT_LEDGER"
+LEDGER_RELATIVE = Path("ledger") / "exposed.jsonl"
+KINDS = ("final.task", "final.retention", "retention.probe")
+TASK_KINDS = ("final.task",)
+CONVERSATION_KINDS = ("final.retention", "retention.probe")
+
+
+class LedgerError(ValueError):
+    pass
+
+
+def ledger_path() -> Path:
+    """The ledger this process records to and prepares against (see the module docstring)."""
+    from kit.evidence.records import current_run_dir
+
+    if os.environ.get(LEDGER_ENV):
+        return Path(os.environ[LEDGER_ENV])
+    run_dir = current_run_dir()
+    if run_dir is not None:  # beside the run's runs/ directory: the repository's, or `kit demo --runs-dir`'s
+        return run_dir.resolve().parent.parent / LEDGER_RELATIVE
+    from kit.evidence.runtime import repository_root
+
+    return repository_root() / LEDGER_RELATIVE
+
+
+def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
+    """Every entry; a line that is not a ledger entry is an error naming the file and line."""
+    path = Path(path) if path is not None else ledger_path()
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise LedgerError(f"{path}:{n}: not JSON ({err})") from None
+        if not isinstance(e, dict) or e.get("format") != LEDGER_FORMAT or e.get("kind") not in KINDS \
+                or not isinstance(e.get("digest"), str):
+            raise LedgerError(f"{path}:{n}: not a {LEDGER_FORMAT} entry with a kind in {list(KINDS)} and a digest")
+        out.append(e)
+    return out
+
+
+def exposed_digests(kinds, path: str | os.PathLike | None = None, other_than: str | None = None) -> set[str]:
+    """Digests of the given kinds; `other_than` leaves out what the contract with that digest itself
+    exposed (re-preparing the same contract reproduces the same trial; a *later* contract may not reuse)."""
+    return {e["digest"] for e in read_ledger(path) if e["kind"] in kinds and e.get("contract_digest") != other_than}
+
+
+def tasks_excluding(count: int, seed: int, role: str, difficulty: int, excluded: set[str],
+                    exposed: set[str] | frozenset[str]) -> tuple[list, int]:
+    """kit.data.tasks.generate_set(count, ..., excluded | exposed), and how many drawn examples the ledger
+    excluded: per family the draw is in index order, so the ledger-free draw lists the same candidates,
+    and the count is the exposed examples met before the family's quota of unexposed ones is reached."""
+    from kit.data.tasks import family_counts_for, generate_set
+
+    skipped = 0
+    for family, want in family_counts_for(count).items():
+        k = want
+        while want:
+            drawn = generate_set({family: k}, seed, role, difficulty, excluded)
+            fresh = [i for i, e in enumerate(drawn) if e.digest not in exposed]
+            if len(fresh) >= want:
+                skipped += fresh[want - 1] + 1 - want
+                break
+            k *= 2
+    return generate_set(count, seed, role, difficulty, set(excluded) | set(exposed)), skipped
+
+
+def ledger_summary(path: str | os.PathLike | None = None) -> dict:
+    """What a preparation read: {"path", "sha256" (null when absent), "entries", "digests": per kind}."""
+    path = Path(path) if path is not None else ledger_path()
+    entries = read_ledger(path)
+    return {"path": str(path.absolute()), "sha256": sha256_file(path) if path.exists() else None,
+            "entries": len(entries),
+            "digests": {k: len({e["digest"] for e in entries if e["kind"] == k}) for k in KINDS}}
+
+
+def _now() -> str:
+    from kit.evidence.records import iso_utc, utc_now
+
+    return iso_utc(utc_now())
+
+
+def _run_id() -> str | None:
+    from kit.evidence.records import current_run_dir
+
+    run_dir = current_run_dir()
+    return run_dir.name if run_dir is not None else None
+
+
+def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, purpose: str,
+           path: str | os.PathLike | None = None) -> int:
+    """Append (kind, digest, id) items not yet in the ledger for this contract; returns how many were new."""
+    path = Path(path) if path is not None else ledger_path()
+    seen = {(e["kind"], e["digest"]) for e in read_ledger(path) if e.get("contract_digest") == contract_digest}
+    now, run = _now(), _run_id()
+    lines = []
+    for kind, digest, rid in items:
+        if kind not in KINDS:
+            raise LedgerError(f"exposure kind {kind!r}; expected one of {list(KINDS)}")
+        if (kind, digest) in seen:
+            continue
+        seen.add((kind, digest))
+        lines.append(canonical_json({"format": LEDGER_FORMAT, "kind": kind, "digest": digest, "id": rid,
+                                     "contract_digest": contract_digest, "job": job, "run": run,
+                                     "purpose": purpose, "time": now}) + b"\n")
+    if lines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as f:
+            f.write(b"".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+    return len(lines)
+
+
+def record_exposures(tasks, retention, contract_digest: str, job: str, purpose: str,
+                     retention_kind: str = "final.retention", path: str | os.PathLike | None = None) -> int:
+    """Final task conversations (by task digest) and retention conversations (by content digest)."""
+    items = []
+    for c in tasks:
+        if "digest" not in c.meta:
+            raise LedgerError(f"final task {c.id!r} has no task content digest (meta.digest)")
+        items.append(("final.task", c.meta["digest"], c.id))
+    items += [(retention_kind, c.digest, c.id) for c in retention]
+    return record(items, contract_digest, job, purpose, path)
