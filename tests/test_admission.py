@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest import write_hf_llama
 
-import kit.engine.admission as session_mod
+import kit.engine.admission as admission_mod
+import kit.engine.worker as worker_mod
 from kit.adaptive.prepare import OWNERSHIP_FILE, planned_layout
 from kit.adaptive.train import _training_layout
 from kit.distributed.group import Group
@@ -64,12 +65,12 @@ def test_estimate_counts_in_flight_microbatches_head_lookup_grads_and_reserve(wo
 
 def _session(tmp_path, rank, world, free, monkeypatch, microbatches=8):
     seed = write_hf_llama(tmp_path / "seed")
-    monkeypatch.setattr(session_mod, "free_memory_bytes", lambda device: free)
+    monkeypatch.setattr(admission_mod, "free_memory_bytes", lambda device: free)
 
     def no_alloc(*a, **k):
         raise AssertionError("a stage was built before admission")
 
-    monkeypatch.setattr(session_mod, "build_stage", no_alloc)
+    monkeypatch.setattr(worker_mod, "build_stage", no_alloc)
     layout = even_layout(3, world)
     return Session(Group(rank, world, torch.device("cpu")), str(tmp_path / "home"), layout, start_from_seed(str(seed)),
                    EngineConfig(2, 1.0), {"default": GroupConfig(1e-3, 0.9, 0.95, 1e-8, 0.0)},

@@ -113,5 +113,6 @@ def job_contract(pj: dict) -> dict:
     return {**c, "cohort_order": ["A", COHORT], "endpoints": {"A": pj["start"]["cursor"]["cohort_step"],
                                                               COHORT: c["cohort"]["updates"]},
             "growth": {"add_blocks": 0, "cohort": None},
+            "cohorts": {COHORT: {"documents_per_update": c["cohort"]["documents_per_update"]}},
             "seed": {"parameter_digest": pj["seed"]["parameter_digest"], "description": "the start job's seed"},
             "start_step": pj["start"]["cursor"]["step"]}

@@ -191,7 +191,10 @@ def planned_layout(prepared: Path, layers: int, workers: int):
     by check_inputs before any worker starts), or None when the manifest has none for that pair."""
     from kit.model.shard import Layout
 
-    o = load_json_strict(Path(prepared) / OWNERSHIP_FILE)
+    path = Path(prepared) / OWNERSHIP_FILE
+    if not path.is_file():  # a job prepared without ownership manifests (kit continued prepare): even split
+        return None
+    o = load_json_strict(path)
     for x in o["layouts"]:
         if x["workers"] == workers and x["num_hidden_layers"] == layers:
             layout = Layout(tuple(tuple(b) for b in x["blocks"]), x["embedding_owner"])

@@ -177,11 +177,13 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     from kit.adaptive.prepare import memory_model_of
 
     docs = contract["cohorts"][cohort]["documents_per_update"]
+    # a continued-learning contract has no planner section: admission then uses the device's default model
+    memory_model = memory_model_of(contract) if "planner" in contract else None
     session = Session(group, args["home"], layout, start, engine_config(contract, pad_id=data["pad_id"]),
                       optimizer_groups(contract), reference=args["reference"],
                       admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"]),
                                  "microbatches": -(-docs // tr["microbatch_size"]),
-                                 "memory_model": memory_model_of(contract)})
+                                 "memory_model": memory_model})
     cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
     cohort_idx = order.index(cohort)
     if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
