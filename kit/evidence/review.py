@@ -646,6 +646,8 @@ def bootstrap_figure(bounds: dict, gates: dict | None, dist: dict | None, title:
             xs = np.linspace(est - 4 * sd, est + 4 * sd, 200)
             ax.plot(xs, np.exp(-0.5 * ((xs - est) / sd) ** 2), label="normal approximation")
             how = "normal approximation (bootstrap resamples not recorded for this run)"
+            ax.text(0.01, 0.02, "normal approximation:\nresamples not recorded", transform=ax.transAxes, fontsize=7,
+                    color="gray")
         ax.axvline(est, color="tab:blue", linestyle=":", label=f"change {fmt(est)}")
         ax.axvline(upper, color="tab:orange", label=f"95% upper {fmt(upper)}")
         g = (gates or {}).get(gate_of[part])
