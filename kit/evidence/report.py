@@ -141,7 +141,7 @@ def _styled_html(df, table_id: str) -> str:
 def show_runs(runs_dir: str | os.PathLike) -> None:
     from IPython.display import HTML, display
 
-    from kit.evidence.review import fmt, root_html, run_link
+    from kit.evidence.review import fmt, fmt_iso, root_html, run_link
 
     df = run_table(runs_dir)
     counts = ", ".join(f"{n} {status}" for status, n in df["status"].value_counts().sort_index().items())
@@ -152,6 +152,8 @@ def show_runs(runs_dir: str | os.PathLike) -> None:
             v = r[col]
             if col == "roots produced":
                 cells.append(" ".join(root_html(x) for x in v.split()))
+            elif col == "started (UTC)":
+                cells.append(html.escape(fmt_iso(v)))
             elif col == "duration (s)":
                 cells.append(html.escape(fmt(None if v != v else v)))  # NaN: not recorded
             else:

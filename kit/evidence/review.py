@@ -47,6 +47,19 @@ def fmt_time(v: float) -> str:
     return _dt.datetime.fromtimestamp(v, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def fmt_iso(text: str | None) -> str:
+    """A run record's ISO-8601 time as "YYYY-MM-DD HH:MM:SS UTC" (as recorded when it does not parse)."""
+    if not text:
+        return NONE
+    try:
+        t = _dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return str(text)
+    if t.tzinfo is None:
+        return str(text)
+    return fmt_time(t.timestamp())
+
+
 def fmt(v: Any, key: str | None = None) -> str:
     """One format for every number on the page (see the module docstring)."""
     if v is None:
@@ -110,7 +123,8 @@ def table_html(columns: list[str], rows: list[list[Any]], *, table_id: str | Non
         for i, (c, v) in enumerate(zip(columns, row)):
             tag = "th" if index and i == 0 else "td"
             num = ' class="num"' if _is_number(v) else ""
-            cells.append(f"<{tag}{num}>{cell_html(v, str(c), runs_by_root)}</{tag}>")
+            key = str(row[0]) if index else str(c)  # a table on its side: the field is the row's label
+            cells.append(f"<{tag}{num}>{cell_html(v, key, runs_by_root)}</{tag}>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     tid = f' id="{table_id}"' if table_id else ""
     cap = f"<caption>{caption}</caption>" if caption else ""
@@ -506,7 +520,7 @@ def show_run(runs_dir, run_id: str) -> None:
     c = run_contract(row)
     info = [["status", row["status"] + (f": {row['reason']}" if row.get("reason") else "")],
             ["notebook", row.get("notebook") or NONE],
-            ["started", row.get("started_at") or NONE],
+            ["started", fmt_iso(row.get("started_at"))],
             ["duration (s)", row.get("duration_s")],
             ["device", device],
             ["git commit", f"{(git.get('commit') or '')[:10]}{' (dirty)' if git.get('dirty') else ''}" or NONE]]
@@ -542,7 +556,7 @@ def _bench_html(row: dict) -> str:
     except (FileNotFoundError, ValueError) as e:
         return f"<p>{html.escape(str(e))}</p>"
     parts = [f"<p>Benchmark command: <code>{html.escape(str(rec.get('command')))}</code>; "
-             f"ended {html.escape(str(rec.get('ended_at')))}; raw output "
+             f"ended {html.escape(fmt_iso(rec.get('ended_at')))}; raw output "
              f"<code>{html.escape(json.dumps(rec.get('raw_output')))}</code>.</p>"]
     if rec.get("errors"):
         parts.append("<p>Errors: " + html.escape(json.dumps(rec["errors"])) + "</p>")
