@@ -314,3 +314,17 @@ def html_unescape(text: str) -> str:
     import html
 
     return html.unescape(text)
+
+
+def test_bootstrap_figure_draws_recorded_resamples_with_the_threshold():
+    from kit.evidence.review import bootstrap_figure
+
+    bounds = {"tasks": {"change_nats_per_token": -0.01, "bootstrap_upper": 0.004, "normal_upper": 0.005,
+                        "normal_multiplier": 1.645, "resamples": 100}}
+    gates = {"gain": {"passed": False, "threshold": -0.001, "upper": 0.004}}
+    dist = {"tasks": {"counts": [10, 40, 40, 10], "edges": [-0.03, -0.02, -0.01, 0.0, 0.01], "resamples": 100}}
+    png, alt = bootstrap_figure(bounds, gates, dist, "r: nll_change_bounds")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "histogram of the bootstrap resamples" in alt and "threshold -0.001000 (fails)" in alt
+    _, alt = bootstrap_figure(bounds, gates, None, "r: nll_change_bounds")
+    assert "normal approximation (bootstrap resamples not recorded" in alt
