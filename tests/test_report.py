@@ -211,7 +211,9 @@ def demo_report(tmp_path_factory):
 
 def _sidecar(runs: Path, source: str):
     run, _, rest = source.partition("/")
-    return json.loads((runs / run / rest).read_text())
+    rest, _, row = rest.partition("#results/")
+    obj = json.loads((runs / run / rest).read_text())
+    return obj["results"][int(row)] if row else obj  # a benchmark record's result row
 
 
 def test_verdict_tables_open_the_page_and_equal_the_gates_and_screens(demo_report):
@@ -238,10 +240,10 @@ def test_verdict_tables_open_the_page_and_equal_the_gates_and_screens(demo_repor
                 assert value == expect and text[3] == fmt(expect)
                 assert threshold == g.get("threshold", g.get("gained"))
                 assert text[5] == ("pass" if g["passed"] else "fail")
-            elif m["source"].endswith("comparison.json"):
-                assert value == obj["max_abs_parameter_difference"] or (value is None and not obj["same_parameter_names"])
-                assert text[5] == ("n/a" if not obj["same_parameter_names"] else
-                                   "pass" if obj["learned_state_equal"] else "fail")
+            elif m["source"].endswith("comparison.json") or "#results/" in m["source"]:
+                elementwise = obj.get("same_parameter_names", obj.get("parameters_differing") is not None)
+                assert value == obj["max_abs_parameter_difference"] or (value is None and not elementwise)
+                assert text[5] == ("n/a" if not elementwise else "pass" if obj["learned_state_equal"] else "fail")
             elif m["source"].endswith("screen_speed.json"):
                 assert value == obj["ratio"] and threshold == obj["thresholds"]["min_speedup"]
                 assert text[3] == fmt(obj["ratio"]) and text[5] == obj["verdict"]

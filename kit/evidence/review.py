@@ -304,11 +304,38 @@ def verdict_rows(runs_dir) -> dict[str, list[dict]]:
                                               "not compared elementwise",
                                  "value": None, "threshold": "quality is judged by the growth gates",
                                  "threshold_value": None, "verdict": "n/a", "runs": runs, "source": src})
+        if r.get("notebook") == "(benchmark script)":  # a GPU campaign's migration comparison (kit-bench/1)
+            adaptive += _bench_comparison_rows(r, idx)
         for screen in ("screen_quality", "screen_speed"):
             s = _metric(r, screen)
             if isinstance(s, dict):
                 study += _screen_rows(r, screen, s, idx)
     return {"adaptive": adaptive, "study": study}
+
+
+def _bench_results(row: dict) -> list:
+    try:
+        rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
+    except (FileNotFoundError, ValueError):
+        return []
+    res = rec.get("results")
+    return res if isinstance(res, list) else []
+
+
+def _bench_comparison_rows(r: dict, idx: dict) -> list[dict]:
+    out = []
+    for i, x in enumerate(_bench_results(r)):
+        if not (isinstance(x, dict) and "learned_state_equal" in x):
+            continue
+        same = x.get("parameters_differing") is not None
+        out.append({"experiment": "adaptive", "comparison": f"GPU campaign {x.get('phase', 'comparison')}",
+                    "check": "learned state equal to the uninterrupted control" if same else
+                             "structure vs the control (not compared elementwise)",
+                    "statistic": "max |parameter difference|", "value": x.get("max_abs_parameter_difference"),
+                    "threshold": "= 0 (equal learned-state roots)" if same else "n/a", "threshold_value": 0 if same else None,
+                    "verdict": ("pass" if x["learned_state_equal"] else "fail") if same else "n/a",
+                    "runs": [r["run_id"]], "source": f"{r['run_id']}/run.json#results/{i}"})
+    return out
 
 
 def _arm_runs(r: dict, idx: dict) -> dict[str, str]:
@@ -431,7 +458,7 @@ def scope_paragraphs(runs_dir) -> list[str]:
         exp = "study" if is_study else "adaptive"
         text = [f"<b>{html.escape(name)}</b>{where}: " + (SCALE_TEXT.get(scale) or
                                                           f"scale {html.escape(str(scale))} (not described).")]
-        mine = rows[exp]
+        mine = [v for v in rows[exp] if "#results/" not in v["source"]]  # GPU campaign rows: their own records
         acc = _max_accuracy(idx, exp, r.get("contract_digest"))
         if acc is not None:
             text.append(f"Measured: the highest task accuracy of any model and family is {fmt(acc)}.")
@@ -567,7 +594,15 @@ def _bench_html(row: dict) -> str:
             if isinstance(r, dict):
                 groups.setdefault(str(r.get("row", r.get("method", "result"))), []).append(r)
         for name, recs in groups.items():
-            parts.append(f"<h4>{html.escape(name)}</h4>" + records_table(recs))
+            parts.append(f"<h4>{html.escape(name)}</h4>")
+            curves = [x for x in recs if _is_number(x.get("cohort_step")) and _is_number(x.get("ce_per_token"))]
+            for phase in dict.fromkeys(str(x.get("phase", "")) for x in curves):
+                mine = [{"update": x["cohort_step"], **{k: v for k, v in x.items() if k not in ("cohort_step", "step")}}
+                        for x in curves if str(x.get("phase", "")) == phase]
+                fig = learning_figure(mine, f"{row['run_id']}: {phase or 'updates'}", None)
+                if fig:
+                    parts.append(img_html(*fig))
+            parts.append(records_table(recs))
     elif isinstance(results, dict):
         for k, v in results.items():
             parts.append(f"<h4>{html.escape(k)}</h4>")
