@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -155,7 +156,7 @@ def show_runs(runs_dir: str | os.PathLike) -> None:
             elif col == "started (UTC)":
                 cells.append(html.escape(fmt_iso(v)))
             elif col == "duration (s)":
-                cells.append(html.escape(fmt(None if v != v else v)))  # NaN: not recorded
+                cells.append(html.escape(fmt(None if isinstance(v, float) and math.isnan(v) else v)))  # NaN: not recorded
             else:
                 cells.append(html.escape(str(v)))
         cls = [f' class="status-{html.escape(r["status"])}"' if c == "status" else "" for c in df.columns]
@@ -263,7 +264,7 @@ def show_metric(run_dir: str | os.PathLike, name: str) -> None:
 
         show_index = not isinstance(view.index, pd.RangeIndex)  # row labels only where they mean something
         recs = view.reset_index().to_dict(orient="records") if show_index else view.to_dict(orient="records")
-        recs = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in recs]
+        recs = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in recs]
         display(HTML(review.records_table(recs, runs_by_root=idx["runs_by_root"])))
     else:
         display(HTML(f"<pre>{html.escape(json.dumps(view, indent=1, sort_keys=True))}</pre>"))

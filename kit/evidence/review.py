@@ -23,7 +23,6 @@ import html
 import io
 import json
 import math
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -44,7 +43,7 @@ def _is_number(v: Any) -> bool:
 
 
 def fmt_time(v: float) -> str:
-    return _dt.datetime.fromtimestamp(v, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return _dt.datetime.fromtimestamp(v, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def fmt_iso(text: str | None) -> str:
@@ -52,7 +51,7 @@ def fmt_iso(text: str | None) -> str:
     if not text:
         return NONE
     try:
-        t = _dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        t = _dt.datetime.fromisoformat(str(text))  # Python 3.11 reads a trailing Z
     except ValueError:
         return str(text)
     if t.tzinfo is None:
@@ -582,9 +581,9 @@ def _bench_html(row: dict) -> str:
         rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
     except (FileNotFoundError, ValueError) as e:
         return f"<p>{html.escape(str(e))}</p>"
-    parts = [f"<p>Benchmark command: <code>{html.escape(str(rec.get('command')))}</code>; "
-             f"ended {html.escape(fmt_iso(rec.get('ended_at')))}; raw output "
-             f"<code>{html.escape(json.dumps(rec.get('raw_output')))}</code>.</p>"]
+    parts = [(f"<p>Benchmark command: <code>{html.escape(str(rec.get('command')))}</code>; "
+              f"ended {html.escape(fmt_iso(rec.get('ended_at')))}; raw output "
+              f"<code>{html.escape(json.dumps(rec.get('raw_output')))}</code>.</p>")]
     if rec.get("errors"):
         parts.append("<p>Errors: " + html.escape(json.dumps(rec["errors"])) + "</p>")
     results = rec.get("results")
@@ -803,7 +802,7 @@ def show_metric(runs_dir, run_id: str, name: str) -> bool:
         display(HTML(kv_table(obj, runs_by_root=rbr) + note))
         return True
     if name in ("cost", "cost_total") and is_cpu(row):
-        drop = lambda d: {k: v for k, v in d.items() if not k.startswith("gpu_")}  # noqa: E731
+        drop = lambda d: {k: v for k, v in d.items() if not k.startswith("gpu_")}
         note = ('<p class="kit-note">This run used no GPU: GPU hours and GPU cost are not shown (the total is '
                 'the contract\'s projected price, not money spent).</p>')
         if isinstance(obj, list):
