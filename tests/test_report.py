@@ -8,6 +8,8 @@ its absence is a failure, not a skip.
 from __future__ import annotations
 
 import base64
+import json
+import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -22,6 +24,9 @@ from kit.digest import sha256_file, write_canonical_json
 from kit.evidence import records
 from kit.evidence.records import RunRecord, write_run_record
 from kit.evidence.report import external_resources, metric_view
+from kit.evidence.review import fmt, verdict_rows
+
+REPO = Path(__file__).resolve().parents[1]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_INSTALL = "apt-get update && apt-get install -y chromium"
@@ -72,6 +77,9 @@ class _Dom(HTMLParser):
         super().__init__()
         self.tables: dict[str, list[list[str]]] = {}
         self.images: list[str] = []
+        self.alts: list[str] = []
+        self.titles: list[str] = []
+        self.values: dict[str, list[dict]] = {}  # table -> per row: the row's attributes and its cells' data-value
         self._table = None
         self._row = None
         self._in_cell = False
@@ -84,11 +92,16 @@ class _Dom(HTMLParser):
         elif tag == "tr" and self._table is not None:
             self._row = []
             self.tables[self._table].append(self._row)
+            self.values.setdefault(self._table, []).append({"source": attrs.get("data-source"), "cells": []})
         elif tag in ("td", "th") and self._row is not None:
             self._row.append("")
             self._in_cell = True
+            self.values[self._table][-1]["cells"].append(attrs.get("data-value"))
         elif tag == "img":
             self.images.append(attrs.get("src", ""))
+            self.alts.append(attrs.get("alt", ""))
+        elif tag == "code" and attrs.get("title"):
+            self.titles.append(attrs["title"])
 
     def handle_endtag(self, tag):
         if tag == "table":
@@ -122,7 +135,10 @@ def test_report_page_is_offline_and_holds_tables_and_images(report):
     runs = {row[0]: row for row in dom.tables["kit-runs"][1:]}
     assert {r: row[2] for r, row in runs.items()} == {"cohort-a": "completed", "cohort-b": "failed",
                                                       "study-8gpu": "unavailable"}
-    assert runs["study-8gpu"][3] == "needs 8 GPUs, host has 0" and runs["cohort-a"][8] == ROOT
+    assert runs["study-8gpu"][3] == "needs 8 GPUs, host has 0"
+    assert runs["cohort-a"][8] == ROOT[:12] and ROOT in dom.titles  # short root, the full one in its tooltip
+    assert ROOT not in page.replace(f'title="{ROOT}"', "")  # never a bare 64-hex root
+    assert '<a id="run-cohort-a">' in page and 'href="#run-cohort-a"' in page
 
 
 def test_report_renders_in_headless_chromium(report, tmp_path):
@@ -143,12 +159,14 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert sorted(statuses) == ["completed", "failed", "unavailable"]
     failures = {row[0]: row for row in dom.tables["kit-failures"][1:]}
     assert failures["cohort-b"][1:] == ["failed", "4", "5", "RuntimeError", "loss is not finite"]
-    metric = dom.tables["dataframe kit-table kit-metric"]
-    assert metric == [["family", "accuracy", "n"], ["arithmetic", "0.750", "40"], ["copy-reverse", "0.500", "40"],
-                      ["sort-words", "0.875", "40"]]
+    metric = dom.tables["kit-table kit-metric"]
+    assert metric == [["family", "accuracy", "n"], ["arithmetic", "0.7500", "40"], ["copy-reverse", "0.5000", "40"],
+                      ["sort-words", "0.8750", "40"]]
     pngs = [src for src in dom.images if src.startswith("data:image/png;base64,")]
     assert len(pngs) == 1  # the training curves; the accuracy sidecar is a table
     assert base64.b64decode(pngs[0].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert dom.alts[0].startswith("cohort-a: training: line plots against update 0\u201311: ")
+    assert "loss from 2.000 to 0.1667" in dom.alts[0]
 
 
 def test_metric_shapes_choose_their_view():
@@ -171,3 +189,144 @@ def test_report_of_a_missing_runs_dir_is_an_error(tmp_path, capsys):
     assert "nope: runs directory not found" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
     assert records.list_run_dirs(tmp_path) == []
+
+
+def test_one_number_format():
+    assert [fmt(v) for v in (None, True, 0, 1234567, 0.0, 0.75, -0.001, 1234.5678, 12345.678, 2.5e-7, 3e-12)] == [
+        "\u2014", "yes", "0", "1,234,567", "0", "0.7500", "-0.001000", "1,235", "12,346", "0.0000002500", "3.000e-12"]
+    assert fmt(1796065062.6, "deadline_at") == "2026-11-30 18:57:42 UTC" and fmt(1796065062.6, "x") == "1,796,065,063"
+
+
+# --- the committed demo evidence: verdict tables and layout ----------------------------------
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory):
+    """The report over a copy of the committed runs/ (demo runs with gates and screens, benchmark records)."""
+    work = tmp_path_factory.mktemp("demo-report")
+    runs = work / "demo-out" / "runs"
+    shutil.copytree(REPO / "runs", runs)
+    out = work / "reports" / "demo"
+    assert main(["report", "--runs", str(runs), "--out", str(out)]) == 0
+    return {"runs": runs, "index": out / "index.html"}
+
+
+def _sidecar(runs: Path, source: str):
+    run, _, rest = source.partition("/")
+    rest, _, row = rest.partition("#results/")
+    obj = json.loads((runs / run / rest).read_text())
+    return obj["results"][int(row)] if row else obj  # a benchmark record's result row
+
+
+def test_verdict_tables_open_the_page_and_equal_the_gates_and_screens(demo_report):
+    runs = demo_report["runs"]
+    page = demo_report["index"].read_text(encoding="utf-8")
+    assert "The evidence in <code>" in page and "demo-out/runs</code>" in page  # the directory as given
+    assert page.index('id="kit-verdicts-adaptive"') < page.index('id="kit-runs"')
+    assert page.index('id="kit-verdicts-study"') < page.index('id="kit-runs"')
+    dom = _Dom()
+    dom.feed(page)
+    checked = 0
+    for exp in ("adaptive", "study"):
+        rows = dom.tables[f"kit-verdicts-{exp}"]
+        assert rows[0] == ["comparison", "check", "statistic", "value", "threshold", "verdict", "runs"]
+        meta = dom.values[f"kit-verdicts-{exp}"][1:]
+        assert len(rows) - 1 == len(verdict_rows(runs)[exp]) > 0
+        for text, m in zip(rows[1:], meta):
+            obj = _sidecar(runs, m["source"])
+            value = None if m["cells"][3] is None else float(m["cells"][3])
+            threshold = None if m["cells"][4] is None else float(m["cells"][4])
+            if m["source"].endswith("gates.json"):
+                g = obj[text[1]]
+                expect = g.get("upper", g.get("lost"))
+                assert value == expect and text[3] == fmt(expect)
+                assert threshold == g.get("threshold", g.get("gained"))
+                assert text[5] == ("pass" if g["passed"] else "fail")
+            elif m["source"].endswith("comparison.json") or "#results/" in m["source"]:
+                elementwise = obj.get("same_parameter_names", obj.get("parameters_differing") is not None)
+                assert value == obj["max_abs_parameter_difference"] or (value is None and not elementwise)
+                assert text[5] == ("n/a" if not elementwise else "pass" if obj["learned_state_equal"] else "fail")
+            elif m["source"].endswith("screen_speed.json"):
+                assert value == obj["ratio"] and threshold == obj["thresholds"]["min_speedup"]
+                assert text[3] == fmt(obj["ratio"]) and text[5] == obj["verdict"]
+            elif m["source"].endswith("screen_quality.json"):
+                name, t, inp = text[1], obj["thresholds"], obj["inputs"]
+                if name == "task_gain":
+                    assert (value, threshold) == (inp["task_gain"], t["min_task_gain"])
+                elif name == "retention":
+                    assert (value, threshold) == (inp["retention_upper"], t["max_retention_upper_nats"])
+                elif name.startswith("noninferior_to_"):
+                    assert value == inp["noninferiority_lower"][name[len("noninferior_to_"):]]
+                    assert threshold == -t["noninferiority_margin"]
+                else:
+                    assert text[5] == obj["verdict"]
+                    continue
+                assert text[5] == ("pass" if obj["checks"][name] else "fail")
+            checked += 1
+            for name in text[6].split(", "):  # every run named is linked to its section
+                assert f'href="#run-{name}"' in page and f'<a id="run-{name}">' in page
+    assert checked >= 10
+    gates = sorted(p.parent.parent.name for p in runs.glob("*/metrics/gates.json"))
+    assert {m["source"].split("/")[0] for m in dom.values["kit-verdicts-adaptive"][1:] if m["source"]} >= set(gates)
+    assert "accuracies of 0 are expected" in page  # the tiny scale's scope paragraph
+    assert "No description has been provided" not in page
+    assert len([a for a in dom.alts if a]) == len(dom.images) > 10
+    assert "deadline_at" in page and "1796" not in "".join(r[1] for r in dom.tables.get("kit-table kit-metric", [])
+                                                          if len(r) > 1 and r[0].endswith("_at"))
+    for bench in (p.parent.name for p in runs.glob("*/run.json") if '"kit-bench/1"' in p.read_text()):
+        assert f'<a id="run-{bench}">' in page  # every benchmark record has a section
+
+
+LAYOUT_JS = """<script>
+window.addEventListener('load', () => {
+  const bad = [];
+  for (const t of document.querySelectorAll('table, img, pre')) {
+    const r = t.getBoundingClientRect();
+    let box = t.parentElement, scrolled = false;
+    while (box && box !== document.body) {  // a scroll box of its own, not the page
+      if (['auto', 'scroll'].includes(getComputedStyle(box).overflowX) && box.getBoundingClientRect().right <= 1400) {
+        scrolled = true; break; }
+      box = box.parentElement; }
+    if (r.right > 1400 && !scrolled) bad.push(t.tagName + ' ' + (t.id || t.className) + ' ' + Math.round(r.right));
+  }
+  const out = document.createElement('pre');
+  out.id = 'kit-layout';
+  out.textContent = JSON.stringify({scrollWidth: document.documentElement.scrollWidth, bad: bad});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def test_nothing_overflows_at_1400_px(demo_report, tmp_path):
+    probe = demo_report["index"].with_name("layout-probe.html")
+    probe.write_text(demo_report["index"].read_text(encoding="utf-8").replace("</body>", LAYOUT_JS + "</body>"),
+                     encoding="utf-8")
+    done = chromium("--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom", probe.as_uri(),
+                    tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = done.stdout.split('<pre id="kit-layout">', 1)
+    assert len(found) == 2, "the layout probe did not run"
+    layout = json.loads(html_unescape(found[1].split("</pre>", 1)[0]))
+    assert layout["scrollWidth"] <= 1400, layout
+    assert layout["bad"] == [], layout
+    shot = tmp_path / "top.png"
+    chromium(f"--screenshot={shot}", "--window-size=1400,1200", demo_report["index"].as_uri(), tmp=tmp_path)
+    assert np.asarray(Image.open(shot).convert("RGB")).shape == (1200, 1400, 3)
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)
+
+
+def test_bootstrap_figure_draws_recorded_resamples_with_the_threshold():
+    from kit.evidence.review import bootstrap_figure
+
+    bounds = {"tasks": {"change_nats_per_token": -0.01, "bootstrap_upper": 0.004, "normal_upper": 0.005,
+                        "normal_multiplier": 1.645, "resamples": 100}}
+    gates = {"gain": {"passed": False, "threshold": -0.001, "upper": 0.004}}
+    dist = {"tasks": {"counts": [10, 40, 40, 10], "edges": [-0.03, -0.02, -0.01, 0.0, 0.01], "resamples": 100}}
+    png, alt = bootstrap_figure(bounds, gates, dist, "r: nll_change_bounds")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "histogram of the bootstrap resamples" in alt and "threshold -0.001000 (fails)" in alt
+    _, alt = bootstrap_figure(bounds, gates, None, "r: nll_change_bounds")
+    assert "normal approximation (bootstrap resamples not recorded" in alt

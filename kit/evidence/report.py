@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -46,14 +47,21 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 """
 PAGE_CSS = """<style>
 table.kit-table { border-collapse: collapse; font-size: 12px; margin: 4px 0 12px 0; }
-table.kit-table th, table.kit-table td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; }
-table.kit-table td { max-width: 520px; overflow-wrap: anywhere; }
-#kit-runs th, #kit-runs td, #kit-failures th, #kit-failures td { text-align: left; }
+.jp-RenderedHTMLCommon table.kit-table th, .jp-RenderedHTMLCommon table.kit-table td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; text-align: left; }
+.jp-RenderedHTMLCommon table.kit-table td { max-width: 520px; overflow-wrap: anywhere; }
+.jp-RenderedHTMLCommon table.kit-table td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.kit-table caption { text-align: left; font-style: italic; }
+div.kit-scroll { max-width: 100%; overflow-x: auto; }
+code.kit-root { font-family: monospace; background: #f3f3f3; cursor: help; }
+span.kit-json { font-family: monospace; font-size: 11px; }
 #kit-runs td, #kit-failures td { white-space: pre-wrap; }
-td.status-completed { background: #e3f4e3; } td.status-failed { background: #fbe0e0; }
+td.status-completed, td.verdict-pass { background: #e3f4e3; } td.status-failed, td.verdict-fail { background: #fbe0e0; }
 td.status-aborted { background: #fdf0d5; } td.status-unavailable { background: #e8e8f4; }
-td.status-unrecorded { background: #f4d8f4; }
-td[class*="status-"] { white-space: nowrap; }
+td.status-unrecorded { background: #f4d8f4; } td.verdict-n\\/a { background: #eeeeee; }
+#kit-runs td[class*="status-"], #kit-failures td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
+p.kit-scope { max-width: 1100px; } p.kit-note { font-style: italic; max-width: 1100px; }
+img.kit-figure { max-width: 100%; height: auto; }
+.jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
 </style>"""
 EXTERNAL_RE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//[^\s\"'>]*[\"']?",
                          re.IGNORECASE)
@@ -134,10 +142,29 @@ def _styled_html(df, table_id: str) -> str:
 def show_runs(runs_dir: str | os.PathLike) -> None:
     from IPython.display import HTML, display
 
+    from kit.evidence.review import fmt, fmt_iso, root_html, run_link
+
     df = run_table(runs_dir)
     counts = ", ".join(f"{n} {status}" for status, n in df["status"].value_counts().sort_index().items())
+    body = []
+    for r in df.to_dict(orient="records"):
+        cells = [run_link(r["run"])]
+        for col in df.columns[1:]:
+            v = r[col]
+            if col == "roots produced":
+                cells.append(" ".join(root_html(x) for x in v.split()))
+            elif col == "started (UTC)":
+                cells.append(html.escape(fmt_iso(v)))
+            elif col == "duration (s)":
+                cells.append(html.escape(fmt(None if isinstance(v, float) and math.isnan(v) else v)))  # NaN: not recorded
+            else:
+                cells.append(html.escape(str(v)))
+        cls = [f' class="status-{html.escape(r["status"])}"' if c == "status" else "" for c in df.columns]
+        body.append("<tr>" + "".join(f"<td{k}>{c}</td>" for k, c in zip(cls, cells)) + "</tr>")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
     display(HTML(PAGE_CSS + f"<p>{len(df)} run(s): {html.escape(counts or 'none')}</p>"
-                 + _styled_html(df, "kit-runs")))
+                 + f'<div class="kit-scroll"><table id="kit-runs" class="kit-table"><thead><tr>{head}</tr></thead>'
+                 + f'<tbody>{"".join(body)}</tbody></table></div>'))
 
 
 def show_failures(runs_dir: str | os.PathLike) -> None:
@@ -157,7 +184,7 @@ def show_failures(runs_dir: str | os.PathLike) -> None:
         display(HTML("<p>Every run completed.</p>"))
         return
     df = pd.DataFrame(rows).astype({"cell": "object", "In [n]": "object"})
-    display(HTML(_styled_html(df, "kit-failures")))
+    display(HTML('<div class="kit-scroll">' + _styled_html(df, "kit-failures") + "</div>"))
 
 
 # --- metric sidecars ------------------------------------------------------------------------
@@ -215,18 +242,30 @@ def curves_png(x_name: str, x: list, series: dict[str, list], title: str) -> byt
 
 
 def show_metric(run_dir: str | os.PathLike, name: str) -> None:
-    from IPython.display import HTML, Image, display
+    """A sidecar of one run: the reviewer's view of a known sidecar (kit.evidence.review), else the
+    view its shape chooses; every figure with alt text that states what it shows."""
+    from IPython.display import HTML, display
 
+    from kit.evidence import review
+
+    run_dir = Path(run_dir)
+    idx = review.index(run_dir.parent)
+    run_id = next((r["run_id"] for r in idx["runs"] if Path(r["dir"]).resolve() == run_dir.resolve()), run_dir.name)
+    if run_id in idx["by_id"] and review.show_metric(run_dir.parent, run_id, name):
+        return
     path = records.metric_path(run_dir, name)
     kind, view = metric_view(load_json_strict(path))
     if kind == "curves":
         x_name, x, series = view
-        display(Image(data=curves_png(x_name, x, series, f"{Path(run_dir).name}: {name}"), format="png"))
+        title = f"{run_id}: {name}"
+        display(HTML(review.img_html(curves_png(x_name, x, series, title), review.curves_alt(x_name, x, series, title))))
     elif kind == "table":
         import pandas as pd
 
         show_index = not isinstance(view.index, pd.RangeIndex)  # row labels only where they mean something
-        display(HTML(view.to_html(classes="kit-table kit-metric", escape=True, na_rep="", index=show_index)))
+        recs = view.reset_index().to_dict(orient="records") if show_index else view.to_dict(orient="records")
+        recs = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in recs]
+        display(HTML(review.records_table(recs, runs_by_root=idx["runs_by_root"])))
     else:
         display(HTML(f"<pre>{html.escape(json.dumps(view, indent=1, sort_keys=True))}</pre>"))
 
@@ -241,22 +280,35 @@ def _code_cell(source: str):
 
 
 def build_report_notebook(runs_dir: str | os.PathLike, title: str):
-    """The report notebook (unexecuted): headings and tagged calls of this module's show_* functions."""
+    """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
+
+    Order: the verdict tables (kit.evidence.review.show_verdicts), what the evidence shows and does
+    not show (show_scope), the run table, the runs that did not complete, then one section per run
+    (benchmark records included): its header with lineage, then its sidecars."""
     import nbformat
 
+    shown = str(runs_dir)
     runs_dir = Path(runs_dir).resolve()
     nb = nbformat.v4.new_notebook()
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    imports = "from kit.evidence.report import show_failures, show_metric, show_runs\n"
-    nb.cells.append(nbformat.v4.new_markdown_cell(f"# {title}\n\nEvery run in `{runs_dir.name}/`, in order of start."))
-    nb.cells.append(_code_cell(imports + f"show_runs({str(runs_dir)!r})"))
+    imports = ("from kit.evidence.report import show_failures, show_metric, show_runs\n"
+               "from kit.evidence.review import show_run, show_scope, show_verdicts\n")
+    nb.cells.append(nbformat.v4.new_markdown_cell(
+        f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then every run in order of start. "
+        "Runs are named by their run id; checkpoint roots show their first 12 hex digits (hover for the full root). "
+        "Numbers: integers in full, others to 4 significant digits; times in UTC."))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
+    nb.cells.append(_code_cell(imports + f"show_verdicts({str(runs_dir)!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## What this evidence shows and does not show"))
+    nb.cells.append(_code_cell(f"show_scope({str(runs_dir)!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Runs"))
+    nb.cells.append(_code_cell(f"show_runs({str(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs that did not complete"))
     nb.cells.append(_code_cell(f"show_failures({str(runs_dir)!r})"))
     for row in load_runs(runs_dir):
-        if not row["metrics"]:
-            continue
-        nb.cells.append(nbformat.v4.new_markdown_cell(f"## `{row['run_id']}` ({row['status']})"))
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"## {row['run_id']} ({row['status']})"))
+        nb.cells.append(_code_cell(f"show_run({str(runs_dir)!r}, {row['run_id']!r})"))
         for name in sorted(row["metrics"]):
             nb.cells.append(nbformat.v4.new_markdown_cell(f"### {name}"))
             nb.cells.append(_code_cell(f"show_metric({str(row['dir'].resolve())!r}, {name!r})"))
