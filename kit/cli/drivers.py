@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from kit.cli.args import Dir, File, OutDir
+
 
 # --- kit run --------------------------------------------------------------------------------
 def cmd_run(a) -> int:
@@ -37,12 +39,16 @@ def _name_value(text: str) -> tuple[str, str]:
 
 def register_run(sub) -> None:
     s = sub.add_parser("run", help="execute a notebook with papermill into runs/<run-id>/ and write run.json")
-    s.add_argument("notebook")
+    s.add_argument("notebook", type=File("a Jupyter notebook (.ipynb)", None, fmt="json"),
+                   help="the notebook (.ipynb) to execute, e.g. notebooks/90_inspect_failed_arm.ipynb")
     s.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="a parameter of the notebook's `parameters` cell; VALUE is read as JSON or a Python "
                         "literal, else as a string (verbatim when the default is a string)")
     s.add_argument("--run-id", help="default: <notebook stem>-<UTC time>")
-    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
+                   help="where the run's folder (executed notebook, run.json, kernel.log) goes (default runs); "
+                        "for a notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) "
+                        "also the runs folder it inspects, so give --runs-dir, not -p RUNS_DIR")
     s.add_argument("--contract-digest", help="sha256 of the contract this run is bound to")
     s.add_argument("--input-digest", action="append", metavar="NAME=SHA256", help="a named input's digest")
     s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
@@ -65,8 +71,10 @@ def cmd_batch(a) -> int:
 
 def register_batch(sub) -> None:
     s = sub.add_parser("batch", help="run a plan of notebook executions in order; skips completed run ids")
-    s.add_argument("plan", help='JSON (or YAML) list of {"notebook", "run_id", "parameters", "extra"}')
-    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("plan", type=File("a batch plan file (JSON or YAML)", None, fmt="json-if-suffix"),
+                   help='JSON (or YAML) list of {"notebook", "run_id", "parameters", "extra"}')
+    s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
+                   help="where each arm's run folder goes (default runs)")
     s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
     s.set_defaults(fn=cmd_batch)
@@ -110,12 +118,13 @@ def _replay(run_dirs, a) -> int:
 
 def register_verify_evidence(sub) -> None:
     s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
-    s.add_argument("run_dirs", nargs="+", help="run directories, or a runs directory for all of its runs")
+    s.add_argument("run_dirs", nargs="+", type=Dir("a run folder (with run.json) or a runs folder", "kit run"),
+                   help="run directories, or a runs directory for all of its runs")
     s.add_argument("--json", action="store_true", help="print the check reports as JSON")
     s.add_argument("--replay", action="store_true",
                    help="re-execute each completed CPU run (and the runs it depends on) from its recorded parameters "
                         "and compare its digests and roots with the committed ones (kit/evidence/replay.py)")
-    s.add_argument("--work", help="with --replay: the folder for the replayed runs and their data (default: a new "
+    s.add_argument("--work", type=OutDir("a work folder for the replay"), help="with --replay: the folder for the replayed runs and their data (default: a new "
                                   "temporary folder)")
     s.set_defaults(fn=cmd_verify_evidence)
 
@@ -131,9 +140,11 @@ def cmd_report(a) -> int:
 
 def register_report(sub) -> None:
     s = sub.add_parser("report", help="render an offline HTML report of every run into OUT/index.html")
-    s.add_argument("--runs", default="runs", help="runs directory")
-    s.add_argument("--out", required=True, help="report directory, e.g. reports/<report-id>/")
-    s.add_argument("--title")
+    s.add_argument("--runs", default="runs", type=Dir("a runs folder", "kit run or kit demo"),
+                   help="runs directory (default runs)")
+    s.add_argument("--out", required=True, type=OutDir("a report folder"),
+                   help="report directory, e.g. reports/<report-id>/")
+    s.add_argument("--title", help="the report's title (default: one naming the runs directory)")
     s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     s.set_defaults(fn=cmd_report)
 
