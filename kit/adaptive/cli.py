@@ -102,7 +102,7 @@ def register(sub) -> None:
     from kit.cli.args import (
         File,
         HomeRoot,
-        NamedFile,
+        Named,
         OutDir,
         OutFile,
         contract_file,
@@ -145,7 +145,8 @@ def register(sub) -> None:
 
     s = sp.add_parser("select", help="bind the prepared job and the candidate roots before final scoring")
     s.add_argument("--prepared", required=True, type=prepared_dir(), help="the prepared job")
-    s.add_argument("--candidate", action="append", required=True, help="NAME=HOME:FULL_ROOT, once per candidate")
+    s.add_argument("--candidate", action="append", required=True, type=Named(HomeRoot()),
+                   help="NAME=HOME:FULL_ROOT, once per candidate")
     s.add_argument("--dev-eval", action="append",
                    type=File("a development evaluation record (JSON)", "kit adaptive evaluate", fmt="json"),
                    help="development evaluations the decision read (recorded by sha256), once each")
@@ -166,7 +167,7 @@ def register(sub) -> None:
     s.add_argument("--contract", required=True, type=contract_file(),
                    help="the contract whose gates apply (adaptive or continued-learning)")
     s.add_argument("--eval", action="append", required=True,
-                   type=NamedFile("a final evaluation record (JSON)", "kit adaptive evaluate --split final"),
+                   type=Named(File("a final evaluation record (JSON)", "kit adaptive evaluate --split final", fmt="json")),
                    help="NAME=final evaluation JSON, once per comparison")
     s.add_argument("--prepared", type=prepared_dir(),
                    help="continued-learning: the prepared job (its start endpoint and gates)")

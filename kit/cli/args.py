@@ -202,6 +202,9 @@ class HomeRoot(PathArg):
     def sample(self, path: str) -> str:
         return f"{path}:{'0' * 64}"
 
+    def check(self, path: Path) -> None:
+        self.store.check(path)
+
     def __call__(self, text: str) -> str:
         home, sep, root = text.rpartition(":")
         if self.seed_ok and text.startswith("seed:"):
@@ -213,21 +216,21 @@ class HomeRoot(PathArg):
         return text
 
 
-class NamedFile(PathArg):
-    """NAME=PATH of a JSON file."""
+class Named(PathArg):
+    """NAME=VALUE where VALUE is checked by `inner` (a path, or HOME:FULL_ROOT)."""
 
-    def __init__(self, what: str, made_by: str | None = None):
-        super().__init__(what, made_by)
-        self.file = File(what, made_by, fmt="json")
+    def __init__(self, inner: PathArg):
+        super().__init__(inner.what, inner.made_by)
+        self.inner, self.kind, self.wants_dir = inner, inner.kind, inner.wants_dir
 
     def sample(self, path: str) -> str:
-        return f"x={path}"
+        return f"x={self.inner.sample(path)}"
 
     def __call__(self, text: str) -> str:
-        name, sep, path = text.partition("=")
-        if not sep or not name or not path:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=PATH of {self.what}")
-        self.file.check(Path(path))
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected NAME={self.inner.sample('PATH')}")
+        self.inner(value)
         return text
 
 
