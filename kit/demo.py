@@ -312,9 +312,9 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
                                              "with_report_seconds": round(time.perf_counter() - t0, 1)})
     print(f"{len(timing)} of {total} step(s) in {steps_s / 60:.1f} min; plan: {out / PLAN_FILE}")
     if stopped:
-        where = "" if runs_dir == Path("runs") else f" -p RUNS_DIR {runs_dir}"
+        # the inspection run records into the demo's own runs folder (never the committed runs/ of a `make demo`)
         print(f"demo stopped: {stopped[1]}\ninspect it: kit run notebooks/90_inspect_failed_arm.ipynb "
-              f"-p RUN_ID {stopped[0]}{where}", file=sys.stderr)
+              f"-p RUN_ID {stopped[0]} --runs-dir {runs_dir}", file=sys.stderr)
     print(index)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
 

@@ -139,3 +139,21 @@ def test_source_is_a_deprecated_alias(capsys):
     assert main(["study", "prepare", "--source", str(source)]) == 2  # other options missing: refused after
     err = capsys.readouterr().err
     assert "kit study prepare: warning: --source is deprecated; use --public-source" in err
+
+
+def test_inspection_notebook_refuses_before_writing(tmp_path, capsys):
+    """`kit run` of the inspection notebook: an unknown RUN_ID is refused with no run record written, and
+    RUNS_DIR is --runs-dir (one setting): -p RUNS_DIR is refused."""
+    from pathlib import Path
+
+    nb = str(Path(__file__).resolve().parents[1] / "notebooks" / "90_inspect_failed_arm.ipynb")
+    runs = tmp_path / "runs"
+    (runs / "some-run").mkdir(parents=True)
+    (runs / "some-run" / "run.json").write_text("{}")
+    assert main(["run", nb, "-p", "RUN_ID", "no-such-run", "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kit run: error: ") and "no-such-run: no such run" in err and "some-run" in err
+    assert err.count("\n") == 1
+    assert sorted(p.name for p in runs.iterdir()) == ["some-run"]  # no failed record
+    assert main(["run", nb, "-p", "RUN_ID", "some-run", "-p", "RUNS_DIR", str(runs), "--runs-dir", str(runs)]) == 2
+    assert "give --runs-dir" in capsys.readouterr().err

@@ -96,9 +96,10 @@ class Dir(PathArg):
 
     wants_dir = True
 
-    def __init__(self, what: str, made_by: str | None = None, marker: str | None = None):
+    def __init__(self, what: str, made_by: str | None = None, marker: str | None = None,
+                 keys: tuple[str, ...] = (), also: tuple[str, ...] = ()):
         super().__init__(what, made_by)
-        self.marker = marker
+        self.marker, self.keys, self.also = marker, keys, also
 
     def check(self, path: Path) -> None:
         if not path.exists():
@@ -111,10 +112,17 @@ class Dir(PathArg):
                 self.fail(path, f"has no {self.marker}")
             if m.suffix == ".json":
                 problem = _json_problem(m)
-                if problem is None and not isinstance(json.loads(m.read_bytes()), dict):
-                    problem = "not a JSON object"
+                if problem is None:
+                    obj = json.loads(m.read_bytes())
+                    if not isinstance(obj, dict):
+                        problem = "not a JSON object"
+                    elif missing := [k for k in self.keys if k not in obj]:
+                        problem = f"missing its field(s) {', '.join(missing)}"
                 if problem:
                     self.fail(path, f"its {self.marker} is {problem}")
+        for name in self.also:
+            if not (path / name).is_file():
+                self.fail(path, f"has no {name}")
 
 
 class File(PathArg):
@@ -241,12 +249,12 @@ def seed_dir() -> Dir:
 
 def prepared_dir() -> Dir:
     return Dir("a prepared adaptive job (a folder with prepared.json)", "kit adaptive prepare",
-               marker="prepared.json")
+               marker="prepared.json", keys=("format", "job_digest", "locations"), also=("adaptive-shards-inputs.json",))
 
 
 def study_dir() -> Dir:
     return Dir("a prepared study folder (prepared/prepared.json)", "kit study prepare",
-               marker="prepared/prepared.json")
+               marker="prepared/prepared.json", keys=("files", "contract"))
 
 
 def store_dir() -> Dir:

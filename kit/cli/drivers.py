@@ -20,14 +20,39 @@ def cmd_run(a) -> int:
     from kit.evidence.runner import batch_exit_status, run_notebook
     from kit.evidence.runtime import ensure_runtime
 
-    ensure_runtime()
     params = parse_cli_parameters(a.notebook, [tuple(p) for p in a.parameter or []])
+    params = _inspection_parameters(Path(a.notebook), params, [p[0] for p in a.parameter or []], Path(a.runs_dir))
+    ensure_runtime()
     extra = {"contract_digest": a.contract_digest, "input_digests": dict(_name_value(s) for s in a.input_digest or [])}
     record = run_notebook(Path(a.notebook), params, a.run_id, Path(a.runs_dir), extra, kernel_name=a.kernel,
                           log_output=a.log_output)
     run_dir = Path(a.runs_dir) / record.run_id
     print(f"{run_dir / 'run.json'}: {record.status}" + (f" ({record.reason})" if record.reason else ""))
     return batch_exit_status([(record.run_id, record.status)])
+
+
+def _inspection_parameters(notebook: Path, params: dict, given: list[str], runs_dir: Path) -> dict:
+    """A notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) inspects a run
+    of the runs folder it records into: RUNS_DIR is --runs-dir (one setting, so -p RUNS_DIR is refused),
+    and RUN_ID must name a run there, checked before anything is written (no failed record)."""
+    from kit.evidence.parameters import notebook_defaults
+
+    defaults = notebook_defaults(notebook)
+    if not {"RUN_ID", "RUNS_DIR"} <= defaults.keys():
+        return params
+    if "RUNS_DIR" in given:
+        raise ValueError(f"{notebook}: -p RUNS_DIR is not a setting of its own: this notebook inspects a run of the "
+                         f"runs folder it records into; give --runs-dir DIR (default runs)")
+    run_id = params.get("RUN_ID") or ""
+    if not run_id:
+        raise ValueError(f"{notebook}: name the run to inspect: -p RUN_ID <run id> (a folder of {runs_dir})")
+    if not (runs_dir / run_id / "run.json").is_file():
+        known = sorted(p.parent.name for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []
+        hint = (f"runs there: {', '.join(known[:5])}" + (", ..." if len(known) > 5 else "")) if known else \
+            "it holds no runs"
+        raise ValueError(f"{runs_dir / run_id}: no such run (expected a run folder with run.json, made by `kit run` "
+                         f"or `kit demo`; {hint}); nothing was written")
+    return {**params, "RUNS_DIR": str(runs_dir)}
 
 
 def _name_value(text: str) -> tuple[str, str]:
