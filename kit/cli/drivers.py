@@ -158,8 +158,11 @@ def register_verify_evidence(sub) -> None:
 # --- kit report -----------------------------------------------------------------------------
 def cmd_report(a) -> int:
     from kit.evidence.report import render_report
+    from kit.evidence.runtime import KERNEL_LOG_NAME, REPORT_MODULES, ensure_runtime, quiet_kernels
 
-    print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel))
+    ensure_runtime(("jupyter_client", *REPORT_MODULES), "render a report")
+    with quiet_kernels(Path(a.out) / KERNEL_LOG_NAME):  # kernel and library warnings: OUT/kernel.log
+        print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel))
     return 0
 
 
