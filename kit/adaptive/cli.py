@@ -121,8 +121,8 @@ def register(sub) -> None:
     s.add_argument("--cohort", choices=["A", "B", "C"], default="A",
                    help="A: new data from the seed (default); B: from the A endpoint; C: a continued-learning job")
     s.add_argument("--workers", type=int, default=2, help="worker processes, one pipeline stage each (default 2)")
-    s.add_argument("--resume", help="full root of a complete commit to continue from")
-    s.add_argument("--reference", help="cohort B: full root of the committed phase-A endpoint")
+    s.add_argument("--resume", metavar="ROOT", help="full root of a complete commit to continue from")
+    s.add_argument("--reference", metavar="ROOT", help="cohort B: full root of the committed phase-A endpoint")
     s.add_argument("--reference-home", type=store_dir(), help="store holding --reference (default: --source-home or --home)")
     s.add_argument("--source-home", type=store_dir(), help="migrate: fetch assigned objects of --resume from this store")
     s.add_argument("--until", type=int, help="stop after this cohort step (default: the contract's endpoint)")

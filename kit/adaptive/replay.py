@@ -151,7 +151,7 @@ def register(sub) -> None:
 
     s.add_argument("root", help="full 64-hex root of the commit to recompute")
     s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")
-    s.add_argument("--from", dest="from_root", help="an earlier ancestor of ROOT (default: its parent)")
+    s.add_argument("--from", dest="from_root", metavar="ROOT", help="an earlier ancestor of ROOT (default: its parent)")
     s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
     s.set_defaults(fn=cmd_replay)
 

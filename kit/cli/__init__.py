@@ -16,6 +16,7 @@ from kit.cli.args import (
     OutDir,
     Parser,
     leaf_parsers,
+    name_metavars,
     print_error,
     public_source_file,
     seed_dir,
@@ -158,12 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True, type=FileOrDir("a model config.json or a folder holding one",
                                                               "config.json", "kit seed build"),
                    help="config.json or a directory holding one")
-    s.add_argument("--worker", action="append", required=True, help="GiB[:relative speed], once per worker")
+    s.add_argument("--worker", action="append", required=True, metavar="GIB[:SPEED]", help="GiB[:relative speed], once per worker")
     s.add_argument("--batch", type=int, default=1, help="sequences per microbatch (default 1)")
     s.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (default 2048)")
     s.add_argument("--in-flight", type=int, default=1, help="microbatches in flight per worker (default 1)")
     s.add_argument("--grow", type=int, default=0, help="plan for this many appended blocks")
-    s.add_argument("--memory-model", help="JSON object of MemoryModel fields")
+    s.add_argument("--memory-model", metavar="JSON", help="JSON object of MemoryModel fields")
     s.set_defaults(fn=cmd_plan)
 
     s = sub.add_parser("demo", help="the embedded default: both tiny contracts end to end")
@@ -183,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         register(sub)
     for words, leaf in leaf_parsers(p):
         leaf.set_defaults(_prog=leaf.prog)
+        name_metavars(leaf)
     return p
 
 

@@ -72,6 +72,7 @@ class PathArg:
 
     kind = "input"  # "input": the path must exist; "output": it may be new
     wants_dir = False
+    metavar = "FILE"
 
     def __init__(self, what: str, made_by: str | None = None):
         self.what, self.made_by = what, made_by
@@ -95,6 +96,7 @@ class Dir(PathArg):
     """An existing folder; with `marker`, a file in it that must exist (and parse as JSON if .json)."""
 
     wants_dir = True
+    metavar = "DIR"
 
     def __init__(self, what: str, made_by: str | None = None, marker: str | None = None,
                  keys: tuple[str, ...] = (), also: tuple[str, ...] = ()):
@@ -149,6 +151,8 @@ class File(PathArg):
 class FileOrDir(PathArg):
     """A file, or a folder holding `name` (e.g. config.json or a model folder)."""
 
+    metavar = "PATH"
+
     def __init__(self, what: str, name: str, made_by: str | None = None):
         super().__init__(what, made_by)
         self.name = name
@@ -169,6 +173,7 @@ class OutDir(PathArg):
 
     kind = "output"
     wants_dir = True
+    metavar = "DIR"
 
     def check(self, path: Path) -> None:
         if path.exists() and not path.is_dir():
@@ -204,6 +209,7 @@ class HomeRoot(PathArg):
         super().__init__("HOME:FULL_ROOT (a checkpoint store and a 64-hex commit root" +
                          (") or seed:DIR" if seed_ok else ")"), "kit adaptive train")
         self.seed_ok = seed_ok
+        self.metavar = "HOME:ROOT|seed:DIR" if seed_ok else "HOME:ROOT"
         self.store = Dir("a checkpoint store folder (HOME of HOME:FULL_ROOT)", "kit adaptive train")
         self.seed = Dir("a seed folder (DIR of seed:DIR)", "kit seed build", marker="config.json")
 
@@ -230,6 +236,7 @@ class Named(PathArg):
     def __init__(self, inner: PathArg):
         super().__init__(inner.what, inner.made_by)
         self.inner, self.kind, self.wants_dir = inner, inner.kind, inner.wants_dir
+        self.metavar = f"NAME={inner.metavar}"
 
     def sample(self, path: str) -> str:
         return f"x={self.inner.sample(path)}"
@@ -267,6 +274,14 @@ def contract_file() -> File:
 
 def public_source_file() -> File:
     return File("the pinned public source, a JSON list (data/alpaca_5000.json)", None, fmt="json")
+
+
+def name_metavars(parser: argparse.ArgumentParser) -> None:
+    """Options without a metavar get one from their type: DIR, FILE, HOME:ROOT, NAME=FILE, N, X."""
+    for action in parser._actions:
+        if action.metavar is None and action.option_strings and action.nargs != 0 and not action.choices:
+            action.metavar = (action.type.metavar if isinstance(action.type, PathArg) else
+                              "N" if action.type is int else "X" if action.type is float else None)
 
 
 def leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

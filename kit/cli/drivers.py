@@ -69,14 +69,14 @@ def register_run(sub) -> None:
     s.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="a parameter of the notebook's `parameters` cell; VALUE is read as JSON or a Python "
                         "literal, else as a string (verbatim when the default is a string)")
-    s.add_argument("--run-id", help="default: <notebook stem>-<UTC time>")
+    s.add_argument("--run-id", metavar="ID", help="default: <notebook stem>-<UTC time>")
     s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
                    help="where the run's folder (executed notebook, run.json, kernel.log) goes (default runs); "
                         "for a notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) "
                         "also the runs folder it inspects, so give --runs-dir, not -p RUNS_DIR")
-    s.add_argument("--contract-digest", help="sha256 of the contract this run is bound to")
+    s.add_argument("--contract-digest", metavar="SHA256", help="sha256 of the contract this run is bound to")
     s.add_argument("--input-digest", action="append", metavar="NAME=SHA256", help="a named input's digest")
-    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebook's output to stderr")
     s.set_defaults(fn=cmd_run)
 
@@ -100,7 +100,7 @@ def register_batch(sub) -> None:
                    help='JSON (or YAML) list of {"notebook", "run_id", "parameters", "extra"}')
     s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
                    help="where each arm's run folder goes (default runs)")
-    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
     s.set_defaults(fn=cmd_batch)
 
@@ -172,8 +172,8 @@ def register_report(sub) -> None:
                    help="runs directory (default runs)")
     s.add_argument("--out", required=True, type=OutDir("a report folder"),
                    help="report directory, e.g. reports/<report-id>/")
-    s.add_argument("--title", help="the report's title (default: one naming the runs directory)")
-    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("--title", metavar="TEXT", help="the report's title (default: one naming the runs directory)")
+    s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.set_defaults(fn=cmd_report)
 
 

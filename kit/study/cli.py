@@ -90,7 +90,7 @@ def register(sub) -> None:
                    help="the arm: single worker, dense gradient pair, or PowerSGD pair")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
     s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory the study was prepared from")
-    s.add_argument("--resume", help="full root of a commit in this arm's store to continue from")
+    s.add_argument("--resume", metavar="ROOT", help="full root of a commit in this arm's store to continue from")
     s.add_argument("--until", type=int, help="stop after this update (default: the contract's last; earlier "
                                              "stops are recorded as partial)")
     s.add_argument("--seconds-per-update", type=float,
