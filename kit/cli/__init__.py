@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kit import numerics
 from kit.cli.args import (
+    Dir,
     FileOrDir,
     OutDir,
     Parser,
@@ -120,8 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats.md)")
-    s.add_argument("dir", type=FileOrDir("a Hugging Face model folder (config.json, *.safetensors)", "config.json",
-                                         "kit checkpoint export or kit seed build"),
+    s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
                    help="a Hugging Face model folder (a seed or an exported checkpoint)")
     s.set_defaults(fn=cmd_digest)
 
