@@ -99,13 +99,13 @@ class Dir(PathArg):
     metavar = "DIR"
 
     def __init__(self, what: str, made_by: str | None = None, marker: str | None = None,
-                 keys: tuple[str, ...] = (), also: tuple[str, ...] = ()):
+                 keys: tuple[str, ...] = (), also: tuple[str, ...] = (), missing: str = "the folder does not exist"):
         super().__init__(what, made_by)
-        self.marker, self.keys, self.also = marker, keys, also
+        self.marker, self.keys, self.also, self.missing = marker, keys, also, missing
 
     def check(self, path: Path) -> None:
         if not path.exists():
-            self.fail(path, "the folder does not exist")
+            self.fail(path, self.missing)
         if not path.is_dir():
             self.fail(path, "is a file, not a folder")
         if self.marker:

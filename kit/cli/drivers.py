@@ -168,7 +168,7 @@ def cmd_report(a) -> int:
 
 def register_report(sub) -> None:
     s = sub.add_parser("report", help="render an offline HTML report of every run into OUT/index.html")
-    s.add_argument("--runs", default="runs", type=Dir("a runs folder", "kit run or kit demo"),
+    s.add_argument("--runs", default="runs", type=Dir("a runs folder", "kit run or kit demo", missing="runs directory not found"),
                    help="runs directory (default runs)")
     s.add_argument("--out", required=True, type=OutDir("a report folder"),
                    help="report directory, e.g. reports/<report-id>/")
