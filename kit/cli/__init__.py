@@ -182,10 +182,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in DRIVER_COMMANDS:
         register(sub)
+    _name_command_groups(p)
     for words, leaf in leaf_parsers(p):
         leaf.set_defaults(_prog=leaf.prog)
         name_metavars(leaf)
     return p
+
+
+def _name_command_groups(parser: argparse.ArgumentParser) -> None:
+    """`kit adaptive` without a subcommand says "required: COMMAND", not the internal dest name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.metavar = "COMMAND"
+            for sp in action.choices.values():
+                _name_command_groups(sp)
 
 
 def main(argv: list[str] | None = None) -> int:
