@@ -28,7 +28,7 @@ fi
 rm -rf "$STUDY"  # this script's own output: a study is prepared once, so start from an empty directory
 
 echo "== prepare"
-$PY -m kit study prepare --contract "$CONTRACT" --seed "$SEED" --source "$SOURCE" --study "$STUDY"
+$PY -m kit study prepare --contract "$CONTRACT" --seed "$SEED" --public-source "$SOURCE" --study "$STUDY"
 for arm in single dense powersgd; do
   echo "== arm $arm"
   $PY -m kit study arm "$arm" --study "$STUDY" --seed "$SEED"

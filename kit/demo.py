@@ -266,7 +266,7 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     step completed (or was reused), 1 when a step failed or the demo stopped."""
     from kit.evidence.report import render_report
     from kit.evidence.runner import run_notebook
-    from kit.evidence.runtime import ensure_runtime, repository_root
+    from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
 
     ensure_runtime()  # papermill and a kernel, before anything is written
     out, runs_dir, reports_dir = Path(out), Path(runs_dir), Path(reports_dir)
@@ -307,14 +307,15 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
         else:
             os.environ["KIT_PROGRESS"] = saved
     steps_s = time.perf_counter() - t0
-    index = render_report(runs_dir, reports_dir / REPORT_ID, title="kit demo: both tiny contracts end to end")
+    with quiet_kernels(reports_dir / REPORT_ID / KERNEL_LOG_NAME):  # the report kernel's warnings, not the terminal
+        index = render_report(runs_dir, reports_dir / REPORT_ID, title="kit demo: both tiny contracts end to end")
     write_canonical_json(out / TIMING_FILE, {"steps": timing, "steps_seconds": round(steps_s, 1),
                                              "with_report_seconds": round(time.perf_counter() - t0, 1)})
     print(f"{len(timing)} of {total} step(s) in {steps_s / 60:.1f} min; plan: {out / PLAN_FILE}")
     if stopped:
-        where = "" if runs_dir == Path("runs") else f" -p RUNS_DIR {runs_dir}"
+        # the inspection run records into the demo's own runs folder (never the committed runs/ of a `make demo`)
         print(f"demo stopped: {stopped[1]}\ninspect it: kit run notebooks/90_inspect_failed_arm.ipynb "
-              f"-p RUN_ID {stopped[0]}{where}", file=sys.stderr)
+              f"-p RUN_ID {stopped[0]} --runs-dir {runs_dir}", file=sys.stderr)
     print(index)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 
 def cmd_train(a) -> int:
-    from kit.adaptive.train import train
-
     import os
+
+    from kit.adaptive.train import train
 
     commits = train(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home,
                     a.until, a.grow, a.reference_home)
@@ -99,51 +99,78 @@ def cmd_compare(a) -> int:
 
 def register(sub) -> None:
     from kit.adaptive.prepare import adaptive_subparsers
+    from kit.cli.args import (
+        File,
+        HomeRoot,
+        Named,
+        OutDir,
+        OutFile,
+        contract_file,
+        prepared_dir,
+        seed_dir,
+        store_dir,
+    )
 
     sp = adaptive_subparsers(sub)
     s = sp.add_parser("train", help="one cohort arm on owned blocks only (local launcher or torchrun)")
-    s.add_argument("--prepared", required=True)
-    s.add_argument("--seed", required=True)
-    s.add_argument("--home", required=True)
-    s.add_argument("--cohort", choices=["A", "B", "C"], default="A", help="C: a continued-learning job")
-    s.add_argument("--workers", type=int, default=2)
-    s.add_argument("--resume", help="full root of a complete commit to continue from")
-    s.add_argument("--reference", help="cohort B: full root of the committed phase-A endpoint")
-    s.add_argument("--reference-home", help="store holding --reference (default: --source-home or --home)")
-    s.add_argument("--source-home", help="migrate: fetch assigned objects of --resume from this store")
+    s.add_argument("--prepared", required=True, type=prepared_dir(),
+                   help="the prepared job (made by kit adaptive prepare or kit continued prepare)")
+    s.add_argument("--seed", required=True, type=seed_dir(), help="the seed folder the job was prepared from")
+    s.add_argument("--home", required=True, type=OutDir("a checkpoint store folder"),
+                   help="this arm's checkpoint store (created; a fresh one for a new cohort)")
+    s.add_argument("--cohort", choices=["A", "B", "C"], default="A",
+                   help="A: new data from the seed (default); B: from the A endpoint; C: a continued-learning job")
+    s.add_argument("--workers", type=int, default=2, help="worker processes, one pipeline stage each (default 2)")
+    s.add_argument("--resume", metavar="ROOT", help="full root of a complete commit to continue from")
+    s.add_argument("--reference", metavar="ROOT", help="cohort B: full root of the committed phase-A endpoint")
+    s.add_argument("--reference-home", type=store_dir(), help="store holding --reference (default: --source-home or --home)")
+    s.add_argument("--source-home", type=store_dir(), help="migrate: fetch assigned objects of --resume from this store")
     s.add_argument("--until", type=int, help="stop after this cohort step (default: the contract's endpoint)")
     s.add_argument("--grow", action="store_true", help="append the contract's blocks before training")
     s.set_defaults(fn=cmd_train)
 
     s = sp.add_parser("evaluate", help="score a candidate against its baseline (dev roles by default)")
-    s.add_argument("--prepared", required=True)
-    s.add_argument("--candidate", required=True, help="HOME:FULL_ROOT or seed:DIR")
-    s.add_argument("--baseline", required=True, help="HOME:FULL_ROOT or seed:DIR")
-    s.add_argument("--split", choices=["dev", "final"], default="dev")
-    s.add_argument("--selection", help="final roles: the selection record")
-    s.add_argument("--tokenizer", help="seed directory with the tokenizer (default: the prepared seed)")
+    s.add_argument("--prepared", required=True, type=prepared_dir(), help="the prepared job")
+    s.add_argument("--candidate", required=True, type=HomeRoot(seed_ok=True), help="HOME:FULL_ROOT or seed:DIR")
+    s.add_argument("--baseline", required=True, type=HomeRoot(seed_ok=True), help="HOME:FULL_ROOT or seed:DIR")
+    s.add_argument("--split", choices=["dev", "final"], default="dev",
+                   help="dev: development roles (default); final: final roles, which need --selection")
+    s.add_argument("--selection", type=File("a selection record (JSON)", "kit adaptive select", fmt="json"),
+                   help="final roles: the selection record")
+    s.add_argument("--tokenizer", type=seed_dir(), help="seed directory with the tokenizer (default: the prepared seed)")
     s.add_argument("--device", default="cpu", help="cpu (default) or cuda: where NLL and greedy answers are scored")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, type=OutFile("a path for the evaluation record"),
+                   help="the evaluation record to write (JSON)")
     s.set_defaults(fn=cmd_evaluate)
 
     s = sp.add_parser("select", help="bind the prepared job and the candidate roots before final scoring")
-    s.add_argument("--prepared", required=True)
-    s.add_argument("--candidate", action="append", required=True, help="NAME=HOME:FULL_ROOT")
-    s.add_argument("--dev-eval", action="append", help="development evaluations the decision read")
-    s.add_argument("--out", required=True)
+    s.add_argument("--prepared", required=True, type=prepared_dir(), help="the prepared job")
+    s.add_argument("--candidate", action="append", required=True, type=Named(HomeRoot()),
+                   help="NAME=HOME:FULL_ROOT, once per candidate")
+    s.add_argument("--dev-eval", action="append",
+                   type=File("a development evaluation record (JSON)", "kit adaptive evaluate", fmt="json"),
+                   help="development evaluations the decision read (recorded by sha256), once each")
+    s.add_argument("--out", required=True, type=OutFile("a path for the selection record"),
+                   help="the selection record to write (JSON)")
     s.set_defaults(fn=cmd_select)
 
     s = sp.add_parser("compare", help="two committed runs side by side (migration vs uninterrupted, growth vs control)")
-    s.add_argument("--a", required=True, help="HOME:FULL_ROOT")
-    s.add_argument("--b", required=True, help="HOME:FULL_ROOT")
-    s.add_argument("--cohort", choices=["A", "B"], default="A")
+    s.add_argument("--a", required=True, type=HomeRoot(), help="HOME:FULL_ROOT of the first run")
+    s.add_argument("--b", required=True, type=HomeRoot(), help="HOME:FULL_ROOT of the second run")
+    s.add_argument("--cohort", choices=["A", "B"], default="A", help="the cohort both commits belong to (default A)")
     s.add_argument("--require-equal", action="store_true", help="exit 1 unless the learned-state roots are equal")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, type=OutFile("a path for the comparison record"),
+                   help="the comparison record to write (JSON)")
     s.set_defaults(fn=cmd_compare)
 
     s = sp.add_parser("gates", help="the seed's gates on final evaluations")
-    s.add_argument("--contract", required=True)
-    s.add_argument("--eval", action="append", required=True, help="NAME=final evaluation JSON")
-    s.add_argument("--prepared", help="continued-learning: the prepared job (its start endpoint and gates)")
-    s.add_argument("--out", required=True)
+    s.add_argument("--contract", required=True, type=contract_file(),
+                   help="the contract whose gates apply (adaptive or continued-learning)")
+    s.add_argument("--eval", action="append", required=True,
+                   type=Named(File("a final evaluation record (JSON)", "kit adaptive evaluate --split final", fmt="json")),
+                   help="NAME=final evaluation JSON, once per comparison")
+    s.add_argument("--prepared", type=prepared_dir(),
+                   help="continued-learning: the prepared job (its start endpoint and gates)")
+    s.add_argument("--out", required=True, type=OutFile("a path for the gates record"),
+                   help="the gates record to write (JSON)")
     s.set_defaults(fn=cmd_gates)

@@ -265,15 +265,31 @@ def cmd_prepare(a) -> int:
 
 
 def register(sub) -> None:
+    from kit.cli.args import (
+        File,
+        HomeRoot,
+        OutDir,
+        OutFile,
+        contract_file,
+        prepared_dir,
+        public_source_file,
+        seed_dir,
+    )
+
     p = sub.add_parser("continued", help="the continued-learning contract (prepare; then kit adaptive train --cohort C)")
     sp = p.add_subparsers(dest="continued_command", required=True)
     s = sp.add_parser("prepare", help="roles, schedule and commitments of the continued cohort from a passing A endpoint")
-    s.add_argument("--contract", required=True, help="contracts/continued-learning.json or .tiny.json")
-    s.add_argument("--start-prepared", required=True, help="the adaptive job's prepared directory")
-    s.add_argument("--start", required=True, help="HOME:FULL_ROOT of the selected phase-A endpoint")
-    s.add_argument("--start-evaluation", required=True, help="its final evaluation record (kit adaptive evaluate)")
-    s.add_argument("--seed", required=True, help="the seed directory (tokenizer; the start job's seed)")
-    s.add_argument("--public-source", required=True, help="local copy of the pinned public source")
-    s.add_argument("--out", required=True, help="a new or empty directory")
-    s.add_argument("--ledger", default=None, help="exposure ledger (default: $KIT_LEDGER or ledger/exposed.jsonl)")
+    s.add_argument("--contract", required=True, type=contract_file(),
+                   help="contracts/continued-learning.json or .tiny.json")
+    s.add_argument("--start-prepared", required=True, type=prepared_dir(), help="the adaptive job's prepared directory")
+    s.add_argument("--start", required=True, type=HomeRoot(), help="HOME:FULL_ROOT of the selected phase-A endpoint")
+    s.add_argument("--start-evaluation", required=True,
+                   type=File("a final evaluation record (JSON)", "kit adaptive evaluate --split final", fmt="json"),
+                   help="its final evaluation record (kit adaptive evaluate)")
+    s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory (tokenizer; the start job's seed)")
+    s.add_argument("--public-source", required=True, type=public_source_file(),
+                   help="local copy of the pinned public source")
+    s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
+                   help="a new or empty directory")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"), help="exposure ledger (default: $KIT_LEDGER or ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)

@@ -529,15 +529,23 @@ def cmd_prepare(a) -> int:
 
 
 def register(sub) -> None:
+    from kit.cli.args import File, OutDir, OutFile, contract_file, public_source_file, seed_dir
+
     s = adaptive_subparsers(sub).add_parser(
         "prepare", help="write role files, schedule, ownership manifests, prepared.json and input commitments")
-    s.add_argument("--contract", required=True, help="contracts/adaptive-shards.json or .tiny.json")
-    s.add_argument("--seed", required=True, help="seed directory (config.json, *.safetensors, tokenizer files)")
-    s.add_argument("--replay", required=True, help="the seed's trained_conversations.jsonl")
+    s.add_argument("--contract", required=True, type=contract_file(),
+                   help="contracts/adaptive-shards.json or .tiny.json")
+    s.add_argument("--seed", required=True, type=seed_dir(),
+                   help="seed directory (config.json, *.safetensors, tokenizer files)")
+    s.add_argument("--replay", required=True, type=File("the seed's trained_conversations.jsonl", "kit seed build",
+                                                        fmt="jsonl"), help="the seed's trained_conversations.jsonl")
     s.add_argument("--dev-retention", default=None,
+                   type=File("development-retention records (JSONL)", None, fmt="jsonl"),
                    help="exposed development-retention records (JSONL); default: drawn from --replay, not replayed")
-    s.add_argument("--public-source", required=True, help="local copy of the pinned public source (alpaca_5000.json)")
-    s.add_argument("--out", required=True, help="a new or empty directory for the prepared job")
-    s.add_argument("--ledger", default=None,
+    s.add_argument("--public-source", required=True, type=public_source_file(),
+                   help="local copy of the pinned public source (alpaca_5000.json)")
+    s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
+                   help="a new or empty directory for the prepared job")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
                    help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER or ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)

@@ -147,9 +147,11 @@ def register(sub) -> None:
     group = next(x for x in ck._actions if isinstance(x, argparse._SubParsersAction))
     s = group.add_parser("replay", help="recompute the updates between a commit and its parent (or --from an "
                                         "ancestor) from the committed parent state and the prepared job")
-    s.add_argument("root")
-    s.add_argument("--home", required=True)
-    s.add_argument("--from", dest="from_root", help="an earlier ancestor of ROOT (default: its parent)")
+    from kit.cli.args import store_dir
+
+    s.add_argument("root", help="full 64-hex root of the commit to recompute")
+    s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")
+    s.add_argument("--from", dest="from_root", metavar="ROOT", help="an earlier ancestor of ROOT (default: its parent)")
     s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
     s.set_defaults(fn=cmd_replay)
 

@@ -8,10 +8,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from kit import numerics
+from kit.cli.args import (
+    Dir,
+    FileOrDir,
+    OutDir,
+    Parser,
+    leaf_parsers,
+    name_metavars,
+    print_error,
+    public_source_file,
+    seed_dir,
+    store_dir,
+)
+
+WORKFLOW = """\
+workflow (README.md, "Command line", has every option; `kit COMMAND --help` for one):
+  1. contract   pick or write one: contracts/adaptive-shards.tiny.json, contracts/shared-gradient.tiny.json
+  2. prepare    kit seed build; kit adaptive prepare | kit study prepare   (commits every input by digest)
+  3. train      kit adaptive train | kit study arm   (checkpoint stores; kit checkpoint verify|show|list)
+  4. evaluate   kit adaptive evaluate, kit adaptive select | kit study evaluate   (dev, then final roles)
+  5. gates      kit adaptive gates | kit study screens; kit report --out DIR   (verdicts and the HTML report)
+  demo: `kit demo` (or `make demo`) runs all of it on the embedded tiny contracts in a few minutes."""
 
 
 def _print_json(obj) -> None:
@@ -51,11 +71,12 @@ def cmd_checkpoint(a) -> int:
     elif a.action == "show":
         root = a.root or commits.read_head(a.home)
         if root is None:
-            raise SystemExit(f"{a.home}: no HEAD; name a commit root")
+            raise ValueError(f"{a.home}: the store has no HEAD (no commit yet); name a commit root, or make "
+                             "one with `kit adaptive train`")
         print(json.dumps(commits.read_commit(a.home, root), indent=1, sort_keys=True))
     elif a.action == "export":
         if not a.root:
-            raise SystemExit("kit checkpoint export ROOT --home H --out DIR")
+            raise ValueError("name the commit to export: kit checkpoint export ROOT --home H --out DIR")
         print(export.export_hf(a.home, a.root, a.out, extra_files_dir=a.tokenizer_from))
     elif a.action == "gc":
         for path in commits.gc(a.home, unreferenced_objects=a.objects):
@@ -94,21 +115,24 @@ def cmd_demo(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kit", description=__doc__.splitlines()[0])
+    p = Parser(prog="kit", description="kit: a research toolkit for adaptive sharded learning and the "
+                                       "shared-gradient study, with run records and reports.",
+               epilog=WORKFLOW, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats.md)")
-    s.add_argument("dir")
+    s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
+                   help="a Hugging Face model folder (a seed or an exported checkpoint)")
     s.set_defaults(fn=cmd_digest)
 
     seed = sub.add_parser("seed", help="build or describe a seed").add_subparsers(dest="action", required=True)
     s = seed.add_parser("build", help="train the tiny seed (tokenizer + Llama) into DIR")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, type=OutDir("a folder for the seed"), help="the seed folder (created)")
     s.add_argument("--test-size", action="store_true", help="an even smaller seed, for tests")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_seed_build)
     s = seed.add_parser("show", help="digest, shape and a sample reply of a seed directory")
-    s.add_argument("dir")
+    s.add_argument("dir", type=seed_dir(), help="a seed folder (made by kit seed build)")
     s.set_defaults(fn=cmd_seed_show)
 
     ck = sub.add_parser("checkpoint", help="verify, show, export, list or gc commits of a store")
@@ -120,30 +144,37 @@ def build_parser() -> argparse.ArgumentParser:
                               ("gc", "remove temporary files (and, with --objects, unreferenced objects)")):
         s = ck_sub.add_parser(action, help=help_text)
         if action in ("verify", "show", "export"):
-            s.add_argument("root", nargs="?")
-        s.add_argument("--home", required=True)
+            s.add_argument("root", nargs="?", help="full 64-hex root of a commit" +
+                           ("" if action == "export" else " (default: HEAD)"))
+        s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store folder")
         if action == "export":
-            s.add_argument("--out", required=True)
-            s.add_argument("--tokenizer-from", help="copy tokenizer files from this seed directory")
+            s.add_argument("--out", required=True, type=OutDir("a folder for the Hugging Face export"),
+                           help="the Hugging Face folder to write (created)")
+            s.add_argument("--tokenizer-from", type=seed_dir(), help="copy tokenizer files from this seed directory")
         if action == "gc":
             s.add_argument("--objects", action="store_true", help="also remove objects no commit names")
         s.set_defaults(fn=cmd_checkpoint, root=getattr(s, "root", None))
 
     s = sub.add_parser("plan", help="capacity planner: contiguous block assignment minimising peak utilisation")
-    s.add_argument("--config", required=True, help="config.json or a directory holding one")
-    s.add_argument("--worker", action="append", required=True, help="GiB[:relative speed], once per worker")
-    s.add_argument("--batch", type=int, default=1)
-    s.add_argument("--seq-len", type=int, default=2048)
-    s.add_argument("--in-flight", type=int, default=1)
+    s.add_argument("--config", required=True, type=FileOrDir("a model config.json or a folder holding one",
+                                                              "config.json", "kit seed build"),
+                   help="config.json or a directory holding one")
+    s.add_argument("--worker", action="append", required=True, metavar="GIB[:SPEED]", help="GiB[:relative speed], once per worker")
+    s.add_argument("--batch", type=int, default=1, help="sequences per microbatch (default 1)")
+    s.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (default 2048)")
+    s.add_argument("--in-flight", type=int, default=1, help="microbatches in flight per worker (default 1)")
     s.add_argument("--grow", type=int, default=0, help="plan for this many appended blocks")
-    s.add_argument("--memory-model", help="JSON object of MemoryModel fields")
+    s.add_argument("--memory-model", metavar="JSON", help="JSON object of MemoryModel fields")
     s.set_defaults(fn=cmd_plan)
 
     s = sub.add_parser("demo", help="the embedded default: both tiny contracts end to end")
-    s.add_argument("--out", default="demo-out", help="working directory for seeds, stores and runs")
-    s.add_argument("--runs-dir", default="runs", help="where the executed notebooks and run records go")
-    s.add_argument("--reports-dir", default="reports", help="where the rendered report goes")
-    s.add_argument("--public-source", help="local copy of the pinned public source (default data/alpaca_5000.json in the repository; its sha256 is checked before anything runs)")
+    s.add_argument("--out", default="demo-out", type=OutDir("the demo's working folder"),
+                   help="working directory for seeds, stores and runs")
+    s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
+                   help="where the executed notebooks and run records go")
+    s.add_argument("--reports-dir", default="reports", type=OutDir("a reports folder"),
+                   help="where the rendered report goes")
+    s.add_argument("--public-source", type=public_source_file(), help="local copy of the pinned public source (default data/alpaca_5000.json in the repository; its sha256 is checked before anything runs)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_demo)
 
@@ -151,17 +182,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in DRIVER_COMMANDS:
         register(sub)
+    _name_command_groups(p)
+    for words, leaf in leaf_parsers(p):
+        leaf.set_defaults(_prog=leaf.prog)
+        name_metavars(leaf)
     return p
 
 
+def _name_command_groups(parser: argparse.ArgumentParser) -> None:
+    """`kit adaptive` without a subcommand says "required: COMMAND", not the internal dest name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.metavar = "COMMAND"
+            for sp in action.choices.values():
+                _name_command_groups(sp)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one `kit` command; its exit status. A usage error or a bad path is one line on stderr and 2."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a one-line error (2); in-process callers get the status
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     numerics.apply()  # every command computes under the kit's numeric profile (kit/numerics.py)
     try:
         return int(args.fn(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"kit {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as e:  # the kit's refusals (ValueError subclasses) and bad paths: no traceback
+        return print_error(args._prog, e)
 
 
 if __name__ == "__main__":

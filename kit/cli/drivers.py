@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from kit.cli.args import Dir, File, OutDir
+
 
 # --- kit run --------------------------------------------------------------------------------
 def cmd_run(a) -> int:
@@ -18,14 +20,39 @@ def cmd_run(a) -> int:
     from kit.evidence.runner import batch_exit_status, run_notebook
     from kit.evidence.runtime import ensure_runtime
 
-    ensure_runtime()
     params = parse_cli_parameters(a.notebook, [tuple(p) for p in a.parameter or []])
+    params = _inspection_parameters(Path(a.notebook), params, [p[0] for p in a.parameter or []], Path(a.runs_dir))
+    ensure_runtime()
     extra = {"contract_digest": a.contract_digest, "input_digests": dict(_name_value(s) for s in a.input_digest or [])}
     record = run_notebook(Path(a.notebook), params, a.run_id, Path(a.runs_dir), extra, kernel_name=a.kernel,
                           log_output=a.log_output)
     run_dir = Path(a.runs_dir) / record.run_id
     print(f"{run_dir / 'run.json'}: {record.status}" + (f" ({record.reason})" if record.reason else ""))
     return batch_exit_status([(record.run_id, record.status)])
+
+
+def _inspection_parameters(notebook: Path, params: dict, given: list[str], runs_dir: Path) -> dict:
+    """A notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) inspects a run
+    of the runs folder it records into: RUNS_DIR is --runs-dir (one setting, so -p RUNS_DIR is refused),
+    and RUN_ID must name a run there, checked before anything is written (no failed record)."""
+    from kit.evidence.parameters import notebook_defaults
+
+    defaults = notebook_defaults(notebook)
+    if not {"RUN_ID", "RUNS_DIR"} <= defaults.keys():
+        return params
+    if "RUNS_DIR" in given:
+        raise ValueError(f"{notebook}: -p RUNS_DIR is not a setting of its own: this notebook inspects a run of the "
+                         f"runs folder it records into; give --runs-dir DIR (default runs)")
+    run_id = params.get("RUN_ID") or ""
+    if not run_id:
+        raise ValueError(f"{notebook}: name the run to inspect: -p RUN_ID <run id> (a folder of {runs_dir})")
+    if not (runs_dir / run_id / "run.json").is_file():
+        known = sorted(p.parent.name for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []
+        hint = (f"runs there: {', '.join(known[:5])}" + (", ..." if len(known) > 5 else "")) if known else \
+            "it holds no runs"
+        raise ValueError(f"{runs_dir / run_id}: no such run (expected a run folder with run.json, made by `kit run` "
+                         f"or `kit demo`; {hint}); nothing was written")
+    return {**params, "RUNS_DIR": str(runs_dir)}
 
 
 def _name_value(text: str) -> tuple[str, str]:
@@ -37,15 +64,19 @@ def _name_value(text: str) -> tuple[str, str]:
 
 def register_run(sub) -> None:
     s = sub.add_parser("run", help="execute a notebook with papermill into runs/<run-id>/ and write run.json")
-    s.add_argument("notebook")
+    s.add_argument("notebook", type=File("a Jupyter notebook (.ipynb)", None, fmt="json"),
+                   help="the notebook (.ipynb) to execute, e.g. notebooks/90_inspect_failed_arm.ipynb")
     s.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="a parameter of the notebook's `parameters` cell; VALUE is read as JSON or a Python "
                         "literal, else as a string (verbatim when the default is a string)")
-    s.add_argument("--run-id", help="default: <notebook stem>-<UTC time>")
-    s.add_argument("--runs-dir", default="runs")
-    s.add_argument("--contract-digest", help="sha256 of the contract this run is bound to")
+    s.add_argument("--run-id", metavar="ID", help="default: <notebook stem>-<UTC time>")
+    s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
+                   help="where the run's folder (executed notebook, run.json, kernel.log) goes (default runs); "
+                        "for a notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) "
+                        "also the runs folder it inspects, so give --runs-dir, not -p RUNS_DIR")
+    s.add_argument("--contract-digest", metavar="SHA256", help="sha256 of the contract this run is bound to")
     s.add_argument("--input-digest", action="append", metavar="NAME=SHA256", help="a named input's digest")
-    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebook's output to stderr")
     s.set_defaults(fn=cmd_run)
 
@@ -65,9 +96,11 @@ def cmd_batch(a) -> int:
 
 def register_batch(sub) -> None:
     s = sub.add_parser("batch", help="run a plan of notebook executions in order; skips completed run ids")
-    s.add_argument("plan", help='JSON (or YAML) list of {"notebook", "run_id", "parameters", "extra"}')
-    s.add_argument("--runs-dir", default="runs")
-    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("plan", type=File("a batch plan file (JSON or YAML)", None, fmt="json-if-suffix"),
+                   help='JSON (or YAML) list of {"notebook", "run_id", "parameters", "extra"}')
+    s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
+                   help="where each arm's run folder goes (default runs)")
+    s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
     s.set_defaults(fn=cmd_batch)
 
@@ -110,12 +143,13 @@ def _replay(run_dirs, a) -> int:
 
 def register_verify_evidence(sub) -> None:
     s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
-    s.add_argument("run_dirs", nargs="+", help="run directories, or a runs directory for all of its runs")
+    s.add_argument("run_dirs", nargs="+", type=Dir("a run folder (with run.json) or a runs folder", "kit run"),
+                   help="run directories, or a runs directory for all of its runs")
     s.add_argument("--json", action="store_true", help="print the check reports as JSON")
     s.add_argument("--replay", action="store_true",
                    help="re-execute each completed CPU run (and the runs it depends on) from its recorded parameters "
                         "and compare its digests and roots with the committed ones (kit/evidence/replay.py)")
-    s.add_argument("--work", help="with --replay: the folder for the replayed runs and their data (default: a new "
+    s.add_argument("--work", type=OutDir("a work folder for the replay"), help="with --replay: the folder for the replayed runs and their data (default: a new "
                                   "temporary folder)")
     s.set_defaults(fn=cmd_verify_evidence)
 
@@ -124,17 +158,22 @@ def register_verify_evidence(sub) -> None:
 # --- kit report -----------------------------------------------------------------------------
 def cmd_report(a) -> int:
     from kit.evidence.report import render_report
+    from kit.evidence.runtime import KERNEL_LOG_NAME, REPORT_MODULES, ensure_runtime, quiet_kernels
 
-    print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel))
+    ensure_runtime(("jupyter_client", *REPORT_MODULES), "render a report")
+    with quiet_kernels(Path(a.out) / KERNEL_LOG_NAME):  # kernel and library warnings: OUT/kernel.log
+        print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel))
     return 0
 
 
 def register_report(sub) -> None:
     s = sub.add_parser("report", help="render an offline HTML report of every run into OUT/index.html")
-    s.add_argument("--runs", default="runs", help="runs directory")
-    s.add_argument("--out", required=True, help="report directory, e.g. reports/<report-id>/")
-    s.add_argument("--title")
-    s.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    s.add_argument("--runs", default="runs", type=Dir("a runs folder", "kit run or kit demo", missing="runs directory not found"),
+                   help="runs directory (default runs)")
+    s.add_argument("--out", required=True, type=OutDir("a report folder"),
+                   help="report directory, e.g. reports/<report-id>/")
+    s.add_argument("--title", metavar="TEXT", help="the report's title (default: one naming the runs directory)")
+    s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.set_defaults(fn=cmd_report)
 
 

@@ -22,6 +22,7 @@ something is still missing, the commands fail at once, naming every missing modu
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -103,3 +104,51 @@ def kernel_pythonpath() -> str:
     if os.environ.get("PYTHONPATH"):
         parts.append(os.environ["PYTHONPATH"])
     return os.pathsep.join(parts)
+
+
+KERNEL_LOG_NAME = "kernel.log"  # in a run folder (kit run, kit batch, the demo) or a report folder
+
+
+@contextlib.contextmanager
+def quiet_kernels(log_path: str | os.PathLike):
+    """Kernel and library noise goes to `log_path`, not the user's terminal, while the block runs.
+
+    - every Jupyter kernel started in the block (papermill's and nbclient's alike) gets `log_path` as
+      its stdout and stderr: what a kernel writes outside its cells (IPKernelApp's "Kernel is running
+      over TCP without encryption", fd-level library output, workers that inherit its stderr) is logged;
+      what cells print still goes into the executed notebook;
+    - this process's Python warnings and WARNING-or-worse log records (papermill, nbclient, traitlets,
+      torch) are appended to `log_path` too.
+    Progress bars of this process (tqdm on sys.stderr) and --log-output streaming are untouched.
+    """
+    import logging
+    import warnings
+
+    from jupyter_client.provisioning import local_provisioner  # the launcher every local kernel goes through
+
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        original = local_provisioner.launch_kernel
+
+        def launch_kernel(cmd, **kw):
+            kw["stdout"] = log if kw.get("stdout") is None else kw["stdout"]
+            kw["stderr"] = log if kw.get("stderr") is None else kw["stderr"]
+            return original(cmd, **kw)
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            log.write(warnings.formatwarning(message, category, filename, lineno, line))
+            log.flush()
+
+        handler = logging.StreamHandler(log)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        local_provisioner.launch_kernel = launch_kernel
+        try:
+            with warnings.catch_warnings():
+                warnings.showwarning = show
+                yield Path(log_path)
+        finally:
+            local_provisioner.launch_kernel = original
+            root.removeHandler(handler)

@@ -6,6 +6,7 @@ imports its driver lazily, so `kit --help` stays fast.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -13,7 +14,7 @@ import sys
 def cmd_prepare(a) -> int:
     from kit.study.prepare import prepare_study
 
-    prepared = prepare_study(a.contract, a.seed, a.source, a.study)
+    prepared = prepare_study(a.contract, a.seed, a.public_source, a.study)
     print(json.dumps({"study": a.study, "counts": prepared["counts"], "contract_digest": prepared["contract"]["digest"]},
                      sort_keys=True))
     return 0
@@ -58,22 +59,38 @@ def cmd_status(a) -> int:
     return 0
 
 
+class _PublicSource(argparse.Action):
+    """--public-source, with --source kept as a deprecated alias (a warning on stderr)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--source":
+            print(f"{parser.prog}: warning: --source is deprecated; use --public-source (the name every kit "
+                  "command uses)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def register(sub) -> None:
+    from kit.cli.args import OutDir, contract_file, public_source_file, seed_dir, study_dir
+
     study = sub.add_parser("study", help="the shared-gradient study: prepare, arms, evaluation, screens")
     actions = study.add_subparsers(dest="action", required=True)
 
     s = actions.add_parser("prepare", help="commit every input of a study by digest into STUDY/prepared/")
-    s.add_argument("--contract", required=True, help="contracts/shared-gradient.json or .tiny.json")
-    s.add_argument("--seed", required=True, help="seed directory (Hugging Face Llama + tokenizer)")
-    s.add_argument("--source", required=True, help="local copy of the pinned public conversation source")
-    s.add_argument("--study", required=True, help="study directory (created)")
+    s.add_argument("--contract", required=True, type=contract_file(),
+                   help="contracts/shared-gradient.json or .tiny.json")
+    s.add_argument("--seed", required=True, type=seed_dir(), help="seed directory (Hugging Face Llama + tokenizer)")
+    s.add_argument("--public-source", "--source", dest="public_source", required=True, action=_PublicSource,
+                   type=public_source_file(),
+                   help="local copy of the pinned public conversation source (--source: deprecated alias)")
+    s.add_argument("--study", required=True, type=OutDir("a study folder"), help="study directory (created)")
     s.set_defaults(fn=cmd_prepare)
 
     s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason")
-    s.add_argument("name", choices=["single", "dense", "powersgd"])
-    s.add_argument("--study", required=True)
-    s.add_argument("--seed", required=True)
-    s.add_argument("--resume", help="full root of a commit in this arm's store to continue from")
+    s.add_argument("name", choices=["single", "dense", "powersgd"],
+                   help="the arm: single worker, dense gradient pair, or PowerSGD pair")
+    s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
+    s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory the study was prepared from")
+    s.add_argument("--resume", metavar="ROOT", help="full root of a commit in this arm's store to continue from")
     s.add_argument("--until", type=int, help="stop after this update (default: the contract's last; earlier "
                                              "stops are recorded as partial)")
     s.add_argument("--seconds-per-update", type=float,
@@ -83,15 +100,15 @@ def register(sub) -> None:
     s.set_defaults(fn=cmd_arm)
 
     s = actions.add_parser("evaluate", help="freeze the candidates, then score final tasks and retention probes")
-    s.add_argument("--study", required=True)
-    s.add_argument("--seed", required=True)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
+    s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory the study was prepared from")
+    s.add_argument("--device", default="cpu", help="cpu (default) or cuda: where the final tasks are scored")
     s.set_defaults(fn=cmd_evaluate)
 
     s = actions.add_parser("screens", help="write STUDY/screens.json: every arm, every screen's inputs and verdict")
-    s.add_argument("--study", required=True)
+    s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
     s.set_defaults(fn=cmd_screens)
 
     s = actions.add_parser("status", help="every arm of the contract with its status and reason")
-    s.add_argument("--study", required=True)
+    s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
     s.set_defaults(fn=cmd_status)

@@ -1,0 +1,299 @@
+"""Checked path arguments and one-line errors for the `kit` command line.
+
+Every path-like option or positional of every subcommand has one of the `type=` checkers below, so a
+missing path, a file where a folder belongs or a file that is not JSON is refused while the command
+line is parsed: one line on stderr that names the subcommand, the path, what was expected and the
+command that makes the right thing, exit code 2, before anything is imported or written. Each checker
+returns its argument unchanged (a string), so the handlers see what they saw before.
+
+`Parser` is the kit's argparse parser: its errors are one line (`kit adaptive train: error: ...`,
+followed by where the usage is), and every leaf subcommand records its full name (`_prog`) so that
+`kit.cli.main` names it for the kit's own refusals too. tests/test_cli_walk.py walks every
+subcommand with a missing path, a file where a folder belongs and garbage JSON for each checker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def one_line(text: str) -> str:
+    """An error message on one line (continuation lines joined with '; ')."""
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors naming the (sub)command; subparsers are Parsers too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (usage: {self.prog} --help)\n")
+
+
+def _made(made_by: str | None) -> str:
+    return ("; make one with " + " or ".join(f"`{c}`" for c in made_by.split(" or "))) if made_by else ""
+
+
+def _json_problem(path: Path) -> str | None:
+    """None when `path` parses as JSON, else why not (one line)."""
+    try:
+        json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"not valid JSON ({one_line(e)})"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    return None
+
+
+def _jsonl_problem(path: Path) -> str | None:
+    """None when the first non-empty line of `path` is a JSON object (a JSON Lines file)."""
+    try:
+        with path.open("rb") as f:
+            for line in f:
+                if line.strip():
+                    if not isinstance(json.loads(line), dict):
+                        return "not JSON Lines (its first line is not a JSON object)"
+                    return None
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"not JSON Lines ({one_line(e)})"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    return None
+
+
+class PathArg:
+    """Base of the checkers. `kind` says what the walk test may feed it; `sample(path)` embeds a path
+    in a value of this argument's syntax (HOME:ROOT, NAME=PATH, ...)."""
+
+    kind = "input"  # "input": the path must exist; "output": it may be new
+    wants_dir = False
+    metavar = "FILE"
+
+    def __init__(self, what: str, made_by: str | None = None):
+        self.what, self.made_by = what, made_by
+        self.__name__ = type(self).__name__  # argparse names a type in some messages
+
+    def sample(self, path: str) -> str:
+        return path
+
+    def check(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def __call__(self, text: str) -> str:
+        self.check(Path(text))
+        return text
+
+    def fail(self, path: Path, problem: str):
+        raise argparse.ArgumentTypeError(f"{path}: {problem}; expected {self.what}{_made(self.made_by)}")
+
+
+class Dir(PathArg):
+    """An existing folder; with `marker`, a file in it that must exist (and parse as JSON if .json)."""
+
+    wants_dir = True
+    metavar = "DIR"
+
+    def __init__(self, what: str, made_by: str | None = None, marker: str | None = None,
+                 keys: tuple[str, ...] = (), also: tuple[str, ...] = (), missing: str = "the folder does not exist"):
+        super().__init__(what, made_by)
+        self.marker, self.keys, self.also, self.missing = marker, keys, also, missing
+
+    def check(self, path: Path) -> None:
+        if not path.exists():
+            self.fail(path, self.missing)
+        if not path.is_dir():
+            self.fail(path, "is a file, not a folder")
+        if self.marker:
+            m = path / self.marker
+            if not m.is_file():
+                self.fail(path, f"has no {self.marker}")
+            if m.suffix == ".json":
+                problem = _json_problem(m)
+                if problem is None:
+                    obj = json.loads(m.read_bytes())
+                    if not isinstance(obj, dict):
+                        problem = "not a JSON object"
+                    elif missing := [k for k in self.keys if k not in obj]:
+                        problem = f"missing its field(s) {', '.join(missing)}"
+                if problem:
+                    self.fail(path, f"its {self.marker} is {problem}")
+        for name in self.also:
+            if not (path / name).is_file():
+                self.fail(path, f"has no {name}")
+
+
+class File(PathArg):
+    """An existing file; `fmt` "json" or "jsonl" also checks that it parses."""
+
+    def __init__(self, what: str, made_by: str | None = None, fmt: str | None = None):
+        super().__init__(what, made_by)
+        self.fmt = fmt
+
+    def check(self, path: Path) -> None:
+        if not path.exists():
+            self.fail(path, "the file does not exist")
+        if path.is_dir():
+            self.fail(path, "is a folder, not a file")
+        problem = None
+        if self.fmt == "json" or (self.fmt == "json-if-suffix" and path.suffix == ".json"):
+            problem = _json_problem(path)
+        elif self.fmt == "jsonl":
+            problem = _jsonl_problem(path)
+        if problem:
+            self.fail(path, f"is {problem}")
+
+
+class FileOrDir(PathArg):
+    """A file, or a folder holding `name` (e.g. config.json or a model folder)."""
+
+    metavar = "PATH"
+
+    def __init__(self, what: str, name: str, made_by: str | None = None):
+        super().__init__(what, made_by)
+        self.name = name
+
+    def check(self, path: Path) -> None:
+        if not path.exists():
+            self.fail(path, "does not exist")
+        target = path / self.name if path.is_dir() else path
+        if not target.is_file():
+            self.fail(path, f"has no {self.name}")
+        problem = _json_problem(target)
+        if problem:
+            self.fail(path, f"{target.name} is {problem}")
+
+
+class OutDir(PathArg):
+    """A folder to write into: new, or an existing folder (never a file)."""
+
+    kind = "output"
+    wants_dir = True
+    metavar = "DIR"
+
+    def check(self, path: Path) -> None:
+        if path.exists() and not path.is_dir():
+            self.fail(path, "is a file, not a folder")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    self.fail(path, f"{parent} is a file, not a folder")
+                break
+
+
+class OutFile(PathArg):
+    """A file to write (or append to): new or an existing file (never a folder)."""
+
+    kind = "output"
+
+    def check(self, path: Path) -> None:
+        if path.is_dir():
+            self.fail(path, "is a folder, not a file")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    self.fail(path, f"{parent} is a file, not a folder")
+                break
+
+
+class HomeRoot(PathArg):
+    """HOME:FULL_ROOT (a commit of a checkpoint store), or with `seed_ok` also seed:DIR."""
+
+    wants_dir = True
+
+    def __init__(self, seed_ok: bool = False):
+        super().__init__("HOME:FULL_ROOT (a checkpoint store and a 64-hex commit root" +
+                         (") or seed:DIR" if seed_ok else ")"), "kit adaptive train")
+        self.seed_ok = seed_ok
+        self.metavar = "HOME:ROOT|seed:DIR" if seed_ok else "HOME:ROOT"
+        self.store = Dir("a checkpoint store folder (HOME of HOME:FULL_ROOT)", "kit adaptive train")
+        self.seed = Dir("a seed folder (DIR of seed:DIR)", "kit seed build", marker="config.json")
+
+    def sample(self, path: str) -> str:
+        return f"{path}:{'0' * 64}"
+
+    def check(self, path: Path) -> None:
+        self.store.check(path)
+
+    def __call__(self, text: str) -> str:
+        home, sep, root = text.rpartition(":")
+        if self.seed_ok and text.startswith("seed:"):
+            self.seed.check(Path(text[len("seed:"):]))
+            return text
+        if not sep or not home or not ROOT_RE.fullmatch(root):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {self.what}")
+        self.store.check(Path(home))
+        return text
+
+
+class Named(PathArg):
+    """NAME=VALUE where VALUE is checked by `inner` (a path, or HOME:FULL_ROOT)."""
+
+    def __init__(self, inner: PathArg):
+        super().__init__(inner.what, inner.made_by)
+        self.inner, self.kind, self.wants_dir = inner, inner.kind, inner.wants_dir
+        self.metavar = f"NAME={inner.metavar}"
+
+    def sample(self, path: str) -> str:
+        return f"x={self.inner.sample(path)}"
+
+    def __call__(self, text: str) -> str:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected NAME={self.inner.sample('PATH')}")
+        self.inner(value)
+        return text
+
+
+# --- the kinds of path the subcommands share ---------------------------------------------------
+def seed_dir() -> Dir:
+    return Dir("a seed folder (config.json, *.safetensors, tokenizer files)", "kit seed build", marker="config.json")
+
+
+def prepared_dir() -> Dir:
+    return Dir("a prepared adaptive job (a folder with prepared.json)", "kit adaptive prepare",
+               marker="prepared.json", keys=("format", "job_digest", "locations"), also=("adaptive-shards-inputs.json",))
+
+
+def study_dir() -> Dir:
+    return Dir("a prepared study folder (prepared/prepared.json)", "kit study prepare",
+               marker="prepared/prepared.json", keys=("files", "contract"))
+
+
+def store_dir() -> Dir:
+    return Dir("a checkpoint store folder (manifests and HEAD)", "kit adaptive train or kit study arm")
+
+
+def contract_file() -> File:
+    return File("a contract JSON file (contracts/*.json)", None, fmt="json")
+
+
+def public_source_file() -> File:
+    return File("the pinned public source, a JSON list (data/alpaca_5000.json)", None, fmt="json")
+
+
+def name_metavars(parser: argparse.ArgumentParser) -> None:
+    """Options without a metavar get one from their type: DIR, FILE, HOME:ROOT, NAME=FILE, N, X."""
+    for action in parser._actions:
+        if action.metavar is None and action.option_strings and action.nargs != 0 and not action.choices:
+            action.metavar = (action.type.metavar if isinstance(action.type, PathArg) else
+                              "N" if action.type is int else "X" if action.type is float else None)
+
+
+def leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(words, parser) for every leaf subcommand, e.g. (("adaptive", "train"), <parser>)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for name, sp in subs[0].choices.items():
+        yield from leaf_parsers(sp, path + (name,))
+
+
+def print_error(prog: str, message) -> int:
+    print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
+    return 2
