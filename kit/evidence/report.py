@@ -33,6 +33,7 @@ from typing import Any
 
 from kit.digest import load_json_strict
 from kit.evidence import records
+from kit.evidence.run_index import load_runs
 
 REMOVE_INPUT_TAG = "remove_input"
 CURVE_X_KEYS = ("update", "step")
@@ -68,44 +69,6 @@ EXTERNAL_RE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\
 
 
 # --- reading runs (used inside the report's kernel) -----------------------------------------
-def _bench_row(run_dir: Path) -> dict | None:
-    """A benchmark's record (`kit-bench/1`, bench/*.py on a GPU host): listed with its command."""
-    from kit.digest import load_json_strict
-
-    try:
-        rec = load_json_strict(run_dir / records.RUN_RECORD_NAME)
-    except (FileNotFoundError, ValueError):
-        return None
-    if not isinstance(rec, dict) or rec.get("format") != "kit-bench/1":
-        return None
-    dev = rec.get("device") or {}
-    name = dev.get("name") or dev.get("gpu") or (f"GPU sm_{dev['capability']}" if "capability" in dev else "")
-    return {"dir": run_dir, "run_id": rec.get("run_id", run_dir.name), "status": rec.get("status", "unrecorded"),
-            "reason": "benchmark: " + str(rec.get("command", "")), "notebook": "(benchmark script)",
-            "started_at": str(rec.get("started_at", "")), "duration_s": rec.get("duration_s"), "error": None,
-            "metrics": {}, "git": rec.get("git") or {"commit": None, "dirty": None},
-            "device": {"gpu_count": 1, "gpus": [{"name": name}]} if name else {},
-            "checkpoint_roots": {"produced": [], "used": []}}
-
-
-def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
-    """One row per run directory: its record as JSON, or status "unrecorded" with the reason."""
-    rows = []
-    for run_dir in records.list_run_dirs(runs_dir):
-        bench = _bench_row(run_dir)
-        if bench is not None:
-            rows.append(bench)
-            continue
-        try:
-            rows.append({"dir": run_dir, **records.read_run_record(run_dir).to_json()})
-        except (FileNotFoundError, ValueError) as e:
-            rows.append({"dir": run_dir, "run_id": run_dir.name, "status": "unrecorded", "reason": str(e),
-                         "notebook": "", "started_at": "", "duration_s": None, "error": None, "metrics": {},
-                         "git": {"commit": None, "dirty": None}, "device": {},
-                         "checkpoint_roots": {"produced": [], "used": []}})
-    return sorted(rows, key=lambda r: (r["started_at"] == "", r["started_at"], r["run_id"]))
-
-
 def _device_text(device: dict) -> str:
     if device.get("gpu_count"):
         return f"{device['gpu_count']} x {device['gpus'][0]['name']}"

@@ -162,7 +162,7 @@ def _png(fig) -> bytes:
 # --- the runs directory as an index ----------------------------------------------------------
 @functools.lru_cache(maxsize=8)
 def _index_cached(runs_dir: str, stamp: float) -> dict:
-    from kit.evidence.report import load_runs
+    from kit.evidence.run_index import load_runs
 
     runs = load_runs(runs_dir)
     by_id = {r["run_id"]: r for r in runs}
