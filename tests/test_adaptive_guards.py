@@ -12,8 +12,9 @@ from engine_workers import engine_config
 from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture (one preparation)
 
 import kit.provenance as provenance
+from kit.adaptive.bindings import check_inputs
 from kit.adaptive.selection import FinalRolesRefused, access_entries, open_final_roles, write_selection
-from kit.adaptive.train import check_inputs, train
+from kit.adaptive.train import train
 from kit.distributed.group import Group
 from kit.engine.session import Session
 from kit.model.shard import even_layout

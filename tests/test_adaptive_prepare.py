@@ -334,16 +334,24 @@ def test_refusals_write_nothing(prepared, tmp_path):
         prep.prepare(TINY, seed, replay, dev, PUBLIC, prepared["out"])
 
 
-def test_cli_registration_adds_kit_adaptive_prepare():
+def test_cli_registration_adds_kit_adaptive_prepare(tmp_path):
     import argparse
 
+    from conftest import write_hf_llama
+
+    from kit.adaptive import cli as adaptive_cli
+
+    seed = write_hf_llama(tmp_path / "seed")
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text("")
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
-    prep.register(sub)
-    prep.adaptive_subparsers(sub).add_parser("other")  # a second adaptive command shares the group
-    a = parser.parse_args(["adaptive", "prepare", "--contract", "c", "--seed", "s", "--replay", "r",
-                           "--public-source", "p", "--out", "o"])
-    assert (a.fn, a.dev_retention, a.out) == (prep.cmd_prepare, None, "o")
+    adaptive_cli.register_prepare(sub)
+    adaptive_cli.adaptive_subparsers(sub).add_parser("other")  # a second adaptive command shares the group
+    out = tmp_path / "out"
+    a = parser.parse_args(["adaptive", "prepare", "--contract", str(TINY), "--seed", str(seed), "--replay", str(replay),
+                           "--public-source", str(PUBLIC), "--out", str(out)])
+    assert (a.fn, a.dev_retention, str(a.out)) == (adaptive_cli.cmd_prepare, None, str(out))
 
 
 def test_tiny_contract_fits_the_tiny_seed():

@@ -10,7 +10,7 @@ from conftest import write_hf_llama
 
 import kit.engine.admission as admission_mod
 import kit.engine.worker as worker_mod
-from kit.adaptive.prepare import OWNERSHIP_FILE, planned_layout
+from kit.adaptive.ownership import OWNERSHIP_FILE, planned_layout
 from kit.adaptive.train import _training_layout
 from kit.distributed.group import Group
 from kit.digest import write_canonical_json

@@ -17,9 +17,10 @@ from test_adaptive_prepare import PUBLIC, TINY, prepared  # noqa: F401 - module-
 from test_study import env  # noqa: F401 - module-scoped fixture (a tiny study seed and source)
 
 from kit.adaptive import prepare as prep
+from kit.adaptive.bindings import TrainRefused
 from kit.adaptive.evaluation import evaluate
 from kit.adaptive.selection import SELECTIONS_LOG, FinalRolesRefused, access_entries, write_selection
-from kit.adaptive.train import TrainRefused, train
+from kit.adaptive.train import train
 from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
 from kit.distributed.group import Group

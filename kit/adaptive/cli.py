@@ -1,4 +1,5 @@
-"""`kit adaptive train | evaluate | select | gates` (prepare lives with kit/adaptive/prepare.py)."""
+"""`kit adaptive prepare | train | evaluate | select | gates | compare`: argument parsing only; the work is
+in kit/adaptive/prepare.py, train.py, evaluation.py, selection.py and compare.py."""
 
 from __future__ import annotations
 
@@ -98,7 +99,6 @@ def cmd_compare(a) -> int:
 
 
 def register(sub) -> None:
-    from kit.adaptive.prepare import adaptive_subparsers
     from kit.cli.args import (
         File,
         HomeRoot,
@@ -174,3 +174,44 @@ def register(sub) -> None:
     s.add_argument("--out", required=True, type=OutFile("a path for the gates record"),
                    help="the gates record to write (JSON)")
     s.set_defaults(fn=cmd_gates)
+
+
+def adaptive_subparsers(sub):
+    """The `kit adaptive` subcommand group, created once and shared by every adaptive command."""
+    import argparse
+
+    parser = sub.choices.get("adaptive") or sub.add_parser("adaptive", help="the adaptive sharded learning experiment")
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    return action or parser.add_subparsers(dest="adaptive_command", required=True)
+
+
+def cmd_prepare(a) -> int:
+    from kit.adaptive.prepare import prepare
+    from kit.digest import canonical_json
+
+    summary = prepare(a.contract, a.seed, a.replay, a.dev_retention, a.public_source, a.out, a.ledger)
+    print(canonical_json(summary).decode())
+    return 0
+
+
+def register_prepare(sub) -> None:
+    from kit.cli.args import File, OutDir, OutFile, contract_file, public_source_file, seed_dir
+
+    s = adaptive_subparsers(sub).add_parser(
+        "prepare", help="write role files, schedule, ownership manifests, prepared.json and input commitments")
+    s.add_argument("--contract", required=True, type=contract_file(),
+                   help="contracts/adaptive-shards.json or .tiny.json")
+    s.add_argument("--seed", required=True, type=seed_dir(),
+                   help="seed directory (config.json, *.safetensors, tokenizer files)")
+    s.add_argument("--replay", required=True, type=File("the seed's trained_conversations.jsonl", "kit seed build",
+                                                        fmt="jsonl"), help="the seed's trained_conversations.jsonl")
+    s.add_argument("--dev-retention", default=None,
+                   type=File("development-retention records (JSONL)", None, fmt="jsonl"),
+                   help="exposed development-retention records (JSONL); default: drawn from --replay, not replayed")
+    s.add_argument("--public-source", required=True, type=public_source_file(),
+                   help="local copy of the pinned public source (alpaca_5000.json)")
+    s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
+                   help="a new or empty directory for the prepared job")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
+                   help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER or ledger/exposed.jsonl)")
+    s.set_defaults(fn=cmd_prepare)

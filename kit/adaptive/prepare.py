@@ -24,12 +24,12 @@ roles skip content already used) and checked again by id and content digest befo
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kit.adaptive.schema import REGIMES, load_adaptive_contract
+from kit.adaptive.ownership import OWNERSHIP_FILE, _block_of, ownership_manifests
+from kit.adaptive.schema import load_adaptive_contract
 from kit.data.conversations import (
     Conversation,
     conversation_from_json,
@@ -39,18 +39,15 @@ from kit.data.conversations import (
     write_jsonl,
 )
 from kit.data.tasks import FAMILIES, TaskExample, assert_disjoint, generate_set
-from kit.digest import canonical_json, load_json_strict, sha256_file, sha256_json, write_canonical_json
+from kit.digest import sha256_file, sha256_json, write_canonical_json
 from kit.inventory import inventory, inventory_digest, parameter_digest
-from kit.model.config import LlamaShape, load_config
-from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
+from kit.model.config import load_config
 from kit.provenance import input_commitments
 
 PREPARED_FORMAT = "kit.adaptive.prepared/1"
 SCHEDULE_FORMAT = "kit.adaptive.schedule/1"
-OWNERSHIP_FORMAT = "kit.adaptive.ownership/1"
 PREPARED_FILE = "prepared.json"
 SCHEDULE_FILE = "schedule.json"
-OWNERSHIP_FILE = "ownership.json"
 COMMITMENTS_FILE = "adaptive-shards-inputs.json"
 ROLES = ("A.new", "A.replay", "B.new", "B.replay_a", "B.replay_conv",
          "dev.tasks", "dev.retention", "final.tasks", "final.retention")
@@ -174,79 +171,6 @@ def _seed_identity(c: dict, seed_dir: Path) -> tuple[dict, object, dict]:
         "tensors": len(inv),
     }
     return identity, shape, inv
-
-
-def _block_of(name: str) -> int | None:
-    m = re.match(r"^model\.layers\.(\d+)\.", name)
-    return int(m.group(1)) if m else None
-
-
-def memory_model_of(c: dict) -> dict:
-    """The contract's planner regime and reserve as kit.planner.MemoryModel fields (planning and admission)."""
-    return {**REGIMES[c["planner"]["regime"]], "reserve_bytes": c["planner"]["reserve_bytes"]}
-
-
-def planned_layout(prepared: Path, layers: int, workers: int):
-    """The planner's layout for `workers` at depth `layers` from the prepared ownership manifest (verified
-    by check_inputs before any worker starts), or None when the manifest has none for that pair."""
-    from kit.model.shard import Layout
-
-    path = Path(prepared) / OWNERSHIP_FILE
-    if not path.is_file():  # a job prepared without ownership manifests (kit continued prepare): even split
-        return None
-    o = load_json_strict(path)
-    for x in o["layouts"]:
-        if x["workers"] == workers and x["num_hidden_layers"] == layers:
-            layout = Layout(tuple(tuple(b) for b in x["blocks"]), x["embedding_owner"])
-            layout.validate(layers)
-            return layout
-    return None
-
-
-def _layout_manifest(c: dict, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
-    """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
-    t = c["training"]
-    docs = max(c["cohorts"]["A"]["documents_per_update"], c["cohorts"]["B"]["documents_per_update"])
-    # The plan counts every microbatch of an update in flight: an upper bound of what the tick schedule
-    # keeps (min(M, 2W) on the embedding owner, less elsewhere; kit/distributed/pipeline.in_flight), kept so that
-    # prepared manifests (and every digest downstream of them) stay as committed. Each worker's admission
-    # (kit.engine.admission.worker_estimate) counts its own rank's exact terms before it allocates.
-    mb = MicrobatchShape(t["microbatch_size"], t["max_tokens"], -(-docs // t["microbatch_size"]))
-    model = MemoryModel(**memory_model_of(c))
-    capacity = c["planner"]["worker_memory_bytes"]
-    p = plan(shape, [WorkerCapacity(f"worker{i}", capacity) for i in range(workers)], mb, model)
-    detail = []
-    for rank, ((a, b), est) in enumerate(zip(p.ranges, p.estimates)):
-        owned = sorted(n for n, blk in names.items() if blk is not None and a <= blk < b)
-        owned += sorted(n for n, blk in names.items() if blk is None) if rank == p.embedding_owner else []
-        detail.append({"rank": rank, "blocks": [a, b], "owns_embedding": rank == p.embedding_owner,
-                       "estimate_bytes": est.total, "utilization": p.utilizations[rank], "tensors": owned})
-    return {"workers": workers, "num_hidden_layers": shape.num_hidden_layers, "grown": grown,
-            "blocks": [list(r) for r in p.ranges], "embedding_owner": p.embedding_owner,
-            "peak_utilization": p.peak_utilization, "per_worker": detail}
-
-
-def ownership_manifests(c: dict, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
-    """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth.
-
-    Equal capacities (planner.worker_memory_bytes each): the assignment then minimises the largest
-    estimate, and the value only decides feasibility. Grown tensors are the copy block's names under
-    the new block indices (kit/model/growth.py); they are not in the seed.
-    """
-    names = {n: _block_of(n) for n in inv}
-    g = c["growth"]
-    grown_names = dict(names)
-    copied = [n for n, blk in names.items() if blk == g["copy_block"]]
-    for k in range(g["add_blocks"]):
-        new = shape.num_hidden_layers + k
-        grown_names |= {n.replace(f"model.layers.{g['copy_block']}.", f"model.layers.{new}.", 1): new for n in copied}
-    counts = sorted({c["cohorts"]["A"]["workers"], c["migration"]["to_workers"], c["cohorts"]["B"]["workers"]})
-    layouts = [_layout_manifest(c, shape, names, w, False) for w in counts]
-    layouts.append(_layout_manifest(c, shape_with_growth(shape, g["add_blocks"]), grown_names,
-                                    c["cohorts"]["B"]["workers"], True))
-    return {"format": OWNERSHIP_FORMAT, "seed_inventory_digest": inv_digest, "regime": c["planner"]["regime"],
-            "worker_memory_bytes": c["planner"]["worker_memory_bytes"],
-            "reserve_bytes": c["planner"]["reserve_bytes"], "layouts": layouts}
 
 
 def _generate_tasks(c: dict, seed_task_digests: set[str], exposed: frozenset[str] = frozenset(),
@@ -513,39 +437,3 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
 
 
 # --- CLI ------------------------------------------------------------------------------------------
-def adaptive_subparsers(sub):
-    """The `kit adaptive` subcommand group, created once and shared by every adaptive command."""
-    import argparse
-
-    parser = sub.choices.get("adaptive") or sub.add_parser("adaptive", help="the adaptive sharded learning experiment")
-    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    return action or parser.add_subparsers(dest="adaptive_command", required=True)
-
-
-def cmd_prepare(a) -> int:
-    summary = prepare(a.contract, a.seed, a.replay, a.dev_retention, a.public_source, a.out, a.ledger)
-    print(canonical_json(summary).decode())
-    return 0
-
-
-def register(sub) -> None:
-    from kit.cli.args import File, OutDir, OutFile, contract_file, public_source_file, seed_dir
-
-    s = adaptive_subparsers(sub).add_parser(
-        "prepare", help="write role files, schedule, ownership manifests, prepared.json and input commitments")
-    s.add_argument("--contract", required=True, type=contract_file(),
-                   help="contracts/adaptive-shards.json or .tiny.json")
-    s.add_argument("--seed", required=True, type=seed_dir(),
-                   help="seed directory (config.json, *.safetensors, tokenizer files)")
-    s.add_argument("--replay", required=True, type=File("the seed's trained_conversations.jsonl", "kit seed build",
-                                                        fmt="jsonl"), help="the seed's trained_conversations.jsonl")
-    s.add_argument("--dev-retention", default=None,
-                   type=File("development-retention records (JSONL)", None, fmt="jsonl"),
-                   help="exposed development-retention records (JSONL); default: drawn from --replay, not replayed")
-    s.add_argument("--public-source", required=True, type=public_source_file(),
-                   help="local copy of the pinned public source (alpaca_5000.json)")
-    s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
-                   help="a new or empty directory for the prepared job")
-    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
-                   help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER or ledger/exposed.jsonl)")
-    s.set_defaults(fn=cmd_prepare)

@@ -16,116 +16,21 @@ endpoint (cursor cohort 0 at its endpoint) and continues the same Adam state.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
 from pathlib import Path
 
+from kit.adaptive.bindings import (
+    TrainRefused,
+    _check_bindings,
+    _check_cohort,
+    check_a_trained,
+    check_inputs,
+)
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 
-COHORTS = ("A", "B")
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
-
-
-class TrainRefused(ValueError):
-    pass
-
-
-def check_inputs(prepared: Path) -> dict:
-    """Every digest in adaptive-shards-inputs.json against what is on disk, and the kit's source."""
-    from kit.provenance import check_commitments
-
-    commitments = load_json_strict(prepared / "adaptive-shards-inputs.json")
-    check_commitments(commitments, lambda p: Path(p) if os.path.isabs(p) else prepared / p)
-    return commitments
-
-
-def check_seed(prepared: Path, pj: dict, seed_dir: str) -> None:
-    """--seed must be the prepared seed: its parameter digest, config.json and tokenizer files (the
-    committed inputs pin the directory prepare read, not the one passed now)."""
-    from kit.digest import sha256_file
-    from kit.inventory import parameter_digest
-
-    seed = Path(seed_dir)
-    if not (seed / "config.json").is_file():
-        raise TrainRefused(f"--seed {seed}: no config.json; expected the prepared seed directory")
-    actual = parameter_digest(seed)
-    if actual != pj["seed"]["parameter_digest"]:
-        raise TrainRefused(f"--seed {seed}: parameter digest {actual}; {prepared / 'prepared.json'} field "
-                           f"'seed.parameter_digest' expects {pj['seed']['parameter_digest']}")
-    files = {"config.json": pj["seed"]["config_sha256"], **pj.get("tokenizer", {})}
-    for name, want in sorted(files.items()):
-        got = sha256_file(seed / name) if (seed / name).is_file() else "absent"
-        if got != want:
-            field = "seed.config_sha256" if name == "config.json" else f"tokenizer.{name}"
-            raise TrainRefused(f"--seed {seed / name}: sha256 {got}; {prepared / 'prepared.json'} field "
-                               f"{field!r} expects {want}")
-
-
-def check_fresh_home(home: str, cohort: str, resume: str | None, resume_cursor: dict | None,
-                     order=COHORTS) -> None:
-    """The trial's "fresh --home": a cohort starts in a new or empty store. Only an attempt that continues
-    its own cohort from a commit (--resume with the same cohort in the cursor) may use an existing home."""
-    continues = resume is not None and resume_cursor is not None and \
-        resume_cursor.get("cohort", 0) == list(order).index(cohort)
-    h = Path(home)
-    if not continues and h.exists() and (not h.is_dir() or any(h.iterdir())):
-        what = "starts from the seed" if resume is None else f"starts from {resume} (another cohort's endpoint)"
-        raise TrainRefused(f"--home {h}: not empty; cohort {cohort} {what} and needs a fresh --home (a new or "
-                           "empty directory); only --resume within the same cohort continues in an existing home")
-
-
-def a_endpoint_of(resume_home: str, resume: str, contract: dict, depth: int) -> str | None:
-    """The phase-A endpoint a cohort-B lineage continues: --resume itself at the B start, else the nearest
-    ancestor (parent links in `resume_home`) at the A endpoint's cursor and the seed's depth (a growth
-    commit keeps the A cursor with more blocks, so its parent is the one). None when the chain breaks."""
-    from kit.store.commits import CommitError, read_commit
-
-    want = {"step": contract["endpoints"]["A"], "cohort": 0, "cohort_step": contract["endpoints"]["A"]}
-    root = resume
-    for _ in range(100_000):
-        try:
-            m = read_commit(resume_home, root)
-        except (CommitError, ValueError):
-            return None
-        cursor = m["learned_state"]["cursor"]
-        if {k: cursor.get(k) for k in want} == want and max(b for _, b in m["layout"]["blocks"]) == depth:
-            return root
-        if m["parent"] is None:
-            return None
-        root = m["parent"]
-    return None
-
-
-def check_reference(prepared: Path, pj: dict, contract: dict, reference: str, resume: str, ref_home: str,
-                    resume_home: str | None = None) -> dict:
-    """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
-    start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
-    by an attempt of this prepared job."""
-    from kit.store.commits import read_commit
-
-    endpoint = a_endpoint_of(resume_home or ref_home, resume, contract, pj["seed"]["num_hidden_layers"])
-    if reference != endpoint:
-        raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
-                           f"continues from --resume {resume}: {endpoint or 'none found along its parents'} "
-                           f"(contract field 'cohorts.B.reference' = {contract['cohorts']['B']['reference']!r})")
-    manifest = read_commit(ref_home, reference)
-    cursor = manifest["learned_state"]["cursor"]
-    want = {"step": contract["endpoints"]["A"], "cohort": 0, "cohort_step": contract["endpoints"]["A"]}
-    if {k: cursor.get(k) for k in want} != want:
-        raise TrainRefused(f"--reference {ref_home}:{reference}: cursor {cursor}; expected the phase-A endpoint "
-                           f"{want} (contract field 'endpoints.A' = {contract['endpoints']['A']})")
-    made = []
-    for path in sorted(Path(ref_home).glob("attempts/*/attempt.json")):
-        rec = load_json_strict(path)
-        if any(c.get("full_root") == reference for c in rec.get("commits", [])) and rec.get("status") == "completed":
-            made.append((path, rec.get("prepared_job_digest")))
-    if not any(job == pj["job_digest"] for _, job in made):
-        found = ", ".join(f"{p} (prepared_job_digest {j})" for p, j in made) or "no completed attempt committed it"
-        raise TrainRefused(f"--reference {ref_home}:{reference}: not committed by an attempt of this prepared job "
-                           f"({prepared / 'prepared.json'} field 'job_digest' = {pj['job_digest']}); found: {found}")
-    return manifest
 
 
 def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int) -> dict:
@@ -174,7 +79,7 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     start_spec = {"seed_dir": args["seed_dir"]} if args["start"].get("seed") else args["start"]
     start, fetched = open_start(group, args["home"], layout, start_spec, args.get("source_home"), ctx)
     data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
-    from kit.adaptive.prepare import memory_model_of
+    from kit.adaptive.ownership import memory_model_of
 
     docs = contract["cohorts"][cohort]["documents_per_update"]
     # a continued-learning contract has no planner section: admission then uses the device's default model
@@ -254,27 +159,6 @@ class _RankStats:
         return rows
 
 
-def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
-    """Phase B replays examples *actually trained* in phase A: every B.replay_a id must appear in an
-    update of A's logs at a step within A's endpoint. Returns how many were checked."""
-    from kit.data.conversations import read_jsonl
-
-    pj = load_json_strict(prepared / "prepared.json")
-    info = pj["roles"]["B.replay_a"]
-    wanted = {c.id for c in read_jsonl(prepared / info["file"], info["sha256"])}
-    seen = set()
-    for log in Path(a_home).glob("attempts/*/*updates.jsonl"):
-        for line in log.read_text().splitlines():
-            row = json.loads(line)
-            if row["cohort"] == "A" and row["cohort_step"] <= a_endpoint:
-                seen.update(row["ids"])
-    missing = sorted(wanted - seen)
-    if missing:
-        raise TrainRefused(f"{a_home}: {len(missing)} B.replay_a record(s) were never trained in phase A "
-                           f"(e.g. {missing[0]!r}); phase B replays only examples actually trained")
-    return len(wanted)
-
-
 def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, reference: str | None,
                       grow: bool = False) -> tuple[dict, dict]:
     """Shared by the local and torchrun paths: every input commitment and the kit's source, the
@@ -287,41 +171,6 @@ def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, referen
     contract = job_contract(pj)
     _check_cohort(pj, contract, cohort, resume, reference, grow)
     return contract, pj
-
-
-def _check_cohort(pj: dict, contract: dict, cohort: str, resume: str | None, reference: str | None,
-                  grow: bool) -> None:
-    order = contract["cohort_order"]
-    if cohort not in order:
-        raise TrainRefused(f"--cohort {cohort!r}; this prepared job ({pj['contract']['kind']}) has cohorts {order}")
-    if cohort != order[0] and (not reference or not resume):
-        raise TrainRefused(f"cohort {cohort} needs --reference (the committed phase-A endpoint) and --resume")
-    if grow and contract["growth"].get("cohort") != cohort:
-        raise TrainRefused(f"--grow: the contract grows cohort {contract['growth'].get('cohort')!r} only "
-                           f"(growth forbidden in cohort {cohort})")
-
-
-def _check_bindings(prepared: Path, pj: dict, contract: dict, seed_dir: str, home: str, cohort: str,
-                    resume: str | None, reference: str | None, source_home: str | None,
-                    reference_home: str | None) -> None:
-    """Inputs bound to the prepared job, before anything is created: the seed, cohort B's reference, a
-    fresh home for a new cohort."""
-    from kit.store.commits import read_commit
-
-    check_seed(prepared, pj, seed_dir)
-    if cohort == "B":
-        check_reference(prepared, pj, contract, reference, resume, reference_home or source_home or home,
-                        source_home or home)
-    if cohort == "C":  # continued learning: the prepared job names its start endpoint
-        want = pj["start"]["full_root"]
-        for flag, value in (("--resume", resume), ("--reference", reference)):
-            if value != want:
-                raise TrainRefused(f"{flag} {value}: {prepared / 'prepared.json'} field 'start.full_root' expects "
-                                   f"{want} (the phase-A endpoint this continued job starts from)")
-    cursor = read_commit(source_home or home, resume)["learned_state"]["cursor"] if resume else None
-    check_fresh_home(home, cohort, resume, cursor, contract["cohort_order"])
-
-
 
 
 def _worker_args(prepared_p: Path, seed_dir: str, home: str, cohort: str, workers: int, start: dict,
@@ -416,7 +265,7 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
 def _training_layout(prepared: Path, layers: int, workers: int):
     """The planner's layout from the prepared ownership manifest when it has one for (workers, depth),
     whatever split the planner chose; an even split otherwise (a worker count the contract never planned)."""
-    from kit.adaptive.prepare import planned_layout
+    from kit.adaptive.ownership import planned_layout
     from kit.model.shard import even_layout
 
     return planned_layout(prepared, layers, workers) or even_layout(layers, workers)

@@ -181,9 +181,8 @@ def register_report(sub) -> None:
 # --- kit adaptive ... ------------------------------------------------------------------------
 def register_adaptive(sub) -> None:
     from kit.adaptive import cli as adaptive_cli
-    from kit.adaptive import prepare
 
-    prepare.register(sub)
+    adaptive_cli.register_prepare(sub)
     adaptive_cli.register(sub)
     from kit.adaptive import continued
 

@@ -105,7 +105,7 @@ def _styled_html(df, table_id: str) -> str:
 def show_runs(runs_dir: str | os.PathLike) -> None:
     from IPython.display import HTML, display
 
-    from kit.evidence.review import fmt, fmt_iso, root_html, run_link
+    from kit.evidence.review_format import fmt, fmt_iso, root_html, run_link
 
     df = run_table(runs_dir)
     counts = ", ".join(f"{n} {status}" for status, n in df["status"].value_counts().sort_index().items())
@@ -151,7 +151,7 @@ def show_failures(runs_dir: str | os.PathLike) -> None:
 
 
 # --- metric sidecars ------------------------------------------------------------------------
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -161,8 +161,8 @@ def metric_view(obj: Any) -> tuple[str, Any]:
 
     if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj):
         for x in CURVE_X_KEYS:
-            if all(_is_number(r.get(x)) for r in obj):
-                names = [k for k in obj[0] if k != x and all(_is_number(r.get(k)) for r in obj)]
+            if all(is_number(r.get(x)) for r in obj):
+                names = [k for k in obj[0] if k != x and all(is_number(r.get(k)) for r in obj)]
                 if names:
                     return "curves", (x, [r[x] for r in obj], {k: [r[k] for r in obj] for k in names})
         return "table", pd.DataFrame(obj)
@@ -171,7 +171,7 @@ def metric_view(obj: Any) -> tuple[str, Any]:
             return "table", pd.DataFrame(obj["rows"], columns=obj["columns"])
         values = list(obj.values())
         lengths = {len(v) for v in values if isinstance(v, list)}
-        if all(isinstance(v, list) and all(_is_number(x) for x in v) for v in values) and len(lengths) == 1 \
+        if all(isinstance(v, list) and all(is_number(x) for x in v) for v in values) and len(lengths) == 1 \
                 and lengths.pop() >= 2:
             return "curves", ("index", list(range(len(values[0]))), dict(obj))
         if all(isinstance(v, dict) for v in values):
@@ -209,26 +209,26 @@ def show_metric(run_dir: str | os.PathLike, name: str) -> None:
     view its shape chooses; every figure with alt text that states what it shows."""
     from IPython.display import HTML, display
 
-    from kit.evidence import review
+    from kit.evidence import review, review_figures, review_format, review_sections
 
     run_dir = Path(run_dir)
     idx = review.index(run_dir.parent)
     run_id = next((r["run_id"] for r in idx["runs"] if Path(r["dir"]).resolve() == run_dir.resolve()), run_dir.name)
-    if run_id in idx["by_id"] and review.show_metric(run_dir.parent, run_id, name):
+    if run_id in idx["by_id"] and review_sections.show_metric(run_dir.parent, run_id, name):
         return
     path = records.metric_path(run_dir, name)
     kind, view = metric_view(load_json_strict(path))
     if kind == "curves":
         x_name, x, series = view
         title = f"{run_id}: {name}"
-        display(HTML(review.img_html(curves_png(x_name, x, series, title), review.curves_alt(x_name, x, series, title))))
+        display(HTML(review_format.img_html(curves_png(x_name, x, series, title), review_figures.curves_alt(x_name, x, series, title))))
     elif kind == "table":
         import pandas as pd
 
         show_index = not isinstance(view.index, pd.RangeIndex)  # row labels only where they mean something
         recs = view.reset_index().to_dict(orient="records") if show_index else view.to_dict(orient="records")
         recs = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in recs]
-        display(HTML(review.records_table(recs, runs_by_root=idx["runs_by_root"])))
+        display(HTML(review_format.records_table(recs, runs_by_root=idx["runs_by_root"])))
     else:
         display(HTML(f"<pre>{html.escape(json.dumps(view, indent=1, sort_keys=True))}</pre>"))
 
@@ -256,7 +256,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     imports = ("from kit.evidence.report import show_failures, show_metric, show_runs\n"
-               "from kit.evidence.review import show_run, show_scope, show_verdicts\n")
+               "from kit.evidence.review import show_scope, show_verdicts\nfrom kit.evidence.review_sections import show_run\n")
     nb.cells.append(nbformat.v4.new_markdown_cell(
         f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then every run in order of start. "
         "Runs are named by their run id; checkpoint roots show their first 12 hex digits (hover for the full root). "

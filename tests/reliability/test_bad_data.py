@@ -25,7 +25,8 @@ from test_adaptive_prepare import PUBLIC, TINY, _distinct, _planted, make_seed, 
 from test_engine import OPT
 
 from kit.adaptive import prepare as prep
-from kit.adaptive.train import TrainRefused, _records_for_cohort
+from kit.adaptive.bindings import TrainRefused
+from kit.adaptive.train import _records_for_cohort
 from kit.data.conversations import Conversation, Message, RecordError, synthetic_conversations, write_jsonl
 from kit.digest import sha256_file, write_canonical_json
 from kit.distributed.group import Group
@@ -34,6 +35,7 @@ from kit.model.config import ConfigError
 from kit.model.shard import even_layout
 from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
+
 
 def needs_public(test):
     return test  # data/alpaca_5000.json is part of the repository

@@ -215,7 +215,7 @@ def test_pickle_files_beside_a_good_seed_are_never_opened(tmp_path, seed, marker
 def test_payload_as_a_role_file_contract_or_selection_is_refused(tmp_path, marker, payloads):
     from kit.adaptive.schema import load_adaptive_contract
     from kit.adaptive.selection import FinalRolesRefused, open_final_roles
-    from kit.adaptive.train import check_inputs
+    from kit.adaptive.bindings import check_inputs
     from kit.data.conversations import read_jsonl
 
     data = payloads(marker)["pickle"]

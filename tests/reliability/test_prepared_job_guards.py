@@ -34,6 +34,7 @@ from reliability_support import corrupt, model_commit, run_python
 from test_adaptive_prepare import PUBLIC, TINY, _distinct, _planted, make_seed, seed_tasks
 
 from kit.adaptive import prepare as prep
+from kit.adaptive.bindings import check_inputs
 from kit.adaptive.selection import (
     ACCESS_LOG,
     FinalRolesRefused,
@@ -41,7 +42,7 @@ from kit.adaptive.selection import (
     open_final_roles,
     write_selection,
 )
-from kit.adaptive.train import adaptive_worker, check_inputs, train
+from kit.adaptive.train import adaptive_worker, train
 from kit.data.conversations import read_jsonl, synthetic_conversations, write_jsonl
 from kit.digest import DigestMismatch, load_json_strict, sha256_file, write_canonical_json
 from kit.provenance import CommitmentMismatch, check_commitments, kit_package_dir

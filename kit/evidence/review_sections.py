@@ -1,0 +1,198 @@
+"""One section per run in the reviewer's report: header (status, start, device, scale), lineage (parent
+run and root, and the updates the run itself did) and each metric sidecar as the view a reviewer
+expects (kit/evidence/review_figures.py), benchmark records included."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from kit.digest import load_json_strict
+from kit.evidence import records
+from kit.evidence.review import _metric, index, is_cpu, producer, run_contract
+from kit.evidence.review_figures import GROWTH_NOTE, accuracy_figure, bootstrap_figure, learning_figure
+from kit.evidence.review_format import (
+    NONE,
+    cell_html,
+    fmt_iso,
+    img_html,
+    is_number,
+    kv_table,
+    records_table,
+    root_html,
+    run_link,
+    table_html,
+)
+
+
+# --- run sections ----------------------------------------------------------------------------
+def lineage(row: dict, idx: dict) -> dict | None:
+    """Where a resumed, migrated or grown run started: parent run and root, and the updates it did itself."""
+    p = row.get("parameters") or {}
+    resume = p.get("RESUME")
+    if not resume:
+        return None
+    parent = producer(resume, idx)
+    parent_row = idx["by_id"].get(parent) if parent else None
+    kinds = ["resumed"]
+    if p.get("GROW"):
+        kinds.append("grown (blocks appended)")
+    pw = ((parent_row or {}).get("parameters") or {}).get("WORKERS")
+    if pw and p.get("WORKERS") and pw != p.get("WORKERS"):
+        kinds.append(f"migrated from {pw} to {p['WORKERS']} workers")
+    if parent_row and (parent_row.get("parameters") or {}).get("COHORT") not in (None, p.get("COHORT")):
+        kinds.append(f"new cohort {p.get('COHORT')} after cohort {parent_row['parameters']['COHORT']}")
+    own = None
+    thr, commits = _metric(row, "throughput"), _metric(row, "commits")
+    if isinstance(thr, dict) and is_number(thr.get("updates")) and isinstance(commits, dict) and commits.get("rows"):
+        cols = commits["columns"]
+        last = max(dict(zip(cols, r)).get("cohort_step", 0) for r in commits["rows"])
+        own = (last - thr["updates"] + 1, last)
+    return {"parent": parent, "root": resume, "kind": ", ".join(kinds), "own_updates": own}
+
+
+def show_run(runs_dir, run_id: str) -> None:
+    """The run's anchor and a one-table header: status, time, device, commit, contract, lineage."""
+    from IPython.display import HTML, display
+
+    idx = index(runs_dir)
+    row = idx["by_id"][run_id]
+    dev = row.get("device") or {}
+    gpus = [g.get("name") for g in dev.get("gpus") or [] if isinstance(g, dict)]
+    device = f"{len(gpus)} GPU ({', '.join(dict.fromkeys(gpus))})" if gpus else f"CPU ({dev.get('cpu', 'unknown')})"
+    git = row.get("git") or {}
+    c = run_contract(row)
+    info = [["status", row["status"] + (f": {row['reason']}" if row.get("reason") else "")],
+            ["notebook", row.get("notebook") or NONE],
+            ["started", fmt_iso(row.get("started_at"))],
+            ["duration (s)", row.get("duration_s")],
+            ["device", device],
+            ["git commit", f"{(git.get('commit') or '')[:10]}{' (dirty)' if git.get('dirty') else ''}" or NONE]]
+    if c:
+        info.append(["contract", f"{c['file']} (scale {c.get('scale')})"])
+    lin = lineage(row, idx)
+    out = [f'<a id="run-{html.escape(run_id)}"></a>']
+    rows_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{cell_html(v, k)}</td></tr>" for k, v in info)
+    if lin:
+        parent = run_link(lin["parent"]) if lin["parent"] else "(not in this directory)"
+        rows_html += (f"<tr><th>lineage</th><td>{html.escape(lin['kind'])} from {parent} at root "
+                      f"{root_html(lin['root'])}</td></tr>")
+        if lin["own_updates"]:
+            a, b = lin["own_updates"]
+            rows_html += (f"<tr><th>this run's updates</th><td>cohort updates {a}\u2013{b} (earlier updates in its "
+                          f"plots belong to its parent, drawn dashed)</td></tr>")
+    used = [u["root"] for u in (row.get("checkpoint_roots") or {}).get("used", [])]
+    produced = [u["root"] for u in (row.get("checkpoint_roots") or {}).get("produced", [])]
+    for label, roots in (("checkpoints used", used), ("checkpoints produced", produced)):
+        if roots:
+            rows_html += (f"<tr><th>{label}</th><td>"
+                          + "; ".join(root_html(x, idx["runs_by_root"]) for x in dict.fromkeys(roots)) + "</td></tr>")
+    out.append(f'<div class="kit-scroll"><table class="kit-table kit-run-header">{rows_html}</table></div>')
+    if row.get("notebook") == "(benchmark script)":
+        out.append(_bench_html(row))
+    display(HTML("".join(out)))
+
+
+def _bench_html(row: dict) -> str:
+    """A kit-bench/1 record: its command, and its result rows grouped by row name."""
+    try:
+        rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
+    except (FileNotFoundError, ValueError) as e:
+        return f"<p>{html.escape(str(e))}</p>"
+    parts = [(f"<p>Benchmark command: <code>{html.escape(str(rec.get('command')))}</code>; "
+              f"ended {html.escape(fmt_iso(rec.get('ended_at')))}; raw output "
+              f"<code>{html.escape(json.dumps(rec.get('raw_output')))}</code>.</p>")]
+    if rec.get("errors"):
+        parts.append("<p>Errors: " + html.escape(json.dumps(rec["errors"])) + "</p>")
+    results = rec.get("results")
+    if isinstance(results, list):
+        groups: dict[str, list] = {}
+        for r in results:
+            if isinstance(r, dict):
+                groups.setdefault(str(r.get("row", r.get("method", "result"))), []).append(r)
+        for name, recs in groups.items():
+            parts.append(f"<h4>{html.escape(name)}</h4>")
+            curves = [x for x in recs if is_number(x.get("cohort_step")) and is_number(x.get("ce_per_token"))]
+            for phase in dict.fromkeys(str(x.get("phase", "")) for x in curves):
+                mine = [{"update": x["cohort_step"], **{k: v for k, v in x.items() if k not in ("cohort_step", "step")}}
+                        for x in curves if str(x.get("phase", "")) == phase]
+                fig = learning_figure(mine, f"{row['run_id']}: {phase or 'updates'}", None)
+                if fig:
+                    parts.append(img_html(*fig))
+            parts.append(records_table(recs))
+    elif isinstance(results, dict):
+        for k, v in results.items():
+            parts.append(f"<h4>{html.escape(k)}</h4>")
+            if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+                parts.append(records_table(v))
+            elif isinstance(v, dict):
+                parts.append(kv_table(v))
+            else:
+                parts.append(f"<p>{cell_html(v, k)}</p>")
+    return "".join(parts)
+
+
+def show_metric(runs_dir, run_id: str, name: str) -> bool:
+    """A reviewer's view of a known sidecar; False when the generic view applies."""
+    from IPython.display import HTML, display
+
+    idx = index(runs_dir)
+    row = idx["by_id"][run_id]
+    obj = _metric(row, name)
+    rbr = idx["runs_by_root"]
+    title = f"{run_id}: {name}"
+    if name == "loss_curves" and isinstance(obj, list) and obj:
+        lin = lineage(row, idx)
+        fig = learning_figure(obj, title, lin["own_updates"] if lin else None)
+        if fig:
+            display(HTML(img_html(*fig)))
+            return True
+    if name == "accuracy_by_family":
+        fig = accuracy_figure(obj, title)
+        if fig:
+            if isinstance(obj, dict):
+                recs = [{"family": f, **v} for f, v in obj.items()]
+            else:
+                recs = obj
+            display(HTML(img_html(*fig) + records_table(recs, runs_by_root=rbr)))
+            return True
+    if name == "nll_change_bounds" and isinstance(obj, dict):
+        fig = bootstrap_figure(obj, _metric(row, "gates"), _metric(row, "bootstrap_distribution"), title)
+        recs = [{"part": k, **v} for k, v in obj.items() if isinstance(v, dict)]
+        display(HTML((img_html(*fig) if fig else "") + records_table(recs, runs_by_root=rbr)))
+        return True
+    if name == "bootstrap_distribution":
+        display(HTML("<p>Drawn with nll_change_bounds above.</p>"))
+        return True
+    if name == "comparison" and isinstance(obj, dict):
+        note = "" if obj.get("same_parameter_names", True) else f'<p class="kit-note">{GROWTH_NOTE}</p>'
+        display(HTML(kv_table(obj, runs_by_root=rbr) + note))
+        return True
+    if name in ("cost", "cost_total") and is_cpu(row):
+        drop = lambda d: {k: v for k, v in d.items() if not k.startswith("gpu_")}
+        note = ('<p class="kit-note">This run used no GPU: GPU hours and GPU cost are not shown (the total is '
+                'the contract\'s projected price, not money spent).</p>')
+        if isinstance(obj, list):
+            display(HTML(records_table([drop(x) for x in obj], runs_by_root=rbr) + note))
+            return True
+        if isinstance(obj, dict):
+            display(HTML(kv_table(drop(obj), runs_by_root=rbr) + note))
+            return True
+    if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj) and not any(
+            is_number(r.get("update")) or is_number(r.get("step")) for r in obj[:1]):
+        display(HTML(records_table(obj, runs_by_root=rbr)))
+        return True
+    if isinstance(obj, dict) and obj and not any(isinstance(v, list) for v in obj.values()):
+        if all(isinstance(v, dict) for v in obj.values()):
+            display(HTML(records_table([{"": k, **v} for k, v in obj.items()], runs_by_root=rbr)))
+        else:
+            note = ""
+            if name == "projection" and obj.get("clock_started_at") is None:
+                note = '<p class="kit-note">clock_started_at \u2014: the study clock had not started.</p>'
+            display(HTML(kv_table(obj, runs_by_root=rbr) + note))
+        return True
+    if isinstance(obj, dict) and set(obj) >= {"columns", "rows"}:
+        display(HTML(table_html(obj["columns"], obj["rows"], runs_by_root=rbr)))
+        return True
+    return False
