@@ -73,6 +73,7 @@ def run_arm_across(link: Link, arm: str, hosts: list[Path], port: int, timeout_s
     sides = [0] if arm == "single" else [0, 1]
     master = "127.0.0.1" if arm == "single" else link.addr[0]
     before = link.counters()
+    load_before = os.getloadavg()
     t0 = time.time()
     procs = []
     for side in sides:
@@ -96,7 +97,7 @@ def run_arm_across(link: Link, arm: str, hosts: list[Path], port: int, timeout_s
     rec_path = hosts[0] / "study" / "arms" / arm / "arm.json"
     record = load_json_strict(rec_path) if rec_path.exists() else None
     return {"arm": arm, "processes": outs, "wall_seconds_orchestrator": wall, "wire_orchestrator": wire,
-            "record": record}
+            "record": record, "loadavg_before_after": [list(load_before), list(os.getloadavg())]}
 
 
 def arm_row(arm: str, run: dict, link: Link) -> dict:
@@ -131,6 +132,7 @@ def arm_row(arm: str, run: dict, link: Link) -> dict:
         "wire_over_logical_tx": ({ns: wire[ns]["tx_bytes"] / logical[i] for i, ns in enumerate(link.ns)
                                   if i < len(logical) and logical[i]} if logical else None),
         "cost_usd": (rec.get("cost") or {}).get("total_usd"),
+        "loadavg_before_after": run["loadavg_before_after"],
     }
 
 
@@ -258,12 +260,42 @@ def run_rate(label: str, rate: int, staging: Path, work: Path, out_root: Path, e
                               "invocation (startup, rendezvous, the arm, the record gather)",
                               "wire_in_arm_per_rank: each rank's own /proc/net/dev delta around its update loop "
                               "and commits, gathered into the arm record over the process group",
-                              "both ranks share 2 CPU cores: compute time per update of the pair arms includes "
-                              "contention with the peer; latency is not emulated"]},
+                              "both ranks share the machine's 2 CPU cores (with other users' jobs: see "
+                              "loadavg_before_after per arm): the pair arms' compute time per update includes that "
+                              "contention; latency is not emulated"]},
         "raw_output": raw,
     }
     (run_dir / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_sidecars(run_dir)
     return run_dir
+
+
+def write_sidecars(run_dir: Path) -> list[str]:
+    """Metric sidecars of a run (kit report draws them): the traffic table and the speed screen."""
+    from kit.digest import write_canonical_json
+
+    rec = load_json_strict(run_dir / "run.json")
+    res, link = rec["results"], rec["parameters"]["link"]
+    rows = []
+    for arm, row in res["traffic_table"].items():
+        logical = row["logical_sent_bytes_per_rank"]
+        tx = row["wire_tx_bytes_per_namespace"]
+        rows.append({"arm": arm, "link": link["label"], "status": row["status"], "updates": row["updates"],
+                     "s_per_update_active": row["seconds_per_update_active"],
+                     "s_per_update_wall": row["seconds_per_update_wall"],
+                     "s_per_update_steady": row["seconds_per_update_steady"],
+                     "active_tokens_per_s": row["active_tokens_per_s"],
+                     "logical_bytes_rank0": logical[0] if logical else 0,
+                     "logical_bytes_rank1": logical[1] if len(logical) > 1 else None,
+                     "wire_tx_bytes_ns_a": list(tx.values())[0], "wire_tx_bytes_ns_b": list(tx.values())[1],
+                     "wire_over_logical_ns_a": (list(row["wire_over_logical_tx"].values()) or [None])[0]
+                     if row["wire_over_logical_tx"] else None})
+    speed = [{"comparison": k, "ratio": v.get("ratio"), "verdict": v.get("verdict"),
+              "min_speedup": v.get("thresholds", {}).get("min_speedup")}
+             for k, v in res["speed_screen"].items() if isinstance(v, dict)]
+    write_canonical_json(run_dir / "metrics" / "traffic_table.json", rows)
+    write_canonical_json(run_dir / "metrics" / "speed_screen.json", speed)
+    return ["metrics/traffic_table.json", "metrics/speed_screen.json"]
 
 
 def main(argv=None) -> int:
@@ -274,7 +306,11 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=29611)
     ap.add_argument("--seed-cache", default="/tmp/kit-study-netns-seed",
                     help="where the tiny seed is built once (kit seed build) and copied from")
+    ap.add_argument("--sidecars", metavar="RUN_DIR", help="only (re)write RUN_DIR/metrics/ from its run.json")
     a = ap.parse_args(argv)
+    if a.sidecars:
+        print(write_sidecars(Path(a.sidecars)))
+        return 0
     why = available()
     if why:
         print(f"study_netns: {why}", file=sys.stderr)
