@@ -196,7 +196,9 @@ def run_rate(label: str, rate: int, staging: Path, work: Path, out_root: Path, e
             study = hosts[0] / "study"
             for cmd in (["evaluate", "--study", str(study), "--seed", str(hosts[0] / "seed")],
                         ["screens", "--study", str(study)]):
-                subprocess.run([sys.executable, "-m", "kit", "study", *cmd], env=_env(None), cwd=REPO, check=True,
+                # final scoring records its exposures: into this bench's own ledger, not the repository's
+                subprocess.run([sys.executable, "-m", "kit", "study", *cmd],
+                               env={**_env(None), "KIT_LEDGER": str(work / "exposed.jsonl")}, cwd=REPO, check=True,
                                stdout=subprocess.DEVNULL)
             screens_out = load_json_strict(study / "screens.json")
         commands = list(link.commands)

@@ -5,6 +5,7 @@ prepared study (nothing shared on disk), talking only over the veth. Root only (
 from __future__ import annotations
 
 import shutil
+import sys
 
 import pytest
 from conftest import REPO
@@ -12,11 +13,9 @@ from test_study import env  # noqa: F401 - module-scoped fixture
 
 from kit.study.prepare import prepare_study
 
-import sys
-
 sys.path.insert(0, str(REPO))
-from bench.netns import Link, available  # noqa: E402
-from bench.study_netns import run_arm_across  # noqa: E402
+from bench.netns import Link, available
+from bench.study_netns import run_arm_across
 
 WHY = available()
 

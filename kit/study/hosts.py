@@ -63,8 +63,8 @@ def run_arm_torchrun(study_dir, arm_name: str, seed_dir, *, until: int | None = 
     """This process is one rank of a torchrun group running `arm_name`. Returns the arm record on
     rank 0 (None on the others)."""
     study_dir = Path(study_dir)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    prepared, contract, prepared_digest = load_prepared(study_dir)
+    world = int(os.environ["WORLD_SIZE"])
+    _, contract, prepared_digest = load_prepared(study_dir)
     spec = arm_spec(contract, arm_name)
     if world != spec["workers"]:
         raise ArmRefused(f"arm {arm_name!r} has {spec['workers']} worker(s) (contract field 'arms'); torchrun "
@@ -96,8 +96,8 @@ def _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, 
     # Availability across hosts: every rank needs one GPU of its own host (one process per GPU).
     cuda_devices = spec["workers"] if all(p["gpus"] >= p["local_world"] for p in peers) else \
         min(p["gpus"] for p in peers)
-    kw = dict(resume_root=resume_root, until=until, seconds_per_update=seconds_per_update,
-              cuda_devices=cuda_devices, compile_blocks=compile_blocks)
+    kw = {"resume_root": resume_root, "until": until, "seconds_per_update": seconds_per_update,
+          "cuda_devices": cuda_devices, "compile_blocks": compile_blocks}
     decision = None
     if rank == 0:
         try:
