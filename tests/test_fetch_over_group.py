@@ -82,3 +82,52 @@ def test_corrupted_object_is_refused_by_name_and_host_and_head_unchanged(tmp_pat
     for r in range(2):
         assert commits.read_head(tmp_path / f"bad-host{r}") is None
         assert not ObjectStore(tmp_path / f"bad-host{r}").has(victim)
+
+
+def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_veth(tmp_path, source):
+    """The same migration with the two ranks in two network namespaces (bench/netns.py): rank 1's
+    host has no source store and only its own home; its veth counts at least the bytes it fetched."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO))
+    from bench.netns import Link, available
+
+    why = available()
+    if why:
+        pytest.skip(f"two network namespaces cannot be made here: {why} (needs root and iproute2 `ip netns`)")
+    src, root = source
+    homes = [str(tmp_path / f"ns-host{r}") for r in range(2)]
+    args_path = tmp_path / "args.json"
+    args_path.write_text(json.dumps({"source_home": str(src), "holders": [0], "homes": homes, "root": root,
+                                     "layout": even_layout(LAYERS, 2).to_json(), "timeout_s": 60}))
+    link = Link(tag="kxf", net=234).create()
+    try:
+        link.shape(100_000_000)
+        before = link.counters()
+        procs = []
+        for r in range(2):
+            run_dir = tmp_path / f"run{r}"
+            run_dir.mkdir()
+            env = {**os.environ, **launch_env(), "RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": link.addr[0],
+                   "MASTER_PORT": "29751", "GLOO_SOCKET_IFNAME": link.dev[r], "KIT_RUN_DIR": str(run_dir),
+                   "KIT_THREADS": "1", "OMP_NUM_THREADS": "1", "KIT_HOST_NAME": f"ns-{link.ns[r]}"}
+            procs.append(subprocess.Popen(link.exec_argv(r, [sys.executable, "-m", "kit.distributed.launch",
+                                                             "fetch_workers:migrate_worker", str(args_path)]),
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        logs = [p.communicate(timeout=120)[0] for p in procs]
+        after = link.counters()
+    finally:
+        link.delete()
+    assert all(p.returncode == 0 for p in procs), [log[-2000:] for log in logs]
+    out = [json.loads((tmp_path / f"run{r}" / f"result-{r}.json").read_text()) for r in range(2)]
+    store1 = ObjectStore(homes[1])
+    assert set(store1.digests()) == set(out[1]["wanted"]) and out[1]["objects"] == out[1]["wanted"]
+    expected = sum(os.path.getsize(ObjectStore(src).path(d)) for d in out[1]["wanted"])
+    assert out[1]["received"] == expected == out[0]["sent"]
+    ns_b, dev_b = link.ns[1], link.dev[1]
+    assert after[ns_b][dev_b]["rx_bytes"] - before[ns_b][dev_b]["rx_bytes"] >= expected
+    assert commits.read_head(homes[1]) == root
