@@ -31,6 +31,9 @@ def test_torchrun_matches_the_local_launcher(prepared, tmp_path):  # noqa: F811
     (attempt,) = list((tmp_path / "tr" / "attempts").iterdir())
     rec = json.loads((attempt / "attempt.json").read_text())
     assert rec["status"] == "completed" and rec["launcher"] == "torchrun"
+    # every rank's own traffic and times are gathered into rank 0's record
+    assert [h["rank"] for h in rec["hosts"]] == [0, 1]
+    assert all(h["group_bytes_sent"] > 0 and h["wall_seconds"] > 0 and h["interfaces"] for h in rec["hosts"])
 
 
 def test_nccl_socket_ifname_is_completed_from_gloo_and_said(capsys):
