@@ -27,6 +27,8 @@ from kit.evidence import records
 from kit.evidence.review_format import (
     fmt,
     is_number,
+    kv_table,
+    records_table,
     root_html,
     run_link,
     short,
