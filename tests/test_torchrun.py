@@ -31,3 +31,19 @@ def test_torchrun_matches_the_local_launcher(prepared, tmp_path):  # noqa: F811
     (attempt,) = list((tmp_path / "tr" / "attempts").iterdir())
     rec = json.loads((attempt / "attempt.json").read_text())
     assert rec["status"] == "completed" and rec["launcher"] == "torchrun"
+    # every rank's own traffic and times are gathered into rank 0's record
+    assert [h["rank"] for h in rec["hosts"]] == [0, 1]
+    assert all(h["group_bytes_sent"] > 0 and h["wall_seconds"] > 0 and h["interfaces"] for h in rec["hosts"])
+
+
+def test_nccl_socket_ifname_is_completed_from_gloo_and_said(capsys):
+    from kit.distributed.group import socket_interfaces
+
+    env = {"GLOO_SOCKET_IFNAME": "ens5"}
+    got = socket_interfaces("nccl", env)
+    assert env["NCCL_SOCKET_IFNAME"] == "ens5" and got["nccl_from_gloo"] is True
+    assert "NCCL_SOCKET_IFNAME" in capsys.readouterr().err
+    env = {"GLOO_SOCKET_IFNAME": "ens5", "NCCL_SOCKET_IFNAME": "ens6"}  # the user's own setting wins
+    assert socket_interfaces("nccl", env)["NCCL_SOCKET_IFNAME"] == "ens6" and env["NCCL_SOCKET_IFNAME"] == "ens6"
+    env = {"GLOO_SOCKET_IFNAME": "ens5"}  # gloo reads its own variable; nothing to complete
+    assert socket_interfaces("gloo", env)["nccl_from_gloo"] is False and "NCCL_SOCKET_IFNAME" not in env

@@ -17,6 +17,7 @@ endpoint (cursor cohort 0 at its endpoint) and continues the same Adam state.
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +30,7 @@ from kit.adaptive.bindings import (
     check_inputs,
 )
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
+from kit.distributed.traffic import counter_delta
 
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
 
@@ -305,15 +307,23 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
     attempt_dir = Path(home) / "attempts" / attempt
     record = {**_attempt_record(attempt, cohort, workers, resume, reference, source_home, until, False, prepared_p,
                                 pj, reference_home), "launcher": "torchrun"}
+    (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)  # every host: its own status files
     if rank == 0:
-        (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)
         write_canonical_json(attempt_dir / "attempt.json", record)
     group.barrier()
     args = _worker_args(prepared_p, seed_dir, home, cohort, workers,
                         {"seed": True} if resume is None else {"root": resume}, source_home, reference,
                         reference_home, until, attempt_dir, _layers(seed_dir, home, source_home, resume))
     try:
+        before, started = _host_counters(), time.time()
         out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
+        after, ended = _host_counters(), time.time()
+        # every rank's own interface counters (its host) and times, gathered into rank 0's record
+        mine = {"rank": rank, "host": socket.gethostname(), "started_at": started, "ended_at": ended,
+                "wall_seconds": ended - started, "group_bytes_sent": group.bytes_sent,
+                "socket_interfaces": group.interfaces,
+                "interfaces": counter_delta(before, after) if before and after else None}
+        record["hosts"] = [loads_strict(b, "rank report") for b in group.allgather_bytes(canonical_json(mine))]
         record.update(status="completed", commits=out["commits"])
         return out["commits"]
     except BaseException as e:
@@ -325,6 +335,15 @@ def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume,
             name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
             write_canonical_json(attempt_dir / name, record)
         leave()
+
+
+def _host_counters() -> dict | None:
+    from kit.distributed.traffic import read_interface_counters
+
+    try:
+        return read_interface_counters()
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:

@@ -5,6 +5,11 @@ read by gloo itself to choose the interface), so `torchrun` works across hosts a
 local launcher (kit/distributed/launch.py) only has to set the same variables. gloo on CPU, NCCL on
 CUDA. Every collective and receive has a bounded timeout: a dead or hung peer becomes an error.
 
+NCCL ignores GLOO_SOCKET_IFNAME and reads NCCL_SOCKET_IFNAME for its bootstrap and socket transport.
+When the group runs on NCCL and the user set only GLOO_SOCKET_IFNAME, `join` sets NCCL_SOCKET_IFNAME
+to the same interface (before the communicator exists), says so on stderr, and records it in
+`Group.interfaces` (the run records carry it): one interface setting for both backends.
+
 More ranks than GPUs on a host (three ranks on two GPUs, the 2 -> 3 migration on a two-GPU host):
 NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected", since NCCL 2.5; its
 topology search assumes one rank per device). Then the group runs on gloo and every message is
@@ -51,6 +56,7 @@ class Group:
     bytes_sent: int = 0
     _p2p_ready: bool = False
     staged: bool = False  # CUDA tensors sent through host memory over gloo (more ranks than GPUs on a host)
+    interfaces: dict = field(default_factory=dict)  # socket interface settings in force, and where they came from
 
     @property
     def backend(self) -> str:
@@ -188,17 +194,36 @@ def join(device: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Gro
         torch.cuda.set_device(dev)
         # More ranks than GPUs on this host: NCCL would refuse the shared device (module docstring).
         staged = world > 1 and int(os.environ.get("LOCAL_WORLD_SIZE", min(world, gpus))) > gpus
+    backend = "nccl" if dev.type == "cuda" and not staged else "gloo"
+    interfaces = socket_interfaces(backend if world > 1 else "none")
     if world > 1 and not dist.is_initialized():
         for name in ("MASTER_ADDR", "MASTER_PORT"):
             if name not in os.environ:
                 raise WorkerEnvError(f"environment variable {name} is not set for a {world}-worker group")
         dist.init_process_group(
-            backend="nccl" if dev.type == "cuda" and not staged else "gloo",
+            backend=backend,
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
-    return Group(rank, world, dev, timeout_s, staged=staged)
+    return Group(rank, world, dev, timeout_s, staged=staged, interfaces=interfaces)
+
+
+def socket_interfaces(backend: str, environ=None) -> dict:
+    """The socket interface settings for `backend`, completing NCCL_SOCKET_IFNAME from
+    GLOO_SOCKET_IFNAME when only that one is set (NCCL ignores the gloo variable). Returns
+    {"GLOO_SOCKET_IFNAME": v|None, "NCCL_SOCKET_IFNAME": v|None, "nccl_from_gloo": bool}."""
+    import sys
+
+    environ = os.environ if environ is None else environ
+    gloo, nccl = environ.get("GLOO_SOCKET_IFNAME"), environ.get("NCCL_SOCKET_IFNAME")
+    derived = False
+    if backend == "nccl" and gloo and not nccl:
+        environ["NCCL_SOCKET_IFNAME"] = nccl = gloo
+        derived = True
+        sys.stderr.write(f"kit: NCCL_SOCKET_IFNAME was not set; using GLOO_SOCKET_IFNAME={gloo} for NCCL too "
+                         "(NCCL ignores GLOO_SOCKET_IFNAME)\n")
+    return {"GLOO_SOCKET_IFNAME": gloo, "NCCL_SOCKET_IFNAME": nccl, "nccl_from_gloo": derived}
 
 
 def leave() -> None:

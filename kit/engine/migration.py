@@ -9,12 +9,14 @@ and continues. `open_start` is where a worker's state comes from, after an optio
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
+from kit.engine.fetch import fetch_over_group, holds_commit, host_name, share_commit
 from kit.model.config import parse_config
 from kit.model.shard import Layout, build_stage
 from kit.store import commits
@@ -36,7 +38,13 @@ def assigned_objects(manifest: dict, names: set[str], rank: int) -> list[str]:
 
 def migrate(group: Group, source_home: str, home: str, root: str, layout: Layout) -> int:
     """Fetch this worker's assigned objects of commit `root` from `source_home`; adopt it when all are
-    ready. Returns the bytes this worker read from the source."""
+    ready. Returns the bytes this worker read from the source.
+
+    When some rank's host does not hold `source_home` (no shared filesystem), the objects travel over
+    the process group instead (`migrate_over_group`)."""
+    everywhere = all(group.allgather_bytes(b"1" if holds_commit(source_home, root) else b""))
+    if not everywhere:
+        return migrate_over_group(group, source_home, home, root, layout)["received"]
     manifest = commits.read_commit(source_home, root)
     shape = parse_config(loads_strict(ObjectStore(source_home).get_bytes(manifest["layout"]["model_config"]),
                                       "model config"), "model config")
@@ -66,6 +74,49 @@ def migrate(group: Group, source_home: str, home: str, root: str, layout: Layout
     if not result["ok"]:
         raise MigrationError(f"rank 0 could not adopt {root}: {result['error']}")
     return status["bytes"]
+
+
+def migrate_over_group(group: Group, source_home: str | None, home: str, root: str, layout: Layout) -> dict:
+    """Migration without a shared filesystem: the lowest rank whose host holds the committed store
+    (`source_home` there) sends every other rank its assigned objects over the process group
+    (kit/engine/fetch.py); each rank verifies every object by hash before installing it in its own
+    `home`, which then holds this rank's shard of the commit. Only when every rank reports success does
+    each rank adopt the manifest in its own home (HEAD moves there, atomically, shard-checked); a
+    missing or wrong object leaves every HEAD unchanged and the error names the object and the host.
+    Returns {"received", "sent", "objects"} for this rank."""
+    manifest, holder, peers = share_commit(group, source_home, root)
+    if group.rank == holder:
+        config = ObjectStore(source_home).get_bytes(manifest["layout"]["model_config"])
+    else:
+        config = b""
+    config = group.allgather_bytes(config)[holder]
+    if hashlib.sha256(config).hexdigest() != manifest["layout"]["model_config"]:
+        raise MigrationError(f"model config object {manifest['layout']['model_config']} from rank {holder} "
+                             f"({peers[holder]['host']}): wrong bytes; HEAD unchanged")
+    shape = parse_config(loads_strict(config, "model config"), "model config")
+    layout.validate(shape.num_hidden_layers)
+    with torch.device("meta"):
+        names = {n for n, _ in build_stage(shape, layout, group.rank).named_parameters()}
+    wanted = assigned_objects(manifest, names, group.rank)
+    wanted = list(dict.fromkeys([manifest["layout"]["model_config"], *wanted]))  # every shard opens the config
+    got = fetch_over_group(group, source_home, home, holder, peers, wanted)
+    status = {"rank": group.rank, "host": host_name(), "ok": not got["errors"], "error": "; ".join(got["errors"])}
+    reports = [loads_strict(b, "migration report") for b in group.allgather_bytes(canonical_json(status))]
+    failed = [r for r in reports if not r["ok"]]
+    if failed:
+        raise MigrationError("migration preparation incomplete, HEAD unchanged: "
+                             + "; ".join(f"rank {r['rank']} ({r['host']}): {r['error']}" for r in failed))
+    adopted = {"rank": group.rank, "ok": True, "error": None}
+    if commits.read_head(home) != root:
+        try:
+            commits.adopt_commit(home, manifest, expected_head=commits.read_head(home), shard=set(wanted))
+        except ValueError as e:
+            adopted = {"rank": group.rank, "ok": False, "error": str(e)}
+    results = [loads_strict(b, "adoption") for b in group.allgather_bytes(canonical_json(adopted))]
+    bad = [r for r in results if not r["ok"]]
+    if bad:
+        raise MigrationError("; ".join(f"rank {r['rank']} could not adopt {root}: {r['error']}" for r in bad))
+    return {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted}
 
 
 def open_start(group: Group, home: str, layout: Layout, start: dict, source_home: str | None, ctx) -> tuple[Start, int]:

@@ -27,6 +27,8 @@ from kit.evidence import records
 from kit.evidence.review_format import (
     fmt,
     is_number,
+    kv_table,
+    records_table,
     root_html,
     run_link,
     short,
@@ -298,9 +300,43 @@ def show_verdicts(runs_dir) -> None:
                        ("study", "Shared-gradient method study: quality and speed screens")):
         if rows[exp]:
             parts.append(f"<h3>{title}</h3>" + verdict_table_html(rows[exp], f"kit-verdicts-{exp}", idx))
+    projection = projection_html(idx)
+    if projection:
+        parts.append(projection)
     if not parts:
         parts.append("<p>No gate or screen has been computed in this runs directory.</p>")
     display(HTML("".join(parts)))
+
+
+def projection_html(idx: dict) -> str:
+    """The study's projection to its seed's hardware (bench/study_projection.py, kit-bench/1 records with
+    results.projection and results.validation): the link model validated on the emulated link, predicted
+    beside measured; the projected study; and its assumptions."""
+    parts = []
+    for r in idx["runs"]:
+        if r.get("notebook") != "(benchmark script)":
+            continue
+        try:
+            rec = load_json_strict(Path(r["dir"]) / records.RUN_RECORD_NAME)
+        except (FileNotFoundError, ValueError):
+            continue
+        res = rec.get("results")
+        if not (isinstance(res, dict) and isinstance(res.get("projection"), list) and isinstance(res.get("validation"), list)):
+            continue
+        fit = res.get("fit") or {}
+        parts.append(f"<h3>Shared-gradient study projected to two L40S hosts across zones ({html.escape(r['run_id'])})</h3>"
+                     f"<p>Model: {html.escape(str(fit.get('model', '')))}; link efficiency "
+                     f"{html.escape(fmt(fit.get('link_efficiency')))} fitted on the runs "
+                     f"{html.escape(', '.join((rec.get('parameters') or {}).get('fit_runs', [])))}, validated on "
+                     f"{html.escape(', '.join((rec.get('parameters') or {}).get('validation_runs', [])))} "
+                     "(rows with held_out true). A projection, not a measurement on the seed's hosts.</p>")
+        parts.append("<h4>Validation on the emulated link: predicted vs measured seconds per update</h4>"
+                     + records_table(res["validation"]))
+        parts.append("<h4>Projection: per-update time, speed screen, cross-zone transfer, 6 h and $100 bounds</h4>"
+                     + records_table(res["projection"]))
+        if isinstance(res.get("assumptions"), dict):
+            parts.append("<h4>Assumptions</h4>" + kv_table(res["assumptions"]))
+    return "".join(parts)
 
 
 # --- what the evidence shows -----------------------------------------------------------------

@@ -89,9 +89,10 @@ def _fault_point(name: str) -> None:
 
 
 def _check_objects(
-    store: ObjectStore, manifest: dict, fsync: bool, source: str
+    store: ObjectStore, manifest: dict, fsync: bool, source: str, only: set[str] | None = None
 ) -> tuple[list[str], int, int | None]:
-    """Re-hash every named object; returns (problems, bytes, num_layers from the config object)."""
+    """Re-hash every named object (or those in `only`); returns (problems, bytes, num_layers from the
+    config object)."""
     problems: list[str] = []
     sizes: dict[str, int] = {}
     def check(digest):
@@ -100,7 +101,10 @@ def _check_objects(
         except (ObjectMissing, ObjectCorrupt) as e:
             return digest, None, str(e)
 
-    for digest, size, problem in _parallel(check, object_digests(manifest)):
+    named = object_digests(manifest)
+    if only is not None:
+        named = [d for d in named if d in only]
+    for digest, size, problem in _parallel(check, named):
         if problem is None:
             sizes[digest] = size
         else:
@@ -157,13 +161,20 @@ def write_commit(
     return _install(home, manifest, parent, lock_timeout_s)
 
 
-def adopt_commit(home: str | os.PathLike, manifest: dict, expected_head: str | None = None) -> str:
+def adopt_commit(home: str | os.PathLike, manifest: dict, expected_head: str | None = None,
+                 shard: set[str] | None = None) -> str:
     """Install another store's manifest verbatim (migration: after every new owner fetched and
     verified its objects) and move HEAD to it from `expected_head`. Refused when the manifest's roots
-    do not recompute or any object it names is missing or corrupt here."""
+    do not recompute or any object it names is missing or corrupt here.
+
+    `shard`: this host's store holds only these objects of the commit (hosts without a shared
+    filesystem each hold their owner's shard, kit/engine/fetch.py); only they are checked, and they
+    must include the model config."""
     home = Path(home)
     validate_manifest(manifest, "adopted manifest")
-    problems, _, _ = _check_objects(ObjectStore(home), manifest, fsync=True, source="adopted ")
+    if shard is not None and manifest["layout"]["model_config"] not in shard:
+        raise CommitError(f"{home}: a shard adoption of {manifest['full_root']} must hold the model config object")
+    problems, _, _ = _check_objects(ObjectStore(home), manifest, fsync=True, source="adopted ", only=shard)
     if problems:
         raise CommitError(f"{home}: cannot adopt {manifest['full_root']}, {len(problems)} problem(s):\n"
                           + "\n".join(problems))

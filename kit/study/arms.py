@@ -301,6 +301,60 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
             cuda_devices: int | None = None, threads: int = 1, compile_blocks: str = "auto",
             now: float | None = None) -> dict:
     """Admit, run and record one arm; returns its record (also for unavailable and rejected arms)."""
+    admitted = admit_arm(study_dir, arm_name, seed_dir, resume_root=resume_root, until=until,
+                         seconds_per_update=seconds_per_update, cuda_devices=cuda_devices,
+                         compile_blocks=compile_blocks, now=now)
+    if "status" in admitted:  # unavailable or rejected: written, never launched
+        return admitted
+    record, args, contract = admitted["record"], admitted["args"], admitted["contract"]
+    study_dir, spec = Path(study_dir), admitted["spec"]
+    before = _host_counters()
+    started = time.time()
+    record["started_at"] = started
+    try:
+        results = launch(arm_worker, args, spec["workers"], arm_dir(study_dir, arm_name) / "run",
+                         timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S, threads=threads)
+        status, reason = finished_status(record["until"], contract)
+    except WorkerFailure as e:
+        results, status, reason = None, "failed", str(e)
+    ended = time.time()
+    after = _host_counters()
+    return finish_arm(study_dir, record, contract, results, status, reason, started, ended,
+                      counter_delta(before, after) if before and after else None)
+
+
+def finished_status(until: int, contract) -> tuple[str, str | None]:
+    updates = contract["schedule"]["updates"]
+    return ("completed", None) if until == updates else ("partial", f"stopped at update {until} of {updates} (--until)")
+
+
+def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | None, status: str, reason: str | None,
+               started: float, ended: float, interfaces: dict | None, per_rank_interfaces: list | None = None) -> dict:
+    """Summarise the ranks' results into the record and write the attempt (the launcher's rank 0 or the
+    local driver). `interfaces` is this host's counter delta; `per_rank_interfaces` every rank's own
+    (one process per host under torchrun), gathered over the process group."""
+    record.update(status=status, reason=reason, ended_at=ended)
+    record["traffic"] = {"interfaces": interfaces if interfaces is not None else
+                         {"unavailable": "/proc/net/dev could not be read on this host"}}
+    if per_rank_interfaces is not None:
+        record["traffic"]["interfaces_per_rank"] = per_rank_interfaces
+    wall = ended - started
+    spec = arm_spec(contract, record["arm"])
+    if results is None:
+        record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"])
+        record["measurement"] = {"wall_seconds": wall, "devices": spec["workers"]}
+        return _write_attempt(Path(study_dir), record)
+    _summarise(record, results, wall, contract)
+    return _write_attempt(Path(study_dir), record)
+
+
+def admit_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.PathLike, *,
+              resume_root: str | None = None, until: int | None = None, seconds_per_update: float | None = None,
+              cuda_devices: int | None = None, compile_blocks: str = "auto", now: float | None = None,
+              write: bool = True) -> dict:
+    """Every check before an arm runs. Returns the written record of an unavailable or rejected arm,
+    or {"record", "args", "contract", "spec"} for one that may run (with `write`, the study clock
+    starts). Raises ArmRefused for a request that is wrong."""
     study_dir = Path(study_dir)
     prepared, contract, prepared_digest = load_prepared(study_dir)
     if (study_dir / FREEZE_FILE).exists():
@@ -323,7 +377,8 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
         raise ArmRefused(f"--until {until}: expected 1..{updates} (contract field 'schedule.updates')")
     missing = availability(contract, spec, cuda_devices)
     if missing:
-        return _write_attempt(study_dir, {**record, "status": "unavailable", "reason": missing})
+        rec = {**record, "status": "unavailable", "reason": missing}
+        return _write_attempt(study_dir, rec) if write else rec
     check_seed(prepared, seed_dir)
     check_source(prepared, study_dir / PREPARED_DIR / "prepared.json")
     source = {"home": str(home), "root": resume_root} if resume_root else {"seed_dir": str(seed_dir)}
@@ -345,8 +400,9 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
                        spent_usd(study_dir))
     record["projection"] = proj
     if not proj["fits"]:
-        return _write_attempt(study_dir, {**record, "status": "rejected", "reason": proj["reason"]})
-    if clock is None:
+        rec = {**record, "status": "rejected", "reason": proj["reason"]}
+        return _write_attempt(study_dir, rec) if write else rec
+    if clock is None and write:
         write_canonical_json(study_dir / "arms" / "clock.json", {"started_at": now})
     deadline_at = proj["deadline_at"]
     home.mkdir(parents=True, exist_ok=True)
@@ -355,28 +411,7 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
             "contract": contract.data, "compile_blocks": compile_blocks, "max_tokens": contract["data"]["max_tokens"],
             "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
             "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"]}
-    before = _host_counters()
-    started = time.time()
-    record["started_at"] = started
-    try:
-        results = launch(arm_worker, args, spec["workers"], arm_dir(study_dir, arm_name) / "run",
-                         timeout_s=max(1.0, deadline_at - started) + DEADLINE_GRACE_S, threads=threads)
-        status, reason = ("completed", None) if until == updates else \
-            ("partial", f"stopped at update {until} of {updates} (--until)")
-    except WorkerFailure as e:
-        results, status, reason = None, "failed", str(e)
-    ended = time.time()
-    record.update(status=status, reason=reason, ended_at=ended)
-    after = _host_counters()
-    record["traffic"] = {"interfaces": counter_delta(before, after) if before and after else
-                         {"unavailable": "/proc/net/dev could not be read on this host"}}
-    wall = ended - started
-    if results is None:
-        record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"])
-        record["measurement"] = {"wall_seconds": wall, "devices": spec["workers"]}
-        return _write_attempt(study_dir, record)
-    _summarise(record, results, wall, contract)
-    return _write_attempt(study_dir, record)
+    return {"record": record, "args": args, "contract": contract, "spec": spec}
 
 
 def _padded_tokens(records, microbatch_size: int, bucket: int) -> int:

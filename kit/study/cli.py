@@ -22,7 +22,15 @@ def cmd_prepare(a) -> int:
 
 def cmd_arm(a) -> int:
     from kit.study.arms import arm_summary_json, run_arm
+    from kit.study.hosts import run_arm_torchrun, under_torchrun
 
+    if under_torchrun():  # one process per host; rank 0 writes the records and prints
+        record = run_arm_torchrun(a.study, a.name, a.seed, until=a.until, seconds_per_update=a.seconds_per_update,
+                                  compile_blocks=a.compile, resume_root=a.resume)
+        if record is None:
+            return 0
+        print(arm_summary_json(record))
+        return 1 if record["status"] == "failed" else 0
     record = run_arm(a.study, a.name, a.seed, resume_root=a.resume, until=a.until,
                      seconds_per_update=a.seconds_per_update, threads=a.threads, compile_blocks=a.compile)
     print(arm_summary_json(record))
@@ -85,7 +93,8 @@ def register(sub) -> None:
     s.add_argument("--study", required=True, type=OutDir("a study folder"), help="study directory (created)")
     s.set_defaults(fn=cmd_prepare)
 
-    s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason")
+    s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason "
+                                       "(local processes, or one torchrun process per host)")
     s.add_argument("name", choices=["single", "dense", "powersgd"],
                    help="the arm: single worker, dense gradient pair, or PowerSGD pair")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")

@@ -1,0 +1,137 @@
+"""Objects over the process group: a new owner fetches its assigned objects from the rank whose host
+holds the committed store, with no shared filesystem.
+
+Protocol (every rank calls `fetch_over_group` together, as it calls any collective):
+
+  1. every rank announces, by `allgather_bytes`, whether its host holds the source commit and which
+     objects it still needs (objects it already holds intact are not asked for);
+  2. the holder is the lowest rank that holds the commit; it sends the commit's manifest to every rank
+     (each rank checks the manifest's name and roots, `validate_manifest`);
+  3. for each requesting rank in rank order, for each object it asked for, in its order: the holder
+     sends the object's size (int64; -1 when it cannot read it) and then its bytes as they are on its
+     disk, point to point; the requester hashes what arrived and installs it only when the sha256 equals
+     the object's name. A missing or corrupt object is recorded with its digest and the holder's rank
+     and host, the remaining messages are still drained (so the two sides stay in step), and the
+     requester reports failure;
+  4. the bytes are counted on both sides: `received` on the requester, `sent` on the holder.
+
+Nothing here moves HEAD: the caller (kit/engine/migration.py) gathers every rank's report and adopts
+the manifest only when all succeeded. Why the process group, not an HTTP object server or fsspec:
+docs/engine.md, "Across hosts without a shared filesystem".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+from kit.digest import canonical_json, loads_strict
+from kit.distributed.group import Group
+from kit.store import commits
+from kit.store.objects import ObjectStore, StoreError
+
+
+class FetchError(RuntimeError):
+    pass
+
+
+def host_name() -> str:
+    """This host's name in errors: KIT_HOST_NAME (emulated hosts on one machine), else the hostname."""
+    return os.environ.get("KIT_HOST_NAME") or socket.gethostname()
+
+
+def holds_commit(source_home: str | None, root: str) -> bool:
+    return bool(source_home) and (commits.commits_dir(Path(source_home)) / f"{root}.json").is_file()
+
+
+def _dev(group: Group):
+    return "cpu" if group.staged else group.device
+
+
+def share_commit(group: Group, source_home: str | None, root: str) -> tuple[dict, int, list[dict]]:
+    """The manifest of `root` on every rank, from the lowest rank holding it. Returns (manifest,
+    holder rank, every rank's announcement)."""
+    me = {"rank": group.rank, "host": host_name(), "holds": holds_commit(source_home, root)}
+    peers = [loads_strict(b, "fetch announcement") for b in group.allgather_bytes(canonical_json(me))]
+    holders = [p["rank"] for p in peers if p["holds"]]
+    if not holders:
+        raise FetchError(f"no rank holds commit {root}: " + ", ".join(f"rank {p['rank']} ({p['host']})"
+                                                                     for p in peers))
+    holder = holders[0]
+    payload = canonical_json(commits.read_commit(source_home, root)) if group.rank == holder else b""
+    manifest = loads_strict(group.allgather_bytes(payload)[holder], "manifest")
+    commits.validate_manifest(manifest, f"manifest of {root} from rank {holder} ({peers[holder]['host']})")
+    if manifest["full_root"] != root:
+        raise FetchError(f"rank {holder} ({peers[holder]['host']}) sent manifest {manifest['full_root']} for {root}")
+    return manifest, holder, peers
+
+
+def fetch_over_group(group: Group, source_home: str | None, dest_home: str, holder: int, peers: list[dict],
+                     wanted: list[str]) -> dict:
+    """Fetch `wanted` (this rank's assigned objects) into `dest_home` from rank `holder`'s `source_home`.
+    Returns {"received", "sent", "objects", "errors"}; never raises for a bad object (the caller
+    reports it and keeps HEAD)."""
+    dest = ObjectStore(dest_home)
+    mine = []
+    for d in dict.fromkeys(wanted):
+        if dest.has(d):
+            try:
+                dest.verify(d)
+                continue
+            except StoreError:
+                pass
+        mine.append(d)
+    out = {"received": 0, "sent": 0, "objects": [], "errors": []}
+    if group.rank == holder and mine:  # the holder's own needs: a local verified copy
+        from kit.store.objects import fetch_objects
+
+        try:
+            out["received"] += fetch_objects(ObjectStore(source_home), dest, mine)
+            out["objects"] += mine
+        except (StoreError, OSError) as e:
+            out["errors"].append(f"{type(e).__name__}: {e}")
+        mine = []
+    asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
+    holder_host = peers[holder]["host"]
+    dev = _dev(group)
+    if group.rank == holder:
+        src = ObjectStore(source_home)
+        for r, ask in enumerate(asks):
+            if r == holder:
+                continue
+            for d in ask["want"]:
+                try:
+                    data = src.path(d).read_bytes()  # as stored: the requester verifies
+                    size = len(data)
+                except (OSError, ValueError):
+                    data, size = b"", -1
+                _send(group, torch.tensor([size], dtype=torch.int64, device=dev), r)
+                if size > 0:
+                    _send(group, torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev), r)
+                    out["sent"] += size
+    elif mine:
+        for d in mine:
+            size = int(group.recv((1,), torch.int64, holder).item())
+            if size < 0:
+                out["errors"].append(f"object {d}: rank {holder} ({holder_host}) cannot read it from its store")
+                continue
+            data = bytes(group.recv((size,), torch.uint8, holder).cpu().numpy().tobytes()) if size else b""
+            out["received"] += size
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != d:
+                out["errors"].append(f"object {d} from rank {holder} ({holder_host}): wrong bytes, sha256 {actual} "
+                                     f"of {size} bytes; not installed")
+                continue
+            dest.put_bytes(data)
+            out["objects"].append(d)
+    group.wait_sends()
+    return out
+
+
+def _send(group: Group, tensor: torch.Tensor, dst: int) -> None:
+    group.isend(tensor, dst)
+    group.wait_sends()

@@ -1,0 +1,168 @@
+"""`kit study arm` under torchrun: one process per host, nothing shared on disk.
+
+Each host holds its own copy of the seed and of the prepared study (same `prepared_digest`) and
+names them with its own `--study` and `--seed`; torchrun's environment (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME; NCCL_SOCKET_IFNAME is completed from it by
+kit/distributed/group.py when NCCL runs) forms the group. The ranks talk only over that group:
+
+  1. every rank loads and checks its own prepared study and seed (check_seed, check_source), then
+     joins; WORLD_SIZE must equal the arm's workers;
+  2. the ranks exchange their prepared digests and their hosts' GPU counts; a rank whose copy
+     differs is refused by name before anything trains;
+  3. rank 0 admits the arm (availability, projection, the study clock in ITS study) and sends the
+     decision and the deadline to every rank, so all of them stop at the same update;
+  4. every rank runs `arm_worker` on its own copy, reading its own host's /proc/net/dev before and
+     after (in its network namespace: the interfaces that host really has);
+  5. every rank's result, interface deltas and times are gathered to rank 0, which writes the
+     attempt and arm records into its study (`traffic.interfaces_per_rank`, `hosts`). The other
+     ranks keep only their own run status files and, for PowerSGD, their compression state.
+
+A failure on a rank is written where that rank can write: rank 0's attempt record (status
+"failed", naming the rank) or `arms/<arm>/attempts-rank<r>/` on another rank's host.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from kit.digest import canonical_json, loads_strict, write_canonical_json
+from kit.distributed.group import join, leave
+from kit.distributed.launch import WorkerContext
+from kit.distributed.traffic import counter_delta
+from kit.study.arms import (
+    ArmRefused,
+    _host_counters,
+    admit_arm,
+    arm_dir,
+    arm_worker,
+    finish_arm,
+    finished_status,
+)
+from kit.study.prepare import load_prepared
+from kit.study.schema import arm_spec
+
+
+def under_torchrun() -> bool:
+    """torchrun sets RANK/WORLD_SIZE; the kit's own launcher also sets KIT_RUN_DIR."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
+
+
+def _gather(group, obj: dict, what: str) -> list[dict]:
+    return [loads_strict(b, what) for b in group.allgather_bytes(canonical_json(obj))]
+
+
+def run_arm_torchrun(study_dir, arm_name: str, seed_dir, *, until: int | None = None,
+                     seconds_per_update: float | None = None, compile_blocks: str = "auto",
+                     resume_root: str | None = None) -> dict | None:
+    """This process is one rank of a torchrun group running `arm_name`. Returns the arm record on
+    rank 0 (None on the others)."""
+    study_dir = Path(study_dir)
+    world = int(os.environ["WORLD_SIZE"])
+    _, contract, prepared_digest = load_prepared(study_dir)
+    spec = arm_spec(contract, arm_name)
+    if world != spec["workers"]:
+        raise ArmRefused(f"arm {arm_name!r} has {spec['workers']} worker(s) (contract field 'arms'); torchrun "
+                         f"started WORLD_SIZE={world} processes")
+    if resume_root and world > 1:
+        raise ArmRefused("--resume under torchrun across hosts: only rank 0's host holds the arm's commits; "
+                         "run the resumed arm where every rank's home holds the root")
+    group = join(device=contract["device"], timeout_s=float(contract["collective_timeout_s"]))
+    try:
+        return _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, until,
+                    seconds_per_update, compile_blocks, resume_root)
+    finally:
+        leave()
+
+
+def _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, until, seconds_per_update,
+         compile_blocks, resume_root):
+    rank, world = group.rank, group.world
+    host = socket.gethostname()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count() if contract["device"] == "cuda" else 0
+    peers = _gather(group, {"rank": rank, "host": host, "prepared_digest": prepared_digest, "gpus": gpus,
+                            "local_world": local_world, "interfaces": group.interfaces}, "peer")
+    wrong = [p for p in peers if p["prepared_digest"] != peers[0]["prepared_digest"]]
+    if wrong:
+        raise ArmRefused("the ranks' prepared studies differ: " + "; ".join(
+            f"rank {p['rank']} ({p['host']}) has {p['prepared_digest']}" for p in peers)
+            + "; copy rank 0's STUDY/prepared/ to every host")
+    # Availability across hosts: every rank needs one GPU of its own host (one process per GPU).
+    cuda_devices = spec["workers"] if all(p["gpus"] >= p["local_world"] for p in peers) else \
+        min(p["gpus"] for p in peers)
+    kw = {"resume_root": resume_root, "until": until, "seconds_per_update": seconds_per_update,
+          "cuda_devices": cuda_devices, "compile_blocks": compile_blocks}
+    decision = None
+    if rank == 0:
+        try:
+            admitted = admit_arm(study_dir, arm_name, seed_dir, **kw)
+            decision = ({"run": False, "record": admitted} if "status" in admitted else
+                        {"run": True, "deadline_at": admitted["args"]["deadline_at"], "now": time.time()})
+        except ArmRefused as e:
+            decision = {"run": False, "refused": str(e)}
+    decision = _gather(group, decision or {}, "admission")[0]
+    if not decision["run"]:
+        if "refused" in decision:
+            raise ArmRefused(f"rank 0 refused the arm: {decision['refused']}")
+        return decision["record"] if rank == 0 else None
+    if rank == 0:
+        record, args = admitted["record"], admitted["args"]
+    else:
+        mine = admit_arm(study_dir, arm_name, seed_dir, write=False, now=decision["now"], **kw)
+        if "status" in mine:
+            raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {mine['status']} here: {mine['reason']}")
+        record, args = mine["record"], mine["args"]
+    args["deadline_at"] = decision["deadline_at"]  # rank 0's clock governs every rank
+    run_dir = arm_dir(study_dir, arm_name) / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = WorkerContext(rank, world, run_dir)
+    before = _host_counters()
+    started = time.time()
+    record["started_at"] = started
+    result, error = None, None
+    try:
+        result = arm_worker(group, args, ctx)
+    except Exception as e:  # noqa: BLE001 - recorded, then raised below
+        error = f"rank {rank} ({host}): {type(e).__name__}: {e}"
+        tb = traceback.format_exc()
+    ended = time.time()
+    after = _host_counters()
+    delta = counter_delta(before, after) if before and after else None
+    if error is not None:  # the group may be broken: write what this host can, then fail
+        _write_failure(study_dir, arm_name, record, contract, rank, error, tb, started, ended, delta)
+        raise RuntimeError(error)
+    ctx.progress(phase="gather")
+    gathered = _gather(group, {"rank": rank, "host": host, "result": result, "interfaces": delta,
+                               "started_at": started, "ended_at": ended, "socket": group.interfaces}, "rank result")
+    ctx.progress(phase="done")
+    if rank != 0:
+        return None
+    status, reason = finished_status(record["until"], contract)
+    record["launcher"] = "torchrun"
+    record["hosts"] = [{"rank": g["rank"], "host": g["host"], "started_at": g["started_at"],
+                        "ended_at": g["ended_at"], "wall_seconds": g["ended_at"] - g["started_at"],
+                        "socket_interfaces": g["socket"], "update_seconds": [u["seconds"] for u in g["result"]["updates"]]}
+                       for g in gathered]
+    # The arm's wall time spans the earliest start to the latest end over the hosts.
+    return finish_arm(study_dir, record, contract, [g["result"] for g in gathered], status, reason,
+                      min(g["started_at"] for g in gathered), max(g["ended_at"] for g in gathered), delta,
+                      [{"rank": g["rank"], "host": g["host"], **(g["interfaces"] or
+                        {"unavailable": "/proc/net/dev could not be read on this host"})} for g in gathered])
+
+
+def _write_failure(study_dir, arm_name, record, contract, rank, error, tb, started, ended, delta) -> None:
+    if rank == 0:
+        finish_arm(study_dir, {**record, "launcher": "torchrun"}, contract, None, "failed", error, started, ended,
+                   delta)
+        return
+    d = arm_dir(study_dir, arm_name) / f"attempts-rank{rank}"
+    d.mkdir(parents=True, exist_ok=True)
+    write_canonical_json(d / f"{int(started * 1000)}.json",
+                         {"arm": arm_name, "rank": rank, "status": "failed", "reason": error,
+                          "traceback": tb[-4000:], "started_at": started, "ended_at": ended, "interfaces": delta})

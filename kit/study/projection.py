@@ -1,0 +1,130 @@
+"""Projection of the shared-gradient study onto its seed's hardware (two one-L40S hosts across zones)
+from measurements on an emulated link (pure functions: numpy only, no torch).
+
+The model of one update of a pair arm (one rank per host, ring all-reduce over two ranks, so each
+rank sends its logical bytes once and receives its peer's at the same time on a full-duplex link):
+
+    seconds = compute + collectives x RTT + logical bytes x wire overhead x 8 / (efficiency x rate)
+
+- `compute`: the arm's update time without communication;
+- `wire overhead`: wire bytes / logical bytes, MEASURED on the emulated link's interface counters
+  (TCP/IP headers, gloo framing, the per-update scalars);
+- `efficiency`: the fraction of the link rate the transfer achieves, FITTED on the emulated link
+  (with the pair arms' compute times) by least squares over every (arm, rate) measurement used;
+- `RTT x collectives`: latency. NOT measurable here (the kernel has no netem; the veth's round trip
+  is tens of microseconds), so it is 0 in the fit and an ASSUMPTION in the projection.
+
+`fit_link` fits it, `predict` evaluates it, `validate` sets predicted beside measured for runs the
+fit did not use, and `project_study` applies it to the full contract with stated assumptions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BILLED_DIRECTIONS = 2
+
+
+def transfer_x(bytes_per_update: float, wire_overhead: float, rate_bit: float) -> float:
+    """Seconds the bytes take at the full link rate (the regressor of the efficiency)."""
+    return bytes_per_update * wire_overhead * 8.0 / rate_bit
+
+
+def fit_link(points: list[dict]) -> dict:
+    """points: [{"arm", "rate_bit", "bytes_per_update", "wire_overhead", "seconds_per_update"}].
+    Unknowns: one compute time per arm and 1/efficiency. Needs more points than unknowns."""
+    arms = sorted({p["arm"] for p in points})
+    if len(points) < len(arms) + 1:
+        raise ValueError(f"{len(points)} measurement(s) for {len(arms) + 1} unknowns; run more link rates")
+    a = np.zeros((len(points), len(arms) + 1))
+    y = np.zeros(len(points))
+    for i, p in enumerate(points):
+        a[i, arms.index(p["arm"])] = 1.0
+        a[i, -1] = transfer_x(p["bytes_per_update"], p["wire_overhead"], p["rate_bit"])
+        y[i] = p["seconds_per_update"]
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    inv_eff = float(coef[-1])
+    fit = {"compute_seconds": {arm: float(c) for arm, c in zip(arms, coef[:-1])},
+           "efficiency": (1.0 / inv_eff) if inv_eff > 0 else None, "inverse_efficiency": inv_eff,
+           "points": points}
+    fit["residuals"] = [p["seconds_per_update"] - predict(fit, p["arm"], p["rate_bit"], p["bytes_per_update"],
+                                                          p["wire_overhead"]) for p in points]
+    return fit
+
+
+def predict(fit: dict, arm: str, rate_bit: float, bytes_per_update: float, wire_overhead: float,
+            rtt_s: float = 0.0, collectives: int = 0, compute_s: float | None = None) -> float:
+    compute = fit["compute_seconds"][arm] if compute_s is None else compute_s
+    return compute + collectives * rtt_s + transfer_x(bytes_per_update, wire_overhead, rate_bit) * fit["inverse_efficiency"]
+
+
+def validate(fit: dict, held_out: list[dict]) -> list[dict]:
+    """Predicted beside measured for measurements the fit did not use."""
+    rows = []
+    for p in held_out:
+        pred = predict(fit, p["arm"], p["rate_bit"], p["bytes_per_update"], p["wire_overhead"])
+        rows.append({"arm": p["arm"], "rate_bit_per_s": p["rate_bit"], "measured_s_per_update": p["seconds_per_update"],
+                     "predicted_s_per_update": pred,
+                     "error_pct": 100.0 * (pred - p["seconds_per_update"]) / p["seconds_per_update"]})
+    return rows
+
+
+def project_study(contract: dict, *, single_compute_s: float, pair_compute_fraction: float,
+                  dense_bytes_per_update: int, powersgd_bytes_per_update: int, wire_overhead: float,
+                  efficiency: float, rate_bit: float, rtt_s: float, collectives: dict,
+                  label: str) -> dict:
+    """The full study on the contract's hosts under one scenario. Returns per-arm rows (per-update
+    seconds, arm hours, GPU cost, cross-zone bytes and cost) and the screens and bounds."""
+    sched, proj, cost = contract["schedule"], contract["projection"], contract["cost"]
+    updates, warm = sched["updates"], contract["powersgd"]["warmup_updates"]
+    every = contract["training"]["commit_every"]
+    commits = len({s for s in range(1, updates + 1) if every and s % every == 0} | {updates})
+    price_gpu_h = cost["instance_price_usd_per_hour"]["value"] / cost["hosts"][0]["gpus"]
+    price_gb = cost["cross_zone_price_usd_per_gb_each_direction"]["value"]
+    pair_compute = single_compute_s * pair_compute_fraction
+
+    def comm(nbytes, n):
+        return n * rtt_s + nbytes * wire_overhead * 8.0 / (efficiency * rate_bit)
+
+    per_update = {"single": single_compute_s,
+                  "dense": pair_compute + comm(dense_bytes_per_update, collectives["dense"]),
+                  "powersgd_warmup": pair_compute + comm(dense_bytes_per_update, collectives["dense"]),
+                  "powersgd": pair_compute + comm(powersgd_bytes_per_update, collectives["powersgd"])}
+    sent = {"single": 0, "dense": updates * dense_bytes_per_update,
+            "powersgd": warm * dense_bytes_per_update + (updates - warm) * powersgd_bytes_per_update}
+    rows = []
+    for arm, workers in (("single", 1), ("dense", 2), ("powersgd", 2)):
+        upd_s = (updates * per_update[arm] if arm != "powersgd"
+                 else warm * per_update["powersgd_warmup"] + (updates - warm) * per_update["powersgd"])
+        wall = proj["startup_s"] + upd_s + commits * proj["checkpoint_s"]
+        crossing = sent[arm] * wire_overhead * workers if workers > 1 and cost["cross_zone_traffic_billed"] else 0
+        gpu_usd = wall * workers / 3600.0 * price_gpu_h
+        zone_usd = crossing / cost["bytes_per_gb"] * price_gb * BILLED_DIRECTIONS
+        rows.append({"arm": arm, "seconds_per_update": upd_s / updates, "arm_hours": wall / 3600.0,
+                     "gpu_hours": wall * workers / 3600.0, "gpu_cost_usd": gpu_usd,
+                     "cross_zone_gb": crossing / cost["bytes_per_gb"], "cross_zone_cost_usd": zone_usd,
+                     "total_usd": gpu_usd + zone_usd})
+    by = {r["arm"]: r for r in rows}
+    hours = sum(r["arm_hours"] for r in rows)  # the arms run one after another
+    usd = sum(r["total_usd"] for r in rows)
+    minimum = contract["screens"]["min_speedup"]
+    speed = {arm: by["single"]["seconds_per_update"] / by[arm]["seconds_per_update"] for arm in ("dense", "powersgd")}
+    return {"scenario": label, "rate_bit_per_s": rate_bit, "rtt_s": rtt_s, "rows": rows,
+            "speed_ratio_vs_single": speed,
+            "speed_screen": {arm: ("pass" if r >= minimum else "fail") for arm, r in speed.items()},
+            "study_hours": hours, "deadline_hours": cost["deadline_hours"],
+            "within_deadline": hours <= cost["deadline_hours"], "study_usd": usd, "bound_usd": cost["bound_usd"],
+            "within_bound": usd <= cost["bound_usd"]}
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b) if b else 0
+
+
+def dense_collectives(dense_bytes: int, bucket_bytes: int) -> int:
+    """All-reduces per update of the dense arm: its buckets, the loss sums and the deadline flag."""
+    return ceil_div(dense_bytes, bucket_bytes) + 2
+
+
+POWERSGD_COLLECTIVES = 5  # dense part, P, Q, loss sums, deadline flag (kit/distributed/grad_reduce.py)
+
