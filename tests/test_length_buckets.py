@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import write_hf_llama
+from engine_workers import build_engine, records_from_json
 from test_engine import OPT, make_batches
 
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
 from kit.model.shard import even_layout
-from kit.study.arms import _padded_tokens
+from kit.study.measurement import padded_tokens as _padded_tokens
 from kit.train.batch import make_microbatches
 from kit.train.optim import GroupConfig
-from engine_workers import build_engine, records_from_json
 
 
 def test_buckets_are_on_for_cuda_only_by_default():

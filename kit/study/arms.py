@@ -25,7 +25,6 @@ study deadline passed), "rejected" (the projection did not fit the deadline or t
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ from kit.study.compression_state import (
     write_compression_state,
 )
 from kit.study.cost import arm_cost, project_arm
+from kit.study.measurement import padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
 from kit.train.batch import TrainRecord
@@ -191,7 +191,7 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
         out["updates"].append({
             "step": step, "ce_sum": ce, "kl_sum": kl, "objective": ce / n_targets, "target_tokens": n_targets,
             "input_tokens": sum(len(r.input_ids) for r in records), "documents": len(records),
-            "local_padded_tokens": _padded_tokens(mine, engine_cfg.microbatch_size, bucket),
+            "local_padded_tokens": padded_tokens(mine, engine_cfg.microbatch_size, bucket),
             "local_documents": len(mine), "grad_norm": res.grad_norm, "clip_factor": res.clip_factor,
             "seconds": seconds, "warmup": t_rec["warmup"], "gradient_bytes": t_rec["gradient_bytes"],
             "overhead_bytes": t_rec["overhead_bytes"]})
@@ -344,7 +344,7 @@ def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | No
         record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"])
         record["measurement"] = {"wall_seconds": wall, "devices": spec["workers"]}
         return _write_attempt(Path(study_dir), record)
-    _summarise(record, results, wall, contract)
+    summarise(record, results, wall, contract)
     return _write_attempt(Path(study_dir), record)
 
 
@@ -412,72 +412,3 @@ def admit_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Pa
             "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
             "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"]}
     return {"record": record, "args": args, "contract": contract, "spec": spec}
-
-
-def _padded_tokens(records, microbatch_size: int, bucket: int) -> int:
-    """Token positions the engine computes for these records: each microbatch padded to its longest
-    record, rounded up to the length bucket when there is one (kit/train/batch.py)."""
-    total = 0
-    for a in range(0, len(records), microbatch_size):
-        chunk = records[a:a + microbatch_size]
-        T = max(len(r.input_ids) for r in chunk)
-        total += len(chunk) * (-(-T // bucket) * bucket if bucket else T)
-    return total
-
-
-def _summarise(record: dict, results: list[dict], wall: float, contract) -> None:
-    r0 = results[0]
-    n = len(r0["updates"])
-    active = max(r["active_seconds"] for r in results)
-    checkpoint = max(r["checkpoint_seconds"] for r in results)
-    tokens = sum(u["input_tokens"] for u in r0["updates"])
-    targets = sum(u["target_tokens"] for u in r0["updates"])
-    later = r0["updates"][1:]
-    later_active = max(sum(u["seconds"] for u in r["updates"][1:]) for r in results)
-    workers = record["workers"]
-    record["updates"] = r0["updates"]
-    record["commits"] = r0["commits"]
-    record["compression_records"] = [[c["compression_record"] for c in r["commits"]] for r in results] \
-        if record["reduction"] == "powersgd" else None
-    last = r0["commits"][-1]
-    record["replicas_equal"] = all(c["replicas_equal"] for c in r0["commits"])
-    if record["status"] == "completed":
-        record["endpoint"] = {"home": record["home"], "full_root": last["full_root"], "step": last["step"],
-                              "learned_state_root": last["learned_state_root"],
-                              "replica_learned_state_roots": last["replica_learned_state_roots"]}
-        if not last["replicas_equal"]:
-            record.update(status="failed", reason="replicas' learned-state roots differ at the endpoint: "
-                          + ", ".join(last["replica_learned_state_roots"]))
-            record["endpoint"] = None
-    record["measurement"] = {
-        "updates": n, "devices": workers, "device": r0["device"],
-        "active_seconds": active, "checkpoint_seconds": checkpoint, "wall_seconds": wall,
-        "setup_seconds": max(r["setup_seconds"] for r in results),
-        "input_tokens": tokens, "target_tokens": targets,
-        "active_tokens_per_s": tokens / active if active else None,
-        "active_target_tokens_per_s": targets / active if active else None,
-        "active_tokens_per_s_after_first_update": (sum(u["input_tokens"] for u in later) / later_active
-                                                   if later and later_active else None),
-        # The first update pays for compilation and the first attention plans of each length bucket;
-        # steady state is every later update (lengths bucketed on CUDA, so plans are reused).
-        "first_update_seconds": max(r["updates"][0]["seconds"] for r in results) if n else None,
-        "steady_state_updates": len(later),
-        "steady_state_seconds": later_active if later else None,
-        "steady_state_tokens_per_s": (sum(u["input_tokens"] for u in later) / later_active
-                                      if later and later_active else None),
-        "gpu_seconds_per_update": wall * workers / n if n else None,
-        "active_gpu_seconds_per_update": active * workers / n if n else None,
-        "rule": "active = update time only (no setup, no commits); gpu seconds = seconds x workers",
-    }
-    record["traffic"]["logical_per_rank"] = [r["traffic"] for r in results]
-    record["traffic"]["powersgd_per_rank"] = [r["powersgd"] for r in results] if results[0]["powersgd"] else None
-    record["cost"] = arm_cost(contract.data, wall, [r["traffic"]["sent_bytes_total"] for r in results])
-
-
-def arm_summary_json(record: dict) -> str:
-    """One line for the CLI: arm, status, reason, endpoint roots and the headline measurements."""
-    m = record.get("measurement") or {}
-    return json.dumps({"arm": record["arm"], "status": record["status"], "reason": record["reason"],
-                       "endpoint": record.get("endpoint"), "active_tokens_per_s": m.get("active_tokens_per_s"),
-                       "wall_seconds": m.get("wall_seconds"), "cost_usd": (record.get("cost") or {}).get("total_usd")},
-                      sort_keys=True)
