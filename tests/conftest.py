@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-import kit  # noqa: F401  - first: sets the numeric profile's environment before torch computes anything
-import kit.numerics
 import torch
+
+import kit
+import kit.numerics
 
 # The test process computes under the same profile as the launched workers and the CLI, so in-process
 # and launched results are comparable bit for bit.

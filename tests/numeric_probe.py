@@ -19,15 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import kit  # noqa: E402,F401  - first, as every kit entry point: the profile's environment
-from conftest import write_hf_llama  # noqa: E402
-from engine_workers import session_worker, launch_env  # noqa: E402
-from test_engine import OPT, make_batches  # noqa: E402
+from conftest import write_hf_llama
+from engine_workers import launch_env, session_worker
+from test_engine import OPT, make_batches
 
-from kit.distributed.group import Group  # noqa: E402
-from kit.distributed.launch import launch  # noqa: E402
-from kit.model.shard import even_layout  # noqa: E402
-from kit.seed.build import SeedBuildConfig, build_seed  # noqa: E402
+import kit  # noqa: F401  - first, as every kit entry point: the profile's environment
+from kit.distributed.group import Group
+from kit.distributed.launch import launch
+from kit.model.shard import even_layout
+from kit.seed.build import SeedBuildConfig, build_seed
 
 
 class _Quiet:

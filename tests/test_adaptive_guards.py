@@ -11,7 +11,7 @@ import torch
 from engine_workers import engine_config
 from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture (one preparation)
 
-import kit.provenance as provenance
+from kit import provenance
 from kit.adaptive.bindings import check_inputs
 from kit.adaptive.selection import FinalRolesRefused, access_entries, open_final_roles, write_selection
 from kit.adaptive.train import train

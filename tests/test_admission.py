@@ -12,14 +12,14 @@ import kit.engine.admission as admission_mod
 import kit.engine.worker as worker_mod
 from kit.adaptive.ownership import OWNERSHIP_FILE, planned_layout
 from kit.adaptive.train import _training_layout
-from kit.distributed.group import Group
 from kit.digest import write_canonical_json
+from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
-from kit.model.shard import Layout, even_layout
-from kit.model.config import LlamaShape, RopeSpec
-from kit.planner import AdmissionError
 from kit.engine.admission import worker_estimate
 from kit.engine.session import Session
+from kit.model.config import LlamaShape, RopeSpec
+from kit.model.shard import Layout, even_layout
+from kit.planner import AdmissionError
 from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
 

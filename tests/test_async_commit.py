@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_hf_llama
+from engine_workers import engine_config, launch_env, records_from_json
 from test_engine import OPT, make_batches
 
 from kit.distributed.group import Group
-from kit.model.shard import even_layout
 from kit.engine.session import Session
-from kit.store.start import start_from_seed
+from kit.model.shard import even_layout
 from kit.store import commits
 from kit.store.async_commit import AsyncCommitter
+from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
-from engine_workers import engine_config, launch_env, records_from_json
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import write_hf_llama
 from engine_oracle import run_oracle64
-from engine_workers import build_engine, engine_config, records_from_json, launch_env
+from engine_workers import build_engine, engine_config, launch_env, records_from_json
 from safetensors import safe_open
 
 from kit.distributed.group import Group
@@ -111,8 +111,8 @@ def test_workers_match_oracle_and_each_other(tmp_path, dirs, max_norm, clipping)
 
 def test_no_worker_holds_a_full_model(tmp_path, dirs):
     results, _, _, _ = _launch(tmp_path, dirs, 3, make_batches(n_updates=1), 1.0, "count")
-    from kit.model.llama import LlamaCausalLM
     from kit.model.config import load_config
+    from kit.model.llama import LlamaCausalLM
 
     shape = load_config(dirs[0])
     full = sum(p.numel() for p in LlamaCausalLM(shape).parameters())

@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 from conftest import write_hf_llama
+from engine_workers import build_engine, engine_config, launch_env, records_from_json
 from nccl_semantics import NcclDeadlock, legacy_update, run_ranks
 from safetensors import safe_open
 from test_engine import OPT, make_batches
@@ -20,7 +21,6 @@ from kit.distributed.launch import launch
 from kit.distributed.pipeline import in_flight, n_ticks, tick_receives
 from kit.model.shard import even_layout
 from kit.train.optim import GroupConfig
-from engine_workers import build_engine, engine_config, launch_env, records_from_json
 
 
 @pytest.fixture(scope="module")

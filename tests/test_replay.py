@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence import records
 from kit.evidence.replay import ReplayError, replay_runs
-from kit.digest import load_json_strict, write_canonical_json
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs"

@@ -129,8 +129,14 @@ def _scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: i
 
 def gates(evaluation: dict, contract: dict) -> dict:
     """The seed's three gates on a final evaluation record, with every input written out."""
-    from kit.stats import (accuracy_by_family, gained_lost, gate_gain, gate_generated, gate_retention,
-                           paired_bootstrap_upper)
+    from kit.stats import (
+        accuracy_by_family,
+        gained_lost,
+        gate_gain,
+        gate_generated,
+        gate_retention,
+        paired_bootstrap_upper,
+    )
 
     if evaluation["split"] != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
@@ -144,7 +150,7 @@ def gates(evaluation: dict, contract: dict) -> dict:
     gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
     verdicts = [gate_gain(gain.upper, g["gain_upper_below"]), gate_retention(ret.upper, g["retention_upper_at_most"]),
                 gate_generated(gl)]
-    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])  # noqa: E731
+    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
     return {
         "candidate": evaluation["candidate"], "baseline": evaluation["baseline"],
         "gain": gain.to_dict(), "retention": ret.to_dict(), "generated": gl,

@@ -11,7 +11,6 @@ waits forever.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import signal
 import socket

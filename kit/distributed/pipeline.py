@@ -64,7 +64,6 @@ from kit.train.loss import (
 )
 from kit.train.optim import ParamAdamW, clip_factor
 
-
 # --- the tick plan: pure functions of (world W, microbatches M, rank r, tick t) ----------------------
 # Microbatch i runs forward on rank r at tick i + r, its head (rank 0) at tick i + W, its backward on
 # rank r at tick i + bwd_offset(W, r). A message produced at tick t is consumed at tick t + 1, and

@@ -42,7 +42,7 @@ class ReplayError(ValueError):
 def _is_data_path(name: str, value) -> bool:
     if not isinstance(value, str) or not value or os.path.isabs(value):
         return False
-    if not (name.endswith("_DIR") or name == "HOME" or name.endswith("_HOME")):
+    if not (name.endswith(("_DIR", "_HOME")) or name == "HOME"):
         return False
     return Path(value).parts[0] not in REPOSITORY_FOLDERS
 

@@ -92,7 +92,7 @@ class LlamaShape:
             "use_cache": True,
         }
 
-    def with_layers(self, num_hidden_layers: int) -> "LlamaShape":
+    def with_layers(self, num_hidden_layers: int) -> LlamaShape:
         d = asdict(self)
         d["rope"] = self.rope
         d["num_hidden_layers"] = num_hidden_layers

@@ -42,7 +42,7 @@ class Layout:
         a, b = self.ranges[rank]
         return range(a, b)
 
-    def validate(self, num_layers: int, source: str = "layout") -> "Layout":
+    def validate(self, num_layers: int, source: str = "layout") -> Layout:
         if not self.ranges:
             raise LayoutError(f"{source}: no worker ranges")
         if len(self.ranges) > num_layers:
@@ -68,7 +68,7 @@ class Layout:
         return {"blocks": [list(r) for r in self.ranges], "embedding_owner": self.embedding_owner}
 
     @staticmethod
-    def from_json(obj: dict, source: str = "layout") -> "Layout":
+    def from_json(obj: dict, source: str = "layout") -> Layout:
         try:
             return Layout(tuple((int(a), int(b)) for a, b in obj["blocks"]), int(obj["embedding_owner"]))
         except (KeyError, TypeError, ValueError) as e:

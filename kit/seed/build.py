@@ -67,10 +67,10 @@ from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
 from kit.engine.worker import build_worker
 from kit.inventory import parameter_digest
+from kit.model.config import LlamaShape, RopeSpec, load_config
 from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.model.shard import even_layout, load_owned
-from kit.model.config import LlamaShape, RopeSpec, load_config
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import threading
 import re
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path

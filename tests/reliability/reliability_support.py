@@ -222,9 +222,9 @@ def model_commit(home: Path, seed_dir: Path, workers: int, seed: int = 0, parent
 
     `rng_bytes` replaces the RNG states' bytes; `replace_objects` maps "<parameter name>.<field>" to
     bytes stored (under their own digest) in place of that tensor's object; `cursor` replaces {"step": seed}."""
+    from kit.model.config import load_config
     from kit.model.llama import LlamaCausalLM
     from kit.model.shard import even_layout
-    from kit.model.config import load_config
 
     shape = load_config(seed_dir)
     with torch.device("meta"):

@@ -170,8 +170,8 @@ def test_payload_as_the_safetensors_file_is_refused(tmp_path, seed, marker, payl
     import shutil
 
     from kit.inventory import parameter_digest
-    from kit.model.shard import build_stage, even_layout, load_owned
     from kit.model.config import load_config
+    from kit.model.shard import build_stage, even_layout, load_owned
 
     bad = tmp_path / "seed"
     shutil.copytree(seed, bad)
@@ -194,8 +194,8 @@ def test_pickle_files_beside_a_good_seed_are_never_opened(tmp_path, seed, marker
     from kit.data.conversations import synthetic_conversations
     from kit.data.tokenizer_build import build_tokenizer
     from kit.inventory import parameter_digest
-    from kit.model.shard import build_stage, even_layout, load_owned
     from kit.model.config import load_config
+    from kit.model.shard import build_stage, even_layout, load_owned
 
     good = tmp_path / "seed"
     shutil.copytree(seed, good)
@@ -213,9 +213,9 @@ def test_pickle_files_beside_a_good_seed_are_never_opened(tmp_path, seed, marker
 
 
 def test_payload_as_a_role_file_contract_or_selection_is_refused(tmp_path, marker, payloads):
+    from kit.adaptive.bindings import check_inputs
     from kit.adaptive.schema import load_adaptive_contract
     from kit.adaptive.selection import FinalRolesRefused, open_final_roles
-    from kit.adaptive.bindings import check_inputs
     from kit.data.conversations import read_jsonl
 
     data = payloads(marker)["pickle"]
