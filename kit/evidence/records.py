@@ -42,7 +42,7 @@ METRIC_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ROOT_RE = re.compile(r"[0-9a-f]{64}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 VERSIONED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "papermill", "kit")
-GIT_EXCLUDED_FROM_DIRTY = ("runs", "reports")  # evidence outputs are not code: they do not make a tree dirty
+GIT_EXCLUDED_FROM_DIRTY = ("runs", "reports", "ledger")  # evidence outputs (the exposure ledger too) are not code
 
 
 class RunRecordError(ValueError):
