@@ -10,7 +10,7 @@ Why each setting (measured on an AMD EPYC with AVX-512 and compared with an Inte
 - MKL (the BLAS of torch's x86 wheels) dispatches its GEMM kernels by CPU vendor and instruction
   set, so a matmul rounds differently on Intel and AMD. Conditional numerical reproducibility
   pins the COMPATIBLE branch (`mkl_cbwr_set(MKL_CBWR_COMPATIBLE)`), the only branch MKL honours on
-  every x86 vendor (an AVX2 request falls back to AUTO on AMD).
+  every x86 vendor (an AVX2 request falls back to AUTO on AMD; bench/numeric_profile_cost.py prints it).
 - One intra-op thread: ATen splits reductions across threads, so the thread count changes the
   summation order. (On the 2-core machines that run the tiny default, one thread is also faster.)
 - oneDNN is switched off so that no kernel with its own ISA dispatch is reached.

@@ -120,6 +120,7 @@ class NcclSemanticsGroup:
     def __init__(self, rank: int, world: int, fabric: Fabric):
         self.rank, self.world, self.fabric = rank, world, fabric
         self.device = torch.device("cpu")
+        self.staged = False  # Group's host-staging flag (kit/distributed/group.py): NCCL proper never stages
         self.timeout_s = fabric.timeout_s
         self.bytes_sent = 0
         self._loopback: deque = deque()

@@ -24,8 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 FULL = REPO / "contracts" / "adaptive-shards.json"
 TINY = REPO / "contracts" / "adaptive-shards.tiny.json"
 PUBLIC = REPO / "data/alpaca_5000.json"
-def needs_public(test):
-    return test  # data/alpaca_5000.json is part of the repository; a missing file fails, never skips
 
 
 # --- contracts ------------------------------------------------------------------------------------
@@ -166,7 +164,6 @@ def _roles(out: Path) -> dict[str, list[Conversation]]:
     return {role: read_jsonl(out / prep.role_file(role)) for role in prep.ROLES}
 
 
-@needs_public
 def test_prepare_writes_every_file_bound_by_digests(prepared):
     out = prepared["out"]
     p = load_json_strict(out / "prepared.json")
@@ -195,7 +192,6 @@ def test_prepare_writes_every_file_bound_by_digests(prepared):
         <= set(commitments["inputs"])
 
 
-@needs_public
 def test_roles_are_disjoint_by_id_and_digest(prepared):
     roles = _roles(prepared["out"])
     disjoint = ("A.new", "B.new", "dev.tasks", "final.tasks", "A.replay", "dev.retention", "final.retention")
@@ -211,7 +207,6 @@ def test_roles_are_disjoint_by_id_and_digest(prepared):
     assert not any("family" in x.meta for x in roles["A.replay"])  # pool "non-task"
 
 
-@needs_public
 def test_schedule_has_exact_counts_and_replay_every_update(prepared):
     s = load_json_strict(prepared["out"] / "schedule.json")
     roles = _roles(prepared["out"])
@@ -227,7 +222,6 @@ def test_schedule_has_exact_counts_and_replay_every_update(prepared):
     assert all(a_step[x.id] == x.meta["a_step"] for x in roles["B.replay_a"])
 
 
-@needs_public
 def test_final_retention_excludes_the_planted_overlaps(prepared):
     p = load_json_strict(prepared["out"] / "prepared.json")
     report = p["exclusions"]["final.retention"]
@@ -239,7 +233,6 @@ def test_final_retention_excludes_the_planted_overlaps(prepared):
     assert report["eligible"] >= 32 and report["taken"] == 32
 
 
-@needs_public
 def test_ownership_manifests_cover_the_inventory(prepared):
     o = load_json_strict(prepared["out"] / "ownership.json")
     from kit.inventory import inventory
@@ -258,7 +251,6 @@ def test_ownership_manifests_cover_the_inventory(prepared):
         assert "model.embed_tokens.weight" in layout["per_worker"][0]["tensors"]
 
 
-@needs_public
 def test_prepare_draws_dev_retention_from_replay_when_absent(tmp_path):
     synthetic = _distinct(synthetic_conversations(200, 21))[:70]
     seed = make_seed(tmp_path, synthetic + seed_tasks())
@@ -276,7 +268,6 @@ def test_prepare_draws_dev_retention_from_replay_when_absent(tmp_path):
     assert q["roles"] == p["roles"] and q["schedule"] == p["schedule"] and q["ownership"] == p["ownership"]
 
 
-@needs_public
 def test_commitments_of_a_prepared_job_are_checked_before_training(prepared, tmp_path):
     import shutil
 
@@ -306,7 +297,6 @@ def test_commitments_of_a_prepared_job_are_checked_before_training(prepared, tmp
 
 
 # --- refusals before anything is written ----------------------------------------------------------
-@needs_public
 def test_refusals_write_nothing(prepared, tmp_path):
     seed, dev = prepared["seed"], prepared["dev"]
     replay = seed / "trained_conversations.jsonl"

@@ -23,8 +23,6 @@ from kit.digest import DigestMismatch, sha256_bytes, sha256_json
 ALPACA_PATH = Path(__file__).resolve().parents[1] / "data/alpaca_5000.json"
 ALPACA_SHA256 = "fc1add24c93c9fbbe585a64a6c9bf6165eb110225f4470efbff382a913558ec0"  # from data/SOURCE.md
 
-def needs_alpaca(test):
-    return test  # the file is part of the repository; kept as a marker of the tests that read it
 
 
 def _line(obj) -> bytes:
@@ -146,7 +144,6 @@ def test_conversation_refuses_reserved_meta_and_bad_messages():
 # ---- pinned public instruction source ---------------------------------------------------------------
 
 
-@needs_alpaca
 def test_alpaca_range_becomes_user_assistant_pairs():
     conversations = load_instruction_source(ALPACA_PATH, ALPACA_SHA256, 0, 5, "alpaca")
     assert [c.id for c in conversations] == [f"alpaca:{i}" for i in range(5)]
@@ -162,7 +159,6 @@ def test_alpaca_range_becomes_user_assistant_pairs():
     assert conversations[4].messages[0] == Message("user", "Generate a new solution to address the global climate crisis.")
 
 
-@needs_alpaca
 def test_alpaca_empty_outputs_are_skipped_and_counted():
     part = instruction_source_range(ALPACA_PATH, ALPACA_SHA256, 2330, 2340, "alpaca")
     assert part.skipped_empty_output == (2335,)
@@ -171,7 +167,6 @@ def test_alpaca_empty_outputs_are_skipped_and_counted():
     assert whole.skipped_empty_output == (2335, 4658) and len(whole.conversations) == 4998
 
 
-@needs_alpaca
 def test_alpaca_range_and_digest_refusals():
     with pytest.raises(ValueError, match=r"alpaca_5000\.json: record range \[4990, 5001\) is outside the file's 5000"):
         load_instruction_source(ALPACA_PATH, ALPACA_SHA256, 4990, 5001, "alpaca")

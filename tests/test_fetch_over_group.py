@@ -131,3 +131,21 @@ def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_
     ns_b, dev_b = link.ns[1], link.dev[1]
     assert after[ns_b][dev_b]["rx_bytes"] - before[ns_b][dev_b]["rx_bytes"] >= expected
     assert commits.read_head(homes[1]) == root
+
+
+def test_fetch_order_holds_under_nccl_rules(tmp_path, source):
+    """The same migration, 3 ranks, under NCCL's point-to-point rules (rendezvous sends, FIFO per
+    pair, no tags; tests/nccl_semantics.py): the holder's send order and the receivers' receive order
+    cannot deadlock on NCCL, and the result equals what the gloo processes got."""
+    from nccl_semantics import run_ranks
+
+    from kit.engine.migration import migrate_over_group
+
+    src, root = source
+    layout = even_layout(LAYERS, 3)
+    homes = [str(tmp_path / f"nccl-host{r}") for r in range(3)]
+    out = run_ranks(3, lambda g: migrate_over_group(g, str(src) if g.rank == 0 else None, homes[g.rank], root,
+                                                    layout), timeout_s=30)
+    assert out[0]["sent"] == out[1]["received"] + out[2]["received"] > 0
+    for h in homes:
+        assert commits.read_head(h) == root

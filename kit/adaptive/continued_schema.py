@@ -5,6 +5,7 @@ read a continued job's contract without importing its preparation (no import cyc
 
 from __future__ import annotations
 
+from kit.adaptive.schema import training_schema
 from kit.contract import ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract
 from kit.data.tasks import FAMILIES
 
@@ -14,8 +15,6 @@ COHORT = "C"
 ROLES = ("C.new", "C.replay", "dev.tasks", "dev.retention", "final.tasks", "final.retention")
 GENERATED_MIN_NET_GAINED = 1  # "generated-answer improvement": at least one more correct case, net
 RETENTION_UPPER_AT_MOST = 0.02
-_GROUP = {"lr": Num(0), "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999), "eps": Num(1e-30),
-          "weight_decay": Num(0)}
 _COUNTS = {"new": Num(1, integer=True), "replay_conv": Num(1, integer=True)}
 
 SCHEMA = {
@@ -31,18 +30,7 @@ SCHEMA = {
     "cohort": {"name": OneOf(COHORT), "updates": Num(1, integer=True), "documents_per_update": Num(1, integer=True),
                "workers": Num(1, integer=True), "reference": OneOf("start"), "replay_every_update": OneOf(True),
                "per_update": _COUNTS, "totals": _COUNTS},
-    "training": {
-        "optimizer": {"default": _GROUP},
-        "lr_schedule": OneOf("constant"),
-        "max_grad_norm": Num(0),
-        "distillation": {"weight": Num(0), "temperature": Num(1e-6), "direction": OneOf("forward", "reverse"),
-                         "applies_to": OneOf("replay")},
-        "microbatch_size": Num(1, integer=True),
-        "max_tokens": Num(2, integer=True),
-        "over_long": OneOf("reject"),
-        "compute_dtype": OneOf("float32", "bfloat16"),
-        "commit_every": Num(1, integer=True),
-    },
+    "training": training_schema(("default",)),
     "evaluation": {
         "dev": {"tasks": Num(1, integer=True), "retention": Num(1, integer=True)},
         "final": {

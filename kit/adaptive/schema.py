@@ -48,6 +48,23 @@ _COHORT = {
 _GROUP = {"lr": Num(0), "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999), "eps": Num(1e-30),
           "weight_decay": Num(0)}
 
+
+def training_schema(groups: tuple[str, ...]) -> dict:
+    """The `training` section of an adaptive-family contract (adaptive, continued learning): the same
+    fields everywhere; only the optimizer groups differ (continued learning forbids growth: no "grown")."""
+    return {
+        "optimizer": {g: _GROUP for g in groups},
+        "lr_schedule": OneOf("constant"),
+        "max_grad_norm": Num(0),
+        "distillation": {"weight": Num(0), "temperature": Num(1e-6), "direction": OneOf("forward", "reverse"),
+                         "applies_to": OneOf("replay")},
+        "microbatch_size": Num(1, integer=True),
+        "max_tokens": Num(2, integer=True),
+        "over_long": OneOf("reject"),
+        "compute_dtype": OneOf("float32", "bfloat16"),
+        "commit_every": Num(1, integer=True),
+    }
+
 SCHEMA = {
     "kind": OneOf(KIND),
     "version": OneOf(1),
@@ -67,18 +84,7 @@ SCHEMA = {
     "inputs": {"replay_sha256": Opt(str), "dev_retention_sha256": Opt(str)},
     "conversation_replay": {"pool": OneOf("non-task", "all"), "cohort_B": OneOf("A.replay")},
     "cohorts": {"A": _COHORT, "B": _COHORT},
-    "training": {
-        "optimizer": {"default": _GROUP, "grown": _GROUP},
-        "lr_schedule": OneOf("constant"),
-        "max_grad_norm": Num(0),
-        "distillation": {"weight": Num(0), "temperature": Num(1e-6), "direction": OneOf("forward", "reverse"),
-                         "applies_to": OneOf("replay")},
-        "microbatch_size": Num(1, integer=True),
-        "max_tokens": Num(2, integer=True),
-        "over_long": OneOf("reject"),
-        "compute_dtype": OneOf("float32", "bfloat16"),
-        "commit_every": Num(1, integer=True),
-    },
+    "training": training_schema(("default", "grown")),
     "endpoints": {"A": Num(1, integer=True), "B": Num(1, integer=True)},
     "migration": {"cohort": OneOf("A"), "from_workers": Num(1, integer=True), "to_workers": Num(1, integer=True),
                   "at_step": Num(1, integer=True), "control": OneOf("uninterrupted")},

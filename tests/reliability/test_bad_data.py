@@ -36,9 +36,6 @@ from kit.model.shard import even_layout
 from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
 
-
-def needs_public(test):
-    return test  # data/alpaca_5000.json is part of the repository
 CPU = torch.device("cpu")
 
 
@@ -99,7 +96,6 @@ def _replay_with_line(tmp_path: Path, base, lineno: int, line: bytes) -> Path:
     return path
 
 
-@needs_public
 @pytest.mark.parametrize("line, problem", [
     (b'{"id": "x", "messages": [{"role": "user", "content": "hi"}\n', r"invalid JSON at line 1"),
     (b"\xff\xfe not utf-8\n", r"not UTF-8"),
@@ -115,7 +111,6 @@ def test_malformed_replay_line_stops_preparation(base, tmp_path, line, problem):
     _prepare_refuses(tmp_path, base, base["seed"], replay, re.escape(f"{replay}:7: ") + ".*" + problem)
 
 
-@needs_public
 def test_oversized_replay_stops_preparation(base, tmp_path):
     long = [Conversation(f"long:{i}", (Message("user", "count " * 400), Message("assistant", "ok")), "synthetic")
             for i in range(40)]
@@ -125,13 +120,11 @@ def test_oversized_replay_stops_preparation(base, tmp_path):
                      r"role 'A.replay'.*'over_max_tokens': 40")
 
 
-@needs_public
 def test_tokenizer_without_chat_template_stops_preparation(base, seed_copy, tmp_path):
     _no_chat_template(seed_copy)
     _prepare_refuses(tmp_path, base, seed_copy, base["replay"], re.escape(str(seed_copy)) + ": tokenizer has no chat template")
 
 
-@needs_public
 def test_seed_missing_a_block_tensor_stops_preparation(base, seed_copy, tmp_path):
     _without_tensor(seed_copy, "model.layers.3.mlp.up_proj.weight")  # block 3 still has other tensors
     _without_tensor(seed_copy, "model.layers.3.mlp.down_proj.weight")
@@ -142,7 +135,6 @@ def test_seed_missing_a_block_tensor_stops_preparation(base, seed_copy, tmp_path
                      r"\[0, 1, 2\]; config.json says num_hidden_layers = 4")
 
 
-@needs_public
 def test_non_llama_config_stops_preparation(base, seed_copy, tmp_path):
     config = _non_llama(seed_copy)
     _prepare_refuses(tmp_path, base, seed_copy, base["replay"],
