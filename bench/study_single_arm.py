@@ -140,21 +140,34 @@ def build_seed_dir(seed_dir: Path, contract, source: Path, tiny: bool, device: t
 
 
 # --- 2-4. prepare, the single arm, the pair arms -------------------------------------------------
-def contract_for_run(tiny: bool, work: Path) -> Path:
-    """The full contract itself, or (--tiny only) a copy whose device is "cpu"."""
-    if not tiny:
-        return CONTRACT
+def contract_for_run(tiny: bool, work: Path) -> tuple[Path, list[str]]:
+    """A copy of the full contract with the changes this speed measurement needs, and those changes:
+    the retention probes are not required to be already exposed (`data.retention.exposed` false), since a
+    fresh GPU host's exposure ledger is empty (this run uses its own, under the work directory) and the
+    probes' quality is not measured here; with --tiny also device "cpu"."""
     data = load_json_strict(CONTRACT)
-    data["device"] = "cpu"
-    path = work / "shared-gradient.cpu-debug.json"
+    changes = []
+    if data["data"]["retention"].get("exposed"):
+        data["data"]["retention"]["exposed"] = False
+        changes.append("data.retention.exposed: true -> false (empty exposure ledger of the run's own; "
+                       "speed only, probes never scored)")
+    if tiny:
+        data["device"] = "cpu"
+        changes.append(f"device: {load_json_strict(CONTRACT)['device']!r} -> 'cpu' (--tiny: checks the script)")
+    path = work / ("shared-gradient.cpu-debug.json" if tiny else "shared-gradient.speed.json")
     write_canonical_json(path, data)
-    return path
+    return path, changes
 
 
-def attempt_pair_arm(study: Path, contract, arm: str, seed_dir: Path, until: int) -> dict:
-    """run_arm for a pair arm only where availability() already says it cannot run here, so the arm is
-    recorded unavailable and never launched; elsewhere it is left alone ("not attempted")."""
+def attempt_pair_arm(study: Path, contract, arm: str, seed_dir: Path, until: int, run_pairs: bool = False,
+                     threads: int = 1) -> dict:
+    """run_arm for a pair arm where availability() says it cannot run here (recorded unavailable, never
+    launched); where it can, run it with `run_pairs` (--pair-arms), else leave it ("not attempted")."""
     missing = availability(contract, arm_spec(contract, arm))
+    if missing is None and run_pairs:
+        rec = run_arm(study, arm, seed_dir, until=until, threads=threads)
+        return {"arm": arm, "status": rec["status"], "reason": rec["reason"],
+                "results": single_results(rec, contract["schedule"]["updates"])}
     if missing is None:
         return {"arm": arm, "status": "not attempted",
                 "reason": "this host can run it; bench/study_single_arm.py runs only the single arm "
@@ -165,12 +178,20 @@ def attempt_pair_arm(study: Path, contract, arm: str, seed_dir: Path, until: int
     return {"arm": arm, "status": rec["status"], "reason": rec["reason"]}
 
 
-def single_results(rec: dict, contract_updates: int) -> dict:
+def single_results(rec: dict, contract_updates: int, warmup: int = 2) -> dict:
+    """One arm's numbers. Steady state: the updates after the first `warmup` (compilation and the
+    attention plans of new lengths land there), reported apart from the first update."""
     m = rec.get("measurement") or {}
     ups = rec.get("updates") or []
     secs = [u["seconds"] for u in ups]
     later = secs[1:]
+    steady = ups[warmup:]
+    steady_s = sum(u["seconds"] for u in steady)
     return {
+        "warmup_updates": warmup, "steady_updates": len(steady),
+        "steady_seconds_per_update": steady_s / len(steady) if steady else None,
+        "steady_input_tokens_per_s": (sum(u["input_tokens"] for u in steady) / steady_s) if steady_s else None,
+        "steady_target_tokens_per_s": (sum(u["target_tokens"] for u in steady) / steady_s) if steady_s else None,
         "status": rec["status"], "reason": rec["reason"], "until": rec["until"], "contract_updates": contract_updates,
         "updates_run": len(ups), "device": m.get("device"), "devices": m.get("devices"),
         "input_tokens": m.get("input_tokens"), "target_tokens": m.get("target_tokens"),
@@ -202,8 +223,8 @@ def copy_raw(study: Path, run_dir: Path) -> list[str]:
         if src.exists():
             shutil.copyfile(src, run_dir / f"{arm}_arm.json")
             names.append(f"{arm}_arm.json")
-    for src, name in ((study / PREPARED_DIR / "prepared.json", "prepared.json"),
-                      (arm_dir(study, "single") / "run" / "worker-0.log", "single_worker-0.log")):
+    logs = [(arm_dir(study, arm) / "run" / "worker-0.log", f"{arm}_worker-0.log") for arm in ("single", *PAIR_ARMS)]
+    for src, name in ((study / PREPARED_DIR / "prepared.json", "prepared.json"), *logs):
         if src.exists():
             shutil.copyfile(src, run_dir / name)
             names.append(name)
@@ -214,6 +235,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="toy shape and a CPU copy of the contract: checks the script")
     ap.add_argument("--until", type=int, default=6, help="updates of the single arm (recorded partial)")
+    ap.add_argument("--pair-arms", action="store_true",
+                    help="also run the dense and powersgd arms where this host has the GPUs for them")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the arm's worker (the study's default)")
     ap.add_argument("--source", default=os.environ.get("KIT_STUDY_SOURCE"),
                     help="the pinned public source alpaca_5000.json (default: data/alpaca_5000.json in the repository)")
@@ -237,13 +260,13 @@ def main(argv=None) -> int:
     seed_dir.mkdir()
     errors, results, phases, raw = [], {}, {}, []
     status = "completed"
-    contract_path = contract_for_run(a.tiny, work)
+    contract_path, contract_changes = contract_for_run(a.tiny, work)
     contract = load_study_contract(contract_path)
     try:
         results["seed"] = build_seed_dir(seed_dir, contract, source, a.tiny, device)
         phases["seed_build"] = results["seed"]["seconds"]
         t0 = time.perf_counter()
-        prepared = prepare_study(contract_path, seed_dir, source, study)
+        prepared = prepare_study(contract_path, seed_dir, source, study, ledger=work / "exposed.jsonl")
         phases["prepare"] = round(time.perf_counter() - t0, 2)
         results["prepare"] = {"counts": prepared["counts"], "exclusions": prepared["exclusions"],
                               "contract_digest": prepared["contract"]["digest"], "seconds": phases["prepare"]}
@@ -257,14 +280,24 @@ def main(argv=None) -> int:
             status = "failed"
             errors.append({"phase": "single", "error": f"status {single['status']!r}: {single['reason']}"})
         t0 = time.perf_counter()
-        results["pair_arm_attempts"] = [attempt_pair_arm(study, contract, arm, seed_dir, a.until) for arm in PAIR_ARMS]
+        results["pair_arm_attempts"] = [attempt_pair_arm(study, contract, arm, seed_dir, a.until, a.pair_arms, a.threads)
+                                        for arm in PAIR_ARMS]
+        base = results["single"].get("steady_seconds_per_update")
+        for att in results["pair_arm_attempts"]:
+            r = att.get("results") or {}
+            if base and r.get("steady_seconds_per_update"):
+                # the study's speed ratio: single's seconds per update over the pair arm's, steady state
+                att["speed_ratio_vs_single"] = base / r["steady_seconds_per_update"]
+                att["link"] = ("NVLink between two GPUs of one host (NCCL); not the seed's cross-zone network"
+                               if device.type == "cuda" else "loopback (gloo)")
         phases["pair_arm_calls"] = round(time.perf_counter() - t0, 3)
         results["arms"] = [{k: s[k] for k in ("arm", "workers", "reduction", "status", "reason", "attempts")}
                            for s in arm_statuses(study, contract)]
         for s in results["arms"]:  # arms run() refused stay visible with their reason, never as run
-            if s["arm"] in PAIR_ARMS and s["status"] not in ("unavailable", "not run"):
+            ok = ("unavailable", "not run") + (("partial",) if a.pair_arms else ())
+            if s["arm"] in PAIR_ARMS and s["status"] not in ok:
                 status = "failed"
-                errors.append({"phase": s["arm"], "error": f"pair arm status {s['status']!r}; expected unavailable"})
+                errors.append({"phase": s["arm"], "error": f"pair arm status {s['status']!r}; expected one of {ok}"})
     except Exception as e:  # noqa: BLE001 -- the record must still be written, naming the failure
         status = "failed"
         errors.append({"phase": "script", "error": f"{type(e).__name__}: {e}"[:4000]})
@@ -283,7 +316,9 @@ def main(argv=None) -> int:
         "notebook": None,
         "command": " ".join(["python", "bench/study_single_arm.py", *(sys.argv[1:] if argv is None else argv)]),
         "parameters": {"contract": str(CONTRACT.relative_to(REPO)), "contract_digest": contract.digest,
-                       "contract_device": contract["device"], "until": a.until, "threads": a.threads,
+                       "contract_device": contract["device"],
+                       "contract_changes": contract_changes, "until": a.until, "threads": a.threads,
+                       "pair_arms": a.pair_arms,
                        "compile_blocks": "auto", "tiny": a.tiny,
                        "tiny_note": ("toy shape and a contract copy with device 'cpu': checks the script only"
                                      if a.tiny else None),
@@ -306,6 +341,11 @@ def main(argv=None) -> int:
                       **{k: s.get(k) for k in ("status", "active_tokens_per_s", "active_tokens_per_s_after_first_update",
                                                "checkpoint_seconds", "wall_seconds", "gpu_seconds_per_update")},
                       "arms": [(r["arm"], r["status"]) for r in results.get("arms", [])],
+                      "steady_s_per_update": {"single": s.get("steady_seconds_per_update"),
+                                              **{p["arm"]: (p.get("results") or {}).get("steady_seconds_per_update")
+                                                 for p in results.get("pair_arm_attempts", [])}},
+                      "speed_ratios": {p["arm"]: p.get("speed_ratio_vs_single")
+                                       for p in results.get("pair_arm_attempts", [])},
                       "phases_seconds": phases}, default=str))
     return 0 if status == "completed" else 1
 

@@ -20,6 +20,7 @@ from kit.data.chat import encode_or_refuse, generation_prompt_ids
 from kit.data.conversations import Conversation
 from kit.data.tasks import normalize_answer
 from kit.model.config import load_config
+from kit.model.cached_decode import greedy_cached
 from kit.model.generate import greedy_batch
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
@@ -99,8 +100,13 @@ def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max
             raise ValueError(f"task record {c.id!r} lacks 'answer' or 'family'")
     prompts = [generation_prompt_ids(tokenizer, list(c.messages[:-1])) for c in tasks]  # all before the answer
     replies: list[list[int]] = []
-    for a in _bar(range(0, len(prompts), batch_size), "greedy answers"):
-        replies += greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos)
+    if next(model.parameters()).device.type != "cpu":
+        # GPU: prefill once, then one position per token over a key/value cache (kit/model/cached_decode.py).
+        # CPU keeps the full-sequence decoder, whose bits the committed CPU evidence pins.
+        replies = greedy_cached(model, prompts, max_new_tokens, eos, batch_size=batch_size)
+    else:
+        for a in _bar(range(0, len(prompts), batch_size), "greedy answers"):
+            replies += greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos)
     out = []
     for c, gen in zip(tasks, replies):
         if gen and gen[-1] == eos:
