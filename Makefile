@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test lint chromium
+.PHONY: demo test lint chromium gpu-wheels
 # The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
 # in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
 # SOURCE: the pinned public conversation source (default: the repository's data/alpaca_5000.json,
@@ -32,3 +32,11 @@ test: $(VENV)/.installed chromium
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check kit tests
+
+# The notebook runtime (papermill, nbconvert, ipykernel and what they need beyond the GPU image) as
+# wheels for the GPU hosts' Python, which have no package index: build/gpu-wheels/ (ignored), with
+# manifest.json and SHA256SUMS. Carry that folder with the device tool and install it there with
+# `python3 tools/gpu_wheels.py install TARGET` (docs/gpu-hosts.md). Needs an index here.
+GPU_PYTHON ?= 3.12
+gpu-wheels: $(VENV)/.installed
+	$(PY) tools/gpu_wheels.py build --python-version $(GPU_PYTHON) --out build/gpu-wheels

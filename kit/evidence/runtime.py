@@ -6,16 +6,10 @@ for the missing packages in the repository's git-ignored `.whl/` folder before g
     .whl/site/      an unpacked install target: added to sys.path and to the kernel's PYTHONPATH
     .whl/*.whl      wheel files: each added as a zip-import path (works for pure-Python wheels only)
 
-Bring them from a machine with an index, for the GPU host's Python and platform (3.12, x86_64):
-
-    pip install --target .whl/site --only-binary=:all: --python-version 3.12 \
-        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux_2_28_x86_64 papermill ipykernel
-
-(`--target` puts compiled dependencies such as pyzmq, tornado and rpds-py there too, which a bare
-`.whl` file cannot provide through zip import), then copy `.whl/` along with the repository. If
-the host has pip, `pip install --no-index --find-links .whl papermill ipykernel` over downloaded
-wheels (`pip download -d .whl ...` with the same platform flags) is the alternative. When
+The tested route is docs/gpu-hosts.md: `make gpu-wheels` builds the pinned wheels for the host's
+Python (requirements/gpu-notebook.txt), and `python3 tools/gpu_wheels.py install TARGET` installs them
+there without an index into a target folder that TARGET/env.sh puts on PYTHONPATH (and JUPYTER_PATH,
+for the kernelspec and nbconvert's templates); `.whl/site` can be that TARGET. When
 something is still missing, the commands fail at once, naming every missing module; the other
 `kit` commands never import any of this.
 """
@@ -91,7 +85,7 @@ def ensure_runtime(modules: tuple[str, ...] | None = None, purpose: str = "execu
         raise NotebookRuntimeMissing(
             f"cannot {purpose}: Python modules {', '.join(missing)} are not importable by {sys.executable}, "
             f"and {wheel_dir} offers {offered}. Install them (pip install papermill ipykernel nbconvert) or "
-            f"bring them into {wheel_dir}/site as described in kit/evidence/runtime.py."
+            f"bring them as wheels into a target folder as docs/gpu-hosts.md describes (tools/gpu_wheels.py)."
         )
     return added
 
