@@ -55,8 +55,13 @@ import kit
 from kit import numerics
 from kit.data import general_text
 from kit.data.chat import encode_or_refuse, load_tokenizer
-from kit.data.conversations import Conversation, conversation_from_json, load_instruction_source, \
-    synthetic_conversations, write_jsonl
+from kit.data.conversations import (
+    Conversation,
+    conversation_from_json,
+    load_instruction_source,
+    synthetic_conversations,
+    write_jsonl,
+)
 from kit.data.tasks import FAMILIES, TaskExample, generate_set
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
@@ -67,8 +72,15 @@ from kit.inventory import parameter_digest
 from kit.model.config import LlamaShape, RopeSpec
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.model.shard import even_layout
-from kit.seed.build import (SEED_BUILD_FILE, SEED_TRAIN_ROLE, TRAINED_CONVERSATIONS_FILE, _progress_enabled,
-                            _staging_dir, _write_model_files, greedy_reply)
+from kit.seed.build import (
+    SEED_BUILD_FILE,
+    SEED_TRAIN_ROLE,
+    TRAINED_CONVERSATIONS_FILE,
+    _progress_enabled,
+    _staging_dir,
+    _write_model_files,
+    greedy_reply,
+)
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
 
@@ -177,7 +189,8 @@ class SmallSeedConfig:
             raise ValueError(f"{path}: config file not found; expected a JSON object of SmallSeedConfig fields")
         overrides = load_json_strict(path)
         if not isinstance(overrides, dict):
-            raise ValueError(f"{path}: expected a JSON object of SmallSeedConfig fields, got {type(overrides).__name__}")
+            raise ValueError(f"{path}: expected a JSON object of SmallSeedConfig fields, "  # noqa: TRY004 (a user refusal)
+                             f"got {type(overrides).__name__}")
         known = {f.name for f in fields(SmallSeedConfig)}
         unknown = sorted(set(overrides) - known)
         if unknown:
@@ -206,6 +219,22 @@ class SmallSeedConfig:
 
 
 # --- disjointness --------------------------------------------------------------------------------
+def _dev_final_specs(node) -> list[tuple]:
+    """(role, seed, difficulty, count) of every {role, seed, difficulty, count} object with a dev or final role."""
+    found = []
+    if isinstance(node, dict):
+        role = node.get("role")
+        if (isinstance(role, str) and ("dev" in role or "final" in role)
+                and all(isinstance(node.get(k), int) for k in ("seed", "difficulty", "count"))):
+            found.append((role, node["seed"], node["difficulty"], node["count"]))
+        for v in node.values():
+            found += _dev_final_specs(v)
+    elif isinstance(node, list):
+        for v in node:
+            found += _dev_final_specs(v)
+    return found
+
+
 def forbidden_task_sets(contracts_dir: Path) -> dict[str, dict]:
     """{"<contract file>:<role>": {"seed", "difficulty", "count", "drawn", "digests": {digest: id}}} for every
     development and final task role of every contract: the role's first 2 x count draws per family."""
@@ -220,18 +249,7 @@ def forbidden_task_sets(contracts_dir: Path) -> dict[str, dict]:
                 if isinstance(count, int) and count > 0:
                     specs.append((role, c["data_seeds"]["tasks"], c["tasks"]["difficulty"], count))
 
-        def walk(node):
-            if isinstance(node, dict):
-                role = node.get("role")
-                if (isinstance(role, str) and ("dev" in role or "final" in role)
-                        and all(isinstance(node.get(k), int) for k in ("seed", "difficulty", "count"))):
-                    specs.append((role, node["seed"], node["difficulty"], node["count"]))
-                for v in node.values():
-                    walk(v)
-            elif isinstance(node, list):
-                for v in node:
-                    walk(v)
-        walk(c)
+        specs += _dev_final_specs(c)
         for role, seed, difficulty, count in specs:
             drawn = generate_set(2 * count, seed, role, difficulty)
             out[f"{path.name}:{role}"] = {"seed": seed, "difficulty": difficulty, "count": count, "drawn": len(drawn),
