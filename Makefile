@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test lint chromium gpu-wheels
+.PHONY: demo test lint chromium gpu-wheels general-text
 # The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
 # in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
 # SOURCE: the pinned public conversation source (default: the repository's data/alpaca_5000.json,
@@ -40,3 +40,17 @@ lint: $(VENV)/.installed
 GPU_PYTHON ?= 3.12
 gpu-wheels: $(VENV)/.installed
 	$(PY) tools/gpu_wheels.py build --python-version $(GPU_PYTHON) --out build/gpu-wheels
+
+# Re-derive data/python3.11-doc.jsonl.xz (the small seed's general text, data/SOURCE.md) from Debian's
+# package and check both pinned digests (package file and extracted text) against kit/data/general_text.py.
+GENERAL_TEXT_DEB := python3.11-doc_3.11.2-6+deb12u9_all.deb
+general-text: $(VENV)/.installed
+	@mkdir -p build/general-text
+	@[ -f build/general-text/$(GENERAL_TEXT_DEB) ] || (cd build/general-text && apt-get download python3.11-doc=3.11.2-6+deb12u9)
+	$(PY) -m kit.data.general_text build/general-text/$(GENERAL_TEXT_DEB) build/general-text/python3.11-doc.jsonl.xz
+	$(PY) -c "import json,hashlib,lzma; from kit.data import general_text as g; \
+	d=open('build/general-text/$(GENERAL_TEXT_DEB)','rb').read(); x=open('build/general-text/python3.11-doc.jsonl.xz','rb').read(); \
+	got={'package':hashlib.sha256(d).hexdigest(),'text':hashlib.sha256(lzma.decompress(x)).hexdigest(),'xz':hashlib.sha256(x).hexdigest()}; \
+	want={'package':g.PACKAGE_SHA256,'text':g.TEXT_SHA256,'xz':g.TEXT_XZ_SHA256}; print(json.dumps(got,indent=1)); \
+	assert got==want, ('digest mismatch', got, want); \
+	assert open('data/python3.11-doc.jsonl.xz','rb').read()==x, 'data/python3.11-doc.jsonl.xz differs from the re-derived file'; print('general text re-derived: identical')"

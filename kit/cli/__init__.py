@@ -49,6 +49,20 @@ def cmd_digest(a) -> int:
 def cmd_seed_build(a) -> int:
     from kit.seed.build import SeedBuildConfig, build_seed
 
+    if a.scale == "small":
+        from kit.seed.small import SmallSeedConfig, build_small_seed
+
+        if a.test_size:
+            raise ValueError("--test-size is for --scale tiny; a short small build takes --config FILE "
+                             "(a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50})")
+        cfg = SmallSeedConfig.from_json(a.config) if a.config else SmallSeedConfig.small()
+        _print_json(build_small_seed(Path(a.out), cfg, device=a.device, alpaca=Path(a.public_source),
+                                     text=Path(a.general_text), contracts_dir=Path(a.contracts),
+                                     progress=not a.no_progress))
+        return 0
+    for flag, value, default in (("--config", a.config, None), ("--device", a.device, "cpu")):
+        if value != default:
+            raise ValueError(f"{flag} {value}: only with --scale small (the tiny seed is built on the CPU with its own config)")
     cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
     _print_json(build_seed(Path(a.out), cfg, progress=not a.no_progress))
     return 0
@@ -129,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = seed.add_parser("build", help="train the tiny seed (tokenizer + Llama) into DIR")
     s.add_argument("--out", required=True, type=OutDir("a folder for the seed"), help="the seed folder (created)")
     s.add_argument("--test-size", action="store_true", help="an even smaller seed, for tests")
+    s.add_argument("--scale", choices=("tiny", "small"), default="tiny",
+                   help="tiny: the embedded default's ~1.75M CPU seed; small: the ~126M medium-scale seed (one GPU)")
+    s.add_argument("--device", default="cpu", help="small only: cuda (the real build) or cpu (test sizes)")
+    s.add_argument("--config", help="small only: JSON object of SmallSeedConfig fields to override")
+    s.add_argument("--public-source", default="data/alpaca_5000.json", help="small only: the pinned conversations")
+    s.add_argument("--general-text", default="data/python3.11-doc.jsonl.xz", help="small only: the pinned general text")
+    s.add_argument("--contracts", default="contracts", help="small only: contracts whose dev/final task roles are excluded")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_seed_build)
     s = seed.add_parser("show", help="digest, shape and a sample reply of a seed directory")

@@ -1,0 +1,541 @@
+"""The small seed (`kit seed build --scale small`): a ~126M-parameter Llama chat seed pretrained on one H200.
+
+The medium scale (shared/DESIGN.md, "Scales") needs a seed that can learn the tasks, so this build
+trains a 12-layer, 768-wide Llama (12 heads, full multi-head attention, intermediate 3072, tied head,
+16,384-entry byte-level BPE with the tiny seed's ChatML template and special tokens) on:
+
+- general text: the Python 3.11 documentation from Debian's `python3.11-doc` (kit/data/general_text.py,
+  data/SOURCE.md), packed into rows of `seq_len` tokens, documents separated by <|endoftext|>, every
+  token a target, `general_text_epochs` passes in a fresh order each;
+- the pinned public conversations `data/alpaca_5000.json`, records [0, 1948) only (inside the replay
+  range 0-2047); records [1948, 2048) are held out for the held-out loss; records 2048-4999 (the
+  contracts' final-retention ranges) are never read;
+- the kit's synthetic conversations and generated task conversations of role "seed-train" at the
+  contracts' difficulty, packed several to a row with assistant-token targets (kit/data/chat.py).
+
+Disjointness: task conversations are drawn under their own role (so disjoint by construction) while
+excluding every digest of every development and final task role that the contracts in `contracts/`
+define (the role's first 2 x count draws: a superset of what `kit adaptive prepare` keeps), and the
+build then checks every trained task digest against those sets again and refuses, naming the task and
+the role, before any tokenizer or model work. `trained_conversations.jsonl` lists every conversation
+trained on (tasks with their "digest"), so later roles exclude them as they do for the tiny seed.
+
+Training uses the kit's engine (kit.engine.worker.build_worker: one StageEngine, the per-parameter
+AdamW, the chunked loss), FP32 master weights with bf16 autocast compute on CUDA (FP32 on CPU, where
+the test runs this path at test size). `torch.compile` is off: Inductor chooses kernel configurations
+by timing them, which may differ between two machines and would change rounding.
+
+Determinism (recorded in seed_build.json under "determinism"): the kit's numeric profile
+(kit/numerics.py) with `deterministic_gpu=True`, i.e. `torch.use_deterministic_algorithms(True)`,
+`CUBLAS_WORKSPACE_CONFIG=:4096:8`, cuDNN deterministic and not benchmarking, TF32 off; attention pinned
+to SDPA's FLASH_ATTENTION backend (deterministic backward under the deterministic flag; cuDNN attention
+is excluded by it); seeds: numpy PCG64 for every data order, per-name torch generators for the
+initialisation, `torch.manual_seed(seed)`. The promise is that of docs/engine.md: the same digest on
+the same hardware and software (one H200, the same torch/CUDA build), from a fresh machine.
+The tiny seed (kit/seed/build.py) is untouched by this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import kit
+from kit import numerics
+from kit.data import general_text
+from kit.data.chat import encode_or_refuse, load_tokenizer
+from kit.data.conversations import (
+    Conversation,
+    conversation_from_json,
+    load_instruction_source,
+    synthetic_conversations,
+    write_jsonl,
+)
+from kit.data.tasks import FAMILIES, TaskExample, generate_set
+from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
+from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
+from kit.distributed.group import Group
+from kit.distributed.pipeline import EngineConfig
+from kit.engine.worker import build_worker
+from kit.inventory import parameter_digest
+from kit.model.config import LlamaShape, RopeSpec
+from kit.model.llama import LlamaCausalLM, init_weights
+from kit.model.shard import even_layout
+from kit.seed.build import (
+    SEED_BUILD_FILE,
+    SEED_TRAIN_ROLE,
+    TRAINED_CONVERSATIONS_FILE,
+    _progress_enabled,
+    _staging_dir,
+    _write_model_files,
+    greedy_reply,
+)
+from kit.train.batch import TrainRecord
+from kit.train.optim import GroupConfig
+
+ALPACA_FILE = "data/alpaca_5000.json"
+ALPACA_SHA256 = "fc1add24c93c9fbbe585a64a6c9bf6165eb110225f4470efbff382a913558ec0"  # data/SOURCE.md
+ALPACA_NAME = "alpaca_5000"
+DEV_SAMPLE_ROLE = "seed-dev-sample"  # the per-family accuracy sample of the build record
+CHAT_PROMPTS = ("What colour is the sky?", "Give three tips for staying healthy.",
+                "What is a list in Python?", "Explain what a function is in one sentence.")
+OPTIMIZER_GROUP = "default"
+VOCAB_RANGE = (8192, 32768)  # the real config's tokenizer size (issue 17)
+PARAM_RANGE = (100_000_000, 400_000_000)
+
+
+class DisjointnessError(ValueError):
+    """A task conversation of the build is in some development or final role."""
+
+
+@dataclass(frozen=True)
+class SmallSeedConfig:
+    # model
+    vocab_size: int = 16384
+    hidden_size: int = 768
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    num_key_value_heads: int = 12
+    seq_len: int = 1024  # every training row has exactly this many tokens (packed, padding only at row ends)
+    max_position_embeddings: int = 2048
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    init_std: float = 0.02
+    # data
+    general_text_epochs: int = 6
+    general_text_max_docs: int = 0  # 0: every document of the file (tests use a few)
+    heldout_every: int = 50  # a document is held out when sha256(path) % heldout_every == 0
+    alpaca_train_stop: int = 1948  # train on records [0, alpaca_train_stop)
+    alpaca_heldout_stop: int = 2048  # held out: [alpaca_train_stop, alpaca_heldout_stop), inside replay 0-2047
+    alpaca_epochs: int = 3
+    synthetic: int = 10000
+    tasks: int = 40000
+    task_difficulty: int = 2  # the medium and full contracts' difficulty
+    # optimisation: one update = batch_rows rows of seq_len tokens
+    batch_rows: int = 64
+    microbatch_rows: int = 16
+    max_updates: int = 0  # 0: one pass over every packed row; N: stop after N updates (shorter builds)
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_updates: int = 30
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    compute_dtype: str = "bfloat16"  # on CUDA; a CPU build computes in float32
+    seed: int = 0
+    # reporting
+    dev_sample_per_family: int = 32
+    heldout_max_rows: int = 64
+    eval_batch: int = 64
+    sample_max_new_tokens: int = 64
+
+    @staticmethod
+    def small() -> SmallSeedConfig:
+        return SmallSeedConfig()
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"SmallSeedConfig.{f.name} = {value!r}; expected an int")
+            if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"SmallSeedConfig.{f.name} = {value!r}; expected a number")
+        zero_ok = {"general_text_max_docs", "max_updates", "synthetic", "tasks", "alpaca_epochs", "seed",
+                   "warmup_updates"}
+        for f in fields(self):
+            if f.type == "int" and getattr(self, f.name) < (0 if f.name in zero_ok else 1):
+                raise ValueError(f"SmallSeedConfig.{f.name} = {getattr(self, f.name)}; expected "
+                                 f"{'>= 0' if f.name in zero_ok else '>= 1'}")
+        if self.hidden_size % self.num_attention_heads or (self.hidden_size // self.num_attention_heads) % 2:
+            raise ValueError(f"SmallSeedConfig.hidden_size = {self.hidden_size}; expected a multiple of "
+                             f"num_attention_heads = {self.num_attention_heads} with an even head dimension")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"SmallSeedConfig.num_key_value_heads = {self.num_key_value_heads}; expected a "
+                             f"divisor of num_attention_heads = {self.num_attention_heads}")
+        if self.seq_len > self.max_position_embeddings:
+            raise ValueError(f"SmallSeedConfig.seq_len = {self.seq_len}; expected <= max_position_embeddings = "
+                             f"{self.max_position_embeddings}")
+        if self.batch_rows % self.microbatch_rows:
+            raise ValueError(f"SmallSeedConfig.batch_rows = {self.batch_rows}; expected a multiple of "
+                             f"microbatch_rows = {self.microbatch_rows}")
+        if not 0 < self.alpaca_train_stop < self.alpaca_heldout_stop <= 2048:
+            raise ValueError(f"SmallSeedConfig.alpaca_train_stop = {self.alpaca_train_stop}, alpaca_heldout_stop = "
+                             f"{self.alpaca_heldout_stop}; expected 0 < train_stop < heldout_stop <= 2048 (the "
+                             f"replay range; records 2048-4999 are final retention and never trained on)")
+        if self.compute_dtype not in ("bfloat16", "float32"):
+            raise ValueError(f"SmallSeedConfig.compute_dtype = {self.compute_dtype!r}; expected 'bfloat16' or 'float32'")
+        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1):
+            raise ValueError(f"SmallSeedConfig: lr = {self.lr}, min_lr_ratio = {self.min_lr_ratio}; expected lr > 0 "
+                             f"and a ratio in [0, 1]")
+
+    @staticmethod
+    def from_json(path: str | Path) -> SmallSeedConfig:
+        """The small config with the fields of a JSON object file replaced (unknown fields refused)."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{path}: config file not found; expected a JSON object of SmallSeedConfig fields")
+        overrides = load_json_strict(path)
+        if not isinstance(overrides, dict):
+            raise ValueError(f"{path}: expected a JSON object of SmallSeedConfig fields, "  # noqa: TRY004 (a user refusal)
+                             f"got {type(overrides).__name__}")
+        known = {f.name for f in fields(SmallSeedConfig)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown field(s) {unknown}; expected some of {sorted(known)}")
+        try:
+            return replace(SmallSeedConfig.small(), **overrides)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+
+    def learning_rate(self, update: int, updates: int) -> float:
+        if update < self.warmup_updates:
+            return self.lr * (update + 1) / self.warmup_updates
+        progress = (update - self.warmup_updates) / max(1, updates - 1 - self.warmup_updates)
+        floor = self.lr * self.min_lr_ratio
+        return floor + (self.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    def shape(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> LlamaShape:
+        return LlamaShape(
+            vocab_size=vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads, head_dim=self.hidden_size // self.num_attention_heads,
+            rms_norm_eps=self.rms_norm_eps, max_position_embeddings=self.max_position_embeddings,
+            tie_word_embeddings=True, rope=RopeSpec("default", self.rope_theta),
+            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32",
+        )
+
+
+# --- disjointness --------------------------------------------------------------------------------
+def _dev_final_specs(node) -> list[tuple]:
+    """(role, seed, difficulty, count) of every {role, seed, difficulty, count} object with a dev or final role."""
+    found = []
+    if isinstance(node, dict):
+        role = node.get("role")
+        if (isinstance(role, str) and ("dev" in role or "final" in role)
+                and all(isinstance(node.get(k), int) for k in ("seed", "difficulty", "count"))):
+            found.append((role, node["seed"], node["difficulty"], node["count"]))
+        for v in node.values():
+            found += _dev_final_specs(v)
+    elif isinstance(node, list):
+        for v in node:
+            found += _dev_final_specs(v)
+    return found
+
+
+def forbidden_task_sets(contracts_dir: Path) -> dict[str, dict]:
+    """{"<contract file>:<role>": {"seed", "difficulty", "count", "drawn", "digests": {digest: id}}} for every
+    development and final task role of every contract: the role's first 2 x count draws per family."""
+    out = {}
+    for path in sorted(Path(contracts_dir).glob("*.json")):
+        c = load_json_strict(path)
+        specs = []
+        if isinstance(c.get("data_seeds"), dict) and isinstance(c.get("tasks"), dict):  # adaptive, continued
+            ev = c.get("evaluation", {})
+            for role, count in (("dev.tasks", ev.get("dev", {}).get("tasks")),
+                                ("final.tasks", ev.get("final", {}).get("tasks"))):
+                if isinstance(count, int) and count > 0:
+                    specs.append((role, c["data_seeds"]["tasks"], c["tasks"]["difficulty"], count))
+
+        specs += _dev_final_specs(c)
+        for role, seed, difficulty, count in specs:
+            drawn = generate_set(2 * count, seed, role, difficulty)
+            out[f"{path.name}:{role}"] = {"seed": seed, "difficulty": difficulty, "count": count, "drawn": len(drawn),
+                                          "digests": {e.digest: e.id for e in drawn}}
+    return out
+
+
+def check_disjoint(tasks: list[TaskExample], forbidden: dict[str, dict]) -> None:
+    """Refuse (DisjointnessError naming the task and the role) when a training task is in a dev/final role."""
+    for t in tasks:
+        if "dev" in t.role or "final" in t.role:
+            raise DisjointnessError(f"seed build: training task {t.id!r} has role {t.role!r}, a development or final "
+                                    f"role; the seed trains only on role {SEED_TRAIN_ROLE!r}")
+        for key, spec in forbidden.items():
+            if t.digest in spec["digests"]:
+                raise DisjointnessError(f"seed build: training task {t.id!r} (digest {t.digest}) is in {key} (as "
+                                        f"{spec['digests'][t.digest]!r}); refusing to train on a development or final task")
+
+
+def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> list[TaskExample]:
+    return generate_set(cfg.tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.task_difficulty, excluded) if cfg.tasks else []
+
+
+def task_record(example: TaskExample) -> Conversation:
+    obj = {**example.to_conversation(), "answer": example.answer, "role": example.role}
+    return conversation_from_json(obj, f"task example {example.id}", "task")
+
+
+# --- data ----------------------------------------------------------------------------------------
+def split_documents(cfg: SmallSeedConfig, docs: list[dict]) -> tuple[list[dict], list[dict]]:
+    if cfg.general_text_max_docs:
+        docs = docs[:cfg.general_text_max_docs]
+    held = [int(hashlib.sha256(d["path"].encode()).hexdigest(), 16) % cfg.heldout_every == 0 for d in docs]
+    return [d for d, h in zip(docs, held) if not h], [d for d, h in zip(docs, held) if h]
+
+
+def text_rows(ids_per_doc: list[list[int]], order: list[int], sep: int, seq_len: int) -> list[list[int]]:
+    """Documents in `order`, each followed by `sep`, cut into full rows of seq_len (the rest is dropped)."""
+    stream = []
+    for i in order:
+        stream += ids_per_doc[i] + [sep]
+    return [stream[a:a + seq_len] for a in range(0, len(stream) - seq_len + 1, seq_len)]
+
+
+def conversation_rows(encoded: list, order: list[int], pad: int, seq_len: int) -> list[tuple[list[int], list[bool]]]:
+    """Encoded conversations in `order`, packed whole into rows of seq_len (right-padded, pad not a target)."""
+    rows, ids, mask = [], [], []
+    for i in order:
+        e = encoded[i]
+        if len(ids) + len(e.input_ids) > seq_len:
+            rows.append((ids + [pad] * (seq_len - len(ids)), mask + [False] * (seq_len - len(mask))))
+            ids, mask = [], []
+        ids, mask = ids + list(e.input_ids), mask + [bool(m) for m in e.target_mask]
+    if ids:
+        rows.append((ids + [pad] * (seq_len - len(ids)), mask + [False] * (seq_len - len(mask))))
+    return rows
+
+
+# --- the build -----------------------------------------------------------------------------------
+def check_inputs(alpaca: Path, text: Path, contracts_dir: Path, device: str) -> None:
+    """Every input checked before any work (ValueError naming the file or setting and the expectation)."""
+    if not Path(alpaca).is_file():
+        raise ValueError(f"{alpaca}: public conversation source not found; expected {ALPACA_FILE} (data/SOURCE.md)")
+    got = sha256_file(alpaca)
+    if got != ALPACA_SHA256:
+        raise ValueError(f"{alpaca}: sha256 {got}; expected {ALPACA_SHA256} (data/SOURCE.md)")
+    general_text.load_documents(text)  # refuses a missing file or another digest
+    if not any(Path(contracts_dir).glob("*.json")):
+        raise ValueError(f"{contracts_dir}: no contract *.json; the build checks task disjointness against the "
+                         f"development and final roles of the contracts there")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine; use --device cpu (test sizes only)")
+
+
+def _train(cfg, model, rows: list[TrainRecord], updates: int, device: torch.device, show: bool) -> list[float]:
+    from tqdm import tqdm
+
+    dtype = cfg.compute_dtype if device.type == "cuda" else "float32"
+    base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
+    engine = build_worker(Group(0, 1, device), even_layout(model.shape.num_hidden_layers, 1), None,
+                          EngineConfig(cfg.microbatch_rows, cfg.max_grad_norm, compute_dtype=dtype,
+                                       pad_id=model.shape.pad_token_id, compile_blocks="off", length_bucket=0),
+                          {OPTIMIZER_GROUP: base}, student=model).engine
+    if device.type == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        attention = sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+    else:
+        attention = nullcontext()
+    losses = []
+    bar = tqdm(range(updates), desc="small seed", unit="update", disable=not show)
+    with attention:
+        for k in bar:
+            engine.optimizer.groups = {OPTIMIZER_GROUP: replace(base, lr=cfg.learning_rate(k, updates))}
+            result = engine.update(rows[k * cfg.batch_rows:(k + 1) * cfg.batch_rows])
+            losses.append(result.parts.objective)
+            bar.set_postfix(loss=f"{result.parts.objective:.3f}", refresh=False)
+    bar.close()
+    return losses
+
+
+@torch.no_grad()
+def heldout_text_loss(model, rows: list[list[int]], batch: int) -> dict:
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for a in range(0, len(rows), batch):
+        ids = torch.tensor(rows[a:a + batch], dtype=torch.long, device=device)
+        logp = torch.log_softmax(model(ids).float()[:, :-1], dim=-1)
+        nll = -logp.gather(2, ids[:, 1:, None]).squeeze(-1)
+        total += float(nll.double().sum())
+        count += nll.numel()
+    return {"rows": len(rows), "tokens": count, "nll_per_token": total / count if count else None}
+
+
+def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpaca: Path = Path(ALPACA_FILE),
+                     text: Path = Path(general_text.TEXT_FILE), contracts_dir: Path = Path("contracts"),
+                     progress: bool = True) -> dict:
+    """Train the small seed into `out` (a new directory). Returns the summary `kit seed build` prints."""
+    from kit.evaluation.scoring import answer_tasks, score_nll
+
+    t0 = time.perf_counter()
+    out, dev = Path(out), torch.device(device)
+    check_inputs(alpaca, text, contracts_dir, device)
+    staging = _staging_dir(out)
+    profile = numerics.apply(dev, deterministic_gpu=True)  # before any CUDA work: cuBLAS reads its workspace then
+    show = _progress_enabled(progress)
+    try:
+        torch.manual_seed(cfg.seed)
+        # disjointness first: nothing is built from a task set that touches a dev or final role
+        forbidden = forbidden_task_sets(contracts_dir)
+        excluded = {d for spec in forbidden.values() for d in spec["digests"]}
+        tasks = seed_train_tasks(cfg, excluded)
+        check_disjoint(tasks, forbidden)
+        docs_train, docs_held = split_documents(cfg, general_text.load_documents(text))
+        alpaca_train = load_instruction_source(alpaca, ALPACA_SHA256, 0, cfg.alpaca_train_stop, ALPACA_NAME)
+        alpaca_held = load_instruction_source(alpaca, ALPACA_SHA256, cfg.alpaca_train_stop, cfg.alpaca_heldout_stop,
+                                              ALPACA_NAME)
+        synthetic = synthetic_conversations(cfg.synthetic, cfg.seed) if cfg.synthetic else []
+        convs = alpaca_train + synthetic + [task_record(t) for t in tasks]
+        t_data = time.perf_counter()
+        build_tokenizer([d["text"] for d in docs_train] + [m.content for c in convs for m in c.messages],
+                        cfg.vocab_size, staging, model_max_length=cfg.max_position_embeddings)
+        tokenizer = load_tokenizer(staging)
+        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
+        t_tok = time.perf_counter()
+        doc_ids = tokenizer([d["text"] for d in docs_train], add_special_tokens=False)["input_ids"]
+        encoded = [encode_or_refuse(tokenizer, c, cfg.seq_len) for c in convs]
+        skipped = [c.id for c, e in zip(convs, encoded) if e is None]
+        kept = [i for i, e in enumerate(encoded) if e is not None]
+        rng = np.random.default_rng(cfg.seed)
+        rows = []
+        for epoch in range(cfg.general_text_epochs):
+            rows += [(r, [True] * len(r)) for r in text_rows(doc_ids, list(rng.permutation(len(doc_ids))),
+                                                              ids[PAD_TOKEN], cfg.seq_len)]
+        n_text_rows = len(rows)
+        alpaca_idx = [i for i in kept if i < len(alpaca_train)]
+        once_idx = [i for i in kept if i >= len(alpaca_train)]
+        pool = alpaca_idx * cfg.alpaca_epochs + once_idx
+        conv_order = [pool[int(j)] for j in rng.permutation(len(pool))]
+        rows += conversation_rows(encoded, conv_order, ids[PAD_TOKEN], cfg.seq_len)
+        row_order = rng.permutation(len(rows))
+        records = [TrainRecord(f"row{int(j)}", tuple(rows[j][0]), tuple(rows[j][1])) for j in row_order]
+        updates = len(records) // cfg.batch_rows
+        if cfg.max_updates:
+            updates = min(updates, cfg.max_updates)
+        if updates < 1:
+            raise ValueError(f"seed build: {len(records)} rows make no update of batch_rows = {cfg.batch_rows}")
+        used = records[:updates * cfg.batch_rows]
+        tokens = updates * cfg.batch_rows * cfg.seq_len
+        targets = sum(sum(r.target_mask) for r in used)
+        t_prep = time.perf_counter()
+
+        shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])
+        model = LlamaCausalLM(shape)
+        init_weights(model, cfg.seed, cfg.init_std)
+        model.to(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t_train = time.perf_counter()
+        losses = _train(cfg, model, used, updates, dev, show)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        train_seconds = time.perf_counter() - t_train
+
+        model.eval()
+        # evaluation: held-out loss, per-family accuracy on a dev-role sample, greedy chat samples
+        held_ids = tokenizer([d["text"] for d in docs_held], add_special_tokens=False)["input_ids"]
+        held_rows = text_rows(held_ids, list(range(len(held_ids))), ids[PAD_TOKEN], cfg.seq_len)[:cfg.heldout_max_rows]
+        held_text = {"documents": len(docs_held), "paths_digest": sha256_json([d["path"] for d in docs_held]),
+                     **heldout_text_loss(model, held_rows, max(1, cfg.eval_batch // 8))}
+        held_convs = [c for c in alpaca_held if encode_or_refuse(tokenizer, c, cfg.seq_len) is not None]
+        scores = score_nll(model, tokenizer, held_convs, cfg.seq_len, batch_size=max(1, cfg.eval_batch // 4))
+        n_tok = sum(s["tokens"] for s in scores)
+        held_conv = {"source": ALPACA_NAME, "range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
+                     "conversations": len(scores), "assistant_tokens": n_tok,
+                     "nll_per_token": sum(s["nll_sum"] for s in scores) / n_tok if n_tok else None}
+        trained_digests = {t.digest for t in tasks}
+        sample = generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
+                              cfg.task_difficulty, trained_digests)
+        answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
+                               batch_size=cfg.eval_batch)
+        accuracy = {f: {"n": sum(a["family"] == f for a in answers),
+                        "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in FAMILIES}
+        for f in FAMILIES:
+            accuracy[f]["accuracy"] = accuracy[f]["correct"] / max(1, accuracy[f]["n"])
+        task_examples = [{"prompt": e.prompt, "expected": e.answer, "reply": a["reply"], "correct": a["correct"]}
+                         for e, a in zip(sample[::cfg.dev_sample_per_family], answers[::cfg.dev_sample_per_family])]
+        chats = []
+        for prompt in CHAT_PROMPTS:
+            r = greedy_reply(model, tokenizer, prompt, cfg.sample_max_new_tokens)
+            chats.append({"prompt": prompt, "reply": r["text"], "ended_at_turn_boundary": r["ended_at_turn_boundary"]})
+
+        model.cpu()
+        _write_model_files(staging, model, shape)
+        trained = [convs[i] for i in dict.fromkeys(conv_order)]  # each once, in the order of first use
+        trained_sha256 = write_jsonl(staging / TRAINED_CONVERSATIONS_FILE, trained)
+        digest = parameter_digest(staging)
+        seconds = time.perf_counter() - t0
+        determinism = {
+            "torch.use_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+            "cudnn.deterministic": torch.backends.cudnn.deterministic, "cudnn.benchmark": torch.backends.cudnn.benchmark,
+            "tf32": False if dev.type == "cuda" else None,
+            "sdpa_backend": "FLASH_ATTENTION (training)" if dev.type == "cuda" else "default CPU kernels",
+            "torch.compile": "off", "compute": "bf16 autocast over FP32 master weights" if (
+                dev.type == "cuda" and cfg.compute_dtype == "bfloat16") else "float32",
+            "seeds": {"numpy PCG64 data order": cfg.seed, "torch.manual_seed": cfg.seed, "init_weights": cfg.seed},
+            "promise": "the same parameter digest on the same GPU model and software (torch, CUDA), from a fresh machine",
+        }
+        record = {
+            "kit_version": kit.__version__, "scale": "small", "config": asdict(cfg),
+            "params": shape.param_count(), "vocab_size": len(tokenizer),
+            "data": {
+                "general_text": {**general_text.provenance(), "documents_train": len(docs_train),
+                                 "documents_heldout": len(docs_held), "epochs": cfg.general_text_epochs,
+                                 "train_paths_digest": sha256_json([d["path"] for d in docs_train]),
+                                 "rows": n_text_rows},
+                "public_conversations": {"name": ALPACA_NAME, "file": str(alpaca), "sha256": ALPACA_SHA256,
+                                         "licence": "CC BY-NC 4.0", "train_range": [0, cfg.alpaca_train_stop],
+                                         "heldout_range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
+                                         "epochs": cfg.alpaca_epochs, "never_read": [cfg.alpaca_heldout_stop, 5000]},
+                "synthetic": {"count": len(synthetic), "seed": cfg.seed,
+                              "digest": sha256_json([c.digest for c in synthetic])},
+                "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed,
+                          "difficulty": cfg.task_difficulty,
+                          "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
+                          "digest": sha256_json(sorted(t.digest for t in tasks))},
+                "skipped_over_seq_len": {"count": len(skipped), "ids": skipped[:20]},
+                "trained_conversations": len(trained), "trained_conversations_sha256": trained_sha256,
+                "rows": len(used), "tokens": tokens, "target_tokens": targets,
+                "tokenizer_sha256": sha256_file(staging / "tokenizer.json"),
+                "order": f"numpy.random.default_rng({cfg.seed}): text epochs' document orders, then the conversation "
+                         f"order, then the row order",
+            },
+            "disjointness": {"construction": f"tasks drawn under role {SEED_TRAIN_ROLE!r}, excluding every digest below",
+                             "checked_against": {k: {kk: v for kk, v in s.items() if kk != "digests"}
+                                                 | {"digest": sha256_json(sorted(s["digests"]))}
+                                                 for k, s in forbidden.items()},
+                             "overlaps": 0},
+            "updates": updates,
+            "learning_rate": {"schedule": "linear warm-up then cosine", "peak": cfg.lr,
+                              "warmup_updates": cfg.warmup_updates, "final": cfg.learning_rate(updates - 1, updates)},
+            "loss_initial": losses[0], "loss_final": float(np.mean(losses[-10:])),
+            "loss_every_10_updates": [round(x, 4) for x in losses[::10]],
+            "heldout": {"general_text": held_text, "conversations": held_conv},
+            "task_accuracy": {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.task_difficulty, "per_family": accuracy,
+                              "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"},
+            "chat_samples": chats,
+            "seconds": {"inputs_and_tasks": round(t_data - t0, 2), "tokenizer": round(t_tok - t_data, 2),
+                        "encode_and_pack": round(t_prep - t_tok, 2), "train": round(train_seconds, 2),
+                        "total": round(seconds, 2)},
+            "tokens_per_second": round(tokens / train_seconds, 1),
+            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
+            "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
+            "python_version": platform.python_version(), "machine": platform.machine(),
+            "numeric_profile": profile, "determinism": determinism, "parameter_digest": digest,
+        }
+        write_bytes_atomic(staging / SEED_BUILD_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {"out": str(out), "scale": "small", "parameter_digest": digest, "params": shape.param_count(),
+            "vocab_size": len(tokenizer), "updates": updates, "tokens": tokens,
+            "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),
+            "heldout_text_nll": held_text["nll_per_token"], "heldout_conversation_nll": held_conv["nll_per_token"],
+            "task_accuracy": {f: accuracy[f]["accuracy"] for f in FAMILIES},
+            "chat_samples": chats, "seconds": record["seconds"], "tokens_per_second": record["tokens_per_second"]}

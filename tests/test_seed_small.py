@@ -1,0 +1,101 @@
+"""The small seed's code path (kit/seed/small.py) at test size on CPU: config, refusals, record, determinism."""
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kit.data import general_text
+from kit.data.tasks import generate_set
+from kit.seed import small
+from kit.seed.small import SmallSeedConfig, build_small_seed
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_CFG = SmallSeedConfig(
+    vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, seq_len=128, max_position_embeddings=256, general_text_epochs=1, general_text_max_docs=12,
+    heldout_every=4, alpaca_train_stop=60, alpaca_heldout_stop=70, alpaca_epochs=1, synthetic=100, tasks=200,
+    batch_rows=8, microbatch_rows=4, max_updates=6, warmup_updates=2, lr=3e-3, dev_sample_per_family=2,
+    heldout_max_rows=4, eval_batch=8, sample_max_new_tokens=8)
+
+
+def _build(out: Path, cfg: SmallSeedConfig = TEST_CFG) -> dict:
+    return build_small_seed(out, cfg, device="cpu", alpaca=ROOT / small.ALPACA_FILE,
+                            text=ROOT / general_text.TEXT_FILE, contracts_dir=ROOT / "contracts", progress=False)
+
+
+def test_real_config_is_in_range():
+    cfg = SmallSeedConfig.small()
+    assert small.VOCAB_RANGE[0] <= cfg.vocab_size <= small.VOCAB_RANGE[1]
+    params = cfg.shape(cfg.vocab_size, 1, 2, 0).param_count()
+    assert small.PARAM_RANGE[0] <= params <= small.PARAM_RANGE[1], params
+    assert cfg.compute_dtype == "bfloat16" and cfg.seq_len <= cfg.max_position_embeddings
+    assert cfg.alpaca_heldout_stop <= 2048  # never the final-retention records
+
+
+def test_config_file_refusals(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({"max_update": 5}))
+    with pytest.raises(ValueError, match=r"c\.json: unknown field\(s\) \['max_update'\]"):
+        SmallSeedConfig.from_json(bad)
+    bad.write_text(json.dumps({"alpaca_heldout_stop": 3000}))
+    with pytest.raises(ValueError, match="alpaca_train_stop.*2048"):
+        SmallSeedConfig.from_json(bad)
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({"max_updates": 50}))
+    assert SmallSeedConfig.from_json(ok).max_updates == 50
+
+
+def test_inputs_checked_before_work(tmp_path):
+    wrong = tmp_path / "alpaca.json"
+    wrong.write_text("[]")
+    with pytest.raises(ValueError, match=r"alpaca\.json: sha256 .* expected fc1add24"):
+        build_small_seed(tmp_path / "s", TEST_CFG, device="cpu", alpaca=wrong, text=ROOT / general_text.TEXT_FILE,
+                         contracts_dir=ROOT / "contracts")
+    with pytest.raises(ValueError, match="general text file not found"):
+        build_small_seed(tmp_path / "s", TEST_CFG, device="cpu", alpaca=ROOT / small.ALPACA_FILE,
+                         text=tmp_path / "missing.xz", contracts_dir=ROOT / "contracts")
+    assert not (tmp_path / "s").exists()
+
+
+def test_refuses_a_dev_role_task(tmp_path, monkeypatch):
+    contract = json.loads((ROOT / "contracts/adaptive-shards.json").read_text())
+    (dev,) = generate_set({"sorting": 1}, contract["data_seeds"]["tasks"], "dev.tasks", contract["tasks"]["difficulty"])
+    trained = small.seed_train_tasks
+    # the same content relabelled as a seed-train task: caught by digest, not only by role
+    monkeypatch.setattr(small, "seed_train_tasks",
+                        lambda cfg, excluded: trained(cfg, excluded) + [replace(dev, id="sorting/seed-train/x", role="seed-train")])
+    with pytest.raises(small.DisjointnessError, match=r"adaptive-shards\.json:dev\.tasks.*" + dev.id.replace("/", ".")):
+        _build(tmp_path / "s")
+    monkeypatch.setattr(small, "seed_train_tasks", lambda cfg, excluded: trained(cfg, excluded) + [dev])
+    with pytest.raises(small.DisjointnessError, match=r"'dev\.tasks', a development or final role"):
+        _build(tmp_path / "s2")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "s2").exists()
+
+
+def test_build_record_and_determinism(tmp_path):
+    a = _build(tmp_path / "a")
+    b = _build(tmp_path / "b")
+    assert a["parameter_digest"] == b["parameter_digest"]
+    rec = json.loads((tmp_path / "a/seed_build.json").read_text())
+    assert rec["scale"] == "small" and rec["parameter_digest"] == a["parameter_digest"]
+    gt = rec["data"]["general_text"]
+    assert (gt["package"], gt["version"]) == ("python3.11-doc", "3.11.2-6+deb12u9")
+    assert gt["package_sha256"] == general_text.PACKAGE_SHA256 and gt["text_sha256"] == general_text.TEXT_SHA256
+    assert "PSF" in gt["licence"]
+    assert rec["data"]["public_conversations"]["sha256"] == small.ALPACA_SHA256
+    assert rec["disjointness"]["overlaps"] == 0
+    assert {"adaptive-shards.json:dev.tasks", "adaptive-shards.json:final.tasks",
+            "shared-gradient.json:study-final"} <= set(rec["disjointness"]["checked_against"])
+    for part in ("general_text", "conversations"):
+        assert rec["heldout"][part]["nll_per_token"] > 0
+    assert set(rec["task_accuracy"]["per_family"]) == {"lookup", "filtering", "arithmetic", "sorting"}
+    assert all(v["n"] == 2 for v in rec["task_accuracy"]["per_family"].values())
+    assert len(rec["chat_samples"]) == len(small.CHAT_PROMPTS)
+    assert rec["determinism"]["torch.compile"] == "off" and rec["updates"] == 6
+    lines = (tmp_path / "a/trained_conversations.jsonl").read_text().splitlines()
+    task_digests = {json.loads(x)["digest"] for x in lines if json.loads(x).get("source") == "task"}
+    assert len(task_digests) == 200
+    shutil.rmtree(tmp_path / "b")
