@@ -32,7 +32,7 @@ import torch
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.store import commits
-from kit.store.objects import ObjectStore, StoreError
+from kit.store.objects import ObjectStore
 
 
 class FetchError(RuntimeError):
@@ -82,7 +82,7 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
             try:
                 dest.verify(d)
                 continue
-            except StoreError:
+            except ValueError:  # missing (StoreError) or damaged (ObjectCorrupt): fetched again
                 pass
         mine.append(d)
     out = {"received": 0, "sent": 0, "objects": [], "errors": []}
@@ -92,8 +92,10 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
         try:
             out["received"] += fetch_objects(ObjectStore(source_home), dest, mine)
             out["objects"] += mine
-        except (StoreError, OSError) as e:
-            out["errors"].append(f"{type(e).__name__}: {e}")
+        except (ValueError, OSError) as e:  # StoreError, ObjectCorrupt (a DigestMismatch): recorded, not raised,
+            # so every rank still reaches the report and learns it
+            out["errors"].append(f"rank {group.rank} ({host_name()}) copying from its own store: "
+                                 f"{type(e).__name__}: {e}")
         mine = []
     asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
     holder_host = peers[holder]["host"]

@@ -92,7 +92,11 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
     with torch.device("meta"):
         names = {n for n, _ in build_stage(shape, layout, group.rank).named_parameters()}
     wanted = assigned_objects(manifest, names, group.rank)
-    wanted = list(dict.fromkeys([manifest["layout"]["model_config"], *wanted]))  # every shard opens the config
+    own_rng = []
+    if group.rank < len(manifest["rng"]) and manifest["layout"]["blocks"] == layout.to_json()["blocks"]:
+        own_rng = [manifest["rng"][group.rank]]  # the session restores its own RNG state on an unchanged layout
+    # every shard opens the config; rank 0's assignment already holds every RNG state
+    wanted = list(dict.fromkeys([manifest["layout"]["model_config"], *wanted, *own_rng]))
     got = fetch_over_group(group, source_home, home, holder, peers, wanted)
     _all_fetched(group, got, "migration preparation incomplete, HEAD unchanged")
     adopted = {"rank": group.rank, "ok": True, "error": None}
