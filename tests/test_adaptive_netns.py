@@ -37,7 +37,7 @@ from kit.store import commits
 from kit.store.objects import ObjectStore
 
 sys.path.insert(0, str(REPO))
-from bench.netns import Link, available  # noqa: E402
+from bench.netns import Link, available
 
 WHY = available()
 HOSTS = ("hostA", "hostB")
