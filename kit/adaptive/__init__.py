@@ -6,4 +6,6 @@ evaluate (final) -> gates. `schema` validates the frozen contract (contracts/ada
 `prepare` turns the contract, the seed's headers and the data sources into digest-bound role files,
 the per-update schedule, the planner's ownership manifests, `prepared.json` and the input and
 source commitments (`adaptive-shards-inputs.json`) that training re-checks before its first update.
+`train` runs a cohort arm with the local launcher; `torchrun` runs it as one rank of a torchrun group
+across hosts with nothing shared on disk.
 """

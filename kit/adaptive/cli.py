@@ -10,10 +10,14 @@ from pathlib import Path
 def cmd_train(a) -> int:
     import os
 
+    from kit.adaptive.torchrun import train_torchrun
     from kit.adaptive.train import train
 
-    commits = train(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home,
-                    a.until, a.grow, a.reference_home)
+    # torchrun sets RANK/WORLD_SIZE; the kit's own launcher's workers also set KIT_RUN_DIR
+    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
+    run = train_torchrun if under_torchrun else train
+    commits = run(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home, a.until,
+                  a.grow, a.reference_home)
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 prints
         for c in commits:
             print(json.dumps(c, sort_keys=True), flush=True)

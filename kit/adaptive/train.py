@@ -17,7 +17,6 @@ endpoint (cursor cohort 0 at its endpoint) and continues the same Adam state.
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -30,7 +29,6 @@ from kit.adaptive.bindings import (
     check_inputs,
 )
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
-from kit.distributed.traffic import counter_delta
 
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
 
@@ -61,7 +59,7 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     reference, until, attempt_dir."""
     from kit.adaptive.continued_schema import job_contract
     from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
-    from kit.engine.migration import open_start
+    from kit.engine.migration import open_start, open_start_over_group, reference_over_group
     from kit.engine.session import Session
     from kit.model.shard import Layout
     from kit.train.batch import TrainRecord
@@ -79,7 +77,17 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     cohort = args["cohort"]
     layout = Layout.from_json(args["layout"])
     start_spec = {"seed_dir": args["seed_dir"]} if args["start"].get("seed") else args["start"]
-    start, fetched = open_start(group, args["home"], layout, start_spec, args.get("source_home"), ctx)
+    fetch = reference_fetch = None
+    if args.get("over_group"):  # hosts without a shared filesystem (kit/adaptive/torchrun.py)
+        start, fetch = open_start_over_group(group, args["home"], layout, start_spec["root"],
+                                             args["migration_source"], ctx)
+        fetched = fetch["received"]
+    else:
+        start, fetched = open_start(group, args["home"], layout, start_spec, args.get("source_home"), ctx)
+    reference = args["reference"]
+    if reference.get("over_group"):
+        reference, reference_fetch = reference_over_group(group, reference["source"], args["home"], layout,
+                                                          reference["root"])
     data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
     from kit.adaptive.ownership import memory_model_of
 
@@ -87,7 +95,7 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     # a continued-learning contract has no planner section: admission then uses the device's default model
     memory_model = memory_model_of(contract) if "planner" in contract else None
     session = Session(group, args["home"], layout, start, engine_config(contract, pad_id=data["pad_id"]),
-                      optimizer_groups(contract), reference=args["reference"],
+                      optimizer_groups(contract), reference=reference,
                       admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"]),
                                  "microbatches": -(-docs // tr["microbatch_size"]),
                                  "memory_model": memory_model})
@@ -105,7 +113,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     points = set(commit_points(contract, cohort)) | {until}  # the contract's commit points, and where we stop
     log = Path(args["attempt_dir"]) / "updates.jsonl" if group.rank == 0 else None
     out = {"rank": group.rank, "fetched_bytes": fetched, "commits": [], "start_cohort_step": cohort_step,
-           "admission": session.admission, "device": str(group.device)}
+           "admission": session.admission, "device": str(group.device), "fetch": fetch,
+           "reference_fetch": reference_fetch, "commit_transfers": session.transfers}
     stats = _RankStats(group)
     while cohort_step < until:
         ctx.progress(step=session.step + 1, phase="update")
@@ -213,9 +222,9 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
     """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
     from kit.distributed.launch import launch
 
-    if _under_torchrun():
-        return _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference,
-                                         source_home, until, grow, reference_home, timeout_s)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ:
+        raise TrainRefused("this process runs under torchrun (RANK and WORLD_SIZE are set): call "
+                           "kit.adaptive.torchrun.train_torchrun (the CLI does) instead of the local launcher")
     prepared_p = Path(prepared)
     contract, pj = _checked_contract(prepared_p, cohort, resume, reference, grow)
     if cohort == "C":  # the continued cohort's start state and reference: the bound phase-A endpoint's store
@@ -271,79 +280,6 @@ def _training_layout(prepared: Path, layers: int, workers: int):
     from kit.model.shard import even_layout
 
     return planned_layout(prepared, layers, workers) or even_layout(layers, workers)
-
-
-def _under_torchrun() -> bool:
-    """torchrun sets RANK/WORLD_SIZE (and TORCHELASTIC_RUN_ID); the kit's own launcher sets KIT_RUN_DIR."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
-
-
-def _train_as_torchrun_worker(prepared, seed_dir, home, cohort, workers, resume, reference, source_home, until,
-                              grow, reference_home, timeout_s) -> list[dict]:
-    """This process is one worker of a torchrun group (one per host or GPU, across hosts): the same
-    checks, arguments and worker body as the local launcher, with the attempt record kept by rank 0.
-    `timeout_s` bounds the run here too: it is the group's collective timeout of every worker."""
-    from kit.distributed.group import join, leave
-    from kit.distributed.launch import WorkerContext
-
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    if workers != world:
-        raise TrainRefused(f"--workers {workers} but torchrun started WORLD_SIZE={world} processes")
-    if grow:
-        raise TrainRefused("--grow under torchrun: run the append transition first with the local launcher "
-                           "(kit adaptive train --grow ...), then resume its root under torchrun")
-    prepared_p = Path(prepared)
-    contract, pj = _checked_contract(prepared_p, cohort, resume, reference)  # every rank, before joining
-    if cohort == "C":
-        source_home = source_home or pj["start"]["home"]
-        reference_home = reference_home or source_home
-    _check_bindings(prepared_p, pj, contract, seed_dir, home, cohort, resume, reference, source_home,
-                    reference_home)
-    if cohort == "B":
-        check_a_trained(reference_home or source_home or home, prepared_p, contract["endpoints"]["A"])
-    group = join(timeout_s=min(float(timeout_s), WORKER_TIMEOUT_S))
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    attempt = f"torchrun-{run_id}-{os.environ.get('MASTER_PORT', '0')}"
-    attempt_dir = Path(home) / "attempts" / attempt
-    record = {**_attempt_record(attempt, cohort, workers, resume, reference, source_home, until, False, prepared_p,
-                                pj, reference_home), "launcher": "torchrun"}
-    (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)  # every host: its own status files
-    if rank == 0:
-        write_canonical_json(attempt_dir / "attempt.json", record)
-    group.barrier()
-    args = _worker_args(prepared_p, seed_dir, home, cohort, workers,
-                        {"seed": True} if resume is None else {"root": resume}, source_home, reference,
-                        reference_home, until, attempt_dir, _layers(seed_dir, home, source_home, resume))
-    try:
-        before, started = _host_counters(), time.time()
-        out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
-        after, ended = _host_counters(), time.time()
-        # every rank's own interface counters (its host) and times, gathered into rank 0's record
-        mine = {"rank": rank, "host": socket.gethostname(), "started_at": started, "ended_at": ended,
-                "wall_seconds": ended - started, "group_bytes_sent": group.bytes_sent,
-                "socket_interfaces": group.interfaces,
-                "interfaces": counter_delta(before, after) if before and after else None}
-        record["hosts"] = [loads_strict(b, "rank report") for b in group.allgather_bytes(canonical_json(mine))]
-        record.update(status="completed", commits=out["commits"])
-        return out["commits"]
-    except BaseException as e:
-        record.update(status="failed", error=f"rank {rank}: {type(e).__name__}: {e}")
-        raise
-    finally:
-        record["ended_at"] = time.time()
-        if rank == 0 or record["status"] == "failed":
-            name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
-            write_canonical_json(attempt_dir / name, record)
-        leave()
-
-
-def _host_counters() -> dict | None:
-    from kit.distributed.traffic import read_interface_counters
-
-    try:
-        return read_interface_counters()
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def _grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:

@@ -32,7 +32,7 @@ import torch
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.store import commits
-from kit.store.objects import ObjectStore, StoreError
+from kit.store.objects import ObjectStore
 
 
 class FetchError(RuntimeError):
@@ -82,7 +82,7 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
             try:
                 dest.verify(d)
                 continue
-            except StoreError:
+            except ValueError:  # missing (StoreError) or damaged (ObjectCorrupt): fetched again
                 pass
         mine.append(d)
     out = {"received": 0, "sent": 0, "objects": [], "errors": []}
@@ -92,44 +92,61 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
         try:
             out["received"] += fetch_objects(ObjectStore(source_home), dest, mine)
             out["objects"] += mine
-        except (StoreError, OSError) as e:
-            out["errors"].append(f"{type(e).__name__}: {e}")
+        except (ValueError, OSError) as e:  # StoreError, ObjectCorrupt (a DigestMismatch): recorded, not raised,
+            # so every rank still reaches the report and learns it
+            out["errors"].append(f"rank {group.rank} ({host_name()}) copying from its own store: "
+                                 f"{type(e).__name__}: {e}")
         mine = []
     asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
     holder_host = peers[holder]["host"]
-    dev = _dev(group)
     if group.rank == holder:
         src = ObjectStore(source_home)
         for r, ask in enumerate(asks):
             if r == holder:
                 continue
             for d in ask["want"]:
-                try:
-                    data = src.path(d).read_bytes()  # as stored: the requester verifies
-                    size = len(data)
-                except (OSError, ValueError):
-                    data, size = b"", -1
-                _send(group, torch.tensor([size], dtype=torch.int64, device=dev), r)
-                if size > 0:
-                    _send(group, torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev), r)
-                    out["sent"] += size
+                out["sent"] += send_object(group, src, d, r)
     elif mine:
         for d in mine:
-            size = int(group.recv((1,), torch.int64, holder).item())
-            if size < 0:
-                out["errors"].append(f"object {d}: rank {holder} ({holder_host}) cannot read it from its store")
-                continue
-            data = bytes(group.recv((size,), torch.uint8, holder).cpu().numpy().tobytes()) if size else b""
-            out["received"] += size
-            actual = hashlib.sha256(data).hexdigest()
-            if actual != d:
-                out["errors"].append(f"object {d} from rank {holder} ({holder_host}): wrong bytes, sha256 {actual} "
-                                     f"of {size} bytes; not installed")
-                continue
-            dest.put_bytes(data)
-            out["objects"].append(d)
+            size, error = receive_object(group, dest, d, holder, holder_host)
+            out["received"] += max(size, 0)
+            if error:
+                out["errors"].append(error)
+            else:
+                out["objects"].append(d)
     group.wait_sends()
     return out
+
+
+def send_object(group: Group, store: ObjectStore, digest: str, dst: int) -> int:
+    """Send one object to rank `dst` as it is on this host's disk (the receiver verifies it): its size
+    (int64; -1 when it cannot be read here), then its bytes. Returns the payload bytes sent."""
+    dev = _dev(group)
+    try:
+        data = store.path(digest).read_bytes()
+        size = len(data)
+    except (OSError, ValueError):
+        data, size = b"", -1
+    _send(group, torch.tensor([size], dtype=torch.int64, device=dev), dst)
+    if size > 0:
+        _send(group, torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev), dst)
+    return max(size, 0)
+
+
+def receive_object(group: Group, dest: ObjectStore, digest: str, src: int, src_host: str) -> tuple[int, str | None]:
+    """Receive object `digest` from rank `src` (the counterpart of `send_object`) and install it in `dest`
+    only when its sha256 is its name. Returns (bytes received, -1 when the sender could not read it;
+    the error naming the object and the sending host, or None)."""
+    size = int(group.recv((1,), torch.int64, src).item())
+    if size < 0:
+        return -1, f"object {digest}: rank {src} ({src_host}) cannot read it from its store"
+    data = bytes(group.recv((size,), torch.uint8, src).cpu().numpy().tobytes()) if size else b""
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        return size, (f"object {digest} from rank {src} ({src_host}): wrong bytes, sha256 {actual} of {size} bytes; "
+                      "not installed")
+    dest.put_bytes(data)  # written, fsynced and renamed into place before anyone names it
+    return size, None
 
 
 def _send(group: Group, tensor: torch.Tensor, dst: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import torch
 
@@ -84,28 +85,20 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
     each rank adopt the manifest in its own home (HEAD moves there, atomically, shard-checked); a
     missing or wrong object leaves every HEAD unchanged and the error names the object and the host.
     Returns {"received", "sent", "objects"} for this rank."""
+    t0 = time.time()
     manifest, holder, peers = share_commit(group, source_home, root)
-    if group.rank == holder:
-        config = ObjectStore(source_home).get_bytes(manifest["layout"]["model_config"])
-    else:
-        config = b""
-    config = group.allgather_bytes(config)[holder]
-    if hashlib.sha256(config).hexdigest() != manifest["layout"]["model_config"]:
-        raise MigrationError(f"model config object {manifest['layout']['model_config']} from rank {holder} "
-                             f"({peers[holder]['host']}): wrong bytes; HEAD unchanged")
-    shape = parse_config(loads_strict(config, "model config"), "model config")
+    shape = _shared_config(group, source_home, manifest, holder, peers)
     layout.validate(shape.num_hidden_layers)
     with torch.device("meta"):
         names = {n for n, _ in build_stage(shape, layout, group.rank).named_parameters()}
     wanted = assigned_objects(manifest, names, group.rank)
-    wanted = list(dict.fromkeys([manifest["layout"]["model_config"], *wanted]))  # every shard opens the config
+    own_rng = []
+    if group.rank < len(manifest["rng"]) and manifest["layout"]["blocks"] == layout.to_json()["blocks"]:
+        own_rng = [manifest["rng"][group.rank]]  # the session restores its own RNG state on an unchanged layout
+    # every shard opens the config; rank 0's assignment already holds every RNG state
+    wanted = list(dict.fromkeys([manifest["layout"]["model_config"], *wanted, *own_rng]))
     got = fetch_over_group(group, source_home, home, holder, peers, wanted)
-    status = {"rank": group.rank, "host": host_name(), "ok": not got["errors"], "error": "; ".join(got["errors"])}
-    reports = [loads_strict(b, "migration report") for b in group.allgather_bytes(canonical_json(status))]
-    failed = [r for r in reports if not r["ok"]]
-    if failed:
-        raise MigrationError("migration preparation incomplete, HEAD unchanged: "
-                             + "; ".join(f"rank {r['rank']} ({r['host']}): {r['error']}" for r in failed))
+    _all_fetched(group, got, "migration preparation incomplete, HEAD unchanged")
     adopted = {"rank": group.rank, "ok": True, "error": None}
     if commits.read_head(home) != root:
         try:
@@ -116,7 +109,54 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
     bad = [r for r in results if not r["ok"]]
     if bad:
         raise MigrationError("; ".join(f"rank {r['rank']} could not adopt {root}: {r['error']}" for r in bad))
-    return {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted}
+    return {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted,
+            "holder": holder, "holder_host": peers[holder]["host"], "seconds": time.time() - t0}
+
+
+def _shared_config(group: Group, source_home: str | None, manifest: dict, holder: int, peers: list[dict]):
+    """The commit's model config on every rank, sent by the holder and checked against its digest."""
+    digest = manifest["layout"]["model_config"]
+    config = ObjectStore(source_home).get_bytes(digest) if group.rank == holder else b""
+    config = group.allgather_bytes(config)[holder]
+    if hashlib.sha256(config).hexdigest() != digest:
+        raise MigrationError(f"model config object {digest} from rank {holder} ({peers[holder]['host']}): wrong "
+                             "bytes; HEAD unchanged")
+    return parse_config(loads_strict(config, "model config"), "model config")
+
+
+def _all_fetched(group: Group, got: dict, what: str) -> None:
+    """Every rank learns every rank's fetch outcome; one failure raises on all, naming rank, host, object."""
+    status = {"rank": group.rank, "host": host_name(), "ok": not got["errors"], "error": "; ".join(got["errors"])}
+    reports = [loads_strict(b, "fetch report") for b in group.allgather_bytes(canonical_json(status))]
+    failed = [r for r in reports if not r["ok"]]
+    if failed:
+        raise MigrationError(f"{what}: " + "; ".join(f"rank {r['rank']} ({r['host']}): {r['error']}" for r in failed))
+
+
+def reference_over_group(group: Group, ref_home: str | None, home: str, layout: Layout, root: str) -> tuple[dict, dict]:
+    """The frozen reference `root` on hosts that do not hold it: each rank fetches, from the lowest rank
+    whose `ref_home` holds the commit, only the `param` objects of its reference stage (the blocks it
+    owns that the reference has; the embedding and norm on the embedding owner) and the model config,
+    verified by hash, into its own store. Nothing is adopted and no HEAD moves: the reference is read
+    from the manifest sent over the group. Returns (reference spec for `load_reference`, this rank's
+    fetch report)."""
+    from kit.model.llama import LlamaCausalLM
+
+    t0 = time.time()
+    manifest, holder, peers = share_commit(group, ref_home, root)
+    shape = _shared_config(group, ref_home, manifest, holder, peers)
+    ids = [i for i in layout.blocks_of(group.rank) if i < shape.num_hidden_layers]
+    with torch.device("meta"):
+        stage = LlamaCausalLM(shape, ids, with_embedding=group.rank == layout.embedding_owner)
+        names = {n for n, _ in stage.named_parameters()}
+    wanted = [manifest["layout"]["model_config"],
+              *(e["param"] for e in manifest["learned_state"]["params"] if e["name"] in names)]
+    wanted = list(dict.fromkeys(wanted))
+    got = fetch_over_group(group, ref_home, home, holder, peers, wanted)
+    _all_fetched(group, got, f"reference {root} not fetched")
+    report = {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted,
+              "holder": holder, "holder_host": peers[holder]["host"], "seconds": time.time() - t0}
+    return {"home": home, "root": root, "manifest": manifest}, report
 
 
 def open_start(group: Group, home: str, layout: Layout, start: dict, source_home: str | None, ctx) -> tuple[Start, int]:
@@ -131,3 +171,14 @@ def open_start(group: Group, home: str, layout: Layout, start: dict, source_home
     if "seed_dir" in start:
         return start_from_seed(start["seed_dir"]), fetched
     return start_from_commit(home, start["root"]), fetched
+
+
+def open_start_over_group(group: Group, home: str, layout: Layout, root: str, source_home: str | None,
+                          ctx) -> tuple[Start, dict]:
+    """`open_start` for hosts without a shared filesystem (every rank calls it): the lowest rank whose
+    `source_home` holds commit `root` sends each rank its assigned objects (`migrate_over_group`), then
+    each rank starts from the commit in its own `home`. Returns the start and this rank's fetch report."""
+    ctx.progress(phase="migrate")
+    report = migrate_over_group(group, source_home, home, root, layout)
+    ctx.progress(phase="load")
+    return start_from_commit(home, root), report

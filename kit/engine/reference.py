@@ -14,7 +14,7 @@ from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, load_owned
 from kit.store.objects import ObjectStore
 from kit.store.params import load_parameters
-from kit.store.start import start_from_commit, start_from_seed
+from kit.store.start import start_from_commit, start_from_manifest, start_from_seed
 
 
 def _reference_stage(group: Group, layout: Layout, student_shape: LlamaShape, ref_shape: LlamaShape, source: str):
@@ -40,7 +40,9 @@ def load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict |
         ref = _reference_stage(group, layout, shape, start_from_seed(spec["seed_dir"]).shape, str(path))
         load_owned(ref, spec["seed_dir"])
     else:
-        start = start_from_commit(spec["home"], spec["root"])
+        # "manifest": fetched over the group into this host's store, never adopted (kit/engine/migration.py)
+        start = start_from_manifest(spec["home"], spec["manifest"]) if "manifest" in spec else \
+            start_from_commit(spec["home"], spec["root"])
         ref = _reference_stage(group, layout, shape, start.shape, f"reference commit {spec['root']}")
         load_parameters(ObjectStore(spec["home"]), start.manifest["learned_state"]["params"], ref,
                         f"reference commit {spec['root']}")

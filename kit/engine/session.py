@@ -5,11 +5,14 @@ other workers.
 
 Commit protocol (every worker, then rank 0):
   1. each worker writes its own parameters' objects (param, exp_avg, exp_avg_sq) and its RNG state
-     into the run's store (`--home`, a directory every worker of the run can reach);
-  2. the workers exchange their learned-state entries (canonical JSON over the process group);
-  3. rank 0 writes the commit (`kit.store.commits.write_commit`): it re-hashes every object, writes
+     into its own `--home` (one directory on one host, or one per host without a shared mount);
+  2. rank 0's store receives, over the process group, the objects it lacks (none when the homes are
+     one directory; kit/engine/commit_transfer.py), each verified by hash;
+  3. the workers exchange their learned-state entries (canonical JSON over the process group);
+  4. rank 0 writes the commit (`kit.store.commits.write_commit`): it re-hashes every object, writes
      the manifest, then moves HEAD by compare-and-swap from the parent; every worker learns the
-     result (or rank 0's error).
+     result (or rank 0's error) and the manifest, and a worker whose home is another store adopts it
+     there as the shard of its own objects.
 
 The profile is dropout-free, so updates consume no random draws: RNG states are committed for
 the full root, restored when the layout is unchanged and reseeded deterministically otherwise.
@@ -23,6 +26,7 @@ import torch
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
+from kit.engine.commit_transfer import adopt_shard, gather_objects
 from kit.engine.worker import build_worker
 from kit.model.shard import Layout
 from kit.store import commits
@@ -44,6 +48,7 @@ class Session:
         self.step = start.step
         self.parent = start.manifest["full_root"] if start.manifest is not None else commits.read_head(home)
         self.committer: AsyncCommitter | None = None  # created by the first commit(background=True)
+        self.transfers: list[dict] = []  # per commit: this rank's objects sent to / received by rank 0's store
         self._restore_rng()
 
     def _restore_rng(self) -> None:
@@ -79,24 +84,32 @@ class Session:
             for n, s in self.engine.optimizer.param_states().items()})
         rng = self.store.put_bytes(torch.get_rng_state().numpy().tobytes())
         config_digest = self.store.put_bytes(self.start.config_bytes)
+        written = [*commits.param_digests(entries), rng, config_digest]
+        # hosts without a shared mount: rank 0's store receives what it lacks (kit/engine/commit_transfer.py)
+        transfer = gather_objects(self.group, self.store, written)
         mine = canonical_json({"entries": entries, "rng": rng})
         gathered = [loads_strict(b, "commit entries") for b in self.group.allgather_bytes(mine)]
-        outcome = {"ok": True, "root": None, "error": None}
+        outcome = {"ok": True, "root": None, "error": None, "manifest": None}
         if self.group.rank == 0:
             try:
+                if transfer["errors"]:
+                    raise commits.CommitError(f"{len(transfer['errors'])} object(s) did not reach rank 0's store "
+                                              f"{self.home}, HEAD unchanged: " + "; ".join(transfer["errors"]))
                 params = sorted((e for g in gathered for e in g["entries"]), key=lambda e: e["name"])
                 cursor = {"step": self.step, **(extra_cursor or {})}
                 layout = {**self.layout.to_json(), "model_config": config_digest}
                 outcome["root"] = commits.write_commit(self.home, {"cursor": cursor, "params": params}, layout,
                                                        self.parent, [g["rng"] for g in gathered])
+                outcome["manifest"] = commits.read_commit(self.home, outcome["root"])
             except ValueError as e:
-                outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}"}
+                outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}", "manifest": None}
         result = loads_strict(self.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
         if not result["ok"]:
             raise commits.CommitError(f"rank 0 could not commit step {self.step}: {result['error']}")
+        adopt_shard(self.group, self.home, result["manifest"], self.parent, written)
+        self.transfers.append({"step": self.step, "full_root": result["root"], **transfer})
         self.parent = result["root"]
-        manifest = commits.read_commit(self.home, self.parent)
-        return self.parent, manifest["learned_state_root"]
+        return self.parent, result["manifest"]["learned_state_root"]
 
     def wait_commit(self) -> tuple[str, str] | None:
         """Complete the background commit in flight (all workers together); its roots, None if none was."""

@@ -36,7 +36,13 @@ def start_from_seed(seed_dir: str) -> Start:
 
 
 def start_from_commit(home: str, root: str) -> Start:
-    manifest = commits.read_commit(home, root)
+    return start_from_manifest(home, commits.read_commit(home, root))
+
+
+def start_from_manifest(home: str, manifest: dict) -> Start:
+    """A commit whose manifest came from elsewhere (sent over the process group by the host holding it)
+    and whose needed objects are in `home`'s store; the manifest is validated, never trusted."""
+    commits.validate_manifest(manifest, f"manifest sent for {home}")
     store = ObjectStore(home)
     data = store.get_bytes(manifest["layout"]["model_config"])
     return Start(parse_config(loads_strict(data, "model config object"), f"{home} config object"), data,
