@@ -507,13 +507,16 @@ class Campaign:
         return out
 
     def _estimates(self, upd: dict, workers: int, row: dict) -> list[dict]:
-        """kit.planner's estimate for the layout that ran (kit.model.shard.even_layout, as `kit adaptive
-        train` builds it) with every microbatch of the update in flight (the GPipe schedule keeps them all):
-        once with the contract's max_tokens and reserve (what prepare plans with), once with this update's
-        longest padded microbatch and no reserve (comparable with torch.cuda.max_memory_allocated)."""
+        """The planner's estimate for the layout that ran (the prepared ownership manifest's, else even, as
+        `kit adaptive train` chooses it): once with the contract's max_tokens and reserve (what prepare plans
+        with), once as admission computes it (kit.engine.admission.worker_estimate: the microbatches the tick
+        schedule keeps in flight on that rank) for this update's longest microbatch padded to the CUDA length
+        bucket, without the reserve (comparable with torch.cuda.max_memory_allocated)."""
         try:
             from kit.adaptive.schema import REGIMES
-            from kit.model.shard import even_layout
+            from kit.adaptive.train import _training_layout
+            from kit.distributed.pipeline import CUDA_LENGTH_BUCKET
+            from kit.engine.admission import worker_estimate
             from kit.model.config import load_config
             from kit.planner import MemoryModel, MicrobatchShape, estimate_worker, shape_with_growth
 
@@ -524,18 +527,19 @@ class Campaign:
                 shape = shape_with_growth(shape, c["growth"]["add_blocks"])
             docs = len(row["ids"])
             n_micro = -(-docs // t["microbatch_size"])
-            layout = even_layout(shape.num_hidden_layers, workers)
+            layout = _training_layout(self.prepared, shape.num_hidden_layers, workers)
             regime = REGIMES[p["regime"]]
-            seq_run = max(upd.get("microbatch_lengths") or [t["max_tokens"]])
+            longest = max(upd.get("microbatch_lengths") or [t["max_tokens"]])
+            bucket = CUDA_LENGTH_BUCKET if self.a.device == "cuda" else 1
+            seq_run = -(-longest // bucket) * bucket
             out = []
             for r, (a, b) in enumerate(layout.ranges):
                 full = estimate_worker(shape, range(a, b), r == 0, MicrobatchShape(t["microbatch_size"], t["max_tokens"],
                                        n_micro), MemoryModel(reserve_bytes=p["reserve_bytes"], **regime))
-                run = estimate_worker(shape, range(a, b), r == 0, MicrobatchShape(t["microbatch_size"], seq_run, n_micro),
-                                      MemoryModel(**regime))
+                run = worker_estimate(shape, layout, r, (t["microbatch_size"], seq_run), n_micro, dict(regime))
                 out.append({"blocks": [a, b], "planner_estimate_bytes": full.total,
                             "planner_estimate_run_seq_no_reserve_bytes": run.total,
-                            "planner_components_run_seq": run.components})
+                            "planner_run_seq": seq_run, "planner_components_run_seq": run.components})
             return out
         except Exception as e:  # noqa: BLE001
             return [{"planner_error_message": repr(e)[:300]}] * workers
@@ -757,7 +761,7 @@ def summary_md(state: dict, record: dict) -> str:
                      f"{u.get('input_tokens_per_s')} | {u.get('padded_tokens_per_s')} | {ranks} |")
     lines += ["", ("Peak memory is `torch.cuda.max_memory_allocated` of the rank's device during the update (- "
                    "on CPU); sent is the pipeline's point-to-point bytes from the rank (collectives excluded). "
-                   "Planner: kit.planner.estimate_worker for the layout that ran with every microbatch in flight. "
+                   "Planner: kit.engine.admission.worker_estimate (the in-flight microbatches of the schedule) for the layout that ran, at the longest microbatch of the update padded to the length bucket, no reserve. "
                    "Files: run.json, phases.json, updates.json, comparisons/, raw/, contract_changes.json.")]
     return "\n".join(lines) + "\n"
 
