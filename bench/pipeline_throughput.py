@@ -40,6 +40,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kit.train.batch import TrainRecord  # noqa: E402
 from bench.update_throughput import (  # noqa: E402
     device_info,
     engine_config,
@@ -130,6 +131,22 @@ def peak_breakdown(snapshot: dict, device_index: int, before: int, top: int = 25
             "live_at_peak": sorted(groups.items(), key=lambda kv: -kv[1])[:top]}
 
 
+def bench_records(shape: LlamaShape, n: int, seq: int, replay: str, lengths: str):
+    """`n` records of `seq` tokens, every one a replay record ("all": the equal-work row) or every other
+    one ("half": CE on the rest, as a cohort mixes new and replay records); with lengths "varied" each
+    record keeps a seeded random 70-100% of its tokens, so microbatches differ in padded length as
+    real documents do."""
+    recs = make_records(shape, n, seq, (True,) if replay == "all" else (True, False), seed=3)
+    if lengths == "fixed":
+        return recs
+    gen = torch.Generator().manual_seed(4)
+    out = []
+    for r in recs:
+        k = int(seq * (0.7 + 0.3 * torch.rand((), generator=gen).item()))
+        out.append(TrainRecord(r.id, r.input_ids[:k], r.target_mask[:k], r.weight, r.replay))
+    return out
+
+
 def stage_worker(group, args: dict, ctx) -> dict:
     """One rank: build its worker as `kit adaptive train` does, run warm-up and timed updates."""
     shape = shape_of(args["tiny"])
@@ -147,7 +164,7 @@ def stage_worker(group, args: dict, ctx) -> dict:
                           student=student, reference=reference,
                           admission={"microbatch": (micro, seq), "microbatches": M, "memory_model": memory_model})
     eng = worker.engine
-    records = make_records(shape, micro * M, seq, (True,), seed=3)
+    records = bench_records(shape, micro * M, seq, args.get("replay", "all"), args.get("lengths", "fixed"))
     objectives, seconds = [], []
     breakdown = None
     last = args["warmup"] + args["steps"] - 1
@@ -185,7 +202,8 @@ def stage_worker(group, args: dict, ctx) -> dict:
         ("nccl" if cuda and group.world > 1 else ("gloo" if group.world > 1 else "none")),
         "in_flight_microbatches": in_flight(group.world, M, group.rank),
         "first_update_s": first_s, "seconds": seconds, "timed_mean_s": sum(timed) / len(timed),
-        "objectives": objectives, "bytes_sent": getattr(group, "bytes_sent", None),
+        "objectives": objectives, "input_tokens_per_update": sum(len(r.input_ids) for r in records),
+        "bytes_sent": getattr(group, "bytes_sent", None),
         "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
         "estimate_bytes": est.get("estimate"), "estimate_components": comps,
         "estimate_without_reserve_bytes": (est["estimate"] - reserve) if est else None,
@@ -197,7 +215,7 @@ def stage_worker(group, args: dict, ctx) -> dict:
 def run_section(name: str, workers: int, layout: Layout, a, base: Path, memory_model: dict) -> dict:
     args = {"tiny": a.tiny, "layout": layout.to_json(), "micro": a.micro, "seq": a.seq,
             "microbatches": a.microbatches, "warmup": a.warmup, "steps": a.steps, "memory_model": memory_model,
-            "snapshot": a.snapshot,
+            "snapshot": a.snapshot, "replay": a.replay, "lengths": a.lengths,
             "timeout_s": 300}
     t0 = time.perf_counter()
     ranks = launch("bench.pipeline_throughput:stage_worker", args, workers, base / name, timeout_s=a.timeout,
@@ -206,7 +224,7 @@ def run_section(name: str, workers: int, layout: Layout, a, base: Path, memory_m
     # lockstep ranks: an update takes as long as its slowest rank
     step_s = [max(r["seconds"][i] for r in ranks) for i in range(len(ranks[0]["seconds"]))]
     timed = step_s[a.warmup:]
-    tokens = a.micro * a.microbatches * a.seq
+    tokens = ranks[0]["input_tokens_per_update"]
     for r in ranks:
         pk, est = r["peak_memory_bytes"], r["estimate_without_reserve_bytes"]
         r["estimate_error"] = (est / pk - 1) if pk and est else None
@@ -228,6 +246,10 @@ def main(argv=None) -> int:
     ap.add_argument("--split", type=int, default=None, help="rank 0's blocks of two stages (default balanced_split)")
     ap.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
     ap.add_argument("--timeout", type=float, default=480.0, help="seconds per section")
+    ap.add_argument("--replay", choices=["all", "half"], default="all",
+                    help="replay records: all (equal work, the default) or every other one (a cohort's mix)")
+    ap.add_argument("--lengths", choices=["fixed", "varied"], default="fixed",
+                    help="record lengths: all --seq, or a seeded 70-100%% of it")
     ap.add_argument("--snapshot", action="store_true",
                     help="record the allocator during the last update: what is alive at each rank's peak")
     ap.add_argument("--run-id", default=None)
@@ -276,7 +298,9 @@ def main(argv=None) -> int:
         "command": " ".join(["python", "bench/pipeline_throughput.py", *(sys.argv[1:] if argv is None else argv)]),
         "parameters": {"tiny": a.tiny, "micro": a.micro, "seq": a.seq, "microbatches": a.microbatches,
                        "warmup": a.warmup, "steps": a.steps, "split": split, "memory_model": memory_model,
-                       "work": "equal: every record a replay record (teacher forward on every record, KL on every target)",
+                       "replay": a.replay, "lengths": a.lengths,
+                       "work": ("equal: every record a replay record (teacher forward on every record, KL on every target)"
+                                if a.replay == "all" else "mixed: every other record a replay record (KL), CE on the rest"),
                        "script_sha256": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()},
         "git": git_commit(), "versions": versions(), "device": device_info(torch.device("cuda" if gpus else "cpu")),
         "host_cuda_devices": gpus, "status": "completed" if not errors else "failed", "errors": errors,
