@@ -56,7 +56,7 @@ from kit.distributed.pipeline import in_flight  # noqa: E402
 from kit.engine.worker import build_worker  # noqa: E402
 from kit.model.config import LlamaShape  # noqa: E402
 from kit.model.shard import Layout, build_stage, even_layout  # noqa: E402
-from kit.planner import MemoryModel  # noqa: E402
+from kit.planner import GPU_BF16  # noqa: E402
 
 SECTIONS = ("one", "two", "three")
 INIT_SEED, INIT_STD = 17, 0.02
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
     L = shape.num_hidden_layers
     split = a.split or balanced_split(shape, a.seq)
     gpus = torch.cuda.device_count()
-    memory_model = {} if a.tiny else {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2}
+    memory_model = {} if a.tiny else dict(GPU_BF16)
     layouts = {"one": (1, even_layout(L, 1)), "two": (2, Layout(((0, split), (split, L)))),
                "three": (3, even_layout(L, 3))}
     sections, errors = {}, []

@@ -112,6 +112,10 @@ class MemoryModel:
     logits_chunk_tokens: int = 1024  # tokens per chunk of the chunked logits/loss
     logits_elem_bytes: int = 4  # logits and loss are computed in FP32
     logits_factor: float = 4.0  # student logits, their log-softmax, reference log-probs, logits gradient
+    # Per in-flight microbatch and per matmul weight of an owned block: the low-precision weight casts
+    # a torch.compile'd block saves for its backward (2 in the GPU regime; 0 on CPU, where FP32 compute
+    # reads the master). A fixed cost per microbatch, so it dominates when microbatches are short.
+    saved_weight_bytes: int = 0
     reserve_bytes: int = 0  # fixed per-worker reserve (runtime context, allocator); from the contract
     reserve_fraction: float = 0.0  # extra margin as a fraction of the modelled subtotal
 
@@ -122,6 +126,7 @@ class MemoryModel:
             "adam_bytes",
             "compute_copy_bytes",
             "reference_bytes",
+            "saved_weight_bytes",
             "reserve_bytes",
         ):
             _require_int("MemoryModel", f, getattr(self, f), 0)
@@ -141,13 +146,9 @@ class MemoryModel:
 
     @classmethod
     def gpu_bf16(cls, reserve_bytes: int = 0, reserve_fraction: float = 0.0) -> MemoryModel:
-        """The kit's GPU regime: bf16 autocast over FP32 masters with torch.compile'd blocks (the engine's
-        default on CUDA), fused attention, a bf16 reference. Calibrated on one H200 (docs/planner.md,
-        "Measured on the GPU host"): the compiled blocks recompute the bf16 weight casts in backward
-        instead of keeping a copy (compute_copy_bytes=0), and the saved activations measured
-        98.9 KB per token per block at the 1.7B shape against the default coefficients' 98.3 KB."""
-        return cls(compute_copy_bytes=0, reference_bytes=2, activation_bytes=2,
-                   reserve_bytes=reserve_bytes, reserve_fraction=reserve_fraction)
+        """The kit's GPU regime (`GPU_BF16`): bf16 autocast over FP32 masters with torch.compile'd blocks
+        (the engine's default on CUDA), fused attention, a bf16 reference. docs/planner.md derives it."""
+        return cls(**GPU_BF16, reserve_bytes=reserve_bytes, reserve_fraction=reserve_fraction)
 
     @property
     def bytes_per_param(self) -> int:
@@ -174,6 +175,23 @@ class MemoryModel:
             + self.act_score_coeff * s.num_attention_heads * seq_len
         )
         return elements * self.activation_bytes
+
+
+# The GPU regime's fields (docs/planner.md, "The GPU regime"), read off the tensors a torch.compile'd
+# block saves for backward under bf16 autocast (tests/test_planner_gpu_regime.py lists them on CPU):
+# per token 8 hidden-sized tensors (block input, two norm outputs, q, k, v, attention output, the
+# mid-block residual's norm input) and 3 intermediate-sized ones (gate, up, SiLU(gate)*up) in bf16;
+# per microbatch the bf16 casts of the block's seven matmul weights. The compiled graph recomputes
+# nothing of the weights, and no FP32 compute copy of the masters exists (compute_copy_bytes 0).
+GPU_BF16 = {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2, "act_mlp_coeff": 3.0,
+            "saved_weight_bytes": 2}
+
+
+def block_matmul_param_count(shape: LlamaShape) -> int:
+    """Weights of one block that enter a matmul (q, k, v, o, gate, up, down): what the compiled block
+    casts to the compute dtype and saves per microbatch."""
+    h, i, d = shape.hidden_size, shape.intermediate_size, shape.head_dim
+    return (2 * h * shape.num_attention_heads * d + 2 * h * shape.num_key_value_heads * d + 3 * h * i)
 
 
 @dataclass(frozen=True)
@@ -223,7 +241,8 @@ def estimate_worker(
         "adam_moments": params * model.adam_bytes,
         "compute_copy": params * model.compute_copy_bytes,
         "reference": params * model.reference_bytes,
-        "activations": math.ceil(mb.in_flight * mb.tokens * act_per_token),
+        "activations": math.ceil(mb.in_flight * (mb.tokens * act_per_token
+                                                 + n * block_matmul_param_count(shape) * model.saved_weight_bytes)),
         "logits_buffers": logits,
         "lookup_gradients": mb.lookup_grads * mb.tokens * shape.hidden_size * 4 if owns_embedding else 0,
     }

@@ -26,7 +26,8 @@ from kit.train.optim import GroupConfig
 SHAPE = LlamaShape(vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
                    num_attention_heads=32, num_key_value_heads=32, head_dim=64, rms_norm_eps=1e-5,
                    max_position_embeddings=8192, tie_word_embeddings=True, rope=RopeSpec())
-GPU = {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2, "reserve_bytes": 6 << 30}
+GPU = {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2, "act_mlp_coeff": 3.0,
+       "saved_weight_bytes": 2, "reserve_bytes": 6 << 30}
 
 
 def _expected(layout, rank, batch, seq, n_mb, mm):
@@ -41,11 +42,12 @@ def _expected(layout, rank, batch, seq, n_mb, mm):
     per_param = 4 + 4 + 8 + mm["compute_copy_bytes"] + mm["reference_bytes"]
     live = min(n_mb, 2 * W if owner else 2 * (W - rank))  # the tick schedule's in-flight microbatches
     tokens = batch * seq
-    act_tok = blocks * (4 * h + 2 * q + 2 * kv + 4 * inter) * mm["activation_bytes"]
+    act_tok = blocks * (4 * h + 2 * q + 2 * kv + mm["act_mlp_coeff"] * inter) * mm["activation_bytes"]
     act_tok += (2 * h * mm["activation_bytes"]) if owner else 0  # final-norm input and output
+    weights_per_mb = blocks * (block - 2 * h) * mm["saved_weight_bytes"]  # the compiled blocks' bf16 weight casts
     head = min(1024, tokens) * s.vocab_size * 4 * 4 if owner else 0  # chunked logits and loss buffers
     lookup = n_mb * tokens * h * 4 if owner else 0  # deferred embedding-lookup gradients, FP32
-    return params * per_param + math.ceil(live * tokens * act_tok) + head + lookup + mm["reserve_bytes"]
+    return params * per_param + math.ceil(live * (tokens * act_tok + weights_per_mb)) + head + lookup + mm["reserve_bytes"]
 
 
 @pytest.mark.parametrize("workers", [2, 3])

@@ -19,6 +19,7 @@ import re
 
 from kit.contract import Contract, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract
 from kit.data.tasks import FAMILIES
+from kit.planner import GPU_BF16
 
 KIND = "adaptive-shards"
 PART_NAMES = ("new", "replay_a", "replay_conv")
@@ -31,7 +32,7 @@ CONFIDENCE = 0.95
 # Planner regimes -> kit.planner.MemoryModel overrides (the same bytes kit.engine.admission.admit_worker assumes).
 REGIMES = {
     "cpu-fp32": {},
-    "gpu-bf16": {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2},
+    "gpu-bf16": GPU_BF16,
 }
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

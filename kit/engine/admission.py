@@ -37,7 +37,9 @@ def worker_estimate(shape: LlamaShape, layout: Layout, rank: int, microbatch: tu
 
 
 def default_memory_model(device: torch.device) -> dict:
-    return {} if device.type == "cpu" else {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2}
+    from kit.planner import GPU_BF16
+
+    return {} if device.type == "cpu" else dict(GPU_BF16)
 
 
 def admit_worker(group: Group, shape: LlamaShape, layout: Layout, microbatch: tuple[int, int],
