@@ -69,7 +69,7 @@ from kit.train.optim import GroupConfig
 
 PEAK_FLOPS = 989e12  # bf16 dense, datasheet
 SECTIONS = ("ceiling", "baseline", "baseline_compiled", "kit", "commit", "checkpoint", "kit_mixed", "planner",
-            "kit_eager")
+            "kit_eager", "kit_host_clip")
 GIB = 2**30
 # torch.optim.AdamW's defaults, used by both rows
 LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM = 1e-5, (0.9, 0.999), 1e-8, 0.01, 1.0
@@ -274,16 +274,16 @@ def make_records(shape: LlamaShape, n: int, seq: int, replay_every: tuple[bool, 
             for i in range(n)]
 
 
-def engine_config(micro: int, compile_blocks: str) -> EngineConfig:
+def engine_config(micro: int, compile_blocks: str, clip_on_device: str = "auto") -> EngineConfig:
     return EngineConfig(microbatch_size=micro, max_grad_norm=MAX_NORM, distill=DistillConfig(),
-                        compute_dtype="bfloat16", compile_blocks=compile_blocks)
+                        compute_dtype="bfloat16", compile_blocks=compile_blocks, clip_on_device=clip_on_device)
 
 
 def optimizer_groups() -> dict[str, GroupConfig]:
     return {"default": GroupConfig(lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)}
 
 
-def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str) -> StageEngine:
+def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str, clip_on_device: str = "auto") -> StageEngine:
     with torch.device(device):
         student = LlamaCausalLM(shape)
         reference = LlamaCausalLM(shape)
@@ -291,7 +291,8 @@ def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str) -> Sta
     random_init(reference, 2)
     reference.to(torch.bfloat16).requires_grad_(False)
     layout = even_layout(shape.num_hidden_layers, 1)
-    return build_worker(Group(0, 1, device), layout, None, engine_config(micro, compile_blocks), optimizer_groups(),
+    return build_worker(Group(0, 1, device), layout, None, engine_config(micro, compile_blocks, clip_on_device),
+                        optimizer_groups(),
                         student=student, reference=reference).engine
 
 
@@ -314,7 +315,7 @@ def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int
     out = throughput_row(name, shape, micro, seq, dt_, ref_fraction, device, ceiling)
     out["work"] = ("equal: teacher forward on every record, CE + KL" if all(replay) else
                    f"mixed: teacher forward on {sum(replay)} of {len(replay)} records (KL there, CE on the rest)")
-    out.update({"first_update_s": round(first_s, 2), "compile_blocks": eng.cfg.compile_blocks,
+    out.update({"first_update_s": round(first_s, 2), "compile_blocks": eng.cfg.compile_blocks, "clip_on_device": eng.cfg.clip_on_device,
                 "replay_records": sum(replay), "records": micro, "objective_first": first.parts.objective,
                 "objective_last": last.parts.objective, "grad_norm_last": last.grad_norm,
                 "clip_factor_last": last.clip_factor, "optimizer_fused": eng.optimizer.fused})
@@ -672,8 +673,8 @@ def main(argv=None) -> int:
                                                                      compiled=True, ceiling=ceiling))
         holder = {}
 
-        def kit_section(compile_blocks, name, replay, keep=False):
-            eng = build_kit(shape, a.micro, device, compile_blocks)
+        def kit_section(compile_blocks, name, replay, keep=False, clip_on_device="auto"):
+            eng = build_kit(shape, a.micro, device, compile_blocks, clip_on_device)
             static = allocated_gib(device)
             row = run_kit(name, eng, shape, a.micro, seq, replay, a.warmup, a.steps, device, ceiling)
             row["static_gib"] = static
@@ -713,6 +714,10 @@ def main(argv=None) -> int:
         section("planner", lambda: planner_check(shape, a.micro, seq, a.planner_microbatches, device, capacity,
                                                  "auto"))
         section("kit_eager", lambda: kit_section("off", "kit_eager_equal_work", (True,) * a.micro))
+        # Before/after of the device-side clip factor (kit/train/device_clip.py): the headline's engine
+        # with the factor computed on the host, one sync per update (the code before issue 18's change).
+        section("kit_host_clip", lambda: kit_section("auto", "kit_equal_work_host_clip", (True,) * a.micro,
+                                                     clip_on_device="off"))
     ended = dt.datetime.now(dt.UTC)
     record = {
         "format": "kit-bench/1",

@@ -62,6 +62,7 @@ from kit.train.loss import (
     target_positions,
     update_objective,
 )
+from kit.train.device_clip import clip_on_device
 from kit.train.optim import ParamAdamW, clip_factor
 
 # --- the tick plan: pure functions of (world W, microbatches M, rank r, tick t) ----------------------
@@ -117,14 +118,22 @@ class EngineConfig:
     # Pad each microbatch's length up to a multiple of this (kit/train/batch.py): "auto" is 64 on CUDA,
     # where every new length costs a new attention plan, and off on CPU, so CPU results never change.
     length_bucket: str | int = "auto"
+    # Where the clip factor is computed (kit/train/device_clip.py): "auto" on the device on CUDA, so an
+    # update never waits for the host, and on the host on CPU, whose bits the CPU evidence pins.
+    clip_on_device: str = "auto"
 
     def __post_init__(self):
+        if self.clip_on_device not in ("auto", "on", "off"):
+            raise ValueError(f"engine clip_on_device {self.clip_on_device!r}; expected 'auto', 'on' or 'off'")
         if self.compile_blocks not in ("auto", "off"):
             raise ValueError(f"engine compile_blocks {self.compile_blocks!r}; expected 'auto' or 'off'")
         ok = self.length_bucket == "auto" or (isinstance(self.length_bucket, int)
                                               and not isinstance(self.length_bucket, bool) and self.length_bucket >= 0)
         if not ok:
             raise ValueError(f"engine length_bucket {self.length_bucket!r}; expected 'auto' or an integer >= 0")
+
+    def device_clip_for(self, device: torch.device) -> bool:
+        return self.clip_on_device == "on" or (self.clip_on_device == "auto" and device.type == "cuda")
 
     def bucket_for(self, device: torch.device) -> int:
         if self.length_bucket == "auto":
@@ -174,6 +183,26 @@ class UpdateResult:
     def to_json(self) -> dict:
         return {**self.parts.to_json(), "grad_norm": self.grad_norm, "clip_factor": self.clip_factor,
                 "tokens": self.tokens, "seconds": self.seconds}
+
+
+class PendingUpdateResult:
+    """An UpdateResult whose numbers are still on the device (kit/train/device_clip.py): reading any of
+    them (`parts`, `grad_norm`, `clip_factor`, `seconds`, `to_json()`) waits for them, once."""
+
+    def __init__(self, pending, new_tokens: int, replay_tokens: int, tokens: int, kl_weight: float):
+        self._pending, self._counts, self._kl_weight = pending, (new_tokens, replay_tokens, tokens), kl_weight
+        self._result: UpdateResult | None = None
+
+    def resolve(self) -> UpdateResult:
+        if self._result is None:
+            norm, factor, ce, kl = self._pending.values()
+            new, replay, N = self._counts
+            self._result = UpdateResult(LossParts(ce, kl, new, replay, update_objective(ce, kl, self._kl_weight, N)),
+                                        norm, factor, N, self._pending.seconds)
+        return self._result
+
+    def __getattr__(self, name):
+        return getattr(self.resolve(), name)
 
 
 class StageEngine:
@@ -228,6 +257,10 @@ class StageEngine:
         its share of the global batch and `total_targets`, the global batch's target count, so the
         objective keeps the global normalisation; `grad_reducer` then sums gradients across replicas."""
         t0 = time.perf_counter()
+        start = None
+        if self.device.type == "cuda" and self.cfg.device_clip_for(self.device):
+            start = torch.cuda.Event(enable_timing=True)  # the update's device-time origin
+            start.record()
         local_n = validate_records(records, self.student.shape.vocab_size)
         N = local_n if total_targets is None else int(total_targets)
         if N < local_n:
@@ -241,12 +274,18 @@ class StageEngine:
             self.grad_reducer(self.params)
         if self.capture_grads:
             self.last_grads = {n: p.grad.detach().clone() for n, p in self.params.items() if p.grad is not None}
+        new_tokens = sum(mb.new_tokens for mb in mbs)
+        replay_tokens = sum(mb.replay_tokens for mb in mbs)
+        if self.cfg.device_clip_for(self.device):
+            factor_t, found_inf, pending = clip_on_device(self._clip_buffer(parts), len(self.canonical),
+                                                          self.cfg.max_grad_norm, start, t0)
+            self.optimizer.step(grad_factor=factor_t, found_inf=found_inf)
+            self.optimizer.zero_grad()
+            return PendingUpdateResult(pending, new_tokens, replay_tokens, N, self.cfg.distill.weight)
         norm, factor, (ce_sum, kl_sum_) = self._clip(parts)
         # No wait for the step: the next update's host-side preparation overlaps it on the device.
         self.optimizer.step(grad_factor=factor)
         self.optimizer.zero_grad()
-        new_tokens = sum(mb.new_tokens for mb in mbs)
-        replay_tokens = sum(mb.replay_tokens for mb in mbs)
         objective = update_objective(ce_sum, kl_sum_, self.cfg.distill.weight, N)
         return UpdateResult(LossParts(ce_sum, kl_sum_, new_tokens, replay_tokens, objective),
                             norm, factor, N, time.perf_counter() - t0)
@@ -372,6 +411,14 @@ class StageEngine:
         device-to-host copy: the one synchronisation of an update. The factor is applied by the
         optimizer step."""
         n = len(self.canonical)
+        host = self._clip_buffer(parts).cpu().tolist()
+        norm, factor = clip_factor(host[:n], self.cfg.max_grad_norm)
+        return norm, factor, host[n:]
+
+    def _clip_buffer(self, parts: torch.Tensor) -> torch.Tensor:
+        """Every canonical parameter's squared gradient norm (FP64, in its canonical position; 0 where
+        another rank owns it), then the loss sums, all-reduced: the same buffer on every rank."""
+        n = len(self.canonical)
         buf = torch.zeros(n + parts.numel(), dtype=torch.float64, device=self.device)
         names = [n_ for n_ in self.params if self.params[n_].grad is not None]
         if names:
@@ -381,9 +428,7 @@ class StageEngine:
         buf[n:] = parts
         # each squared norm is non-zero on exactly one rank and the loss sums only on rank 0: the sum is exact
         self.group.allreduce_sum_(buf)
-        host = buf.cpu().tolist()
-        norm, factor = clip_factor(host[:n], self.cfg.max_grad_norm)
-        return norm, factor, host[n:]
+        return buf
 
     def _canonical_index(self, names: list[str]) -> torch.Tensor:
         key = tuple(names)

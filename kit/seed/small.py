@@ -331,7 +331,10 @@ def _train(cfg, model, rows: list[TrainRecord], updates: int, device: torch.devi
     base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
     engine = build_worker(Group(0, 1, device), even_layout(model.shape.num_hidden_layers, 1), None,
                           EngineConfig(cfg.microbatch_rows, cfg.max_grad_norm, compute_dtype=dtype,
-                                       pad_id=model.shape.pad_token_id, compile_blocks="off", length_bucket=0),
+                                       pad_id=model.shape.pad_token_id, compile_blocks="off", length_bucket=0,
+                                       # the host's left-to-right sum of the squared norms: the setting the
+                                       # pinned digest (runs/seed-small-h200-2026-11-30) was built with
+                                       clip_on_device="off"),
                           {OPTIMIZER_GROUP: base}, student=model).engine
     if device.type == "cuda":
         from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -83,14 +83,25 @@ class ParamAdamW:
             p.grad = None
 
     @torch.no_grad()
-    def step(self, grad_factor: float = 1.0) -> None:
+    def step(self, grad_factor: float | torch.Tensor = 1.0, found_inf: torch.Tensor | None = None) -> None:
         """One AdamW step. `grad_factor` (the canonical clip factor, <= 1) scales every gradient first:
         in place on the foreach path (exactly `apply_clip`), inside the fused kernel on CUDA (as its
-        grad_scale = 1 / factor, which saves a pass over the gradients)."""
+        grad_scale = 1 / factor, which saves a pass over the gradients). A device tensor factor and
+        `found_inf` (kit/train/device_clip.py) keep the step free of host synchronisation: a non-zero
+        `found_inf` makes the fused kernel leave parameters and moments untouched."""
+        if found_inf is not None and not self.fused and bool(found_inf):
+            return  # the foreach path checks on the host (CPU): the same skip
         if not self.fused:
-            apply_clip(self.params.values(), grad_factor)
+            if torch.is_tensor(grad_factor):
+                grads = [p.grad for p in self.params.values() if p.grad is not None]
+                if grads:
+                    torch._foreach_mul_(grads, grad_factor.to(torch.float32))
+            else:
+                apply_clip(self.params.values(), grad_factor)
         grad_scale = None
-        if self.fused and grad_factor < 1.0:
+        if self.fused and torch.is_tensor(grad_factor):
+            grad_scale = (1.0 / grad_factor).to(torch.float32)
+        elif self.fused and grad_factor < 1.0:
             device = next(iter(self.params.values())).device
             grad_scale = torch.full((), 1.0 / grad_factor, dtype=torch.float32, device=device)
         buckets: dict[tuple[str, int], list[str]] = {}
@@ -107,7 +118,7 @@ class ParamAdamW:
             m = [self.state[n]["exp_avg"] for n in names]
             v = [self.state[n]["exp_avg_sq"] for n in names]
             if self.fused:
-                self._fused_step(g, age, ps, grads, m, v, grad_scale)
+                self._fused_step(g, age, ps, grads, m, v, grad_scale, found_inf)
                 continue
             if g.weight_decay:
                 torch._foreach_mul_(ps, 1 - g.lr * g.weight_decay)
@@ -122,13 +133,13 @@ class ParamAdamW:
             torch._foreach_addcdiv_(ps, m, denom, value=-step_size)
 
     @staticmethod
-    def _fused_step(g: GroupConfig, age: int, ps, grads, m, v, grad_scale) -> None:
+    def _fused_step(g: GroupConfig, age: int, ps, grads, m, v, grad_scale, found_inf=None) -> None:
         # The kernel reads each tensor's step from a device scalar (no host sync); one buffer of
         # `age` values, unbound into per-parameter views, serves the whole bucket.
         steps = torch.full((len(ps),), float(age), dtype=torch.float32, device=ps[0].device).unbind()
         torch._fused_adamw_(ps, grads, m, v, [], list(steps), amsgrad=False, lr=g.lr, beta1=g.beta1,
                             beta2=g.beta2, weight_decay=g.weight_decay, eps=g.eps, maximize=False,
-                            grad_scale=grad_scale)
+                            grad_scale=grad_scale, found_inf=found_inf)
 
     # --- state for checkpoints --------------------------------------------------------------
     def param_states(self) -> dict[str, dict]:
