@@ -49,6 +49,7 @@ def _torchrun(link: Link, hosts, port: int, per_host: list[list[str]], common: l
     for side in (0, 1):
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "KIT_RUN_DIR", "LOCAL_RANK")}
         env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", KIT_PROGRESS="0", GLOO_SOCKET_IFNAME=link.dev[side],
+                   PYTHONFAULTHANDLER="1",
                    KIT_HOST_NAME=HOSTS[side])
         argv = link.exec_argv(side, [
             sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(side),
@@ -84,8 +85,7 @@ def _assigned(store: str, root: str, rank: int) -> list[str]:
 
 
 def _ok(run):
-    assert all(p["returncode"] == 0 for p in run), [[line for line in p["stderr"].splitlines()
-                                                     if line.startswith("[rank") and ": " in line][-3:] for p in run]
+    assert all(p["returncode"] == 0 for p in run), [(p["returncode"], p["stderr"][-1500:]) for p in run]
 
 
 @pytest.mark.skipif(WHY is not None, reason=f"two network namespaces cannot be made here: {WHY} "
@@ -134,6 +134,7 @@ def test_adaptive_train_across_two_namespaces_with_no_shared_store(prepared, tmp
                                              ["--home", str(B / "bad")]],
                         ["--cohort", "A", "--resume", root4])
         assert all(r["returncode"] != 0 for r in bad)
+        assert list((A / "bad" / "attempts").glob("*/attempt.json")), [r["stderr"][-3000:] for r in bad]
         err = _attempt(A / "bad")["error"]
         assert victim in err and "from rank 0 (hostA): wrong bytes" in err and "HEAD unchanged" in err, err
         assert commits.read_head(A / "bad") is None and commits.read_head(B / "bad") is None

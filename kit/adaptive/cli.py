@@ -21,6 +21,10 @@ def cmd_train(a) -> int:
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 prints
         for c in commits:
             print(json.dumps(c, sort_keys=True), flush=True)
+    if under_torchrun:  # records written, group left (train_torchrun's finally)
+        from kit.distributed.group import exit_torchrun_worker
+
+        exit_torchrun_worker(0)
     return 0
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from kit import numerics
 from kit.cli.args import (
     Dir,
+    File,
     FileOrDir,
     OutDir,
     Parser,
@@ -56,8 +57,11 @@ def cmd_seed_build(a) -> int:
             raise ValueError("--test-size is for --scale tiny; a short small build takes --config FILE "
                              "(a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50})")
         cfg = SmallSeedConfig.from_json(a.config) if a.config else SmallSeedConfig.small()
-        _print_json(build_small_seed(Path(a.out), cfg, device=a.device, alpaca=Path(a.public_source),
-                                     text=Path(a.general_text), contracts_dir=Path(a.contracts),
+        repo = Path(__file__).resolve().parents[2]  # the defaults travel in the repository, whatever the cwd
+        _print_json(build_small_seed(Path(a.out), cfg, device=a.device,
+                                     alpaca=Path(a.public_source or repo / "data" / "alpaca_5000.json"),
+                                     text=Path(a.general_text or repo / "data" / "python3.11-doc.jsonl.xz"),
+                                     contracts_dir=Path(a.contracts or repo / "contracts"),
                                      progress=not a.no_progress))
         return 0
     for flag, value, default in (("--config", a.config, None), ("--device", a.device, "cpu")):
@@ -146,10 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--scale", choices=("tiny", "small"), default="tiny",
                    help="tiny: the embedded default's ~1.75M CPU seed; small: the ~126M medium-scale seed (one GPU)")
     s.add_argument("--device", default="cpu", help="small only: cuda (the real build) or cpu (test sizes)")
-    s.add_argument("--config", help="small only: JSON object of SmallSeedConfig fields to override")
-    s.add_argument("--public-source", default="data/alpaca_5000.json", help="small only: the pinned conversations")
-    s.add_argument("--general-text", default="data/python3.11-doc.jsonl.xz", help="small only: the pinned general text")
-    s.add_argument("--contracts", default="contracts", help="small only: contracts whose dev/final task roles are excluded")
+    s.add_argument("--config", type=File("a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50}", fmt="json"),
+                   help="small only: JSON object of SmallSeedConfig fields to override")
+    s.add_argument("--public-source", type=public_source_file(),
+                   help="small only: the pinned conversations (default data/alpaca_5000.json in the repository)")
+    s.add_argument("--general-text", type=File("the pinned general text, data/python3.11-doc.jsonl.xz (data/SOURCE.md)", fmt="xz"),
+                   help="small only: the pinned general text (default data/python3.11-doc.jsonl.xz in the repository)")
+    s.add_argument("--contracts", type=Dir("a folder of contracts whose dev/final task roles the seed must not train on"),
+                   help="small only: contracts whose dev/final task roles are excluded (default contracts/ in the repository)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_seed_build)
     s = seed.add_parser("show", help="digest, shape and a sample reply of a seed directory")

@@ -128,7 +128,7 @@ class Dir(PathArg):
 
 
 class File(PathArg):
-    """An existing file; `fmt` "json" or "jsonl" also checks that it parses."""
+    """An existing file; `fmt` "json" or "jsonl" also checks that it parses, "xz" that it is xz-compressed."""
 
     def __init__(self, what: str, made_by: str | None = None, fmt: str | None = None):
         super().__init__(what, made_by)
@@ -144,6 +144,10 @@ class File(PathArg):
             problem = _json_problem(path)
         elif self.fmt == "jsonl":
             problem = _jsonl_problem(path)
+        elif self.fmt == "xz":
+            with open(path, "rb") as f:
+                if f.read(6) != b"\xfd7zXZ\x00":
+                    problem = "not an xz file (its first bytes are not the xz magic)"
         if problem:
             self.fail(path, f"is {problem}")
 

@@ -28,10 +28,11 @@ def cmd_arm(a) -> int:
     if under_torchrun():  # one process per host; rank 0 writes the records and prints
         record = run_arm_torchrun(a.study, a.name, a.seed, until=a.until, seconds_per_update=a.seconds_per_update,
                                   compile_blocks=a.compile, resume_root=a.resume)
-        if record is None:
-            return 0
-        print(arm_summary_json(record))
-        return 1 if record["status"] == "failed" else 0
+        from kit.distributed.group import exit_torchrun_worker
+
+        if record is not None:
+            print(arm_summary_json(record))
+        exit_torchrun_worker(1 if record is not None and record["status"] == "failed" else 0)
     record = run_arm(a.study, a.name, a.seed, resume_root=a.resume, until=a.until,
                      seconds_per_update=a.seconds_per_update, threads=a.threads, compile_blocks=a.compile)
     print(arm_summary_json(record))
