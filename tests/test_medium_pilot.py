@@ -156,3 +156,72 @@ def test_rule_prefers_accuracy_then_task_nll_then_smaller_lr():
     assert medium_pilot.choose([cand("a", 1e-4, 0.1, -0.1, 0.0), cand("b", 3e-4, 0.1, -0.2, 0.0)])["name"] == "b"
     assert medium_pilot.choose([cand("a", 3e-4, 0.1, -0.1, 0.0), cand("b", 1e-4, 0.1, -0.1, 0.0)])["name"] == "b"
     assert medium_pilot.choose([cand("a", 1e-4, 0.5, -0.1, 0.5)]) is None
+
+
+# --- the freeze -------------------------------------------------------------------------------------
+def _pilot_record(run_dir: Path, commit: bool = True, **changes) -> Path:
+    """A pilot record of the shape bench/medium_pilot.py writes (a test fixture, never committed to runs/)."""
+    rec = {"format": "kit-bench/1", "run_id": "medium-pilot-test", "status": "completed",
+           "parameters": {"scale": "medium", "drafts": {
+               "adaptive": {"path": str(ADAPTIVE_DRAFT), "digest": load_adaptive_contract(ADAPTIVE_DRAFT).digest},
+               "study": {"path": str(STUDY_DRAFT), "digest": load_study_contract(STUDY_DRAFT).digest}}},
+           "results": {"chosen": {"candidate": "c1", "rule": medium_pilot.RULE,
+                                  "values": {"lr": 3e-4, "microbatch_size": 8, "max_tokens": 1024}},
+                       "final_roles": {"opened": False}}}
+    for key, value in changes.items():
+        node = rec
+        *head, last = key.split(".")
+        for k in head:
+            node = node[k]
+        node[last] = value
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps(rec))
+    if commit:
+        git = ["git", "-C", str(run_dir), "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run([*git[:3], "init", "-q"], check=True)
+        subprocess.run([*git, "add", "run.json"], check=True)
+        subprocess.run([*git, "commit", "-qm", "pilot"], check=True)
+    return run_dir
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda d: d / "absent", r"run\.json: missing"),
+    (lambda d: _pilot_record(d / "r", commit=False), r"not committed"),
+    (lambda d: _pilot_record(d / "r", status="partial"), r"field 'status' = 'partial'; expected 'completed'"),
+    (lambda d: _pilot_record(d / "r", **{"results.chosen": None}), r"field 'results\.chosen' = None"),
+    (lambda d: _pilot_record(d / "r", **{"parameters.drafts.study.digest": "0" * 64}),
+     r"field 'parameters\.drafts\.study\.digest' = 0{64}; the draft .* now has digest"),
+])
+def test_freeze_refuses(tmp_path, make, match):
+    out = tmp_path / "contracts"
+    out.mkdir()
+    with pytest.raises(medium_freeze.FreezeRefused, match=match):
+        medium_freeze.freeze(make(tmp_path), out_dir=out)
+    assert list(out.iterdir()) == []
+
+
+def test_freeze_refuses_a_record_changed_after_its_commit(tmp_path):
+    run = _pilot_record(tmp_path / "r")
+    (run / "run.json").write_text((run / "run.json").read_text().replace("c1", "c0"))
+    with pytest.raises(medium_freeze.FreezeRefused, match="differs from the committed version"):
+        medium_freeze.freeze(run, out_dir=tmp_path)
+
+
+def test_freeze_writes_contracts_that_pass_the_schemas(tmp_path):
+    from kit.digest import sha256_file
+
+    run = _pilot_record(tmp_path / "r")
+    out = tmp_path / "contracts"
+    out.mkdir()
+    written = medium_freeze.freeze(run, out_dir=out)
+    a = load_adaptive_contract(out / "adaptive-shards.medium.json").data
+    s = load_study_contract(out / "shared-gradient.medium.json").data
+    assert written["adaptive"]["digest"] == load_adaptive_contract(out / "adaptive-shards.medium.json").digest
+    for c in (a, s):
+        assert c["pilot"]["run_id"] == "medium-pilot-test"
+        assert c["pilot"]["record_sha256"] == sha256_file(run / "run.json")
+        assert c["pilot"]["chosen"] == {"lr": 3e-4, "microbatch_size": 8, "max_tokens": 1024}
+    assert {g["lr"] for g in a["training"]["optimizer"].values()} == {3e-4} and s["training"]["optimizer"]["lr"] == 3e-4
+    assert a["cohorts"] == load_adaptive_contract(ADAPTIVE_DRAFT).data["cohorts"]  # the counts stay
+    with pytest.raises(medium_freeze.FreezeRefused, match="never rewritten"):
+        medium_freeze.freeze(run, out_dir=out)
