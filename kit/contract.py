@@ -6,6 +6,8 @@ A schema is plain data: a dict mapping each field to its spec, where a spec is
   - `Seq(spec, min_len=0)`: a list whose items match `spec`;
   - `OneOf("a", "b")`: one of these literal values;
   - `Opt(spec)`: the value may be null (the field itself must still be present);
+  - `Omittable(spec)`: the field may be absent (only for a field added after contracts were frozen:
+    a required new field would change every existing contract's digest);
   - `MapOf(spec)`: an object with arbitrary string keys whose values match `spec`;
   - `Num(lo=None, hi=None, integer=False)`: a number within bounds.
 Every field is required and unknown fields are errors: a frozen contract says everything it means
@@ -49,6 +51,11 @@ class Opt:
 
 
 @dataclass(frozen=True)
+class Omittable:
+    spec: Any
+
+
+@dataclass(frozen=True)
 class MapOf:
     spec: Any
 
@@ -66,6 +73,8 @@ def _is_number(v) -> bool:
 
 def validate(value: Any, spec: Any, path: str, source: str) -> None:
     where = f"{source}: field {path!r}" if path else source
+    if isinstance(spec, Omittable):
+        return validate(value, spec.spec, path, source)
     if isinstance(spec, Opt):
         if value is None:
             return
@@ -77,11 +86,12 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
         if unknown:
             raise ContractError(f"{source}: unknown field {_join(path, unknown[0])!r}; "
                                 f"expected only {sorted(spec)}")
-        missing = sorted(set(spec) - set(value))
+        missing = sorted(k for k in set(spec) - set(value) if not isinstance(spec[k], Omittable))
         if missing:
             raise ContractError(f"{source}: missing field {_join(path, missing[0])!r}")
         for k, sub in spec.items():
-            validate(value[k], sub, _join(path, k), source)
+            if k in value:
+                validate(value[k], sub, _join(path, k), source)
         return
     if isinstance(spec, MapOf):
         if not isinstance(value, dict):
@@ -121,6 +131,27 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
             raise ContractError(f"{where} = {value!r}; expected {spec.__name__}")
         return
     raise TypeError(f"unknown schema spec {spec!r} at {path}")
+
+
+# A medium-scale contract is frozen from a draft by bench/medium_freeze.py, which records the committed
+# pilot run that fixed the draft's free choices (docs/contracts.md, "Medium scale"). Absent in drafts and
+# in every contract of another scale.
+PILOT = {"run_id": str, "record": str, "record_sha256": str, "draft": str, "draft_digest": str, "rule": str,
+         "chosen": MapOf(Num(lo=0))}
+
+
+def check_pilot(data: dict, source: str) -> None:
+    """The `pilot` field: only at scale "medium", with 64-hex digests."""
+    pilot = data.get("pilot")
+    if pilot is None:
+        return
+    if data.get("scale") != "medium":
+        raise ContractError(f"{source}: field 'pilot' is present with scale = {data.get('scale')!r}; expected only "
+                            "at scale 'medium' (a medium contract frozen from its draft by bench/medium_freeze.py)")
+    for field in ("record_sha256", "draft_digest"):
+        v = pilot[field]
+        if len(v) != 64 or any(ch not in "0123456789abcdef" for ch in v):
+            raise ContractError(f"{source}: field 'pilot.{field}' = {v!r}; expected 64 lowercase hex digits")
 
 
 def _join(path: str, key: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from kit.contract import Contract, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract
+from kit.contract import PILOT, Contract, ContractError, MapOf, Num, Omittable, OneOf, Opt, Seq, check_pilot, load_contract
 from kit.data.tasks import FAMILIES
 from kit.planner import GPU_BF16
 
@@ -69,8 +69,9 @@ def training_schema(groups: tuple[str, ...]) -> dict:
 SCHEMA = {
     "kind": OneOf(KIND),
     "version": OneOf(1),
-    "scale": OneOf("full", "tiny"),
+    "scale": OneOf("full", "medium", "tiny"),
     "description": str,
+    "pilot": Omittable(PILOT),  # medium only: the pilot run a frozen medium contract was fixed by
     "seed": {"parameter_digest": Opt(str), "description": str},
     "adam": {
         "phase": str,
@@ -152,8 +153,9 @@ def check_rules(c: dict, source: str) -> None:
     digest = c["seed"]["parameter_digest"]
     if digest is not None and not _HEX64.match(digest):
         _fail(source, "seed.parameter_digest", digest, "64 lowercase hex digits or null (recorded at prepare)")
-    if c["scale"] == "full" and digest is None:
-        _fail(source, "seed.parameter_digest", digest, "the pinned digest of the full-scale seed")
+    if c["scale"] in ("full", "medium") and digest is None:
+        _fail(source, "seed.parameter_digest", digest, f"the pinned digest of the {c['scale']}-scale seed")
+    check_pilot(c, source)
     for field in ("new_phase_at_seed", "retained_across_cohorts", "retained_across_redistribution",
                   "retained_across_growth"):
         if c["adam"][field] is not True:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from kit.contract import Contract, ContractError, Num, OneOf, Opt, Seq, load_contract
+from kit.contract import PILOT, Contract, ContractError, Num, Omittable, OneOf, Opt, Seq, check_pilot, load_contract
 
 KIND = "shared-gradient-study"
 ARM_NAMES = ("single", "dense", "powersgd")
@@ -28,8 +28,9 @@ _SOURCE_RANGE = {"name": str, "sha256": str, "start": _NATURAL, "stop": _COUNT}
 SCHEMA = {
     "kind": OneOf(KIND),
     "name": str,
-    "scale": OneOf("full", "tiny"),
+    "scale": OneOf("full", "medium", "tiny"),
     "seed_document": str,
+    "pilot": Omittable(PILOT),  # medium only: the pilot run a frozen medium contract was fixed by
     "seed": {
         "description": str,
         "parameter_digest": Opt(str),  # prepare refuses a seed directory with another digest
@@ -104,6 +105,12 @@ ARM_SHAPES = {"single": (1, "none"), "dense": (2, "dense"), "powersgd": (2, "pow
 
 def check_rules(data: dict, source: str) -> None:
     """Cross-field rules; every message names the file and the field."""
+    digest = data["seed"]["parameter_digest"]
+    if data["scale"] == "medium" and (digest is None or len(digest) != 64
+                                      or any(ch not in "0123456789abcdef" for ch in digest)):
+        raise ContractError(f"{source}: field 'seed.parameter_digest' = {digest!r}; expected the pinned digest "
+                            "(64 lowercase hex digits) of the medium-scale seed")
+    check_pilot(data, source)
     arms = data["arms"]
     names = [a["name"] for a in arms]
     if len(set(names)) != len(names):

@@ -1,0 +1,374 @@
+"""The medium pilot: fix a draft medium contract's free choices on development roles only.
+
+Issue 17 item 2: the medium contracts keep the trial's counts and pin the small seed, but the numbers
+the seed documents leave open (learning rate first; microbatch size and `max_tokens` optionally) are
+chosen by a pilot that reads development roles only, is committed as its own run, and precedes the
+frozen contract (bench/medium_freeze.py). On the x2 GPU host, from the repository root:
+
+    python bench/medium_pilot.py --build-seed --device cuda --lr 3e-5 1e-4 3e-4 --until 8 \\
+        --deadline-s 560 --out OUT --run-id medium-pilot-<date>
+
+and on 2 CPU cores (minutes; the tests use it on an even smaller seed):
+
+    python bench/medium_pilot.py --tiny --device cpu --seed DIR --out OUT
+
+The rule that chooses, fixed here before any data (RULE, recorded verbatim in run.json):
+  eligible   the candidate's development-retention NLL change has a one-sided upper bound (the contract's
+             paired bootstrap: confidence, resamples, seed) at most the contract's retention gate
+             `gates.retention_upper_at_most` (+0.02 nats per assistant token);
+  best       among eligible candidates, the highest development task accuracy (all families pooled);
+  ties       the lower development task NLL change (nats per assistant token; a short pilot from a seed
+             at 0% accuracy often ties at 0%), then the smaller lr, microbatch size, max_tokens.
+No eligible candidate: nothing is chosen, the record says so, and the freeze refuses it.
+
+Per candidate (a product of --lr, --microbatch-size, --max-tokens) it writes the draft with those values
+as a candidate contract, then `kit adaptive prepare`, `kit adaptive train --cohort A --until K` and
+`kit adaptive evaluate --split dev` of the step-K commit against the seed. Why one prepare per candidate
+and not one shared: prepared.json binds the contract digest and the contract holds the rate, so a shared
+job would need a rate override in `kit adaptive train`, which the contract discipline (code reads numbers
+only from the contract) forbids. The candidates' data are the same: the draws are pure functions of the
+data seeds, and the record lists every candidate's dev role digests and says whether they agree. The
+seed's scores are computed once (the evaluation score cache is keyed by weights and role digests).
+
+Final roles are never opened. The pilot passes only `--split dev` (final scoring needs a selection
+record, which the pilot never writes) and checks afterwards that no prepared job has a final-access,
+selections or final-evaluations log and that the exposure ledger's bytes are unchanged; any of those
+makes the run "failed".
+
+Why a bench script and not `kit adaptive pilot`: like bench/adaptive_gpu_campaign.py it orchestrates
+CLI steps as process groups under a deadline and writes a kit-bench/1 record; each kit command stays one
+step, and the kit package gains no orchestration. The record (OUT/run.json) is rewritten after every step,
+so a deadline leaves a "partial" record; the seed build (~130 s on an H200) counts against --deadline-s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.adaptive_gpu_campaign import Deadline, device_info, git_commit, json_lines, run_process, versions  # noqa: E402
+
+RECORD_FORMAT = "kit-bench/1"
+SOURCE = REPO / "data" / "alpaca_5000.json"
+DRAFTS = {"medium": (REPO / "contracts" / "adaptive-shards.medium.draft.json",
+                     REPO / "contracts" / "shared-gradient.medium.draft.json"),
+          "tiny": (REPO / "contracts" / "adaptive-shards.tiny.json", REPO / "contracts" / "shared-gradient.tiny.json")}
+RULE = ("eligible: the development-retention NLL change's one-sided upper bound (the contract's paired bootstrap) "
+        "is at most the contract's gates.retention_upper_at_most; chosen: the eligible candidate with the highest "
+        "development task accuracy (families pooled); ties: the lower development task NLL change, then the "
+        "smaller lr, microbatch_size, max_tokens; none eligible: nothing chosen")
+# seconds per step before the overall deadline cuts them shorter, and the least worth starting
+TIMEOUTS = {"medium": {"seed": 420, "prepare": 180, "train": 240, "evaluate": 240},
+            "tiny": {"seed": 600, "prepare": 120, "train": 180, "evaluate": 120}}
+MIN_START_S = {"seed": 60, "prepare": 10, "train": 20, "evaluate": 10}
+FINAL_LOGS = ("final-access.jsonl", "selections.jsonl", "final-evaluations.jsonl")  # kit/adaptive/selection.py
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def candidate_overrides(lrs, microbatch_sizes, max_tokens) -> list[dict]:
+    """Every combination, in the order the tie-break prefers (smaller values first)."""
+    return [{"lr": lr, "microbatch_size": mb, "max_tokens": mt}
+            for lr, mb, mt in itertools.product(sorted(lrs), sorted(microbatch_sizes), sorted(max_tokens))]
+
+
+def candidate_contract(draft: dict, overrides: dict) -> dict:
+    """The draft with one candidate's free choices; the same rate for the grown group, so growth differs
+    from its control only by the added blocks (docs/contracts.md)."""
+    c = json.loads(json.dumps(draft))
+    for group in c["training"]["optimizer"].values():
+        group["lr"] = overrides["lr"]
+    c["training"]["microbatch_size"] = overrides["microbatch_size"]
+    c["training"]["max_tokens"] = overrides["max_tokens"]
+    return c
+
+
+def summarize(evaluation: dict, contract: dict) -> dict:
+    """Dev accuracy per family (candidate and seed), NLL changes with their bounds, eligibility."""
+    from kit.adaptive.evaluation import nll_change_bounds
+
+    if evaluation["split"] != "dev":  # the pilot reads development records only
+        raise AssertionError(f"evaluation record has split {evaluation['split']!r}; the pilot reads 'dev' only")
+    fam: dict[str, dict] = {}
+    for x in evaluation["tasks"]:
+        f = fam.setdefault(x["family"], {"n": 0, "candidate_correct": 0, "seed_correct": 0})
+        f["n"] += 1
+        f["candidate_correct"] += int(x["cand_correct"])
+        f["seed_correct"] += int(x["base_correct"])
+    for f in fam.values():
+        f["candidate_accuracy"] = f["candidate_correct"] / f["n"]
+        f["seed_accuracy"] = f["seed_correct"] / f["n"]
+    n = len(evaluation["tasks"])
+    bounds = nll_change_bounds(evaluation, contract)
+    threshold = contract["gates"]["retention_upper_at_most"]
+    return {"accuracy_by_family": dict(sorted(fam.items())),
+            "accuracy": sum(f["candidate_correct"] for f in fam.values()) / n,
+            "seed_accuracy": sum(f["seed_correct"] for f in fam.values()) / n,
+            "tasks": bounds["tasks"], "retention": bounds["retention"],
+            "retention_threshold": threshold, "eligible": bounds["retention"]["bootstrap_upper"] <= threshold}
+
+
+def choose(candidates: list[dict]) -> dict | None:
+    """RULE over completed candidates; None when none is eligible."""
+    eligible = [c for c in candidates if c.get("dev") and c["dev"]["eligible"]]
+    if not eligible:
+        return None
+    o = lambda c: c["overrides"]  # noqa: E731
+    return min(eligible, key=lambda c: (-c["dev"]["accuracy"], c["dev"]["tasks"]["change_nats_per_token"],
+                                        o(c)["lr"], o(c)["microbatch_size"], o(c)["max_tokens"]))
+
+
+def sha256_or_none(path: Path) -> str | None:
+    from kit.digest import sha256_file
+
+    return sha256_file(path) if path.exists() else None
+
+
+class Pilot:
+    def __init__(self, a, argv):
+        from kit.adaptive.schema import load_adaptive_contract
+        from kit.evidence.ledger import ledger_path
+        from kit.study.schema import load_study_contract
+
+        self.a, self.scale = a, "tiny" if a.tiny else "medium"
+        self.out = Path(a.out).resolve()
+        self.work = Path(a.work).resolve() if a.work else REPO / "build" / "medium-pilot-work" / self.out.name
+        if self.work == self.out or self.out in self.work.parents:
+            raise SystemExit(f"--work {self.work} must not lie under --out {self.out} (stores and prepared jobs stay out of the record)")
+        for d in (self.out, self.work):
+            d.mkdir(parents=True, exist_ok=True)
+        self.deadline = Deadline(a.deadline_s)
+        self.timeouts = TIMEOUTS[self.scale]
+        draft_path, study_path = (Path(a.draft) if a.draft else DRAFTS[self.scale][0],
+                                  Path(a.study_draft) if a.study_draft else DRAFTS[self.scale][1])
+        self.draft = load_adaptive_contract(draft_path)
+        study = load_study_contract(study_path)
+        self.ledger = ledger_path()
+        self.record = {
+            "format": RECORD_FORMAT, "run_id": a.run_id or self.out.name, "notebook": None,
+            "command": " ".join(["python", "bench/medium_pilot.py", *argv]), "started_at": now(), "ended_at": None,
+            "duration_s": None, "status": "running", "errors": [], "git": git_commit(), "versions": versions(),
+            "device": device_info(a.device),
+            "parameters": {
+                "scale": self.scale, "rule": RULE, "until": a.until, "device": a.device,
+                "drafts": {"adaptive": {"path": _rel(draft_path), "digest": self.draft.digest},
+                           "study": {"path": _rel(study_path), "digest": study.digest}},
+                "candidates": candidate_overrides(a.lr, a.microbatch_size or [self.draft["training"]["microbatch_size"]],
+                                                  a.max_tokens or [self.draft["training"]["max_tokens"]]),
+                "ledger": {"path": str(self.ledger), "sha256_before": sha256_or_none(self.ledger)},
+                "public_source": _rel(SOURCE),
+            },
+            "results": {"seed": None, "candidates": [], "chosen": None, "final_roles": None},
+            "raw_output": [],
+        }
+        self.t0 = time.perf_counter()
+        self.save()
+
+    def save(self) -> None:
+        self.record["raw_output"] = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*")
+                                           if p.is_file() and p.name != "run.json")
+        self.record["duration_s"] = round(time.perf_counter() - self.t0, 2)
+        tmp = self.out / "run.json.tmp"
+        tmp.write_text(json.dumps(self.record, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, self.out / "run.json")
+
+    def env(self, deterministic: bool) -> dict:
+        e = dict(os.environ)
+        e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+        e["KIT_PROGRESS"] = "0"
+        if self.a.device == "cpu":
+            e["CUDA_VISIBLE_DEVICES"] = ""
+        if deterministic:  # the seed build's settings (runs/seed-small-h200-2026-11-30): the pinned digest
+            e.update(CUBLAS_WORKSPACE_CONFIG=":4096:8", KIT_GPU_DETERMINISTIC="1")
+        return e
+
+    def step(self, kind: str, args: list, log: str, deterministic: bool = False) -> dict:
+        left = self.deadline.left() - 5
+        if left < MIN_START_S[kind]:
+            raise TimeoutError(f"{left:.0f}s left before --deadline-s; a {kind} step needs at least {MIN_START_S[kind]}s")
+        r = run_process([sys.executable, "-m", "kit", *map(str, args)], self.env(deterministic),
+                        min(self.timeouts[kind], left), self.out / "logs" / log)
+        if r["timed_out"]:
+            raise TimeoutError(f"kit {' '.join(map(str, args[:2]))} ({log}) timed out after {r['seconds']:.0f}s")
+        if r["returncode"] != 0:
+            raise RuntimeError(f"kit {' '.join(map(str, args[:2]))} ({log}) exited {r['returncode']}: "
+                               f"{r['stderr_tail'][-1500:]}")
+        return r
+
+    # -- the seed ------------------------------------------------------------------------------------
+    def seed(self) -> Path:
+        from kit.inventory import parameter_digest
+
+        t0 = time.perf_counter()
+        if self.a.seed:
+            seed, built = Path(self.a.seed).resolve(), None
+        else:
+            seed = self.work / "seed"
+            if seed.exists():
+                shutil.rmtree(seed)
+            scale = ["--scale", "small", "--device", self.a.device] if self.scale == "medium" else []
+            r = self.step("seed", ["seed", "build", *scale, "--out", seed], "seed-build", deterministic=True)
+            built = {"seconds": r["seconds"], "command": f"kit seed build {' '.join(scale)} --out DIR",
+                     "env": "CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1"}
+            if (seed / "seed_build.json").exists():
+                shutil.copyfile(seed / "seed_build.json", self.out / "seed_build.json")
+        digest = parameter_digest(seed)
+        pinned = self.draft["seed"]["parameter_digest"]
+        self.record["results"]["seed"] = {"dir": str(seed), "parameter_digest": digest, "pinned": pinned,
+                                          "matches_pin": None if pinned is None else digest == pinned, "built": built,
+                                          "seconds": round(time.perf_counter() - t0, 2)}
+        self.save()
+        if pinned is not None and digest != pinned:
+            raise RuntimeError(f"{seed}: parameter digest {digest}; the draft's field 'seed.parameter_digest' pins "
+                               f"{pinned} (rebuild with the recorded deterministic settings)")
+        return seed
+
+    # -- one candidate -------------------------------------------------------------------------------
+    def candidate(self, i: int, overrides: dict, seed: Path) -> None:
+        from kit.adaptive.schema import load_adaptive_contract
+        from kit.digest import load_json_strict
+
+        name = f"c{i}"
+        row = {"name": name, "overrides": overrides, "status": "running", "seconds": {}}
+        self.record["results"]["candidates"].append(row)
+        cdir = self.out / "contracts"
+        cdir.mkdir(exist_ok=True)
+        path = cdir / f"{name}.json"
+        path.write_text(json.dumps(candidate_contract(self.draft.data, overrides), indent=2) + "\n")
+        contract = load_adaptive_contract(path)
+        row["contract_digest"] = contract.digest
+        prepared, home = self.work / name / "prepared", self.work / name / "home"
+        for d in (prepared, home):
+            if d.exists():
+                shutil.rmtree(d)
+        row["seconds"]["prepare"] = self.step("prepare", [
+            "adaptive", "prepare", "--contract", path, "--seed", seed, "--replay", seed / "trained_conversations.jsonl",
+            "--public-source", SOURCE, "--out", prepared], f"{name}-prepare")["seconds"]
+        roles = load_json_strict(prepared / "prepared.json")["roles"]
+        row["dev_role_sha256"] = {r: roles[r]["sha256"] for r in ("dev.tasks", "dev.retention")}
+        self.save()
+        workers = self.a.workers or contract["cohorts"]["A"]["workers"]
+        r = self.step("train", ["adaptive", "train", "--prepared", prepared, "--seed", seed, "--home", home,
+                                "--cohort", "A", "--workers", workers, "--until", self.a.until], f"{name}-train")
+        row["seconds"]["train"] = r["seconds"]
+        commits = [c for c in json_lines(r["stdout"]) if "full_root" in c]
+        if not commits or commits[-1].get("cohort_step") != self.a.until:
+            raise RuntimeError(f"{name}: kit adaptive train printed no commit at cohort step {self.a.until}: {commits}")
+        row["commit"] = commits[-1]
+        row["updates"] = _update_rows(home)
+        self.save()
+        ev = self.work / "evals" / f"{name}.json"  # the shared folder: one score cache, the seed scored once
+        r = self.step("evaluate", ["adaptive", "evaluate", "--prepared", prepared, "--candidate",
+                                   f"{home}:{commits[-1]['full_root']}", "--baseline", f"seed:{seed}", "--split", "dev",
+                                   "--device", self.a.device, "--out", ev], f"{name}-evaluate")
+        row["seconds"]["evaluate"] = r["seconds"]
+        evaluation = load_json_strict(ev)
+        (self.out / "evals").mkdir(exist_ok=True)
+        shutil.copyfile(ev, self.out / "evals" / f"{name}.json")
+        row["dev"] = summarize(evaluation, contract.data)
+        row["status"] = "completed"
+        self.save()
+
+    def final_roles_check(self) -> dict:
+        """What kit writes whenever final roles are opened (or refused) must be absent; the ledger unchanged."""
+        logs = sorted(str(p) for p in self.work.glob("c*/prepared/*") if p.name in FINAL_LOGS)
+        before = self.record["parameters"]["ledger"]["sha256_before"]
+        after = sha256_or_none(self.ledger)
+        return {"opened": bool(logs) or before != after, "final_logs_found": logs, "ledger_sha256_after": after,
+                "ledger_unchanged": before == after, "checked": list(FINAL_LOGS)}
+
+    def run(self) -> int:
+        res = self.record["results"]
+        try:
+            seed = self.seed()
+            for i, overrides in enumerate(self.record["parameters"]["candidates"]):
+                try:
+                    self.candidate(i, overrides, seed)
+                except TimeoutError:
+                    raise
+                except Exception as e:  # noqa: BLE001 -- recorded; the other candidates still run
+                    res["candidates"][-1].update(status="failed", error=str(e)[-2000:])
+                    self.record["errors"].append({"candidate": f"c{i}", "error": str(e)[-2000:]})
+                    self.save()
+        except TimeoutError as e:
+            self.record["errors"].append({"deadline": str(e)})
+            self.record["status"] = "partial"
+        except Exception as e:  # noqa: BLE001 -- the seed failed: nothing else can run
+            self.record["errors"].append({"seed": str(e)[-2000:]})
+            self.record["status"] = "failed"
+        res["final_roles"] = self.final_roles_check()
+        shas = {json.dumps(c.get("dev_role_sha256"), sort_keys=True) for c in res["candidates"] if c.get("dev_role_sha256")}
+        res["dev_roles_identical_across_candidates"] = len(shas) == 1 if shas else None
+        if res["final_roles"]["opened"]:
+            self.record["errors"].append({"final_roles": "final roles were opened or the ledger changed"})
+            self.record["status"] = "failed"
+        if self.record["status"] == "running":
+            done = [c for c in res["candidates"] if c["status"] == "completed"]
+            self.record["status"] = "completed" if len(done) == len(self.record["parameters"]["candidates"]) else "failed"
+        if self.record["status"] == "completed":
+            best = choose(res["candidates"])
+            res["chosen"] = None if best is None else {"candidate": best["name"], "values": best["overrides"],
+                                                       "rule": RULE}
+            if best is None:
+                res["no_choice"] = "no candidate met the retention threshold; the freeze refuses this record"
+        self.record["ended_at"] = now()
+        self.save()
+        print(json.dumps({"status": self.record["status"], "chosen": res["chosen"], "out": str(self.out)}, sort_keys=True))
+        return {"completed": 0, "partial": 2}.get(self.record["status"], 1)
+
+
+def _update_rows(home: Path) -> list[dict]:
+    """Per update: objective, CE and KL per token, gradient norm (the attempt's updates.jsonl)."""
+    rows = []
+    for f in sorted(home.glob("attempts/*/updates.jsonl")):
+        for line in f.read_text().splitlines():
+            u = json.loads(line)
+            rows.append({k: u.get(k) for k in ("cohort_step", "objective", "ce_per_token", "kl_per_token", "grad_norm")})
+    return rows
+
+
+def _rel(p: Path) -> str:
+    p = Path(p).resolve()
+    return str(p.relative_to(REPO)) if REPO in p.parents else str(p)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tiny", action="store_true", help="the tiny contracts and seed (CPU-size check)")
+    p.add_argument("--draft", help="the draft adaptive contract (default: the medium draft, or the tiny contract)")
+    p.add_argument("--study-draft", help="the draft study contract, bound by digest for the freeze")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--seed", help="an existing seed directory (with trained_conversations.jsonl)")
+    src.add_argument("--build-seed", action="store_true", help="build the seed first (kit seed build)")
+    p.add_argument("--lr", type=float, nargs="+", default=None, help="candidate learning rates")
+    p.add_argument("--microbatch-size", type=int, nargs="+", help="candidate microbatch sizes (default: the draft's)")
+    p.add_argument("--max-tokens", type=int, nargs="+", help="candidate token caps (default: the draft's)")
+    p.add_argument("--until", type=int, default=None, help="cohort-A updates per candidate (default 8; tiny 2)")
+    p.add_argument("--workers", type=int, help="training ranks (default: the contract's cohorts.A.workers)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--deadline-s", type=float, help="overall deadline, seed build included")
+    p.add_argument("--out", required=True, help="the run directory (run.json, logs, dev evaluations)")
+    p.add_argument("--work", help="seed, prepared jobs and stores (default build/medium-pilot-work/<out name>)")
+    p.add_argument("--run-id")
+    a = p.parse_args(argv)
+    a.lr = a.lr or ([1e-4, 1e-3] if a.tiny else [3e-5, 1e-4, 3e-4])
+    a.until = a.until or (2 if a.tiny else 8)
+    return Pilot(a, argv).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The medium pilot and freeze (bench/medium_pilot.py, bench/medium_freeze.py) and the medium drafts.
+
+- the drafts validate and carry the trial's counts exactly, the small seed's digest, cuda / gpu-bf16;
+- adding them leaves the small seed's dev/final exclusion set (and so its pinned digest) unchanged;
+- the pilot in --tiny --device cpu mode, on a 16-wide fixture seed: runs, picks by its stated rule, and
+  never opens final roles (no final-access / selections / final-evaluations log, ledger bytes unchanged);
+- the freeze refuses a missing, uncommitted, incomplete or mismatched pilot record and otherwise writes
+  contracts that pass the schemas and record the pilot's run id and record sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_adaptive_prepare import _distinct, make_seed
+
+from kit.adaptive.schema import load_adaptive_contract
+from kit.contract import ContractError
+from kit.data.conversations import synthetic_conversations
+from kit.study.schema import load_study_contract
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import medium_freeze, medium_pilot  # noqa: E402
+
+ADAPTIVE_DRAFT = REPO / "contracts" / "adaptive-shards.medium.draft.json"
+STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
+SMALL_SEED_DIGEST = "800112e33e0c672c87cc0ed8b76ec66d649fb2ae464e38a3779a4eeb70608684"
+
+
+# --- the drafts -------------------------------------------------------------------------------------
+def test_adaptive_draft_has_the_trials_counts_exactly():
+    c = load_adaptive_contract(ADAPTIVE_DRAFT).data
+    a, b = c["cohorts"]["A"], c["cohorts"]["B"]
+    assert (c["scale"], c["seed"]["parameter_digest"]) == ("medium", SMALL_SEED_DIGEST)
+    assert "pilot" not in c and c["description"].startswith("DRAFT")
+    assert (a["updates"], a["documents_per_update"], b["updates"], b["documents_per_update"]) == (128, 64, 128, 64)
+    assert a["totals"] == {"new": 6144, "replay_a": 0, "replay_conv": 2048}
+    assert b["totals"] == {"new": 4096, "replay_a": 2048, "replay_conv": 2048}
+    assert c["evaluation"]["final"]["tasks"] == 1024 and c["evaluation"]["final"]["retention"]["count"] == 512
+    assert c["planner"]["regime"] == "gpu-bf16" and c["training"]["compute_dtype"] == "bfloat16"
+    assert c["growth"]["copy_block"] == 11  # the small seed's last block (12 blocks)
+    full = json.loads((REPO / "contracts" / "adaptive-shards.json").read_text())
+    for field in ("cohorts", "endpoints", "migration", "gates", "bootstrap", "comparisons", "data_seeds", "tasks"):
+        assert c[field] == full[field], field
+
+
+def test_study_draft_has_the_trials_counts_exactly():
+    c = load_study_contract(STUDY_DRAFT).data
+    s, d = c["schedule"], c["data"]
+    assert (c["scale"], c["device"], c["seed"]["parameter_digest"]) == ("medium", "cuda", SMALL_SEED_DIGEST)
+    assert "DRAFT" in c["name"] and "pilot" not in c
+    assert (s["updates"], s["documents_per_update"]) == (128, 32)
+    assert (d["tasks"]["count"], d["replay"]["count"], d["final_test"]["count"]) == (3072, 1024, 1024)
+    assert (d["retention"]["count"], d["retention"]["exposed"]) == (128, True)
+    assert [a["name"] for a in c["arms"]] == ["single", "dense", "powersgd"]
+
+
+def test_medium_scale_needs_the_pinned_digest_and_pilot_only_at_medium(tmp_path):
+    data = json.loads(ADAPTIVE_DRAFT.read_text())
+    data["seed"]["parameter_digest"] = None
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    with pytest.raises(ContractError, match=r"'seed\.parameter_digest' = None; expected the pinned digest of the medium"):
+        load_adaptive_contract(tmp_path / "a.json")
+    tiny = json.loads((REPO / "contracts" / "adaptive-shards.tiny.json").read_text())
+    tiny["pilot"] = {"run_id": "x", "record": "r", "record_sha256": "a" * 64, "draft": "d", "draft_digest": "b" * 64,
+                     "rule": "r", "chosen": {"lr": 1e-4}}
+    (tmp_path / "t.json").write_text(json.dumps(tiny))
+    with pytest.raises(ContractError, match=r"field 'pilot' is present with scale = 'tiny'"):
+        load_adaptive_contract(tmp_path / "t.json")
+
+
+def test_drafts_leave_the_small_seeds_exclusion_set_unchanged(tmp_path):
+    """The small seed build excludes the dev/final tasks of every contracts/*.json: the drafts reuse the full
+    contracts' task seeds, so the set, and the pinned digest built against it, do not change."""
+    from kit.seed.small import forbidden_task_sets
+
+    without = tmp_path / "contracts"
+    shutil.copytree(REPO / "contracts", without)
+    for p in without.glob("*.medium*.json"):
+        p.unlink()
+    digests = lambda sets: set().union(*(s["digests"] for s in sets.values()))  # noqa: E731
+    assert digests(forbidden_task_sets(REPO / "contracts")) == digests(forbidden_task_sets(without))
+
+
+# --- the pilot on CPU -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pilot_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pilot")
+    seed = make_seed(root, _distinct(synthetic_conversations(200, 11))[:80])
+    ledger = root / "ledger.jsonl"
+    ledger.write_text("")
+    out = root / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KIT_LEDGER", str(ledger))
+        rc = medium_pilot.main(["--tiny", "--device", "cpu", "--seed", str(seed), "--lr", "1e-3", "1e-4",
+                                "--until", "1", "--out", str(out), "--work", str(root / "work"), "--run-id", "pilot-test"])
+    return {"rc": rc, "out": out, "work": root / "work", "ledger": ledger, "seed": seed,
+            "record": json.loads((out / "run.json").read_text())}
+
+
+def test_pilot_runs_every_candidate_and_picks_by_its_rule(pilot_run):
+    rec = pilot_run["record"]
+    assert pilot_run["rc"] == 0 and rec["status"] == "completed" and rec["format"] == "kit-bench/1"
+    cands = rec["results"]["candidates"]
+    assert [c["overrides"]["lr"] for c in cands] == [1e-4, 1e-3]  # sorted: the tie-break prefers the smaller
+    for c in cands:
+        assert c["status"] == "completed" and c["commit"]["cohort_step"] == 1
+        assert set(c["dev"]["accuracy_by_family"]) == {"lookup", "filtering", "arithmetic", "sorting"}
+        assert c["dev"]["retention_threshold"] == 0.02
+    assert rec["results"]["dev_roles_identical_across_candidates"] is True
+    expected = medium_pilot.choose(cands)
+    chosen = rec["results"]["chosen"]
+    if expected is None:
+        assert chosen is None and rec["results"]["no_choice"]
+    else:
+        assert chosen["candidate"] == expected["name"] and chosen["rule"] == medium_pilot.RULE
+    assert all((pilot_run["out"] / f).is_file() for f in rec["raw_output"])
+    assert rec["parameters"]["drafts"]["adaptive"]["digest"] == load_adaptive_contract(
+        REPO / "contracts" / "adaptive-shards.tiny.json").digest
+
+
+def test_pilot_never_opens_final_roles(pilot_run):
+    rec = pilot_run["record"]
+    fr = rec["results"]["final_roles"]
+    assert fr["opened"] is False and fr["ledger_unchanged"] and fr["final_logs_found"] == []
+    assert pilot_run["ledger"].read_text() == ""  # kit records every final scoring here
+    for prepared in pilot_run["work"].glob("c*/prepared"):
+        assert not any((prepared / name).exists() for name in medium_pilot.FINAL_LOGS)
+    for ev in (pilot_run["out"] / "evals").glob("*.json"):
+        e = json.loads(ev.read_text())
+        assert e["split"] == "dev" and set(e["roles"].values()) == {"dev.tasks", "dev.retention"}
+    # the guard the pilot relies on: final scoring without a selection record is refused
+    from kit.adaptive.evaluation import evaluate
+    from kit.adaptive.selection import FinalRolesRefused
+
+    copy = pilot_run["work"] / "guard-copy"
+    shutil.copytree(pilot_run["work"] / "c0" / "prepared", copy)
+    c = rec["results"]["candidates"][0]
+    with pytest.raises(FinalRolesRefused, match="selection"):
+        evaluate(copy, f"{pilot_run['work'] / 'c0' / 'home'}:{c['commit']['full_root']}",
+                 f"seed:{pilot_run['seed']}", "final", copy.parent / "x.json", str(pilot_run["seed"]), 256)
+
+
+def test_rule_prefers_accuracy_then_task_nll_then_smaller_lr():
+    def cand(name, lr, acc, task, ret):
+        return {"name": name, "overrides": {"lr": lr, "microbatch_size": 8, "max_tokens": 256},
+                "dev": {"accuracy": acc, "tasks": {"change_nats_per_token": task}, "eligible": ret <= 0.02}}
+    assert medium_pilot.choose([cand("a", 1e-4, 0.1, 0.0, 0.0), cand("b", 3e-4, 0.2, 0.0, 0.03)])["name"] == "a"
+    assert medium_pilot.choose([cand("a", 1e-4, 0.1, -0.1, 0.0), cand("b", 3e-4, 0.1, -0.2, 0.0)])["name"] == "b"
+    assert medium_pilot.choose([cand("a", 3e-4, 0.1, -0.1, 0.0), cand("b", 1e-4, 0.1, -0.1, 0.0)])["name"] == "b"
+    assert medium_pilot.choose([cand("a", 1e-4, 0.5, -0.1, 0.5)]) is None
+
+
+# --- the freeze -------------------------------------------------------------------------------------
+def _pilot_record(run_dir: Path, commit: bool = True, **changes) -> Path:
+    """A pilot record of the shape bench/medium_pilot.py writes (a test fixture, never committed to runs/)."""
+    rec = {"format": "kit-bench/1", "run_id": "medium-pilot-test", "status": "completed",
+           "parameters": {"scale": "medium", "drafts": {
+               "adaptive": {"path": str(ADAPTIVE_DRAFT), "digest": load_adaptive_contract(ADAPTIVE_DRAFT).digest},
+               "study": {"path": str(STUDY_DRAFT), "digest": load_study_contract(STUDY_DRAFT).digest}}},
+           "results": {"chosen": {"candidate": "c1", "rule": medium_pilot.RULE,
+                                  "values": {"lr": 3e-4, "microbatch_size": 8, "max_tokens": 1024}},
+                       "final_roles": {"opened": False}}}
+    for key, value in changes.items():
+        node = rec
+        *head, last = key.split(".")
+        for k in head:
+            node = node[k]
+        node[last] = value
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps(rec))
+    if commit:
+        git = ["git", "-C", str(run_dir), "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run([*git[:3], "init", "-q"], check=True)
+        subprocess.run([*git, "add", "run.json"], check=True)
+        subprocess.run([*git, "commit", "-qm", "pilot"], check=True)
+    return run_dir
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda d: d / "absent", r"run\.json: missing"),
+    (lambda d: _pilot_record(d / "r", commit=False), r"not committed"),
+    (lambda d: _pilot_record(d / "r", status="partial"), r"field 'status' = 'partial'; expected 'completed'"),
+    (lambda d: _pilot_record(d / "r", **{"results.chosen": None}), r"field 'results\.chosen' = None"),
+    (lambda d: _pilot_record(d / "r", **{"parameters.drafts.study.digest": "0" * 64}),
+     r"field 'parameters\.drafts\.study\.digest' = 0{64}; the draft .* now has digest"),
+])
+def test_freeze_refuses(tmp_path, make, match):
+    out = tmp_path / "contracts"
+    out.mkdir()
+    with pytest.raises(medium_freeze.FreezeRefused, match=match):
+        medium_freeze.freeze(make(tmp_path), out_dir=out)
+    assert list(out.iterdir()) == []
+
+
+def test_freeze_refuses_a_record_changed_after_its_commit(tmp_path):
+    run = _pilot_record(tmp_path / "r")
+    (run / "run.json").write_text((run / "run.json").read_text().replace("c1", "c0"))
+    with pytest.raises(medium_freeze.FreezeRefused, match="differs from the committed version"):
+        medium_freeze.freeze(run, out_dir=tmp_path)
+
+
+def test_freeze_writes_contracts_that_pass_the_schemas(tmp_path):
+    from kit.digest import sha256_file
+
+    run = _pilot_record(tmp_path / "r")
+    out = tmp_path / "contracts"
+    out.mkdir()
+    written = medium_freeze.freeze(run, out_dir=out)
+    a = load_adaptive_contract(out / "adaptive-shards.medium.json").data
+    s = load_study_contract(out / "shared-gradient.medium.json").data
+    assert written["adaptive"]["digest"] == load_adaptive_contract(out / "adaptive-shards.medium.json").digest
+    for c in (a, s):
+        assert c["pilot"]["run_id"] == "medium-pilot-test"
+        assert c["pilot"]["record_sha256"] == sha256_file(run / "run.json")
+        assert c["pilot"]["chosen"] == {"lr": 3e-4, "microbatch_size": 8, "max_tokens": 1024}
+    assert {g["lr"] for g in a["training"]["optimizer"].values()} == {3e-4} and s["training"]["optimizer"]["lr"] == 3e-4
+    assert a["cohorts"] == load_adaptive_contract(ADAPTIVE_DRAFT).data["cohorts"]  # the counts stay
+    with pytest.raises(medium_freeze.FreezeRefused, match="never rewritten"):
+        medium_freeze.freeze(run, out_dir=out)
