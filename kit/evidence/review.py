@@ -346,8 +346,9 @@ SCALE_TEXT = {
              "inputs; it does not measure learning quality. The tiny seed answers none of the generated tasks, so "
              "accuracies of 0 are expected here, and a gate or screen that fails (or passes) at this scale says "
              "nothing about the method at full scale."),
-    "medium": ("medium scale: the full contract's structure with fewer updates and examples. Verdicts are "
-               "indicative for the method, not the frozen trial's result."),
+    "medium": ("medium scale: the frozen trial's structure and exact counts on the kit's small seed (about "
+               "126M parameters, pretrained on one H200), with the free choices fixed by a committed pilot on "
+               "development roles. Verdicts speak about the method at that model size, not the trial's 1.7B result."),
     "full": ("full scale: the frozen contract. The verdicts below are the trial's result, on public task "
              "families only; they do not establish general assistant capability."),
 }
