@@ -65,6 +65,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+from bench.provenance import git_commit  # noqa: E402
 
 CONTRACTS = {"full": REPO / "contracts" / "adaptive-shards.json", "tiny": REPO / "contracts" / "adaptive-shards.tiny.json"}
 SOURCE = REPO / "data" / "alpaca_5000.json"
@@ -113,23 +114,6 @@ def device_info(kind: str) -> dict:
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             info["nvidia_smi_error"] = repr(e)
     return info
-
-
-def git_commit() -> dict:
-    commit = os.environ.get("KIT_GIT_COMMIT")
-    dirty = os.environ.get("KIT_GIT_DIRTY")
-    if commit is None:
-        try:
-            commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=30, check=False).stdout.strip() or None
-            if dirty is None:
-                st = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=30, check=False)
-                dirty = "1" if st.stdout.strip() else "0"
-        except (OSError, subprocess.SubprocessError):
-            commit = None
-    return {"commit": commit, "dirty": None if dirty is None else dirty == "1",
-            "source": "env KIT_GIT_COMMIT" if os.environ.get("KIT_GIT_COMMIT") else "git rev-parse"}
 
 
 # --- the seed (runs in a child process: this process never touches the GPU) -------------------------

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.provenance import git_commit  # noqa: E402,F401  (re-exported: the other benches import it from here)
 from kit.digest import canonical_json
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig, StageEngine
@@ -603,20 +604,6 @@ def device_info(device) -> dict:
         except (OSError, subprocess.SubprocessError):
             info["driver"] = None
     return info
-
-
-def git_commit() -> dict:
-    commit = os.environ.get("KIT_GIT_COMMIT")
-    dirty = os.environ.get("KIT_GIT_DIRTY")
-    if commit is None:
-        try:
-            done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                  check=False, timeout=30)
-            commit = done.stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            commit = None
-    return {"commit": commit, "dirty": None if dirty is None else dirty == "1",
-            "source": "env KIT_GIT_COMMIT" if os.environ.get("KIT_GIT_COMMIT") else "git rev-parse"}
 
 
 def main(argv=None) -> int:

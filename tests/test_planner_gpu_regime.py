@@ -48,3 +48,25 @@ def test_compiled_block_saves_what_the_gpu_regime_counts(kv_heads):
         fp32_left_out = 4 * (2 * tokens + shape.num_attention_heads * tokens + 2 * shape.hidden_size)
         rope_tables = 2 * seq * shape.head_dim * 2  # cos and sin, bf16, shared by the rows
         assert _saved_bytes(block, shape, batch, seq) == modelled + fp32_left_out + rope_tables, (batch, seq)
+
+
+def test_committed_h200_peaks_stay_within_ten_percent_of_the_estimate():
+    # The GPU regime against what two H200s measured (committed records, re-estimated by
+    # bench/planner_check.py): a change to GPU_BF16 or to the schedule's in-flight count that breaks the
+    # issue's 10% fails here, without a GPU.
+    import json
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    from bench.planner_check import campaign_rows, pipeline_rows
+
+    rows = []
+    for run in ("bench-pipeline-x2-2026-11-30", "bench-pipeline-short-x2-2026-11-30"):
+        rows += pipeline_rows(json.loads((repo / "runs" / run / "run.json").read_text()))
+    updates = repo / "runs" / "bench-pipeline-short-x2-2026-11-30" / "campaign" / "updates.json"
+    rows += campaign_rows(json.loads(updates.read_text()), 8, "campaign")
+    errors = [r["error"] for row in rows for r in row["ranks"]]
+    assert len(errors) == 21  # 1 + 2 + 3 ranks at 2,048 tokens, 2 + 3 short, 2 + 2 + 3 + 3 in 4 campaign updates
+    assert max(abs(e) for e in errors) <= 0.10, rows
