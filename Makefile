@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test lint chromium gpu-wheels general-text
+.PHONY: demo test lint chromium gpu-wheels general-text medium-bundle
 # The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
 # in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
 # SOURCE: the pinned public conversation source (default: the repository's data/alpaca_5000.json,
@@ -40,6 +40,11 @@ lint: $(VENV)/.installed
 GPU_PYTHON ?= 3.12
 gpu-wheels: $(VENV)/.installed
 	$(PY) tools/gpu_wheels.py build --python-version $(GPU_PYTHON) --out build/gpu-wheels
+
+# this checkout's history as one file, carried to a GPU host whose copy of .git is stale, so that the
+# records made there name real commits (bench/medium_campaign.sh; docs/gpu-hosts.md, "The medium campaign")
+medium-bundle:
+	mkdir -p build/bundle && git bundle create build/bundle/main.bundle HEAD
 
 # Re-derive data/python3.11-doc.jsonl.xz (the small seed's general text, data/SOURCE.md) from Debian's
 # package and check both pinned digests (package file and extracted text) against kit/data/general_text.py.

@@ -45,9 +45,39 @@ CONTINUED_CONTRACT = "contracts/continued-learning.tiny.json"
 STUDY_CONTRACT = "contracts/shared-gradient.tiny.json"
 STUDY_ARMS = ("single", "dense", "powersgd")
 PUBLIC_SOURCE = Path("data") / "alpaca_5000.json"  # in the repository (data/SOURCE.md), so a bare clone runs
-REPORT_ID = "demo"
-PLAN_FILE = "demo-plan.json"
-TIMING_FILE = "demo-timing.json"
+PARTS = ("adaptive", "study")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What differs between the embedded tiny demo and the medium campaign on a two-GPU host; the steps,
+    notebooks and evidence are the same. `name` prefixes every run id and names the report folder."""
+    name: str
+    adaptive_contract: str
+    study_contract: str
+    continued_contract: str | None  # the continued-learning contract exists at tiny scale only
+    seed: dict  # 00_seed.ipynb's parameters besides SEED_DIR
+    device: str  # where evaluation scores ("cpu": the tiny demo's bit-pinned records)
+    title: str
+
+    @property
+    def plan_file(self) -> str:
+        return f"{self.name}-plan.json"
+
+    @property
+    def timing_file(self) -> str:
+        return f"{self.name}-timing.json"
+
+
+SCALES = {
+    "tiny": Scale("demo", ADAPTIVE_CONTRACT, STUDY_CONTRACT, CONTINUED_CONTRACT, {"MODE": "build"}, "cpu",
+                  "kit demo: both tiny contracts end to end"),
+    # shared/DESIGN.md, Scales: the trial's counts on the ~126M small seed, on one host with two GPUs
+    "medium": Scale("medium", "contracts/adaptive-shards.medium.json", "contracts/shared-gradient.medium.json", None,
+                    {"MODE": "build", "SIZE": "small", "DEVICE": "cuda"}, "cuda",
+                    "Medium scale: both trials' real counts on the small seed, two H200s"),
+}
+TINY = SCALES["tiny"]
 
 
 class DemoStopped(RuntimeError):
@@ -97,12 +127,13 @@ class PlaceholderRoots:
         return "0" * 64
 
 
-def _adaptive_steps(out: Path, seed: str, public_source: Path, roots) -> Iterator[Step]:
+def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Scale = TINY) -> Iterator[Step]:
     """examples/adaptive_tiny.sh, step by step."""
     from kit.adaptive.schema import load_adaptive_contract
     from kit.evidence.runtime import repository_root
 
-    contract_path = repository_root() / ADAPTIVE_CONTRACT
+    n = scale.name
+    contract_path = repository_root() / scale.adaptive_contract
     c = load_adaptive_contract(contract_path).data
     two, three, at = c["migration"]["from_workers"], c["migration"]["to_workers"], c["migration"]["at_step"]
     ad = out / "adaptive"
@@ -110,11 +141,11 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots) -> Iterato
     a_from, a_to, b_home, g_home = (shown_path(ad / n) for n in (f"A{two}", f"A{three}", "B", "G"))
     arm = {"PREPARED_DIR": prepared, "SEED_DIR": seed}
 
-    yield Step("demo-adaptive-prepare", "10_adaptive_prepare.ipynb",
+    yield Step(f"{n}-adaptive-prepare", "10_adaptive_prepare.ipynb",
                {"CONTRACT": shown_path(contract_path), "SEED_DIR": seed,
                 "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": prepared})
-    mid, migrated, control = (f"demo-adaptive-A{two}-to-step{at}", f"demo-adaptive-A{three}-migrated",
-                              f"demo-adaptive-A{two}-control")
+    mid, migrated, control = (f"{n}-adaptive-A{two}-to-step{at}", f"{n}-adaptive-A{three}-migrated",
+                              f"{n}-adaptive-A{two}-control")
     yield Step(mid, "11_adaptive_arm.ipynb",
                {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "UNTIL": at})
     a_mid = roots.endpoint(mid)
@@ -123,18 +154,19 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots) -> Iterato
     yield Step(control, "11_adaptive_arm.ipynb",
                {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "RESUME": a_mid})
     a_end, a_ctl = roots.endpoint(migrated), roots.endpoint(control)
-    yield Step("demo-adaptive-migration", "12_adaptive_migration.ipynb",
+    # Bit-equal learned states are the CPU promise; on GPUs the comparison reports the largest difference.
+    yield Step(f"{n}-adaptive-migration", "12_adaptive_migration.ipynb",
                {"CANDIDATE_HOME": a_to, "CANDIDATE_ROOT": a_end, "CONTROL_HOME": a_from,
-                "CONTROL_ROOT": a_ctl, "COHORT": "A", "REQUIRE_EQUAL": True,
+                "CONTROL_ROOT": a_ctl, "COHORT": "A", "REQUIRE_EQUAL": scale.device == "cpu",
                 "OUT": shown_path(ad / "migration-comparison.json")})
     # Cohort B continues the committed A endpoint (the migrated run) with it as the frozen reference.
     b = {**arm, "COHORT": "B", "WORKERS": c["cohorts"]["B"]["workers"], "RESUME": a_end,
          "REFERENCE": a_end, "SOURCE_HOME": a_to}
-    yield Step("demo-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": b_home})
-    yield Step("demo-adaptive-B-growth", "11_adaptive_arm.ipynb",
+    yield Step(f"{n}-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": b_home})
+    yield Step(f"{n}-adaptive-B-growth", "11_adaptive_arm.ipynb",
                {**b, "HOME": g_home, "REFERENCE_HOME": a_to, "GROW": True})
-    b_end, g_end = roots.endpoint("demo-adaptive-B-control"), roots.endpoint("demo-adaptive-B-growth")
-    yield Step("demo-adaptive-growth-comparison", "12_adaptive_migration.ipynb",
+    b_end, g_end = roots.endpoint(f"{n}-adaptive-B-control"), roots.endpoint(f"{n}-adaptive-B-growth")
+    yield Step(f"{n}-adaptive-growth-comparison", "12_adaptive_migration.ipynb",
                {"CANDIDATE_HOME": g_home, "CANDIDATE_ROOT": g_end, "CONTROL_HOME": b_home,
                 "CONTROL_ROOT": b_end, "COHORT": "B", "REQUIRE_EQUAL": False,
                 "OUT": shown_path(ad / "growth-comparison.json")})
@@ -142,22 +174,24 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots) -> Iterato
     comparisons = {"A": (f"{a_to}:{a_end}", f"seed:{seed}", "A_vs_seed"),
                    "B": (f"{b_home}:{b_end}", f"{a_to}:{a_end}", "B_vs_A"),
                    "G": (f"{g_home}:{g_end}", f"{b_home}:{b_end}", "growth_vs_control")}
+    device = {} if scale.device == "cpu" else {"DEVICE": scale.device}  # the tiny records keep their parameters
     for name, (cand, base, label) in comparisons.items():
-        yield Step(f"demo-adaptive-dev-{name}", "13_adaptive_evaluate.ipynb",
+        yield Step(f"{n}-adaptive-dev-{name}", "13_adaptive_evaluate.ipynb",
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
-                    "COMPARISON": label, "OUT": shown_path(ad / f"dev-{name}.json")})
+                    "COMPARISON": label, "OUT": shown_path(ad / f"dev-{name}.json"), **device})
     selection = shown_path(ad / "selection.json")
-    yield Step("demo-adaptive-select", "14_adaptive_select.ipynb",
+    yield Step(f"{n}-adaptive-select", "14_adaptive_select.ipynb",
                {"PREPARED_DIR": prepared, "CANDIDATES": {n: spec[0] for n, spec in comparisons.items()},
                 "DEV_EVALUATIONS": [shown_path(ad / f"dev-{n}.json") for n in comparisons],
                 "OUT": selection})
     for name, (cand, base, label) in comparisons.items():
-        yield Step(f"demo-adaptive-final-{name}", "13_adaptive_evaluate.ipynb",
+        yield Step(f"{n}-adaptive-final-{name}", "13_adaptive_evaluate.ipynb",
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "final",
                     "SELECTION": selection, "COMPARISON": label,
-                    "OUT": shown_path(ad / f"final-{name}.json")})
-    yield from _continued_steps(out, seed, public_source, prepared, a_to, a_end, shown_path(ad / "final-A.json"),
-                                roots)
+                    "OUT": shown_path(ad / f"final-{name}.json"), **device})
+    if scale.continued_contract:
+        yield from _continued_steps(out, seed, public_source, prepared, a_to, a_end, shown_path(ad / "final-A.json"),
+                                    roots)
 
 
 def _continued_steps(out: Path, seed: str, public_source: Path, start_prepared: str, a_home: str, a_end: str,
@@ -188,27 +222,36 @@ def _continued_steps(out: Path, seed: str, public_source: Path, start_prepared: 
                 "SELECTION": selection, "COMPARISON": "C_vs_A", "OUT": shown_path(cd / "final-C.json")})
 
 
-def _study_steps(out: Path, seed: str, public_source: Path) -> Iterator[Step]:
+def _study_steps(out: Path, seed: str, public_source: Path, scale: Scale = TINY) -> Iterator[Step]:
     """examples/gradient_study_tiny.sh, step by step."""
     from kit.evidence.runtime import repository_root
 
+    n = scale.name
     study = shown_path(out / "study")
-    yield Step("demo-study-prepare", "19_study_prepare.ipynb",
-               {"CONTRACT": shown_path(repository_root() / STUDY_CONTRACT), "SEED_DIR": seed,
+    yield Step(f"{n}-study-prepare", "19_study_prepare.ipynb",
+               {"CONTRACT": shown_path(repository_root() / scale.study_contract), "SEED_DIR": seed,
                 "SOURCE": shown_path(public_source), "STUDY_DIR": study})
     for name in STUDY_ARMS:
-        yield Step(f"demo-study-{name}", "20_study_arm.ipynb",
+        yield Step(f"{n}-study-{name}", "20_study_arm.ipynb",
                    {"STUDY_DIR": study, "SEED_DIR": seed, "ARM": name}, may_fail=True)
-    yield Step("demo-study-evaluate", "21_study_evaluate.ipynb", {"STUDY_DIR": study, "SEED_DIR": seed})
+    device = {} if scale.device == "cpu" else {"DEVICE": scale.device}
+    yield Step(f"{n}-study-evaluate", "21_study_evaluate.ipynb", {"STUDY_DIR": study, "SEED_DIR": seed, **device})
 
 
-def demo_steps(out: Path, public_source: Path, roots) -> Iterator[Step]:
+def demo_steps(out: Path, public_source: Path, roots, scale: Scale = TINY, parts=PARTS,
+               seed_dir: Path | None = None) -> Iterator[Step]:
     """The demo's steps in order. A generator: a step's roots are read (`roots.endpoint(run_id)`) only
-    after the steps before it have run."""
-    seed = shown_path(Path(out) / "seed")
-    yield Step("demo-seed", "00_seed.ipynb", {"SEED_DIR": seed, "MODE": "build"})
-    yield from _adaptive_steps(Path(out), seed, Path(public_source), roots)
-    yield from _study_steps(Path(out), seed, Path(public_source))
+    after the steps before it have run. `parts` picks the experiments (the seed step always runs first).
+    `seed_dir`: a seed built before (the medium pilot's, on the same host), inspected instead of built."""
+    if seed_dir is None:
+        seed, seed_step = shown_path(Path(out) / "seed"), scale.seed
+    else:
+        seed, seed_step = shown_path(seed_dir), {"MODE": "inspect"}
+    yield Step(f"{scale.name}-seed", "00_seed.ipynb", {"SEED_DIR": seed, **seed_step})
+    if "adaptive" in parts:
+        yield from _adaptive_steps(Path(out), seed, Path(public_source), roots, scale)
+    if "study" in parts:
+        yield from _study_steps(Path(out), seed, Path(public_source), scale)
 
 
 def _reusable(runs_dir: Path, step: Step) -> bool:
@@ -224,67 +267,86 @@ def _reusable(runs_dir: Path, step: Step) -> bool:
         return False  # the runner replaces an unfinished or failed attempt
     if record.parameters != step.parameters:
         raise ValueError(f"{run_dir}: completed by an earlier demo with other parameters "
-                         f"({record.parameters}); evidence is never overwritten: remove {runs_dir}/demo-* "
-                         "to run the demo afresh")
+                         f"({record.parameters}); evidence is never overwritten: remove that run (and the "
+                         "runs after it) to run the demo afresh")
     return True
 
 
-def pinned_public_sha256() -> str:
-    """The sha256 both tiny contracts pin for the public conversation source."""
+def pinned_public_sha256(scale: Scale = TINY) -> str:
+    """The sha256 the scale's adaptive contract pins for the public conversation source."""
     from kit.digest import load_json_strict
     from kit.evidence.runtime import repository_root
 
-    contract = load_json_strict(repository_root() / ADAPTIVE_CONTRACT)
+    contract = load_json_strict(repository_root() / scale.adaptive_contract)
     return contract["evaluation"]["final"]["retention"]["sha256"]
 
 
-def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path) -> None:
-    """Refuse, before anything runs (the seed build takes minutes), a missing or different public source,
-    or earlier demo runs without their data dir."""
+def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path, scale: Scale = TINY,
+                      parts=PARTS, seed_dir: Path | None = None) -> None:
+    """Refuse, before anything runs (the seed build takes minutes), a missing contract, a missing or
+    different public source, or earlier runs of these steps without their data dir."""
     from kit.digest import sha256_file
+    from kit.evidence.runtime import repository_root
 
+    for contract in (scale.adaptive_contract, scale.study_contract):
+        if not (repository_root() / contract).is_file():
+            raise FileNotFoundError(f"{contract}: missing; the {scale.name} steps run on it (a medium contract is "
+                                    "frozen from its draft by bench/medium_freeze.py after the committed pilot, "
+                                    "docs/contracts.md \"Medium scale\")")
     if not Path(public_source).is_file():
         raise FileNotFoundError(f"{public_source}: the pinned public conversation source (alpaca_5000.json from "
-                                f"tatsu-lab/stanford_alpaca, see data/SOURCE.md; sha256 in {ADAPTIVE_CONTRACT}) is "
-                                "needed by both experiments; the repository carries it as data/alpaca_5000.json")
-    expected, actual = pinned_public_sha256(), sha256_file(public_source)
+                                f"tatsu-lab/stanford_alpaca, see data/SOURCE.md; sha256 in {scale.adaptive_contract}) "
+                                "is needed by both experiments; the repository carries it as data/alpaca_5000.json")
+    expected, actual = pinned_public_sha256(scale), sha256_file(public_source)
     if actual != expected:
-        raise ValueError(f"{public_source}: sha256 {actual}, but {ADAPTIVE_CONTRACT} pins the public source at "
+        raise ValueError(f"{public_source}: sha256 {actual}, but {scale.adaptive_contract} pins the public source at "
                          f"{expected}; give the pinned file (data/alpaca_5000.json, see data/SOURCE.md)")
-    earlier = sorted(p.name for p in Path(runs_dir).glob("demo-*")) if Path(runs_dir).is_dir() else []
+    if seed_dir is not None and not (Path(seed_dir) / "config.json").is_file():
+        raise FileNotFoundError(f"{seed_dir}/config.json: missing; --seed-dir expects a built seed directory")
+    ids = [s.run_id for s in demo_steps(out, public_source, PlaceholderRoots(), scale, parts, seed_dir)]
+    earlier = [i for i in ids if (Path(runs_dir) / i).is_dir()]
     if earlier and not Path(out).is_dir():
         raise ValueError(f"{runs_dir}: holds runs of an earlier demo ({', '.join(earlier[:3])}, ...) but "
-                         f"their working directory {out} is gone; remove {runs_dir}/demo-* to run the demo "
+                         f"their working directory {out} is gone; remove {runs_dir}/{scale.name}-* to run the demo "
                          "afresh")
 
 
 def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
-             reports_dir: Path = Path("reports"), public_source: Path | None = None) -> int:
-    """Run every step (module docstring), render reports_dir/demo/index.html and print its path.
+             reports_dir: Path = Path("reports"), public_source: Path | None = None, scale: str = "tiny",
+             parts=PARTS, report: bool = True, seed_dir: Path | None = None) -> int:
+    """Run every step (module docstring), render reports_dir/<scale name>/index.html and print its path.
 
-    `public_source` defaults to data/alpaca_5000.json in the repository. Returns 0 when every
-    step completed (or was reused), 1 when a step failed or the demo stopped."""
+    `public_source` defaults to data/alpaca_5000.json in the repository. `scale` "medium" runs the medium
+    contracts (two GPUs, the small seed built on the first); `seed_dir` inspects a seed built before instead
+    of building one. Returns 0 when every step completed (or
+    was reused), 1 when a step failed or the demo stopped."""
     from kit.evidence.report import render_report
     from kit.evidence.runner import run_notebook
     from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
 
+    if scale not in SCALES:
+        raise ValueError(f"scale {scale!r}; expected one of {sorted(SCALES)}")
+    sc = SCALES[scale]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown or not parts:
+        raise ValueError(f"parts {list(parts)}; expected a non-empty subset of {list(PARTS)}")
     ensure_runtime()  # papermill and a kernel, before anything is written
     out, runs_dir, reports_dir = Path(out), Path(runs_dir), Path(reports_dir)
     public_source = Path(public_source) if public_source else repository_root() / PUBLIC_SOURCE
-    check_demo_inputs(out, public_source, runs_dir)
+    check_demo_inputs(out, public_source, runs_dir, sc, parts, seed_dir)
     out.mkdir(parents=True, exist_ok=True)
     notebooks = repository_root() / "notebooks"
-    total = sum(1 for _ in demo_steps(out, public_source, PlaceholderRoots()))
+    total = sum(1 for _ in demo_steps(out, public_source, PlaceholderRoots(), sc, parts, seed_dir))
     saved = os.environ.get("KIT_PROGRESS")
     bar = _bar(progress and saved != "0", total)
     os.environ["KIT_PROGRESS"] = "0"  # kernels inherit it: no bars in the executed notebooks kept as evidence
     plan, timing, stopped = [], [], None
     t0 = time.perf_counter()
     try:
-        for step in demo_steps(out, public_source, RecordedRoots(runs_dir)):
+        for step in demo_steps(out, public_source, RecordedRoots(runs_dir), sc, parts, seed_dir):
             notebook = shown_path(notebooks / step.notebook)
             plan.append({"notebook": notebook, "run_id": step.run_id, "parameters": step.parameters})
-            write_canonical_json(out / PLAN_FILE, plan)
+            write_canonical_json(out / sc.plan_file, plan)
             bar.set_description(step.run_id)
             if _reusable(runs_dir, step):
                 timing.append({"run_id": step.run_id, "status": "reused", "seconds": 0.0})
@@ -297,6 +359,7 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
                 if record.status != "completed" and not step.may_fail:
                     stopped = (step.run_id, f"{runs_dir / step.run_id}: {record.status} ({record.reason})")
                     break
+            write_canonical_json(out / sc.timing_file, {"steps": timing})  # a killed campaign keeps its times
             bar.update()
     except DemoStopped as e:
         stopped = (timing[-1]["run_id"] if timing else "", str(e))
@@ -307,16 +370,19 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
         else:
             os.environ["KIT_PROGRESS"] = saved
     steps_s = time.perf_counter() - t0
-    with quiet_kernels(reports_dir / REPORT_ID / KERNEL_LOG_NAME):  # the report kernel's warnings, not the terminal
-        index = render_report(runs_dir, reports_dir / REPORT_ID, title="kit demo: both tiny contracts end to end")
-    write_canonical_json(out / TIMING_FILE, {"steps": timing, "steps_seconds": round(steps_s, 1),
-                                             "with_report_seconds": round(time.perf_counter() - t0, 1)})
-    print(f"{len(timing)} of {total} step(s) in {steps_s / 60:.1f} min; plan: {out / PLAN_FILE}")
+    index = None
+    if report:
+        with quiet_kernels(reports_dir / sc.name / KERNEL_LOG_NAME):  # the report kernel's warnings, not the terminal
+            index = render_report(runs_dir, reports_dir / sc.name, title=sc.title)
+    write_canonical_json(out / sc.timing_file, {"steps": timing, "steps_seconds": round(steps_s, 1),
+                                                "with_report_seconds": round(time.perf_counter() - t0, 1)})
+    print(f"{len(timing)} of {total} step(s) in {steps_s / 60:.1f} min; plan: {out / sc.plan_file}")
     if stopped:
         # the inspection run records into the demo's own runs folder (never the committed runs/ of a `make demo`)
         print(f"demo stopped: {stopped[1]}\ninspect it: kit run notebooks/90_inspect_failed_arm.ipynb "
               f"-p RUN_ID {stopped[0]} --runs-dir {runs_dir}", file=sys.stderr)
-    print(index)
+    if index:
+        print(index)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -17,7 +18,7 @@ import pytest
 import torch
 from conftest import write_hf_llama
 
-from kit.demo import PlaceholderRoots, demo_steps, run_demo
+from kit.demo import SCALES, PlaceholderRoots, demo_steps, run_demo
 from kit.digest import canonical_json, sha256_file, write_canonical_json
 from kit.evidence.parameters import PARAMETERS_TAG, check_parameters
 from kit.evidence.records import RunRecord, read_run_record, write_run_record
@@ -124,6 +125,62 @@ def test_demo_plan_fits_the_notebooks_and_mirrors_the_examples(tmp_path):
     c_arm = by_id["demo-continued-C"]
     assert c_arm["COHORT"] == "C" and "GROW" not in c_arm and c_arm["RESUME"] == c_arm["REFERENCE"]
     assert by_id["demo-continued-final-C"]["BASELINE"] == cont["START"]
+
+
+def test_medium_plan_is_the_demo_on_the_medium_contracts_with_gpu_scoring(tmp_path):
+    """`kit demo --scale medium`: the same steps on the medium contracts (the drafts stand in for the frozen
+    ones, which exist only after the pilot), scored on CUDA, migration compared without the CPU's equality
+    demand, no continued-learning part; --parts picks the experiments after the seed."""
+    drafts = replace(SCALES["medium"], adaptive_contract="contracts/adaptive-shards.medium.draft.json",
+                     study_contract="contracts/shared-gradient.medium.draft.json")
+    steps = list(demo_steps(tmp_path / "out", tmp_path / "alpaca_5000.json", PlaceholderRoots(), drafts))
+    ids = [s.run_id for s in steps]
+    assert ids == ["medium-seed", "medium-adaptive-prepare", "medium-adaptive-A2-to-step64",
+                   "medium-adaptive-A3-migrated", "medium-adaptive-A2-control", "medium-adaptive-migration",
+                   "medium-adaptive-B-control", "medium-adaptive-B-growth", "medium-adaptive-growth-comparison",
+                   "medium-adaptive-dev-A", "medium-adaptive-dev-B", "medium-adaptive-dev-G", "medium-adaptive-select",
+                   "medium-adaptive-final-A", "medium-adaptive-final-B", "medium-adaptive-final-G",
+                   "medium-study-prepare", "medium-study-single", "medium-study-dense", "medium-study-powersgd",
+                   "medium-study-evaluate"]
+    plan = [{"notebook": str(NOTEBOOKS / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
+            for s in steps]
+    write_canonical_json(tmp_path / "plan.json", plan)
+    assert len(load_plan(tmp_path / "plan.json")) == 21  # every name and type checked against its notebook
+    by_id = {s.run_id: s.parameters for s in steps}
+    assert by_id["medium-seed"] == {"SEED_DIR": by_id["medium-adaptive-prepare"]["SEED_DIR"], "MODE": "build",
+                                    "SIZE": "small", "DEVICE": "cuda"}
+    assert by_id["medium-adaptive-prepare"]["CONTRACT"].endswith("contracts/adaptive-shards.medium.draft.json")
+    assert by_id["medium-adaptive-migration"]["REQUIRE_EQUAL"] is False
+    evaluations = [p for i, p in by_id.items() if "-dev-" in i or "-final-" in i] + [by_id["medium-study-evaluate"]]
+    assert len(evaluations) == 7 and {p["DEVICE"] for p in evaluations} == {"cuda"}
+    study_only = [s.run_id for s in demo_steps(tmp_path / "out", tmp_path / "a.json", PlaceholderRoots(), drafts,
+                                               ("study",))]
+    assert study_only == ["medium-seed"] + ids[16:]
+    # --seed-dir: the pilot's seed on the same host is inspected, not rebuilt, and every step reads it
+    built = tmp_path / "pilot-seed"
+    reused = list(demo_steps(tmp_path / "out", tmp_path / "a.json", PlaceholderRoots(), drafts, seed_dir=built))
+    assert reused[0].parameters == {"SEED_DIR": str(built), "MODE": "inspect"}
+    assert {s.parameters["SEED_DIR"] for s in reused if "SEED_DIR" in s.parameters} == {str(built)}
+    # the tiny demo's parameters are unchanged by the scale's fields (its committed records stay reusable)
+    tiny = {s.run_id: s.parameters for s in demo_steps(tmp_path / "out", tmp_path / "a.json", PlaceholderRoots())}
+    assert tiny["demo-seed"] == {"SEED_DIR": str(tmp_path / "out" / "seed"), "MODE": "build"}
+    assert not any("DEVICE" in p for p in tiny.values())
+
+
+def test_medium_demo_refuses_an_unfrozen_contract_and_unknown_parts(tmp_path, monkeypatch):
+    import kit.demo
+
+    # before the pilot, the frozen contract does not exist: refused before anything is written
+    unfrozen = replace(SCALES["medium"], adaptive_contract="contracts/adaptive-shards.unfrozen.json")
+    monkeypatch.setitem(kit.demo.SCALES, "medium", unfrozen)
+    with pytest.raises(FileNotFoundError, match=r"contracts/adaptive-shards\.unfrozen\.json: missing; .* frozen"):
+        run_demo(tmp_path / "out", False, runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports",
+                 scale="medium")
+    with pytest.raises(ValueError, match=r"parts \['adaptive', 'sweep'\]"):
+        run_demo(tmp_path / "out", False, runs_dir=tmp_path / "runs", parts=("adaptive", "sweep"))
+    with pytest.raises(ValueError, match=r"scale 'huge'"):
+        run_demo(tmp_path / "out", False, runs_dir=tmp_path / "runs", scale="huge")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "reports").exists()
 
 
 def test_demo_refuses_a_missing_source_and_runs_without_their_data(tmp_path):

@@ -129,7 +129,9 @@ def cmd_demo(a) -> int:
 
     return run_demo(Path(a.out), progress=not a.no_progress, runs_dir=Path(a.runs_dir),
                     reports_dir=Path(a.reports_dir),
-                    public_source=Path(a.public_source) if a.public_source else None)
+                    public_source=Path(a.public_source) if a.public_source else None, scale=a.scale,
+                    parts=tuple(a.parts.split(",")), report=not a.no_report,
+                    seed_dir=Path(a.seed_dir) if a.seed_dir else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,6 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the rendered report goes")
     s.add_argument("--public-source", type=public_source_file(), help="local copy of the pinned public source (default data/alpaca_5000.json in the repository; its sha256 is checked before anything runs)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
+    s.add_argument("--scale", choices=("tiny", "medium"), default="tiny",
+                   help="tiny (default): the embedded CPU demo; medium: the frozen medium contracts on a host "
+                        "with two GPUs (docs/gpu-hosts.md, \"The medium campaign\"); run ids and the report "
+                        "folder are named demo-* or medium-*")
+    s.add_argument("--parts", default="adaptive,study",
+                   help="comma-separated experiments to run after the seed: adaptive, study (default both)")
+    s.add_argument("--no-report", action="store_true", help="do not render the report at the end")
+    s.add_argument("--seed-dir", metavar="DIR", help="inspect this seed, built before (e.g. by the medium pilot on "
+                   "the same host), instead of building one; the contracts' digest pin still decides")
     s.set_defaults(fn=cmd_demo)
 
     from kit.cli.drivers import DRIVER_COMMANDS  # run, batch, verify-evidence, report, adaptive, study

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The medium campaign on a host with two GPUs, as a few device calls (docs/gpu-hosts.md, "The medium campaign").
+#
+#   bash bench/medium_campaign.sh pilot DATE       call 1: bring the host's git to the carried bundle, install the
+#                                                  notebook runtime, run the pilot (seed build + candidates), commit
+#                                                  its record, freeze the contracts, commit them, bundle those two
+#                                                  commits into $OUT, then start the campaign in the background
+#   bash bench/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign
+#   bash bench/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
+#                                                  run records, evaluation records and report into $OUT
+#
+# Carry build/gpu-wheels (make gpu-wheels) and build/bundle (make medium-bundle: the local history, so that the
+# host's records name real commits; the device copy's own .git is stale). Everything the campaign writes on the
+# host goes under build/medium/ (ignored by git), which survives between calls while the machine stays warm;
+# the background campaign (setsid) outlives the call that started it. A fresh machine starts over from what was
+# committed: the pilot's record and the frozen contracts are in git, the seed rebuilds to its pinned digest, and
+# `start` reuses nothing it cannot find (run records live with their checkpoint stores under build/medium/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+W=build/medium
+mkdir -p "$W"
+
+runtime() {  # the notebook runtime without an index (docs/gpu-hosts.md), once per machine
+    [ -f /tmp/nbrt/env.sh ] || python3 tools/gpu_wheels.py install /tmp/nbrt --wheels build/gpu-wheels >"$W/runtime.log"
+    # shellcheck disable=SC1091
+    . /tmp/nbrt/env.sh
+    export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
+}
+
+sync_git() {  # the host's .git to the carried history; the working tree is already that commit's
+    git config core.fileMode false
+    git config user.name >/dev/null || git config user.name "kit medium campaign"
+    git config user.email >/dev/null || git config user.email "kit@localhost"
+    git fetch -q build/bundle/main.bundle HEAD
+    git reset -q FETCH_HEAD
+    git rev-parse HEAD >"$W/base-commit"
+    if [ -n "$(git status --porcelain)" ]; then
+        echo "the working tree differs from the carried commit $(cat "$W/base-commit"):" >&2
+        git status --porcelain | head -20 >&2
+        exit 2
+    fi
+    echo "git: $(git log -1 --oneline)"
+}
+
+start() {
+    runtime
+    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+        echo "campaign already running (pid $(cat "$W/campaign.pid"))"; return
+    fi
+    seed=()
+    [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed-dir "$W/pilot-work/seed")
+    setsid nohup python3 -m kit demo --scale medium "${seed[@]}" --out "$W/work" --runs-dir "$W/runs" \
+        --reports-dir "$W/reports" --no-progress >>"$W/campaign.log" 2>&1 </dev/null &
+    echo $! >"$W/campaign.pid"
+    echo "campaign started (pid $!), log $W/campaign.log"
+}
+
+pack() {  # at most 8 files come back: one archive of the evidence, the log beside it
+    local out="${OUT:-$W/out}"
+    mkdir -p "$out"
+    local items=()
+    for p in runs reports campaign.log work/medium-plan.json work/medium-timing.json work/adaptive/*.json \
+             work/study/*.json work/study/evaluation; do
+        for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
+    done
+    [ ${#items[@]} -gt 0 ] && tar czf "$out/medium-evidence.tgz" -C "$W" "${items[@]}"
+    cp "$W/campaign.log" "$out/" 2>/dev/null || true
+    ls -la "$out"
+}
+
+follow() {
+    local until=$((SECONDS + $1)) shown=0
+    while [ $SECONDS -lt $until ]; do
+        if [ -f "$W/campaign.log" ]; then
+            local n; n=$(wc -l <"$W/campaign.log")
+            [ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "$W/campaign.log" && shown=$n
+        fi
+        if ! kill -0 "$(cat "$W/campaign.pid" 2>/dev/null || echo 0)" 2>/dev/null; then
+            echo "campaign process ended"; break
+        fi
+        sleep 5
+    done
+    pack
+}
+
+pilot() {
+    local date=$1 id="medium-pilot-$1"
+    sync_git
+    runtime
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    python3 bench/medium_pilot.py --build-seed --device cuda --lr 1e-4 3e-4 --until 16 --deadline-s "${PILOT_DEADLINE_S:-500}" \
+        --work "$W/pilot-work" --out "$W/pilot" --run-id "$id" || true
+    local out="${OUT:-$W/out}"
+    mkdir -p "$out"
+    tar czf "$out/pilot.tgz" -C "$W" pilot
+    mkdir -p runs && rm -rf "runs/$id" && cp -r "$W/pilot" "runs/$id"
+    git add "runs/$id"
+    git commit -q -m "Medium pilot $date: its record, on development roles only (bench/medium_pilot.py)"
+    if python3 bench/medium_freeze.py --pilot "runs/$id"; then
+        git add contracts/adaptive-shards.medium.json contracts/shared-gradient.medium.json
+        git commit -q -m "Medium contracts frozen from the drafts and the committed pilot $id (bench/medium_freeze.py)"
+    fi
+    git bundle create "$out/device.bundle" "$(cat "$W/base-commit")..HEAD"
+    git log --oneline -3
+    [ -f contracts/adaptive-shards.medium.json ] && start
+}
+
+case "${1:-}" in
+    pilot) pilot "${2:?DATE}" ;;
+    start) start ;;
+    follow) runtime; follow "${2:?SECONDS}" ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
+esac
