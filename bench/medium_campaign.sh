@@ -75,8 +75,8 @@ follow() {
             local n; n=$(wc -l <"$W/campaign.log")
             [ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "$W/campaign.log" && shown=$n
         fi
-        if ! kill -0 "$(cat "$W/campaign.pid" 2>/dev/null || echo 0)" 2>/dev/null; then
-            echo "campaign process ended"; break
+        if [ ! -f "$W/campaign.pid" ] || ! kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+            echo "no campaign process running"; break
         fi
         sleep 5
     done
@@ -88,12 +88,16 @@ pilot() {
     sync_git
     runtime
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    python3 bench/medium_pilot.py --build-seed --device cuda --lr 1e-4 3e-4 --until 16 --deadline-s "${PILOT_DEADLINE_S:-500}" \
+    local seed=(--build-seed)  # a seed already built on this machine (an earlier pilot's) is not built again
+    [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed "$W/pilot-work/seed")
+    # shellcheck disable=SC2086
+    python3 bench/medium_pilot.py "${seed[@]}" --device cuda --lr ${PILOT_LRS:-1e-5 3e-5 6e-5} \
+        --until "${PILOT_UNTIL:-32}" --deadline-s "${PILOT_DEADLINE_S:-500}" \
         --work "$W/pilot-work" --out "$W/pilot" --run-id "$id" || true
     local out="${OUT:-$W/out}"
     mkdir -p "$out"
-    tar czf "$out/pilot.tgz" -C "$W" pilot
-    mkdir -p runs && rm -rf "runs/$id" && cp -r "$W/pilot" "runs/$id"
+    tar czf "$out/$id.tgz" -C "$W" pilot
+    mkdir -p runs && rm -rf "runs/$id" && cp -r "$W/pilot" "runs/$id" && rm -rf "$W/pilot"
     git add "runs/$id"
     git commit -q -m "Medium pilot $date: its record, on development roles only (bench/medium_pilot.py)"
     if python3 bench/medium_freeze.py --pilot "runs/$id"; then
