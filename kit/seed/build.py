@@ -388,9 +388,12 @@ def describe_seed(seed_dir: Path) -> str:
     build = seed_dir / SEED_BUILD_FILE
     if build.exists():
         info = load_json_strict(build)
-        lines.append(f"built by kit {info['kit_version']} (torch {info['torch_version']}, {info['threads']} thread(s)): "
+        # the small seed (kit/seed/small.py) trains on a GPU: its record names the device and times each phase
+        where = f"{info['threads']} thread(s)" if "threads" in info else info.get("device", "?")
+        seconds = info["seconds"]["total"] if isinstance(info["seconds"], dict) else info["seconds"]
+        lines.append(f"built by kit {info['kit_version']} (torch {info['torch_version']}, {where}): "
                      f"{info['updates']} updates, loss {info['loss_initial']:.3f} -> {info['loss_final']:.3f}, "
-                     f"{info['seconds']:.1f} s")
+                     f"{seconds:.1f} s")
     reply = greedy_reply(load_seed_model(seed_dir), tokenizer, SAMPLE_CHAT_PROMPT, 48)
     end = "ended at end of turn" if reply["ended_at_turn_boundary"] else "no end of turn within 48 tokens"
     lines.append(f"greedy reply to {SAMPLE_CHAT_PROMPT!r}: {reply['text']!r} ({end})")
