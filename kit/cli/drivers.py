@@ -162,7 +162,7 @@ def cmd_report(a) -> int:
 
     ensure_runtime(("jupyter_client", *REPORT_MODULES), "render a report")
     with quiet_kernels(Path(a.out) / KERNEL_LOG_NAME):  # kernel and library warnings: OUT/kernel.log
-        print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel))
+        print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel, select=a.select))
     return 0
 
 
@@ -173,6 +173,7 @@ def register_report(sub) -> None:
     s.add_argument("--out", required=True, type=OutDir("a report folder"),
                    help="report directory, e.g. reports/<report-id>/")
     s.add_argument("--title", metavar="TEXT", help="the report's title (default: one naming the runs directory)")
+    s.add_argument("--select", metavar="GLOB", help="only the runs whose id matches, e.g. 'medium-*' (default all)")
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.set_defaults(fn=cmd_report)
 

@@ -250,8 +250,11 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
     (benchmark records included): its header with lineage, then its sidecars."""
     import nbformat
 
+    from kit.evidence.run_index import split_selection
+
     shown = str(runs_dir)
-    runs_dir = Path(runs_dir).resolve()
+    folder, pattern = split_selection(runs_dir)
+    runs_dir = folder.resolve() / pattern if pattern else folder.resolve()  # the show_* calls take the selection
     nb = nbformat.v4.new_notebook()
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -297,8 +300,9 @@ def export_html(nb, title: str) -> str:
 
 
 def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, title: str | None = None,
-                  kernel_name: str = "python3", timeout_s: int = 600) -> Path:
-    """Execute the report notebook over `runs_dir`; write out_dir/report.ipynb and out_dir/index.html."""
+                  kernel_name: str = "python3", timeout_s: int = 600, select: str | None = None) -> Path:
+    """Execute the report notebook over `runs_dir` (only the run ids matching the glob `select`, when
+    given); write out_dir/report.ipynb and out_dir/index.html."""
     from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
 
     ensure_runtime(("nbformat", "nbclient", "jupyter_client", "ipykernel", *REPORT_MODULES), "render a report")
@@ -307,6 +311,12 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
 
     runs_dir, out_dir = Path(runs_dir), Path(out_dir)
     records.list_run_dirs(runs_dir)  # a missing runs directory is an error before anything is written
+    if select is not None:
+        if "/" in select or not any(ch in select for ch in "*?["):
+            raise ValueError(f"select {select!r}: expected a glob over run ids, e.g. 'medium-*'")
+        if not load_runs(runs_dir / select):
+            raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
+        runs_dir = runs_dir / select
     title = title or f"Evidence report: {out_dir.name}"
     nb = build_report_notebook(runs_dir, title)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,11 @@ def _index_cached(runs_dir: str, stamp: float) -> dict:
 
 
 def index(runs_dir) -> dict:
-    p = Path(runs_dir)
-    return _index_cached(str(p.resolve()), p.stat().st_mtime if p.exists() else 0.0)
+    from kit.evidence.run_index import split_selection
+
+    p, pattern = split_selection(runs_dir)
+    spec = str(p.resolve() / pattern) if pattern else str(p.resolve())
+    return _index_cached(spec, p.stat().st_mtime if p.exists() else 0.0)
 
 
 def _metric(row: dict, name: str):
@@ -290,16 +293,134 @@ def verdict_table_html(rows: list[dict], table_id: str, idx: dict) -> str:
             f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
+def sign_test_p(gained: int, lost: int) -> float:
+    """Exact two-sided sign test over the discordant answers: P(a split at least this uneven | no change)."""
+    from math import comb
+
+    d, k = gained + lost, min(gained, lost)
+    if d == 0:
+        return 1.0
+    return min(1.0, 2 * sum(comb(d, i) for i in range(k + 1)) / 2 ** d)
+
+
+def gate_analysis_rows(runs_dir) -> list[dict]:
+    """Each failing adaptive gate, analysed rather than re-run: for a bound gate, the point estimate, the
+    bound's half-width against the threshold, and the number of examples at which a bound of the same
+    relative width would clear it (width taken to shrink as 1/sqrt(n), the paired bootstrap's behaviour for
+    a mean), or why no sample would; for the generated-answers gate, the discordant answers and the exact
+    sign test of the net loss."""
+    idx = index(runs_dir)
+    out = []
+    for row in verdict_rows(runs_dir)["adaptive"]:
+        if row["verdict"] != "fail" or row["check"] not in ("gain", "retention", "generated"):
+            continue
+        run = idx["by_id"][row["runs"][0]]
+        base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
+        if row["check"] == "generated":
+            g = (_metric(run, "gates") or {}).get("generated") or {}
+            gained, lost = int(g.get("gained", 0)), int(g.get("lost", 0))
+            p = sign_test_p(gained, lost)
+            out.append({**base, "estimate": f"net {gained - lost:+d} ({gained} gained, {lost} lost)",
+                        "bound": None, "threshold": "lost \u2264 gained (no tolerance)",
+                        "analysis": (f"{gained + lost} discordant answers; exact two-sided sign test p = {fmt(p)}. "
+                                     + ("The split is within what no change produces; the gate has no sampling "
+                                        "tolerance, so at equal true rates a larger sample fails it about half the "
+                                        "time." if p >= 0.05 else "The loss is larger than no change explains."))})
+            continue
+        part = "tasks" if row["check"] == "gain" else "retention"
+        b = (_metric(run, "nll_change_bounds") or {}).get(part) or {}
+        est, upper, t, n = b.get("change_nats_per_token"), b.get("bootstrap_upper"), row["threshold_value"], b.get("n")
+        if None in (est, upper, t, n):
+            continue
+        half = upper - est
+        if est < t:
+            need = n * (half / (t - est)) ** 2
+            analysis = (f"the estimate passes; the bound's half-width {fmt(half)} exceeds the margin {fmt(t - est)}. "
+                        f"A bound of this relative width clears the threshold at about {need:,.0f} examples "
+                        f"({need / n:.1f}\u00d7 the {n:,} scored).")
+        else:
+            analysis = (f"the estimate itself ({fmt(est)}) is on the failing side of {fmt(t)}: a larger sample "
+                        "narrows the bound around a failing estimate, so no sample size resolves it for this model.")
+        out.append({**base, "estimate": est, "bound": upper, "threshold": row["threshold"], "analysis": analysis})
+    return out
+
+
+def _link_text(row: dict | None) -> str:
+    """Which link a pair arm's gradients crossed, from its run record's device."""
+    if row is None:
+        return "unknown (no arm run)"
+    gpus = [g.get("name") for g in (row.get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+    if len(gpus) >= 2:
+        return (f"NCCL between {len(gpus)} GPUs of one host ({gpus[0]}; NVLink on the H200 hosts), not the "
+                "seed's cross-zone network")
+    return "gloo between CPU processes of one host (loopback), not the seed's cross-zone network"
+
+
+def _checks_text(rows: list[dict]) -> str:
+    def one(r):
+        v = r.get("value")
+        shown = fmt(v) if is_number(v) else (v if v is not None else "")
+        return f"{r['check']} {r['verdict']} ({shown}; needs {r.get('threshold', '')})"
+    return "; ".join(one(r) for r in rows)
+
+
+def trial_questions(runs_dir) -> list[dict]:
+    """The trial's four questions (issue 17), each answered from the verdict rows with the runs behind it,
+    or said to be unanswered by this evidence."""
+    idx = index(runs_dir)
+    rows = verdict_rows(runs_dir)
+    ad, st = rows["adaptive"], rows["study"]
+
+    def answer(question, found, text, missing):
+        runs = sorted({n for r in found for n in r["runs"]})
+        return {"question": question, "answer": text if found else missing, "runs": ", ".join(runs)}
+
+    a = [r for r in ad if r["comparison"] == "A_vs_seed"]
+    mig = [r for r in ad if r["comparison"].startswith("migration")]
+    grow = [r for r in ad if r["comparison"] == "growth_vs_control"]
+    quality = [r for r in st if r["comparison"] == "quality screen" and r["check"] == "quality screen (all parts)"]
+    speed = [r for r in st if r["comparison"] == "speed screen"]
+    out = [answer("Did phase A pass the three gates?", a,
+                  ("yes: " if a and all(r["verdict"] == "pass" for r in a) else "no: ") + _checks_text(a),
+                  "not measured: no final evaluation of the phase-A endpoint in this evidence")]
+    device = ""
+    if mig:
+        migrated = next((idx["by_id"][n] for n in mig[0]["runs"] if n.endswith("migrated") and n in idx["by_id"]), None)
+        gpus = [g.get("name") for g in ((migrated or {}).get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+        device = f" on {len(gpus)} GPU(s) ({gpus[0]})" if gpus else " on CPU"
+    out.append(answer("Did migration match its uninterrupted control?", mig,
+                      ("yes" if mig and all(r["verdict"] == "pass" for r in mig) else "no")
+                      + f"{device}: maximum |parameter difference| {fmt(mig[0]['value']) if mig else ''}",
+                      "not measured: no migration comparison in this evidence"))
+    out.append(answer("Did growth change the outcome against its fixed-depth control?", grow,
+                      ("yes, it passed every gate against the control: " if grow and all(r["verdict"] == "pass" for r in grow)
+                       else "no measurable improvement over the control: ") + _checks_text(grow),
+                      "not measured: no final evaluation of the grown endpoint against its control"))
+    powersgd = next((idx["by_id"][n] for r in st for n in r["runs"] if n.endswith("powersgd") and n in idx["by_id"]), None)
+    speed_text = f"{speed[0]['verdict']} ({fmt(speed[0]['value'])}x single)" if speed else "not measured"
+    out.append(answer("Did PowerSGD pass the quality and speed screens, and on which link?", quality + speed,
+                      f"quality {quality[0]['verdict'] if quality else 'not measured'}; speed {speed_text}; "
+                      f"link: {_link_text(powersgd)}",
+                      "not measured: the study's evaluation and screens are not in this evidence"))
+    return out
+
+
 def show_verdicts(runs_dir) -> None:
     from IPython.display import HTML, display
 
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     parts = []
+    if rows["adaptive"] or rows["study"]:
+        parts.append("<h3>The trial's questions</h3>" + records_table(trial_questions(runs_dir)))
     for exp, title in (("adaptive", "Adaptive sharded learning: final gates, migration equality, growth vs control"),
                        ("study", "Shared-gradient method study: quality and speed screens")):
         if rows[exp]:
             parts.append(f"<h3>{title}</h3>" + verdict_table_html(rows[exp], f"kit-verdicts-{exp}", idx))
+        if exp == "adaptive":
+            analysed = gate_analysis_rows(runs_dir)
+            if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
+                parts.append("<h4>Failing gates, analysed</h4>" + records_table(analysed))
     projection = projection_html(idx)
     if projection:
         parts.append(projection)

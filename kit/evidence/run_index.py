@@ -30,10 +30,25 @@ def _bench_row(run_dir: Path) -> dict | None:
             "checkpoint_roots": {"produced": [], "used": []}}
 
 
+def split_selection(runs: str | os.PathLike) -> tuple[Path, str | None]:
+    """A runs directory, or a selection `DIR/GLOB` of its run ids (`runs/medium-*`: `kit report --select`):
+    (directory, glob or None)."""
+    p = Path(runs)
+    if any(ch in p.name for ch in "*?["):
+        return p.parent, p.name
+    return p, None
+
+
 def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
-    """One row per run directory: its record as JSON, or status "unrecorded" with the reason."""
+    """One row per run directory (of a selection `DIR/GLOB`, only the run ids the glob matches): its
+    record as JSON, or status "unrecorded" with the reason."""
+    import fnmatch
+
+    runs_dir, pattern = split_selection(runs_dir)
     rows = []
     for run_dir in records.list_run_dirs(runs_dir):
+        if pattern is not None and not fnmatch.fnmatchcase(run_dir.name, pattern):
+            continue
         bench = _bench_row(run_dir)
         if bench is not None:
             rows.append(bench)

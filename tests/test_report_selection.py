@@ -1,0 +1,80 @@
+"""`kit report --select`: a report over some of a runs directory's runs, and the analysis of failing gates
+that the verdict table carries (issue 17: a failing gate is analysed, never rescued by a re-run).
+
+Checked on the committed medium evidence (runs/medium-*) and the tiny demo's (runs/demo-*), whose numbers
+the oracles below recompute from the runs' own sidecars."""
+
+from __future__ import annotations
+
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from kit.digest import load_json_strict
+from kit.evidence.report import render_report
+from kit.evidence.review import gate_analysis_rows, sign_test_p
+from kit.evidence.run_index import load_runs, split_selection
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "runs"
+
+
+def test_a_selection_keeps_only_the_matching_run_ids():
+    assert split_selection(RUNS / "medium-*") == (RUNS, "medium-*")
+    assert split_selection(RUNS) == (RUNS, None)
+    every = {r["run_id"] for r in load_runs(RUNS)}
+    medium = {r["run_id"] for r in load_runs(RUNS / "medium-*")}
+    assert medium == {i for i in every if i.startswith("medium-")}
+    assert "medium-adaptive-final-A" in medium and not any(i.startswith("demo-") for i in medium)
+
+
+def test_report_refuses_a_selection_that_matches_nothing_or_is_no_glob(tmp_path):
+    with pytest.raises(ValueError, match=r"no run id matches 'nothing-\*'; nothing was written"):
+        render_report(RUNS, tmp_path / "out", select="nothing-*")
+    with pytest.raises(ValueError, match=r"select 'medium-seed': expected a glob over run ids"):
+        render_report(RUNS, tmp_path / "out", select="medium-seed")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sign_test_is_the_exact_binomial_tail():
+    assert sign_test_p(0, 10) == pytest.approx(2 / 2 ** 10)
+    assert sign_test_p(9, 4) == pytest.approx(2 * sum(comb(13, i) for i in range(5)) / 2 ** 13)
+    assert sign_test_p(6, 7) == 1.0 and sign_test_p(0, 0) == 1.0
+
+
+def test_failing_gates_are_analysed_from_their_bounds():
+    rows = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(RUNS / "medium-*")}
+    # the committed medium trial fails two gates: B's generated answers (6 gained, 7 lost) and growth's gain
+    assert set(rows) == {("B_vs_A", "generated"), ("growth_vs_control", "gain")}
+    assert rows[("B_vs_A", "generated")]["estimate"] == "net -1 (6 gained, 7 lost)"
+    assert "p = 1.000" in rows[("B_vs_A", "generated")]["analysis"]
+    g = rows[("growth_vs_control", "gain")]
+    bounds = load_json_strict(next((RUNS / "medium-adaptive-final-G" / "metrics").glob("nll_change_bounds*")))["tasks"]
+    assert (g["estimate"], g["bound"]) == (bounds["change_nats_per_token"], bounds["bootstrap_upper"])
+    assert g["estimate"] > -0.001 and "no sample size resolves it" in g["analysis"]
+    # an estimate on the passing side: the sample at which a bound of the same relative width clears it
+    demo = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(RUNS / "demo-*")}
+    a = demo[("A_vs_seed", "gain")]
+    n = load_json_strict(next((RUNS / "demo-adaptive-final-A" / "metrics").glob("nll_change_bounds*")))["tasks"]["n"]
+    need = n * ((a["bound"] - a["estimate"]) / (-0.001 - a["estimate"])) ** 2
+    assert a["estimate"] < -0.001 < a["bound"]
+    assert f"about {need:,.0f} examples" in a["analysis"]
+
+
+def test_the_trial_questions_are_answered_from_the_verdict_rows():
+    from kit.evidence.review import trial_questions
+
+    q = {row["question"]: row for row in trial_questions(RUNS / "medium-*")}
+    phase_a = q["Did phase A pass the three gates?"]
+    assert phase_a["answer"].startswith("yes: gain pass") and "medium-adaptive-final-A" in phase_a["runs"]
+    assert q["Did migration match its uninterrupted control?"]["answer"] == (
+        "yes on 2 GPU(s) (NVIDIA H200): maximum |parameter difference| 0")
+    assert q["Did growth change the outcome against its fixed-depth control?"]["answer"].startswith(
+        "no measurable improvement over the control: gain fail")
+    study = q["Did PowerSGD pass the quality and speed screens, and on which link?"]
+    if not (RUNS / "medium-study-evaluate").is_dir():  # the study's evaluation is the campaign's next sitting
+        assert study["answer"].startswith("not measured") and study["runs"] == ""
+    demo = {row["question"]: row["answer"] for row in trial_questions(RUNS / "demo-*")}
+    assert demo["Did PowerSGD pass the quality and speed screens, and on which link?"].endswith(
+        "link: gloo between CPU processes of one host (loopback), not the seed's cross-zone network")
