@@ -5,7 +5,11 @@
 #                                                  notebook runtime, run the pilot (seed build + candidates), commit
 #                                                  its record, freeze the contracts, commit them, bundle those two
 #                                                  commits into $OUT, then start the campaign in the background
-#   bash bench/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign
+#   bash bench/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
+#                                                  PARTS=study (or adaptive) runs only that experiment
+#   bash bench/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
+#                                                  bundle, rebuild the seed to its pinned digest (the pilot's
+#                                                  command and settings), then start PARTS in the background
 #   bash bench/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
 #
@@ -49,7 +53,8 @@ start() {
     fi
     seed=()
     [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed-dir "$W/pilot-work/seed")
-    setsid nohup python3 -m kit demo --scale medium "${seed[@]}" --out "$W/work" --runs-dir "$W/runs" \
+    setsid nohup python3 -m kit demo --scale medium --parts "${PARTS:-adaptive,study}" "${seed[@]}" \
+        --out "$W/work" --runs-dir "$W/runs" \
         --reports-dir "$W/reports" --no-progress >>"$W/campaign.log" 2>&1 </dev/null &
     echo $! >"$W/campaign.pid"
     echo "campaign started (pid $!), log $W/campaign.log"
@@ -109,9 +114,21 @@ pilot() {
     [ -f contracts/adaptive-shards.medium.json ] && start
 }
 
+resume() {
+    sync_git
+    runtime
+    if [ ! -f "$W/pilot-work/seed/config.json" ]; then  # the seed notebook then inspects it at the same path
+        CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 python3 -m kit seed build --scale small --device cuda \
+            --out "$W/pilot-work/seed" --no-progress >"$W/seed-build.json"
+        grep -o '"parameter_digest": "[0-9a-f]*"' "$W/seed-build.json"
+    fi
+    PARTS=$1 start
+}
+
 case "${1:-}" in
     pilot) pilot "${2:?DATE}" ;;
     start) start ;;
+    resume) resume "${2:?PARTS}" ;;
     follow) runtime; follow "${2:?SECONDS}" ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
 esac
