@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parts", default="adaptive,study",
                    help="comma-separated experiments to run after the seed: adaptive, study (default both)")
     s.add_argument("--no-report", action="store_true", help="do not render the report at the end")
-    s.add_argument("--seed-dir", metavar="DIR", help="inspect this seed, built before (e.g. by the medium pilot on "
+    s.add_argument("--seed-dir", type=Dir("a built seed folder", "kit seed build", marker="config.json"), help="inspect this seed, built before (e.g. by the medium pilot on "
                    "the same host), instead of building one; the contracts' digest pin still decides")
     s.set_defaults(fn=cmd_demo)
 
