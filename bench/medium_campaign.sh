@@ -53,6 +53,11 @@ start() {
     fi
     seed=()
     [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed-dir "$W/pilot-work/seed")
+    # Scorings inside `kit run` record to the ledger beside the runs directory (kit/evidence/ledger.py):
+    # start it as the repository's, so preparations exclude what was exposed before, and bring it back
+    # (pack). Not the tracked ledger/ itself: every call copies the working tree over it.
+    mkdir -p "$W/ledger"
+    [ -f "$W/ledger/exposed.jsonl" ] || cp ledger/exposed.jsonl "$W/ledger/exposed.jsonl"
     setsid nohup python3 -m kit demo --scale medium --parts "${PARTS:-adaptive,study}" "${seed[@]}" \
         --out "$W/work" --runs-dir "$W/runs" \
         --reports-dir "$W/reports" --no-progress >>"$W/campaign.log" 2>&1 </dev/null &
@@ -64,7 +69,7 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
     local out="${OUT:-$W/out}"
     mkdir -p "$out"
     local items=()
-    for p in runs reports campaign.log work/medium-plan.json work/medium-timing.json work/adaptive/*.json \
+    for p in runs reports ledger campaign.log work/medium-plan.json work/medium-timing.json work/adaptive/*.json \
              work/study/*.json work/study/evaluation; do
         for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
     done

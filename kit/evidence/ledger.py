@@ -120,11 +120,13 @@ def _run_id() -> str | None:
 
 
 def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, purpose: str,
-           path: str | os.PathLike | None = None) -> int:
-    """Append (kind, digest, id) items not yet in the ledger for this contract; returns how many were new."""
+           path: str | os.PathLike | None = None, *, run: str | None = None, time: str | None = None) -> int:
+    """Append (kind, digest, id) items not yet in the ledger for this contract; returns how many were new.
+    `run` and `time` default to the current run and now (tools/ledger_from_evaluations.py gives a past
+    scoring's)."""
     path = Path(path) if path is not None else ledger_path()
     seen = {(e["kind"], e["digest"]) for e in read_ledger(path) if e.get("contract_digest") == contract_digest}
-    now, run = _now(), _run_id()
+    now, run = time or _now(), run or _run_id()
     lines = []
     for kind, digest, rid in items:
         if kind not in KINDS:
@@ -145,7 +147,8 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
 
 
 def record_exposures(tasks, retention, contract_digest: str, job: str, purpose: str,
-                     retention_kind: str = "final.retention", path: str | os.PathLike | None = None) -> int:
+                     retention_kind: str = "final.retention", path: str | os.PathLike | None = None, *,
+                     run: str | None = None, time: str | None = None) -> int:
     """Final task conversations (by task digest) and retention conversations (by content digest)."""
     items = []
     for c in tasks:
@@ -153,4 +156,4 @@ def record_exposures(tasks, retention, contract_digest: str, job: str, purpose: 
             raise LedgerError(f"final task {c.id!r} has no task content digest (meta.digest)")
         items.append(("final.task", c.meta["digest"], c.id))
     items += [(retention_kind, c.digest, c.id) for c in retention]
-    return record(items, contract_digest, job, purpose, path)
+    return record(items, contract_digest, job, purpose, path, run=run, time=time)
