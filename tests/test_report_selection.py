@@ -78,3 +78,15 @@ def test_the_trial_questions_are_answered_from_the_verdict_rows():
     demo = {row["question"]: row["answer"] for row in trial_questions(RUNS / "demo-*")}
     assert demo["Did PowerSGD pass the quality and speed screens, and on which link?"].endswith(
         "link: gloo between CPU processes of one host (loopback), not the seed's cross-zone network")
+
+
+def test_a_folder_of_two_scales_answers_each_scale_apart():
+    from kit.evidence.review import trial_questions
+
+    both = trial_questions(RUNS)  # the tiny demo and the medium campaign share runs/
+    questions = [row["question"] for row in both]
+    assert "Did phase A pass the three gates? (medium scale)" in questions
+    assert "Did phase A pass the three gates? (tiny scale)" in questions
+    medium = {row["question"]: row["answer"] for row in trial_questions(RUNS / "medium-*")}
+    assert {row["question"][: -len(" (medium scale)")]: row["answer"] for row in both
+            if row["question"].endswith("(medium scale)")} == medium

@@ -364,16 +364,36 @@ def _checks_text(rows: list[dict]) -> str:
     return "; ".join(one(r) for r in rows)
 
 
+def _row_scale(row: dict, idx: dict) -> str:
+    """The scale of the contract of the first run behind a verdict row that records one (a comparison
+    run records none; the arms it compares do); "" when none can be read."""
+    for name in row.get("runs") or []:
+        c = run_contract(idx["by_id"][name]) if name in idx["by_id"] else None
+        if c and c.get("scale"):
+            return c["scale"]
+    return ""
+
+
 def trial_questions(runs_dir) -> list[dict]:
     """The trial's four questions (issue 17), each answered from the verdict rows with the runs behind it,
-    or said to be unanswered by this evidence."""
+    or said to be unanswered by this evidence; per contract scale when the evidence holds several (a
+    tiny demo and a medium campaign in one runs folder answer separately)."""
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
-    ad, st = rows["adaptive"], rows["study"]
+    scales = sorted({_row_scale(r, idx) for r in rows["adaptive"] + rows["study"]})
+    out = []
+    for scale in scales:
+        ad = [r for r in rows["adaptive"] if _row_scale(r, idx) == scale]
+        st = [r for r in rows["study"] if _row_scale(r, idx) == scale]
+        suffix = f" ({scale} scale)" if len(scales) > 1 else ""
+        out += _questions(ad, st, idx, suffix)
+    return out
 
+
+def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str) -> list[dict]:
     def answer(question, found, text, missing):
         runs = sorted({n for r in found for n in r["runs"]})
-        return {"question": question, "answer": text if found else missing, "runs": ", ".join(runs)}
+        return {"question": question + suffix, "answer": text if found else missing, "runs": ", ".join(runs)}
 
     a = [r for r in ad if r["comparison"] == "A_vs_seed"]
     mig = [r for r in ad if r["comparison"].startswith("migration")]
