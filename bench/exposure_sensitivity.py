@@ -25,20 +25,20 @@ if str(REPO) not in sys.path:
 
 def main(argv=None) -> int:
     from kit.adaptive.evaluation import gates
-    from kit.adaptive.schema import load_adaptive_contract
-    from kit.digest import load_json_strict, sha256_json
+    from kit.digest import load_json_strict
     from kit.evidence.ledger import read_ledger
     from kit.evidence.records import read_run_record
+    from kit.evidence.review import contract_for
 
     argv = sys.argv[1:] if argv is None else argv
     ledger = read_ledger(REPO / "ledger" / "exposed.jsonl")
-    contracts = {sha256_json(load_json_strict(p)): p for p in (REPO / "contracts").glob("*.json")}
     out = []
     for pair in argv:
         run_dir, _, evaluation = pair.partition("=")
         rec = read_run_record(Path(run_dir))
         ev = load_json_strict(evaluation)
-        contract = load_adaptive_contract(contracts[rec.contract_digest]).data
+        found = contract_for(rec.contract_digest, (rec.git or {}).get("commit"))
+        contract = {k: v for k, v in found.items() if k not in ("file", "commit")}
         earlier = {e["id"] for e in ledger
                    if e["contract_digest"] != rec.contract_digest and e["time"] < rec.started_at}
         kept = {part: [x for x in ev[part] if x["id"] not in earlier] for part in ("tasks", "retention")}

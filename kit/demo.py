@@ -132,20 +132,20 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
     from kit.adaptive.schema import load_adaptive_contract
     from kit.evidence.runtime import repository_root
 
-    n = scale.name
+    run = scale.name  # every run id starts with it
     contract_path = repository_root() / scale.adaptive_contract
     c = load_adaptive_contract(contract_path).data
     two, three, at = c["migration"]["from_workers"], c["migration"]["to_workers"], c["migration"]["at_step"]
     ad = out / "adaptive"
     prepared = shown_path(ad / "prepared")
-    a_from, a_to, b_home, g_home = (shown_path(ad / n) for n in (f"A{two}", f"A{three}", "B", "G"))
+    a_from, a_to, b_home, g_home = (shown_path(ad / home) for home in (f"A{two}", f"A{three}", "B", "G"))
     arm = {"PREPARED_DIR": prepared, "SEED_DIR": seed}
 
-    yield Step(f"{n}-adaptive-prepare", "10_adaptive_prepare.ipynb",
+    yield Step(f"{run}-adaptive-prepare", "10_adaptive_prepare.ipynb",
                {"CONTRACT": shown_path(contract_path), "SEED_DIR": seed,
                 "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": prepared})
-    mid, migrated, control = (f"{n}-adaptive-A{two}-to-step{at}", f"{n}-adaptive-A{three}-migrated",
-                              f"{n}-adaptive-A{two}-control")
+    mid, migrated, control = (f"{run}-adaptive-A{two}-to-step{at}", f"{run}-adaptive-A{three}-migrated",
+                              f"{run}-adaptive-A{two}-control")
     yield Step(mid, "11_adaptive_arm.ipynb",
                {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "UNTIL": at})
     a_mid = roots.endpoint(mid)
@@ -155,18 +155,18 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
                {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "RESUME": a_mid})
     a_end, a_ctl = roots.endpoint(migrated), roots.endpoint(control)
     # Bit-equal learned states are the CPU promise; on GPUs the comparison reports the largest difference.
-    yield Step(f"{n}-adaptive-migration", "12_adaptive_migration.ipynb",
+    yield Step(f"{run}-adaptive-migration", "12_adaptive_migration.ipynb",
                {"CANDIDATE_HOME": a_to, "CANDIDATE_ROOT": a_end, "CONTROL_HOME": a_from,
                 "CONTROL_ROOT": a_ctl, "COHORT": "A", "REQUIRE_EQUAL": scale.device == "cpu",
                 "OUT": shown_path(ad / "migration-comparison.json")})
     # Cohort B continues the committed A endpoint (the migrated run) with it as the frozen reference.
     b = {**arm, "COHORT": "B", "WORKERS": c["cohorts"]["B"]["workers"], "RESUME": a_end,
          "REFERENCE": a_end, "SOURCE_HOME": a_to}
-    yield Step(f"{n}-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": b_home})
-    yield Step(f"{n}-adaptive-B-growth", "11_adaptive_arm.ipynb",
+    yield Step(f"{run}-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": b_home})
+    yield Step(f"{run}-adaptive-B-growth", "11_adaptive_arm.ipynb",
                {**b, "HOME": g_home, "REFERENCE_HOME": a_to, "GROW": True})
-    b_end, g_end = roots.endpoint(f"{n}-adaptive-B-control"), roots.endpoint(f"{n}-adaptive-B-growth")
-    yield Step(f"{n}-adaptive-growth-comparison", "12_adaptive_migration.ipynb",
+    b_end, g_end = roots.endpoint(f"{run}-adaptive-B-control"), roots.endpoint(f"{run}-adaptive-B-growth")
+    yield Step(f"{run}-adaptive-growth-comparison", "12_adaptive_migration.ipynb",
                {"CANDIDATE_HOME": g_home, "CANDIDATE_ROOT": g_end, "CONTROL_HOME": b_home,
                 "CONTROL_ROOT": b_end, "COHORT": "B", "REQUIRE_EQUAL": False,
                 "OUT": shown_path(ad / "growth-comparison.json")})
@@ -176,33 +176,33 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
                    "G": (f"{g_home}:{g_end}", f"{b_home}:{b_end}", "growth_vs_control")}
     device = {} if scale.device == "cpu" else {"DEVICE": scale.device}  # the tiny records keep their parameters
     for name, (cand, base, label) in comparisons.items():
-        yield Step(f"{n}-adaptive-dev-{name}", "13_adaptive_evaluate.ipynb",
+        yield Step(f"{run}-adaptive-dev-{name}", "13_adaptive_evaluate.ipynb",
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
                     "COMPARISON": label, "OUT": shown_path(ad / f"dev-{name}.json"), **device})
     selection = shown_path(ad / "selection.json")
-    yield Step(f"{n}-adaptive-select", "14_adaptive_select.ipynb",
-               {"PREPARED_DIR": prepared, "CANDIDATES": {n: spec[0] for n, spec in comparisons.items()},
-                "DEV_EVALUATIONS": [shown_path(ad / f"dev-{n}.json") for n in comparisons],
+    yield Step(f"{run}-adaptive-select", "14_adaptive_select.ipynb",
+               {"PREPARED_DIR": prepared, "CANDIDATES": {name: spec[0] for name, spec in comparisons.items()},
+                "DEV_EVALUATIONS": [shown_path(ad / f"dev-{name}.json") for name in comparisons],
                 "OUT": selection})
     for name, (cand, base, label) in comparisons.items():
-        yield Step(f"{n}-adaptive-final-{name}", "13_adaptive_evaluate.ipynb",
+        yield Step(f"{run}-adaptive-final-{name}", "13_adaptive_evaluate.ipynb",
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "final",
                     "SELECTION": selection, "COMPARISON": label,
                     "OUT": shown_path(ad / f"final-{name}.json"), **device})
     if scale.continued_contract:
         yield from _continued_steps(out, seed, public_source, prepared, a_to, a_end, shown_path(ad / "final-A.json"),
-                                    roots)
+                                    roots, scale.continued_contract)
 
 
 def _continued_steps(out: Path, seed: str, public_source: Path, start_prepared: str, a_home: str, a_end: str,
-                     a_final: str, roots) -> Iterator[Step]:
+                     a_final: str, roots, contract: str = CONTINUED_CONTRACT) -> Iterator[Step]:
     """The continued-learning contract from the selected A endpoint: prepare -> cohort C -> dev -> select -> final."""
     from kit.evidence.runtime import repository_root
 
     cd = out / "continued"
     prepared, home = shown_path(cd / "prepared"), shown_path(cd / "C")
     yield Step("demo-continued-prepare", "15_continued_prepare.ipynb",
-               {"CONTRACT": shown_path(repository_root() / CONTINUED_CONTRACT), "START_PREPARED": start_prepared,
+               {"CONTRACT": shown_path(repository_root() / contract), "START_PREPARED": start_prepared,
                 "START": f"{a_home}:{a_end}", "START_EVALUATION": a_final, "SEED_DIR": seed,
                 "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": prepared})
     yield Step("demo-continued-C", "11_adaptive_arm.ipynb",
@@ -226,16 +226,16 @@ def _study_steps(out: Path, seed: str, public_source: Path, scale: Scale = TINY)
     """examples/gradient_study_tiny.sh, step by step."""
     from kit.evidence.runtime import repository_root
 
-    n = scale.name
+    run = scale.name  # every run id starts with it
     study = shown_path(out / "study")
-    yield Step(f"{n}-study-prepare", "19_study_prepare.ipynb",
+    yield Step(f"{run}-study-prepare", "19_study_prepare.ipynb",
                {"CONTRACT": shown_path(repository_root() / scale.study_contract), "SEED_DIR": seed,
                 "SOURCE": shown_path(public_source), "STUDY_DIR": study})
     for name in STUDY_ARMS:
-        yield Step(f"{n}-study-{name}", "20_study_arm.ipynb",
+        yield Step(f"{run}-study-{name}", "20_study_arm.ipynb",
                    {"STUDY_DIR": study, "SEED_DIR": seed, "ARM": name}, may_fail=True)
     device = {} if scale.device == "cpu" else {"DEVICE": scale.device}
-    yield Step(f"{n}-study-evaluate", "21_study_evaluate.ipynb", {"STUDY_DIR": study, "SEED_DIR": seed, **device})
+    yield Step(f"{run}-study-evaluate", "21_study_evaluate.ipynb", {"STUDY_DIR": study, "SEED_DIR": seed, **device})
 
 
 def demo_steps(out: Path, public_source: Path, roots, scale: Scale = TINY, parts=PARTS,

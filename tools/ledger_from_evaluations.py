@@ -65,22 +65,22 @@ def rebuilt_roles(evaluation: dict, contract: dict, public_source: Path) -> tupl
 
 
 def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger: Path) -> dict:
-    from kit.adaptive.schema import load_adaptive_contract
     from kit.data.conversations import jsonl_bytes
     from kit.digest import load_json_strict, sha256_bytes
     from kit.evidence.ledger import read_ledger
     from kit.evidence.records import read_run_record
+    from kit.evidence.review import contract_for
 
     rec = read_run_record(run_dir)
     ev = load_json_strict(evaluation_path)
     if rec.status != "completed" or ev.get("split") != "final":
         raise Refused(f"{run_dir}: status {rec.status}, evaluation split {ev.get('split')!r}; expected a completed "
                       "final evaluation")
-    contract_file = next((p for p in (REPO / "contracts").glob("*.json")
-                          if canonical_digest(p) == rec.contract_digest), None)
-    if contract_file is None:
-        raise Refused(f"{run_dir}: no contracts/*.json has the recorded contract digest {rec.contract_digest}")
-    contract = load_adaptive_contract(contract_file).data
+    found = contract_for(rec.contract_digest, (rec.git or {}).get("commit"))
+    if found is None:
+        raise Refused(f"{run_dir}: no contracts/*.json (now or at the run's commit) has the recorded contract "
+                      f"digest {rec.contract_digest}")
+    contract = {k: v for k, v in found.items() if k not in ("file", "commit")}
     tasks, retention = rebuilt_roles(ev, contract, public_source)
     for role, records in (("tasks", tasks), ("retention", retention)):
         got, want = sha256_bytes(jsonl_bytes(records)), rec.input_digests.get(f"role:{role}")
@@ -95,15 +95,6 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
     return {"run": rec.run_id, "time": rec.started_at, "contract_digest": rec.contract_digest,
             "job": rec.input_digests["prepared.job_digest"], "tasks": tasks, "retention": retention,
             "purpose": f"final scoring of {ev['candidate']} against {ev['baseline']}"}
-
-
-def canonical_digest(path: Path) -> str | None:
-    from kit.digest import load_json_strict, sha256_json
-
-    try:
-        return sha256_json(load_json_strict(path))
-    except ValueError:
-        return None
 
 
 def main(argv=None) -> int:
