@@ -75,6 +75,9 @@ def test_the_trial_questions_are_answered_from_the_verdict_rows():
     study = q["Did PowerSGD pass the quality and speed screens, and on which link?"]
     if not (RUNS / "medium-study-evaluate").is_dir():  # the study's evaluation is the campaign's next sitting
         assert study["answer"].startswith("not measured") and study["runs"] == ""
+    else:
+        assert study["answer"].startswith("quality ") and "medium-study-evaluate" in study["runs"]
+        assert "link: NCCL between 2 GPUs of one host" in study["answer"]
     demo = {row["question"]: row["answer"] for row in trial_questions(RUNS / "demo-*")}
     assert demo["Did PowerSGD pass the quality and speed screens, and on which link?"].endswith(
         "link: gloo between CPU processes of one host (loopback), not the seed's cross-zone network")
