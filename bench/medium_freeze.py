@@ -70,17 +70,29 @@ def read_pilot(run_dir: Path) -> tuple[dict, str]:
     return rec, sha256_file(path)
 
 
-def frozen(kind: str, draft_data: dict, values: dict, pilot: dict) -> dict:
-    c = json.loads(json.dumps(draft_data))
+def chosen_candidate(rec: dict) -> dict:
+    """The record's entry for the candidate the rule chose."""
+    name = rec["results"]["chosen"]["candidate"]
+    return next(c for c in rec["results"]["candidates"] if c["name"] == name)
+
+
+def frozen(kind: str, draft_data: dict, values: dict, pilot: dict, piloted_digest: str | None = None) -> dict:
+    """The frozen contract. The adaptive one is the pilot's own candidate contract (bench/medium_pilot.py
+    candidate_contract), checked against the digest the pilot recorded for the chosen candidate, plus its
+    description and `pilot` field: what was frozen is what was piloted."""
+    from bench.medium_pilot import candidate_contract
+    from kit.digest import sha256_json
+
     if kind == "adaptive":
-        for group in c["training"]["optimizer"].values():
-            group["lr"] = values["lr"]
-        c["training"]["microbatch_size"] = values["microbatch_size"]
-        c["training"]["max_tokens"] = values["max_tokens"]
+        c = candidate_contract(draft_data, values)
+        if piloted_digest is not None and sha256_json(c) != piloted_digest:
+            raise FreezeRefused(f"the chosen candidate's contract rebuilt from the draft has digest {sha256_json(c)}; "
+                                f"the pilot recorded {piloted_digest} (field 'results.candidates[].contract_digest')")
         c["description"] = ("The medium adaptive-shards trial (shared/DESIGN.md, Scales): the frozen trial's structure "
                             "and counts exactly on the kit's small seed; the learning rate, microbatch size and token "
                             f"cap were fixed on development roles by pilot run {pilot['run_id']} (field 'pilot').")
     else:
+        c = json.loads(json.dumps(draft_data))
         c["training"]["optimizer"]["lr"] = values["lr"]
         c["data"]["max_tokens"] = values["max_tokens"]
         c["name"] = (f"shared-gradient-study/medium (learning rate and token cap transferred from the adaptive pilot "
@@ -90,6 +102,7 @@ def frozen(kind: str, draft_data: dict, values: dict, pilot: dict) -> dict:
 
 
 def freeze(run_dir, adaptive_draft=None, study_draft=None, out_dir=None) -> dict:
+    from bench.medium_pilot import _rel
     from kit.adaptive.schema import load_adaptive_contract
     from kit.study.schema import load_study_contract
 
@@ -103,37 +116,32 @@ def freeze(run_dir, adaptive_draft=None, study_draft=None, out_dir=None) -> dict
         if (out_dir / OUTPUTS[kind]).exists():
             raise FreezeRefused(f"{out_dir / OUTPUTS[kind]}: exists; a frozen contract is never rewritten")
     staged = {}
-    for kind, path in drafts.items():  # every check and both validations before either file is written
-        draft = loaders[kind](path)
-        want = rec["parameters"]["drafts"][kind]["digest"]
-        if draft.digest != want:
-            for tmp in staged.values():
-                tmp.unlink()
-            raise FreezeRefused(f"{run_dir / 'run.json'}: field 'parameters.drafts.{kind}.digest' = {want}; the draft "
-                                f"{path} now has digest {draft.digest} (the pilot ran on another draft: run it again)")
-        pilot = {"run_id": rec["run_id"], "record": _rel(run_dir / "run.json"), "record_sha256": sha,
-                 "draft": _rel(path), "draft_digest": draft.digest, "rule": rec["results"]["chosen"]["rule"],
-                 "chosen": rec["results"]["chosen"]["values"]}
-        tmp = out_dir / (OUTPUTS[kind] + ".tmp")
-        tmp.write_text(json.dumps(frozen(kind, draft.data, rec["results"]["chosen"]["values"], pilot), indent=2) + "\n")
-        staged[kind] = tmp
-        try:
-            loaders[kind](tmp)  # the frozen contract passes its schema and rules, or nothing is written
-        except Exception:
-            for t in staged.values():
-                t.unlink()
-            raise
+    try:  # every check and both validations before either file is written; any failure removes what was staged
+        for kind, path in drafts.items():
+            draft = loaders[kind](path)
+            want = rec["parameters"]["drafts"][kind]["digest"]
+            if draft.digest != want:
+                raise FreezeRefused(f"{run_dir / 'run.json'}: field 'parameters.drafts.{kind}.digest' = {want}; the "
+                                    f"draft {path} now has digest {draft.digest} (the pilot ran on another draft: run "
+                                    "it again)")
+            pilot = {"run_id": rec["run_id"], "record": _rel(run_dir / "run.json"), "record_sha256": sha,
+                     "draft": _rel(path), "draft_digest": draft.digest, "rule": rec["results"]["chosen"]["rule"],
+                     "chosen": rec["results"]["chosen"]["values"]}
+            contract = frozen(kind, draft.data, rec["results"]["chosen"]["values"], pilot,
+                              chosen_candidate(rec)["contract_digest"] if kind == "adaptive" else None)
+            staged[kind] = out_dir / (OUTPUTS[kind] + ".tmp")
+            staged[kind].write_text(json.dumps(contract, indent=2) + "\n")
+            loaders[kind](staged[kind])  # the frozen contract passes its schema and rules, or nothing is written
+    except BaseException:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        raise
     written = {}
     for kind, tmp in staged.items():
         target = out_dir / OUTPUTS[kind]
         tmp.replace(target)
         written[kind] = {"path": str(target), "digest": loaders[kind](target).digest}
     return written
-
-
-def _rel(p: Path) -> str:
-    p = Path(p).resolve()
-    return str(p.relative_to(REPO)) if REPO in p.parents else str(p)
 
 
 def main(argv=None) -> int:
