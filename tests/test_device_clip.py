@@ -84,3 +84,31 @@ def test_non_finite_norm_skips_the_step_and_raises_when_read(dirs):
     with pytest.raises(FloatingPointError, match="not finite"):
         res.grad_norm
     assert all(torch.equal(before[n], p) for n, p in eng.params.items())
+
+
+def test_a_non_finite_norm_on_one_rank_stops_every_rank_at_that_update(dirs, tmp_path):
+    """Session.update reads the numbers on every rank, so the rank whose gradient became NaN and the rank
+    that only sees it through the all-reduced norm both raise at the same update; under NCCL's rules a rank
+    that went on into the next update would deadlock (nccl_semantics.NcclDeadlock) instead."""
+    from kit.engine.session import Session
+    from kit.store.start import start_from_seed
+
+    def worker(g):
+        cfg = replace(engine_config({"microbatch_size": 2, "max_grad_norm": 0.05}), clip_on_device="on")
+        s = Session(g, str(tmp_path / f"home{g.rank}"), even_layout(3, g.world), start_from_seed(str(dirs[0])),
+                    cfg, {"default": GroupConfig(**OPT)}, reference={"seed_dir": str(dirs[1])})
+        if g.rank == 1:
+            name = next(iter(s.engine.params))
+            s.engine.params[name].register_hook(lambda x: torch.full_like(x, float("nan")))
+        raised = []
+        for rows in make_batches(n_updates=2):
+            try:
+                s.update(records_from_json(rows))
+            except FloatingPointError as e:
+                raised.append(str(e))
+                break
+        return {"rank": g.rank, "raised": raised, "step": s.step}
+
+    ranks = run_ranks(2, worker, 10.0)
+    assert [r["step"] for r in ranks] == [1, 1]
+    assert all(len(r["raised"]) == 1 and "not finite" in r["raised"][0] for r in ranks)

@@ -25,7 +25,7 @@ import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
-from kit.distributed.pipeline import EngineConfig
+from kit.distributed.pipeline import EngineConfig, PendingUpdateResult
 from kit.engine.commit_transfer import adopt_shard, gather_objects
 from kit.engine.worker import build_worker
 from kit.model.shard import Layout
@@ -66,7 +66,10 @@ class Session:
             self.committer.poll(self)  # advance a background commit (collective: every rank, same point)
         res = self.engine.update(records, total_targets)
         self.step += 1
-        return res
+        # Every rank reads the update's numbers (with the clip factor computed on the device they are still
+        # on their way): a non-finite gradient norm then raises on all ranks at this update. A rank that did
+        # not read would go on into the next update's collectives and wait there for ranks that stopped.
+        return res.resolve() if isinstance(res, PendingUpdateResult) else res
 
     def commit(self, extra_cursor: dict | None = None, background: bool = False) -> tuple[str, str] | None:
         """All workers together; returns (full_root, learned_state_root). With `background`, snapshots the

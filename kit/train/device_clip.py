@@ -42,8 +42,8 @@ class PendingStats:
         if self._values is None:
             if self._event is not None:
                 self._event.synchronize()
-                # device time from the update's start marker to its gradients' end: the step, which
-                # overlaps the next update's host work, is counted in the next update
+                # device time from the update's start marker to its gradients' end; the optimizer step is
+                # queued after the end marker and before the next start marker, so no update counts it
                 self.seconds = self._start.elapsed_time(self._event) / 1000.0
             else:
                 self.seconds = time.perf_counter() - self._t0
