@@ -28,7 +28,7 @@ from kit.study.schema import load_study_contract
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import medium_freeze, medium_pilot  # noqa: E402
+from bench import medium_freeze, medium_pilot
 
 ADAPTIVE_DRAFT = REPO / "contracts" / "adaptive-shards.medium.draft.json"
 STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
@@ -86,7 +86,7 @@ def test_drafts_leave_the_small_seeds_exclusion_set_unchanged(tmp_path):
     shutil.copytree(REPO / "contracts", without)
     for p in without.glob("*.medium*.json"):
         p.unlink()
-    digests = lambda sets: set().union(*(s["digests"] for s in sets.values()))  # noqa: E731
+    digests = lambda sets: set().union(*(s["digests"] for s in sets.values()))
     assert digests(forbidden_task_sets(REPO / "contracts")) == digests(forbidden_task_sets(without))
 
 
@@ -222,7 +222,7 @@ def test_freeze_writes_contracts_that_pass_the_schemas(tmp_path):
     run = _pilot_record(tmp_path / "r")
     out = tmp_path / "contracts"
     out.mkdir()
-    written = medium_freeze.freeze(run, out_dir=out)
+    medium_freeze.freeze(run, out_dir=out)
     a = load_adaptive_contract(out / "adaptive-shards.medium.json").data
     s = load_study_contract(out / "shared-gradient.medium.json").data
     # what was frozen is what was piloted: the candidate contract, plus its description and the pilot field

@@ -1,7 +1,6 @@
 """The small seed's code path (kit/seed/small.py) at test size on CPU: config, refusals, record, determinism."""
 
 import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,8 +30,7 @@ def test_real_config_is_in_range():
     assert small.VOCAB_RANGE[0] <= cfg.vocab_size <= small.VOCAB_RANGE[1]
     params = cfg.shape(cfg.vocab_size, 1, 2, 0).param_count()
     assert small.PARAM_RANGE[0] <= params <= small.PARAM_RANGE[1], params
-    assert cfg.compute_dtype == "bfloat16" and cfg.seq_len <= cfg.max_position_embeddings
-    assert cfg.alpaca_heldout_stop <= 2048  # never the final-retention records
+    assert cfg.compute_dtype == "bfloat16"
 
 
 def test_config_file_refusals(tmp_path):
@@ -86,7 +84,6 @@ def test_build_record_and_determinism(tmp_path):
     assert gt["package_sha256"] == general_text.PACKAGE_SHA256 and gt["text_sha256"] == general_text.TEXT_SHA256
     assert "PSF" in gt["licence"]
     assert rec["data"]["public_conversations"]["sha256"] == small.ALPACA_SHA256
-    assert rec["disjointness"]["overlaps"] == 0
     assert {"adaptive-shards.json:dev.tasks", "adaptive-shards.json:final.tasks",
             "shared-gradient.json:study-final"} <= set(rec["disjointness"]["checked_against"])
     for part in ("general_text", "conversations"):
@@ -94,8 +91,17 @@ def test_build_record_and_determinism(tmp_path):
     assert set(rec["task_accuracy"]["per_family"]) == {"lookup", "filtering", "arithmetic", "sorting"}
     assert all(v["n"] == 2 for v in rec["task_accuracy"]["per_family"].values())
     assert len(rec["chat_samples"]) == len(small.CHAT_PROMPTS)
-    assert rec["determinism"]["torch.compile"] == "off" and rec["updates"] == 6
-    lines = (tmp_path / "a/trained_conversations.jsonl").read_text().splitlines()
-    task_digests = {json.loads(x)["digest"] for x in lines if json.loads(x).get("source") == "task"}
+    assert rec["updates"] == 6
+    lines = [json.loads(x) for x in (tmp_path / "a/trained_conversations.jsonl").read_text().splitlines()]
+    task_digests = {x["digest"] for x in lines if x.get("source") == "task"}
     assert len(task_digests) == 200
-    shutil.rmtree(tmp_path / "b")
+    # what the record claims, checked on what was trained: no development or final task of any contract
+    # (recomputed here), and no public record at or past the held-out range's end (final retention: 4000+)
+    forbidden = set().union(*(s["digests"] for s in small.forbidden_task_sets(ROOT / "contracts").values()))
+    assert task_digests and not task_digests & forbidden
+    public = [int(x["id"].rsplit(":", 1)[1]) for x in lines if x["id"].startswith("alpaca_5000:")]
+    assert public and max(public) < rec["config"]["alpaca_train_stop"] <= 2048
+    # the seed's description reads the small record (seconds per phase, the device instead of threads)
+    from kit.seed.build import describe_seed
+
+    assert f"{rec['device']}): 6 updates" in describe_seed(tmp_path / "a")
