@@ -42,6 +42,22 @@ def tiny_llama(tmp_path):
     return write_hf_llama(tmp_path / "tiny")
 
 
+@pytest.fixture(scope="module")
+def student_reference(tmp_path_factory):
+    """A random student seed and a different random reference (seeds 0 and 1), shared by a module's tests."""
+    root = tmp_path_factory.mktemp("student-reference")
+    return write_hf_llama(root / "student", seed=0), write_hf_llama(root / "reference", seed=1)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the launcher's workers use: the same kernels, so comparable bits."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def load_json(path):
     return json.loads(Path(path).read_text())
 

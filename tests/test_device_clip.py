@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import write_hf_llama
 from engine_workers import build_engine, engine_config, records_from_json
 from nccl_semantics import run_ranks
 from test_engine import OPT, make_batches
@@ -22,19 +21,12 @@ from kit.model.shard import even_layout
 from kit.train.device_clip import clip_on_device
 from kit.train.optim import GroupConfig
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one thread, as the launcher's workers
+
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("devclip")
-    return write_hf_llama(root / "student", seed=0), write_hf_llama(root / "reference", seed=1)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def dirs(student_reference):
+    return student_reference
 
 
 def _engine(dirs, group, max_norm=0.05):

@@ -10,7 +10,6 @@ import time
 
 import pytest
 import torch
-from conftest import write_hf_llama
 from engine_workers import build_engine, engine_config, launch_env, records_from_json
 from nccl_semantics import NcclDeadlock, legacy_update, run_ranks
 from safetensors import safe_open
@@ -22,19 +21,12 @@ from kit.distributed.pipeline import in_flight, n_ticks, tick_receives
 from kit.model.shard import even_layout
 from kit.train.optim import GroupConfig
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one thread, as the launcher's workers
+
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nccl")
-    return write_hf_llama(root / "student", seed=0), write_hf_llama(root / "reference", seed=1)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the launcher's workers: the same kernels, so comparable bits
-    yield
-    torch.set_num_threads(before)
+def dirs(student_reference):
+    return student_reference
 
 
 def _train(dirs, group, batches, legacy=False, max_norm=0.05):
