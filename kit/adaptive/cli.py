@@ -12,18 +12,16 @@ def cmd_train(a) -> int:
 
     from kit.adaptive.torchrun import train_torchrun
     from kit.adaptive.train import train
+    from kit.distributed.group import exit_torchrun_worker, under_torchrun
 
-    # torchrun sets RANK/WORLD_SIZE; the kit's own launcher's workers also set KIT_RUN_DIR
-    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
-    run = train_torchrun if under_torchrun else train
+    torchrun = under_torchrun()
+    run = train_torchrun if torchrun else train
     commits = run(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home, a.until,
                   a.grow, a.reference_home)
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 prints
         for c in commits:
             print(json.dumps(c, sort_keys=True), flush=True)
-    if under_torchrun:  # records written, group left (train_torchrun's finally)
-        from kit.distributed.group import exit_torchrun_worker
-
+    if torchrun:  # records written, group left (train_torchrun's finally)
         exit_torchrun_worker(0)
     return 0
 

@@ -220,9 +220,10 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
           reference: str | None = None, source_home: str | None = None, until: int | None = None,
           grow: bool = False, reference_home: str | None = None, timeout_s: float = 1800) -> list[dict]:
     """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
+    from kit.distributed.group import under_torchrun
     from kit.distributed.launch import launch
 
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ:
+    if under_torchrun():
         raise TrainRefused("this process runs under torchrun (RANK and WORLD_SIZE are set): call "
                            "kit.adaptive.torchrun.train_torchrun (the CLI does) instead of the local launcher")
     prepared_p = Path(prepared)

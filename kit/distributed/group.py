@@ -232,6 +232,12 @@ def leave() -> None:
         dist.destroy_process_group()
 
 
+def under_torchrun() -> bool:
+    """This process is one of torchrun's workers: torchrun sets RANK/WORLD_SIZE; the kit's own launcher
+    sets them too, and KIT_RUN_DIR besides."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
+
+
 def exit_torchrun_worker(code: int) -> None:
     """End a finished torchrun worker without interpreter finalization.
 

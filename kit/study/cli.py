@@ -21,8 +21,9 @@ def cmd_prepare(a) -> int:
 
 
 def cmd_arm(a) -> int:
+    from kit.distributed.group import under_torchrun
     from kit.study.arms import run_arm
-    from kit.study.hosts import run_arm_torchrun, under_torchrun
+    from kit.study.hosts import run_arm_torchrun
     from kit.study.measurement import arm_summary_json
 
     if under_torchrun():  # one process per host; rank 0 writes the records and prints

@@ -48,11 +48,6 @@ from kit.study.prepare import load_prepared
 from kit.study.schema import arm_spec
 
 
-def under_torchrun() -> bool:
-    """torchrun sets RANK/WORLD_SIZE; the kit's own launcher also sets KIT_RUN_DIR."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "KIT_RUN_DIR" not in os.environ
-
-
 def _gather(group, obj: dict, what: str) -> list[dict]:
     return [loads_strict(b, what) for b in group.allgather_bytes(canonical_json(obj))]
 
