@@ -45,7 +45,7 @@ from kit.adaptive.train import (
     adaptive_worker,
 )
 from kit.digest import canonical_json, loads_strict, write_canonical_json
-from kit.distributed.traffic import counter_delta
+from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.engine.fetch import holds_commit, host_name
 
 
@@ -167,9 +167,9 @@ def _run(group, prepared_p, contract, pj, seed_dir, home, cohort, workers, resum
             args["reference"] = {"home": ref_here, "root": reference} if everywhere else \
                 {"over_group": True, "source": ref_here, "root": reference}
         group.barrier()
-        before, started = _host_counters(), time.time()
+        before, started = interface_counters_or_none(), time.time()
         out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
-        after, ended = _host_counters(), time.time()
+        after, ended = interface_counters_or_none(), time.time()
         # every rank's own interface counters (its host), times, fetches and commit transfers, into rank 0's record
         mine = {"rank": rank, "host": host_name(), "hostname": socket.gethostname(), "started_at": started,
                 "ended_at": ended, "wall_seconds": ended - started, "group_bytes_sent": group.bytes_sent,
@@ -188,12 +188,3 @@ def _run(group, prepared_p, contract, pj, seed_dir, home, cohort, workers, resum
         if rank == 0 or record["status"] == "failed":
             name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
             write_canonical_json(attempt_dir / name, record)
-
-
-def _host_counters() -> dict | None:
-    from kit.distributed.traffic import read_interface_counters
-
-    try:
-        return read_interface_counters()
-    except (FileNotFoundError, ValueError):
-        return None

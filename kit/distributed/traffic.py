@@ -52,6 +52,14 @@ def read_interface_counters(path: str = PROC_NET_DEV) -> dict[str, dict[str, int
     return out
 
 
+def interface_counters_or_none() -> dict[str, dict[str, int]] | None:
+    """This host's interface counters, or None where /proc/net/dev cannot be read (not Linux)."""
+    try:
+        return read_interface_counters()
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict:
     """Per-interface deltas plus totals for loopback and for every other interface.
 

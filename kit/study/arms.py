@@ -35,7 +35,7 @@ from kit.digest import canonical_json, load_json_strict, loads_strict, write_can
 from kit.distributed.grad_reduce import DenseSumReducer, PowerSGDSumReducer
 from kit.distributed.group import Group
 from kit.distributed.launch import WorkerFailure, launch
-from kit.distributed.traffic import LogicalTraffic, counter_delta, read_interface_counters
+from kit.distributed.traffic import LogicalTraffic, counter_delta, interface_counters_or_none
 from kit.engine.session import Session
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
@@ -277,14 +277,6 @@ def projected_logical_bytes(contract, arm: dict, shapes: dict, first_step: int, 
     return dense * warm + compressed * (until - first_step - warm)
 
 
-def _host_counters() -> dict | None:
-    """This host's interface counters, or None where /proc/net/dev cannot be read (not Linux)."""
-    try:
-        return read_interface_counters()
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def _write_attempt(study_dir: Path, record: dict) -> dict:
     d = arm_dir(study_dir, record["arm"])
     attempts = d / "attempts"
@@ -308,7 +300,7 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
         return admitted
     record, args, contract = admitted["record"], admitted["args"], admitted["contract"]
     study_dir, spec = Path(study_dir), admitted["spec"]
-    before = _host_counters()
+    before = interface_counters_or_none()
     started = time.time()
     record["started_at"] = started
     try:
@@ -318,7 +310,7 @@ def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Path
     except WorkerFailure as e:
         results, status, reason = None, "failed", str(e)
     ended = time.time()
-    after = _host_counters()
+    after = interface_counters_or_none()
     return finish_arm(study_dir, record, contract, results, status, reason, started, ended,
                       counter_delta(before, after) if before and after else None)
 

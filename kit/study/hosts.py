@@ -34,10 +34,9 @@ import torch
 from kit.digest import canonical_json, loads_strict, write_canonical_json
 from kit.distributed.group import join, leave
 from kit.distributed.launch import WorkerContext
-from kit.distributed.traffic import counter_delta
+from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.study.arms import (
     ArmRefused,
-    _host_counters,
     admit_arm,
     arm_dir,
     arm_worker,
@@ -117,7 +116,7 @@ def _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, 
     run_dir = arm_dir(study_dir, arm_name) / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     ctx = WorkerContext(rank, world, run_dir)
-    before = _host_counters()
+    before = interface_counters_or_none()
     started = time.time()
     record["started_at"] = started
     result, error = None, None
@@ -127,7 +126,7 @@ def _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, 
         error = f"rank {rank} ({host}): {type(e).__name__}: {e}"
         tb = traceback.format_exc()
     ended = time.time()
-    after = _host_counters()
+    after = interface_counters_or_none()
     delta = counter_delta(before, after) if before and after else None
     if error is not None:  # the group may be broken: write what this host can, then fail
         _write_failure(study_dir, arm_name, record, contract, rank, error, tb, started, ended, delta)
