@@ -99,6 +99,7 @@ def candidate_contract(draft: dict, overrides: dict) -> dict:
 def summarize(evaluation: dict, contract: dict) -> dict:
     """Dev accuracy per family (candidate and seed), NLL changes with their bounds, eligibility."""
     from kit.adaptive.evaluation import nll_change_bounds
+    from kit.stats import gate_retention
 
     if evaluation["split"] != "dev":  # the pilot reads development records only
         raise AssertionError(f"evaluation record has split {evaluation['split']!r}; the pilot reads 'dev' only")
@@ -118,7 +119,10 @@ def summarize(evaluation: dict, contract: dict) -> dict:
             "accuracy": sum(f["candidate_correct"] for f in fam.values()) / n,
             "seed_accuracy": sum(f["seed_correct"] for f in fam.values()) / n,
             "tasks": bounds["tasks"], "retention": bounds["retention"],
-            "retention_threshold": threshold, "eligible": bounds["retention"]["bootstrap_upper"] <= threshold}
+            "retention_threshold": threshold,
+            # the contract's retention gate itself (kit.stats.gate_retention), so the pilot and the trial's
+            # gate cannot disagree; a non-finite bound is refused there and fails the candidate
+            "eligible": gate_retention(bounds["retention"]["bootstrap_upper"], threshold)["passed"]}
 
 
 def choose(candidates: list[dict]) -> dict | None:
