@@ -32,7 +32,7 @@ CONFIDENCE = 0.95
 # Planner regimes -> kit.planner.MemoryModel overrides (the same bytes kit.engine.admission.admit_worker assumes).
 REGIMES = {
     "cpu-fp32": {},
-    "gpu-bf16": GPU_BF16,
+    "gpu-bf16": dict(GPU_BF16),  # a copy: a caller that edits its regime must not change the planner's
 }
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
