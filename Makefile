@@ -41,10 +41,12 @@ GPU_PYTHON ?= 3.12
 gpu-wheels: $(VENV)/.installed
 	$(PY) tools/gpu_wheels.py build --python-version $(GPU_PYTHON) --out build/gpu-wheels
 
-# this checkout's history as one file, carried to a GPU host whose copy of .git is stale, so that the
-# records made there name real commits (bench/medium_campaign.sh; docs/gpu-hosts.md, "The medium campaign")
+# this checkout's last commit as a shallow bare repository, carried to a GPU host whose copy of .git is
+# stale, so that the records made there name real commits (bench/medium_campaign.sh; docs/gpu-hosts.md,
+# "The medium campaign"). Shallow: the whole history as a bundle (23 MB) no longer fit beside the working
+# tree and the wheels in one call's 64 MiB; one commit's objects are 16 MB.
 medium-bundle:
-	mkdir -p build/bundle && git bundle create build/bundle/main.bundle HEAD
+	rm -rf build/bundle && git clone -q --bare --depth 1 "file://$(CURDIR)" build/bundle/head.git
 
 # Re-derive data/python3.11-doc.jsonl.xz (the small seed's general text, data/SOURCE.md) from Debian's
 # package and check both pinned digests (package file and extracted text) against kit/data/general_text.py.

@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # The medium campaign on a host with two GPUs, as a few device calls (docs/gpu-hosts.md, "The medium campaign").
 #
-#   bash bench/medium_campaign.sh pilot DATE       call 1: bring the host's git to the carried bundle, install the
+#   bash bench/medium_campaign.sh pilot DATE       call 1: bring the host's git to the carried commit, install the
 #                                                  notebook runtime, run the pilot (seed build + candidates), commit
 #                                                  its record, freeze the contracts, commit them, bundle those two
 #                                                  commits into $OUT, then start the campaign in the background
 #   bash bench/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
 #                                                  PARTS=study (or adaptive) runs only that experiment
 #   bash bench/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
-#                                                  bundle, rebuild the seed to its pinned digest (the pilot's
+#                                                  commit, rebuild the seed to its pinned digest (the pilot's
 #                                                  command and settings), then start PARTS in the background
 #   bash bench/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
+#   bash bench/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
+#                                                  carried commit
 #
-# Carry build/gpu-wheels (make gpu-wheels) and build/bundle (make medium-bundle: the local history, so that the
-# host's records name real commits; the device copy's own .git is stale). Everything the campaign writes on the
-# host goes under build/medium/ (ignored by git), which survives between calls while the machine stays warm;
-# the background campaign (setsid) outlives the call that started it. A fresh machine starts over from what was
-# committed: the pilot's record and the frozen contracts are in git, the seed rebuilds to its pinned digest, and
-# `start` reuses nothing it cannot find (run records live with their checkpoint stores under build/medium/).
+# Carry build/gpu-wheels (make gpu-wheels) and build/bundle (make medium-bundle: the local last commit as a
+# shallow repository, so that the host's records name real commits; the device copy's own .git is stale).
+# Everything the campaign writes on the host goes under build/medium/ (ignored by git), which survives
+# between calls while the machine stays warm; the background campaign (setsid) outlives the call that started
+# it. A fresh machine starts over from what was committed: the pilot's record and the frozen contracts are in
+# git, the seed rebuilds to its pinned digest, and `start` reuses nothing it cannot find (run records live with
+# their checkpoint stores under build/medium/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=build/medium
@@ -35,7 +38,8 @@ sync_git() {  # the host's .git to the carried history; the working tree is alre
     git config core.fileMode false
     git config user.name >/dev/null || git config user.name "kit medium campaign"
     git config user.email >/dev/null || git config user.email "kit@localhost"
-    git fetch -q build/bundle/main.bundle HEAD
+    [ -d .git ] || git init -q
+    git fetch -q --depth 1 build/bundle/head.git HEAD  # the host's repository becomes shallow at that commit
     git reset -q FETCH_HEAD
     git rev-parse HEAD >"$W/base-commit"
     if [ -n "$(git status --porcelain)" ]; then
@@ -135,5 +139,6 @@ case "${1:-}" in
     start) start ;;
     resume) resume "${2:?PARTS}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    sync) sync_git ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
 esac

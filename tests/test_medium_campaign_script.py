@@ -39,3 +39,43 @@ def test_follow_returns_at_once_without_a_campaign_and_packs_the_evidence(tmp_pa
     assert {"runs/medium-seed/run.json", "ledger/exposed.jsonl", "work/adaptive/final-A.json",
             "campaign.log"} <= names
     assert (out / "campaign.log").read_text() == "medium-seed: completed in 1.0 s\n"
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
+    """`make medium-bundle` carries the last commit as a shallow bare repository (the whole history no
+    longer fit in a call); `sync` on a host copy whose .git holds unrelated history makes HEAD that commit,
+    with a clean status, so that the host's run records name it with dirty: false."""
+    here = tmp_path / "here"
+    (here / "bench").mkdir(parents=True)
+    shutil.copy(REPO / "bench" / "medium_campaign.sh", here / "bench")
+    (here / ".gitignore").write_text("build/\n")
+    _git(here, "init", "-q")
+    for n in range(3):  # history the host must not need
+        (here / "notes.txt").write_text(f"version {n}\n")
+        _git(here, "add", "-A")
+        _git(here, "commit", "-q", "-m", f"commit {n}")
+    head = _git(here, "rev-parse", "HEAD")
+    subprocess.run(["make", "-f", str(REPO / "Makefile"), "-C", str(here), "medium-bundle"], check=True,
+                   capture_output=True)
+    assert _git(here / "build" / "bundle" / "head.git", "rev-list", "--count", "HEAD") == "1"
+
+    host = tmp_path / "host"  # the device copy: the working tree, the carried build/, a stale .git
+    shutil.copytree(here, host, ignore=shutil.ignore_patterns(".git"))
+    _git(host, "init", "-q")
+    _git(host, "commit", "-q", "--allow-empty", "-m", "stale")
+    done = subprocess.run(["bash", str(host / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert _git(host, "rev-parse", "HEAD") == head
+    assert _git(host, "status", "--porcelain") == ""
+    assert (host / "build" / "medium" / "base-commit").read_text().strip() == head
+
+    (host / "notes.txt").write_text("edited on the host\n")  # a tree that is not the carried commit: refused
+    refused = subprocess.run(["bash", str(host / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
+                             text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert refused.returncode == 2 and "notes.txt" in refused.stderr
