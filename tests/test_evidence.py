@@ -23,7 +23,7 @@ from kit.evidence import records, runtime
 from kit.evidence.parameters import ParameterError, check_parameters, parse_assignments, parse_cli_value
 from kit.evidence.records import RunRecordError, read_run_record
 from kit.evidence.runner import load_plan, run_notebook
-from kit.evidence.verify import verify_evidence
+from kit.evidence.verify import expand_run_dirs, verify_evidence
 
 PARAMS_CELL = "count = 2\nratio = 0.5\nname = 'default'\nflag = False\nitems = []\nmapping = {}\nanything = None\n"
 RECORD_CELL = (
@@ -246,6 +246,22 @@ def test_verify_evidence_passes_on_a_good_run(completed, capsys):
     assert "home absent" in next(c["detail"] for c in report["checks"] if c["check"].startswith("root used"))
     assert main(["verify-evidence", str(completed["repo"] / "runs")]) == 0
     assert "runs/ok-run: ok" in capsys.readouterr().out
+
+
+def test_verify_evidence_takes_a_campaign_folder_for_the_runs_nested_in_it(completed, capsys):
+    campaign = completed["repo"] / "runs" / "campaign-1"  # no run.json of its own; runs two levels down
+    shutil.rmtree(campaign, ignore_errors=True)
+    shutil.copytree(completed["run_dir"], campaign / "superseded" / "ok-run")
+    (campaign / "superseded" / "ok-run" / "metrics" / "inner").mkdir()  # never looked into: inside a run
+    (campaign / "study" / "evaluation").mkdir(parents=True)
+    (campaign / "study" / "screens.json").write_text("{}")
+    assert expand_run_dirs([str(campaign)]) == [campaign / "superseded" / "ok-run"]
+    assert main(["verify-evidence", str(campaign)]) == 0
+    assert "campaign-1/superseded/ok-run: ok" in capsys.readouterr().out
+    assert expand_run_dirs([str(campaign / "study")]) == [campaign / "study"]  # nothing under it
+    assert main(["verify-evidence", str(campaign / "study")]) == 1
+    assert "no run record" in capsys.readouterr().out
+    shutil.rmtree(campaign)  # the fixture's repository is shared by the module's tests
 
 
 def test_verify_evidence_fails_on_edited_parameters_sidecars_or_commit(completed):

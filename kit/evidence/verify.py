@@ -160,11 +160,22 @@ def verify_evidence(run_dir: str | os.PathLike) -> dict:
 
 
 def expand_run_dirs(paths: list[str]) -> list[Path]:
-    """Each path is a run directory, or a runs directory standing for every run directory in it."""
+    """Each path is a run directory; or a runs directory, standing for every run directory in it; or a
+    folder of evidence beside the runs (a campaign's folder, runs/medium-campaign-DATE), standing for the run
+    directories anywhere under it (its superseded attempts, a seed's rebuild). A folder with none of these
+    stays as given, so that its check fails with "no run record"."""
     out: list[Path] = []
     for p in map(Path, paths):
         if (p / records.RUN_RECORD_NAME).exists() or not p.is_dir():
             out.append(p)
         else:
-            out.extend(records.list_run_dirs(p) or [p])
+            out.extend(records.list_run_dirs(p) or _run_dirs_under(p) or [p])
     return out
+
+
+def _run_dirs_under(folder: Path) -> list[Path]:
+    """Run directories at any depth under `folder`, not looking inside a run directory."""
+    found: list[Path] = []
+    for child in sorted(c for c in folder.iterdir() if c.is_dir()):
+        found.extend([child] if (child / records.RUN_RECORD_NAME).exists() else _run_dirs_under(child))
+    return found
