@@ -35,8 +35,9 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     medium = entries[len(demo):]
     assert {e["run"] for e in medium} == {"medium-adaptive-final-A"} and len(medium) == 1536
     assert {e["kind"] for e in medium} == {"final.task", "final.retention"}
-    # the committed ledger's medium lines are exactly these (same bytes but for nothing)
-    committed = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if e["run"].startswith("medium-")]
+    # the committed ledger's adaptive medium lines are exactly these (the study's evaluation, a later
+    # sitting, recorded its own exposures on the host: the lines after them)
+    committed = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if e["run"].startswith("medium-adaptive-")]
     assert committed == medium
     # a conversation the demo had opened gets the same content digest the demo's scoring recorded
     by_demo = {e["id"]: e["digest"] for e in demo if e["kind"] != "final.task"}

@@ -13,7 +13,7 @@ import pytest
 
 from kit.digest import load_json_strict
 from kit.evidence.report import render_report
-from kit.evidence.review import gate_analysis_rows, sign_test_p
+from kit.evidence.review_analysis import gate_analysis_rows, sign_test_p
 from kit.evidence.run_index import load_runs, split_selection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,8 +45,9 @@ def test_sign_test_is_the_exact_binomial_tail():
 
 def test_failing_gates_are_analysed_from_their_bounds():
     rows = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(RUNS / "medium-*")}
-    # the committed medium trial fails two gates: B's generated answers (6 gained, 7 lost) and growth's gain
-    assert set(rows) == {("B_vs_A", "generated"), ("growth_vs_control", "gain")}
+    # the committed medium trial fails two gates, B's generated answers (6 gained, 7 lost) and growth's gain,
+    # and one part of the study's quality screen, PowerSGD's task gain over the seed
+    assert set(rows) == {("B_vs_A", "generated"), ("growth_vs_control", "gain"), ("quality screen", "task_gain")}
     assert rows[("B_vs_A", "generated")]["estimate"] == "net -1 (6 gained, 7 lost)"
     assert "p = 1.000" in rows[("B_vs_A", "generated")]["analysis"]
     g = rows[("growth_vs_control", "gain")]
@@ -60,6 +61,49 @@ def test_failing_gates_are_analysed_from_their_bounds():
     need = n * ((a["bound"] - a["estimate"]) / (-0.001 - a["estimate"])) ** 2
     assert a["estimate"] < -0.001 < a["bound"]
     assert f"about {need:,.0f} examples" in a["analysis"]
+    # the study's task gain is a point difference: its analysis restates the counts and the controls' own
+    changes = load_json_strict(RUNS / "medium-study-evaluate" / "metrics" / "paired_task_change.json")
+    t = rows[("quality screen", "task_gain")]
+    p = changes["powersgd vs seed"]
+    assert t["estimate"] == p["difference"] == (p["candidate_correct"] - p["reference_correct"]) / p["n"]
+    assert f"PowerSGD {p['candidate_correct']}/{p['n']:,} against the seed's {p['reference_correct']}/" in t["analysis"]
+    assert f"p = {sign_test_p(p['gained'], p['lost']):.3f}" in t["analysis"]
+    assert all(changes[f"{a} vs seed"]["difference"] < 0.1 for a in ("single", "dense"))
+    assert "No arm reaches the gain, the controls included" in t["analysis"]
+
+
+def test_a_bound_analysis_reads_the_side_of_its_threshold():
+    from kit.evidence.review_analysis import _bound_text
+
+    # noninferiority (a lower bound that must exceed -0.03): estimate -0.01, lower -0.05 -> half 0.04, margin 0.02
+    assert "at about 400 examples (4.0\u00d7 the 100 scored)" in _bound_text(
+        -0.01, -0.05, -0.03, 100, upper=False)
+    assert "no sample size resolves it" in _bound_text(-0.04, -0.06, -0.03, 100, upper=False)
+    # an upper bound that must stay at or below 0.02: estimate 0.01, upper 0.03 -> half 0.02, margin 0.01
+    assert "at about 400 examples" in _bound_text(0.01, 0.03, 0.02, 100, upper=True)
+    assert "no sample size resolves it" in _bound_text(0.05, 0.07, 0.02, 100, upper=True)
+
+
+def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
+    from kit.evidence.review_analysis import speed_rows, speed_sensitivity
+
+    measured = {a: load_json_strict(RUNS / f"medium-study-{a}" / "metrics" / "measurement.json")
+                for a in ("single", "dense", "powersgd")}
+    rows = {r["arm"]: r for r in speed_rows(RUNS / "medium-*")}
+    assert set(rows) == set(measured)
+    for arm, m in measured.items():
+        assert rows[arm]["first_update_s"] == m["first_update_seconds"]
+        assert rows[arm]["ratio_after_first"] == pytest.approx(
+            m["active_tokens_per_s_after_first_update"] / measured["single"]["active_tokens_per_s_after_first_update"])
+    screen = load_json_strict(RUNS / "medium-study-evaluate" / "metrics" / "screen_speed.json")
+    s = speed_sensitivity(RUNS / "medium-*", "medium-study-evaluate")
+    assert s["ratio_active"] == pytest.approx(screen["ratio"])  # the screen's own ratio, recomputed
+    assert s["verdict_active"] == screen["verdict"]
+    after = s["ratio_after_first"]
+    assert s["verdict_after_first"] == ("pass" if after >= screen["thresholds"]["min_speedup"] else "fail")
+    # the tiny demo's CPU screen is one whose verdict turns on the first update: both readings are reported
+    demo = speed_sensitivity(RUNS / "demo-*", "demo-study-evaluate")
+    assert (demo["verdict_active"] != demo["verdict_after_first"]) == ("depends on it" in demo["text"])
 
 
 def test_the_trial_questions_are_answered_from_the_verdict_rows():
@@ -76,7 +120,9 @@ def test_the_trial_questions_are_answered_from_the_verdict_rows():
     if not (RUNS / "medium-study-evaluate").is_dir():  # the study's evaluation is the campaign's next sitting
         assert study["answer"].startswith("not measured") and study["runs"] == ""
     else:
-        assert study["answer"].startswith("quality ") and "medium-study-evaluate" in study["runs"]
+        quality = load_json_strict(RUNS / "medium-study-evaluate" / "metrics" / "screen_quality.json")["verdict"]
+        assert study["answer"].startswith(f"quality {quality}; speed ") and "medium-study-evaluate" in study["runs"]
+        assert "without each arm's first update" in study["answer"]
         assert "link: NCCL between 2 GPUs of one host" in study["answer"]
     demo = {row["question"]: row["answer"] for row in trial_questions(RUNS / "demo-*")}
     assert demo["Did PowerSGD pass the quality and speed screens, and on which link?"].endswith(

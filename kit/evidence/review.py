@@ -227,6 +227,9 @@ def _arm_runs(r: dict, idx: dict) -> dict[str, str]:
             if (x.get("parameters") or {}).get("ARM") and (x.get("parameters") or {}).get("STUDY_DIR") == study_dir}
 
 
+SPEED_CHECK = "speed: candidate / single-GPU active throughput"
+
+
 def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[dict]:
     arms = _arm_runs(r, idx)
     src = f"{r['run_id']}/metrics/{screen}.json"
@@ -234,7 +237,7 @@ def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[dict]:
     base = {"experiment": "study", "comparison": f"{s.get('name', screen)} screen", "source": src}
     out = []
     if screen == "screen_speed":
-        out.append({**base, "check": "speed: candidate / single-GPU active throughput",
+        out.append({**base, "check": SPEED_CHECK,
                     "statistic": (f"ratio ({fmt(inp.get('candidate_active_tokens_per_s'))} / "
                                   f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)"),
                     "value": s.get("ratio"), "threshold": f"\u2265 {fmt(t.get('min_speedup'))}",
@@ -293,58 +296,6 @@ def verdict_table_html(rows: list[dict], table_id: str, idx: dict) -> str:
             f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
-def sign_test_p(gained: int, lost: int) -> float:
-    """Exact two-sided sign test over the discordant answers: P(a split at least this uneven | no change)."""
-    from math import comb
-
-    d, k = gained + lost, min(gained, lost)
-    if d == 0:
-        return 1.0
-    return min(1.0, 2 * sum(comb(d, i) for i in range(k + 1)) / 2 ** d)
-
-
-def gate_analysis_rows(runs_dir) -> list[dict]:
-    """Each failing adaptive gate, analysed rather than re-run: for a bound gate, the point estimate, the
-    bound's half-width against the threshold, and the number of examples at which a bound of the same
-    relative width would clear it (width taken to shrink as 1/sqrt(n), the paired bootstrap's behaviour for
-    a mean), or why no sample would; for the generated-answers gate, the discordant answers and the exact
-    sign test of the net loss."""
-    idx = index(runs_dir)
-    out = []
-    for row in verdict_rows(runs_dir)["adaptive"]:
-        if row["verdict"] != "fail" or row["check"] not in ("gain", "retention", "generated"):
-            continue
-        run = idx["by_id"][row["runs"][0]]
-        base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
-        if row["check"] == "generated":
-            g = (_metric(run, "gates") or {}).get("generated") or {}
-            gained, lost = int(g.get("gained", 0)), int(g.get("lost", 0))
-            p = sign_test_p(gained, lost)
-            out.append({**base, "estimate": f"net {gained - lost:+d} ({gained} gained, {lost} lost)",
-                        "bound": None, "threshold": "lost \u2264 gained (no tolerance)",
-                        "analysis": (f"{gained + lost} discordant answers; exact two-sided sign test p = {fmt(p)}. "
-                                     + ("The split is within what no change produces; the gate has no sampling "
-                                        "tolerance, so at equal true rates a larger sample fails it about half the "
-                                        "time." if p >= 0.05 else "The loss is larger than no change explains."))})
-            continue
-        part = "tasks" if row["check"] == "gain" else "retention"
-        b = (_metric(run, "nll_change_bounds") or {}).get(part) or {}
-        est, upper, t, n = b.get("change_nats_per_token"), b.get("bootstrap_upper"), row["threshold_value"], b.get("n")
-        if None in (est, upper, t, n):
-            continue
-        half = upper - est
-        if est < t:
-            need = n * (half / (t - est)) ** 2
-            analysis = (f"the estimate passes; the bound's half-width {fmt(half)} exceeds the margin {fmt(t - est)}. "
-                        f"A bound of this relative width clears the threshold at about {need:,.0f} examples "
-                        f"({need / n:.1f}\u00d7 the {n:,} scored).")
-        else:
-            analysis = (f"the estimate itself ({fmt(est)}) is on the failing side of {fmt(t)}: a larger sample "
-                        "narrows the bound around a failing estimate, so no sample size resolves it for this model.")
-        out.append({**base, "estimate": est, "bound": upper, "threshold": row["threshold"], "analysis": analysis})
-    return out
-
-
 def _link_text(row: dict | None) -> str:
     """Which link a pair arm's gradients crossed, from its run record's device."""
     if row is None:
@@ -386,11 +337,11 @@ def trial_questions(runs_dir) -> list[dict]:
         ad = [r for r in rows["adaptive"] if _row_scale(r, idx) == scale]
         st = [r for r in rows["study"] if _row_scale(r, idx) == scale]
         suffix = f" ({scale} scale)" if len(scales) > 1 else ""
-        out += _questions(ad, st, idx, suffix)
+        out += _questions(ad, st, idx, suffix, runs_dir)
     return out
 
 
-def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str) -> list[dict]:
+def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str, runs_dir) -> list[dict]:
     def answer(question, found, text, missing):
         runs = sorted({n for r in found for n in r["runs"]})
         return {"question": question + suffix, "answer": text if found else missing, "runs": ", ".join(runs)}
@@ -417,7 +368,13 @@ def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str) -> list[d
                        else "no measurable improvement over the control: ") + _checks_text(grow),
                       "not measured: no final evaluation of the grown endpoint against its control"))
     powersgd = next((idx["by_id"][n] for r in st for n in r["runs"] if n.endswith("powersgd") and n in idx["by_id"]), None)
-    speed_text = f"{speed[0]['verdict']} ({fmt(speed[0]['value'])}x single)" if speed else "not measured"
+    speed_text = f"{speed[0]['verdict']} ({fmt(speed[0]['value'])}x single" if speed else "not measured"
+    if speed:
+        from kit.evidence.review_analysis import speed_sensitivity
+
+        s = speed_sensitivity(runs_dir, speed[0]["runs"][0])
+        speed_text += (f"; {fmt(s['ratio_after_first'])}x, {s['verdict_after_first']}, without each arm's first "
+                       "update)" if s else ")")
     out.append(answer("Did PowerSGD pass the quality and speed screens, and on which link?", quality + speed,
                       f"quality {quality[0]['verdict'] if quality else 'not measured'}; speed {speed_text}; "
                       f"link: {_link_text(powersgd)}",
@@ -425,8 +382,24 @@ def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str) -> list[d
     return out
 
 
+def _speed_html(runs_dir) -> list[str]:
+    """The speed screen's measurement per arm, and its verdict with and without the first updates."""
+    from kit.evidence.review_analysis import speed_rows, speed_sensitivity
+
+    rows = speed_rows(runs_dir)
+    parts = []
+    for evaluation in dict.fromkeys(r["evaluation"] for r in rows):
+        mine = [{k: v for k, v in r.items() if k != "evaluation"} for r in rows if r["evaluation"] == evaluation]
+        s = speed_sensitivity(runs_dir, evaluation)
+        parts.append(f"<h4>The speed screen's measurement, per arm ({html.escape(evaluation)})</h4>"
+                     + (f"<p>{html.escape(s['text'])}</p>" if s else "") + records_table(mine))
+    return parts
+
+
 def show_verdicts(runs_dir) -> None:
     from IPython.display import HTML, display
+
+    from kit.evidence.review_analysis import gate_analysis_rows
 
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
@@ -437,10 +410,11 @@ def show_verdicts(runs_dir) -> None:
                        ("study", "Shared-gradient method study: quality and speed screens")):
         if rows[exp]:
             parts.append(f"<h3>{title}</h3>" + verdict_table_html(rows[exp], f"kit-verdicts-{exp}", idx))
-        if exp == "adaptive":
-            analysed = gate_analysis_rows(runs_dir)
-            if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
-                parts.append("<h4>Failing gates, analysed</h4>" + records_table(analysed))
+        if exp == "study":
+            parts += _speed_html(runs_dir)
+    analysed = gate_analysis_rows(runs_dir)
+    if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
+        parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table(analysed))
     projection = projection_html(idx)
     if projection:
         parts.append(projection)

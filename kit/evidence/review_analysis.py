@@ -1,0 +1,190 @@
+"""The report's analysis of its verdicts: every failing gate or screen part analysed rather than re-run
+(issue 17: a failing gate is never rescued by a re-run on final data), and the study's speed measurement
+taken apart, since the screen's single number hides one-time costs that differ between arms.
+
+    sign_test_p(gained, lost)     the exact two-sided sign test over discordant generated answers
+    gate_analysis_rows(runs_dir)  one row per failing adaptive gate and failing part of a study screen:
+                                  estimate, bound, threshold, and what sample (if any) would resolve it
+    speed_rows(runs_dir)          per study arm: its first update's seconds, active throughput with and
+                                  without that update, and each throughput's ratio to the single arm
+    speed_sensitivity(runs_dir, evaluation)
+                                  the speed screen's verdict under both measurements
+
+Reads only what the verdict rows read (kit.evidence.review): committed run records and sidecars.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from kit.evidence.review import SPEED_CHECK, _arm_runs, _metric, index, verdict_rows
+from kit.evidence.review_format import fmt, is_number
+
+CONTROLS = ("single", "dense")
+
+
+def sign_test_p(gained: int, lost: int) -> float:
+    """Exact two-sided sign test over the discordant answers: P(a split at least this uneven | no change)."""
+    d, k = gained + lost, min(gained, lost)
+    if d == 0:
+        return 1.0
+    return min(1.0, 2 * sum(comb(d, i) for i in range(k + 1)) / 2 ** d)
+
+
+def _bound_text(estimate: float, bound: float, threshold: float, n: int, upper: bool) -> str:
+    """A bound that failed its threshold: whether the estimate itself passes and, if it does, the number
+    of examples at which a bound of the same relative width would clear it (half-width taken to shrink as
+    1/sqrt(n), the behaviour of a bound on a mean)."""
+    half = abs(bound - estimate)
+    margin = (threshold - estimate) if upper else (estimate - threshold)
+    if margin > 0:
+        need = n * (half / margin) ** 2
+        return (f"the estimate passes; the bound's half-width {fmt(half)} exceeds the margin {fmt(margin)}. "
+                f"A bound of this relative width clears the threshold at about {need:,.0f} examples "
+                f"({need / n:.1f}\u00d7 the {n:,} scored).")
+    return (f"the estimate itself ({fmt(estimate)}) is on the failing side of {fmt(threshold)}: a larger sample "
+            "narrows the bound around a failing estimate, so no sample size resolves it for this model.")
+
+
+def gate_analysis_rows(runs_dir) -> list[dict]:
+    """Each failing adaptive gate and each failing part of a study screen, analysed."""
+    idx = index(runs_dir)
+    rows = verdict_rows(runs_dir)
+    out = []
+    for row in rows["adaptive"]:
+        if row["verdict"] == "fail" and row["check"] in ("gain", "retention", "generated"):
+            out += _adaptive_analysis(row, idx["by_id"][row["runs"][0]])
+    for row in rows["study"]:
+        if row["verdict"] == "fail" and (row["check"] in ("task_gain", "retention", SPEED_CHECK)
+                                         or row["check"].startswith("noninferior_to_")):
+            out += _study_analysis(row, idx["by_id"][row["runs"][0]], runs_dir)
+    return out
+
+
+def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
+    base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
+    if row["check"] == "generated":
+        g = (_metric(run, "gates") or {}).get("generated") or {}
+        gained, lost = int(g.get("gained", 0)), int(g.get("lost", 0))
+        p = sign_test_p(gained, lost)
+        return [{**base, "estimate": f"net {gained - lost:+d} ({gained} gained, {lost} lost)",
+                 "bound": None, "threshold": "lost \u2264 gained (no tolerance)",
+                 "analysis": (f"{gained + lost} discordant answer{'s' if gained + lost != 1 else ''}; exact two-sided sign test p = {fmt(p)}. "
+                              + ("The split is within what no change produces; the gate has no sampling "
+                                 "tolerance, so at equal true rates a larger sample fails it about half the "
+                                 "time." if p >= 0.05 else "The loss is larger than no change explains."))}]
+    part = "tasks" if row["check"] == "gain" else "retention"
+    b = (_metric(run, "nll_change_bounds") or {}).get(part) or {}
+    est, upper, t, n = b.get("change_nats_per_token"), b.get("bootstrap_upper"), row["threshold_value"], b.get("n")
+    if None in (est, upper, t, n):
+        return []
+    return [{**base, "estimate": est, "bound": upper, "threshold": row["threshold"],
+             "analysis": _bound_text(est, upper, t, n, upper=True)}]
+
+
+def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:
+    """A failing part of the study's screens, from the evaluation run's sidecars (candidate: powersgd)."""
+    base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
+    changes = _metric(run, "paired_task_change") or {}
+    t = row["threshold_value"]
+    if row["check"] == "task_gain":
+        c = changes.get("powersgd vs seed") or {}
+        if not c or t is None:
+            return []
+        n = c["n"]
+        controls = {a: changes.get(f"{a} vs seed") for a in CONTROLS if changes.get(f"{a} vs seed")}
+        text = (f"the screen compares the point difference in accuracy with {fmt(t)}, not a bound: PowerSGD "
+                f"{c['candidate_correct']}/{n:,} against the seed's {c['reference_correct']}/{n:,} misses it by "
+                f"{fmt(t - c['difference'])} ({c['gained']} gained, {c['lost']} lost; exact sign test "
+                f"p = {fmt(sign_test_p(c['gained'], c['lost']))}); a larger sample does not move a point "
+                "difference towards the threshold.")
+        if controls:
+            text += " The controls against the seed: " + "; ".join(
+                f"{a} {ch['candidate_correct']}/{ch['n']:,} ({fmt(ch['difference'])})" for a, ch in controls.items())
+            if all(ch["difference"] < t for ch in controls.values()):
+                text += (". No arm reaches the gain, the controls included: this part fails for the seed and the "
+                         "contract at this scale, not for the reduction.")
+            else:
+                text += "."
+        return [{**base, "estimate": c["difference"], "bound": None, "threshold": row["threshold"], "analysis": text}]
+    if row["check"] == "retention":
+        r = (_metric(run, "retention_change") or {}).get("powersgd") or {}
+        if None in (r.get("change_nats_per_token"), r.get("upper"), r.get("n"), t):
+            return []
+        return [{**base, "estimate": r["change_nats_per_token"], "bound": r["upper"], "threshold": row["threshold"],
+                 "analysis": _bound_text(r["change_nats_per_token"], r["upper"], t, r["n"], upper=True)}]
+    if row["check"].startswith("noninferior_to_"):
+        ctrl = row["check"][len("noninferior_to_"):]
+        c = changes.get(f"powersgd vs {ctrl}") or {}
+        if not c or t is None:
+            return []
+        return [{**base, "estimate": c["difference"], "bound": c["noninferiority_lower"], "threshold": row["threshold"],
+                 "analysis": _bound_text(c["difference"], c["noninferiority_lower"], t, c["n"], upper=False)}]
+    s = speed_sensitivity(runs_dir, run["run_id"])  # the speed screen
+    return [{**base, "estimate": row["value"], "bound": None, "threshold": row["threshold"],
+             "analysis": s["text"] if s else "no arm measurements to analyse"}]
+
+
+def speed_rows(runs_dir) -> list[dict]:
+    """Per arm of each study evaluation: first update seconds, active tokens/s with and without it, and
+    the ratio of each to the single arm's. The screen's "active" time is update time only (no setup, no
+    commits) but includes the first update, whose one-time costs (on CUDA, compiling the blocks and the
+    first collectives) are not the method's per-update cost and need not be equal across arms."""
+    idx = index(runs_dir)
+    out = []
+    for r in idx["runs"]:
+        if not isinstance(_metric(r, "screen_speed"), dict):
+            continue
+        arms = _arm_runs(r, idx)
+        measured = {a: _metric(idx["by_id"][name], "measurement") or {} for a, name in arms.items()}
+        single = measured.get("single") or {}
+        for arm, m in measured.items():
+            if not m:
+                continue
+            active, after = m.get("active_tokens_per_s"), m.get("active_tokens_per_s_after_first_update")
+            ratio = _ratio_to(single)
+            out.append({"evaluation": r["run_id"], "arm": arm, "run": arms[arm], "workers": m.get("devices"),
+                        "first_update_s": m.get("first_update_seconds"),
+                        "later_update_s": (m["steady_state_seconds"] / m["steady_state_updates"]
+                                           if m.get("steady_state_updates") else None),
+                        "active_tokens_per_s": active, "ratio_active": ratio(active, "active_tokens_per_s"),
+                        "after_first_tokens_per_s": after,
+                        "ratio_after_first": ratio(after, "active_tokens_per_s_after_first_update")})
+    return out
+
+
+def _ratio_to(reference: dict):
+    def ratio(mine, key):
+        ref = reference.get(key)
+        return mine / ref if is_number(mine) and is_number(ref) and ref else None
+    return ratio
+
+
+def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
+    """The speed screen of one study evaluation (its run id) under the contract's measurement and without
+    each arm's first update; None without both arms' measurements."""
+    rows = {r["arm"]: r for r in speed_rows(runs_dir) if r["evaluation"] == evaluation}
+    screen = _metric(index(runs_dir)["by_id"][evaluation], "screen_speed")
+    p = rows.get("powersgd")
+    if not (screen and p and is_number(p["ratio_active"]) and is_number(p["ratio_after_first"])):
+        return None
+    t = (screen.get("thresholds") or {}).get("min_speedup")
+    first = {a: r["first_update_s"] for a, r in rows.items() if is_number(r["first_update_s"])}
+    later = [r["later_update_s"] for r in rows.values() if is_number(r["later_update_s"])]
+
+    def verdict(x):
+        return "pass" if is_number(t) and x >= t else "fail"
+
+    same = verdict(p["ratio_active"]) == verdict(p["ratio_after_first"])
+    text = (f"The screen's ratio {fmt(p['ratio_active'])} counts each arm's first update, which took "
+            + ", ".join(f"{a} {fmt(s)} s" for a, s in first.items())
+            + (f" against {fmt(min(later))}-{fmt(max(later))} s for a later update" if later else "")
+            + f". Without the first update the ratio is {fmt(p['ratio_after_first'])} "
+            + f"({verdict(p['ratio_after_first'])} at \u2265 {fmt(t)}): "
+            + ("the verdict does not depend on it." if same else "the verdict depends on it."))
+    if "dense" in rows and is_number(rows["dense"]["ratio_after_first"]):
+        text += (f" Dense, without its first update, runs at {fmt(rows['dense']['ratio_after_first'])}\u00d7 single; "
+                 f"PowerSGD at {fmt(p['ratio_after_first'] / rows['dense']['ratio_after_first'])}\u00d7 dense.")
+    return {"ratio_active": p["ratio_active"], "ratio_after_first": p["ratio_after_first"],
+            "verdict_active": verdict(p["ratio_active"]), "verdict_after_first": verdict(p["ratio_after_first"]),
+            "threshold": t, "text": text}
