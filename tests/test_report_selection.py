@@ -107,7 +107,7 @@ def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
 
 
 def test_the_trial_questions_are_answered_from_the_verdict_rows():
-    from kit.evidence.review import trial_questions
+    from kit.evidence.review_verdicts import trial_questions
 
     q = {row["question"]: row for row in trial_questions(RUNS / "medium-*")}
     phase_a = q["Did phase A pass the three gates?"]
@@ -130,7 +130,7 @@ def test_the_trial_questions_are_answered_from_the_verdict_rows():
 
 
 def test_a_folder_of_two_scales_answers_each_scale_apart():
-    from kit.evidence.review import trial_questions
+    from kit.evidence.review_verdicts import trial_questions
 
     both = trial_questions(RUNS)  # the tiny demo and the medium campaign share runs/
     questions = [row["question"] for row in both]

@@ -245,7 +245,7 @@ def _code_cell(source: str):
 def build_report_notebook(runs_dir: str | os.PathLike, title: str):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
-    Order: the verdict tables (kit.evidence.review.show_verdicts), what the evidence shows and does
+    Order: the verdict tables (kit.evidence.review_verdicts.show_verdicts), what the evidence shows and does
     not show (show_scope), the run table, the runs that did not complete, then one section per run
     (benchmark records included): its header with lineage, then its sidecars."""
     import nbformat
@@ -259,7 +259,8 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     imports = ("from kit.evidence.report import show_failures, show_metric, show_runs\n"
-               "from kit.evidence.review import show_scope, show_verdicts\nfrom kit.evidence.review_sections import show_run\n")
+               "from kit.evidence.review import show_scope\nfrom kit.evidence.review_sections import show_run\n"
+               "from kit.evidence.review_verdicts import show_verdicts\n")
     nb.cells.append(nbformat.v4.new_markdown_cell(
         f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then every run in order of start. "
         "Runs are named by their run id; checkpoint roots show their first 12 hex digits (hover for the full root). "

@@ -1,0 +1,139 @@
+"""The verdict section of the reviewer's report (`kit report`): the trial's four questions answered from
+the verdict rows, the verdict tables, the study's speed measurement per arm, and the failing gates and
+screen parts analysed.
+
+    trial_questions(runs_dir)  one row per question (issue 17), per contract scale when several
+    show_verdicts(runs_dir)    the section as the report's kernel displays it
+
+The rows come from kit.evidence.review (verdict_rows) and the analyses from kit.evidence.review_analysis;
+this module only composes them.
+"""
+
+from __future__ import annotations
+
+import html
+
+from kit.evidence.review import index, projection_html, run_contract, verdict_rows, verdict_table_html
+from kit.evidence.review_analysis import gate_analysis_rows, speed_rows, speed_sensitivity
+from kit.evidence.review_format import fmt, is_number, records_table
+
+
+def _link_text(row: dict | None) -> str:
+    """Which link a pair arm's gradients crossed, from its run record's device."""
+    if row is None:
+        return "unknown (no arm run)"
+    gpus = [g.get("name") for g in (row.get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+    if len(gpus) >= 2:
+        return (f"NCCL between {len(gpus)} GPUs of one host ({gpus[0]}; NVLink on the H200 hosts), not the "
+                "seed's cross-zone network")
+    return "gloo between CPU processes of one host (loopback), not the seed's cross-zone network"
+
+
+def _checks_text(rows: list[dict]) -> str:
+    def one(r):
+        v = r.get("value")
+        shown = fmt(v) if is_number(v) else (v if v is not None else "")
+        return f"{r['check']} {r['verdict']} ({shown}; needs {r.get('threshold', '')})"
+    return "; ".join(one(r) for r in rows)
+
+
+def _row_scale(row: dict, idx: dict) -> str:
+    """The scale of the contract of the first run behind a verdict row that records one (a comparison
+    run records none; the arms it compares do); "" when none can be read."""
+    for name in row.get("runs") or []:
+        c = run_contract(idx["by_id"][name]) if name in idx["by_id"] else None
+        if c and c.get("scale"):
+            return c["scale"]
+    return ""
+
+
+def trial_questions(runs_dir) -> list[dict]:
+    """The trial's four questions (issue 17), each answered from the verdict rows with the runs behind it,
+    or said to be unanswered by this evidence; per contract scale when the evidence holds several (a
+    tiny demo and a medium campaign in one runs folder answer separately)."""
+    idx = index(runs_dir)
+    rows = verdict_rows(runs_dir)
+    scales = sorted({_row_scale(r, idx) for r in rows["adaptive"] + rows["study"]})
+    out = []
+    for scale in scales:
+        ad = [r for r in rows["adaptive"] if _row_scale(r, idx) == scale]
+        st = [r for r in rows["study"] if _row_scale(r, idx) == scale]
+        suffix = f" ({scale} scale)" if len(scales) > 1 else ""
+        out += _questions(ad, st, idx, suffix, runs_dir)
+    return out
+
+
+def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str, runs_dir) -> list[dict]:
+    def answer(question, found, text, missing):
+        runs = sorted({n for r in found for n in r["runs"]})
+        return {"question": question + suffix, "answer": text if found else missing, "runs": ", ".join(runs)}
+
+    a = [r for r in ad if r["comparison"] == "A_vs_seed"]
+    mig = [r for r in ad if r["comparison"].startswith("migration")]
+    grow = [r for r in ad if r["comparison"] == "growth_vs_control"]
+    quality = [r for r in st if r["comparison"] == "quality screen" and r["check"] == "quality screen (all parts)"]
+    speed = [r for r in st if r["comparison"] == "speed screen"]
+    out = [answer("Did phase A pass the three gates?", a,
+                  ("yes: " if a and all(r["verdict"] == "pass" for r in a) else "no: ") + _checks_text(a),
+                  "not measured: no final evaluation of the phase-A endpoint in this evidence")]
+    device = ""
+    if mig:
+        migrated = next((idx["by_id"][n] for n in mig[0]["runs"] if n.endswith("migrated") and n in idx["by_id"]), None)
+        gpus = [g.get("name") for g in ((migrated or {}).get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+        device = f" on {len(gpus)} GPU(s) ({gpus[0]})" if gpus else " on CPU"
+    out.append(answer("Did migration match its uninterrupted control?", mig,
+                      ("yes" if mig and all(r["verdict"] == "pass" for r in mig) else "no")
+                      + f"{device}: maximum |parameter difference| {fmt(mig[0]['value']) if mig else ''}",
+                      "not measured: no migration comparison in this evidence"))
+    out.append(answer("Did growth change the outcome against its fixed-depth control?", grow,
+                      ("yes, it passed every gate against the control: " if grow and all(r["verdict"] == "pass" for r in grow)
+                       else "no measurable improvement over the control: ") + _checks_text(grow),
+                      "not measured: no final evaluation of the grown endpoint against its control"))
+    powersgd = next((idx["by_id"][n] for r in st for n in r["runs"] if n.endswith("powersgd") and n in idx["by_id"]), None)
+    speed_text = f"{speed[0]['verdict']} ({fmt(speed[0]['value'])}x single" if speed else "not measured"
+    if speed:
+        s = speed_sensitivity(runs_dir, speed[0]["runs"][0])
+        speed_text += (f"; {fmt(s['ratio_after_first'])}x, {s['verdict_after_first']}, without each arm's first "
+                       "update)" if s else ")")
+    out.append(answer("Did PowerSGD pass the quality and speed screens, and on which link?", quality + speed,
+                      f"quality {quality[0]['verdict'] if quality else 'not measured'}; speed {speed_text}; "
+                      f"link: {_link_text(powersgd)}",
+                      "not measured: the study's evaluation and screens are not in this evidence"))
+    return out
+
+
+def _speed_html(runs_dir) -> list[str]:
+    """The speed screen's measurement per arm, and its verdict with and without the first updates."""
+    rows = speed_rows(runs_dir)
+    parts = []
+    for evaluation in dict.fromkeys(r["evaluation"] for r in rows):
+        mine = [{k: v for k, v in r.items() if k != "evaluation"} for r in rows if r["evaluation"] == evaluation]
+        s = speed_sensitivity(runs_dir, evaluation)
+        parts.append(f"<h4>The speed screen's measurement, per arm ({html.escape(evaluation)})</h4>"
+                     + (f"<p>{html.escape(s['text'])}</p>" if s else "") + records_table(mine))
+    return parts
+
+
+def show_verdicts(runs_dir) -> None:
+    from IPython.display import HTML, display
+
+    idx = index(runs_dir)
+    rows = verdict_rows(runs_dir)
+    parts = []
+    if rows["adaptive"] or rows["study"]:
+        parts.append("<h3>The trial's questions</h3>" + records_table(trial_questions(runs_dir)))
+    for exp, title in (("adaptive", "Adaptive sharded learning: final gates, migration equality, growth vs control"),
+                       ("study", "Shared-gradient method study: quality and speed screens")):
+        if rows[exp]:
+            parts.append(f"<h3>{title}</h3>" + verdict_table_html(rows[exp], f"kit-verdicts-{exp}", idx))
+        if exp == "study":
+            parts += _speed_html(runs_dir)
+    analysed = gate_analysis_rows(runs_dir)
+    if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
+        parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table(analysed))
+    projection = projection_html(idx)
+    if projection:
+        parts.append(projection)
+    if not parts:
+        parts.append("<p>No gate or screen has been computed in this runs directory.</p>")
+    display(HTML("".join(parts)))
