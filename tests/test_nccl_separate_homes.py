@@ -32,15 +32,23 @@ def _session(dirs, group, home):
                    reference={"seed_dir": str(dirs[1])})
 
 
-def _train_and_commit(dirs, home_of):
+def _train_and_commit(dirs, home_of, background=False):
     """Two updates with a commit after each, every rank in the home `home_of(rank)`; per rank: the roots
-    of both commits and what its commits sent to / received by rank 0's store."""
+    of both commits and what its commits sent to / received by rank 0's store. With `background`, the
+    first commit completes while the second update runs (its polls), the second at `wait_commit`."""
     def worker(g):
         s = _session(dirs, g, home_of(g.rank))
         roots = []
         for rows in make_batches(n_updates=2):
             s.update(records_from_json(rows))
-            roots.append(s.commit())
+            if not background:
+                roots.append(s.commit())
+                continue
+            s.commit(background=True)
+            if s.committer.last:
+                roots.append((s.committer.last["full_root"], s.committer.last["learned_state_root"]))
+        if background:
+            roots.append(s.wait_commit())
         return {"roots": roots, "transfers": s.transfers}
     return run_ranks(WORLD, worker, timeout_s=20.0)
 
@@ -113,3 +121,23 @@ def test_the_reference_is_fetched_stage_by_stage_under_nccl_rules(reference_comm
     stages = [set(out[r]["report"]["wanted"][1:]) for r in range(WORLD)]
     assert sum(len(s) for s in stages) == len(set().union(*stages)) == len(set(by_name.values()))
     assert out[holder]["report"]["sent"] == sum(out[r]["report"]["received"] for r in range(WORLD) if r != holder)
+
+
+def test_background_commits_take_the_same_route_across_stores(student_reference, tmp_path):
+    """Session.commit(background=True) with one store per rank: the objects written behind training reach
+    rank 0's store (on the training thread, at a poll) before it installs, and the other stores adopt
+    their shards; the roots are the synchronous commits' and every host's HEAD names the last one."""
+    sync = _train_and_commit(student_reference, lambda r: tmp_path / f"sync{r}")
+    background = _train_and_commit(student_reference, lambda r: tmp_path / f"bg{r}", background=True)
+    assert all(r["roots"] == background[0]["roots"] for r in background) and len(background[0]["roots"]) == 2
+    assert [lr for _, lr in background[0]["roots"]] == [lr for _, lr in sync[0]["roots"]]
+    final = background[0]["roots"][-1][0]
+    manifest = commits.read_commit(tmp_path / "bg0", final)
+    for d in commits.object_digests(manifest):
+        ObjectStore(tmp_path / "bg0").verify(d)
+    for r in range(WORLD):
+        assert commits.read_head(tmp_path / f"bg{r}") == final
+        assert [t["full_root"] for t in background[r]["transfers"]] == [full for full, _ in background[0]["roots"]]
+    assert [t["received_objects"] for t in background[0]["transfers"]] == [
+        sum(background[r]["transfers"][i]["sent_objects"] for r in (1, 2)) for i in range(2)]
+    assert all(t["received_objects"] > 0 for t in background[0]["transfers"])

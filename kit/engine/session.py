@@ -77,7 +77,10 @@ class Session:
         and `wait_commit` returns its roots. Either way a commit still in flight completes first."""
         self.wait_commit()
         if background:
-            self.committer = self.committer or AsyncCommitter(self.store)
+            self.committer = self.committer or AsyncCommitter(
+                self.store, transfer=lambda written: gather_objects(self.group, self.store, written),
+                adopt_shard=lambda manifest, parent, written: adopt_shard(self.group, self.home, manifest, parent,
+                                                                          written))
             self.committer.start(self.step, {"step": self.step, **(extra_cursor or {})},
                                  self.engine.optimizer.param_states(), torch.get_rng_state().numpy().tobytes(),
                                  self.start.config_bytes)

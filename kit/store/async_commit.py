@@ -11,10 +11,11 @@ then write it from a background thread and hand back a future), adapted to the s
       return; training goes on                       rank's objects (commits.save_param_states)
     update(): poll = all-gather of "done" flags
       all done -> all-gather entries (protocol      rank 0 only, stage "install": commits.write_commit
-      of Session.commit) ---------------------->     (re-hash + fsync of every object, manifest,
-                                                     HEAD by compare-and-swap); other ranks: nothing
+      of Session.commit); separate stores:           (re-hash + fsync of every object, manifest,
+      rank 0 receives what it lacks  ---------->     HEAD by compare-and-swap); other ranks: nothing
     update(): poll again; all done -> all-gather
-      rank 0's outcome; the commit is complete
+      rank 0's outcome and manifest; separate
+      stores adopt their shards; complete
 
 Unlike dcp.async_save, which plans and gathers metadata on the background thread (over its own
 process group), the kit keeps every collective on the training thread; the "every rank finished?"
@@ -51,6 +52,9 @@ from kit.store import commits
 from kit.store.objects import ObjectStore
 
 WriteObjects = Callable[[ObjectStore, dict], list]  # (store, host states) -> learned-state entries
+# Hosts without a shared store (kit/engine/commit_transfer.py; passed in by Session, a layer above):
+Transfer = Callable[[list], dict]  # (digests this rank wrote) -> its transfer report; a collective
+AdoptShard = Callable[[dict, "str | None", list], None]  # (manifest, parent, written); a collective
 
 
 class Background:
@@ -137,14 +141,22 @@ class InFlight:
     config_digest: str | None = None
     snapshot_s: float = 0.0
     timings: dict = field(default_factory=dict)
+    written: list = field(default_factory=list)  # this rank's objects of the commit
+    transfer: dict | None = None  # what they cost to bring into rank 0's store
 
 
 class AsyncCommitter:
     """One rank's side of background commits for a Session (see the module docstring)."""
 
-    def __init__(self, store: ObjectStore, write_objects: WriteObjects | None = None):
+    def __init__(self, store: ObjectStore, write_objects: WriteObjects | None = None,
+                 transfer: Transfer | None = None, adopt_shard: AdoptShard | None = None):
+        """`transfer` and `adopt_shard`: the route of a commit across stores that are not one directory
+        (rank 0's store receives what it lacks before it installs; every other store adopts its shard
+        after), run on the training thread with the other collectives. Without them every rank's store
+        must be rank 0's (one host, or a shared mount)."""
         self.store = store
         self.write_objects: WriteObjects = write_objects or commits.save_param_states
+        self.transfer, self.adopt_shard = transfer, adopt_shard
         self.snapshot = HostSnapshot()
         self.inflight: InFlight | None = None
         self.polls = 0  # flag all-gathers done while a commit was in flight
@@ -202,28 +214,43 @@ class AsyncCommitter:
                 self.inflight = None
                 raise commits.CommitError(f"background commit of step {f.step} failed, HEAD unchanged: "
                                           + "; ".join(failed))
+            mine = gathered[session.group.rank]
+            f.written = [*commits.param_digests(mine["entries"]), mine["rng"], mine["config"]]
+            if self.transfer is not None:  # on the training thread: collectives, same point on every rank
+                f.transfer = self.transfer(f.written)
             if session.group.rank == 0:
                 params = sorted((e for g in gathered for e in g["entries"]), key=lambda e: e["name"])
                 layout = {**session.layout.to_json(), "model_config": gathered[0]["config"]}
                 rngs = [g["rng"] for g in gathered]
-                home, parent = session.home, session.parent
-                f.job = Background(lambda: commits.write_commit(home, {"cursor": f.cursor, "params": params},
-                                                                layout, parent, rngs), f"kit-install-{f.step}")
+                home, parent, missing = session.home, session.parent, (f.transfer or {}).get("errors") or []
+
+                def install():
+                    if missing:
+                        raise commits.CommitError(f"{len(missing)} object(s) did not reach rank 0's store {home}, "
+                                                  "HEAD unchanged: " + "; ".join(missing))
+                    return commits.write_commit(home, {"cursor": f.cursor, "params": params}, layout, parent, rngs)
+                f.job = Background(install, f"kit-install-{f.step}")
             else:
                 f.job = _done()
             f.stage = "install"
             return
-        outcome = {"ok": True, "root": None, "error": None}
+        outcome = {"ok": True, "root": None, "error": None, "manifest": None}
         try:
-            outcome["root"] = f.job.result() if session.group.rank == 0 else None
+            if session.group.rank == 0:
+                outcome["root"] = f.job.result()
+                outcome["manifest"] = commits.read_commit(session.home, outcome["root"])
         except Exception as e:  # noqa: BLE001
-            outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}"}
+            outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}", "manifest": None}
         f.timings["install_s"] = round(f.job.finished - f.job.started, 4)
         result = loads_strict(session.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
         self.inflight = None
         if not result["ok"]:
             raise commits.CommitError(f"rank 0 could not commit step {f.step} (background): {result['error']}")
-        manifest = commits.read_commit(session.home, result["root"])
+        manifest = result["manifest"]  # rank 0's: another rank's store may not hold it yet
+        if self.adopt_shard is not None:
+            self.adopt_shard(manifest, session.parent, f.written)
+        if f.transfer is not None:
+            session.transfers.append({"step": f.step, "full_root": result["root"], **f.transfer})
         session.parent = result["root"]
         self.last = {"step": f.step, "full_root": result["root"],
                      "learned_state_root": manifest["learned_state_root"], "snapshot_s": round(f.snapshot_s, 4),
