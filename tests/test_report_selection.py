@@ -101,9 +101,13 @@ def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
     assert s["verdict_active"] == screen["verdict"]
     after = s["ratio_after_first"]
     assert s["verdict_after_first"] == ("pass" if after >= screen["thresholds"]["min_speedup"] else "fail")
+    # the medium arms (CUDA, recorded before each worker compiled from its own empty cache) say so
+    assert {r["compile_cache"] for r in rows.values()} == {"the host's shared one (not recorded)"}
+    assert "compiled through the host's shared compile cache" in s["text"]
     # the tiny demo's CPU screen is one whose verdict turns on the first update: both readings are reported
     demo = speed_sensitivity(RUNS / "demo-*", "demo-study-evaluate")
     assert (demo["verdict_active"] != demo["verdict_after_first"]) == ("depends on it" in demo["text"])
+    assert "compile cache" not in demo["text"]  # CPU arms compile nothing
 
 
 def test_the_trial_questions_are_answered_from_the_verdict_rows():

@@ -8,6 +8,7 @@ three arms run in separate processes (gloo): single (1 worker), dense and powers
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from kit.study.compression_state import (
     record_digests,
 )
 from kit.study.cost import project_arm
+from kit.study.measurement import COMPILE_CACHE, own_compile_cache
 from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import ContractError, load_study_contract
 from kit.study.screens import (
@@ -143,6 +145,25 @@ def test_dense_pair_equals_single_and_replicas_are_identical(study):
     m = dense["measurement"]
     assert m["active_tokens_per_s"] > 0 and m["gpu_seconds_per_update"] == pytest.approx(
         m["wall_seconds"] * 2 / 4)
+    # each worker process compiled from its own empty cache (the first update's cost is the arm's own)
+    assert m["compile_cache"] == single["measurement"]["compile_cache"] == COMPILE_CACHE
+
+
+def test_an_arm_worker_compiles_from_its_own_empty_cache_and_leaves_the_environment_as_it_was(monkeypatch):
+    for before in (None, "/somewhere/else"):
+        if before is None:
+            monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        else:
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", before)
+        with pytest.raises(RuntimeError, match="inside"), own_compile_cache() as first:
+            assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == first and not any(Path(first).iterdir())
+            (Path(first) / "compiled").write_text("x")
+            with own_compile_cache() as second:  # another worker: another empty folder
+                assert second != first and not any(Path(second).iterdir())
+            assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == first
+            raise RuntimeError("inside")
+        assert not Path(first).exists() and not Path(second).exists()
+        assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before
 
 
 def test_powersgd_bytes_after_warmup_are_20x_below_dense(study):

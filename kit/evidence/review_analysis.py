@@ -21,6 +21,7 @@ from kit.evidence.review import SPEED_CHECK, _arm_runs, _metric, index, verdict_
 from kit.evidence.review_format import fmt, is_number
 
 CONTROLS = ("single", "dense")
+SHARED_CACHE = "the host's shared one (not recorded)"  # arm records before kit.study.measurement.own_compile_cache
 
 
 def sign_test_p(gained: int, lost: int) -> float:
@@ -144,6 +145,7 @@ def speed_rows(runs_dir) -> list[dict]:
             active, after = m.get("active_tokens_per_s"), m.get("active_tokens_per_s_after_first_update")
             ratio = _ratio_to(single)
             out.append({"evaluation": r["run_id"], "arm": arm, "run": arms[arm], "workers": m.get("devices"),
+                        "device": m.get("device"), "compile_cache": m.get("compile_cache") or SHARED_CACHE,
                         "first_update_s": m.get("first_update_seconds"),
                         "later_update_s": (m["steady_state_seconds"] / m["steady_state_updates"]
                                            if m.get("steady_state_updates") else None),
@@ -182,6 +184,11 @@ def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
             + f". Without the first update the ratio is {fmt(p['ratio_after_first'])} "
             + f"({verdict(p['ratio_after_first'])} at \u2265 {fmt(t)}): "
             + ("the verdict does not depend on it." if same else "the verdict depends on it."))
+    if any(r["compile_cache"] == SHARED_CACHE and str(r["device"]).startswith("cuda") for r in rows.values()):
+        # compiled blocks only on CUDA (kit/distributed/pipeline.py): on CPU there is no cache to share
+        text += (" These arms compiled through the host's shared compile cache (their records predate one empty "
+                 "cache per worker), so an arm's first update depends on the arms that ran before it on the host "
+                 "(bench/study_first_update.py).")
     if "dense" in rows and is_number(rows["dense"]["ratio_after_first"]):
         text += (f" Dense, without its first update, runs at {fmt(rows['dense']['ratio_after_first'])}\u00d7 single; "
                  f"PowerSGD at {fmt(p['ratio_after_first'] / rows['dense']['ratio_after_first'])}\u00d7 dense.")

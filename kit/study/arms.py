@@ -47,7 +47,7 @@ from kit.study.compression_state import (
     write_compression_state,
 )
 from kit.study.cost import arm_cost, project_arm
-from kit.study.measurement import padded_tokens, summarise
+from kit.study.measurement import own_compile_cache, padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
 from kit.train.batch import TrainRecord
@@ -124,11 +124,18 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
 
 
 def arm_worker(group: Group, args: dict, ctx) -> dict:
-    """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `start` to `until`.
+    """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `start` to `until`,
+    compiling from an empty cache (kit.study.measurement.own_compile_cache: the first update then costs
+    the same whatever arms ran on this host before).
 
     args: arm, reduction, study_dir, seed_dir, home, resume_root|None, until, commit_every,
     contract (the study contract's data: engine and optimizer via kit.study.schema), compile_blocks,
     powersgd {...}|None, max_tokens, deadline_at (epoch seconds), device, timeout_s."""
+    with own_compile_cache() as cache:
+        return {**_train_replica(group, args, ctx), "compile_cache": cache}
+
+
+def _train_replica(group: Group, args: dict, ctx) -> dict:
     t_setup = time.perf_counter()
     study = Path(args["study_dir"])
     rows = read_train_rows(study)
