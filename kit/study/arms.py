@@ -125,8 +125,8 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
 
 def arm_worker(group: Group, args: dict, ctx) -> dict:
     """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `start` to `until`,
-    compiling from an empty cache (kit.study.measurement.own_compile_cache: the first update then costs
-    the same whatever arms ran on this host before).
+    compiling from an empty cache (kit.study.measurement.own_compile_cache: the first update then does
+    not find the compile of an arm that ran on this host before).
 
     args: arm, reduction, study_dir, seed_dir, home, resume_root|None, until, commit_every,
     contract (the study contract's data: engine and optimizer via kit.study.schema), compile_blocks,

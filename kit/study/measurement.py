@@ -27,8 +27,10 @@ def own_compile_cache():
     warm-up identical to the dense arm's, took 2.9 s against dense's 13.1 s
     (runs/medium-campaign-2026-12-01-b). On one H200 at that shape, bench/study_first_update.py
     measured the same arm's first update at 14.9 s with an empty cache, 3.0 s with the cache the
-    first run left and 12.7 s with another empty one (runs/bench-study-first-update-2026-12-01), so
-    an empty cache per worker makes the first update cost the same whatever ran before."""
+    first run left and 12.7 s with another empty one (runs/bench-study-first-update-2026-12-01).
+    With this cache per worker the three runs took 17.2, 13.2 and 13.3 s
+    (runs/bench-study-first-update-2026-12-01-own-cache): no run inherits an earlier one's compile;
+    the first process on a fresh machine still pays about 4 s more, for a reason not isolated."""
     previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     path = tempfile.mkdtemp(prefix="kit-arm-compile-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
