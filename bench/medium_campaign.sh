@@ -35,10 +35,10 @@ runtime() {  # the notebook runtime without an index (docs/gpu-hosts.md), once p
 }
 
 sync_git() {  # the host's .git to the carried history; the working tree is already that commit's
+    [ -d .git ] || git init -q  # first: every git command below needs a repository
     git config core.fileMode false
     git config user.name >/dev/null || git config user.name "kit medium campaign"
     git config user.email >/dev/null || git config user.email "kit@localhost"
-    [ -d .git ] || git init -q
     git fetch -q --depth 1 build/bundle/head.git HEAD  # the host's repository becomes shallow at that commit
     git reset -q FETCH_HEAD
     git rev-parse HEAD >"$W/base-commit"

@@ -6,6 +6,7 @@ rank and host, and is not installed."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from nccl_semantics import run_ranks
@@ -55,3 +56,49 @@ def test_wrong_bytes_are_refused_naming_object_and_host(tmp_path):
     assert error.startswith(f"object {victim} from rank 2 (") and "wrong bytes" in error, error
     assert not stores[0].has(victim)
     assert out[0]["received_objects"] == 5  # every other object still arrived: both sides stayed in step
+
+
+def test_a_disk_error_on_rank_0_is_reported_and_the_ranks_stay_in_step(tmp_path):
+    """rank 0's disk refuses one object (full, read-only): recorded like wrong bytes, naming the object and
+    the sender; the message was received whole, so the later objects still arrive in order and no rank is
+    left waiting in a send (before, the OSError left the sending ranks blocked under NCCL's rules)."""
+    stores, written, _ = _stores(tmp_path)
+    victim = written[2][2]
+    real_put = stores[0].put_bytes
+
+    def put_bytes(data):
+        if hashlib.sha256(data).hexdigest() == victim:
+            raise OSError(28, "No space left on device")
+        return real_put(data)
+
+    stores[0].put_bytes = put_bytes
+    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]), timeout_s=20)
+    (error,) = out[0]["errors"]
+    assert error.startswith(f"object {victim} from rank 2 (") and "cannot be installed here: OSError" in error
+    assert not stores[0].has(victim)
+    assert out[0]["received_objects"] == 5 and out[2]["sent_objects"] == 2
+
+
+def test_a_shard_adoption_that_fails_on_one_host_raises_on_every_rank(tmp_path, monkeypatch):
+    """adopt_shard after a commit: an OSError on rank 1's disk is reported through the all-gather, so every
+    rank raises CommitError naming rank 1 (an uncaught OSError there would leave rank 0 in the all-gather)."""
+    from kit.engine import commit_transfer
+    from kit.store import commits
+
+    manifest = {"full_root": "f" * 64, "layout": {"model_config": "c" * 64}}
+
+    def adopt_commit(home, manifest, expected_head=None, shard=None):
+        if home.endswith("host1"):
+            raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(commits, "adopt_commit", adopt_commit)
+
+    def rank(g):
+        try:
+            commit_transfer.adopt_shard(g, str(tmp_path / f"host{g.rank}"), manifest, None, ["a" * 64])
+        except commits.CommitError as e:
+            return str(e)
+        return None
+
+    messages = run_ranks(2, rank, timeout_s=20)
+    assert messages[0] == messages[1] and "rank 1 (" in messages[0] and "OSError: [Errno 30]" in messages[0]

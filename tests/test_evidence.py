@@ -255,9 +255,17 @@ def test_verify_evidence_takes_a_campaign_folder_for_the_runs_nested_in_it(compl
     (campaign / "superseded" / "ok-run" / "metrics" / "inner").mkdir()  # never looked into: inside a run
     (campaign / "study" / "evaluation").mkdir(parents=True)
     (campaign / "study" / "screens.json").write_text("{}")
+    (campaign / "study" / "loop").symlink_to("..")  # not followed: would list the run again
     assert expand_run_dirs([str(campaign)]) == [campaign / "superseded" / "ok-run"]
     assert main(["verify-evidence", str(campaign)]) == 0
     assert "campaign-1/superseded/ok-run: ok" in capsys.readouterr().out
+    crashed = campaign / "superseded" / "crashed-run"  # an executed notebook and no record: checked, fails
+    crashed.mkdir()
+    (crashed / "arm.ipynb").write_text("{}")
+    assert expand_run_dirs([str(campaign)]) == [crashed, campaign / "superseded" / "ok-run"]
+    assert main(["verify-evidence", str(campaign)]) == 1
+    assert "crashed-run: FAILED" in capsys.readouterr().out
+    shutil.rmtree(crashed)
     assert expand_run_dirs([str(campaign / "study")]) == [campaign / "study"]  # nothing under it
     assert main(["verify-evidence", str(campaign / "study")]) == 1
     assert "no run record" in capsys.readouterr().out

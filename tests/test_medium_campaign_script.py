@@ -75,6 +75,13 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
     assert _git(host, "status", "--porcelain") == ""
     assert (host / "build" / "medium" / "base-commit").read_text().strip() == head
 
+    bare = tmp_path / "bare-host"  # a device copy that has no .git at all
+    shutil.copytree(here, bare, ignore=shutil.ignore_patterns(".git"))
+    done = subprocess.run(["bash", str(bare / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert _git(bare, "rev-parse", "HEAD") == head and _git(bare, "status", "--porcelain") == ""
+
     (host / "notes.txt").write_text("edited on the host\n")  # a tree that is not the carried commit: refused
     refused = subprocess.run(["bash", str(host / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
                              text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})

@@ -34,8 +34,9 @@ def _session(dirs, group, home):
 
 def _train_and_commit(dirs, home_of, background=False):
     """Two updates with a commit after each, every rank in the home `home_of(rank)`; per rank: the roots
-    of both commits and what its commits sent to / received by rank 0's store. With `background`, the
-    first commit completes while the second update runs (its polls), the second at `wait_commit`."""
+    of both commits and what its commits sent to / received by rank 0's store. With `background`, each
+    commit's objects are written behind training and the polls of the next update advance it; the first
+    completes at the latest when the second commit waits for it, the second at `wait_commit`."""
     def worker(g):
         s = _session(dirs, g, home_of(g.rank))
         roots = []

@@ -151,19 +151,21 @@ def test_dense_pair_equals_single_and_replicas_are_identical(study):
 
 def test_an_arm_worker_compiles_from_its_own_empty_cache_and_leaves_the_environment_as_it_was(monkeypatch):
     for before in (None, "/somewhere/else"):
-        if before is None:
-            monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-        else:
-            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", before)
+        for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            if before is None:
+                monkeypatch.delenv(var, raising=False)
+            else:
+                monkeypatch.setenv(var, before)
         with pytest.raises(RuntimeError, match="inside"), own_compile_cache() as first:
             assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == first and not any(Path(first).iterdir())
+            assert os.environ["TRITON_CACHE_DIR"] == str(Path(first) / "triton")  # not an inherited one
             (Path(first) / "compiled").write_text("x")
             with own_compile_cache() as second:  # another worker: another empty folder
                 assert second != first and not any(Path(second).iterdir())
             assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == first
             raise RuntimeError("inside")
         assert not Path(first).exists() and not Path(second).exists()
-        assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before
+        assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == os.environ.get("TRITON_CACHE_DIR") == before
 
 
 def test_powersgd_bytes_after_warmup_are_20x_below_dense(study):

@@ -89,7 +89,7 @@ def adopt_shard(group: Group, home: str, manifest: dict | None, parent: str | No
         shard = set(written) | {manifest["layout"]["model_config"]}
         try:
             commits.adopt_commit(home, manifest, expected_head=parent, shard=shard)
-        except ValueError as e:
+        except (ValueError, OSError) as e:  # OSError too (this host's disk): every rank must reach the report
             status.update(ok=False, error=f"{type(e).__name__}: {e}")
     reports = [loads_strict(b, "shard adoption") for b in group.allgather_bytes(canonical_json(status))]
     bad = [r for r in reports if not r["ok"]]

@@ -145,7 +145,12 @@ def receive_object(group: Group, dest: ObjectStore, digest: str, src: int, src_h
     if actual != digest:
         return size, (f"object {digest} from rank {src} ({src_host}): wrong bytes, sha256 {actual} of {size} bytes; "
                       "not installed")
-    dest.put_bytes(data)  # written, fsynced and renamed into place before anyone names it
+    try:
+        dest.put_bytes(data)  # written, fsynced and renamed into place before anyone names it
+    except OSError as e:  # this host's disk (full, read-only): recorded like wrong bytes, so that both sides
+        # stay in step (the message was received whole) and every rank reaches the report; raising here would
+        # leave the sender's next send waiting for a receive that never comes
+        return size, f"object {digest} from rank {src} ({src_host}): cannot be installed here: {type(e).__name__}: {e}"
     return size, None
 
 

@@ -69,8 +69,8 @@ def migrate(group: Group, source_home: str, home: str, root: str, layout: Layout
     if group.rank == 0 and commits.read_head(home) != root:
         try:
             commits.adopt_commit(home, manifest, expected_head=commits.read_head(home))
-        except ValueError as e:
-            adopted = {"ok": False, "error": str(e)}
+        except (ValueError, OSError) as e:  # OSError too: the other ranks wait in the all-gather below
+            adopted = {"ok": False, "error": f"{type(e).__name__}: {e}"}
     result = loads_strict(group.allgather_bytes(canonical_json(adopted))[0], "adoption")
     if not result["ok"]:
         raise MigrationError(f"rank 0 could not adopt {root}: {result['error']}")
@@ -103,7 +103,7 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
     if commits.read_head(home) != root:
         try:
             commits.adopt_commit(home, manifest, expected_head=commits.read_head(home), shard=set(wanted))
-        except ValueError as e:
+        except (ValueError, OSError) as e:  # OSError too: the other ranks wait in the all-gather below
             adopted = {"rank": group.rank, "ok": False, "error": str(e)}
     results = [loads_strict(b, "adoption") for b in group.allgather_bytes(canonical_json(adopted))]
     bad = [r for r in results if not r["ok"]]

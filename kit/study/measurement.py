@@ -14,7 +14,7 @@ from kit.study.cost import arm_cost
 
 # Recorded in each arm's measurement: how its first update's compile was paid (records without it
 # shared the host's default cache, so an arm's first update depended on the arms run before it).
-COMPILE_CACHE = "empty per worker process (TORCHINDUCTOR_CACHE_DIR)"
+COMPILE_CACHE = "empty per worker process (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR)"
 
 
 @contextlib.contextmanager
@@ -29,18 +29,23 @@ def own_compile_cache():
     measured the same arm's first update at 14.9 s with an empty cache, 3.0 s with the cache the
     first run left and 12.7 s with another empty one (runs/bench-study-first-update-2026-12-01).
     With this cache per worker the three runs took 17.2, 13.2 and 13.3 s
-    (runs/bench-study-first-update-2026-12-01-own-cache): no run inherits an earlier one's compile;
+    (runs/bench-study-first-update-2026-12-01-own-cache, measured before TRITON_CACHE_DIR was set here
+    too; that host had none): no run inherits an earlier one's compile;
     the first process on a fresh machine still pays about 4 s more, for a reason not isolated."""
-    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     path = tempfile.mkdtemp(prefix="kit-arm-compile-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+    # Triton's kernels too: inductor derives TRITON_CACHE_DIR from its own folder only when it is unset, so
+    # one inherited from the host (or set by an earlier compile in this process) would stay shared.
+    ours = {"TORCHINDUCTOR_CACHE_DIR": path, "TRITON_CACHE_DIR": os.path.join(path, "triton")}
+    previous = {k: os.environ.get(k) for k in ours}
+    os.environ.update(ours)
     try:
         yield path
     finally:
-        if previous is None:
-            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         shutil.rmtree(path, ignore_errors=True)
 
 
