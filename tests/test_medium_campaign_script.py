@@ -69,7 +69,7 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
     _git(host, "init", "-q")
     _git(host, "commit", "-q", "--allow-empty", "-m", "stale")
     done = subprocess.run(["bash", str(host / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
-                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stderr
     assert _git(host, "rev-parse", "HEAD") == head
     assert _git(host, "status", "--porcelain") == ""
@@ -78,11 +78,11 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
     bare = tmp_path / "bare-host"  # a device copy that has no .git at all
     shutil.copytree(here, bare, ignore=shutil.ignore_patterns(".git"))
     done = subprocess.run(["bash", str(bare / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
-                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stderr
     assert _git(bare, "rev-parse", "HEAD") == head and _git(bare, "status", "--porcelain") == ""
 
     (host / "notes.txt").write_text("edited on the host\n")  # a tree that is not the carried commit: refused
     refused = subprocess.run(["bash", str(host / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
-                             text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                             text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert refused.returncode == 2 and "notes.txt" in refused.stderr

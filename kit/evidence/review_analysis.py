@@ -70,7 +70,8 @@ def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
         p = sign_test_p(gained, lost)
         return [{**base, "estimate": f"net {gained - lost:+d} ({gained} gained, {lost} lost)",
                  "bound": None, "threshold": "lost \u2264 gained (no tolerance)",
-                 "analysis": (f"{gained + lost} discordant answer{'s' if gained + lost != 1 else ''}; exact two-sided sign test p = {fmt(p)}. "
+                 "analysis": (f"{gained + lost} discordant answer{'s' if gained + lost != 1 else ''}; "
+                              f"exact two-sided sign test p = {fmt(p)}. "
                               + ("The split is within what no change produces; the gate has no sampling "
                                  "tolerance, so at equal true rates a larger sample fails it about half the "
                                  "time." if p >= 0.05 else "The loss is larger than no change explains."))}]
