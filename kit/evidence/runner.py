@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
+from kit.environ import temporary_environ
 from kit.evidence import records
 from kit.evidence.parameters import check_parameters
 from kit.evidence.records import RunRecord, RunRecordError
@@ -67,17 +68,8 @@ def _check_extra(extra: dict, source: str) -> None:
 @contextmanager
 def _kernel_environment(run_dir: Path):
     """KIT_RUN_DIR and PYTHONPATH for the kernel papermill starts (it inherits os.environ)."""
-    saved = {k: os.environ.get(k) for k in (records.RUN_DIR_ENV, "PYTHONPATH")}
-    os.environ[records.RUN_DIR_ENV] = str(run_dir.resolve())
-    os.environ["PYTHONPATH"] = kernel_pythonpath()
-    try:
+    with temporary_environ({records.RUN_DIR_ENV: str(run_dir.resolve()), "PYTHONPATH": kernel_pythonpath()}):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _source_cell_index(executed: Path, executed_index: int | None) -> tuple[int | None, int | None]:

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 
+from kit.environ import temporary_environ
 from kit.study.cost import arm_cost
 
 # Recorded in each arm's measurement: how its first update's compile was paid (records without it
@@ -35,17 +36,10 @@ def own_compile_cache():
     path = tempfile.mkdtemp(prefix="kit-arm-compile-")
     # Triton's kernels too: inductor derives TRITON_CACHE_DIR from its own folder only when it is unset, so
     # one inherited from the host (or set by an earlier compile in this process) would stay shared.
-    ours = {"TORCHINDUCTOR_CACHE_DIR": path, "TRITON_CACHE_DIR": os.path.join(path, "triton")}
-    previous = {k: os.environ.get(k) for k in ours}
-    os.environ.update(ours)
     try:
-        yield path
+        with temporary_environ({"TORCHINDUCTOR_CACHE_DIR": path, "TRITON_CACHE_DIR": os.path.join(path, "triton")}):
+            yield path
     finally:
-        for k, v in previous.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -1,0 +1,26 @@
+"""Environment variables set for a block of code, then put back as they were.
+
+Used where a child (a notebook kernel papermill starts, kit/evidence/runner.py) or a library read lazily
+in this process (torch's compile caches, kit/study/measurement.py) takes its settings from os.environ."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def temporary_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set `values` in os.environ for the block; afterwards each variable has its earlier value again,
+    or is unset if it was unset (also when the block raised)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
