@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     from kit.digest import load_json_strict
     from kit.evidence.ledger import read_ledger
     from kit.evidence.records import read_run_record
-    from kit.evidence.review import contract_for
+    from kit.evidence.review import recorded_contract
 
     argv = sys.argv[1:] if argv is None else argv
     ledger = read_ledger(REPO / "ledger" / "exposed.jsonl")
@@ -37,8 +37,7 @@ def main(argv=None) -> int:
         run_dir, _, evaluation = pair.partition("=")
         rec = read_run_record(Path(run_dir))
         ev = load_json_strict(evaluation)
-        found = contract_for(rec.contract_digest, (rec.git or {}).get("commit"))
-        contract = {k: v for k, v in found.items() if k not in ("file", "commit")}
+        contract = recorded_contract(rec.contract_digest, (rec.git or {}).get("commit"), run_dir)
         earlier = {e["id"] for e in ledger
                    if e["contract_digest"] != rec.contract_digest and e["time"] < rec.started_at}
         kept = {part: [x for x in ev[part] if x["id"] not in earlier] for part in ("tasks", "retention")}

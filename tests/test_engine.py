@@ -38,9 +38,8 @@ def make_batches(n_updates=3, per_update=5, vocab=64, seed=0):
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("engine")
-    return write_hf_llama(root / "student", seed=0), write_hf_llama(root / "reference", seed=1)
+def dirs(student_reference):
+    return student_reference
 
 
 def _launch(tmp_path, dirs, workers, batches, max_norm, name):

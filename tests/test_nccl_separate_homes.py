@@ -142,3 +142,25 @@ def test_background_commits_take_the_same_route_across_stores(student_reference,
     assert [t["received_objects"] for t in background[0]["transfers"]] == [
         sum(background[r]["transfers"][i]["sent_objects"] for r in (1, 2)) for i in range(2)]
     assert all(t["received_objects"] > 0 for t in background[0]["transfers"])
+
+
+def test_a_disk_error_in_rank_0s_commit_raises_on_every_rank(student_reference, tmp_path, monkeypatch):
+    """rank 0's write_commit meets a full disk: its outcome carries the error through the all-gather, so every
+    rank raises CommitError at the same commit (an uncaught OSError on rank 0 would leave the others there)."""
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(commits, "write_commit", full_disk)
+
+    def worker(g):
+        s = _session(student_reference, g, tmp_path / f"host{g.rank}")
+        s.update(records_from_json(make_batches(n_updates=1)[0]))
+        try:
+            s.commit()
+        except commits.CommitError as e:
+            return str(e)
+        return None
+
+    messages = run_ranks(WORLD, worker, timeout_s=20.0)
+    assert len(set(messages)) == 1 and "rank 0 could not commit step 1: OSError: [Errno 28]" in messages[0]
+    assert all(commits.read_head(tmp_path / f"host{r}") is None for r in range(WORLD))

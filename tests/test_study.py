@@ -24,6 +24,7 @@ from kit.distributed.traffic import LogicalTraffic, counter_delta, read_interfac
 from kit.store import commits
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.study import arms as study_arms
+from kit.study.arms import own_compile_cache
 from kit.study.compression_state import (
     COMPRESSION_DIR,
     CompressionStateError,
@@ -31,7 +32,7 @@ from kit.study.compression_state import (
     record_digests,
 )
 from kit.study.cost import project_arm
-from kit.study.measurement import COMPILE_CACHE, own_compile_cache
+from kit.study.measurement import COMPILE_CACHE
 from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import ContractError, load_study_contract
 from kit.study.screens import (

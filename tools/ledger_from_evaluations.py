@@ -69,18 +69,17 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
     from kit.digest import load_json_strict, sha256_bytes
     from kit.evidence.ledger import read_ledger
     from kit.evidence.records import read_run_record
-    from kit.evidence.review import contract_for
+    from kit.evidence.review import recorded_contract
 
     rec = read_run_record(run_dir)
     ev = load_json_strict(evaluation_path)
     if rec.status != "completed" or ev.get("split") != "final":
         raise Refused(f"{run_dir}: status {rec.status}, evaluation split {ev.get('split')!r}; expected a completed "
                       "final evaluation")
-    found = contract_for(rec.contract_digest, (rec.git or {}).get("commit"))
-    if found is None:
-        raise Refused(f"{run_dir}: no contracts/*.json (now or at the run's commit) has the recorded contract "
-                      f"digest {rec.contract_digest}")
-    contract = {k: v for k, v in found.items() if k not in ("file", "commit")}
+    try:
+        contract = recorded_contract(rec.contract_digest, (rec.git or {}).get("commit"), str(run_dir))
+    except ValueError as e:
+        raise Refused(str(e)) from None
     tasks, retention = rebuilt_roles(ev, contract, public_source)
     for role, records in (("tasks", tasks), ("retention", retention)):
         got, want = sha256_bytes(jsonl_bytes(records)), rec.input_digests.get(f"role:{role}")

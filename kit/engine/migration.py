@@ -104,7 +104,7 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
         try:
             commits.adopt_commit(home, manifest, expected_head=commits.read_head(home), shard=set(wanted))
         except (ValueError, OSError) as e:  # OSError too: the other ranks wait in the all-gather below
-            adopted = {"rank": group.rank, "ok": False, "error": str(e)}
+            adopted = {"rank": group.rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
     results = [loads_strict(b, "adoption") for b in group.allgather_bytes(canonical_json(adopted))]
     bad = [r for r in results if not r["ok"]]
     if bad:

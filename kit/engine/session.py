@@ -107,7 +107,7 @@ class Session:
                 outcome["root"] = commits.write_commit(self.home, {"cursor": cursor, "params": params}, layout,
                                                        self.parent, [g["rng"] for g in gathered])
                 outcome["manifest"] = commits.read_commit(self.home, outcome["root"])
-            except ValueError as e:
+            except (ValueError, OSError) as e:  # OSError too (rank 0's disk): the others wait in the all-gather
                 outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}", "manifest": None}
         result = loads_strict(self.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
         if not result["ok"]:

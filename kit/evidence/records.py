@@ -422,10 +422,15 @@ def metric_path(run_dir: str | os.PathLike, name: str) -> Path:
     return Path(run_dir) / METRICS_DIR_NAME / f"{name}.json"
 
 
+def is_run_dir(path: Path) -> bool:
+    """A directory that looks like a run: it holds run.json or an executed notebook (a run that crashed
+    before writing its record still counts, so that checking it fails rather than skips it)."""
+    return path.is_dir() and ((path / RUN_RECORD_NAME).exists() or any(path.glob("*.ipynb")))
+
+
 def list_run_dirs(runs_dir: str | os.PathLike) -> list[Path]:
-    """Directories directly under `runs_dir` that look like runs (hold run.json or an executed notebook)."""
+    """Directories directly under `runs_dir` that look like runs (`is_run_dir`)."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise FileNotFoundError(f"{runs_dir}: runs directory not found")
-    return sorted(p for p in runs_dir.iterdir()
-                  if p.is_dir() and ((p / RUN_RECORD_NAME).exists() or any(p.glob("*.ipynb"))))
+    return sorted(p for p in runs_dir.iterdir() if is_run_dir(p))

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict
+from kit.environ import temporary_environ
 from kit.evidence import records
 from kit.evidence.run_index import load_runs
 
@@ -321,16 +322,9 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
     title = title or f"Evidence report: {out_dir.name}"
     nb = build_report_notebook(runs_dir, title)
     out_dir.mkdir(parents=True, exist_ok=True)
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = kernel_pythonpath()  # the kernel imports kit from this checkout
-    try:
+    with temporary_environ({"PYTHONPATH": kernel_pythonpath()}):  # the kernel imports kit from this checkout
         NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s,
                        resources={"metadata": {"path": str(out_dir)}}).execute()
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
     nbformat.write(nb, out_dir / "report.ipynb")
     page = export_html(nb, title)
     external = external_resources(page)

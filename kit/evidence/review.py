@@ -121,11 +121,27 @@ def contract_for(digest: str, commit: str | None) -> dict | None:
     return None
 
 
+def recorded_contract(digest: str, commit: str | None, where: str) -> dict:
+    """The contract a run recorded by canonical digest (contract_for), without the `file` and `commit`
+    this module adds: the body its gates and roles were computed from. Refused, naming `where`, when no
+    contracts/*.json now or at `commit` has that digest."""
+    found = contract_for(digest, commit)
+    if found is None:
+        raise ValueError(f"{where}: no contracts/*.json (now or at the run's commit) has the recorded contract "
+                         f"digest {digest}")
+    return {k: v for k, v in found.items() if k not in ("file", "commit")}
+
+
 def run_contract(row: dict) -> dict | None:
     digest = row.get("contract_digest")
     if not digest:
         return None
     return contract_for(digest, (row.get("git") or {}).get("commit"))
+
+
+def gpu_names(row: dict) -> list[str]:
+    """The names of the GPUs a run record's `device` lists (one per device the run saw), [] on CPU."""
+    return [g.get("name") for g in (row.get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
 
 
 def is_cpu(row: dict) -> bool:

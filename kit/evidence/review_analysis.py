@@ -21,7 +21,7 @@ from kit.evidence.review import SPEED_CHECK, _arm_runs, _metric, index, verdict_
 from kit.evidence.review_format import fmt, is_number
 
 CONTROLS = ("single", "dense")
-SHARED_CACHE = "the host's shared one (not recorded)"  # arm records before kit.study.measurement.own_compile_cache
+SHARED_CACHE = "the host's shared one (not recorded)"  # arm records before kit.study.arms.own_compile_cache
 
 
 def sign_test_p(gained: int, lost: int) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import records
-from kit.evidence.review import _metric, index, is_cpu, producer, run_contract
+from kit.evidence.review import _metric, gpu_names, index, is_cpu, producer, run_contract
 from kit.evidence.review_figures import GROWTH_NOTE, accuracy_figure, bootstrap_figure, learning_figure
 from kit.evidence.review_format import (
     NONE,
@@ -59,7 +59,7 @@ def show_run(runs_dir, run_id: str) -> None:
     idx = index(runs_dir)
     row = idx["by_id"][run_id]
     dev = row.get("device") or {}
-    gpus = [g.get("name") for g in dev.get("gpus") or [] if isinstance(g, dict)]
+    gpus = gpu_names(row)
     device = f"{len(gpus)} GPU ({', '.join(dict.fromkeys(gpus))})" if gpus else f"CPU ({dev.get('cpu', 'unknown')})"
     git = row.get("git") or {}
     c = run_contract(row)

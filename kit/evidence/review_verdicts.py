@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import html
 
-from kit.evidence.review import index, projection_html, run_contract, verdict_rows, verdict_table_html
+from kit.evidence.review import (
+    gpu_names,
+    index,
+    projection_html,
+    run_contract,
+    verdict_rows,
+    verdict_table_html,
+)
 from kit.evidence.review_analysis import gate_analysis_rows, speed_rows, speed_sensitivity
 from kit.evidence.review_format import fmt, is_number, records_table
 
@@ -22,7 +29,7 @@ def _link_text(row: dict | None) -> str:
     """Which link a pair arm's gradients crossed, from its run record's device."""
     if row is None:
         return "unknown (no arm run)"
-    gpus = [g.get("name") for g in (row.get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+    gpus = gpu_names(row)
     if len(gpus) >= 2:
         return (f"NCCL between {len(gpus)} GPUs of one host ({gpus[0]}; NVLink on the H200 hosts), not the "
                 "seed's cross-zone network")
@@ -79,7 +86,7 @@ def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str, runs_dir)
     device = ""
     if mig:
         migrated = next((idx["by_id"][n] for n in mig[0]["runs"] if n.endswith("migrated") and n in idx["by_id"]), None)
-        gpus = [g.get("name") for g in ((migrated or {}).get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+        gpus = gpu_names(migrated or {})
         device = f" on {len(gpus)} GPU(s) ({gpus[0]})" if gpus else " on CPU"
     out.append(answer("Did migration match its uninterrupted control?", mig,
                       ("yes" if mig and all(r["verdict"] == "pass" for r in mig) else "no")

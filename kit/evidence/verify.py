@@ -174,11 +174,9 @@ def expand_run_dirs(paths: list[str]) -> list[Path]:
 
 
 def _run_dirs_under(folder: Path) -> list[Path]:
-    """Run directories at any depth under `folder` (what records.list_run_dirs takes for one: run.json or
-    an executed notebook, so that a run that left no record is checked and fails), not looking inside a
-    run directory and not following symbolic links (a link back up would list runs twice)."""
+    """Run directories (records.is_run_dir) at any depth under `folder`, not looking inside a run directory
+    and not following symbolic links (a link back up would list runs twice)."""
     found: list[Path] = []
     for child in sorted(c for c in folder.iterdir() if c.is_dir() and not c.is_symlink()):
-        is_run = (child / records.RUN_RECORD_NAME).exists() or any(child.glob("*.ipynb"))
-        found.extend([child] if is_run else _run_dirs_under(child))
+        found.extend([child] if records.is_run_dir(child) else _run_dirs_under(child))
     return found

@@ -24,8 +24,11 @@ study deadline passed), "rejected" (the projection did not fit the deadline or t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +40,7 @@ from kit.distributed.group import Group
 from kit.distributed.launch import WorkerFailure, launch
 from kit.distributed.traffic import LogicalTraffic, counter_delta, interface_counters_or_none
 from kit.engine.session import Session
+from kit.environ import temporary_environ
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.store import commits
@@ -47,7 +51,7 @@ from kit.study.compression_state import (
     write_compression_state,
 )
 from kit.study.cost import arm_cost, project_arm
-from kit.study.measurement import own_compile_cache, padded_tokens, summarise
+from kit.study.measurement import padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
 from kit.train.batch import TrainRecord
@@ -123,9 +127,34 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
             "compression_record": record, "seconds": time.perf_counter() - t0}
 
 
+@contextlib.contextmanager
+def own_compile_cache():
+    """An empty `torch.compile` cache for this worker process while it trains, removed after.
+
+    The first update of an arm on CUDA pays for compiling the blocks, and the screen's active time
+    counts it. Through the host's shared cache an arm finds that cost already paid when an earlier
+    arm compiled the same shapes: the medium study's PowerSGD arm, whose first update is a dense
+    warm-up identical to the dense arm's, took 2.9 s against dense's 13.1 s
+    (runs/medium-campaign-2026-12-01-b). On one H200 at that shape, bench/study_first_update.py
+    measured the same arm's first update at 14.9 s with an empty cache, 3.0 s with the cache the
+    first run left and 12.7 s with another empty one (runs/bench-study-first-update-2026-12-01).
+    With this cache per worker the three runs took 17.2, 13.2 and 13.3 s
+    (runs/bench-study-first-update-2026-12-01-own-cache, measured before TRITON_CACHE_DIR was set here
+    too): no run inherits an earlier one's compile;
+    the first process on a fresh machine still pays about 4 s more, for a reason not isolated."""
+    path = tempfile.mkdtemp(prefix="kit-arm-compile-")
+    # Triton's kernels too: inductor derives TRITON_CACHE_DIR from its own folder only when it is unset, so
+    # one inherited from the host (or set by an earlier compile in this process) would stay shared.
+    try:
+        with temporary_environ({"TORCHINDUCTOR_CACHE_DIR": path, "TRITON_CACHE_DIR": os.path.join(path, "triton")}):
+            yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def arm_worker(group: Group, args: dict, ctx) -> dict:
     """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `start` to `until`,
-    compiling from an empty cache (kit.study.measurement.own_compile_cache: the first update then does
+    compiling from an empty cache (own_compile_cache: the first update then does
     not find the compile of an arm that ran on this host before).
 
     args: arm, reduction, study_dir, seed_dir, home, resume_root|None, until, commit_every,

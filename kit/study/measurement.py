@@ -4,43 +4,13 @@ token positions the engine computes once microbatches are padded (and bucketed o
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import tempfile
 
-from kit.environ import temporary_environ
 from kit.study.cost import arm_cost
 
-# Recorded in each arm's measurement: how its first update's compile was paid (records without it
-# shared the host's default cache, so an arm's first update depended on the arms run before it).
+# Recorded in each arm's measurement: how its first update's compile was paid (kit.study.arms.own_compile_cache;
+# records without it shared the host's default cache, so an arm's first update depended on the arms before it).
 COMPILE_CACHE = "empty per worker process (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR)"
-
-
-@contextlib.contextmanager
-def own_compile_cache():
-    """An empty `torch.compile` cache for this worker process while it trains, removed after.
-
-    The first update of an arm on CUDA pays for compiling the blocks, and the screen's active time
-    counts it. Through the host's shared cache an arm finds that cost already paid when an earlier
-    arm compiled the same shapes: the medium study's PowerSGD arm, whose first update is a dense
-    warm-up identical to the dense arm's, took 2.9 s against dense's 13.1 s
-    (runs/medium-campaign-2026-12-01-b). On one H200 at that shape, bench/study_first_update.py
-    measured the same arm's first update at 14.9 s with an empty cache, 3.0 s with the cache the
-    first run left and 12.7 s with another empty one (runs/bench-study-first-update-2026-12-01).
-    With this cache per worker the three runs took 17.2, 13.2 and 13.3 s
-    (runs/bench-study-first-update-2026-12-01-own-cache, measured before TRITON_CACHE_DIR was set here
-    too; that host had none): no run inherits an earlier one's compile;
-    the first process on a fresh machine still pays about 4 s more, for a reason not isolated."""
-    path = tempfile.mkdtemp(prefix="kit-arm-compile-")
-    # Triton's kernels too: inductor derives TRITON_CACHE_DIR from its own folder only when it is unset, so
-    # one inherited from the host (or set by an earlier compile in this process) would stay shared.
-    try:
-        with temporary_environ({"TORCHINDUCTOR_CACHE_DIR": path, "TRITON_CACHE_DIR": os.path.join(path, "triton")}):
-            yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def padded_tokens(records, microbatch_size: int, bucket: int) -> int:
@@ -97,8 +67,7 @@ def summarise(record: dict, results: list[dict], wall: float, contract) -> None:
         "gpu_seconds_per_update": wall * workers / n if n else None,
         "active_gpu_seconds_per_update": active * workers / n if n else None,
         "rule": "active = update time only (no setup, no commits); gpu seconds = seconds x workers",
-        "compile_cache": (COMPILE_CACHE if len({r.get("compile_cache") for r in results} - {None}) == len(results)
-                          else "the host's default"),
+        "compile_cache": COMPILE_CACHE if all(r.get("compile_cache") for r in results) else "the host's default",
     }
     record["traffic"]["logical_per_rank"] = [r["traffic"] for r in results]
     record["traffic"]["powersgd_per_rank"] = [r["powersgd"] for r in results] if results[0]["powersgd"] else None
