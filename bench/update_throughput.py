@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.provenance import git_commit  # noqa: E402,F401  (re-exported: the other benches import it from here)
 from kit.digest import canonical_json
+from kit.flops import H200_BF16_PEAK_FLOPS, attention_flops_forward, executed_flops_per_token, matmul_params  # noqa: F401
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.engine.worker import build_worker
@@ -68,7 +69,7 @@ from kit.train.batch import TrainRecord
 from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig
 
-PEAK_FLOPS = 989e12  # bf16 dense, datasheet
+PEAK_FLOPS = H200_BF16_PEAK_FLOPS  # bf16 dense, datasheet
 SECTIONS = ("ceiling", "baseline", "baseline_compiled", "kit", "commit", "checkpoint", "kit_mixed", "planner",
             "kit_eager", "kit_host_clip")
 GIB = 2**30
@@ -90,35 +91,6 @@ def tiny() -> LlamaShape:
 
 def param_count(shape: LlamaShape) -> int:
     return shape.param_count()
-
-
-def matmul_params(shape: LlamaShape) -> int:
-    """Weights that take part in a matmul for every token: the blocks' projections and the LM head
-    (vocab x hidden; with tied embeddings it is the embedding matrix, whose lookup does no FLOPs).
-    Norm weights (elementwise) and the embedding lookup are not counted."""
-    H, I, d = shape.hidden_size, shape.intermediate_size, shape.head_dim
-    q = o = H * shape.num_attention_heads * d
-    kv = 2 * H * shape.num_key_value_heads * d
-    mlp = 3 * H * I
-    return shape.num_hidden_layers * (q + o + kv + mlp) + shape.vocab_size * H
-
-
-def attention_flops_forward(shape: LlamaShape, seq: int, causal: bool = True) -> float:
-    """Per token, all layers, forward: QK^T and AV are 2 * seq * heads * head_dim each over the full
-    square; a causal kernel (FlashAttention, cuDNN, SDPA's is_causal) skips the masked half, so the
-    executed count is half of that."""
-    full = 4 * seq * shape.num_attention_heads * shape.head_dim * shape.num_hidden_layers
-    return full / 2 if causal else full
-
-
-def executed_flops_per_token(shape: LlamaShape, seq: int, teacher_fraction: float, causal: bool = True) -> float:
-    """FLOPs a GPU executes per token of one update: the student's forward + backward (3x forward:
-    6 * matmul params + 3x attention) and the frozen teacher's forward (2 * matmul params + attention)
-    counted only on the fraction of tokens that ran it. Elementwise work (norms, SwiGLU, softmax,
-    loss, optimizer) is not counted, as in the usual MFU convention."""
-    n = matmul_params(shape)
-    attn = attention_flops_forward(shape, seq, causal)
-    return 6 * n + 3 * attn + teacher_fraction * (2 * n + attn)
 
 
 def flops_per_token(shape: LlamaShape, seq: int, ref_fraction: float) -> float:

@@ -79,7 +79,7 @@ def content_digest(family: str, prompt: str, answer: str) -> str:
     return sha256_json({"family": family, "prompt": prompt, "answer": answer})
 
 
-class _Draws:
+class Draws:
     """Uniform draws from the raw PCG64 stream (see the module docstring for why not Generator methods)."""
 
     def __init__(self, key: dict):
@@ -106,7 +106,7 @@ class _Draws:
         return items[:k]
 
 
-def _lookup(draw: _Draws, level: _Level) -> tuple[str, str]:
+def _lookup(draw: Draws, level: _Level) -> tuple[str, str]:
     keys = draw.sample(KEYS, level.lookup_pairs)
     values = [draw.between(0, level.max_value) for _ in keys]
     asked = draw.below(len(keys))
@@ -114,7 +114,7 @@ def _lookup(draw: _Draws, level: _Level) -> tuple[str, str]:
     return f"table: {table}. value of {keys[asked]}?", str(values[asked])
 
 
-def _filtering(draw: _Draws, level: _Level) -> tuple[str, str]:
+def _filtering(draw: Draws, level: _Level) -> tuple[str, str]:
     numbers = [draw.between(1, level.max_value) for _ in range(level.filter_items)]
     rule = draw.below(4)
     if rule < 2:  # a threshold inside the middle of the range keeps empty answers occasional, not common
@@ -131,7 +131,7 @@ def _filtering(draw: _Draws, level: _Level) -> tuple[str, str]:
     return f"numbers: {' '.join(map(str, numbers))}. {text}.", answer
 
 
-def _arithmetic(draw: _Draws, level: _Level) -> tuple[str, str]:
+def _arithmetic(draw: Draws, level: _Level) -> tuple[str, str]:
     terms = [draw.between(1, level.max_value) for _ in range(level.total_terms)]
     if draw.below(2) == 0:
         prompt = f"total of {' + '.join(map(str, terms))}?"
@@ -141,7 +141,7 @@ def _arithmetic(draw: _Draws, level: _Level) -> tuple[str, str]:
     return prompt, str(sum(terms))
 
 
-def _sorting(draw: _Draws, level: _Level) -> tuple[str, str]:
+def _sorting(draw: Draws, level: _Level) -> tuple[str, str]:
     if draw.below(2) == 0:
         values: list = draw.sample(range(1, level.max_value + 1), level.sort_items)
     else:
@@ -176,7 +176,7 @@ def generate(family: str, seed: int, index: int, difficulty: int = 1, role: str 
     _check_natural("index", index)
     if isinstance(difficulty, bool) or difficulty not in LEVELS:
         raise ValueError(f"task difficulty {difficulty!r} is not one of {', '.join(map(str, LEVELS))}")
-    draw = _Draws({"family": family, "seed": seed, "index": index, "difficulty": difficulty,
+    draw = Draws({"family": family, "seed": seed, "index": index, "difficulty": difficulty,
                    "generator": GENERATOR})  # fmt: skip
     prompt, answer = _BUILDERS[family](draw, LEVELS[difficulty])
     assert normalize_answer(answer) == answer, f"non-canonical answer {answer!r} for {family}"

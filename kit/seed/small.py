@@ -54,7 +54,7 @@ import torch
 import kit
 from kit import numerics
 from kit.data import general_text
-from kit.data.chat import encode_or_refuse, load_tokenizer
+from kit.data.chat import encode_or_refuse, encode_single_turns, load_tokenizer
 from kit.data.conversations import (
     Conversation,
     conversation_from_json,
@@ -62,11 +62,13 @@ from kit.data.conversations import (
     synthetic_conversations,
     write_jsonl,
 )
+from kit.data.retrieval import retrieval_documents
 from kit.data.tasks import FAMILIES, TaskExample, generate_set
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
+from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
 from kit.engine.worker import build_worker
 from kit.inventory import parameter_digest
 from kit.model.config import LlamaShape, RopeSpec
@@ -122,7 +124,10 @@ class SmallSeedConfig:
     alpaca_epochs: int = 3
     synthetic: int = 10000
     tasks: int = 40000
-    task_difficulty: int = 2  # the medium and full contracts' difficulty
+    task_difficulty: int = 2  # the difficulty of the seed's own task examples
+    retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
+    retrieval_max_pairs: int = 12
+    dev_difficulty: int = 2  # the contracts' difficulty: the record's per-family accuracy is measured there
     # optimisation: one update = batch_rows rows of seq_len tokens
     batch_rows: int = 64
     microbatch_rows: int = 16
@@ -135,12 +140,16 @@ class SmallSeedConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     compute_dtype: str = "bfloat16"  # on CUDA; a CPU build computes in float32
+    compile_blocks: str = "off"  # "auto": torch.compile the blocks on CUDA, under the deterministic profile
+    clip_on_device: str = "off"  # "off": the host's left-to-right sum of squared norms; "auto": on the device, no sync
     seed: int = 0
     # reporting
     dev_sample_per_family: int = 32
     heldout_max_rows: int = 64
     eval_batch: int = 64
     sample_max_new_tokens: int = 64
+    curve_every: int = 0  # 0: no learning curve; N: per-family dev accuracy every N updates (and at the end)
+    curve_per_family: int = 16
 
     @staticmethod
     def small() -> SmallSeedConfig:
@@ -154,7 +163,7 @@ class SmallSeedConfig:
             if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {value!r}; expected a number")
         zero_ok = {"general_text_max_docs", "max_updates", "synthetic", "tasks", "alpaca_epochs", "seed",
-                   "warmup_updates"}
+                   "warmup_updates", "retrieval_docs", "curve_every"}
         for f in fields(self):
             if f.type == "int" and getattr(self, f.name) < (0 if f.name in zero_ok else 1):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {getattr(self, f.name)}; expected "
@@ -175,6 +184,15 @@ class SmallSeedConfig:
             raise ValueError(f"SmallSeedConfig.alpaca_train_stop = {self.alpaca_train_stop}, alpaca_heldout_stop = "
                              f"{self.alpaca_heldout_stop}; expected 0 < train_stop < heldout_stop <= 2048 (the "
                              f"replay range; records 2048-4999 are final retention and never trained on)")
+        if self.clip_on_device not in ("auto", "off"):
+            raise ValueError(f"SmallSeedConfig.clip_on_device = {self.clip_on_device!r}; expected 'auto' or 'off'")
+        if self.compile_blocks not in ("auto", "off"):
+            raise ValueError(f"SmallSeedConfig.compile_blocks = {self.compile_blocks!r}; expected 'auto' or 'off'")
+        for name in ("task_difficulty", "dev_difficulty"):
+            if getattr(self, name) not in (1, 2, 3):
+                raise ValueError(f"SmallSeedConfig.{name} = {getattr(self, name)}; expected 1, 2 or 3")
+        if not 2 <= self.retrieval_max_pairs <= 26:
+            raise ValueError(f"SmallSeedConfig.retrieval_max_pairs = {self.retrieval_max_pairs}; expected 2..26")
         if self.compute_dtype not in ("bfloat16", "float32"):
             raise ValueError(f"SmallSeedConfig.compute_dtype = {self.compute_dtype!r}; expected 'bfloat16' or 'float32'")
         if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1):
@@ -324,33 +342,58 @@ def check_inputs(alpaca: Path, text: Path, contracts_dir: Path, device: str) -> 
         raise ValueError(f"--device {device}: CUDA is not available on this machine; use --device cpu (test sizes only)")
 
 
-def _train(cfg, model, rows: list[TrainRecord], updates: int, device: torch.device, show: bool) -> list[float]:
+STEADY_FROM = 10  # the steady-state rate leaves out the first updates (compilation, allocator warm-up)
+
+
+def _train(cfg, model, rows: list[TrainRecord], updates: int, device: torch.device, show: bool,
+           curve=None, marks: dict | None = None) -> list[float]:
+    """The seed's updates; `curve(k)` (the learning curve's measurement) runs after update k when
+    cfg.curve_every divides k + 1, and after the last update. It only reads the model."""
     from tqdm import tqdm
 
     dtype = cfg.compute_dtype if device.type == "cuda" else "float32"
     base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
     engine = build_worker(Group(0, 1, device), even_layout(model.shape.num_hidden_layers, 1), None,
                           EngineConfig(cfg.microbatch_rows, cfg.max_grad_norm, compute_dtype=dtype,
-                                       pad_id=model.shape.pad_token_id, compile_blocks="off", length_bucket=0,
-                                       # the host's left-to-right sum of the squared norms: the setting the
-                                       # pinned digest (runs/seed-small-h200-2026-11-30) was built with
-                                       clip_on_device="off"),
+                                       pad_id=model.shape.pad_token_id, compile_blocks=cfg.compile_blocks, length_bucket=0,
+                                       clip_on_device=cfg.clip_on_device),
                           {OPTIMIZER_GROUP: base}, student=model).engine
-    if device.type == "cuda":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        attention = sdpa_kernel([SDPBackend.FLASH_ATTENTION])
-    else:
-        attention = nullcontext()
-    losses = []
+    def attention():  # training only: the learning curve's cached decoding picks its own kernel
+        if device.type == "cuda":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+        return nullcontext()
+
+    losses, pending = [], []
     bar = tqdm(range(updates), desc="small seed", unit="update", disable=not show)
-    with attention:
-        for k in bar:
-            engine.optimizer.groups = {OPTIMIZER_GROUP: replace(base, lr=cfg.learning_rate(k, updates))}
+    for k in bar:
+        if marks is not None and k == STEADY_FROM:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            marks["steady_start"], marks["curve_seconds_before"] = time.perf_counter(), marks.get("curve", 0.0)
+        engine.optimizer.groups = {OPTIMIZER_GROUP: replace(base, lr=cfg.learning_rate(k, updates))}
+        with attention():
             result = engine.update(rows[k * cfg.batch_rows:(k + 1) * cfg.batch_rows])
-            losses.append(result.parts.objective)
-            bar.set_postfix(loss=f"{result.parts.objective:.3f}", refresh=False)
+        # an on-device clip leaves the numbers pending: read the previous update's, so the host
+        # prepares update k + 1 while the device still runs update k
+        pending.append(result)
+        if len(pending) > 1:
+            losses.append(pending.pop(0).parts.objective)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        if curve is not None and cfg.curve_every and ((k + 1) % cfg.curve_every == 0 or k + 1 == updates):
+            curve(k + 1)
+    losses += [r.parts.objective for r in pending]
     bar.close()
     return losses
+
+
+def _inductor_deterministic():
+    """Inductor's deterministic flag where this torch has one (it follows torch.use_deterministic_algorithms)."""
+    try:
+        import torch._inductor.config as inductor_config
+    except ImportError:
+        return None
+    return getattr(inductor_config, "deterministic", None)
 
 
 @torch.no_grad()
@@ -398,7 +441,13 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
         t_tok = time.perf_counter()
         doc_ids = tokenizer([d["text"] for d in docs_train], add_special_tokens=False)["input_ids"]
-        encoded = [encode_or_refuse(tokenizer, c, cfg.seq_len) for c in convs]
+        single = [i for i, c in enumerate(convs) if [m.role for m in c.messages] == ["user", "assistant"]]
+        encoded = [None] * len(convs)
+        for i, e in zip(single, encode_single_turns(tokenizer, [convs[i] for i in single], cfg.seq_len)):
+            encoded[i] = e
+        rest = set(range(len(convs))) - set(single)
+        for i in sorted(rest):
+            encoded[i] = encode_or_refuse(tokenizer, convs[i], cfg.seq_len)
         skipped = [c.id for c, e in zip(convs, encoded) if e is None]
         kept = [i for i, e in enumerate(encoded) if e is not None]
         rng = np.random.default_rng(cfg.seed)
@@ -407,6 +456,11 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
             rows += [(r, [True] * len(r)) for r in text_rows(doc_ids, list(rng.permutation(len(doc_ids))),
                                                               ids[PAD_TOKEN], cfg.seq_len)]
         n_text_rows = len(rows)
+        retrieval = retrieval_documents(cfg.retrieval_docs, cfg.seed, cfg.retrieval_max_pairs)
+        retrieval_ids = tokenizer(retrieval, add_special_tokens=False)["input_ids"] if retrieval else []
+        rows += [(r, [True] * len(r)) for r in text_rows(retrieval_ids, list(range(len(retrieval_ids))),
+                                                          ids[PAD_TOKEN], cfg.seq_len)]
+        n_retrieval_rows = len(rows) - n_text_rows
         alpaca_idx = [i for i in kept if i < len(alpaca_train)]
         once_idx = [i for i in kept if i >= len(alpaca_train)]
         pool = alpaca_idx * cfg.alpaca_epochs + once_idx
@@ -431,10 +485,32 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t_train = time.perf_counter()
-        losses = _train(cfg, model, used, updates, dev, show)
+        trained_digests = {t.digest for t in tasks}
+        curve_sample = generate_set({f: cfg.curve_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE + "-curve",
+                                    cfg.dev_difficulty, trained_digests | excluded) if cfg.curve_every else []
+        learning_curve, curve_seconds, marks = [], [0.0], {}
+
+        def curve(k: int) -> None:
+            t = time.perf_counter()
+            model.eval()
+            answers = answer_tasks(model, tokenizer, [task_record(e) for e in curve_sample], cfg.sample_max_new_tokens,
+                                   batch_size=cfg.eval_batch)
+            model.train()
+            learning_curve.append({"update": k, "tokens": k * cfg.batch_rows * cfg.seq_len,
+                                   **{f: sum(a["correct"] for a in answers if a["family"] == f) for f in FAMILIES}})
+            curve_seconds[0] += time.perf_counter() - t
+            marks["curve"] = curve_seconds[0]
+
+        losses = _train(cfg, model, used, updates, dev, show, curve, marks)
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        train_seconds = time.perf_counter() - t_train
+        t_end = time.perf_counter()
+        train_seconds = t_end - t_train - curve_seconds[0]
+        steady = None
+        if "steady_start" in marks:
+            steady_seconds = t_end - marks["steady_start"] - (curve_seconds[0] - marks["curve_seconds_before"])
+            steady = {"from_update": STEADY_FROM, "seconds": round(steady_seconds, 2),
+                      "tokens_per_second": round((updates - STEADY_FROM) * cfg.batch_rows * cfg.seq_len / steady_seconds, 1)}
 
         model.eval()
         # evaluation: held-out loss, per-family accuracy on a dev-role sample, greedy chat samples
@@ -448,17 +524,22 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         held_conv = {"source": ALPACA_NAME, "range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
                      "conversations": len(scores), "assistant_tokens": n_tok,
                      "nll_per_token": sum(s["nll_sum"] for s in scores) / n_tok if n_tok else None}
-        trained_digests = {t.digest for t in tasks}
-        sample = generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
-                              cfg.task_difficulty, trained_digests)
-        answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
-                               batch_size=cfg.eval_batch)
-        accuracy = {f: {"n": sum(a["family"] == f for a in answers),
-                        "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in FAMILIES}
-        for f in FAMILIES:
-            accuracy[f]["accuracy"] = accuracy[f]["correct"] / max(1, accuracy[f]["n"])
-        task_examples = [{"prompt": e.prompt, "expected": e.answer, "reply": a["reply"], "correct": a["correct"]}
-                         for e, a in zip(sample[::cfg.dev_sample_per_family], answers[::cfg.dev_sample_per_family])]
+        accuracy_at, task_examples = {}, []
+        for difficulty in sorted({cfg.dev_difficulty, cfg.task_difficulty}):
+            sample = generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
+                                  difficulty, trained_digests)
+            answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
+                                   batch_size=cfg.eval_batch)
+            acc = {f: {"n": sum(a["family"] == f for a in answers),
+                       "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in FAMILIES}
+            for f in FAMILIES:
+                acc[f]["accuracy"] = acc[f]["correct"] / max(1, acc[f]["n"])
+            accuracy_at[difficulty] = acc
+            task_examples += [{"difficulty": difficulty, "prompt": e.prompt, "expected": e.answer,
+                               "reply": a["reply"], "correct": a["correct"]}
+                              for e, a in zip(sample[::cfg.dev_sample_per_family], answers[::cfg.dev_sample_per_family])]
+        accuracy = accuracy_at[cfg.dev_difficulty]
+        pooled = sum(a["correct"] for a in accuracy.values()) / max(1, sum(a["n"] for a in accuracy.values()))
         chats = []
         for prompt in CHAT_PROMPTS:
             r = greedy_reply(model, tokenizer, prompt, cfg.sample_max_new_tokens)
@@ -476,7 +557,10 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
             "cudnn.deterministic": torch.backends.cudnn.deterministic, "cudnn.benchmark": torch.backends.cudnn.benchmark,
             "tf32": False if dev.type == "cuda" else None,
             "sdpa_backend": "FLASH_ATTENTION (training)" if dev.type == "cuda" else "default CPU kernels",
-            "torch.compile": "off", "compute": "bf16 autocast over FP32 master weights" if (
+            "torch.compile": ("blocks, under torch.use_deterministic_algorithms (Inductor's deterministic mode: "
+                              "no benchmarked kernel choices)" if cfg.compile_blocks == "auto" and dev.type == "cuda"
+                              else "off"),
+            "inductor_deterministic": _inductor_deterministic(), "compute": "bf16 autocast over FP32 master weights" if (
                 dev.type == "cuda" and cfg.compute_dtype == "bfloat16") else "float32",
             "seeds": {"numpy PCG64 data order": cfg.seed, "torch.manual_seed": cfg.seed, "init_weights": cfg.seed},
             "promise": "the same parameter digest on the same GPU model and software (torch, CUDA), from a fresh machine",
@@ -493,6 +577,8 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
                                          "licence": "CC BY-NC 4.0", "train_range": [0, cfg.alpaca_train_stop],
                                          "heldout_range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
                                          "epochs": cfg.alpaca_epochs, "never_read": [cfg.alpaca_heldout_stop, 5000]},
+                "retrieval": {"documents": len(retrieval), "rows": n_retrieval_rows, "seed": cfg.seed,
+                              "max_pairs": cfg.retrieval_max_pairs, "generator": "kit.data.retrieval"},
                 "synthetic": {"count": len(synthetic), "seed": cfg.seed,
                               "digest": sha256_json([c.digest for c in synthetic])},
                 "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed,
@@ -517,8 +603,22 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
             "loss_initial": losses[0], "loss_final": float(np.mean(losses[-10:])),
             "loss_every_10_updates": [round(x, 4) for x in losses[::10]],
             "heldout": {"general_text": held_text, "conversations": held_conv},
-            "task_accuracy": {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.task_difficulty, "per_family": accuracy,
+            "task_accuracy": {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": accuracy,
+                              "pooled": pooled,
+                              "at_difficulty": {str(d): a for d, a in accuracy_at.items()},
                               "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"},
+            "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.dev_difficulty,
+                               "per_family_n": cfg.curve_per_family, "points": learning_curve,
+                               "seconds": round(curve_seconds[0], 2)},
+            "throughput": {"executed_flops_per_token": executed_flops_per_token(shape, cfg.seq_len),
+                           "mfu_executed": round(executed_flops_per_token(shape, cfg.seq_len) * tokens / train_seconds
+                                                 / H200_BF16_PEAK_FLOPS, 4) if dev.type == "cuda" else None,
+                           "peak_flops": H200_BF16_PEAK_FLOPS, "steady_state": steady and {
+                               **steady, "mfu_executed": round(executed_flops_per_token(shape, cfg.seq_len)
+                                                               * steady["tokens_per_second"] / H200_BF16_PEAK_FLOPS, 4)
+                               if dev.type == "cuda" else None},
+                           "note": "executed FLOPs (kit/flops.py) of the training updates over the train seconds, "
+                                   "learning-curve evaluations excluded, over the bf16 datasheet peak"},
             "chat_samples": chats,
             "seconds": {"inputs_and_tasks": round(t_data - t0, 2), "tokenizer": round(t_tok - t_data, 2),
                         "encode_and_pack": round(t_prep - t_tok, 2), "train": round(train_seconds, 2),
@@ -540,5 +640,6 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
             "vocab_size": len(tokenizer), "updates": updates, "tokens": tokens,
             "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),
             "heldout_text_nll": held_text["nll_per_token"], "heldout_conversation_nll": held_conv["nll_per_token"],
-            "task_accuracy": {f: accuracy[f]["accuracy"] for f in FAMILIES},
+            "task_accuracy": {f: accuracy[f]["accuracy"] for f in FAMILIES}, "pooled_accuracy": pooled,
+            "mfu_executed": record["throughput"]["mfu_executed"], "learning_curve": learning_curve,
             "chat_samples": chats, "seconds": record["seconds"], "tokens_per_second": record["tokens_per_second"]}
