@@ -150,6 +150,7 @@ class SmallSeedConfig:
     sample_max_new_tokens: int = 64
     curve_every: int = 0  # 0: no learning curve; N: per-family dev accuracy every N updates (and at the end)
     curve_per_family: int = 16
+    curve_difficulty: int = 0  # 0: the dev difficulty
 
     @staticmethod
     def small() -> SmallSeedConfig:
@@ -163,7 +164,7 @@ class SmallSeedConfig:
             if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {value!r}; expected a number")
         zero_ok = {"general_text_max_docs", "max_updates", "synthetic", "tasks", "alpaca_epochs", "seed",
-                   "warmup_updates", "retrieval_docs", "curve_every"}
+                   "warmup_updates", "retrieval_docs", "curve_every", "curve_difficulty"}
         for f in fields(self):
             if f.type == "int" and getattr(self, f.name) < (0 if f.name in zero_ok else 1):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {getattr(self, f.name)}; expected "
@@ -188,8 +189,8 @@ class SmallSeedConfig:
             raise ValueError(f"SmallSeedConfig.clip_on_device = {self.clip_on_device!r}; expected 'auto' or 'off'")
         if self.compile_blocks not in ("auto", "off"):
             raise ValueError(f"SmallSeedConfig.compile_blocks = {self.compile_blocks!r}; expected 'auto' or 'off'")
-        for name in ("task_difficulty", "dev_difficulty"):
-            if getattr(self, name) not in (1, 2, 3):
+        for name in ("task_difficulty", "dev_difficulty", "curve_difficulty"):
+            if getattr(self, name) not in ((0, 1, 2, 3) if name == "curve_difficulty" else (1, 2, 3)):
                 raise ValueError(f"SmallSeedConfig.{name} = {getattr(self, name)}; expected 1, 2 or 3")
         if not 2 <= self.retrieval_max_pairs <= 26:
             raise ValueError(f"SmallSeedConfig.retrieval_max_pairs = {self.retrieval_max_pairs}; expected 2..26")
@@ -487,7 +488,7 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         t_train = time.perf_counter()
         trained_digests = {t.digest for t in tasks}
         curve_sample = generate_set({f: cfg.curve_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE + "-curve",
-                                    cfg.dev_difficulty, trained_digests | excluded) if cfg.curve_every else []
+                                    cfg.curve_difficulty or cfg.dev_difficulty, trained_digests | excluded) if cfg.curve_every else []
         learning_curve, curve_seconds, marks = [], [0.0], {}
 
         def curve(k: int) -> None:
@@ -607,7 +608,7 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
                               "pooled": pooled,
                               "at_difficulty": {str(d): a for d, a in accuracy_at.items()},
                               "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"},
-            "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.dev_difficulty,
+            "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.curve_difficulty or cfg.dev_difficulty,
                                "per_family_n": cfg.curve_per_family, "points": learning_curve,
                                "seconds": round(curve_seconds[0], 2)},
             "throughput": {"executed_flops_per_token": executed_flops_per_token(shape, cfg.seq_len),
