@@ -4,6 +4,11 @@ For each path-like option or positional (its argparse `type` is a kit.cli.args c
 (a) a missing path, (b) a file where a folder belongs (or a folder where a file belongs), (c) garbage
 JSON (a garbage file, and a folder whose marker file, e.g. prepared.json, is garbage), in process
 through `kit.cli.main`. A second check makes sure no path-like option escaped the checkers.
+
+The second half walks the rest of a consistent command line: one option name per concept (former
+names still work, with a warning), unknown options blamed on the subcommand, `kit --version`, sizes
+with units, `kit plan`'s table and JSON, the one-line refusals of a seed without a usable tokenizer, of
+a contract of another kind and of a folder that is not a checkpoint store, and export's default HEAD.
 """
 
 from __future__ import annotations
