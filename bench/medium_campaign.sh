@@ -56,7 +56,7 @@ start() {
         echo "campaign already running (pid $(cat "$W/campaign.pid"))"; return
     fi
     seed=()
-    [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed-dir "$W/pilot-work/seed")
+    [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed "$W/pilot-work/seed")
     # Scorings inside `kit run` record to the ledger beside the runs directory (kit/evidence/ledger.py):
     # start it as the repository's, so preparations exclude what was exposed before, and bring it back
     # (pack). Not the tracked ledger/ itself: every call copies the working tree over it.

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     work.mkdir(parents=True)
     started = dt.datetime.now(dt.UTC)
     prep = subprocess.run([sys.executable, "-m", "kit", "study", "prepare", "--contract", a.contract, "--seed",
-                           a.seed, "--public-source", a.source, "--study", str(work / "prepared")],
+                           a.seed, "--public-source", a.source, "--out", str(work / "prepared")],
                           env={**os.environ, "PYTHONPATH": str(REPO)},  # the ledger: the repository's (read only:
                           # the probes must have been exposed; preparing scores nothing)
                           capture_output=True, text=True, check=False)

@@ -160,7 +160,7 @@ def prepare_staging(work: Path, seed_cache: Path) -> Path:
     shutil.copytree(seed_cache, seed)
     env["KIT_LEDGER"] = str(exposure_ledger(work / "exposed.jsonl", load_study_contract(CONTRACT)))
     subprocess.run([sys.executable, "-m", "kit", "study", "prepare", "--contract", str(CONTRACT), "--seed", str(seed),
-                    "--public-source", str(SOURCE), "--study", str(study)], check=True, env=env, cwd=REPO,
+                    "--public-source", str(SOURCE), "--out", str(study)], check=True, env=env, cwd=REPO,
                    stdout=subprocess.DEVNULL)
     return staging
 

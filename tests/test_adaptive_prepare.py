@@ -332,6 +332,7 @@ def test_cli_registration_adds_kit_adaptive_prepare(tmp_path):
     from kit.adaptive import cli as adaptive_cli
 
     seed = write_hf_llama(tmp_path / "seed")
+    (seed / "tokenizer.json").write_text("{}")  # the seed checker wants a fast tokenizer's file; parsing loads none
     replay = tmp_path / "replay.jsonl"
     replay.write_text("")
     parser = argparse.ArgumentParser()

@@ -4,12 +4,18 @@ For each path-like option or positional (its argparse `type` is a kit.cli.args c
 (a) a missing path, (b) a file where a folder belongs (or a folder where a file belongs), (c) garbage
 JSON (a garbage file, and a folder whose marker file, e.g. prepared.json, is garbage), in process
 through `kit.cli.main`. A second check makes sure no path-like option escaped the checkers.
+
+The second half walks the rest of a consistent command line: one option name per concept (former
+names still work, with a warning), unknown options blamed on the subcommand, `kit --version`, sizes
+with units, `kit plan`'s table and JSON, the one-line refusals of a seed without a usable tokenizer, of
+a contract of another kind and of a folder that is not a checkpoint store, and export's default HEAD.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import pytest
 
@@ -121,8 +127,8 @@ def test_named_refusals(bad, tmp_path, capsys):
     assert main(["checkpoint", "verify", "--home", "/nonexistent"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kit checkpoint verify: error:") and "/nonexistent: the folder does not exist" in err
-    # the kit's own refusals name the subcommand too: an empty store has no HEAD
-    (tmp_path / "store").mkdir()
+    # the kit's own refusals name the subcommand too: a store without a commit has no HEAD
+    (tmp_path / "store" / "objects").mkdir(parents=True)
     assert main(["checkpoint", "show", "--home", str(tmp_path / "store")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kit checkpoint show: error: ") and "no HEAD" in err and err.count("\n") == 1
@@ -157,3 +163,227 @@ def test_inspection_notebook_refuses_before_writing(tmp_path, capsys):
     assert sorted(p.name for p in runs.iterdir()) == ["some-run"]  # no failed record
     assert main(["run", nb, "-p", "RUN_ID", "some-run", "-p", "RUNS_DIR", str(runs), "--runs-dir", str(runs)]) == 2
     assert "give --runs-dir" in capsys.readouterr().err
+
+
+# --- one command line (issue 29): names, unknown options, --version, sizes, library errors, stores -----------
+REPO = Path(__file__).resolve().parents[1]
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 16,
+              "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "max_position_embeddings": 64, "tie_word_embeddings": True}
+
+
+def _one_line_error(err: str, prog: str) -> None:
+    assert "Traceback" not in err, err
+    assert err.startswith(f"{prog}: error: ") and err.endswith("\n") and err.count("\n") == 1, err
+
+
+def test_unknown_options_name_the_subcommand(tmp_path, capsys):
+    assert main(["adaptive", "prepare", "--foo"]) == 2  # before the missing required options: the typo is the cause
+    err = capsys.readouterr().err
+    _one_line_error(err, "kit adaptive prepare")
+    assert "unrecognized arguments: --foo" in err
+    (tmp_path / "store" / "objects").mkdir(parents=True)
+    assert main(["checkpoint", "list", "--home", str(tmp_path / "store"), "--bogus", "1"]) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, "kit checkpoint list")
+    assert "unrecognized arguments: --bogus 1" in err
+    # an abbreviation of a real option is not unknown
+    assert main(["checkpoint", "list", "--ho", str(tmp_path / "store")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_version_prints_the_kits_version(capsys):
+    import kit
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"kit {kit.__version__}\n"
+
+
+def _fake_seed(path, tokenizer: str | None = '{"version": "1.0"}'):
+    import json
+
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    if tokenizer is not None:
+        (path / "tokenizer.json").write_text(tokenizer)
+    return path
+
+
+@pytest.mark.parametrize("words,new,old,value_of", [
+    (["report", "--out", "OUT"], "--runs-dir", "--runs", "dir"),
+    (["study", "prepare", "--out", "OUT", "--contract", "STUDY_CONTRACT", "--seed", "SEED"],
+     "--public-source", "--source", "source"),
+    (["study", "prepare", "--public-source", "SOURCE", "--contract", "STUDY_CONTRACT", "--seed", "SEED"],
+     "--out", "--study", "out"),
+    (["demo"], "--seed", "--seed-dir", "seed"),
+])
+def test_former_option_names_still_work_with_a_warning(words, new, old, value_of, tmp_path, capsys):
+    """One name per concept; the former names are deprecated aliases for one release: same destination, a
+    warning line naming the new name, and marked in the help."""
+    seed = _fake_seed(tmp_path / "seed")
+    source = str(REPO / "data" / "alpaca_5000.json")
+    subs = {"OUT": str(tmp_path / "out"), "SEED": str(seed), "SOURCE": source,
+            "STUDY_CONTRACT": str(REPO / "contracts" / "shared-gradient.tiny.json")}
+    value = {"dir": str(tmp_path), "source": source, "out": str(tmp_path / "new"), "seed": str(seed)}[value_of]
+    argv = [subs.get(w, w) for w in words]
+    with_new = build_parser().parse_args([*argv, new, value])
+    assert capsys.readouterr().err == ""
+    with_old = build_parser().parse_args([*argv, old, value])
+    assert vars(with_old) == vars(with_new)
+    prog = "kit " + " ".join(words[:2] if words[0] == "study" else words[:1])
+    assert capsys.readouterr().err == f"{prog}: warning: {old} is deprecated; use {new} (the name every kit command " \
+                                      "uses; the old name goes in the next release)\n"
+    leaf = {" ".join(w): p for w, p in leaf_parsers(build_parser())}[prog[len("kit "):]]
+    action = next(a for a in leaf._actions if new in a.option_strings)
+    assert old in action.option_strings and f"({old}: deprecated alias)" in action.help
+
+
+def test_one_name_per_concept():
+    """Across every subcommand the runs folder is --runs-dir, the public source --public-source and a seed folder
+    --seed; an old name appears only as the second name of an option (its deprecated alias)."""
+    for words, leaf in leaf_parsers(build_parser()):
+        for action in leaf._actions:
+            first, others = (action.option_strings or [""])[0], action.option_strings[1:]
+            for old, new in (("--runs", "--runs-dir"), ("--source", "--public-source"), ("--seed-dir", "--seed")):
+                assert first != old, f"kit {' '.join(words)} {old}: should be {new}"
+                if old in others:
+                    assert first == new and "deprecated alias" in action.help, (words, action.option_strings)
+
+
+def test_store_commands_refuse_a_folder_that_is_not_a_store(tmp_path, capsys):
+    folder = tmp_path / "not-a-store"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    for action in ("list", "gc", "verify", "show"):
+        assert main(["checkpoint", action, "--home", str(folder)] + (["--objects"] if action == "gc" else [])) == 2
+        err = capsys.readouterr().err
+        _one_line_error(err, f"kit checkpoint {action}")
+        assert f"{folder}: not a checkpoint store" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+
+
+def _store_with_two_commits(home):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from kit.digest import canonical_json
+    from kit.store.commits import write_commit
+    from kit.store.objects import ObjectStore
+    from kit.store.params import save_param_states
+
+    config = LlamaConfig(**{k: v for k, v in TINY_LLAMA.items() if k not in ("architectures", "model_type")})
+    torch.manual_seed(0)
+    state = {k: v.detach().clone() for k, v in LlamaForCausalLM(config).state_dict().items() if k != "lm_head.weight"}
+    store = ObjectStore(home)
+    layout = {"blocks": [[0, 2]], "embedding_owner": 0, "model_config": store.put_bytes(canonical_json(TINY_LLAMA))}
+    roots = []
+    for scale in (1.0, 2.0):
+        entries = save_param_states(store, {k: {"group": "all", "age": 0, "param": v * scale,
+                                                "exp_avg": torch.zeros_like(v), "exp_avg_sq": torch.zeros_like(v)}
+                                            for k, v in state.items()})
+        roots.append(write_commit(home, {"cursor": {"step": len(roots)}, "params": entries}, layout,
+                                  roots[-1] if roots else None, [store.put_bytes(b"rng %d" % len(roots))]))
+    return roots
+
+
+def test_export_defaults_to_head_like_verify_and_show(tmp_path, capsys):
+    from kit.store.export import export_hf
+
+    home = tmp_path / "store"
+    first, head = _store_with_two_commits(home)
+    assert main(["checkpoint", "export", "--home", str(home), "--out", str(tmp_path / "default")]) == 0
+    digest = capsys.readouterr().out.strip()
+    assert digest == export_hf(home, head, tmp_path / "head")
+    assert digest != export_hf(home, first, tmp_path / "first")  # HEAD, not just any commit
+    assert main(["checkpoint", "show", "--home", str(home)]) == 0
+    assert f'"full_root": "{head}"' in capsys.readouterr().out
+
+
+def _tiny_config(tmp_path):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY_LLAMA, "num_hidden_layers": 4}))  # a block or more for each of 3 workers
+    return str(path)
+
+
+def test_plan_prints_a_table_and_json_on_request(tmp_path, capsys):
+    import json
+
+    config = _tiny_config(tmp_path)
+    workers = ["--worker", "1GiB", "--worker", "2GB:2", "--worker", "3000MB"]
+    assert main(["plan", "--config", config, *workers, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("{\n ")  # indented, not one long line
+    record = json.loads(out)
+    assert [w["memory_bytes"] for w in record["workers"]] == [2**30, 2 * 10**9, 3 * 10**9]
+    assert [w["speed"] for w in record["workers"]] == [1.0, 2.0, 1.0]
+    assert main(["plan", "--config", config, *workers]) == 0
+    header, *rows, footer = capsys.readouterr().out.splitlines()
+    assert header.split() == ["worker", "memory", "speed", "blocks", "embedding", "estimate", "utilisation"]
+    assert len(rows) == 3 and "GiB = 2^30 bytes" in footer and "--json" in footer
+    for row, w in zip(rows, record["workers"]):
+        assert row.split()[0] == w["name"]
+        assert f"{w['memory_bytes'] / 2**30:.3f} GiB" in row and f"[{w['blocks'][0]}, {w['blocks'][1]})" in row
+        assert f"{w['estimate']['total'] / 2**30:.3f} GiB" in row and f"{w['utilization']:.2%}" in row
+    # a bare number is GiB, as before units were accepted
+    assert main(["plan", "--config", config, "--worker", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workers"][0]["memory_bytes"] == 2**30
+
+
+@pytest.mark.parametrize("value,says", [("80G", "ambiguous; expected 80GB (GB = 10^9 bytes) or 80GiB (GiB = 2^30 bytes)"),
+                                        ("80gigs", "unknown unit 'gigs'"), ("eighty", "expected a size such as 80GiB"),
+                                        ("80GiB:fast", "speed 'fast' is not a positive number"),
+                                        ("0GB", "above 0")])
+def test_plan_refuses_a_bad_size_in_one_line(value, says, tmp_path, capsys):
+    assert main(["plan", "--config", _tiny_config(tmp_path), "--worker", value]) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, "kit plan")
+    assert "argument --worker" in err and says in err and "could not convert" not in err, err
+
+
+def test_plan_refuses_an_unknown_memory_model_field(tmp_path, capsys):
+    assert main(["plan", "--config", _tiny_config(tmp_path), "--worker", "1GiB", "--memory-model", '{"foo": 1}']) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, "kit plan")
+    assert "argument --memory-model: unknown MemoryModel field(s) foo; expected only" in err and "reserve_bytes" in err
+
+
+def test_a_model_folder_without_a_usable_tokenizer_is_one_line(tmp_path, capsys):
+    """transformers' own messages (multi-line, or a bare Exception with a traceback) become the kit's line."""
+    missing = _fake_seed(tmp_path / "no-tokenizer", tokenizer=None)
+    assert main(["seed", "show", str(missing)]) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, "kit seed show")
+    assert f"{missing}: has no tokenizer.json; expected a seed folder" in err and "backend tokenizer" not in err
+    broken = _fake_seed(tmp_path / "broken-tokenizer", tokenizer='{"a": 1}')  # JSON, but not a tokenizer
+    assert main(["seed", "show", str(broken)]) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, "kit seed show")
+    assert f"{broken}: its tokenizer does not load (" in err and "expected the tokenizer.json" in err
+    (missing / "tokenizer.json").write_text("{}")
+    (missing / "tokenizer_config.json").write_text("{garbage")
+    assert main(["seed", "show", str(missing)]) == 2
+    assert "its tokenizer_config.json is not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("words,contract,right", [
+    (["adaptive", "prepare"], "shared-gradient.tiny.json", "kit study prepare"),
+    (["study", "prepare"], "adaptive-shards.tiny.json", "kit adaptive prepare"),
+    (["continued", "prepare"], "adaptive-shards.tiny.json", "kit adaptive prepare"),
+    (["adaptive", "gates"], "shared-gradient.tiny.json", "kit study prepare"),
+])
+def test_a_contract_of_the_other_kind_names_the_right_command(words, contract, right, capsys):
+    path = REPO / "contracts" / contract
+    assert main([*words, "--contract", str(path)]) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, f"kit {' '.join(words)}")
+    assert f"{path}: is a contract of kind" in err and f"give it to `{right}`" in err and "unknown field" not in err
+
+
+def test_contract_kinds_are_the_schemas():
+    from kit.adaptive import continued_schema, schema
+    from kit.cli.args import CONTRACT_COMMANDS
+    from kit.study import schema as study_schema
+
+    assert set(CONTRACT_COMMANDS) == {schema.KIND, continued_schema.KIND, study_schema.KIND}

@@ -170,7 +170,7 @@ def register(sub) -> None:
     s.set_defaults(fn=cmd_compare)
 
     s = sp.add_parser("gates", help="the seed's gates on final evaluations")
-    s.add_argument("--contract", required=True, type=contract_file(),
+    s.add_argument("--contract", required=True, type=contract_file(("adaptive-shards", "continued-learning")),
                    help="the contract whose gates apply (adaptive or continued-learning)")
     s.add_argument("--eval", action="append", required=True,
                    type=Named(File("a final evaluation record (JSON)", "kit adaptive evaluate --split final", fmt="json")),

@@ -279,7 +279,7 @@ def register(sub) -> None:
     p = sub.add_parser("continued", help="the continued-learning contract (prepare; then kit adaptive train --cohort C)")
     sp = p.add_subparsers(dest="continued_command", required=True)
     s = sp.add_parser("prepare", help="roles, schedule and commitments of the continued cohort from a passing A endpoint")
-    s.add_argument("--contract", required=True, type=contract_file(),
+    s.add_argument("--contract", required=True, type=contract_file(("continued-learning",)),
                    help="contracts/continued-learning.json or .tiny.json")
     s.add_argument("--start-prepared", required=True, type=prepared_dir(), help="the adaptive job's prepared directory")
     s.add_argument("--start", required=True, type=HomeRoot(), help="HOME:FULL_ROOT of the selected phase-A endpoint")

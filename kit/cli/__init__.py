@@ -17,6 +17,7 @@ from kit.cli.args import (
     FileOrDir,
     OutDir,
     Parser,
+    add_renamed,
     leaf_parsers,
     name_metavars,
     print_error,
@@ -87,15 +88,9 @@ def cmd_checkpoint(a) -> int:
         report = commits.verify_commit(a.home, a.root)
         _print_json(report)
     elif a.action == "show":
-        root = a.root or commits.read_head(a.home)
-        if root is None:
-            raise ValueError(f"{a.home}: the store has no HEAD (no commit yet); name a commit root, or make "
-                             "one with `kit adaptive train`")
-        print(json.dumps(commits.read_commit(a.home, root), indent=1, sort_keys=True))
+        print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
     elif a.action == "export":
-        if not a.root:
-            raise ValueError("name the commit to export: kit checkpoint export ROOT --home H --out DIR")
-        print(export.export_hf(a.home, a.root, a.out, extra_files_dir=a.tokenizer_from))
+        print(export.export_hf(a.home, _root_or_head(a), a.out, extra_files_dir=a.tokenizer_from))
     elif a.action == "gc":
         for path in commits.gc(a.home, unreferenced_objects=a.objects):
             print(path)
@@ -106,6 +101,17 @@ def cmd_checkpoint(a) -> int:
     return 0
 
 
+def _root_or_head(a) -> str:
+    """The commit a show or export names: ROOT when given, else the store's HEAD (as verify does)."""
+    from kit.store import commits
+
+    root = a.root or commits.read_head(a.home)
+    if root is None:
+        raise ValueError(f"{a.home}: the store has no HEAD (no commit yet); name a commit root, or make "
+                         "one with `kit adaptive train`")
+    return root
+
+
 # --- planner --------------------------------------------------------------------------------
 def cmd_plan(a) -> int:
     from kit.model.config import load_config
@@ -114,14 +120,73 @@ def cmd_plan(a) -> int:
     shape = load_config(a.config)
     if a.grow:
         shape = shape_with_growth(shape, a.grow)
-    workers = []
-    for i, spec in enumerate(a.worker):
-        mem, _, speed = spec.partition(":")
-        workers.append(WorkerCapacity(f"worker{i}", int(float(mem) * 2**30), float(speed or 1.0)))
-    model = MemoryModel(**json.loads(a.memory_model)) if a.memory_model else MemoryModel()
+    workers = [WorkerCapacity(f"worker{i}", mem, speed) for i, (mem, speed) in enumerate(a.worker)]
+    model = MemoryModel(**a.memory_model) if a.memory_model else MemoryModel()
     mb = MicrobatchShape(a.batch, a.seq_len, a.in_flight)
-    _print_json(plan(shape, workers, mb, model).to_json())
+    record = plan(shape, workers, mb, model).to_json()
+    if a.json:
+        print(json.dumps(record, indent=1, sort_keys=True))
+    else:
+        print(plan_table(record))
     return 0
+
+
+def worker_spec(text: str) -> tuple[int, float]:
+    """--worker SIZE[:SPEED] -> (bytes, relative speed); SIZE takes units (kit/sizes.py), a bare number is GiB."""
+    from kit.sizes import SizeError, parse_size
+
+    size, _, speed = text.partition(":")
+    try:
+        memory = parse_size(size, bare_unit="GiB")
+    except SizeError as e:
+        raise argparse.ArgumentTypeError(f"{e} (a bare number is GiB), then optionally :SPEED") from None
+    try:
+        relative = float(speed) if speed else 1.0
+    except ValueError:
+        relative = float("nan")
+    if not relative > 0 or relative == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: speed {speed!r} is not a positive number; expected "
+                                         "SIZE[:SPEED], e.g. 80GiB or 80GiB:1.5 (SPEED relative, default 1)")
+    if memory <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a memory size above 0, e.g. 80GiB")
+    return memory, relative
+
+
+def memory_model_json(text: str) -> dict:
+    """--memory-model JSON -> a dict of MemoryModel fields, each name checked before the planner sees it."""
+    import dataclasses
+
+    from kit.planner import MemoryModel
+
+    fields = sorted(f.name for f in dataclasses.fields(MemoryModel))
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: not JSON ({e}); expected a JSON object of MemoryModel "
+                                         "fields, e.g. '{\"reserve_bytes\": 0}'") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a JSON object; expected one of MemoryModel fields")
+    if unknown := sorted(set(obj) - set(fields)):
+        raise argparse.ArgumentTypeError(f"unknown MemoryModel field(s) {', '.join(unknown)}; expected only "
+                                         f"{', '.join(fields)} (docs/planner.md)")
+    return obj
+
+
+def plan_table(record: dict) -> str:
+    """The plan for a person: one row per worker (sizes in GiB, 2^30 bytes), then the peak; --json has all."""
+    from kit.sizes import format_gib
+
+    rows = [("worker", "memory", "speed", "blocks", "embedding", "estimate", "utilisation")]
+    for w in record["workers"]:
+        est = w["estimate"]
+        rows.append((w["name"], format_gib(w["memory_bytes"]), f"{w['speed']:g}", f"[{w['blocks'][0]}, {w['blocks'][1]})",
+                     "yes" if est["owns_embedding"] else "no", format_gib(est["total"]), f"{w['utilization']:.2%}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows]
+    peak = max(record["workers"], key=lambda w: w["utilization"])["name"]
+    lines.append(f"peak utilisation {record['peak_utilization']:.2%} ({peak}); the embeddings on worker"
+                 f"{record['embedding_owner']}; GiB = 2^30 bytes; --json prints the whole record")
+    return "\n".join(lines)
 
 
 def cmd_demo(a) -> int:
@@ -138,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="kit", description="kit: a research toolkit for adaptive sharded learning and the "
                                        "shared-gradient study, with run records and reports.",
                epilog=WORKFLOW, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from kit import __version__
+
+    p.add_argument("--version", action="version", version=f"kit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats.md)")
@@ -175,8 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                               ("gc", "remove temporary files (and, with --objects, unreferenced objects)")):
         s = ck_sub.add_parser(action, help=help_text)
         if action in ("verify", "show", "export"):
-            s.add_argument("root", nargs="?", help="full 64-hex root of a commit" +
-                           ("" if action == "export" else " (default: HEAD)"))
+            s.add_argument("root", nargs="?", help="full 64-hex root of a commit (default: HEAD)")
         s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store folder")
         if action == "export":
             s.add_argument("--out", required=True, type=OutDir("a folder for the Hugging Face export"),
@@ -190,12 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True, type=FileOrDir("a model config.json or a folder holding one",
                                                               "config.json", "kit seed build"),
                    help="config.json or a directory holding one")
-    s.add_argument("--worker", action="append", required=True, metavar="GIB[:SPEED]", help="GiB[:relative speed], once per worker")
+    s.add_argument("--worker", action="append", required=True, type=worker_spec, metavar="SIZE[:SPEED]",
+                   help="a worker's memory with its unit, 80GiB (GiB = 2^30 bytes) or 80GB (GB = 10^9 bytes), also "
+                        "B, kB, MB, TB, KiB, MiB, TiB (a bare number is GiB), then optionally :SPEED, its relative "
+                        "speed (default 1); once per worker")
     s.add_argument("--batch", type=int, default=1, help="sequences per microbatch (default 1)")
     s.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (default 2048)")
     s.add_argument("--in-flight", type=int, default=1, help="microbatches in flight per worker (default 1)")
     s.add_argument("--grow", type=int, default=0, help="plan for this many appended blocks")
-    s.add_argument("--memory-model", metavar="JSON", help="JSON object of MemoryModel fields")
+    s.add_argument("--memory-model", metavar="JSON", type=memory_model_json, help="JSON object of MemoryModel fields")
+    s.add_argument("--json", action="store_true", help="print the whole plan record as JSON (default: a table)")
     s.set_defaults(fn=cmd_plan)
 
     s = sub.add_parser("demo", help="the embedded default: both tiny contracts end to end")
@@ -214,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parts", default="adaptive,study",
                    help="comma-separated experiments to run after the seed: adaptive, study (default both)")
     s.add_argument("--no-report", action="store_true", help="do not render the report at the end")
-    s.add_argument("--seed-dir", type=Dir("a built seed folder", "kit seed build", marker="config.json"), help="inspect this seed, built before (e.g. by the medium pilot on "
-                   "the same host), instead of building one; the contracts' digest pin still decides")
+    add_renamed(s, "--seed", "--seed-dir", dest="seed_dir", type=seed_dir(),
+                help="inspect this seed, built before (e.g. by the medium pilot on the same host), instead of "
+                     "building one; the contracts' digest pin still decides")
     s.set_defaults(fn=cmd_demo)
 
     from kit.cli.drivers import DRIVER_COMMANDS  # run, batch, verify-evidence, report, adaptive, study

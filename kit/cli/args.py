@@ -32,7 +32,54 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line errors naming the (sub)command; subparsers are Parsers too."""
 
     def error(self, message: str):
+        unknown = self._unknown_options()
+        if unknown and message.startswith("the following arguments are required"):
+            # a misspelt option (--sed for --seed) is the cause, the missing one only its consequence
+            message = f"unrecognized arguments: {' '.join(unknown)} ({message})"
         self.exit(2, f"{self.prog}: error: {one_line(message)} (usage: {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._args_seen = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _unknown_options(self) -> list[str]:
+        """The words of the last parse that look like options this parser does not have (abbreviations count)."""
+        out = []
+        for word in getattr(self, "_args_seen", []):
+            if word == "--":
+                break
+            if not word.startswith("-") or word == "-" or self._negative_number_matcher.match(word):
+                continue
+            name = word.split("=", 1)[0]
+            if name in self._option_string_actions or (self.allow_abbrev and name.startswith("--") and any(
+                    o.startswith(name) for o in self._option_string_actions)):
+                continue
+            out.append(word)
+        return out
+
+    def parse_args(self, args=None, namespace=None):
+        # argparse's subparsers hand unknown options up to the top parser, which would blame `kit`; the
+        # leaf subcommand that was parsed (its `_prog` default, set by kit.cli.build_parser) is named instead
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            prog = getattr(namespace, "_prog", None) or self.prog
+            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extras)} (usage: {prog} --help)\n")
+        return namespace
+
+
+def add_renamed(parser: argparse.ArgumentParser, name: str, *old: str, **kwargs) -> argparse.Action:
+    """An option `name` that also answers to its former names `old`, deprecated for one release: they still
+    work, print one warning line on stderr, and are marked in the help (and so in the README's reference)."""
+    class Renamed(argparse._StoreAction):
+        def __call__(self, p, namespace, values, option_string=None):
+            if option_string in old:
+                print(f"{p.prog}: warning: {option_string} is deprecated; use {name} (the name every kit command "
+                      "uses; the old name goes in the next release)", file=sys.stderr)
+            setattr(namespace, self.dest, values)
+
+    kwargs.setdefault("dest", name.lstrip("-").replace("-", "_"))
+    kwargs["help"] = f"{kwargs.get('help', '')} ({', '.join(old)}: deprecated alias)".lstrip()
+    return parser.add_argument(name, *old, action=Renamed, **kwargs)
 
 
 def _made(made_by: str | None) -> str:
@@ -99,9 +146,12 @@ class Dir(PathArg):
     metavar = "DIR"
 
     def __init__(self, what: str, made_by: str | None = None, marker: str | None = None,
-                 keys: tuple[str, ...] = (), also: tuple[str, ...] = (), missing: str = "the folder does not exist"):
+                 keys: tuple[str, ...] = (), also: tuple[str, ...] = (), missing: str = "the folder does not exist",
+                 any_of: tuple[str, ...] = (), not_this: str = "", json_if_present: tuple[str, ...] = ()):
         super().__init__(what, made_by)
+        self.json_if_present = json_if_present
         self.marker, self.keys, self.also, self.missing = marker, keys, also, missing
+        self.any_of, self.not_this = any_of, not_this  # entries of which one must exist, and what it is not then
 
     def check(self, path: Path) -> None:
         if not path.exists():
@@ -125,6 +175,13 @@ class Dir(PathArg):
         for name in self.also:
             if not (path / name).is_file():
                 self.fail(path, f"has no {name}")
+            if name.endswith(".json") and (problem := _json_problem(path / name)):
+                self.fail(path, f"its {name} is {problem}")
+        for name in self.json_if_present:
+            if (path / name).is_file() and (problem := _json_problem(path / name)):
+                self.fail(path, f"its {name} is {problem}")
+        if self.any_of and not any((path / name).exists() for name in self.any_of):
+            self.fail(path, f"{self.not_this} (it has none of {', '.join(self.any_of)})")
 
 
 class File(PathArg):
@@ -214,7 +271,8 @@ class HomeRoot(PathArg):
                          (") or seed:DIR" if seed_ok else ")"), "kit adaptive train")
         self.seed_ok = seed_ok
         self.metavar = "HOME:ROOT|seed:DIR" if seed_ok else "HOME:ROOT"
-        self.store = Dir("a checkpoint store folder (HOME of HOME:FULL_ROOT)", "kit adaptive train")
+        self.store = Dir("a checkpoint store folder (HOME of HOME:FULL_ROOT)", "kit adaptive train",
+                         any_of=("HEAD", "commits", "objects"), not_this="not a checkpoint store")
         self.seed = Dir("a seed folder (DIR of seed:DIR)", "kit seed build", marker="config.json")
 
     def sample(self, path: str) -> str:
@@ -255,7 +313,11 @@ class Named(PathArg):
 
 # --- the kinds of path the subcommands share ---------------------------------------------------
 def seed_dir() -> Dir:
-    return Dir("a seed folder (config.json, *.safetensors, tokenizer files)", "kit seed build", marker="config.json")
+    # tokenizer.json: every command that takes a seed loads its (fast) tokenizer; without the file
+    # transformers' own message ("Couldn't instantiate the backend tokenizer ...") would be all one got
+    return Dir("a seed folder (config.json, *.safetensors, tokenizer.json and tokenizer_config.json of a fast "
+               "tokenizer)", "kit seed build or kit checkpoint export --tokenizer-from SEED", marker="config.json",
+               also=("tokenizer.json",), json_if_present=("tokenizer_config.json", "special_tokens_map.json"))
 
 
 def prepared_dir() -> Dir:
@@ -269,11 +331,35 @@ def study_dir() -> Dir:
 
 
 def store_dir() -> Dir:
-    return Dir("a checkpoint store folder (manifests and HEAD)", "kit adaptive train or kit study arm")
+    # what `kit.store` writes first (objects/, then commits/ and HEAD; docs/formats.md, "Checkpoint store")
+    return Dir("a checkpoint store folder (objects/, commits/, HEAD)", "kit adaptive train or kit study arm",
+               any_of=("HEAD", "commits", "objects"), not_this="not a checkpoint store")
 
 
-def contract_file() -> File:
-    return File("a contract JSON file (contracts/*.json)", None, fmt="json")
+# The contract kinds (the `kind` field; KIND of kit/adaptive/schema.py, continued_schema.py, study/schema.py,
+# tests/test_cli_walk.py checks they agree) and the command that prepares each.
+CONTRACT_COMMANDS = {"adaptive-shards": "kit adaptive prepare", "continued-learning": "kit continued prepare",
+                     "shared-gradient-study": "kit study prepare"}
+
+
+class ContractFile(File):
+    """A contract JSON file of one of `kinds`; one of another known kind is refused with the command it is for
+    (a study contract given to `kit adaptive prepare` would otherwise meet "unknown field 'arms'")."""
+
+    def __init__(self, kinds: tuple[str, ...]):
+        super().__init__(f"a contract of kind {' or '.join(kinds)} (contracts/*.json)", None, fmt="json")
+        self.kinds = kinds
+
+    def check(self, path: Path) -> None:
+        super().check(path)
+        obj = json.loads(path.read_bytes())
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        if isinstance(kind, str) and kind in CONTRACT_COMMANDS and kind not in self.kinds:
+            self.fail(path, f"is a contract of kind {kind} (its field 'kind'): give it to `{CONTRACT_COMMANDS[kind]}`")
+
+
+def contract_file(kinds: tuple[str, ...] = ("adaptive-shards",)) -> ContractFile:
+    return ContractFile(kinds)
 
 
 def public_source_file() -> File:

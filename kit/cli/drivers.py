@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from kit.cli.args import Dir, File, OutDir
+from kit.cli.args import Dir, File, OutDir, add_renamed
 
 
 # --- kit run --------------------------------------------------------------------------------
@@ -162,14 +162,15 @@ def cmd_report(a) -> int:
 
     ensure_runtime(("jupyter_client", *REPORT_MODULES), "render a report")
     with quiet_kernels(Path(a.out) / KERNEL_LOG_NAME):  # kernel and library warnings: OUT/kernel.log
-        print(render_report(Path(a.runs), Path(a.out), title=a.title, kernel_name=a.kernel, select=a.select))
+        print(render_report(Path(a.runs_dir), Path(a.out), title=a.title, kernel_name=a.kernel, select=a.select))
     return 0
 
 
 def register_report(sub) -> None:
     s = sub.add_parser("report", help="render an offline HTML report of every run into OUT/index.html")
-    s.add_argument("--runs", default="runs", type=Dir("a runs folder", "kit run or kit demo", missing="runs directory not found"),
-                   help="runs directory (default runs)")
+    add_renamed(s, "--runs-dir", "--runs", default="runs",
+                type=Dir("a runs folder", "kit run or kit demo", missing="runs directory not found"),
+                help="the runs folder to report on (default runs)")
     s.add_argument("--out", required=True, type=OutDir("a report folder"),
                    help="report directory, e.g. reports/<report-id>/")
     s.add_argument("--title", metavar="TEXT", help="the report's title (default: one naming the runs directory)")

@@ -43,7 +43,12 @@ def load_tokenizer(seed_dir: str | Path) -> PreTrainedTokenizerBase:
         raise ValueError(f"{seed_dir}: not a directory; expected a seed directory with tokenizer files")
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(seed_dir, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(seed_dir, local_files_only=True)
+    except Exception as e:  # transformers and tokenizers raise bare Exceptions with multi-line texts on bad files
+        reason = "; ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+        raise ValueError(f"{seed_dir}: its tokenizer does not load ({reason}); expected the tokenizer.json and "
+                         "tokenizer_config.json of a fast tokenizer, as save_pretrained writes them") from e
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             f"{seed_dir}: tokenizer has no chat template; expected 'chat_template' in tokenizer_config.json "

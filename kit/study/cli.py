@@ -6,7 +6,6 @@ imports its driver lazily, so `kit --help` stays fast.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -14,8 +13,8 @@ import sys
 def cmd_prepare(a) -> int:
     from kit.study.prepare import prepare_study
 
-    prepared = prepare_study(a.contract, a.seed, a.public_source, a.study)
-    print(json.dumps({"study": a.study, "counts": prepared["counts"], "contract_digest": prepared["contract"]["digest"]},
+    prepared = prepare_study(a.contract, a.seed, a.public_source, a.out)
+    print(json.dumps({"study": a.out, "counts": prepared["counts"], "contract_digest": prepared["contract"]["digest"]},
                      sort_keys=True))
     return 0
 
@@ -70,30 +69,20 @@ def cmd_status(a) -> int:
     return 0
 
 
-class _PublicSource(argparse.Action):
-    """--public-source, with --source kept as a deprecated alias (a warning on stderr)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string == "--source":
-            print(f"{parser.prog}: warning: --source is deprecated; use --public-source (the name every kit "
-                  "command uses)", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 def register(sub) -> None:
-    from kit.cli.args import OutDir, contract_file, public_source_file, seed_dir, study_dir
+    from kit.cli.args import OutDir, add_renamed, contract_file, public_source_file, seed_dir, study_dir
 
     study = sub.add_parser("study", help="the shared-gradient study: prepare, arms, evaluation, screens")
     actions = study.add_subparsers(dest="action", required=True)
 
     s = actions.add_parser("prepare", help="commit every input of a study by digest into STUDY/prepared/")
-    s.add_argument("--contract", required=True, type=contract_file(),
+    s.add_argument("--contract", required=True, type=contract_file(("shared-gradient-study",)),
                    help="contracts/shared-gradient.json or .tiny.json")
     s.add_argument("--seed", required=True, type=seed_dir(), help="seed directory (Hugging Face Llama + tokenizer)")
-    s.add_argument("--public-source", "--source", dest="public_source", required=True, action=_PublicSource,
-                   type=public_source_file(),
-                   help="local copy of the pinned public conversation source (--source: deprecated alias)")
-    s.add_argument("--study", required=True, type=OutDir("a study folder"), help="study directory (created)")
+    add_renamed(s, "--public-source", "--source", required=True, type=public_source_file(),
+                help="local copy of the pinned public conversation source")
+    add_renamed(s, "--out", "--study", required=True, type=OutDir("a study folder"),
+                help="the study folder to create (the other study commands take it as --study)")
     s.set_defaults(fn=cmd_prepare)
 
     s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason "
