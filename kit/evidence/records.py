@@ -226,6 +226,12 @@ def git_commit_exists(directory: Path, commit: str) -> bool:
     return _git(directory, "cat-file", "-e", f"{commit}^{{commit}}") is not None
 
 
+def git_commit_in_history(directory: Path, commit: str) -> bool:
+    """`commit` is HEAD or one of its ancestors: the code that ran is in the history the evidence is read
+    from (a commit kept only on a branch that was never merged, or on another host, is not)."""
+    return _git(directory, "merge-base", "--is-ancestor", commit, "HEAD") is not None
+
+
 GPU_REFERENCE_REQUIREMENTS = Path("requirements") / "gpu-reference.txt"
 
 
