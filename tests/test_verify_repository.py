@@ -18,7 +18,8 @@ GIT = ["git", "-c", "user.name=kit-test", "-c", "user.email=kit@test", "-c", "co
 
 def test_every_committed_run_verifies():
     done = subprocess.run([sys.executable, "-m", "kit", "verify-evidence", "runs", "--json"], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300,
+                          check=False)
     reports = json.loads(done.stdout)
     failed = {r["run_dir"]: [c["detail"] for c in r["checks"] if c["result"] == "fail"] for r in reports if not r["ok"]}
     assert done.returncode == 0 and not failed, failed
@@ -63,14 +64,14 @@ def test_a_commit_outside_head_history_fails_unless_kept_as_superseded(tmp_path)
     _git(repo, "checkout", "-q", "main")
 
     def git_result(run_dir):
-        return [(c["result"], c["detail"]) for c in verify_evidence(run_dir)["checks"] if c["check"] == "git"][0]
+        return next((c["result"], c["detail"]) for c in verify_evidence(run_dir)["checks"] if c["check"] == "git")
 
     runs = repo / "runs"
     assert git_result(_bench_run(runs, "at-main", on_main))[0] == "pass"
     result, detail = git_result(_bench_run(runs, "at-side", on_side))
     assert result == "fail" and "not HEAD or an ancestor of HEAD" in detail  # the commit exists, on a branch only
-    assert git_result(_bench_run(runs, "nowhere", "1" * 40)) == ("fail", f"commit {'1' * 40} not found in the "
-                                                                         f"repository at {repo}")
+    missing = f"commit {'1' * 40} not found in the repository at {repo}"
+    assert git_result(_bench_run(runs, "nowhere", "1" * 40)) == ("fail", missing)
 
     kept = runs / "superseded-x"
     note = {"format": "kit-superseded/1", "reason": "made at a branch", "unreachable_commits": [on_side],

@@ -59,7 +59,7 @@ span.kit-json { font-family: monospace; font-size: 11px; }
 #kit-runs td, #kit-failures td { white-space: pre-wrap; }
 td.status-completed, td.verdict-pass { background: #e3f4e3; } td.status-failed, td.verdict-fail { background: #fbe0e0; }
 td.status-aborted { background: #fdf0d5; } td.status-unavailable { background: #e8e8f4; }
-td.status-unrecorded { background: #f4d8f4; } td.verdict-n\\/a { background: #eeeeee; }
+td.status-unrecorded { background: #f4d8f4; } td.status-superseded { background: #ececec; } td.verdict-n\\/a { background: #eeeeee; }
 #kit-runs td[class*="status-"], #kit-failures td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
 p.kit-scope { max-width: 1100px; } p.kit-note { font-style: italic; max-width: 1100px; }
 img.kit-figure { max-width: 100%; height: auto; }
@@ -77,11 +77,17 @@ def _device_text(device: dict) -> str:
 
 
 def run_table(runs_dir: str | os.PathLike):
-    """pandas DataFrame of every run: id, notebook, status, reason, start, duration, commit, device, roots."""
+    """pandas DataFrame of every run: id, notebook, status, reason, start, duration, commit, device, roots.
+    Runs kept in the selection's evidence folders (superseded attempts, rebuilt seeds) follow, with status
+    "superseded" and, in the reason, the folder and the status they ended with."""
     import pandas as pd
 
+    from kit.evidence.run_index import kept_runs
+
     rows = []
-    for r in load_runs(runs_dir):
+    kept = [{**r, "reason": f"kept in {r['kept_in']}/ (ended {r['status']})" + (f": {r['reason']}" if r["reason"] else ""),
+             "status": "superseded"} for r in kept_runs(runs_dir)]
+    for r in load_runs(runs_dir) + kept:
         commit = r["git"]["commit"]
         rows.append({
             "run": r["run_id"], "notebook": r["notebook"], "status": r["status"], "reason": r["reason"] or "",
@@ -246,8 +252,9 @@ def _code_cell(source: str):
 def build_report_notebook(runs_dir: str | os.PathLike, title: str):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
-    Order: the verdict tables (kit.evidence.review_verdicts.show_verdicts), what the evidence shows and does
-    not show (show_scope), the run table, the runs that did not complete, then one section per run
+    Order: what the evidence shows and does not show (show_scope: the scale caveat comes before any verdict),
+    the verdict tables (kit.evidence.review_verdicts.show_verdicts), the run table, the runs that did not
+    complete, then one section per run
     (benchmark records included): its header with lineage, then its sidecars."""
     import nbformat
 
@@ -263,13 +270,13 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
                "from kit.evidence.review import show_scope\nfrom kit.evidence.review_sections import show_run\n"
                "from kit.evidence.review_verdicts import show_verdicts\n")
     nb.cells.append(nbformat.v4.new_markdown_cell(
-        f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then every run in order of start. "
+        f"# {title}\n\nThe evidence in `{shown}`: its scale and verdicts first, then every run in order of start. "
         "Runs are named by their run id; checkpoint roots show their first 12 hex digits (hover for the full root). "
         "Numbers: integers in full, others to 4 significant digits; times in UTC."))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
-    nb.cells.append(_code_cell(imports + f"show_verdicts({str(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## What this evidence shows and does not show"))
-    nb.cells.append(_code_cell(f"show_scope({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(imports + f"show_scope({str(runs_dir)!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
+    nb.cells.append(_code_cell(f"show_verdicts({str(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs"))
     nb.cells.append(_code_cell(f"show_runs({str(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs that did not complete"))

@@ -291,7 +291,32 @@ def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[dict]:
     return out
 
 
-VERDICT_COLUMNS = ["comparison", "check", "statistic", "value", "threshold", "verdict", "runs"]
+VERDICT_COLUMNS = ["comparison", "check", "statistic", "value", "threshold", "which side passes", "verdict", "runs"]
+
+
+def direction_text(row: dict) -> str:
+    """One sentence beside a threshold: which direction of the statistic is better, and what passing means,
+    read from the row's check and threshold value."""
+    check, tv = row.get("check", ""), row.get("threshold_value")
+    t = fmt(tv) if is_number(tv) else ""
+    if row.get("experiment") == "adaptive" and check == "gain":
+        return (f"Lower is better: the upper bound of the NLL change must be below {t}, i.e. the candidate's NLL "
+                "went down by more than that, with 95% confidence.")
+    if check == "retention":
+        return (f"Lower is better: the upper bound of the retention NLL change must be at most {t} nats/token "
+                "(the candidate forgot at most that much).")
+    if check == "generated":
+        return "Fewer lost is better: it passes when no more correct answers were lost than gained."
+    if check.startswith("learned state equal"):
+        return "Only 0 passes: the learned states must be bit-equal."
+    if check.startswith("speed"):
+        return f"Higher is better: the candidate must reach at least {t} times single's active throughput."
+    if check == "task_gain":
+        return f"Higher is better: the task accuracy gain over the seed must be at least {t}."
+    if check.startswith("noninferior_to_"):
+        return (f"Higher is better: the lower bound of the accuracy difference must stay above {t} "
+                "(not worse than the control by more than the margin).")
+    return ""
 
 
 def verdict_table_html(rows: list[dict], table_id: str, idx: dict) -> str:
@@ -309,6 +334,7 @@ def verdict_table_html(rows: list[dict], table_id: str, idx: dict) -> str:
             f'<td>{html.escape(v["check"])}</td><td>{html.escape(v["statistic"])}</td>'
             f'<td class="num value"{data}>{html.escape(fmt(value))}</td>'
             f'<td class="threshold"{tdata}>{html.escape(v["threshold"])}</td>'
+            f'<td class="direction">{html.escape(direction_text(v))}</td>'
             f'<td class="verdict verdict-{html.escape(verdict)}">{html.escape(verdict)}</td><td>{runs}</td></tr>')
     return (f'<div class="kit-scroll"><table id="{table_id}" class="kit-table kit-verdicts"><thead><tr>{head}'
             f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')

@@ -117,7 +117,7 @@ def superseded_note(run_dir: Path) -> dict | None:
     note = load_json_strict(path)
     for field, kind in (("format", str), ("reason", str), ("unreachable_commits", list), ("replaced_by", dict)):
         if not isinstance(note.get(field), kind):
-            raise ValueError(f"{path}: field {field!r} must be a {kind.__name__}")
+            raise ValueError(f"{path}: field {field!r} must be a {kind.__name__}")  # noqa: TRY004 (bad input file)
     if note["format"] != SUPERSEDED_FORMAT:
         raise ValueError(f"{path}: field 'format' is {note['format']!r}, expected {SUPERSEDED_FORMAT!r}")
     return note
