@@ -434,6 +434,18 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and ((path / RUN_RECORD_NAME).exists() or any(path.glob("*.ipynb")))
 
 
+SUPERSEDED_ATTEMPTS_SUFFIX = ".superseded"
+
+
+def superseded_attempt_dir(run_dir: Path) -> Path:
+    """Where an earlier attempt of `run_dir` that did not complete is kept when its run id runs again:
+    RUNS/<run-id>.superseded/attempt-<n>/ with n one more than the attempts kept so far. A re-run never
+    overwrites a failed run's record; both stay, and the report lists the kept one as superseded."""
+    folder = run_dir.parent / f"{run_dir.name}{SUPERSEDED_ATTEMPTS_SUFFIX}"
+    taken = [int(p.name.split("-", 1)[1]) for p in folder.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()]
+    return folder / f"attempt-{max(taken, default=0) + 1}"
+
+
 def list_run_dirs(runs_dir: str | os.PathLike) -> list[Path]:
     """Directories directly under `runs_dir` that look like runs (`is_run_dir`)."""
     runs_dir = Path(runs_dir)

@@ -59,7 +59,7 @@ span.kit-json { font-family: monospace; font-size: 11px; }
 #kit-runs td, #kit-failures td { white-space: pre-wrap; }
 td.status-completed, td.verdict-pass { background: #e3f4e3; } td.status-failed, td.verdict-fail { background: #fbe0e0; }
 td.status-aborted { background: #fdf0d5; } td.status-unavailable { background: #e8e8f4; }
-td.status-unrecorded { background: #f4d8f4; } td.status-superseded { background: #ececec; } td.verdict-n\\/a { background: #eeeeee; }
+td.status-unrecorded { background: #f4d8f4; } td.status-superseded, td.status-kept { background: #ececec; } td.verdict-n\\/a { background: #eeeeee; }
 #kit-runs td[class*="status-"], #kit-failures td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
 p.kit-scope { max-width: 1100px; } p.kit-note { font-style: italic; max-width: 1100px; }
 img.kit-figure { max-width: 100%; height: auto; }
@@ -78,15 +78,16 @@ def _device_text(device: dict) -> str:
 
 def run_table(runs_dir: str | os.PathLike):
     """pandas DataFrame of every run: id, notebook, status, reason, start, duration, commit, device, roots.
-    Runs kept in the selection's evidence folders (superseded attempts, rebuilt seeds) follow, with status
-    "superseded" and, in the reason, the folder and the status they ended with."""
+    Runs kept in the selection's evidence folders follow, with status "superseded" (a folder named so:
+    superseded attempts and folders) or "kept" (another record a campaign kept, e.g. a seed's rebuild) and,
+    in the reason, the folder and the status they ended with."""
     import pandas as pd
 
     from kit.evidence.run_index import kept_runs
 
     rows = []
     kept = [{**r, "reason": f"kept in {r['kept_in']}/ (ended {r['status']})" + (f": {r['reason']}" if r["reason"] else ""),
-             "status": "superseded"} for r in kept_runs(runs_dir)]
+             "status": "superseded" if "superseded" in r["kept_in"] else "kept"} for r in kept_runs(runs_dir)]
     for r in load_runs(runs_dir) + kept:
         commit = r["git"]["commit"]
         rows.append({
