@@ -250,7 +250,7 @@ def _code_cell(source: str):
     return cell
 
 
-def build_report_notebook(runs_dir: str | os.PathLike, title: str):
+def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
     Order: what the evidence shows and does not show (show_scope: the scale caveat comes before any verdict),
@@ -264,6 +264,10 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
     shown = str(runs_dir)
     folder, pattern = split_selection(runs_dir)
     runs_dir = folder.resolve() / pattern if pattern else folder.resolve()  # the show_* calls take the selection
+
+    def where(p: Path) -> str:  # relative to the report folder (the kernel's directory): no host path in the page
+        return os.path.relpath(p, Path(relative_to).resolve()) if relative_to is not None else str(p)
+
     nb = nbformat.v4.new_notebook()
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -275,19 +279,19 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
         "Runs are named by their run id; checkpoint roots show their first 12 hex digits (hover for the full root). "
         "Numbers: integers in full, others to 4 significant digits; times in UTC."))
     nb.cells.append(nbformat.v4.new_markdown_cell("## What this evidence shows and does not show"))
-    nb.cells.append(_code_cell(imports + f"show_scope({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(imports + f"show_scope({where(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
-    nb.cells.append(_code_cell(f"show_verdicts({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(f"show_verdicts({where(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs"))
-    nb.cells.append(_code_cell(f"show_runs({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(f"show_runs({where(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs that did not complete"))
-    nb.cells.append(_code_cell(f"show_failures({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(f"show_failures({where(runs_dir)!r})"))
     for row in load_runs(runs_dir):
         nb.cells.append(nbformat.v4.new_markdown_cell(f"## {row['run_id']} ({row['status']})"))
-        nb.cells.append(_code_cell(f"show_run({str(runs_dir)!r}, {row['run_id']!r})"))
+        nb.cells.append(_code_cell(f"show_run({where(runs_dir)!r}, {row['run_id']!r})"))
         for name in sorted(row["metrics"]):
             nb.cells.append(nbformat.v4.new_markdown_cell(f"### {name}"))
-            nb.cells.append(_code_cell(f"show_metric({str(row['dir'].resolve())!r}, {name!r})"))
+            nb.cells.append(_code_cell(f"show_metric({where(row['dir'].resolve())!r}, {name!r})"))
     return nb
 
 
@@ -328,8 +332,8 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
             raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
         runs_dir = runs_dir / select
     title = title or f"Evidence report: {out_dir.name}"
-    nb = build_report_notebook(runs_dir, title)
     out_dir.mkdir(parents=True, exist_ok=True)
+    nb = build_report_notebook(runs_dir, title, relative_to=out_dir)
     with temporary_environ({"PYTHONPATH": kernel_pythonpath()}):  # the kernel imports kit from this checkout
         NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s,
                        resources={"metadata": {"path": str(out_dir)}}).execute()

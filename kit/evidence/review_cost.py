@@ -115,6 +115,8 @@ def measured_cost_rows(runs_dir) -> list[dict]:
             if m.get("active_tokens_per_s") and single.get("active_tokens_per_s") else None,
             "logical_sent_GiB_all_ranks": (sum(logical) / GIB) if logical else None,
             "wire_GiB": (wire_bytes / GIB) if wire_bytes else NOT_MEASURED,
+            "interface counters": ("none kept for this attempt" if wire is None else
+                                   f"{wire_bytes:,} non-loopback bytes (rx + tx)"),
             "cross_zone_billable_GiB": (wire_bytes / GIB) if wire_bytes else 0.0,
             "price": UNPRICED if on_gpu else "CPU: not priced",
         })

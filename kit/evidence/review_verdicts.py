@@ -144,7 +144,8 @@ def _cost_html(runs_dir) -> list[str]:
         return []
     tot = measured_totals(rows)
     gpu_total = tot["gpu_seconds_all_attempts"]
-    unmeasured = sum(1 for r in rows if r["wire_GiB"] == NOT_MEASURED)
+    zero = sum(1 for r in rows if r["wire_GiB"] == NOT_MEASURED and not r["interface counters"].startswith("none"))
+    none_kept = sum(1 for r in rows if r["interface counters"].startswith("none"))
     text = (f"Every attempt that ran is listed: {tot['attempts']} arm run(s), {tot['superseded_attempts']} of them "
             "superseded (kept in their campaign folder); an attempt that left no run record cannot be listed. "
             + (f"GPU time of all attempts: {fmt(gpu_total)} GPU-seconds (wall seconds x workers), "
@@ -153,7 +154,10 @@ def _cost_html(runs_dir) -> list[str]:
               "update is not a cost reduction. Logical bytes are what the ranks handed to collectives; wire "
               "bytes are interface counters (2^30-byte GiB), and cross-zone transfer is billable only for bytes "
               "that crossed a network interface"
-            + (f"; {unmeasured} attempt(s) have no interface traffic recorded: {NOT_MEASURED}." if unmeasured else "."))
+            + (f"; {zero} attempt(s) recorded interface counters that show no non-loopback byte (the ranks talked "
+               "over the host's own links, which no interface counts)" if zero else "")
+            + (f"; {none_kept} attempt(s) kept no interface counters" if none_kept else "")
+            + (f": wire traffic {NOT_MEASURED}." if zero or none_kept else "."))
     parts = ["<h4>Cost and traffic as measured, per attempt</h4>" + f"<p>{html.escape(text)}</p>" + records_table(rows)]
     proj = projection_cost_rows(runs_dir)
     if proj:
