@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from kit.evidence.replay import ReplayError, replay_runs
 from kit.evidence.verify import expand_run_dirs, superseded_note, verify_evidence
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,3 +89,14 @@ def test_a_commit_outside_head_history_fails_unless_kept_as_superseded(tmp_path)
     (kept / "superseded.json").write_text(json.dumps({**note, "format": "kit-superseded/0"}))
     result, detail = git_result(kept / "old")
     assert result == "fail" and "field 'format' is 'kit-superseded/0'" in detail
+
+
+def test_a_replay_of_a_runs_folder_leaves_out_the_runs_kept_in_nested_folders(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "top").mkdir(parents=True)
+    kept = _bench_run(runs / "superseded-x", "old", "1" * 40)
+    said = []
+    with pytest.raises(ReplayError, match="no run record there"):  # the top-level run is tried, not refused
+        replay_runs([runs / "top", kept], tmp_path / "work", log=said.append)
+    expected = f"replay: 1 run(s) kept in folders under {runs.resolve()} (superseded or campaign records) are not replayed"
+    assert said == [expected]
