@@ -73,7 +73,15 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
     local out="${OUT:-$W/out}"
     mkdir -p "$out"
     local items=()
+    # Besides the run records: what a verification of the finals needs (the prepared job's record, the
+    # selection log, the final-access log and the final-evaluation log, docs/formats.md) and every store's
+    # attempt records (adaptive homes' attempts/, the study arms' arm.json and attempts), never the
+    # checkpoint objects themselves.
     for p in runs reports ledger campaign.log work/medium-plan.json work/medium-timing.json work/adaptive/*.json \
+             work/adaptive/prepared/prepared.json work/adaptive/prepared/selections.jsonl \
+             work/adaptive/prepared/final-access.jsonl work/adaptive/prepared/final-evaluations.jsonl \
+             work/adaptive/*/attempts work/study/arms/*/arm.json work/study/arms/*/attempts \
+             work/study/arms/*/attempts-rank* work/study/prepared/prepared.json \
              work/study/*.json work/study/evaluation; do
         for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
     done

@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.netns import Link, available  # noqa: E402
-from bench.update_throughput import git_commit, versions  # noqa: E402
+from bench.provenance import git_commit  # noqa: E402
+from bench.update_throughput import versions  # noqa: E402
 from kit.digest import load_json_strict, sha256_file  # noqa: E402
 from kit.study.schema import load_study_contract  # noqa: E402
 from kit.study.screens import speed_screen  # noqa: E402
@@ -215,9 +216,7 @@ def run_rate(label: str, rate: int, staging: Path, work: Path, out_root: Path, e
              "dense_vs_single": speed_screen(tput("dense"), tput("single"), sc),
              "powersgd_vs_dense_ratio": (tput("powersgd") / tput("dense")) if tput("powersgd") and tput("dense") else None}
     run_dir = out_root / f"study-netns-{label}-{date}"
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    (run_dir / "raw").mkdir(parents=True)
+    (run_dir / "raw").mkdir(parents=True)  # refused up front (main) when it exists: no record is overwritten
     raw = []
     for arm, r in runs.items():
         for side, p in enumerate(r["processes"]):
@@ -318,10 +317,16 @@ def main(argv=None) -> int:
         print(f"study_netns: {why}", file=sys.stderr)
         return 2
     date = dt.date.today().isoformat()
+    labels = a.rate or ["1gbit", "50mbit"]
+    taken = [str(Path(a.out) / f"study-netns-{label}-{date}") for label in labels
+             if (Path(a.out) / f"study-netns-{label}-{date}").exists()]
+    if taken:  # a record is evidence: a re-run gets a new name (or --out), never the old one's place
+        print(f"study_netns: {', '.join(taken)}: run directory exists; move it aside or pass --out", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="study-netns-") as tmp:
         work = Path(tmp)
         staging = prepare_staging(work, Path(a.seed_cache))
-        for i, label in enumerate(a.rate or ["1gbit", "50mbit"]):
+        for i, label in enumerate(labels):
             d = run_rate(label, parse_rate(label), staging, work, Path(a.out), a.evaluate, date, a.port + 10 * i)
             res = load_json_strict(d / "run.json")
             print(json.dumps({"run": str(d), "status": res["status"], "errors": res["errors"],

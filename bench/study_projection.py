@@ -31,7 +31,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.update_throughput import git_commit, smollm2_17b, versions  # noqa: E402
+from bench.provenance import git_commit  # noqa: E402
+from bench.update_throughput import smollm2_17b, versions  # noqa: E402
 from kit.digest import load_json_strict, sha256_file, write_canonical_json  # noqa: E402
 from kit.distributed.grad_reduce import DEFAULT_BUCKET_BYTES  # noqa: E402
 from kit.model.llama import LlamaCausalLM  # noqa: E402
@@ -104,6 +105,11 @@ def main(argv=None) -> int:
     ap.add_argument("--validate", action="append", default=[], help="a study-netns run directory held out")
     ap.add_argument("--out", default=str(REPO / "runs"))
     a = ap.parse_args(argv)
+    date = dt.date.today().isoformat()
+    run_dir = Path(a.out) / f"study-projection-{date}"
+    if run_dir.exists():  # a record is evidence: a re-run gets a new name (or --out), never the old one's place
+        print(f"study_projection: {run_dir}: run directory exists; move it aside or pass --out", file=sys.stderr)
+        return 2
     started = dt.datetime.now(dt.UTC)
     # PowerSGD's dense warm-up leaves one update after the first: too few to be a point; recorded apart
     every = [p for d in a.fit + a.validate for p in points_of(Path(d))]
@@ -149,9 +155,7 @@ def main(argv=None) -> int:
                       "cross_zone_usd_powersgd": by["powersgd"]["cross_zone_cost_usd"],
                       "study_hours": sc["study_hours"], "within_6h": sc["within_deadline"],
                       "study_usd": sc["study_usd"], "within_100usd": sc["within_bound"]})
-    date = dt.date.today().isoformat()
-    run_dir = Path(a.out) / f"study-projection-{date}"
-    (run_dir / "metrics").mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics").mkdir(parents=True)
     fit_view = {"compute_seconds_per_update_cpu": fit["compute_seconds"], "link_efficiency": fit["efficiency"],
                 "wire_overhead_measured": wire, "residuals_s": fit["residuals"],
                 "model": "s/update = compute(arm) + collectives x RTT + bytes x wire overhead x 8 / (efficiency x rate)"}

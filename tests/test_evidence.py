@@ -343,6 +343,13 @@ def test_batch_continues_past_failure_exits_nonzero_and_skips_completed_on_rerun
     assert "arm-ok: skipped (completed before)" in out
     assert "arm-fail: failed" in out and "arm-na: unavailable" in out
     assert (batch["runs"] / "arm-ok" / "run.json").read_bytes() == first_ok
+    # the re-run kept each earlier attempt that did not complete, whole, beside the new record
+    for run_id in ("arm-fail", "arm-na"):
+        kept = batch["runs"] / f"{run_id}.superseded" / "attempt-1"
+        assert read_run_record(kept).status == read_run_record(batch["runs"] / run_id).status != "completed"
+        assert read_run_record(kept).started_at < read_run_record(batch["runs"] / run_id).started_at
+    assert not (batch["runs"] / "arm-ok.superseded").exists()
+    assert records.superseded_attempt_dir(batch["runs"] / "arm-fail").name == "attempt-2"
 
 
 def test_plan_is_checked_before_any_arm_runs(batch, tmp_path):

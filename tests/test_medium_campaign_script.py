@@ -23,6 +23,13 @@ def test_follow_returns_at_once_without_a_campaign_and_packs_the_evidence(tmp_pa
     (w / "ledger" / "exposed.jsonl").write_text("")
     (w / "work" / "adaptive").mkdir(parents=True)
     (w / "work" / "adaptive" / "final-A.json").write_text("{}")
+    host_logs = ["work/adaptive/prepared/prepared.json", "work/adaptive/prepared/selections.jsonl",
+                 "work/adaptive/prepared/final-access.jsonl", "work/adaptive/prepared/final-evaluations.jsonl",
+                 "work/adaptive/A3/attempts/0001/updates.jsonl", "work/study/arms/dense/arm.json",
+                 "work/study/arms/dense/attempts/001.json"]
+    for name in [*host_logs, "work/adaptive/A3/objects/ab/cd", "work/adaptive/prepared/roles/tasks.json"]:
+        (w / name).parent.mkdir(parents=True, exist_ok=True)
+        (w / name).write_text("{}\n")
     (w / "campaign.log").write_text("medium-seed: completed in 1.0 s\n")
     out = tmp_path / "out"
     for pid in (None, "999999999"):  # no pid file; a pid that names no process
@@ -37,7 +44,8 @@ def test_follow_returns_at_once_without_a_campaign_and_packs_the_evidence(tmp_pa
     with tarfile.open(out / "medium-evidence.tgz") as tar:
         names = set(tar.getnames())
     assert {"runs/medium-seed/run.json", "ledger/exposed.jsonl", "work/adaptive/final-A.json",
-            "campaign.log"} <= names
+            "campaign.log", *host_logs} <= names
+    assert not any("objects" in n or "roles" in n for n in names)  # no checkpoint bytes, no role data
     assert (out / "campaign.log").read_text() == "medium-seed: completed in 1.0 s\n"
 
 

@@ -226,6 +226,12 @@ def git_commit_exists(directory: Path, commit: str) -> bool:
     return _git(directory, "cat-file", "-e", f"{commit}^{{commit}}") is not None
 
 
+def git_commit_in_history(directory: Path, commit: str) -> bool:
+    """`commit` is HEAD or one of its ancestors: the code that ran is in the history the evidence is read
+    from (a commit kept only on a branch that was never merged, or on another host, is not)."""
+    return _git(directory, "merge-base", "--is-ancestor", commit, "HEAD") is not None
+
+
 GPU_REFERENCE_REQUIREMENTS = Path("requirements") / "gpu-reference.txt"
 
 
@@ -426,6 +432,18 @@ def is_run_dir(path: Path) -> bool:
     """A directory that looks like a run: it holds run.json or an executed notebook (a run that crashed
     before writing its record still counts, so that checking it fails rather than skips it)."""
     return path.is_dir() and ((path / RUN_RECORD_NAME).exists() or any(path.glob("*.ipynb")))
+
+
+SUPERSEDED_ATTEMPTS_SUFFIX = ".superseded"
+
+
+def superseded_attempt_dir(run_dir: Path) -> Path:
+    """Where an earlier attempt of `run_dir` that did not complete is kept when its run id runs again:
+    RUNS/<run-id>.superseded/attempt-<n>/ with n one more than the attempts kept so far. A re-run never
+    overwrites a failed run's record; both stay, and the report lists the kept one as superseded."""
+    folder = run_dir.parent / f"{run_dir.name}{SUPERSEDED_ATTEMPTS_SUFFIX}"
+    taken = [int(p.name.split("-", 1)[1]) for p in folder.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()]
+    return folder / f"attempt-{max(taken, default=0) + 1}"
 
 
 def list_run_dirs(runs_dir: str | os.PathLike) -> list[Path]:

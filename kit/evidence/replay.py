@@ -144,7 +144,16 @@ def compare(committed: RunRecord, replayed: RunRecord, where: str) -> dict:
 
 
 def replay_runs(run_dirs: list[Path], work: Path, log=print) -> list[dict]:
-    """Replay each run directory (all from one runs directory) into `work`."""
+    """Replay each run directory (all from one runs directory) into `work`. Runs kept in folders nested in
+    that runs directory (superseded attempts, campaign folders: `kit verify-evidence runs` lists them too)
+    are the record of earlier attempts, not inputs of a replay: they are left out, and the log says so."""
+    resolved = [Path(d).resolve() for d in run_dirs]
+    top = min((d.parent for d in resolved), key=lambda p: len(p.parts), default=None)
+    nested = [d for d in resolved if top is not None and d.parent != top and d.is_relative_to(top)]
+    if nested:
+        log(f"replay: {len(nested)} run(s) kept in folders under {top} (superseded or campaign records) are not "
+            "replayed")
+        run_dirs = [d for d in resolved if d not in nested]
     parents = {Path(d).resolve().parent for d in run_dirs}
     if len(parents) != 1:
         raise ReplayError(f"replay takes runs of one runs directory; got {sorted(map(str, parents))}")

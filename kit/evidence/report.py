@@ -59,7 +59,7 @@ span.kit-json { font-family: monospace; font-size: 11px; }
 #kit-runs td, #kit-failures td { white-space: pre-wrap; }
 td.status-completed, td.verdict-pass { background: #e3f4e3; } td.status-failed, td.verdict-fail { background: #fbe0e0; }
 td.status-aborted { background: #fdf0d5; } td.status-unavailable { background: #e8e8f4; }
-td.status-unrecorded { background: #f4d8f4; } td.verdict-n\\/a { background: #eeeeee; }
+td.status-unrecorded { background: #f4d8f4; } td.status-superseded, td.status-kept { background: #ececec; } td.verdict-n\\/a { background: #eeeeee; }
 #kit-runs td[class*="status-"], #kit-failures td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
 p.kit-scope { max-width: 1100px; } p.kit-note { font-style: italic; max-width: 1100px; }
 img.kit-figure { max-width: 100%; height: auto; }
@@ -77,11 +77,18 @@ def _device_text(device: dict) -> str:
 
 
 def run_table(runs_dir: str | os.PathLike):
-    """pandas DataFrame of every run: id, notebook, status, reason, start, duration, commit, device, roots."""
+    """pandas DataFrame of every run: id, notebook, status, reason, start, duration, commit, device, roots.
+    Runs kept in the selection's evidence folders follow, with status "superseded" (a folder named so:
+    superseded attempts and folders) or "kept" (another record a campaign kept, e.g. a seed's rebuild) and,
+    in the reason, the folder and the status they ended with."""
     import pandas as pd
 
+    from kit.evidence.run_index import kept_runs
+
     rows = []
-    for r in load_runs(runs_dir):
+    kept = [{**r, "reason": f"kept in {r['kept_in']}/ (ended {r['status']})" + (f": {r['reason']}" if r["reason"] else ""),
+             "status": "superseded" if "superseded" in r["kept_in"] else "kept"} for r in kept_runs(runs_dir)]
+    for r in load_runs(runs_dir) + kept:
         commit = r["git"]["commit"]
         rows.append({
             "run": r["run_id"], "notebook": r["notebook"], "status": r["status"], "reason": r["reason"] or "",
@@ -243,11 +250,12 @@ def _code_cell(source: str):
     return cell
 
 
-def build_report_notebook(runs_dir: str | os.PathLike, title: str):
+def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
-    Order: the verdict tables (kit.evidence.review_verdicts.show_verdicts), what the evidence shows and does
-    not show (show_scope), the run table, the runs that did not complete, then one section per run
+    Order: what the evidence shows and does not show (show_scope: the scale caveat comes before any verdict),
+    the verdict tables (kit.evidence.review_verdicts.show_verdicts), the run table, the runs that did not
+    complete, then one section per run
     (benchmark records included): its header with lineage, then its sidecars."""
     import nbformat
 
@@ -256,6 +264,10 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
     shown = str(runs_dir)
     folder, pattern = split_selection(runs_dir)
     runs_dir = folder.resolve() / pattern if pattern else folder.resolve()  # the show_* calls take the selection
+
+    def where(p: Path) -> str:  # relative to the report folder (the kernel's directory): no host path in the page
+        return os.path.relpath(p, Path(relative_to).resolve()) if relative_to is not None else str(p)
+
     nb = nbformat.v4.new_notebook()
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -263,23 +275,23 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str):
                "from kit.evidence.review import show_scope\nfrom kit.evidence.review_sections import show_run\n"
                "from kit.evidence.review_verdicts import show_verdicts\n")
     nb.cells.append(nbformat.v4.new_markdown_cell(
-        f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then every run in order of start. "
+        f"# {title}\n\nThe evidence in `{shown}`: its scale and verdicts first, then every run in order of start. "
         "Runs are named by their run id; checkpoint roots show their first 12 hex digits (hover for the full root). "
         "Numbers: integers in full, others to 4 significant digits; times in UTC."))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
-    nb.cells.append(_code_cell(imports + f"show_verdicts({str(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## What this evidence shows and does not show"))
-    nb.cells.append(_code_cell(f"show_scope({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(imports + f"show_scope({where(runs_dir)!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
+    nb.cells.append(_code_cell(f"show_verdicts({where(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs"))
-    nb.cells.append(_code_cell(f"show_runs({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(f"show_runs({where(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs that did not complete"))
-    nb.cells.append(_code_cell(f"show_failures({str(runs_dir)!r})"))
+    nb.cells.append(_code_cell(f"show_failures({where(runs_dir)!r})"))
     for row in load_runs(runs_dir):
         nb.cells.append(nbformat.v4.new_markdown_cell(f"## {row['run_id']} ({row['status']})"))
-        nb.cells.append(_code_cell(f"show_run({str(runs_dir)!r}, {row['run_id']!r})"))
+        nb.cells.append(_code_cell(f"show_run({where(runs_dir)!r}, {row['run_id']!r})"))
         for name in sorted(row["metrics"]):
             nb.cells.append(nbformat.v4.new_markdown_cell(f"### {name}"))
-            nb.cells.append(_code_cell(f"show_metric({str(row['dir'].resolve())!r}, {name!r})"))
+            nb.cells.append(_code_cell(f"show_metric({where(row['dir'].resolve())!r}, {name!r})"))
     return nb
 
 
@@ -320,8 +332,8 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
             raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
         runs_dir = runs_dir / select
     title = title or f"Evidence report: {out_dir.name}"
-    nb = build_report_notebook(runs_dir, title)
     out_dir.mkdir(parents=True, exist_ok=True)
+    nb = build_report_notebook(runs_dir, title, relative_to=out_dir)
     with temporary_environ({"PYTHONPATH": kernel_pythonpath()}):  # the kernel imports kit from this checkout
         NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s,
                        resources={"metadata": {"path": str(out_dir)}}).execute()

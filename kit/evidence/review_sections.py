@@ -179,6 +179,16 @@ def show_metric(runs_dir, run_id: str, name: str) -> bool:
         if isinstance(obj, dict):
             display(HTML(kv_table(drop(obj), runs_by_root=rbr) + note))
             return True
+    if name in ("cost", "cost_total"):  # on a GPU host: still the contract's prices, not the host's
+        note = ('<p class="kit-note">The contract\'s prices (the seed\'s L40S hosts, cross-zone transfer for ring '
+                'bytes estimated from logical bytes) applied to this run: a projection at the seed\'s prices, '
+                'not what it cost. GPU time as measured is in the study\'s cost table under the verdicts.</p>')
+        if isinstance(obj, list):
+            display(HTML(records_table(obj, runs_by_root=rbr) + note))
+            return True
+        if isinstance(obj, dict):
+            display(HTML(kv_table(obj, runs_by_root=rbr) + note))
+            return True
     if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj) and not any(
             is_number(r.get("update")) or is_number(r.get("step")) for r in obj[:1]):
         display(HTML(records_table(obj, runs_by_root=rbr)))

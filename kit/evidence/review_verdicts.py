@@ -22,6 +22,14 @@ from kit.evidence.review import (
     verdict_table_html,
 )
 from kit.evidence.review_analysis import gate_analysis_rows, speed_rows, speed_sensitivity
+from kit.evidence.review_cost import (
+    NOT_MEASURED,
+    UNPRICED,
+    measured_cost_rows,
+    measured_totals,
+    projection_cost_rows,
+    retention_pairs,
+)
 from kit.evidence.review_format import fmt, is_number, records_table
 
 
@@ -102,6 +110,14 @@ def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str, runs_dir)
         s = speed_sensitivity(runs_dir, speed[0]["runs"][0])
         speed_text += (f"; {fmt(s['ratio_after_first'])}x, {s['verdict_after_first']}, without each arm's first "
                        "update)" if s else ")")
+    covered = {"A_vs_seed", "growth_vs_control"}
+    for comparison in dict.fromkeys(r["comparison"] for r in ad if r["verdict"] == "fail"):
+        if comparison in covered or comparison.startswith("migration"):
+            continue  # answered by the questions above
+        gates = [r for r in ad if r["comparison"] == comparison]
+        failed = ", ".join(r["check"] for r in gates if r["verdict"] == "fail")
+        out.append(answer(f"Did {comparison} pass its gates?", gates,
+                          f"no ({failed} failed): " + _checks_text(gates), ""))
     out.append(answer("Did PowerSGD pass the quality and speed screens, and on which link?", quality + speed,
                       f"quality {quality[0]['verdict'] if quality else 'not measured'}; speed {speed_text}; "
                       f"link: {_link_text(powersgd)}",
@@ -121,6 +137,51 @@ def _speed_html(runs_dir) -> list[str]:
     return parts
 
 
+def _cost_html(runs_dir) -> list[str]:
+    """The study's cost and traffic as measured, then the seed's prices applied, as a separate projection."""
+    rows = measured_cost_rows(runs_dir)
+    if not rows:
+        return []
+    tot = measured_totals(rows)
+    gpu_total = tot["gpu_seconds_all_attempts"]
+    zero = sum(1 for r in rows if r["wire_GiB"] == NOT_MEASURED and not r["interface counters"].startswith("none"))
+    none_kept = sum(1 for r in rows if r["interface counters"].startswith("none"))
+    text = (f"Every attempt that ran is listed: {tot['attempts']} arm run(s), {tot['superseded_attempts']} of them "
+            "superseded (kept in their campaign folder); an attempt that left no run record cannot be listed. "
+            + (f"GPU time of all attempts: {fmt(gpu_total)} GPU-seconds (wall seconds x workers), "
+               f"{UNPRICED}. " if gpu_total is not None else "No attempt ran on a GPU: no GPU time is priced. ")
+            + "GPU-seconds per update are shown beside the speed ratio: a faster arm that uses more GPU time per "
+              "update is not a cost reduction. Logical bytes are what the ranks handed to collectives; wire "
+              "bytes are interface counters (2^30-byte GiB), and cross-zone transfer is billable only for bytes "
+              "that crossed a network interface"
+            + (f"; {zero} attempt(s) recorded interface counters that show no non-loopback byte (the ranks talked "
+               "over the host's own links, which no interface counts)" if zero else "")
+            + (f"; {none_kept} attempt(s) kept no interface counters" if none_kept else "")
+            + (f": wire traffic {NOT_MEASURED}." if zero or none_kept else "."))
+    parts = ["<h4>Cost and traffic as measured, per attempt</h4>" + f"<p>{html.escape(text)}</p>" + records_table(rows)]
+    proj = projection_cost_rows(runs_dir)
+    if proj:
+        parts.append("<h4>Projection at the seed's prices (not what the measured runs cost)</h4>"
+                     "<p>The contract's cost frame (the seed's hosts: one L40S per g6e.2xlarge host, hosts in two "
+                     "zones, cross-zone transfer priced per GiB each direction) applied to each attempt's measured "
+                     "wall time and to ring bytes estimated from its logical bytes. The hardware that ran was not "
+                     "that, and no byte of these runs crossed zones.</p>" + records_table(proj))
+    return parts
+
+
+def _retention_html(runs_dir) -> list[str]:
+    pairs = retention_pairs(runs_dir)
+    if not pairs:
+        return []
+    first = pairs[0]
+    text = (f"Token-weighted retention NLL change per token, arm against arm on the same {first['n']} probes "
+            f"({first['source']}), with a paired normal 95% interval (delta method): reported, not gated. "
+            + " ".join(f"{p['comparison']}: {fmt(p['change_nats_per_token'])} nats/token "
+                       f"(95% CI {fmt(p['lower_95'])} to {fmt(p['upper_95'])}; {p['reading']})." for p in pairs))
+    return ["<h4>Retention, arm against arm (reported, not gated)</h4>" + f"<p>{html.escape(text)}</p>"
+            + records_table(pairs)]
+
+
 def show_verdicts(runs_dir) -> None:
     from IPython.display import HTML, display
 
@@ -134,7 +195,7 @@ def show_verdicts(runs_dir) -> None:
         if rows[exp]:
             parts.append(f"<h3>{title}</h3>" + verdict_table_html(rows[exp], f"kit-verdicts-{exp}", idx))
         if exp == "study":
-            parts += _speed_html(runs_dir)
+            parts += _speed_html(runs_dir) + _cost_html(runs_dir) + _retention_html(runs_dir)
     analysed = gate_analysis_rows(runs_dir)
     if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
         parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table(analysed))

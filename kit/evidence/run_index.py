@@ -4,6 +4,7 @@ reviewer's verdict tables (kit/evidence/review.py), which both need it and must 
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -42,8 +43,6 @@ def split_selection(runs: str | os.PathLike) -> tuple[Path, str | None]:
 def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
     """One row per run directory (of a selection `DIR/GLOB`, only the run ids the glob matches): its
     record as JSON, or status "unrecorded" with the reason."""
-    import fnmatch
-
     runs_dir, pattern = split_selection(runs_dir)
     rows = []
     for run_dir in records.list_run_dirs(runs_dir):
@@ -61,3 +60,30 @@ def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
                          "git": {"commit": None, "dirty": None}, "device": {},
                          "checkpoint_roots": {"produced": [], "used": []}})
     return sorted(rows, key=lambda r: (r["started_at"] == "", r["started_at"], r["run_id"]))
+
+
+def evidence_folders(runs_dir) -> list[Path]:
+    """Folders beside the run directories that the selection covers and that are not runs: campaign
+    folders (runs/medium-campaign-DATE) and superseded folders."""
+    folder, pattern = split_selection(runs_dir)
+    return [p for p in sorted(folder.iterdir()) if p.is_dir() and not p.is_symlink() and not records.is_run_dir(p)
+            and (pattern is None or fnmatch.fnmatchcase(p.name, pattern))]
+
+
+def kept_runs(runs_dir) -> list[dict]:
+    """Run rows kept under the selection's evidence folders (superseded attempts, rebuilt seeds), each with
+    `kept_in`: the folder, relative to the runs directory."""
+    folder, _ = split_selection(runs_dir)
+    out = []
+
+    def walk(d: Path):
+        subs = [c for c in sorted(d.iterdir()) if c.is_dir() and not c.is_symlink()]
+        if any(records.is_run_dir(c) for c in subs):
+            out.extend({**r, "kept_in": d.relative_to(folder).as_posix()} for r in load_runs(d))
+        for c in subs:
+            if not records.is_run_dir(c):
+                walk(c)
+
+    for d in evidence_folders(runs_dir):
+        walk(d)
+    return out

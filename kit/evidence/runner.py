@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -159,8 +158,14 @@ def _prepare_run_dir(run_dir: Path) -> None:
         if previous is not None and previous.status == "completed":
             raise RunExists(f"{run_dir}: run {previous.run_id!r} already completed; choose another --run-id "
                             f"or remove the directory to run it again")
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an unfinished or failed attempt: its leftovers must not mix with this run
+    if run_dir.exists() and any(run_dir.iterdir()):
+        # an unfinished or failed attempt: kept whole beside the new run (its record is evidence of what
+        # ran), so that its leftovers do not mix with this run and nothing of it is lost
+        kept = records.superseded_attempt_dir(run_dir)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.rename(kept)
+    elif run_dir.exists():
+        run_dir.rmdir()
     run_dir.mkdir(parents=True)
 
 

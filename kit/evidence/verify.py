@@ -9,7 +9,12 @@ Checks, each with a result `pass`, `fail` or `skipped`:
     metrics             every sidecar in metrics/ is pinned in run.json and hashes to its digest
     roots               each recorded checkpoint root verifies with kit.store.commits.verify_commit
                         where its checkpoint home is present (`skipped`, "home absent", where not)
-    git                 the recorded commit exists in the repository holding the run (git cat-file -e)
+    git                 the recorded commit exists in the repository holding the run (git cat-file -e) and
+                        is HEAD or an ancestor of HEAD (git merge-base --is-ancestor): the code that made
+                        the run is in the history the evidence is read from. A run kept in a superseded
+                        folder (a folder holding superseded.json, format kit-superseded/1) whose recorded
+                        commit is one that folder names as unreachable gets `skipped` with the folder's
+                        reason and replacement instead: kept as a record of what happened, not as evidence
 Relative paths in a record are relative to the repository holding the runs directory.
 """
 
@@ -97,12 +102,44 @@ def _roots_checks(roots: dict, base: Path) -> list[dict]:
     return out
 
 
-def _git_check(commit: str | None, base: Path) -> dict:
+SUPERSEDED_NAME = "superseded.json"
+SUPERSEDED_FORMAT = "kit-superseded/1"
+
+
+def superseded_note(run_dir: Path) -> dict | None:
+    """The superseded.json of the folder holding `run_dir`, checked: {"format", "reason",
+    "unreachable_commits": [sha], "replaced_by": {run name: replacement run name}}; None when absent."""
+    from kit.digest import load_json_strict
+
+    path = run_dir.parent / SUPERSEDED_NAME
+    if not path.is_file():
+        return None
+    note = load_json_strict(path)
+    for field, kind in (("format", str), ("reason", str), ("unreachable_commits", list), ("replaced_by", dict)):
+        if not isinstance(note.get(field), kind):
+            raise ValueError(f"{path}: field {field!r} must be a {kind.__name__}")  # noqa: TRY004 (bad input file)
+    if note["format"] != SUPERSEDED_FORMAT:
+        raise ValueError(f"{path}: field 'format' is {note['format']!r}, expected {SUPERSEDED_FORMAT!r}")
+    return note
+
+
+def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> dict:
     if commit is None:
         return _check("git", "fail", "run.json records no git commit (the run was made outside a repository)")
-    if not records.git_commit_exists(base, commit):
-        return _check("git", "fail", f"commit {commit} not found in the repository at {base}")
-    return _check("git", "pass", f"commit {commit} exists")
+    exists = records.git_commit_exists(base, commit)
+    if exists and records.git_commit_in_history(base, commit):
+        return _check("git", "pass", f"commit {commit} is in the history of HEAD")
+    why = (f"commit {commit} exists but is not HEAD or an ancestor of HEAD in {base}" if exists
+           else f"commit {commit} not found in the repository at {base}")
+    try:
+        note = superseded_note(run_dir) if run_dir is not None else None
+    except ValueError as e:
+        return _check("git", "fail", f"{why}; {e}")
+    if note is not None and commit in note["unreachable_commits"]:
+        after = note["replaced_by"].get(run_dir.name)
+        return _check("git", "skipped", f"superseded: {why}; {note['reason']}"
+                                        + (f"; replaced by {after}" if after else ""))
+    return _check("git", "fail", why)
 
 
 BENCH_FORMAT = "kit-bench/1"
@@ -126,7 +163,7 @@ def _bench_record(run_dir: Path) -> dict | None:
     for name in names:
         f = run_dir / name
         checks.append(_check("raw_output", "pass" if f.is_file() else "fail", f"{f}: {'present' if f.is_file() else 'missing'}"))
-    checks.append(_git_check((rec.get("git") or {}).get("commit"), records.evidence_base(run_dir.parent)))
+    checks.append(_git_check((rec.get("git") or {}).get("commit"), records.evidence_base(run_dir.parent), run_dir))
     return {"run_dir": str(run_dir), "run_id": rec.get("run_id"), "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
 
@@ -154,22 +191,22 @@ def verify_evidence(run_dir: str | os.PathLike) -> dict:
         checks += _parameters_checks(executed, record.parameters)
     checks += _metrics_checks(run_dir, record.metrics)
     checks += _roots_checks(record.checkpoint_roots, base)
-    checks.append(_git_check(record.git["commit"], base))
+    checks.append(_git_check(record.git["commit"], base, run_dir))
     return {"run_dir": str(run_dir), "run_id": record.run_id, "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
 
 
 def expand_run_dirs(paths: list[str]) -> list[Path]:
-    """Each path is a run directory; or a runs directory, standing for every run directory in it; or a
-    folder of evidence beside the runs (a campaign's folder, runs/medium-campaign-DATE), standing for the run
-    directories anywhere under it (its superseded attempts, a seed's rebuild). A folder with none of these
-    stays as given, so that its check fails with "no run record"."""
+    """Each path is a run directory; or a folder standing for the run directories anywhere under it: a runs
+    directory, its campaign folders (runs/medium-campaign-DATE: superseded attempts, a seed's rebuild) and
+    its superseded folders included, so that `kit verify-evidence runs` checks every committed record. A
+    folder with none stays as given, so that its check fails with "no run record"."""
     out: list[Path] = []
     for p in map(Path, paths):
         if (p / records.RUN_RECORD_NAME).exists() or not p.is_dir():
             out.append(p)
         else:
-            out.extend(records.list_run_dirs(p) or _run_dirs_under(p) or [p])
+            out.extend(_run_dirs_under(p) or [p])
     return out
 
 

@@ -1,0 +1,128 @@
+"""The verification procedure of a final evaluation (docs/formats.md, "Selection records, the selection
+ledger and the final-role access log"), run from files a reader holds rather than from the host's
+prepared directory.
+
+    verify_final_scoring(files)          the procedure's steps over named files, each pass, fail or
+                                         missing (the file is not in the evidence), and whether it completed
+    final_scoring_files(runs_dir, run)   for a committed final-evaluation run, the files it needs, found
+                                         by content (sha256) or name in the evidence folders beside the runs
+
+The steps: (1) the selection record hashes to the sha256 the run recorded and is listed in
+`selections.jsonl`; (2) its `prepared_digest` is the sha256 of the prepared job's `prepared.json`;
+(3) the evaluation record hashes to the run's recorded sha256 and is listed in `final-evaluations.jsonl`;
+(4) the evaluated candidate's full root is among the selection's candidates and its baseline is the one
+the selection bound; (5) `final-access.jsonl` holds an allowed line with that selection's sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from kit.digest import load_json_strict
+
+LOGS = ("selections.jsonl", "final-evaluations.jsonl", "final-access.jsonl")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _step(name: str, result: str, detail: str) -> dict:
+    return {"step": name, "result": result, "detail": detail}
+
+
+def verify_final_scoring(files: dict) -> dict:
+    """`files`: {"selection", "prepared", "evaluation", "selections.jsonl", "final-evaluations.jsonl",
+    "final-access.jsonl": path or None, "selection_sha256", "evaluation_sha256": what the run recorded}.
+    Every step runs (a missing file makes its step `missing`, not an early stop); `complete` is true only
+    when every step passed."""
+    def have(key):
+        p = files.get(key)
+        return Path(p) if p is not None and Path(p).is_file() else None
+
+    steps = []
+    sel, prep, ev = have("selection"), have("prepared"), have("evaluation")
+    sel_sha = _sha(sel) if sel else None
+    record = load_json_strict(sel) if sel else None
+    listed = have("selections.jsonl")
+    if sel is None or listed is None:
+        steps.append(_step("selection listed", "missing", "selection record" if sel is None else "selections.jsonl"))
+    elif sel_sha != files.get("selection_sha256"):
+        steps.append(_step("selection listed", "fail", f"{sel}: sha256 {sel_sha} is not the run's recorded "
+                                                       f"{files.get('selection_sha256')}"))
+    else:
+        ok = any(x.get("sha256") == sel_sha for x in _lines(listed))
+        steps.append(_step("selection listed", "pass" if ok else "fail",
+                           f"{listed}: {'lists' if ok else 'does not list'} {sel_sha[:12]}"))
+    if record is None or prep is None:
+        steps.append(_step("prepared digest", "missing", "selection record" if record is None else "prepared.json"))
+    else:
+        ok = record.get("prepared_digest") == _sha(prep)
+        steps.append(_step("prepared digest", "pass" if ok else "fail",
+                           f"{prep}: sha256 {'equals' if ok else 'differs from'} the selection's prepared_digest"))
+    evaluation = load_json_strict(ev) if ev else None
+    logged = have("final-evaluations.jsonl")
+    if ev is None or logged is None:
+        steps.append(_step("evaluation logged", "missing", "evaluation record" if ev is None
+                           else "final-evaluations.jsonl"))
+    else:
+        ev_sha = _sha(ev)
+        ok = ev_sha == files.get("evaluation_sha256") and any(x.get("sha256") == ev_sha for x in _lines(logged))
+        steps.append(_step("evaluation logged", "pass" if ok else "fail",
+                           f"{ev}: sha256 {ev_sha[:12]} {'is' if ok else 'is not'} the run's and listed in {logged}"))
+    if record is None or evaluation is None:
+        steps.append(_step("candidate bound", "missing", "selection record" if record is None else "evaluation record"))
+    else:
+        cands = {c.get("full_root"): c for c in (record.get("candidates") or {}).values()}
+        cand = cands.get(evaluation.get("candidate"))
+        base = (cand or {}).get("baseline") or {}
+        bound = base.get("kind") == "seed" and str(evaluation.get("baseline", "")).startswith("seed:") or \
+            base.get("kind") == "endpoint" and base.get("full_root") == evaluation.get("baseline")
+        ok = cand is not None and bound
+        steps.append(_step("candidate bound", "pass" if ok else "fail",
+                           f"candidate {str(evaluation.get('candidate'))[:12]} "
+                           + ("and its baseline are the selection's" if ok else
+                              "is not among the selection's candidates" if cand is None else
+                              f"has baseline {evaluation.get('baseline')!r}, the selection bound {base}")))
+    access = have("final-access.jsonl")
+    if access is None or sel_sha is None:
+        steps.append(_step("access allowed", "missing", "final-access.jsonl" if access is None else "selection record"))
+    else:
+        ok = any(x.get("allowed") and x.get("selection_sha256") == sel_sha for x in _lines(access))
+        steps.append(_step("access allowed", "pass" if ok else "fail",
+                           f"{access}: {'an' if ok else 'no'} allowed line under selection {sel_sha[:12]}"))
+    return {"steps": steps, "complete": all(s["result"] == "pass" for s in steps),
+            "missing": list(dict.fromkeys(s["detail"] for s in steps if s["result"] == "missing"))}
+
+
+def final_scoring_files(runs_dir, run_id: str) -> dict:
+    """The files `verify_final_scoring` needs for the committed final-evaluation run `run_id`: the selection
+    and evaluation records found by the sha256 the runs recorded, prepared.json by the selection's
+    prepared_digest, the three logs by name, anywhere under the evidence folders beside the runs."""
+    from kit.evidence.run_index import evidence_folders, load_runs, split_selection
+
+    folder, _ = split_selection(runs_dir)
+    rows = {r["run_id"]: r for r in load_runs(folder)}
+    run = rows[run_id]
+    ev_meta = load_json_strict(Path(run["dir"]) / "metrics" / "evaluation_file.json")
+    sel_param = (run.get("parameters") or {}).get("SELECTION")
+    select_run = next((r for r in rows.values() if (r.get("parameters") or {}).get("OUT") == sel_param
+                       and "selection_file" in (r.get("metrics") or {})), None)
+    sel_meta = load_json_strict(Path(select_run["dir"]) / "metrics" / "selection_file.json") if select_run else {}
+    candidates = [p for d in evidence_folders(folder) for p in sorted(d.rglob("*")) if p.is_file()]
+
+    def by_sha(sha):
+        return next((p for p in candidates if sha and p.suffix in (".json", "") and _sha(p) == sha), None)
+
+    def by_name(name):
+        return next((p for p in candidates if p.name == name), None)
+
+    return {"selection": by_sha(sel_meta.get("sha256")), "selection_sha256": sel_meta.get("sha256"),
+            "prepared": by_sha(sel_meta.get("prepared_digest")), "evaluation": by_sha(ev_meta.get("sha256")),
+            "evaluation_sha256": ev_meta.get("sha256"), **{name: by_name(name) for name in LOGS}}

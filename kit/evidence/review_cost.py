@@ -1,0 +1,187 @@
+"""The study's cost, traffic and arm-against-arm retention as measured, for the reviewer's report.
+
+    arm_attempts(runs_dir)        every arm run that ran: the committed ones and those kept as superseded
+                                  (a campaign folder's study-superseded/, a superseded folder), marked
+    measured_cost_rows(runs_dir)  per attempt: the hardware that ran it, GPU-seconds (wall x workers),
+                                  GPU-seconds per update and its ratio to single's beside the speed ratio,
+                                  logical bytes (named logical) and wire bytes from interface counters
+    projection_cost_rows(runs_dir) the contract's (the seed's) prices applied to what ran: a projection
+    retention_pairs(runs_dir)     PowerSGD against dense and against single on the retention probes,
+                                  token-weighted NLL change with a paired normal 95% interval (reported,
+                                  not gated)
+
+Prices: no committed record names a price for the hardware that ran (H200 hosts), and no source for
+one is in the repository, so measured GPU time is given in GPU-seconds, unpriced. The contract's prices
+(L40S hosts, cross-zone transfer) are the seed's and go only in the projection table. Cross-zone transfer
+is billable only for bytes that crossed a network interface: the interface counters the arms recorded;
+where they show none, the wire traffic is "not measured on this host".
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from kit.digest import load_json_strict
+from kit.evidence import records
+from kit.evidence.review import gpu_names, index
+from kit.evidence.run_index import evidence_folders, kept_runs, split_selection
+
+GIB = 2 ** 30
+NOT_MEASURED = "not measured on this host"
+UNPRICED = "unpriced: no record names a rate for this hardware"
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+
+
+def _metric(row: dict, name: str):
+    try:
+        return load_json_strict(records.metric_path(row["dir"], name)) if name in (row.get("metrics") or {}) else None
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def arm_attempts(runs_dir) -> list[dict]:
+    """Every study arm run in the evidence, committed first, then the kept (superseded) ones."""
+    committed = [{**r, "kept_in": None} for r in index(runs_dir)["runs"] if (r.get("parameters") or {}).get("ARM")]
+    kept = [r for r in kept_runs(runs_dir) if (r.get("parameters") or {}).get("ARM")]
+    return committed + kept
+
+
+def _hardware(row: dict) -> str:
+    gpus = gpu_names(row)
+    if gpus:
+        return f"{gpus[0]} (a host of {len(gpus)})"
+    return f"CPU ({(row.get('device') or {}).get('cpu', 'unrecorded')})"
+
+
+def screens_records(runs_dir) -> list[dict]:
+    """screens.json files kept in the selection's evidence folders (the study folder of a campaign)."""
+    out = []
+    for d in evidence_folders(runs_dir):
+        for p in sorted(d.rglob("screens.json")):
+            if any(records.is_run_dir(q) for q in p.parents if d in q.parents or q == d):
+                continue  # a run's own raw output (a benchmark's copy) speaks for that run only
+            try:
+                obj = load_json_strict(p)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("arms"), list):
+                out.append({**obj, "_path": p})
+    return out
+
+
+def _interfaces(runs_dir) -> dict[tuple, dict]:
+    """Per (contract digest, arm), the non-loopback interface counters from a kept screens.json."""
+    out = {}
+    for s in screens_records(runs_dir):
+        for a in s["arms"]:
+            counters = (a.get("interfaces") or {}).get("non_loopback")
+            if isinstance(counters, dict):
+                out[(s.get("contract_digest"), a["arm"])] = counters
+    return out
+
+
+def measured_cost_rows(runs_dir) -> list[dict]:
+    """One row per attempt; ratios against the single arm of the same contract and sitting (the committed
+    runs, or the same superseded folder)."""
+    attempts = arm_attempts(runs_dir)
+    singles = {(r.get("contract_digest"), r["kept_in"]): _metric(r, "measurement") or {}
+               for r in attempts if r["parameters"]["ARM"] == "single"}
+    wires = _interfaces(runs_dir)
+    rows = []
+    for r in attempts:
+        arm = r["parameters"]["ARM"]
+        single = singles.get((r.get("contract_digest"), r["kept_in"])) or {}
+        m = _metric(r, "measurement") or {}
+        traffic = _metric(r, "traffic_per_rank") or []
+        logical = [t.get("sent_bytes_total") for t in traffic if isinstance(t, dict)]
+        on_gpu = bool(gpu_names(r))
+        workers = m.get("devices")
+        gps = m.get("gpu_seconds_per_update") if on_gpu else None
+        wire = wires.get((r.get("contract_digest"), arm)) if r["kept_in"] is None else None
+        wire_bytes = (wire["tx_bytes"] + wire["rx_bytes"]) if wire else None
+        rows.append({
+            "run": r["run_id"], "arm": arm,
+            "kept as": "committed" if r["kept_in"] is None else f"superseded ({r['kept_in']})",
+            "status": r.get("status"), "hardware": _hardware(r), "workers": workers,
+            "wall_s": m.get("wall_seconds"), "updates": m.get("updates"),
+            "gpu_seconds": (m["wall_seconds"] * workers) if on_gpu and m.get("wall_seconds") and workers else None,
+            "gpu_s_per_update": gps,
+            "gpu_s_per_update_vs_single": (gps / single["gpu_seconds_per_update"])
+            if gps and on_gpu and single.get("gpu_seconds_per_update") else None,
+            "speed_vs_single": (m["active_tokens_per_s"] / single["active_tokens_per_s"])
+            if m.get("active_tokens_per_s") and single.get("active_tokens_per_s") else None,
+            "logical_sent_GiB_all_ranks": (sum(logical) / GIB) if logical else None,
+            "wire_GiB": (wire_bytes / GIB) if wire_bytes else NOT_MEASURED,
+            "interface counters": ("none kept for this attempt" if wire is None else
+                                   f"{wire_bytes:,} non-loopback bytes (rx + tx)"),
+            "cross_zone_billable_GiB": (wire_bytes / GIB) if wire_bytes else 0.0,
+            "price": UNPRICED if on_gpu else "CPU: not priced",
+        })
+    return rows
+
+
+def measured_totals(rows: list[dict]) -> dict:
+    """GPU-seconds of every attempt that ran (superseded ones included), and how many attempts that is."""
+    ran = [r for r in rows if r["gpu_seconds"] is not None]
+    return {"attempts": len(rows), "attempts_on_gpu": len(ran),
+            "gpu_seconds_all_attempts": sum(r["gpu_seconds"] for r in ran) if ran else None,
+            "superseded_attempts": sum(1 for r in rows if r["kept as"] != "committed")}
+
+
+def projection_cost_rows(runs_dir) -> list[dict]:
+    """The arms' own cost sidecars: the contract's prices (the seed's hosts) applied to the measured
+    wall time and to ring bytes estimated from logical bytes. What the trial would cost on those hosts;
+    not what the measured runs cost."""
+    rows = []
+    for r in arm_attempts(runs_dir):
+        c = _metric(r, "cost")
+        if isinstance(c, dict):
+            rows.append({"run": r["run_id"], "arm": r["parameters"]["ARM"],
+                         "kept as": "committed" if r["kept_in"] is None else f"superseded ({r['kept_in']})",
+                         **{k: c.get(k) for k in ("gpu_hours", "gpu_cost_usd", "cross_zone_bytes",
+                                                  "cross_zone_cost_usd", "total_usd")}})
+    return rows
+
+
+def _models_dir(runs_dir) -> Path | None:
+    for s in screens_records(runs_dir):
+        d = s["_path"].parent / "evaluation" / "models"
+        if d.is_dir():
+            return d
+    return None
+
+
+def paired_retention(cand: list[dict], ref: list[dict]) -> dict:
+    """Token-weighted NLL change per token of `cand` against `ref` on the same probes, with the
+    delta-method normal two-sided 95% interval (kit.stats' construction, both sides)."""
+    by_id = {x["id"]: x for x in ref}
+    if {x["id"] for x in cand} != set(by_id):
+        raise ValueError("paired retention: the two models were scored on different probes")
+    d = np.array([c["nll_sum"] - by_id[c["id"]]["nll_sum"] for c in cand], dtype=np.float64)
+    t = np.array([c["tokens"] for c in cand], dtype=np.float64)
+    ratio = float(d.sum() / t.sum())
+    z = ratio + (d - ratio * t) / t.mean()
+    half = Z95 * float(z.std(ddof=1)) / math.sqrt(z.size)
+    return {"n": int(z.size), "tokens": int(t.sum()), "change_nats_per_token": ratio,
+            "lower_95": ratio - half, "upper_95": ratio + half}
+
+
+def retention_pairs(runs_dir) -> list[dict]:
+    d = _models_dir(runs_dir)
+    if d is None:
+        return []
+    models = {p.stem: load_json_strict(p) for p in sorted(d.glob("*.json"))}
+    out = []
+    for cand, ref in (("powersgd", "dense"), ("powersgd", "single"), ("dense", "single")):
+        if cand in models and ref in models:
+            res = paired_retention(models[cand]["retention"], models[ref]["retention"])
+            worse = res["lower_95"] > 0
+            better = res["upper_95"] < 0
+            out.append({"comparison": f"{cand} vs {ref}", **res,
+                        "reading": (f"{cand} worse than {ref}" if worse else f"{cand} better than {ref}" if better
+                                    else "the interval covers 0"),
+                        "source": str(d.relative_to(split_selection(runs_dir)[0]))})
+    return out
