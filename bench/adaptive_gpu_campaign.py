@@ -797,6 +797,9 @@ def _sha256(path: Path) -> str:
 
 
 def main(argv=None) -> int:
+    from kit import numerics
+
+    numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="the campaign's record directory (small: bring it back as a tar)")

@@ -232,6 +232,9 @@ def copy_raw(study: Path, run_dir: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
+    from kit import numerics
+
+    numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="toy shape and a CPU copy of the contract: checks the script")
     ap.add_argument("--until", type=int, default=6, help="updates of the single arm (recorded partial)")

@@ -6,17 +6,12 @@ numerics) -> 3 distributed -> 4 storage (store) -> 5 drivers (engine, seed, eval
 evidence, cli).
 """
 
-import os
+import importlib
 
 __version__ = "0.1.0"
 
-# The numeric profile (kit/numerics.py explains each setting). These are read by ATen, MKL and OpenMP
-# once, at their first use, so they are set here, on `import kit`, before torch computes anything;
-# they override the user's environment because a digest must not depend on it. Worker processes
-# inherit them. kit.numerics.apply() checks that they took effect and records them.
+# The numeric profile (kit/numerics.py explains each setting). `import kit` only names it:
+# kit.numerics.apply() sets it, before torch computes anything. Nothing here touches the process.
 NUMERIC_PROFILE = "kit-cpu-portable/1"
 NUMERIC_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1"}
-os.environ.update(NUMERIC_ENV)
-if os.environ.get("KIT_GPU_DETERMINISTIC") == "1":  # cuBLAS reads this when it makes its first handle
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

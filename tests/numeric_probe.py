@@ -23,7 +23,7 @@ from conftest import write_hf_llama
 from engine_workers import launch_env, session_worker
 from test_engine import OPT, make_batches
 
-import kit  # noqa: F401  - first, as every kit entry point: the profile's environment
+import kit.numerics  # conftest (imported above) applied the profile, as every kit entry point does
 from kit.distributed.group import Group
 from kit.distributed.launch import launch
 from kit.model.shard import even_layout
