@@ -286,7 +286,7 @@ def test_run_records_name_the_gpu_reference_requirements():
 def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env, tmp_path, monkeypatch):  # noqa: F811
     import kit.study.prepare as study_prepare
     from kit.provenance import kit_package_dir, source_digest
-    from kit.study.arms import run_arm
+    from kit.study.arms import ArmRequest, run_arm
 
     sdir = tmp_path / "s"
     pj = study_prepare.prepare_study(env["contract"], env["seed"], env["source"], sdir, env["ledger"])
@@ -301,7 +301,7 @@ def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env
     monkeypatch.setattr(study_prepare, "kit_package_dir", lambda: fake)
     with pytest.raises(study_prepare.PreparedError, match=r"prepared\.json: field 'kit_source\.digest' = [0-9a-f]{64}: "
                                                           r"kit source file 'train/optim\.py'"):
-        run_arm(sdir, "single", env["seed"])
+        run_arm(ArmRequest(sdir, "single", env["seed"]))
     assert not (sdir / "arms" / "single" / "home").exists()
 
 
