@@ -4,6 +4,10 @@ Layers (a module imports only from its own layer or below; tests/test_layers.py 
 0 pure (digest, inventory, model.config, stats, planner, contract) -> 1 data -> 2 math (model, train,
 numerics) -> 3 distributed -> 4 storage (store) -> 5 drivers (engine, seed, evaluation, adaptive, study,
 evidence, cli).
+
+`import kit` has no side effects and imports nothing heavy: the public API (`__all__`, defined in
+kit/api.py) is imported on first use of one of its names, and the numeric profile is applied by
+`kit.numerics.apply()` (the CLI, the launcher's workers and the notebook runtime call it).
 """
 
 import importlib
@@ -15,3 +19,31 @@ __version__ = "0.1.0"
 NUMERIC_PROFILE = "kit-cpu-portable/1"
 NUMERIC_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1"}
+
+# The public API (kit/api.py), resolved on first use so that `import kit` stays light; kept equal
+# to kit.api.__all__ by tests/test_api.py.
+_API = (
+    "LlamaShape", "load_config", "LlamaCausalLM", "Layout", "even_layout",
+    "build_worker", "Session", "Group", "launch", "Start", "start_from_seed", "start_from_commit",
+    "EngineConfig", "GroupConfig", "DistillConfig", "PowerSGDConfig",
+    "SeedRef", "CommitRef", "PeerCommitRef",
+    "read_commit", "verify_commit", "list_commits",
+    "SeedBuildConfig", "build_seed", "describe_seed", "SmallSeedConfig", "build_small_seed",
+    "Contract", "ContractError", "load_adaptive_contract", "load_continued_contract", "load_study_contract",
+    "prepare_adaptive", "CohortRequest", "train_cohort", "train_cohort_torchrun", "evaluate_adaptive",
+    "select_adaptive", "adaptive_gates", "prepare_continued", "continued_gates",
+    "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
+    "study_screens",
+    "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots",
+)
+__all__ = ["__version__", "NUMERIC_PROFILE", "NUMERIC_ENV", "numerics", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(importlib.import_module("kit.api"), name)
+    raise AttributeError(f"module 'kit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
