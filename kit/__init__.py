@@ -20,9 +20,10 @@ NUMERIC_PROFILE = "kit-cpu-portable/1"
 NUMERIC_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1"}
 
-# The public API (kit/api.py), resolved on first use so that `import kit` stays light; kept equal
-# to kit.api.__all__ by tests/test_api.py.
-_API = (
+# The public API (kit/api.py), resolved on first use so that `import kit` stays light; the names
+# after the first four are kit.api.__all__ in its order (tests/test_api.py).
+__all__ = [  # noqa: RUF022 - the package's own names, then the API grouped by what a notebook does
+    "NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics",
     "LlamaShape", "load_config", "LlamaCausalLM", "Layout", "even_layout",
     "build_worker", "Session", "Group", "launch", "Start", "start_from_seed", "start_from_commit",
     "EngineConfig", "GroupConfig", "DistillConfig", "PowerSGDConfig",
@@ -35,8 +36,8 @@ _API = (
     "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
     "study_screens",
     "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots",
-)
-__all__ = ["__version__", "NUMERIC_PROFILE", "NUMERIC_ENV", "numerics", *_API]
+]
+_API = frozenset(__all__[4:])
 
 
 def __getattr__(name: str):

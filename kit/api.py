@@ -39,13 +39,12 @@ from kit.study.hosts import run_arm_torchrun
 from kit.study.prepare import prepare_study
 from kit.study.schema import load_study_contract
 from kit.study.screens import build_screens as study_screens
-from kit.study.screens import evaluate_study
-from kit.study.screens import freeze_candidates
+from kit.study.screens import evaluate_study, freeze_candidates
 from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig
 from kit.train.powersgd import PowerSGDConfig
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped by what a notebook does, not alphabetically
     # model shape and model
     "LlamaShape", "load_config", "LlamaCausalLM", "Layout", "even_layout",
     # engine: one constructor, the session over it, and the typed configs

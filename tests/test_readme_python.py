@@ -18,9 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def readme_python_block() -> str:
     text = (REPO / "README.md").read_text()
-    section = re.search(r"^## From Python\n(.*?)(?=^## )", text, re.S | re.M)
+    section = re.search(r"^## From Python\n(.*?)(?=^## )", text, re.DOTALL | re.MULTILINE)
     assert section, "README.md has no '## From Python' section"
-    blocks = re.findall(r"^```python\n(.*?)^```$", section.group(1), re.S | re.M)
+    blocks = re.findall(r"^```python\n(.*?)^```$", section.group(1), re.DOTALL | re.MULTILINE)
     assert len(blocks) == 1, f"expected one python block in 'From Python', found {len(blocks)}"
     return blocks[0]
 
