@@ -1,4 +1,5 @@
-"""`kit adaptive train`: one cohort arm of the adaptive experiment on owned blocks only.
+"""`kit adaptive train`: one cohort arm of the adaptive experiment on owned blocks only, asked for by a
+`CohortRequest` (the CLI's options, notebook 11's parameters).
 
 The driver (this process) checks every input commitment, including the kit's own source, before
 any worker starts; creates an attempt record in the home that survives every outcome; prepares the
