@@ -85,7 +85,7 @@ class ArmRequest:
     until: int | None = None  # stop after this update (None: the contract's last; earlier stops are partial)
     seconds_per_update: float | None = None  # a measured per-update time for the projection (None: the contract's)
     threads: int = 1  # torch threads per worker
-    compile_blocks: str = "auto"  # torch.compile the blocks: "auto" (on CUDA), "on" or "off"
+    compile_blocks: str = "auto"  # "auto": torch.compile the blocks on CUDA (never on CPU); "off": eager
 
     def __post_init__(self):
         for name in ("study_dir", "seed_dir"):
@@ -107,8 +107,8 @@ class ArmRequest:
             raise ArmRefused(f"ArmRequest.seconds_per_update = {self.seconds_per_update!r}; expected seconds > 0")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ArmRefused(f"ArmRequest.threads = {self.threads!r}; expected a positive int")
-        if self.compile_blocks not in ("auto", "on", "off"):
-            raise ArmRefused(f"ArmRequest.compile_blocks = {self.compile_blocks!r}; expected 'auto', 'on' or 'off'")
+        if self.compile_blocks not in ("auto", "off"):
+            raise ArmRefused(f"ArmRequest.compile_blocks = {self.compile_blocks!r}; expected 'auto' or 'off'")
 
     @property
     def home(self) -> str:
