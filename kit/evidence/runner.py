@@ -29,7 +29,13 @@ from kit.environ import temporary_environ
 from kit.evidence import records
 from kit.evidence.parameters import check_parameters
 from kit.evidence.records import RunRecord, RunRecordError
-from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, kernel_pythonpath, profiled_kernels, quiet_kernels
+from kit.evidence.runtime import (
+    KERNEL_LOG_NAME,
+    ensure_runtime,
+    kernel_pythonpath,
+    profiled_kernels,
+    quiet_kernels,
+)
 
 EXTRA_KEYS = frozenset({"contract_digest", "input_digests", "notes"})
 PLAN_KEYS = frozenset({"notebook", "run_id", "parameters", "extra"})
