@@ -498,7 +498,7 @@ class Campaign:
         bucket, without the reserve (comparable with torch.cuda.max_memory_allocated)."""
         try:
             from kit.adaptive.schema import REGIMES
-            from kit.adaptive.train import _training_layout
+            from kit.adaptive.train import training_layout
             from kit.distributed.pipeline import CUDA_LENGTH_BUCKET
             from kit.engine.admission import worker_estimate
             from kit.model.config import load_config
@@ -511,7 +511,7 @@ class Campaign:
                 shape = shape_with_growth(shape, c["growth"]["add_blocks"])
             docs = len(row["ids"])
             n_micro = -(-docs // t["microbatch_size"])
-            layout = _training_layout(self.prepared, shape.num_hidden_layers, workers)
+            layout = training_layout(self.prepared, shape.num_hidden_layers, workers)
             regime = REGIMES[p["regime"]]
             longest = max(upd.get("microbatch_lengths") or [t["max_tokens"]])
             bucket = CUDA_LENGTH_BUCKET if self.a.device == "cuda" else 1
@@ -797,6 +797,9 @@ def _sha256(path: Path) -> str:
 
 
 def main(argv=None) -> int:
+    from kit import numerics
+
+    numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="the campaign's record directory (small: bring it back as a tar)")

@@ -28,7 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import kit  # noqa: E402,F401  -- the numeric profile's environment before torch
+import kit.numerics  # noqa: E402
+
+kit.numerics.apply()  # the numeric profile before torch computes
 import torch  # noqa: E402
 
 from kit.adaptive.continued_schema import job_contract  # noqa: E402

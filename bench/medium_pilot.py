@@ -350,6 +350,9 @@ def _rel(p: Path) -> str:
 
 
 def main(argv=None) -> int:
+    from kit import numerics
+
+    numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="the tiny contracts and seed (CPU-size check)")

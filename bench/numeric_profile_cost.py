@@ -29,15 +29,17 @@ import json, os, sys, tempfile, time
 from dataclasses import replace
 from pathlib import Path
 setting, updates = sys.argv[1], int(sys.argv[2])
-import kit  # sets the profile's environment ...
+import kit.numerics
+kit.numerics.set_environment()  # the profile's environment ...
 if setting != "profile":  # ... which this benchmark (only) overrides before torch computes
     for k, v in json.loads(sys.argv[3]).items():  # "" removes the variable: the library's own choice
         os.environ.pop(k, None) if v == "" else os.environ.__setitem__(k, v)
 import torch
-import kit.numerics
+import kit.digest
 if setting != "profile":
     torch.set_num_threads(1)
     kit.numerics.apply = lambda *a, **k: {"name": setting, "intra_op_threads": 1}  # benchmark-only: no profile
+    kit.digest.mark_numeric_profile(setting)  # benchmark-only: let the build hash its (non-portable) result
 from kit.seed import build
 build.numerics.apply = kit.numerics.apply
 t0 = time.perf_counter()

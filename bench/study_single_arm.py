@@ -54,7 +54,7 @@ from kit.data.tokenizer_build import SPECIAL_TOKEN_IDS, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
 from kit.model.config import LlamaShape, RopeSpec
 from kit.model.llama import LlamaCausalLM
-from kit.study.arms import arm_dir, arm_statuses, availability, run_arm
+from kit.study.arms import ArmRequest, arm_dir, arm_statuses, availability, run_arm
 from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import arm_spec, load_study_contract
 
@@ -165,14 +165,14 @@ def attempt_pair_arm(study: Path, contract, arm: str, seed_dir: Path, until: int
     launched); where it can, run it with `run_pairs` (--pair-arms), else leave it ("not attempted")."""
     missing = availability(contract, arm_spec(contract, arm))
     if missing is None and run_pairs:
-        rec = run_arm(study, arm, seed_dir, until=until, threads=threads)
+        rec = run_arm(ArmRequest(study, arm, seed_dir, until=until, threads=threads))
         return {"arm": arm, "status": rec["status"], "reason": rec["reason"],
                 "results": single_results(rec, contract["schedule"]["updates"])}
     if missing is None:
         return {"arm": arm, "status": "not attempted",
                 "reason": "this host can run it; bench/study_single_arm.py runs only the single arm "
                           f"(use `kit study arm {arm}`)"}
-    rec = run_arm(study, arm, seed_dir, until=until)
+    rec = run_arm(ArmRequest(study, arm, seed_dir, until=until))
     if rec["status"] != "unavailable":
         raise RuntimeError(f"arm {arm!r}: expected status 'unavailable' from run_arm, got {rec['status']!r}")
     return {"arm": arm, "status": rec["status"], "reason": rec["reason"]}
@@ -232,6 +232,9 @@ def copy_raw(study: Path, run_dir: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
+    from kit import numerics
+
+    numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="toy shape and a CPU copy of the contract: checks the script")
     ap.add_argument("--until", type=int, default=6, help="updates of the single arm (recorded partial)")
@@ -273,7 +276,7 @@ def main(argv=None) -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the worker process needs the GPU, not this one
         t0 = time.perf_counter()
-        single = run_arm(study, "single", seed_dir, until=a.until, threads=a.threads)
+        single = run_arm(ArmRequest(study, "single", seed_dir, until=a.until, threads=a.threads))
         phases["single_arm_call"] = round(time.perf_counter() - t0, 2)
         results["single"] = single_results(single, contract["schedule"]["updates"])
         if single["status"] != "partial" or len(single.get("updates") or []) != a.until:

@@ -4,19 +4,47 @@ Layers (a module imports only from its own layer or below; tests/test_layers.py 
 0 pure (digest, inventory, model.config, stats, planner, contract) -> 1 data -> 2 math (model, train,
 numerics) -> 3 distributed -> 4 storage (store) -> 5 drivers (engine, seed, evaluation, adaptive, study,
 evidence, cli).
+
+`import kit` has no side effects and imports nothing heavy: the public API (`__all__`, defined in
+kit/api.py) is imported on first use of one of its names, and the numeric profile is applied by
+`kit.numerics.apply()` (the CLI, the launcher's workers and the notebook runtime call it).
 """
 
-import os
+import importlib
 
 __version__ = "0.1.0"
 
-# The numeric profile (kit/numerics.py explains each setting). These are read by ATen, MKL and OpenMP
-# once, at their first use, so they are set here, on `import kit`, before torch computes anything;
-# they override the user's environment because a digest must not depend on it. Worker processes
-# inherit them. kit.numerics.apply() checks that they took effect and records them.
+# The numeric profile (kit/numerics.py explains each setting). `import kit` only names it:
+# kit.numerics.apply() sets it, before torch computes anything. Nothing here touches the process.
 NUMERIC_PROFILE = "kit-cpu-portable/1"
 NUMERIC_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1"}
-os.environ.update(NUMERIC_ENV)
-if os.environ.get("KIT_GPU_DETERMINISTIC") == "1":  # cuBLAS reads this when it makes its first handle
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+# The public API (kit/api.py), resolved on first use so that `import kit` stays light; the names
+# after the first four are kit.api.__all__ in its order (tests/test_api.py).
+__all__ = [  # noqa: RUF022 - the package's own names, then the API grouped by what a notebook does
+    "NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics",
+    "LlamaShape", "load_config", "LlamaCausalLM", "Layout", "even_layout",
+    "build_worker", "Session", "Group", "launch", "Start", "start_from_seed", "start_from_commit",
+    "EngineConfig", "GroupConfig", "DistillConfig", "PowerSGDConfig",
+    "SeedRef", "CommitRef", "PeerCommitRef",
+    "read_commit", "verify_commit", "list_commits",
+    "SeedBuildConfig", "build_seed", "describe_seed", "SmallSeedConfig", "build_small_seed",
+    "Contract", "ContractError", "load_adaptive_contract", "load_continued_contract", "load_study_contract",
+    "prepare_adaptive", "CohortRequest", "train_cohort", "train_cohort_torchrun", "evaluate_adaptive",
+    "select_adaptive", "adaptive_gates", "prepare_continued", "continued_gates",
+    "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
+    "study_screens",
+    "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots",
+]
+_API = frozenset(__all__[4:])
+
+
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(importlib.import_module("kit.api"), name)
+    raise AttributeError(f"module 'kit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

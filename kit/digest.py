@@ -20,6 +20,32 @@ class DigestMismatch(ValueError):
     """A file's bytes do not hash to the digest that names or pins it."""
 
 
+class NumericProfileError(RuntimeError):
+    """A digest or root of computed values was asked for outside the kit's numeric profile, or the
+    profile could not take effect (torch computed first): such a number would depend on the CPU."""
+
+
+# The numeric profile in force in this process (its name), set by kit.numerics.apply(). It lives here,
+# below torch, so that the functions that hash computed values (seed digests, checkpoint roots) can
+# refuse cheaply without importing torch.
+_profile_in_force: str | None = None
+
+
+def mark_numeric_profile(name: str) -> None:
+    """Called by kit.numerics.apply() once the profile has taken effect in this process."""
+    global _profile_in_force
+    _profile_in_force = name
+
+
+def require_numeric_profile(what: str) -> None:
+    """Refuse to compute `what` (a digest or a root of computed values) before kit.numerics.apply()."""
+    if _profile_in_force is None:
+        raise NumericProfileError(
+            f"{what}: the kit's numeric profile is not in force in this process, so the value could depend on "
+            f"the CPU; call kit.numerics.apply() first, before any torch computation (the `kit` command, the "
+            f"launcher's workers and the notebook runtime do it for you)")
+
+
 def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode(
         "ascii"

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.digest import HASH_CHUNK, loads_strict
+from kit.digest import HASH_CHUNK, loads_strict, require_numeric_profile
 
 # safetensors dtype codes -> torch names (without the "torch." prefix)
 SAFETENSORS_DTYPES = {
@@ -118,6 +118,7 @@ def digest_rows(directory: str | os.PathLike) -> list[list]:
 
 
 def parameter_digest(directory: str | os.PathLike) -> str:
+    require_numeric_profile(f"parameter digest of {directory}")
     rows = digest_rows(directory)
     return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode("utf-8")).hexdigest()
 

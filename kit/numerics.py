@@ -15,10 +15,14 @@ Why each setting (measured on an AMD EPYC with AVX-512 and compared with an Inte
   summation order. (On the 2-core machines that run the tiny default, one thread is also faster.)
 - oneDNN is switched off so that no kernel with its own ISA dispatch is reached.
 
-The environment variables are set by `kit/__init__.py` on `import kit`, before torch computes
-anything (ATen reads its capability and MKL its branch once, at first use). `apply()` then fixes
-the thread count, switches oneDNN off, checks that ATen and MKL really took the settings (they
-cannot be changed once torch has computed) and returns the profile that run records carry.
+`import kit` changes nothing; `apply()` sets the profile. It writes the environment variables into
+`os.environ` (overriding the user's: a digest must not depend on them; child processes inherit them),
+which ATen and MKL read once, at their first computation, so it must run before torch computes
+anything (importing torch is fine). It then fixes the thread count, switches oneDNN off, checks that
+ATen and MKL really took the settings and returns the profile that run records carry. The entry
+points that produce digests call it (the CLI, the launcher's workers, the notebook kernels); a script
+of one's own calls `kit.numerics.apply()` first. The functions that compute a digest or a root refuse
+before it (`kit.digest.require_numeric_profile`).
 
 On CUDA the promise is weaker and stated as such: with `deterministic_gpu=True`, cuBLAS,
 cuDNN and torch use deterministic algorithms, so a root repeats on the same layout and hardware;
@@ -32,14 +36,13 @@ import os
 from pathlib import Path
 
 from kit import NUMERIC_ENV, NUMERIC_PROFILE
+from kit.digest import NumericProfileError, mark_numeric_profile
+
+__all__ = ["NumericProfileError", "apply", "describe", "set_environment"]
 
 MKL_CBWR_BRANCH = 1  # mkl_service.h: the query for the current branch
 MKL_CBWR_COMPATIBLE = 3
 _MKL_BRANCH_NAMES = {0: "off", 1: "branch off", 2: "auto", 3: "compatible", 4: "sse2", 9: "avx2"}
-
-
-class NumericProfileError(RuntimeError):
-    """The process computed before the kit could fix its numerics; its digests would not be portable."""
 
 
 _applied: dict | None = None
@@ -60,6 +63,14 @@ def _mkl():
     return get, put
 
 
+def set_environment() -> None:
+    """Write the profile's environment variables (and, with KIT_GPU_DETERMINISTIC=1, cuBLAS's workspace
+    setting, read when its first handle is made) into os.environ; the part of `apply()` that needs no torch."""
+    os.environ.update(NUMERIC_ENV)
+    if os.environ.get("KIT_GPU_DETERMINISTIC") == "1":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
 def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dict:
     """Fix this process's numerics (idempotent) and return the profile a run record carries.
 
@@ -67,13 +78,15 @@ def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dic
     feedback) and does not depend on the split; the CPU promise holds for threads == 1 only, and the
     record says which was used.
 
-    Raises NumericProfileError when torch already computed under other settings (kit imported after
-    a torch computation), because every digest made afterwards would depend on the CPU."""
+    Call it before torch computes anything (importing torch first is fine). Raises NumericProfileError
+    when torch already computed under other settings, because every digest made afterwards would
+    depend on the CPU."""
     global _applied
-    import torch
-
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"numeric profile threads = {threads!r}; expected a positive int")
+    set_environment()  # before torch's first computation: ATen and MKL read these then
+    import torch
+
     torch.set_num_threads(threads)
     torch.backends.mkldnn.enabled = False
     mkl = _mkl()
@@ -86,21 +99,21 @@ def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dic
         if branch != MKL_CBWR_COMPATIBLE:
             raise NumericProfileError(
                 f"MKL runs its {_MKL_BRANCH_NAMES.get(branch, branch)!r} branch, not 'compatible': torch "
-                f"multiplied matrices before `import kit` set MKL_CBWR. Import kit before any torch computation "
-                f"(or start the process with MKL_CBWR=COMPATIBLE).")
+                f"multiplied matrices before kit.numerics.apply() set MKL_CBWR. Import kit before any torch "
+                f"computation and call kit.numerics.apply() first (or start the process with MKL_CBWR=COMPATIBLE).")
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != "DEFAULT":
         raise NumericProfileError(
-            f"ATen dispatches its {capability} CPU kernels, not DEFAULT: torch computed before `import kit` set "
-            f"ATEN_CPU_CAPABILITY. Import kit before any torch computation (or start the process with "
-            f"ATEN_CPU_CAPABILITY=default).")
+            f"ATen dispatches its {capability} CPU kernels, not DEFAULT: torch computed before kit.numerics.apply() "
+            f"set ATEN_CPU_CAPABILITY. Import kit before any torch computation and call kit.numerics.apply() "
+            f"first (or start the process with ATEN_CPU_CAPABILITY=default).")
     gpu = None
     if device is not None and torch.device(device).type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         if deterministic_gpu:
             # cuBLAS reads its workspace setting when its handle is made; set here for this process's
-            # first handle and by kit/__init__.py for workers (KIT_GPU_DETERMINISTIC=1).
+            # first handle and by set_environment() for workers (KIT_GPU_DETERMINISTIC=1).
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
             torch.backends.cudnn.deterministic = True
@@ -110,6 +123,7 @@ def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dic
     _applied = {"name": NUMERIC_PROFILE, "environment": dict(NUMERIC_ENV), "intra_op_threads": torch.get_num_threads(),
                 "aten_cpu_capability": capability, "mkl_cbwr_branch": _MKL_BRANCH_NAMES.get(branch, branch),
                 "mkldnn_enabled": torch.backends.mkldnn.enabled, "torch": torch.__version__, "gpu": gpu}
+    mark_numeric_profile(NUMERIC_PROFILE)
     return dict(_applied)
 
 

@@ -19,11 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import write_hf_llama
+from conftest import write_hf_llama  # importing it applies the numeric profile, as every kit entry point does
 from engine_workers import launch_env, session_worker
 from test_engine import OPT, make_batches
 
-import kit  # noqa: F401  - first, as every kit entry point: the profile's environment
 from kit.distributed.group import Group
 from kit.distributed.launch import launch
 from kit.model.shard import even_layout

@@ -14,7 +14,7 @@ from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture
 from kit import provenance
 from kit.adaptive.bindings import check_inputs
 from kit.adaptive.selection import FinalRolesRefused, access_entries, open_final_roles, write_selection
-from kit.adaptive.train import train
+from kit.adaptive.train import CohortRequest, train
 from kit.distributed.group import Group
 from kit.engine.session import Session
 from kit.model.shard import even_layout
@@ -38,7 +38,7 @@ def test_changed_input_refused_before_training(prepared, tmp_path):  # noqa: F81
     role.write_bytes(bytes(data))
     home = tmp_path / "home"
     with pytest.raises(CommitmentMismatch, match="A.new"):
-        train(str(p), str(prepared["seed"]), str(home), "A", 1)
+        train(CohortRequest(str(p), str(prepared["seed"]), str(home), "A", 1))
     assert not home.exists()  # refused before the attempt record, workers or store
 
 
@@ -50,7 +50,7 @@ def test_changed_kit_source_refused_before_training(prepared, tmp_path, monkeypa
     target.write_text(target.read_text() + "\n# one changed line\n")
     monkeypatch.setattr(provenance, "kit_package_dir", lambda: fake)
     with pytest.raises(CommitmentMismatch, match="kit source"):
-        train(str(p), str(prepared["seed"]), str(tmp_path / "home"), "A", 1)
+        train(CohortRequest(str(p), str(prepared["seed"]), str(tmp_path / "home"), "A", 1))
 
 
 A_END = {"step": 8, "cohort": 0, "cohort_step": 8}  # the tiny contract's cohort-A endpoint cursor
@@ -94,7 +94,7 @@ def test_final_roles_need_a_matching_selection_and_no_selection_after_scoring(pr
 def test_a_short_attempt_trains_and_leaves_its_record(prepared, tmp_path):  # noqa: F811
     p = _copy_prepared(prepared, tmp_path)
     home = tmp_path / "home"
-    commits = train(str(p), str(prepared["seed"]), str(home), "A", 2, until=1)
+    commits = train(CohortRequest(str(p), str(prepared["seed"]), str(home), "A", 2, until=1))
     assert commits[-1]["cohort_step"] == 1 and len(commits[-1]["full_root"]) == 64
     (attempt,) = list((home / "attempts").iterdir())
     rec = json.loads((attempt / "attempt.json").read_text())
@@ -103,4 +103,4 @@ def test_a_short_attempt_trains_and_leaves_its_record(prepared, tmp_path):  # no
     assert row["cohort_step"] == 1 and len(row["ids"]) == 16 and row["tokens"] > 0
     # cohort B without a reference is refused, and the refusal is itself not an attempt
     with pytest.raises(ValueError, match="cohort B needs --reference"):
-        train(str(p), str(prepared["seed"]), str(home), "B", 2, resume=commits[-1]["full_root"])
+        train(CohortRequest(str(p), str(prepared["seed"]), str(home), "B", 2, resume=commits[-1]["full_root"]))

@@ -29,7 +29,7 @@ import torch
 from conftest import REPO
 from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture
 
-from kit.adaptive.train import train
+from kit.adaptive.train import CohortRequest, train
 from kit.engine.migration import assigned_objects
 from kit.model.config import parse_config
 from kit.model.shard import Layout, build_stage
@@ -95,7 +95,7 @@ def test_adaptive_train_across_two_namespaces_with_no_shared_store(prepared, tmp
     shutil.copytree(prepared["out"], p)
     seed = str(prepared["seed"])
     # the single-host control: one worker, the local launcher
-    local = train(str(p), seed, str(tmp_path / "local"), "A", 1)
+    local = train(CohortRequest(str(p), seed, str(tmp_path / "local"), "A", 1))
     hosts = []
     for name in HOSTS:
         shutil.copytree(prepared["out"], tmp_path / name / "prepared")
@@ -159,8 +159,8 @@ def test_adaptive_train_across_two_namespaces_with_no_shared_store(prepared, tmp
         assert any(n.startswith("inherited-") for n in os.listdir(A / "h2" / "attempts" / rec2["attempt"]))
 
         # 4. growth under torchrun (cohort B, +blocks on rank 0's host), one update, against the local growth
-        local_b = train(str(p), seed, str(tmp_path / "local-b"), "B", 1, resume=local[-1]["full_root"],
-                        reference=local[-1]["full_root"], source_home=str(tmp_path / "local"), grow=True, until=1)
+        local_b = train(CohortRequest(str(p), seed, str(tmp_path / "local-b"), "B", 1, resume=local[-1]["full_root"],
+                        reference=local[-1]["full_root"], source_home=str(tmp_path / "local"), grow=True, until=1))
         _ok(_torchrun(link, hosts, 29764, [["--home", str(A / "h3"), "--source-home", str(A / "h2")],
                                            ["--home", str(B / "h3")]],
                       ["--cohort", "B", "--resume", root8, "--reference", root8, "--grow", "--until", "1"]))

@@ -11,7 +11,7 @@ from conftest import write_hf_llama
 import kit.engine.admission as admission_mod
 import kit.engine.worker as worker_mod
 from kit.adaptive.ownership import OWNERSHIP_FILE, planned_layout
-from kit.adaptive.train import _training_layout
+from kit.adaptive.train import training_layout
 from kit.digest import write_canonical_json
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
@@ -99,7 +99,7 @@ def test_training_uses_the_prepared_planner_layout(tmp_path):
     write_canonical_json(tmp_path / OWNERSHIP_FILE, {"layouts": [
         {"workers": 2, "num_hidden_layers": 4, "blocks": [[0, 1], [1, 4]], "embedding_owner": 0},
         {"workers": 3, "num_hidden_layers": 6, "blocks": [[0, 1], [1, 3], [3, 6]], "embedding_owner": 0}]})
-    assert _training_layout(tmp_path, 4, 2) == Layout(((0, 1), (1, 4)))
-    assert _training_layout(tmp_path, 6, 3) == Layout(((0, 1), (1, 3), (3, 6)))
+    assert training_layout(tmp_path, 4, 2) == Layout(((0, 1), (1, 4)))
+    assert training_layout(tmp_path, 6, 3) == Layout(((0, 1), (1, 3), (3, 6)))
     assert planned_layout(tmp_path, 4, 3) is None
-    assert _training_layout(tmp_path, 4, 3) == even_layout(4, 3)  # a count the contract never planned
+    assert training_layout(tmp_path, 4, 3) == even_layout(4, 3)  # a count the contract never planned

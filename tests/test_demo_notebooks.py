@@ -310,4 +310,4 @@ def test_inspect_failed_arm_notebook_on_a_fixture_run(tmp_path):
     assert (last["full_root"], last["parent"], last["workers"]) == (head, None, 1)
     text = executed_text(run_dir)
     assert f"WorkerFailure: {FAILURE}" in text
-    assert "commits = train(PREPARED_DIR" in text  # the source of the cell where it happened
+    assert "commits = train(request)" in text  # the source of the cell where it happened

@@ -20,7 +20,7 @@ from kit.adaptive import prepare as prep
 from kit.adaptive.bindings import TrainRefused
 from kit.adaptive.evaluation import evaluate
 from kit.adaptive.selection import SELECTIONS_LOG, FinalRolesRefused, access_entries, write_selection
-from kit.adaptive.train import train
+from kit.adaptive.train import CohortRequest, train
 from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
 from kit.distributed.group import Group
@@ -186,13 +186,13 @@ def test_train_refuses_another_seed_before_anything(selected):
     home = s["tmp"] / "home"
     with pytest.raises(TrainRefused, match=r"--seed .*parameter digest [0-9a-f]{64}; .*prepared\.json field "
                                            r"'seed\.parameter_digest' expects"):
-        train(str(s["p"]), str(exported), str(home), "A", 1, until=1)
+        train(CohortRequest(str(s["p"]), str(exported), str(home), "A", 1, until=1))
     assert not home.exists()
     renamed = s["tmp"] / "seed-copy"  # the same seed under another name is accepted
     shutil.copytree(s["seed"], renamed)
     (renamed / "tokenizer.json").write_text((renamed / "tokenizer.json").read_text() + " ")
     with pytest.raises(TrainRefused, match=r"tokenizer\.json: sha256 [0-9a-f]{64}; .*field 'tokenizer\.tokenizer\.json'"):
-        train(str(s["p"]), str(renamed), str(home), "A", 1, until=1)
+        train(CohortRequest(str(s["p"]), str(renamed), str(home), "A", 1, until=1))
     assert not home.exists()
 
 
@@ -203,7 +203,7 @@ def test_a_new_cohort_needs_a_fresh_home(selected):
     (home / "left-over").write_text("x")
     with pytest.raises(TrainRefused, match=r"--home .*used: not empty; cohort A starts from the seed and needs a "
                                            r"fresh --home"):
-        train(str(s["p"]), str(s["seed"]), str(home), "A", 1, until=1)
+        train(CohortRequest(str(s["p"]), str(s["seed"]), str(home), "A", 1, until=1))
     assert sorted(x.name for x in home.iterdir()) == ["left-over"]
 
 
@@ -214,7 +214,7 @@ def a_endpoint(prepared, tmp_path_factory):  # noqa: F811
     p = tmp / "prepared"
     shutil.copytree(prepared["out"], p)
     home = tmp / "A"
-    commits = train(str(p), str(prepared["seed"]), str(home), "A", 1)
+    commits = train(CohortRequest(str(p), str(prepared["seed"]), str(home), "A", 1))
     by_step = {c["cohort_step"]: c["full_root"] for c in commits}
     return {"p": p, "home": home, "end": by_step[8], "mid": by_step[4], "seed": prepared["seed"], "tmp": tmp}
 
@@ -225,19 +225,19 @@ def test_cohort_b_reference_is_bound_to_the_committed_a_endpoint(a_endpoint, tmp
     fresh = tmp_path / "B"
     with pytest.raises(TrainRefused, match=r"--reference [0-9a-f]{64}: expected the committed phase-A endpoint that "
                                            r"cohort B continues from --resume [0-9a-f]{64}: [0-9a-f]{64}"):
-        train(p, seed, str(fresh), "B", 1, resume=a["end"], reference=a["mid"], source_home=home_a, until=1)
+        train(CohortRequest(p, seed, str(fresh), "B", 1, resume=a["end"], reference=a["mid"], source_home=home_a, until=1))
     with pytest.raises(TrainRefused, match=r"--reference [0-9a-f]{64}: expected .*: none found along its parents"):
-        train(p, seed, str(fresh), "B", 1, resume=a["mid"], reference=a["mid"], source_home=home_a, until=1)
+        train(CohortRequest(p, seed, str(fresh), "B", 1, resume=a["mid"], reference=a["mid"], source_home=home_a, until=1))
     forged = tmp_path / "forged"  # a commit at the A endpoint's cursor that no attempt of this job trained
     root = _commit(a["seed"], forged, A_END)
     with pytest.raises(TrainRefused, match=r"not committed by an attempt of this prepared job .*field 'job_digest'"):
-        train(p, seed, str(fresh), "B", 1, resume=root, reference=root, source_home=str(forged), until=1)
+        train(CohortRequest(p, seed, str(fresh), "B", 1, resume=root, reference=root, source_home=str(forged), until=1))
     assert not fresh.exists()
-    commits = train(p, seed, str(fresh), "B", 1, resume=a["end"], reference=a["end"], source_home=home_a, until=1)
+    commits = train(CohortRequest(p, seed, str(fresh), "B", 1, resume=a["end"], reference=a["end"], source_home=home_a, until=1))
     assert commits[-1]["cohort_step"] == 1
     with pytest.raises(TrainRefused, match=r"--home .*: not empty; cohort B starts from [0-9a-f]{64} \(another "
                                            r"cohort's endpoint\) and needs a fresh --home"):
-        train(p, seed, str(fresh), "B", 1, resume=a["end"], reference=a["end"], source_home=home_a, until=1)
+        train(CohortRequest(p, seed, str(fresh), "B", 1, resume=a["end"], reference=a["end"], source_home=home_a, until=1))
 
 
 # -- the exposure ledger across two contracts ---------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_run_records_name_the_gpu_reference_requirements():
 def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env, tmp_path, monkeypatch):  # noqa: F811
     import kit.study.prepare as study_prepare
     from kit.provenance import kit_package_dir, source_digest
-    from kit.study.arms import run_arm
+    from kit.study.arms import ArmRequest, run_arm
 
     sdir = tmp_path / "s"
     pj = study_prepare.prepare_study(env["contract"], env["seed"], env["source"], sdir, env["ledger"])
@@ -301,7 +301,7 @@ def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env
     monkeypatch.setattr(study_prepare, "kit_package_dir", lambda: fake)
     with pytest.raises(study_prepare.PreparedError, match=r"prepared\.json: field 'kit_source\.digest' = [0-9a-f]{64}: "
                                                           r"kit source file 'train/optim\.py'"):
-        run_arm(sdir, "single", env["seed"])
+        run_arm(ArmRequest(sdir, "single", env["seed"]))
     assert not (sdir / "arms" / "single" / "home").exists()
 
 
@@ -388,11 +388,11 @@ def test_continued_learning_starts_only_from_a_passing_a_endpoint_unless_explora
     # cohort C trains from the bound A endpoint, in a fresh home, with no growth
     home = tmp_path / "C-home"
     with pytest.raises(TrainRefused, match=r"--resume [0-9a-f]{64}: .*field 'start\.full_root' expects"):
-        train(str(out), str(a["seed"]), str(home), "C", 1, resume=a["mid"], reference=a["mid"], until=1)
+        train(CohortRequest(str(out), str(a["seed"]), str(home), "C", 1, resume=a["mid"], reference=a["mid"], until=1))
     with pytest.raises(TrainRefused, match=r"--grow: the contract grows cohort None only"):
-        train(str(out), str(a["seed"]), str(home), "C", 1, resume=a["end"], reference=a["end"], grow=True, until=1)
-    commits = train(str(out), str(a["seed"]), str(home), "C", 1, resume=a["end"], reference=a["end"],
-                    source_home=str(a["home"]), until=1)
+        train(CohortRequest(str(out), str(a["seed"]), str(home), "C", 1, resume=a["end"], reference=a["end"], grow=True, until=1))
+    commits = train(CohortRequest(str(out), str(a["seed"]), str(home), "C", 1, resume=a["end"], reference=a["end"],
+                    source_home=str(a["home"]), until=1))
     assert commits[-1]["cohort_step"] == 1 and commits[-1]["step"] == 9
     verdict = continued_gates(ev, load_continued_contract(exploratory).data, True)
     assert verdict["exploratory"] and verdict["note"].startswith("EXPLORATORY")

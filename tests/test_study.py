@@ -114,7 +114,7 @@ def study(env):
     """The three arms of one prepared study, run once for the module."""
     sdir = env["tmp"] / "s1"
     prepare_study(env["contract"], env["seed"], env["source"], sdir, env["ledger"])
-    recs = {name: study_arms.run_arm(sdir, name, env["seed"]) for name in ("single", "dense", "powersgd")}
+    recs = {name: study_arms.run_arm(study_arms.ArmRequest(sdir, name, env["seed"])) for name in ("single", "dense", "powersgd")}
     return sdir, recs
 
 
@@ -205,7 +205,7 @@ def test_powersgd_resumed_from_committed_compression_state_is_bit_identical(stud
     fetch_objects(src, dst, digests)
     shutil.copytree(Path(p["home"]) / COMPRESSION_DIR / mid["full_root"], home2 / COMPRESSION_DIR / mid["full_root"])
     commits.adopt_commit(home2, manifest)
-    resumed = study_arms.run_arm(s2, "powersgd", env["seed"], resume_root=mid["full_root"])
+    resumed = study_arms.run_arm(study_arms.ArmRequest(s2, "powersgd", env["seed"], resume=mid["full_root"]))
     assert resumed["status"] == "completed", resumed["reason"]
     assert [u["step"] for u in resumed["updates"]] == [3, 4]
     assert resumed["endpoint"]["full_root"] == p["endpoint"]["full_root"]
@@ -225,7 +225,7 @@ def test_resume_without_compression_state_is_refused(study, env):
     fetch_objects(ObjectStore(dense_home), ObjectStore(home3), commits.object_digests(manifest))
     commits.adopt_commit(home3, manifest)
     with pytest.raises(CompressionStateError, match="no compression state for rank 0 of commit"):
-        study_arms.run_arm(s3, "powersgd", env["seed"], resume_root=mid["full_root"])
+        study_arms.run_arm(study_arms.ArmRequest(s3, "powersgd", env["seed"], resume=mid["full_root"]))
     assert not (s3 / "arms" / "powersgd" / "run").exists()
 
 
@@ -233,7 +233,7 @@ def test_evaluation_and_screens_list_every_arm(study, env):
     sdir, recs = study
     evaluate_study(sdir, env["seed"])
     with pytest.raises(study_arms.ArmRefused, match="frozen for final-test scoring"):
-        study_arms.run_arm(sdir, "single", env["seed"])
+        study_arms.run_arm(study_arms.ArmRequest(sdir, "single", env["seed"]))
     out = build_screens(sdir)
     assert [a["arm"] for a in out["arms"]] == ["single", "dense", "powersgd"]
     assert all(a["status"] == "completed" for a in out["arms"])
@@ -254,7 +254,7 @@ def test_evaluation_refused_until_every_arm_is_settled_and_projection_refuses(en
     prepare_study(env["contract"], env["seed"], env["source"], sdir, env["ledger"])
     with pytest.raises(EvaluationRefused, match="arm 'single' is 'not run'"):
         evaluate_study(sdir, env["seed"])
-    rec = study_arms.run_arm(sdir, "single", env["seed"], seconds_per_update=1e6)
+    rec = study_arms.run_arm(study_arms.ArmRequest(sdir, "single", env["seed"], seconds_per_update=1e6))
     assert rec["status"] == "rejected" and "deadline" in rec["reason"]
     assert rec["projection"]["seconds_per_update_source"] == "measured (given)"
     assert not (sdir / "arms" / "single" / "run").exists()  # never launched
@@ -270,7 +270,7 @@ def test_unavailable_arms_are_recorded_with_reason_never_run(env):
     sdir = env["tmp"] / "s5"
     prepare_study(cuda_contract, env["seed"], env["source"], sdir, env["ledger"])
     gpus = {"single": 0, "dense": 1, "powersgd": 1}  # a CPU host, then a one-GPU host
-    recs = {n: study_arms.run_arm(sdir, n, env["seed"], cuda_devices=g) for n, g in gpus.items()}
+    recs = {n: study_arms.run_arm(study_arms.ArmRequest(sdir, n, env["seed"]), cuda_devices=g) for n, g in gpus.items()}
     for n, rec in recs.items():
         need = 1 if n == "single" else 2
         assert rec["status"] == "unavailable"

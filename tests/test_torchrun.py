@@ -11,13 +11,13 @@ import sys
 
 from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture
 
-from kit.adaptive.train import train
+from kit.adaptive.train import CohortRequest, train
 
 
 def test_torchrun_matches_the_local_launcher(prepared, tmp_path):  # noqa: F811
     p = tmp_path / "prepared"
     shutil.copytree(prepared["out"], p)
-    local = train(str(p), str(prepared["seed"]), str(tmp_path / "local"), "A", 2, until=1)
+    local = train(CohortRequest(str(p), str(prepared["seed"]), str(tmp_path / "local"), "A", 2, until=1))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "KIT_RUN_DIR")}
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(

@@ -136,8 +136,8 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     return len(wanted)
 
 
-def _check_cohort(pj: dict, contract: dict, cohort: str, resume: str | None, reference: str | None,
-                  grow: bool) -> None:
+def check_cohort(pj: dict, contract: dict, cohort: str, resume: str | None, reference: str | None,
+                 grow: bool) -> None:
     order = contract["cohort_order"]
     if cohort not in order:
         raise TrainRefused(f"--cohort {cohort!r}; this prepared job ({pj['contract']['kind']}) has cohorts {order}")
@@ -148,9 +148,9 @@ def _check_cohort(pj: dict, contract: dict, cohort: str, resume: str | None, ref
                            f"(growth forbidden in cohort {cohort})")
 
 
-def _check_bindings(prepared: Path, pj: dict, contract: dict, seed_dir: str, home: str, cohort: str,
-                    resume: str | None, reference: str | None, source_home: str | None,
-                    reference_home: str | None) -> None:
+def check_bindings(prepared: Path, pj: dict, contract: dict, seed_dir: str, home: str, cohort: str,
+                   resume: str | None, reference: str | None, source_home: str | None,
+                   reference_home: str | None) -> None:
     """Inputs bound to the prepared job, before anything is created: the seed, cohort B's reference, a
     fresh home for a new cohort."""
     from kit.store.commits import read_commit

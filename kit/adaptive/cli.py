@@ -11,13 +11,14 @@ def cmd_train(a) -> int:
     import os
 
     from kit.adaptive.torchrun import train_torchrun
-    from kit.adaptive.train import train
+    from kit.adaptive.train import CohortRequest, train
     from kit.distributed.group import exit_torchrun_worker, under_torchrun
 
     torchrun = under_torchrun()
     run = train_torchrun if torchrun else train
-    commits = run(a.prepared, a.seed, a.home, a.cohort, a.workers, a.resume, a.reference, a.source_home, a.until,
-                  a.grow, a.reference_home)
+    commits = run(CohortRequest(prepared=a.prepared, seed_dir=a.seed, home=a.home, cohort=a.cohort, workers=a.workers,
+                                resume=a.resume, reference=a.reference, source_home=a.source_home, until=a.until,
+                                grow=a.grow, reference_home=a.reference_home))
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 prints
         for c in commits:
             print(json.dumps(c, sort_keys=True), flush=True)

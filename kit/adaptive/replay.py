@@ -74,7 +74,7 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
            scratch: str | None = None) -> dict:
     """Replay the window (PARENT, ROOT] of store `home`; returns and writes the replay record."""
     from kit.adaptive.continued_schema import job_contract
-    from kit.adaptive.train import train
+    from kit.adaptive.train import CohortRequest, train
     from kit.store.commits import read_commit
 
     h = Path(home)
@@ -109,9 +109,9 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
     ref_home = attempt.get("reference_home") or attempt.get("source_home") or home if reference else None
     t0 = time.perf_counter()
     try:
-        commits = train(str(prepared), pj["locations"]["seed"], str(scratch_home), cohort, workers,
-                        resume=parent, reference=reference, source_home=str(h), until=until,
-                        reference_home=ref_home)
+        commits = train(CohortRequest(str(prepared), pj["locations"]["seed"], str(scratch_home), cohort, workers,
+                                      resume=parent, reference=reference, source_home=str(h), until=until,
+                                      reference_home=ref_home))
     finally:
         seconds = time.perf_counter() - t0
     got = next(c for c in commits if c["cohort_step"] == until)

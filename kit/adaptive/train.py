@@ -1,4 +1,5 @@
-"""`kit adaptive train`: one cohort arm of the adaptive experiment on owned blocks only.
+"""`kit adaptive train`: one cohort arm of the adaptive experiment on owned blocks only, asked for by a
+`CohortRequest` (the CLI's options, notebook 11's parameters).
 
 The driver (this process) checks every input commitment, including the kit's own source, before
 any worker starts; creates an attempt record in the home that survives every outcome; prepares the
@@ -19,21 +20,80 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from kit.adaptive.bindings import (
-    TrainRefused,
-    _check_bindings,
-    _check_cohort,
-    check_a_trained,
-    check_inputs,
-)
+from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_cohort, check_inputs
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
+from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
 
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
+COHORTS = ("A", "B", "C")
 
 
-def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int) -> dict:
+@dataclass(frozen=True)
+class CohortRequest:
+    """One cohort arm of the adaptive experiment: what `kit adaptive train` and notebook 11 ask for.
+
+    Empty strings and `until=0` (a notebook's "not given") read as None."""
+
+    prepared: str  # the prepared job (`kit adaptive prepare` OUT)
+    seed_dir: str  # the seed it was prepared from
+    home: str  # the checkpoint store this arm commits into
+    cohort: str  # "A", "B" or "C" (continued learning)
+    workers: int  # local worker processes (under torchrun: WORLD_SIZE)
+    resume: str | None = None  # full root of a complete commit to continue from (None: from the seed)
+    reference: str | None = None  # cohorts B and C: full root of the frozen reference (the A endpoint)
+    source_home: str | None = None  # migration: the store holding `resume` (assigned objects are fetched)
+    until: int | None = None  # stop after this cohort step (None: the contract's endpoint)
+    grow: bool = False  # append the contract's identity blocks before training
+    reference_home: str | None = None  # the store holding `reference` (None: source_home, else home)
+    timeout_s: float = 1800  # the whole launch's deadline (seconds)
+
+    def __post_init__(self):
+        for name in ("prepared", "seed_dir", "home"):
+            value = getattr(self, name)
+            if not isinstance(value, (str, os.PathLike)) or not str(value):
+                raise TrainRefused(f"CohortRequest.{name} = {value!r}; expected a path")
+            object.__setattr__(self, name, str(value))
+        for name in ("resume", "reference", "source_home", "reference_home"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise TrainRefused(f"CohortRequest.{name} = {value!r}; expected a string or None")
+            object.__setattr__(self, name, str(value) if value not in (None, "") else None)
+        if self.cohort not in COHORTS:
+            raise TrainRefused(f"CohortRequest.cohort = {self.cohort!r}; expected one of {', '.join(COHORTS)}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise TrainRefused(f"CohortRequest.workers = {self.workers!r}; expected a positive int")
+        if self.until == 0:
+            object.__setattr__(self, "until", None)
+        if self.until is not None and (isinstance(self.until, bool) or not isinstance(self.until, int)
+                                       or self.until < 0):
+            raise TrainRefused(f"CohortRequest.until = {self.until!r}; expected a positive int or None")
+        if not isinstance(self.grow, bool):
+            raise TrainRefused(f"CohortRequest.grow = {self.grow!r}; expected True or False")
+
+    def for_job(self, pj: dict) -> CohortRequest:
+        """The request with the prepared job's defaults: cohort C starts from, and trains against, the
+        store of the bound phase-A endpoint (prepared.json `start.home`)."""
+        if self.cohort != "C":
+            return self
+        source_home = self.source_home or pj["start"]["home"]
+        return replace(self, source_home=source_home, reference_home=self.reference_home or source_home)
+
+    def start(self) -> SeedRef | CommitRef:
+        """Where training starts: the seed, or `resume` in `source_home` (migration) or `home`."""
+        return SeedRef(self.seed_dir) if self.resume is None else CommitRef(self.source_home or self.home,
+                                                                            self.resume)
+
+    def reference_ref(self) -> SeedRef | CommitRef:
+        """What the KL term compares against: the seed for cohort A, else the committed `reference`."""
+        if self.cohort == "A":
+            return SeedRef(self.seed_dir)
+        return CommitRef(self.reference_home or self.source_home or self.home, self.reference)
+
+
+def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int) -> dict:
     """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
     from kit.data.chat import encode_or_refuse, load_tokenizer
     from kit.data.conversations import read_jsonl
@@ -55,8 +115,7 @@ def _records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: 
 
 
 def adaptive_worker(group, args: dict, ctx) -> dict:
-    """Launcher/torchrun entry. args: prepared, seed_dir, home, cohort, layout, start, source_home,
-    reference, until, attempt_dir."""
+    """Launcher/torchrun entry; `args` is `worker_args`' plan (start and reference as kit.refs JSON)."""
     from kit.adaptive.continued_schema import job_contract
     from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
     from kit.engine.migration import open_start, open_start_over_group, reference_over_group
@@ -76,19 +135,23 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     tr = contract["training"]
     cohort = args["cohort"]
     layout = Layout.from_json(args["layout"])
-    start_spec = {"seed_dir": args["seed_dir"]} if args["start"].get("seed") else args["start"]
+    start_ref = ref_from_json(args["start"], "worker argument 'start'")
     fetch = reference_fetch = None
-    if args.get("over_group"):  # hosts without a shared filesystem (kit/adaptive/torchrun.py)
-        start, fetch = open_start_over_group(group, args["home"], layout, start_spec["root"],
-                                             args["migration_source"], ctx)
+    if isinstance(start_ref, PeerCommitRef):  # hosts without a shared filesystem (kit/adaptive/torchrun.py)
+        start, fetch = open_start_over_group(group, args["home"], layout, start_ref.root, start_ref.source, ctx)
         fetched = fetch["received"]
+    elif isinstance(start_ref, CommitRef):  # from another store: its assigned objects are migrated first
+        migrate_from = start_ref.home if start_ref.home != args["home"] else None
+        start, fetched = open_start(group, args["home"], layout, {"root": start_ref.root}, migrate_from, ctx)
     else:
-        start, fetched = open_start(group, args["home"], layout, start_spec, args.get("source_home"), ctx)
-    reference = args["reference"]
-    if reference.get("over_group"):
-        reference, reference_fetch = reference_over_group(group, reference["source"], args["home"], layout,
-                                                          reference["root"])
-    data = _records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
+        start, fetched = open_start(group, args["home"], layout, start_ref.to_json(), None, ctx)
+    reference_ref = ref_from_json(args["reference"], "worker argument 'reference'")
+    if isinstance(reference_ref, PeerCommitRef):
+        reference, reference_fetch = reference_over_group(group, reference_ref.source, args["home"], layout,
+                                                          reference_ref.root)
+    else:
+        reference = reference_ref.to_json()
+    data = records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
     from kit.adaptive.ownership import memory_model_of
 
     docs = contract["cohorts"][cohort]["documents_per_update"]
@@ -170,100 +233,88 @@ class _RankStats:
         return rows
 
 
-def _checked_contract(prepared_p: Path, cohort: str, resume: str | None, reference: str | None,
-                      grow: bool = False) -> tuple[dict, dict]:
+def checked_job(request: CohortRequest) -> tuple[CohortRequest, dict, dict]:
     """Shared by the local and torchrun paths: every input commitment and the kit's source, the
-    contract (adaptive or continued), the cohort name, and a later cohort's --reference/--resume.
-    Returns (contract view, prepared.json)."""
+    contract (adaptive or continued), the cohort name, and a later cohort's reference and resume.
+    Returns (the request with the job's defaults, contract view, prepared.json)."""
     from kit.adaptive.continued_schema import job_contract
 
-    check_inputs(prepared_p)  # before anything else: source or input changes fail here, naming the file
-    pj = load_json_strict(prepared_p / "prepared.json")
+    prepared = Path(request.prepared)
+    check_inputs(prepared)  # before anything else: source or input changes fail here, naming the file
+    pj = load_json_strict(prepared / "prepared.json")
     contract = job_contract(pj)
-    _check_cohort(pj, contract, cohort, resume, reference, grow)
-    return contract, pj
+    check_cohort(pj, contract, request.cohort, request.resume, request.reference, request.grow)
+    return request.for_job(pj), contract, pj
 
 
-def _worker_args(prepared_p: Path, seed_dir: str, home: str, cohort: str, workers: int, start: dict,
-                 source_home: str | None, reference: str | None, reference_home: str | None,
-                 until: int | None, attempt_dir: Path, layers: int) -> dict:
-    """The workers' arguments (`adaptive_worker`), the same for both launch paths; the layout is the
-    planner's from the prepared ownership manifest (`_training_layout`)."""
-    ref_spec = {"seed_dir": seed_dir} if cohort == "A" else {"home": reference_home or source_home or home,
-                                                              "root": reference}
-    return {"prepared": str(prepared_p), "seed_dir": seed_dir, "home": home, "cohort": cohort,
-            "layout": _training_layout(prepared_p, layers, workers).to_json(), "start": start,
-            "source_home": source_home, "reference": ref_spec, "until": until,
+def worker_args(request: CohortRequest, start: Ref, reference: Ref, layers: int, attempt_dir: Path) -> dict:
+    """The one plan both launch paths hand `adaptive_worker`: the request's paths and cohort, the
+    planner's layout from the prepared ownership manifest (`training_layout`) for the student's depth,
+    the start and reference (kit.refs JSON) and the attempt folder."""
+    return {"prepared": request.prepared, "seed_dir": request.seed_dir, "home": request.home,
+            "cohort": request.cohort, "layout": training_layout(Path(request.prepared), layers,
+                                                                request.workers).to_json(),
+            "start": start.to_json(), "reference": reference.to_json(), "until": request.until,
             "attempt_dir": str(attempt_dir), "timeout_s": WORKER_TIMEOUT_S}
 
 
-def _layers(seed_dir: str, home: str, source_home: str | None, resume: str | None) -> int:
-    """The student's depth: the resumed commit's (a grown commit is deeper than the seed), else the seed's."""
-    if resume:
+def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
+    """The student's depth: commit `root`'s in `home` (a grown commit is deeper than the seed), else the seed's."""
+    if root:
         from kit.store.start import start_from_commit
 
-        return start_from_commit(source_home or home, resume).shape.num_hidden_layers
+        return start_from_commit(home, root).shape.num_hidden_layers
     from kit.model.config import load_config
 
     return load_config(seed_dir).num_hidden_layers
 
 
-def _attempt_record(attempt: str, cohort: str, workers: int, resume, reference, source_home, until, grow,
-                    prepared_p: Path, pj: dict, reference_home=None) -> dict:
-    return {"attempt": attempt, "cohort": cohort, "workers": workers, "resume": resume, "reference": reference,
-            "source_home": source_home, "reference_home": reference_home, "until": until, "grow": grow,
-            "prepared": str(prepared_p), "prepared_job_digest": pj["job_digest"],
-            "started_at": time.time(), "status": "running", "error": None, "commits": []}
+def attempt_record(request: CohortRequest, attempt: str, pj: dict) -> dict:
+    """The attempt record as it starts (docs/formats.md, `attempt.json`): the request and the job's digest."""
+    fields = {k: v for k, v in asdict(request).items() if k not in ("seed_dir", "home", "timeout_s")}
+    return {**fields, "attempt": attempt, "prepared_job_digest": pj["job_digest"], "started_at": time.time(),
+            "status": "running", "error": None, "commits": []}
 
 
-def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, resume: str | None = None,
-          reference: str | None = None, source_home: str | None = None, until: int | None = None,
-          grow: bool = False, reference_home: str | None = None, timeout_s: float = 1800) -> list[dict]:
-    """The CLI driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
+def train(request: CohortRequest) -> list[dict]:
+    """The local driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
     from kit.distributed.group import under_torchrun
     from kit.distributed.launch import launch
 
     if under_torchrun():
         raise TrainRefused("this process runs under torchrun (RANK and WORLD_SIZE are set): call "
                            "kit.adaptive.torchrun.train_torchrun (the CLI does) instead of the local launcher")
-    prepared_p = Path(prepared)
-    contract, pj = _checked_contract(prepared_p, cohort, resume, reference, grow)
-    if cohort == "C":  # the continued cohort's start state and reference: the bound phase-A endpoint's store
-        source_home = source_home or pj["start"]["home"]
-        reference_home = reference_home or source_home
-    _check_bindings(prepared_p, pj, contract, seed_dir, home, cohort, resume, reference, source_home,
-                    reference_home)
-    home_p = Path(home)
+    request, contract, pj = checked_job(request)
+    r = request
+    prepared_p = Path(r.prepared)
+    check_bindings(prepared_p, pj, contract, r.seed_dir, r.home, r.cohort, r.resume, r.reference, r.source_home,
+                   r.reference_home)
+    home_p = Path(r.home)
     home_p.mkdir(parents=True, exist_ok=True)
     attempt = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     attempt_dir = home_p / "attempts" / attempt
     attempt_dir.mkdir(parents=True)
-    record = _attempt_record(attempt, cohort, workers, resume, reference, source_home, until, grow, prepared_p,
-                             pj, reference_home)
+    record = attempt_record(r, attempt, pj)
     write_canonical_json(attempt_dir / "attempt.json", record)
     try:
-        if source_home:  # the lineage's update logs travel with the migrated state
+        if r.source_home:  # the lineage's update logs travel with the migrated state
             import shutil
 
-            for log in sorted(Path(source_home).glob("attempts/*/*updates.jsonl")):
+            for log in sorted(Path(r.source_home).glob("attempts/*/*updates.jsonl")):
                 shutil.copyfile(log, attempt_dir / f"inherited-{log.parent.name}-{log.name}")
-        if cohort == "B":
-            a_home = reference_home or source_home or home
-            check_a_trained(a_home, prepared_p, contract["endpoints"]["A"])
-        start = {"seed": True} if resume is None else {"root": resume}
-        if grow:
-            start = {"root": _grow_into(home, source_home, resume, contract)}
-            source_home = None
-            layers = _layers(seed_dir, home, None, start["root"])
-        else:
-            layers = _layers(seed_dir, home, source_home, resume)
-        args = _worker_args(prepared_p, seed_dir, home, cohort, workers, start, source_home, reference,
-                            reference_home, until, attempt_dir, layers)
-        results = launch(adaptive_worker, args, workers, attempt_dir / "workers",
-                         timeout_s=timeout_s, progress_total=until or contract["endpoints"][cohort],
-                         desc=f"cohort {cohort} ({workers} workers)")
+        if r.cohort == "B":
+            check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, contract["endpoints"]["A"])
+        start = r.start()
+        if r.grow:  # the grown commit is whole in `home`: nothing to migrate
+            start = CommitRef(r.home, grow_into(r.home, r.source_home, r.resume, contract))
+        layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
+            student_layers(r.seed_dir, None, None)
+        args = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
+        results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers",
+                         timeout_s=r.timeout_s, progress_total=r.until or contract["endpoints"][r.cohort],
+                         desc=f"cohort {r.cohort} ({r.workers} workers)")
         record.update(status="completed", commits=results[0]["commits"],
-                      fetched_bytes=[r["fetched_bytes"] for r in results])
+                      fetched_bytes=[res["fetched_bytes"] for res in results])
         return results[0]["commits"]
     except BaseException as e:
         record.update(status="aborted" if isinstance(e, KeyboardInterrupt) else "failed",
@@ -274,7 +325,7 @@ def train(prepared: str, seed_dir: str, home: str, cohort: str, workers: int, re
         write_canonical_json(attempt_dir / "attempt.json", record)
 
 
-def _training_layout(prepared: Path, layers: int, workers: int):
+def training_layout(prepared: Path, layers: int, workers: int):
     """The planner's layout from the prepared ownership manifest when it has one for (workers, depth),
     whatever split the planner chose; an even split otherwise (a worker count the contract never planned)."""
     from kit.adaptive.ownership import planned_layout
@@ -283,7 +334,7 @@ def _training_layout(prepared: Path, layers: int, workers: int):
     return planned_layout(prepared, layers, workers) or even_layout(layers, workers)
 
 
-def _grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:
+def grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:
     """Bring `root` into `home` (all objects: this store grows the whole model) and append blocks."""
     from kit.adaptive.growth import grow_commit
     from kit.store import commits

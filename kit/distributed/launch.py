@@ -179,9 +179,11 @@ def _root_cause(reports: list[dict]) -> dict:
 
 def _worker_main(entry: str, args_path: str) -> int:
     from kit import numerics
+
+    # first, before this worker imports torch: its roots must not depend on the CPU (kit/numerics.py)
+    numerics.apply(threads=int(os.environ.get("KIT_THREADS", "1")))
     from kit.distributed.group import join, leave
 
-    numerics.apply(threads=int(os.environ.get("KIT_THREADS", "1")))  # before the worker computes anything: its roots must not depend on the CPU
     run_dir = Path(os.environ["KIT_RUN_DIR"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ctx = WorkerContext(rank, world, run_dir)

@@ -286,10 +286,10 @@ def gpus() -> list[dict]:
 
 
 def declared_numeric_profile() -> dict:
-    """The profile a notebook kernel started from this process runs under: `import kit` set these
-    variables here and the kernel inherits them; kit.numerics.apply() in the kernel refuses to compute
-    when they did not take effect. (torch is not imported here.)"""
-    return {"name": kit.NUMERIC_PROFILE, "environment": {k: os.environ.get(k) for k in kit.NUMERIC_ENV}}
+    """The profile a notebook kernel started by the runner runs under: the kernel calls
+    kit.numerics.apply() before its first cell (kit/evidence/runtime.py), which sets these variables
+    or refuses to compute. (torch is not imported here.)"""
+    return {"name": kit.NUMERIC_PROFILE, "environment": dict(kit.NUMERIC_ENV)}
 
 
 def device_info() -> dict:

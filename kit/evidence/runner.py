@@ -28,7 +28,13 @@ from kit.environ import temporary_environ
 from kit.evidence import records
 from kit.evidence.parameters import check_parameters
 from kit.evidence.records import RunRecord, RunRecordError
-from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, kernel_pythonpath, quiet_kernels
+from kit.evidence.runtime import (
+    KERNEL_LOG_NAME,
+    ensure_runtime,
+    kernel_pythonpath,
+    profiled_kernels,
+    quiet_kernels,
+)
 
 EXTRA_KEYS = frozenset({"contract_digest", "input_digests", "notes"})
 PLAN_KEYS = frozenset({"notebook", "run_id", "parameters", "extra"})
@@ -193,7 +199,8 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
     output = run_dir / notebook.name
     started = records.utc_now()
     interrupted = None
-    with _kernel_environment(run_dir), quiet_kernels(run_dir / KERNEL_LOG_NAME):  # warnings: run_dir/kernel.log
+    # warnings: run_dir/kernel.log; the kernel computes under the numeric profile from its start
+    with _kernel_environment(run_dir), quiet_kernels(run_dir / KERNEL_LOG_NAME), profiled_kernels():
         try:
             status, error = _execute(notebook, output, params, kernel_name, log_output)
         except KeyboardInterrupt as e:  # record the arm as aborted by the operator, then stop

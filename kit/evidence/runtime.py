@@ -100,6 +100,36 @@ def kernel_pythonpath() -> str:
     return os.pathsep.join(parts)
 
 
+# Run by every kernel that executes a kit notebook, before its first cell: the notebook's digests and
+# roots are then computed under the numeric profile (kit/numerics.py), whatever the cells import first.
+KERNEL_PROFILE_LINE = "import kit.numerics; kit.numerics.apply()"
+
+
+def profiled_command(cmd: list[str]) -> list[str]:
+    """An IPython kernel's command line with the numeric profile applied at its start (IPKernelApp's
+    exec_lines run before any cell and take no execution count); another kernel's, unchanged."""
+    if not any("ipykernel" in part for part in cmd):
+        return list(cmd)
+    return [*cmd, f"--IPKernelApp.exec_lines={KERNEL_PROFILE_LINE}"]
+
+
+@contextlib.contextmanager
+def profiled_kernels():
+    """Every Jupyter kernel started in the block applies the numeric profile before its first cell."""
+    from jupyter_client.provisioning import local_provisioner  # the launcher every local kernel goes through
+
+    original = local_provisioner.launch_kernel
+
+    def launch_kernel(cmd, **kw):
+        return original(profiled_command(cmd), **kw)
+
+    local_provisioner.launch_kernel = launch_kernel
+    try:
+        yield
+    finally:
+        local_provisioner.launch_kernel = original
+
+
 KERNEL_LOG_NAME = "kernel.log"  # in a run folder (kit run, kit batch, the demo) or a report folder
 
 

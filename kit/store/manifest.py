@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kit.digest import sha256_json
+from kit.digest import require_numeric_profile, sha256_json
 from kit.store.objects import StoreError, check_digest
 
 FORMAT = "kit-checkpoint/1"
@@ -154,10 +154,12 @@ def _validate_parent(parent: Any, source: str) -> None:
 
 
 def learned_state_root(learned_state: dict) -> str:
+    require_numeric_profile("learned-state root")
     return sha256_json(learned_state)
 
 
 def full_root(learned_state_root: str, layout: dict, parent: str | None, rng: list[str]) -> str:
+    require_numeric_profile("full root")
     return sha256_json(
         {"learned_state_root": learned_state_root, "layout": layout, "parent": parent, "rng": rng}
     )

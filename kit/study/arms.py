@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -43,6 +44,7 @@ from kit.engine.session import Session
 from kit.environ import temporary_environ
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
+from kit.refs import CommitRef, SeedRef, ref_from_json
 from kit.store import commits
 from kit.store.start import start_from_commit, start_from_seed
 from kit.study.compression_state import (
@@ -69,6 +71,53 @@ class DeadlineExceeded(RuntimeError):
 
 class ArmRefused(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class ArmRequest:
+    """One arm of the study: what `kit study arm` and notebook 20 ask for. Empty strings and zeros (a
+    notebook's "not given") read as None."""
+
+    study_dir: str  # the prepared study (`kit study prepare` OUT)
+    arm: str  # the contract's arm name: "single", "dense" or "powersgd"
+    seed_dir: str  # the seed the study was prepared from
+    resume: str | None = None  # full root of a commit in this arm's store to continue from (None: the seed)
+    until: int | None = None  # stop after this update (None: the contract's last; earlier stops are partial)
+    seconds_per_update: float | None = None  # a measured per-update time for the projection (None: the contract's)
+    threads: int = 1  # torch threads per worker
+    compile_blocks: str = "auto"  # "auto": torch.compile the blocks on CUDA (never on CPU); "off": eager
+
+    def __post_init__(self):
+        for name in ("study_dir", "seed_dir"):
+            value = getattr(self, name)
+            if not isinstance(value, (str, os.PathLike)) or not str(value):
+                raise ArmRefused(f"ArmRequest.{name} = {value!r}; expected a path")
+            object.__setattr__(self, name, str(value))
+        if not isinstance(self.arm, str) or not self.arm:
+            raise ArmRefused(f"ArmRequest.arm = {self.arm!r}; expected an arm name of the contract")
+        if self.resume is not None and not isinstance(self.resume, str):
+            raise ArmRefused(f"ArmRequest.resume = {self.resume!r}; expected a full root or None")
+        for name in ("resume", "until", "seconds_per_update"):
+            if getattr(self, name) in ("", 0):
+                object.__setattr__(self, name, None)
+        if self.until is not None and (isinstance(self.until, bool) or not isinstance(self.until, int)):
+            raise ArmRefused(f"ArmRequest.until = {self.until!r}; expected an int or None")
+        if self.seconds_per_update is not None and (isinstance(self.seconds_per_update, bool) or not isinstance(
+                self.seconds_per_update, (int, float)) or self.seconds_per_update <= 0):
+            raise ArmRefused(f"ArmRequest.seconds_per_update = {self.seconds_per_update!r}; expected seconds > 0")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ArmRefused(f"ArmRequest.threads = {self.threads!r}; expected a positive int")
+        if self.compile_blocks not in ("auto", "off"):
+            raise ArmRefused(f"ArmRequest.compile_blocks = {self.compile_blocks!r}; expected 'auto' or 'off'")
+
+    @property
+    def home(self) -> str:
+        """The arm's checkpoint store (STUDY/arms/<arm>/home)."""
+        return str(arm_dir(self.study_dir, self.arm) / "home")
+
+    def start(self) -> SeedRef | CommitRef:
+        """Where the arm starts: the seed, or `resume` in the arm's store."""
+        return SeedRef(self.seed_dir) if self.resume is None else CommitRef(self.home, self.resume)
 
 
 # --- worker ---------------------------------------------------------------------------------
@@ -157,7 +206,7 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
     compiling from an empty cache (own_compile_cache: the first update then does
     not find the compile of an arm that ran on this host before).
 
-    args: arm, reduction, study_dir, seed_dir, home, resume_root|None, until, commit_every,
+    args: arm, reduction, study_dir, home, start (kit.refs JSON), until, commit_every,
     contract (the study contract's data: engine and optimizer via kit.study.schema), compile_blocks,
     powersgd {...}|None, max_tokens, deadline_at (epoch seconds), device, timeout_s."""
     with own_compile_cache() as cache:
@@ -171,8 +220,7 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
     schedule = load_json_strict(study / PREPARED_DIR / "schedule.json")["updates"]
     world, rank, device = group.world, group.rank, group.device
     home = args["home"]
-    start = (start_from_commit(home, args["resume_root"]) if args.get("resume_root")
-             else start_from_seed(args["seed_dir"]))
+    start = open_ref(ref_from_json(args["start"], "worker argument 'start'"))
     local = Group(0, 1, device, group.timeout_s)  # one pipeline stage: this replica holds the whole model
     layout = Layout(((0, start.shape.num_hidden_layers),))
     engine_cfg = engine_config(args["contract"], compile_blocks=args["compile_blocks"])
@@ -290,11 +338,14 @@ def spent_usd(study_dir: str | os.PathLike) -> float:
     return total
 
 
-def named_shapes(seed_or_home: dict) -> dict[str, tuple[int, ...]]:
-    start = (start_from_commit(seed_or_home["home"], seed_or_home["root"]) if "root" in seed_or_home
-             else start_from_seed(seed_or_home["seed_dir"]))
+def open_ref(ref: SeedRef | CommitRef):
+    """The engine's start state for a seed or a commit of this host's store."""
+    return start_from_commit(ref.home, ref.root) if isinstance(ref, CommitRef) else start_from_seed(ref.seed_dir)
+
+
+def named_shapes(ref: SeedRef | CommitRef) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):
-        model = LlamaCausalLM(start.shape)
+        model = LlamaCausalLM(open_ref(ref).shape)
     return {n: tuple(p.shape) for n, p in model.named_parameters()}
 
 
@@ -324,24 +375,21 @@ def _write_attempt(study_dir: Path, record: dict) -> dict:
     return record
 
 
-def run_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.PathLike, *,
-            resume_root: str | None = None, until: int | None = None, seconds_per_update: float | None = None,
-            cuda_devices: int | None = None, threads: int = 1, compile_blocks: str = "auto",
-            now: float | None = None) -> dict:
-    """Admit, run and record one arm; returns its record (also for unavailable and rejected arms)."""
-    admitted = admit_arm(study_dir, arm_name, seed_dir, resume_root=resume_root, until=until,
-                         seconds_per_update=seconds_per_update, cuda_devices=cuda_devices,
-                         compile_blocks=compile_blocks, now=now)
+def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float | None = None) -> dict:
+    """Admit, run and record one arm; returns its record (also for unavailable and rejected arms).
+    `cuda_devices` (None: counted) and `now` (None: the clock) describe the host, not the request."""
+    admitted = admit_arm(request, cuda_devices=cuda_devices, now=now)
     if "status" in admitted:  # unavailable or rejected: written, never launched
         return admitted
     record, args, contract = admitted["record"], admitted["args"], admitted["contract"]
-    study_dir, spec = Path(study_dir), admitted["spec"]
+    study_dir, arm_name, spec = Path(request.study_dir), request.arm, admitted["spec"]
     before = interface_counters_or_none()
     started = time.time()
     record["started_at"] = started
     try:
         results = launch(arm_worker, args, spec["workers"], arm_dir(study_dir, arm_name) / "run",
-                         timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S, threads=threads)
+                         timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S,
+                         threads=request.threads)
         status, reason = finished_status(record["until"], contract)
     except WorkerFailure as e:
         results, status, reason = None, "failed", str(e)
@@ -376,14 +424,13 @@ def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | No
     return _write_attempt(Path(study_dir), record)
 
 
-def admit_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.PathLike, *,
-              resume_root: str | None = None, until: int | None = None, seconds_per_update: float | None = None,
-              cuda_devices: int | None = None, compile_blocks: str = "auto", now: float | None = None,
+def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float | None = None,
               write: bool = True) -> dict:
     """Every check before an arm runs. Returns the written record of an unavailable or rejected arm,
     or {"record", "args", "contract", "spec"} for one that may run (with `write`, the study clock
     starts). Raises ArmRefused for a request that is wrong."""
-    study_dir = Path(study_dir)
+    study_dir, arm_name, seed_dir, resume_root = Path(request.study_dir), request.arm, request.seed_dir, request.resume
+    seconds_per_update, until = request.seconds_per_update, request.until
     prepared, contract, prepared_digest = load_prepared(study_dir)
     if (study_dir / FREEZE_FILE).exists():
         raise ArmRefused(f"{study_dir / FREEZE_FILE}: candidates were frozen for final-test scoring; no arm may "
@@ -409,14 +456,14 @@ def admit_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Pa
         return _write_attempt(study_dir, rec) if write else rec
     check_seed(prepared, seed_dir)
     check_source(prepared, study_dir / PREPARED_DIR / "prepared.json")
-    source = {"home": str(home), "root": resume_root} if resume_root else {"seed_dir": str(seed_dir)}
-    first = start_from_commit(str(home), resume_root).step if resume_root else 0
+    start = request.start()
+    first = open_ref(start).step if resume_root else 0
     if resume_root and spec["reduction"] == "powersgd":
         for rank in range(spec["workers"]):  # refused here, before any process starts
             read_compression_record(home, resume_root, rank, spec["workers"])
     if first >= until:
         raise ArmRefused(f"resume root {resume_root} is at step {first}; nothing to run up to --until {until}")
-    shapes = named_shapes(source)
+    shapes = named_shapes(start)
     given = seconds_per_update is not None
     spu = seconds_per_update if given else contract["projection"]["seconds_per_update"][arm_name]
     every = contract["training"]["commit_every"]
@@ -434,9 +481,9 @@ def admit_arm(study_dir: str | os.PathLike, arm_name: str, seed_dir: str | os.Pa
         write_canonical_json(study_dir / "arms" / "clock.json", {"started_at": now})
     deadline_at = proj["deadline_at"]
     home.mkdir(parents=True, exist_ok=True)
-    args = {"arm": arm_name, "reduction": spec["reduction"], "study_dir": str(study_dir), "seed_dir": str(seed_dir),
-            "home": str(home), "resume_root": resume_root, "until": until, "commit_every": every,
-            "contract": contract.data, "compile_blocks": compile_blocks, "max_tokens": contract["data"]["max_tokens"],
+    args = {"arm": arm_name, "reduction": spec["reduction"], "study_dir": str(study_dir), "home": str(home),
+            "start": start.to_json(), "until": until, "commit_every": every,
+            "contract": contract.data, "compile_blocks": request.compile_blocks, "max_tokens": contract["data"]["max_tokens"],
             "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
             "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"]}
     return {"record": record, "args": args, "contract": contract, "spec": spec}

@@ -21,20 +21,20 @@ def cmd_prepare(a) -> int:
 
 def cmd_arm(a) -> int:
     from kit.distributed.group import under_torchrun
-    from kit.study.arms import run_arm
+    from kit.study.arms import ArmRequest, run_arm
     from kit.study.hosts import run_arm_torchrun
     from kit.study.measurement import arm_summary_json
 
     if under_torchrun():  # one process per host; rank 0 writes the records and prints
-        record = run_arm_torchrun(a.study, a.name, a.seed, until=a.until, seconds_per_update=a.seconds_per_update,
-                                  compile_blocks=a.compile, resume_root=a.resume)
+        record = run_arm_torchrun(ArmRequest(a.study, a.name, a.seed, resume=a.resume, until=a.until,
+                                             seconds_per_update=a.seconds_per_update, compile_blocks=a.compile))
         from kit.distributed.group import exit_torchrun_worker
 
         if record is not None:
             print(arm_summary_json(record))
         exit_torchrun_worker(1 if record is not None and record["status"] == "failed" else 0)
-    record = run_arm(a.study, a.name, a.seed, resume_root=a.resume, until=a.until,
-                     seconds_per_update=a.seconds_per_update, threads=a.threads, compile_blocks=a.compile)
+    record = run_arm(ArmRequest(a.study, a.name, a.seed, resume=a.resume, until=a.until,
+                                seconds_per_update=a.seconds_per_update, threads=a.threads, compile_blocks=a.compile))
     print(arm_summary_json(record))
     if record["status"] == "failed":
         print(f"kit study arm: arm {a.name!r} failed: {record['reason']}", file=sys.stderr)

@@ -37,6 +37,7 @@ from kit.distributed.launch import WorkerContext
 from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.study.arms import (
     ArmRefused,
+    ArmRequest,
     admit_arm,
     arm_dir,
     arm_worker,
@@ -51,31 +52,28 @@ def _gather(group, obj: dict, what: str) -> list[dict]:
     return [loads_strict(b, what) for b in group.allgather_bytes(canonical_json(obj))]
 
 
-def run_arm_torchrun(study_dir, arm_name: str, seed_dir, *, until: int | None = None,
-                     seconds_per_update: float | None = None, compile_blocks: str = "auto",
-                     resume_root: str | None = None) -> dict | None:
-    """This process is one rank of a torchrun group running `arm_name`. Returns the arm record on
+def run_arm_torchrun(request: ArmRequest) -> dict | None:
+    """This process is one rank of a torchrun group running `request.arm`. Returns the arm record on
     rank 0 (None on the others)."""
-    study_dir = Path(study_dir)
+    study_dir, arm_name = Path(request.study_dir), request.arm
     world = int(os.environ["WORLD_SIZE"])
     _, contract, prepared_digest = load_prepared(study_dir)
     spec = arm_spec(contract, arm_name)
     if world != spec["workers"]:
         raise ArmRefused(f"arm {arm_name!r} has {spec['workers']} worker(s) (contract field 'arms'); torchrun "
                          f"started WORLD_SIZE={world} processes")
-    if resume_root and world > 1:
+    if request.resume and world > 1:
         raise ArmRefused("--resume under torchrun across hosts: only rank 0's host holds the arm's commits; "
                          "run the resumed arm where every rank's home holds the root")
     group = join(device=contract["device"], timeout_s=float(contract["collective_timeout_s"]))
     try:
-        return _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, until,
-                    seconds_per_update, compile_blocks, resume_root)
+        return _run(group, request, spec, contract, prepared_digest)
     finally:
         leave()
 
 
-def _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, until, seconds_per_update,
-         compile_blocks, resume_root):
+def _run(group, request: ArmRequest, spec, contract, prepared_digest):
+    study_dir, arm_name = Path(request.study_dir), request.arm
     rank, world = group.rank, group.world
     host = socket.gethostname()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -90,12 +88,10 @@ def _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, 
     # Availability across hosts: every rank needs one GPU of its own host (one process per GPU).
     cuda_devices = spec["workers"] if all(p["gpus"] >= p["local_world"] for p in peers) else \
         min(p["gpus"] for p in peers)
-    kw = {"resume_root": resume_root, "until": until, "seconds_per_update": seconds_per_update,
-          "cuda_devices": cuda_devices, "compile_blocks": compile_blocks}
     decision = None
     if rank == 0:
         try:
-            admitted = admit_arm(study_dir, arm_name, seed_dir, **kw)
+            admitted = admit_arm(request, cuda_devices=cuda_devices)
             decision = ({"run": False, "record": admitted} if "status" in admitted else
                         {"run": True, "deadline_at": admitted["args"]["deadline_at"], "now": time.time()})
         except ArmRefused as e:
@@ -108,7 +104,7 @@ def _run(group, study_dir, arm_name, seed_dir, spec, contract, prepared_digest, 
     if rank == 0:
         record, args = admitted["record"], admitted["args"]
     else:
-        mine = admit_arm(study_dir, arm_name, seed_dir, write=False, now=decision["now"], **kw)
+        mine = admit_arm(request, cuda_devices=cuda_devices, write=False, now=decision["now"])
         if "status" in mine:
             raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {mine['status']} here: {mine['reason']}")
         record, args = mine["record"], mine["args"]

@@ -26,7 +26,7 @@ from test_engine import OPT
 
 from kit.adaptive import prepare as prep
 from kit.adaptive.bindings import TrainRefused
-from kit.adaptive.train import _records_for_cohort
+from kit.adaptive.train import records_for_cohort
 from kit.data.conversations import Conversation, Message, RecordError, synthetic_conversations, write_jsonl
 from kit.digest import sha256_file, write_canonical_json
 from kit.distributed.group import Group
@@ -145,7 +145,7 @@ def test_non_llama_config_stops_preparation(base, seed_copy, tmp_path):
 
 
 def _prepared_with(tmp_path: Path, conversations: list[Conversation]) -> Path:
-    """The part of a prepared job `_records_for_cohort` reads: prepared.json, schedule.json, one role file."""
+    """The part of a prepared job `records_for_cohort` reads: prepared.json, schedule.json, one role file."""
     prepared = tmp_path / "prepared"
     (prepared / "roles").mkdir(parents=True)
     sha = write_jsonl(prepared / "roles" / "A.new.jsonl", conversations)
@@ -162,15 +162,15 @@ def test_oversized_record_refused_before_the_first_update(base, tmp_path):
              Conversation("too-long", (Message("user", "count " * 200), Message("assistant", "ok")), "synthetic")]
     prepared = _prepared_with(tmp_path, convs)
     with pytest.raises(TrainRefused, match=re.escape(f"{prepared}: record 'too-long' exceeds max_tokens=64")):
-        _records_for_cohort(prepared, "A", str(base["seed"]), 64)
-    assert set(_records_for_cohort(prepared, "A", str(base["seed"]), 4096)["encoded"]) == {"short", "too-long"}
+        records_for_cohort(prepared, "A", str(base["seed"]), 64)
+    assert set(records_for_cohort(prepared, "A", str(base["seed"]), 4096)["encoded"]) == {"short", "too-long"}
 
 
 def test_tokenizer_without_chat_template_refused_before_the_first_update(base, seed_copy, tmp_path):
     prepared = _prepared_with(tmp_path, [Conversation("a", (Message("user", "hi"), Message("assistant", "ok")), "s")])
     _no_chat_template(seed_copy)
     with pytest.raises(ValueError, match=re.escape(str(seed_copy)) + ": tokenizer has no chat template"):
-        _records_for_cohort(prepared, "A", str(seed_copy), 64)
+        records_for_cohort(prepared, "A", str(seed_copy), 64)
 
 
 def test_malformed_role_record_behind_a_matching_digest_is_refused(base, tmp_path):
@@ -182,7 +182,7 @@ def test_malformed_role_record_behind_a_matching_digest_is_refused(base, tmp_pat
     pj["roles"]["A.new"]["sha256"] = sha256_file(role)
     write_canonical_json(prepared / "prepared.json", pj)
     with pytest.raises(RecordError, match=re.escape(f"{role}:1: message 1 is an empty assistant turn")):
-        _records_for_cohort(prepared, "A", str(base["seed"]), 64)
+        records_for_cohort(prepared, "A", str(base["seed"]), 64)
 
 
 # -- a worker building its stage from a seed ------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from kit.adaptive.selection import (
     open_final_roles,
     write_selection,
 )
-from kit.adaptive.train import adaptive_worker, train
+from kit.adaptive.train import CohortRequest, adaptive_worker, train
 from kit.data.conversations import read_jsonl, synthetic_conversations, write_jsonl
 from kit.digest import DigestMismatch, load_json_strict, sha256_file, write_canonical_json
 from kit.provenance import CommitmentMismatch, check_commitments, kit_package_dir
@@ -88,7 +88,7 @@ def restore():
 def _refused_before_training(job, tmp_path, match: str) -> None:
     home = tmp_path / "home"
     with pytest.raises(CommitmentMismatch, match=match):
-        train(str(job["out"]), str(job["seed"]), str(home), "A", 2)
+        train(CohortRequest(str(job["out"]), str(job["seed"]), str(home), "A", 2))
     assert not home.exists()  # no attempt record, no store, no worker
 
 
@@ -278,11 +278,11 @@ def test_one_changed_byte_in_any_kit_source_file(job, tmp_path):
 TRAIN_WITH_THIS_KIT = r"""
 import sys
 import kit
-from kit.adaptive.train import train
+from kit.adaptive.train import CohortRequest, train
 from kit.provenance import CommitmentMismatch
 print(kit.__file__)
 try:
-    train(sys.argv[1], sys.argv[2], sys.argv[3], "A", 2)
+    train(CohortRequest(sys.argv[1], sys.argv[2], sys.argv[3], "A", 2))
 except CommitmentMismatch as e:
     print("REFUSED", e)
 """

@@ -1,0 +1,69 @@
+"""The kit's public Python API: what a notebook or a script uses, re-exported by `kit` on first use.
+
+        numerics.apply()  # first: digests and roots refuse before the numeric profile is in force
+    import kit
+    kit.build_seed(...); kit.prepare_adaptive(...); kit.train_cohort(kit.CohortRequest(...))
+
+Per experiment the same steps: prepare, train (a typed run request), evaluate, select (the study
+freezes its candidates), gates (the study's screens). Importing this module imports torch (the
+drivers need it); `import kit` alone imports nothing heavy."""
+
+from kit.adaptive.continued import continued_gates, prepare_continued
+from kit.adaptive.continued_schema import load_continued_contract
+from kit.adaptive.evaluation import evaluate as evaluate_adaptive
+from kit.adaptive.evaluation import gates as adaptive_gates
+from kit.adaptive.prepare import prepare as prepare_adaptive
+from kit.adaptive.schema import load_adaptive_contract
+from kit.adaptive.selection import write_selection as select_adaptive
+from kit.adaptive.torchrun import train_torchrun as train_cohort_torchrun
+from kit.adaptive.train import CohortRequest
+from kit.adaptive.train import train as train_cohort
+from kit.contract import Contract, ContractError
+from kit.distributed.group import Group
+from kit.distributed.launch import launch
+from kit.distributed.pipeline import EngineConfig
+from kit.engine.session import Session
+from kit.engine.worker import build_worker
+from kit.evidence.records import RunRecord, record_inputs, record_metric, record_roots
+from kit.evidence.runner import run_batch, run_notebook
+from kit.model.config import LlamaShape, load_config
+from kit.model.llama import LlamaCausalLM
+from kit.model.shard import Layout, even_layout
+from kit.refs import CommitRef, PeerCommitRef, SeedRef
+from kit.seed.build import SeedBuildConfig, build_seed, describe_seed
+from kit.seed.small import SmallSeedConfig, build_small_seed
+from kit.store.commits import list_commits, read_commit, verify_commit
+from kit.store.start import Start, start_from_commit, start_from_seed
+from kit.study.arms import ArmRequest, run_arm
+from kit.study.hosts import run_arm_torchrun
+from kit.study.prepare import prepare_study
+from kit.study.schema import load_study_contract
+from kit.study.screens import build_screens as study_screens
+from kit.study.screens import evaluate_study, freeze_candidates
+from kit.train.loss import DistillConfig
+from kit.train.optim import GroupConfig
+from kit.train.powersgd import PowerSGDConfig
+
+__all__ = [  # noqa: RUF022 - grouped by what a notebook does, not alphabetically
+    # model shape and model
+    "LlamaShape", "load_config", "LlamaCausalLM", "Layout", "even_layout",
+    # engine: one constructor, the session over it, and the typed configs
+    "build_worker", "Session", "Group", "launch", "Start", "start_from_seed", "start_from_commit",
+    "EngineConfig", "GroupConfig", "DistillConfig", "PowerSGDConfig",
+    # where a run starts or what it trains against
+    "SeedRef", "CommitRef", "PeerCommitRef",
+    # checkpoint stores
+    "read_commit", "verify_commit", "list_commits",
+    # seeds
+    "SeedBuildConfig", "build_seed", "describe_seed", "SmallSeedConfig", "build_small_seed",
+    # contracts
+    "Contract", "ContractError", "load_adaptive_contract", "load_continued_contract", "load_study_contract",
+    # the adaptive experiment (and its continued-learning phase)
+    "prepare_adaptive", "CohortRequest", "train_cohort", "train_cohort_torchrun", "evaluate_adaptive",
+    "select_adaptive", "adaptive_gates", "prepare_continued", "continued_gates",
+    # the shared-gradient study
+    "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
+    "study_screens",
+    # run recording: notebooks as recorded runs, and what a notebook records
+    "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots",
+]
