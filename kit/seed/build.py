@@ -35,21 +35,15 @@ Another torch build may round differently.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import platform
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save as safetensors_bytes
-from tqdm import tqdm
 
-import kit
 from kit import numerics
 from kit.data.chat import encode_or_refuse, generation_prompt_ids, load_tokenizer
 from kit.data.conversations import (
@@ -58,30 +52,31 @@ from kit.data.conversations import (
     conversation_from_json,
     read_jsonl,
     synthetic_conversations,
-    write_jsonl,
 )
 from kit.data.tasks import FAMILIES, TaskExample, check_answer, generate_set
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
-from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
-from kit.distributed.group import Group
+from kit.digest import load_json_strict, sha256_file, sha256_json
 from kit.distributed.pipeline import EngineConfig
-from kit.engine.worker import build_worker
 from kit.inventory import parameter_digest
 from kit.model.config import LlamaShape, RopeSpec, load_config
 from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM, init_weights
-from kit.model.shard import even_layout, load_owned
+from kit.model.shard import load_owned
+from kit.seed.loop import progress_enabled, train_updates, warmup_cosine
+from kit.seed.record import (  # noqa: F401  - re-exported: a seed directory's file names, where notebooks look
+    SEED_BUILD_FILE,
+    TRAINED_CONVERSATIONS_FILE,
+    WEIGHTS_FILE,
+    common_record,
+    write_record,
+    write_seed_files,
+)
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
 
 SEED_TRAIN_ROLE = "seed-train"  # task conversations the seed was trained on
 SEED_SAMPLE_ROLE = "seed-sample"  # the per-family sample questions shown after the build
 SAMPLE_CHAT_PROMPT = "What colour is the sky?"  # a training-style prompt (kit.data.conversations)
-TRAINED_CONVERSATIONS_FILE = "trained_conversations.jsonl"
-SEED_BUILD_FILE = "seed_build.json"
-WEIGHTS_FILE = "model.safetensors"
-OPTIMIZER_GROUP = "default"
-FINAL_LOSS_WINDOW = 10  # the final loss is the mean over the last updates (each on unseen data)
 
 
 @dataclass(frozen=True)
@@ -157,21 +152,22 @@ class SeedBuildConfig:
 
     def learning_rate(self, update: int) -> float:
         """Linear warm-up over `warmup_updates`, then cosine decay to `min_lr_ratio * lr` (0-based update)."""
-        if update < self.warmup_updates:
-            return self.lr * (update + 1) / self.warmup_updates
-        progress = (update - self.warmup_updates) / max(1, self.updates - 1 - self.warmup_updates)
-        floor = self.lr * self.min_lr_ratio
-        return floor + (self.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return warmup_cosine(update, self.updates, self.lr, self.min_lr_ratio, self.warmup_updates)
 
     def shape(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> LlamaShape:
-        return LlamaShape(
-            vocab_size=vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads, head_dim=self.hidden_size // self.num_attention_heads,
-            rms_norm_eps=self.rms_norm_eps, max_position_embeddings=self.max_position_embeddings,
-            tie_word_embeddings=True, rope=RopeSpec("default", self.rope_theta),
-            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32",
-        )
+        return seed_shape(self, vocab_size, bos_id, eos_id, pad_id)
+
+
+def seed_shape(cfg, vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> LlamaShape:
+    """The Llama shape of a seed config (either scale's): tied embeddings, default RoPE, FP32 weights."""
+    return LlamaShape(
+        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.hidden_size // cfg.num_attention_heads,
+        rms_norm_eps=cfg.rms_norm_eps, max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True, rope=RopeSpec("default", cfg.rope_theta),
+        bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32",
+    )
 
 
 # --- data --------------------------------------------------------------------------------------
@@ -212,10 +208,6 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[int]:
 
 
 # --- the build ---------------------------------------------------------------------------------
-def _progress_enabled(progress: bool) -> bool:
-    return progress and os.environ.get("KIT_PROGRESS", "1") != "0"
-
-
 def _staging_dir(out: Path) -> Path:
     """A fresh sibling of `out`: the seed appears at `out` by one rename, complete or not at all."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -227,36 +219,41 @@ def _staging_dir(out: Path) -> Path:
     return staging
 
 
+@dataclass
+class _Encoded:
+    """The build's training data, tokenized and in training order (each batch length-sorted)."""
+    tokenizer: object
+    shape: LlamaShape
+    conversations: list[Conversation]
+    records: list[TrainRecord]
+    tokens: int
+    target_tokens: int
+
+
+def _tokenize(cfg: SeedBuildConfig, conversations: list[Conversation], staging: Path) -> _Encoded:
+    """Train the tokenizer on the conversations into `staging`, encode them (refusing any over
+    max_tokens) and sort each batch by length."""
+    build_tokenizer([m.content for c in conversations for m in c.messages], cfg.vocab_size, staging,
+                    model_max_length=cfg.max_position_embeddings)
+    tokenizer = load_tokenizer(staging)
+    encoded = [encode_or_refuse(tokenizer, c, cfg.max_tokens) for c in conversations]
+    too_long = sum(e is None for e in encoded)
+    if too_long:
+        raise ValueError(f"seed build: {too_long} conversations exceed max_tokens = "
+                         f"{cfg.max_tokens}; raise max_tokens (up to max_position_embeddings)")
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
+    shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])
+    order = length_sorted_batches([e.num_tokens for e in encoded], cfg.batch_size)
+    conversations, encoded = [conversations[i] for i in order], [encoded[i] for i in order]
+    return _Encoded(tokenizer, shape, conversations, [TrainRecord(e.id, e.input_ids, e.target_mask) for e in encoded],
+                    sum(e.num_tokens for e in encoded), sum(e.num_targets for e in encoded))
+
+
 def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord], show: bool) -> list[float]:
-    shape = model.shape
-    base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
-    engine = build_worker(Group(0, 1, torch.device("cpu")), even_layout(shape.num_hidden_layers, 1), None,
-                          EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=shape.pad_token_id),
-                          {OPTIMIZER_GROUP: base}, student=model).engine  # every parameter in OPTIMIZER_GROUP
-    optimizer = engine.optimizer
-    losses = []
-    bar = tqdm(range(cfg.updates), desc="seed build", unit="update", disable=not show)
-    for k in bar:
-        optimizer.groups = {OPTIMIZER_GROUP: replace(base, lr=cfg.learning_rate(k))}
-        result = engine.update(records[k * cfg.batch_size:(k + 1) * cfg.batch_size])
-        losses.append(result.parts.objective)
-        bar.set_postfix(loss=f"{result.parts.objective:.3f}", refresh=False)
-    bar.close()
-    return losses
-
-
-def _write_model_files(staging: Path, model: LlamaCausalLM, shape: LlamaShape) -> None:
-    config = json.dumps(shape.to_hf_dict(), indent=2, sort_keys=True) + "\n"
-    write_bytes_atomic(staging / "config.json", config.encode("utf-8"))
-    generation = {"bos_token_id": shape.bos_token_id, "eos_token_id": shape.eos_token_id,
-                  "pad_token_id": shape.pad_token_id}
-    write_bytes_atomic(staging / "generation_config.json",
-                       (json.dumps(generation, indent=2, sort_keys=True) + "\n").encode("utf-8"))
-    # named_parameters of a tied model has no lm_head.weight: exactly what Hugging Face stores.
-    tensors = {name: p.detach().to(torch.float32).contiguous().clone() for name, p in model.named_parameters()}
-    # safetensors' own serialisation (the bytes save_file writes), written like every other kit
-    # file: atomically, fsynced, with ordinary permissions (save_file leaves the file mode 0600).
-    write_bytes_atomic(staging / WEIGHTS_FILE, safetensors_bytes(tensors, metadata={"format": "pt"}))
+    return train_updates(model, records, torch.device("cpu"),
+                         EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=model.shape.pad_token_id),
+                         GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay), cfg.learning_rate,
+                         cfg.batch_size, cfg.updates, "seed build", show).losses
 
 
 def greedy_reply(model: LlamaCausalLM, tokenizer, prompt: str, max_new_tokens: int) -> dict:
@@ -281,6 +278,22 @@ def _task_samples(cfg: SeedBuildConfig, model: LlamaCausalLM, tokenizer, trained
     return samples
 
 
+def _record(cfg: SeedBuildConfig, data: _Encoded, data_summary: dict, staging: Path, losses: list[float],
+            trained_sha256: str, seconds: tuple[float, float], profile: dict, digest: str) -> dict:
+    """seed_build.json of the tiny seed: the common fields, the data, the seconds and the thread count."""
+    train_seconds, total_seconds = seconds
+    record = common_record(cfg, data.shape, len(data.tokenizer), losses, cfg.learning_rate(cfg.updates - 1),
+                           profile, digest)
+    return record | {
+        "data": {**data_summary, "trained_conversations": len(data.conversations),
+                 "trained_conversations_sha256": trained_sha256, "tokens": data.tokens,
+                 "target_tokens": data.target_tokens, "tokenizer_sha256": sha256_file(staging / "tokenizer.json")},
+        "train_seconds": round(train_seconds, 2),
+        "seconds": round(total_seconds, 2),
+        "threads": profile["intra_op_threads"],
+    }
+
+
 def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
     """Train the seed and write its Hugging Face directory at `out` (which must not hold anything).
 
@@ -295,69 +308,32 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
     try:
         torch.manual_seed(cfg.seed)
         conversations, data_summary = training_conversations(cfg)
-        build_tokenizer([m.content for c in conversations for m in c.messages], cfg.vocab_size, staging,
-                        model_max_length=cfg.max_position_embeddings)
-        tokenizer = load_tokenizer(staging)
-        encoded = [encode_or_refuse(tokenizer, c, cfg.max_tokens) for c in conversations]
-        too_long = sum(e is None for e in encoded)
-        if too_long:
-            raise ValueError(f"seed build: {too_long} conversations exceed max_tokens = "
-                             f"{cfg.max_tokens}; raise max_tokens (up to max_position_embeddings)")
-        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
-        shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])
-        model = LlamaCausalLM(shape)
+        data = _tokenize(cfg, conversations, staging)
+        model = LlamaCausalLM(data.shape)
         init_weights(model, cfg.seed, cfg.init_std)
-        order = length_sorted_batches([e.num_tokens for e in encoded], cfg.batch_size)
-        conversations, encoded = [conversations[i] for i in order], [encoded[i] for i in order]
-        records = [TrainRecord(e.id, e.input_ids, e.target_mask) for e in encoded]
         t_train = time.perf_counter()
-        losses = _train(cfg, model, records, _progress_enabled(progress))
+        losses = _train(cfg, model, data.records, progress_enabled(progress))
         train_seconds = time.perf_counter() - t_train
 
-        _write_model_files(staging, model, shape)
-        trained_sha256 = write_jsonl(staging / TRAINED_CONVERSATIONS_FILE, conversations)
-        digest = parameter_digest(staging)
-        trained_digests = {c.meta["digest"] for c in conversations if "digest" in c.meta}
-        samples = _task_samples(cfg, model, tokenizer, trained_digests)
-        chat = greedy_reply(model, tokenizer, SAMPLE_CHAT_PROMPT, cfg.sample_max_new_tokens)
+        trained_sha256, digest = write_seed_files(staging, model, data.conversations)
+        trained_digests = {c.meta["digest"] for c in data.conversations if "digest" in c.meta}
+        samples = _task_samples(cfg, model, data.tokenizer, trained_digests)
+        chat = greedy_reply(model, data.tokenizer, SAMPLE_CHAT_PROMPT, cfg.sample_max_new_tokens)
         chat_sample = {"prompt": SAMPLE_CHAT_PROMPT, "reply": chat["text"],
                        "ended_at_turn_boundary": chat["ended_at_turn_boundary"]}
-        final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
         seconds = time.perf_counter() - t0
-        record = {
-            "kit_version": kit.__version__,
-            "config": asdict(cfg),
-            "params": shape.param_count(),
-            "vocab_size": len(tokenizer),
-            "data": {**data_summary, "trained_conversations": len(conversations),
-                     "trained_conversations_sha256": trained_sha256,
-                     "tokens": sum(e.num_tokens for e in encoded), "target_tokens": sum(e.num_targets for e in encoded),
-                     "tokenizer_sha256": sha256_file(staging / "tokenizer.json")},
-            "updates": cfg.updates,
-            "learning_rate": {"schedule": "linear warm-up then cosine", "peak": cfg.lr,
-                              "warmup_updates": cfg.warmup_updates, "final": cfg.learning_rate(cfg.updates - 1)},
-            "loss_initial": losses[0],
-            "loss_final": final_loss,
-            "loss_every_10_updates": [round(x, 4) for x in losses[::10]],
-            "train_seconds": round(train_seconds, 2),
-            "seconds": round(seconds, 2),
-            "torch_version": torch.__version__,
-            "python_version": platform.python_version(),
-            "machine": platform.machine(),
-            "threads": profile["intra_op_threads"],
-            "numeric_profile": profile,
-            "parameter_digest": digest,
-        }
-        write_bytes_atomic(staging / SEED_BUILD_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        record = _record(cfg, data, data_summary, staging, losses, trained_sha256, (train_seconds, seconds), profile,
+                         digest)
+        write_record(staging, record)
         if out.exists():
             out.rmdir()  # checked empty by _staging_dir
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"out": str(out), "parameter_digest": digest, "params": shape.param_count(),
-            "vocab_size": len(tokenizer), "trained_conversations": len(conversations), "updates": cfg.updates,
-            "loss_initial": round(losses[0], 4), "loss_final": round(final_loss, 4),
+    return {"out": str(out), "parameter_digest": digest, "params": data.shape.param_count(),
+            "vocab_size": len(data.tokenizer), "trained_conversations": len(data.conversations), "updates": cfg.updates,
+            "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),
             "seconds": round(seconds, 2), "samples": samples, "chat_sample": chat_sample}
 
 

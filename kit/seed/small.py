@@ -38,20 +38,16 @@ The tiny seed (kit/seed/build.py) is untouched by this module.
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import platform
 import shutil
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-import kit
 from kit import numerics
 from kit.data import general_text
 from kit.data.chat import encode_or_refuse, encode_single_turns, load_tokenizer
@@ -60,29 +56,18 @@ from kit.data.conversations import (
     conversation_from_json,
     load_instruction_source,
     synthetic_conversations,
-    write_jsonl,
 )
 from kit.data.retrieval import retrieval_documents
 from kit.data.tasks import FAMILIES, TaskExample, generate_set
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
-from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
-from kit.distributed.group import Group
+from kit.digest import load_json_strict, sha256_file, sha256_json
 from kit.distributed.pipeline import EngineConfig
 from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
-from kit.engine.worker import build_worker
-from kit.inventory import parameter_digest
-from kit.model.config import LlamaShape, RopeSpec
+from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM, init_weights
-from kit.model.shard import even_layout
-from kit.seed.build import (
-    SEED_BUILD_FILE,
-    SEED_TRAIN_ROLE,
-    TRAINED_CONVERSATIONS_FILE,
-    _progress_enabled,
-    _staging_dir,
-    _write_model_files,
-    greedy_reply,
-)
+from kit.seed.build import SEED_TRAIN_ROLE, _staging_dir, greedy_reply, seed_shape
+from kit.seed.loop import STEADY_FROM, progress_enabled, train_updates, warmup_cosine
+from kit.seed.record import common_record, write_record, write_seed_files
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
 
@@ -220,21 +205,10 @@ class SmallSeedConfig:
             raise ValueError(f"{path}: {e}") from None
 
     def learning_rate(self, update: int, updates: int) -> float:
-        if update < self.warmup_updates:
-            return self.lr * (update + 1) / self.warmup_updates
-        progress = (update - self.warmup_updates) / max(1, updates - 1 - self.warmup_updates)
-        floor = self.lr * self.min_lr_ratio
-        return floor + (self.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return warmup_cosine(update, updates, self.lr, self.min_lr_ratio, self.warmup_updates)
 
     def shape(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> LlamaShape:
-        return LlamaShape(
-            vocab_size=vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads, head_dim=self.hidden_size // self.num_attention_heads,
-            rms_norm_eps=self.rms_norm_eps, max_position_embeddings=self.max_position_embeddings,
-            tie_word_embeddings=True, rope=RopeSpec("default", self.rope_theta),
-            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32",
-        )
+        return seed_shape(self, vocab_size, bos_id, eos_id, pad_id)
 
 
 # --- disjointness --------------------------------------------------------------------------------
@@ -327,6 +301,105 @@ def conversation_rows(encoded: list, order: list[int], pad: int, seq_len: int) -
     return rows
 
 
+@dataclass
+class _Inputs:
+    """What the build reads, checked for disjointness: tasks, general text, public and synthetic conversations."""
+    forbidden: dict[str, dict]  # forbidden_task_sets of the contracts
+    excluded: set[str]  # every digest of `forbidden`
+    tasks: list[TaskExample]
+    docs_train: list[dict]
+    docs_held: list[dict]
+    alpaca_train: list[Conversation]
+    alpaca_held: list[Conversation]
+    synthetic: list[Conversation]
+    convs: list[Conversation]  # alpaca_train + synthetic + tasks: every conversation that may be trained on
+
+
+def _read_inputs(cfg: SmallSeedConfig, alpaca: Path, text: Path, contracts_dir: Path) -> _Inputs:
+    # disjointness first: nothing is built from a task set that touches a dev or final role
+    forbidden = forbidden_task_sets(contracts_dir)
+    excluded = {d for spec in forbidden.values() for d in spec["digests"]}
+    tasks = seed_train_tasks(cfg, excluded)
+    check_disjoint(tasks, forbidden)
+    docs_train, docs_held = split_documents(cfg, general_text.load_documents(text))
+    alpaca_train = load_instruction_source(alpaca, ALPACA_SHA256, 0, cfg.alpaca_train_stop, ALPACA_NAME)
+    alpaca_held = load_instruction_source(alpaca, ALPACA_SHA256, cfg.alpaca_train_stop, cfg.alpaca_heldout_stop,
+                                          ALPACA_NAME)
+    synthetic = synthetic_conversations(cfg.synthetic, cfg.seed) if cfg.synthetic else []
+    convs = alpaca_train + synthetic + [task_record(t) for t in tasks]
+    return _Inputs(forbidden, excluded, tasks, docs_train, docs_held, alpaca_train, alpaca_held, synthetic, convs)
+
+
+def _train_tokenizer(cfg: SmallSeedConfig, inputs: _Inputs, staging: Path):
+    """The byte-level BPE trained on the general text and every conversation, written into `staging`;
+    returns it and the ids of its special tokens."""
+    build_tokenizer([d["text"] for d in inputs.docs_train] + [m.content for c in inputs.convs for m in c.messages],
+                    cfg.vocab_size, staging, model_max_length=cfg.max_position_embeddings)
+    tokenizer = load_tokenizer(staging)
+    return tokenizer, {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
+
+
+def _encode_conversations(cfg: SmallSeedConfig, tokenizer, convs: list[Conversation]) -> list:
+    """Each conversation encoded within seq_len, or None (over-long ones are skipped, never cut)."""
+    single = [i for i, c in enumerate(convs) if [m.role for m in c.messages] == ["user", "assistant"]]
+    encoded = [None] * len(convs)
+    for i, e in zip(single, encode_single_turns(tokenizer, [convs[i] for i in single], cfg.seq_len)):
+        encoded[i] = e
+    rest = set(range(len(convs))) - set(single)
+    for i in sorted(rest):
+        encoded[i] = encode_or_refuse(tokenizer, convs[i], cfg.seq_len)
+    return encoded
+
+
+@dataclass
+class _Packed:
+    """The training rows in training order, cut to whole updates, and what went into them."""
+    rows: list[TrainRecord]  # updates * batch_rows rows of seq_len tokens
+    updates: int
+    tokens: int
+    target_tokens: int
+    conv_order: list[int]  # indices into _Inputs.convs, in packing order (public ones repeat per epoch)
+    skipped: list[str]  # ids of conversations over seq_len
+    text_rows: int
+    retrieval_documents: int
+    retrieval_rows: int
+
+
+def _pack(cfg: SmallSeedConfig, tokenizer, pad: int, inputs: _Inputs) -> _Packed:
+    """General text epochs, retrieval documents and conversations packed into rows, then one row order.
+    One numpy PCG64 stream of cfg.seed draws, in order: each text epoch's document order, the
+    conversation order, the row order."""
+    doc_ids = tokenizer([d["text"] for d in inputs.docs_train], add_special_tokens=False)["input_ids"]
+    encoded = _encode_conversations(cfg, tokenizer, inputs.convs)
+    skipped = [c.id for c, e in zip(inputs.convs, encoded) if e is None]
+    kept = [i for i, e in enumerate(encoded) if e is not None]
+    rng = np.random.default_rng(cfg.seed)
+    rows = []
+    for _epoch in range(cfg.general_text_epochs):
+        rows += [(r, [True] * len(r)) for r in text_rows(doc_ids, list(rng.permutation(len(doc_ids))), pad,
+                                                          cfg.seq_len)]
+    n_text_rows = len(rows)
+    retrieval = retrieval_documents(cfg.retrieval_docs, cfg.seed, cfg.retrieval_max_pairs)
+    retrieval_ids = tokenizer(retrieval, add_special_tokens=False)["input_ids"] if retrieval else []
+    rows += [(r, [True] * len(r)) for r in text_rows(retrieval_ids, list(range(len(retrieval_ids))), pad, cfg.seq_len)]
+    n_retrieval_rows = len(rows) - n_text_rows
+    alpaca_idx = [i for i in kept if i < len(inputs.alpaca_train)]
+    once_idx = [i for i in kept if i >= len(inputs.alpaca_train)]
+    pool = alpaca_idx * cfg.alpaca_epochs + once_idx
+    conv_order = [pool[int(j)] for j in rng.permutation(len(pool))]
+    rows += conversation_rows(encoded, conv_order, pad, cfg.seq_len)
+    row_order = rng.permutation(len(rows))
+    records = [TrainRecord(f"row{int(j)}", tuple(rows[j][0]), tuple(rows[j][1])) for j in row_order]
+    updates = len(records) // cfg.batch_rows
+    if cfg.max_updates:
+        updates = min(updates, cfg.max_updates)
+    if updates < 1:
+        raise ValueError(f"seed build: {len(records)} rows make no update of batch_rows = {cfg.batch_rows}")
+    used = records[:updates * cfg.batch_rows]
+    return _Packed(used, updates, updates * cfg.batch_rows * cfg.seq_len, sum(sum(r.target_mask) for r in used),
+                   conv_order, skipped, n_text_rows, len(retrieval), n_retrieval_rows)
+
+
 # --- the build -----------------------------------------------------------------------------------
 def check_inputs(alpaca: Path, text: Path, contracts_dir: Path, device: str) -> None:
     """Every input checked before any work (ValueError naming the file or setting and the expectation)."""
@@ -343,49 +416,52 @@ def check_inputs(alpaca: Path, text: Path, contracts_dir: Path, device: str) -> 
         raise ValueError(f"--device {device}: CUDA is not available on this machine; use --device cpu (test sizes only)")
 
 
-STEADY_FROM = 10  # the steady-state rate leaves out the first updates (compilation, allocator warm-up)
-
-
-def _train(cfg, model, rows: list[TrainRecord], updates: int, device: torch.device, show: bool,
-           curve=None, marks: dict | None = None) -> list[float]:
-    """The seed's updates; `curve(k)` (the learning curve's measurement) runs after update k when
-    cfg.curve_every divides k + 1, and after the last update. It only reads the model."""
-    from tqdm import tqdm
-
+def _engine_config(cfg: SmallSeedConfig, device: torch.device, pad_id: int) -> EngineConfig:
     dtype = cfg.compute_dtype if device.type == "cuda" else "float32"
-    base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
-    engine = build_worker(Group(0, 1, device), even_layout(model.shape.num_hidden_layers, 1), None,
-                          EngineConfig(cfg.microbatch_rows, cfg.max_grad_norm, compute_dtype=dtype,
-                                       pad_id=model.shape.pad_token_id, compile_blocks=cfg.compile_blocks, length_bucket=0,
-                                       clip_on_device=cfg.clip_on_device),
-                          {OPTIMIZER_GROUP: base}, student=model).engine
-    def attention():  # training only: the learning curve's cached decoding picks its own kernel
-        if device.type == "cuda":
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-            return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
-        return nullcontext()
+    return EngineConfig(cfg.microbatch_rows, cfg.max_grad_norm, compute_dtype=dtype, pad_id=pad_id,
+                        compile_blocks=cfg.compile_blocks, length_bucket=0, clip_on_device=cfg.clip_on_device)
 
-    losses, pending = [], []
-    bar = tqdm(range(updates), desc="small seed", unit="update", disable=not show)
-    for k in bar:
-        if marks is not None and k == STEADY_FROM:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            marks["steady_start"], marks["curve_seconds_before"] = time.perf_counter(), marks.get("curve", 0.0)
-        engine.optimizer.groups = {OPTIMIZER_GROUP: replace(base, lr=cfg.learning_rate(k, updates))}
-        with attention():
-            result = engine.update(rows[k * cfg.batch_rows:(k + 1) * cfg.batch_rows])
-        # an on-device clip leaves the numbers pending: read the previous update's, so the host
-        # prepares update k + 1 while the device still runs update k
-        pending.append(result)
-        if len(pending) > 1:
-            losses.append(pending.pop(0).parts.objective)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
-        if curve is not None and cfg.curve_every and ((k + 1) % cfg.curve_every == 0 or k + 1 == updates):
-            curve(k + 1)
-    losses += [r.parts.objective for r in pending]
-    bar.close()
-    return losses
+
+@dataclass
+class _Trained:
+    losses: list[float]
+    learning_curve: list[dict]  # per-family dev-role correct counts every curve_every updates
+    curve_seconds: float
+    train_seconds: float  # the updates' wall time, learning-curve evaluations excluded
+    steady: dict | None  # the rate from update STEADY_FROM on, when the build reached it
+
+
+def _train(cfg: SmallSeedConfig, model: LlamaCausalLM, tokenizer, packed: _Packed, device: torch.device, show: bool,
+           curve_sample: list[TaskExample]) -> _Trained:
+    """The seed's updates (kit.seed.loop), with the learning curve measured on `curve_sample` after every
+    curve_every updates and after the last; it only reads the model."""
+    from kit.evaluation.scoring import answer_tasks
+
+    learning_curve = []
+
+    def curve(k: int) -> None:
+        model.eval()
+        answers = answer_tasks(model, tokenizer, [task_record(e) for e in curve_sample], cfg.sample_max_new_tokens,
+                               batch_size=cfg.eval_batch)
+        model.train()
+        learning_curve.append({"update": k, "tokens": k * cfg.batch_rows * cfg.seq_len,
+                               **{f: sum(a["correct"] for a in answers if a["family"] == f) for f in FAMILIES}})
+
+    t_train = time.perf_counter()
+    run = train_updates(model, packed.rows, device, _engine_config(cfg, device, model.shape.pad_token_id),
+                        GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay),
+                        lambda k: cfg.learning_rate(k, packed.updates), cfg.batch_rows, packed.updates, "small seed",
+                        show, cfg.curve_every, curve)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t_end = time.perf_counter()
+    steady = None
+    if run.steady_start is not None:
+        steady_seconds = t_end - run.steady_start - (run.hook_seconds - run.hook_seconds_before_steady)
+        steady = {"from_update": STEADY_FROM, "seconds": round(steady_seconds, 2),
+                  "tokens_per_second": round((packed.updates - STEADY_FROM) * cfg.batch_rows * cfg.seq_len
+                                             / steady_seconds, 1)}
+    return _Trained(run.losses, learning_curve, run.hook_seconds, t_end - t_train - run.hook_seconds, steady)
 
 
 def _inductor_deterministic():
@@ -397,6 +473,7 @@ def _inductor_deterministic():
     return getattr(inductor_config, "deterministic", None)
 
 
+# --- evaluation ----------------------------------------------------------------------------------
 @torch.no_grad()
 def heldout_text_loss(model, rows: list[list[int]], batch: int) -> dict:
     device = next(model.parameters()).device
@@ -410,73 +487,163 @@ def heldout_text_loss(model, rows: list[list[int]], batch: int) -> dict:
     return {"rows": len(rows), "tokens": count, "nll_per_token": total / count if count else None}
 
 
+def _heldout(cfg: SmallSeedConfig, model, tokenizer, pad: int, inputs: _Inputs) -> dict:
+    """The held-out losses: general text documents and public conversations none of the build trained on."""
+    from kit.evaluation.scoring import score_nll
+
+    held_ids = tokenizer([d["text"] for d in inputs.docs_held], add_special_tokens=False)["input_ids"]
+    held_rows = text_rows(held_ids, list(range(len(held_ids))), pad, cfg.seq_len)[:cfg.heldout_max_rows]
+    held_text = {"documents": len(inputs.docs_held), "paths_digest": sha256_json([d["path"] for d in inputs.docs_held]),
+                 **heldout_text_loss(model, held_rows, max(1, cfg.eval_batch // 8))}
+    held_convs = [c for c in inputs.alpaca_held if encode_or_refuse(tokenizer, c, cfg.seq_len) is not None]
+    scores = score_nll(model, tokenizer, held_convs, cfg.seq_len, batch_size=max(1, cfg.eval_batch // 4))
+    n_tok = sum(s["tokens"] for s in scores)
+    held_conv = {"source": ALPACA_NAME, "range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
+                 "conversations": len(scores), "assistant_tokens": n_tok,
+                 "nll_per_token": sum(s["nll_sum"] for s in scores) / n_tok if n_tok else None}
+    return {"general_text": held_text, "conversations": held_conv}
+
+
+def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[str]) -> dict:
+    """Per-family greedy accuracy on a dev-role sample at the dev (and the seed's own task) difficulty."""
+    from kit.evaluation.scoring import answer_tasks
+
+    accuracy_at, task_examples = {}, []
+    for difficulty in sorted({cfg.dev_difficulty, cfg.task_difficulty}):
+        sample = generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
+                              difficulty, trained_digests)
+        answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
+                               batch_size=cfg.eval_batch)
+        acc = {f: {"n": sum(a["family"] == f for a in answers),
+                   "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in FAMILIES}
+        for f in FAMILIES:
+            acc[f]["accuracy"] = acc[f]["correct"] / max(1, acc[f]["n"])
+        accuracy_at[difficulty] = acc
+        task_examples += [{"difficulty": difficulty, "prompt": e.prompt, "expected": e.answer,
+                           "reply": a["reply"], "correct": a["correct"]}
+                          for e, a in zip(sample[::cfg.dev_sample_per_family], answers[::cfg.dev_sample_per_family])]
+    accuracy = accuracy_at[cfg.dev_difficulty]
+    pooled = sum(a["correct"] for a in accuracy.values()) / max(1, sum(a["n"] for a in accuracy.values()))
+    return {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": accuracy, "pooled": pooled,
+            "at_difficulty": {str(d): a for d, a in accuracy_at.items()},
+            "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"}
+
+
+def _chat_samples(cfg: SmallSeedConfig, model, tokenizer) -> list[dict]:
+    chats = []
+    for prompt in CHAT_PROMPTS:
+        r = greedy_reply(model, tokenizer, prompt, cfg.sample_max_new_tokens)
+        chats.append({"prompt": prompt, "reply": r["text"], "ended_at_turn_boundary": r["ended_at_turn_boundary"]})
+    return chats
+
+
+# --- the record ----------------------------------------------------------------------------------
+def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca: Path, trained: tuple[int, str],
+                 staging: Path) -> dict:
+    """seed_build.json's "data": every source with its provenance and counts, and what was trained."""
+    tasks = inputs.tasks
+    return {
+        "general_text": {**general_text.provenance(), "documents_train": len(inputs.docs_train),
+                         "documents_heldout": len(inputs.docs_held), "epochs": cfg.general_text_epochs,
+                         "train_paths_digest": sha256_json([d["path"] for d in inputs.docs_train]),
+                         "rows": packed.text_rows},
+        "public_conversations": {"name": ALPACA_NAME, "file": str(alpaca), "sha256": ALPACA_SHA256,
+                                 "licence": "CC BY-NC 4.0", "train_range": [0, cfg.alpaca_train_stop],
+                                 "heldout_range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
+                                 "epochs": cfg.alpaca_epochs, "never_read": [cfg.alpaca_heldout_stop, 5000]},
+        "retrieval": {"documents": packed.retrieval_documents, "rows": packed.retrieval_rows, "seed": cfg.seed,
+                      "max_pairs": cfg.retrieval_max_pairs, "generator": "kit.data.retrieval"},
+        "synthetic": {"count": len(inputs.synthetic), "seed": cfg.seed,
+                      "digest": sha256_json([c.digest for c in inputs.synthetic])},
+        "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed,
+                  "difficulty": cfg.task_difficulty,
+                  "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
+                  "digest": sha256_json(sorted(t.digest for t in tasks))},
+        "skipped_over_seq_len": {"count": len(packed.skipped), "ids": packed.skipped[:20]},
+        "trained_conversations": trained[0], "trained_conversations_sha256": trained[1],
+        "rows": len(packed.rows), "tokens": packed.tokens, "target_tokens": packed.target_tokens,
+        "tokenizer_sha256": sha256_file(staging / "tokenizer.json"),
+        "order": f"numpy.random.default_rng({cfg.seed}): text epochs' document orders, then the conversation "
+                 f"order, then the row order",
+    }
+
+
+def _disjointness_record(forbidden: dict[str, dict]) -> dict:
+    return {"construction": f"tasks drawn under role {SEED_TRAIN_ROLE!r}, excluding every digest below",
+            "checked_against": {k: {kk: v for kk, v in s.items() if kk != "digests"}
+                                | {"digest": sha256_json(sorted(s["digests"]))} for k, s in forbidden.items()},
+            "overlaps": 0}
+
+
+def _determinism(cfg: SmallSeedConfig, dev: torch.device) -> dict:
+    return {
+        "torch.use_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "cudnn.deterministic": torch.backends.cudnn.deterministic, "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "tf32": False if dev.type == "cuda" else None,
+        "sdpa_backend": "FLASH_ATTENTION (training)" if dev.type == "cuda" else "default CPU kernels",
+        "torch.compile": ("blocks, under torch.use_deterministic_algorithms (Inductor's deterministic mode: "
+                          "no benchmarked kernel choices)" if cfg.compile_blocks == "auto" and dev.type == "cuda"
+                          else "off"),
+        "inductor_deterministic": _inductor_deterministic(), "compute": "bf16 autocast over FP32 master weights" if (
+            dev.type == "cuda" and cfg.compute_dtype == "bfloat16") else "float32",
+        "seeds": {"numpy PCG64 data order": cfg.seed, "torch.manual_seed": cfg.seed, "init_weights": cfg.seed},
+        "promise": "the same parameter digest on the same GPU model and software (torch, CUDA), from a fresh machine",
+    }
+
+
+def _throughput(cfg: SmallSeedConfig, shape: LlamaShape, tokens: int, trained: _Trained, dev: torch.device) -> dict:
+    """Executed FLOPs (kit/flops.py) per second of training over the bf16 datasheet peak (CUDA only)."""
+    per_token = executed_flops_per_token(shape, cfg.seq_len)
+    cuda = dev.type == "cuda"
+    steady = trained.steady
+    return {"executed_flops_per_token": per_token,
+            "mfu_executed": round(per_token * tokens / trained.train_seconds / H200_BF16_PEAK_FLOPS, 4) if cuda else None,
+            "peak_flops": H200_BF16_PEAK_FLOPS, "steady_state": steady and {
+                **steady, "mfu_executed": round(per_token * steady["tokens_per_second"] / H200_BF16_PEAK_FLOPS, 4)
+                if cuda else None},
+            "note": "executed FLOPs (kit/flops.py) of the training updates over the train seconds, "
+                    "learning-curve evaluations excluded, over the bf16 datasheet peak"}
+
+
+def _record(cfg: SmallSeedConfig, shape: LlamaShape, vocab_size: int, parts: dict, dev: torch.device,
+            seconds: dict, profile: dict, digest: str) -> dict:
+    """seed_build.json of the small seed: the common fields (kit.seed.record) and the small scale's own.
+    `parts`: inputs, packed, trained, data (the "data" record), heldout, task_accuracy, chat_samples."""
+    trained, packed = parts["trained"], parts["packed"]
+    return common_record(cfg, shape, vocab_size, trained.losses, cfg.learning_rate(packed.updates - 1, packed.updates),
+                         profile, digest) | {
+        "scale": "small", "data": parts["data"], "disjointness": _disjointness_record(parts["inputs"].forbidden),
+        "heldout": parts["heldout"], "task_accuracy": parts["task_accuracy"],
+        "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.curve_difficulty or cfg.dev_difficulty,
+                           "per_family_n": cfg.curve_per_family, "points": trained.learning_curve,
+                           "seconds": round(trained.curve_seconds, 2)},
+        "throughput": _throughput(cfg, shape, packed.tokens, trained, dev),
+        "chat_samples": parts["chat_samples"],
+        "seconds": seconds,
+        "tokens_per_second": round(packed.tokens / trained.train_seconds, 1),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
+        "cuda_version": torch.version.cuda, "determinism": _determinism(cfg, dev),
+    }
+
+
 def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpaca: Path = Path(ALPACA_FILE),
                      text: Path = Path(general_text.TEXT_FILE), contracts_dir: Path = Path("contracts"),
                      progress: bool = True) -> dict:
     """Train the small seed into `out` (a new directory). Returns the summary `kit seed build` prints."""
-    from kit.evaluation.scoring import answer_tasks, score_nll
-
     t0 = time.perf_counter()
     out, dev = Path(out), torch.device(device)
     check_inputs(alpaca, text, contracts_dir, device)
     staging = _staging_dir(out)
     profile = numerics.apply(dev, deterministic_gpu=True)  # before any CUDA work: cuBLAS reads its workspace then
-    show = _progress_enabled(progress)
+    show = progress_enabled(progress)
     try:
         torch.manual_seed(cfg.seed)
-        # disjointness first: nothing is built from a task set that touches a dev or final role
-        forbidden = forbidden_task_sets(contracts_dir)
-        excluded = {d for spec in forbidden.values() for d in spec["digests"]}
-        tasks = seed_train_tasks(cfg, excluded)
-        check_disjoint(tasks, forbidden)
-        docs_train, docs_held = split_documents(cfg, general_text.load_documents(text))
-        alpaca_train = load_instruction_source(alpaca, ALPACA_SHA256, 0, cfg.alpaca_train_stop, ALPACA_NAME)
-        alpaca_held = load_instruction_source(alpaca, ALPACA_SHA256, cfg.alpaca_train_stop, cfg.alpaca_heldout_stop,
-                                              ALPACA_NAME)
-        synthetic = synthetic_conversations(cfg.synthetic, cfg.seed) if cfg.synthetic else []
-        convs = alpaca_train + synthetic + [task_record(t) for t in tasks]
+        inputs = _read_inputs(cfg, alpaca, text, contracts_dir)
         t_data = time.perf_counter()
-        build_tokenizer([d["text"] for d in docs_train] + [m.content for c in convs for m in c.messages],
-                        cfg.vocab_size, staging, model_max_length=cfg.max_position_embeddings)
-        tokenizer = load_tokenizer(staging)
-        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
+        tokenizer, ids = _train_tokenizer(cfg, inputs, staging)
         t_tok = time.perf_counter()
-        doc_ids = tokenizer([d["text"] for d in docs_train], add_special_tokens=False)["input_ids"]
-        single = [i for i, c in enumerate(convs) if [m.role for m in c.messages] == ["user", "assistant"]]
-        encoded = [None] * len(convs)
-        for i, e in zip(single, encode_single_turns(tokenizer, [convs[i] for i in single], cfg.seq_len)):
-            encoded[i] = e
-        rest = set(range(len(convs))) - set(single)
-        for i in sorted(rest):
-            encoded[i] = encode_or_refuse(tokenizer, convs[i], cfg.seq_len)
-        skipped = [c.id for c, e in zip(convs, encoded) if e is None]
-        kept = [i for i, e in enumerate(encoded) if e is not None]
-        rng = np.random.default_rng(cfg.seed)
-        rows = []
-        for epoch in range(cfg.general_text_epochs):
-            rows += [(r, [True] * len(r)) for r in text_rows(doc_ids, list(rng.permutation(len(doc_ids))),
-                                                              ids[PAD_TOKEN], cfg.seq_len)]
-        n_text_rows = len(rows)
-        retrieval = retrieval_documents(cfg.retrieval_docs, cfg.seed, cfg.retrieval_max_pairs)
-        retrieval_ids = tokenizer(retrieval, add_special_tokens=False)["input_ids"] if retrieval else []
-        rows += [(r, [True] * len(r)) for r in text_rows(retrieval_ids, list(range(len(retrieval_ids))),
-                                                          ids[PAD_TOKEN], cfg.seq_len)]
-        n_retrieval_rows = len(rows) - n_text_rows
-        alpaca_idx = [i for i in kept if i < len(alpaca_train)]
-        once_idx = [i for i in kept if i >= len(alpaca_train)]
-        pool = alpaca_idx * cfg.alpaca_epochs + once_idx
-        conv_order = [pool[int(j)] for j in rng.permutation(len(pool))]
-        rows += conversation_rows(encoded, conv_order, ids[PAD_TOKEN], cfg.seq_len)
-        row_order = rng.permutation(len(rows))
-        records = [TrainRecord(f"row{int(j)}", tuple(rows[j][0]), tuple(rows[j][1])) for j in row_order]
-        updates = len(records) // cfg.batch_rows
-        if cfg.max_updates:
-            updates = min(updates, cfg.max_updates)
-        if updates < 1:
-            raise ValueError(f"seed build: {len(records)} rows make no update of batch_rows = {cfg.batch_rows}")
-        used = records[:updates * cfg.batch_rows]
-        tokens = updates * cfg.batch_rows * cfg.seq_len
-        targets = sum(sum(r.target_mask) for r in used)
+        packed = _pack(cfg, tokenizer, ids[PAD_TOKEN], inputs)
         t_prep = time.perf_counter()
 
         shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])
@@ -485,162 +652,39 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         model.to(dev)
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        t_train = time.perf_counter()
-        trained_digests = {t.digest for t in tasks}
+        trained_digests = {t.digest for t in inputs.tasks}
         curve_sample = generate_set({f: cfg.curve_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE + "-curve",
-                                    cfg.curve_difficulty or cfg.dev_difficulty, trained_digests | excluded) if cfg.curve_every else []
-        learning_curve, curve_seconds, marks = [], [0.0], {}
-
-        def curve(k: int) -> None:
-            t = time.perf_counter()
-            model.eval()
-            answers = answer_tasks(model, tokenizer, [task_record(e) for e in curve_sample], cfg.sample_max_new_tokens,
-                                   batch_size=cfg.eval_batch)
-            model.train()
-            learning_curve.append({"update": k, "tokens": k * cfg.batch_rows * cfg.seq_len,
-                                   **{f: sum(a["correct"] for a in answers if a["family"] == f) for f in FAMILIES}})
-            curve_seconds[0] += time.perf_counter() - t
-            marks["curve"] = curve_seconds[0]
-
-        losses = _train(cfg, model, used, updates, dev, show, curve, marks)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t_end = time.perf_counter()
-        train_seconds = t_end - t_train - curve_seconds[0]
-        steady = None
-        if "steady_start" in marks:
-            steady_seconds = t_end - marks["steady_start"] - (curve_seconds[0] - marks["curve_seconds_before"])
-            steady = {"from_update": STEADY_FROM, "seconds": round(steady_seconds, 2),
-                      "tokens_per_second": round((updates - STEADY_FROM) * cfg.batch_rows * cfg.seq_len / steady_seconds, 1)}
+                                    cfg.curve_difficulty or cfg.dev_difficulty,
+                                    trained_digests | inputs.excluded) if cfg.curve_every else []
+        trained = _train(cfg, model, tokenizer, packed, dev, show, curve_sample)
 
         model.eval()
-        # evaluation: held-out loss, per-family accuracy on a dev-role sample, greedy chat samples
-        held_ids = tokenizer([d["text"] for d in docs_held], add_special_tokens=False)["input_ids"]
-        held_rows = text_rows(held_ids, list(range(len(held_ids))), ids[PAD_TOKEN], cfg.seq_len)[:cfg.heldout_max_rows]
-        held_text = {"documents": len(docs_held), "paths_digest": sha256_json([d["path"] for d in docs_held]),
-                     **heldout_text_loss(model, held_rows, max(1, cfg.eval_batch // 8))}
-        held_convs = [c for c in alpaca_held if encode_or_refuse(tokenizer, c, cfg.seq_len) is not None]
-        scores = score_nll(model, tokenizer, held_convs, cfg.seq_len, batch_size=max(1, cfg.eval_batch // 4))
-        n_tok = sum(s["tokens"] for s in scores)
-        held_conv = {"source": ALPACA_NAME, "range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
-                     "conversations": len(scores), "assistant_tokens": n_tok,
-                     "nll_per_token": sum(s["nll_sum"] for s in scores) / n_tok if n_tok else None}
-        accuracy_at, task_examples = {}, []
-        for difficulty in sorted({cfg.dev_difficulty, cfg.task_difficulty}):
-            sample = generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
-                                  difficulty, trained_digests)
-            answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
-                                   batch_size=cfg.eval_batch)
-            acc = {f: {"n": sum(a["family"] == f for a in answers),
-                       "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in FAMILIES}
-            for f in FAMILIES:
-                acc[f]["accuracy"] = acc[f]["correct"] / max(1, acc[f]["n"])
-            accuracy_at[difficulty] = acc
-            task_examples += [{"difficulty": difficulty, "prompt": e.prompt, "expected": e.answer,
-                               "reply": a["reply"], "correct": a["correct"]}
-                              for e, a in zip(sample[::cfg.dev_sample_per_family], answers[::cfg.dev_sample_per_family])]
-        accuracy = accuracy_at[cfg.dev_difficulty]
-        pooled = sum(a["correct"] for a in accuracy.values()) / max(1, sum(a["n"] for a in accuracy.values()))
-        chats = []
-        for prompt in CHAT_PROMPTS:
-            r = greedy_reply(model, tokenizer, prompt, cfg.sample_max_new_tokens)
-            chats.append({"prompt": prompt, "reply": r["text"], "ended_at_turn_boundary": r["ended_at_turn_boundary"]})
-
+        parts = {"inputs": inputs, "packed": packed, "trained": trained,
+                 "heldout": _heldout(cfg, model, tokenizer, ids[PAD_TOKEN], inputs),
+                 "task_accuracy": _task_accuracy(cfg, model, tokenizer, trained_digests),
+                 "chat_samples": _chat_samples(cfg, model, tokenizer)}
         model.cpu()
-        _write_model_files(staging, model, shape)
-        trained = [convs[i] for i in dict.fromkeys(conv_order)]  # each once, in the order of first use
-        trained_sha256 = write_jsonl(staging / TRAINED_CONVERSATIONS_FILE, trained)
-        digest = parameter_digest(staging)
-        seconds = time.perf_counter() - t0
-        determinism = {
-            "torch.use_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-            "cudnn.deterministic": torch.backends.cudnn.deterministic, "cudnn.benchmark": torch.backends.cudnn.benchmark,
-            "tf32": False if dev.type == "cuda" else None,
-            "sdpa_backend": "FLASH_ATTENTION (training)" if dev.type == "cuda" else "default CPU kernels",
-            "torch.compile": ("blocks, under torch.use_deterministic_algorithms (Inductor's deterministic mode: "
-                              "no benchmarked kernel choices)" if cfg.compile_blocks == "auto" and dev.type == "cuda"
-                              else "off"),
-            "inductor_deterministic": _inductor_deterministic(), "compute": "bf16 autocast over FP32 master weights" if (
-                dev.type == "cuda" and cfg.compute_dtype == "bfloat16") else "float32",
-            "seeds": {"numpy PCG64 data order": cfg.seed, "torch.manual_seed": cfg.seed, "init_weights": cfg.seed},
-            "promise": "the same parameter digest on the same GPU model and software (torch, CUDA), from a fresh machine",
-        }
-        record = {
-            "kit_version": kit.__version__, "scale": "small", "config": asdict(cfg),
-            "params": shape.param_count(), "vocab_size": len(tokenizer),
-            "data": {
-                "general_text": {**general_text.provenance(), "documents_train": len(docs_train),
-                                 "documents_heldout": len(docs_held), "epochs": cfg.general_text_epochs,
-                                 "train_paths_digest": sha256_json([d["path"] for d in docs_train]),
-                                 "rows": n_text_rows},
-                "public_conversations": {"name": ALPACA_NAME, "file": str(alpaca), "sha256": ALPACA_SHA256,
-                                         "licence": "CC BY-NC 4.0", "train_range": [0, cfg.alpaca_train_stop],
-                                         "heldout_range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
-                                         "epochs": cfg.alpaca_epochs, "never_read": [cfg.alpaca_heldout_stop, 5000]},
-                "retrieval": {"documents": len(retrieval), "rows": n_retrieval_rows, "seed": cfg.seed,
-                              "max_pairs": cfg.retrieval_max_pairs, "generator": "kit.data.retrieval"},
-                "synthetic": {"count": len(synthetic), "seed": cfg.seed,
-                              "digest": sha256_json([c.digest for c in synthetic])},
-                "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed,
-                          "difficulty": cfg.task_difficulty,
-                          "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
-                          "digest": sha256_json(sorted(t.digest for t in tasks))},
-                "skipped_over_seq_len": {"count": len(skipped), "ids": skipped[:20]},
-                "trained_conversations": len(trained), "trained_conversations_sha256": trained_sha256,
-                "rows": len(used), "tokens": tokens, "target_tokens": targets,
-                "tokenizer_sha256": sha256_file(staging / "tokenizer.json"),
-                "order": f"numpy.random.default_rng({cfg.seed}): text epochs' document orders, then the conversation "
-                         f"order, then the row order",
-            },
-            "disjointness": {"construction": f"tasks drawn under role {SEED_TRAIN_ROLE!r}, excluding every digest below",
-                             "checked_against": {k: {kk: v for kk, v in s.items() if kk != "digests"}
-                                                 | {"digest": sha256_json(sorted(s["digests"]))}
-                                                 for k, s in forbidden.items()},
-                             "overlaps": 0},
-            "updates": updates,
-            "learning_rate": {"schedule": "linear warm-up then cosine", "peak": cfg.lr,
-                              "warmup_updates": cfg.warmup_updates, "final": cfg.learning_rate(updates - 1, updates)},
-            "loss_initial": losses[0], "loss_final": float(np.mean(losses[-10:])),
-            "loss_every_10_updates": [round(x, 4) for x in losses[::10]],
-            "heldout": {"general_text": held_text, "conversations": held_conv},
-            "task_accuracy": {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": accuracy,
-                              "pooled": pooled,
-                              "at_difficulty": {str(d): a for d, a in accuracy_at.items()},
-                              "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"},
-            "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.curve_difficulty or cfg.dev_difficulty,
-                               "per_family_n": cfg.curve_per_family, "points": learning_curve,
-                               "seconds": round(curve_seconds[0], 2)},
-            "throughput": {"executed_flops_per_token": executed_flops_per_token(shape, cfg.seq_len),
-                           "mfu_executed": round(executed_flops_per_token(shape, cfg.seq_len) * tokens / train_seconds
-                                                 / H200_BF16_PEAK_FLOPS, 4) if dev.type == "cuda" else None,
-                           "peak_flops": H200_BF16_PEAK_FLOPS, "steady_state": steady and {
-                               **steady, "mfu_executed": round(executed_flops_per_token(shape, cfg.seq_len)
-                                                               * steady["tokens_per_second"] / H200_BF16_PEAK_FLOPS, 4)
-                               if dev.type == "cuda" else None},
-                           "note": "executed FLOPs (kit/flops.py) of the training updates over the train seconds, "
-                                   "learning-curve evaluations excluded, over the bf16 datasheet peak"},
-            "chat_samples": chats,
-            "seconds": {"inputs_and_tasks": round(t_data - t0, 2), "tokenizer": round(t_tok - t_data, 2),
-                        "encode_and_pack": round(t_prep - t_tok, 2), "train": round(train_seconds, 2),
-                        "total": round(seconds, 2)},
-            "tokens_per_second": round(tokens / train_seconds, 1),
-            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
-            "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
-            "python_version": platform.python_version(), "machine": platform.machine(),
-            "numeric_profile": profile, "determinism": determinism, "parameter_digest": digest,
-        }
-        write_bytes_atomic(staging / SEED_BUILD_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        conversations = [inputs.convs[i] for i in dict.fromkeys(packed.conv_order)]  # each once, in order of first use
+        trained_sha256, digest = write_seed_files(staging, model, conversations)
+        parts["data"] = _data_record(cfg, inputs, packed, alpaca, (len(conversations), trained_sha256), staging)
+        seconds = {"inputs_and_tasks": round(t_data - t0, 2), "tokenizer": round(t_tok - t_data, 2),
+                   "encode_and_pack": round(t_prep - t_tok, 2), "train": round(trained.train_seconds, 2),
+                   "total": round(time.perf_counter() - t0, 2)}
+        record = _record(cfg, shape, len(tokenizer), parts, dev, seconds, profile, digest)
+        write_record(staging, record)
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    accuracy = record["task_accuracy"]["per_family"]
     return {"out": str(out), "scale": "small", "parameter_digest": digest, "params": shape.param_count(),
-            "vocab_size": len(tokenizer), "updates": updates, "tokens": tokens,
-            "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),
-            "heldout_text_nll": held_text["nll_per_token"], "heldout_conversation_nll": held_conv["nll_per_token"],
-            "task_accuracy": {f: accuracy[f]["accuracy"] for f in FAMILIES}, "pooled_accuracy": pooled,
-            "mfu_executed": record["throughput"]["mfu_executed"], "learning_curve": learning_curve,
-            "chat_samples": chats, "seconds": record["seconds"], "tokens_per_second": record["tokens_per_second"]}
+            "vocab_size": len(tokenizer), "updates": packed.updates, "tokens": packed.tokens,
+            "loss_initial": round(trained.losses[0], 4), "loss_final": round(record["loss_final"], 4),
+            "heldout_text_nll": record["heldout"]["general_text"]["nll_per_token"],
+            "heldout_conversation_nll": record["heldout"]["conversations"]["nll_per_token"],
+            "task_accuracy": {f: accuracy[f]["accuracy"] for f in FAMILIES},
+            "pooled_accuracy": record["task_accuracy"]["pooled"],
+            "mfu_executed": record["throughput"]["mfu_executed"], "learning_curve": trained.learning_curve,
+            "chat_samples": record["chat_samples"], "seconds": seconds, "tokens_per_second": record["tokens_per_second"]}
