@@ -300,7 +300,7 @@ class StageEngine:
         to the end, microbatch order). So the learned state is bit-identical on CPU."""
         g, W, r, M = self.group, self.world, self.rank, len(mbs)
         nxt, prv = (r + 1) % W, (r - 1) % W
-        act, H = self.dtype, self.hidden
+        act = self.dtype
         parts = torch.zeros(2, dtype=torch.float64, device=self.device)  # ce_sum, kl_sum
         saved: dict[int, tuple] = {}  # i -> (h_in, h_out): this stage's graph of microbatch i
         deferred: list[tuple] = []  # rank 0: (embedding output, its gradient) per microbatch, in order
@@ -334,37 +334,11 @@ class StageEngine:
             sends_fwd = []
             i = t - r
             if 0 <= i < M:
-                mb = mbs[i]
-                B, T = mb.shape
-                R = mb.num_replay
-                with self._autocast():
-                    if r == 0:
-                        # The lookup's output is a leaf for the blocks, so the blocks' backward can run early
-                        # (1F1B memory) while the embedding's own backward waits for every head gradient.
-                        emb = self.student.embed(mb.ids)
-                        h = emb.detach().requires_grad_()
-                        h_in = (emb, h)
-                        th = None
-                        if R:
-                            with torch.no_grad():
-                                th = self.reference.embed(mb.replay_ids)
-                    else:
-                        h = inbox.pop(("fwd", i)).requires_grad_()
-                        th = inbox.pop(("ref", i), None)
-                        h_in = h
-                    cos, sin = self.student.rope_tables(T, self.device, act)
-                    h_out = self.student.run_blocks(h.to(act), cos, sin)
-                    if R:
-                        with torch.no_grad():
-                            th = self.reference.run_blocks(th.to(act), cos, sin)
-                sends_fwd = [(h_out, nxt)] + ([(th, nxt)] if R else [])
+                h_in, h_out, th = self._stage_forward(mbs[i], i, inbox)
+                sends_fwd = [(h_out, nxt)] + ([(th, nxt)] if mbs[i].num_replay else [])
                 saved[i] = (h_in, h_out)
             # 4) one batched exchange: this tick's outputs, next tick's inputs (see tick_receives)
-            recvs = []
-            for kind, i, src in tick_receives(W, M, r, t, [mb.num_replay for mb in mbs]):
-                B, T = mbs[i].shape
-                rows = mbs[i].num_replay if kind in ("ref", "href") else B
-                recvs.append(((kind, i), (rows, T, H), src))
+            recvs = self._tick_receives(mbs, t)
             if sends_fwd or sends_head or sends_bwd or recvs:
                 got = g.exchange(sends_fwd + sends_head + sends_bwd, [(shape, act, src) for _, shape, src in recvs])
                 inbox.update({key: x for (key, _, _), x in zip(recvs, got)})
@@ -373,6 +347,44 @@ class StageEngine:
         for emb, grad in deferred:
             emb.backward(grad)
         return parts
+
+    def _stage_forward(self, mb: _Prepared, i: int, inbox: dict) -> tuple:
+        """This stage's forward of microbatch `i` (step 3 of a tick): (h_in, h_out, the reference's output
+        or None). Rank 0 embeds; every other rank takes its input (and the reference's) from `inbox`."""
+        act = self.dtype
+        _, T = mb.shape
+        R = mb.num_replay
+        with self._autocast():
+            if self.rank == 0:
+                # The lookup's output is a leaf for the blocks, so the blocks' backward can run early
+                # (1F1B memory) while the embedding's own backward waits for every head gradient.
+                emb = self.student.embed(mb.ids)
+                h = emb.detach().requires_grad_()
+                h_in = (emb, h)
+                th = None
+                if R:
+                    with torch.no_grad():
+                        th = self.reference.embed(mb.replay_ids)
+            else:
+                h = inbox.pop(("fwd", i)).requires_grad_()
+                th = inbox.pop(("ref", i), None)
+                h_in = h
+            cos, sin = self.student.rope_tables(T, self.device, act)
+            h_out = self.student.run_blocks(h.to(act), cos, sin)
+            if R:
+                with torch.no_grad():
+                    th = self.reference.run_blocks(th.to(act), cos, sin)
+        return h_in, h_out, th
+
+    def _tick_receives(self, mbs: list[_Prepared], t: int) -> list:
+        """What this rank receives at the end of tick `t`: ((kind, i), shape, source) per tensor, in the
+        order tick_receives gives (every rank's sends and receives pair in that order)."""
+        recvs = []
+        for kind, i, src in tick_receives(self.world, len(mbs), self.rank, t, [mb.num_replay for mb in mbs]):
+            B, T = mbs[i].shape
+            rows = mbs[i].num_replay if kind in ("ref", "href") else B
+            recvs.append(((kind, i), (rows, T, self.hidden), src))
+        return recvs
 
     def _prepare(self, mb) -> _Prepared:
         """Host-side bookkeeping of a CPU microbatch, then one move of what the device needs."""
