@@ -116,29 +116,12 @@ def _start_endpoint(spj: dict, start_dir: Path, start_contract: dict, c: dict, h
             "gates_passed": passed, "exploratory": not passed}
 
 
-def prepare_continued(contract_path, start_prepared, start_home: str, start_root: str, start_evaluation,
-                      seed_dir, public_source, out_dir, ledger=None) -> dict:
-    """Prepare the continued cohort into `out_dir` (new or empty); see the module docstring."""
-    from kit.adaptive import prepare as prep
+def _start_job(c: dict, start_dir: Path) -> tuple[dict, dict]:
+    """The start job's prepared.json and its contract (cohort order A, B), the contract's digest checked
+    against prepared.json and against the continued contract's pin."""
     from kit.adaptive.schema import load_adaptive_contract
-    from kit.data.conversations import read_jsonl, write_jsonl
-    from kit.data.tasks import generate_set
-    from kit.digest import load_json_strict, sha256_json, write_canonical_json
-    from kit.evidence.ledger import (
-        CONVERSATION_KINDS,
-        TASK_KINDS,
-        exposed_digests,
-        ledger_path,
-        ledger_summary,
-        tasks_excluding,
-    )
-    from kit.inventory import parameter_digest
-    from kit.provenance import input_commitments
+    from kit.digest import load_json_strict
 
-    contract = load_continued_contract(contract_path)
-    c = contract.data
-    start_dir, out = Path(start_prepared), Path(out_dir)
-    prep._check_out_dir(out)
     spj = load_json_strict(start_dir / "prepared.json")
     start_c = load_adaptive_contract(spj["locations"]["contract"])
     if start_c.digest != spj["contract"]["digest"]:
@@ -148,20 +131,16 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     if pinned is not None and pinned != start_c.digest:
         raise ContinuedRefused(f"{start_dir / 'prepared.json'}: start contract digest {start_c.digest}; contract field "
                                f"'start.contract_digest' = {pinned}")
-    start_contract = {**start_c.data, "cohort_order": ["A", "B"]}
-    start = _start_endpoint(spj, start_dir, start_contract, c, start_home, start_root, Path(start_evaluation))
-    seed_dir, public = Path(seed_dir), Path(public_source)
-    actual = parameter_digest(seed_dir)
-    if actual != spj["seed"]["parameter_digest"]:
-        raise ContinuedRefused(f"--seed {seed_dir}: parameter digest {actual}; {start_dir / 'prepared.json'} field "
-                               f"'seed.parameter_digest' expects {spj['seed']['parameter_digest']}")
-    prep._check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
+    return spj, {**start_c.data, "cohort_order": ["A", "B"]}
 
-    ledger = Path(ledger) if ledger is not None else ledger_path()
-    ledger_info = ledger_summary(ledger)
-    exposed_tasks = exposed_digests(TASK_KINDS, ledger, other_than=contract.digest)
-    exposed_convs = exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract.digest)
-    start_roles = {role: read_jsonl(start_dir / info["file"], info["sha256"]) for role, info in spj["roles"].items()}
+
+def _task_roles(c: dict, spj: dict, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
+    """C.new, dev.tasks and final.tasks, each excluding the seed's trained tasks, every start role and
+    every earlier role; final.tasks also the ledger's exposed tasks. Returns (tasks, ledger-skipped finals)."""
+    from kit.data.conversations import read_jsonl
+    from kit.data.tasks import generate_set
+    from kit.evidence.ledger import tasks_excluding
+
     trained = read_jsonl(spj["locations"]["replay"])
     excluded = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
     excluded |= {x.meta["digest"] for convs in start_roles.values() for x in convs if "digest" in x.meta}
@@ -172,27 +151,37 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
         excluded |= {e.digest for e in tasks[role]}
     tasks["final.tasks"], final_skipped = tasks_excluding(c["evaluation"]["final"]["tasks"], seeds["tasks"],
                                                           "final.tasks", diff, excluded, exposed_tasks)
-    fits = prep._Fits(seed_dir, c["training"]["max_tokens"])
-    records = {role: prep._task_records(ex, role) for role, ex in tasks.items()}
-    for role, convs in records.items():
-        too_long = next((x.id for x in convs if not fits(x)), None)
-        if too_long is not None:
-            raise ContinuedRefused(f"role {role!r} task {too_long!r} exceeds training.max_tokens = {fits.max_tokens}")
+    return tasks, final_skipped
+
+
+def _conversation_roles(c: dict, start_dir: Path, start_roles: dict, records: dict, public: Path, fits,
+                        exposed_convs: frozenset) -> dict:
+    """C.replay (from the start's A.replay), dev.retention (the start's) and final.retention (fresh
+    public records, excluded against every role of both jobs and the ledger) into `records`; returns
+    the final-retention report."""
+    from kit.adaptive import prepare as prep
+
     n_replay, n_dev = c["cohort"]["totals"]["replay_conv"], c["evaluation"]["dev"]["retention"]
     if n_replay > len(start_roles["A.replay"]) or n_dev > len(start_roles["dev.retention"]):
         raise ContinuedRefused(f"{start_dir}: A.replay has {len(start_roles['A.replay'])} and dev.retention "
                                f"{len(start_roles['dev.retention'])} records; contract fields 'cohort.totals.replay_conv' "
                                f"= {n_replay} and 'evaluation.dev.retention' = {n_dev} need at most that many")
     records["C.replay"] = [prep._labelled(x, "C.replay") for x in
-                           prep._rank(start_roles["A.replay"], seeds["selection"], "C.replay")[:n_replay]]
+                           prep._rank(start_roles["A.replay"], c["data_seeds"]["selection"], "C.replay")[:n_replay]]
     records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
     against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
-    final_ret, final_report = prep._final_retention(c, public, against, fits, frozenset(exposed_convs))
+    final_ret, final_report = prep._final_retention(c, public, against, fits, exposed_convs)
     start_final = {x.digest for x in start_roles["final.retention"]}
     records["final.retention"] = final_ret
     assert not {x.digest for x in final_ret} & start_final  # document rules already exclude every start record
+    return final_report
 
-    sched_seed, k = seeds["schedule"], c["cohort"]
+
+def _schedule(c: dict, records: dict, contract_digest: str) -> dict:
+    """Cohort C's updates: per update its share of C.new and C.replay, in a seeded, version-proof order."""
+    from kit.adaptive import prepare as prep
+
+    sched_seed, k = c["data_seeds"]["schedule"], c["cohort"]
     ranked = {role: prep._rank(records[role], sched_seed, f"schedule/C/{role}") for role in ("C.new", "C.replay")}
     steps = []
     for i in range(k["updates"]):
@@ -201,8 +190,49 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
         chosen = prep._rank(chosen, sched_seed, f"schedule/C/{i + 1}", key=lambda rc: [rc[0], rc[1].id])
         steps.append([{"id": conv.id, "role": role, "replay": role == "C.replay", "digest": conv.digest}
                       for role, conv in chosen])
-    schedule = {"format": prep.SCHEDULE_FORMAT, "contract_digest": contract.digest, "seed": sched_seed,
-                "cohorts": {COHORT: {"updates": k["updates"], "reference": "start", "steps": steps}}}
+    return {"format": prep.SCHEDULE_FORMAT, "contract_digest": contract_digest, "seed": sched_seed,
+            "cohorts": {COHORT: {"updates": k["updates"], "reference": "start", "steps": steps}}}
+
+
+def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: dict, public: Path, ledger_info: dict,
+               start_evaluation) -> dict:
+    """prepared.json's "locations": where each input was (not part of the job digest)."""
+    return {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
+            "start_prepared": str(start_dir.absolute()), "replay": spj["locations"]["replay"],
+            "public_source": str(public.absolute()), "ledger": ledger_info["path"],
+            "start_evaluation": str(Path(start_evaluation).absolute())}
+
+
+def prepare_continued(contract_path, start_prepared, start_home: str, start_root: str, start_evaluation,
+                      seed_dir, public_source, out_dir, ledger=None) -> dict:
+    """Prepare the continued cohort into `out_dir` (new or empty); see the module docstring."""
+    from kit.adaptive import prepare as prep
+    from kit.data.conversations import read_jsonl, write_jsonl
+    from kit.digest import sha256_json, write_canonical_json
+    from kit.inventory import parameter_digest
+    from kit.provenance import input_commitments
+
+    contract = load_continued_contract(contract_path)
+    c = contract.data
+    start_dir, out = Path(start_prepared), Path(out_dir)
+    prep._check_out_dir(out)
+    spj, start_contract = _start_job(c, start_dir)
+    start = _start_endpoint(spj, start_dir, start_contract, c, start_home, start_root, Path(start_evaluation))
+    seed_dir, public = Path(seed_dir), Path(public_source)
+    actual = parameter_digest(seed_dir)
+    if actual != spj["seed"]["parameter_digest"]:
+        raise ContinuedRefused(f"--seed {seed_dir}: parameter digest {actual}; {start_dir / 'prepared.json'} field "
+                               f"'seed.parameter_digest' expects {spj['seed']['parameter_digest']}")
+    prep._check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
+
+    ledger_info, exposed_tasks, exposed_convs = prep.ledger_exposure(ledger, contract.digest)
+    start_roles = {role: read_jsonl(start_dir / info["file"], info["sha256"]) for role, info in spj["roles"].items()}
+    tasks, final_skipped = _task_roles(c, spj, start_roles, exposed_tasks)
+    fits = prep._Fits(seed_dir, c["training"]["max_tokens"])
+    records = {role: prep._task_records(ex, role) for role, ex in tasks.items()}
+    prep.check_task_lengths(records, fits, ContinuedRefused)
+    final_report = _conversation_roles(c, start_dir, start_roles, records, public, fits, exposed_convs)
+    schedule = _schedule(c, records, contract.digest)
 
     staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -222,19 +252,14 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
             "exclusions": {"final.retention": final_report,
                            "final.tasks": {"excluded": {"ledger": final_skipped}, "excluded_total": final_skipped,
                                            "taken": c["evaluation"]["final"]["tasks"]}},
-            "ledger": {**{key: ledger_info[key] for key in ("sha256", "entries", "digests")},
-                       "excluded_digests": {"tasks": len(exposed_tasks), "conversations": len(exposed_convs)},
-                       "rule": "every digest exposed under another contract"},
+            "ledger": prep.ledger_record(ledger_info, exposed_tasks, exposed_convs),
         }
         prepared["job_digest"] = sha256_json(prepared)
-        prepared["locations"] = {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
-                                 "start_prepared": str(start_dir.absolute()), "replay": spj["locations"]["replay"],
-                                 "public_source": str(public.absolute()), "ledger": ledger_info["path"],
-                                 "start_evaluation": str(Path(start_evaluation).absolute())}
+        prepared["locations"] = _locations(contract_path, seed_dir, start_dir, spj, public, ledger_info,
+                                           start_evaluation)
         prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         prepared_sha = write_canonical_json(staging / prep.PREPARED_FILE, prepared)
-        inputs = {f"seed/{p.name}": p for p in sorted(seed_dir.iterdir())
-                  if p.name in prep.SEED_FILES or p.suffix == ".safetensors"}
+        inputs = prep.seed_inputs(seed_dir)
         inputs |= {"public_source": public, "start_prepared": start_dir / prep.PREPARED_FILE,
                    "start_evaluation": Path(start_evaluation)}
         written = {role: prep.role_file(role) for role in ROLES} | {"schedule": prep.SCHEDULE_FILE,

@@ -325,6 +325,75 @@ def _check_inputs(c: dict, seed_dir: Path, replay: Path, dev: Path | None, publi
         _check_pinned(dev, c["inputs"]["dev_retention_sha256"], "inputs.dev_retention_sha256")
 
 
+def _replay_pool(c: dict, replay_path: Path, dev_path: Path | None) -> tuple[list, set[str], list]:
+    """The seed's trained conversations, the digests of its own training tasks, and the replay pool
+    (refused when it is smaller than the contract needs)."""
+    trained = read_jsonl(replay_path)
+    seed_task_digests = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
+    pool = [x for x in trained if c["conversation_replay"]["pool"] == "all" or "family" not in x.meta]
+    need_replay = c["cohorts"]["A"]["totals"]["replay_conv"]
+    need = need_replay + (0 if dev_path else c["evaluation"]["dev"]["retention"])
+    if len(pool) < need:
+        raise PrepareError(f"{replay_path}: {len(pool)} {c['conversation_replay']['pool']} conversations; the contract "
+                           f"needs {need} (cohorts.A.totals.replay_conv = {need_replay}"
+                           + ("" if dev_path else f" + evaluation.dev.retention = {need - need_replay}") + ")")
+    return trained, seed_task_digests, pool
+
+
+def ledger_exposure(ledger, contract_digest: str) -> tuple[dict, frozenset[str], frozenset[str]]:
+    """(the ledger's summary, task digests, conversation digests) exposed under any other contract: a
+    later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself."""
+    from kit.evidence.ledger import (
+        CONVERSATION_KINDS,
+        TASK_KINDS,
+        exposed_digests,
+        ledger_path,
+        ledger_summary,
+    )
+
+    ledger = Path(ledger) if ledger is not None else ledger_path()
+    return (ledger_summary(ledger), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
+            frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract_digest)))
+
+
+def check_task_lengths(records: dict[str, list[Conversation]], fits: _Fits, error: type = PrepareError) -> None:
+    """The over-long policy is "reject": a training or test task is never cut (`error` names the task)."""
+    for role, convs in records.items():
+        too_long = next((x.id for x in convs if not fits(x)), None)
+        if too_long is not None:
+            raise error(f"role {role!r} task {too_long!r} exceeds training.max_tokens = {fits.max_tokens}")
+
+
+def _select_roles(c: dict, seed_dir: Path, pool: list, seed_task_digests: set[str], dev_path: Path | None,
+                  replay_path: Path, public: Path, exposed: tuple[frozenset, frozenset]) -> tuple:
+    """Every role's records, disjoint and checked: (records, task_report, final_report, selection skipped)."""
+    exposed_tasks, exposed_convs = exposed
+    fits = _Fits(seed_dir, c["training"]["max_tokens"])
+    task_report = {"final.tasks": {"excluded": {"ledger": 0}, "excluded_total": 0,
+                                   "taken": c["evaluation"]["final"]["tasks"]}}
+    records = {role: _task_records(examples, role)
+               for role, examples in _generate_tasks(c, seed_task_digests, exposed_tasks, task_report).items()}
+    check_task_lengths(records, fits)
+    conversation_roles, skipped = _conversation_roles(c, pool, dev_path, replay_path, fits)
+    records |= conversation_roles
+    _cohort_b_replay(c, records)
+    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs)
+    _assert_roles(records, seed_task_digests)
+    return records, task_report, final_report, skipped
+
+
+def ledger_record(ledger_info: dict, exposed_tasks: frozenset, exposed_convs: frozenset) -> dict:
+    """prepared.json's "ledger": which ledger the exclusions read, and how many digests it excluded."""
+    return {**{k: ledger_info[k] for k in ("sha256", "entries", "digests")},
+            "excluded_digests": {"tasks": len(exposed_tasks), "conversations": len(exposed_convs)},
+            "rule": "every digest exposed under another contract"}
+
+
+def seed_inputs(seed_dir: Path) -> dict[str, Path]:
+    """The seed files a prepared job commits to: weights and every file that changes behaviour."""
+    return {f"seed/{p.name}": p for p in sorted(seed_dir.iterdir()) if p.name in SEED_FILES or p.suffix == ".safetensors"}
+
+
 def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_source_path, out_dir,
             ledger=None) -> dict:
     """Prepare the contract's job into `out_dir` (absent or empty); returns a summary. See the module docstring.
@@ -343,44 +412,10 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     out = Path(out_dir)
     _check_inputs(c, seed_dir, replay_path, dev_path, public, out)
     identity, shape, inv = _seed_identity(c, seed_dir)
-
-    trained = read_jsonl(replay_path)
-    seed_task_digests = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
-    pool = [x for x in trained if c["conversation_replay"]["pool"] == "all" or "family" not in x.meta]
-    need_replay = c["cohorts"]["A"]["totals"]["replay_conv"]
-    need = need_replay + (0 if dev_path else c["evaluation"]["dev"]["retention"])
-    if len(pool) < need:
-        raise PrepareError(f"{replay_path}: {len(pool)} {c['conversation_replay']['pool']} conversations; the contract "
-                           f"needs {need} (cohorts.A.totals.replay_conv = {need_replay}"
-                           + ("" if dev_path else f" + evaluation.dev.retention = {need - need_replay}") + ")")
-
-    from kit.evidence.ledger import (
-        CONVERSATION_KINDS,
-        TASK_KINDS,
-        exposed_digests,
-        ledger_path,
-        ledger_summary,
-    )
-
-    ledger = Path(ledger) if ledger is not None else ledger_path()
-    ledger_info = ledger_summary(ledger)
-    # a later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself
-    exposed_tasks = frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract.digest))
-    exposed_convs = frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract.digest))
-    fits = _Fits(seed_dir, c["training"]["max_tokens"])
-    task_report = {"final.tasks": {"excluded": {"ledger": 0}, "excluded_total": 0,
-                                   "taken": c["evaluation"]["final"]["tasks"]}}
-    records = {role: _task_records(examples, role)
-               for role, examples in _generate_tasks(c, seed_task_digests, exposed_tasks, task_report).items()}
-    for role, convs in records.items():
-        too_long = next((x.id for x in convs if not fits(x)), None)
-        if too_long is not None:  # the over-long policy is "reject": a training or test task is never cut
-            raise PrepareError(f"role {role!r} task {too_long!r} exceeds training.max_tokens = {fits.max_tokens}")
-    conversation_roles, skipped = _conversation_roles(c, pool, dev_path, replay_path, fits)
-    records |= conversation_roles
-    _cohort_b_replay(c, records)
-    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs)
-    _assert_roles(records, seed_task_digests)
+    trained, seed_task_digests, pool = _replay_pool(c, replay_path, dev_path)
+    ledger_info, exposed_tasks, exposed_convs = ledger_exposure(ledger, contract.digest)
+    records, task_report, final_report, skipped = _select_roles(c, seed_dir, pool, seed_task_digests, dev_path,
+                                                                replay_path, public, (exposed_tasks, exposed_convs))
     schedule = {**_schedule(c, records), "contract_digest": contract.digest}
 
     staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
@@ -406,9 +441,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
                 staging / OWNERSHIP_FILE, ownership_manifests(c, shape, inv, identity["inventory_digest"]))},
             "exclusions": {"final.retention": final_report, "final.tasks": task_report["final.tasks"],
                            "selection_skipped": skipped},
-            "ledger": {**{k: ledger_info[k] for k in ("sha256", "entries", "digests")},
-                       "excluded_digests": {"tasks": len(exposed_tasks), "conversations": len(exposed_convs)},
-                       "rule": "every digest exposed under another contract"},
+            "ledger": ledger_record(ledger_info, exposed_tasks, exposed_convs),
         }
         prepared["job_digest"] = sha256_json(prepared)  # before locations and created_at: neither is identity
         prepared["locations"] = {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
@@ -417,8 +450,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
                                  "ledger": ledger_info["path"]}
         prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         prepared_sha = write_canonical_json(staging / PREPARED_FILE, prepared)
-        inputs = {f"seed/{p.name}": p for p in sorted(seed_dir.iterdir())
-                  if p.name in SEED_FILES or p.suffix == ".safetensors"}
+        inputs = seed_inputs(seed_dir)
         inputs |= {"replay": replay_path, "public_source": public} | ({"dev_retention": dev_path} if dev_path else {})
         written = {role: role_file(role) for role in ROLES} | {
             "schedule": SCHEDULE_FILE, "ownership": OWNERSHIP_FILE, "prepared": PREPARED_FILE}

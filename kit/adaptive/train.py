@@ -114,11 +114,53 @@ def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: i
             "pad_id": tok.pad_token_id or 0}
 
 
+def _open_start(group, args: dict, layout, ctx) -> tuple:
+    """The start state this worker's blocks train from: (start, bytes fetched, the peer fetch record or None).
+    A commit of another store is migrated first; over the group when hosts share no filesystem."""
+    from kit.engine.migration import open_start, open_start_over_group
+
+    start_ref = ref_from_json(args["start"], "worker argument 'start'")
+    fetch = None
+    if isinstance(start_ref, PeerCommitRef):  # hosts without a shared filesystem (kit/adaptive/torchrun.py)
+        start, fetch = open_start_over_group(group, args["home"], layout, start_ref.root, start_ref.source, ctx)
+        fetched = fetch["received"]
+    elif isinstance(start_ref, CommitRef):  # from another store: its assigned objects are migrated first
+        migrate_from = start_ref.home if start_ref.home != args["home"] else None
+        start, fetched = open_start(group, args["home"], layout, {"root": start_ref.root}, migrate_from, ctx)
+    else:
+        start, fetched = open_start(group, args["home"], layout, start_ref.to_json(), None, ctx)
+    return start, fetched, fetch
+
+
+def _open_reference(group, args: dict, layout) -> tuple:
+    """The frozen reference of the KL term, as the Session takes it, and the peer fetch record (or None)."""
+    from kit.engine.migration import reference_over_group
+
+    reference_ref = ref_from_json(args["reference"], "worker argument 'reference'")
+    if isinstance(reference_ref, PeerCommitRef):
+        return reference_over_group(group, reference_ref.source, args["home"], layout, reference_ref.root)
+    return reference_ref.to_json(), None
+
+
+def _start_cohort_step(contract: dict, cohort: str, manifest: dict | None) -> int:
+    """The cohort step training resumes at: 0 for the first update of cohort B (or C), which must start
+    from the committed endpoint of the cohort before it; else the start commit's own cohort step."""
+    order = contract["cohort_order"]
+    cursor = dict(manifest["learned_state"]["cursor"]) if manifest else {"step": 0}
+    cohort_idx = order.index(cohort)
+    if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
+        if cursor.get("cohort", 0) + 1 != cohort_idx or cursor.get("cohort_step", cursor["step"]) != \
+                contract["endpoints"][order[cohort_idx - 1]]:
+            raise TrainRefused(f"cohort {cohort} must start from the committed endpoint of cohort "
+                               f"{order[cohort_idx - 1]}; the start commit's cursor is {cursor}")
+        return 0
+    return cursor.get("cohort_step", cursor["step"])
+
+
 def adaptive_worker(group, args: dict, ctx) -> dict:
     """Launcher/torchrun entry; `args` is `worker_args`' plan (start and reference as kit.refs JSON)."""
     from kit.adaptive.continued_schema import job_contract
     from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
-    from kit.engine.migration import open_start, open_start_over_group, reference_over_group
     from kit.engine.session import Session
     from kit.model.shard import Layout
     from kit.train.batch import TrainRecord
@@ -135,22 +177,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     tr = contract["training"]
     cohort = args["cohort"]
     layout = Layout.from_json(args["layout"])
-    start_ref = ref_from_json(args["start"], "worker argument 'start'")
-    fetch = reference_fetch = None
-    if isinstance(start_ref, PeerCommitRef):  # hosts without a shared filesystem (kit/adaptive/torchrun.py)
-        start, fetch = open_start_over_group(group, args["home"], layout, start_ref.root, start_ref.source, ctx)
-        fetched = fetch["received"]
-    elif isinstance(start_ref, CommitRef):  # from another store: its assigned objects are migrated first
-        migrate_from = start_ref.home if start_ref.home != args["home"] else None
-        start, fetched = open_start(group, args["home"], layout, {"root": start_ref.root}, migrate_from, ctx)
-    else:
-        start, fetched = open_start(group, args["home"], layout, start_ref.to_json(), None, ctx)
-    reference_ref = ref_from_json(args["reference"], "worker argument 'reference'")
-    if isinstance(reference_ref, PeerCommitRef):
-        reference, reference_fetch = reference_over_group(group, reference_ref.source, args["home"], layout,
-                                                          reference_ref.root)
-    else:
-        reference = reference_ref.to_json()
+    start, fetched, fetch = _open_start(group, args, layout, ctx)
+    reference, reference_fetch = _open_reference(group, args, layout)
     data = records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
     from kit.adaptive.ownership import memory_model_of
 
@@ -162,16 +190,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
                       admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"]),
                                  "microbatches": -(-docs // tr["microbatch_size"]),
                                  "memory_model": memory_model})
-    cursor = dict(start.manifest["learned_state"]["cursor"]) if start.manifest else {"step": 0}
     cohort_idx = order.index(cohort)
-    if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
-        if cursor.get("cohort", 0) + 1 != cohort_idx or cursor.get("cohort_step", cursor["step"]) != \
-                contract["endpoints"][order[cohort_idx - 1]]:
-            raise TrainRefused(f"cohort {cohort} must start from the committed endpoint of cohort "
-                               f"{order[cohort_idx - 1]}; the start commit's cursor is {cursor}")
-        cohort_step = 0
-    else:
-        cohort_step = cursor.get("cohort_step", cursor["step"])
+    cohort_step = _start_cohort_step(contract, cohort, start.manifest)
     until = min(int(args.get("until") or contract["endpoints"][cohort]), contract["endpoints"][cohort])
     points = set(commit_points(contract, cohort)) | {until}  # the contract's commit points, and where we stop
     log = Path(args["attempt_dir"]) / "updates.jsonl" if group.rank == 0 else None

@@ -199,20 +199,8 @@ def cmd_demo(a) -> int:
                     seed_dir=Path(a.seed_dir) if a.seed_dir else None)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="kit", description="kit: a research toolkit for adaptive sharded learning and the "
-                                       "shared-gradient study, with run records and reports.",
-               epilog=WORKFLOW, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from kit import __version__
-
-    p.add_argument("--version", action="version", version=f"kit {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats.md)")
-    s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
-                   help="a Hugging Face model folder (a seed or an exported checkpoint)")
-    s.set_defaults(fn=cmd_digest)
-
+def _add_seed_commands(sub) -> None:
+    """`kit seed build` (either scale) and `kit seed show`."""
     seed = sub.add_parser("seed", help="build or describe a seed").add_subparsers(dest="action", required=True)
     s = seed.add_parser("build", help="train the tiny seed (tokenizer + Llama) into DIR")
     s.add_argument("--out", required=True, type=OutDir("a folder for the seed"), help="the seed folder (created)")
@@ -234,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir", type=seed_dir(), help="a seed folder (made by kit seed build)")
     s.set_defaults(fn=cmd_seed_show)
 
+
+def _add_checkpoint_commands(sub) -> None:
+    """`kit checkpoint verify|show|export|list|gc` of a store."""
     ck = sub.add_parser("checkpoint", help="verify, show, export, list or gc commits of a store")
     ck_sub = ck.add_subparsers(dest="action", required=True)
     for action, help_text in (("verify", "re-hash every object of a commit (default HEAD) and recompute both roots"),
@@ -253,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--objects", action="store_true", help="also remove objects no commit names")
         s.set_defaults(fn=cmd_checkpoint, root=getattr(s, "root", None))
 
+
+def _add_plan_command(sub) -> None:
     s = sub.add_parser("plan", help="capacity planner: contiguous block assignment minimising peak utilisation")
     s.add_argument("--config", required=True, type=FileOrDir("a model config.json or a folder holding one",
                                                               "config.json", "kit seed build"),
@@ -269,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the whole plan record as JSON (default: a table)")
     s.set_defaults(fn=cmd_plan)
 
+
+def _add_demo_command(sub) -> None:
     s = sub.add_parser("demo", help="the embedded default: both tiny contracts end to end")
     s.add_argument("--out", default="demo-out", type=OutDir("the demo's working folder"),
                    help="working directory for seeds, stores and runs")
@@ -289,6 +284,26 @@ def build_parser() -> argparse.ArgumentParser:
                 help="inspect this seed, built before (e.g. by the medium pilot on the same host), instead of "
                      "building one; the contracts' digest pin still decides")
     s.set_defaults(fn=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="kit", description="kit: a research toolkit for adaptive sharded learning and the "
+                                       "shared-gradient study, with run records and reports.",
+               epilog=WORKFLOW, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from kit import __version__
+
+    p.add_argument("--version", action="version", version=f"kit {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats.md)")
+    s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
+                   help="a Hugging Face model folder (a seed or an exported checkpoint)")
+    s.set_defaults(fn=cmd_digest)
+
+    _add_seed_commands(sub)
+    _add_checkpoint_commands(sub)
+    _add_plan_command(sub)
+    _add_demo_command(sub)
 
     from kit.cli.drivers import DRIVER_COMMANDS  # run, batch, verify-evidence, report, adaptive, study
 

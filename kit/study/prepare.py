@@ -112,57 +112,43 @@ def _record_row(c: Conversation, enc, family: str | None) -> dict:
             "conversation_digest": c.digest}
 
 
-def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike, source_path: str | os.PathLike,
-                  study_dir: str | os.PathLike, ledger: str | os.PathLike | None = None) -> dict:
-    """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content.
-
-    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path()). Final-test tasks exclude
-    every task digest another contract exposed (counted); with `data.retention.exposed` the probes are
-    the records of the retention range whose content digest the ledger holds (really exposed), and
-    preparation is refused when too few are."""
+def _ledger_exposure(ledger, contract_digest: str) -> tuple[Path, dict, set[str], set[str]]:
+    """(the ledger, its summary, task digests another contract exposed, every exposed conversation digest):
+    final-test tasks avoid the first; exposed retention probes are drawn from the second."""
     from kit.evidence.ledger import (
         CONVERSATION_KINDS,
         TASK_KINDS,
         exposed_digests,
         ledger_path,
         ledger_summary,
-        tasks_excluding,
     )
 
-    contract = load_study_contract(contract_path)
     ledger = Path(ledger) if ledger is not None else ledger_path()
-    ledger_info = ledger_summary(ledger)
-    exposed_tasks = exposed_digests(TASK_KINDS, ledger, other_than=contract.digest)
-    exposed_convs = exposed_digests(CONVERSATION_KINDS, ledger)
-    seed_dir, source_path, study_dir = Path(seed_dir), Path(source_path), Path(study_dir)
-    out = study_dir / PREPARED_DIR
-    if (out / "prepared.json").exists():
-        raise PreparedError(f"{out / 'prepared.json'}: this study is already prepared; use a new study directory")
-    d = contract["data"]
-    max_tokens = d["max_tokens"]
-    digest = parameter_digest(seed_dir)
-    want = contract["seed"]["parameter_digest"]
-    if want is not None and want != digest:
-        raise PreparedError(f"{seed_dir}: parameter digest {digest}; the contract's field 'seed.parameter_digest' "
-                            f"is {want}")
-    tokenizer = load_tokenizer(seed_dir)
-    seed_tasks, seed_records_present = _seed_task_digests(seed_dir)
+    return (ledger, ledger_summary(ledger), exposed_digests(TASK_KINDS, ledger, other_than=contract_digest),
+            exposed_digests(CONVERSATION_KINDS, ledger))
 
+
+def _training_documents(d: dict, tokenizer, seed_tasks: set[str], source_path: Path) -> tuple:
+    """The generated tasks and the first replay records that fit max_tokens:
+    (tasks, task pairs, task stats, replay range, replay pairs, replay stats); a pair is (conversation, encoding)."""
     tasks = generate_set(d["tasks"]["count"], d["tasks"]["seed"], d["tasks"]["role"], d["tasks"]["difficulty"],
                          exclude_digests=seed_tasks)
     task_pairs, task_stats = _first_fitting(tokenizer, [_task_conversation(t, False) for t in tasks],
-                                            len(tasks), max_tokens, "data.tasks")
+                                            len(tasks), d["max_tokens"], "data.tasks")
     rng = d["replay"]["source"]
     replay_range = instruction_source_range(source_path, rng["sha256"], rng["start"], rng["stop"], rng["name"])
     replay_pairs, replay_stats = _first_fitting(tokenizer, replay_range.conversations, d["replay"]["count"],
-                                                max_tokens, "data.replay")
-    train_pairs = task_pairs + replay_pairs
+                                                d["max_tokens"], "data.replay")
+    return tasks, task_pairs, task_stats, replay_range, replay_pairs, replay_stats
+
+
+def _retention_probes(d: dict, tokenizer, source_path: Path, train_pairs: list, exposed_convs: set[str],
+                      ledger: Path) -> tuple[list, dict, int]:
+    """The retention probes: records of their range that match no training document by normalised
+    prompt or content digest; with `data.retention.exposed`, only records the ledger holds.
+    Returns (pairs, stats, how many records were left out as not exposed)."""
     train_prompts = {normalize_text(c.prompt) for c, _ in train_pairs}
     train_digests = {c.digest for c, _ in train_pairs}
-
-    final, final_exposed = tasks_excluding(d["final_test"]["count"], d["final_test"]["seed"], d["final_test"]["role"],
-                                           d["final_test"]["difficulty"], seed_tasks | {t.digest for t in tasks},
-                                           exposed_tasks)
     rng = d["retention"]["source"]
     retention_range = instruction_source_range(source_path, rng["sha256"], rng["start"], rng["stop"], rng["name"])
     probes = retention_range.conversations
@@ -174,10 +160,63 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
             raise PreparedError(f"{ledger}: {len(probes)} records of data.retention.source [{rng['start']}, "
                                 f"{rng['stop']}) are in the exposure ledger; field 'data.retention.count' = "
                                 f"{d['retention']['count']} exposed probes needed (data.retention.exposed = true)")
-    retention_pairs, retention_stats = _first_fitting(
-        tokenizer, probes, d["retention"]["count"], max_tokens, "data.retention",
+    pairs, stats = _first_fitting(
+        tokenizer, probes, d["retention"]["count"], d["max_tokens"], "data.retention",
         skip=lambda c: normalize_text(c.prompt) in train_prompts or c.digest in train_digests)
+    return pairs, stats, not_exposed
 
+
+def _seed_record(seed_dir: Path, digest: str, seed_records_present: bool, seed_tasks: set[str]) -> dict:
+    return {"dir": str(seed_dir), "parameter_digest": digest, "inventory_digest": inventory_digest(seed_dir),
+            "config_sha256": sha256_file(seed_dir / "config.json"),
+            "tokenizer_files": {n: sha256_file(seed_dir / n) for n in TOKENIZER_FILES if (seed_dir / n).exists()},
+            "trained_conversations_present": seed_records_present,
+            "trained_tasks_excluded_by_digest": len(seed_tasks)}
+
+
+def _write_files(staging: Path, contract, train_pairs: list, schedule: dict, final: list, retention_pairs: list) -> None:
+    """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes."""
+    write_canonical_json(staging / "contract.json", contract.data)
+    lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
+    write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
+    write_canonical_json(staging / "schedule.json", schedule)
+    write_jsonl(staging / "final_tasks.jsonl", [_task_conversation(t, True) for t in final])
+    write_jsonl(staging / "retention.jsonl", [c for c, _ in retention_pairs])
+
+
+def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike, source_path: str | os.PathLike,
+                  study_dir: str | os.PathLike, ledger: str | os.PathLike | None = None) -> dict:
+    """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content.
+
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path()). Final-test tasks exclude
+    every task digest another contract exposed (counted); with `data.retention.exposed` the probes are
+    the records of the retention range whose content digest the ledger holds (really exposed), and
+    preparation is refused when too few are."""
+    from kit.evidence.ledger import tasks_excluding
+
+    contract = load_study_contract(contract_path)
+    ledger, ledger_info, exposed_tasks, exposed_convs = _ledger_exposure(ledger, contract.digest)
+    seed_dir, source_path, study_dir = Path(seed_dir), Path(source_path), Path(study_dir)
+    out = study_dir / PREPARED_DIR
+    if (out / "prepared.json").exists():
+        raise PreparedError(f"{out / 'prepared.json'}: this study is already prepared; use a new study directory")
+    d = contract["data"]
+    digest = parameter_digest(seed_dir)
+    want = contract["seed"]["parameter_digest"]
+    if want is not None and want != digest:
+        raise PreparedError(f"{seed_dir}: parameter digest {digest}; the contract's field 'seed.parameter_digest' "
+                            f"is {want}")
+    tokenizer = load_tokenizer(seed_dir)
+    seed_tasks, seed_records_present = _seed_task_digests(seed_dir)
+
+    tasks, task_pairs, task_stats, replay_range, replay_pairs, replay_stats = _training_documents(
+        d, tokenizer, seed_tasks, source_path)
+    train_pairs = task_pairs + replay_pairs
+    final, final_exposed = tasks_excluding(d["final_test"]["count"], d["final_test"]["seed"], d["final_test"]["role"],
+                                           d["final_test"]["difficulty"], seed_tasks | {t.digest for t in tasks},
+                                           exposed_tasks)
+    retention_pairs, retention_stats, not_exposed = _retention_probes(d, tokenizer, source_path, train_pairs,
+                                                                      exposed_convs, ledger)
     ids = [c.id for c, _ in train_pairs]
     order = np.random.default_rng(contract["schedule"]["order_seed"]).permutation(len(ids))
     per = contract["schedule"]["documents_per_update"]
@@ -187,20 +226,11 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     source = source_digest(kit_package_dir())
-    write_canonical_json(staging / "contract.json", contract.data)
-    lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
-    write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
-    write_canonical_json(staging / "schedule.json", schedule)
-    write_jsonl(staging / "final_tasks.jsonl", [_task_conversation(t, True) for t in final])
-    write_jsonl(staging / "retention.jsonl", [c for c, _ in retention_pairs])
+    _write_files(staging, contract, train_pairs, schedule, final, retention_pairs)
     prepared = {
         "format": PREPARED_FORMAT,
         "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
-        "seed": {"dir": str(seed_dir), "parameter_digest": digest, "inventory_digest": inventory_digest(seed_dir),
-                 "config_sha256": sha256_file(seed_dir / "config.json"),
-                 "tokenizer_files": {n: sha256_file(seed_dir / n) for n in TOKENIZER_FILES if (seed_dir / n).exists()},
-                 "trained_conversations_present": seed_records_present,
-                 "trained_tasks_excluded_by_digest": len(seed_tasks)},
+        "seed": _seed_record(seed_dir, digest, seed_records_present, seed_tasks),
         "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
         "files": {n: sha256_file(staging / n) for n in FILES},
         "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
