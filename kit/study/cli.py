@@ -14,7 +14,7 @@ import sys
 def cmd_prepare(a) -> int:
     from kit.study.prepare import prepare_study
 
-    prepared = prepare_study(a.contract, a.seed, a.public_source, a.study)
+    prepared = prepare_study(a.contract, a.seed, a.public_source, a.study, a.ledger)
     print(json.dumps({"study": a.study, "counts": prepared["counts"], "contract_digest": prepared["contract"]["digest"]},
                      sort_keys=True))
     return 0
@@ -81,7 +81,7 @@ class _PublicSource(argparse.Action):
 
 
 def register(sub) -> None:
-    from kit.cli.args import OutDir, contract_file, public_source_file, seed_dir, study_dir
+    from kit.cli.args import OutDir, OutFile, contract_file, public_source_file, seed_dir, study_dir
 
     study = sub.add_parser("study", help="the shared-gradient study: prepare, arms, evaluation, screens")
     actions = study.add_subparsers(dest="action", required=True)
@@ -94,6 +94,9 @@ def register(sub) -> None:
                    type=public_source_file(),
                    help="local copy of the pinned public conversation source (--source: deprecated alias)")
     s.add_argument("--study", required=True, type=OutDir("a study folder"), help="study directory (created)")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
+                   help="exposure ledger read for final tasks and exposed probes (default: $KIT_LEDGER, inside "
+                        "kit run the one beside runs/, else STUDY/ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)
 
     s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason "
