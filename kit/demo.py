@@ -231,7 +231,7 @@ def _study_steps(out: Path, seed: str, public_source: Path, scale: Scale = TINY)
     study = shown_path(out / "study")
     yield Step(f"{run}-study-prepare", "19_study_prepare.ipynb",
                {"CONTRACT": shown_path(repository_root() / scale.study_contract), "SEED_DIR": seed,
-                "SOURCE": shown_path(public_source), "STUDY_DIR": study})
+                "PUBLIC_SOURCE": shown_path(public_source), "STUDY_DIR": study})
     for name in STUDY_ARMS:
         yield Step(f"{run}-study-{name}", "20_study_arm.ipynb",
                    {"STUDY_DIR": study, "SEED_DIR": seed, "ARM": name}, may_fail=True)
@@ -255,6 +255,15 @@ def demo_steps(out: Path, public_source: Path, roots, scale: Scale = TINY, parts
         yield from _study_steps(Path(out), seed, Path(public_source), scale)
 
 
+# parameters renamed since runs were committed (old name -> new name): a run recorded under the old
+# name is the same step, so `kit demo` from the repository root still reuses the committed evidence
+RENAMED_PARAMETERS = {"SOURCE": "PUBLIC_SOURCE"}  # 19_study_prepare, 2026-12-01
+
+
+def _current_names(parameters: dict) -> dict:
+    return {RENAMED_PARAMETERS.get(k, k): v for k, v in parameters.items()}
+
+
 def _reusable(runs_dir: Path, step: Step) -> bool:
     """True when the step's run id already completed with these parameters; refuses other parameters."""
     from kit.evidence.records import read_run_record
@@ -266,7 +275,7 @@ def _reusable(runs_dir: Path, step: Step) -> bool:
         return False
     if record.status != "completed":
         return False  # the runner replaces an unfinished or failed attempt
-    if record.parameters != step.parameters:
+    if _current_names(record.parameters) != step.parameters:
         raise ValueError(f"{run_dir}: completed by an earlier demo with other parameters "
                          f"({record.parameters}); evidence is never overwritten: remove that run (and the "
                          "runs after it) to run the demo afresh")
