@@ -80,9 +80,14 @@ $KIT adaptive gates --contract $CONTRACT --eval "A_vs_seed=$OUT/final-A.json" --
     --eval "growth_vs_control=$OUT/final-G.json" --out "$OUT/gates.json"
 
 echo "== verify every commit"
-for home in "$OUT/A$FROM" "$OUT/A$TO" "$OUT/B" "$OUT/G"; do
-    for root in $($KIT checkpoint list --home "$home" | awk '{print $1}'); do
-        $KIT checkpoint verify --home "$home" "$root" > /dev/null && echo "verified $home $root"
-    done
-done
+# one process for all of them (kit.store.commits, which `kit checkpoint list` and `verify` call): each
+# commit's objects re-hashed against its manifest, which must hash to its root
+$PY - "$OUT/A$FROM" "$OUT/A$TO" "$OUT/B" "$OUT/G" <<'EOF'
+import sys
+from kit.store.commits import list_commits, verify_commit
+for home in sys.argv[1:]:
+    for root in list_commits(home):
+        verify_commit(home, root)  # raises, naming the object, on any mismatch
+        print("verified", home, root)
+EOF
 echo "gates: $OUT/gates.json"

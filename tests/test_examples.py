@@ -56,9 +56,11 @@ def test_adaptive_example_runs_from_a_bare_clone_with_its_own_ledger(clone, tmp_
     done = _run(root, "adaptive_tiny.sh", out, seed)
     assert done.returncode == 0, done.stderr[-3000:]
     gates = json.loads((out / "gates.json").read_text())
-    assert set(gates) == {"A_vs_seed", "B_vs_A", "growth_vs_control"}
+    assert set(gates["comparisons"]) == {"A_vs_seed", "B_vs_A", "growth_vs_control"}
     assert json.loads((out / "migration-comparison.json").read_text())["learned_state_equal"] is True
-    assert done.stdout.count("verified ") >= 8  # every commit of the four homes
+    homes = [out / h for h in ("A2", "A3", "B", "G")]
+    commits = [f"verified {h} {r.stem}" for h in homes for r in (h / "commits").glob("*.json")]
+    assert len(commits) >= 8 and all(c in done.stdout for c in commits)  # every commit of the four homes
     ledger = [json.loads(line) for line in (out / "ledger" / "exposed.jsonl").read_text().splitlines()]
     assert len([e for e in ledger if e["kind"] == "final.task"]) == 96  # the three final scorings, once each
     assert sha256_file(root / "ledger" / "exposed.jsonl") == committed  # the committed ledger is untouched

@@ -333,7 +333,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             ledger=None) -> dict:
     """Prepare the contract's job into `out_dir` (absent or empty); returns a summary. See the module docstring.
 
-    `ledger`: the exposure ledger (kit/evidence/ledger.py; default: ledger_path()); final tasks and final
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default: ledger_path(out_dir)); final tasks and final
     retention exclude every digest in it, counted under exclusions ("ledger").
 
     Refused before anything is written: a contract failing its schema or rules, an input whose sha256

@@ -116,7 +116,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
                   study_dir: str | os.PathLike, ledger: str | os.PathLike | None = None) -> dict:
     """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content.
 
-    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path()). Final-test tasks exclude
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path(study_dir)). Final-test tasks exclude
     every task digest another contract exposed (counted); with `data.retention.exposed` the probes are
     the records of the retention range whose content digest the ledger holds (really exposed), and
     preparation is refused when too few are."""
