@@ -53,10 +53,14 @@ def test_a_ledger_that_empties_the_final_range_is_refused_naming_ledger_contract
     exposer = "ab" * 32  # another contract's final scoring opened every record of the range
     record([("final.retention", x.digest, x.id) for x in rng.conversations], exposer, "cd" * 32,
            "an earlier final scoring", ledger, run="medium-adaptive-final-A")
+    own = "ef" * 32  # the preparing contract's own earlier scoring of a few: not a cause, not named
+    record([("final.retention", x.digest, x.id) for x in rng.conversations[:5]], own, "cd" * 32,
+           "its own final scoring", ledger, run="own-final")
     exposed = frozenset(x.digest for x in rng.conversations)
     with pytest.raises(prep.PrepareError) as err:
-        prep._final_retention(c, PUBLIC, {}, lambda conv: True, exposed, ledger)
+        prep._final_retention(c, PUBLIC, {}, lambda conv: True, exposed, ledger, own)
     msg = str(err.value)
+    assert own[:12] not in msg and "own-final" not in msg
     assert f"[{spec['start']}, {spec['stop']}) leave 0 eligible" in msg
     assert str(ledger) in msg and f"contract {exposer[:12]}" in msg and "medium-adaptive-final-A" in msg
     assert "--ledger FILE" in msg and LEDGER_ENV in msg

@@ -187,7 +187,8 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                            prep._rank(start_roles["A.replay"], seeds["selection"], "C.replay")[:n_replay]]
     records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
     against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
-    final_ret, final_report = prep._final_retention(c, public, against, fits, frozenset(exposed_convs), ledger)
+    final_ret, final_report = prep._final_retention(c, public, against, fits, frozenset(exposed_convs), ledger,
+                                                    contract.digest)
     start_final = {x.digest for x in start_roles["final.retention"]}
     records["final.retention"] = final_ret
     assert not {x.digest for x in final_ret} & start_final  # document rules already exclude every start record

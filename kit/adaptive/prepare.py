@@ -198,7 +198,8 @@ def _generate_tasks(c: dict, seed_task_digests: set[str], exposed: frozenset[str
 
 
 def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
-                     exposed: frozenset[str] = frozenset(), ledger: Path | None = None) -> tuple[list, dict]:
+                     exposed: frozenset[str] = frozenset(), ledger: Path | None = None,
+                     contract_digest: str | None = None) -> tuple[list, dict]:
     """The first `count` records of the pinned range surviving exclusion against every prepared record
     and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened)."""
     spec = c["evaluation"]["final"]["retention"]
@@ -229,7 +230,8 @@ def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation
     if len(eligible) < spec["count"]:
         from kit.evidence.ledger import exposure_hint
 
-        hint = f"; {counts['ledger']} of them because {exposure_hint(ledger, by_ledger)}" if by_ledger and ledger else ""
+        hint = (f"; {counts['ledger']} of them because {exposure_hint(ledger, by_ledger, contract_digest)}"
+                if by_ledger and ledger else "")
         raise PrepareError(f"{public}: records [{spec['start']}, {spec['stop']}) leave {len(eligible)} eligible "
                            f"after exclusion {counts}; evaluation.final.retention.count = {spec['count']}{hint}")
     report = {"source_name": spec["source_name"], "start": spec["start"], "stop": spec["stop"],
@@ -384,7 +386,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     records |= conversation_roles
     _cohort_b_replay(c, records)
     records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs,
-                                                                ledger)
+                                                                ledger, contract.digest)
     _assert_roles(records, seed_task_digests)
     schedule = {**_schedule(c, records), "contract_digest": contract.digest}
 

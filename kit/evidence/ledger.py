@@ -87,13 +87,14 @@ def exposed_digests(kinds, path: str | os.PathLike | None = None, other_than: st
     return {e["digest"] for e in read_ledger(path) if e["kind"] in kinds and e.get("contract_digest") != other_than}
 
 
-def exposure_hint(path: str | os.PathLike, digests) -> str:
+def exposure_hint(path: str | os.PathLike, digests, other_than: str | None = None) -> str:
     """The tail of a refusal when the ledger left too few records: which ledger, which contracts (and
-    runs) exposed the excluded ones, and how to choose another ledger."""
+    runs) exposed the excluded ones (not `other_than`, the preparing contract, whose own exposures do
+    not exclude), and how to choose another ledger."""
     digests = set(digests)
     by = {}
     for e in read_ledger(path):
-        if e["digest"] in digests:
+        if e["digest"] in digests and e.get("contract_digest") != other_than:
             by.setdefault(e.get("contract_digest") or "?", set()).add(e.get("run") or "no run")
     who = "; ".join(f"contract {c[:12]} (run {', '.join(sorted(r))})" for c, r in sorted(by.items())) or "none"
     return (f"the exposure ledger {path} holds them, exposed under {who}; give a ledger of your own with "
