@@ -144,7 +144,7 @@ def sha256_or_none(path: Path) -> str | None:
 class Pilot:
     def __init__(self, a, argv):
         from kit.adaptive.schema import load_adaptive_contract
-        from kit.evidence.ledger import ledger_path
+        from kit.evidence.ledger import LEDGER_ENV, ledger_path
         from kit.study.schema import load_study_contract
 
         self.a, self.scale = a, "tiny" if a.tiny else "medium"
@@ -161,6 +161,9 @@ class Pilot:
         self.draft = load_adaptive_contract(draft_path)
         study = load_study_contract(study_path)
         self.ledger = ledger_path()
+        # its preparations read (and must leave unchanged) this same ledger, the committed one unless
+        # KIT_LEDGER names another: outside kit run a prepare would otherwise keep a ledger of its own
+        os.environ.setdefault(LEDGER_ENV, str(self.ledger))
         self.record = {
             "format": RECORD_FORMAT, "run_id": a.run_id or self.out.name, "notebook": None,
             "command": " ".join(["python", "bench/medium_pilot.py", *argv]), "started_at": now(), "ended_at": None,

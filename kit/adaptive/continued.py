@@ -157,7 +157,7 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                f"'seed.parameter_digest' expects {spj['seed']['parameter_digest']}")
     prep._check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
 
-    ledger = Path(ledger) if ledger is not None else ledger_path()
+    ledger = Path(ledger) if ledger is not None else ledger_path(out_dir)
     ledger_info = ledger_summary(ledger)
     exposed_tasks = exposed_digests(TASK_KINDS, ledger, other_than=contract.digest)
     exposed_convs = exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract.digest)
@@ -187,7 +187,8 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                            prep._rank(start_roles["A.replay"], seeds["selection"], "C.replay")[:n_replay]]
     records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
     against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
-    final_ret, final_report = prep._final_retention(c, public, against, fits, frozenset(exposed_convs))
+    final_ret, final_report = prep._final_retention(c, public, against, fits, frozenset(exposed_convs), ledger,
+                                                    contract.digest)
     start_final = {x.digest for x in start_roles["final.retention"]}
     records["final.retention"] = final_ret
     assert not {x.digest for x in final_ret} & start_final  # document rules already exclude every start record
@@ -291,5 +292,6 @@ def register(sub) -> None:
                    help="local copy of the pinned public source")
     s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
                    help="a new or empty directory")
-    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"), help="exposure ledger (default: $KIT_LEDGER or ledger/exposed.jsonl)")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"), help="exposure ledger (default: $KIT_LEDGER, inside kit run the one beside runs/, else "
+                   "OUT/ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)

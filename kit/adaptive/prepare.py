@@ -198,7 +198,8 @@ def _generate_tasks(c: dict, seed_task_digests: set[str], exposed: frozenset[str
 
 
 def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
-                     exposed: frozenset[str] = frozenset()) -> tuple[list, dict]:
+                     exposed: frozenset[str] = frozenset(), ledger: Path | None = None,
+                     contract_digest: str | None = None) -> tuple[list, dict]:
     """The first `count` records of the pinned range surviving exclusion against every prepared record
     and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened)."""
     spec = c["evaluation"]["final"]["retention"]
@@ -209,13 +210,14 @@ def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation
             "document_normalized": {_document_key(conv) for conv in against}}
     counts = {rule: 0 for rule in keys} | {"ledger": 0, "over_max_tokens": 0, "content_used": 0}
     used: set[str] = set()
-    eligible = []
+    eligible, by_ledger = [], []
     for conv in rng.conversations:  # index order; each record is counted under the first rule it meets
         probe = {"prompt_exact": conv.prompt, "prompt_normalized": normalize_text(conv.prompt),
                  "document_normalized": _document_key(conv)}
         rule = next((r for r in keys if probe[r] in keys[r]), None)
         if rule is None and conv.digest in exposed:
             rule = "ledger"
+            by_ledger.append(conv.digest)
         if rule is None and conv.digest in used:
             rule = "content_used"
         elif rule is None and not fits(conv):
@@ -226,8 +228,12 @@ def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation
         used.add(conv.digest)
         eligible.append(conv)
     if len(eligible) < spec["count"]:
+        from kit.evidence.ledger import exposure_hint
+
+        hint = (f"; {counts['ledger']} of them because {exposure_hint(ledger, by_ledger, contract_digest)}"
+                if by_ledger and ledger else "")
         raise PrepareError(f"{public}: records [{spec['start']}, {spec['stop']}) leave {len(eligible)} eligible "
-                           f"after exclusion {counts}; evaluation.final.retention.count = {spec['count']}")
+                           f"after exclusion {counts}; evaluation.final.retention.count = {spec['count']}{hint}")
     report = {"source_name": spec["source_name"], "start": spec["start"], "stop": spec["stop"],
               "skipped_empty_output": len(rng.skipped_empty_output), "excluded": counts,
               "excluded_total": sum(counts.values()), "eligible": len(eligible), "taken": spec["count"],
@@ -329,7 +335,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             ledger=None) -> dict:
     """Prepare the contract's job into `out_dir` (absent or empty); returns a summary. See the module docstring.
 
-    `ledger`: the exposure ledger (kit/evidence/ledger.py; default: ledger_path()); final tasks and final
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default: ledger_path(out_dir)); final tasks and final
     retention exclude every digest in it, counted under exclusions ("ledger").
 
     Refused before anything is written: a contract failing its schema or rules, an input whose sha256
@@ -362,7 +368,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
         ledger_summary,
     )
 
-    ledger = Path(ledger) if ledger is not None else ledger_path()
+    ledger = Path(ledger) if ledger is not None else ledger_path(out)
     ledger_info = ledger_summary(ledger)
     # a later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself
     exposed_tasks = frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract.digest))
@@ -379,7 +385,8 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     conversation_roles, skipped = _conversation_roles(c, pool, dev_path, replay_path, fits)
     records |= conversation_roles
     _cohort_b_replay(c, records)
-    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs)
+    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs,
+                                                                ledger, contract.digest)
     _assert_roles(records, seed_task_digests)
     schedule = {**_schedule(c, records), "contract_digest": contract.digest}
 

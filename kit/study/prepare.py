@@ -116,7 +116,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
                   study_dir: str | os.PathLike, ledger: str | os.PathLike | None = None) -> dict:
     """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content.
 
-    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path()). Final-test tasks exclude
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path(study_dir)). Final-test tasks exclude
     every task digest another contract exposed (counted); with `data.retention.exposed` the probes are
     the records of the retention range whose content digest the ledger holds (really exposed), and
     preparation is refused when too few are."""
@@ -130,7 +130,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     )
 
     contract = load_study_contract(contract_path)
-    ledger = Path(ledger) if ledger is not None else ledger_path()
+    ledger = Path(ledger) if ledger is not None else ledger_path(study_dir)
     ledger_info = ledger_summary(ledger)
     exposed_tasks = exposed_digests(TASK_KINDS, ledger, other_than=contract.digest)
     exposed_convs = exposed_digests(CONVERSATION_KINDS, ledger)
@@ -173,7 +173,10 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
         if len(probes) < d["retention"]["count"]:
             raise PreparedError(f"{ledger}: {len(probes)} records of data.retention.source [{rng['start']}, "
                                 f"{rng['stop']}) are in the exposure ledger; field 'data.retention.count' = "
-                                f"{d['retention']['count']} exposed probes needed (data.retention.exposed = true)")
+                                f"{d['retention']['count']} exposed probes needed (data.retention.exposed = true: "
+                                "probes some earlier scoring opened); give a ledger that holds such exposures "
+                                "with --ledger FILE (or $KIT_LEDGER), e.g. a copy of the repository's "
+                                "ledger/exposed.jsonl or the ledger of an adaptive run's final evaluation")
     retention_pairs, retention_stats = _first_fitting(
         tokenizer, probes, d["retention"]["count"], max_tokens, "data.retention",
         skip=lambda c: normalize_text(c.prompt) in train_prompts or c.digest in train_digests)
