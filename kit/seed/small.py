@@ -68,8 +68,8 @@ from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_toke
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_bytes_atomic
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
-from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
 from kit.engine.worker import build_worker
+from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
 from kit.inventory import parameter_digest
 from kit.model.config import LlamaShape, RopeSpec
 from kit.model.llama import LlamaCausalLM, init_weights
