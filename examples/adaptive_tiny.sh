@@ -14,16 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-adaptive-tiny-out}
 SEED=${2:-$OUT/seed}
-# The kit's Python: $PYTHON, else the venv `make` creates (.venv), else python3 on PATH (an active venv).
-PY=${PYTHON:-}
-if [ -z "$PY" ]; then
-  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
-fi
-if ! "$PY" -c 'import kit, torch, transformers' 2>/dev/null; then
-  echo "$0: $PY cannot import the kit; run \`make test\` (creates .venv), activate a venv with the kit installed" \
-       "(pip install -e .), or set PYTHON" >&2
-  exit 2
-fi
+. examples/lib/kit_python.sh  # PY: the kit's Python, or a one-line refusal
 KIT="$PY -m kit"
 PUBLIC_SOURCE=${PUBLIC_SOURCE:-data/alpaca_5000.json}
 CONTRACT=${CONTRACT:-contracts/adaptive-shards.tiny.json}
