@@ -39,7 +39,7 @@ class LedgerError(ValueError):
 
 def ledger_path() -> Path:
     """The ledger this process records to and prepares against (see the module docstring)."""
-    from kit.evidence.records import current_run_dir
+    from kit.evidence.notebook import current_run_dir
 
     if os.environ.get(LEDGER_ENV):
         return Path(os.environ[LEDGER_ENV])
@@ -107,13 +107,13 @@ def ledger_summary(path: str | os.PathLike | None = None) -> dict:
 
 
 def _now() -> str:
-    from kit.evidence.records import iso_utc, utc_now
+    from kit.evidence.environment import iso_utc, utc_now
 
     return iso_utc(utc_now())
 
 
 def _run_id() -> str | None:
-    from kit.evidence.records import current_run_dir
+    from kit.evidence.notebook import current_run_dir
 
     run_dir = current_run_dir()
     return run_dir.name if run_dir is not None else None

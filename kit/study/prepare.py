@@ -54,7 +54,7 @@ from kit.digest import (
     write_bytes_atomic,
     write_canonical_json,
 )
-from kit.evidence.records import package_versions
+from kit.evidence.environment import versions
 from kit.inventory import inventory_digest, parameter_digest
 from kit.provenance import kit_package_dir, source_digest
 from kit.publish import publish_dir
@@ -210,7 +210,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
             # what prepared it, as the adaptive prepare commits (kit/provenance.py): the kit's own source and
             # the library versions; `run_arm` refuses a kit whose source digest differs (check_source)
             "kit_source": {"package_dir": str(kit_package_dir()), "digest": source[0], "files": source[1]},
-            "versions": package_versions(),
+            "versions": versions(),
             "ledger": {**{k: ledger_info[k] for k in ("path", "sha256", "entries", "digests")},
                        "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
             "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
