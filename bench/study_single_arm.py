@@ -39,14 +39,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+import kit.numerics
 
-from kit.digest import load_json_strict, sha256_file, write_canonical_json
-from kit.evidence.environment import code_state, device_info, roomiest_directory, versions
-from kit.seed.random_weights import build_random_seed
-from kit.study.arms import ArmRequest, arm_dir, arm_statuses, availability, run_arm
-from kit.study.prepare import PREPARED_DIR, prepare_study
-from kit.study.schema import arm_spec, load_study_contract
+kit.numerics.apply()  # before torch computes: importing the model probes attention kernels with torch
+import torch  # noqa: E402
+
+from kit.digest import load_json_strict, sha256_file, write_canonical_json  # noqa: E402
+from kit.evidence.environment import code_state, device_info, roomiest_directory, versions  # noqa: E402
+from kit.seed.random_weights import build_random_seed  # noqa: E402
+from kit.study.arms import ArmRequest, arm_dir, arm_statuses, availability, run_arm  # noqa: E402
+from kit.study.prepare import PREPARED_DIR, prepare_study  # noqa: E402
+from kit.study.schema import arm_spec, load_study_contract  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONTRACT = REPO / "contracts" / "shared-gradient.json"

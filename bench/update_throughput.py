@@ -47,10 +47,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+import kit.numerics
 
-from kit.digest import canonical_json
+kit.numerics.set_environment()  # before torch computes (importing the model probes attention kernels)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kit.digest import canonical_json  # noqa: E402
 from kit.distributed.group import Group
 from kit.distributed.pipeline import StageEngine
 from kit.engine.worker import build_worker
@@ -526,6 +529,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     started = dt.datetime.now(dt.UTC)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kit.numerics.apply(device)  # the kit's update commits and hashes: under the profile `kit adaptive train` uses
     shape = toy_shape() if a.tiny else smollm2_17b()
     seq = a.seq or (64 if a.tiny else 2048)
     sections = [s for s in a.sections.split(",") if s] + (["profile"] if a.profile else [])
