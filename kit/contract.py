@@ -148,7 +148,7 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
     raise TypeError(f"unknown schema spec {spec!r} at {path}")
 
 
-# A medium-scale contract is frozen from a draft by bench/medium_freeze.py, which records the committed
+# A medium-scale contract is frozen from a draft by campaigns/medium_freeze.py, which records the committed
 # pilot run that fixed the draft's free choices (docs/contracts.md, "Medium scale"). Absent in drafts and
 # in every contract of another scale.
 # training.lr_schedule (kit/train/schedule.py): "constant", or a linear warm-up then constant or cosine
@@ -165,7 +165,7 @@ def check_pilot(data: dict, source: str) -> None:
         return
     if data.get("scale") != "medium":
         raise ContractError(f"{source}: field 'pilot' is present with scale = {data.get('scale')!r}; expected only "
-                            "at scale 'medium' (a medium contract frozen from its draft by bench/medium_freeze.py)")
+                            "at scale 'medium' (a medium contract frozen from its draft by campaigns/medium_freeze.py)")
     for field in ("record_sha256", "draft_digest"):
         v = pilot[field]
         if len(v) != 64 or any(ch not in "0123456789abcdef" for ch in v):

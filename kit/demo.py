@@ -111,7 +111,7 @@ class RecordedRoots:
         self.runs_dir = Path(runs_dir)
 
     def endpoint(self, run_id: str) -> str:
-        from kit.evidence.records import read_run_record
+        from kit.evidence.run_record import read_run_record
 
         record = read_run_record(self.runs_dir / run_id)
         produced = record.checkpoint_roots["produced"]
@@ -266,7 +266,7 @@ def _current_names(parameters: dict) -> dict:
 
 def _reusable(runs_dir: Path, step: Step) -> bool:
     """True when the step's run id already completed with these parameters; refuses other parameters."""
-    from kit.evidence.records import read_run_record
+    from kit.evidence.run_record import read_run_record
 
     run_dir = runs_dir / step.run_id
     try:
@@ -301,7 +301,7 @@ def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path, scale: Sca
     for contract in (scale.adaptive_contract, scale.study_contract):
         if not (repository_root() / contract).is_file():
             raise FileNotFoundError(f"{contract}: missing; the {scale.name} steps run on it (a medium contract is "
-                                    "frozen from its draft by bench/medium_freeze.py after the committed pilot, "
+                                    "frozen from its draft by campaigns/medium_freeze.py after the committed pilot, "
                                     "docs/contracts.md \"Medium scale\")")
     if not Path(public_source).is_file():
         raise FileNotFoundError(f"{public_source}: the pinned public conversation source (alpaca_5000.json from "

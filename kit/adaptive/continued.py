@@ -20,8 +20,6 @@ run it; `job_contract` gives those drivers one view of either contract kind.
 
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -134,6 +132,7 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     )
     from kit.inventory import parameter_digest
     from kit.provenance import input_commitments
+    from kit.publish import publish_dir
 
     contract = load_continued_contract(contract_path)
     c = contract.data
@@ -205,10 +204,7 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     schedule = {"format": prep.SCHEDULE_FORMAT, "contract_digest": contract.digest, "seed": sched_seed,
                 "cohorts": {COHORT: {"updates": k["updates"], "reference": "start", "steps": steps}}}
 
-    staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    with publish_dir(out) as staging:
         roles = {role: prep._role_summary(records[role], write_jsonl(staging / prep.role_file(role), records[role]),
                                           role) for role in ROLES}
         prepared = {
@@ -242,12 +238,6 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                                                     "prepared": prep.PREPARED_FILE}
         write_canonical_json(staging / prep.COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
             "contract_digest": contract.digest, "start": {k: start[k] for k in ("full_root", "gates", "gates_passed",
                                                                                "exploratory")},

@@ -23,8 +23,6 @@ roles skip content already used) and checked again by id and content digest befo
 
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from kit.digest import sha256_file, sha256_json, write_canonical_json
 from kit.inventory import inventory, inventory_digest, parameter_digest
 from kit.model.config import load_config
 from kit.provenance import input_commitments
+from kit.publish import publish_dir
 
 PREPARED_FORMAT = "kit.adaptive.prepared/1"
 SCHEDULE_FORMAT = "kit.adaptive.schedule/1"
@@ -390,10 +389,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     _assert_roles(records, seed_task_digests)
     schedule = {**_schedule(c, records), "contract_digest": contract.digest}
 
-    staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    with publish_dir(out) as staging:
         roles = {role: _role_summary(records[role], write_jsonl(staging / role_file(role), records[role]), role)
                  for role in ROLES}
         prepared = {
@@ -431,12 +427,6 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             "schedule": SCHEDULE_FILE, "ownership": OWNERSHIP_FILE, "prepared": PREPARED_FILE}
         write_canonical_json(staging / COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-        if out.exists():
-            out.rmdir()  # checked empty above
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
             "contract_digest": contract.digest, "parameter_digest": identity["parameter_digest"],
             "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],

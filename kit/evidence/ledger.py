@@ -45,7 +45,7 @@ def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | 
     the command's own output folder (a prepared job, a study), whose ledger is used outside `kit run`;
     `prepared_against`, for a scoring, the ledger its preparation read (prepared.json), which outside
     `kit run` it records into, so that `--ledger` given at prepare time holds the job's exposures."""
-    from kit.evidence.records import current_run_dir
+    from kit.evidence.notebook import current_run_dir
 
     if os.environ.get(LEDGER_ENV):
         return Path(os.environ[LEDGER_ENV])
@@ -131,13 +131,13 @@ def ledger_summary(path: str | os.PathLike | None = None) -> dict:
 
 
 def _now() -> str:
-    from kit.evidence.records import iso_utc, utc_now
+    from kit.evidence.environment import iso_utc, utc_now
 
     return iso_utc(utc_now())
 
 
 def _run_id() -> str | None:
-    from kit.evidence.records import current_run_dir
+    from kit.evidence.notebook import current_run_dir
 
     run_dir = current_run_dir()
     return run_dir.name if run_dir is not None else None

@@ -39,7 +39,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -71,6 +70,7 @@ from kit.model.config import LlamaShape, RopeSpec, load_config
 from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.model.shard import even_layout, load_owned
+from kit.publish import publish_dir
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
 
@@ -216,17 +216,6 @@ def _progress_enabled(progress: bool) -> bool:
     return progress and os.environ.get("KIT_PROGRESS", "1") != "0"
 
 
-def _staging_dir(out: Path) -> Path:
-    """A fresh sibling of `out`: the seed appears at `out` by one rename, complete or not at all."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out}: already exists and is not an empty directory; choose a new --out or remove it")
-    staging = out.parent / f".{out.name}.building-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    return staging
-
-
 def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord], show: bool) -> list[float]:
     shape = model.shape
     base = GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay)
@@ -290,9 +279,8 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
     """
     t0 = time.perf_counter()
     out = Path(out)
-    staging = _staging_dir(out)
     profile = numerics.apply()  # one thread, CPU-independent kernels: the digest is the same on any x86 CPU
-    try:
+    with publish_dir(out) as staging:
         torch.manual_seed(cfg.seed)
         conversations, data_summary = training_conversations(cfg)
         build_tokenizer([m.content for c in conversations for m in c.messages], cfg.vocab_size, staging,
@@ -349,12 +337,6 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
             "parameter_digest": digest,
         }
         write_bytes_atomic(staging / SEED_BUILD_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
-        if out.exists():
-            out.rmdir()  # checked empty by _staging_dir
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {"out": str(out), "parameter_digest": digest, "params": shape.param_count(),
             "vocab_size": len(tokenizer), "trained_conversations": len(conversations), "updates": cfg.updates,
             "loss_initial": round(losses[0], 4), "loss_final": round(final_loss, 4),

@@ -42,7 +42,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields, replace
@@ -74,12 +73,12 @@ from kit.inventory import parameter_digest
 from kit.model.config import LlamaShape, RopeSpec
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.model.shard import even_layout
+from kit.publish import publish_dir
 from kit.seed.build import (
     SEED_BUILD_FILE,
     SEED_TRAIN_ROLE,
     TRAINED_CONVERSATIONS_FILE,
     _progress_enabled,
-    _staging_dir,
     _write_model_files,
     greedy_reply,
 )
@@ -419,10 +418,9 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
     t0 = time.perf_counter()
     out, dev = Path(out), torch.device(device)
     check_inputs(alpaca, text, contracts_dir, device)
-    staging = _staging_dir(out)
     profile = numerics.apply(dev, deterministic_gpu=True)  # before any CUDA work: cuBLAS reads its workspace then
     show = _progress_enabled(progress)
-    try:
+    with publish_dir(out) as staging:
         torch.manual_seed(cfg.seed)
         # disjointness first: nothing is built from a task set that touches a dev or final role
         forbidden = forbidden_task_sets(contracts_dir)
@@ -631,12 +629,6 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
             "numeric_profile": profile, "determinism": determinism, "parameter_digest": digest,
         }
         write_bytes_atomic(staging / SEED_BUILD_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {"out": str(out), "scale": "small", "parameter_digest": digest, "params": shape.param_count(),
             "vocab_size": len(tokenizer), "updates": updates, "tokens": tokens,
             "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),

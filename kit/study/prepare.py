@@ -30,7 +30,6 @@ eligible, so "exposed" names the set that really was exposed.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +54,10 @@ from kit.digest import (
     write_bytes_atomic,
     write_canonical_json,
 )
-from kit.evidence.records import package_versions
+from kit.evidence.environment import versions
 from kit.inventory import inventory_digest, parameter_digest
 from kit.provenance import kit_package_dir, source_digest
+from kit.publish import publish_dir
 from kit.study.schema import load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
@@ -186,47 +186,43 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     per = contract["schedule"]["documents_per_update"]
     schedule = {"updates": [[ids[int(i)] for i in order[a:a + per]] for a in range(0, len(ids), per)]}
 
-    staging = study_dir / f".{PREPARED_DIR}.staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    source = source_digest(kit_package_dir())
-    write_canonical_json(staging / "contract.json", contract.data)
-    lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
-    write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
-    write_canonical_json(staging / "schedule.json", schedule)
-    write_jsonl(staging / "final_tasks.jsonl", [_task_conversation(t, True) for t in final])
-    write_jsonl(staging / "retention.jsonl", [c for c, _ in retention_pairs])
-    prepared = {
-        "format": PREPARED_FORMAT,
-        "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
-        "seed": {"dir": str(seed_dir), "parameter_digest": digest, "inventory_digest": inventory_digest(seed_dir),
-                 "config_sha256": sha256_file(seed_dir / "config.json"),
-                 "tokenizer_files": {n: sha256_file(seed_dir / n) for n in TOKENIZER_FILES if (seed_dir / n).exists()},
-                 "trained_conversations_present": seed_records_present,
-                 "trained_tasks_excluded_by_digest": len(seed_tasks)},
-        "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
-        "files": {n: sha256_file(staging / n) for n in FILES},
-        "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
-                   "retention": len(retention_pairs), "updates": len(schedule["updates"]),
-                   "documents_per_update": per,
-                   "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
-                   "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
-        # what prepared it, as the adaptive prepare commits (kit/provenance.py): the kit's own source and
-        # the library versions; `run_arm` refuses a kit whose source digest differs (check_source)
-        "kit_source": {"package_dir": str(kit_package_dir()), "digest": source[0], "files": source[1]},
-        "versions": package_versions(),
-        "ledger": {**{k: ledger_info[k] for k in ("path", "sha256", "entries", "digests")},
-                   "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
-        "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
-                                                       "skipped_empty_output": len(replay_range.skipped_empty_output)},
-                       "retention": {**retention_stats, "rule": "normalised prompt or content digest matches a "
-                                     "training document", "not_in_ledger": not_exposed},
-                       "final_test": {"ledger": final_exposed}},
-    }
-    write_canonical_json(staging / "prepared.json", prepared)
-    if out.exists():
-        shutil.rmtree(out)  # a previous preparation that never wrote prepared.json
-    os.replace(staging, out)
+    # a previous preparation that never wrote prepared.json is replaced
+    with publish_dir(out, replace=True) as staging:
+        source = source_digest(kit_package_dir())
+        write_canonical_json(staging / "contract.json", contract.data)
+        lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
+        write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
+        write_canonical_json(staging / "schedule.json", schedule)
+        write_jsonl(staging / "final_tasks.jsonl", [_task_conversation(t, True) for t in final])
+        write_jsonl(staging / "retention.jsonl", [c for c, _ in retention_pairs])
+        prepared = {
+            "format": PREPARED_FORMAT,
+            "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
+            "seed": {"dir": str(seed_dir), "parameter_digest": digest, "inventory_digest": inventory_digest(seed_dir),
+                     "config_sha256": sha256_file(seed_dir / "config.json"),
+                     "tokenizer_files": {n: sha256_file(seed_dir / n) for n in TOKENIZER_FILES if (seed_dir / n).exists()},
+                     "trained_conversations_present": seed_records_present,
+                     "trained_tasks_excluded_by_digest": len(seed_tasks)},
+            "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
+            "files": {n: sha256_file(staging / n) for n in FILES},
+            "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
+                       "retention": len(retention_pairs), "updates": len(schedule["updates"]),
+                       "documents_per_update": per,
+                       "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
+                       "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
+            # what prepared it, as the adaptive prepare commits (kit/provenance.py): the kit's own source and
+            # the library versions; `run_arm` refuses a kit whose source digest differs (check_source)
+            "kit_source": {"package_dir": str(kit_package_dir()), "digest": source[0], "files": source[1]},
+            "versions": versions(),
+            "ledger": {**{k: ledger_info[k] for k in ("path", "sha256", "entries", "digests")},
+                       "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
+            "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
+                                                           "skipped_empty_output": len(replay_range.skipped_empty_output)},
+                           "retention": {**retention_stats, "rule": "normalised prompt or content digest matches a "
+                                         "training document", "not_in_ledger": not_exposed},
+                           "final_test": {"ledger": final_exposed}},
+        }
+        write_canonical_json(staging / "prepared.json", prepared)
     return prepared
 
 
