@@ -42,7 +42,7 @@ gpu-wheels: $(VENV)/.installed
 	$(PY) tools/gpu_wheels.py build --python-version $(GPU_PYTHON) --out build/gpu-wheels
 
 # this checkout's last commit as a shallow bare repository, carried to a GPU host whose copy of .git is
-# stale, so that the records made there name real commits (bench/medium_campaign.sh; docs/gpu-hosts.md,
+# stale, so that the records made there name real commits (campaigns/medium_campaign.sh; docs/gpu-hosts.md,
 # "The medium campaign"). Shallow: the whole history as a bundle (23 MB) no longer fit beside the working
 # tree and the wheels in one call's 64 MiB; one commit's objects are 16 MB.
 medium-bundle:

@@ -2,7 +2,7 @@
 
 Run on the GPU host after the campaign's seed and prepare phases (they leave WORK/seed and WORK/prepared):
 
-    PYTHONPATH=. python3 bench/adaptive_gpu_campaign.py --out $OUT/agc --work /tmp/agc --phases seed,prepare
+    python3 -m campaigns.adaptive_gpu_campaign --out $OUT/agc --work /tmp/agc --phases seed,prepare
     PYTHONPATH=. python3 bench/eval_timing.py --prepared /tmp/agc/prepared --out $OUT/eval-timing
 
 It scores the seed exactly as `kit adaptive evaluate --device cuda` scores each of its two models
@@ -21,14 +21,10 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import kit.numerics  # noqa: E402
+import kit.numerics
 
 kit.numerics.apply()  # the numeric profile before torch computes
 import torch  # noqa: E402
@@ -39,6 +35,9 @@ from kit.data.chat import load_tokenizer  # noqa: E402
 from kit.data.conversations import read_jsonl  # noqa: E402
 from kit.digest import load_json_strict, sha256_file  # noqa: E402
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll  # noqa: E402
+from kit.evidence.environment import code_state, device_info, versions  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 TARGET_S = 300.0
 
@@ -86,6 +85,7 @@ def main(argv=None) -> int:
     record = {
         "format": "kit-bench/1", "run_id": run_id, "notebook": None,
         "command": " ".join(["python", "bench/eval_timing.py", *(sys.argv[1:] if argv is None else argv)]),
+        "git": code_state(), "versions": versions(runtime=True),
         "parameters": {"device": a.device, "max_tokens": max_tokens, "max_new_tokens": max_new,
                        "nll_batch": nll_batch, "answer_batch": answer_batch,
                        "seed_params": sum(p.numel() for p in model.parameters()),
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     }
     if a.device == "cuda":
         record["results"]["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-        record["device"] = {"name": torch.cuda.get_device_name(), "torch": torch.__version__}
+    record["device"] = device_info(torch.device(a.device))
     (run_dir / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(json.dumps({"run_dir": str(run_dir), **{k: record["results"][k] for k in
                       ("final_tasks", "retention_probes", "timings_s", "scoring_s_per_model", "meets_target")}}))

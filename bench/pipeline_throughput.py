@@ -37,33 +37,25 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from kit.distributed.launch import launch
+from kit.distributed.pipeline import in_flight
+from kit.engine.worker import build_worker
+from kit.engine.workload import engine_config, optimizer_groups
+from kit.engine.workload import random_records as make_records
+from kit.evidence.environment import code_state, device_info, versions
+from kit.model.config import LlamaShape, smollm2_17b, toy_shape
+from kit.model.shard import Layout, build_stage, even_layout
+from kit.planner import GPU_BF16
+from kit.train.batch import TrainRecord
 
-from kit.train.batch import TrainRecord  # noqa: E402
-from bench.update_throughput import (  # noqa: E402
-    device_info,
-    engine_config,
-    git_commit,
-    make_records,
-    optimizer_groups,
-    smollm2_17b,
-    tiny,
-    versions,
-)
-from kit.distributed.launch import launch  # noqa: E402
-from kit.distributed.pipeline import in_flight  # noqa: E402
-from kit.engine.worker import build_worker  # noqa: E402
-from kit.model.config import LlamaShape  # noqa: E402
-from kit.model.shard import Layout, build_stage, even_layout  # noqa: E402
-from kit.planner import GPU_BF16  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SECTIONS = ("one", "two", "three")
 INIT_SEED, INIT_STD = 17, 0.02
 
 
 def shape_of(is_tiny: bool) -> LlamaShape:
-    return tiny() if is_tiny else smollm2_17b()
+    return toy_shape() if is_tiny else smollm2_17b()
 
 
 def balanced_split(shape: LlamaShape, seq: int) -> int:
@@ -302,7 +294,7 @@ def main(argv=None) -> int:
                        "work": ("equal: every record a replay record (teacher forward on every record, KL on every target)"
                                 if a.replay == "all" else "mixed: every other record a replay record (KL), CE on the rest"),
                        "script_sha256": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()},
-        "git": git_commit(), "versions": versions(), "device": device_info(torch.device("cuda" if gpus else "cpu")),
+        "git": code_state(), "versions": versions(runtime=True), "device": device_info(torch.device("cuda" if gpus else "cpu")),
         "host_cuda_devices": gpus, "status": "completed" if not errors else "failed", "errors": errors,
         "started_at": started.isoformat(timespec="seconds"), "ended_at": ended.isoformat(timespec="seconds"),
         "results": {"sections": sections, "two_stage_over_one_gpu": ratio, "target_ratio": 1.6, "checks": checks},

@@ -3,7 +3,7 @@
     python bench/planner_check.py runs/bench-pipeline-x2-2026-11-30 runs/bench-pipeline-short-x2-2026-11-30
 
 For a `bench/pipeline_throughput.py` record it re-estimates every rank of every section; for a directory
-holding a campaign's `updates.json` (`bench/adaptive_gpu_campaign.py`, also `campaign/` inside a pipeline
+holding a campaign's `updates.json` (`campaigns/adaptive_gpu_campaign.py`, also `campaign/` inside a pipeline
 record) every rank of every update. The estimate is kit.engine.admission.worker_estimate with the GPU regime
 (kit.planner.GPU_BF16) and no reserve, for the layout that ran, the microbatch size and count, and the
 longest microbatch padded to the CUDA length bucket; the measured peak is the record's
@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.update_throughput import smollm2_17b
 from kit.distributed.pipeline import CUDA_LENGTH_BUCKET
 from kit.engine.admission import worker_estimate
+from kit.model.config import smollm2_17b
 from kit.model.shard import Layout
 from kit.planner import GPU_BF16
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def bucketed(length: int) -> int:

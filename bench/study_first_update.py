@@ -29,13 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from provenance import git_commit
-
 from kit.digest import load_json_strict
+from kit.evidence.environment import code_state, device_info, versions
+
+REPO = Path(__file__).resolve().parents[1]
 
 RUNS = ("cold", "warm", "fresh")
 
@@ -97,7 +94,8 @@ def main(argv=None) -> int:
     record = {
         "format": "kit-bench/1", "run_id": run_id, "notebook": "(benchmark script)",
         "command": " ".join(["python", "bench/study_first_update.py", *(sys.argv[1:] if argv is None else argv)]),
-        "git": git_commit(),
+        "git": code_state(),
+        "versions": versions(runtime=True),
         "parameters": {"arm": a.arm, "until": a.until, "contract": Path(a.contract).name,
                        "contract_sha256": hashlib.sha256(Path(a.contract).read_bytes()).hexdigest(),
                        "caches": {k: v.name for k, v in caches.items()},
@@ -105,8 +103,7 @@ def main(argv=None) -> int:
         "status": "completed",
         "started_at": started.isoformat(timespec="seconds"),
         "ended_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "device": {"name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                   "torch": torch.__version__},
+        "device": device_info(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
         "results": {"runs": results,
                     "first_update_warm_over_cold": (warm / cold) if cold and warm is not None else None},
     }

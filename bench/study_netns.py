@@ -3,7 +3,7 @@
 Run as root on a Linux CPU host: `python bench/study_netns.py --rate 1gbit --rate 50mbit`.
 For each link rate it
 
-  1. makes two namespaces joined by a veth pair and caps each direction with tbf (bench/netns.py:
+  1. makes two namespaces joined by a veth pair and caps each direction with tbf (kit/distributed/netns.py:
      bandwidth only; latency is not emulated, this kernel has no netem);
   2. gives each namespace's rank its OWN copy of the seed and of the prepared study (a fresh pair of
      directories per rate; each rank is told only its own paths: nothing shared on disk);
@@ -32,15 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from kit.digest import load_json_strict, sha256_file
+from kit.distributed.netns import Link, available
+from kit.evidence.environment import code_state, versions
+from kit.study.schema import load_study_contract
+from kit.study.screens import speed_screen
 
-from bench.netns import Link, available  # noqa: E402
-from bench.provenance import git_commit  # noqa: E402
-from bench.update_throughput import versions  # noqa: E402
-from kit.digest import load_json_strict, sha256_file  # noqa: E402
-from kit.study.schema import load_study_contract  # noqa: E402
-from kit.study.screens import speed_screen  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CONTRACT = REPO / "contracts" / "shared-gradient.tiny.json"
 SOURCE = REPO / "data" / "alpaca_5000.json"
@@ -246,8 +244,8 @@ def run_rate(label: str, rate: int, staging: Path, work: Path, out_root: Path, e
                                          "(hostA/, hostB/ under a private work directory)",
                        "source": {"name": SOURCE.name, "sha256": sha256_file(SOURCE)},
                        "script_sha256": sha256_file(Path(__file__))},
-        "git": git_commit(),
-        "versions": versions(),
+        "git": code_state(),
+        "versions": versions(runtime=True),
         "device": {"type": "cpu", "cores": os.cpu_count(), "note": "2 CPU cores shared by both namespaces"},
         "status": "ok" if not errors else "failed",
         "errors": errors,

@@ -28,17 +28,16 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.distributed.grad_reduce import DEFAULT_BUCKET_BYTES
+from kit.evidence.environment import code_state, device_info, versions
+from kit.model.config import smollm2_17b
+from kit.model.llama import LlamaCausalLM
+from kit.study.arms import projected_logical_bytes
+from kit.study.projection import POWERSGD_COLLECTIVES, dense_collectives, fit_link, project_study, validate
+from kit.study.schema import arm_spec, load_study_contract
 
-from bench.provenance import git_commit  # noqa: E402
-from bench.update_throughput import smollm2_17b, versions  # noqa: E402
-from kit.digest import load_json_strict, sha256_file, write_canonical_json  # noqa: E402
-from kit.distributed.grad_reduce import DEFAULT_BUCKET_BYTES  # noqa: E402
-from kit.model.llama import LlamaCausalLM  # noqa: E402
-from kit.study.arms import projected_logical_bytes  # noqa: E402
-from kit.study.projection import POWERSGD_COLLECTIVES, dense_collectives, fit_link, project_study, validate  # noqa: E402
-from kit.study.schema import arm_spec, load_study_contract  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 FULL = REPO / "contracts" / "shared-gradient.json"
 H200_SINGLE_S = 1.48  # runs/study-single-arm-2026-11-29: single arm, mean update time after the first (H200)
@@ -171,7 +170,8 @@ def main(argv=None) -> int:
                        "contract": str(FULL.relative_to(REPO)), "contract_digest": contract.digest,
                        "dense_bytes_per_update": dense_b, "powersgd_bytes_per_update_after_warmup": psgd_b,
                        "collectives_per_update": colls, "script_sha256": sha256_file(Path(__file__))},
-        "git": git_commit(), "versions": versions(), "device": {"type": "cpu", "note": "a computation, no training"},
+        "git": code_state(), "versions": versions(runtime=True),
+        "device": {**device_info(), "type": "cpu", "note": "a computation, no training"},
         "status": "ok", "errors": [], "started_at": started.isoformat(timespec="seconds"),
         "ended_at": ended.isoformat(timespec="seconds"), "duration_s": round((ended - started).total_seconds(), 1),
         "results": {"fit": {**fit_view, "points": fit_points}, "validation": rows, "held_out_points": held,

@@ -3,7 +3,7 @@
 Run on the GPU host (one H200): `python bench/study_single_arm.py` (outputs under $OUT when set,
 else under --out). In one process it
 
-  1. builds a seed directory with SmolLM2-1.7B's shape (bench/update_throughput.py's values) and
+  1. builds a seed directory with SmolLM2-1.7B's shape (kit.seed.random_weights.build_random_seed) and
      random weights under a temporary directory: every norm weight 1, every other tensor
      N(0, 0.02) from a generator seeded by (seed, tensor name), stored in bfloat16 as SmolLM2's
      own safetensors are; the tokenizer is a byte-level BPE built by kit.data.tokenizer_build
@@ -31,114 +31,30 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import torch
+import kit.numerics
+
+kit.numerics.apply()  # before torch computes: importing the model probes attention kernels with torch
+import torch  # noqa: E402
+
+from kit.digest import load_json_strict, sha256_file, write_canonical_json  # noqa: E402
+from kit.evidence.environment import code_state, device_info, roomiest_directory, versions  # noqa: E402
+from kit.seed.random_weights import build_random_seed  # noqa: E402
+from kit.study.arms import ArmRequest, arm_dir, arm_statuses, availability, run_arm  # noqa: E402
+from kit.study.prepare import PREPARED_DIR, prepare_study  # noqa: E402
+from kit.study.schema import arm_spec, load_study_contract  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.update_throughput import device_info, git_commit, smollm2_17b, store_base, versions
-from kit.data.chat import load_tokenizer
-from kit.data.conversations import instruction_source_range, synthetic_conversations
-from kit.data.tasks import generate_set
-from kit.data.tokenizer_build import SPECIAL_TOKEN_IDS, build_tokenizer
-from kit.digest import load_json_strict, sha256_file, write_canonical_json
-from kit.model.config import LlamaShape, RopeSpec
-from kit.model.llama import LlamaCausalLM
-from kit.study.arms import ArmRequest, arm_dir, arm_statuses, availability, run_arm
-from kit.study.prepare import PREPARED_DIR, prepare_study
-from kit.study.schema import arm_spec, load_study_contract
-
 CONTRACT = REPO / "contracts" / "shared-gradient.json"
 SOURCE_CANDIDATES = (REPO / "data" / "alpaca_5000.json",)  # carried by the repository (data/SOURCE.md)
 PAIR_ARMS = ("dense", "powersgd")
-INIT_SEED, INIT_STD = 0, 0.02
-TOKENIZER_SYNTHETIC = 4000  # synthetic conversations in the tokenizer's training text
-TOKENIZER_TASKS = 1000  # generated tasks of a role no study set uses
-TOKENIZER_TASK_ROLE = "bench-tokenizer"
-WEIGHTS_DTYPE = torch.bfloat16
-
-
-def tiny_shape(vocab: int) -> LlamaShape:
-    """A toy shape with the full tokenizer's vocabulary (the prepared token ids must fit it)."""
-    return LlamaShape(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, head_dim=16, rms_norm_eps=1e-5,
-                      max_position_embeddings=2048, tie_word_embeddings=True, rope=RopeSpec(theta=130000.0))
-
-
-# --- 1. the seed directory ----------------------------------------------------------------------
-def tokenizer_texts(contract, source: Path) -> list[str]:
-    """Synthetic chat, generated tasks, and the public source's records between the replay range and
-    the retention range (neither is used to train the tokenizer)."""
-    d = contract["data"]
-    rep, ret = d["replay"]["source"], d["retention"]["source"]
-    if rep["stop"] >= ret["start"]:
-        raise ValueError(f"{contract.path}: replay range ends at {rep['stop']}, retention starts at {ret['start']}; "
-                         "expected a gap between them for the tokenizer's text")
-    between = instruction_source_range(source, rep["sha256"], rep["stop"], ret["start"], rep["name"])
-    texts = [m.content for c in synthetic_conversations(TOKENIZER_SYNTHETIC, INIT_SEED) for m in c.messages]
-    texts += [t for ex in generate_set(TOKENIZER_TASKS, INIT_SEED, TOKENIZER_TASK_ROLE, d["tasks"]["difficulty"])
-              for t in (ex.prompt, ex.answer)]
-    texts += [m.content for c in between.conversations for m in c.messages]
-    return texts
-
-
-def seeded_normal(name: str, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """N(0, INIT_STD) from a generator seeded by (INIT_SEED, name), drawn on `device`."""
-    seed = (INIT_SEED * 1_000_003 + int(hashlib.sha256(name.encode()).hexdigest()[:12], 16)) % (2**63)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    return torch.randn(shape, generator=gen, device=device) * INIT_STD
-
-
-def build_seed_dir(seed_dir: Path, contract, source: Path, tiny: bool, device: torch.device) -> dict:
-    """config.json, model.safetensors (random, bfloat16) and the tokenizer files; returns what was built."""
-    from safetensors.torch import save_file
-
-    t0 = time.perf_counter()
-    full = smollm2_17b()
-    build_tokenizer(tokenizer_texts(contract, source), full.vocab_size, seed_dir,
-                    model_max_length=full.max_position_embeddings)
-    tokenizer_vocab = len(load_tokenizer(seed_dir))  # also checks the chat template and the fast tokenizer
-    t_tok = time.perf_counter() - t0
-    ids = {"bos_token_id": SPECIAL_TOKEN_IDS["<|im_start|>"], "eos_token_id": SPECIAL_TOKEN_IDS["<|im_end|>"],
-           "pad_token_id": SPECIAL_TOKEN_IDS["<|endoftext|>"]}
-    shape = replace(tiny_shape(full.vocab_size) if tiny else full, **ids)
-    if tokenizer_vocab > shape.vocab_size:
-        raise ValueError(f"{seed_dir}: tokenizer has {tokenizer_vocab} ids; the model's vocab_size is {shape.vocab_size}")
-    (seed_dir / "config.json").write_text(json.dumps(shape.to_hf_dict(), indent=2, sort_keys=True) + "\n")
-    with torch.device("meta"):
-        names = [(n, tuple(p.shape)) for n, p in LlamaCausalLM(shape).named_parameters()]
-    tensors = {}
-    for name, dims in names:  # tied embeddings: no lm_head.weight, as Hugging Face stores it
-        t = torch.ones(dims, device=device) if name.endswith("norm.weight") else seeded_normal(name, dims, device)
-        tensors[name] = t.to(WEIGHTS_DTYPE).cpu().contiguous()
-    save_file(tensors, str(seed_dir / "model.safetensors"), metadata={"format": "pt"})
-    n_params = sum(t.numel() for t in tensors.values())
-    return {"dir": str(seed_dir), "shape": shape.to_hf_dict(), "params": n_params,
-            "weights": {"file": "model.safetensors", "dtype": str(WEIGHTS_DTYPE).removeprefix("torch."),
-                        "bytes": (seed_dir / "model.safetensors").stat().st_size,
-                        "init": f"norm weights 1; every other tensor N(0, {INIT_STD}) from a torch generator on "
-                                f"{device.type} seeded by ({INIT_SEED}, sha256 of its name)"},
-            "tokenizer": {"vocab": tokenizer_vocab, "cap": full.vocab_size,
-                          "built_by": "kit.data.tokenizer_build.build_tokenizer",
-                          "text": f"{TOKENIZER_SYNTHETIC} synthetic conversations (seed {INIT_SEED}), "
-                                  f"{TOKENIZER_TASKS} generated tasks (role {TOKENIZER_TASK_ROLE!r}), public source "
-                                  f"records between the replay and retention ranges",
-                          "note": "not SmolLM2's tokenizer: token ids only need to be < vocab_size for a "
-                                  "throughput measurement; token counts per document differ from SmolLM2's",
-                          "seconds": round(t_tok, 2)},
-            "seconds": round(time.perf_counter() - t0, 2)}
-
-
 # --- 2-4. prepare, the single arm, the pair arms -------------------------------------------------
 def contract_for_run(tiny: bool, work: Path) -> tuple[Path, list[str]]:
     """A copy of the full contract with the changes this speed measurement needs, and those changes:
@@ -258,7 +174,7 @@ def main(argv=None) -> int:
                          "pass --source")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    work = Path(tempfile.mkdtemp(prefix="kit-study-single-", dir=a.workdir or store_base()))
+    work = Path(tempfile.mkdtemp(prefix="kit-study-single-", dir=a.workdir or roomiest_directory(os.environ.get("KIT_BENCH_STORE"), tempfile.gettempdir(), REPO)))
     seed_dir, study = work / "seed", work / "study"
     seed_dir.mkdir()
     errors, results, phases, raw = [], {}, {}, []
@@ -266,7 +182,7 @@ def main(argv=None) -> int:
     contract_path, contract_changes = contract_for_run(a.tiny, work)
     contract = load_study_contract(contract_path)
     try:
-        results["seed"] = build_seed_dir(seed_dir, contract, source, a.tiny, device)
+        results["seed"] = build_random_seed(seed_dir, contract, source, device, toy_layers=2 if a.tiny else None)
         phases["seed_build"] = results["seed"]["seconds"]
         t0 = time.perf_counter()
         prepared = prepare_study(contract_path, seed_dir, source, study, ledger=work / "exposed.jsonl")
@@ -327,8 +243,8 @@ def main(argv=None) -> int:
                                      if a.tiny else None),
                        "source": {"name": source.name, "sha256": sha256_file(source)},
                        "script_sha256": sha256_file(Path(__file__))},
-        "git": git_commit(),
-        "versions": versions(),
+        "git": code_state(),
+        "versions": versions(runtime=True),
         "device": device_info(device),
         "status": status,
         "errors": errors,

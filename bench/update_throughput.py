@@ -41,62 +41,43 @@ import datetime as dt
 import gc
 import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+import kit.numerics
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+kit.numerics.set_environment()  # before torch computes (importing the model probes attention kernels)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-from bench.provenance import git_commit  # noqa: E402,F401  (re-exported: the other benches import it from here)
-from kit.digest import canonical_json
-from kit.flops import H200_BF16_PEAK_FLOPS, attention_flops_forward, executed_flops_per_token, matmul_params  # noqa: F401
+from kit.digest import canonical_json  # noqa: E402
 from kit.distributed.group import Group
-from kit.distributed.pipeline import EngineConfig, StageEngine
+from kit.distributed.pipeline import StageEngine
 from kit.engine.worker import build_worker
-from kit.model.config import LlamaShape, RopeSpec
+from kit.engine.workload import BETAS, EPS, LR, MAX_NORM, WEIGHT_DECAY, engine_config, optimizer_groups
+from kit.engine.workload import random_records as make_records
+from kit.evidence.environment import code_state, device_info, roomiest_directory, versions
+from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
+from kit.model.config import LlamaShape, smollm2_17b, toy_shape
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage, even_layout
 from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, estimate_worker, plan
-from kit.train.batch import TrainRecord
-from kit.train.loss import DistillConfig
-from kit.train.optim import GroupConfig
+
+REPO = Path(__file__).resolve().parents[1]
 
 PEAK_FLOPS = H200_BF16_PEAK_FLOPS  # bf16 dense, datasheet
 SECTIONS = ("ceiling", "baseline", "baseline_compiled", "kit", "commit", "checkpoint", "kit_mixed", "planner",
             "kit_eager", "kit_host_clip")
 GIB = 2**30
-# torch.optim.AdamW's defaults, used by both rows
-LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM = 1e-5, (0.9, 0.999), 1e-8, 0.01, 1.0
-
-
-def smollm2_17b() -> LlamaShape:
-    return LlamaShape(vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
-                      num_attention_heads=32, num_key_value_heads=32, head_dim=64, rms_norm_eps=1e-5,
-                      max_position_embeddings=8192, tie_word_embeddings=True, rope=RopeSpec(theta=130000.0))
-
-
-def tiny() -> LlamaShape:
-    return LlamaShape(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=4, head_dim=16, rms_norm_eps=1e-5,
-                      max_position_embeddings=256, tie_word_embeddings=True, rope=RopeSpec(theta=130000.0))
-
-
-def param_count(shape: LlamaShape) -> int:
-    return shape.param_count()
 
 
 def flops_per_token(shape: LlamaShape, seq: int, ref_fraction: float) -> float:
     """The earlier nominal count (6N + 12LHT student, 2N + 4LHT teacher: full attention, N with norms),
     kept for comparison with older records only; MFU uses `executed_flops_per_token`."""
-    n, L, H = param_count(shape), shape.num_hidden_layers, shape.hidden_size
+    n, L, H = shape.param_count(), shape.num_hidden_layers, shape.hidden_size
     return 6 * n + 12 * L * H * seq + ref_fraction * (2 * n + 4 * L * H * seq)
 
 
@@ -197,7 +178,7 @@ def run_baseline(shape: LlamaShape, micro: int, seq: int, warmup: int, steps: in
         step()
     sync(device)
     dt_ = (time.perf_counter() - t0) / steps
-    assert n_params == param_count(shape), (n_params, param_count(shape))
+    assert n_params == shape.param_count(), (n_params, shape.param_count())
     out = throughput_row("baseline_compiled" if compiled else "baseline", shape, micro, seq, dt_, 1.0, device,
                          ceiling)
     out["work"] = "equal: teacher forward on every record, CE + KL"
@@ -219,7 +200,7 @@ def throughput_row(name: str, shape: LlamaShape, micro: int, seq: int, step_s: f
     rate = executed_flops_per_token(shape, seq, teacher_fraction) * toks / step_s
     return {
         "row": name, "micro": micro, "seq": seq, "tokens_per_update": toks, "step_s": round(step_s, 4),
-        "tokens_per_s": round(toks / step_s), "n_params": param_count(shape),
+        "tokens_per_s": round(toks / step_s), "n_params": shape.param_count(),
         "executed_tflops": round(rate / 1e12, 2),
         "mfu_executed": round(rate / PEAK_FLOPS, 4),
         "mfu_executed_vs_matmul_ceiling": round(rate / ceiling, 4) if ceiling else None,
@@ -237,23 +218,6 @@ def random_init(model: torch.nn.Module, seed: int) -> None:
             p.fill_(1.0)
         else:
             p.normal_(0.0, 0.02, generator=gen)
-
-
-def make_records(shape: LlamaShape, n: int, seq: int, replay_every: tuple[bool, ...], seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, shape.vocab_size, (n, seq), generator=gen)
-    mask = (True,) * seq
-    return [TrainRecord(f"r{i}", tuple(ids[i].tolist()), mask, 1.0, replay_every[i % len(replay_every)])
-            for i in range(n)]
-
-
-def engine_config(micro: int, compile_blocks: str, clip_on_device: str = "auto") -> EngineConfig:
-    return EngineConfig(microbatch_size=micro, max_grad_norm=MAX_NORM, distill=DistillConfig(),
-                        compute_dtype="bfloat16", compile_blocks=compile_blocks, clip_on_device=clip_on_device)
-
-
-def optimizer_groups() -> dict[str, GroupConfig]:
-    return {"default": GroupConfig(lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)}
 
 
 def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str, clip_on_device: str = "auto") -> StageEngine:
@@ -402,8 +366,8 @@ def bench_session(eng: StageEngine, shape: LlamaShape, home: Path):
     """A kit.engine.session.Session over the benchmark's engine (built without a seed directory), so that
     the commit section times Session.commit itself, synchronous and background."""
     from kit.engine.session import Session
-    from kit.store.start import Start
     from kit.store.objects import ObjectStore
+    from kit.store.start import Start
 
     sess = object.__new__(Session)
     sess.group, sess.home, sess.layout = eng.group, str(home), eng.layout
@@ -479,8 +443,7 @@ def commit_bench(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, repl
 
 def store_base() -> Path:
     """The candidate directory with the most free disk (the learned state is ~20 GB at 1.7B)."""
-    cands = [Path(p) for p in (os.environ.get("KIT_BENCH_STORE"), tempfile.gettempdir(), str(REPO)) if p]
-    return max((p for p in cands if p.is_dir()), key=lambda p: shutil.disk_usage(p).free)
+    return roomiest_directory(os.environ.get("KIT_BENCH_STORE"), tempfile.gettempdir(), REPO)
 
 
 # --- (3) the planner's estimate against measurement ----------------------------------------------------
@@ -551,33 +514,6 @@ def single_worker_estimate(shape: LlamaShape, micro: int, seq: int) -> dict:
     return {"estimate_bytes": est.total, "estimate_components": est.components}
 
 
-# --- the run record -----------------------------------------------------------------------------------
-def versions() -> dict:
-    out = {"python": platform.python_version(), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
-    for name in ("transformers", "triton"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            out[name] = None
-    return out
-
-
-def device_info(device) -> dict:
-    info = {"type": device.type, "host": platform.node(), "cpu_count": os.cpu_count()}
-    if device.type == "cuda":
-        prop = torch.cuda.get_device_properties(device)
-        info.update({"name": prop.name, "capability": f"{prop.major}.{prop.minor}",
-                     "memory_bytes": prop.total_memory, "multiprocessors": prop.multi_processor_count})
-        try:
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30, check=False)
-            info["driver"] = smi.stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            info["driver"] = None
-    return info
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="toy shape: checks the script (CPU works)")
@@ -593,7 +529,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     started = dt.datetime.now(dt.UTC)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    shape = tiny() if a.tiny else smollm2_17b()
+    kit.numerics.apply(device)  # the kit's update commits and hashes: under the profile `kit adaptive train` uses
+    shape = toy_shape() if a.tiny else smollm2_17b()
     seq = a.seq or (64 if a.tiny else 2048)
     sections = [s for s in a.sections.split(",") if s] + (["profile"] if a.profile else [])
     unknown = sorted(set(sections) - set(SECTIONS) - {"profile"})
@@ -604,7 +541,7 @@ def main(argv=None) -> int:
     results, status, errors = [], "completed", []
     half = (False, False, True, True) if a.micro == 4 else tuple(i >= a.micro // 2 for i in range(a.micro))
     with open(out_dir / "update_throughput.jsonl", "w") as sink:
-        emit({"row": "environment", "versions": versions(), "device": device_info(device),
+        emit({"row": "environment", "versions": versions(runtime=True), "device": device_info(device),
               "shape": shape.to_hf_dict()}, sink)
         baseline = kit_row = None
 
@@ -689,8 +626,8 @@ def main(argv=None) -> int:
                        "lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WEIGHT_DECAY,
                        "max_grad_norm": MAX_NORM, "peak_flops": PEAK_FLOPS, "tiny": a.tiny,
                        "matmul_ceiling_flops": ceiling},
-        "git": git_commit(),
-        "versions": versions(),
+        "git": code_state(),
+        "versions": versions(runtime=True),
         "device": device_info(device),
         "status": status,
         "errors": errors,

@@ -4,18 +4,23 @@
 # 2-worker control) -> cohort B with growth and the fixed-depth control -> dev evaluation ->
 # selection -> final evaluation -> gates JSON; then every commit is verified.
 #
-#   examples/adaptive_tiny.sh [OUT_DIR] [SEED_DIR]
-# PUBLIC_SOURCE defaults to data/alpaca_5000.json in the repository (data/SOURCE.md).
+# usage: examples/adaptive_tiny.sh [OUT] [SEED]   (defaults: adaptive-tiny-out, OUT/seed built when absent)
+# env:   PYTHON         the kit's Python (default .venv/bin/python from `make`, else python3)
+#        PUBLIC_SOURCE  the pinned public conversation source (default data/alpaca_5000.json, data/SOURCE.md)
+#        KIT_LEDGER     the exposure ledger (default OUT/ledger/exposed.jsonl: this run's own, so the
+#                       committed ledger/exposed.jsonl neither empties its finals nor receives its scorings)
+#        CONTRACT       the adaptive contract (default contracts/adaptive-shards.tiny.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-adaptive-tiny-out}
 SEED=${2:-$OUT/seed}
-PY=${PYTHON:-python3}
+. examples/lib/kit_python.sh  # PY: the kit's Python, or a one-line refusal
 KIT="$PY -m kit"
 PUBLIC_SOURCE=${PUBLIC_SOURCE:-data/alpaca_5000.json}
-CONTRACT=contracts/adaptive-shards.tiny.json
+CONTRACT=${CONTRACT:-contracts/adaptive-shards.tiny.json}
 P=$OUT/prepared
 mkdir -p "$OUT"
+export KIT_LEDGER=${KIT_LEDGER:-$OUT/ledger/exposed.jsonl}
 last_root() { $PY -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"; }
 contract() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"c": d}))' $CONTRACT "$1"; }
 
@@ -66,9 +71,14 @@ $KIT adaptive gates --contract $CONTRACT --eval "A_vs_seed=$OUT/final-A.json" --
     --eval "growth_vs_control=$OUT/final-G.json" --out "$OUT/gates.json"
 
 echo "== verify every commit"
-for home in "$OUT/A$FROM" "$OUT/A$TO" "$OUT/B" "$OUT/G"; do
-    for root in $($KIT checkpoint list --home "$home" | awk '{print $1}'); do
-        $KIT checkpoint verify --home "$home" "$root" > /dev/null && echo "verified $home $root"
-    done
-done
+# one process for all of them (kit.store.commits, which `kit checkpoint list` and `verify` call): each
+# commit's objects re-hashed against its manifest, which must hash to its root
+$PY - "$OUT/A$FROM" "$OUT/A$TO" "$OUT/B" "$OUT/G" <<'EOF'
+import sys
+from kit.store.commits import list_commits, verify_commit
+for home in sys.argv[1:]:
+    for root in list_commits(home):
+        verify_commit(home, root)  # raises, naming the object, on any mismatch
+        print("verified", home, root)
+EOF
 echo "gates: $OUT/gates.json"

@@ -24,7 +24,8 @@ from kit.distributed.launch import launch
 from kit.distributed.pipeline import EngineConfig
 from kit.engine.session import Session
 from kit.engine.worker import build_worker
-from kit.evidence.records import RunRecord, record_inputs, record_metric, record_roots
+from kit.evidence.notebook import record_inputs, record_metric, record_roots
+from kit.evidence.run_record import RunRecord
 from kit.evidence.runner import run_batch, run_notebook
 from kit.model.config import LlamaShape, load_config
 from kit.model.llama import LlamaCausalLM

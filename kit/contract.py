@@ -56,6 +56,13 @@ class Omittable:
 
 
 @dataclass(frozen=True)
+class Either:
+    """The value matches the first spec, or else the second (the error names both)."""
+    first: Any
+    second: Any
+
+
+@dataclass(frozen=True)
 class MapOf:
     spec: Any
 
@@ -93,6 +100,14 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
             if k in value:
                 validate(value[k], sub, _join(path, k), source)
         return
+    if isinstance(spec, Either):
+        try:
+            return validate(value, spec.first, path, source)
+        except ContractError as first:
+            try:
+                return validate(value, spec.second, path, source)
+            except ContractError as second:
+                raise ContractError(f"{second}; or else: {first}") from None
     if isinstance(spec, MapOf):
         if not isinstance(value, dict):
             raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
@@ -133,9 +148,12 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
     raise TypeError(f"unknown schema spec {spec!r} at {path}")
 
 
-# A medium-scale contract is frozen from a draft by bench/medium_freeze.py, which records the committed
+# A medium-scale contract is frozen from a draft by campaigns/medium_freeze.py, which records the committed
 # pilot run that fixed the draft's free choices (docs/contracts.md, "Medium scale"). Absent in drafts and
 # in every contract of another scale.
+# training.lr_schedule (kit/train/schedule.py): "constant", or a linear warm-up then constant or cosine
+LR_SCHEDULE = Either(OneOf("constant"), {"warmup_updates": Num(1, integer=True), "after": OneOf("constant", "cosine"),
+                                         "floor_ratio": Num(0, 1)})
 PILOT = {"run_id": str, "record": str, "record_sha256": str, "draft": str, "draft_digest": str, "rule": str,
          "chosen": MapOf(Num(lo=0))}
 
@@ -147,7 +165,7 @@ def check_pilot(data: dict, source: str) -> None:
         return
     if data.get("scale") != "medium":
         raise ContractError(f"{source}: field 'pilot' is present with scale = {data.get('scale')!r}; expected only "
-                            "at scale 'medium' (a medium contract frozen from its draft by bench/medium_freeze.py)")
+                            "at scale 'medium' (a medium contract frozen from its draft by campaigns/medium_freeze.py)")
     for field in ("record_sha256", "draft_digest"):
         v = pilot[field]
         if len(v) != 64 or any(ch not in "0123456789abcdef" for ch in v):

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import write_canonical_json
+from kit.evidence.ledger import LEDGER_ENV
 
 ADAPTIVE_CONTRACT = "contracts/adaptive-shards.tiny.json"
 CONTINUED_CONTRACT = "contracts/continued-learning.tiny.json"
@@ -110,7 +111,7 @@ class RecordedRoots:
         self.runs_dir = Path(runs_dir)
 
     def endpoint(self, run_id: str) -> str:
-        from kit.evidence.records import read_run_record
+        from kit.evidence.run_record import read_run_record
 
         record = read_run_record(self.runs_dir / run_id)
         produced = record.checkpoint_roots["produced"]
@@ -230,7 +231,7 @@ def _study_steps(out: Path, seed: str, public_source: Path, scale: Scale = TINY)
     study = shown_path(out / "study")
     yield Step(f"{run}-study-prepare", "19_study_prepare.ipynb",
                {"CONTRACT": shown_path(repository_root() / scale.study_contract), "SEED_DIR": seed,
-                "SOURCE": shown_path(public_source), "STUDY_DIR": study})
+                "PUBLIC_SOURCE": shown_path(public_source), "STUDY_DIR": study})
     for name in STUDY_ARMS:
         yield Step(f"{run}-study-{name}", "20_study_arm.ipynb",
                    {"STUDY_DIR": study, "SEED_DIR": seed, "ARM": name}, may_fail=True)
@@ -254,9 +255,18 @@ def demo_steps(out: Path, public_source: Path, roots, scale: Scale = TINY, parts
         yield from _study_steps(Path(out), seed, Path(public_source), scale)
 
 
+# parameters renamed since runs were committed (old name -> new name): a run recorded under the old
+# name is the same step, so `kit demo` from the repository root still reuses the committed evidence
+RENAMED_PARAMETERS = {"SOURCE": "PUBLIC_SOURCE"}  # 19_study_prepare, 2026-12-01
+
+
+def _current_names(parameters: dict) -> dict:
+    return {RENAMED_PARAMETERS.get(k, k): v for k, v in parameters.items()}
+
+
 def _reusable(runs_dir: Path, step: Step) -> bool:
     """True when the step's run id already completed with these parameters; refuses other parameters."""
-    from kit.evidence.records import read_run_record
+    from kit.evidence.run_record import read_run_record
 
     run_dir = runs_dir / step.run_id
     try:
@@ -265,7 +275,7 @@ def _reusable(runs_dir: Path, step: Step) -> bool:
         return False
     if record.status != "completed":
         return False  # the runner replaces an unfinished or failed attempt
-    if record.parameters != step.parameters:
+    if _current_names(record.parameters) != step.parameters:
         raise ValueError(f"{run_dir}: completed by an earlier demo with other parameters "
                          f"({record.parameters}); evidence is never overwritten: remove that run (and the "
                          "runs after it) to run the demo afresh")
@@ -291,7 +301,7 @@ def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path, scale: Sca
     for contract in (scale.adaptive_contract, scale.study_contract):
         if not (repository_root() / contract).is_file():
             raise FileNotFoundError(f"{contract}: missing; the {scale.name} steps run on it (a medium contract is "
-                                    "frozen from its draft by bench/medium_freeze.py after the committed pilot, "
+                                    "frozen from its draft by campaigns/medium_freeze.py after the committed pilot, "
                                     "docs/contracts.md \"Medium scale\")")
     if not Path(public_source).is_file():
         raise FileNotFoundError(f"{public_source}: the pinned public conversation source (alpaca_5000.json from "
@@ -309,6 +319,23 @@ def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path, scale: Sca
         raise ValueError(f"{runs_dir}: holds runs of an earlier demo ({', '.join(earlier[:3])}, ...) but "
                          f"their working directory {out} is gone; remove {runs_dir}/{scale.name}-* to run the demo "
                          "afresh")
+
+
+def demo_ledger(out: Path, runs_dir: Path) -> Path:
+    """The exposure ledger the demo's steps use: `$KIT_LEDGER` when given; else the one beside `runs_dir`
+    (`kit run`'s rule: `demo-out/ledger/` for `make demo`, a campaign's own folder); but never the
+    repository's `ledger/exposed.jsonl` - it holds every committed campaign's exposures, which would empty
+    the tiny finals, and the committed demo evidence was prepared against a ledger of the demo's own - so
+    a demo whose runs folder is the repository's `runs/` uses OUT/ledger/exposed.jsonl."""
+    from kit.evidence.ledger import LEDGER_RELATIVE
+    from kit.evidence.runtime import repository_root
+
+    if os.environ.get(LEDGER_ENV):
+        return Path(os.environ[LEDGER_ENV])
+    beside = Path(runs_dir).absolute().parent / LEDGER_RELATIVE
+    if beside.resolve() == (repository_root() / LEDGER_RELATIVE).resolve():
+        return Path(out) / LEDGER_RELATIVE
+    return beside
 
 
 def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
@@ -337,6 +364,9 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     out.mkdir(parents=True, exist_ok=True)
     notebooks = repository_root() / "notebooks"
     total = sum(1 for _ in demo_steps(out, public_source, PlaceholderRoots(), sc, parts, seed_dir))
+    saved_ledger = os.environ.get(LEDGER_ENV)
+    ledger = demo_ledger(out, runs_dir)
+    os.environ[LEDGER_ENV] = str(ledger.absolute())  # kernels inherit it: every step prepares and records there
     saved = os.environ.get("KIT_PROGRESS")
     bar = _bar(progress and saved != "0", total)
     os.environ["KIT_PROGRESS"] = "0"  # kernels inherit it: no bars in the executed notebooks kept as evidence
@@ -365,10 +395,11 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
         stopped = (timing[-1]["run_id"] if timing else "", str(e))
     finally:
         bar.close()
-        if saved is None:
-            os.environ.pop("KIT_PROGRESS", None)
-        else:
-            os.environ["KIT_PROGRESS"] = saved
+        for key, value in (("KIT_PROGRESS", saved), (LEDGER_ENV, saved_ledger)):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     steps_s = time.perf_counter() - t0
     index = None
     if report:

@@ -1,5 +1,5 @@
 """`kit adaptive train` under torchrun across two emulated hosts (two network namespaces joined by a veth,
-bench/netns.py), one process per host, each host with its own copy of the prepared job and the seed and
+kit/distributed/netns.py), one process per host, each host with its own copy of the prepared job and the seed and
 its own store directories: nothing of a store is shared on disk, the ranks talk only over the veth.
 (The prepared job's input commitments name absolute input files, e.g. the conversations prepare read;
 both emulated hosts re-hash them at the same path, as two real hosts would hold their own copies there.)
@@ -37,7 +37,7 @@ from kit.store import commits
 from kit.store.objects import ObjectStore
 
 sys.path.insert(0, str(REPO))
-from bench.netns import Link, available
+from kit.distributed.netns import Link, available
 
 WHY = available()
 HOSTS = ("hostA", "hostB")

@@ -17,15 +17,13 @@ from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
 from kit.engine.admission import worker_estimate
 from kit.engine.session import Session
-from kit.model.config import LlamaShape, RopeSpec
+from kit.model.config import smollm2_17b
 from kit.model.shard import Layout, even_layout
 from kit.planner import AdmissionError
 from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
 
-SHAPE = LlamaShape(vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
-                   num_attention_heads=32, num_key_value_heads=32, head_dim=64, rms_norm_eps=1e-5,
-                   max_position_embeddings=8192, tie_word_embeddings=True, rope=RopeSpec())
+SHAPE = smollm2_17b()
 GPU = {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2, "act_mlp_coeff": 3.0,
        "saved_weight_bytes": 2, "reserve_bytes": 6 << 30}
 

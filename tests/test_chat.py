@@ -233,3 +233,18 @@ def test_synthetic_corpus_encodes_with_full_assistant_coverage(tokenizer):
     for conversation, example in zip(conversations, examples):
         expected = [m.content + "<|im_end|>" for m in conversation.messages if m.role == "assistant"]
         assert _masked_runs(tokenizer, example) == expected
+
+
+# ---- one-batch encoding of single turns (the seed build's generated conversations) -------------------
+def test_single_turns_encode_exactly_as_one_at_a_time(tokenizer):
+    from kit.data.chat import encode_or_refuse, encode_single_turns
+
+    convs = [_conversation(("user", f"sort ascending: {i} {i + 7} 3"), ("assistant", f"3 {i} {i + 7}"), id_=f"s{i}")
+             for i in range(80)]
+    convs.append(_conversation(("user", "x " * 300), ("assistant", "too long"), id_="long"))
+    fast = encode_single_turns(tokenizer, convs, 128, check=8)
+    assert fast == [encode_or_refuse(tokenizer, c, 128) for c in convs]  # beyond the checked 8 too
+    assert fast[-1] is None and all(e is not None for e in fast[:-1])
+    with pytest.raises(ValueError, match="one user and one assistant"):
+        encode_single_turns(tokenizer, [_conversation(("user", "a"), ("assistant", "b"), ("user", "c"),
+                                                      ("assistant", "d"))], 128)

@@ -148,8 +148,8 @@ def test_source_is_a_deprecated_alias(capsys):
 
 
 def test_inspection_notebook_refuses_before_writing(tmp_path, capsys):
-    """`kit run` of the inspection notebook: an unknown RUN_ID is refused with no run record written, and
-    RUNS_DIR is --runs-dir (one setting): -p RUNS_DIR is refused."""
+    """`kit run` of the inspection notebook: an unknown RUN_ID is refused with no run record written, in the
+    folder it reads (-p RUNS_DIR, default --runs-dir), which may differ from the one it records into."""
     from pathlib import Path
 
     nb = str(Path(__file__).resolve().parents[1] / "notebooks" / "90_inspect_failed_arm.ipynb")
@@ -161,8 +161,13 @@ def test_inspection_notebook_refuses_before_writing(tmp_path, capsys):
     assert err.startswith("kit run: error: ") and "no-such-run: no such run" in err and "some-run" in err
     assert err.count("\n") == 1
     assert sorted(p.name for p in runs.iterdir()) == ["some-run"]  # no failed record
-    assert main(["run", nb, "-p", "RUN_ID", "some-run", "-p", "RUNS_DIR", str(runs), "--runs-dir", str(runs)]) == 2
-    assert "give --runs-dir" in capsys.readouterr().err
+    out = tmp_path / "out"
+    # the run is looked up in the folder it reads, not in the one it would record into
+    assert main(["run", nb, "-p", "RUN_ID", "some-run", "-p", "RUNS_DIR", str(tmp_path / "elsewhere"),
+                 "--runs-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "elsewhere/some-run: no such run" in err and "-p RUNS_DIR names the folder to read" in err
+    assert not out.exists()
 
 
 # --- one command line (issue 29): names, unknown options, --version, sizes, library errors, stores -----------

@@ -21,7 +21,7 @@ from conftest import write_hf_llama
 from kit.demo import SCALES, PlaceholderRoots, demo_steps, run_demo
 from kit.digest import canonical_json, sha256_file, write_canonical_json
 from kit.evidence.parameters import PARAMETERS_TAG, check_parameters
-from kit.evidence.records import RunRecord, read_run_record, write_run_record
+from kit.evidence.run_record import RunRecord, read_run_record, write_run_record
 from kit.evidence.runner import load_plan, run_notebook
 
 REPO = Path(__file__).resolve().parents[1]

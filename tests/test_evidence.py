@@ -19,9 +19,9 @@ import pytest
 import kit
 from kit.cli import main
 from kit.digest import canonical_json, load_canonical_json, sha256_file, write_canonical_json
-from kit.evidence import records, runtime
+from kit.evidence import notebook, run_record, runtime
 from kit.evidence.parameters import ParameterError, check_parameters, parse_assignments, parse_cli_value
-from kit.evidence.records import RunRecordError, read_run_record
+from kit.evidence.run_record import RunRecordError, read_run_record
 from kit.evidence.runner import load_plan, run_notebook
 from kit.evidence.verify import expand_run_dirs, verify_evidence
 
@@ -155,15 +155,15 @@ def test_wheel_dir_supplies_missing_modules(tmp_path, monkeypatch):
 
 
 def test_record_calls_outside_a_run_write_nothing_and_check_values(monkeypatch):
-    monkeypatch.delenv(records.RUN_DIR_ENV, raising=False)
-    assert records.record_metric("ok", {"a": 1}) is None
-    assert records.record_roots(produced=["a" * 64]) is None
+    monkeypatch.delenv(notebook.RUN_DIR_ENV, raising=False)
+    assert notebook.record_metric("ok", {"a": 1}) is None
+    assert notebook.record_roots(produced=["a" * 64]) is None
     with pytest.raises(RunRecordError, match=r"record_metric\('bad'\): not canonical JSON"):
-        records.record_metric("bad", {"loss": float("nan")})
+        notebook.record_metric("bad", {"loss": float("nan")})
     with pytest.raises(RunRecordError, match="checkpoint root 'abc' is not 64 lowercase hex"):
-        records.record_roots(produced=["abc"])
+        notebook.record_roots(produced=["abc"])
     with pytest.raises(RunRecordError, match="name '../x' must match"):
-        records.record_metric("../x", 1)
+        notebook.record_metric("../x", 1)
 
 
 # --- one completed run ----------------------------------------------------------------------
@@ -218,7 +218,7 @@ def test_completed_run_writes_every_field(completed):
     assert on_disk["checkpoint_roots"] == {"produced": [{"root": completed["root"], "home": "home"}],
                                            "used": [{"root": "b" * 64, "home": "absent-home"}]}
     assert on_disk["metrics"] == {n: sha256_file(run_dir / "metrics" / f"{n}.json") for n in ("curve", "echo")}
-    assert not (run_dir / records.KERNEL_ROOTS_NAME).exists()  # merged into run.json, then removed
+    assert not (run_dir / notebook.KERNEL_ROOTS_NAME).exists()  # merged into run.json, then removed
     executed = nbformat.read(run_dir / "study.ipynb", as_version=4)
     assert any("recorded" in o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
 
@@ -349,7 +349,7 @@ def test_batch_continues_past_failure_exits_nonzero_and_skips_completed_on_rerun
         assert read_run_record(kept).status == read_run_record(batch["runs"] / run_id).status != "completed"
         assert read_run_record(kept).started_at < read_run_record(batch["runs"] / run_id).started_at
     assert not (batch["runs"] / "arm-ok.superseded").exists()
-    assert records.superseded_attempt_dir(batch["runs"] / "arm-fail").name == "attempt-2"
+    assert run_record.superseded_attempt_dir(batch["runs"] / "arm-fail").name == "attempt-2"
 
 
 def test_plan_is_checked_before_any_arm_runs(batch, tmp_path):

@@ -1,4 +1,4 @@
-"""bench/exposure_sensitivity.py on the committed medium evidence: the items another contract opened first
+"""campaigns/exposure_sensitivity.py on the committed medium evidence: the items another contract opened first
 are found through the ledger, and the recomputed recorded gates equal the runs' own gates.json."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_sensitivity_finds_the_demo_exposed_conversations_and_recomputes_the_recorded_gates():
     pairs = [f"runs/medium-adaptive-final-{x}=runs/medium-campaign-2026-12-01/adaptive/final-{x}.json" for x in "AG"]
-    done = subprocess.run([sys.executable, "bench/exposure_sensitivity.py", *pairs], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "campaigns.exposure_sensitivity", *pairs], capture_output=True, text=True,
                           cwd=REPO, check=True)
     rows = {r["run"]: r for r in json.loads(done.stdout)}
     for x in "AG":

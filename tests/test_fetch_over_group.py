@@ -85,7 +85,7 @@ def test_corrupted_object_is_refused_by_name_and_host_and_head_unchanged(tmp_pat
 
 
 def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_veth(tmp_path, source):
-    """The same migration with the two ranks in two network namespaces (bench/netns.py): rank 1's
+    """The same migration with the two ranks in two network namespaces (kit/distributed/netns.py): rank 1's
     host has no source store and only its own home; its veth counts at least the bytes it fetched."""
     import json
     import subprocess
@@ -94,7 +94,7 @@ def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_
     from conftest import REPO
 
     sys.path.insert(0, str(REPO))
-    from bench.netns import Link, available
+    from kit.distributed.netns import Link, available
 
     why = available()
     if why:

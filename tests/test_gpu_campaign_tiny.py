@@ -1,5 +1,5 @@
-"""bench/adaptive_gpu_campaign.py's own parts, in seconds (the whole tiny campaign takes minutes on 2
-cores and is run by hand: `python bench/adaptive_gpu_campaign.py --scale tiny --device cpu --out DIR`).
+"""campaigns/adaptive_gpu_campaign.py's own parts, in seconds (the whole tiny campaign takes minutes on 2
+cores and is run by hand: `python -m campaigns.adaptive_gpu_campaign --scale tiny --device cpu --out DIR`).
 
 - the derived contracts (full and tiny) pass the kit's schema and cross-field rules, and every changed
   field is listed with its reason;
@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench import adaptive_gpu_campaign as agc
+from campaigns import adaptive_gpu_campaign as agc
+from campaigns.phases import run_process
 from kit.adaptive.schema import commit_points, load_adaptive_contract
 
 
@@ -47,7 +45,7 @@ def test_a_phase_past_its_deadline_is_stopped_with_its_children(tmp_path):
             f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
             f"open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(60)")
     t0 = time.monotonic()
-    r = agc.run_process([sys.executable, "-c", code], {}, 3.0, tmp_path / "logs" / "hang")
+    r = run_process([sys.executable, "-c", code], {}, 3.0, tmp_path / "logs" / "hang")
     assert r["timed_out"] and time.monotonic() - t0 < 30
     pid = int(marker.read_text())
     deadline = time.monotonic() + 10

@@ -274,13 +274,13 @@ def test_the_ledger_blocks_reuse_of_a_final_across_two_tiny_contracts(selected, 
 
 
 def test_run_records_name_the_gpu_reference_requirements():
-    from kit.evidence.records import package_versions
+    from kit.evidence.environment import versions
     from kit.evidence.runtime import repository_root
 
     path = repository_root() / "requirements" / "gpu-reference.txt"
     text = path.read_text()
     assert "torch==2.11.0+cu130" in text and "transformers==5.17.0" in text and "[assumption]" in text
-    assert package_versions()["gpu_reference_requirements_sha256"] == sha256_file(path)
+    assert versions()["gpu_reference_requirements_sha256"] == sha256_file(path)
 
 
 def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env, tmp_path, monkeypatch):  # noqa: F811

@@ -9,7 +9,7 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[1] / "kit"
 
 LAYER0 = {"kit.digest", "kit.inventory", "kit.model.config", "kit.stats", "kit.planner", "kit.flops", "kit.contract",
-          "kit.provenance", "kit.environ", "kit.sizes"}
+          "kit.provenance", "kit.environ", "kit.sizes", "kit.publish"}
 
 
 def layer_of(module: str) -> int:
@@ -216,12 +216,30 @@ def test_cycle_checker_catches_a_cycle():
 
 
 def test_the_engine_is_constructed_in_one_function():
-    """StageEngine and ParamAdamW are called only by kit.engine.worker.build_worker (kit, bench, tests)."""
+    """StageEngine and ParamAdamW are called only by kit.engine.worker.build_worker (kit, bench, campaigns,
+    tests)."""
     calls = []
     root = KIT.parent
-    for path in sorted([*KIT.rglob("*.py"), *(root / "bench").rglob("*.py"), *(root / "tests").rglob("*.py")]):
+    scripts = [p for d in ("bench", "campaigns", "tests") for p in (root / d).rglob("*.py")]
+    for path in sorted([*KIT.rglob("*.py"), *scripts]):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                     node.func.id in ("StageEngine", "ParamAdamW"):
                 calls.append(f"{path.relative_to(root)}:{node.lineno} {node.func.id}")
     assert calls and all(c.startswith("kit/engine/worker.py:") for c in calls), calls
+
+
+def test_benchmarks_import_the_kit_and_nothing_of_each_other():
+    """bench/ holds benchmarks only: each is a script standing on `kit` alone (no other bench/ module, no
+    campaign, no sys.path edits); what two of them share lives in kit/."""
+    root = KIT.parent
+    problems = []
+    for path in sorted((root / "bench").rglob("*.py")):
+        source = path.read_text()
+        if "sys.path" in source:
+            problems.append(f"{path.relative_to(root)}: edits sys.path")
+        for imp in _imports(path):
+            top = imp.split(".")[0]
+            if top in ("bench", "campaigns", "tests") or (root / "bench" / f"{top}.py").exists():
+                problems.append(f"{path.relative_to(root)}: imports {imp}")
+    assert not problems, "\n".join(problems)

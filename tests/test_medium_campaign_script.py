@@ -1,4 +1,4 @@
-"""bench/medium_campaign.sh's `follow` and `pack` on a host folder with no campaign running: it returns at
+"""campaigns/medium_campaign.sh's `follow` and `pack` on a host folder with no campaign running: it returns at
 once (a missing or stale pid once made it wait out a whole device call) and packs what is there."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_follow_returns_at_once_without_a_campaign_and_packs_the_evidence(tmp_path):
     checkout = tmp_path / "checkout"
-    (checkout / "bench").mkdir(parents=True)
-    shutil.copy(REPO / "bench" / "medium_campaign.sh", checkout / "bench")
+    (checkout / "campaigns").mkdir(parents=True)
+    shutil.copy(REPO / "campaigns" / "medium_campaign.sh", checkout / "campaigns")
     w = checkout / "build" / "medium"
     (w / "runs" / "medium-seed").mkdir(parents=True)
     (w / "runs" / "medium-seed" / "run.json").write_text("{}")
@@ -36,7 +36,7 @@ def test_follow_returns_at_once_without_a_campaign_and_packs_the_evidence(tmp_pa
         if pid:
             (w / "campaign.pid").write_text(pid)
         t0 = time.monotonic()
-        done = subprocess.run(["bash", str(checkout / "bench" / "medium_campaign.sh"), "follow", "120"],
+        done = subprocess.run(["bash", str(checkout / "campaigns" / "medium_campaign.sh"), "follow", "120"],
                               env={"PATH": "/usr/bin:/bin", "OUT": str(out)}, capture_output=True, text=True,
                               check=True)
         assert time.monotonic() - t0 < 30 and "no campaign process running" in done.stdout
@@ -59,8 +59,8 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
     longer fit in a call); `sync` on a host copy whose .git holds unrelated history makes HEAD that commit,
     with a clean status, so that the host's run records name it with dirty: false."""
     here = tmp_path / "here"
-    (here / "bench").mkdir(parents=True)
-    shutil.copy(REPO / "bench" / "medium_campaign.sh", here / "bench")
+    (here / "campaigns").mkdir(parents=True)
+    shutil.copy(REPO / "campaigns" / "medium_campaign.sh", here / "campaigns")
     (here / ".gitignore").write_text("build/\n")
     _git(here, "init", "-q")
     for n in range(3):  # history the host must not need
@@ -76,7 +76,7 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
     shutil.copytree(here, host, ignore=shutil.ignore_patterns(".git"))
     _git(host, "init", "-q")
     _git(host, "commit", "-q", "--allow-empty", "-m", "stale")
-    done = subprocess.run(["bash", str(host / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
+    done = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "sync"], capture_output=True,
                           text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stderr
     assert _git(host, "rev-parse", "HEAD") == head
@@ -85,12 +85,12 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
 
     bare = tmp_path / "bare-host"  # a device copy that has no .git at all
     shutil.copytree(here, bare, ignore=shutil.ignore_patterns(".git"))
-    done = subprocess.run(["bash", str(bare / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
+    done = subprocess.run(["bash", str(bare / "campaigns" / "medium_campaign.sh"), "sync"], capture_output=True,
                           text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stderr
     assert _git(bare, "rev-parse", "HEAD") == head and _git(bare, "status", "--porcelain") == ""
 
     (host / "notes.txt").write_text("edited on the host\n")  # a tree that is not the carried commit: refused
-    refused = subprocess.run(["bash", str(host / "bench" / "medium_campaign.sh"), "sync"], capture_output=True,
+    refused = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "sync"], capture_output=True,
                              text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert refused.returncode == 2 and "notes.txt" in refused.stderr

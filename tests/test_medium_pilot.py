@@ -1,4 +1,4 @@
-"""The medium pilot and freeze (bench/medium_pilot.py, bench/medium_freeze.py) and the medium drafts.
+"""The medium pilot and freeze (campaigns/medium_pilot.py, campaigns/medium_freeze.py) and the medium drafts.
 
 - the drafts validate and carry the trial's counts exactly, the small seed's digest, cuda / gpu-bf16;
 - adding them leaves the small seed's dev/final exclusion set (and so its pinned digest) unchanged;
@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from test_adaptive_prepare import _distinct, make_seed
 
+from campaigns import medium_freeze, medium_pilot
 from kit.adaptive.schema import load_adaptive_contract
 from kit.contract import ContractError
 from kit.data.conversations import synthetic_conversations
@@ -26,9 +26,6 @@ from kit.digest import sha256_json
 from kit.study.schema import load_study_contract
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench import medium_freeze, medium_pilot
 
 ADAPTIVE_DRAFT = REPO / "contracts" / "adaptive-shards.medium.draft.json"
 STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
@@ -165,7 +162,7 @@ VALUES = {"lr": 3e-4, "microbatch_size": 8, "max_tokens": 1024}
 
 
 def _pilot_record(run_dir: Path, commit: bool = True, **changes) -> Path:
-    """A pilot record of the shape bench/medium_pilot.py writes (a test fixture, never committed to runs/)."""
+    """A pilot record of the shape campaigns/medium_pilot.py writes (a test fixture, never committed to runs/)."""
     rec = {"format": "kit-bench/1", "run_id": "medium-pilot-test", "status": "completed",
            "parameters": {"scale": "medium", "drafts": {
                "adaptive": {"path": str(ADAPTIVE_DRAFT), "digest": load_adaptive_contract(ADAPTIVE_DRAFT).digest},

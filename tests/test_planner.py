@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from kit.model.config import LlamaShape
+from kit.model.config import LlamaShape, smollm2_17b
 from kit.planner import (
     GIB,
     AdmissionError,
@@ -215,18 +215,7 @@ def test_unsatisfiable_plan_names_peak_worker_and_shortfall():
 
 
 def test_unsatisfiable_large_model_shortfall_in_gib():
-    shape = LlamaShape(
-        vocab_size=49152,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=24,
-        num_attention_heads=32,
-        num_key_value_heads=32,
-        head_dim=64,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-    )
+    shape = smollm2_17b()
     workers = [WorkerCapacity("a", 10 * GIB), WorkerCapacity("b", 10 * GIB)]
     with pytest.raises(PlanError, match=r"unsatisfiable.*short by \d+\.\d{3} GiB"):
         plan(shape, workers, MicrobatchShape(1, 128, 1), MemoryModel())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kit.digest import load_json_strict, write_canonical_json
-from kit.evidence import records
+from kit.evidence import run_record
 from kit.evidence.replay import ReplayError, replay_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,21 +33,21 @@ def test_committed_seed_and_arm_replay_to_the_committed_roots(replayed, work):
     (arm,) = replayed
     assert arm["ok"], arm["mismatches"]
     assert "checkpoint_roots.produced" in arm["compared"] and "input_digests['seed.parameter_digest']" in arm["compared"]
-    committed = records.read_run_record(RUNS / ARM)
+    committed = run_record.read_run_record(RUNS / ARM)
     assert committed.checkpoint_roots["produced"], "the committed arm produced roots to compare"
-    again = records.read_run_record(work / "runs" / ARM)
+    again = run_record.read_run_record(work / "runs" / ARM)
     assert [e["root"] for e in again.checkpoint_roots["produced"]] == \
         [e["root"] for e in committed.checkpoint_roots["produced"]]
-    seed = records.read_run_record(work / "runs" / "demo-seed")  # the dependency was replayed too
+    seed = run_record.read_run_record(work / "runs" / "demo-seed")  # the dependency was replayed too
     assert seed.input_digests["seed.parameter_digest"] == \
-        records.read_run_record(RUNS / "demo-seed").input_digests["seed.parameter_digest"]
+        run_record.read_run_record(RUNS / "demo-seed").input_digests["seed.parameter_digest"]
 
 
 def test_a_tampered_root_fails_the_replay_naming_the_field(replayed, work, tmp_path):
     runs = tmp_path / "runs"
     for name in CHAIN:
         shutil.copytree(RUNS / name, runs / name)
-    path = runs / ARM / records.RUN_RECORD_NAME
+    path = runs / ARM / run_record.RUN_RECORD_NAME
     record = load_json_strict(path)
     real = record["checkpoint_roots"]["produced"][0]["root"]
     forged = ("0" if real[0] != "0" else "1") + real[1:]
@@ -61,7 +61,7 @@ def test_a_tampered_root_fails_the_replay_naming_the_field(replayed, work, tmp_p
 def test_replay_refuses_a_record_of_another_numeric_profile(tmp_path):
     runs = tmp_path / "runs"
     shutil.copytree(RUNS / "demo-seed", runs / "demo-seed")
-    path = runs / "demo-seed" / records.RUN_RECORD_NAME
+    path = runs / "demo-seed" / run_record.RUN_RECORD_NAME
     record = load_json_strict(path)
     record["numeric_profile"]["name"] = "native"
     write_canonical_json(path, record)

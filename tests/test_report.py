@@ -21,11 +21,11 @@ from PIL import Image
 
 from kit.cli import main
 from kit.digest import sha256_file, write_canonical_json
-from kit.evidence import records
-from kit.evidence.records import RunRecord, write_run_record
+from kit.evidence import run_record
 from kit.evidence.report import external_resources, metric_view
 from kit.evidence.review import verdict_rows
 from kit.evidence.review_format import fmt
+from kit.evidence.run_record import RunRecord, write_run_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -189,7 +189,7 @@ def test_report_of_a_missing_runs_dir_is_an_error(tmp_path, capsys):
     assert main(["report", "--runs", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     assert "nope: runs directory not found" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    assert records.list_run_dirs(tmp_path) == []
+    assert run_record.list_run_dirs(tmp_path) == []
 
 
 def test_one_number_format():

@@ -105,3 +105,20 @@ def test_build_record_and_determinism(tmp_path):
     from kit.seed.build import describe_seed
 
     assert f"{rec['device']}): 6 updates" in describe_seed(tmp_path / "a")
+
+
+def test_retrieval_documents_curve_and_difficulties_in_the_record(tmp_path):
+    cfg = replace(TEST_CFG, retrieval_docs=80, curve_every=4, curve_per_family=2, task_difficulty=1, dev_difficulty=2)
+    out = _build(tmp_path / "r", cfg)
+    rec = json.loads((tmp_path / "r/seed_build.json").read_text())
+    assert rec["data"]["retrieval"]["documents"] == 80 and rec["data"]["retrieval"]["rows"] > 0
+    assert [p["update"] for p in rec["learning_curve"]["points"]] == [4, 6]  # every 4 updates, and the last
+    assert all(set(p) == {"update", "tokens", "lookup", "filtering", "arithmetic", "sorting"}
+               for p in rec["learning_curve"]["points"])
+    acc = rec["task_accuracy"]
+    assert acc["difficulty"] == 2 and sorted(acc["at_difficulty"]) == ["1", "2"]
+    assert acc["pooled"] == out["pooled_accuracy"] == sum(v["correct"] for v in acc["per_family"].values()) / 8
+    assert rec["throughput"]["mfu_executed"] is None  # CPU: no datasheet peak applies
+    assert rec["throughput"]["executed_flops_per_token"] > 0 and rec["data"]["tasks"]["difficulty"] == 1
+    with pytest.raises(ValueError, match="dev_difficulty = 4"):
+        replace(TEST_CFG, dev_difficulty=4)

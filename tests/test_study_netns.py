@@ -1,5 +1,5 @@
 """The study's dense arm across two emulated hosts: two network namespaces joined by a veth pair
-(bench/netns.py), one torchrun per namespace, each rank with its own copy of the seed and the
+(kit/distributed/netns.py), one torchrun per namespace, each rank with its own copy of the seed and the
 prepared study (nothing shared on disk), talking only over the veth. Root only (CI runs as root)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from test_study import env  # noqa: F401 - module-scoped fixture
 from kit.study.prepare import prepare_study
 
 sys.path.insert(0, str(REPO))
-from bench.netns import Link, available
 from bench.study_netns import run_arm_across
+from kit.distributed.netns import Link, available
 
 WHY = available()
 

@@ -220,5 +220,6 @@ def register_prepare(sub) -> None:
     s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
                    help="a new or empty directory for the prepared job")
     s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
-                   help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER or ledger/exposed.jsonl)")
+                   help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER, inside kit run the one "
+                        "beside runs/, else OUT/ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)

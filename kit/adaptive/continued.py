@@ -20,8 +20,6 @@ run it; `job_contract` gives those drivers one view of either contract kind.
 
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -155,10 +153,10 @@ def _task_roles(c: dict, spj: dict, start_roles: dict, exposed_tasks: frozenset)
 
 
 def _conversation_roles(c: dict, start_dir: Path, start_roles: dict, records: dict, public: Path, fits,
-                        exposed_convs: frozenset) -> dict:
+                        exposed_convs: frozenset, ledger: Path, contract_digest: str) -> dict:
     """C.replay (from the start's A.replay), dev.retention (the start's) and final.retention (fresh
     public records, excluded against every role of both jobs and the ledger) into `records`; returns
-    the final-retention report."""
+    the final-retention report. `ledger` and `contract_digest` name the exposures in a refusal."""
     from kit.adaptive import prepare as prep
 
     n_replay, n_dev = c["cohort"]["totals"]["replay_conv"], c["evaluation"]["dev"]["retention"]
@@ -170,7 +168,8 @@ def _conversation_roles(c: dict, start_dir: Path, start_roles: dict, records: di
                            prep._rank(start_roles["A.replay"], c["data_seeds"]["selection"], "C.replay")[:n_replay]]
     records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
     against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
-    final_ret, final_report = prep._final_retention(c, public, against, fits, exposed_convs)
+    final_ret, final_report = prep._final_retention(c, public, against, fits, exposed_convs, ledger,
+                                                    contract_digest)
     start_final = {x.digest for x in start_roles["final.retention"]}
     records["final.retention"] = final_ret
     assert not {x.digest for x in final_ret} & start_final  # document rules already exclude every start record
@@ -211,6 +210,7 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     from kit.digest import sha256_json, write_canonical_json
     from kit.inventory import parameter_digest
     from kit.provenance import input_commitments
+    from kit.publish import publish_dir
 
     contract = load_continued_contract(contract_path)
     c = contract.data
@@ -225,19 +225,17 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                f"'seed.parameter_digest' expects {spj['seed']['parameter_digest']}")
     prep._check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
 
-    ledger_info, exposed_tasks, exposed_convs = prep.ledger_exposure(ledger, contract.digest)
+    ledger, ledger_info, exposed_tasks, exposed_convs = prep.ledger_exposure(ledger, contract.digest, out)
     start_roles = {role: read_jsonl(start_dir / info["file"], info["sha256"]) for role, info in spj["roles"].items()}
     tasks, final_skipped = _task_roles(c, spj, start_roles, exposed_tasks)
     fits = prep._Fits(seed_dir, c["training"]["max_tokens"])
     records = {role: prep._task_records(ex, role) for role, ex in tasks.items()}
     prep.check_task_lengths(records, fits, ContinuedRefused)
-    final_report = _conversation_roles(c, start_dir, start_roles, records, public, fits, exposed_convs)
+    final_report = _conversation_roles(c, start_dir, start_roles, records, public, fits, exposed_convs, ledger,
+                                       contract.digest)
     schedule = _schedule(c, records, contract.digest)
 
-    staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    with publish_dir(out) as staging:
         roles = {role: prep._role_summary(records[role], write_jsonl(staging / prep.role_file(role), records[role]),
                                           role) for role in ROLES}
         prepared = {
@@ -266,12 +264,6 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                                                     "prepared": prep.PREPARED_FILE}
         write_canonical_json(staging / prep.COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
             "contract_digest": contract.digest, "start": {k: start[k] for k in ("full_root", "gates", "gates_passed",
                                                                                "exploratory")},
@@ -316,5 +308,6 @@ def register(sub) -> None:
                    help="local copy of the pinned public source")
     s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
                    help="a new or empty directory")
-    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"), help="exposure ledger (default: $KIT_LEDGER or ledger/exposed.jsonl)")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"), help="exposure ledger (default: $KIT_LEDGER, inside kit run the one beside runs/, else "
+                   "OUT/ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)

@@ -64,11 +64,12 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     tok = load_tokenizer(tokenizer_dir)
     data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
     if split == "final":
-        from kit.evidence.ledger import record_exposures
+        from kit.evidence.ledger import ledger_path, record_exposures
 
         pj = load_json_strict(prepared_dir / "prepared.json")
         record_exposures(data["tasks"], data["retention"], pj["contract"]["digest"], pj["job_digest"],
-                         f"final scoring of {cand_id} against {base_id}")
+                         f"final scoring of {cand_id} against {base_id}",
+                         path=ledger_path(prepared_dir, pj.get("locations", {}).get("ledger")))
     result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,
               "role_sha256": {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in roles.items()}}
     per_model = {}

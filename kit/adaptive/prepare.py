@@ -23,8 +23,6 @@ roles skip content already used) and checked again by id and content digest befo
 
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from kit.digest import sha256_file, sha256_json, write_canonical_json
 from kit.inventory import inventory, inventory_digest, parameter_digest
 from kit.model.config import load_config
 from kit.provenance import input_commitments
+from kit.publish import publish_dir
 
 PREPARED_FORMAT = "kit.adaptive.prepared/1"
 SCHEDULE_FORMAT = "kit.adaptive.schedule/1"
@@ -198,7 +197,8 @@ def _generate_tasks(c: dict, seed_task_digests: set[str], exposed: frozenset[str
 
 
 def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
-                     exposed: frozenset[str] = frozenset()) -> tuple[list, dict]:
+                     exposed: frozenset[str] = frozenset(), ledger: Path | None = None,
+                     contract_digest: str | None = None) -> tuple[list, dict]:
     """The first `count` records of the pinned range surviving exclusion against every prepared record
     and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened)."""
     spec = c["evaluation"]["final"]["retention"]
@@ -209,13 +209,14 @@ def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation
             "document_normalized": {_document_key(conv) for conv in against}}
     counts = {rule: 0 for rule in keys} | {"ledger": 0, "over_max_tokens": 0, "content_used": 0}
     used: set[str] = set()
-    eligible = []
+    eligible, by_ledger = [], []
     for conv in rng.conversations:  # index order; each record is counted under the first rule it meets
         probe = {"prompt_exact": conv.prompt, "prompt_normalized": normalize_text(conv.prompt),
                  "document_normalized": _document_key(conv)}
         rule = next((r for r in keys if probe[r] in keys[r]), None)
         if rule is None and conv.digest in exposed:
             rule = "ledger"
+            by_ledger.append(conv.digest)
         if rule is None and conv.digest in used:
             rule = "content_used"
         elif rule is None and not fits(conv):
@@ -226,8 +227,12 @@ def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation
         used.add(conv.digest)
         eligible.append(conv)
     if len(eligible) < spec["count"]:
+        from kit.evidence.ledger import exposure_hint
+
+        hint = (f"; {counts['ledger']} of them because {exposure_hint(ledger, by_ledger, contract_digest)}"
+                if by_ledger and ledger else "")
         raise PrepareError(f"{public}: records [{spec['start']}, {spec['stop']}) leave {len(eligible)} eligible "
-                           f"after exclusion {counts}; evaluation.final.retention.count = {spec['count']}")
+                           f"after exclusion {counts}; evaluation.final.retention.count = {spec['count']}{hint}")
     report = {"source_name": spec["source_name"], "start": spec["start"], "stop": spec["stop"],
               "skipped_empty_output": len(rng.skipped_empty_output), "excluded": counts,
               "excluded_total": sum(counts.values()), "eligible": len(eligible), "taken": spec["count"],
@@ -340,9 +345,10 @@ def _replay_pool(c: dict, replay_path: Path, dev_path: Path | None) -> tuple[lis
     return trained, seed_task_digests, pool
 
 
-def ledger_exposure(ledger, contract_digest: str) -> tuple[dict, frozenset[str], frozenset[str]]:
-    """(the ledger's summary, task digests, conversation digests) exposed under any other contract: a
-    later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself."""
+def ledger_exposure(ledger, contract_digest: str, scope: Path) -> tuple[Path, dict, frozenset[str], frozenset[str]]:
+    """(the ledger, its summary, task digests, conversation digests) exposed under any other contract: a
+    later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself.
+    `ledger` None: ledger_path(scope), the ledger scoped to the job being prepared into `scope`."""
     from kit.evidence.ledger import (
         CONVERSATION_KINDS,
         TASK_KINDS,
@@ -351,8 +357,8 @@ def ledger_exposure(ledger, contract_digest: str) -> tuple[dict, frozenset[str],
         ledger_summary,
     )
 
-    ledger = Path(ledger) if ledger is not None else ledger_path()
-    return (ledger_summary(ledger), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
+    ledger = Path(ledger) if ledger is not None else ledger_path(scope)
+    return (ledger, ledger_summary(ledger), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
             frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract_digest)))
 
 
@@ -365,9 +371,11 @@ def check_task_lengths(records: dict[str, list[Conversation]], fits: _Fits, erro
 
 
 def _select_roles(c: dict, seed_dir: Path, pool: list, seed_task_digests: set[str], dev_path: Path | None,
-                  replay_path: Path, public: Path, exposed: tuple[frozenset, frozenset]) -> tuple:
-    """Every role's records, disjoint and checked: (records, task_report, final_report, selection skipped)."""
-    exposed_tasks, exposed_convs = exposed
+                  replay_path: Path, public: Path, exposed: tuple[Path, frozenset, frozenset],
+                  contract_digest: str) -> tuple:
+    """Every role's records, disjoint and checked: (records, task_report, final_report, selection skipped);
+    `exposed` is (the ledger, its exposed task digests, its exposed conversation digests)."""
+    ledger, exposed_tasks, exposed_convs = exposed
     fits = _Fits(seed_dir, c["training"]["max_tokens"])
     task_report = {"final.tasks": {"excluded": {"ledger": 0}, "excluded_total": 0,
                                    "taken": c["evaluation"]["final"]["tasks"]}}
@@ -377,7 +385,8 @@ def _select_roles(c: dict, seed_dir: Path, pool: list, seed_task_digests: set[st
     conversation_roles, skipped = _conversation_roles(c, pool, dev_path, replay_path, fits)
     records |= conversation_roles
     _cohort_b_replay(c, records)
-    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs)
+    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs,
+                                                                ledger, contract_digest)
     _assert_roles(records, seed_task_digests)
     return records, task_report, final_report, skipped
 
@@ -398,7 +407,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             ledger=None) -> dict:
     """Prepare the contract's job into `out_dir` (absent or empty); returns a summary. See the module docstring.
 
-    `ledger`: the exposure ledger (kit/evidence/ledger.py; default: ledger_path()); final tasks and final
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default: ledger_path(out_dir)); final tasks and final
     retention exclude every digest in it, counted under exclusions ("ledger").
 
     Refused before anything is written: a contract failing its schema or rules, an input whose sha256
@@ -413,15 +422,13 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     _check_inputs(c, seed_dir, replay_path, dev_path, public, out)
     identity, shape, inv = _seed_identity(c, seed_dir)
     trained, seed_task_digests, pool = _replay_pool(c, replay_path, dev_path)
-    ledger_info, exposed_tasks, exposed_convs = ledger_exposure(ledger, contract.digest)
-    records, task_report, final_report, skipped = _select_roles(c, seed_dir, pool, seed_task_digests, dev_path,
-                                                                replay_path, public, (exposed_tasks, exposed_convs))
+    ledger, ledger_info, exposed_tasks, exposed_convs = ledger_exposure(ledger, contract.digest, out)
+    records, task_report, final_report, skipped = _select_roles(
+        c, seed_dir, pool, seed_task_digests, dev_path, replay_path, public, (ledger, exposed_tasks, exposed_convs),
+        contract.digest)
     schedule = {**_schedule(c, records), "contract_digest": contract.digest}
 
-    staging = out.parent / f".{out.name}.preparing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    with publish_dir(out) as staging:
         roles = {role: _role_summary(records[role], write_jsonl(staging / role_file(role), records[role]), role)
                  for role in ROLES}
         prepared = {
@@ -456,12 +463,6 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             "schedule": SCHEDULE_FILE, "ownership": OWNERSHIP_FILE, "prepared": PREPARED_FILE}
         write_canonical_json(staging / COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-        if out.exists():
-            out.rmdir()  # checked empty above
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
             "contract_digest": contract.digest, "parameter_digest": identity["parameter_digest"],
             "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],

@@ -17,9 +17,23 @@ from __future__ import annotations
 import os
 import re
 
-from kit.contract import PILOT, Contract, ContractError, MapOf, Num, Omittable, OneOf, Opt, Seq, check_pilot, load_contract
+from kit.contract import (
+    LR_SCHEDULE,
+    PILOT,
+    Contract,
+    ContractError,
+    MapOf,
+    Num,
+    Omittable,
+    OneOf,
+    Opt,
+    Seq,
+    check_pilot,
+    load_contract,
+)
 from kit.data.tasks import FAMILIES
 from kit.planner import GPU_BF16
+from kit.train.schedule import check_schedule
 
 KIND = "adaptive-shards"
 PART_NAMES = ("new", "replay_a", "replay_conv")
@@ -55,7 +69,7 @@ def training_schema(groups: tuple[str, ...]) -> dict:
     fields everywhere; only the optimizer groups differ (continued learning forbids growth: no "grown")."""
     return {
         "optimizer": {g: _GROUP for g in groups},
-        "lr_schedule": OneOf("constant"),
+        "lr_schedule": LR_SCHEDULE,
         "max_grad_norm": Num(0),
         "distillation": {"weight": Num(0), "temperature": Num(1e-6), "direction": OneOf("forward", "reverse"),
                          "applies_to": OneOf("replay")},
@@ -156,6 +170,11 @@ def check_rules(c: dict, source: str) -> None:
     if c["scale"] in ("full", "medium") and digest is None:
         _fail(source, "seed.parameter_digest", digest, f"the pinned digest of the {c['scale']}-scale seed")
     check_pilot(c, source)
+    for cohort in ("A", "B"):
+        try:
+            check_schedule(c["training"]["lr_schedule"], c["cohorts"][cohort]["updates"], "training.lr_schedule")
+        except ValueError as e:
+            raise ContractError(f"{source}: field {e} (cohort {cohort})") from None
     for field in ("new_phase_at_seed", "retained_across_cohorts", "retained_across_redistribution",
                   "retained_across_growth"):
         if c["adam"][field] is not True:

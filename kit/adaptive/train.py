@@ -26,6 +26,7 @@ from pathlib import Path
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_cohort, check_inputs
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
+from kit.train.schedule import CONSTANT, lr_factor
 
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
 COHORTS = ("A", "B", "C")
@@ -204,6 +205,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         entries = data["steps"][cohort_step]
         records = [TrainRecord(e["id"], data["encoded"][e["id"]].input_ids, data["encoded"][e["id"]].target_mask,
                                1.0, bool(e["replay"])) for e in entries]
+        if tr["lr_schedule"] != CONSTANT:
+            session.set_lr_factor(lr_factor(tr["lr_schedule"], cohort_step, contract["cohorts"][cohort]["updates"]))
         res = session.update(records)
         cohort_step += 1
         ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it

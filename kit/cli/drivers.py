@@ -32,27 +32,26 @@ def cmd_run(a) -> int:
 
 
 def _inspection_parameters(notebook: Path, params: dict, given: list[str], runs_dir: Path) -> dict:
-    """A notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) inspects a run
-    of the runs folder it records into: RUNS_DIR is --runs-dir (one setting, so -p RUNS_DIR is refused),
-    and RUN_ID must name a run there, checked before anything is written (no failed record)."""
+    """A notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) reads a run of
+    the folder RUNS_DIR (-p RUNS_DIR, default --runs-dir) and records into --runs-dir, so committed evidence
+    can be inspected without writing beside it. RUN_ID must name a run there, checked before anything is
+    written (no failed record)."""
     from kit.evidence.parameters import notebook_defaults
 
     defaults = notebook_defaults(notebook)
     if not {"RUN_ID", "RUNS_DIR"} <= defaults.keys():
         return params
-    if "RUNS_DIR" in given:
-        raise ValueError(f"{notebook}: -p RUNS_DIR is not a setting of its own: this notebook inspects a run of the "
-                         f"runs folder it records into; give --runs-dir DIR (default runs)")
+    read_dir = Path(params["RUNS_DIR"]) if "RUNS_DIR" in given else runs_dir
     run_id = params.get("RUN_ID") or ""
     if not run_id:
-        raise ValueError(f"{notebook}: name the run to inspect: -p RUN_ID <run id> (a folder of {runs_dir})")
-    if not (runs_dir / run_id / "run.json").is_file():
-        known = sorted(p.parent.name for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []
+        raise ValueError(f"{notebook}: name the run to inspect: -p RUN_ID <run id> (a folder of {read_dir})")
+    if not (read_dir / run_id / "run.json").is_file():
+        known = sorted(p.parent.name for p in read_dir.glob("*/run.json")) if read_dir.is_dir() else []
         hint = (f"runs there: {', '.join(known[:5])}" + (", ..." if len(known) > 5 else "")) if known else \
             "it holds no runs"
-        raise ValueError(f"{runs_dir / run_id}: no such run (expected a run folder with run.json, made by `kit run` "
-                         f"or `kit demo`; {hint}); nothing was written")
-    return {**params, "RUNS_DIR": str(runs_dir)}
+        raise ValueError(f"{read_dir / run_id}: no such run (expected a run folder with run.json, made by `kit run` "
+                         f"or `kit demo`; {hint}; -p RUNS_DIR names the folder to read); nothing was written")
+    return {**params, "RUNS_DIR": str(read_dir)}
 
 
 def _name_value(text: str) -> tuple[str, str]:
@@ -73,7 +72,7 @@ def register_run(sub) -> None:
     s.add_argument("--runs-dir", default="runs", type=OutDir("a runs folder"),
                    help="where the run's folder (executed notebook, run.json, kernel.log) goes (default runs); "
                         "for a notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) "
-                        "also the runs folder it inspects, so give --runs-dir, not -p RUNS_DIR")
+                        "also the runs folder it inspects, unless -p RUNS_DIR names another")
     s.add_argument("--contract-digest", metavar="SHA256", help="sha256 of the contract this run is bound to")
     s.add_argument("--input-digest", action="append", metavar="NAME=SHA256", help="a named input's digest")
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")

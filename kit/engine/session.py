@@ -21,6 +21,8 @@ Migration before a session is `kit.engine.migration`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from kit.digest import canonical_json, loads_strict
@@ -45,6 +47,7 @@ class Session:
         worker = build_worker(group, layout, start, engine_cfg, groups, home=home, group_rules=group_rules,
                               reference=reference, admission=admission or {})
         self.engine, self.admission = worker.engine, worker.admission
+        self.peak_groups = dict(self.engine.optimizer.groups)  # the contract's rates; a schedule scales them
         self.step = start.step
         self.parent = start.manifest["full_root"] if start.manifest is not None else commits.read_head(home)
         self.committer: AsyncCommitter | None = None  # created by the first commit(background=True)
@@ -60,6 +63,11 @@ class Session:
             torch.set_rng_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
             return
         torch.manual_seed(self.step * 1009 + self.group.rank)
+
+    def set_lr_factor(self, factor: float) -> None:
+        """Every group's learning rate becomes its peak rate times `factor` (kit.train.schedule) for the
+        next updates; nothing of it is committed, so the schedule is a function of the cursor alone."""
+        self.engine.optimizer.groups = {name: replace(g, lr=g.lr * factor) for name, g in self.peak_groups.items()}
 
     def update(self, records, total_targets: int | None = None):
         if self.committer is not None:

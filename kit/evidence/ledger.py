@@ -12,9 +12,12 @@ One canonical-JSON line per exposed item (docs/formats.md, "Exposure ledger"):
 (`Conversation.digest`). Lines are appended (one write, fsynced) and never rewritten; an item already
 in the ledger for the same contract is not written twice, so re-opening the same finals adds nothing.
 
-Where: `$KIT_LEDGER` when set (tests; an operator's shared ledger); inside a `kit run` the `ledger/`
-beside the run's `runs/` directory (the repository's evidence, or `demo-out/` for `make demo`);
-otherwise the kit repository's `ledger/`.
+Where (`ledger_path`): an explicit `--ledger` first; then `$KIT_LEDGER` (tests; an operator's shared
+ledger; `kit demo` sets it to `OUT/ledger/exposed.jsonl` unless given); inside a `kit run` the `ledger/`
+beside the run's `runs/` directory (the repository's committed evidence); otherwise a ledger scoped to
+the command's own output folder (`FOLDER/ledger/exposed.jsonl`: the prepared job or the study), so a
+preparation outside `kit run` neither excludes nor records against the repository's ledger, which is
+for the committed evidence. Only callers with no output folder (tools) fall back to the repository's.
 """
 
 from __future__ import annotations
@@ -37,15 +40,22 @@ class LedgerError(ValueError):
     pass
 
 
-def ledger_path() -> Path:
-    """The ledger this process records to and prepares against (see the module docstring)."""
-    from kit.evidence.records import current_run_dir
+def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | None = None) -> Path:
+    """The ledger this process records to and prepares against (see the module docstring); `scope` is
+    the command's own output folder (a prepared job, a study), whose ledger is used outside `kit run`;
+    `prepared_against`, for a scoring, the ledger its preparation read (prepared.json), which outside
+    `kit run` it records into, so that `--ledger` given at prepare time holds the job's exposures."""
+    from kit.evidence.notebook import current_run_dir
 
     if os.environ.get(LEDGER_ENV):
         return Path(os.environ[LEDGER_ENV])
     run_dir = current_run_dir()
     if run_dir is not None:  # beside the run's runs/ directory: the repository's, or `kit demo --runs-dir`'s
         return run_dir.resolve().parent.parent / LEDGER_RELATIVE
+    if prepared_against:
+        return Path(prepared_against)
+    if scope is not None:  # an ad-hoc command: its own folder, never the committed evidence's ledger
+        return Path(scope) / LEDGER_RELATIVE
     from kit.evidence.runtime import repository_root
 
     return repository_root() / LEDGER_RELATIVE
@@ -75,6 +85,20 @@ def exposed_digests(kinds, path: str | os.PathLike | None = None, other_than: st
     """Digests of the given kinds; `other_than` leaves out what the contract with that digest itself
     exposed (re-preparing the same contract reproduces the same trial; a *later* contract may not reuse)."""
     return {e["digest"] for e in read_ledger(path) if e["kind"] in kinds and e.get("contract_digest") != other_than}
+
+
+def exposure_hint(path: str | os.PathLike, digests, other_than: str | None = None) -> str:
+    """The tail of a refusal when the ledger left too few records: which ledger, which contracts (and
+    runs) exposed the excluded ones (not `other_than`, the preparing contract, whose own exposures do
+    not exclude), and how to choose another ledger."""
+    digests = set(digests)
+    by = {}
+    for e in read_ledger(path):
+        if e["digest"] in digests and e.get("contract_digest") != other_than:
+            by.setdefault(e.get("contract_digest") or "?", set()).add(e.get("run") or "no run")
+    who = "; ".join(f"contract {c[:12]} (run {', '.join(sorted(r))})" for c, r in sorted(by.items())) or "none"
+    return (f"the exposure ledger {path} holds them, exposed under {who}; give a ledger of your own with "
+            f"--ledger FILE (or ${LEDGER_ENV}) to prepare outside the committed evidence")
 
 
 def tasks_excluding(count: int, seed: int, role: str, difficulty: int, excluded: set[str],
@@ -107,13 +131,13 @@ def ledger_summary(path: str | os.PathLike | None = None) -> dict:
 
 
 def _now() -> str:
-    from kit.evidence.records import iso_utc, utc_now
+    from kit.evidence.environment import iso_utc, utc_now
 
     return iso_utc(utc_now())
 
 
 def _run_id() -> str | None:
-    from kit.evidence.records import current_run_dir
+    from kit.evidence.notebook import current_run_dir
 
     run_dir = current_run_dir()
     return run_dir.name if run_dir is not None else None

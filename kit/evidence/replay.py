@@ -27,8 +27,8 @@ import os
 from pathlib import Path
 
 import kit
-from kit.evidence import records
-from kit.evidence.records import RunRecord
+from kit.evidence import run_record
+from kit.evidence.run_record import RunRecord
 
 # input digests that are not identities of the computation (the module docstring says why)
 NON_IDENTITY_INPUTS = frozenset({"prepared.json"})
@@ -72,9 +72,9 @@ class Replayer:
     def __init__(self, runs_dir: Path, work: Path, log=print):
         self.runs_dir, self.work, self.log = Path(runs_dir), Path(work), log
         self.records: dict[str, tuple[Path, RunRecord]] = {}
-        for d in records.list_run_dirs(self.runs_dir):
+        for d in run_record.list_run_dirs(self.runs_dir):
             try:
-                self.records[d.name] = (d, records.read_run_record(d))
+                self.records[d.name] = (d, run_record.read_run_record(d))
             except (FileNotFoundError, ValueError):
                 continue  # benchmark records (kit-bench/1) and damaged runs are not producers
         self.done: dict[str, dict] = {}
@@ -108,11 +108,11 @@ class Replayer:
         from kit.evidence.runtime import repository_root
 
         earlier = self.work / "runs" / run_id
-        if (earlier / records.RUN_RECORD_NAME).is_file() and \
-                records.read_run_record(earlier).parameters == self._remap(record.parameters):
+        if (earlier / run_record.RUN_RECORD_NAME).is_file() and \
+                run_record.read_run_record(earlier).parameters == self._remap(record.parameters):
             # replayed before into this work directory (an interrupted replay, or a second check of the same
             # evidence): its record is compared again, nothing is re-executed
-            new = records.read_run_record(earlier)
+            new = run_record.read_run_record(earlier)
         else:
             self.log(f"replaying {run_id} ({record.notebook})")
             new = run_notebook(repository_root() / record.notebook, self._remap(record.parameters), run_id,

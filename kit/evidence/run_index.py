@@ -8,7 +8,7 @@ import fnmatch
 import os
 from pathlib import Path
 
-from kit.evidence import records
+from kit.evidence import run_record
 
 
 def _bench_row(run_dir: Path) -> dict | None:
@@ -16,13 +16,15 @@ def _bench_row(run_dir: Path) -> dict | None:
     from kit.digest import load_json_strict
 
     try:
-        rec = load_json_strict(run_dir / records.RUN_RECORD_NAME)
+        rec = load_json_strict(run_dir / run_record.RUN_RECORD_NAME)
     except (FileNotFoundError, ValueError):
         return None
     if not isinstance(rec, dict) or rec.get("format") != "kit-bench/1":
         return None
     dev = rec.get("device") or {}
-    name = dev.get("name") or dev.get("gpu") or (f"GPU sm_{dev['capability']}" if "capability" in dev else "")
+    listed = [g["name"] for g in dev.get("gpus") or [] if isinstance(g, dict) and g.get("name")]  # nvidia-smi's
+    name = dev.get("name") or dev.get("gpu") or (f"GPU sm_{dev['capability']}" if "capability" in dev else "") \
+        or (listed[0] if listed else "")
     return {"dir": run_dir, "run_id": rec.get("run_id", run_dir.name), "status": rec.get("status", "unrecorded"),
             "reason": "benchmark: " + str(rec.get("command", "")), "notebook": "(benchmark script)",
             "started_at": str(rec.get("started_at", "")), "duration_s": rec.get("duration_s"), "error": None,
@@ -45,7 +47,7 @@ def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
     record as JSON, or status "unrecorded" with the reason."""
     runs_dir, pattern = split_selection(runs_dir)
     rows = []
-    for run_dir in records.list_run_dirs(runs_dir):
+    for run_dir in run_record.list_run_dirs(runs_dir):
         if pattern is not None and not fnmatch.fnmatchcase(run_dir.name, pattern):
             continue
         bench = _bench_row(run_dir)
@@ -53,7 +55,7 @@ def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
             rows.append(bench)
             continue
         try:
-            rows.append({"dir": run_dir, **records.read_run_record(run_dir).to_json()})
+            rows.append({"dir": run_dir, **run_record.read_run_record(run_dir).to_json()})
         except (FileNotFoundError, ValueError) as e:
             rows.append({"dir": run_dir, "run_id": run_dir.name, "status": "unrecorded", "reason": str(e),
                          "notebook": "", "started_at": "", "duration_s": None, "error": None, "metrics": {},
@@ -66,7 +68,7 @@ def evidence_folders(runs_dir) -> list[Path]:
     """Folders beside the run directories that the selection covers and that are not runs: campaign
     folders (runs/medium-campaign-DATE) and superseded folders."""
     folder, pattern = split_selection(runs_dir)
-    return [p for p in sorted(folder.iterdir()) if p.is_dir() and not p.is_symlink() and not records.is_run_dir(p)
+    return [p for p in sorted(folder.iterdir()) if p.is_dir() and not p.is_symlink() and not run_record.is_run_dir(p)
             and (pattern is None or fnmatch.fnmatchcase(p.name, pattern))]
 
 
@@ -78,10 +80,10 @@ def kept_runs(runs_dir) -> list[dict]:
 
     def walk(d: Path):
         subs = [c for c in sorted(d.iterdir()) if c.is_dir() and not c.is_symlink()]
-        if any(records.is_run_dir(c) for c in subs):
+        if any(run_record.is_run_dir(c) for c in subs):
             out.extend({**r, "kept_in": d.relative_to(folder).as_posix()} for r in load_runs(d))
         for c in subs:
-            if not records.is_run_dir(c):
+            if not run_record.is_run_dir(c):
                 walk(c)
 
     for d in evidence_folders(runs_dir):

@@ -4,7 +4,7 @@
 created, executes into `runs/<run-id>/<notebook name>` (papermill saves after every cell, so a
 failure leaves the partial notebook), and writes `run.json` whatever happens: `completed`;
 `failed` for a cell that raised, a kernel that died or did not start; `unavailable` / `aborted`
-when the notebook raised ArmUnavailable / ArmAborted (kit.evidence.records). The kernel gets
+when the notebook raised ArmUnavailable / ArmAborted (kit.evidence.notebook). The kernel gets
 KIT_RUN_DIR (papermill starts it with this process's environment), through which notebook code
 records checkpoint roots, input digests and metric sidecars; they are merged into run.json here.
 
@@ -25,9 +25,16 @@ from typing import Any
 
 from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
 from kit.environ import temporary_environ
-from kit.evidence import records
+from kit.evidence import environment, run_record
+from kit.evidence.notebook import (
+    KERNEL_INPUTS_NAME,
+    KERNEL_ROOTS_NAME,
+    RUN_DIR_ENV,
+    STATUS_OF_EXCEPTION_NAME,
+    merge_inputs,
+)
 from kit.evidence.parameters import check_parameters
-from kit.evidence.records import RunRecord, RunRecordError
+from kit.evidence.run_record import RunRecord, RunRecordError
 from kit.evidence.runtime import (
     KERNEL_LOG_NAME,
     ensure_runtime,
@@ -48,19 +55,19 @@ class RunExists(ValueError):
 
 
 def default_run_id(notebook: Path) -> str:
-    return f"{notebook.stem}-{records.utc_now().strftime('%Y%m%dT%H%M%S%fZ')}"
+    return f"{notebook.stem}-{environment.utc_now().strftime('%Y%m%dT%H%M%S%fZ')}"
 
 
 def _check_extra(extra: dict, source: str) -> None:
     unknown = set(extra) - EXTRA_KEYS
     if unknown:
         raise ValueError(f"{source}: unknown extra field(s) {sorted(unknown)}; allowed: {sorted(EXTRA_KEYS)}")
-    if extra.get("contract_digest") is not None and not records.SHA256_RE.fullmatch(str(extra["contract_digest"])):
+    if extra.get("contract_digest") is not None and not run_record.SHA256_RE.fullmatch(str(extra["contract_digest"])):
         raise ValueError(f"{source}: contract_digest {extra['contract_digest']!r} is not a sha256 hex digest")
     if not isinstance(extra.get("input_digests", {}), dict):
         raise ValueError(f"{source}: extra 'input_digests' must be an object of name -> sha256")  # noqa: TRY004
     for name, digest in (extra.get("input_digests") or {}).items():
-        if not records.SHA256_RE.fullmatch(str(digest)):
+        if not run_record.SHA256_RE.fullmatch(str(digest)):
             raise ValueError(f"{source}: input digest {name!r} = {digest!r} is not a sha256 hex digest")
     if not isinstance(extra.get("notes", {}), dict):
         raise ValueError(f"{source}: extra 'notes' must be an object")  # noqa: TRY004
@@ -73,7 +80,7 @@ def _check_extra(extra: dict, source: str) -> None:
 @contextmanager
 def _kernel_environment(run_dir: Path):
     """KIT_RUN_DIR and PYTHONPATH for the kernel papermill starts (it inherits os.environ)."""
-    with temporary_environ({records.RUN_DIR_ENV: str(run_dir.resolve()), "PYTHONPATH": kernel_pythonpath()}):
+    with temporary_environ({RUN_DIR_ENV: str(run_dir.resolve()), "PYTHONPATH": kernel_pythonpath()}):
         yield
 
 
@@ -114,7 +121,7 @@ def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_o
                                    stderr_file=sys.stderr if log_output else None)
         return "completed", None
     except PapermillExecutionError as e:
-        status = records.STATUS_OF_EXCEPTION_NAME.get(e.ename, "failed")
+        status = STATUS_OF_EXCEPTION_NAME.get(e.ename, "failed")
         index, count = _source_cell_index(output, e.cell_index)
         return status, {"cell_index": index, "execution_count": count if count is not None else e.exec_count,
                         "ename": str(e.ename), "evalue": str(e.evalue)}
@@ -135,30 +142,30 @@ def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_
 def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, dict, dict]:
     """(checkpoint_roots, inputs, metrics) from what the notebook recorded and what the caller passed."""
     roots = {"produced": [], "used": []}
-    roots_path = run_dir / records.KERNEL_ROOTS_NAME
+    roots_path = run_dir / KERNEL_ROOTS_NAME
     if roots_path.exists():
         kernel_roots = load_json_strict(roots_path)
         for role, entries in roots.items():
             for entry in kernel_roots.get(role, []):
-                home = entry["home"] and records.relative_to_base(entry["home"], base)
+                home = entry["home"] and environment.relative_to_base(entry["home"], base)
                 if {"root": entry["root"], "home": home} not in entries:
                     entries.append({"root": entry["root"], "home": home})
         roots_path.unlink()
     inputs = {"contract_digest": extra.get("contract_digest"), "input_digests": dict(extra.get("input_digests") or {})}
-    inputs_path = run_dir / records.KERNEL_INPUTS_NAME
+    inputs_path = run_dir / KERNEL_INPUTS_NAME
     if inputs_path.exists():
         kernel_inputs = load_json_strict(inputs_path)
         inputs_path.unlink()
-        inputs = records.merge_inputs(inputs, kernel_inputs, str(run_dir / records.RUN_RECORD_NAME))
-    metrics_dir = run_dir / records.METRICS_DIR_NAME
+        inputs = merge_inputs(inputs, kernel_inputs, str(run_dir / run_record.RUN_RECORD_NAME))
+    metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     metrics = {p.stem: sha256_file(p) for p in sorted(metrics_dir.glob("*.json"))} if metrics_dir.is_dir() else {}
     return roots, inputs, metrics
 
 
 def _prepare_run_dir(run_dir: Path) -> None:
-    if (run_dir / records.RUN_RECORD_NAME).exists():
+    if (run_dir / run_record.RUN_RECORD_NAME).exists():
         try:
-            previous = records.read_run_record(run_dir)
+            previous = run_record.read_run_record(run_dir)
         except ValueError:
             previous = None
         if previous is not None and previous.status == "completed":
@@ -167,7 +174,7 @@ def _prepare_run_dir(run_dir: Path) -> None:
     if run_dir.exists() and any(run_dir.iterdir()):
         # an unfinished or failed attempt: kept whole beside the new run (its record is evidence of what
         # ran), so that its leftovers do not mix with this run and nothing of it is lost
-        kept = records.superseded_attempt_dir(run_dir)
+        kept = run_record.superseded_attempt_dir(run_dir)
         kept.parent.mkdir(parents=True, exist_ok=True)
         run_dir.rename(kept)
     elif run_dir.exists():
@@ -188,16 +195,16 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
     check_parameters(notebook, params)
     _check_extra(extra, f"{notebook}: extra")
     run_id = run_id or default_run_id(notebook)
-    if not records.RUN_ID_RE.fullmatch(run_id):
-        raise ValueError(f"run id {run_id!r} must match {records.RUN_ID_RE.pattern}")
+    if not run_record.RUN_ID_RE.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r} must match {run_record.RUN_ID_RE.pattern}")
     ensure_runtime()
     run_dir = runs_dir / run_id
     _prepare_run_dir(run_dir)
-    base = records.evidence_base(runs_dir)
+    base = environment.evidence_base(runs_dir)
     notebook_sha = sha256_file(notebook)
-    git, versions, device = records.git_state(notebook.resolve().parent), records.package_versions(), records.device_info()
+    git, versions, device = environment.git_state(notebook.resolve().parent), environment.versions(), environment.device_info()
     output = run_dir / notebook.name
-    started = records.utc_now()
+    started = environment.utc_now()
     interrupted = None
     # warnings: run_dir/kernel.log; the kernel computes under the numeric profile from its start
     with _kernel_environment(run_dir), quiet_kernels(run_dir / KERNEL_LOG_NAME), profiled_kernels():
@@ -207,7 +214,7 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
             interrupted = e
             status, error = "aborted", {"cell_index": None, "execution_count": None, "ename": "KeyboardInterrupt",
                                         "evalue": "interrupted by the operator"}
-    ended = records.utc_now()
+    ended = environment.utc_now()
     if not output.exists():
         try:
             _write_prepared_notebook(notebook, output, params, kernel_name)
@@ -225,16 +232,16 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
     elif status == "failed":
         reason = f"{error['ename']}: {error['evalue']}".splitlines()[0] if error["evalue"] else error["ename"]
     record = RunRecord(
-        run_id=run_id, notebook=records.relative_to_base(notebook, base), notebook_sha256=notebook_sha,
+        run_id=run_id, notebook=environment.relative_to_base(notebook, base), notebook_sha256=notebook_sha,
         executed_notebook=output.name, executed_notebook_sha256=sha256_file(output) if output.exists() else None,
         parameters=dict(params), status=status, reason=reason, error=error,
-        started_at=records.iso_utc(started), ended_at=records.iso_utc(ended),
+        started_at=environment.iso_utc(started), ended_at=environment.iso_utc(ended),
         duration_s=round((ended - started) / _dt.timedelta(seconds=1), 3),
         git=git, versions=versions, device=device,
         contract_digest=inputs["contract_digest"], input_digests=inputs["input_digests"],
         checkpoint_roots=roots, metrics=metrics, notes=dict(extra.get("notes") or {}),
     )
-    records.write_run_record(run_dir, record)
+    run_record.write_run_record(run_dir, record)
     if interrupted is not None:
         raise interrupted
     return record
@@ -263,8 +270,8 @@ def load_plan(path: str | os.PathLike) -> list[dict]:
         if not isinstance(arm, dict) or not {"notebook", "run_id"} <= set(arm) or set(arm) - PLAN_KEYS:
             raise ValueError(f"{where}: expected keys notebook, run_id and optionally parameters, extra; "
                              f"got {sorted(arm) if isinstance(arm, dict) else type(arm).__name__}")
-        if not isinstance(arm["run_id"], str) or not records.RUN_ID_RE.fullmatch(arm["run_id"]):
-            raise ValueError(f"{where}: run_id {arm['run_id']!r} must match {records.RUN_ID_RE.pattern}")
+        if not isinstance(arm["run_id"], str) or not run_record.RUN_ID_RE.fullmatch(arm["run_id"]):
+            raise ValueError(f"{where}: run_id {arm['run_id']!r} must match {run_record.RUN_ID_RE.pattern}")
         if arm["run_id"] in seen:
             raise ValueError(f"{where}: run_id {arm['run_id']!r} appears twice in the plan")
         seen.add(arm["run_id"])
@@ -280,7 +287,7 @@ def load_plan(path: str | os.PathLike) -> list[dict]:
 
 def completed_before(run_dir: Path) -> bool:
     try:
-        return records.read_run_record(run_dir).status == "completed"
+        return run_record.read_run_record(run_dir).status == "completed"
     except (FileNotFoundError, ValueError):
         return False
 

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 from kit.digest import canonical_json, loads_strict, sha256_file
-from kit.evidence import records
+from kit.evidence import environment, run_record
 from kit.evidence.parameters import ParameterError, parse_assignments
 
 INJECTED_TAG = "injected-parameters"
@@ -64,14 +64,14 @@ def _parameters_checks(executed: Path, recorded: dict) -> list[dict]:
 
 
 def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
-    metrics_dir = run_dir / records.METRICS_DIR_NAME
+    metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     present = {p.stem: p for p in metrics_dir.glob("*.json")} if metrics_dir.is_dir() else {}
     out = []
     for name in sorted(set(present) | set(pinned)):
         if name not in pinned:
             out.append(_check(f"metric {name}", "fail", f"{present[name]}: sidecar not pinned in run.json"))
         elif name not in present:
-            out.append(_check(f"metric {name}", "fail", f"{records.metric_path(run_dir, name)}: pinned but missing"))
+            out.append(_check(f"metric {name}", "fail", f"{run_record.metric_path(run_dir, name)}: pinned but missing"))
         elif sha256_file(present[name]) != pinned[name]:
             out.append(_check(f"metric {name}", "fail", f"{present[name]}: bytes do not hash to the pinned digest"))
         else:
@@ -126,8 +126,8 @@ def superseded_note(run_dir: Path) -> dict | None:
 def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> dict:
     if commit is None:
         return _check("git", "fail", "run.json records no git commit (the run was made outside a repository)")
-    exists = records.git_commit_exists(base, commit)
-    if exists and records.git_commit_in_history(base, commit):
+    exists = environment.git_commit_exists(base, commit)
+    if exists and environment.git_commit_in_history(base, commit):
         return _check("git", "pass", f"commit {commit} is in the history of HEAD")
     why = (f"commit {commit} exists but is not HEAD or an ancestor of HEAD in {base}" if exists
            else f"commit {commit} not found in the repository at {base}")
@@ -150,7 +150,7 @@ def _bench_record(run_dir: Path) -> dict | None:
     it must parse strictly, name its raw output files, which must exist, and a git commit that exists."""
     from kit.digest import load_json_strict
 
-    path = run_dir / records.RUN_RECORD_NAME
+    path = run_dir / run_record.RUN_RECORD_NAME
     try:
         rec = load_json_strict(path)
     except (FileNotFoundError, ValueError):
@@ -163,7 +163,7 @@ def _bench_record(run_dir: Path) -> dict | None:
     for name in names:
         f = run_dir / name
         checks.append(_check("raw_output", "pass" if f.is_file() else "fail", f"{f}: {'present' if f.is_file() else 'missing'}"))
-    checks.append(_git_check((rec.get("git") or {}).get("commit"), records.evidence_base(run_dir.parent), run_dir))
+    checks.append(_git_check((rec.get("git") or {}).get("commit"), environment.evidence_base(run_dir.parent), run_dir))
     return {"run_dir": str(run_dir), "run_id": rec.get("run_id"), "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
 
@@ -175,10 +175,10 @@ def verify_evidence(run_dir: str | os.PathLike) -> dict:
     if bench is not None:
         return bench
     try:
-        record = records.read_run_record(run_dir)
+        record = run_record.read_run_record(run_dir)
     except (FileNotFoundError, ValueError) as e:
         return {"run_dir": str(run_dir), "run_id": None, "ok": False, "checks": [_check("record", "fail", str(e))]}
-    base = records.evidence_base(run_dir.parent)
+    base = environment.evidence_base(run_dir.parent)
     checks = [_check("record", "pass", f"status {record.status}")]
     executed = run_dir / record.executed_notebook
     if not executed.is_file():
@@ -203,7 +203,7 @@ def expand_run_dirs(paths: list[str]) -> list[Path]:
     folder with none stays as given, so that its check fails with "no run record"."""
     out: list[Path] = []
     for p in map(Path, paths):
-        if (p / records.RUN_RECORD_NAME).exists() or not p.is_dir():
+        if (p / run_record.RUN_RECORD_NAME).exists() or not p.is_dir():
             out.append(p)
         else:
             out.extend(_run_dirs_under(p) or [p])
@@ -211,9 +211,9 @@ def expand_run_dirs(paths: list[str]) -> list[Path]:
 
 
 def _run_dirs_under(folder: Path) -> list[Path]:
-    """Run directories (records.is_run_dir) at any depth under `folder`, not looking inside a run directory
+    """Run directories (run_record.is_run_dir) at any depth under `folder`, not looking inside a run directory
     and not following symbolic links (a link back up would list runs twice)."""
     found: list[Path] = []
     for child in sorted(c for c in folder.iterdir() if c.is_dir() and not c.is_symlink()):
-        found.extend([child] if records.is_run_dir(child) else _run_dirs_under(child))
+        found.extend([child] if run_record.is_run_dir(child) else _run_dirs_under(child))
     return found

@@ -233,3 +233,20 @@ def load_config(path: str | os.PathLike) -> LlamaShape:
     if not path.exists():
         raise ConfigError(f"{path}: config.json not found")
     return parse_config(load_json_strict(path), str(path))
+
+
+# --- shape presets ---------------------------------------------------------------------------------
+def smollm2_17b() -> LlamaShape:
+    """SmolLM2-1.7B's shape (its config.json): the full-scale shape of the benchmarks and GPU campaigns."""
+    return LlamaShape(vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                      num_attention_heads=32, num_key_value_heads=32, head_dim=64, rms_norm_eps=1e-5,
+                      max_position_embeddings=8192, tie_word_embeddings=True, rope=RopeSpec(theta=130000.0))
+
+
+def toy_shape(vocab_size: int = 256, num_hidden_layers: int = 4, max_position_embeddings: int = 256) -> LlamaShape:
+    """A shape of SmolLM2's kind small enough for a CPU, with which a benchmark or campaign checks its own
+    script (`--tiny`, `--scale tiny`); the vocabulary is a parameter so that a real tokenizer's ids fit."""
+    return LlamaShape(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=num_hidden_layers, num_attention_heads=4, num_key_value_heads=4, head_dim=16,
+                      rms_norm_eps=1e-5, max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+                      rope=RopeSpec(theta=130000.0))

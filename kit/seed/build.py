@@ -35,8 +35,6 @@ Another torch build may round differently.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +60,7 @@ from kit.model.config import LlamaShape, RopeSpec, load_config
 from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.model.shard import load_owned
+from kit.publish import publish_dir
 from kit.seed.loop import progress_enabled, train_updates, warmup_cosine
 from kit.seed.record import (  # noqa: F401  - re-exported: a seed directory's file names, where notebooks look
     SEED_BUILD_FILE,
@@ -208,17 +207,6 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[int]:
 
 
 # --- the build ---------------------------------------------------------------------------------
-def _staging_dir(out: Path) -> Path:
-    """A fresh sibling of `out`: the seed appears at `out` by one rename, complete or not at all."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out}: already exists and is not an empty directory; choose a new --out or remove it")
-    staging = out.parent / f".{out.name}.building-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    return staging
-
-
 @dataclass
 class _Encoded:
     """The build's training data, tokenized and in training order (each batch length-sorted)."""
@@ -303,9 +291,8 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
     """
     t0 = time.perf_counter()
     out = Path(out)
-    staging = _staging_dir(out)
     profile = numerics.apply()  # one thread, CPU-independent kernels: the digest is the same on any x86 CPU
-    try:
+    with publish_dir(out) as staging:
         torch.manual_seed(cfg.seed)
         conversations, data_summary = training_conversations(cfg)
         data = _tokenize(cfg, conversations, staging)
@@ -325,12 +312,6 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
         record = _record(cfg, data, data_summary, staging, losses, trained_sha256, (train_seconds, seconds), profile,
                          digest)
         write_record(staging, record)
-        if out.exists():
-            out.rmdir()  # checked empty by _staging_dir
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {"out": str(out), "parameter_digest": digest, "params": data.shape.param_count(),
             "vocab_size": len(data.tokenizer), "trained_conversations": len(data.conversations), "updates": cfg.updates,
             "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),

@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import shutil
 import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -65,7 +64,8 @@ from kit.distributed.pipeline import EngineConfig
 from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
 from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM, init_weights
-from kit.seed.build import SEED_TRAIN_ROLE, _staging_dir, greedy_reply, seed_shape
+from kit.publish import publish_dir
+from kit.seed.build import SEED_TRAIN_ROLE, greedy_reply, seed_shape
 from kit.seed.loop import STEADY_FROM, progress_enabled, train_updates, warmup_cosine
 from kit.seed.record import common_record, write_record, write_seed_files
 from kit.train.batch import TrainRecord
@@ -634,10 +634,9 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
     t0 = time.perf_counter()
     out, dev = Path(out), torch.device(device)
     check_inputs(alpaca, text, contracts_dir, device)
-    staging = _staging_dir(out)
     profile = numerics.apply(dev, deterministic_gpu=True)  # before any CUDA work: cuBLAS reads its workspace then
     show = progress_enabled(progress)
-    try:
+    with publish_dir(out) as staging:
         torch.manual_seed(cfg.seed)
         inputs = _read_inputs(cfg, alpaca, text, contracts_dir)
         t_data = time.perf_counter()
@@ -672,12 +671,6 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
                    "total": round(time.perf_counter() - t0, 2)}
         record = _record(cfg, shape, len(tokenizer), parts, dev, seconds, profile, digest)
         write_record(staging, record)
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     accuracy = record["task_accuracy"]["per_family"]
     return {"out": str(out), "scale": "small", "parameter_digest": digest, "params": shape.param_count(),
             "vocab_size": len(tokenizer), "updates": packed.updates, "tokens": packed.tokens,

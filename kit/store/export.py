@@ -2,7 +2,8 @@
 
 The directory holds `model.safetensors` (every FP32 parameter of the learned state under its
 Hugging Face name), `config.json` (the commit's model-config object, byte for byte, so a grown
-depth travels with it) and, when a source directory is given, the tokenizer files. It loads with
+depth travels with it) and, when a source directory is given, every tokenizer file it holds (the chat
+template included, so that the export passes `kit seed show` and chats like its seed). It loads with
 `transformers.LlamaForCausalLM.from_pretrained(DIR)`. With tied embeddings the learned state has
 no `lm_head.weight` and none is written; transformers ties the head to `model.embed_tokens.weight`.
 
@@ -27,7 +28,19 @@ from kit.store.params import parameter_tensor
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                   "chat_template.jinja", "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt",
+                   "tokenizer.model")
+# what else a tokenizer may have been saved as (transformers writes the chat template to
+# chat_template.jinja since v5; slow tokenizers keep vocab files): copied whenever present
+TOKENIZER_PATTERNS = ("tokenizer*", "*.jinja", "vocab.*", "*.tiktoken", "spiece.model")
+
+
+def tokenizer_files(source: Path) -> list[str]:
+    """Every tokenizer-related file of `source` (not weights, not config.json, not the seed's records)."""
+    found = {n for n in TOKENIZER_FILES if (source / n).is_file()}
+    found |= {p.name for pattern in TOKENIZER_PATTERNS for p in source.glob(pattern) if p.is_file()}
+    return sorted(found)
 
 
 class ExportError(StoreError):
@@ -88,7 +101,6 @@ def export_hf(
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / CONFIG_FILE).write_bytes(config_bytes)
     if extra is not None:
-        for name in TOKENIZER_FILES:
-            if (extra / name).is_file():
-                shutil.copyfile(extra / name, out / name)
+        for name in tokenizer_files(extra):
+            shutil.copyfile(extra / name, out / name)
     return parameter_digest(out)

@@ -58,6 +58,7 @@ from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepa
 from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
 from kit.train.batch import TrainRecord
 from kit.train.powersgd import FP32_BYTES, PowerSGDCompressor, PowerSGDConfig
+from kit.train.schedule import CONSTANT, lr_factor
 
 ARM_FORMAT = "kit.study.arm/1"
 NON_RUN = ("failed", "rejected", "unavailable")
@@ -260,6 +261,9 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
         records = _records(batch)
         n_targets = sum(r.num_targets for r in records)  # N of the whole global batch
         mine = records[rank::world]
+        schedule_lr = args["contract"]["training"].get("lr_schedule", CONSTANT)
+        if schedule_lr != CONSTANT:
+            session.set_lr_factor(lr_factor(schedule_lr, step - 1, args["contract"]["schedule"]["updates"]))
         _sync(device)
         t0 = time.perf_counter()
         res = session.update(mine, total_targets=n_targets)

@@ -13,7 +13,7 @@ import sys
 def cmd_prepare(a) -> int:
     from kit.study.prepare import prepare_study
 
-    prepared = prepare_study(a.contract, a.seed, a.public_source, a.out)
+    prepared = prepare_study(a.contract, a.seed, a.public_source, a.out, a.ledger)
     print(json.dumps({"study": a.out, "counts": prepared["counts"], "contract_digest": prepared["contract"]["digest"]},
                      sort_keys=True))
     return 0
@@ -70,7 +70,7 @@ def cmd_status(a) -> int:
 
 
 def register(sub) -> None:
-    from kit.cli.args import OutDir, add_renamed, contract_file, public_source_file, seed_dir, study_dir
+    from kit.cli.args import OutDir, OutFile, add_renamed, contract_file, public_source_file, seed_dir, study_dir
 
     study = sub.add_parser("study", help="the shared-gradient study: prepare, arms, evaluation, screens")
     actions = study.add_subparsers(dest="action", required=True)
@@ -83,6 +83,9 @@ def register(sub) -> None:
                 help="local copy of the pinned public conversation source")
     add_renamed(s, "--out", "--study", required=True, type=OutDir("a study folder"),
                 help="the study folder to create (the other study commands take it as --study)")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
+                   help="exposure ledger read for final tasks and exposed probes (default: $KIT_LEDGER, inside "
+                        "kit run the one beside runs/, else OUT/ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)
 
     s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason "

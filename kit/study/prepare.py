@@ -30,7 +30,6 @@ eligible, so "exposed" names the set that really was exposed.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +54,10 @@ from kit.digest import (
     write_bytes_atomic,
     write_canonical_json,
 )
-from kit.evidence.records import package_versions
+from kit.evidence.environment import versions
 from kit.inventory import inventory_digest, parameter_digest
 from kit.provenance import kit_package_dir, source_digest
+from kit.publish import publish_dir
 from kit.study.schema import load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
@@ -112,9 +112,10 @@ def _record_row(c: Conversation, enc, family: str | None) -> dict:
             "conversation_digest": c.digest}
 
 
-def _ledger_exposure(ledger, contract_digest: str) -> tuple[Path, dict, set[str], set[str]]:
+def _ledger_exposure(ledger, contract_digest: str, study_dir) -> tuple[Path, dict, set[str], set[str]]:
     """(the ledger, its summary, task digests another contract exposed, every exposed conversation digest):
-    final-test tasks avoid the first; exposed retention probes are drawn from the second."""
+    final-test tasks avoid the first; exposed retention probes are drawn from the second. `ledger` None:
+    ledger_path(study_dir), the ledger scoped to this study."""
     from kit.evidence.ledger import (
         CONVERSATION_KINDS,
         TASK_KINDS,
@@ -123,7 +124,7 @@ def _ledger_exposure(ledger, contract_digest: str) -> tuple[Path, dict, set[str]
         ledger_summary,
     )
 
-    ledger = Path(ledger) if ledger is not None else ledger_path()
+    ledger = Path(ledger) if ledger is not None else ledger_path(study_dir)
     return (ledger, ledger_summary(ledger), exposed_digests(TASK_KINDS, ledger, other_than=contract_digest),
             exposed_digests(CONVERSATION_KINDS, ledger))
 
@@ -159,7 +160,10 @@ def _retention_probes(d: dict, tokenizer, source_path: Path, train_pairs: list, 
         if len(probes) < d["retention"]["count"]:
             raise PreparedError(f"{ledger}: {len(probes)} records of data.retention.source [{rng['start']}, "
                                 f"{rng['stop']}) are in the exposure ledger; field 'data.retention.count' = "
-                                f"{d['retention']['count']} exposed probes needed (data.retention.exposed = true)")
+                                f"{d['retention']['count']} exposed probes needed (data.retention.exposed = true: "
+                                "probes some earlier scoring opened); give a ledger that holds such exposures "
+                                "with --ledger FILE (or $KIT_LEDGER), e.g. a copy of the repository's "
+                                "ledger/exposed.jsonl or the ledger of an adaptive run's final evaluation")
     pairs, stats = _first_fitting(
         tokenizer, probes, d["retention"]["count"], d["max_tokens"], "data.retention",
         skip=lambda c: normalize_text(c.prompt) in train_prompts or c.digest in train_digests)
@@ -188,14 +192,14 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
                   study_dir: str | os.PathLike, ledger: str | os.PathLike | None = None) -> dict:
     """Write study_dir/prepared/ (see the module docstring); returns prepared.json's content.
 
-    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path()). Final-test tasks exclude
+    `ledger`: the exposure ledger (kit/evidence/ledger.py; default ledger_path(study_dir)). Final-test tasks exclude
     every task digest another contract exposed (counted); with `data.retention.exposed` the probes are
     the records of the retention range whose content digest the ledger holds (really exposed), and
     preparation is refused when too few are."""
     from kit.evidence.ledger import tasks_excluding
 
     contract = load_study_contract(contract_path)
-    ledger, ledger_info, exposed_tasks, exposed_convs = _ledger_exposure(ledger, contract.digest)
+    ledger, ledger_info, exposed_tasks, exposed_convs = _ledger_exposure(ledger, contract.digest, study_dir)
     seed_dir, source_path, study_dir = Path(seed_dir), Path(source_path), Path(study_dir)
     out = study_dir / PREPARED_DIR
     if (out / "prepared.json").exists():
@@ -222,38 +226,34 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     per = contract["schedule"]["documents_per_update"]
     schedule = {"updates": [[ids[int(i)] for i in order[a:a + per]] for a in range(0, len(ids), per)]}
 
-    staging = study_dir / f".{PREPARED_DIR}.staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    source = source_digest(kit_package_dir())
-    _write_files(staging, contract, train_pairs, schedule, final, retention_pairs)
-    prepared = {
-        "format": PREPARED_FORMAT,
-        "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
-        "seed": _seed_record(seed_dir, digest, seed_records_present, seed_tasks),
-        "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
-        "files": {n: sha256_file(staging / n) for n in FILES},
-        "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
-                   "retention": len(retention_pairs), "updates": len(schedule["updates"]),
-                   "documents_per_update": per,
-                   "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
-                   "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
-        # what prepared it, as the adaptive prepare commits (kit/provenance.py): the kit's own source and
-        # the library versions; `run_arm` refuses a kit whose source digest differs (check_source)
-        "kit_source": {"package_dir": str(kit_package_dir()), "digest": source[0], "files": source[1]},
-        "versions": package_versions(),
-        "ledger": {**{k: ledger_info[k] for k in ("path", "sha256", "entries", "digests")},
-                   "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
-        "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
-                                                       "skipped_empty_output": len(replay_range.skipped_empty_output)},
-                       "retention": {**retention_stats, "rule": "normalised prompt or content digest matches a "
-                                     "training document", "not_in_ledger": not_exposed},
-                       "final_test": {"ledger": final_exposed}},
-    }
-    write_canonical_json(staging / "prepared.json", prepared)
-    if out.exists():
-        shutil.rmtree(out)  # a previous preparation that never wrote prepared.json
-    os.replace(staging, out)
+    # a previous preparation that never wrote prepared.json is replaced
+    with publish_dir(out, replace=True) as staging:
+        source = source_digest(kit_package_dir())
+        _write_files(staging, contract, train_pairs, schedule, final, retention_pairs)
+        prepared = {
+            "format": PREPARED_FORMAT,
+            "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
+            "seed": _seed_record(seed_dir, digest, seed_records_present, seed_tasks),
+            "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
+            "files": {n: sha256_file(staging / n) for n in FILES},
+            "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
+                       "retention": len(retention_pairs), "updates": len(schedule["updates"]),
+                       "documents_per_update": per,
+                       "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
+                       "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
+            # what prepared it, as the adaptive prepare commits (kit/provenance.py): the kit's own source and
+            # the library versions; `run_arm` refuses a kit whose source digest differs (check_source)
+            "kit_source": {"package_dir": str(kit_package_dir()), "digest": source[0], "files": source[1]},
+            "versions": versions(),
+            "ledger": {**{k: ledger_info[k] for k in ("path", "sha256", "entries", "digests")},
+                       "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
+            "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
+                                                           "skipped_empty_output": len(replay_range.skipped_empty_output)},
+                           "retention": {**retention_stats, "rule": "normalised prompt or content digest matches a "
+                                         "training document", "not_in_ledger": not_exposed},
+                           "final_test": {"ledger": final_exposed}},
+        }
+        write_canonical_json(staging / "prepared.json", prepared)
     return prepared
 
 

@@ -13,7 +13,20 @@ from __future__ import annotations
 
 import os
 
-from kit.contract import PILOT, Contract, ContractError, Num, Omittable, OneOf, Opt, Seq, check_pilot, load_contract
+from kit.contract import (
+    LR_SCHEDULE,
+    PILOT,
+    Contract,
+    ContractError,
+    Num,
+    Omittable,
+    OneOf,
+    Opt,
+    Seq,
+    check_pilot,
+    load_contract,
+)
+from kit.train.schedule import check_schedule
 
 KIND = "shared-gradient-study"
 ARM_NAMES = ("single", "dense", "powersgd")
@@ -58,6 +71,7 @@ SCHEMA = {
         "optimizer": {"lr": Num(lo=0), "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999),
                       "eps": Num(lo=1e-12), "weight_decay": Num(lo=0)},
         "commit_every": _NATURAL,  # 0: the endpoint only
+        "lr_schedule": Omittable(LR_SCHEDULE),  # absent: "constant" (kit/train/schedule.py)
     },
     "arms": Seq({"name": OneOf(*ARM_NAMES), "workers": _COUNT, "reduction": OneOf(*REDUCTIONS)}, min_len=1),
     "powersgd": {
@@ -122,6 +136,10 @@ def check_rules(data: dict, source: str) -> None:
                                 f"reduction={arm['reduction']!r}; expected workers={workers}, "
                                 f"reduction={reduction!r}")
     sched, d = data["schedule"], data["data"]
+    try:
+        check_schedule(data["training"].get("lr_schedule", "constant"), sched["updates"], "training.lr_schedule")
+    except ValueError as e:
+        raise ContractError(f"{source}: field {e}") from None
     documents = d["tasks"]["count"] + d["replay"]["count"]
     needed = sched["updates"] * sched["documents_per_update"]
     if documents != needed:

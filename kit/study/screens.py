@@ -107,10 +107,11 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     with open(study_dir / "evaluation" / "opened.jsonl", "ab") as log:
         log.write(canonical_json({"at": time.time(), "roles": ["final_tasks", "retention"],
                                   "models": [m[0] for m in models]}) + b"\n")
-    from kit.evidence.ledger import record_exposures
+    from kit.evidence.ledger import ledger_path, record_exposures
 
     record_exposures(final, retention, contract.digest, sha256_file(study_dir / PREPARED_DIR / "prepared.json"),
-                     f"study final scoring of {', '.join(m[0] for m in models)}", retention_kind="retention.probe")
+                     f"study final scoring of {', '.join(m[0] for m in models)}", retention_kind="retention.probe",
+                     path=ledger_path(study_dir, prepared.get("ledger", {}).get("path")))
     written = {}
     for label, source in models:
         path = out_dir / f"{label}.json"

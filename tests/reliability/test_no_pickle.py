@@ -242,7 +242,7 @@ def test_payload_as_a_role_file_contract_or_selection_is_refused(tmp_path, marke
 
 
 def test_payload_as_run_json_is_refused(tmp_path, marker, payloads):
-    from kit.evidence.records import read_run_record
+    from kit.evidence.run_record import read_run_record
     from kit.evidence.verify import verify_evidence
 
     run = tmp_path / "runs" / "r1"

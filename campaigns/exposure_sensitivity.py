@@ -1,6 +1,6 @@
 """The adaptive gates recomputed without the final items another contract's scoring had opened first.
 
-    python bench/exposure_sensitivity.py runs/medium-adaptive-final-A=runs/medium-campaign-2026-12-01/adaptive/final-A.json ...
+    python -m campaigns.exposure_sensitivity runs/medium-adaptive-final-A=runs/medium-campaign-2026-12-01/adaptive/final-A.json ...
 
 The exposure ledger keeps a final item that one contract's scoring opened out of every later contract's
 final roles (kit/evidence/ledger.py). A preparation that read an incomplete ledger can hold such items:
@@ -19,16 +19,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 def main(argv=None) -> int:
     from kit.adaptive.evaluation import gates
     from kit.digest import load_json_strict
     from kit.evidence.ledger import read_ledger
-    from kit.evidence.records import read_run_record
     from kit.evidence.review import recorded_contract
+    from kit.evidence.run_record import read_run_record
 
     argv = sys.argv[1:] if argv is None else argv
     ledger = read_ledger(REPO / "ledger" / "exposed.jsonl")

@@ -3,14 +3,14 @@
 Issue 17 item 2: the medium contracts keep the trial's counts and pin the small seed, but the numbers
 the seed documents leave open (learning rate first; microbatch size and `max_tokens` optionally) are
 chosen by a pilot that reads development roles only, is committed as its own run, and precedes the
-frozen contract (bench/medium_freeze.py). On the x2 GPU host, from the repository root:
+frozen contract (campaigns/medium_freeze.py). On the x2 GPU host, from the repository root:
 
-    python bench/medium_pilot.py --build-seed --device cuda --lr 3e-5 1e-4 3e-4 --until 8 \\
+    python -m campaigns.medium_pilot --build-seed --device cuda --lr 3e-5 1e-4 3e-4 --until 8 \\
         --deadline-s 560 --out OUT --run-id medium-pilot-<date>
 
 and on 2 CPU cores (minutes; the tests use it on an even smaller seed):
 
-    python bench/medium_pilot.py --tiny --device cpu --seed DIR --out OUT
+    python -m campaigns.medium_pilot --tiny --device cpu --seed DIR --out OUT
 
 The rule that chooses, fixed here before any data (RULE, recorded verbatim in run.json):
   eligible   the candidate's development-retention NLL change has a one-sided upper bound (the contract's
@@ -35,7 +35,7 @@ record, which the pilot never writes) and checks afterwards that no prepared job
 selections or final-evaluations log and that the exposure ledger's bytes are unchanged; any of those
 makes the run "failed".
 
-Why a bench script and not `kit adaptive pilot`: like bench/adaptive_gpu_campaign.py it orchestrates
+Why a campaign script and not `kit adaptive pilot`: like campaigns/adaptive_gpu_campaign.py it orchestrates
 CLI steps as process groups under a deadline and writes a kit-bench/1 record; each kit command stays one
 step, and the kit package gains no orchestration. The record (OUT/run.json) is rewritten after every step,
 so a deadline leaves a "partial" record; the seed build (~130 s on an H200) counts against --deadline-s.
@@ -53,11 +53,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench.adaptive_gpu_campaign import Deadline, device_info, git_commit, json_lines, run_process, versions  # noqa: E402
+from campaigns.phases import REPO, Deadline, json_lines, run_process
+from kit.evidence.environment import code_state, device_info, relative_to_base, versions
 
 RECORD_FORMAT = "kit-bench/1"
 SOURCE = REPO / "data" / "alpaca_5000.json"
@@ -144,7 +141,7 @@ def sha256_or_none(path: Path) -> str | None:
 class Pilot:
     def __init__(self, a, argv):
         from kit.adaptive.schema import load_adaptive_contract
-        from kit.evidence.ledger import ledger_path
+        from kit.evidence.ledger import LEDGER_ENV, ledger_path
         from kit.study.schema import load_study_contract
 
         self.a, self.scale = a, "tiny" if a.tiny else "medium"
@@ -161,19 +158,22 @@ class Pilot:
         self.draft = load_adaptive_contract(draft_path)
         study = load_study_contract(study_path)
         self.ledger = ledger_path()
+        # its preparations read (and must leave unchanged) this same ledger, the committed one unless
+        # KIT_LEDGER names another: outside kit run a prepare would otherwise keep a ledger of its own
+        os.environ.setdefault(LEDGER_ENV, str(self.ledger))
         self.record = {
             "format": RECORD_FORMAT, "run_id": a.run_id or self.out.name, "notebook": None,
-            "command": " ".join(["python", "bench/medium_pilot.py", *argv]), "started_at": now(), "ended_at": None,
-            "duration_s": None, "status": "running", "errors": [], "git": git_commit(), "versions": versions(),
-            "device": device_info(a.device),
+            "command": " ".join(["python", "-m", "campaigns.medium_pilot", *argv]), "started_at": now(), "ended_at": None,
+            "duration_s": None, "status": "running", "errors": [], "git": code_state(), "versions": versions(runtime=True),
+            "device": {**device_info(), "type": a.device},
             "parameters": {
                 "scale": self.scale, "rule": RULE, "until": a.until, "device": a.device,
-                "drafts": {"adaptive": {"path": _rel(draft_path), "digest": self.draft.digest},
-                           "study": {"path": _rel(study_path), "digest": study.digest}},
+                "drafts": {"adaptive": {"path": repo_relative(draft_path), "digest": self.draft.digest},
+                           "study": {"path": repo_relative(study_path), "digest": study.digest}},
                 "candidates": candidate_overrides(a.lr, a.microbatch_size or [self.draft["training"]["microbatch_size"]],
                                                   a.max_tokens or [self.draft["training"]["max_tokens"]]),
                 "ledger": {"path": str(self.ledger), "sha256_before": sha256_or_none(self.ledger)},
-                "public_source": _rel(SOURCE),
+                "public_source": repo_relative(SOURCE),
             },
             "results": {"seed": None, "candidates": [], "chosen": None, "final_roles": None},
             "raw_output": [],
@@ -344,9 +344,9 @@ def _update_rows(home: Path) -> list[dict]:
     return rows
 
 
-def _rel(p: Path) -> str:
-    p = Path(p).resolve()
-    return str(p.relative_to(REPO)) if REPO in p.parents else str(p)
+def repo_relative(p: Path) -> str:
+    """`p` as a record names it: relative to the repository when inside it (the freeze reads it back)."""
+    return relative_to_base(p, REPO)
 
 
 def main(argv=None) -> int:

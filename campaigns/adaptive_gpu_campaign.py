@@ -2,12 +2,12 @@
 
 Run on the x2 GPU host (two H200s) from the repository root:
 
-    python bench/adaptive_gpu_campaign.py --out build/agc --run-id adaptive-gpu-campaign-<date>
+    python -m campaigns.adaptive_gpu_campaign --out build/agc --run-id adaptive-gpu-campaign-<date>
 
 and check it on a CPU with `--scale tiny --device cpu` (minutes on 2 cores). In order it
 
   seed        builds a seed directory: SmolLM2-1.7B's shape with random weights (bf16, as
-              bench/study_single_arm.py's build_seed_dir writes them, with its byte-level BPE
+              kit.seed.random_weights.build_random_seed writes them, with its byte-level BPE
               tokenizer; no network) at --scale full, a 4-block toy shape with the same tokenizer at
               --scale tiny; writes trained_conversations.jsonl (synthetic conversations: the replay
               pool) and a contract derived from contracts/adaptive-shards(.tiny).json with the seed's
@@ -52,20 +52,14 @@ import argparse
 import copy
 import datetime as dt
 import json
-import math
 import os
-import platform
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-from bench.provenance import git_commit  # noqa: E402
+from campaigns.phases import REPO, Deadline, json_lines, run_process
+from kit.evidence.environment import code_state, device_info, versions
 
 CONTRACTS = {"full": REPO / "contracts" / "adaptive-shards.json", "tiny": REPO / "contracts" / "adaptive-shards.tiny.json"}
 SOURCE = REPO / "data" / "alpaca_5000.json"
@@ -84,54 +78,19 @@ TIMEOUTS = {"full": {"seed": 420, "prepare": 300, "train": 300, "compare": 240},
 MIN_START_S = {"train": 60, "compare": 20, "prepare": 30, "seed": 60}
 
 
-# --- environment of the record ----------------------------------------------------------------------
-def versions() -> dict:
-    import torch
-
-    out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
-    try:
-        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 -- informational only
-        out["nccl"] = None
-    for name in ("transformers", "triton", "tokenizers"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            out[name] = None
-    return out
-
-
-def device_info(kind: str) -> dict:
-    """Without creating a CUDA context in this process (the workers need the memory): nvidia-smi."""
-    info = {"type": kind, "host": platform.node(), "cpu_count": os.cpu_count(), "gpus": []}
-    if kind == "cuda":
-        try:
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=False)
-            for line in smi.stdout.strip().splitlines():
-                idx, name, mem, driver = [x.strip() for x in line.split(",")]
-                info["gpus"].append({"index": int(idx), "name": name, "memory_mib": int(mem), "driver": driver})
-        except (OSError, subprocess.SubprocessError, ValueError) as e:
-            info["nvidia_smi_error"] = repr(e)
-    return info
-
-
 # --- the seed (runs in a child process: this process never touches the GPU) -------------------------
 def build_seed(seed_dir: Path, scale: str, device: str) -> dict:
-    import dataclasses
-
     import torch
 
-    import bench.study_single_arm as ssa
     from kit.data.conversations import synthetic_conversations, write_jsonl
+    from kit.seed.random_weights import build_random_seed
     from kit.study.schema import load_study_contract
 
-    if scale == "tiny":  # the study's toy shape has 2 blocks; migration to 3 ranks and growth need 4
-        two_blocks = ssa.tiny_shape
-        ssa.tiny_shape = lambda vocab: dataclasses.replace(two_blocks(vocab), num_hidden_layers=4)
     study_contract = load_study_contract(REPO / "contracts" / "shared-gradient.json")  # tokenizer text ranges
     seed_dir.mkdir(parents=True, exist_ok=True)
-    info = ssa.build_seed_dir(seed_dir, study_contract, SOURCE, scale == "tiny", torch.device(device))
+    # at --scale tiny a toy shape of 4 blocks: migration to 3 ranks and growth need them
+    info = build_random_seed(seed_dir, study_contract, SOURCE, torch.device(device),
+                             toy_layers=4 if scale == "tiny" else None)
     t0 = time.perf_counter()
     sha = write_jsonl(seed_dir / "trained_conversations.jsonl",
                       synthetic_conversations(REPLAY_CONVERSATIONS, REPLAY_SEED))
@@ -172,60 +131,6 @@ def derive_contract(base: dict, digest: str, a_updates: int, b_updates: int, mig
     put("migration.at_step", migration_step, "an early commit point, so the control and the migrated run both "
                                              "have updates to measure")
     return c, changes
-
-
-# --- running one CLI phase ------------------------------------------------------------------------------
-class Deadline:
-    def __init__(self, seconds: float | None):
-        self.end = None if seconds is None else time.monotonic() + seconds
-
-    def left(self) -> float:
-        return math.inf if self.end is None else self.end - time.monotonic()
-
-
-def run_process(argv: list[str], env: dict, timeout: float, log_base: Path) -> dict:
-    """Run `argv` in its own process group; on timeout the whole group (the launcher and its workers)
-    is stopped. stdout/stderr go to log_base.out/.err."""
-    log_base.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    with open(f"{log_base}.out", "wb") as out, open(f"{log_base}.err", "wb") as err:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
-        timed_out = False
-        try:
-            proc.wait(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    proc.wait(timeout=grace)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        # workers left behind in the group (the driver died first) are ours to stop
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    stdout = Path(f"{log_base}.out").read_text(errors="replace")
-    stderr = Path(f"{log_base}.err").read_text(errors="replace")
-    return {"returncode": proc.returncode, "timed_out": timed_out, "seconds": round(time.perf_counter() - t0, 2),
-            "stdout": stdout, "stderr_tail": stderr[-4000:]}
-
-
-def json_lines(text: str) -> list[dict]:
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                pass
-    return rows
 
 
 class PhaseError(RuntimeError):
@@ -309,7 +214,7 @@ class Campaign:
             shutil.rmtree(self.seed_dir)
         info_path = self.work / "seed-info.json"
         build_device = "cuda" if self.a.device == "cuda" else "cpu"
-        r = run_process([sys.executable, str(Path(__file__).resolve()), "--internal-build-seed", str(self.seed_dir),
+        r = run_process([sys.executable, "-m", "campaigns.adaptive_gpu_campaign", "--internal-build-seed", str(self.seed_dir),
                          "--internal-info", str(info_path), "--scale", self.a.scale, "--device", build_device],
                         self.env(), self.timeout("seed"), self.out / "logs" / "seed-build")
         if r["returncode"] != 0:
@@ -764,7 +669,7 @@ def write_outputs(camp: Campaign, started: dt.datetime, argv: list[str], status_
         "format": "kit-bench/1",
         "run_id": camp.a.run_id or f"adaptive-gpu-campaign-{started.strftime('%Y-%m-%d')}-{camp.a.scale}",
         "notebook": None,
-        "command": " ".join(["python", "bench/adaptive_gpu_campaign.py", *argv]),
+        "command": " ".join(["python", "-m", "campaigns.adaptive_gpu_campaign", *argv]),
         "parameters": {"scale": camp.a.scale, "device": camp.a.device, "contract_base": str(
             CONTRACTS[camp.a.scale].relative_to(REPO)), "contract_changes": "contract_changes.json",
             "a_updates": camp.a.a_updates, "b_updates": camp.a.b_updates, "migration_step": camp.a.migration_step,
@@ -773,9 +678,9 @@ def write_outputs(camp: Campaign, started: dt.datetime, argv: list[str], status_
             "growth_updates": camp.a.growth_updates, "deterministic": camp.a.deterministic,
             "deadline_s": camp.a.deadline_s, "phase_timeouts_s": camp.timeouts, "work": str(camp.work),
             "script_sha256": _sha256(Path(__file__))},
-        "git": git_commit(),
-        "versions": versions(),
-        "device": device_info(camp.a.device),
+        "git": code_state(),
+        "versions": versions(runtime=True),
+        "device": {**device_info(), "type": camp.a.device},  # nvidia-smi: this process holds no CUDA context
         "status": "completed" if status_code == 0 and all_done else ("incomplete" if status_code == 2 else "failed"),
         "errors": camp.errors,
         "started_at": started.isoformat(timespec="seconds"),

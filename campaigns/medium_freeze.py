@@ -1,6 +1,6 @@
 """Freeze the medium contracts from their drafts and the committed pilot record (docs/contracts.md, "Medium scale").
 
-    python bench/medium_freeze.py --pilot runs/medium-pilot-<date>
+    python -m campaigns.medium_freeze --pilot runs/medium-pilot-<date>
 
 writes contracts/adaptive-shards.medium.json and contracts/shared-gradient.medium.json: each draft with
 the pilot's chosen values and a `pilot` field (run id, record path and sha256, draft path and digest,
@@ -23,8 +23,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 OUTPUTS = {"adaptive": "adaptive-shards.medium.json", "study": "shared-gradient.medium.json"}
 
@@ -51,12 +49,12 @@ def read_pilot(run_dir: Path) -> tuple[dict, str]:
 
     path = run_dir / "run.json"
     if not path.is_file():
-        raise FreezeRefused(f"{path}: missing; expected the pilot's run record (bench/medium_pilot.py)")
+        raise FreezeRefused(f"{path}: missing; expected the pilot's run record (campaigns/medium_pilot.py)")
     _committed(path)
     rec = load_json_strict(path)
     if rec.get("format") != "kit-bench/1" or "drafts" not in rec.get("parameters", {}):
         raise FreezeRefused(f"{path}: field 'format' = {rec.get('format')!r} / no 'parameters.drafts'; expected a "
-                            "kit-bench/1 record written by bench/medium_pilot.py")
+                            "kit-bench/1 record written by campaigns/medium_pilot.py")
     if rec.get("status") != "completed":
         raise FreezeRefused(f"{path}: field 'status' = {rec.get('status')!r}; expected 'completed' (a partial or "
                             "failed pilot fixes nothing)")
@@ -77,10 +75,10 @@ def chosen_candidate(rec: dict) -> dict:
 
 
 def frozen(kind: str, draft_data: dict, values: dict, pilot: dict, piloted_digest: str | None = None) -> dict:
-    """The frozen contract. The adaptive one is the pilot's own candidate contract (bench/medium_pilot.py
+    """The frozen contract. The adaptive one is the pilot's own candidate contract (campaigns/medium_pilot.py
     candidate_contract), checked against the digest the pilot recorded for the chosen candidate, plus its
     description and `pilot` field: what was frozen is what was piloted."""
-    from bench.medium_pilot import candidate_contract
+    from campaigns.medium_pilot import candidate_contract
     from kit.digest import sha256_json
 
     if kind == "adaptive":
@@ -102,7 +100,7 @@ def frozen(kind: str, draft_data: dict, values: dict, pilot: dict, piloted_diges
 
 
 def freeze(run_dir, adaptive_draft=None, study_draft=None, out_dir=None) -> dict:
-    from bench.medium_pilot import _rel
+    from campaigns.medium_pilot import repo_relative
     from kit.adaptive.schema import load_adaptive_contract
     from kit.study.schema import load_study_contract
 
@@ -124,8 +122,8 @@ def freeze(run_dir, adaptive_draft=None, study_draft=None, out_dir=None) -> dict
                 raise FreezeRefused(f"{run_dir / 'run.json'}: field 'parameters.drafts.{kind}.digest' = {want}; the "
                                     f"draft {path} now has digest {draft.digest} (the pilot ran on another draft: run "
                                     "it again)")
-            pilot = {"run_id": rec["run_id"], "record": _rel(run_dir / "run.json"), "record_sha256": sha,
-                     "draft": _rel(path), "draft_digest": draft.digest, "rule": rec["results"]["chosen"]["rule"],
+            pilot = {"run_id": rec["run_id"], "record": repo_relative(run_dir / "run.json"), "record_sha256": sha,
+                     "draft": repo_relative(path), "draft_digest": draft.digest, "rule": rec["results"]["chosen"]["rule"],
                      "chosen": rec["results"]["chosen"]["values"]}
             contract = frozen(kind, draft.data, rec["results"]["chosen"]["values"], pilot,
                               chosen_candidate(rec)["contract_digest"] if kind == "adaptive" else None)

@@ -1,25 +1,11 @@
 """Two emulated hosts on one Linux machine: two network namespaces joined by a veth pair, the link
-shaped with `tc tbf` in both directions. Needs root and iproute2 (`ip netns`, `tc`).
+shaped with `tc tbf` in both directions (the commands are in docs/study.md, "The emulated cross-zone
+link"). Needs root and iproute2 (`ip netns`, `tc`).
 
-What is emulated and what is not:
-- bandwidth: a token-bucket filter (`tbf rate R burst B latency L`) as the root qdisc of each veth
-  end, so each direction is capped at R (a full-duplex link of rate R);
-- latency: NOT emulated. This kernel has no `netem`; tbf's `latency` is only the longest a packet may
-  wait in its queue (the queue length), not a propagation delay. The veth's own round trip is tens of
-  microseconds; a cross-zone round trip in one AWS region is about 0.5-1.5 ms, which matters for the
-  small per-update messages but not for the gradient bytes, so the projection adds it as a term;
-- everything else the kernel does (TCP, segmentation offload on the veth) is real.
-
-The file system is NOT isolated by a network namespace: "nothing shared on disk" is the callers'
-discipline (each rank gets its own directory and is told only that path).
-
-Commands used (also in the run records):
-    ip netns add NS_A; ip netns add NS_B
-    ip link add DEV_A type veth peer name DEV_B
-    ip link set DEV_A netns NS_A; ip link set DEV_B netns NS_B
-    ip -n NS_A addr add 10.X.0.1/24 dev DEV_A; ip -n NS_B addr add 10.X.0.2/24 dev DEV_B
-    ip -n NS_A link set DEV_A up; ip -n NS_A link set lo up (and the same in NS_B)
-    ip netns exec NS_A tc qdisc replace dev DEV_A root tbf rate RATE burst BURST latency 200ms (and NS_B)
+Bandwidth is emulated (each direction of the veth capped at the rate); latency is NOT: this kernel has no
+`netem`, and tbf's `latency` only bounds its queue, so a projection adds the round trip as a term. The
+file system is not isolated either: "nothing shared on disk" is the callers' discipline (each rank gets
+its own directory and is told only that path). Used by the netns benchmarks and tests.
 """
 
 from __future__ import annotations
@@ -36,14 +22,14 @@ def available() -> str | None:
         return "not root: network namespaces and tc need CAP_NET_ADMIN"
     if shutil.which("ip") is None or shutil.which("tc") is None:
         return "iproute2 (`ip`, `tc`) is not installed"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         return f"`ip netns` is unavailable: {probe.stderr.strip()}"
     return None
 
 
 def _sh(*argv: str) -> str:
-    p = subprocess.run(list(argv), capture_output=True, text=True)
+    p = subprocess.run(list(argv), capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: exit {p.returncode}: {p.stderr.strip()}")
     return p.stdout
@@ -78,7 +64,7 @@ class Link:
         self.commands.append(" ".join(argv))
         return _sh(*argv)
 
-    def create(self) -> "Link":
+    def create(self) -> Link:
         self.delete()
         (na, nb), (da, db), (aa, ab) = self.ns, self.dev, self.addr
         self._run("ip", "netns", "add", na)
@@ -125,4 +111,4 @@ class Link:
 
     def delete(self) -> None:
         for ns in self.ns:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)  # absent is fine

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The medium campaign on a host with two GPUs, as a few device calls (docs/gpu-hosts.md, "The medium campaign").
 #
-#   bash bench/medium_campaign.sh pilot DATE       call 1: bring the host's git to the carried commit, install the
+#   bash campaigns/medium_campaign.sh pilot DATE       call 1: bring the host's git to the carried commit, install the
 #                                                  notebook runtime, run the pilot (seed build + candidates), commit
 #                                                  its record, freeze the contracts, commit them, bundle those two
 #                                                  commits into $OUT, then start the campaign in the background
-#   bash bench/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
+#   bash campaigns/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
 #                                                  PARTS=study (or adaptive) runs only that experiment
-#   bash bench/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
+#   bash campaigns/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
 #                                                  commit, rebuild the seed to its pinned digest (the pilot's
 #                                                  command and settings), then start PARTS in the background
-#   bash bench/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
+#   bash campaigns/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
-#   bash bench/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
+#   bash campaigns/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
 #                                                  carried commit
 #
 # Carry build/gpu-wheels (make gpu-wheels) and build/bundle (make medium-bundle: the local last commit as a
@@ -113,7 +113,7 @@ pilot() {
     local seed=(--build-seed)  # a seed already built on this machine (an earlier pilot's) is not built again
     [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed "$W/pilot-work/seed")
     # shellcheck disable=SC2086
-    python3 bench/medium_pilot.py "${seed[@]}" --device cuda --lr ${PILOT_LRS:-1e-5 3e-5 6e-5} \
+    python3 -m campaigns.medium_pilot "${seed[@]}" --device cuda --lr ${PILOT_LRS:-1e-5 3e-5 6e-5} \
         --until "${PILOT_UNTIL:-32}" --deadline-s "${PILOT_DEADLINE_S:-500}" \
         --work "$W/pilot-work" --out "$W/pilot" --run-id "$id" || true
     local out="${OUT:-$W/out}"
@@ -121,10 +121,10 @@ pilot() {
     tar czf "$out/$id.tgz" -C "$W" pilot
     mkdir -p runs && rm -rf "runs/$id" && cp -r "$W/pilot" "runs/$id" && rm -rf "$W/pilot"
     git add "runs/$id"
-    git commit -q -m "Medium pilot $date: its record, on development roles only (bench/medium_pilot.py)"
-    if python3 bench/medium_freeze.py --pilot "runs/$id"; then
+    git commit -q -m "Medium pilot $date: its record, on development roles only (campaigns/medium_pilot.py)"
+    if python3 -m campaigns.medium_freeze --pilot "runs/$id"; then
         git add contracts/adaptive-shards.medium.json contracts/shared-gradient.medium.json
-        git commit -q -m "Medium contracts frozen from the drafts and the committed pilot $id (bench/medium_freeze.py)"
+        git commit -q -m "Medium contracts frozen from the drafts and the committed pilot $id (campaigns/medium_freeze.py)"
     fi
     git bundle create "$out/device.bundle" "$(cat "$W/base-commit")..HEAD"
     git log --oneline -3

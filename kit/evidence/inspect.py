@@ -1,0 +1,180 @@
+"""What is recorded about one run, for notebooks/90_inspect_failed_arm.ipynb: whatever `kit verify-evidence`
+accepts - a notebook run (`run.json` of kit run, completed or not) or a benchmark record (`kit-bench/1`,
+written by bench/*.py on a GPU host, not in canonical form) - read from committed evidence alone.
+
+`inspect_run(runs_dir, run_id)` returns one JSON-able dict (docs/formats.md, "Run inspection"):
+
+- `kind` "notebook" | "benchmark", `status`, `reason`, `summary` (who ran it, where, when, which commit);
+- `error`: for a notebook run the recorded error and the source of the cell where it happened (from the
+  executed notebook); for a benchmark its `errors` list (per phase), or null when it has none;
+- `bound`: the contract digest, input digests, parameters and checkpoint roots the run was bound to
+  (a notebook run's `contract_digest` and `input_digests` also apart, for the inspection's own record);
+- `curves` and `curves_source`: the per-update log from the run's checkpoint store when that store is
+  on this machine ("store"), else the committed sidecar `metrics/loss_curves.json` ("sidecar"), else null;
+- `sidecars`: the names of the run's committed metric sidecars (evaluation files among them), and
+  `evaluation`: the evaluation ones' contents (gates, verdicts, bounds) when present;
+- `last_commit`: HEAD of the store verified object by object when the store is here ("store"), else
+  the last row of the committed `metrics/commits.json` or the last produced root ("record").
+
+Nothing is written; an unreadable record is an error naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kit.digest import load_json_strict
+from kit.evidence import records
+
+# sidecars an evaluation run writes (notebooks/13, 21): shown as the run's evaluation, not as raw metrics
+EVALUATION_SIDECARS = ("gates", "gate_verdict", "nll_change_bounds", "accuracy_by_family", "evaluation_file",
+                       "screens", "evaluation")
+
+
+class InspectError(ValueError):
+    pass
+
+
+def inspect_run(runs_dir: str | os.PathLike, run_id: str) -> dict:
+    """Everything recorded about `runs_dir/run_id` (module docstring)."""
+    if not run_id:
+        raise InspectError("RUN_ID is empty; name a run folder of the runs folder to inspect")
+    run_dir = Path(runs_dir) / run_id
+    path = run_dir / records.RUN_RECORD_NAME
+    if not path.is_file():
+        raise InspectError(f"{path}: no such run record (the runs folder read is {Path(runs_dir)}; "
+                           "set RUNS_DIR to the folder that holds the run)")
+    raw = load_json_strict(path)  # strict JSON, any key order: what verify-evidence accepts
+    if isinstance(raw, dict) and raw.get("format") == "kit-bench/1":
+        return _benchmark(run_dir, raw)
+    return _notebook(run_dir, records.read_run_record(run_dir))
+
+
+def _benchmark(run_dir: Path, rec: dict) -> dict:
+    raw = rec.get("raw_output")
+    names = raw if isinstance(raw, list) else [raw] if isinstance(raw, str) else []
+    errors = rec.get("errors") or []
+    git = rec.get("git") or {}
+    return {
+        "run_id": rec.get("run_id", run_dir.name), "kind": "benchmark", "status": rec.get("status"),
+        "reason": errors[0].get("error") if errors and isinstance(errors[0], dict) else None,
+        "summary": {"command": rec.get("command"), "started_at": rec.get("started_at"),
+                    "ended_at": rec.get("ended_at"), "duration_s": rec.get("duration_s"),
+                    "git": git.get("commit"), "dirty": git.get("dirty"), "device": _device_words(rec.get("device"))},
+        "error": {"errors": errors} if errors else None,
+        "bound": {f"parameter {k}": json.dumps(v) for k, v in sorted((rec.get("parameters") or {}).items())},
+        "raw_output": {n: (run_dir / n).exists() for n in names},
+        "curves": None, "curves_source": None, "sidecars": [], "evaluation": {}, "last_commit": None,
+    }
+
+
+def _device_words(device) -> str | None:
+    if not isinstance(device, dict):
+        return None
+    gpus = device.get("gpus")
+    if isinstance(gpus, list) and gpus:
+        return f"{len(gpus)} x {gpus[0].get('name')}"
+    return device.get("name") or device.get("cpu") or device.get("type")
+
+
+def _failed_cell(run_dir: Path, run) -> dict | None:
+    """The recorded error and the source of the notebook's own cell that raised it."""
+    error = run.error or {}
+    if not error and run.status == "completed":
+        return None
+    out = {"ename": error.get("ename"), "evalue": error.get("evalue"), "cell_index": error.get("cell_index"),
+           "cell_source": None, "traceback_tail": []}
+    executed = run_dir / run.executed_notebook if run.executed_notebook else None
+    if executed is None or not executed.is_file():
+        return out
+    nb = json.loads(executed.read_text())
+    # the source notebook's cells: the executed one without papermill's error banners and injected parameters
+    added = {"papermill-error-cell-tag", "injected-parameters"}
+    cells = [c for c in nb.get("cells", []) if not added & set(c.get("metadata", {}).get("tags", []))]
+    index = error.get("cell_index")
+    if isinstance(index, int) and 0 <= index < len(cells):
+        cell = cells[index]
+        out["cell_source"] = "".join(cell.get("source", ""))
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                out["traceback_tail"] = o.get("traceback", [])[-3:]
+    return out
+
+
+def _store_curves(params: dict) -> tuple[list | None, str | None]:
+    """Per-update rows from the run's checkpoint store, when that store is on this machine."""
+    if params.get("HOME") and (Path(params["HOME"]) / "attempts").is_dir():
+        from kit.adaptive.compare import update_log
+
+        rows = [{"update": r["cohort_step"], **{k: v for k, v in r.items() if k != "cohort_step"}}
+                for r in update_log(params["HOME"], params.get("COHORT", "A"))]
+        return rows, params["HOME"]
+    if params.get("STUDY_DIR") and (Path(params["STUDY_DIR"]) / "arms").is_dir():
+        from kit.study.arms import arm_dir, attempt_records
+
+        arm = params.get("ARM", "single")
+        attempts = attempt_records(params["STUDY_DIR"], arm)
+        rows = [{"update": u["step"], "objective": u["objective"], "grad_norm": u["grad_norm"]}
+                for u in (attempts[-1] if attempts else {}).get("updates") or []]
+        return rows, str(arm_dir(params["STUDY_DIR"], arm) / "home")
+    return None, None
+
+
+def _home(params: dict) -> str | None:
+    if params.get("HOME"):
+        return params["HOME"]
+    if params.get("STUDY_DIR"):
+        from kit.study.arms import arm_dir
+
+        return str(arm_dir(params["STUDY_DIR"], params.get("ARM", "single")) / "home")
+    return None
+
+
+def _notebook(run_dir: Path, run) -> dict:
+    params = run.parameters
+    metrics_dir = run_dir / records.METRICS_DIR_NAME
+    sidecars = sorted(p.stem for p in metrics_dir.glob("*.json")) if metrics_dir.is_dir() else []
+    curves, store = _store_curves(params)
+    source = "store" if curves else None
+    if not curves and "loss_curves" in sidecars:  # the store is not committed; its curves are
+        curves, source = load_json_strict(records.metric_path(run_dir, "loss_curves")), "sidecar"
+    evaluation = {name: load_json_strict(records.metric_path(run_dir, name))
+                  for name in EVALUATION_SIDECARS if name in sidecars}
+    bound = {"contract_digest": run.contract_digest,
+             **{f"input {k}": v for k, v in run.input_digests.items()},
+             **{f"parameter {k}": json.dumps(v) for k, v in params.items()},
+             **{f"root used ({e['home']})": e["root"] for e in run.checkpoint_roots["used"]},
+             **{f"root produced ({e['home']})": e["root"] for e in run.checkpoint_roots["produced"]}}
+    return {
+        "run_id": run.run_id, "kind": "notebook", "status": run.status, "reason": run.reason,
+        "summary": {"notebook": run.notebook, "started_at": run.started_at, "duration_s": run.duration_s,
+                    "git": run.git["commit"], "dirty": run.git["dirty"],
+                    "device": f"{run.device.get('cpu')}, {run.device.get('gpu_count')} GPU(s)"},
+        "error": _failed_cell(run_dir, run), "bound": bound,
+        "contract_digest": run.contract_digest, "input_digests": dict(run.input_digests),
+        "curves": curves or None, "curves_source": source if curves else None, "curves_store": store,
+        "sidecars": sidecars, "evaluation": evaluation,
+        "last_commit": _last_commit(run_dir, run, _home(params), sidecars),
+    }
+
+
+def _last_commit(run_dir: Path, run, home: str | None, sidecars: list[str]) -> dict | None:
+    if home and Path(home).is_dir():
+        from kit.store.commits import read_head, verify_commit
+
+        head = read_head(home)
+        if head is not None:
+            report = verify_commit(home, head)
+            keys = ("full_root", "learned_state_root", "parent", "params", "objects", "bytes", "num_layers",
+                    "workers")
+            return {"source": "store", "home": home, **{k: report.get(k) for k in keys}}
+    if "commits" in sidecars:
+        table = load_json_strict(records.metric_path(run_dir, "commits"))
+        if isinstance(table, dict) and table.get("rows"):
+            return {"source": "sidecar", **dict(zip(table["columns"], table["rows"][-1]))}
+    produced = run.checkpoint_roots["produced"]
+    if produced:
+        return {"source": "record", "home": produced[-1]["home"], "full_root": produced[-1]["root"]}
+    return None

@@ -1,0 +1,67 @@
+"""kit.evidence.inspect and notebooks/90_inspect_failed_arm.ipynb on committed evidence: a completed
+notebook run (its store is not committed: curves and last commit from the sidecars), the failed GPU
+campaign (a kit-bench/1 record, not canonical JSON, which verify-evidence accepts) and a benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kit.evidence.inspect import InspectError, inspect_run
+from kit.evidence.verify import verify_evidence
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "runs"
+COMPLETED, FAILED, BENCH = "demo-adaptive-A2-control", "adaptive-gpu-campaign-x2-2026-11-30", "bench-update-2026-11-29"
+
+
+def test_a_completed_run_without_its_store_falls_back_to_the_committed_sidecars():
+    found = inspect_run(RUNS, COMPLETED)
+    sidecar = json.loads((RUNS / COMPLETED / "metrics" / "loss_curves.json").read_text())
+    commits = json.loads((RUNS / COMPLETED / "metrics" / "commits.json").read_text())
+    assert (found["kind"], found["status"], found["error"]) == ("notebook", "completed", None)
+    assert found["curves_source"] == "sidecar" and found["curves"] == sidecar and len(sidecar) == 8
+    last = found["last_commit"]
+    assert last["source"] == "sidecar" and last["full_root"] == commits["rows"][-1][commits["columns"].index("full_root")]
+    assert found["bound"]["parameter COHORT"] == '"A"'
+
+
+def test_an_evaluation_run_shows_its_evaluation_sidecars():
+    found = inspect_run(RUNS, "demo-adaptive-final-A")
+    gates = json.loads((RUNS / "demo-adaptive-final-A" / "metrics" / "gates.json").read_text())
+    assert found["evaluation"]["gates"] == gates and "nll_change_bounds" in found["evaluation"]
+
+
+def test_the_failed_gpu_campaign_record_is_read_as_verify_evidence_reads_it():
+    assert verify_evidence(RUNS / FAILED)["ok"]  # accepted there, though not canonical JSON
+    found = inspect_run(RUNS, FAILED)
+    rec = json.loads((RUNS / FAILED / "run.json").read_text())
+    assert (found["kind"], found["status"]) == ("benchmark", "failed")
+    assert found["error"]["errors"] == rec["errors"] and found["reason"] == rec["errors"][0]["error"]
+    assert found["summary"]["device"] == "2 x NVIDIA H200"
+    assert found["raw_output"] and all(found["raw_output"].values())
+
+
+def test_a_benchmark_record_and_a_missing_run():
+    found = inspect_run(RUNS, BENCH)
+    assert (found["kind"], found["status"], found["error"]) == ("benchmark", "completed", None)
+    assert found["raw_output"] == {"update_throughput.jsonl": True}
+    with pytest.raises(InspectError, match=r"no-such-run/run\.json: no such run record .*set RUNS_DIR"):
+        inspect_run(RUNS, "no-such-run")
+
+
+@pytest.mark.parametrize("run_id", [COMPLETED, FAILED, BENCH])
+def test_the_notebook_inspects_a_committed_run_into_another_folder(run_id, tmp_path):
+    from kit.evidence.runner import run_notebook
+
+    out = tmp_path / "inspections"
+    record = run_notebook(REPO / "notebooks" / "90_inspect_failed_arm.ipynb",
+                          {"RUN_ID": run_id, "RUNS_DIR": str(RUNS), "OUT_DIR": str(tmp_path / "files")},
+                          "inspect", out)
+    assert (record.status, record.error) == ("completed", None)
+    written = json.loads((tmp_path / "files" / f"{run_id}.inspection.json").read_text())
+    assert written == json.loads(json.dumps(inspect_run(RUNS, run_id)))
+    assert json.loads((out / "inspect" / "metrics" / "inspected.json").read_text())["status"] == written["status"]
+    assert not (RUNS / "inspect").exists()  # nothing written into the folder it read
