@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from nccl_semantics import run_ranks
+from support.nccl_semantics import run_ranks
 
 from kit.engine.commit_transfer import gather_objects
 from kit.store.objects import ObjectStore

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_adaptive_prepare import _distinct, make_seed
+from support.adaptive import distinct, make_seed
 
 from kit.adaptive.schema import load_adaptive_contract
 from kit.contract import ContractError
@@ -94,7 +94,7 @@ def test_drafts_leave_the_small_seeds_exclusion_set_unchanged(tmp_path):
 @pytest.fixture(scope="module")
 def pilot_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("pilot")
-    seed = make_seed(root, _distinct(synthetic_conversations(200, 11))[:80])
+    seed = make_seed(root, distinct(synthetic_conversations(200, 11))[:80])
     ledger = root / "ledger.jsonl"
     ledger.write_text("")
     out = root / "run"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_workers import engine_config, records_from_json
-from nccl_semantics import run_ranks
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import engine_config, records_from_json
+from support.nccl_semantics import run_ranks
 
 from kit.distributed.group import Group
 from kit.engine.migration import reference_over_group

@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from reliability_support import worker_env
+from support.reliability import worker_env
 
 from kit.store.commits import HEAD_RE, read_commit, read_head, verify_commit
 
@@ -24,7 +24,7 @@ WRITER = r"""
 import sys
 from pathlib import Path
 from kit.store.commits import HeadMoved, write_commit
-from reliability_support import stage_commit
+from support.reliability import stage_commit
 
 home, me = Path(sys.argv[1]), sys.argv[2]
 print("ready", flush=True)

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from reliability_support import commit, learned_root_from_loaded, stage_commit, worker_env
+from support.reliability import commit, learned_root_from_loaded, stage_commit, worker_env
 
 from kit.cli import main as kit_main
 from kit.store import commits, objects
@@ -43,7 +43,7 @@ import hashlib, json, os, signal, sys
 from pathlib import Path
 import kit.store.commits as commits
 import kit.store.objects as objects
-from reliability_support import stage_commit
+from support.reliability import stage_commit
 
 a = json.loads(sys.argv[1])
 home, point = Path(a["home"]), a["point"]
@@ -153,7 +153,7 @@ LOOP_SCRIPT = r"""
 import sys
 from pathlib import Path
 from kit.store.commits import read_commit, read_head, write_commit
-from reliability_support import stage_commit
+from support.reliability import stage_commit
 
 home = Path(sys.argv[1])
 head = read_head(home)

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_workers import session_worker
-from reliability_support import worker_env, write_seed
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import session_worker
+from support.reliability import worker_env, write_seed
 
 from kit.distributed.group import Group
 from kit.distributed.launch import WorkerFailure, launch
@@ -54,7 +54,7 @@ def bound(timeout_s: float) -> float:
     waits at most GRACE_S for the others, then SIGTERM (5 s before SIGKILL); plus slack."""
     return timeout_s + GRACE_S + 5.0 + SLACK_S
 
-ENTRY = "reliability_support:faulty_session_worker"
+ENTRY = "support.reliability:faulty_session_worker"
 
 
 @pytest.fixture(scope="module")
