@@ -1,19 +1,9 @@
 """The exposure ledger (`ledger/exposed.jsonl` in the evidence): every final task and retention probe
 that a scored evaluation opened, by content digest, so that no later contract reuses it.
 
-One canonical-JSON line per exposed item (docs/formats.md, "Exposure ledger"):
-
-    {"format": "kit-exposure/1", "kind": "final.task" | "final.retention" | "retention.probe",
-     "digest": content digest, "id": record id, "contract_digest", "job": prepared-job digest,
-     "run": run id | null, "purpose", "time": ISO 8601 UTC}
-
-`digest` is what a later preparation excludes by: for a generated task its task content digest
-(`meta.digest`, the digest kit.data.tasks excludes by), for a conversation its content digest
-(`Conversation.digest`). Lines are appended (one write, fsynced) and never rewritten; an item already
-in the ledger for the same contract is not written twice, so re-opening the same finals adds nothing.
-
-Where: `$KIT_LEDGER` when set (tests; an operator's shared ledger); inside a `kit run` the `ledger/`
-beside the run's `runs/` directory (the repository's evidence, or `demo-out/` for `make demo`);
+Lines (docs/formats.md, "Exposure ledger") are appended, fsynced and never rewritten; an item already
+recorded for the same contract is not written twice.
+Where: `$KIT_LEDGER` when set; inside a `kit run` the `ledger/` beside the run's `runs/` directory;
 otherwise the kit repository's `ledger/`.
 """
 
