@@ -39,7 +39,7 @@ def _launch(tmp_path, dirs, workers, batches, max_norm, name):
 @pytest.mark.parametrize("max_norm, clipping", [(0.05, True), (1e6, False)])
 def test_workers_match_oracle_and_each_other(tmp_path, dirs, max_norm, clipping):
     """1, 2 and 3 workers against the float64 oracle, within the float32 error bound derived in
-    tests/engine_oracle.py (run_oracle64's argument), and bit-identical to each other."""
+    tests/support/engine_oracle.py (run_oracle64's argument), and bit-identical to each other."""
     batches = make_batches()
     history, oracle_state = run_oracle64(*dirs, batches, OPT["lr"], (OPT["beta1"], OPT["beta2"]), OPT["eps"],
                                          OPT["weight_decay"], max_norm)

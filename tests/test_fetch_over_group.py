@@ -135,7 +135,7 @@ def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_
 
 def test_fetch_order_holds_under_nccl_rules(tmp_path, source):
     """The same migration, 3 ranks, under NCCL's point-to-point rules (rendezvous sends, FIFO per
-    pair, no tags; tests/nccl_semantics.py): the holder's send order and the receivers' receive order
+    pair, no tags; tests/support/nccl_semantics.py): the holder's send order and the receivers' receive order
     cannot deadlock on NCCL, and the result equals what the gloo processes got."""
     from support.nccl_semantics import run_ranks
 

@@ -1,7 +1,7 @@
 """An oracle for the model part that shares no code with the kit: transformers.LlamaForCausalLM,
 given the same weights, computes the same loss (CE on new records, KL toward the reference on replay
 records, normalised by the global target count) in float64; its gradients must equal the kit
-engine's float32 gradients of one update within the float32 bound derived in tests/engine_oracle.py."""
+engine's float32 gradients of one update within the float32 bound derived in tests/support/engine_oracle.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stage schedule under NCCL's point-to-point rules (tests/nccl_semantics.py), on CPU threads.
+"""The stage schedule under NCCL's point-to-point rules (tests/support/nccl_semantics.py), on CPU threads.
 
 The old GPipe order deadlocks there, as it did on two H200s; the tick schedule passes at 2 and 3
 stages, and its learned state is bit-identical to the old order's, to one worker's, and to gloo's."""

@@ -1,4 +1,4 @@
-"""Hosts without a shared filesystem, under NCCL's point-to-point rules (tests/nccl_semantics.py:
+"""Hosts without a shared filesystem, under NCCL's point-to-point rules (tests/support/nccl_semantics.py:
 rendezvous sends, FIFO per ordered pair, no tags), on CPU threads: a whole `Session.commit` with one
 store per rank (kit/engine/commit_transfer.py: rank 0 receives what it lacks, every other rank adopts
 its shard), and the frozen reference fetched over the group (`reference_over_group`: each rank gets

@@ -1,7 +1,7 @@
 """Issue 9, cases 2, 7, 8 and 9: faults on one rank of a real two-process run (gloo, CPU).
 
 Every run here is `kit.distributed.launch.launch` starting real worker processes of
-`reliability_support:faulty_session_worker`, i.e. `engine_workers.session_worker` with one fault
+`support.reliability:faulty_session_worker`, i.e. `engine_workers.session_worker` with one fault
 injected on one rank (tests/test_worker_faults.py covers the same for `engine_workers.train_worker`
 at an update; these add the session's phases, commits and resumes).
 
