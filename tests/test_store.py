@@ -310,6 +310,8 @@ def test_write_commit_refuses_missing_or_corrupt_objects(tmp_path):
 
 FAULT_SCRIPT = (
     "import json, sys\n"
+    "import kit.numerics\n"
+    "kit.numerics.apply()\n"
     "from kit.store.commits import write_commit\n"
     "a = json.load(open(sys.argv[1]))\n"
     "print(write_commit(a['home'], a['ls'], a['layout'], a['parent'], a['rng']))\n"

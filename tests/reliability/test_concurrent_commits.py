@@ -23,6 +23,8 @@ ROUNDS = 100
 WRITER = r"""
 import sys
 from pathlib import Path
+import kit.numerics
+kit.numerics.apply()  # a script of one's own applies the profile before computing roots
 from kit.store.commits import HeadMoved, write_commit
 from support.reliability import stage_commit
 

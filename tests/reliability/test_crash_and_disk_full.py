@@ -41,6 +41,8 @@ KILL_POINTS = ("object", "manifest", "head", "head_installed")
 KILL_SCRIPT = r"""
 import hashlib, json, os, signal, sys
 from pathlib import Path
+import kit.numerics
+kit.numerics.apply()  # a script of one's own applies the profile before computing roots
 import kit.store.commits as commits
 import kit.store.objects as objects
 from support.reliability import stage_commit
@@ -152,6 +154,8 @@ def test_sigkill_in_each_phase_leaves_a_complete_head(killed, point, capsys):
 LOOP_SCRIPT = r"""
 import sys
 from pathlib import Path
+import kit.numerics
+kit.numerics.apply()  # a script of one's own applies the profile before computing roots
 from kit.store.commits import read_commit, read_head, write_commit
 from support.reliability import stage_commit
 
