@@ -65,7 +65,7 @@ DEV_SAMPLE_ROLE = "seed-dev-sample"  # the per-family accuracy sample of the bui
 CHAT_PROMPTS = ("What colour is the sky?", "Give three tips for staying healthy.",
                 "What is a list in Python?", "Explain what a function is in one sentence.")
 OPTIMIZER_GROUP = "default"
-VOCAB_RANGE = (8192, 32768)  # the real config's tokenizer size (issue 17)
+VOCAB_RANGE = (8192, 32768)  # the tokenizer size a real config must have
 PARAM_RANGE = (100_000_000, 400_000_000)
 
 
