@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     from kit.digest import load_json_strict
     from kit.evidence.ledger import read_ledger
     from kit.evidence.records import read_run_record
-    from kit.evidence.review import recorded_contract
+    from kit.evidence.report.index import recorded_contract
 
     argv = sys.argv[1:] if argv is None else argv
     ledger = read_ledger(REPO / "ledger" / "exposed.jsonl")

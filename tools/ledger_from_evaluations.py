@@ -69,7 +69,7 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
     from kit.digest import load_json_strict, sha256_bytes
     from kit.evidence.ledger import read_ledger
     from kit.evidence.records import read_run_record
-    from kit.evidence.review import recorded_contract
+    from kit.evidence.report.index import recorded_contract
 
     rec = read_run_record(run_dir)
     ev = load_json_strict(evaluation_path)
