@@ -67,6 +67,15 @@ def metric_view(obj: Any) -> tuple[str, Any]:
     return "json", obj
 
 
+def curves_figure(obj: Any, title: str) -> bytes:
+    """PNG of a sidecar shaped as curves, drawn as the report draws it (notebooks display this)."""
+    kind, view = metric_view(obj)
+    if kind != "curves":
+        raise ValueError(f"{title}: a sidecar shaped as {kind}, expected curves (records with a numeric "
+                         "'update' or 'step' key, or equal-length numeric lists)")
+    return curves_png(*view, title)
+
+
 def _named_view(row: dict, idx: dict, name: str, obj: Any, title: str) -> str | None:
     """The reviewer's view of a sidecar known by its name; None when the name (or its shape) has none."""
     rbr = idx["runs_by_root"]
