@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     from kit.adaptive.evaluation import gates
     from kit.digest import load_json_strict
     from kit.evidence.ledger import read_ledger
-    from kit.evidence.review import recorded_contract
+    from kit.evidence.report.index import recorded_contract
     from kit.evidence.run_record import read_run_record
 
     argv = sys.argv[1:] if argv is None else argv

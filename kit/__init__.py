@@ -20,10 +20,9 @@ NUMERIC_PROFILE = "kit-cpu-portable/1"
 NUMERIC_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1"}
 
-# The public API (kit/api.py), resolved on first use so that `import kit` stays light; the names
-# after the first four are kit.api.__all__ in its order (tests/test_api.py).
-__all__ = [  # noqa: RUF022 - the package's own names, then the API grouped by what a notebook does
-    "NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics",
+# The public API, defined in kit/api.py and resolved on first use so that `import kit` stays light;
+# kit.api's __all__ is this tuple, so the two cannot drift apart.
+API_NAMES = (  # grouped by what a notebook does: model, engine, refs, stores, seeds, contracts, experiments, runs
     "LlamaShape", "load_config", "LlamaCausalLM", "Layout", "even_layout",
     "build_worker", "Session", "Group", "launch", "Start", "start_from_seed", "start_from_commit",
     "EngineConfig", "GroupConfig", "DistillConfig", "PowerSGDConfig",
@@ -36,8 +35,9 @@ __all__ = [  # noqa: RUF022 - the package's own names, then the API grouped by w
     "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
     "study_screens",
     "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots",
-]
-_API = frozenset(__all__[4:])
+)
+__all__ = ["NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics"] + list(API_NAMES)
+_API = frozenset(API_NAMES)
 
 
 def __getattr__(name: str):

@@ -8,6 +8,7 @@ Per experiment the same steps: prepare, train (a typed run request), evaluate, s
 freezes its candidates), gates (the study's screens). Importing this module imports torch (the
 drivers need it); `import kit` alone imports nothing heavy."""
 
+from kit import API_NAMES
 from kit.adaptive.continued import continued_gates, prepare_continued
 from kit.adaptive.continued_schema import load_continued_contract
 from kit.adaptive.evaluation import evaluate as evaluate_adaptive
@@ -45,26 +46,4 @@ from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig
 from kit.train.powersgd import PowerSGDConfig
 
-__all__ = [  # noqa: RUF022 - grouped by what a notebook does, not alphabetically
-    # model shape and model
-    "LlamaShape", "load_config", "LlamaCausalLM", "Layout", "even_layout",
-    # engine: one constructor, the session over it, and the typed configs
-    "build_worker", "Session", "Group", "launch", "Start", "start_from_seed", "start_from_commit",
-    "EngineConfig", "GroupConfig", "DistillConfig", "PowerSGDConfig",
-    # where a run starts or what it trains against
-    "SeedRef", "CommitRef", "PeerCommitRef",
-    # checkpoint stores
-    "read_commit", "verify_commit", "list_commits",
-    # seeds
-    "SeedBuildConfig", "build_seed", "describe_seed", "SmallSeedConfig", "build_small_seed",
-    # contracts
-    "Contract", "ContractError", "load_adaptive_contract", "load_continued_contract", "load_study_contract",
-    # the adaptive experiment (and its continued-learning phase)
-    "prepare_adaptive", "CohortRequest", "train_cohort", "train_cohort_torchrun", "evaluate_adaptive",
-    "select_adaptive", "adaptive_gates", "prepare_continued", "continued_gates",
-    # the shared-gradient study
-    "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
-    "study_screens",
-    # run recording: notebooks as recorded runs, and what a notebook records
-    "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots",
-]
+__all__ = list(API_NAMES)  # kit/__init__.py names them (import kit stays free of torch)

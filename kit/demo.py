@@ -1,32 +1,11 @@
 """`kit demo`, the embedded default: both experiments' tiny contracts end to end, through the notebooks.
 
-Every step is a notebook of `notebooks/` executed by kit.evidence.runner into `runs/demo-<step>/`, so the
-demo leaves exactly the evidence a batch on a GPU host leaves (run records, executed notebooks, metric
-sidecars, checkpoint roots), and `reports/demo/index.html` is rendered from it at the end:
-
-    seed (build)
-    adaptive: prepare -> cohort A on 2 workers to the migration step -> the 3-worker continuation
-      (migrated) -> the uninterrupted 2-worker control -> migration comparison -> cohort B fixed-depth
-      control -> cohort B growth -> growth comparison -> dev evaluations -> selection -> final
-      evaluations with the gates
-    continued learning (contracts/continued-learning.tiny.json, exploratory): prepare from the selected A
-      endpoint -> cohort C -> dev evaluation -> selection -> final evaluation with its gates
-    gradient study: prepare -> single, dense, PowerSGD arms -> evaluation and screens
-    report
-
-The sequence mirrors examples/adaptive_tiny.sh and examples/gradient_study_tiny.sh. A step's parameters
-name the checkpoint roots of earlier steps, read from their run records (`checkpoint_roots.produced`), so
-each run.json says exactly which commit it continued from. The plan as executed (literal roots included)
-is written to OUT/demo-plan.json, a valid `kit batch` plan; step times go to OUT/demo-timing.json.
-
-Working data (seed, prepared jobs, checkpoint stores) goes under `out`, run records under `runs_dir`, the
-report under `reports_dir`. A rerun reuses a run id already `completed` with the same parameters (as
-`kit batch` skips it) and refuses one completed with other parameters: evidence is never overwritten.
-The demo stops at the first failed step (a study arm's own outcome, e.g. `unavailable`, does not stop it)
-and still renders the report, which lists the failure; notebooks/90_inspect_failed_arm.ipynb opens it.
-
-Progress: a bar over the steps on the console (tqdm), off with `progress=False` or KIT_PROGRESS=0.
-Kernels always run with KIT_PROGRESS=0, so the executed notebooks kept as evidence hold no bar output.
+Every step is a notebook of `notebooks/` executed by kit.evidence.runner into `runs/demo-<step>/`, so
+the demo leaves exactly the evidence a batch on a GPU host leaves, and the report is rendered from it
+at the end. The decision to know: a step's parameters name earlier steps' checkpoint roots read from
+their run records, and a rerun reuses a completed run with the same parameters but refuses one with
+other parameters: evidence is never overwritten.
+Steps, outputs and progress: docs/internals.md ("kit.demo"); files: docs/formats.md, "Demo plan".
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """The kit's one numeric profile: the settings under which a digest or a root means the same number
 on every x86 CPU (docs/engine.md, "Determinism").
 
-Why each setting (measured on an AMD EPYC with AVX-512 and compared with an Intel Xeon):
-
-- ATen CPU kernels are compiled several times (DEFAULT, AVX2, AVX512) and chosen at run time from
-  the CPU's instruction set. The vector width changes the order of reductions (softmax, norms, sums),
-  so the same code gave another seed digest on AVX-512 than on AVX2. The profile pins the DEFAULT
-  kernels (`ATEN_CPU_CAPABILITY=default`): one compiled code path that every x86-64 CPU executes.
-- MKL (the BLAS of torch's x86 wheels) dispatches its GEMM kernels by CPU vendor and instruction
-  set, so a matmul rounds differently on Intel and AMD. Conditional numerical reproducibility
-  pins the COMPATIBLE branch (`mkl_cbwr_set(MKL_CBWR_COMPATIBLE)`), the only branch MKL honours on
-  every x86 vendor (an AVX2 request falls back to AUTO on AMD; bench/numeric_profile_cost.py prints it).
-- One intra-op thread: ATen splits reductions across threads, so the thread count changes the
-  summation order. (On the 2-core machines that run the tiny default, one thread is also faster.)
-- oneDNN is switched off so that no kernel with its own ISA dispatch is reached.
-
-`import kit` changes nothing; `apply()` sets the profile. It writes the environment variables into
-`os.environ` (overriding the user's: a digest must not depend on them; child processes inherit them),
-which ATen and MKL read once, at their first computation, so it must run before torch computes
-anything (importing torch is fine). It then fixes the thread count, switches oneDNN off, checks that
-ATen and MKL really took the settings and returns the profile that run records carry. The entry
-points that produce digests call it (the CLI, the launcher's workers, the notebook kernels); a script
-of one's own calls `kit.numerics.apply()` first. The functions that compute a digest or a root refuse
-before it (`kit.digest.require_numeric_profile`).
-
-On CUDA the promise is weaker and stated as such: with `deterministic_gpu=True`, cuBLAS,
-cuDNN and torch use deterministic algorithms, so a root repeats on the same layout and hardware;
-GPU roots are not promised equal to CPU roots or across GPU models.
+The profile pins ATen's DEFAULT kernels, MKL's COMPATIBLE branch, one intra-op thread and no oneDNN.
+The decision to know: `import kit` changes nothing; `apply()` sets the profile (overriding the
+user's environment, since a digest must not depend on it) and must run before torch computes
+anything. The digest-producing entry points call it, a script of one's own calls
+`kit.numerics.apply()` first, and the functions that compute a digest refuse before it.
+Why each setting, and the promises: docs/engine.md ("Determinism").
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Capacity planner: which contiguous Llama blocks each worker owns, and whether a worker may start.
 
-A worker holds, for every parameter it owns, the FP32 master weight, its FP32 gradient, both FP32
-Adam moments, an optional compute-precision copy and its share of the frozen reference; plus the
-saved activations of the schedule's in-flight microbatches and a reserve. The embedding owner also
-holds the embeddings, the (tied or untied) head, the final norm and the chunked logits/loss buffers.
-`docs/planner.md` states every term of this memory model and why it is counted.
-
-`plan` returns the contiguous assignment of blocks [0, L) to workers in rank order (each worker at
-least one block) that minimises the estimated peak utilisation max_w(estimate_w / memory_w). The
-search is exact, with every comparison in exact rational arithmetic, and ties are broken by a fixed
-lexicographic key (see `plan`). `admit` is the second, local check: a worker compares its estimate
-with memory actually free, because advertised memory is not proof of available resources.
-
+`plan` returns the contiguous assignment of blocks to workers in rank order that minimises the
+estimated peak utilisation, by an exact search in rational arithmetic with a fixed tie-break;
+`admit` then compares a worker's estimate with the memory actually free, because advertised memory
+is not proof of available resources. The memory model term by term: docs/planner.md.
 Layer 0: stdlib only (no torch); free memory is measured elsewhere and passed in.
 """
 

@@ -1,18 +1,10 @@
 """Input and source commitments: what a prepared job was made from, re-checked before training (layer 0).
 
-The seed: "Source mismatches fail before training." Preparation records, for every file it read or
-wrote, the path as given, its `os.path.realpath` and its sha256, plus a digest of the kit's own
-source; `check_commitments` re-hashes all of them and raises `CommitmentMismatch` naming the file,
-the expected and the actual value. A file behind a symlink that is swapped after preparation is
-caught twice: its realpath changes and its bytes hash differently.
-
-Kit source digest (`source_digest`): the rows [relative POSIX path, sha256 of the bytes] of every
-regular file under the package directory, sorted by path, then
-    digest = sha256(canonical_json(rows))
-Skipped, because they cannot change what the kit does: `__pycache__` directories, compiled files
-(*.pyc, *.pyo) and hidden files or directories (editor swap files, .DS_Store). Everything else
-counts, *.py and any data file a module reads (templates, JSON), so an edit anywhere fails closed.
-
+"Source mismatches fail before training": preparation records every file's path, realpath and
+sha256, plus a digest of the kit's own source; `check_commitments` re-hashes them and raises
+`CommitmentMismatch` naming the file, the expected and the actual value. The decision to know: the
+source digest covers every regular file of the package except caches and hidden files, so an edit
+anywhere fails closed (docs/formats.md, "adaptive-shards-inputs.json").
 Layer 0: stdlib and kit.digest only.
 """
 

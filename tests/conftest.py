@@ -15,26 +15,7 @@ import kit.numerics
 # and launched results are comparable bit for bit.
 kit.numerics.apply()
 
-REPO = Path(__file__).resolve().parents[1]
-PUBLIC_SOURCE = REPO / "data" / "alpaca_5000.json"  # in the repository (data/SOURCE.md)
-
-
-def write_hf_llama(out: Path, *, vocab=64, hidden=32, layers=3, heads=4, kv_heads=2, inter=48, tied=True,
-                   seed=0, rope_scaling=None) -> Path:
-    """A random LlamaForCausalLM saved with save_pretrained (safetensors); transformers is the oracle."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128,
-                      tie_word_embeddings=tied, rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=rope_scaling)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():  # non-trivial norms so that a missed norm weight shows up
-        for n, p in model.named_parameters():
-            if "norm" in n:
-                p.uniform_(0.5, 1.5)
-    model.save_pretrained(out, safe_serialization=True)
-    return out
+from support.models import PUBLIC_SOURCE, REPO, write_hf_llama  # noqa: F401 - re-exported names of the fixtures
 
 
 @pytest.fixture
@@ -76,3 +57,25 @@ def _private_exposure_ledger(tmp_path_factory, monkeypatch):
     """Every test records final exposures to (and prepares against) a ledger of its own; a test that
     wants a shared ledger sets KIT_LEDGER itself."""
     monkeypatch.setenv("KIT_LEDGER", str(tmp_path_factory.mktemp("ledger") / "exposed.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def dirs(student_reference):
+    """The engine tests' (student, reference) pair, per module."""
+    return student_reference
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """One preparation of the tiny adaptive contract, per module (support.adaptive.prepare_tiny)."""
+    from support.adaptive import prepare_tiny
+
+    return prepare_tiny(tmp_path_factory.mktemp("prep"))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """A tiny shared-gradient study's seed, source, contract and ledger, per module (support.study)."""
+    from support.study import make_study_env
+
+    return make_study_env(tmp_path_factory.mktemp("study"))

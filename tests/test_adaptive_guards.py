@@ -8,8 +8,7 @@ import shutil
 
 import pytest
 import torch
-from engine_workers import engine_config
-from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture (one preparation)
+from support.engine_workers import engine_config
 
 from kit import provenance
 from kit.adaptive.bindings import check_inputs
@@ -23,13 +22,13 @@ from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
 
 
-def _copy_prepared(prepared, tmp_path):  # noqa: F811
+def _copy_prepared(prepared, tmp_path):
     out = tmp_path / "prepared"
     shutil.copytree(prepared["out"], out)
     return out
 
 
-def test_changed_input_refused_before_training(prepared, tmp_path):  # noqa: F811
+def test_changed_input_refused_before_training(prepared, tmp_path):
     p = _copy_prepared(prepared, tmp_path)
     check_inputs(p)
     role = p / "roles" / "A.new.jsonl"
@@ -42,7 +41,7 @@ def test_changed_input_refused_before_training(prepared, tmp_path):  # noqa: F81
     assert not home.exists()  # refused before the attempt record, workers or store
 
 
-def test_changed_kit_source_refused_before_training(prepared, tmp_path, monkeypatch):  # noqa: F811
+def test_changed_kit_source_refused_before_training(prepared, tmp_path, monkeypatch):
     p = _copy_prepared(prepared, tmp_path)
     fake = tmp_path / "kit"
     shutil.copytree(provenance.kit_package_dir(), fake, ignore=shutil.ignore_patterns("__pycache__"))
@@ -67,7 +66,7 @@ def _commit(tmp_path, seed, cursor=A_END, name="store"):
     return str(home), root
 
 
-def test_final_roles_need_a_matching_selection_and_no_selection_after_scoring(prepared, tmp_path):  # noqa: F811
+def test_final_roles_need_a_matching_selection_and_no_selection_after_scoring(prepared, tmp_path):
     p = _copy_prepared(prepared, tmp_path)
     home, root = _commit(tmp_path, prepared["seed"])
     with pytest.raises(FinalRolesRefused, match="need a selection record"):
@@ -91,7 +90,7 @@ def test_final_roles_need_a_matching_selection_and_no_selection_after_scoring(pr
     assert all(e["purpose"] for e in log)
 
 
-def test_a_short_attempt_trains_and_leaves_its_record(prepared, tmp_path):  # noqa: F811
+def test_a_short_attempt_trains_and_leaves_its_record(prepared, tmp_path):
     p = _copy_prepared(prepared, tmp_path)
     home = tmp_path / "home"
     commits = train(CohortRequest(str(p), str(prepared["seed"]), str(home), "A", 2, until=1))

@@ -26,8 +26,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
-from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture
+from support.models import REPO
 
 from kit.adaptive.train import CohortRequest, train
 from kit.engine.migration import assigned_objects
@@ -90,7 +89,7 @@ def _ok(run):
 
 @pytest.mark.skipif(WHY is not None, reason=f"two network namespaces cannot be made here: {WHY} "
                                             "(needs root and iproute2 `ip netns`)")
-def test_adaptive_train_across_two_namespaces_with_no_shared_store(prepared, tmp_path):  # noqa: F811
+def test_adaptive_train_across_two_namespaces_with_no_shared_store(prepared, tmp_path):
     p = tmp_path / "prepared"
     shutil.copytree(prepared["out"], p)
     seed = str(prepared["seed"])

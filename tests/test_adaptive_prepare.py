@@ -7,23 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import save_file
+from support.adaptive import FULL, PUBLIC, TINY, distinct, make_seed, seed_tasks
 
 from kit.adaptive import prepare as prep
 from kit.adaptive.schema import FAMILIES, load_adaptive_contract
 from kit.contract import ContractError
-from kit.data.conversations import Conversation, Message, read_jsonl, synthetic_conversations, write_jsonl
+from kit.data.conversations import Conversation, read_jsonl, synthetic_conversations, write_jsonl
 from kit.data.tasks import FAMILIES as TASK_FAMILIES
-from kit.data.tasks import generate_set
-from kit.data.tokenizer_build import build_tokenizer
 from kit.digest import load_json_strict, sha256_file
 from kit.model.config import LlamaShape, RopeSpec
-
-REPO = Path(__file__).resolve().parents[1]
-FULL = REPO / "contracts" / "adaptive-shards.json"
-TINY = REPO / "contracts" / "adaptive-shards.tiny.json"
-PUBLIC = REPO / "data/alpaca_5000.json"
 
 
 # --- contracts ------------------------------------------------------------------------------------
@@ -82,82 +74,6 @@ def _write_variant(tmp_path, edit) -> Path:
 def test_contract_refusals_name_the_field(tmp_path, edit, match):
     with pytest.raises(ContractError, match=match):
         load_adaptive_contract(_write_variant(tmp_path, edit))
-
-
-# --- a tiny fixture seed --------------------------------------------------------------------------
-def _distinct(convs, avoid=frozenset()):
-    seen, out = set(avoid), []
-    for c in convs:
-        if c.digest not in seen:
-            seen.add(c.digest)
-            out.append(c)
-    return out
-
-
-def _planted(public: Path) -> list[Conversation]:
-    """Training conversations that collide with public records 4001 (exact prompt), 4003 (normalised
-    prompt) and 4002 (normalised document, different prompt)."""
-    rec = json.loads(public.read_text())
-    exact = Conversation("planted:exact", (Message("user", rec[4001]["instruction"]), Message("assistant", "Sure.")),
-                         "planted")
-    user = f"{rec[4003]['instruction']}\n\n{rec[4003]['input']}" if rec[4003]["input"] else rec[4003]["instruction"]
-    norm = Conversation("planted:norm", (Message("user", "  " + user.upper().replace("\n\n", " \t ") + " !"),
-                                         Message("assistant", "Fine.")), "planted")
-    r = rec[4002]
-    doc = Conversation("planted:doc", (Message("user", r["instruction"]),
-                                       Message("assistant", f"{r['input']} {r['output']}")), "planted")
-    return [exact, norm, doc]
-
-
-def make_seed(root: Path, replay_convs: list[Conversation], layers: int = 4) -> Path:
-    seed = root / "seed"
-    seed.mkdir(parents=True)
-    texts = [m.content for c in synthetic_conversations(200, 5) for m in c.messages]
-    texts += [e.prompt + " " + e.answer for e in generate_set(40, 5, "tok")]
-    build_tokenizer(texts, 400, seed, model_max_length=512)
-    shape = LlamaShape(vocab_size=400, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
-                       num_attention_heads=2, num_key_value_heads=1, head_dim=8, rms_norm_eps=1e-5,
-                       max_position_embeddings=512, tie_word_embeddings=True, rope=RopeSpec(),
-                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    (seed / "config.json").write_text(json.dumps(shape.to_hf_dict(), indent=2, sort_keys=True))
-    from kit.model.llama import LlamaCausalLM
-
-    with torch.device("meta"):
-        names = {n: tuple(p.shape) for n, p in LlamaCausalLM(shape).named_parameters()}
-    gen = torch.Generator().manual_seed(0)
-    save_file({n: torch.randn(s, generator=gen) for n, s in names.items()}, str(seed / "model.safetensors"))
-    write_jsonl(seed / "trained_conversations.jsonl", replay_convs)
-    return seed
-
-
-def seed_tasks() -> list[Conversation]:
-    from kit.data.conversations import conversation_from_json
-
-    return [conversation_from_json(e.to_conversation(), e.id, "task") for e in generate_set(8, 0, "seed-train")]
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    """One preparation of the tiny contract: replay = 29 synthetic + 3 planted overlaps (exactly the 32
-    A.replay needs) + 8 seed tasks; dev retention given as its own file. No tensor may be read."""
-    root = tmp_path_factory.mktemp("prep")
-    synthetic = _distinct(synthetic_conversations(200, 11))
-    replay = synthetic[:29] + _planted(PUBLIC) + seed_tasks()
-    seed = make_seed(root, replay)
-    dev = root / "dev_retention.jsonl"
-    write_jsonl(dev, _distinct(synthetic_conversations(300, 12), {c.digest for c in replay})[:40])
-
-    def refuse(*a, **k):
-        raise AssertionError("prepare must not load tensors")
-
-    import safetensors
-    import safetensors.torch
-    with pytest.MonkeyPatch.context() as mp:
-        for mod, name in ((safetensors, "safe_open"), (safetensors.torch, "load_file"), (safetensors.torch, "load"),
-                          (torch, "load")):
-            mp.setattr(mod, name, refuse)
-        summary = prep.prepare(TINY, seed, seed / "trained_conversations.jsonl", dev, PUBLIC, root / "out")
-    return {"root": root, "seed": seed, "dev": dev, "out": root / "out", "summary": summary, "replay": replay}
 
 
 def _roles(out: Path) -> dict[str, list[Conversation]]:
@@ -252,7 +168,7 @@ def test_ownership_manifests_cover_the_inventory(prepared):
 
 
 def test_prepare_draws_dev_retention_from_replay_when_absent(tmp_path):
-    synthetic = _distinct(synthetic_conversations(200, 21))[:70]
+    synthetic = distinct(synthetic_conversations(200, 21))[:70]
     seed = make_seed(tmp_path, synthetic + seed_tasks())
     prep.prepare(TINY, seed, seed / "trained_conversations.jsonl", None, PUBLIC, tmp_path / "out")
     roles = _roles(tmp_path / "out")
@@ -327,7 +243,7 @@ def test_refusals_write_nothing(prepared, tmp_path):
 def test_cli_registration_adds_kit_adaptive_prepare(tmp_path):
     import argparse
 
-    from conftest import write_hf_llama
+    from support.models import write_hf_llama
 
     from kit.adaptive import cli as adaptive_cli
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import write_hf_llama
+from support.models import write_hf_llama
 
 import kit.engine.admission as admission_mod
 import kit.engine.worker as worker_mod

@@ -16,7 +16,11 @@ KIT = Path(kit.__file__).resolve().parent
 def test_all_names_the_api_and_each_name_resolves_to_its_definition():
     import kit.api
 
-    assert kit.__all__ == ["NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics", *kit.api.__all__]
+    assert kit.__all__ == ["NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics", *kit.API_NAMES]
+    # kit/api.py imports exactly the API: no name missing from it, none imported and left unnamed
+    imported = [a.asname or a.name for node in ast.parse(Path(kit.api.__file__).read_text()).body
+                if isinstance(node, ast.ImportFrom) and node.module != "kit" for a in node.names]
+    assert sorted(imported) == sorted(kit.API_NAMES) and len(set(kit.API_NAMES)) == len(kit.API_NAMES)
     for name in kit.api.__all__:
         assert getattr(kit, name) is getattr(kit.api, name), name
     # what the issue asks a notebook author to find there

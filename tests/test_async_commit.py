@@ -16,22 +16,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_hf_llama
-from engine_workers import engine_config, launch_env, records_from_json
-from test_engine import OPT, make_batches
+from support.engine import OPT
+from support.engine_workers import engine_config, launch_env
+from support.models import write_hf_llama
+from support.session import BATCHES, LAYERS, make_session, update
 
 from kit.distributed.group import Group
 from kit.engine.session import Session
 from kit.model.shard import even_layout
 from kit.store import commits
 from kit.store.async_commit import AsyncCommitter
-from kit.store.start import start_from_seed
 from kit.train.optim import GroupConfig
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-LAYERS = 2
-BATCHES = make_batches(6, seed=11)
 
 
 @pytest.fixture(scope="module")
@@ -39,18 +37,6 @@ def seeds(tmp_path_factory):
     root = tmp_path_factory.mktemp("async-seeds")
     return (write_hf_llama(root / "student", layers=LAYERS, seed=0),
             write_hf_llama(root / "reference", layers=LAYERS, seed=1))
-
-
-def make_session(student: str, reference: str, home: str) -> Session:
-    """One CPU worker over the whole model (world size 1: collectives are local)."""
-    groups = {"default": GroupConfig.from_json(OPT, "optimizer.default")}
-    return Session(Group(0, 1, torch.device("cpu")), str(home), even_layout(LAYERS, 1),
-                   start_from_seed(str(student)), engine_config({"microbatch_size": 2, "max_grad_norm": 0.5}),
-                   groups, reference={"seed_dir": str(reference)})
-
-
-def update(session: Session):
-    return session.update(records_from_json(BATCHES[session.step]))
 
 
 def sync_roots(seeds, home: Path) -> list[tuple[str, str]]:
@@ -151,7 +137,7 @@ KILL_SCRIPT = r"""
 import json, sys, threading
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-import test_async_commit as t
+import support.session as t
 from kit.store import commits
 from kit.store.async_commit import AsyncCommitter
 
@@ -234,9 +220,9 @@ def test_two_workers_background_commits_match_synchronous(tmp_path, seeds):
                 "batches": BATCHES, "until": 6, "commit_at": [2, 4], "timeout_s": 60,
                 "background_commits": background}
 
-    sync = launch("engine_workers:session_worker", args(tmp_path / "sync", False), 2, tmp_path / "run-sync", timeout_s=300,
+    sync = launch("support.engine_workers:session_worker", args(tmp_path / "sync", False), 2, tmp_path / "run-sync", timeout_s=300,
                   env=launch_env())
-    bg = launch("engine_workers:session_worker", args(tmp_path / "bg", True), 2, tmp_path / "run-bg", timeout_s=300,
+    bg = launch("support.engine_workers:session_worker", args(tmp_path / "bg", True), 2, tmp_path / "run-bg", timeout_s=300,
                 env=launch_env())
     assert [c["step"] for c in sync[0]["commits"]] == [2, 4, 6]
     assert bg[0]["commits"] == bg[1]["commits"] == sync[0]["commits"]

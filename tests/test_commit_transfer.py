@@ -1,5 +1,5 @@
 """Commits without a shared filesystem (kit/engine/commit_transfer.py), under NCCL's point-to-point rules
-(tests/nccl_semantics.py: rendezvous sends, FIFO per ordered pair, no tags, one thread per rank): three
+(tests/support/nccl_semantics.py: rendezvous sends, FIFO per ordered pair, no tags, one thread per rank): three
 ranks, three separate store directories. Rank 0's store receives exactly the objects it lacks, each once,
 verified and counted; an object that arrives with wrong bytes is refused naming the object and the sending
 rank and host, and is not installed."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from nccl_semantics import run_ranks
+from support.nccl_semantics import run_ranks
 
 from kit.engine.commit_transfer import gather_objects
 from kit.store.objects import ObjectStore

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from conftest import write_hf_llama
+from support.models import write_hf_llama
 
 from kit.demo import SCALES, PlaceholderRoots, demo_steps, run_demo
 from kit.digest import canonical_json, sha256_file, write_canonical_json

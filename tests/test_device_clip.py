@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from engine_workers import build_engine, engine_config, records_from_json
-from nccl_semantics import run_ranks
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import build_engine, engine_config, records_from_json
+from support.nccl_semantics import run_ranks
 
 from kit.distributed.group import Group
 from kit.distributed.pipeline import PendingUpdateResult

@@ -2,44 +2,16 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
-from conftest import write_hf_llama
-from engine_oracle import run_oracle64
-from engine_workers import build_engine, engine_config, launch_env, records_from_json
 from safetensors import safe_open
+from support.engine import OPT, make_batches, single_engine
+from support.engine_oracle import run_oracle64
+from support.engine_workers import engine_config, launch_env, records_from_json
+from support.models import write_hf_llama
 
-from kit.distributed.group import Group
 from kit.distributed.launch import launch
 from kit.model.shard import LayoutError, even_layout
-from kit.train.optim import GroupConfig
-
-OPT = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
-
-
-def make_batches(n_updates=3, per_update=5, vocab=64, seed=0):
-    """Records of varied length, unequal weights, replay declared on some; 5 docs in microbatches of 2
-    gives a partial last microbatch."""
-    rng = random.Random(seed)
-    batches = []
-    for u in range(n_updates):
-        rows = []
-        for i in range(per_update):
-            n = rng.randint(6, 14)
-            ids = [rng.randrange(1, vocab) for _ in range(n)]
-            start = rng.randint(2, n - 2)  # the "assistant" part is a suffix, like a chat reply
-            mask = [t >= start for t in range(n)]
-            rows.append({"id": f"u{u}r{i}", "input_ids": ids, "target_mask": mask,
-                         "weight": [1.0, 0.5, 2.0, 1.0, 1.5][i % 5], "replay": i % 3 == 1})
-        batches.append(rows)
-    return batches
-
-
-@pytest.fixture(scope="module")
-def dirs(student_reference):
-    return student_reference
 
 
 def _launch(tmp_path, dirs, workers, batches, max_norm, name):
@@ -51,7 +23,7 @@ def _launch(tmp_path, dirs, workers, batches, max_norm, name):
             "engine": {"microbatch_size": 2, "max_grad_norm": max_norm},
             "optimizer": {"default": OPT}, "batches": batches, "dump_dir": str(dump), "dump_grads_at": 1,
             "timeout_s": 60}
-    results = launch("engine_workers:train_worker", args, workers, dump / "run", timeout_s=300, env=launch_env())
+    results = launch("support.engine_workers:train_worker", args, workers, dump / "run", timeout_s=300, env=launch_env())
     grads, state, ages = {}, {}, {}
     for r in range(workers):
         with safe_open(str(dump / f"grads-{r}.safetensors"), "pt") as f:
@@ -67,7 +39,7 @@ def _launch(tmp_path, dirs, workers, batches, max_norm, name):
 @pytest.mark.parametrize("max_norm, clipping", [(0.05, True), (1e6, False)])
 def test_workers_match_oracle_and_each_other(tmp_path, dirs, max_norm, clipping):
     """1, 2 and 3 workers against the float64 oracle, within the float32 error bound derived in
-    tests/engine_oracle.py (run_oracle64's argument), and bit-identical to each other."""
+    tests/support/engine_oracle.py (run_oracle64's argument), and bit-identical to each other."""
     batches = make_batches()
     history, oracle_state = run_oracle64(*dirs, batches, OPT["lr"], (OPT["beta1"], OPT["beta2"]), OPT["eps"],
                                          OPT["weight_decay"], max_norm)
@@ -124,16 +96,8 @@ def test_no_worker_holds_a_full_model(tmp_path, dirs):
     assert not any("embed" in n or n == "model.norm.weight" for r in results[1:] for n in r["owned"])
 
 
-def _engine(dirs, ref_dir=None, kl_weight=1.0):
-    seed_dir, other = dirs
-
-    cfg = engine_config({"microbatch_size": 2, "max_grad_norm": 1.0, "distill": {"weight": kl_weight}})
-    return build_engine(Group(0, 1, torch.device("cpu")), str(seed_dir), str(ref_dir or other),
-                        even_layout(3, 1), cfg, {"default": GroupConfig(**OPT)})
-
-
 def test_kl_is_zero_with_identical_reference_and_gradient_zero(dirs):
-    eng = _engine(dirs, ref_dir=dirs[0])
+    eng = single_engine(dirs, ref_dir=dirs[0])
     rows = make_batches(1)[0]
     for r in rows:
         r["replay"] = True
@@ -146,8 +110,8 @@ def test_kl_is_zero_with_identical_reference_and_gradient_zero(dirs):
 
 def test_kl_applies_only_to_declared_replay_records(dirs):
     rows = make_batches(1)[0]
-    a = _engine(dirs).update(records_from_json([dict(r, replay=False) for r in rows]))
-    b = _engine(dirs).update(records_from_json(rows))
+    a = single_engine(dirs).update(records_from_json([dict(r, replay=False) for r in rows]))
+    b = single_engine(dirs).update(records_from_json(rows))
     assert a.parts.kl_sum == 0.0 and a.parts.replay_tokens == 0
     assert b.parts.kl_sum > 0 and b.parts.replay_tokens > 0
     assert a.parts.ce_sum > b.parts.ce_sum  # flipped records moved from CE to KL
@@ -158,7 +122,7 @@ def test_loss_does_not_depend_on_microbatch_split(dirs):
 
     outs = []
     for mb in (1, 2, 5):
-        eng = _engine(dirs)
+        eng = single_engine(dirs)
         eng.cfg = engine_config({"microbatch_size": mb, "max_grad_norm": 1.0})
         eng.capture_grads = True
         outs.append((eng.update(records_from_json(rows)), eng.last_grads))
@@ -170,7 +134,7 @@ def test_loss_does_not_depend_on_microbatch_split(dirs):
 
 
 def test_bad_inputs_are_refused_before_any_update(dirs, tmp_path):
-    eng = _engine(dirs)
+    eng = single_engine(dirs)
     before = {n: p.detach().clone() for n, p in eng.student.named_parameters()}
     rows = make_batches(1)[0]
     no_targets = [dict(r, target_mask=[False] * len(r["input_ids"])) for r in rows]
@@ -191,4 +155,4 @@ def test_bad_inputs_are_refused_before_any_update(dirs, tmp_path):
         even_layout(3, 4)
     other = write_hf_llama(tmp_path / "wide", hidden=48, heads=4, kv_heads=2, seed=3)
     with pytest.raises(ValueError, match="shape differs from the student"):
-        _engine((dirs[0], other))
+        single_engine((dirs[0], other))

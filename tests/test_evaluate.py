@@ -2,7 +2,7 @@
 
 import torch
 import torch.nn.functional as F
-from conftest import write_hf_llama
+from support.models import write_hf_llama
 
 from kit.evaluation.scoring import load_model
 from kit.model.generate import greedy_batch, greedy_generate

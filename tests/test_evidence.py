@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support.notebooks import write_notebook
 
 import kit
 from kit.cli import main
@@ -25,7 +26,6 @@ from kit.evidence.run_record import RunRecordError, read_run_record
 from kit.evidence.runner import load_plan, run_notebook
 from kit.evidence.verify import expand_run_dirs, verify_evidence
 
-PARAMS_CELL = "count = 2\nratio = 0.5\nname = 'default'\nflag = False\nitems = []\nmapping = {}\nanything = None\n"
 RECORD_CELL = (
     "from kit.evidence.records import record_metric, record_roots, record_inputs\n"
     "record_metric('echo', {'count': count, 'ratio': ratio, 'name': name, 'flag': flag, 'items': items,\n"
@@ -45,19 +45,6 @@ FAIL_CELL = (
     "    raise ArmUnavailable('needs 8 GPUs, host has 0')\n"
 )
 GIT = ["git", "-c", "user.name=kit-test", "-c", "user.email=kit@test", "-c", "commit.gpgsign=false"]
-
-
-def write_notebook(path: Path, *cells: str, parameters: str | None = PARAMS_CELL) -> Path:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells.append(nbformat.v4.new_markdown_cell("A fixture notebook."))
-    if parameters is not None:
-        cell = nbformat.v4.new_code_cell(parameters)
-        cell.metadata["tags"] = ["parameters"]
-        nb.cells.append(cell)
-    nb.cells += [nbformat.v4.new_code_cell(src) for src in cells]
-    nbformat.write(nb, path)
-    return path
 
 
 def git_repo(path: Path) -> str:
@@ -178,7 +165,7 @@ TRICKY = {
 @pytest.fixture(scope="module")
 def completed(tmp_path_factory):
     """A git repository with a notebook, a checkpoint home with one commit, and one completed run."""
-    from test_store import commit
+    from support.store import commit
 
     repo = tmp_path_factory.mktemp("repo")
     nb = write_notebook(repo / "study.ipynb", RECORD_CELL, FAIL_CELL)

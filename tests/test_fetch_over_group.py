@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 import torch
-from conftest import write_hf_llama
-from engine_workers import launch_env
-from test_checkpoint_training import _args, _run
+from support.checkpoint import run_sessions, session_args
+from support.engine_workers import launch_env
+from support.models import write_hf_llama
 
 from kit.distributed.launch import WorkerFailure, launch
 from kit.engine.migration import assigned_objects
@@ -29,7 +29,7 @@ def source(tmp_path_factory):
     root = tmp_path_factory.mktemp("fetch")
     seeds = (write_hf_llama(root / "student", layers=LAYERS, seed=0),
              write_hf_llama(root / "reference", layers=LAYERS, seed=1))
-    out = _run(root, "src", _args(seeds, root / "src", 1, 1), 1)
+    out = run_sessions(root, "src", session_args(seeds, root / "src", 1, 1), 1)
     return root / "src", out[0]["commits"][-1]["full_root"]
 
 
@@ -37,7 +37,7 @@ def _migrate(tmp_path, src, root, name, env=None):
     homes = [str(tmp_path / f"{name}-host{r}") for r in range(2)]
     args = {"source_home": str(src), "holders": [0], "homes": homes, "root": root,
             "layout": even_layout(LAYERS, 2).to_json(), "timeout_s": 60}
-    return homes, launch("fetch_workers:migrate_worker", args, 2, tmp_path / f"run-{name}", timeout_s=120,
+    return homes, launch("support.fetch_workers:migrate_worker", args, 2, tmp_path / f"run-{name}", timeout_s=120,
                          env=launch_env(env))
 
 
@@ -91,7 +91,7 @@ def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_
     import subprocess
     import sys
 
-    from conftest import REPO
+    from support.models import REPO
 
     sys.path.insert(0, str(REPO))
     from kit.distributed.netns import Link, available
@@ -116,7 +116,7 @@ def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_
                    "MASTER_PORT": "29751", "GLOO_SOCKET_IFNAME": link.dev[r], "KIT_RUN_DIR": str(run_dir),
                    "KIT_THREADS": "1", "OMP_NUM_THREADS": "1", "KIT_HOST_NAME": f"ns-{link.ns[r]}"}
             procs.append(subprocess.Popen(link.exec_argv(r, [sys.executable, "-m", "kit.distributed.launch",
-                                                             "fetch_workers:migrate_worker", str(args_path)]),
+                                                             "support.fetch_workers:migrate_worker", str(args_path)]),
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         logs = [p.communicate(timeout=120)[0] for p in procs]
         after = link.counters()
@@ -135,9 +135,9 @@ def test_migration_across_two_namespaces_fetches_only_assigned_objects_over_the_
 
 def test_fetch_order_holds_under_nccl_rules(tmp_path, source):
     """The same migration, 3 ranks, under NCCL's point-to-point rules (rendezvous sends, FIFO per
-    pair, no tags; tests/nccl_semantics.py): the holder's send order and the receivers' receive order
+    pair, no tags; tests/support/nccl_semantics.py): the holder's send order and the receivers' receive order
     cannot deadlock on NCCL, and the result equals what the gloo processes got."""
-    from nccl_semantics import run_ranks
+    from support.nccl_semantics import run_ranks
 
     from kit.engine.migration import migrate_over_group
 

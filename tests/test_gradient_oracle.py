@@ -1,15 +1,15 @@
 """An oracle for the model part that shares no code with the kit: transformers.LlamaForCausalLM,
 given the same weights, computes the same loss (CE on new records, KL toward the reference on replay
 records, normalised by the global target count) in float64; its gradients must equal the kit
-engine's float32 gradients of one update within the float32 bound derived in tests/engine_oracle.py."""
+engine's float32 gradients of one update within the float32 bound derived in tests/support/engine_oracle.py."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from engine_oracle import run_oracle64
-from engine_workers import records_from_json
-from test_engine import OPT, _engine, dirs, make_batches  # noqa: F401  - `dirs` is the module fixture
+from support.engine import OPT, make_batches, single_engine
+from support.engine_oracle import run_oracle64
+from support.engine_workers import records_from_json
 
 
 def _hf_gradients(seed_dir, ref_dir, rows):
@@ -37,10 +37,10 @@ def _hf_gradients(seed_dir, ref_dir, rows):
     return grads
 
 
-def test_engine_gradients_equal_transformers_gradients(dirs):  # noqa: F811
+def test_engine_gradients_equal_transformers_gradients(dirs):
     rows = make_batches(1, seed=3)[0]
     assert any(r["replay"] for r in rows) and not all(r["replay"] for r in rows)
-    eng = _engine(dirs)
+    eng = single_engine(dirs)
     eng.capture_grads = True
     eng.update(records_from_json(rows))
     kit_grads = eng.last_grads

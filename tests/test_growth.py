@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from conftest import write_hf_llama
-from engine_workers import engine_config, records_from_json
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import engine_config, records_from_json
+from support.models import write_hf_llama
 
 from kit.adaptive.growth import grow_commit
 from kit.distributed.group import Group

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_workers import engine_config
-from test_adaptive_prepare import PUBLIC, TINY, prepared  # noqa: F401 - module-scoped fixture (one preparation)
-from test_study import env  # noqa: F401 - module-scoped fixture (a tiny study seed and source)
+from support.adaptive import PUBLIC, TINY
+from support.engine_workers import engine_config
 
 from kit.adaptive import prepare as prep
 from kit.adaptive.bindings import TrainRefused
@@ -36,7 +35,7 @@ B_END = {"step": 16, "cohort": 1, "cohort_step": 8}
 MAX_TOKENS = 256
 
 
-def _job(prepared, tmp_path):  # noqa: F811
+def _job(prepared, tmp_path):
     out = tmp_path / "prepared"
     shutil.copytree(prepared["out"], out)
     return out
@@ -58,7 +57,7 @@ def _final(p, seed, cand, base, sel, out):
 
 
 @pytest.fixture
-def selected(prepared, tmp_path):  # noqa: F811
+def selected(prepared, tmp_path):
     """A private prepared job with candidate A (at the contract's A endpoint) selected."""
     p = _job(prepared, tmp_path)
     home = tmp_path / "A"
@@ -133,7 +132,7 @@ def test_seed_dir_candidate_on_final_roles_is_refused(selected):
     assert [e["allowed"] for e in access_entries(s["p"])] == [False, False] and read_ledger() == []
 
 
-def test_selection_refuses_a_commit_not_at_its_contract_endpoint(prepared, tmp_path):  # noqa: F811
+def test_selection_refuses_a_commit_not_at_its_contract_endpoint(prepared, tmp_path):
     p = _job(prepared, tmp_path)
     home = tmp_path / "A"
     mid = _commit(prepared["seed"], home, {"step": 4, "cohort": 0, "cohort_step": 4})
@@ -208,7 +207,7 @@ def test_a_new_cohort_needs_a_fresh_home(selected):
 
 
 @pytest.fixture(scope="module")
-def a_endpoint(prepared, tmp_path_factory):  # noqa: F811
+def a_endpoint(prepared, tmp_path_factory):
     """Cohort A trained to its endpoint (1 worker) from a private copy of the prepared job."""
     tmp = tmp_path_factory.mktemp("a-end")
     p = tmp / "prepared"
@@ -243,7 +242,7 @@ def test_cohort_b_reference_is_bound_to_the_committed_a_endpoint(a_endpoint, tmp
 # -- the exposure ledger across two contracts ---------------------------------------------------------------------
 
 
-def test_the_ledger_blocks_reuse_of_a_final_across_two_tiny_contracts(selected, prepared, tmp_path):  # noqa: F811
+def test_the_ledger_blocks_reuse_of_a_final_across_two_tiny_contracts(selected, prepared, tmp_path):
     s = selected
     _final(s["p"], s["seed"], f"{s['home']}:{s['root']}", f"seed:{s['seed']}", s["sel"], s["tmp"] / "final.json")
     first = {r: read_jsonl(s["p"] / f"roles/{r}.jsonl") for r in ("final.tasks", "final.retention")}
@@ -283,7 +282,7 @@ def test_run_records_name_the_gpu_reference_requirements():
     assert versions()["gpu_reference_requirements_sha256"] == sha256_file(path)
 
 
-def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env, tmp_path, monkeypatch):  # noqa: F811
+def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env, tmp_path, monkeypatch):
     import kit.study.prepare as study_prepare
     from kit.provenance import kit_package_dir, source_digest
     from kit.study.arms import ArmRequest, run_arm
@@ -305,7 +304,7 @@ def test_study_prepare_commits_the_kit_source_and_versions_and_arms_check_it(env
     assert not (sdir / "arms" / "single" / "home").exists()
 
 
-def test_study_exposed_probes_come_from_the_ledger_and_finals_exclude_it(env, tmp_path):  # noqa: F811
+def test_study_exposed_probes_come_from_the_ledger_and_finals_exclude_it(env, tmp_path):
     from kit.evidence.ledger import record
     from kit.study.prepare import PreparedError, prepare_study
 

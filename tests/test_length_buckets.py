@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import write_hf_llama
-from engine_workers import build_engine, records_from_json
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import build_engine, records_from_json
+from support.models import write_hf_llama
 
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import write_hf_llama
+from support.models import write_hf_llama
 from transformers import LlamaForCausalLM
 
 from kit.model.config import ConfigError, load_config

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_adaptive_prepare import _distinct, make_seed
+from support.adaptive import distinct, make_seed
 
 from campaigns import medium_freeze, medium_pilot
 from kit.adaptive.schema import load_adaptive_contract
@@ -91,7 +91,7 @@ def test_drafts_leave_the_small_seeds_exclusion_set_unchanged(tmp_path):
 @pytest.fixture(scope="module")
 def pilot_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("pilot")
-    seed = make_seed(root, _distinct(synthetic_conversations(200, 11))[:80])
+    seed = make_seed(root, distinct(synthetic_conversations(200, 11))[:80])
     ledger = root / "ledger.jsonl"
     ledger.write_text("")
     out = root / "run"

@@ -1,4 +1,4 @@
-"""The stage schedule under NCCL's point-to-point rules (tests/nccl_semantics.py), on CPU threads.
+"""The stage schedule under NCCL's point-to-point rules (tests/support/nccl_semantics.py), on CPU threads.
 
 The old GPipe order deadlocks there, as it did on two H200s; the tick schedule passes at 2 and 3
 stages, and its learned state is bit-identical to the old order's, to one worker's, and to gloo's."""
@@ -10,10 +10,10 @@ import time
 
 import pytest
 import torch
-from engine_workers import build_engine, engine_config, launch_env, records_from_json
-from nccl_semantics import NcclDeadlock, legacy_update, run_ranks
 from safetensors import safe_open
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import build_engine, engine_config, launch_env, records_from_json
+from support.nccl_semantics import NcclDeadlock, legacy_update, run_ranks
 
 from kit.distributed.group import Group
 from kit.distributed.launch import launch
@@ -98,7 +98,7 @@ def test_new_order_under_nccl_rules_equals_the_gloo_processes(dirs, tmp_path):
     args = {"seed_dir": str(dirs[0]), "reference_dir": str(dirs[1]), "layout": even_layout(3, 2).to_json(),
             "engine": {"microbatch_size": 2, "max_grad_norm": 0.05}, "optimizer": {"default": OPT},
             "batches": batches, "dump_dir": str(dump), "timeout_s": 60}
-    results = launch("engine_workers:train_worker", args, 2, dump / "run", timeout_s=300, env=launch_env())
+    results = launch("support.engine_workers:train_worker", args, 2, dump / "run", timeout_s=300, env=launch_env())
     gloo = {}
     for r in range(2):
         with safe_open(str(dump / f"state-{r}.safetensors"), "pt") as f:

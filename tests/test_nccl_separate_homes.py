@@ -1,4 +1,4 @@
-"""Hosts without a shared filesystem, under NCCL's point-to-point rules (tests/nccl_semantics.py:
+"""Hosts without a shared filesystem, under NCCL's point-to-point rules (tests/support/nccl_semantics.py:
 rendezvous sends, FIFO per ordered pair, no tags), on CPU threads: a whole `Session.commit` with one
 store per rank (kit/engine/commit_transfer.py: rank 0 receives what it lacks, every other rank adopts
 its shard), and the frozen reference fetched over the group (`reference_over_group`: each rank gets
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_workers import engine_config, records_from_json
-from nccl_semantics import run_ranks
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import engine_config, records_from_json
+from support.nccl_semantics import run_ranks
 
 from kit.distributed.group import Group
 from kit.engine.migration import reference_over_group

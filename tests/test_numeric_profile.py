@@ -1,7 +1,7 @@
 """The numeric profile (kit/numerics.py): digests and roots do not depend on the user's thread
 count, the CPU's vector instruction set or MKL's branch, and in-process and launched workers agree.
 
-Each variant runs tests/numeric_probe.py in a fresh interpreter with the environment changed the way
+Each variant runs tests/support/numeric_probe.py in a fresh interpreter with the environment changed the way
 a user's machine could differ: the kit must override it before torch computes. The golden values
 were computed on an AMD EPYC (AVX-512) with the pinned torch 2.13.0 CPU build; CI runs on whatever
 x86 machine it lands on (Intel or AMD, with or without AVX-512), so equality there is the
@@ -21,9 +21,9 @@ import torch
 
 import kit.numerics
 
-PROBE = Path(__file__).resolve().parent / "numeric_probe.py"
+PROBE = Path(__file__).resolve().parent / "support" / "numeric_probe.py"
 
-GOLDEN = {  # tests/numeric_probe.py under kit-cpu-portable/1, torch 2.13.0+cpu
+GOLDEN = {  # tests/support/numeric_probe.py under kit-cpu-portable/1, torch 2.13.0+cpu
     "seed_digest": "d2c0165976b894f301d73178d25c973676965a43c91ef424ab87f82d8fb8bd6a",
     "in_process_root": "36c08c2f5446e166cb8c115d95890d873273191dcf41f0027db58096c8737bfc",
     "launched_root": "36c08c2f5446e166cb8c115d95890d873273191dcf41f0027db58096c8737bfc",

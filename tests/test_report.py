@@ -22,9 +22,10 @@ from PIL import Image
 from kit.cli import main
 from kit.digest import sha256_file, write_canonical_json
 from kit.evidence import run_record
-from kit.evidence.report import external_resources, metric_view
-from kit.evidence.review import verdict_rows
-from kit.evidence.review_format import fmt
+from kit.evidence.report.format import fmt
+from kit.evidence.report.page import external_resources
+from kit.evidence.report.sidecars import metric_view
+from kit.evidence.report.verdict_rows import verdict_rows
 from kit.evidence.run_record import RunRecord, write_run_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -322,7 +323,7 @@ def html_unescape(text: str) -> str:
 
 
 def test_bootstrap_figure_draws_recorded_resamples_with_the_threshold():
-    from kit.evidence.review_figures import bootstrap_figure
+    from kit.evidence.report.figures import bootstrap_figure
 
     bounds = {"tasks": {"change_nats_per_token": -0.01, "bootstrap_upper": 0.004, "normal_upper": 0.005,
                         "normal_multiplier": 1.645, "resamples": 100}}

@@ -12,7 +12,7 @@ import pytest
 
 from kit.digest import load_json_strict
 from kit.evidence.report import render_report
-from kit.evidence.review_analysis import gate_analysis_rows, sign_test_p
+from kit.evidence.report.analysis import gate_analysis_rows, sign_test_p
 from kit.evidence.run_index import load_runs, split_selection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,19 +72,19 @@ def test_failing_gates_are_analysed_from_their_bounds():
 
 
 def test_a_bound_analysis_reads_the_side_of_its_threshold():
-    from kit.evidence.review_analysis import _bound_text
+    from kit.evidence.report.analysis import bound_text
 
     # noninferiority (a lower bound that must exceed -0.03): estimate -0.01, lower -0.05 -> half 0.04, margin 0.02
-    assert "at about 400 examples (4.0\u00d7 the 100 scored)" in _bound_text(
+    assert "at about 400 examples (4.0\u00d7 the 100 scored)" in bound_text(
         -0.01, -0.05, -0.03, 100, upper=False)
-    assert "no sample size resolves it" in _bound_text(-0.04, -0.06, -0.03, 100, upper=False)
+    assert "no sample size resolves it" in bound_text(-0.04, -0.06, -0.03, 100, upper=False)
     # an upper bound that must stay at or below 0.02: estimate 0.01, upper 0.03 -> half 0.02, margin 0.01
-    assert "at about 400 examples" in _bound_text(0.01, 0.03, 0.02, 100, upper=True)
-    assert "no sample size resolves it" in _bound_text(0.05, 0.07, 0.02, 100, upper=True)
+    assert "at about 400 examples" in bound_text(0.01, 0.03, 0.02, 100, upper=True)
+    assert "no sample size resolves it" in bound_text(0.05, 0.07, 0.02, 100, upper=True)
 
 
 def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
-    from kit.evidence.review_analysis import speed_rows, speed_sensitivity
+    from kit.evidence.report.analysis import speed_rows, speed_sensitivity
 
     measured = {a: load_json_strict(RUNS / f"medium-study-{a}" / "metrics" / "measurement.json")
                 for a in ("single", "dense", "powersgd")}
@@ -110,7 +110,7 @@ def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
 
 
 def test_the_trial_questions_are_answered_from_the_verdict_rows():
-    from kit.evidence.review_verdicts import trial_questions
+    from kit.evidence.report.verdicts import trial_questions
 
     q = {row["question"]: row for row in trial_questions(RUNS / "medium-*")}
     phase_a = q["Did phase A pass the three gates?"]
@@ -134,7 +134,7 @@ def test_the_trial_questions_are_answered_from_the_verdict_rows():
 
 
 def test_a_folder_of_two_scales_answers_each_scale_apart():
-    from kit.evidence.review_verdicts import trial_questions
+    from kit.evidence.report.verdicts import trial_questions
 
     both = trial_questions(RUNS)  # the tiny demo and the medium campaign share runs/
     questions = [row["question"] for row in both]

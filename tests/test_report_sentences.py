@@ -1,6 +1,6 @@
 """Every claim of the report's scope paragraphs is computed from the evidence: the paragraphs rendered from
 a copy of the committed demo runs change, sentence by sentence, when the evidence behind each is altered
-(no kernel: kit.evidence.review.scope_paragraphs is what the report's cell calls)."""
+(no kernel: kit.evidence.report.scope.scope_paragraphs is what the report's cell calls)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.evidence.review import scope_paragraphs
+from kit.evidence.report.scope import scope_paragraphs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """The study's cost, traffic and arm-against-arm retention as the report computes them
-(kit/evidence/review_cost.py), on the committed medium evidence and on a copy with altered counters."""
+(kit/evidence/report/cost.py), on the committed medium evidence and on a copy with altered counters."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from kit.evidence.review_cost import GIB, NOT_MEASURED, measured_cost_rows, measured_totals, retention_pairs
+from kit.evidence.report.cost import GIB, NOT_MEASURED, measured_cost_rows, measured_totals, retention_pairs
 from kit.stats import ratio_change_normal_upper
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from support.models import REPO
+from support.store import commit, random_states, stage_commit
 
 from kit.digest import canonical_json
 from kit.inventory import inventory, parameter_digest, tensor_sha256
@@ -41,55 +43,6 @@ from kit.store.objects import (
     fetch_objects,
     host_tag,
 )
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def tiny_config(num_layers: int = 2) -> bytes:
-    return canonical_json(
-        {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "vocab_size": 64,
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": num_layers,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 2,
-            "max_position_embeddings": 64,
-            "tie_word_embeddings": True,
-        }
-    )
-
-
-def random_states(seed: int, names=("a.weight", "b.weight", "c.bias")) -> dict[str, dict]:
-    g = torch.Generator().manual_seed(seed)
-    shapes = {"a.weight": (4, 3), "b.weight": (5,), "c.bias": (2, 2)}
-    return {
-        name: {
-            "group": "decay" if name.endswith("weight") else "no_decay",
-            "age": seed + i,
-            "param": torch.randn(shapes[name], generator=g),
-            "exp_avg": torch.randn(shapes[name], generator=g),
-            "exp_avg_sq": torch.rand(shapes[name], generator=g),
-        }
-        for i, name in enumerate(names)
-    }
-
-
-def stage_commit(home: Path, seed: int, world: int = 2) -> tuple[dict, dict, list[str]]:
-    """Write a commit's objects (as the workers would) and return (learned_state, layout, rng)."""
-    store = ObjectStore(home)
-    entries = save_param_states(store, random_states(seed))
-    rng = [store.put_bytes(f"rng state of rank {r}, seed {seed}".encode()) for r in range(world)]
-    blocks = [[0, 1], [1, 2]] if world == 2 else [[0, 2]]
-    layout = {"blocks": blocks, "embedding_owner": 0, "model_config": store.put_bytes(tiny_config())}
-    return {"cursor": {"step": seed, "examples": 64 * seed}, "params": entries}, layout, rng
-
-
-def commit(home: Path, seed: int, parent: str | None) -> str:
-    ls, layout, rng = stage_commit(home, seed)
-    return write_commit(home, ls, layout, parent, rng)
 
 
 def dead_pid() -> int:
@@ -357,6 +310,8 @@ def test_write_commit_refuses_missing_or_corrupt_objects(tmp_path):
 
 FAULT_SCRIPT = (
     "import json, sys\n"
+    "import kit.numerics\n"
+    "kit.numerics.apply()\n"
     "from kit.store.commits import write_commit\n"
     "a = json.load(open(sys.argv[1]))\n"
     "print(write_commit(a['home'], a['ls'], a['layout'], a['parent'], a['rng']))\n"

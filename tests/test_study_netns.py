@@ -8,8 +8,7 @@ import shutil
 import sys
 
 import pytest
-from conftest import REPO
-from test_study import env  # noqa: F401 - module-scoped fixture
+from support.models import REPO
 
 from kit.study.prepare import prepare_study
 
@@ -22,7 +21,7 @@ WHY = available()
 
 @pytest.mark.skipif(WHY is not None, reason=f"two network namespaces cannot be made here: {WHY} "
                                             "(needs root and iproute2 `ip netns`)")
-def test_dense_arm_across_two_namespaces_counts_at_least_the_logical_bytes(env, tmp_path):  # noqa: F811
+def test_dense_arm_across_two_namespaces_counts_at_least_the_logical_bytes(env, tmp_path):
     staging = tmp_path / "staging"
     prepare_study(env["contract"], env["seed"], env["source"], staging / "study", env["ledger"])
     hosts = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO
+from support.models import REPO
 
 from kit.study.projection import fit_link, project_study, validate
 

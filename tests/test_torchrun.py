@@ -9,12 +9,10 @@ import shutil
 import subprocess
 import sys
 
-from test_adaptive_prepare import prepared  # noqa: F401 - module-scoped fixture
-
 from kit.adaptive.train import CohortRequest, train
 
 
-def test_torchrun_matches_the_local_launcher(prepared, tmp_path):  # noqa: F811
+def test_torchrun_matches_the_local_launcher(prepared, tmp_path):
     p = tmp_path / "prepared"
     shutil.copytree(prepared["out"], p)
     local = train(CohortRequest(str(p), str(prepared["seed"]), str(tmp_path / "local"), "A", 2, until=1))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import write_hf_llama
-from engine_workers import launch_env
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import launch_env
+from support.models import write_hf_llama
 
 from kit.distributed.launch import WorkerFailure, launch
 from kit.model.shard import even_layout
@@ -28,7 +28,7 @@ def test_killed_worker_names_rank_and_step(tmp_path, seed):
     t0 = time.monotonic()
     with pytest.raises(WorkerFailure, match=r"worker rank 1 failed at step 2 \(update\): killed by signal|"
                                             r"worker rank 1 failed at step 2 \(update\): exited with code 137") as e:
-        launch("engine_workers:train_worker", _args(seed, 20), 2, tmp_path / "run", timeout_s=120, grace_s=30,
+        launch("support.engine_workers:train_worker", _args(seed, 20), 2, tmp_path / "run", timeout_s=120, grace_s=30,
                env=launch_env({"KIT_TEST_DIE": "1:2"}))
     assert e.value.rank == 1 and e.value.step == 2
     assert time.monotonic() - t0 < 60
@@ -37,7 +37,7 @@ def test_killed_worker_names_rank_and_step(tmp_path, seed):
 def test_hung_worker_times_out_within_bound(tmp_path, seed):
     t0 = time.monotonic()
     with pytest.raises(WorkerFailure) as e:
-        launch("engine_workers:train_worker", _args(seed, 4), 2, tmp_path / "run", timeout_s=120, grace_s=10,
+        launch("support.engine_workers:train_worker", _args(seed, 4), 2, tmp_path / "run", timeout_s=120, grace_s=10,
                env=launch_env({"KIT_TEST_HANG": "0:2"}))
     assert e.value.step == 2
     assert "rank 0" in str(e.value) and "step 2" in str(e.value)

@@ -68,7 +68,7 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
     from kit.data.conversations import jsonl_bytes
     from kit.digest import load_json_strict, sha256_bytes
     from kit.evidence.ledger import read_ledger
-    from kit.evidence.review import recorded_contract
+    from kit.evidence.report.index import recorded_contract
     from kit.evidence.run_record import read_run_record
 
     rec = read_run_record(run_dir)

@@ -1,21 +1,12 @@
-"""The continued-learning contract (seeds/000: "The next learning experiment is the separate
-continued-learning contract. It starts from the passing phase-A checkpoint, forbids growth, and treats
-generated-answer improvement as the primary gate. This adaptive plan's exposed finals cannot be reused
-there.").
+"""The continued-learning contract: one cohort `C` continues a committed phase-A endpoint of an
+adaptive job (Adam state included), with that endpoint as the frozen reference for replay KL, and
+no growth.
 
-One cohort `C` continues a committed phase-A endpoint of an adaptive job (its Adam state included),
-with that endpoint as the frozen reference for replay KL, and no growth. `prepare_continued` refuses
-before writing anything:
-- an endpoint that is not the start job's phase-A endpoint (cursor, depth), or whose final evaluation
-  is not bound to the start job (split, candidate, role digests, an allowed final-access line);
-- an endpoint whose recomputed gates did not pass, unless the contract says `start.exploratory`, in
-  which case prepared.json, the gates and every report say "exploratory";
-- final tasks or final retention records exposed under another contract (the exposure ledger), or
-  present in any role of the start job (excluded and counted, never reused).
-
-The prepared directory has the adaptive layout (role files, schedule.json, prepared.json,
-adaptive-shards-inputs.json), so `kit adaptive train --cohort C`, `evaluate`, `select` and `gates`
-run it; `job_contract` gives those drivers one view of either contract kind.
+The decision to know: `prepare_continued` refuses before writing anything unless the endpoint is
+the start job's phase-A endpoint, bound to that job's final evaluation, with passing gates (or the
+contract says `start.exploratory`, which every record then repeats), and unless no final record was
+exposed elsewhere. The prepared directory has the adaptive layout, so the adaptive drivers run it.
+Details: docs/internals.md ("kit.adaptive.continued"); fields: docs/contracts.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """Selection records and the guard on final roles.
 
 Development checks may abort a run; they cannot select another endpoint. So the candidates are
-fixed in a selection record *before* any final scoring, and final roles open only for exactly the
-candidates that record binds:
-
-- `select` writes `selection.json` binding the prepared job (sha256 of its prepared.json) and the
-  candidates' checkpoint identities (full root and learned-state root per named candidate). It is
-  refused once any final scoring of that prepared job has happened.
-- `open_final_roles` is called before reading a final role file. It is refused without a selection
-  record, when the record binds another prepared job, or when a candidate is not one the record
-  binds. Every opening, allowed or refused, is appended to `final-access.jsonl` in the prepared
-  directory (fsynced), which is also how a later `select` learns that scoring happened.
-- `select` also appends the sha256 of every record it writes to `selections.jsonl` in the prepared
-  directory, and final roles open only with a record whose bytes hash to one of those, and, once
-  scoring happened, only with the record it happened under. An edited, hand-made or copied record
-  (which could otherwise bind other candidates after scoring) is refused naming the digests expected.
-- Each candidate is named by a comparison of the contract (field `comparisons`) and must be a commit at
-  that comparison's endpoint (cursor cohort, cohort_step and step at the contract's endpoints; the
-  grown depth exactly for a grown comparison): an intermediate or a wrong-cohort commit is refused.
-  The record binds, per candidate, its baseline: the seed by parameter digest, or the full root of the
-  candidate the contract names as baseline (which must then be selected as well).
-- On final roles, `open_final_roles(..., models=...)` refuses a candidate that is not a bound commit
-  (a `seed:DIR` candidate included), re-reads the candidate's commit and checks its endpoint again,
-  and refuses a baseline other than the one bound: a `seed:DIR` baseline only when the directory's
-  parameter digest is the contract's seed digest (for a tiny contract that records it at prepare: the
-  prepared one), so an exported commit or a renamed directory cannot stand in for the seed.
+fixed in a selection record *before* any final scoring, and `open_final_roles` opens final roles
+only for exactly the candidates (and baselines) that a record listed in `selections.jsonl` binds.
+Every opening, allowed or refused, is appended to `final-access.jsonl`, which is also how a later
+`select` learns that scoring happened and refuses.
+Rules: docs/internals.md ("kit.adaptive.selection"); files: docs/formats.md, "Selection records".
 """
 
 from __future__ import annotations

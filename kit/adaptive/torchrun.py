@@ -1,30 +1,11 @@
 """`kit adaptive train` under torchrun across hosts, one process per host, with nothing shared on disk.
 
-Each host holds its own copy of the prepared job and of the seed, and names its own store with `--home`
-(and, on the host that has them, `--source-home` / `--reference-home`). torchrun's environment (RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME; NCCL_SOCKET_IFNAME is completed from it by
-kit/distributed/group.py when NCCL runs) forms the group, and the hosts exchange everything else over it:
-
-  1. every rank checks its own prepared copy and the kit's source (`check_inputs`) and its own seed,
-     then joins;
-  2. the **holder** is the lowest rank whose host holds the start commit (`--resume` in its
-     `--source-home`, else in its `--home`). Only the holder reads the commit: the lineage checks (cohort
-     B's reference, the phase-A records B replays), the cursor, the depth and the inherited update logs;
-     it sends the results, and every other rank checks its own home is fresh against that cursor. Any
-     refusal stops every rank before anything trains, naming the rank and host;
-  3. `--grow`: the holder performs the append transition in its own home (`grow_into`), which then holds
-     the grown commit whole; it becomes the start commit;
-  4. every rank starts from the commit by `open_start_over_group`: it fetches only its assigned objects
-     from the holder over the group, verified by hash and counted, and each host adopts the manifest as
-     its shard (HEAD unchanged everywhere when any fetch fails). A reference commit a host does not hold
-     is fetched the same way (its stage's `param` objects only, `reference_over_group`);
-  5. commits during training are written whole into rank 0's store (kit/engine/commit_transfer.py);
-  6. rank 0 writes the attempt record; every rank's times, interface counters, fetches and commit
-     transfers are gathered into it (`hosts`, docs/formats.md). A rank that fails and is not rank 0
-     writes `attempt-rank<r>.json` in its own home.
-
-Evaluation is not part of this: `kit adaptive evaluate` loads the whole model into one process
-(kit/evaluation/scoring.py `load_model`), it is not sharded, so there is nothing to run under torchrun.
+Each host holds its own copy of the prepared job and the seed and names its own store (`--home`);
+torchrun's environment forms the group and the hosts exchange everything else over it. The holder
+(the lowest rank whose host holds the start commit) runs the lineage checks and serves every other
+rank's assigned objects; commits are written whole into rank 0's store.
+Evaluation is not sharded, so it does not run under torchrun.
+Steps: docs/engine.md ("`kit adaptive train` under torchrun across hosts").
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """`kit adaptive train`: one cohort arm of the adaptive experiment on owned blocks only, asked for by a
 `CohortRequest` (the CLI's options, notebook 11's parameters).
 
-The driver (this process) checks every input commitment, including the kit's own source, before
-any worker starts; creates an attempt record in the home that survives every outcome; prepares the
-start state (a seed, a commit to resume, a migration from another store, or the append transition);
-launches the workers (local launcher, or this process is one torchrun worker); and finalises the
-attempt record. Each update's CE, KL, token counts, gradient norm, clip factor, time and the ids of
-its records go to `attempts/<attempt>/updates.jsonl` in the home; commits happen at the contract's
-commit points and at the endpoint, and the driver prints one JSON line per commit with the step
-and both roots.
-
-Global cursor: `step` counts updates since the seed (the Adam phase), `cohort` is 0 for A and 1
-for B, `cohort_step` counts updates within the cohort; cohort B starts from the committed A
-endpoint (cursor cohort 0 at its endpoint) and continues the same Adam state.
+The driver checks every input commitment (the kit's own source included) before any worker starts,
+creates an attempt record that survives every outcome, prepares the start state, launches the
+workers and finalises the record; per-update numbers go to `attempts/<attempt>/updates.jsonl`.
+The decision to know: one global cursor (`step` since the seed, `cohort`, `cohort_step`), and
+cohort B continues the committed A endpoint with the same Adam state.
+Details: docs/internals.md ("kit.adaptive.train"); files: docs/formats.md, "Adaptive homes".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Conversation records: the JSONL format, a pinned public instruction source and synthetic chat.
 
-Every training or evaluation conversation of the kit is a `Conversation`: an id, a tuple of
-(role, content) messages, a source label and free metadata. Three ways to get them:
-
-- `read_jsonl` / `write_jsonl`: one JSON object a line, `{"id", "messages": [{"role",
-  "content"}, ...], ...}`. Readers refuse anything a trainer could silently mis-learn from
-  (see `read_jsonl`), naming the file and the line; a pinned file is hash-checked before a
-  single byte is parsed, so a wrong file never half-loads.
-- `load_instruction_source` / `instruction_source_range`: a pinned public corpus of
-  `{"instruction", "input", "output"}` records (Alpaca format) and an index range of it, each
-  record becoming a user/assistant pair.
-- `synthetic_conversations`: deterministic tiny chat that a few-million-parameter model can
-  learn (greetings, short facts, echo and counting), labelled `source="synthetic"`.
-
-`normalize_text` is the one text normalisation used to exclude final-test prompts that match
-training prompts.
+Every conversation the kit trains or evaluates on is a `Conversation` (id, messages, source label,
+metadata), from `read_jsonl`, from a pinned Alpaca-format source (`load_instruction_source`,
+`instruction_source_range`) or from `synthetic_conversations`. The decision to know: readers refuse
+anything a trainer could silently mis-learn from, naming the file and line, and a pinned file is
+hash-checked before a byte is parsed. `normalize_text` is the one normalisation for exclusions.
+Details: docs/internals.md ("kit.data.conversations").
 """
 
 from __future__ import annotations

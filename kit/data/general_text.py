@@ -1,16 +1,10 @@
 """General English text for the small seed, carried in the repository and re-derivable from a Debian package.
 
-The small seed (kit/seed/small.py) needs prose beyond chat, and the GPU host has no package index, so
-the text travels inside the repository as `data/python3.11-doc.jsonl.xz`. It is the reStructuredText
-source of the Python 3.11 documentation (every `usr/share/doc/python3.11/html/_sources/**/*.rst.txt`)
-exactly as Debian's `python3.11-doc` package ships it: one JSON line per file, `{"path", "text"}`,
-sorted by path, xz-compressed. Licence: the Python documentation is under the PSF License Agreement
-(its code examples under the Zero-Clause BSD licence); see data/SOURCE.md.
-
-`derive(deb, out)` rebuilds that file from the package (an `ar` archive holding `data.tar.xz`) with the
-standard library only, deterministically (sorted paths, fixed lzma preset), so a reviewer checks it with
-`make general-text` (Makefile): `apt-get download python3.11-doc=VERSION`, derive, compare both digests.
-`load_documents` refuses a file whose digest is not the pinned one before any work starts.
+The GPU host has no package index, so the text travels as `data/python3.11-doc.jsonl.xz`: the
+reStructuredText sources of Debian's `python3.11-doc`, one JSON line per file (licence and origin in
+data/SOURCE.md). The decision to know: `derive(deb, out)` rebuilds that file deterministically with
+the standard library only (`make general-text` checks it), and `load_documents` refuses a file
+whose digest is not the pinned one before any work starts.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The four public generated task families (lookup, filtering, arithmetic totals, sorting) and their checker.
 
-Why: the seeds train and test on generated tasks whose example sets for different roles (cohort A/B new
-tasks, development tests, final tests, study sets, ...) must be disjoint both by construction and by
-content, and whose answers are scored exactly from greedy-generated text. Everything here is a pure
-function of its arguments, so a committed set is reproduced byte for byte from (family, seed, index,
-difficulty) and is pinned by the content digest of each example.
-
-Randomness: every example has its own `numpy.random.PCG64` bit generator seeded with the sha256 of
-canonical JSON of {family, seed, index, difficulty, generator}. Draws are taken from the bit generator's
-raw 64-bit output by this module's own rejection sampling rather than through `numpy.random.Generator`
-methods: numpy's stream policy (NEP 19) lets `Generator.integers`/`choice` change between releases,
-which would silently change committed sets; the raw PCG64 stream and SeedSequence seeding are stable.
-
-Prompts are short and use lowercase letters, a few short words, digits and simple punctuation, so tiny
-models with a small vocabulary can learn them. Difficulty 1..3 scales list lengths and number sizes.
+Example sets of different roles must be disjoint by construction and by content, and answers are
+scored exactly from greedy text; every example is a pure function of (family, seed, index,
+difficulty), pinned by its content digest. The decision to know: draws come from the raw PCG64
+stream through this module's own rejection sampling, never `numpy.random.Generator` methods, whose
+streams may change between numpy releases and would silently change committed sets.
+Details: docs/internals.md ("kit.data.tasks").
 """
 
 from __future__ import annotations

@@ -1,44 +1,12 @@
 """The stage schedule: one update over owned blocks only, with the frozen reference alongside.
 
-Why not `torch.distributed.pipelining`: its schedules assume the last stage computes the loss,
-and a stage is a module whose parameters belong to one rank. Here the tied output head *is* the
-embedding matrix, owned by rank 0, so rank 0 is both the first stage (embedding) and the last
-(final norm + head + loss), and the embedding weight receives gradient from both ends of the
-pipe. Expressing that would need sharing a parameter across two pipelining stages, which the
-library does not support, or untying the head, which changes the model. So the kit runs a small
-schedule of its own over point-to-point messages, in lockstep ticks (docs/engine.md, "The schedule"):
-
-  tick t, rank r:  1. backward of microbatch t - bwd_offset(W, r) (its output gradient came last tick)
-                   2. rank 0 only: norm + head + loss of microbatch t - W (came back from rank W-1
-                      last tick) and the loss backward at once
-                   3. forward of microbatch t - r (rank 0: embed it; others: it came last tick)
-                   4. one batched exchange (`Group.exchange`, one NCCL group): this tick's outputs
-                      out, next tick's inputs in, per ordered pair in the order activations,
-                      reference activations, gradients
-
-Why: NCCL sends are rendezvous (a send completes only when the peer posts the matching receive),
-matching is FIFO per ordered pair and tags are ignored. The GPipe order this replaced posted every
-forward send before any receive; rank 0, being the first and the last stage, then waited in a send
-to rank 1 while rank 1 waited in a send to rank 0 (a deadlock on two H200s). Here every message
-produced in tick t is received in tick t, in one group on both sides, so each tick completes once
-the previous one has (tests/nccl_semantics.py checks this with NCCL's rules on CPU threads).
-Microbatch i's activations live on rank r from tick i + r to tick i + bwd_offset(W, r): at most
-`in_flight(W, M, r)` = min(M, 2(W - r)) microbatches at once (rank 0: min(M, 2W)).
-
-Numerics are those of the GPipe order: each microbatch's forward and backward are the same
-operations, the loss sums are added in microbatch order, every block's gradients accumulate in
-microbatch order, and rank 0's tied embedding receives every head gradient (microbatch order)
-before any lookup gradient: the lookup's output is a leaf for the blocks, and the lookup's own
-backward is deferred to the end of the update. A single worker sends to itself through a loopback
-queue and runs the same ticks, so the learned state is bit-identical across worker counts on CPU.
-
-Then canonical clipping (kit/train/optim.py) and the per-parameter AdamW step.
-
-GPU speed without changing CPU results: on CUDA each block is `torch.compile`d (EngineConfig
-`compile_blocks="auto"`; "off" keeps eager), CPU always runs eager. Everything the schedule needs
-to know about a microbatch (its shape, replay rows, target positions and token weights) is
-computed on the host before the first kernel is queued and moved once, so the update synchronises
-with the device only where the value is needed on the host: the clip factor and the loss sums.
+Not `torch.distributed.pipelining`: the tied head *is* the embedding owned by rank 0, so rank 0 is
+both the first and the last stage, which that library cannot express without untying the head.
+The decision to know: the kit runs its own schedule in lockstep ticks with one batched exchange per
+tick, so that every message produced in a tick is received in that tick (NCCL sends are rendezvous),
+and with the numerics of the GPipe order, so the learned state is bit-identical across worker
+counts on CPU.
+Ticks and memory: docs/engine.md ("The schedule"); GPU speed: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """A commit without a shared filesystem: rank 0's store is the committed store, every other host's store
 holds its own shard.
 
-`Session.commit` (kit/engine/session.py) has every worker write its objects into its own `--home`.
-On one host (the local launcher) every home is the same directory and nothing here moves a byte. On
-hosts without a shared mount, rank 0's store lacks the other workers' objects, so before rank 0
-writes the commit:
-
-  1. every rank announces the objects it wrote for this commit (`allgather_bytes`, digests only);
-  2. rank 0 answers, per rank, which of them its store lacks (each digest asked once, from the
-     lowest rank that announced it);
-  3. each rank sends what it was asked for, in order, point to point (`send_object`: size, then the
-     bytes as they are on its disk); rank 0 receives rank by rank, installs an object only when its
-     sha256 is its name (written and fsynced before the rename), and counts the bytes. A missing or
-     wrong object is recorded naming the object and the sending rank and host; the remaining messages
-     are still drained so both sides stay in step.
-
-Then rank 0 writes the commit as always (`write_commit` re-hashes every object the commit names in
-its store, writes the manifest, moves HEAD by compare-and-swap): HEAD moves only after every object
-is durable in the committing store, and a failed transfer means no commit (HEAD unchanged, the error
-names the object and the host). Finally every other rank whose HEAD is not yet the new root adopts the
-manifest in its own home as a shard (`adopt_commit(..., shard=its objects)`: they are re-hashed, then
-the manifest is installed and its HEAD compare-and-swapped from the parent), which is what resume and
-the next migration read there.
-
-Order under NCCL's point-to-point rules (rendezvous sends, FIFO per pair, no tags): rank 0 posts its
-receives in rank order and, per rank, in that rank's announced order; each sender sends in the same
-order to rank 0 only, so the k-th send of a pair always meets the k-th receive. Why the process group
-rather than an object server: docs/engine.md, "Across hosts without a shared filesystem".
+Before rank 0 writes a commit, every rank announces the objects it wrote, rank 0 asks for the ones
+its store lacks and installs each only when its sha256 is its name; then rank 0 writes the commit as
+always and every other rank adopts the manifest as a shard. The decision to know: HEAD moves only
+after every object is durable in the committing store, so a failed transfer means no commit.
+Protocol and message order: docs/internals.md ("kit.engine.commit_transfer"); why the process
+group: docs/engine.md, "Across hosts without a shared filesystem".
 """
 
 from __future__ import annotations

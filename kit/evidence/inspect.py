@@ -1,22 +1,11 @@
-"""What is recorded about one run, for notebooks/90_inspect_failed_arm.ipynb: whatever `kit verify-evidence`
-accepts - a notebook run (`run.json` of kit run, completed or not) or a benchmark record (`kit-bench/1`,
-written by bench/*.py on a GPU host, not in canonical form) - read from committed evidence alone.
+"""What is recorded about one run, for notebooks/90_inspect_failed_arm.ipynb, from committed evidence alone:
+anything `kit verify-evidence` accepts, a notebook run (`run.json`, completed or not) or a benchmark
+record (`kit-bench/1`, not in canonical form).
 
-`inspect_run(runs_dir, run_id)` returns one JSON-able dict (docs/formats.md, "Run inspection"):
-
-- `kind` "notebook" | "benchmark", `status`, `reason`, `summary` (who ran it, where, when, which commit);
-- `error`: for a notebook run the recorded error and the source of the cell where it happened (from the
-  executed notebook); for a benchmark its `errors` list (per phase), or null when it has none;
-- `bound`: the contract digest, input digests, parameters and checkpoint roots the run was bound to
-  (a notebook run's `contract_digest` and `input_digests` also apart, for the inspection's own record);
-- `curves` and `curves_source`: the per-update log from the run's checkpoint store when that store is
-  on this machine ("store"), else the committed sidecar `metrics/loss_curves.json` ("sidecar"), else null;
-- `sidecars`: the names of the run's committed metric sidecars (evaluation files among them), and
-  `evaluation`: the evaluation ones' contents (gates, verdicts, bounds) when present;
-- `last_commit`: HEAD of the store verified object by object when the store is here ("store"), else
-  the last row of the committed `metrics/commits.json` or the last produced root ("record").
-
-Nothing is written; an unreadable record is an error naming the file.
+`inspect_run(runs_dir, run_id)` returns one JSON-able dict (its fields: docs/formats.md, "Run
+inspection"): kind and status, the recorded error with the cell it happened in, what the run was bound
+to, the loss curves and last commit from the store when it is on this machine, else from the committed
+sidecars. Nothing is written; an unreadable record is an error naming the file.
 """
 
 from __future__ import annotations

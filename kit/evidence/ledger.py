@@ -1,23 +1,11 @@
 """The exposure ledger (`ledger/exposed.jsonl` in the evidence): every final task and retention probe
 that a scored evaluation opened, by content digest, so that no later contract reuses it.
 
-One canonical-JSON line per exposed item (docs/formats.md, "Exposure ledger"):
-
-    {"format": "kit-exposure/1", "kind": "final.task" | "final.retention" | "retention.probe",
-     "digest": content digest, "id": record id, "contract_digest", "job": prepared-job digest,
-     "run": run id | null, "purpose", "time": ISO 8601 UTC}
-
-`digest` is what a later preparation excludes by: for a generated task its task content digest
-(`meta.digest`, the digest kit.data.tasks excludes by), for a conversation its content digest
-(`Conversation.digest`). Lines are appended (one write, fsynced) and never rewritten; an item already
-in the ledger for the same contract is not written twice, so re-opening the same finals adds nothing.
-
-Where (`ledger_path`): an explicit `--ledger` first; then `$KIT_LEDGER` (tests; an operator's shared
-ledger; `kit demo` sets it to `OUT/ledger/exposed.jsonl` unless given); inside a `kit run` the `ledger/`
-beside the run's `runs/` directory (the repository's committed evidence); otherwise a ledger scoped to
-the command's own output folder (`FOLDER/ledger/exposed.jsonl`: the prepared job or the study), so a
-preparation outside `kit run` neither excludes nor records against the repository's ledger, which is
-for the committed evidence. Only callers with no output folder (tools) fall back to the repository's.
+Lines (docs/formats.md, "Exposure ledger") are appended, fsynced and never rewritten; an item already
+recorded for the same contract is not written twice.
+Where (`ledger_path`): `--ledger`, then `$KIT_LEDGER`, then inside a `kit run` the `ledger/` beside the
+run's `runs/`, otherwise the command's own output folder's `ledger/exposed.jsonl`: the repository's
+ledger is for the committed evidence only (docs/formats.md says which command uses which).
 """
 
 from __future__ import annotations

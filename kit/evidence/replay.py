@@ -1,24 +1,10 @@
 """`kit verify-evidence --replay RUN`: re-execute a committed CPU run and compare what it produced.
 
-A hash alone proves only that bytes did not change; replay shows that the recorded computation,
-run again from the recorded parameters on this machine, produces the same digests and roots. That
-holds on any x86 CPU because every digest-producing path runs under the kit's numeric profile
-(kit/numerics.py), which the record names.
-
-How a run is replayed:
-1. Its notebook is executed again by the papermill runner with the recorded parameters, except
-   that data paths (parameters named `*_DIR`, `HOME`, `*_HOME` that hold relative paths outside the
-   repository's own folders) are moved under the replay's work directory.
-   A run already replayed into the same work directory with the same parameters is compared again
-   from its record, not re-executed (so an interrupted replay resumes).
-2. A data path that an earlier run in the same runs directory also named (the earliest such run,
-   by `started_at`) is that run's output: the producer is replayed first, into the same work
-   directory (each run once per replay). So replaying an arm replays the seed build and the
-   prepare it depends on.
-3. The replayed record is compared field by field with the committed one: its status, every input
-   digest that is an identity (not `prepared.json`, whose bytes hold absolute locations and a creation
-   time; its identity is `prepared.job_digest`), and every produced checkpoint root, in order.
-A mismatch names the run, the field, the committed value and the replayed one.
+A hash alone proves only that bytes did not change; replay shows that the recorded computation, run
+again from the recorded parameters on this machine, produces the same digests and roots (on any x86
+CPU, through the kit's numeric profile). The decision to know: a run's data paths are moved under the
+replay's work directory, and the runs that produced them are replayed first.
+How a run is replayed and compared: docs/internals.md ("kit.evidence.replay").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The runs directory as rows: every run directory's record (a notebook run's `run.json`, or a
-benchmark's `kit-bench/1` record), read once for the report (kit/evidence/report.py) and the
-reviewer's verdict tables (kit/evidence/review.py), which both need it and must not import each other."""
+benchmark's `kit-bench/1` record), read once for the report (kit/evidence/report/) and for the
+evidence checks, which both need it."""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
 """`kit verify-evidence`: check that a run directory is what its run.json says it is.
 
-Checks, each with a result `pass`, `fail` or `skipped`:
-    record              run.json is canonical and well formed
-    executed_notebook   the executed notebook exists and hashes to the recorded sha256
-    parameters          papermill's record of the injected parameters (notebook metadata
-                        `papermill.parameters`) and the literals of the injected cell both equal
-                        run.json's parameters (compared as canonical JSON, so 1, 1.0 and true differ)
-    metrics             every sidecar in metrics/ is pinned in run.json and hashes to its digest
-    roots               each recorded checkpoint root verifies with kit.store.commits.verify_commit
-                        where its checkpoint home is present (`skipped`, "home absent", where not)
-    git                 the recorded commit exists in the repository holding the run (git cat-file -e) and
-                        is HEAD or an ancestor of HEAD (git merge-base --is-ancestor): the code that made
-                        the run is in the history the evidence is read from. A run kept in a superseded
-                        folder (a folder holding superseded.json, format kit-superseded/1) whose recorded
-                        commit is one that folder names as unreachable gets `skipped` with the folder's
-                        reason and replacement instead: kept as a record of what happened, not as evidence
-Relative paths in a record are relative to the repository holding the runs directory.
+Each check (record, executed notebook, parameters, metrics, roots, git) gives `pass`, `fail` or
+`skipped`; the list and what each compares: docs/formats.md ("Checks of `kit verify-evidence`").
+The decision to know: the recorded commit must be in the history the evidence is read from; a run
+kept in a superseded folder whose commit that folder names as unreachable is `skipped` with the
+folder's reason. Relative paths in a record are relative to the repository holding the runs.
 """
 
 from __future__ import annotations

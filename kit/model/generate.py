@@ -1,15 +1,9 @@
 """Greedy decoding with the kit's own Llama (no `transformers.generate` on any kit path).
 
-One decoder (`greedy_batch`; `greedy_generate` is its one-prompt form, with checks), used by the
-seed builder for its sample replies and by evaluation for greedy task answers, so
-the answers the kit scores come from the same model code the kit trains.
-
-No KV cache: every step runs the full forward over the prompt and the tokens generated so far.
-At the tiny sizes the kit decodes on CPU (a few million parameters, prompts of tens of tokens,
-replies of tens of tokens) that costs milliseconds per step and keeps this module a dozen lines
-of obviously correct code; a cache belongs here only once GPU-scale evaluation needs it.
-
-Ties in the argmax go to the lowest token id (torch.argmax's documented choice), so greedy
+One decoder (`greedy_batch`; `greedy_generate` is its one-prompt form, with checks), used by the seed
+builder for sample replies and by evaluation for task answers, so the answers the kit scores come
+from the model code the kit trains. No KV cache: at the tiny CPU sizes a full forward per step costs
+milliseconds and keeps this obviously correct. Ties in the argmax go to the lowest token id, so
 decoding is a deterministic function of the weights and the prompt.
 """
 

@@ -1,36 +1,11 @@
 """The tiny seed: a ~1.75M-parameter Llama and its tokenizer, trained on one CPU core in about 1.5 minutes.
 
-The embedded default runs every experiment end to end on a 2-core CPU, so it needs a seed that
-is small, built locally (no network) and still a plausible starting point: it speaks ChatML,
-stops at the end of its turn, and has already seen a share of task-style conversations.
-`build_seed` writes an ordinary Hugging Face directory, so every later step treats it exactly
-like a real seed:
-
-    config.json, generation_config.json       LlamaShape.to_hf_dict(); eos <|im_end|>, bos <|im_start|>,
-                                               pad <|endoftext|>
-    model.safetensors                          FP32, Hugging Face names, no lm_head.weight (tied)
-    tokenizer.json, tokenizer_config.json,     byte-level BPE with the ChatML template
-    special_tokens_map.json                    (kit/data/tokenizer_build.py)
-    trained_conversations.jsonl                every conversation trained on, once each, in training
-                                               order: update k used lines [k*B, (k+1)*B)
-    seed_build.json                            how it was built (config, data counts and digests,
-                                               hyperparameters, losses, seconds, versions, digest)
-
-Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of task conversations of
-role "seed-train" (kit/data/tasks.py), so later roles can exclude them by content digest (each
-task line of trained_conversations.jsonl carries its "digest"). One pass, no repeats; the order
-is a permutation drawn from `numpy.random.default_rng(seed)`, then each update's batch is sorted by
-token length (see `length_sorted_batches`).
-
-Training uses the kit's own engine (one worker built by kit.engine.worker.build_worker: a StageEngine with the
-per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
-warm-up then cosine decay of the learning rate.
-
-Determinism: the same config gives the same parameter digest on any x86 CPU with the pinned torch
-build. The data and initialisation are seeded (numpy PCG64, per-name torch generators), and the
-build runs under the kit's numeric profile (kit/numerics.py: one intra-op thread, ATen's DEFAULT
-kernels, MKL's COMPATIBLE branch), which it records in seed_build.json with the digest and versions.
-Another torch build may round differently.
+The embedded default needs a seed that is small, built locally and still plausible: it speaks ChatML,
+stops at the end of its turn and has seen task-style conversations. `build_seed` writes an ordinary
+Hugging Face directory (docs/formats.md, "Seed directory"), so every later step treats it like a real
+seed. The decision to know: it is trained by the kit's own engine under the numeric profile, so the
+same config gives the same parameter digest on any x86 CPU with the pinned torch build.
+Data, training and determinism: docs/internals.md ("kit.seed.build").
 """
 
 from __future__ import annotations

@@ -1,38 +1,11 @@
 """The small seed (`kit seed build --scale small`): a ~126M-parameter Llama chat seed pretrained on one H200.
 
-The medium scale (shared/DESIGN.md, "Scales") needs a seed that can learn the tasks, so this build
-trains a 12-layer, 768-wide Llama (12 heads, full multi-head attention, intermediate 3072, tied head,
-16,384-entry byte-level BPE with the tiny seed's ChatML template and special tokens) on:
-
-- general text: the Python 3.11 documentation from Debian's `python3.11-doc` (kit/data/general_text.py,
-  data/SOURCE.md), packed into rows of `seq_len` tokens, documents separated by <|endoftext|>, every
-  token a target, `general_text_epochs` passes in a fresh order each;
-- the pinned public conversations `data/alpaca_5000.json`, records [0, 1948) only (inside the replay
-  range 0-2047); records [1948, 2048) are held out for the held-out loss; records 2048-4999 (the
-  contracts' final-retention ranges) are never read;
-- the kit's synthetic conversations and generated task conversations of role "seed-train" at the
-  contracts' difficulty, packed several to a row with assistant-token targets (kit/data/chat.py).
-
-Disjointness: task conversations are drawn under their own role (so disjoint by construction) while
-excluding every digest of every development and final task role that the contracts in `contracts/`
-define (the role's first 2 x count draws: a superset of what `kit adaptive prepare` keeps), and the
-build then checks every trained task digest against those sets again and refuses, naming the task and
-the role, before any tokenizer or model work. `trained_conversations.jsonl` lists every conversation
-trained on (tasks with their "digest"), so later roles exclude them as they do for the tiny seed.
-
-Training uses the kit's engine (kit.engine.worker.build_worker: one StageEngine, the per-parameter
-AdamW, the chunked loss), FP32 master weights with bf16 autocast compute on CUDA (FP32 on CPU, where
-the test runs this path at test size). `torch.compile` is off: Inductor chooses kernel configurations
-by timing them, which may differ between two machines and would change rounding.
-
-Determinism (recorded in seed_build.json under "determinism"): the kit's numeric profile
-(kit/numerics.py) with `deterministic_gpu=True`, i.e. `torch.use_deterministic_algorithms(True)`,
-`CUBLAS_WORKSPACE_CONFIG=:4096:8`, cuDNN deterministic and not benchmarking, TF32 off; attention pinned
-to SDPA's FLASH_ATTENTION backend (deterministic backward under the deterministic flag; cuDNN attention
-is excluded by it); seeds: numpy PCG64 for every data order, per-name torch generators for the
-initialisation, `torch.manual_seed(seed)`. The promise is that of docs/engine.md: the same digest on
-the same hardware and software (one H200, the same torch/CUDA build), from a fresh machine.
-The tiny seed (kit/seed/build.py) is untouched by this module.
+A 12-layer, 768-wide Llama trained on general text, pinned public conversations and generated task
+conversations, through the kit's engine with bf16 autocast on CUDA. The decision to know: every
+trained task digest is checked against every development and final role of the contracts before
+any model work, and the build runs in the deterministic GPU mode with `torch.compile` off, so the
+same hardware and software give the same digest.
+Data, disjointness and determinism: docs/internals.md ("kit.seed.small"); files: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -78,7 +51,7 @@ DEV_SAMPLE_ROLE = "seed-dev-sample"  # the per-family accuracy sample of the bui
 CHAT_PROMPTS = ("What colour is the sky?", "Give three tips for staying healthy.",
                 "What is a list in Python?", "Explain what a function is in one sentence.")
 OPTIMIZER_GROUP = "default"
-VOCAB_RANGE = (8192, 32768)  # the real config's tokenizer size (issue 17)
+VOCAB_RANGE = (8192, 32768)  # the tokenizer size a real config must have
 PARAM_RANGE = (100_000_000, 400_000_000)
 
 

@@ -1,40 +1,11 @@
 """Commits that do not stall training: snapshot on the training thread, hash / write / verify behind it.
 
-The way torch.distributed.checkpoint's `async_save` does it (stage the state dict to host memory,
-then write it from a background thread and hand back a future), adapted to the store's protocol:
-
-    training thread (every rank, in order)         background thread (one per commit, this rank)
-    ---------------------------------------         ----------------------------------------------
-    commit(step): wait for the previous commit
-      snapshot params + moments -> (pinned) host
-      capture RNG bytes, cursor                ->   stage "objects": sha256 + write + fsync of this
-      return; training goes on                       rank's objects (commits.save_param_states)
-    update(): poll = all-gather of "done" flags
-      all done -> all-gather entries (protocol      rank 0 only, stage "install": commits.write_commit
-      of Session.commit); separate stores:           (re-hash + fsync of every object, manifest,
-      rank 0 receives what it lacks  ---------->     HEAD by compare-and-swap); other ranks: nothing
-    update(): poll again; all done -> all-gather
-      rank 0's outcome and manifest; separate
-      stores adopt their shards; complete
-
-Unlike dcp.async_save, which plans and gathers metadata on the background thread (over its own
-process group), the kit keeps every collective on the training thread; the "every rank finished?"
-all-gather at update boundaries plays the part of nvidia-resiliency-ext's `finalize_async_save`.
-Every collective runs on the training thread, at the same point on every rank: each poll is one
-all-gather of every rank's flag, and every rank advances on the same gathered flags, so the
-sequence of collectives is identical on all ranks. The background thread never touches the
-process group, the model or the optimizer; it reads only the host snapshot, which nothing else
-writes until the commit is complete (at most one commit is in flight: the next commit, `wait` and
-the end of training wait for it).
-
-HEAD moves only inside `write_commit`, i.e. after every rank's objects are written and fsynced and
-rank 0 has re-hashed all of them. A crash (SIGKILL) at any point of the background write leaves HEAD
-on the previous commit: the objects written so far are unreferenced (gc removes them), the
-temporaries belong to a dead writer (gc removes them), and the roots are those of the synchronous
-commit because the objects are the same bytes of the same tensors (tests/test_async_commit.py).
-
-An error in the background (disk full, a corrupt object, HEAD moved) is reported to every rank at
-the next poll (`update`), `commit` or `wait`, as CommitError naming the step.
+As torch.distributed.checkpoint's `async_save` does, the state is staged to host memory and written
+from a background thread. The decision to know: every collective stays on the training thread, at
+the same point on every rank (a poll at update boundaries), and HEAD moves only inside
+`write_commit`, so a crash during the background write leaves HEAD on the previous commit and the
+roots equal the synchronous commit's. Background errors surface at the next poll naming the step.
+Threads and stages: docs/internals.md ("kit.store.async_commit"); format: docs/formats.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
-"""Commits of the checkpoint store: learned state, both roots, layout, manifests and HEAD.
+"""Commits of the checkpoint store: writing, adopting, reading, verifying and collecting them.
 
-    learned_state      = {"cursor": {str: int}, "params": [entry sorted by name]}
-    entry              = {"name", "dtype": "float32", "shape", "group", "age", "param", "exp_avg", "exp_avg_sq"}
-    learned_state_root = sha256(canonical_json(learned_state))
-    layout             = {"blocks": [[start, stop] per worker rank], "embedding_owner": rank,
-                          "model_config": digest of the config.json object}
-    full_root          = sha256(canonical_json({"learned_state_root", "layout", "parent", "rng"}))
-    manifest           = commits/<full_root>.json, canonical JSON of
-                         {"format", "learned_state", "learned_state_root", "full_root", "layout", "parent", "rng"}
-
-The learned-state root leaves out ownership and process RNG, so two runs that learned the same
-thing with different worker counts share it; the full root adds what a bit-exact resume needs.
-
-Write order (`write_commit`): every worker's objects -> fsync + re-hash of every object the commit
-names -> manifest (atomic) -> HEAD (compare-and-swap under `HEAD.lock`, atomic rename). A crash at
-any point leaves HEAD on the previous complete commit; leftovers under `tmp/` and a dead writer's
-lock are removed by `gc`. docs/formats.md ("Checkpoint store") is the reference for all of it.
-
-This module writes, adopts, reads, verifies and collects commits; the records and roots are in
-`kit.store.manifest`, HEAD and its lock in `kit.store.head`, parameter I/O in `kit.store.params`
-(their names are re-exported here, so `commits.read_head` and the like keep working).
+The decision to know: the learned-state root leaves out ownership and process RNG, so two runs that
+learned the same thing with different worker counts share it; the full root adds what a bit-exact
+resume needs. `write_commit` writes objects, re-hashes them, writes the manifest and moves HEAD by
+compare-and-swap, so a crash leaves HEAD on the previous complete commit (docs/formats.md,
+"Checkpoint store"). Records and roots are in `kit.store.manifest`, HEAD in `kit.store.head`,
+parameter I/O in `kit.store.params` (re-exported here, so `commits.read_head` keeps working).
 """
 
 from __future__ import annotations

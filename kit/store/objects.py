@@ -1,17 +1,10 @@
 """Immutable content-addressed objects: `home/objects/<first two hex digits>/<sha256>`.
 
-An object's name is the sha256 of its bytes, so every read can be checked against the name and
-nothing corrupted, truncated or substituted is ever returned. A tensor object is the tensor's raw
-little-endian C-contiguous bytes (bfloat16 included: viewed as uint8), which makes its name equal
-to the per-tensor digest `kit digest` computes from a safetensors file. dtype and shape live in
-the manifest; objects never hold pickles.
-
-Writes go to a uniquely named temporary file under `home/tmp/`, are fsynced, renamed into place
-and the directory fsynced, so an object path either does not exist or holds complete bytes (a
-crash leaves only a temporary, which loaders never read and `remove_stale_temps` deletes).
-
-`ObjectStore.bytes_read` counts every byte read from the store, so a test can show that a new
-owner read only its own objects (`fetch_objects`).
+An object's name is the sha256 of its bytes, so every read is checked against the name and nothing
+corrupted, truncated or substituted is returned. A tensor object is the tensor's raw little-endian
+C-contiguous bytes (its name is the per-tensor digest of `kit digest`); dtype and shape live in the
+manifest, and objects never hold pickles. Writes go through an fsynced temporary and a rename, so an
+object path either does not exist or holds complete bytes. `ObjectStore.bytes_read` counts reads.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """The arms of the shared-gradient study: the worker every replica runs, and the driver that admits,
 launches and records one arm.
 
-One common recipe (seeds/004): the same seed, the same document schedule, the same clipping and
-AdamW; only the communicated gradient differs. Update k's global batch is the schedule's k-th list
-of documents; replica r of w takes positions r, r + w, r + 2w, ... of it. Every replica runs a
-whole-model StageEngine on a LOCAL one-stage pipeline group `Group(0, 1, device)` and passes
-`total_targets` = the assistant-token count of the whole global batch, so each replica's loss is
-its share of the globally normalised objective; the gradient reducer (kit/distributed/grad_reduce.py,
-over torch.distributed's default group that the launcher's `join()` created) sums the replicas'
-gradients before the engine clips and steps. The replicas therefore hold bitwise-identical
-learned states, which every commit checks (`replica_learned_state_roots`).
-
-Commits: replica 0 commits the weights and both Adam moments through kit/engine/session.py; every
-replica hashes its own learned state the same way (without writing it) so the roots can be
-compared; a PowerSGD arm's ranks then write their compression state (kit/study/compression_state.py).
-
-The driver (`run_arm`) writes `STUDY/arms/<arm>/attempts/<n>.json` for every attempt and copies
-the latest to `STUDY/arms/<arm>/arm.json`, with one status: "completed" (endpoint committed at the
-contract's last update), "partial" (stopped earlier by --until), "failed" (a worker failed or the
-study deadline passed), "rejected" (the projection did not fit the deadline or the bound) or
-"unavailable" (the resources it needs are absent: never run).
+One common recipe: the same seed, schedule, clipping and AdamW; only the communicated gradient
+differs. The decision to know: each replica runs a whole-model engine on a local one-stage group and
+normalises by the whole global batch's target count, and the gradient reducer sums the replicas'
+gradients, so the replicas hold bitwise-identical learned states, which every commit checks.
+`run_arm` records every attempt with one status (completed, partial, failed, rejected, unavailable).
+Details: docs/study.md and docs/internals.md ("kit.study.arms"); records: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -182,16 +169,9 @@ def own_compile_cache():
     """An empty `torch.compile` cache for this worker process while it trains, removed after.
 
     The first update of an arm on CUDA pays for compiling the blocks, and the screen's active time
-    counts it. Through the host's shared cache an arm finds that cost already paid when an earlier
-    arm compiled the same shapes: the medium study's PowerSGD arm, whose first update is a dense
-    warm-up identical to the dense arm's, took 2.9 s against dense's 13.1 s
-    (runs/medium-campaign-2026-12-01-b). On one H200 at that shape, bench/study_first_update.py
-    measured the same arm's first update at 14.9 s with an empty cache, 3.0 s with the cache the
-    first run left and 12.7 s with another empty one (runs/bench-study-first-update-2026-12-01).
-    With this cache per worker the three runs took 17.2, 13.2 and 13.3 s
-    (runs/bench-study-first-update-2026-12-01-own-cache, measured before TRITON_CACHE_DIR was set here
-    too): no run inherits an earlier one's compile;
-    the first process on a fresh machine still pays about 4 s more, for a reason not isolated."""
+    counts it; through the host's shared cache an arm would find that cost already paid by an earlier
+    arm that compiled the same shapes, and look faster than it is. With a cache per worker no run
+    inherits an earlier one's compile (measurements: docs/study.md, "Measurement")."""
     path = tempfile.mkdtemp(prefix="kit-arm-compile-")
     # Triton's kernels too: inductor derives TRITON_CACHE_DIR from its own folder only when it is unset, so
     # one inherited from the host (or set by an earlier compile in this process) would stay shared.

@@ -1,25 +1,11 @@
 """The complete PowerSGD state of every rank, committed next to the weights of a checkpoint.
 
-The seed's final checkpoint keeps weights only; resuming a compressed run from it would restart
-error feedback at zero and re-draw Q, which changes every later update. So at every commit of a
-PowerSGD arm, each rank also writes its compressor state into the same content-addressed store:
-
-    home/objects/..                               one object per tensor: the FP32 error buffer of
-                                                  every compressed matrix ("error/<name>", once
-                                                  compression has started) and its warm-start Q
-                                                  ("q/<name>"); raw little-endian bytes, as weights
-    home/compression/<full_root>/rank-<r>.json    canonical JSON record, below
-
-    {"format": "kit.study.compression/1", "full_root": <commit it belongs to>, "rank": r,
-     "world": w, "meta": <PowerSGDCompressor.state_meta(): step, config, compressed names,
-     cumulative traffic counters>,
-     "tensors": {"error/<name>" | "q/<name>": {"digest", "dtype": "float32", "shape"}}}
-
-No generator state is needed: every Q draw uses a fresh generator seeded from (seed, name, step),
-and the step is in `meta`. The record is written after the commit's HEAD moved (it names the
-commit's full root, which is known only then) and is not part of the manifest; a commit without
-its records is a weights-only checkpoint, and resuming a PowerSGD arm from it is refused.
-docs/formats.md ("Shared-gradient study records") is the reference.
+Resuming a compressed run from weights only would restart error feedback at zero and re-draw Q,
+which changes every later update. So at every commit of a PowerSGD arm each rank writes its error
+buffers and warm-start Q as objects of the same store, plus a record under
+`home/compression/<full_root>/` (docs/formats.md, "Compression-state record"). The decision to know:
+the record is not part of the manifest, so a commit without it is a weights-only checkpoint, and
+resuming a PowerSGD arm from such a commit is refused. Details: docs/internals.md.
 """
 
 from __future__ import annotations

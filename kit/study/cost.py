@@ -1,21 +1,10 @@
 """Time and cost of the study's arms: the projection that admits or refuses an arm before it starts,
 and the cost table of what ran (pure functions over the contract's cost frame; no torch).
 
-The cost frame (contract field `cost`): single-GPU hosts in different zones (the seed: two
-g6e.2xlarge, one L40S each, in us-east-1a and us-east-1b), an on-demand instance price per hour, a
-cross-zone data price per GB in each direction, a stop deadline and a dollar bound, every price
-with its source and date.
-
-- GPU cost = GPU-hours x (instance price / GPUs per host), GPU-hours = wall seconds x workers /
-  3600. An arm with two workers holds two hosts; a faster arm can still cost more GPU time, so
-  both are reported.
-- Cross-zone cost: with one worker per host, everything a rank sends to its peer crosses zones.
-  Each rank sends `ring_wire_bytes(logical bytes, world)` (kit/distributed/traffic.py); a byte that
-  crosses is billed once leaving its zone and once entering the other, so the cost is
-  bytes / bytes_per_gb x price_each_direction x 2. Only when `cross_zone_traffic_billed`.
-- Projection: time = startup + updates x seconds per update + commits x checkpoint seconds; the
-  arm fits when it ends before the study deadline (clock started by the first arm that ran) and
-  the money already spent plus its projected cost stays within the bound.
+GPU cost is GPU-hours times the per-GPU price; cross-zone cost bills each byte a rank sends once
+leaving and once entering a zone. The decision to know: an arm is admitted only when its projected
+end is before the study deadline and the money spent plus its projected cost stays within the bound.
+Formulas: docs/internals.md ("kit.study.cost").
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """`kit study arm` under torchrun: one process per host, nothing shared on disk.
 
-Each host holds its own copy of the seed and of the prepared study (same `prepared_digest`) and
-names them with its own `--study` and `--seed`; torchrun's environment (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME; NCCL_SOCKET_IFNAME is completed from it by
-kit/distributed/group.py when NCCL runs) forms the group. The ranks talk only over that group:
-
-  1. every rank loads and checks its own prepared study and seed (check_seed, check_source), then
-     joins; WORLD_SIZE must equal the arm's workers;
-  2. the ranks exchange their prepared digests and their hosts' GPU counts; a rank whose copy
-     differs is refused by name before anything trains;
-  3. rank 0 admits the arm (availability, projection, the study clock in ITS study) and sends the
-     decision and the deadline to every rank, so all of them stop at the same update;
-  4. every rank runs `arm_worker` on its own copy, reading its own host's /proc/net/dev before and
-     after (in its network namespace: the interfaces that host really has);
-  5. every rank's result, interface deltas and times are gathered to rank 0, which writes the
-     attempt and arm records into its study (`traffic.interfaces_per_rank`, `hosts`). The other
-     ranks keep only their own run status files and, for PowerSGD, their compression state.
-
-A failure on a rank is written where that rank can write: rank 0's attempt record (status
-"failed", naming the rank) or `arms/<arm>/attempts-rank<r>/` on another rank's host.
+Each host holds its own copy of the seed and of the prepared study (same `prepared_digest`); the
+ranks talk only over torchrun's group. The decision to know: rank 0 admits the arm and sends the
+decision and the deadline to every rank, so all of them stop at the same update, and a rank whose
+prepared copy differs is refused by name before anything trains.
+Steps: docs/study.md ("Across hosts"); failure records: docs/formats.md ("Arm record").
 """
 
 from __future__ import annotations

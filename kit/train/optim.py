@@ -1,19 +1,10 @@
 """AdamW with per-named-parameter state, and clipping whose factor does not depend on the worker count.
 
-State per parameter: FP32 `exp_avg`, `exp_avg_sq`, the parameter's own step count ("Adam age",
-used in bias correction) and its optimizer-group name. Ages are per parameter so that a block
-appended by growth starts its own Adam clock (age 0 at insertion) while the old ones continue.
-The update is torch.optim.AdamW's single-tensor formula, written out so the state is ours to
-commit; tensors of equal (group, age) are stepped together with `torch._foreach_*` ops, which
-compute the same elementwise values as the per-tensor ops. On CUDA the same formula runs through
-torch's fused AdamW kernel (`torch._fused_adamw_`: one pass over param, grad and both moments
-instead of eight foreach passes and a temporary the size of the parameters); it is elementwise
-per parameter, so results still do not depend on the layout. CPU always takes the foreach path,
-which is what the bit-identity tests pin.
-
-Canonical clipping: every worker computes the squared L2 norm of each of its parameters'
-gradients (in FP64); the global squared norm is the sum of those numbers in the canonical
-parameter order (the full model's names), so the clip factor is bit-identical for any layout.
+State per parameter: FP32 moments, its own step count ("Adam age") and its group, so a block added
+by growth starts its own Adam clock. The update is torch.optim.AdamW's formula written out so the
+state is ours to commit (foreach on CPU, the fused kernel on CUDA). The decision to know: the global
+squared norm is summed in the canonical parameter order, so the clip factor is bit-identical for
+any layout (docs/engine.md, "Clipping in canonical order").
 """
 
 from __future__ import annotations

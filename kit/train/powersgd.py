@@ -1,29 +1,11 @@
 """PowerSGD gradient compression on plain tensors, with the all-reduce injected as a callable.
 
-Why this shape: the math (rank-r power iteration, orthogonalisation, error feedback, warm start)
-is testable in one process, and the distributed layer only supplies
-`allreduce_mean(tensors) -> None`, which averages a list of contiguous FP32 tensors in place and
-must leave bitwise-identical values on every rank (ring all-reduces in gloo and NCCL do). In one
-process the identity is a valid all-reduce. The compressor makes the same calls, in the same
-order, on every rank, because every decision depends only on the shapes, the config and values
-that were already all-reduced.
-
-Per call after the dense warm-up, each compressed gradient viewed as M (n, m) = (shape[0],
-prod(rest)) is handled as in torch's `powerSGD_hook`:
-    M += e;  Q = orth(Q);  P = M Q;  mean(P);  P = orth(P);  Q = M^T P;  mean(Q);
-    sent = P Q^T;  e = M - sent (local to this rank)
-with every P in one flat all-reduce and every Q in another, so a call makes one dense all-reduce
-(vectors, small tensors) plus exactly two compressed ones (a list with nothing in it is skipped).
-Orthogonalisation is Gram-Schmidt in FP32 with an epsilon (a zero column stays zero, never NaN),
-in two passes so that rank-deficient P's stay orthogonal. Error buffers stay FP32 on the
-error-feedback device (the CPU; pinned when CUDA is present). Dense tensors keep no error (their
-mean is exact), and the warm-up accumulates none.
-Q is warm-started from the previous call; its first value is drawn from a torch.Generator seeded
-by sha256(seed, name), so every rank has the same Q without communication.
-
-Traffic is logical: the bytes of the tensors this rank hands to the all-reduce (FP32). A ring
-all-reduce moves about 2 (w - 1) / w times that on the wire per rank; that, and the interface
-counters, are the dist layer's business.
+The math (rank-r power iteration, orthogonalisation, error feedback, warm start, as torch's
+`powerSGD_hook`) is testable in one process; the distributed layer supplies only
+`allreduce_mean(tensors)`. The decision to know: every decision depends only on shapes, the config
+and already all-reduced values, so every rank makes the same calls in the same order, and the first
+Q comes from a generator seeded by (seed, name), so ranks agree without communication.
+The algorithm step by step: docs/internals.md ("kit.train.powersgd"); docs/study.md, "PowerSGD".
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_workers import build_engine, engine_config
-from reliability_support import write_seed
 from safetensors.torch import load_file, save_file
-from test_adaptive_prepare import PUBLIC, TINY, _distinct, _planted, make_seed, seed_tasks
-from test_engine import OPT
+from support.adaptive import PUBLIC, TINY, distinct, make_seed, planted, seed_tasks
+from support.engine import OPT
+from support.engine_workers import build_engine, engine_config
+from support.reliability import write_seed
 
 from kit.adaptive import prepare as prep
 from kit.adaptive.bindings import TrainRefused
@@ -43,10 +43,10 @@ CPU = torch.device("cpu")
 def base(tmp_path_factory):
     """A seed with a tokenizer and the replay file the tiny contract prepares from (as test_adaptive_prepare)."""
     root = tmp_path_factory.mktemp("bad-data")
-    replay = _distinct(synthetic_conversations(200, 11))[:29] + _planted(PUBLIC) + seed_tasks()
+    replay = distinct(synthetic_conversations(200, 11))[:29] + planted(PUBLIC) + seed_tasks()
     seed = make_seed(root, replay)
     dev = root / "dev_retention.jsonl"
-    write_jsonl(dev, _distinct(synthetic_conversations(300, 12), {c.digest for c in replay})[:40])
+    write_jsonl(dev, distinct(synthetic_conversations(300, 12), {c.digest for c in replay})[:40])
     return {"seed": seed, "replay": seed / "trained_conversations.jsonl", "dev": dev}
 
 

@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from reliability_support import worker_env
+from support.reliability import worker_env
 
 from kit.store.commits import HEAD_RE, read_commit, read_head, verify_commit
 
@@ -23,8 +23,10 @@ ROUNDS = 100
 WRITER = r"""
 import sys
 from pathlib import Path
+import kit.numerics
+kit.numerics.apply()  # a script of one's own applies the profile before computing roots
 from kit.store.commits import HeadMoved, write_commit
-from reliability_support import stage_commit
+from support.reliability import stage_commit
 
 home, me = Path(sys.argv[1]), sys.argv[2]
 print("ready", flush=True)

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from reliability_support import commit, learned_root_from_loaded, stage_commit, worker_env
+from support.reliability import commit, learned_root_from_loaded, stage_commit, worker_env
 
 from kit.cli import main as kit_main
 from kit.store import commits, objects
@@ -41,9 +41,11 @@ KILL_POINTS = ("object", "manifest", "head", "head_installed")
 KILL_SCRIPT = r"""
 import hashlib, json, os, signal, sys
 from pathlib import Path
+import kit.numerics
+kit.numerics.apply()  # a script of one's own applies the profile before computing roots
 import kit.store.commits as commits
 import kit.store.objects as objects
-from reliability_support import stage_commit
+from support.reliability import stage_commit
 
 a = json.loads(sys.argv[1])
 home, point = Path(a["home"]), a["point"]
@@ -152,8 +154,10 @@ def test_sigkill_in_each_phase_leaves_a_complete_head(killed, point, capsys):
 LOOP_SCRIPT = r"""
 import sys
 from pathlib import Path
+import kit.numerics
+kit.numerics.apply()  # a script of one's own applies the profile before computing roots
 from kit.store.commits import read_commit, read_head, write_commit
-from reliability_support import stage_commit
+from support.reliability import stage_commit
 
 home = Path(sys.argv[1])
 head = read_head(home)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import REPO, model_commit, write_seed
+from support.reliability import REPO, model_commit, write_seed
 
 from kit.store.commits import load_param_states, read_commit
 
@@ -118,8 +118,8 @@ def test_payload_in_place_of_an_existing_object_is_refused(tmp_path, seed, marke
 
 @pytest.mark.parametrize("form", ["pickle", "torch.save"])
 def test_payload_as_an_rng_object_is_refused_by_the_resume(tmp_path, seed, marker, payloads, form):
-    from engine_workers import engine_config
-    from test_engine import OPT
+    from support.engine import OPT
+    from support.engine_workers import engine_config
 
     from kit.distributed.group import Group
     from kit.engine.session import Session

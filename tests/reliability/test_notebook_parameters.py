@@ -18,7 +18,7 @@ import json
 
 import nbformat
 import pytest
-from test_evidence import write_notebook
+from support.notebooks import write_notebook
 
 from kit.digest import canonical_json, load_canonical_json
 from kit.evidence.parameters import ParameterError, parse_assignments

@@ -30,8 +30,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reliability_support import corrupt, model_commit, run_python
-from test_adaptive_prepare import PUBLIC, TINY, _distinct, _planted, make_seed, seed_tasks
+from support.adaptive import PUBLIC, TINY, distinct, make_seed, planted, seed_tasks
+from support.reliability import corrupt, model_commit, run_python
 
 from kit.adaptive import prepare as prep
 from kit.adaptive.bindings import check_inputs
@@ -58,15 +58,15 @@ def job(tmp_path_factory):
     shutil.copyfile(TINY, contract)
     public = root / "public.json"
     shutil.copyfile(PUBLIC, public)
-    synthetic = _distinct(synthetic_conversations(200, 11))
-    replay = synthetic[:29] + _planted(PUBLIC) + seed_tasks()
+    synthetic = distinct(synthetic_conversations(200, 11))
+    replay = synthetic[:29] + planted(PUBLIC) + seed_tasks()
     seed = make_seed(root, replay)
     data = root / "data"
     data.mkdir()
     shutil.copyfile(seed / "trained_conversations.jsonl", data / "replay_v1.jsonl")
     os.symlink(data / "replay_v1.jsonl", data / "replay.jsonl")
     dev = root / "dev_retention.jsonl"
-    write_jsonl(dev, _distinct(synthetic_conversations(300, 12), {c.digest for c in replay})[:40])
+    write_jsonl(dev, distinct(synthetic_conversations(300, 12), {c.digest for c in replay})[:40])
     prep.prepare(contract, seed, data / "replay.jsonl", dev, public, root / "out")
     return {"root": root, "out": root / "out", "seed": seed, "contract": contract, "data": data,
             "commitments": load_json_strict(root / "out" / prep.COMMITMENTS_FILE)}

@@ -25,7 +25,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from reliability_support import REPO
+from support.reliability import REPO
 
 from kit.adaptive.schema import SCHEMA, check_rules
 from kit.contract import ContractError, Num, Omittable, OneOf, Opt, validate

@@ -1,7 +1,7 @@
 """Issue 9, cases 2, 7, 8 and 9: faults on one rank of a real two-process run (gloo, CPU).
 
 Every run here is `kit.distributed.launch.launch` starting real worker processes of
-`reliability_support:faulty_session_worker`, i.e. `engine_workers.session_worker` with one fault
+`support.reliability:faulty_session_worker`, i.e. `engine_workers.session_worker` with one fault
 injected on one rank (tests/test_worker_faults.py covers the same for `engine_workers.train_worker`
 at an update; these add the session's phases, commits and resumes).
 
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_workers import session_worker
-from reliability_support import worker_env, write_seed
-from test_engine import OPT, make_batches
+from support.engine import OPT, make_batches
+from support.engine_workers import session_worker
+from support.reliability import worker_env, write_seed
 
 from kit.distributed.group import Group
 from kit.distributed.launch import WorkerFailure, launch
@@ -54,7 +54,7 @@ def bound(timeout_s: float) -> float:
     waits at most GRACE_S for the others, then SIGTERM (5 s before SIGKILL); plus slack."""
     return timeout_s + GRACE_S + 5.0 + SLACK_S
 
-ENTRY = "reliability_support:faulty_session_worker"
+ENTRY = "support.reliability:faulty_session_worker"
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_workers import engine_config
-from reliability_support import corrupt, model_commit, write_seed
-from test_engine import OPT
+from support.engine import OPT
+from support.engine_workers import engine_config
+from support.reliability import corrupt, model_commit, write_seed
 
 from kit.digest import canonical_json, loads_strict, sha256_json
 from kit.distributed.group import Group

@@ -1,4 +1,4 @@
-"""Run by tests/test_numeric_profile.py in a subprocess whose environment the test changes (thread
+"""Run by tests/test_numeric_profile.py as a script in a subprocess whose environment the test changes (thread
 count, ATen CPU capability, MKL branch): prints, as one JSON line, the digests and roots the numeric
 profile promises to keep equal on any x86 CPU.
 
@@ -17,16 +17,21 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[0] = str(Path(__file__).resolve().parents[1])  # tests/, so that `support` is a package here too
 
-from conftest import write_hf_llama  # importing it applies the numeric profile, as every kit entry point does
-from engine_workers import launch_env, session_worker
-from test_engine import OPT, make_batches
+import torch
+
+import kit.numerics
+
+kit.numerics.apply()  # as every kit entry point does, and as tests/conftest.py does for the test process
 
 from kit.distributed.group import Group
 from kit.distributed.launch import launch
 from kit.model.shard import even_layout
 from kit.seed.build import SeedBuildConfig, build_seed
+from support.engine import OPT, make_batches
+from support.engine_workers import launch_env, session_worker
+from support.models import write_hf_llama
 
 
 class _Quiet:
@@ -45,10 +50,9 @@ def main() -> None:
                 "optimizer": {"default": OPT}, "batches": make_batches(3, seed=5), "until": 3, "commit_at": [],
                 "timeout_s": 60}
 
-    import torch
 
     here = session_worker(Group(0, 1, torch.device("cpu")), args(out / "one", 1), _Quiet())
-    launched = launch("engine_workers:session_worker", args(out / "two", 2), 2, out / "run", timeout_s=240,
+    launched = launch("support.engine_workers:session_worker", args(out / "two", 2), 2, out / "run", timeout_s=240,
                       env=launch_env())
     import kit.numerics
 

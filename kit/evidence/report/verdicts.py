@@ -1,28 +1,15 @@
-"""The verdict section of the reviewer's report (`kit report`): the trial's four questions answered from
-the verdict rows, the verdict tables, the study's speed measurement per arm, and the failing gates and
-screen parts analysed.
-
-    trial_questions(runs_dir)  one row per question (issue 17), per contract scale when several
-    show_verdicts(runs_dir)    the section as the report's kernel displays it
-
-The rows come from kit.evidence.review (verdict_rows) and the analyses from kit.evidence.review_analysis;
-this module only composes them.
+"""The verdict section of the report: the trial's four questions answered from the verdict rows
+(per contract scale when several), the verdict tables, the study's speed measurement and cost per
+arm, and the failing gates and screen parts analysed. This module only composes: the rows come from
+verdict_rows, the analyses from analysis and cost.
 """
 
 from __future__ import annotations
 
 import html
 
-from kit.evidence.review import (
-    gpu_names,
-    index,
-    projection_html,
-    run_contract,
-    verdict_rows,
-    verdict_table_html,
-)
-from kit.evidence.review_analysis import gate_analysis_rows, speed_rows, speed_sensitivity
-from kit.evidence.review_cost import (
+from kit.evidence.report.analysis import gate_analysis_rows, speed_rows, speed_sensitivity
+from kit.evidence.report.cost import (
     NOT_MEASURED,
     UNPRICED,
     measured_cost_rows,
@@ -30,7 +17,9 @@ from kit.evidence.review_cost import (
     projection_cost_rows,
     retention_pairs,
 )
-from kit.evidence.review_format import fmt, is_number, records_table
+from kit.evidence.report.format import fmt, is_number, records_table
+from kit.evidence.report.index import gpu_names, index, run_contract
+from kit.evidence.report.verdict_rows import projection_html, verdict_rows, verdict_table_html
 
 
 def _link_text(row: dict | None) -> str:
@@ -63,7 +52,7 @@ def _row_scale(row: dict, idx: dict) -> str:
 
 
 def trial_questions(runs_dir) -> list[dict]:
-    """The trial's four questions (issue 17), each answered from the verdict rows with the runs behind it,
+    """The trial's four questions, each answered from the verdict rows with the runs behind it,
     or said to be unanswered by this evidence; per contract scale when the evidence holds several (a
     tiny demo and a medium campaign in one runs folder answer separately)."""
     idx = index(runs_dir)

@@ -1,15 +1,15 @@
 """Launcher entry points and helpers that only the tests use (moved out of the kit: the kit's own
 drivers are `kit.adaptive.train.adaptive_worker` and `kit.study.arms.arm_worker`).
 
-- `train_worker` (entry `engine_workers:train_worker`): a worker over given record batches, optionally
+- `train_worker` (entry `support.engine_workers:train_worker`): a worker over given record batches, optionally
   dumping gradients and state (tests/test_engine.py, tests/test_worker_faults.py).
-- `session_worker` (entry `engine_workers:session_worker`): optional migration, updates and commits
+- `session_worker` (entry `support.engine_workers:session_worker`): optional migration, updates and commits
   through `kit.engine.session.Session` (tests/test_checkpoint_training.py, tests/reliability).
 - `build_engine`, `engine_config`, `records_from_json`: the test arguments' dialect, built through the
   kit's one construction function `kit.engine.worker.build_worker`.
 
-Launched workers import this module by name, so the launch environment must put tests/ on
-PYTHONPATH (`launch_env()`).
+Launched workers import this module by name, so the launch environment must put tests/ (the
+parent of the `support` package) on PYTHONPATH (`launch_env()`).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from kit.train.batch import TrainRecord
 from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def launch_env(extra: dict | None = None) -> dict:
-    """Environment for launched workers: tests/ importable (entries `engine_workers:...`)."""
-    path = os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])
+    """Environment for launched workers: tests/ importable (entries `support.engine_workers:...`)."""
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])
     return {"PYTHONPATH": path, **(extra or {})}
 
 

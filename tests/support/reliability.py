@@ -1,11 +1,7 @@
 """Shared helpers of the reliability suite (tests/reliability): tiny seeds, tiny commits, fault injection.
 
-Why a plain module and not a `conftest.py`: tests/ and tests/reliability/ have no `__init__.py`, so
-pytest imports every conftest as the module `conftest`; a second one would replace tests/conftest.py
-in `sys.modules` and break `from conftest import ...` in the older test modules. This module has a
-unique name, sits next to the tests that import it (pytest puts this directory on `sys.path`), and
-is also importable by worker processes, which get this directory on their PYTHONPATH
-(`worker_env`), so `faulty_session_worker` can be a launcher entry.
+Worker processes get tests/ on their PYTHONPATH (`worker_env`), so `faulty_session_worker` can be
+a launcher entry (`support.reliability:faulty_session_worker`).
 
 What is here:
 - `write_seed`: a tiny Hugging Face Llama directory (config.json + model.safetensors) written with
@@ -15,7 +11,7 @@ What is here:
   planted bytes in place of an RNG state or a tensor object).
 - `learned_root_from_loaded`: load every tensor of a commit and recompute its learned-state root
   from the loaded values (what a resume would actually use), independently of the manifest.
-- `faulty_session_worker`: `engine_workers.session_worker` (tests/engine_workers.py) with one fault injected on one rank at one
+- `faulty_session_worker`: `engine_workers.session_worker` (tests/support/engine_workers.py) with one fault injected on one rank at one
   phase (raise, SIGKILL or hang), driven by `args["fault"]`.
 - `corrupt`: bit flip, truncation or deletion of a file.
 - `worker_env` / `run_python`: the environment and runner for subprocesses of the suite.
@@ -43,7 +39,7 @@ from kit.store.objects import ObjectStore
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 REPO = TESTS.parent
-VOCAB = 64  # tests/test_engine.make_batches draws token ids below 64
+VOCAB = 64  # support.engine.make_batches draws token ids below 64
 
 
 def tiny_shape(layers: int = 2, vocab: int = VOCAB) -> LlamaShape:
@@ -138,8 +134,8 @@ def corrupt(path: Path, damage: str, offset: int | None = None) -> None:
 
 
 def worker_env(extra: dict | None = None) -> dict:
-    """Environment for a subprocess or launched worker: this directory and tests/ importable, one thread."""
-    path = os.pathsep.join([str(HERE), str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])
+    """Environment for a subprocess or launched worker: tests/ (so `support`) importable, one thread."""
+    path = os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(extra or {})}
 
 
@@ -154,7 +150,7 @@ def run_python(code: str, *args: str, env: dict | None = None, cwd: Path | None 
 
 
 def faulty_session_worker(group, args: dict, ctx) -> dict:
-    """`engine_workers.session_worker` (tests/engine_workers.py) with `args["fault"] = {"rank", "phase", "kind", "step"}` injected.
+    """`engine_workers.session_worker` (tests/support/engine_workers.py) with `args["fault"] = {"rank", "phase", "kind", "step"}` injected.
 
     phase "migrate": the rank's fetch of its assigned objects raises OSError (a failed read);
     phase "update":  at update `step` the rank raises RuntimeError ("raise") or SIGKILLs itself ("sigkill");
@@ -163,10 +159,9 @@ def faulty_session_worker(group, args: dict, ctx) -> dict:
                      its objects are exchanged, and "hang" stalls the rank just before that collective.
     Every fault is real in the worker process; nothing outside this function is changed.
     """
-    import engine_workers
-
     from kit.engine import migration, session
     from kit.store import commits
+    from support import engine_workers
 
     fault = args.get("fault") or {}
     mine = fault.get("rank") == group.rank

@@ -1,6 +1,11 @@
 """The report's one way of writing values: the number format, UTC times, short roots with the full
-root in a monospace tooltip, run links, tables inside their own scroll box and images with alt text
-(kit/evidence/review.py and kit/evidence/report.py write every cell through these)."""
+root in a monospace tooltip, run links, tables inside their own scroll box and images with alt text.
+Every cell of the page is written through these.
+
+fmt(value, key): integers with thousands separators, other numbers with 4 significant digits in
+fixed notation (scientific only below 1e-9 or at 1e15 and above), epoch seconds in `*_at`/`now`
+fields as UTC times, None as an em dash.
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """The figures a reviewer expects, drawn from metric sidecars: per-family accuracy bars with Wilson
 intervals, the bootstrap distribution of a gate's statistic with its bound and threshold, learning
-curves with the replay/new split (and a resumed run's own updates marked). Each returns PNG bytes and
-the alt text that describes the values."""
+curves with the replay/new split (and a resumed run's own updates marked), and generic curves of any
+sidecar shaped as curves. Each returns PNG bytes and the alt text that describes the values."""
 
 from __future__ import annotations
 
 import math
 
-from kit.evidence.review_format import fmt, is_number, png_bytes
+from kit.evidence.report.format import fmt, is_number, png_bytes
 
 
 # --- metric views a reviewer expects ---------------------------------------------------------
@@ -149,6 +149,26 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None) 
             if own else "")
     alt = (f"{title}: learning curves over {x_key}s {fmt(xs[0])}\u2013{fmt(xs[-1])}: " + "; ".join(desc) + ownt)
     return png_bytes(fig), alt
+
+
+def curves_png(x_name: str, x: list, series: dict[str, list], title: str) -> bytes:
+    """PNG of one panel per series against x (Agg canvas through Figure: no GUI, no pyplot state)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    cols = min(3, len(series))
+    rows = -(-len(series) // cols)
+    fig = Figure(figsize=(4.2 * cols, 3.0 * rows), dpi=90, layout="constrained")
+    fig.suptitle(title)
+    for i, (name, values) in enumerate(series.items()):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        ax.plot(x, values, marker="." if len(x) <= 64 else None, linewidth=1.2)
+        ax.set_xlabel(x_name)
+        if all(isinstance(v, int) for v in x):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    return png_bytes(fig)
 
 
 def curves_alt(x_name: str, x: list, series: dict, title: str) -> str:

@@ -1,24 +1,16 @@
 """The report's analysis of its verdicts: every failing gate or screen part analysed rather than re-run
-(issue 17: a failing gate is never rescued by a re-run on final data), and the study's speed measurement
-taken apart, since the screen's single number hides one-time costs that differ between arms.
-
-    sign_test_p(gained, lost)     the exact two-sided sign test over discordant generated answers
-    gate_analysis_rows(runs_dir)  one row per failing adaptive gate and failing part of a study screen:
-                                  estimate, bound, threshold, and what sample (if any) would resolve it
-    speed_rows(runs_dir)          per study arm: its first update's seconds, active throughput with and
-                                  without that update, and each throughput's ratio to the single arm
-    speed_sensitivity(runs_dir, evaluation)
-                                  the speed screen's verdict under both measurements
-
-Reads only what the verdict rows read (kit.evidence.review): committed run records and sidecars.
+(a failing gate is never rescued by a re-run on final data), and the study's speed measurement taken
+apart, since the screen's single number hides one-time costs that differ between arms. Reads only what
+the verdict rows read: committed run records and sidecars.
 """
 
 from __future__ import annotations
 
 from math import comb
 
-from kit.evidence.review import SPEED_CHECK, _arm_runs, _metric, index, verdict_rows
-from kit.evidence.review_format import fmt, is_number
+from kit.evidence.report.format import fmt, is_number
+from kit.evidence.report.index import arm_runs, index, metric
+from kit.evidence.report.verdict_rows import SPEED_CHECK, verdict_rows
 
 CONTROLS = ("single", "dense")
 SHARED_CACHE = "the host's shared one (not recorded)"  # arm records before kit.study.arms.own_compile_cache
@@ -32,7 +24,7 @@ def sign_test_p(gained: int, lost: int) -> float:
     return min(1.0, 2 * sum(comb(d, i) for i in range(k + 1)) / 2 ** d)
 
 
-def _bound_text(estimate: float, bound: float, threshold: float, n: int, upper: bool) -> str:
+def bound_text(estimate: float, bound: float, threshold: float, n: int, upper: bool) -> str:
     """A bound that failed its threshold: whether the estimate itself passes and, if it does, the number
     of examples at which a bound of the same relative width would clear it (half-width taken to shrink as
     1/sqrt(n), the behaviour of a bound on a mean)."""
@@ -65,7 +57,7 @@ def gate_analysis_rows(runs_dir) -> list[dict]:
 def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
     base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
     if row["check"] == "generated":
-        g = (_metric(run, "gates") or {}).get("generated") or {}
+        g = (metric(run, "gates") or {}).get("generated") or {}
         gained, lost = int(g.get("gained", 0)), int(g.get("lost", 0))
         p = sign_test_p(gained, lost)
         return [{**base, "estimate": f"net {gained - lost:+d} ({gained} gained, {lost} lost)",
@@ -76,18 +68,18 @@ def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
                                  "tolerance, so at equal true rates a larger sample fails it about half the "
                                  "time." if p >= 0.05 else "The loss is larger than no change explains."))}]
     part = "tasks" if row["check"] == "gain" else "retention"
-    b = (_metric(run, "nll_change_bounds") or {}).get(part) or {}
+    b = (metric(run, "nll_change_bounds") or {}).get(part) or {}
     est, upper, t, n = b.get("change_nats_per_token"), b.get("bootstrap_upper"), row["threshold_value"], b.get("n")
     if None in (est, upper, t, n):
         return []
     return [{**base, "estimate": est, "bound": upper, "threshold": row["threshold"],
-             "analysis": _bound_text(est, upper, t, n, upper=True)}]
+             "analysis": bound_text(est, upper, t, n, upper=True)}]
 
 
 def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:
     """A failing part of the study's screens, from the evaluation run's sidecars (candidate: powersgd)."""
     base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
-    changes = _metric(run, "paired_task_change") or {}
+    changes = metric(run, "paired_task_change") or {}
     t = row["threshold_value"]
     if row["check"] == "task_gain":
         c = changes.get("powersgd vs seed") or {}
@@ -110,18 +102,18 @@ def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:
                 text += "."
         return [{**base, "estimate": c["difference"], "bound": None, "threshold": row["threshold"], "analysis": text}]
     if row["check"] == "retention":
-        r = (_metric(run, "retention_change") or {}).get("powersgd") or {}
+        r = (metric(run, "retention_change") or {}).get("powersgd") or {}
         if None in (r.get("change_nats_per_token"), r.get("upper"), r.get("n"), t):
             return []
         return [{**base, "estimate": r["change_nats_per_token"], "bound": r["upper"], "threshold": row["threshold"],
-                 "analysis": _bound_text(r["change_nats_per_token"], r["upper"], t, r["n"], upper=True)}]
+                 "analysis": bound_text(r["change_nats_per_token"], r["upper"], t, r["n"], upper=True)}]
     if row["check"].startswith("noninferior_to_"):
         ctrl = row["check"][len("noninferior_to_"):]
         c = changes.get(f"powersgd vs {ctrl}") or {}
         if not c or t is None:
             return []
         return [{**base, "estimate": c["difference"], "bound": c["noninferiority_lower"], "threshold": row["threshold"],
-                 "analysis": _bound_text(c["difference"], c["noninferiority_lower"], t, c["n"], upper=False)}]
+                 "analysis": bound_text(c["difference"], c["noninferiority_lower"], t, c["n"], upper=False)}]
     s = speed_sensitivity(runs_dir, run["run_id"])  # the speed screen
     return [{**base, "estimate": row["value"], "bound": None, "threshold": row["threshold"],
              "analysis": s["text"] if s else "no arm measurements to analyse"}]
@@ -135,10 +127,10 @@ def speed_rows(runs_dir) -> list[dict]:
     idx = index(runs_dir)
     out = []
     for r in idx["runs"]:
-        if not isinstance(_metric(r, "screen_speed"), dict):
+        if not isinstance(metric(r, "screen_speed"), dict):
             continue
-        arms = _arm_runs(r, idx)
-        measured = {a: _metric(idx["by_id"][name], "measurement") or {} for a, name in arms.items()}
+        arms = arm_runs(r, idx)
+        measured = {a: metric(idx["by_id"][name], "measurement") or {} for a, name in arms.items()}
         single = measured.get("single") or {}
         for arm, m in measured.items():
             if not m:
@@ -167,7 +159,7 @@ def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
     """The speed screen of one study evaluation (its run id) under the contract's measurement and without
     each arm's first update; None without both arms' measurements."""
     rows = {r["arm"]: r for r in speed_rows(runs_dir) if r["evaluation"] == evaluation}
-    screen = _metric(index(runs_dir)["by_id"][evaluation], "screen_speed")
+    screen = metric(index(runs_dir)["by_id"][evaluation], "screen_speed")
     p = rows.get("powersgd")
     if not (screen and p and is_number(p["ratio_active"]) and is_number(p["ratio_after_first"])):
         return None

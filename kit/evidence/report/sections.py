@@ -1,6 +1,6 @@
-"""One section per run in the reviewer's report: header (status, start, device, scale), lineage (parent
-run and root, and the updates the run itself did) and each metric sidecar as the view a reviewer
-expects (kit/evidence/review_figures.py), benchmark records included."""
+"""The header of each run's section in the report: status, start, device, commit, contract, lineage
+(parent run and root, and the updates the run itself did) and the roots it used and produced; for a
+benchmark record (kit-bench/1), its command and result rows. Its sidecars follow (sidecars.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import records
-from kit.evidence.review import _metric, gpu_names, index, is_cpu, producer, run_contract
-from kit.evidence.review_figures import GROWTH_NOTE, accuracy_figure, bootstrap_figure, learning_figure
-from kit.evidence.review_format import (
+from kit.evidence.report.figures import learning_figure
+from kit.evidence.report.format import (
     NONE,
     cell_html,
     fmt_iso,
@@ -22,11 +21,10 @@ from kit.evidence.review_format import (
     records_table,
     root_html,
     run_link,
-    table_html,
 )
+from kit.evidence.report.index import gpu_names, index, metric, producer, run_contract
 
 
-# --- run sections ----------------------------------------------------------------------------
 def lineage(row: dict, idx: dict) -> dict | None:
     """Where a resumed, migrated or grown run started: parent run and root, and the updates it did itself."""
     p = row.get("parameters") or {}
@@ -44,7 +42,7 @@ def lineage(row: dict, idx: dict) -> dict | None:
     if parent_row and (parent_row.get("parameters") or {}).get("COHORT") not in (None, p.get("COHORT")):
         kinds.append(f"new cohort {p.get('COHORT')} after cohort {parent_row['parameters']['COHORT']}")
     own = None
-    thr, commits = _metric(row, "throughput"), _metric(row, "commits")
+    thr, commits = metric(row, "throughput"), metric(row, "commits")
     if isinstance(thr, dict) and is_number(thr.get("updates")) and isinstance(commits, dict) and commits.get("rows"):
         cols = commits["columns"]
         last = max(dict(zip(cols, r)).get("cohort_step", 0) for r in commits["rows"])
@@ -131,78 +129,3 @@ def _bench_html(row: dict) -> str:
             else:
                 parts.append(f"<p>{cell_html(v, k)}</p>")
     return "".join(parts)
-
-
-def show_metric(runs_dir, run_id: str, name: str) -> bool:
-    """A reviewer's view of a known sidecar; False when the generic view applies."""
-    from IPython.display import HTML, display
-
-    idx = index(runs_dir)
-    row = idx["by_id"][run_id]
-    obj = _metric(row, name)
-    rbr = idx["runs_by_root"]
-    title = f"{run_id}: {name}"
-    if name == "loss_curves" and isinstance(obj, list) and obj:
-        lin = lineage(row, idx)
-        fig = learning_figure(obj, title, lin["own_updates"] if lin else None)
-        if fig:
-            display(HTML(img_html(*fig)))
-            return True
-    if name == "accuracy_by_family":
-        fig = accuracy_figure(obj, title)
-        if fig:
-            if isinstance(obj, dict):
-                recs = [{"family": f, **v} for f, v in obj.items()]
-            else:
-                recs = obj
-            display(HTML(img_html(*fig) + records_table(recs, runs_by_root=rbr)))
-            return True
-    if name == "nll_change_bounds" and isinstance(obj, dict):
-        fig = bootstrap_figure(obj, _metric(row, "gates"), _metric(row, "bootstrap_distribution"), title)
-        recs = [{"part": k, **v} for k, v in obj.items() if isinstance(v, dict)]
-        display(HTML((img_html(*fig) if fig else "") + records_table(recs, runs_by_root=rbr)))
-        return True
-    if name == "bootstrap_distribution":
-        display(HTML("<p>Drawn with nll_change_bounds above.</p>"))
-        return True
-    if name == "comparison" and isinstance(obj, dict):
-        note = "" if obj.get("same_parameter_names", True) else f'<p class="kit-note">{GROWTH_NOTE}</p>'
-        display(HTML(kv_table(obj, runs_by_root=rbr) + note))
-        return True
-    if name in ("cost", "cost_total") and is_cpu(row):
-        drop = lambda d: {k: v for k, v in d.items() if not k.startswith("gpu_")}
-        note = ('<p class="kit-note">This run used no GPU: GPU hours and GPU cost are not shown (the total is '
-                'the contract\'s projected price, not money spent).</p>')
-        if isinstance(obj, list):
-            display(HTML(records_table([drop(x) for x in obj], runs_by_root=rbr) + note))
-            return True
-        if isinstance(obj, dict):
-            display(HTML(kv_table(drop(obj), runs_by_root=rbr) + note))
-            return True
-    if name in ("cost", "cost_total"):  # on a GPU host: still the contract's prices, not the host's
-        note = ('<p class="kit-note">The contract\'s prices (the seed\'s L40S hosts, cross-zone transfer for ring '
-                'bytes estimated from logical bytes) applied to this run: a projection at the seed\'s prices, '
-                'not what it cost. GPU time as measured is in the study\'s cost table under the verdicts.</p>')
-        if isinstance(obj, list):
-            display(HTML(records_table(obj, runs_by_root=rbr) + note))
-            return True
-        if isinstance(obj, dict):
-            display(HTML(kv_table(obj, runs_by_root=rbr) + note))
-            return True
-    if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj) and not any(
-            is_number(r.get("update")) or is_number(r.get("step")) for r in obj[:1]):
-        display(HTML(records_table(obj, runs_by_root=rbr)))
-        return True
-    if isinstance(obj, dict) and obj and not any(isinstance(v, list) for v in obj.values()):
-        if all(isinstance(v, dict) for v in obj.values()):
-            display(HTML(records_table([{"": k, **v} for k, v in obj.items()], runs_by_root=rbr)))
-        else:
-            note = ""
-            if name == "projection" and obj.get("clock_started_at") is None:
-                note = '<p class="kit-note">clock_started_at \u2014: the study clock had not started.</p>'
-            display(HTML(kv_table(obj, runs_by_root=rbr) + note))
-        return True
-    if isinstance(obj, dict) and set(obj) >= {"columns", "rows"}:
-        display(HTML(table_html(obj["columns"], obj["rows"], runs_by_root=rbr)))
-        return True
-    return False

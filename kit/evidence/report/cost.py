@@ -1,20 +1,10 @@
-"""The study's cost, traffic and arm-against-arm retention as measured, for the reviewer's report.
+"""The study's cost, traffic and arm-against-arm retention as measured: per attempt the hardware,
+GPU-seconds and logical and wire bytes; the contract's prices applied to what ran (a projection);
+and PowerSGD against dense and single on the retention probes (reported, not gated).
 
-    arm_attempts(runs_dir)        every arm run that ran: the committed ones and those kept as superseded
-                                  (a campaign folder's study-superseded/, a superseded folder), marked
-    measured_cost_rows(runs_dir)  per attempt: the hardware that ran it, GPU-seconds (wall x workers),
-                                  GPU-seconds per update and its ratio to single's beside the speed ratio,
-                                  logical bytes (named logical) and wire bytes from interface counters
-    projection_cost_rows(runs_dir) the contract's (the seed's) prices applied to what ran: a projection
-    retention_pairs(runs_dir)     PowerSGD against dense and against single on the retention probes,
-                                  token-weighted NLL change with a paired normal 95% interval (reported,
-                                  not gated)
-
-Prices: no committed record names a price for the hardware that ran (H200 hosts), and no source for
-one is in the repository, so measured GPU time is given in GPU-seconds, unpriced. The contract's prices
-(L40S hosts, cross-zone transfer) are the seed's and go only in the projection table. Cross-zone transfer
-is billable only for bytes that crossed a network interface: the interface counters the arms recorded;
-where they show none, the wire traffic is "not measured on this host".
+Measured GPU time stays unpriced: no committed record names a price for the hardware that ran, so
+the contract's prices (the seed's hosts) go only in the projection table. Wire traffic is what the
+arms' interface counters recorded; where they show none it is "not measured on this host".
 """
 
 from __future__ import annotations
@@ -26,20 +16,13 @@ import numpy as np
 
 from kit.digest import load_json_strict
 from kit.evidence import records
-from kit.evidence.review import gpu_names, index
+from kit.evidence.report.index import gpu_names, index, metric
 from kit.evidence.run_index import evidence_folders, kept_runs, split_selection
 
 GIB = 2 ** 30
 NOT_MEASURED = "not measured on this host"
 UNPRICED = "unpriced: no record names a rate for this hardware"
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
-
-
-def _metric(row: dict, name: str):
-    try:
-        return load_json_strict(records.metric_path(row["dir"], name)) if name in (row.get("metrics") or {}) else None
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def arm_attempts(runs_dir) -> list[dict]:
@@ -87,15 +70,15 @@ def measured_cost_rows(runs_dir) -> list[dict]:
     """One row per attempt; ratios against the single arm of the same contract and sitting (the committed
     runs, or the same superseded folder)."""
     attempts = arm_attempts(runs_dir)
-    singles = {(r.get("contract_digest"), r["kept_in"]): _metric(r, "measurement") or {}
+    singles = {(r.get("contract_digest"), r["kept_in"]): metric(r, "measurement") or {}
                for r in attempts if r["parameters"]["ARM"] == "single"}
     wires = _interfaces(runs_dir)
     rows = []
     for r in attempts:
         arm = r["parameters"]["ARM"]
         single = singles.get((r.get("contract_digest"), r["kept_in"])) or {}
-        m = _metric(r, "measurement") or {}
-        traffic = _metric(r, "traffic_per_rank") or []
+        m = metric(r, "measurement") or {}
+        traffic = metric(r, "traffic_per_rank") or []
         logical = [t.get("sent_bytes_total") for t in traffic if isinstance(t, dict)]
         on_gpu = bool(gpu_names(r))
         workers = m.get("devices")
@@ -137,7 +120,7 @@ def projection_cost_rows(runs_dir) -> list[dict]:
     not what the measured runs cost."""
     rows = []
     for r in arm_attempts(runs_dir):
-        c = _metric(r, "cost")
+        c = metric(r, "cost")
         if isinstance(c, dict):
             rows.append({"run": r["run_id"], "arm": r["parameters"]["ARM"],
                          "kept as": "committed" if r["kept_in"] is None else f"superseded ({r['kept_in']})",

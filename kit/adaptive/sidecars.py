@@ -1,0 +1,197 @@
+"""The metric sidecars the adaptive notebooks record, each computed here from what train, compare and
+evaluate return (or from the attempt logs a home keeps), so a notebook cell is one call and a display.
+The report draws the same sidecars (kit.evidence.report), so a notebook shows what the report shows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kit.digest import load_json_strict, sha256_file
+
+COMMIT_COLUMNS = ["cohort", "cohort_step", "step", "full_root", "learned_state_root"]
+
+
+# --- a prepared job (notebooks 10 and 15) -----------------------------------------------------
+PREPARED_FIELDS = ("out", "contract_digest", "job_digest", "prepared_sha256", "parameter_digest",
+                   "final_retention_excluded", "final_tasks_excluded")
+
+
+def roles_table(summary: dict) -> dict:
+    """The `prepared_roles` sidecar: {"columns": ["role", "records"], "rows"} of a prepare summary."""
+    return {"columns": ["role", "records"], "rows": [[r, n] for r, n in summary["roles"].items()]}
+
+
+def prepare_sidecars(summary: dict) -> dict:
+    """{"prepared": the digests and exclusions of prepare()'s summary, "prepared_roles": its role sizes}."""
+    return {"prepared": {k: summary[k] for k in PREPARED_FIELDS}, "prepared_roles": roles_table(summary)}
+
+
+def ownership_rows(prepared_dir: str) -> list[dict]:
+    """The `ownership` sidecar: one row per worker of every layout the planner wrote (ownership file of
+    the prepared job), with its block range, embedding ownership, memory estimate and tensors."""
+    from kit.adaptive.prepare import OWNERSHIP_FILE
+
+    ownership = load_json_strict(Path(prepared_dir) / OWNERSHIP_FILE)
+    return [{"workers": lay["workers"], "layers": lay["num_hidden_layers"], "grown": lay["grown"],
+             "rank": w["rank"], "blocks": f"[{w['blocks'][0]}, {w['blocks'][1]})",
+             "owns_embedding": w["owns_embedding"],
+             "estimate_MiB": round(w["estimate_bytes"] / 2**20, 1), "utilization": w["utilization"],
+             "tensors": len(w["tensors"])}
+            for lay in ownership["layouts"] for w in lay["per_worker"]]
+
+
+def continued_prepare_sidecars(summary: dict) -> dict:
+    """{"start_endpoint" (with the note that says whether the start was exploratory), "exclusions",
+    "prepared_roles"} of prepare_continued()'s summary."""
+    start = summary["start"]
+    note = ("EXPLORATORY: the start endpoint's gates did not pass" if start["exploratory"]
+            else "the start endpoint's gates passed")
+    return {"start_endpoint": {**start, "note": note},
+            "exclusions": {"final_tasks": summary["final_tasks_excluded"],
+                           "final_retention": summary["final_retention_excluded"]},
+            "prepared_roles": roles_table(summary)}
+
+
+# --- the selection record (notebook 14) --------------------------------------------------------
+def commit_specs(specs: dict[str, str]) -> dict[str, dict]:
+    """{name: "HOME:FULL_ROOT"} as {name: {"home", "root"}} (a home may itself hold colons)."""
+    out = {}
+    for name, spec in specs.items():
+        home, _, root = spec.rpartition(":")
+        if not home or not root:
+            raise ValueError(f"candidate {name!r} = {spec!r}: expected 'HOME:FULL_ROOT'")
+        out[name] = {"home": home, "root": root}
+    return out
+
+
+def selection_sidecars(selection: dict, candidates: dict[str, dict], out: str) -> dict:
+    """{"selection": each bound candidate with its home, "selection_file": the record's path and sha256}."""
+    return {"selection": {n: {**bound, "home": candidates[n]["home"]} for n, bound in selection["candidates"].items()},
+            "selection_file": {"path": str(out), "sha256": sha256_file(out),
+                               "prepared_digest": selection["prepared_digest"]}}
+
+
+# --- one arm (notebook 11) ---------------------------------------------------------------------
+def commits_table(commits: list[dict]) -> dict:
+    """The `commits` sidecar: {"columns", "rows"}, one row per commit train() returned."""
+    return {"columns": COMMIT_COLUMNS, "rows": [[c[k] for k in COMMIT_COLUMNS] for c in commits]}
+
+
+def attempt_throughput(home: str, commits: list[dict], workers: int) -> dict:
+    """The `throughput` sidecar of the attempt that finalised exactly `commits` in `home` (a home keeps
+    every attempt made in it): its updates, assistant tokens, update seconds and fetched bytes, read from
+    `attempts/<attempt>/attempt.json` and its own `updates.jsonl` (inherited logs are not this attempt's)."""
+    records = sorted(Path(home).glob("attempts/*/attempt.json"))
+    attempt_dir = next((p.parent for p in records if load_json_strict(p)["commits"] == commits), None)
+    if attempt_dir is None:
+        raise ValueError(f"{home}/attempts: no attempt.json has field commits equal to the {len(commits)} "
+                         "commit(s) train() returned; expected the attempt that made them")
+    attempt = load_json_strict(attempt_dir / "attempt.json")
+    own = [json.loads(line) for line in (attempt_dir / "updates.jsonl").read_text().splitlines()]
+    seconds, tokens = sum(r["seconds"] for r in own), sum(r["tokens"] for r in own)
+    return {"attempt": attempt["attempt"], "status": attempt["status"], "workers": workers,
+            "updates": len(own), "assistant_tokens": tokens, "update_seconds": round(seconds, 3),
+            "assistant_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
+            "fetched_bytes": sum(attempt.get("fetched_bytes") or [0])}
+
+
+def loss_curves(home: str, cohort: str) -> list[dict]:
+    """The `loss_curves` sidecar: per update of `cohort` along the lineage kept in `home` (inherited logs
+    travel with migrated and grown states), keyed by "update" (the cohort step)."""
+    from kit.adaptive.compare import update_log
+
+    return [{"update": r["cohort_step"], **{k: v for k, v in r.items() if k != "cohort_step"}}
+            for r in update_log(home, cohort)]
+
+
+# --- a side-by-side comparison (notebook 12) ---------------------------------------------------
+def comparison_summary(result: dict, cohort: str) -> dict:
+    """The `comparison` sidecar of compare()'s result: both learned-state roots and layouts, equality."""
+    return {"cohort": cohort, "candidate_learned_state_root": result["a"]["learned_state_root"],
+            "control_learned_state_root": result["b"]["learned_state_root"],
+            "candidate_layout": result["a"]["layout"], "control_layout": result["b"]["layout"],
+            **{k: result[k] for k in ("learned_state_equal", "same_parameter_names", "parameters_differing",
+                                      "max_abs_parameter_difference", "torch")}}
+
+
+def trajectories(result: dict) -> list[dict]:
+    """The `trajectories` sidecar: per update both runs made, both objectives, their difference and
+    both gradient norms."""
+    control = {r["cohort_step"]: r for r in result["b"]["updates"]}
+    return [{"update": step, "candidate_objective": r["objective"], "control_objective": ctl["objective"],
+             "objective_difference": r["objective"] - ctl["objective"],
+             "candidate_grad_norm": r["grad_norm"], "control_grad_norm": ctl["grad_norm"]}
+            for r in result["a"]["updates"]
+            if (ctl := control.get(step := r["cohort_step"])) is not None]
+
+
+# --- an evaluation (notebook 13) ---------------------------------------------------------------
+def evaluation_file(ev: dict, comparison: str, split: str, out: str) -> dict:
+    """The `evaluation_file` sidecar: where the evaluation record is, its sha256 and what it scored."""
+    return {"comparison": comparison, "split": split, "path": str(out), "sha256": sha256_file(out),
+            "candidate": ev["candidate"], "baseline": ev["baseline"], "tasks": len(ev["tasks"]),
+            "retention": len(ev["retention"])}
+
+
+def accuracy_sidecars(ev: dict) -> dict:
+    """{"accuracy_by_family": {family: {n, accuracy_/correct_ candidate and baseline}},
+    "generated_answers": gained and lost correct answers, candidate against baseline}."""
+    from kit.stats import accuracy_by_family, gained_lost
+
+    cand = accuracy_by_family([{"family": x["family"], "correct": x["cand_correct"]} for x in ev["tasks"]])
+    base = accuracy_by_family([{"family": x["family"], "correct": x["base_correct"]} for x in ev["tasks"]])
+    table = cand.merge(base, on=["family", "n"], suffixes=("_candidate", "_baseline")).set_index("family")
+    by_family = {f: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+                 for f, row in table.to_dict(orient="index").items()}
+    answers = gained_lost([x["cand_correct"] for x in ev["tasks"]], [x["base_correct"] for x in ev["tasks"]])
+    return {"accuracy_by_family": by_family, "generated_answers": answers}
+
+
+def nll_change_sidecars(ev: dict, contract: dict, normal_multiplier: float) -> dict:
+    """{"nll_change_bounds": the bootstrap and normal bounds the gates judge (evaluation.nll_change_bounds),
+    "bootstrap_distribution": per part, a 40-bin histogram of the resampled statistic behind the bound
+    (the same resamples: the contract's seed and count)}."""
+    import numpy as np
+
+    from kit.adaptive.evaluation import nll_change_bounds
+    from kit.stats import bootstrap_ratio_distribution
+
+    bounds = nll_change_bounds(ev, contract, normal_multiplier)
+    hist = {}
+    for part in ("tasks", "retention"):
+        rows = ev[part]
+        stats = bootstrap_ratio_distribution(np.array([x["cand_nll"] - x["base_nll"] for x in rows], dtype=np.float64),
+                                             np.array([x["tokens"] for x in rows], dtype=np.float64),
+                                             bounds[part]["resamples"], bounds[part]["bootstrap_seed"])
+        counts, edges = np.histogram(stats, bins=40)
+        hist[part] = {"counts": counts.tolist(), "edges": edges.tolist(), "resamples": int(stats.size)}
+    return {"nll_change_bounds": bounds, "bootstrap_distribution": hist}
+
+
+def gate_sidecars(ev: dict, contract: dict, prepared: dict, comparison: str) -> dict:
+    """The final roles' verdict as sidecars: {"gates": {name: passed, inputs, rule}, "gate_verdict"} and,
+    for a continued-learning job (generated answers are its primary gate), "start_endpoint" with the note
+    that says whether its start was exploratory. Refused on development roles: they may only abort."""
+    from kit.adaptive.continued import KIND as CONTINUED
+    from kit.adaptive.continued import continued_gates
+    from kit.adaptive.evaluation import gates
+
+    if ev["split"] != "final":
+        raise ValueError(f"evaluation of {comparison or 'this comparison'}: field split = {ev['split']!r}; "
+                         "the gates apply to final roles only")
+    out = {}
+    if prepared["contract"]["kind"] == CONTINUED:
+        start = prepared["start"]
+        verdict = continued_gates(ev, contract, start["exploratory"])
+        out["start_endpoint"] = {"full_root": start["full_root"], "gates_passed": start["gates_passed"],
+                                 "exploratory": start["exploratory"], "note": verdict["note"]}
+    else:
+        verdict = gates(ev, contract)
+    out["gates"] = {g["name"]: {"passed": g["passed"], **g["inputs"], "rule": g["rule"]} for g in verdict["gates"]}
+    out["gate_verdict"] = {"comparison": comparison, "passed": verdict["passed"], "candidate": verdict["candidate"],
+                           "baseline": verdict["baseline"],
+                           **({"exploratory": verdict["exploratory"], "note": verdict["note"]}
+                              if "exploratory" in verdict else {})}
+    return out

@@ -1,0 +1,9 @@
+"""`kit report`: the evidence of a runs directory as one offline HTML page. One module per part:
+page (build, execute, export), runs (the run table), scope, verdict_rows and verdicts (with analysis
+and cost), sections (each run's header), sidecars (one dispatch from a sidecar to its view), figures
+and format (the one way of writing values). The index module is the runs directory they all read.
+"""
+
+from kit.evidence.report.page import render_report
+
+__all__ = ["render_report"]

@@ -1,0 +1,132 @@
+"""The runs directory as the report's kernel reads it: an index of run records by id and by root,
+their metric sidecars, and the contract a run names by digest (from contracts/ at HEAD or at the
+commit the run records). Everything here reads only committed evidence.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import subprocess
+from pathlib import Path
+
+from kit.digest import load_json_strict, loads_strict, sha256_json
+from kit.evidence import records
+from kit.evidence.report.format import root_html, run_link
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+# --- the runs directory as an index ----------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _index_cached(runs_dir: str, stamp: float) -> dict:
+    from kit.evidence.run_index import load_runs
+
+    runs = load_runs(runs_dir)
+    by_id = {r["run_id"]: r for r in runs}
+    runs_by_root: dict[str, list[str]] = {}
+    parent_of_root: dict[str, str] = {}
+    for r in runs:
+        for p in (r.get("checkpoint_roots") or {}).get("produced", []):
+            runs_by_root.setdefault(p["root"], []).append(r["run_id"])
+        commits = metric(r, "commits")
+        if isinstance(commits, dict) and "rows" in commits:
+            for row in commits["rows"]:
+                rec = dict(zip(commits["columns"], row))
+                for k in ("full_root", "learned_state_root"):
+                    if rec.get(k) and r["run_id"] not in runs_by_root.setdefault(rec[k], []):
+                        runs_by_root[rec[k]].append(r["run_id"])
+    for r in runs:
+        if (r.get("parameters") or {}).get("MODE") == "build" and (r.get("parameters") or {}).get("SEED_DIR"):
+            runs_by_root.setdefault("seed:" + r["parameters"]["SEED_DIR"], []).append(r["run_id"])
+    return {"runs": runs, "by_id": by_id, "runs_by_root": runs_by_root, "parent_of_root": parent_of_root}
+
+
+def index(runs_dir) -> dict:
+    from kit.evidence.run_index import split_selection
+
+    p, pattern = split_selection(runs_dir)
+    spec = str(p.resolve() / pattern) if pattern else str(p.resolve())
+    return _index_cached(spec, p.stat().st_mtime if p.exists() else 0.0)
+
+
+def metric(row: dict, name: str):
+    """The sidecar `name` of an index row, or None when it is not recorded or does not parse."""
+    if name not in (row.get("metrics") or {}):
+        return None
+    try:
+        return load_json_strict(records.metric_path(row["dir"], name))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def model_html(spec: str, idx: dict) -> str:
+    if spec.startswith("seed:"):
+        names = idx["runs_by_root"].get(spec, [])
+        return (", ".join(run_link(n) for n in names) + " " if names else "") + f"<code>{html.escape(spec)}</code>"
+    return root_html(spec, idx["runs_by_root"])
+
+
+def producer(root: str, idx: dict) -> str | None:
+    names = idx["runs_by_root"].get(root) or []
+    return names[0] if names else None
+
+
+# --- contracts and scale ---------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def contract_for(digest: str, commit: str | None) -> dict | None:
+    """The contract file whose canonical digest is `digest`: in contracts/ now, else at `commit`."""
+    cdir = REPO / "contracts"
+    for f in sorted(cdir.glob("*.json")):
+        try:
+            obj = load_json_strict(f)
+        except ValueError:
+            continue
+        if sha256_json(obj) == digest:
+            return {"file": f"contracts/{f.name}", "commit": None, **obj}
+    if commit:
+        for f in sorted(cdir.glob("*.json")):
+            try:
+                text = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:contracts/{f.name}"],
+                                      capture_output=True, text=True, timeout=20, check=True).stdout
+                obj = loads_strict(text)
+            except (subprocess.SubprocessError, OSError, ValueError):
+                continue
+            if sha256_json(obj) == digest:
+                return {"file": f"contracts/{f.name}", "commit": commit, **obj}
+    return None
+
+
+def recorded_contract(digest: str, commit: str | None, where: str) -> dict:
+    """The contract a run recorded by canonical digest (contract_for), without the `file` and `commit`
+    this module adds: the body its gates and roles were computed from. Refused, naming `where`, when no
+    contracts/*.json now or at `commit` has that digest."""
+    found = contract_for(digest, commit)
+    if found is None:
+        raise ValueError(f"{where}: no contracts/*.json (now or at the run's commit) has the recorded contract "
+                         f"digest {digest}")
+    return {k: v for k, v in found.items() if k not in ("file", "commit")}
+
+
+def run_contract(row: dict) -> dict | None:
+    digest = row.get("contract_digest")
+    if not digest:
+        return None
+    return contract_for(digest, (row.get("git") or {}).get("commit"))
+
+
+def gpu_names(row: dict) -> list[str]:
+    """The names of the GPUs a run record's `device` lists (one per device the run saw), [] on CPU."""
+    return [g.get("name") for g in (row.get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+
+
+def is_cpu(row: dict) -> bool:
+    dev = row.get("device") or {}
+    return not dev.get("gpu_count") and not dev.get("gpus")
+
+
+def arm_runs(r: dict, idx: dict) -> dict[str, str]:
+    """{arm: run id} of the study arm runs that share the study folder of run `r`."""
+    study_dir = (r.get("parameters") or {}).get("STUDY_DIR")
+    return {x["parameters"]["ARM"]: x["run_id"] for x in idx["runs"]
+            if (x.get("parameters") or {}).get("ARM") and (x.get("parameters") or {}).get("STUDY_DIR") == study_dir}

@@ -1,0 +1,99 @@
+"""The report's run table: every run directory in order of start, including failed, aborted and
+unavailable arms with their reasons, directories whose run.json is missing or broken ("unrecorded"),
+and runs kept in the selection's evidence folders ("superseded" or "kept"); then the runs that did
+not complete, with the cell and the exception that stopped them.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+
+from kit.evidence.report.format import fmt, fmt_iso, root_html, run_link
+from kit.evidence.report.page import PAGE_CSS
+from kit.evidence.run_index import kept_runs, load_runs
+
+
+def _device_text(device: dict) -> str:
+    if device.get("gpu_count"):
+        return f"{device['gpu_count']} x {device['gpus'][0]['name']}"
+    return device.get("cpu") or ""
+
+
+def run_table(runs_dir: str | os.PathLike):
+    """pandas DataFrame of every run: id, notebook, status, reason, start, duration, commit, device, roots.
+    Runs kept in the selection's evidence folders follow, with status "superseded" (a folder named so:
+    superseded attempts and folders) or "kept" (another record a campaign kept, e.g. a seed's rebuild) and,
+    in the reason, the folder and the status they ended with."""
+    import pandas as pd
+
+    rows = []
+    kept = [{**r, "reason": f"kept in {r['kept_in']}/ (ended {r['status']})" + (f": {r['reason']}" if r["reason"] else ""),
+             "status": "superseded" if "superseded" in r["kept_in"] else "kept"} for r in kept_runs(runs_dir)]
+    for r in load_runs(runs_dir) + kept:
+        commit = r["git"]["commit"]
+        rows.append({
+            "run": r["run_id"], "notebook": r["notebook"], "status": r["status"], "reason": r["reason"] or "",
+            "started (UTC)": r["started_at"], "duration (s)": r["duration_s"],
+            "commit": (commit[:12] + ("+dirty" if r["git"]["dirty"] else "")) if commit else "",
+            "device": _device_text(r["device"]),
+            "roots produced": " ".join(e["root"] for e in r["checkpoint_roots"]["produced"]),
+        })
+    columns = ["run", "notebook", "status", "reason", "started (UTC)", "duration (s)", "commit", "device",
+               "roots produced"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _styled_html(df, table_id: str) -> str:
+    """HTML of a run table with one CSS class per status cell (colour), escaped, no index."""
+    styler = df.style.hide(axis="index").format(escape="html", na_rep="", precision=1)
+    if "status" in df.columns:
+        styler = styler.set_td_classes(df[["status"]].map(lambda s: f"status-{s}"))
+    return styler.set_table_attributes(f'id="{table_id}" class="kit-table"').to_html()
+
+
+def show_runs(runs_dir: str | os.PathLike) -> None:
+    from IPython.display import HTML, display
+
+    df = run_table(runs_dir)
+    counts = ", ".join(f"{n} {status}" for status, n in df["status"].value_counts().sort_index().items())
+    body = []
+    for r in df.to_dict(orient="records"):
+        cells = [run_link(r["run"])]
+        for col in df.columns[1:]:
+            v = r[col]
+            if col == "roots produced":
+                cells.append(" ".join(root_html(x) for x in v.split()))
+            elif col == "started (UTC)":
+                cells.append(html.escape(fmt_iso(v)))
+            elif col == "duration (s)":
+                cells.append(html.escape(fmt(None if isinstance(v, float) and math.isnan(v) else v)))  # NaN: not recorded
+            else:
+                cells.append(html.escape(str(v)))
+        cls = [f' class="status-{html.escape(r["status"])}"' if c == "status" else "" for c in df.columns]
+        body.append("<tr>" + "".join(f"<td{k}>{c}</td>" for k, c in zip(cls, cells)) + "</tr>")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    display(HTML(PAGE_CSS + f"<p>{len(df)} run(s): {html.escape(counts or 'none')}</p>"
+                 + f'<div class="kit-scroll"><table id="kit-runs" class="kit-table"><thead><tr>{head}</tr></thead>'
+                 + f'<tbody>{"".join(body)}</tbody></table></div>'))
+
+
+def show_failures(runs_dir: str | os.PathLike) -> None:
+    """Every run that did not complete: the cell, the exception and its full message."""
+    import pandas as pd
+    from IPython.display import HTML, display
+
+    rows = []
+    for r in load_runs(runs_dir):
+        if r["status"] == "completed":
+            continue
+        error = r["error"] or {}
+        rows.append({"run": r["run_id"], "status": r["status"], "cell": error.get("cell_index"),
+                     "In [n]": error.get("execution_count"), "exception": error.get("ename", ""),
+                     "message": error.get("evalue", r["reason"] or "")})
+    if not rows:
+        display(HTML("<p>Every run completed.</p>"))
+        return
+    df = pd.DataFrame(rows).astype({"cell": "object", "In [n]": "object"})
+    display(HTML('<div class="kit-scroll">' + _styled_html(df, "kit-failures") + "</div>"))

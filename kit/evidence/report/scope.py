@@ -1,0 +1,180 @@
+"""What the evidence shows and does not show, the paragraph that opens the report: per contract,
+its scale's fixed description (what a scale can and cannot show), then sentences computed from the
+evidence, each naming the runs it stands on.
+"""
+
+from __future__ import annotations
+
+import html
+
+from kit.evidence.report.format import fmt, is_number, short
+from kit.evidence.report.index import index, is_cpu, metric, run_contract
+from kit.evidence.report.verdict_rows import verdict_rows
+
+SCALE_TEXT = {
+    "tiny": ("tiny scale: the kit's tiny seed, a few updates on CPU cores. This shows that the whole "
+             "pipeline runs and that every record, checkpoint root, gate and screen is computed from committed "
+             "inputs; it does not measure learning quality: a gate or screen that fails (or passes) at this "
+             "scale says nothing about the method at full scale."),
+    "medium": ("medium scale: the frozen trial's structure and exact counts on the kit's small seed (about "
+               "126M parameters, pretrained on one H200), with the free choices fixed by a committed pilot on "
+               "development roles. Verdicts speak about the method at that model size, not the trial's 1.7B result."),
+    "full": ("full scale: the frozen contract. The verdicts below are the trial's result, on public task "
+             "families only; they do not establish general assistant capability."),
+}
+
+
+def row_contract_digest(row: dict, idx: dict) -> str | None:
+    """The contract digest of the first run behind a verdict row that records one (a comparison run
+    records none; the runs it compares do)."""
+    for name in row.get("runs") or []:
+        digest = (idx["by_id"].get(name) or {}).get("contract_digest")
+        if digest:
+            return digest
+    return None
+
+
+def _runs_text(names) -> str:
+    return ", ".join(dict.fromkeys(names))
+
+
+def scope_paragraphs(runs_dir) -> list[str]:
+    """One paragraph per contract with gates or screens. Every claim in it is computed from the evidence
+    and names the runs it stands on; only the scale's description (what a scale can and cannot show)
+    is fixed text."""
+    idx = index(runs_dir)
+    rows = verdict_rows(runs_dir)
+    out = []
+    experiments = []
+    for r in idx["runs"]:
+        if metric(r, "gates") is not None or metric(r, "screen_quality") is not None:
+            c = run_contract(r)
+            key = (c or {}).get("file") or r.get("contract_digest")
+            if key not in [e[0] for e in experiments]:
+                experiments.append((key, c, r))
+    migration_said = False
+    for key, c, r in experiments:
+        scale = (c or {}).get("scale")
+        digest = r.get("contract_digest")
+        name = (c or {}).get("file") or f"contract {short(digest or '')}"
+        where = f" at commit {c['commit'][:10]}" if c and c.get("commit") else ""
+        is_study = metric(r, "screen_quality") is not None
+        exp = "study" if is_study else "adaptive"
+        text = [f"<b>{html.escape(name)}</b>{where}: " + (SCALE_TEXT.get(scale) or
+                                                          f"scale {html.escape(str(scale))} (not described).")]
+        text += [html.escape(t) for t in (seed_sentence(idx, digest), accuracy_sentence(idx, digest)) if t]
+        mine = [v for v in rows[exp] if row_contract_digest(v, idx) == digest]
+        passed = sum(1 for v in mine if v["verdict"] == "pass")
+        failed = sum(1 for v in mine if v["verdict"] == "fail")
+        text.append(html.escape(f"Of the {len(mine)} verdict row(s) of {name}, {passed} pass and {failed} fail "
+                                f"(from {_runs_text(v['source'].split('/')[0] for v in mine) or 'no run'})."))
+        if not is_study and not migration_said:
+            sentence = migration_sentence(rows["adaptive"], idx)
+            if sentence:
+                text.append(html.escape(sentence))
+                migration_said = True
+        elif is_study:
+            speed = [v for v in mine if v["check"].startswith("speed")]
+            arms = [x for x in idx["runs"] if (x.get("parameters") or {}).get("ARM") and x.get("contract_digest") == digest]
+            cpu = all(is_cpu(x) for x in arms)
+            if speed and cpu:
+                text.append(html.escape(
+                    f"The speed ratio ({fmt(speed[0]['value'])}, {speed[0]['source'].split('/')[0]}) was measured on "
+                    f"CPU ({_runs_text(x['run_id'] for x in arms)}): it measures start-up and per-update overhead "
+                    "there, not the throughput of the contract's GPUs; no GPU cost is priced for CPU runs."))
+            elif speed:
+                text.append(html.escape(
+                    f"The speed ratio is {fmt(speed[0]['value'])} ({speed[0]['source'].split('/')[0]}); GPU time "
+                    "and cost are reported per arm, separately from the screen."))
+        out.append(" ".join(text))
+    return out
+
+
+def _split_of(r: dict) -> str:
+    """Which split an evaluation run scored: its SPLIT parameter (adaptive dev/final), else the study's
+    evaluation (the screens' held-out items)."""
+    return str((r.get("parameters") or {}).get("SPLIT") or "study evaluation")
+
+
+def accuracy_points(idx: dict, digest: str | None) -> list[dict]:
+    """Every per-family task accuracy recorded by a run of the contract `digest`: {run, split, model,
+    family, accuracy, correct, n}; the "all" row included (family "all")."""
+    out = []
+    for r in idx["runs"]:
+        if r.get("contract_digest") != digest:
+            continue
+        acc = metric(r, "accuracy_by_family")
+        split = _split_of(r)
+        params = r.get("parameters") or {}
+        if isinstance(acc, dict):
+            models = {"baseline": "seed" if str(params.get("BASELINE", "")).startswith("seed:") else "baseline",
+                      "candidate": "candidate"}
+            for family, row in acc.items():
+                if not isinstance(row, dict):
+                    continue
+                for side, model in models.items():
+                    if is_number(row.get(f"accuracy_{side}")):
+                        out.append({"run": r["run_id"], "split": split, "model": model, "family": family,
+                                    "accuracy": row[f"accuracy_{side}"], "correct": row.get(f"correct_{side}"),
+                                    "n": row.get("n")})
+        elif isinstance(acc, list):
+            out += [{"run": r["run_id"], "split": split, "model": x.get("model"), "family": x.get("family"),
+                     "accuracy": x["accuracy"], "correct": x.get("correct"), "n": x.get("n")}
+                    for x in acc if isinstance(x, dict) and is_number(x.get("accuracy"))]
+    return out
+
+
+def accuracy_sentence(idx: dict, digest: str | None) -> str | None:
+    """The highest task accuracy per split, with the run, model and family that reached it."""
+    points = [p for p in accuracy_points(idx, digest) if p["family"] != "all"]
+    parts = []
+    for split in dict.fromkeys(p["split"] for p in points):
+        best = max((p for p in points if p["split"] == split), key=lambda p: p["accuracy"])
+        parts.append(f"{split} {fmt(best['accuracy'])} ({best['run']}, {best['model']}, {best['family']})")
+    return ("Measured: the highest task accuracy of any model and family, per split: " + "; ".join(parts) + "."
+            if parts else None)
+
+
+def seed_sentence(idx: dict, digest: str | None) -> str | None:
+    """How many generated tasks the seed answers, per split, from its overall ("all") rows."""
+    seeds = [p for p in accuracy_points(idx, digest) if p["model"] == "seed" and p["family"] == "all"
+             and is_number(p.get("correct")) and is_number(p.get("n"))]
+    groups: dict[tuple, list[str]] = {}
+    for p in seeds:
+        groups.setdefault((p["split"], p["correct"], p["n"]), []).append(p["run"])
+    parts = [f"{'none' if correct == 0 else fmt(correct)} of {fmt(n)} on the {split} split ({_runs_text(runs)})"
+             for (split, correct, n), runs in groups.items()]
+    return "Measured: of the generated tasks, the seed answers " + "; ".join(parts) + "." if parts else None
+
+
+def migration_sentence(rows: list[dict], idx: dict) -> str | None:
+    """Migration equality per scale, each scale with the comparisons it stands on: "exact at N of M
+    scale(s)" counts only scales whose every elementwise comparison found equal learned states."""
+    mig = [v for v in rows if v["check"] == "learned state equal to the uninterrupted control"]
+    if not mig:
+        return None
+    by_scale: dict[str, list[dict]] = {}
+    for v in mig:
+        c = None
+        for n in v["runs"]:
+            c = run_contract(idx["by_id"][n]) if n in idx["by_id"] else None
+            if c:
+                break
+        where = (c or {}).get("scale") or ("GPU campaign" if "#results/" in v["source"] else "unrecorded scale")
+        by_scale.setdefault(where, []).append(v)
+    exact = [s for s, vs in by_scale.items() if all(v["verdict"] == "pass" for v in vs)]
+    parts = [f"{s} ({'equal' if s in exact else 'not equal'}: "
+             f"{_runs_text(v['source'].split('/')[0] for v in vs)}, max |parameter difference| "
+             f"{fmt(max(v['value'] for v in vs if is_number(v['value'])) if any(is_number(v['value']) for v in vs) else None)})"
+             for s, vs in by_scale.items()]
+    return (f"Migration equality is exact at {len(exact)} of {len(by_scale)} scale(s) in this evidence: "
+            + "; ".join(parts) + ". No other scale was measured.")
+
+
+def show_scope(runs_dir) -> None:
+    from IPython.display import HTML, display
+
+    paras = scope_paragraphs(runs_dir)
+    if not paras:
+        paras = ["No gate or screen was computed: this directory holds runs without a final comparison."]
+    display(HTML("".join(f'<p class="kit-scope">{p}</p>' for p in paras)))

@@ -1,0 +1,234 @@
+"""The rows of the report's verdict tables, computed from the sidecars that hold a verdict:
+gates.json (adaptive and continued learning), comparison.json (migration and growth), a GPU
+campaign's kit-bench/1 comparisons, and screen_quality.json / screen_speed.json (the study).
+The page shows exactly these values (tests parse them back), each beside the sentence that says
+which side of its threshold passes.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from kit.digest import load_json_strict
+from kit.evidence import records
+from kit.evidence.report.format import NONE, fmt, is_number, kv_table, records_table, run_link
+from kit.evidence.report.index import arm_runs, index, metric, producer
+
+
+# --- verdicts --------------------------------------------------------------------------------
+def verdict_rows(runs_dir) -> dict[str, list[dict]]:
+    """{"adaptive": rows, "study": rows}; each row: experiment, check, statistic, value (a number or
+    None), threshold (text), threshold_value, verdict ("pass"/"fail"/...), runs (names), source
+    (run and sidecar the numbers come from)."""
+    idx = index(runs_dir)
+    adaptive, study = [], []
+    for r in idx["runs"]:
+        gates = metric(r, "gates")
+        if isinstance(gates, dict):
+            gv = metric(r, "gate_verdict") or {}
+            comp = gv.get("comparison") or r["run_id"]
+            cand, base = gv.get("candidate"), gv.get("baseline")
+            runs = [r["run_id"]] + [n for m in (cand, base) if m for n in idx["runs_by_root"].get(m, [])]
+            for name, g in gates.items():
+                if not isinstance(g, dict):
+                    continue
+                row = {"experiment": "adaptive", "comparison": comp, "check": name, "runs": runs,
+                       "candidate": cand, "baseline": base, "source": f"{r['run_id']}/metrics/gates.json",
+                       "verdict": "pass" if g.get("passed") else "fail"}
+                if "upper" in g:
+                    op = "<" if "< threshold" in g.get("rule", "") else "\u2264"
+                    row.update(statistic="upper 95% bootstrap bound, NLL change (nats/token)", value=g["upper"],
+                               threshold=f"{op} {fmt(g.get('threshold'))}", threshold_value=g.get("threshold"))
+                elif "lost" in g:
+                    row.update(statistic="correct generated answers lost", value=g["lost"],
+                               threshold=f"\u2264 gained ({g.get('gained')})", threshold_value=g.get("gained"))
+                else:
+                    num = {k: v for k, v in g.items() if is_number(v)}
+                    k, v = next(iter(num.items()), (None, None))
+                    row.update(statistic=k or "", value=v, threshold=g.get("rule", ""), threshold_value=None)
+                adaptive.append(row)
+        comparison = metric(r, "comparison")
+        if isinstance(comparison, dict) and "learned_state_equal" in comparison:
+            params = r.get("parameters") or {}
+            cand = [producer(comparison.get("candidate_learned_state_root") or "", idx)
+                    or producer(params.get("CANDIDATE_ROOT", ""), idx)]
+            ctrl = [producer(comparison.get("control_learned_state_root") or "", idx)
+                    or producer(params.get("CONTROL_ROOT", ""), idx)]
+            runs = [r["run_id"]] + [n for n in cand + ctrl if n]
+            src = f"{r['run_id']}/metrics/comparison.json"
+            if comparison.get("same_parameter_names"):
+                adaptive.append({"experiment": "adaptive", "comparison": f"migration, cohort {comparison.get('cohort')}",
+                                 "check": "learned state equal to the uninterrupted control",
+                                 "statistic": "max |parameter difference|",
+                                 "value": comparison.get("max_abs_parameter_difference"),
+                                 "threshold": "= 0 (equal learned-state roots)", "threshold_value": 0,
+                                 "verdict": "pass" if comparison["learned_state_equal"] else "fail",
+                                 "runs": runs, "source": src})
+            else:
+                adaptive.append({"experiment": "adaptive", "comparison": f"growth, cohort {comparison.get('cohort')}",
+                                 "check": "structure vs the fixed-depth control",
+                                 "statistic": "parameter names and shapes differ (appended blocks): "
+                                              "not compared elementwise",
+                                 "value": None, "threshold": "quality is judged by the growth gates",
+                                 "threshold_value": None, "verdict": "n/a", "runs": runs, "source": src})
+        if r.get("notebook") == "(benchmark script)":  # a GPU campaign's migration comparison (kit-bench/1)
+            adaptive += _bench_comparison_rows(r, idx)
+        for screen in ("screen_quality", "screen_speed"):
+            s = metric(r, screen)
+            if isinstance(s, dict):
+                study += _screen_rows(r, screen, s, idx)
+    return {"adaptive": adaptive, "study": study}
+
+
+def _bench_results(row: dict) -> list:
+    try:
+        rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
+    except (FileNotFoundError, ValueError):
+        return []
+    res = rec.get("results")
+    return res if isinstance(res, list) else []
+
+
+def _bench_comparison_rows(r: dict, idx: dict) -> list[dict]:
+    out = []
+    for i, x in enumerate(_bench_results(r)):
+        if not (isinstance(x, dict) and "learned_state_equal" in x):
+            continue
+        same = x.get("parameters_differing") is not None
+        out.append({"experiment": "adaptive", "comparison": f"GPU campaign {x.get('phase', 'comparison')}",
+                    "check": "learned state equal to the uninterrupted control" if same else
+                             "structure vs the control (not compared elementwise)",
+                    "statistic": "max |parameter difference|", "value": x.get("max_abs_parameter_difference"),
+                    "threshold": "= 0 (equal learned-state roots)" if same else "n/a", "threshold_value": 0 if same else None,
+                    "verdict": ("pass" if x["learned_state_equal"] else "fail") if same else "n/a",
+                    "runs": [r["run_id"]], "source": f"{r['run_id']}/run.json#results/{i}"})
+    return out
+
+
+SPEED_CHECK = "speed: candidate / single-GPU active throughput"
+
+
+def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[dict]:
+    arms = arm_runs(r, idx)
+    src = f"{r['run_id']}/metrics/{screen}.json"
+    t, inp = s.get("thresholds") or {}, s.get("inputs") or {}
+    base = {"experiment": "study", "comparison": f"{s.get('name', screen)} screen", "source": src}
+    out = []
+    if screen == "screen_speed":
+        out.append({**base, "check": SPEED_CHECK,
+                    "statistic": (f"ratio ({fmt(inp.get('candidate_active_tokens_per_s'))} / "
+                                  f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)"),
+                    "value": s.get("ratio"), "threshold": f"\u2265 {fmt(t.get('min_speedup'))}",
+                    "threshold_value": t.get("min_speedup"), "verdict": s.get("verdict"),
+                    "runs": [r["run_id"]] + [arms[a] for a in ("powersgd", "single") if a in arms]})
+        return out
+    checks = s.get("checks") or {}
+    for name, ok in checks.items():
+        row = {**base, "check": name, "verdict": "pass" if ok else "fail",
+               "runs": [r["run_id"]] + ([arms["powersgd"]] if "powersgd" in arms else [])}
+        if name == "task_gain":
+            row.update(statistic="task accuracy gain over the seed", value=inp.get("task_gain"),
+                       threshold=f"\u2265 {fmt(t.get('min_task_gain'))}", threshold_value=t.get("min_task_gain"))
+        elif name == "retention":
+            row.update(statistic="retention upper bound (nats/token, normal)", value=inp.get("retention_upper"),
+                       threshold=f"\u2264 {fmt(t.get('max_retention_upper_nats'))}",
+                       threshold_value=t.get("max_retention_upper_nats"))
+        elif name.startswith("noninferior_to_"):
+            ctrl = name[len("noninferior_to_"):]
+            margin = t.get("noninferiority_margin")
+            row.update(statistic=f"accuracy difference vs {ctrl}, lower bound",
+                       value=(inp.get("noninferiority_lower") or {}).get(ctrl),
+                       threshold=f"> {fmt(-margin) if is_number(margin) else NONE}",
+                       threshold_value=-margin if is_number(margin) else None)
+            if ctrl in arms:
+                row["runs"] = row["runs"] + [arms[ctrl]]
+        else:
+            row.update(statistic=name, value=None, threshold=s.get("rule", ""), threshold_value=None)
+        out.append(row)
+    out.append({**base, "check": "quality screen (all parts)", "statistic": s.get("rule", ""), "value": None,
+                "threshold": "every part passes", "threshold_value": None, "verdict": s.get("verdict"),
+                "runs": [r["run_id"]]})
+    return out
+
+
+VERDICT_COLUMNS = ["comparison", "check", "statistic", "value", "threshold", "which side passes", "verdict", "runs"]
+
+
+def direction_text(row: dict) -> str:
+    """One sentence beside a threshold: which direction of the statistic is better, and what passing means,
+    read from the row's check and threshold value."""
+    check, tv = row.get("check", ""), row.get("threshold_value")
+    t = fmt(tv) if is_number(tv) else ""
+    if row.get("experiment") == "adaptive" and check == "gain":
+        return (f"Lower is better: the upper bound of the NLL change must be below {t}, i.e. the candidate's NLL "
+                "went down by more than that, with 95% confidence.")
+    if check == "retention":
+        return (f"Lower is better: the upper bound of the retention NLL change must be at most {t} nats/token "
+                "(the candidate forgot at most that much).")
+    if check == "generated":
+        return "Fewer lost is better: it passes when no more correct answers were lost than gained."
+    if check.startswith("learned state equal"):
+        return "Only 0 passes: the learned states must be bit-equal."
+    if check.startswith("speed"):
+        return f"Higher is better: the candidate must reach at least {t} times single's active throughput."
+    if check == "task_gain":
+        return f"Higher is better: the task accuracy gain over the seed must be at least {t}."
+    if check.startswith("noninferior_to_"):
+        return (f"Higher is better: the lower bound of the accuracy difference must stay above {t} "
+                "(not worse than the control by more than the margin).")
+    return ""
+
+
+def verdict_table_html(rows: list[dict], table_id: str, idx: dict) -> str:
+    head = "".join(f"<th>{c}</th>" for c in VERDICT_COLUMNS)
+    body = []
+    for v in rows:
+        value = v.get("value")
+        data = f' data-value="{html.escape(repr(value))}"' if is_number(value) else ""
+        tv = v.get("threshold_value")
+        tdata = f' data-value="{html.escape(repr(tv))}"' if is_number(tv) else ""
+        runs = ", ".join(run_link(n) for n in dict.fromkeys(v["runs"]))
+        verdict = str(v.get("verdict"))
+        body.append(
+            f'<tr data-source="{html.escape(v["source"])}"><td>{html.escape(v["comparison"])}</td>'
+            f'<td>{html.escape(v["check"])}</td><td>{html.escape(v["statistic"])}</td>'
+            f'<td class="num value"{data}>{html.escape(fmt(value))}</td>'
+            f'<td class="threshold"{tdata}>{html.escape(v["threshold"])}</td>'
+            f'<td class="direction">{html.escape(direction_text(v))}</td>'
+            f'<td class="verdict verdict-{html.escape(verdict)}">{html.escape(verdict)}</td><td>{runs}</td></tr>')
+    return (f'<div class="kit-scroll"><table id="{table_id}" class="kit-table kit-verdicts"><thead><tr>{head}'
+            f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+
+
+def projection_html(idx: dict) -> str:
+    """The study's projection to its seed's hardware (bench/study_projection.py, kit-bench/1 records with
+    results.projection and results.validation): the link model validated on the emulated link, predicted
+    beside measured; the projected study; and its assumptions."""
+    parts = []
+    for r in idx["runs"]:
+        if r.get("notebook") != "(benchmark script)":
+            continue
+        try:
+            rec = load_json_strict(Path(r["dir"]) / records.RUN_RECORD_NAME)
+        except (FileNotFoundError, ValueError):
+            continue
+        res = rec.get("results")
+        if not (isinstance(res, dict) and isinstance(res.get("projection"), list) and isinstance(res.get("validation"), list)):
+            continue
+        fit = res.get("fit") or {}
+        parts.append(f"<h3>Shared-gradient study projected to two L40S hosts across zones ({html.escape(r['run_id'])})</h3>"
+                     f"<p>Model: {html.escape(str(fit.get('model', '')))}; link efficiency "
+                     f"{html.escape(fmt(fit.get('link_efficiency')))} fitted on the runs "
+                     f"{html.escape(', '.join((rec.get('parameters') or {}).get('fit_runs', [])))}, validated on "
+                     f"{html.escape(', '.join((rec.get('parameters') or {}).get('validation_runs', [])))} "
+                     "(rows with held_out true). A projection, not a measurement on the seed's hosts.</p>")
+        parts.append("<h4>Validation on the emulated link: predicted vs measured seconds per update</h4>"
+                     + records_table(res["validation"]))
+        parts.append("<h4>Projection: per-update time, speed screen, cross-zone transfer, 6 h and $100 bounds</h4>"
+                     + records_table(res["projection"]))
+        if isinstance(res.get("assumptions"), dict):
+            parts.append("<h4>Assumptions</h4>" + kv_table(res["assumptions"]))
+    return "".join(parts)
+
+
