@@ -49,12 +49,18 @@ def _run(clone_root: Path, script: str, *args, python: str | None = None, **env)
                           env=environ, capture_output=True, text=True, timeout=540, check=False)
 
 
-def test_adaptive_example_runs_from_a_bare_clone_with_its_own_ledger(clone, tmp_path):
+def _example(clone, out: Path, script: str) -> tuple[Path, str, subprocess.CompletedProcess]:
+    """(the clone's root, the committed ledger's sha256 before, the finished run of `script` into `out`)."""
     root, seed = clone
     committed = sha256_file(root / "ledger" / "exposed.jsonl")
-    out = tmp_path / "adaptive"
-    done = _run(root, "adaptive_tiny.sh", out, seed)
+    done = _run(root, script, out, seed)
     assert done.returncode == 0, done.stderr[-3000:]
+    return root, committed, done
+
+
+def test_adaptive_example_runs_from_a_bare_clone_with_its_own_ledger(clone, tmp_path):
+    out = tmp_path / "adaptive"
+    root, committed, done = _example(clone, out, "adaptive_tiny.sh")
     gates = json.loads((out / "gates.json").read_text())
     assert set(gates["comparisons"]) == {"A_vs_seed", "B_vs_A", "growth_vs_control"}
     assert json.loads((out / "migration-comparison.json").read_text())["learned_state_equal"] is True
@@ -69,11 +75,8 @@ def test_adaptive_example_runs_from_a_bare_clone_with_its_own_ledger(clone, tmp_
 
 
 def test_gradient_study_example_runs_from_a_bare_clone_on_a_copy_of_the_committed_ledger(clone, tmp_path):
-    root, seed = clone
-    committed = sha256_file(root / "ledger" / "exposed.jsonl")
     out = tmp_path / "study"
-    done = _run(root, "gradient_study_tiny.sh", out, seed)
-    assert done.returncode == 0, done.stderr[-3000:]
+    root, committed, _ = _example(clone, out, "gradient_study_tiny.sh")
     screens = json.loads((out / "study" / "screens.json").read_text())
     assert {a["arm"] for a in screens["arms"]} == {"single", "dense", "powersgd"}
     # the exposed probes came from the committed ledger's copy; the study's scoring appended to the copy only
