@@ -75,6 +75,8 @@ echo "== verify every commit"
 # commit's objects re-hashed against its manifest, which must hash to its root
 $PY - "$OUT/A$FROM" "$OUT/A$TO" "$OUT/B" "$OUT/G" <<'EOF'
 import sys
+from kit import numerics
+numerics.apply()  # a script's own process: roots are computed under the kit's numeric profile
 from kit.store.commits import list_commits, verify_commit
 for home in sys.argv[1:]:
     for root in list_commits(home):
