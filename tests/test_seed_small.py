@@ -122,3 +122,17 @@ def test_retrieval_documents_curve_and_difficulties_in_the_record(tmp_path):
     assert rec["throughput"]["executed_flops_per_token"] > 0 and rec["data"]["tasks"]["difficulty"] == 1
     with pytest.raises(ValueError, match="dev_difficulty = 4"):
         replace(TEST_CFG, dev_difficulty=4)
+
+
+def test_task_epochs_repeat_each_task_and_nothing_else(tmp_path):
+    cfg = replace(TEST_CFG, task_epochs=3, alpaca_epochs=2)
+    inputs = small._read_inputs(cfg, ROOT / small.ALPACA_FILE, ROOT / general_text.TEXT_FILE, ROOT / "contracts")
+    tokenizer, ids = small._train_tokenizer(cfg, inputs, tmp_path)
+    packed = small._pack(cfg, tokenizer, ids[small.PAD_TOKEN], inputs)
+    times = {i: packed.conv_order.count(i) for i in set(packed.conv_order)}
+    first_task = len(inputs.convs) - len(inputs.tasks)
+    kept = set(times)
+    assert {times[i] for i in kept if i >= first_task} == {3}
+    assert {times[i] for i in kept if len(inputs.alpaca_train) <= i < first_task} == {1}  # synthetic: once
+    assert {times[i] for i in kept if i < len(inputs.alpaca_train)} == {2}
+    assert sum(1 for i in kept if i >= first_task) == len(inputs.tasks)  # no task is skipped at this size

@@ -83,6 +83,7 @@ class SmallSeedConfig:
     synthetic: int = 10000
     tasks: int = 40000
     task_difficulty: int = 2  # the difficulty of the seed's own task examples
+    task_epochs: int = 1  # each task example is packed this many times (in the one conversation order)
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
     retrieval_max_pairs: int = 12
     dev_difficulty: int = 2  # the contracts' difficulty: the record's per-family accuracy is measured there
@@ -358,7 +359,9 @@ def _pack(cfg: SmallSeedConfig, tokenizer, pad: int, inputs: _Inputs) -> _Packed
     n_retrieval_rows = len(rows) - n_text_rows
     alpaca_idx = [i for i in kept if i < len(inputs.alpaca_train)]
     once_idx = [i for i in kept if i >= len(inputs.alpaca_train)]
-    pool = alpaca_idx * cfg.alpaca_epochs + once_idx
+    first_task = len(inputs.convs) - len(inputs.tasks)  # convs = alpaca_train + synthetic + tasks
+    task_idx = [i for i in once_idx if i >= first_task]
+    pool = alpaca_idx * cfg.alpaca_epochs + once_idx + task_idx * (cfg.task_epochs - 1)
     conv_order = [pool[int(j)] for j in rng.permutation(len(pool))]
     rows += conversation_rows(encoded, conv_order, pad, cfg.seq_len)
     row_order = rng.permutation(len(rows))
@@ -419,6 +422,8 @@ def _train(cfg: SmallSeedConfig, model: LlamaCausalLM, tokenizer, packed: _Packe
         model.train()
         learning_curve.append({"update": k, "tokens": k * cfg.batch_rows * cfg.seq_len,
                                **{f: sum(a["correct"] for a in answers if a["family"] == f) for f in FAMILIES}})
+        if show:  # a long build's curve is worth seeing as it comes, not only in the record
+            print(f"learning curve: {learning_curve[-1]}", flush=True)
 
     t_train = time.perf_counter()
     run = train_updates(model, packed.rows, device, _engine_config(cfg, device, model.shape.pad_token_id),
@@ -529,7 +534,7 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
         "synthetic": {"count": len(inputs.synthetic), "seed": cfg.seed,
                       "digest": sha256_json([c.digest for c in inputs.synthetic])},
         "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed,
-                  "difficulty": cfg.task_difficulty,
+                  "difficulty": cfg.task_difficulty, "epochs": cfg.task_epochs,
                   "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
                   "digest": sha256_json(sorted(t.digest for t in tasks))},
         "skipped_over_seq_len": {"count": len(packed.skipped), "ids": packed.skipped[:20]},
