@@ -136,3 +136,17 @@ def test_task_epochs_repeat_each_task_and_nothing_else(tmp_path):
     assert {times[i] for i in kept if len(inputs.alpaca_train) <= i < first_task} == {1}  # synthetic: once
     assert {times[i] for i in kept if i < len(inputs.alpaca_train)} == {2}
     assert sum(1 for i in kept if i >= first_task) == len(inputs.tasks)  # no task is skipped at this size
+
+
+def test_dev_difficulty_tasks_are_drawn_at_the_dev_difficulty_once_each(tmp_path):
+    cfg = replace(TEST_CFG, task_difficulty=1, dev_difficulty=2, dev_difficulty_tasks=40, task_epochs=2)
+    tasks = small.seed_train_tasks(cfg, set())
+    assert [t.difficulty for t in tasks] == [1] * cfg.tasks + [2] * 40
+    assert len({t.digest for t in tasks}) == len(tasks)
+    inputs = small._read_inputs(cfg, ROOT / small.ALPACA_FILE, ROOT / general_text.TEXT_FILE, ROOT / "contracts")
+    tokenizer, ids = small._train_tokenizer(cfg, inputs, tmp_path)
+    packed = small._pack(cfg, tokenizer, ids[small.PAD_TOKEN], inputs)
+    first_task = len(inputs.convs) - len(inputs.tasks)
+    counts = {i: packed.conv_order.count(i) for i in range(first_task, len(inputs.convs))}
+    assert {counts[first_task + k] for k in range(cfg.tasks)} == {2}
+    assert {counts[first_task + cfg.tasks + k] for k in range(40)} == {1}

@@ -83,7 +83,8 @@ class SmallSeedConfig:
     synthetic: int = 10000
     tasks: int = 40000
     task_difficulty: int = 2  # the difficulty of the seed's own task examples
-    task_epochs: int = 1  # each task example is packed this many times (in the one conversation order)
+    task_epochs: int = 1  # each of the `tasks` examples is packed this many times (in the one conversation order)
+    dev_difficulty_tasks: int = 0  # more seed-train examples at dev_difficulty, each packed once
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
     retrieval_max_pairs: int = 12
     dev_difficulty: int = 2  # the contracts' difficulty: the record's per-family accuracy is measured there
@@ -123,7 +124,7 @@ class SmallSeedConfig:
             if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {value!r}; expected a number")
         zero_ok = {"general_text_max_docs", "max_updates", "synthetic", "tasks", "alpaca_epochs", "seed",
-                   "warmup_updates", "retrieval_docs", "curve_every", "curve_difficulty"}
+                   "warmup_updates", "retrieval_docs", "curve_every", "curve_difficulty", "dev_difficulty_tasks"}
         for f in fields(self):
             if f.type == "int" and getattr(self, f.name) < (0 if f.name in zero_ok else 1):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {getattr(self, f.name)}; expected "
@@ -237,7 +238,13 @@ def check_disjoint(tasks: list[TaskExample], forbidden: dict[str, dict]) -> None
 
 
 def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> list[TaskExample]:
-    return generate_set(cfg.tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.task_difficulty, excluded) if cfg.tasks else []
+    """The `tasks` examples at task_difficulty, then the `dev_difficulty_tasks` ones at dev_difficulty (the
+    same seed-train role, never a digest of the first set or of `excluded`)."""
+    tasks = generate_set(cfg.tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.task_difficulty, excluded) if cfg.tasks else []
+    if cfg.dev_difficulty_tasks:
+        tasks += generate_set(cfg.dev_difficulty_tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.dev_difficulty,
+                              set(excluded) | {t.digest for t in tasks})
+    return tasks
 
 
 def task_record(example: TaskExample) -> Conversation:
@@ -360,7 +367,7 @@ def _pack(cfg: SmallSeedConfig, tokenizer, pad: int, inputs: _Inputs) -> _Packed
     alpaca_idx = [i for i in kept if i < len(inputs.alpaca_train)]
     once_idx = [i for i in kept if i >= len(inputs.alpaca_train)]
     first_task = len(inputs.convs) - len(inputs.tasks)  # convs = alpaca_train + synthetic + tasks
-    task_idx = [i for i in once_idx if i >= first_task]
+    task_idx = [i for i in once_idx if first_task <= i < first_task + cfg.tasks]  # not the dev-difficulty ones
     pool = alpaca_idx * cfg.alpaca_epochs + once_idx + task_idx * (cfg.task_epochs - 1)
     conv_order = [pool[int(j)] for j in rng.permutation(len(pool))]
     rows += conversation_rows(encoded, conv_order, pad, cfg.seq_len)
@@ -535,6 +542,8 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
                       "digest": sha256_json([c.digest for c in inputs.synthetic])},
         "tasks": {"count": len(tasks), "role": SEED_TRAIN_ROLE, "seed": cfg.seed,
                   "difficulty": cfg.task_difficulty, "epochs": cfg.task_epochs,
+                  "at_dev_difficulty": {"count": cfg.dev_difficulty_tasks, "difficulty": cfg.dev_difficulty,
+                                        "epochs": 1},
                   "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
                   "digest": sha256_json(sorted(t.digest for t in tasks))},
         "skipped_over_seq_len": {"count": len(packed.skipped), "ids": packed.skipped[:20]},
