@@ -116,12 +116,19 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
     folders = [d for d in kept + evidence_folders(folder) if d.is_dir()]
     candidates = [p for d in folders for p in sorted(d.rglob("*")) if p.is_file()]
 
-    def by_sha(sha):
-        return next((p for p in candidates if sha and p.suffix in (".json", "") and _sha(p) == sha), None)
+    def by_sha(sha, name=None):
+        """The file with these bytes; else the runs' own copy under `name`, so that an altered copy fails
+        its step instead of reading as missing."""
+        found = next((p for p in candidates if sha and p.suffix in (".json", "") and _sha(p) == sha), None)
+        return found or next((d / name for d in kept if name and (d / name).is_file()), None)
 
     def by_name(name):
         return next((p for p in candidates if p.name == name), None)
 
-    return {"selection": by_sha(sel_meta.get("sha256")), "selection_sha256": sel_meta.get("sha256"),
-            "prepared": by_sha(sel_meta.get("prepared_digest")), "evaluation": by_sha(ev_meta.get("sha256")),
+    def named(meta):
+        return Path(meta["path"]).name if meta.get("path") else None
+
+    return {"selection": by_sha(sel_meta.get("sha256"), named(sel_meta)), "selection_sha256": sel_meta.get("sha256"),
+            "prepared": by_sha(sel_meta.get("prepared_digest"), "prepared.json"),
+            "evaluation": by_sha(ev_meta.get("sha256"), named(ev_meta)),
             "evaluation_sha256": ev_meta.get("sha256"), **{name: by_name(name) for name in LOGS}}
