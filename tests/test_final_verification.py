@@ -1,11 +1,13 @@
 """docs/formats.md's verification procedure of a final evaluation (kit/evidence/final_verification.py):
-it completes on a full set of files, fails at the step whose file was altered, and runs to its end on the
-committed evidence, naming what the repository does not hold."""
+it completes on a full set of files, fails at the step whose file was altered, completes on the committed
+demo evidence (the files its runs keep in files/) and fails there when one of them is altered or gone, and
+runs to its end on the committed medium evidence, naming what the repository does not hold."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -64,14 +66,60 @@ def test_each_step_fails_on_the_file_it_checks(alter, step, tmp_path):
     assert [s["step"] for s in out["steps"] if s["result"] != "pass"] == [step]
 
 
-def test_the_procedure_runs_to_its_end_on_the_committed_evidence():
-    """The committed demo runs record only the hashes of the host files (the selection, the evaluation)
-    and none of the prepared job's logs: every step runs, none passes, each names the file it lacks. The
-    medium campaign brought back the selection and evaluation records (not yet the logs: the campaign
-    script brings them back from its next sitting on), so the binding of candidate and baseline checks."""
-    demo = verify_final_scoring(final_scoring_files(REPO / "runs", "demo-adaptive-final-A"))
-    assert len(demo["steps"]) == 5 and not demo["complete"]
-    assert demo["missing"] == ["selection record", "evaluation record", "final-access.jsonl"]
+DEMO_FINALS = {"demo-adaptive-final-A": "demo-adaptive-select", "demo-adaptive-final-B": "demo-adaptive-select",
+               "demo-adaptive-final-G": "demo-adaptive-select", "demo-continued-final-C": "demo-continued-select"}
+
+
+@pytest.mark.parametrize("run", sorted(DEMO_FINALS))
+def test_the_procedure_completes_on_the_committed_demo_evidence(run):
+    """Every step passes on the committed files, and each file is the copy the evaluation run or its
+    selection run keeps, not one found elsewhere by name."""
+    files = final_scoring_files(REPO / "runs", run)
+    out = verify_final_scoring(files)
+    assert out["complete"], out["steps"]
+    assert [s["result"] for s in out["steps"]] == ["pass"] * 5 and out["missing"] == []
+    runs = REPO / "runs"
+    for key, kept_by in (("selection", DEMO_FINALS[run]), ("prepared", DEMO_FINALS[run]),
+                         ("selections.jsonl", DEMO_FINALS[run]), ("evaluation", run),
+                         ("final-access.jsonl", run), ("final-evaluations.jsonl", run)):
+        assert Path(files[key]).parent == runs / kept_by / "files", key
+
+
+def _flip_allowed(text: str) -> str:
+    return text.replace('"allowed":true', '"allowed":false')
+
+
+@pytest.mark.parametrize("path, change, failing", [
+    ("demo-adaptive-select/files/prepared.json", lambda t: t + " ", [("prepared digest", "fail")]),
+    # the access line names the selection by its sha256 too, so both steps that hash the record fail
+    ("demo-adaptive-select/files/selection.json", lambda t: t + "\n",
+     [("selection listed", "fail"), ("access allowed", "fail")]),
+    ("demo-adaptive-select/files/selections.jsonl", None, [("selection listed", "missing")]),
+    ("demo-adaptive-final-A/files/final-A.json", lambda t: t.replace('"split":"final"', '"split":"dev"'),
+     [("evaluation logged", "fail")]),
+    ("demo-adaptive-final-A/files/final-access.jsonl", _flip_allowed, [("access allowed", "fail")]),
+    ("demo-adaptive-final-A/files/final-evaluations.jsonl", None, [("evaluation logged", "missing")])])
+def test_an_altered_or_missing_demo_file_is_caught(path, change, failing, tmp_path):
+    """The committed selection run and one final run, copied, with one of their kept files altered or
+    removed: the steps that read it, and only those, no longer pass."""
+    for run in ("demo-adaptive-select", "demo-adaptive-final-A"):
+        shutil.copytree(REPO / "runs" / run, tmp_path / run)
+    target = tmp_path / path
+    before = target.read_text()
+    if change is None:
+        target.unlink()
+    else:
+        assert change(before) != before  # the alteration changes the bytes
+        target.write_text(change(before))
+    out = verify_final_scoring(final_scoring_files(tmp_path, "demo-adaptive-final-A"))
+    assert not out["complete"]
+    assert [(s["step"], s["result"]) for s in out["steps"] if s["result"] != "pass"] == failing
+
+
+def test_the_procedure_runs_to_its_end_on_the_committed_medium_evidence():
+    """The medium campaign brought back the selection and evaluation records (not yet the logs: the
+    campaign script brings them back from its next sitting on), so the binding of candidate and baseline
+    checks and the other steps name the file they lack."""
     medium = verify_final_scoring(final_scoring_files(REPO / "runs", "medium-adaptive-final-A"))
     results = {s["step"]: s["result"] for s in medium["steps"]}
     assert results == {"selection listed": "missing", "prepared digest": "missing", "evaluation logged": "missing",

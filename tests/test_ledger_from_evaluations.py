@@ -1,15 +1,20 @@
 """tools/ledger_from_evaluations.py: the exposures of committed final evaluations, rebuilt from their ids,
-checked against the role digests their runs recorded, and refused (nothing written) when they differ."""
+checked against the role digests their runs recorded, refused (nothing written) when they differ, and
+marked as rebuilt, in the tool's output and in the committed ledger; readers refuse a malformed mark."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from kit.evidence.ledger import read_ledger
+import pytest
+
+from kit.evidence.ledger import LedgerError, read_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = REPO / "runs" / "medium-campaign-2026-12-01" / "adaptive"
@@ -35,10 +40,20 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     medium = entries[len(demo):]
     assert {e["run"] for e in medium} == {"medium-adaptive-final-A"} and len(medium) == 1536
     assert {e["kind"] for e in medium} == {"final.task", "final.retention"}
+    # each rebuilt line says so: the tool, and the evaluation record it was rebuilt from, by path and bytes
+    final_a = CAMPAIGN / "final-A.json"
+    recorded = json.loads((REPO / "runs" / "medium-adaptive-final-A" / "metrics" / "evaluation_file.json").read_text())
+    assert hashlib.sha256(final_a.read_bytes()).hexdigest() == recorded["sha256"]
+    assert all(e["rebuilt"] == {"by": "tools/ledger_from_evaluations.py",
+                                "evaluation": "runs/medium-campaign-2026-12-01/adaptive/final-A.json",
+                                "evaluation_sha256": recorded["sha256"]} for e in medium)
     # the committed ledger's adaptive medium lines are exactly these (the study's evaluation, a later
     # sitting, recorded its own exposures on the host: the lines after them)
     committed = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if e["run"].startswith("medium-adaptive-")]
     assert committed == medium
+    # and no line a scoring wrote itself carries the mark
+    assert not [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl")
+                if "rebuilt" in e and not e["run"].startswith("medium-adaptive-")]
     # a conversation the demo had opened gets the same content digest the demo's scoring recorded
     by_demo = {e["id"]: e["digest"] for e in demo if e["kind"] != "final.task"}
     shared = [e for e in medium if e["id"] in by_demo]
@@ -58,3 +73,13 @@ def test_an_evaluation_whose_ids_do_not_rebuild_its_roles_is_refused(tmp_path):
     assert done.returncode == 2
     assert "the retention rebuilt from its ids hash to" in done.stderr and "nothing was written" in done.stderr
     assert ledger.read_bytes() == before  # the good pair before it was not written either
+
+
+@pytest.mark.parametrize("marker", [True, {"by": "tool"}, {"by": "tool", "evaluation": "e.json",
+                                                           "evaluation_sha256": "not hex"}])
+def test_a_malformed_rebuilt_mark_is_refused_naming_the_line(marker, tmp_path):
+    line = json.loads((REPO / "ledger" / "exposed.jsonl").read_text().splitlines()[0])
+    ledger = tmp_path / "exposed.jsonl"
+    ledger.write_text(json.dumps(line) + "\n" + json.dumps({**line, "rebuilt": marker}) + "\n")
+    with pytest.raises(LedgerError, match=re.escape(f"{ledger}:2: field 'rebuilt' is ") + ".*expected an object"):
+        read_ledger(ledger)

@@ -103,9 +103,15 @@ def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
     # the medium arms (CUDA, recorded before each worker compiled from its own empty cache) say so
     assert {r["compile_cache"] for r in rows.values()} == {"the host's shared one (not recorded)"}
     assert "compiled through the host's shared compile cache" in s["text"]
-    # the tiny demo's CPU screen is one whose verdict turns on the first update: both readings are reported
+    # the tiny demo's CPU screen: both readings are reported, and the text says whether the verdict turns on
+    # the first update (CPU timings, so which it is depends on the machine the demo ran on)
     demo = speed_sensitivity(RUNS / "demo-*", "demo-study-evaluate")
-    assert (demo["verdict_active"], demo["verdict_after_first"]) == ("pass", "fail") and "depends on it" in demo["text"]
+    demo_screen = load_json_strict(RUNS / "demo-study-evaluate" / "metrics" / "screen_speed.json")
+    assert demo["ratio_active"] == pytest.approx(demo_screen["ratio"]) and demo["verdict_active"] == demo_screen["verdict"]
+    assert demo["verdict_after_first"] == ("pass" if demo["ratio_after_first"] >= demo_screen["thresholds"]["min_speedup"]
+                                           else "fail")
+    same = demo["verdict_active"] == demo["verdict_after_first"]
+    assert ("the verdict does not depend on it." if same else "the verdict depends on it.") in demo["text"]
     assert "compile cache" not in demo["text"]  # CPU arms compile nothing
 
 

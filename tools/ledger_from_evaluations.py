@@ -18,7 +18,9 @@ How, for each RUN_DIR=EVALUATION pair (a completed final-split run and its evalu
   recorded one; otherwise nothing is written;
 - the entries are those kit.adaptive.evaluation.evaluate writes (kit.evidence.ledger.record_exposures):
   contract digest and job digest from the run record, purpose "final scoring of CANDIDATE against
-  BASELINE", `run` the run id and `time` the run's `started_at` (the scoring ran inside that run).
+  BASELINE", `run` the run id and `time` the run's `started_at` (the scoring ran inside that run), and
+  `rebuilt`: this tool, the evaluation record's path (relative to the repository when inside it) and its
+  sha256, so a reader tells them from the lines a scoring wrote itself.
 Items already in the ledger for the same contract are not written twice, as always.
 """
 
@@ -91,7 +93,11 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
         digest = c.meta["digest"] if c.meta.get("role") == "final.tasks" else c.digest
         if c.id in known and known[c.id] != digest:
             raise Refused(f"{c.id}: rebuilt digest {digest}, the ledger {ledger} holds {known[c.id]}; nothing was written")
-    return {"run": rec.run_id, "time": rec.started_at, "contract_digest": rec.contract_digest,
+    shown = evaluation_path.resolve()
+    shown = shown.relative_to(REPO).as_posix() if shown.is_relative_to(REPO) else str(shown)
+    rebuilt = {"by": "tools/ledger_from_evaluations.py", "evaluation": shown,
+               "evaluation_sha256": sha256_bytes(evaluation_path.read_bytes())}
+    return {"run": rec.run_id, "time": rec.started_at, "contract_digest": rec.contract_digest, "rebuilt": rebuilt,
             "job": rec.input_digests["prepared.job_digest"], "tasks": tasks, "retention": retention,
             "purpose": f"final scoring of {ev['candidate']} against {ev['baseline']}"}
 
@@ -114,7 +120,7 @@ def main(argv=None) -> int:
     out = []
     for f in found:
         new = record_exposures(f["tasks"], f["retention"], f["contract_digest"], f["job"], f["purpose"],
-                               path=ledger, run=f["run"], time=f["time"])
+                               path=ledger, run=f["run"], time=f["time"], rebuilt=f["rebuilt"])
         out.append({"run": f["run"], "tasks": len(f["tasks"]), "retention": len(f["retention"]), "new_entries": new})
     print(json.dumps({"ledger": str(ledger), "runs": out}, indent=1))
     return 0

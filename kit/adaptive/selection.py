@@ -86,6 +86,21 @@ def prepared_digest(prepared_dir: str | os.PathLike) -> str:
     return sha256_file(Path(prepared_dir) / "prepared.json")
 
 
+def selection_evidence(prepared_dir: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """What a reader needs, beside a final evaluation's, to verify it (docs/formats.md, "Selection records"):
+    the selection record, the prepared job's prepared.json and the selection ledger as it stands after `out`
+    was written; the selection notebook copies them into its run directory (kit.evidence.notebook.record_file)."""
+    p = Path(prepared_dir)
+    return [Path(out), p / "prepared.json", p / SELECTIONS_LOG]
+
+
+def final_evaluation_evidence(prepared_dir: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """The final evaluation record `out` and the access and final-evaluation logs as they stand after it
+    was written: the evaluation's half of the verification procedure's files."""
+    p = Path(prepared_dir)
+    return [Path(out), p / ACCESS_LOG, p / EVALUATIONS_LOG]
+
+
 def _log(prepared_dir: Path, entry: dict, name: str = ACCESS_LOG) -> None:
     path = prepared_dir / name
     with open(path, "ab") as f:

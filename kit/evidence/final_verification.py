@@ -98,7 +98,10 @@ def verify_final_scoring(files: dict) -> dict:
 def final_scoring_files(runs_dir, run_id: str) -> dict:
     """The files `verify_final_scoring` needs for the committed final-evaluation run `run_id`: the selection
     and evaluation records found by the sha256 the runs recorded, prepared.json by the selection's
-    prepared_digest, the three logs by name, anywhere under the evidence folders beside the runs."""
+    prepared_digest, the three logs by name. Looked for first in the copies the evaluation run and then its
+    selection run keep in `files/` (the logs as they stood after that evaluation), then anywhere under the
+    evidence folders beside the runs (a campaign folder's files brought back from a GPU host)."""
+    from kit.evidence.notebook import FILES_DIR_NAME
     from kit.evidence.run_index import evidence_folders, load_runs, split_selection
 
     folder, _ = split_selection(runs_dir)
@@ -109,14 +112,23 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
     select_run = next((r for r in rows.values() if (r.get("parameters") or {}).get("OUT") == sel_param
                        and "selection_file" in (r.get("metrics") or {})), None)
     sel_meta = load_json_strict(Path(select_run["dir"]) / "metrics" / "selection_file.json") if select_run else {}
-    candidates = [p for d in evidence_folders(folder) for p in sorted(d.rglob("*")) if p.is_file()]
+    kept = [Path(r["dir"]) / FILES_DIR_NAME for r in (run, select_run) if r is not None]
+    folders = [d for d in kept + evidence_folders(folder) if d.is_dir()]
+    candidates = [p for d in folders for p in sorted(d.rglob("*")) if p.is_file()]
 
-    def by_sha(sha):
-        return next((p for p in candidates if sha and p.suffix in (".json", "") and _sha(p) == sha), None)
+    def by_sha(sha, name=None):
+        """The file with these bytes; else the runs' own copy under `name`, so that an altered copy fails
+        its step instead of reading as missing."""
+        found = next((p for p in candidates if sha and p.suffix in (".json", "") and _sha(p) == sha), None)
+        return found or next((d / name for d in kept if name and (d / name).is_file()), None)
 
     def by_name(name):
         return next((p for p in candidates if p.name == name), None)
 
-    return {"selection": by_sha(sel_meta.get("sha256")), "selection_sha256": sel_meta.get("sha256"),
-            "prepared": by_sha(sel_meta.get("prepared_digest")), "evaluation": by_sha(ev_meta.get("sha256")),
+    def named(meta):
+        return Path(meta["path"]).name if meta.get("path") else None
+
+    return {"selection": by_sha(sel_meta.get("sha256"), named(sel_meta)), "selection_sha256": sel_meta.get("sha256"),
+            "prepared": by_sha(sel_meta.get("prepared_digest"), "prepared.json"),
+            "evaluation": by_sha(ev_meta.get("sha256"), named(ev_meta)),
             "evaluation_sha256": ev_meta.get("sha256"), **{name: by_name(name) for name in LOGS}}

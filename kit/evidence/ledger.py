@@ -2,7 +2,8 @@
 that a scored evaluation opened, by content digest, so that no later contract reuses it.
 
 Lines (docs/formats.md, "Exposure ledger") are appended, fsynced and never rewritten; an item already
-recorded for the same contract is not written twice.
+recorded for the same contract is not written twice. A line written after the fact, rebuilt from a scoring's
+evaluation record rather than by the scoring itself, carries `rebuilt` (REBUILT_FIELDS) saying from what.
 Where (`ledger_path`): `--ledger`, then `$KIT_LEDGER`, then inside a `kit run` the `ledger/` beside the
 run's `runs/`, otherwise the command's own output folder's `ledger/exposed.jsonl`: the repository's
 ledger is for the committed evidence only (docs/formats.md says which command uses which).
@@ -22,6 +23,8 @@ LEDGER_RELATIVE = Path("ledger") / "exposed.jsonl"
 KINDS = ("final.task", "final.retention", "retention.probe")
 TASK_KINDS = ("final.task",)
 CONVERSATION_KINDS = ("final.retention", "retention.probe")
+# a rebuilt line's marker: which tool wrote it, from which evaluation record (path, and its sha256)
+REBUILT_FIELDS = ("by", "evaluation", "evaluation_sha256")
 
 
 class LedgerError(ValueError):
@@ -65,8 +68,22 @@ def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
         if not isinstance(e, dict) or e.get("format") != LEDGER_FORMAT or e.get("kind") not in KINDS \
                 or not isinstance(e.get("digest"), str):
             raise LedgerError(f"{path}:{n}: not a {LEDGER_FORMAT} entry with a kind in {list(KINDS)} and a digest")
+        if "rebuilt" in e:
+            check_rebuilt(e["rebuilt"], f"{path}:{n}")
         out.append(e)
     return out
+
+
+def check_rebuilt(marker, source: str) -> dict:
+    """A rebuilt line's `rebuilt` field: {"by": tool, "evaluation": path, "evaluation_sha256": 64 hex}."""
+    from kit.evidence.run_record import SHA256_RE
+
+    if not isinstance(marker, dict) or sorted(marker) != sorted(REBUILT_FIELDS) \
+            or not all(isinstance(marker[k], str) and marker[k] for k in REBUILT_FIELDS) \
+            or not SHA256_RE.fullmatch(marker["evaluation_sha256"]):
+        raise LedgerError(f"{source}: field 'rebuilt' is {marker!r}; expected an object with the strings "
+                          f"{list(REBUILT_FIELDS)} (evaluation_sha256: 64 hex)")
+    return marker
 
 
 def exposed_digests(kinds, path: str | os.PathLike | None = None, other_than: str | None = None) -> set[str]:
@@ -132,13 +149,15 @@ def _run_id() -> str | None:
 
 
 def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, purpose: str,
-           path: str | os.PathLike | None = None, *, run: str | None = None, time: str | None = None) -> int:
+           path: str | os.PathLike | None = None, *, run: str | None = None, time: str | None = None,
+           rebuilt: dict | None = None) -> int:
     """Append (kind, digest, id) items not yet in the ledger for this contract; returns how many were new.
-    `run` and `time` default to the current run and now (tools/ledger_from_evaluations.py gives a past
-    scoring's)."""
+    `run` and `time` default to the current run and now; tools/ledger_from_evaluations.py gives a past
+    scoring's, and `rebuilt` (check_rebuilt), which every line it writes carries."""
     path = Path(path) if path is not None else ledger_path()
     seen = {(e["kind"], e["digest"]) for e in read_ledger(path) if e.get("contract_digest") == contract_digest}
     now, run = time or _now(), run or _run_id()
+    marker = {} if rebuilt is None else {"rebuilt": check_rebuilt(rebuilt, "record(rebuilt=...)")}
     lines = []
     for kind, digest, rid in items:
         if kind not in KINDS:
@@ -148,7 +167,7 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
         seen.add((kind, digest))
         lines.append(canonical_json({"format": LEDGER_FORMAT, "kind": kind, "digest": digest, "id": rid,
                                      "contract_digest": contract_digest, "job": job, "run": run,
-                                     "purpose": purpose, "time": now}) + b"\n")
+                                     "purpose": purpose, "time": now, **marker}) + b"\n")
     if lines:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as f:
@@ -160,7 +179,7 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
 
 def record_exposures(tasks, retention, contract_digest: str, job: str, purpose: str,
                      retention_kind: str = "final.retention", path: str | os.PathLike | None = None, *,
-                     run: str | None = None, time: str | None = None) -> int:
+                     run: str | None = None, time: str | None = None, rebuilt: dict | None = None) -> int:
     """Final task conversations (by task digest) and retention conversations (by content digest)."""
     items = []
     for c in tasks:
@@ -168,4 +187,4 @@ def record_exposures(tasks, retention, contract_digest: str, job: str, purpose: 
             raise LedgerError(f"final task {c.id!r} has no task content digest (meta.digest)")
         items.append(("final.task", c.meta["digest"], c.id))
     items += [(retention_kind, c.digest, c.id) for c in retention]
-    return record(items, contract_digest, job, purpose, path, run=run, time=time)
+    return record(items, contract_digest, job, purpose, path, run=run, time=time, rebuilt=rebuilt)

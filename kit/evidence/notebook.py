@@ -1,5 +1,5 @@
-"""What notebook code calls from inside its kernel: `record_roots`, `record_inputs`, `record_metric`, and
-the exceptions `ArmUnavailable` / `ArmAborted` that end a run with that status.
+"""What notebook code calls from inside its kernel: `record_roots`, `record_inputs`, `record_metric`,
+`record_file`, and the exceptions `ArmUnavailable` / `ArmAborted` that end a run with that status.
 
 The calls write into the run directory named by the environment variable KIT_RUN_DIR (the runner sets
 it and merges what they wrote into run.json); outside a run they write nothing and return None, so a
@@ -122,6 +122,36 @@ def merge_inputs(a: dict, b: dict, source: str) -> dict:
             raise RunRecordError(f"{source}: input {name!r} digest {digest} conflicts with {inputs[name]}")
         inputs[name] = digest
     return {"contract_digest": contract, "input_digests": inputs}
+
+
+FILES_DIR_NAME = "files"  # copies of files outside the run that a reader needs to check it
+
+
+def record_file(path: str | os.PathLike, name: str | None = None) -> Path | None:
+    """Copy `path`'s bytes into runs/<run-id>/files/<name> (default: its file name), so that a file the run
+    read or wrote outside its directory (a selection record, a prepared job's logs) travels with the run.
+
+    The copy is taken when called: an append-only log is kept as it stood then. A missing file is an error
+    naming it; a second copy under the same name is refused (two files for one name would hide one)."""
+    src = Path(path)
+    if not src.is_file():
+        raise RunRecordError(f"record_file: {src} is not a file")
+    name = name or src.name
+    if not METRIC_NAME_RE.fullmatch(name):
+        raise RunRecordError(f"record_file: name {name!r} must be a plain file name")
+    run_dir = current_run_dir()
+    if run_dir is None:
+        return None
+    dest = run_dir / FILES_DIR_NAME / name
+    if dest.exists():
+        raise RunRecordError(f"record_file: {dest} was already recorded; give another name")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    data = src.read_bytes()
+    with open(dest, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return dest
 
 
 def record_metric(name: str, obj: Any) -> Path | None:
