@@ -431,7 +431,8 @@ class StageEngine:
         another rank owns it), then the loss sums, all-reduced: the same buffer on every rank."""
         n = len(self.canonical)
         buf = torch.zeros(n + parts.numel(), dtype=torch.float64, device=self.device)
-        names = [n_ for n_ in self.params if self.params[n_].grad is not None]
+        # canonical order (each tensor's norm depends on it alone, so the order only fixes the buffer's layout)
+        names = sorted((n_ for n_ in self.params if self.params[n_].grad is not None), key=self.index.__getitem__)
         if names:
             local = squared_norms([self.params[n_].grad for n_ in names], self.foreach_norm)
             buf[self._canonical_index(names)] = local
