@@ -116,7 +116,7 @@ def test_weight_cache_is_the_cast_and_follows_masters_changed_in_place():
 
 def _engines(dirs, **switches):
     cfg = replace(engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}), compute_dtype="bfloat16")
-    make = lambda c: build_engine(Group(0, 1, CPU), str(dirs[0]), str(dirs[1]), even_layout(3, 1), c,  # noqa: E731
+    make = lambda c: build_engine(Group(0, 1, CPU), str(dirs[0]), str(dirs[1]), even_layout(3, 1), c,
                                   {"default": GroupConfig(**OPT)})
     return make(cfg), make(replace(cfg, **switches))
 
@@ -234,7 +234,7 @@ def test_bench_runs_every_before_after_variant_on_a_tiny_cpu_shape(tmp_path):
                      "--warmup", "1", "--steps", "1", "--seq", "16", "--out", str(tmp_path)])
     rows = {r["row"]: r for r in map(json.loads, (tmp_path / "update_throughput.jsonl").read_text().splitlines())}
     assert rc == 0, rows
-    switches = lambda r: (r["weight_cache"], r["fused_elementwise"], r["foreach_norm"])  # noqa: E731
+    switches = lambda r: (r["weight_cache"], r["fused_elementwise"], r["foreach_norm"])
     assert switches(rows["kit_equal_work"]) == (True, True, True)
     assert switches(rows["kit_equal_work_before"]) == (False, False, False)
     assert switches(rows["kit_equal_work_no_weight_cache"]) == (False, True, True)

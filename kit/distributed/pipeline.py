@@ -20,8 +20,8 @@ import torch
 from kit import numerics
 from kit.distributed.group import Group
 from kit.model.llama import LlamaCausalLM
-from kit.model.weight_cache import WeightCache
 from kit.model.shard import Layout
+from kit.model.weight_cache import WeightCache
 from kit.train.batch import TrainRecord, make_microbatches, validate_records
 from kit.train.loss import (
     DistillConfig,
