@@ -3,8 +3,8 @@
 Two ways to the same numbers: one `vector_norm` per tensor (the CPU path, whose bits the CPU evidence
 pins), or one multi-tensor `torch._foreach_norm` call (a few kernels for every tensor at once instead of
 one per parameter, on CUDA). The decision to know: either way each tensor's norm depends on that tensor
-alone, so the clip factor stays independent of the worker count; the two may differ in the last bits
-(their accumulation orders differ), by at most the bound derived in tests/test_fused_paths.py.
+alone, so the clip factor stays independent of the worker count; both accumulate in FP64 (CUDA's kernel in
+its output dtype) but in different orders, so they may differ in the last bits (tests/test_fused_paths.py).
 """
 
 from __future__ import annotations
