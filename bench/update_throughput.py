@@ -22,6 +22,15 @@ else under --out). In ONE process, in this order, it measures
                      the one GPU (random input activations and output gradients stand in for the peers),
                      against kit.planner's estimate;
   kit_eager          the headline row without compiled blocks;
+  kit_host_clip      the headline row with the clip factor computed on the host;
+  norm_check         the headline engine's gradient norm both ways (per-tensor FP64 and multi-tensor): the
+                     largest difference, on this device;
+  kit_before         the headline row with none of the engine's GPU fast paths (weight cache, fused
+                     elementwise, multi-tensor norms): the code before them;
+  kit_no_weight_cache, kit_unfused, kit_per_tensor_norm
+                     the headline row with ONE fast path off (its before/after against the headline);
+  kit_sdpa           the headline row once per attention backend of --sdpa-backends (flash, cuDNN,
+                     efficient), each compiled afresh under that backend;
 
 all at 4 x 2048 tokens per microbatch and one microbatch per update (equal tokens per update).
 
@@ -31,14 +40,17 @@ MFU counts EXECUTED FLOPs (`executed_flops_per_token`): 6 x matmul parameters + 
 causal attention for the teacher only on the tokens that ran it; it is reported over 989 TFLOP/s (bf16
 dense, H100/H200 datasheet) and over the `ceiling` row's measured GEMM rate. `mfu_nominal_old` is the
 earlier count (full attention, teacher on every token) for comparison with older records only.
-`--tiny` runs every section on a toy shape (CPU works) to check the script itself.
+`--tiny` runs every section on a toy shape (CPU works) to check the script itself; with `--fast-paths on`
+the fast paths run on CPU too (tests/test_fused_paths.py runs the variants that way).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import gc
+import gzip
 import json
 import os
 import shutil
@@ -70,7 +82,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 PEAK_FLOPS = H200_BF16_PEAK_FLOPS  # bf16 dense, datasheet
 SECTIONS = ("ceiling", "baseline", "baseline_compiled", "kit", "commit", "checkpoint", "kit_mixed", "planner",
-            "kit_eager", "kit_host_clip")
+            "kit_eager", "kit_host_clip", "norm_check", "kit_before", "kit_no_weight_cache", "kit_unfused",
+            "kit_per_tensor_norm", "kit_sdpa")
+# The engine's GPU fast paths (EngineConfig, docs/performance.md "Fast paths") and the section that turns
+# each one off alone.
+FAST_PATHS = {"weight_cache": "kit_no_weight_cache", "fused_elementwise": "kit_unfused",
+              "foreach_norm": "kit_per_tensor_norm"}
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                 "math": "MATH"}
 GIB = 2**30
 
 
@@ -220,7 +239,12 @@ def random_init(model: torch.nn.Module, seed: int) -> None:
             p.normal_(0.0, 0.02, generator=gen)
 
 
-def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str, clip_on_device: str = "auto") -> StageEngine:
+def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str, clip_on_device: str = "auto",
+              switches: dict | None = None) -> StageEngine:
+    """The headline's engine; `switches`: EngineConfig fast-path fields ("auto"/"on"/"off") to override."""
+    # A fresh compilation per engine: each variant traces its own block graphs (the attention backend
+    # is chosen while tracing), and never runs a graph left by another variant.
+    torch._dynamo.reset()
     with torch.device(device):
         student = LlamaCausalLM(shape)
         reference = LlamaCausalLM(shape)
@@ -228,8 +252,8 @@ def build_kit(shape: LlamaShape, micro: int, device, compile_blocks: str, clip_o
     random_init(reference, 2)
     reference.to(torch.bfloat16).requires_grad_(False)
     layout = even_layout(shape.num_hidden_layers, 1)
-    return build_worker(Group(0, 1, device), layout, None, engine_config(micro, compile_blocks, clip_on_device),
-                        optimizer_groups(),
+    cfg = dataclasses.replace(engine_config(micro, compile_blocks, clip_on_device), **(switches or {}))
+    return build_worker(Group(0, 1, device), layout, None, cfg, optimizer_groups(),
                         student=student, reference=reference).engine
 
 
@@ -255,12 +279,42 @@ def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int
     out.update({"first_update_s": round(first_s, 2), "compile_blocks": eng.cfg.compile_blocks, "clip_on_device": eng.cfg.clip_on_device,
                 "replay_records": sum(replay), "records": micro, "objective_first": first.parts.objective,
                 "objective_last": last.parts.objective, "grad_norm_last": last.grad_norm,
-                "clip_factor_last": last.clip_factor, "optimizer_fused": eng.optimizer.fused})
+                "clip_factor_last": last.clip_factor, "optimizer_fused": eng.optimizer.fused,
+                "weight_cache": eng.weight_cache is not None, "fused_elementwise": eng.fused,
+                "foreach_norm": eng.foreach_norm,
+                "weight_cache_gib": round(eng.weight_cache.nbytes() / GIB, 3) if eng.weight_cache else None})
     return out
 
 
-def profile_update(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay, out_dir: Path) -> dict:
-    """One profiled kit update: the kernels by device time, written to kit_profile.txt."""
+def norm_check(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay) -> dict:
+    """One more update's pre-clip gradients, their squared norms both ways (kit/train/grad_norms.py) in
+    canonical order: the largest relative difference per parameter and of the global norm, on this device."""
+    from kit.train.grad_norms import squared_norms
+
+    eng.capture_grads = True
+    try:
+        eng.update(make_records(shape, micro, seq, replay, seed=6))
+        names = [n for n in eng.canonical if n in eng.last_grads]
+        grads = [eng.last_grads[n] for n in names]
+        per_tensor = squared_norms(grads, multi_tensor=False).cpu()
+        multi = squared_norms(grads, multi_tensor=True).cpu()
+    finally:
+        eng.capture_grads, eng.last_grads = False, {}
+    rel = ((multi - per_tensor).abs() / per_tensor.clamp_min(1e-300)).max().item()
+    total_a, total_b = 0.0, 0.0
+    for a, b in zip(per_tensor.tolist(), multi.tolist()):  # canonical order, as kit.train.optim.clip_factor
+        total_a += a
+        total_b += b
+    return {"row": "grad_norm_check", "params": len(names), "max_rel_diff_squared_norm": rel,
+            "params_differing": int((multi != per_tensor).sum()), "grad_norm_per_tensor": total_a ** 0.5,
+            "grad_norm_multi_tensor": total_b ** 0.5,
+            "rel_diff_grad_norm": abs(total_a ** 0.5 - total_b ** 0.5) / total_a ** 0.5 if total_a else 0.0}
+
+
+def profile_update(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, replay, out_dir: Path,
+                   trace: bool = False) -> dict:
+    """One profiled kit update: the kernels by device time, written to kit_profile.txt; with `trace`, also
+    its timeline (kit_trace.json.gz, chrome://tracing or Perfetto), where the device's idle gaps show."""
     from torch.profiler import ProfilerActivity, profile
 
     records = make_records(shape, micro, seq, replay, seed=3)
@@ -281,8 +335,35 @@ def profile_update(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, re
     (out_dir / "kit_profile.txt").write_text(table)
     busy_us = sum(getattr(e, key, 0) or 0 for e in averages
                   if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA)
-    return {"row": "profile", "wall_s": round(wall, 4), "device_busy_s": round(busy_us / 1e6, 4),
-            "file": "kit_profile.txt"}
+    out = {"row": "profile", "wall_s": round(wall, 4), "device_busy_s": round(busy_us / 1e6, 4),
+           "file": "kit_profile.txt"}
+    if trace:
+        raw = out_dir / "kit_trace.json"
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as src, gzip.open(out_dir / "kit_trace.json.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        raw.unlink()
+        out["trace"] = "kit_trace.json.gz"
+    return out
+
+
+def sdpa_rows(kit_section, backends: list[str], replay, device) -> list[dict]:
+    """The headline row once per attention backend, each engine built and compiled under it; a backend
+    this build or shape cannot run gives a row saying so instead of a number."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = []
+    for b in backends:
+        name = f"kit_equal_work_sdpa_{b}"
+        free(device)
+        try:
+            with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[b])):
+                row = kit_section("auto", name, replay)
+            rows.append({**row, "sdpa_backend": b})
+        except Exception as e:  # noqa: BLE001 -- "no viable backend", a failed compile: this backend, not the run
+            rows.append({"row": name, "sdpa_backend": b, "unavailable": repr(e)[:1000]})
+    torch._dynamo.reset()  # later engines trace under the default backend choice again
+    return rows
 
 
 # --- (c) checkpoint throughput ------------------------------------------------------------------------
@@ -525,6 +606,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
     ap.add_argument("--planner-microbatches", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="profile one kit update (kit_profile.txt)")
+    ap.add_argument("--trace", action="store_true", help="with --profile: also its timeline (kit_trace.json.gz)")
+    ap.add_argument("--fast-paths", choices=("auto", "on"), default="auto",
+                    help="the engine's fast paths in the kit rows: auto (on CUDA only, the engine default) or on")
+    ap.add_argument("--sdpa-backends", default="flash,cudnn,efficient",
+                    help="kit_sdpa: comma list of " + ", ".join(SDPA_BACKENDS))
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "bench-update"))
     a = ap.parse_args(argv)
     started = dt.datetime.now(dt.UTC)
@@ -536,6 +622,10 @@ def main(argv=None) -> int:
     unknown = sorted(set(sections) - set(SECTIONS) - {"profile"})
     if unknown:
         ap.error(f"--sections: unknown {unknown}; choose from {', '.join(SECTIONS)}")
+    backends = [b for b in a.sdpa_backends.split(",") if b]
+    if sorted(set(backends) - set(SDPA_BACKENDS)) or not backends:
+        ap.error(f"--sdpa-backends: {a.sdpa_backends!r}; expected a comma list of {', '.join(SDPA_BACKENDS)}")
+    fast = {k: a.fast_paths for k in FAST_PATHS}  # the headline's switches
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results, status, errors = [], "completed", []
@@ -569,8 +659,8 @@ def main(argv=None) -> int:
                                                                      compiled=True, ceiling=ceiling))
         holder = {}
 
-        def kit_section(compile_blocks, name, replay, keep=False, clip_on_device="auto"):
-            eng = build_kit(shape, a.micro, device, compile_blocks, clip_on_device)
+        def kit_section(compile_blocks, name, replay, keep=False, clip_on_device="auto", switches=None):
+            eng = build_kit(shape, a.micro, device, compile_blocks, clip_on_device, fast if switches is None else switches)
             static = allocated_gib(device)
             row = run_kit(name, eng, shape, a.micro, seq, replay, a.warmup, a.steps, device, ceiling)
             row["static_gib"] = static
@@ -599,7 +689,8 @@ def main(argv=None) -> int:
         if "eng" in holder:
             if a.profile:
                 section("profile", lambda: profile_update(holder["eng"], shape, a.micro, seq, (True,) * a.micro,
-                                                          out_dir))
+                                                          out_dir, a.trace))
+            section("norm_check", lambda: norm_check(holder["eng"], shape, a.micro, seq, (True,) * a.micro))
             section("commit", lambda: commit_bench(holder["eng"], shape, a.micro, seq, (True,) * a.micro,
                                                    store_base(), holder["step_s"]))
             section("checkpoint", lambda: checkpoint_bench(holder["eng"], shape, store_base()))
@@ -614,6 +705,14 @@ def main(argv=None) -> int:
         # with the factor computed on the host, one sync per update (the code before issue 18's change).
         section("kit_host_clip", lambda: kit_section("auto", "kit_equal_work_host_clip", (True,) * a.micro,
                                                      clip_on_device="off"))
+        # Before/after of the fast paths, in this process: all off (the code before them), then each alone off.
+        every = (True,) * a.micro
+        section("kit_before", lambda: kit_section("auto", "kit_equal_work_before", every,
+                                                  switches={k: "off" for k in FAST_PATHS}))
+        for piece, name in FAST_PATHS.items():
+            section(name, lambda piece=piece, name=name: kit_section(
+                "auto", name.replace("kit_", "kit_equal_work_", 1), every, switches={**fast, piece: "off"}))
+        section("kit_sdpa", lambda: sdpa_rows(kit_section, backends, every, device))
     ended = dt.datetime.now(dt.UTC)
     record = {
         "format": "kit-bench/1",
@@ -625,7 +724,8 @@ def main(argv=None) -> int:
                        "steps": a.steps, "sections": sections, "planner_microbatches": a.planner_microbatches,
                        "lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WEIGHT_DECAY,
                        "max_grad_norm": MAX_NORM, "peak_flops": PEAK_FLOPS, "tiny": a.tiny,
-                       "matmul_ceiling_flops": ceiling},
+                       "matmul_ceiling_flops": ceiling, "fast_paths": a.fast_paths, "sdpa_backends": backends,
+                       "trace": a.trace},
         "git": code_state(),
         "versions": versions(runtime=True),
         "device": device_info(device),

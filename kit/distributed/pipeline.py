@@ -21,6 +21,7 @@ from kit import numerics
 from kit.distributed.group import Group
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
+from kit.model.weight_cache import WeightCache
 from kit.train.batch import TrainRecord, make_microbatches, validate_records
 from kit.train.loss import (
     DistillConfig,
@@ -31,6 +32,7 @@ from kit.train.loss import (
     update_objective,
 )
 from kit.train.device_clip import clip_on_device
+from kit.train.grad_norms import squared_norms
 from kit.train.optim import ParamAdamW, clip_factor
 
 # --- the tick plan: pure functions of (world W, microbatches M, rank r, tick t) ----------------------
@@ -89,10 +91,19 @@ class EngineConfig:
     # Where the clip factor is computed (kit/train/device_clip.py): "auto" on the device on CUDA, so an
     # update never waits for the host, and on the host on CPU, whose bits the CPU evidence pins.
     clip_on_device: str = "auto"
+    # The GPU fast paths (docs/performance.md, "Fast paths"), each "auto" = on on CUDA, off on CPU (whose
+    # bits the CPU evidence pins), or "on"/"off" anywhere. weight_cache: one compute-dtype copy of the
+    # weights per update (kit/model/weight_cache.py; only with a compute dtype below FP32);
+    # fused_elementwise: the norms and SwiGLU of kit/model/fused.py; foreach_norm: the squared gradient
+    # norms in one multi-tensor call (kit/train/grad_norms.py).
+    weight_cache: str = "auto"
+    fused_elementwise: str = "auto"
+    foreach_norm: str = "auto"
 
     def __post_init__(self):
-        if self.clip_on_device not in ("auto", "on", "off"):
-            raise ValueError(f"engine clip_on_device {self.clip_on_device!r}; expected 'auto', 'on' or 'off'")
+        for name in ("clip_on_device", "weight_cache", "fused_elementwise", "foreach_norm"):
+            if getattr(self, name) not in ("auto", "on", "off"):
+                raise ValueError(f"engine {name} {getattr(self, name)!r}; expected 'auto', 'on' or 'off'")
         if self.compile_blocks not in ("auto", "off"):
             raise ValueError(f"engine compile_blocks {self.compile_blocks!r}; expected 'auto' or 'off'")
         ok = self.length_bucket == "auto" or (isinstance(self.length_bucket, int)
@@ -101,7 +112,12 @@ class EngineConfig:
             raise ValueError(f"engine length_bucket {self.length_bucket!r}; expected 'auto' or an integer >= 0")
 
     def device_clip_for(self, device: torch.device) -> bool:
-        return self.clip_on_device == "on" or (self.clip_on_device == "auto" and device.type == "cuda")
+        return self.enabled("clip_on_device", device)
+
+    def enabled(self, name: str, device: torch.device) -> bool:
+        """Whether the "auto"/"on"/"off" switch `name` is on for `device` ("auto": on CUDA only)."""
+        value = getattr(self, name)
+        return value == "on" or (value == "auto" and device.type == "cuda")
 
     def bucket_for(self, device: torch.device) -> int:
         if self.length_bucket == "auto":
@@ -205,6 +221,10 @@ class StageEngine:
         self.device = group.device
         self.loss_dtype = None if self.dtype == torch.float32 else self.dtype
         self._index_cache: dict[tuple[str, ...], torch.Tensor] = {}
+        self.fused = cfg.enabled("fused_elementwise", self.device)
+        self.foreach_norm = cfg.enabled("foreach_norm", self.device)
+        self.weight_cache = (WeightCache(student, self.dtype)
+                             if cfg.enabled("weight_cache", self.device) and self.dtype != torch.float32 else None)
         if cfg.compile_blocks == "auto" and self.device.type == "cuda":
             student.compile_blocks()
             if reference is not None:
@@ -235,6 +255,8 @@ class StageEngine:
             raise ValueError(f"total_targets {N} is smaller than this worker's own {local_n} target tokens")
         if any(r.replay for r in records) and self.reference is None:
             raise ValueError("the batch declares replay records but no reference model was given")
+        if self.weight_cache is not None:
+            self.weight_cache.ensure_fresh()  # a no-op unless a master changed in place since the last step
         mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id,
                                                              length_bucket=self.cfg.bucket_for(self.device))]
         parts = self._run_schedule(mbs, N)
@@ -247,16 +269,22 @@ class StageEngine:
         if self.cfg.device_clip_for(self.device):
             factor_t, found_inf, pending = clip_on_device(self._clip_buffer(parts), len(self.canonical),
                                                           self.cfg.max_grad_norm, start, t0)
-            self.optimizer.step(grad_factor=factor_t, found_inf=found_inf)
-            self.optimizer.zero_grad()
+            self._step(factor_t, found_inf)
             return PendingUpdateResult(pending, new_tokens, replay_tokens, N, self.cfg.distill.weight)
         norm, factor, (ce_sum, kl_sum_) = self._clip(parts)
         # No wait for the step: the next update's host-side preparation overlaps it on the device.
-        self.optimizer.step(grad_factor=factor)
-        self.optimizer.zero_grad()
+        self._step(factor)
         objective = update_objective(ce_sum, kl_sum_, self.cfg.distill.weight, N)
         return UpdateResult(LossParts(ce_sum, kl_sum_, new_tokens, replay_tokens, objective),
                             norm, factor, N, time.perf_counter() - t0)
+
+    def _step(self, factor, found_inf=None) -> None:
+        """The optimizer step, then (with the weight cache) the one compute-dtype copy of the new weights
+        that every block and microbatch of the next update reads."""
+        self.optimizer.step(grad_factor=factor, found_inf=found_inf)
+        self.optimizer.zero_grad()
+        if self.weight_cache is not None:
+            self.weight_cache.refresh()
 
     def _run_schedule(self, mbs: list[_Prepared], N: int) -> torch.Tensor:
         """Forward, loss and backward of every microbatch over the ring, in lockstep ticks (the tick
@@ -338,10 +366,11 @@ class StageEngine:
                 th = inbox.pop(("ref", i), None)
                 h_in = h
             cos, sin = self.student.rope_tables(T, self.device, act)
-            h_out = self.student.run_blocks(h.to(act), cos, sin)
+            low = self.weight_cache.blocks if self.weight_cache is not None else None
+            h_out = self.student.run_blocks(h.to(act), cos, sin, low, self.fused)
             if R:
-                with torch.no_grad():
-                    th = self.reference.run_blocks(th.to(act), cos, sin)
+                with torch.no_grad():  # the reference is already in the compute dtype: no copy to keep
+                    th = self.reference.run_blocks(th.to(act), cos, sin, fused=self.fused)
         return h_in, h_out, th
 
     def _tick_receives(self, mbs: list[_Prepared], t: int) -> list:
@@ -373,15 +402,17 @@ class StageEngine:
         with self._autocast():
             x = self.student.final_norm(hf)
             weight = self.student.head_weight()
+            low = self.weight_cache.head if self.weight_cache is not None else None
             t = mb.new
-            ce = cross_entropy_sum(x[t.row, t.pos], weight, t.token, t.weight, compute_dtype=self.loss_dtype)
+            ce = cross_entropy_sum(x[t.row, t.pos], weight, t.token, t.weight, compute_dtype=self.loss_dtype,
+                                   weight_low=low)
             kl = torch.zeros((), device=self.device)
             if mb.num_replay:
                 t = mb.replay
                 with torch.no_grad():
                     txr = self.reference.final_norm(thf)[t.local, t.pos]
                 kl = kl_sum(x[t.row, t.pos], weight, txr, self.reference.head_weight(), t.weight,
-                            self.cfg.distill, compute_dtype=self.loss_dtype)
+                            self.cfg.distill, compute_dtype=self.loss_dtype, weight_low=low)
         loss = update_objective(ce, kl, self.cfg.distill.weight, N)
         return loss, ce, kl
 
@@ -400,10 +431,10 @@ class StageEngine:
         another rank owns it), then the loss sums, all-reduced: the same buffer on every rank."""
         n = len(self.canonical)
         buf = torch.zeros(n + parts.numel(), dtype=torch.float64, device=self.device)
-        names = [n_ for n_ in self.params if self.params[n_].grad is not None]
+        # canonical order (each tensor's norm depends on it alone, so the order only fixes the buffer's layout)
+        names = sorted((n_ for n_ in self.params if self.params[n_].grad is not None), key=self.index.__getitem__)
         if names:
-            local = torch.stack([torch.linalg.vector_norm(self.params[n_].grad, dtype=torch.float64) ** 2
-                                 for n_ in names])
+            local = squared_norms([self.params[n_].grad for n_ in names], self.foreach_norm)
             buf[self._canonical_index(names)] = local
         buf[n:] = parts
         # each squared norm is non-zero on exactly one rank and the loss sums only on rank 0: the sum is exact

@@ -30,6 +30,17 @@ class DistillConfig:
             raise ValueError(f"distillation temperature {self.temperature} must be > 0 and weight {self.weight} >= 0")
 
 
+def _low(weight, weight_low, dtype):
+    """The head weight in the products' dtype: its cached copy (kit/model/weight_cache.py, the same bits
+    as the cast) when given, else one cast per call."""
+    if weight_low is None:
+        return weight.to(dtype)
+    if weight_low.dtype != dtype or weight_low.shape != weight.shape:
+        raise ValueError(f"head weight copy {weight_low.dtype} {tuple(weight_low.shape)}; expected {dtype} "
+                         f"{tuple(weight.shape)}")
+    return weight_low
+
+
 def _chunks(n: int, vocab: int, chunk_elements: int):
     step = max(1, chunk_elements // max(1, vocab))
     for a in range(0, n, step):
@@ -52,9 +63,9 @@ class _CrossEntropySum(torch.autograd.Function):
     """sum_i w_i * CE(x_i W^T, y_i), with d/dx and d/dW computed chunk by chunk in forward."""
 
     @staticmethod
-    def forward(ctx, x, weight, targets, token_w, chunk_elements, compute_dtype):
+    def forward(ctx, x, weight, targets, token_w, chunk_elements, compute_dtype, weight_low):
         cd = compute_dtype or x.dtype
-        w = weight.to(cd)  # once per call, not per chunk
+        w = _low(weight, weight_low, cd)  # once per call, not per chunk
         dx = torch.empty_like(x, dtype=torch.float32)
         dw = torch.zeros_like(weight, dtype=torch.float32)
         total = torch.zeros((), dtype=torch.float64, device=x.device)
@@ -76,7 +87,7 @@ class _CrossEntropySum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         dx, dw = ctx.saved_tensors
-        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None
+        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None, None
 
 
 def _scaled(z: torch.Tensor, T: float) -> torch.Tensor:
@@ -91,9 +102,10 @@ class _KLSum(torch.autograd.Function):
     """sum_i w_i * T^2 * KL between softmax(student/T) and softmax(reference/T) at each position."""
 
     @staticmethod
-    def forward(ctx, x, weight, ref_x, ref_weight, token_w, temperature, reverse, chunk_elements, compute_dtype):
+    def forward(ctx, x, weight, ref_x, ref_weight, token_w, temperature, reverse, chunk_elements, compute_dtype,
+                weight_low):
         cd = compute_dtype or x.dtype
-        w = weight.to(cd)
+        w = _low(weight, weight_low, cd)
         rw = ref_weight.to(compute_dtype or ref_x.dtype)
         T = float(temperature)
         dx = torch.empty_like(x, dtype=torch.float32)
@@ -124,27 +136,28 @@ class _KLSum(torch.autograd.Function):
     def backward(ctx, grad_out):
         dx, dw = ctx.saved_tensors
         return ((dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype),
-                None, None, None, None, None, None, None)
+                None, None, None, None, None, None, None, None)
 
 
 def cross_entropy_sum(x, weight, targets, token_w, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-                      compute_dtype: torch.dtype | None = None):
+                      compute_dtype: torch.dtype | None = None, weight_low: torch.Tensor | None = None):
     """x: (n, C) final-normed hidden at target positions; weight: (V, C); targets: (n,); token_w: (n,).
-    `compute_dtype` (e.g. torch.bfloat16): dtype of the matrix products; None: x's dtype."""
+    `compute_dtype` (e.g. torch.bfloat16): dtype of the matrix products; None: x's dtype. `weight_low`:
+    weight already in that dtype (the weight cache), used instead of casting it."""
     if x.shape[0] == 0:
         return (x.sum() * 0 + weight.sum() * 0).float()
-    return _CrossEntropySum.apply(x, weight, targets, token_w, chunk_elements, compute_dtype)
+    return _CrossEntropySum.apply(x, weight, targets, token_w, chunk_elements, compute_dtype, weight_low)
 
 
 def kl_sum(x, weight, ref_x, ref_weight, token_w, cfg: DistillConfig, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-           compute_dtype: torch.dtype | None = None):
+           compute_dtype: torch.dtype | None = None, weight_low: torch.Tensor | None = None):
     if x.shape[0] == 0:
         return (x.sum() * 0 + weight.sum() * 0).float()
     if ref_x.shape != x.shape or ref_weight.shape != weight.shape:
         raise ValueError(f"reference shapes {tuple(ref_x.shape)}/{tuple(ref_weight.shape)} differ from the "
                          f"student's {tuple(x.shape)}/{tuple(weight.shape)}")
     return _KLSum.apply(x, weight, ref_x, ref_weight, token_w, cfg.temperature, cfg.direction == "reverse",
-                        chunk_elements, compute_dtype)
+                        chunk_elements, compute_dtype, weight_low)
 
 
 def update_objective(ce_sum, kl_sum, kl_weight: float, total_targets: int):
