@@ -17,7 +17,9 @@ TEST_CFG = SmallSeedConfig(
     num_key_value_heads=2, seq_len=128, max_position_embeddings=256, general_text_epochs=1, general_text_max_docs=12,
     heldout_every=4, alpaca_train_stop=60, alpaca_heldout_stop=70, alpaca_epochs=1, synthetic=100, tasks=200,
     batch_rows=8, microbatch_rows=4, max_updates=6, warmup_updates=2, lr=3e-3, dev_sample_per_family=2,
-    heldout_max_rows=4, eval_batch=8, sample_max_new_tokens=8)
+    heldout_max_rows=4, eval_batch=8, sample_max_new_tokens=8,
+    # the real recipe's data multipliers and curve, at test size off (tests that need them set them)
+    task_difficulty=2, task_epochs=1, dev_difficulty_tasks=0, curve_every=0, curve_difficulty=0)
 
 
 def _build(out: Path, cfg: SmallSeedConfig = TEST_CFG) -> dict:
@@ -150,3 +152,15 @@ def test_dev_difficulty_tasks_are_drawn_at_the_dev_difficulty_once_each(tmp_path
     counts = {i: packed.conv_order.count(i) for i in range(first_task, len(inputs.convs))}
     assert {counts[first_task + k] for k in range(cfg.tasks)} == {2}
     assert {counts[first_task + cfg.tasks + k] for k in range(40)} == {1}
+
+
+def test_the_recipe_files_reproduce_their_recorded_configs():
+    """The defaults are the recipe of the current seed (its probe file); the earlier seed 800112e3 stays
+    rebuildable from campaigns/seed-recipes/small-800112e3.json, which gives its recorded config."""
+    from dataclasses import asdict
+    assert SmallSeedConfig.small() == SmallSeedConfig.from_json(ROOT / "campaigns/seed-probes/p8-candidate.json")
+    old = json.loads((ROOT / "runs/seed-small-h200-2026-11-30/seed_build-machine1.json").read_text())["config"]
+    rebuilt = asdict(SmallSeedConfig.from_json(ROOT / "campaigns/seed-recipes/small-800112e3.json"))
+    assert {k: rebuilt[k] for k in old} == old
+    assert (rebuilt["retrieval_docs"], rebuilt["task_epochs"], rebuilt["dev_difficulty_tasks"],
+            rebuilt["compile_blocks"], rebuilt["clip_on_device"], rebuilt["fast_paths"]) == (0, 1, 0, "off", "off", "off")

@@ -74,43 +74,46 @@ class SmallSeedConfig:
     rms_norm_eps: float = 1e-5
     init_std: float = 0.02
     # data
-    general_text_epochs: int = 6
+    general_text_epochs: int = 1
     general_text_max_docs: int = 0  # 0: every document of the file (tests use a few)
     heldout_every: int = 50  # a document is held out when sha256(path) % heldout_every == 0
     alpaca_train_stop: int = 1948  # train on records [0, alpaca_train_stop)
     alpaca_heldout_stop: int = 2048  # held out: [alpaca_train_stop, alpaca_heldout_stop), inside replay 0-2047
-    alpaca_epochs: int = 3
-    synthetic: int = 10000
-    tasks: int = 40000
-    task_difficulty: int = 2  # the difficulty of the seed's own task examples
-    task_epochs: int = 1  # each of the `tasks` examples is packed this many times (in the one conversation order)
-    dev_difficulty_tasks: int = 0  # more seed-train examples at dev_difficulty, each packed once
+    alpaca_epochs: int = 1
+    synthetic: int = 2000
+    tasks: int = 500000
+    task_difficulty: int = 1  # the difficulty of the seed's own task examples (below the contracts' 2)
+    task_epochs: int = 6  # each of the `tasks` examples is packed this many times (in the one conversation order)
+    dev_difficulty_tasks: int = 16384  # more seed-train examples at dev_difficulty, each packed once
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
     retrieval_max_pairs: int = 12
     dev_difficulty: int = 2  # the contracts' difficulty: the record's per-family accuracy is measured there
     # optimisation: one update = batch_rows rows of seq_len tokens
     batch_rows: int = 64
-    microbatch_rows: int = 16
+    microbatch_rows: int = 64
     max_updates: int = 0  # 0: one pass over every packed row; N: stop after N updates (shorter builds)
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
-    warmup_updates: int = 30
+    warmup_updates: int = 100
     beta1: float = 0.9
     beta2: float = 0.95
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     compute_dtype: str = "bfloat16"  # on CUDA; a CPU build computes in float32
-    compile_blocks: str = "off"  # "auto": torch.compile the blocks on CUDA, under the deterministic profile
-    clip_on_device: str = "off"  # "off": the host's left-to-right sum of squared norms; "auto": on the device, no sync
+    compile_blocks: str = "auto"  # "auto": torch.compile the blocks on CUDA, under the deterministic profile
+    clip_on_device: str = "auto"  # "off": the host's left-to-right sum of squared norms; "auto": on the device, no sync
+    # The engine's GPU fast paths (weight cache, fused norms and SwiGLU, multi-tensor norms; docs/performance.md):
+    # "off" for the pinned recipe, which was built before them and whose digest their arithmetic would change.
+    fast_paths: str = "off"
     seed: int = 0
     # reporting
     dev_sample_per_family: int = 32
     heldout_max_rows: int = 64
     eval_batch: int = 64
     sample_max_new_tokens: int = 64
-    curve_every: int = 0  # 0: no learning curve; N: per-family dev accuracy every N updates (and at the end)
+    curve_every: int = 400  # 0: no learning curve; N: per-family dev accuracy every N updates (and at the end)
     curve_per_family: int = 16
-    curve_difficulty: int = 0  # 0: the dev difficulty
+    curve_difficulty: int = 2  # 0: the dev difficulty
 
     @staticmethod
     def small() -> SmallSeedConfig:
@@ -147,6 +150,8 @@ class SmallSeedConfig:
                              f"replay range; records 2048-4999 are final retention and never trained on)")
         if self.clip_on_device not in ("auto", "off"):
             raise ValueError(f"SmallSeedConfig.clip_on_device = {self.clip_on_device!r}; expected 'auto' or 'off'")
+        if self.fast_paths not in ("auto", "off"):
+            raise ValueError(f"SmallSeedConfig.fast_paths = {self.fast_paths!r}; expected 'auto' or 'off'")
         if self.compile_blocks not in ("auto", "off"):
             raise ValueError(f"SmallSeedConfig.compile_blocks = {self.compile_blocks!r}; expected 'auto' or 'off'")
         for name in ("task_difficulty", "dev_difficulty", "curve_difficulty"):
@@ -402,7 +407,8 @@ def check_inputs(alpaca: Path, text: Path, contracts_dir: Path, device: str) -> 
 def _engine_config(cfg: SmallSeedConfig, device: torch.device, pad_id: int) -> EngineConfig:
     dtype = cfg.compute_dtype if device.type == "cuda" else "float32"
     return EngineConfig(cfg.microbatch_rows, cfg.max_grad_norm, compute_dtype=dtype, pad_id=pad_id,
-                        compile_blocks=cfg.compile_blocks, length_bucket=0, clip_on_device=cfg.clip_on_device)
+                        compile_blocks=cfg.compile_blocks, length_bucket=0, clip_on_device=cfg.clip_on_device,
+                        weight_cache=cfg.fast_paths, fused_elementwise=cfg.fast_paths, foreach_norm=cfg.fast_paths)
 
 
 @dataclass
