@@ -113,7 +113,8 @@ pilot() {
     local seed=(--build-seed)  # a seed already built on this machine (an earlier pilot's) is not built again
     [ -f "$W/pilot-work/seed/config.json" ] && seed=(--seed "$W/pilot-work/seed")
     # shellcheck disable=SC2086
-    python3 -m campaigns.medium_pilot "${seed[@]}" --device cuda --lr ${PILOT_LRS:-1e-5 3e-5 6e-5} \
+    # PILOT_EXTRA: more candidate choices, e.g. "--warmup 0 16 --schedule-after cosine"
+    python3 -m campaigns.medium_pilot "${seed[@]}" --device cuda --lr ${PILOT_LRS:-1e-5 3e-5 6e-5} ${PILOT_EXTRA:-} \
         --until "${PILOT_UNTIL:-32}" --deadline-s "${PILOT_DEADLINE_S:-500}" \
         --work "$W/pilot-work" --out "$W/pilot" --run-id "$id" || true
     local out="${OUT:-$W/out}"

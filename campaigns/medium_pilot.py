@@ -38,7 +38,7 @@ makes the run "failed".
 Why a campaign script and not `kit adaptive pilot`: like campaigns/adaptive_gpu_campaign.py it orchestrates
 CLI steps as process groups under a deadline and writes a kit-bench/1 record; each kit command stays one
 step, and the kit package gains no orchestration. The record (OUT/run.json) is rewritten after every step,
-so a deadline leaves a "partial" record; the seed build (~130 s on an H200) counts against --deadline-s.
+so a deadline leaves a "partial" record; the seed build (about 400 s on an H200) counts against --deadline-s.
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ DRAFTS = {"medium": (REPO / "contracts" / "adaptive-shards.medium.draft.json",
 RULE = ("eligible: the development-retention NLL change's one-sided upper bound (the contract's paired bootstrap) "
         "is at most the contract's gates.retention_upper_at_most; chosen: the eligible candidate with the highest "
         "development task accuracy (families pooled); ties: the lower development task NLL change, then the "
-        "smaller lr, microbatch_size, max_tokens; none eligible: nothing chosen")
+        "smaller lr, microbatch_size, max_tokens, warm-up; none eligible: nothing chosen")
 # seconds per step before the overall deadline cuts them shorter, and the least worth starting
-TIMEOUTS = {"medium": {"seed": 420, "prepare": 180, "train": 240, "evaluate": 240},
+TIMEOUTS = {"medium": {"seed": 560, "prepare": 180, "train": 240, "evaluate": 240},
             "tiny": {"seed": 600, "prepare": 120, "train": 180, "evaluate": 120}}
 MIN_START_S = {"seed": 60, "prepare": 10, "train": 20, "evaluate": 10}
 FINAL_LOGS = ("final-access.jsonl", "selections.jsonl", "final-evaluations.jsonl")  # kit/adaptive/selection.py
@@ -76,20 +76,36 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def candidate_overrides(lrs, microbatch_sizes, max_tokens) -> list[dict]:
-    """Every combination, in the order the tie-break prefers (smaller values first)."""
-    return [{"lr": lr, "microbatch_size": mb, "max_tokens": mt}
-            for lr, mb, mt in itertools.product(sorted(lrs), sorted(microbatch_sizes), sorted(max_tokens))]
+def candidate_overrides(lrs, microbatch_sizes, max_tokens, warmups=None) -> list[dict]:
+    """Every combination, in the order the tie-break prefers (smaller values first). Without `warmups` the
+    candidates keep the draft's schedule and carry no "warmup" key (the records made before it)."""
+    if warmups is None:
+        return [{"lr": lr, "microbatch_size": mb, "max_tokens": mt}
+                for lr, mb, mt in itertools.product(sorted(lrs), sorted(microbatch_sizes), sorted(max_tokens))]
+    return [{"lr": lr, "microbatch_size": mb, "max_tokens": mt, "warmup": w}
+            for lr, mb, mt, w in itertools.product(sorted(lrs), sorted(microbatch_sizes), sorted(max_tokens),
+                                                   sorted(warmups))]
 
 
-def candidate_contract(draft: dict, overrides: dict) -> dict:
+def schedule_for(warmup: int, after: str) -> str | dict:
+    """training.lr_schedule for a candidate's warm-up: "constant" for none, else a linear warm-up over
+    `warmup` updates, then constant, or a half cosine to a tenth of the peak at the cohort's end."""
+    if warmup == 0:
+        return "constant"
+    return {"warmup_updates": warmup, "after": after, "floor_ratio": 0.1 if after == "cosine" else 1.0}
+
+
+def candidate_contract(draft: dict, overrides: dict, after: str = "constant") -> dict:
     """The draft with one candidate's free choices; the same rate for the grown group, so growth differs
-    from its control only by the added blocks (docs/contracts.md)."""
+    from its control only by the added blocks (docs/contracts.md). A "warmup" choice sets
+    training.lr_schedule (schedule_for); without one the draft's schedule stays."""
     c = json.loads(json.dumps(draft))
     for group in c["training"]["optimizer"].values():
         group["lr"] = overrides["lr"]
     c["training"]["microbatch_size"] = overrides["microbatch_size"]
     c["training"]["max_tokens"] = overrides["max_tokens"]
+    if "warmup" in overrides:
+        c["training"]["lr_schedule"] = schedule_for(overrides["warmup"], overrides.get("after", after))
     return c
 
 
@@ -129,7 +145,32 @@ def choose(candidates: list[dict]) -> dict | None:
         return None
     o = lambda c: c["overrides"]  # noqa: E731
     return min(eligible, key=lambda c: (-c["dev"]["accuracy"], c["dev"]["tasks"]["change_nats_per_token"],
-                                        o(c)["lr"], o(c)["microbatch_size"], o(c)["max_tokens"]))
+                                        o(c)["lr"], o(c)["microbatch_size"], o(c)["max_tokens"],
+                                        o(c).get("warmup", 0)))
+
+
+# The medium scale is a positive control (issue 26, Deliver 3): the seed must sit inside this band of pooled
+# development accuracy, and some eligible candidate trained to cohort A's endpoint must gain this much over it.
+SEED_BAND = (0.05, 0.40)
+MIN_GAIN = 0.15
+
+
+def positive_control(candidates: list[dict], until: int, cohort_updates: int) -> dict | None:
+    """Whether the pilot shows the medium scale can learn: the seed in SEED_BAND, and an eligible candidate
+    at cohort A's endpoint (`until` == its updates) at least MIN_GAIN above the seed, pooled dev accuracy."""
+    done = [c for c in candidates if c.get("dev")]
+    if not done:
+        return None
+    seed = done[0]["dev"]["seed_accuracy"]  # every candidate scores the same seed on the same dev role
+    eligible = [c for c in done if c["dev"]["eligible"]]
+    best = max(eligible, key=lambda c: c["dev"]["accuracy"], default=None)
+    gain = None if best is None else best["dev"]["accuracy"] - seed
+    in_band = SEED_BAND[0] <= seed <= SEED_BAND[1]
+    at_endpoint = until == cohort_updates
+    return {"seed_pooled_dev_accuracy": seed, "seed_band": list(SEED_BAND), "seed_in_band": in_band,
+            "until": until, "cohort_A_updates": cohort_updates, "at_cohort_endpoint": at_endpoint,
+            "best_eligible": None if best is None else best["name"], "best_eligible_gain": gain,
+            "min_gain": MIN_GAIN, "holds": bool(in_band and at_endpoint and gain is not None and gain >= MIN_GAIN)}
 
 
 def sha256_or_none(path: Path) -> str | None:
@@ -171,7 +212,8 @@ class Pilot:
                 "drafts": {"adaptive": {"path": repo_relative(draft_path), "digest": self.draft.digest},
                            "study": {"path": repo_relative(study_path), "digest": study.digest}},
                 "candidates": candidate_overrides(a.lr, a.microbatch_size or [self.draft["training"]["microbatch_size"]],
-                                                  a.max_tokens or [self.draft["training"]["max_tokens"]]),
+                                                  a.max_tokens or [self.draft["training"]["max_tokens"]], a.warmup),
+                "schedule_after": a.schedule_after,
                 "ledger": {"path": str(self.ledger), "sha256_before": sha256_or_none(self.ledger)},
                 "public_source": repo_relative(SOURCE),
             },
@@ -251,7 +293,8 @@ class Pilot:
         cdir = self.out / "contracts"
         cdir.mkdir(exist_ok=True)
         path = cdir / f"{name}.json"
-        path.write_text(json.dumps(candidate_contract(self.draft.data, overrides), indent=2) + "\n")
+        path.write_text(json.dumps(candidate_contract(self.draft.data, overrides, self.a.schedule_after), indent=2)
+                        + "\n")
         contract = load_adaptive_contract(path)
         row["contract_digest"] = contract.digest
         prepared, home = self.work / name / "prepared", self.work / name / "home"
@@ -322,6 +365,8 @@ class Pilot:
         if self.record["status"] == "running":
             done = [c for c in res["candidates"] if c["status"] == "completed"]
             self.record["status"] = "completed" if len(done) == len(self.record["parameters"]["candidates"]) else "failed"
+        res["positive_control"] = positive_control(res["candidates"], self.a.until,
+                                                   self.draft["cohorts"]["A"]["updates"])
         if self.record["status"] == "completed":
             best = choose(res["candidates"])
             res["chosen"] = None if best is None else {"candidate": best["name"], "values": best["overrides"],
@@ -364,6 +409,10 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, nargs="+", default=None, help="candidate learning rates")
     p.add_argument("--microbatch-size", type=int, nargs="+", help="candidate microbatch sizes (default: the draft's)")
     p.add_argument("--max-tokens", type=int, nargs="+", help="candidate token caps (default: the draft's)")
+    p.add_argument("--warmup", type=int, nargs="+", help="candidate warm-up lengths in updates (0: constant "
+                   "rate); default: the draft's training.lr_schedule")
+    p.add_argument("--schedule-after", choices=["constant", "cosine"], default="constant",
+                   help="with --warmup: the rate after the warm-up (cosine: to a tenth of the peak at the end)")
     p.add_argument("--until", type=int, default=None, help="cohort-A updates per candidate (default 8; tiny 2)")
     p.add_argument("--workers", type=int, help="training ranks (default: the contract's cohorts.A.workers)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
@@ -374,6 +423,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     a.lr = a.lr or ([1e-4, 1e-3] if a.tiny else [3e-5, 1e-4, 3e-4])
     a.until = a.until or (2 if a.tiny else 8)
+    if a.warmup and any(w < 0 or w >= a.until for w in a.warmup):
+        p.error(f"--warmup {a.warmup}: expected lengths in [0, --until = {a.until}) updates")
     return Pilot(a, argv).run()
 
 

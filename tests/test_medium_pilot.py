@@ -147,6 +147,47 @@ def test_pilot_never_opens_final_roles(pilot_run):
                  f"seed:{pilot_run['seed']}", "final", copy.parent / "x.json", str(pilot_run["seed"]), 256)
 
 
+def test_pilot_records_the_positive_control(pilot_run):
+    rec = pilot_run["record"]
+    pc = rec["results"]["positive_control"]
+    cands = rec["results"]["candidates"]
+    # the tiny seed answers nothing and --until 1 is not cohort A's endpoint: the control cannot hold
+    assert pc["seed_pooled_dev_accuracy"] == cands[0]["dev"]["seed_accuracy"] == 0.0
+    assert (pc["seed_in_band"], pc["at_cohort_endpoint"], pc["holds"]) == (False, False, False)
+    assert pc["best_eligible_gain"] == max(c["dev"]["accuracy"] for c in cands) - 0.0
+    assert pc["cohort_A_updates"] == load_adaptive_contract(REPO / "contracts" / "adaptive-shards.tiny.json")[
+        "cohorts"]["A"]["updates"]
+
+
+def test_positive_control_needs_the_band_the_endpoint_and_the_gain():
+    def cand(name, acc, seed, eligible=True):
+        return {"name": name, "dev": {"accuracy": acc, "seed_accuracy": seed, "eligible": eligible}}
+    assert medium_pilot.positive_control([cand("a", 0.30, 0.10)], 128, 128)["holds"] is True
+    assert medium_pilot.positive_control([cand("a", 0.24, 0.10)], 128, 128)["holds"] is False  # +14 points
+    assert medium_pilot.positive_control([cand("a", 0.30, 0.10)], 64, 128)["holds"] is False  # not the endpoint
+    assert medium_pilot.positive_control([cand("a", 0.60, 0.45)], 128, 128)["holds"] is False  # seed above band
+    assert medium_pilot.positive_control([cand("a", 0.40, 0.10, eligible=False)], 128, 128)["holds"] is False
+    both = medium_pilot.positive_control([cand("a", 0.40, 0.10, eligible=False), cand("b", 0.26, 0.10)], 128, 128)
+    assert both["best_eligible"] == "b" and both["holds"] is True
+
+
+def test_warmup_candidates_set_the_schedule_and_old_candidates_keep_the_drafts(tmp_path):
+    draft = load_adaptive_contract(ADAPTIVE_DRAFT).data
+    old = medium_pilot.candidate_overrides([1e-4], [8], [1024])
+    assert old == [{"lr": 1e-4, "microbatch_size": 8, "max_tokens": 1024}]
+    assert medium_pilot.candidate_contract(draft, old[0])["training"]["lr_schedule"] == draft["training"]["lr_schedule"]
+    new = medium_pilot.candidate_overrides([3e-4, 1e-4], [8], [1024], [16, 0])
+    assert [(c["lr"], c["warmup"]) for c in new] == [(1e-4, 0), (1e-4, 16), (3e-4, 0), (3e-4, 16)]
+    assert medium_pilot.candidate_contract(draft, new[0])["training"]["lr_schedule"] == "constant"
+    assert medium_pilot.candidate_contract(draft, new[1], "cosine")["training"]["lr_schedule"] == {
+        "warmup_updates": 16, "after": "cosine", "floor_ratio": 0.1}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(medium_pilot.candidate_contract(draft, new[3], "cosine")))
+    assert load_adaptive_contract(path)["training"]["lr_schedule"]["warmup_updates"] == 16  # passes the schema
+    with pytest.raises(SystemExit):
+        medium_pilot.main(["--tiny", "--device", "cpu", "--seed", "x", "--warmup", "4", "--until", "2", "--out", "y"])
+
+
 def test_rule_prefers_accuracy_then_task_nll_then_smaller_lr():
     def cand(name, lr, acc, task, ret):
         return {"name": name, "overrides": {"lr": lr, "microbatch_size": 8, "max_tokens": 256},
