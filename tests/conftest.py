@@ -16,6 +16,14 @@ import kit.numerics
 kit.numerics.apply()
 
 from support.models import PUBLIC_SOURCE, REPO, write_hf_llama  # noqa: F401 - re-exported names of the fixtures
+from support.schedule import longest_first, on_xdist_worker
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `make test`'s xdist workers the longest files come first (support.schedule); both workers
+    compute the same order, as xdist requires."""
+    if on_xdist_worker():
+        items[:] = longest_first(items, Path(__file__).parent)
 
 
 @pytest.fixture
