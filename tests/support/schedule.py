@@ -14,26 +14,27 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# Files by their serial time on an idle 2-core x86 box (seconds, measured with --durations; setup included),
-# longest first. Paths relative to tests/.
+# Files by their time under `make test` on a 2-core x86 box with other load (seconds of worker time,
+# setup included, from --durations=0), longest first. Paths relative to tests/.
 LONGEST_FIRST = (
-    "test_replay.py",                   # ~180: replays demo-seed, the tiny prepare and an arm
-    "test_examples.py",                 # ~140: both examples/*.sh end to end
-    "test_medium_pilot.py",             # ~40
-    "test_checkpoint_training.py",      # ~35: multi-process resume, migration, kills
-    "test_engine.py",                   # ~35: gloo workers against the oracle
-    "test_report.py",                   # ~35: the rendered report in headless Chromium
-    "test_adaptive_netns.py",           # ~30: two network namespaces
-    "reliability/test_rank_faults.py",  # ~30
-    "test_numeric_profile.py",          # ~28: the probe under several thread counts
-    "test_worker_faults.py",            # ~20
-    "test_integrity.py",                # ~20
-    "test_study.py",                    # ~15
-    "test_gpu_wheels.py",               # ~15
-    "test_digest.py",                   # ~15
-    "test_seed.py",                     # ~15
-    "test_readme_python.py",            # ~12
-    "test_torchrun.py",                 # ~11
+    "test_replay.py",                   # ~195: replays demo-seed, the tiny prepare and an arm
+    "test_examples.py",                 # ~190: both examples/*.sh end to end
+    "test_adaptive_netns.py",           # ~50: two network namespaces
+    "test_report.py",                   # ~50: the report over runs/, in headless Chromium
+    "test_checkpoint_training.py",      # ~50: multi-process resume, migration, kills
+    "test_engine.py",                   # ~48: gloo workers against the oracle
+    "test_numeric_profile.py",          # ~47: the probe under several thread counts
+    "reliability/test_rank_faults.py",  # ~43
+    "test_medium_pilot.py",             # ~41
+    "test_integrity.py",                # ~35
+    "test_worker_faults.py",            # ~27
+    "test_torchrun.py",                 # ~27
+    "test_digest.py",                   # ~25
+    "test_seed.py",                     # ~24
+    "test_study.py",                    # ~21
+    "test_evidence.py",                 # ~19
+    "test_readme_python.py",            # ~17
+    "test_async_commit.py",             # ~16
 )
 
 
