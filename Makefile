@@ -27,8 +27,14 @@ demo: $(VENV)/.installed
 chromium:
 	@[ -x /usr/bin/chromium ] || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
+# The suite on two pytest-xdist workers: these machines have 2 cores and the kit pins torch to one thread
+# per process, so one process leaves a core idle. Each file runs whole on one worker (--dist loadfile: a
+# module's fixtures are built once, a file writing a fixed path under build/ never races itself); files
+# are handed out in the order the workers collect them (--no-loadscope-reorder), which tests/conftest.py
+# starts with the longest files (tests/support/schedule.py). TEST_WORKERS=N for another count.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed chromium
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check kit tests

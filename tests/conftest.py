@@ -16,6 +16,14 @@ import kit.numerics
 kit.numerics.apply()
 
 from support.models import PUBLIC_SOURCE, REPO, write_hf_llama  # noqa: F401 - re-exported names of the fixtures
+from support.schedule import longest_first, on_xdist_worker
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `make test`'s xdist workers the longest files come first (support.schedule); both workers
+    compute the same order, as xdist requires."""
+    if on_xdist_worker():
+        items[:] = longest_first(items, Path(__file__).parent)
 
 
 @pytest.fixture
@@ -65,12 +73,24 @@ def dirs(student_reference):
     return student_reference
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
-    """One preparation of the tiny adaptive contract, per module (support.adaptive.prepare_tiny)."""
+    """One preparation of the tiny adaptive contract, per session (support.adaptive.prepare_tiny): five
+    files use it, and every test that trains or edits copies `out` first and only reads `seed`. Shared
+    across files, it must come back as it was handed out: a test that changed it fails at teardown."""
     from support.adaptive import prepare_tiny
 
-    return prepare_tiny(tmp_path_factory.mktemp("prep"))
+    done = prepare_tiny(tmp_path_factory.mktemp("prep"))
+    before = _tree_sha256(done["root"])
+    yield done
+    assert _tree_sha256(done["root"]) == before, f"a test changed the shared preparation under {done['root']}"
+
+
+def _tree_sha256(root: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under `root`."""
+    from kit.digest import sha256_file
+
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

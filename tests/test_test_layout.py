@@ -55,3 +55,26 @@ def test_the_check_sees_imports_of_test_modules_at_any_depth(tmp_path):
     (tmp_path / "sub" / "test_b.py").write_text("def f():\n    from test_a import X\n")
     (tmp_path / "sub" / "test_c.py").write_text("import conftest\nfrom support.engine import OPT\n")
     assert layout_violations(tmp_path) == ["sub/test_b.py:2 imports test_a", "sub/test_c.py:1 imports conftest"]
+
+
+def test_every_file_the_xdist_schedule_starts_with_exists():
+    from support.schedule import LONGEST_FIRST
+
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    assert [name for name in LONGEST_FIRST if not (TESTS / name).is_file()] == []
+
+
+def test_the_schedule_moves_the_longest_files_first_and_keeps_every_other_order(tmp_path):
+    from types import SimpleNamespace
+
+    from support.schedule import LONGEST_FIRST, longest_first
+
+    def item(rel):
+        return SimpleNamespace(path=tmp_path / rel, name=rel)
+
+    collected = [item("test_a.py"), item(LONGEST_FIRST[1]), item("test_b.py"), item(LONGEST_FIRST[0]),
+                 item(LONGEST_FIRST[1]), item("sub/test_c.py")]
+    got = [i.name for i in longest_first(collected, tmp_path)]
+    assert got == [LONGEST_FIRST[0], LONGEST_FIRST[1], LONGEST_FIRST[1], "test_a.py", "test_b.py", "sub/test_c.py"]
+    assert [id(i) for i in longest_first(collected, tmp_path) if i.name == LONGEST_FIRST[1]] == \
+        [id(collected[1]), id(collected[4])]  # stable: a file's own tests keep their order
