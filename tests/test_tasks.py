@@ -255,3 +255,19 @@ def test_generated_answers_are_canonical_and_self_check(family):
         e = generate(family, 2, i, 3)
         assert normalize_answer(e.answer) == e.answer
         assert check_answer(e, e.answer + ".\nmore text")
+
+
+def test_a_set_drawn_by_several_processes_is_the_same_set(monkeypatch):
+    """generate_set(workers=N) draws candidates ahead in a process pool; skips (duplicates, exclusions)
+    and the order must come out exactly as one process draws them."""
+    import kit.data.tasks as tasks
+
+    monkeypatch.setattr(tasks, "POOL_MIN", 50)  # a pool for small families, so the test stays fast
+    counts = {"lookup": 120, "sorting": 90, "arithmetic": 0}
+    one = tasks.generate_set(counts, 7, "pooltest", 1)
+    excluded = {one[3].digest, one[150].digest}  # forces skips in both families
+    serial = tasks.generate_set(counts, 7, "pooltest", 1, excluded)
+    pooled = tasks.generate_set(counts, 7, "pooltest", 1, excluded, workers=2)
+    assert pooled == serial and len(serial) == 210 and not excluded & {t.digest for t in pooled}
+    with pytest.raises(ValueError, match="workers"):
+        tasks.generate_set(counts, 7, "pooltest", 1, workers=0)

@@ -245,10 +245,12 @@ def check_disjoint(tasks: list[TaskExample], forbidden: dict[str, dict]) -> None
 def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> list[TaskExample]:
     """The `tasks` examples at task_difficulty, then the `dev_difficulty_tasks` ones at dev_difficulty (the
     same seed-train role, never a digest of the first set or of `excluded`)."""
-    tasks = generate_set(cfg.tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.task_difficulty, excluded) if cfg.tasks else []
+    workers = min(16, os.cpu_count() or 1)  # the same examples in any number of processes (generate_set)
+    tasks = (generate_set(cfg.tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.task_difficulty, excluded, workers)
+             if cfg.tasks else [])
     if cfg.dev_difficulty_tasks:
         tasks += generate_set(cfg.dev_difficulty_tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.dev_difficulty,
-                              set(excluded) | {t.digest for t in tasks})
+                              set(excluded) | {t.digest for t in tasks}, workers)
     return tasks
 
 
