@@ -5,12 +5,10 @@ a study pilot (campaigns/study_pilot.py) scores candidates on it to fix the cont
 decision to know: only the development file is read. Its sha256 is checked against prepared.json alone
 (`load_prepared` would re-hash every prepared file, final tasks included), nothing is written to the
 exposure ledger (development tasks are never final), and the candidate freeze is never touched, so arms
-may still run after a development scoring.
+may still run after a development scoring. Run as `python -m kit.study.dev --study STUDY --seed SEED
+[--home HOME --root FULL_ROOT] --out FILE [--device cuda]`.
 
-    python -m kit.study.dev --study STUDY --seed SEED [--home HOME --root FULL_ROOT] --out FILE [--device cuda]
-
-The record (docs/formats.md, "Shared-gradient study records"): greedy answers checked by the task checker
-and the summed assistant-token NLL of every development task.
+The record (docs/formats.md, "Shared-gradient study records"): greedy answers and summed task NLL.
 """
 
 from __future__ import annotations
