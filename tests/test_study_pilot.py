@@ -160,3 +160,21 @@ def test_candidate_contract_sets_rate_schedule_and_adds_a_dev_role_only_when_abs
     own = {**draft, "data": {**draft["data"], "dev": {"count": 64, "role": "mine", "seed": 1, "difficulty": 2}}}
     assert study_pilot.candidate_contract(own, {"lr": 1e-4, "warmup_updates": 0})["data"]["dev"]["role"] == "mine"
     assert draft["training"].get("lr_schedule") is None and "dev" not in draft["data"]  # the draft is untouched
+
+
+def test_a_dev_role_changes_no_other_prepared_file_and_scoring_dev_needs_one(pilot, tmp_path):
+    """The development draw comes after the final one: without `data.dev` the training documents, schedule,
+    final tasks and probes are byte-identical; scoring development tasks of such a study is refused."""
+    from kit.study.dev import DevScoringRefused, score_dev
+    from kit.study.prepare import FILES, prepare_study
+
+    env = pilot["env"]
+    plain = prepare_study(env["contract"], env["seed"], env["source"], tmp_path / "plain", env["ledger"])
+    with_dev = json.loads((pilot["work"] / "c0" / "study" / "prepared" / "prepared.json").read_text())
+    assert set(with_dev["files"]) == set(FILES) | {"dev_tasks.jsonl"} and set(plain["files"]) == set(FILES)
+    for name in FILES[1:]:  # contract.json differs: the candidate's rate, schedule and dev role
+        assert plain["files"][name] == with_dev["files"][name], name
+    assert "dev_tasks" not in plain["counts"]
+    with pytest.raises(DevScoringRefused, match=r"prepared\.json: field 'files' has no 'dev_tasks\.jsonl'"):
+        score_dev(tmp_path / "plain", env["seed"], tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()
