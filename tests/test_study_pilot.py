@@ -35,12 +35,18 @@ def test_committed_study_contracts_keep_their_digests_without_a_dev_role():
         assert load_study_contract(path).digest == sha256_json(data)
 
 
-@pytest.mark.parametrize("role, field", [("study-train", "data.tasks.role"), ("study-final", "data.final_test.role")])
+@pytest.mark.parametrize("role, field", [("study-dev", "data.tasks.role"), ("study-dev", "data.final_test.role")])
 def test_a_dev_role_named_like_another_role_is_refused(tmp_path, role, field):
     data = json.loads(TINY.read_text())
+    data["data"][field.split(".")[1]]["role"] = role  # another role already named like the dev role
     data["data"]["dev"] = {"count": 8, "role": role, "seed": 4, "difficulty": 1}
     (tmp_path / "c.json").write_text(json.dumps(data))
     with pytest.raises(ContractError, match=rf"c\.json: field 'data\.dev\.role' = '{role}' is also {field}"):
+        load_study_contract(tmp_path / "c.json")
+    data["data"]["dev"] = {"count": 8, "role": "study-held-out", "seed": 4, "difficulty": 1}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    with pytest.raises(ContractError, match=r"c\.json: field 'data\.dev\.role' = 'study-held-out'; expected a role "
+                                            r"name containing 'dev'"):
         load_study_contract(tmp_path / "c.json")
     data["data"]["dev"] = {"count": 0, "role": "study-dev", "seed": 4, "difficulty": 1}
     (tmp_path / "c.json").write_text(json.dumps(data))

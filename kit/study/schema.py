@@ -182,6 +182,9 @@ def _check_dev_role(d: dict, source: str) -> None:
     differs from theirs by construction (prepare also excludes their digests)."""
     if "dev" not in d:
         return
+    if "dev" not in d["dev"]["role"]:  # the seed builds find development and final roles by name (kit/seed/small.py)
+        raise ContractError(f"{source}: field 'data.dev.role' = {d['dev']['role']!r}; expected a role name containing "
+                            "'dev', so that seed builds exclude its tasks")
     others = {"data.tasks.role": d["tasks"]["role"], "data.final_test.role": d["final_test"]["role"]}
     for field, role in others.items():
         if d["dev"]["role"] == role:
