@@ -1,10 +1,12 @@
 """Preparation of a shared-gradient study: every input committed by digest before any training.
 
 `prepare_study(contract, seed_dir, source, study_dir)` writes `study_dir/prepared/` (contract, encoded
-training documents, schedule, final tasks, retention probes, prepared.json; docs/formats.md,
+training documents, schedule, final tasks, retention probes, development tasks when the contract has the
+optional `data.dev`, prepared.json; docs/formats.md,
 "Shared-gradient study records"). The decision to know: every document is trained exactly once in a
 seeded permutation, and final tasks and retention probes exclude every training and seed task and
-every item another contract's scoring exposed, all by content digest and counted.
+every item another contract's scoring exposed, all by content digest and counted; development tasks
+exclude every seed, training and final task digest.
 Data selection: docs/internals.md ("kit.study.prepare").
 """
 
@@ -44,6 +46,7 @@ from kit.study.schema import load_study_contract
 PREPARED_FORMAT = "kit.study.prepared/1"
 PREPARED_DIR = "prepared"
 FILES = ("contract.json", "train.jsonl", "schedule.json", "final_tasks.jsonl", "retention.jsonl")
+DEV_FILE = "dev_tasks.jsonl"  # only with the optional `data.dev` (what a study pilot scores)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 SEED_TRAINED_FILE = "trained_conversations.jsonl"
 
@@ -159,14 +162,30 @@ def _seed_record(seed_dir: Path, digest: str, seed_records_present: bool, seed_t
             "trained_tasks_excluded_by_digest": len(seed_tasks)}
 
 
-def _write_files(staging: Path, contract, train_pairs: list, schedule: dict, final: list, retention_pairs: list) -> None:
-    """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes."""
+def _dev_tasks(d: dict, excluded: set[str]) -> list | None:
+    """The development tasks of `data.dev` (None without it): drawn in their own role, excluding every seed,
+    training and final task digest, so no development task is ever trained or final."""
+    if "dev" not in d:
+        return None
+    dev = d["dev"]
+    tasks = generate_set(dev["count"], dev["seed"], dev["role"], dev["difficulty"], exclude_digests=excluded)
+    if len(tasks) != dev["count"]:
+        raise PreparedError(f"data.dev: drew {len(tasks)} of {dev['count']} development tasks")
+    return tasks
+
+
+def _write_files(staging: Path, contract, train_pairs: list, schedule: dict, final: list, retention_pairs: list,
+                 dev: list | None = None) -> None:
+    """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes,
+    and DEV_FILE when the contract has `data.dev`."""
     write_canonical_json(staging / "contract.json", contract.data)
     lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
     write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
     write_canonical_json(staging / "schedule.json", schedule)
     write_jsonl(staging / "final_tasks.jsonl", [_task_conversation(t, True) for t in final])
     write_jsonl(staging / "retention.jsonl", [c for c, _ in retention_pairs])
+    if dev is not None:
+        write_jsonl(staging / DEV_FILE, [_task_conversation(t, True) for t in dev])
 
 
 def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike, source_path: str | os.PathLike,
@@ -200,6 +219,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     final, final_exposed = tasks_excluding(d["final_test"]["count"], d["final_test"]["seed"], d["final_test"]["role"],
                                            d["final_test"]["difficulty"], seed_tasks | {t.digest for t in tasks},
                                            exposed_tasks)
+    dev = _dev_tasks(d, seed_tasks | {t.digest for t in tasks} | {t.digest for t in final})
     retention_pairs, retention_stats, not_exposed = _retention_probes(d, tokenizer, source_path, train_pairs,
                                                                       exposed_convs, ledger)
     ids = [c.id for c, _ in train_pairs]
@@ -210,16 +230,17 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     # a previous preparation that never wrote prepared.json is replaced
     with publish_dir(out, replace=True) as staging:
         source = source_digest(kit_package_dir())
-        _write_files(staging, contract, train_pairs, schedule, final, retention_pairs)
+        _write_files(staging, contract, train_pairs, schedule, final, retention_pairs, dev)
+        names = FILES if dev is None else (*FILES, DEV_FILE)
         prepared = {
             "format": PREPARED_FORMAT,
             "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
             "seed": _seed_record(seed_dir, digest, seed_records_present, seed_tasks),
             "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
-            "files": {n: sha256_file(staging / n) for n in FILES},
+            "files": {n: sha256_file(staging / n) for n in names},
             "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
                        "retention": len(retention_pairs), "updates": len(schedule["updates"]),
-                       "documents_per_update": per,
+                       "documents_per_update": per, **({} if dev is None else {"dev_tasks": len(dev)}),
                        "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
                        "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
             # what prepared it, as the adaptive prepare commits (kit/provenance.py): the kit's own source and

@@ -36,6 +36,7 @@ _COUNT = Num(lo=1, integer=True)
 _NATURAL = Num(lo=0, integer=True)
 _POSITIVE = Num(lo=0)
 _PRICE = {"value": Num(lo=0), "unit": str, "source": str, "as_of": str, "note": str}
+_TASK_ROLE = {"count": _COUNT, "role": str, "seed": _NATURAL, "difficulty": OneOf(1, 2, 3)}
 _SOURCE_RANGE = {"name": str, "sha256": str, "start": _NATURAL, "stop": _COUNT}
 
 SCHEMA = {
@@ -60,7 +61,10 @@ SCHEMA = {
         "max_tokens": Num(lo=8, integer=True),
         "tasks": {"count": _NATURAL, "role": str, "seed": _NATURAL, "difficulty": OneOf(1, 2, 3)},
         "replay": {"count": _NATURAL, "source": _SOURCE_RANGE, "loss": OneOf("ce")},
-        "final_test": {"count": _COUNT, "role": str, "seed": _NATURAL, "difficulty": OneOf(1, 2, 3)},
+        "final_test": _TASK_ROLE,
+        # optional, added after the committed contracts were frozen (an absent field leaves their digests):
+        # the development tasks a study pilot scores (campaigns/study_pilot.py); never trained, never final
+        "dev": Omittable(_TASK_ROLE),
         "retention": {"count": Num(lo=2, integer=True), "source": _SOURCE_RANGE, "exposed": bool},
     },
     "training": {
@@ -146,6 +150,7 @@ def check_rules(data: dict, source: str) -> None:
         raise ContractError(f"{source}: field 'data': tasks.count + replay.count = {documents} documents, but "
                             f"schedule.updates x schedule.documents_per_update = {needed}; every document is "
                             "trained exactly once, so they must be equal")
+    _check_dev_role(d, source)
     for i, arm in enumerate(arms):
         if sched["documents_per_update"] < arm["workers"]:
             raise ContractError(f"{source}: field 'schedule.documents_per_update' = "
@@ -170,6 +175,21 @@ def check_rules(data: dict, source: str) -> None:
     if data["powersgd"]["warmup_updates"] > sched["updates"]:
         raise ContractError(f"{source}: field 'powersgd.warmup_updates' = {data['powersgd']['warmup_updates']} "
                             f"exceeds schedule.updates = {sched['updates']}")
+
+
+def _check_dev_role(d: dict, source: str) -> None:
+    """`data.dev` is its own task role: another role name than the training and final roles, so its draw
+    differs from theirs by construction (prepare also excludes their digests)."""
+    if "dev" not in d:
+        return
+    if "dev" not in d["dev"]["role"]:  # the seed builds find development and final roles by name (kit/seed/small.py)
+        raise ContractError(f"{source}: field 'data.dev.role' = {d['dev']['role']!r}; expected a role name containing "
+                            "'dev', so that seed builds exclude its tasks")
+    others = {"data.tasks.role": d["tasks"]["role"], "data.final_test.role": d["final_test"]["role"]}
+    for field, role in others.items():
+        if d["dev"]["role"] == role:
+            raise ContractError(f"{source}: field 'data.dev.role' = {role!r} is also {field}; expected a role name "
+                                "of its own (development tasks are never trained and never final)")
 
 
 def load_study_contract(path: str | os.PathLike) -> Contract:

@@ -1,0 +1,391 @@
+"""The study pilot: fix the shared-gradient study's learning rate and warm-up on development tasks only.
+
+Issue 26 item 3: each experiment gets its own pilot, and the study's contract no longer borrows the
+adaptive pilot's rate (chosen for another microbatch and another objective). The candidates are the
+product of --lr and --warmup (0: `training.lr_schedule` "constant"; N: {"warmup_updates": N, "after":
+"constant", "floor_ratio": 1.0}, kit/train/schedule.py). Each candidate is the draft study contract with
+those values (and a `data.dev` role when the draft has none, recorded as `dev_added`), prepared by
+`kit study prepare`, trained as the single arm by `kit study arm single --until K` from the seed, and its
+step-K commit scored on the development tasks by `python -m kit.study.dev`, as is the seed (once per
+distinct development file). On the x2 GPU host, from the repository root:
+
+    python -m campaigns.study_pilot --build-seed --device cuda --lr 1e-4 3e-4 --warmup 0 8 --until 32 \\
+        --deadline-s 560 --out OUT --run-id study-pilot-<date>
+
+and on 2 CPU cores (well under two minutes; the tests use it on a smaller seed):
+
+    python -m campaigns.study_pilot --tiny --device cpu --seed DIR --out OUT
+
+The rule that chooses, fixed here before any data (RULE, recorded verbatim in run.json). The study
+contract has no development retention set (its retention probes are final-test material), so there is
+no retention gate: every completed candidate is eligible, and the rule reads task accuracy and task NLL
+only.
+
+Final roles are never opened: the pilot never runs `kit study evaluate` (which freezes the candidates
+and writes the ledger), and checks afterwards that no study directory holds an evaluation freeze,
+an opening log or final scores, and that the exposure ledger's bytes are unchanged; any of those makes
+the run "failed". Development scoring reads `prepared/dev_tasks.jsonl` only (kit/study/dev.py).
+
+Why a campaign script (as campaigns/medium_pilot.py): it orchestrates kit commands as process groups
+under a deadline and writes a kit-bench/1 record (OUT/run.json), rewritten after every step, so a
+deadline leaves a "partial" record; every candidate is kept, failed ones with their error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from campaigns.medium_pilot import now, repo_relative, sha256_or_none
+from campaigns.phases import REPO, Deadline, run_process
+from kit.evidence.environment import code_state, device_info, versions
+
+RECORD_FORMAT = "kit-bench/1"
+SOURCE = REPO / "data" / "alpaca_5000.json"
+DRAFTS = {"medium": REPO / "contracts" / "shared-gradient.medium.draft.json",
+          "tiny": REPO / "contracts" / "shared-gradient.tiny.json"}
+RULE = ("the study contract has no development retention set, so every completed candidate is eligible (no retention "
+        "gate); chosen: the candidate with the highest development task accuracy (families pooled) of its single-arm "
+        "commit at --until; ties: the lower development task NLL change against the seed (nats per assistant token), "
+        "then the smaller lr, then the shorter warm-up; no completed candidate: nothing chosen")
+TIMEOUTS = {"medium": {"seed": 420, "prepare": 180, "train": 300, "score": 240},
+            "tiny": {"seed": 600, "prepare": 120, "train": 180, "score": 120}}
+MIN_START_S = {"seed": 60, "prepare": 10, "train": 20, "score": 10}
+# what `kit study evaluate` writes whenever it opens (or freezes for) the final roles (kit/study/screens.py)
+FINAL_FILES = ("evaluation/freeze.json", "evaluation/opened.jsonl", "evaluation/models", "screens.json")
+
+
+def schedule_for(warmup: int):
+    """`training.lr_schedule` of a warm-up length: linear warm-up over N updates, then the peak rate."""
+    return "constant" if warmup == 0 else {"warmup_updates": warmup, "after": "constant", "floor_ratio": 1.0}
+
+
+def candidate_values(lrs, warmups) -> list[dict]:
+    """Every combination, in the order the tie-break prefers (smaller values first)."""
+    return [{"lr": lr, "warmup_updates": w} for lr, w in itertools.product(sorted(lrs), sorted(warmups))]
+
+
+def default_dev(draft: dict) -> dict:
+    """The development role a draft without `data.dev` gets: the final test's count, seed and difficulty in a
+    role of its own (prepare excludes every seed, training and final digest from it)."""
+    f = draft["data"]["final_test"]
+    return {"count": f["count"], "role": "study-dev", "seed": f["seed"], "difficulty": f["difficulty"]}
+
+
+def candidate_contract(draft: dict, values: dict) -> dict:
+    """The draft with one candidate's rate and schedule, and a development role when it has none."""
+    c = json.loads(json.dumps(draft))
+    c["training"]["optimizer"]["lr"] = values["lr"]
+    c["training"]["lr_schedule"] = schedule_for(values["warmup_updates"])
+    c["data"].setdefault("dev", default_dev(draft))
+    return c
+
+
+def summarize(cand: dict, seed: dict) -> dict:
+    """Development accuracy pooled and per family (candidate and seed) and the task NLL change per token."""
+    if cand["dev_tasks_sha256"] != seed["dev_tasks_sha256"]:
+        raise ValueError("candidate and seed were scored on different development files")
+    seed_rows = {r["id"]: r for r in seed["tasks"]}
+    fam: dict[str, dict] = {}
+    for r in cand["tasks"]:
+        f = fam.setdefault(r["family"], {"n": 0, "candidate_correct": 0, "seed_correct": 0})
+        f["n"] += 1
+        f["candidate_correct"] += int(r["correct"])
+        f["seed_correct"] += int(seed_rows[r["id"]]["correct"])
+    for f in fam.values():
+        f["candidate_accuracy"] = f["candidate_correct"] / f["n"]
+        f["seed_accuracy"] = f["seed_correct"] / f["n"]
+    seed_nll = {r["id"]: r for r in seed["task_nll"]}
+    tokens = sum(r["tokens"] for r in cand["task_nll"])
+    change = sum(r["nll_sum"] - seed_nll[r["id"]]["nll_sum"] for r in cand["task_nll"]) / tokens
+    n = len(cand["tasks"])
+    return {"accuracy_by_family": dict(sorted(fam.items())),
+            "accuracy": sum(f["candidate_correct"] for f in fam.values()) / n,
+            "seed_accuracy": sum(f["seed_correct"] for f in fam.values()) / n, "n": n,
+            "tasks": {"change_nats_per_token": change, "tokens": tokens,
+                      "candidate_nats_per_token": sum(r["nll_sum"] for r in cand["task_nll"]) / tokens,
+                      "seed_nats_per_token": sum(r["nll_sum"] for r in seed["task_nll"]) / tokens},
+            "eligible": True}
+
+
+def choose(candidates: list[dict]) -> dict | None:
+    """RULE over completed candidates; None when none completed."""
+    done = [c for c in candidates if c.get("dev")]
+    if not done:
+        return None
+    return min(done, key=lambda c: (-c["dev"]["accuracy"], c["dev"]["tasks"]["change_nats_per_token"],
+                                    c["values"]["lr"], c["values"]["warmup_updates"]))
+
+
+def positive_lr(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive finite learning rate")
+    return v
+
+
+def warmup_updates(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of warm-up updates (0: constant)")
+    return v
+
+
+class StudyPilot:
+    def __init__(self, a, argv):
+        from kit.evidence.ledger import LEDGER_ENV, ledger_path
+        from kit.study.schema import load_study_contract
+
+        self.a, self.scale = a, "tiny" if a.tiny else "medium"
+        draft_path = Path(a.draft) if a.draft else DRAFTS[self.scale]
+        self.draft = load_study_contract(draft_path)
+        check_arguments(a, self.draft)  # before anything is written
+        self.out = Path(a.out).resolve()
+        self.work = Path(a.work).resolve() if a.work else REPO / "build" / "study-pilot-work" / self.out.name
+        if self.work == self.out or self.out in self.work.parents:
+            raise SystemExit(f"--work {self.work} must not lie under --out {self.out} (studies stay out of the record)")
+        for d in (self.out, self.work):
+            d.mkdir(parents=True, exist_ok=True)
+        self.deadline, self.timeouts = Deadline(a.deadline_s), TIMEOUTS[self.scale]
+        self.source = Path(a.public_source) if a.public_source else SOURCE
+        self.ledger = Path(a.ledger) if a.ledger else ledger_path()
+        os.environ[LEDGER_ENV] = str(self.ledger)  # every step reads (and must leave unchanged) this ledger
+        self.seed_scores: dict[str, dict] = {}
+        self.record = {
+            "format": RECORD_FORMAT, "run_id": a.run_id or self.out.name, "notebook": None,
+            "command": " ".join(["python", "-m", "campaigns.study_pilot", *argv]), "started_at": now(),
+            "ended_at": None, "duration_s": None, "status": "running", "errors": [], "git": code_state(),
+            "versions": versions(runtime=True), "device": {**device_info(), "type": a.device},
+            "parameters": {
+                "scale": self.scale, "rule": RULE, "until": a.until, "device": a.device, "arm": "single",
+                "draft": {"path": repo_relative(draft_path), "digest": self.draft.digest},
+                "dev_added": None if "dev" in self.draft["data"] else default_dev(self.draft.data),
+                "candidates": candidate_values(a.lr, a.warmup),
+                "ledger": {"path": str(self.ledger), "sha256_before": sha256_or_none(self.ledger)},
+                "public_source": repo_relative(self.source),
+            },
+            "results": {"seed": None, "candidates": [], "chosen": None, "final_roles": None},
+            "raw_output": [],
+        }
+        self.t0 = time.perf_counter()
+        self.save()
+
+    def save(self) -> None:
+        self.record["raw_output"] = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*")
+                                           if p.is_file() and p.name not in ("run.json", "run.json.tmp"))
+        self.record["duration_s"] = round(time.perf_counter() - self.t0, 2)
+        tmp = self.out / "run.json.tmp"
+        tmp.write_text(json.dumps(self.record, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, self.out / "run.json")
+
+    def env(self, deterministic: bool = False) -> dict:
+        e = dict(os.environ)
+        e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+        e["KIT_PROGRESS"] = "0"
+        if self.a.device == "cpu":
+            e["CUDA_VISIBLE_DEVICES"] = ""
+        if deterministic:  # the seed build's settings (runs/seed-small-*): the pinned digest
+            e.update(CUBLAS_WORKSPACE_CONFIG=":4096:8", KIT_GPU_DETERMINISTIC="1")
+        return e
+
+    def step(self, kind: str, module_args: list, log: str, deterministic: bool = False) -> dict:
+        """`python -m MODULE ARGS` under the step's timeout and the overall deadline."""
+        left = self.deadline.left() - 5
+        if left < MIN_START_S[kind]:
+            raise TimeoutError(f"{left:.0f}s left before --deadline-s; a {kind} step needs at least {MIN_START_S[kind]}s")
+        r = run_process([sys.executable, "-m", *map(str, module_args)], self.env(deterministic),
+                        min(self.timeouts[kind], left), self.out / "logs" / log)
+        what = " ".join(map(str, module_args[:3]))
+        if r["timed_out"]:
+            raise TimeoutError(f"{what} ({log}) timed out after {r['seconds']:.0f}s")
+        if r["returncode"] != 0:
+            raise RuntimeError(f"{what} ({log}) exited {r['returncode']}: {r['stderr_tail'][-1500:]}")
+        return r
+
+    # -- the seed ------------------------------------------------------------------------------------
+    def seed(self) -> Path:
+        from kit.inventory import parameter_digest
+
+        t0 = time.perf_counter()
+        if self.a.seed:
+            seed, built = Path(self.a.seed).resolve(), None
+        else:
+            seed = self.work / "seed"
+            if seed.exists():
+                shutil.rmtree(seed)
+            scale = ["--scale", "small", "--device", self.a.device] if self.scale == "medium" else []
+            r = self.step("seed", ["kit", "seed", "build", *scale, "--out", seed], "seed-build", deterministic=True)
+            built = {"seconds": r["seconds"], "command": f"kit seed build {' '.join(scale)} --out DIR",
+                     "env": "CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1"}
+            if (seed / "seed_build.json").exists():
+                shutil.copyfile(seed / "seed_build.json", self.out / "seed_build.json")
+        digest = parameter_digest(seed)
+        pinned = self.draft["seed"]["parameter_digest"]
+        self.record["results"]["seed"] = {"dir": str(seed), "parameter_digest": digest, "pinned": pinned,
+                                          "matches_pin": None if pinned is None else digest == pinned, "built": built,
+                                          "seconds": round(time.perf_counter() - t0, 2)}
+        self.save()
+        if pinned is not None and digest != pinned:
+            raise RuntimeError(f"{seed}: parameter digest {digest}; the draft's field 'seed.parameter_digest' pins "
+                               f"{pinned} (rebuild with the recorded deterministic settings)")
+        return seed
+
+    # -- one candidate -------------------------------------------------------------------------------
+    def candidate(self, i: int, values: dict, seed: Path) -> None:
+        from kit.digest import load_json_strict
+        from kit.study.prepare import DEV_FILE, PREPARED_DIR
+        from kit.study.schema import load_study_contract
+
+        name = f"c{i}"
+        row = {"name": name, "values": values, "status": "running", "seconds": {}}
+        self.record["results"]["candidates"].append(row)
+        (self.out / "contracts").mkdir(exist_ok=True)
+        path = self.out / "contracts" / f"{name}.json"
+        path.write_text(json.dumps(candidate_contract(self.draft.data, values), indent=2) + "\n")
+        row["contract_digest"] = load_study_contract(path).digest
+        study = self.work / name / "study"
+        if study.exists():
+            shutil.rmtree(study)
+        row["seconds"]["prepare"] = self.step("prepare", [
+            "kit", "study", "prepare", "--contract", path, "--seed", seed, "--public-source", self.source,
+            "--out", study, "--ledger", self.ledger], f"{name}-prepare")["seconds"]
+        row["dev_tasks_sha256"] = load_json_strict(study / PREPARED_DIR / "prepared.json")["files"][DEV_FILE]
+        self.save()
+        row["seconds"]["train"] = self.step("train", ["kit", "study", "arm", "single", "--study", study, "--seed", seed,
+                                                      "--until", self.a.until], f"{name}-train")["seconds"]
+        arm = load_json_strict(study / "arms" / "single" / "arm.json")
+        last = arm["commits"][-1] if arm.get("commits") else None
+        if last is None or last["step"] != self.a.until:
+            raise RuntimeError(f"{name}: the single arm ({arm['status']}: {arm['reason']}) has no commit at update "
+                               f"{self.a.until}")
+        row["commit"] = {"home": arm["home"], "full_root": last["full_root"], "step": last["step"]}
+        row["updates"] = [{k: u[k] for k in ("step", "objective", "grad_norm", "clip_factor")} for u in arm["updates"]]
+        self.save()
+        seed_eval = self.seed_evaluation(row["dev_tasks_sha256"], study, seed)
+        ev = self.out / "evals" / f"{name}.json"
+        row["seconds"]["score"] = self.step("score", [
+            "kit.study.dev", "--study", study, "--seed", seed, "--home", arm["home"], "--root", last["full_root"],
+            "--out", ev, "--device", self.a.device], f"{name}-score")["seconds"]
+        row["dev"] = summarize(load_json_strict(ev), seed_eval)
+        row["status"] = "completed"
+        self.save()
+
+    def seed_evaluation(self, dev_sha: str, study: Path, seed: Path) -> dict:
+        """The seed's development scores, once per development file (the candidates' files agree when the
+        draws do: they are pure functions of the data seeds and the excluded digests)."""
+        from kit.digest import load_json_strict
+
+        if dev_sha not in self.seed_scores:
+            ev = self.out / "evals" / f"seed-{dev_sha[:12]}.json"
+            self.step("score", ["kit.study.dev", "--study", study, "--seed", seed, "--out", ev,
+                                "--device", self.a.device], f"seed-{dev_sha[:12]}-score")
+            self.seed_scores[dev_sha] = load_json_strict(ev)
+        return self.seed_scores[dev_sha]
+
+    def final_roles_check(self) -> dict:
+        """What `kit study evaluate` writes whenever final roles are opened must be absent; the ledger unchanged."""
+        found = sorted(str(p) for f in FINAL_FILES for p in self.work.glob(f"c*/study/{f}"))
+        before = self.record["parameters"]["ledger"]["sha256_before"]
+        after = sha256_or_none(self.ledger)
+        return {"opened": bool(found) or before != after, "final_files_found": found, "ledger_sha256_after": after,
+                "ledger_unchanged": before == after, "checked": list(FINAL_FILES)}
+
+    def run_candidates(self) -> None:
+        res = self.record["results"]
+        try:
+            seed = self.seed()
+            for i, values in enumerate(self.record["parameters"]["candidates"]):
+                try:
+                    self.candidate(i, values, seed)
+                except TimeoutError:
+                    raise
+                except Exception as e:  # noqa: BLE001 -- recorded; the other candidates still run
+                    res["candidates"][-1].update(status="failed", error=str(e)[-2000:])
+                    self.record["errors"].append({"candidate": f"c{i}", "error": str(e)[-2000:]})
+                    self.save()
+        except TimeoutError as e:
+            self.record["errors"].append({"deadline": str(e)})
+            self.record["status"] = "partial"
+        except Exception as e:  # noqa: BLE001 -- the seed failed: nothing else can run
+            self.record["errors"].append({"seed": str(e)[-2000:]})
+            self.record["status"] = "failed"
+
+    def run(self) -> int:
+        res = self.record["results"]
+        self.run_candidates()
+        res["final_roles"] = self.final_roles_check()
+        shas = {c["dev_tasks_sha256"] for c in res["candidates"] if c.get("dev_tasks_sha256")}
+        res["dev_roles_identical_across_candidates"] = len(shas) == 1 if shas else None
+        if res["final_roles"]["opened"]:
+            self.record["errors"].append({"final_roles": "final roles were opened or the ledger changed"})
+            self.record["status"] = "failed"
+        if self.record["status"] == "running":
+            done = [c for c in res["candidates"] if c["status"] == "completed"]
+            self.record["status"] = "completed" if len(done) == len(self.record["parameters"]["candidates"]) else "failed"
+        if self.record["status"] == "completed":
+            best = choose(res["candidates"])
+            res["chosen"] = None if best is None else {
+                "candidate": best["name"], "rule": RULE,
+                "values": {"lr": best["values"]["lr"], "lr_schedule": schedule_for(best["values"]["warmup_updates"])}}
+        self.record["ended_at"] = now()
+        self.save()
+        print(json.dumps({"status": self.record["status"], "chosen": res["chosen"], "out": str(self.out)}, sort_keys=True))
+        return {"completed": 0, "partial": 2}.get(self.record["status"], 1)
+
+
+def check_arguments(a, draft) -> None:
+    """Refusals that need the draft: every warm-up shorter than the arm's updates, --until inside them."""
+    updates = draft["schedule"]["updates"]
+    if not 1 <= a.until <= updates:
+        raise SystemExit(f"study_pilot: --until {a.until}: expected 1..{updates} ({draft.path}: field "
+                         "'schedule.updates')")
+    long = [w for w in a.warmup if w >= updates]
+    if long:
+        raise SystemExit(f"study_pilot: --warmup {long[0]}: expected fewer than {updates} updates ({draft.path}: "
+                         "field 'schedule.updates'; training.lr_schedule.warmup_updates must be below it)")
+
+
+def main(argv=None) -> int:
+    from kit import numerics
+
+    numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python -m campaigns.study_pilot", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tiny", action="store_true", help="the tiny study contract (CPU-size check)")
+    p.add_argument("--draft", help="the draft study contract (default: the medium draft, or the tiny contract)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--seed", help="an existing seed directory")
+    src.add_argument("--build-seed", action="store_true", help="build the seed first (kit seed build)")
+    p.add_argument("--lr", type=positive_lr, nargs="+", default=None, help="candidate peak learning rates")
+    p.add_argument("--warmup", type=warmup_updates, nargs="+", default=[0],
+                   help="candidate linear warm-up lengths in updates (0: constant; default 0)")
+    p.add_argument("--until", type=int, default=None, help="single-arm updates per candidate (default 32; tiny 2)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--deadline-s", type=float, help="overall deadline, seed build included")
+    p.add_argument("--public-source", help="the pinned public conversation source (default data/alpaca_5000.json)")
+    p.add_argument("--ledger", help="the exposure ledger prepare reads (default: the kit's, $KIT_LEDGER)")
+    p.add_argument("--out", required=True, help="the run directory (run.json, logs, contracts, dev evaluations)")
+    p.add_argument("--work", help="seed and prepared studies (default build/study-pilot-work/<out name>)")
+    p.add_argument("--run-id")
+    a = p.parse_args(argv)
+    a.lr = a.lr or ([1e-4, 1e-3] if a.tiny else [1e-4, 3e-4])
+    a.until = a.until or (2 if a.tiny else 32)
+    return StudyPilot(a, argv).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
