@@ -260,7 +260,7 @@ def test_generated_answers_are_canonical_and_self_check(family):
 def test_a_set_drawn_by_several_processes_is_the_same_set(monkeypatch):
     """generate_set(workers=N) draws candidates ahead in a process pool; skips (duplicates, exclusions)
     and the order must come out exactly as one process draws them."""
-    import kit.data.tasks as tasks
+    from kit.data import tasks
 
     monkeypatch.setattr(tasks, "POOL_MIN", 50)  # a pool for small families, so the test stays fast
     counts = {"lookup": 120, "sorting": 90, "arithmetic": 0}
