@@ -44,17 +44,16 @@ so a deadline leaves a "partial" record; the seed build (about 400 s on an H200)
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
-from campaigns.phases import REPO, Deadline, json_lines, run_process
-from kit.evidence.environment import code_state, device_info, relative_to_base, versions
+from campaigns.phases import REPO, Deadline, json_lines
+from campaigns.pilot_run import PilotRun, now, repo_relative, sha256_or_none
+from kit.evidence.environment import code_state, device_info, versions
 
 RECORD_FORMAT = "kit-bench/1"
 SOURCE = REPO / "data" / "alpaca_5000.json"
@@ -68,12 +67,7 @@ RULE = ("eligible: the development-retention NLL change's one-sided upper bound 
 # seconds per step before the overall deadline cuts them shorter, and the least worth starting
 TIMEOUTS = {"medium": {"seed": 560, "prepare": 180, "train": 240, "evaluate": 240},
             "tiny": {"seed": 600, "prepare": 120, "train": 180, "evaluate": 120}}
-MIN_START_S = {"seed": 60, "prepare": 10, "train": 20, "evaluate": 10}
 FINAL_LOGS = ("final-access.jsonl", "selections.jsonl", "final-evaluations.jsonl")  # kit/adaptive/selection.py
-
-
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 def candidate_overrides(lrs, microbatch_sizes, max_tokens, warmups=None) -> list[dict]:
@@ -173,13 +167,7 @@ def positive_control(candidates: list[dict], until: int, cohort_updates: int) ->
             "min_gain": MIN_GAIN, "holds": bool(in_band and at_endpoint and gain is not None and gain >= MIN_GAIN)}
 
 
-def sha256_or_none(path: Path) -> str | None:
-    from kit.digest import sha256_file
-
-    return sha256_file(path) if path.exists() else None
-
-
-class Pilot:
+class Pilot(PilotRun):
     def __init__(self, a, argv):
         from kit.adaptive.schema import load_adaptive_contract
         from kit.evidence.ledger import LEDGER_ENV, ledger_path
@@ -220,67 +208,10 @@ class Pilot:
             "results": {"seed": None, "candidates": [], "chosen": None, "final_roles": None},
             "raw_output": [],
         }
-        self.t0 = time.perf_counter()
-        self.save()
-
-    def save(self) -> None:
-        self.record["raw_output"] = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*")
-                                           if p.is_file() and p.name != "run.json")
-        self.record["duration_s"] = round(time.perf_counter() - self.t0, 2)
-        tmp = self.out / "run.json.tmp"
-        tmp.write_text(json.dumps(self.record, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, self.out / "run.json")
-
-    def env(self, deterministic: bool) -> dict:
-        e = dict(os.environ)
-        e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-        e["KIT_PROGRESS"] = "0"
-        if self.a.device == "cpu":
-            e["CUDA_VISIBLE_DEVICES"] = ""
-        if deterministic:  # the seed build's settings (runs/seed-small-h200-2026-11-30): the pinned digest
-            e.update(CUBLAS_WORKSPACE_CONFIG=":4096:8", KIT_GPU_DETERMINISTIC="1")
-        return e
+        self.start()
 
     def step(self, kind: str, args: list, log: str, deterministic: bool = False) -> dict:
-        left = self.deadline.left() - 5
-        if left < MIN_START_S[kind]:
-            raise TimeoutError(f"{left:.0f}s left before --deadline-s; a {kind} step needs at least {MIN_START_S[kind]}s")
-        r = run_process([sys.executable, "-m", "kit", *map(str, args)], self.env(deterministic),
-                        min(self.timeouts[kind], left), self.out / "logs" / log)
-        if r["timed_out"]:
-            raise TimeoutError(f"kit {' '.join(map(str, args[:2]))} ({log}) timed out after {r['seconds']:.0f}s")
-        if r["returncode"] != 0:
-            raise RuntimeError(f"kit {' '.join(map(str, args[:2]))} ({log}) exited {r['returncode']}: "
-                               f"{r['stderr_tail'][-1500:]}")
-        return r
-
-    # -- the seed ------------------------------------------------------------------------------------
-    def seed(self) -> Path:
-        from kit.inventory import parameter_digest
-
-        t0 = time.perf_counter()
-        if self.a.seed:
-            seed, built = Path(self.a.seed).resolve(), None
-        else:
-            seed = self.work / "seed"
-            if seed.exists():
-                shutil.rmtree(seed)
-            scale = ["--scale", "small", "--device", self.a.device] if self.scale == "medium" else []
-            r = self.step("seed", ["seed", "build", *scale, "--out", seed], "seed-build", deterministic=True)
-            built = {"seconds": r["seconds"], "command": f"kit seed build {' '.join(scale)} --out DIR",
-                     "env": "CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1"}
-            if (seed / "seed_build.json").exists():
-                shutil.copyfile(seed / "seed_build.json", self.out / "seed_build.json")
-        digest = parameter_digest(seed)
-        pinned = self.draft["seed"]["parameter_digest"]
-        self.record["results"]["seed"] = {"dir": str(seed), "parameter_digest": digest, "pinned": pinned,
-                                          "matches_pin": None if pinned is None else digest == pinned, "built": built,
-                                          "seconds": round(time.perf_counter() - t0, 2)}
-        self.save()
-        if pinned is not None and digest != pinned:
-            raise RuntimeError(f"{seed}: parameter digest {digest}; the draft's field 'seed.parameter_digest' pins "
-                               f"{pinned} (rebuild with the recorded deterministic settings)")
-        return seed
+        return self.run_module(kind, ["kit", *args], log, deterministic)
 
     # -- one candidate -------------------------------------------------------------------------------
     def candidate(self, i: int, overrides: dict, seed: Path) -> None:
@@ -387,11 +318,6 @@ def _update_rows(home: Path) -> list[dict]:
             u = json.loads(line)
             rows.append({k: u.get(k) for k in ("cohort_step", "objective", "ce_per_token", "kl_per_token", "grad_norm")})
     return rows
-
-
-def repo_relative(p: Path) -> str:
-    """`p` as a record names it: relative to the repository when inside it (the freeze reads it back)."""
-    return relative_to_base(p, REPO)
 
 
 def main(argv=None) -> int:

@@ -40,11 +40,10 @@ import math
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
-from campaigns.medium_pilot import now, repo_relative, sha256_or_none
-from campaigns.phases import REPO, Deadline, run_process
+from campaigns.phases import REPO, Deadline
+from campaigns.pilot_run import PilotRun, now, repo_relative, sha256_or_none
 from kit.evidence.environment import code_state, device_info, versions
 
 RECORD_FORMAT = "kit-bench/1"
@@ -55,9 +54,8 @@ RULE = ("the study contract has no development retention set, so every completed
         "gate); chosen: the candidate with the highest development task accuracy (families pooled) of its single-arm "
         "commit at --until; ties: the lower development task NLL change against the seed (nats per assistant token), "
         "then the smaller lr, then the shorter warm-up; no completed candidate: nothing chosen")
-TIMEOUTS = {"medium": {"seed": 420, "prepare": 180, "train": 300, "score": 240},
+TIMEOUTS = {"medium": {"seed": 560, "prepare": 180, "train": 300, "score": 240},
             "tiny": {"seed": 600, "prepare": 120, "train": 180, "score": 120}}
-MIN_START_S = {"seed": 60, "prepare": 10, "train": 20, "score": 10}
 # what `kit study evaluate` writes whenever it opens (or freezes for) the final roles (kit/study/screens.py)
 FINAL_FILES = ("evaluation/freeze.json", "evaluation/opened.jsonl", "evaluation/models", "screens.json")
 
@@ -144,7 +142,7 @@ def warmup_updates(text: str) -> int:
     return v
 
 
-class StudyPilot:
+class StudyPilot(PilotRun):
     def __init__(self, a, argv):
         from kit.evidence.ledger import LEDGER_ENV, ledger_path
         from kit.study.schema import load_study_contract
@@ -180,68 +178,7 @@ class StudyPilot:
             "results": {"seed": None, "candidates": [], "chosen": None, "final_roles": None},
             "raw_output": [],
         }
-        self.t0 = time.perf_counter()
-        self.save()
-
-    def save(self) -> None:
-        self.record["raw_output"] = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*")
-                                           if p.is_file() and p.name not in ("run.json", "run.json.tmp"))
-        self.record["duration_s"] = round(time.perf_counter() - self.t0, 2)
-        tmp = self.out / "run.json.tmp"
-        tmp.write_text(json.dumps(self.record, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, self.out / "run.json")
-
-    def env(self, deterministic: bool = False) -> dict:
-        e = dict(os.environ)
-        e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-        e["KIT_PROGRESS"] = "0"
-        if self.a.device == "cpu":
-            e["CUDA_VISIBLE_DEVICES"] = ""
-        if deterministic:  # the seed build's settings (runs/seed-small-*): the pinned digest
-            e.update(CUBLAS_WORKSPACE_CONFIG=":4096:8", KIT_GPU_DETERMINISTIC="1")
-        return e
-
-    def step(self, kind: str, module_args: list, log: str, deterministic: bool = False) -> dict:
-        """`python -m MODULE ARGS` under the step's timeout and the overall deadline."""
-        left = self.deadline.left() - 5
-        if left < MIN_START_S[kind]:
-            raise TimeoutError(f"{left:.0f}s left before --deadline-s; a {kind} step needs at least {MIN_START_S[kind]}s")
-        r = run_process([sys.executable, "-m", *map(str, module_args)], self.env(deterministic),
-                        min(self.timeouts[kind], left), self.out / "logs" / log)
-        what = " ".join(map(str, module_args[:3]))
-        if r["timed_out"]:
-            raise TimeoutError(f"{what} ({log}) timed out after {r['seconds']:.0f}s")
-        if r["returncode"] != 0:
-            raise RuntimeError(f"{what} ({log}) exited {r['returncode']}: {r['stderr_tail'][-1500:]}")
-        return r
-
-    # -- the seed ------------------------------------------------------------------------------------
-    def seed(self) -> Path:
-        from kit.inventory import parameter_digest
-
-        t0 = time.perf_counter()
-        if self.a.seed:
-            seed, built = Path(self.a.seed).resolve(), None
-        else:
-            seed = self.work / "seed"
-            if seed.exists():
-                shutil.rmtree(seed)
-            scale = ["--scale", "small", "--device", self.a.device] if self.scale == "medium" else []
-            r = self.step("seed", ["kit", "seed", "build", *scale, "--out", seed], "seed-build", deterministic=True)
-            built = {"seconds": r["seconds"], "command": f"kit seed build {' '.join(scale)} --out DIR",
-                     "env": "CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1"}
-            if (seed / "seed_build.json").exists():
-                shutil.copyfile(seed / "seed_build.json", self.out / "seed_build.json")
-        digest = parameter_digest(seed)
-        pinned = self.draft["seed"]["parameter_digest"]
-        self.record["results"]["seed"] = {"dir": str(seed), "parameter_digest": digest, "pinned": pinned,
-                                          "matches_pin": None if pinned is None else digest == pinned, "built": built,
-                                          "seconds": round(time.perf_counter() - t0, 2)}
-        self.save()
-        if pinned is not None and digest != pinned:
-            raise RuntimeError(f"{seed}: parameter digest {digest}; the draft's field 'seed.parameter_digest' pins "
-                               f"{pinned} (rebuild with the recorded deterministic settings)")
-        return seed
+        self.start()
 
     # -- one candidate -------------------------------------------------------------------------------
     def candidate(self, i: int, values: dict, seed: Path) -> None:
@@ -259,12 +196,12 @@ class StudyPilot:
         study = self.work / name / "study"
         if study.exists():
             shutil.rmtree(study)
-        row["seconds"]["prepare"] = self.step("prepare", [
+        row["seconds"]["prepare"] = self.run_module("prepare", [
             "kit", "study", "prepare", "--contract", path, "--seed", seed, "--public-source", self.source,
             "--out", study, "--ledger", self.ledger], f"{name}-prepare")["seconds"]
         row["dev_tasks_sha256"] = load_json_strict(study / PREPARED_DIR / "prepared.json")["files"][DEV_FILE]
         self.save()
-        row["seconds"]["train"] = self.step("train", ["kit", "study", "arm", "single", "--study", study, "--seed", seed,
+        row["seconds"]["train"] = self.run_module("train", ["kit", "study", "arm", "single", "--study", study, "--seed", seed,
                                                       "--until", self.a.until], f"{name}-train")["seconds"]
         arm = load_json_strict(study / "arms" / "single" / "arm.json")
         last = arm["commits"][-1] if arm.get("commits") else None
@@ -276,7 +213,7 @@ class StudyPilot:
         self.save()
         seed_eval = self.seed_evaluation(row["dev_tasks_sha256"], study, seed)
         ev = self.out / "evals" / f"{name}.json"
-        row["seconds"]["score"] = self.step("score", [
+        row["seconds"]["score"] = self.run_module("score", [
             "kit.study.dev", "--study", study, "--seed", seed, "--home", arm["home"], "--root", last["full_root"],
             "--out", ev, "--device", self.a.device], f"{name}-score")["seconds"]
         row["dev"] = summarize(load_json_strict(ev), seed_eval)
@@ -290,7 +227,7 @@ class StudyPilot:
 
         if dev_sha not in self.seed_scores:
             ev = self.out / "evals" / f"seed-{dev_sha[:12]}.json"
-            self.step("score", ["kit.study.dev", "--study", study, "--seed", seed, "--out", ev,
+            self.run_module("score", ["kit.study.dev", "--study", study, "--seed", seed, "--out", ev,
                                 "--device", self.a.device], f"seed-{dev_sha[:12]}-score")
             self.seed_scores[dev_sha] = load_json_strict(ev)
         return self.seed_scores[dev_sha]

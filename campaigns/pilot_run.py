@@ -1,0 +1,107 @@
+"""What the two pilots share (campaigns/medium_pilot.py, campaigns/study_pilot.py): the run folder whose
+kit-bench/1 record is rewritten after every step, so a deadline leaves a "partial" record; each step a
+`python -m` process under its own timeout and the overall deadline; and the seed, built with the pinned
+deterministic settings or given, checked against the draft's `seed.parameter_digest`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from campaigns.phases import REPO, run_process
+from kit.evidence.environment import relative_to_base
+
+MIN_START_S = {"seed": 60, "prepare": 10, "train": 20, "evaluate": 10, "score": 10}  # the least worth starting
+SEED_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "KIT_GPU_DETERMINISTIC": "1"}  # the seed build's pinned settings
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+
+
+def sha256_or_none(path: Path) -> str | None:
+    from kit.digest import sha256_file
+
+    return sha256_file(path) if path.exists() else None
+
+
+def repo_relative(p: Path) -> str:
+    """`p` as a record names it: relative to the repository when inside it (the freeze reads it back)."""
+    return relative_to_base(p, REPO)
+
+
+class PilotRun:
+    """The shared machinery; a pilot sets `a` (its arguments: device, seed, tiny), `scale`, `draft`, `out`,
+    `work`, `deadline`, `timeouts` and `record` (with `results.seed`), then calls `start()`."""
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        self.save()
+
+    def save(self) -> None:
+        self.record["raw_output"] = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*")
+                                           if p.is_file() and p.name not in ("run.json", "run.json.tmp"))
+        self.record["duration_s"] = round(time.perf_counter() - self.t0, 2)
+        tmp = self.out / "run.json.tmp"
+        tmp.write_text(json.dumps(self.record, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, self.out / "run.json")
+
+    def env(self, deterministic: bool = False) -> dict:
+        e = dict(os.environ)
+        e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+        e["KIT_PROGRESS"] = "0"
+        if self.a.device == "cpu":
+            e["CUDA_VISIBLE_DEVICES"] = ""
+        if deterministic:
+            e.update(SEED_ENV)
+        return e
+
+    def run_module(self, kind: str, module_args: list, log: str, deterministic: bool = False) -> dict:
+        """`python -m MODULE ARGS` under the `kind` step's timeout and the overall deadline; a timeout or a
+        non-zero exit raises, naming the command and its log."""
+        left = self.deadline.left() - 5
+        if left < MIN_START_S[kind]:
+            raise TimeoutError(f"{left:.0f}s left before --deadline-s; a {kind} step needs at least {MIN_START_S[kind]}s")
+        r = run_process([sys.executable, "-m", *map(str, module_args)], self.env(deterministic),
+                        min(self.timeouts[kind], left), self.out / "logs" / log)
+        what = " ".join(map(str, module_args[:3]))
+        if r["timed_out"]:
+            raise TimeoutError(f"{what} ({log}) timed out after {r['seconds']:.0f}s")
+        if r["returncode"] != 0:
+            raise RuntimeError(f"{what} ({log}) exited {r['returncode']}: {r['stderr_tail'][-1500:]}")
+        return r
+
+    def seed(self) -> Path:
+        """The seed directory (--seed, or built under `work` by `kit seed build`), its digest recorded and
+        checked against the draft's pin."""
+        from kit.inventory import parameter_digest
+
+        t0 = time.perf_counter()
+        if self.a.seed:
+            seed, built = Path(self.a.seed).resolve(), None
+        else:
+            seed = self.work / "seed"
+            if seed.exists():
+                shutil.rmtree(seed)
+            scale = ["--scale", "small", "--device", self.a.device] if self.scale == "medium" else []
+            r = self.run_module("seed", ["kit", "seed", "build", *scale, "--out", seed], "seed-build",
+                                deterministic=True)
+            built = {"seconds": r["seconds"], "command": f"kit seed build {' '.join(scale)} --out DIR",
+                     "env": " ".join(f"{k}={v}" for k, v in SEED_ENV.items())}
+            if (seed / "seed_build.json").exists():
+                shutil.copyfile(seed / "seed_build.json", self.out / "seed_build.json")
+        digest = parameter_digest(seed)
+        pinned = self.draft["seed"]["parameter_digest"]
+        self.record["results"]["seed"] = {"dir": str(seed), "parameter_digest": digest, "pinned": pinned,
+                                          "matches_pin": None if pinned is None else digest == pinned, "built": built,
+                                          "seconds": round(time.perf_counter() - t0, 2)}
+        self.save()
+        if pinned is not None and digest != pinned:
+            raise RuntimeError(f"{seed}: parameter digest {digest}; the draft's field 'seed.parameter_digest' pins "
+                               f"{pinned} (rebuild with the recorded deterministic settings)")
+        return seed
