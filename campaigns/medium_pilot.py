@@ -270,23 +270,7 @@ class Pilot(PilotRun):
 
     def run(self) -> int:
         res = self.record["results"]
-        try:
-            seed = self.seed()
-            for i, overrides in enumerate(self.record["parameters"]["candidates"]):
-                try:
-                    self.candidate(i, overrides, seed)
-                except TimeoutError:
-                    raise
-                except Exception as e:  # noqa: BLE001 -- recorded; the other candidates still run
-                    res["candidates"][-1].update(status="failed", error=str(e)[-2000:])
-                    self.record["errors"].append({"candidate": f"c{i}", "error": str(e)[-2000:]})
-                    self.save()
-        except TimeoutError as e:
-            self.record["errors"].append({"deadline": str(e)})
-            self.record["status"] = "partial"
-        except Exception as e:  # noqa: BLE001 -- the seed failed: nothing else can run
-            self.record["errors"].append({"seed": str(e)[-2000:]})
-            self.record["status"] = "failed"
+        self.run_candidates()
         res["final_roles"] = self.final_roles_check()
         shas = {json.dumps(c.get("dev_role_sha256"), sort_keys=True) for c in res["candidates"] if c.get("dev_role_sha256")}
         res["dev_roles_identical_across_candidates"] = len(shas) == 1 if shas else None

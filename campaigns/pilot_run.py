@@ -105,3 +105,26 @@ class PilotRun:
             raise RuntimeError(f"{seed}: parameter digest {digest}; the draft's field 'seed.parameter_digest' pins "
                                f"{pinned} (rebuild with the recorded deterministic settings)")
         return seed
+
+    def run_candidates(self) -> None:
+        """The seed, then every candidate in order (the pilot's `candidate(i, values, seed)`): a failed
+        candidate is recorded and the others still run; a deadline makes the record "partial", a failed
+        seed "failed"."""
+        res = self.record["results"]
+        try:
+            seed = self.seed()
+            for i, values in enumerate(self.record["parameters"]["candidates"]):
+                try:
+                    self.candidate(i, values, seed)
+                except TimeoutError:
+                    raise
+                except Exception as e:  # noqa: BLE001 -- recorded; the other candidates still run
+                    res["candidates"][-1].update(status="failed", error=str(e)[-2000:])
+                    self.record["errors"].append({"candidate": f"c{i}", "error": str(e)[-2000:]})
+                    self.save()
+        except TimeoutError as e:
+            self.record["errors"].append({"deadline": str(e)})
+            self.record["status"] = "partial"
+        except Exception as e:  # noqa: BLE001 -- the seed failed: nothing else can run
+            self.record["errors"].append({"seed": str(e)[-2000:]})
+            self.record["status"] = "failed"

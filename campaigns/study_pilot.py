@@ -240,26 +240,6 @@ class StudyPilot(PilotRun):
         return {"opened": bool(found) or before != after, "final_files_found": found, "ledger_sha256_after": after,
                 "ledger_unchanged": before == after, "checked": list(FINAL_FILES)}
 
-    def run_candidates(self) -> None:
-        res = self.record["results"]
-        try:
-            seed = self.seed()
-            for i, values in enumerate(self.record["parameters"]["candidates"]):
-                try:
-                    self.candidate(i, values, seed)
-                except TimeoutError:
-                    raise
-                except Exception as e:  # noqa: BLE001 -- recorded; the other candidates still run
-                    res["candidates"][-1].update(status="failed", error=str(e)[-2000:])
-                    self.record["errors"].append({"candidate": f"c{i}", "error": str(e)[-2000:]})
-                    self.save()
-        except TimeoutError as e:
-            self.record["errors"].append({"deadline": str(e)})
-            self.record["status"] = "partial"
-        except Exception as e:  # noqa: BLE001 -- the seed failed: nothing else can run
-            self.record["errors"].append({"seed": str(e)[-2000:]})
-            self.record["status"] = "failed"
-
     def run(self) -> int:
         res = self.record["results"]
         self.run_candidates()
