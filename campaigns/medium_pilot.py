@@ -263,10 +263,7 @@ class Pilot(PilotRun):
     def final_roles_check(self) -> dict:
         """What kit writes whenever final roles are opened (or refused) must be absent; the ledger unchanged."""
         logs = sorted(str(p) for p in self.work.glob("c*/prepared/*") if p.name in FINAL_LOGS)
-        before = self.record["parameters"]["ledger"]["sha256_before"]
-        after = sha256_or_none(self.ledger)
-        return {"opened": bool(logs) or before != after, "final_logs_found": logs, "ledger_sha256_after": after,
-                "ledger_unchanged": before == after, "checked": list(FINAL_LOGS)}
+        return self.final_roles_result(logs, FINAL_LOGS, "final_logs_found")
 
     def run(self) -> int:
         res = self.record["results"]

@@ -128,3 +128,11 @@ class PilotRun:
         except Exception as e:  # noqa: BLE001 -- the seed failed: nothing else can run
             self.record["errors"].append({"seed": str(e)[-2000:]})
             self.record["status"] = "failed"
+
+    def final_roles_result(self, found: list[str], checked, found_key: str) -> dict:
+        """results.final_roles: opened when any of the files kit writes on opening final roles exists
+        (`found`) or the ledger's bytes changed since the pilot began."""
+        before = self.record["parameters"]["ledger"]["sha256_before"]
+        after = sha256_or_none(self.ledger)
+        return {"opened": bool(found) or before != after, found_key: found, "ledger_sha256_after": after,
+                "ledger_unchanged": before == after, "checked": list(checked)}

@@ -235,10 +235,7 @@ class StudyPilot(PilotRun):
     def final_roles_check(self) -> dict:
         """What `kit study evaluate` writes whenever final roles are opened must be absent; the ledger unchanged."""
         found = sorted(str(p) for f in FINAL_FILES for p in self.work.glob(f"c*/study/{f}"))
-        before = self.record["parameters"]["ledger"]["sha256_before"]
-        after = sha256_or_none(self.ledger)
-        return {"opened": bool(found) or before != after, "final_files_found": found, "ledger_sha256_after": after,
-                "ledger_unchanged": before == after, "checked": list(FINAL_FILES)}
+        return self.final_roles_result(found, FINAL_FILES, "final_files_found")
 
     def run(self) -> int:
         res = self.record["results"]

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.digest import write_canonical_json
 
 DEV_EVAL_FORMAT = "kit.study.dev-evaluation/1"
 
@@ -32,25 +32,15 @@ class DevScoringRefused(ValueError):
 def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, dict, dict]:
     """(prepared/dev_tasks.jsonl, its sha256, the prepared contract's data, prepared.json) after checking the file against
     prepared.json and the contract against its recorded digest; refused when the study has no `data.dev`."""
-    from kit.study.prepare import DEV_FILE, PREPARED_DIR
-    from kit.study.schema import load_study_contract
+    from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, load_prepared
 
+    try:
+        prepared, contract, _ = load_prepared(study_dir, only=(DEV_FILE,))
+    except PreparedError as e:
+        hint = "; the study's contract has no 'data.dev' (add one and prepare a new study directory)"
+        raise DevScoringRefused(str(e) + (hint if "field 'files' has no" in str(e) else "")) from None
     out = Path(study_dir) / PREPARED_DIR
-    path = out / "prepared.json"
-    if not path.exists():
-        raise DevScoringRefused(f"{path}: not found; run `kit study prepare` for this study directory first")
-    prepared = load_json_strict(path)
-    want = prepared["files"].get(DEV_FILE)
-    if want is None:
-        raise DevScoringRefused(f"{path}: field 'files' has no {DEV_FILE!r}; the study's contract has no 'data.dev' "
-                                "(add one and prepare a new study directory)")
-    got = sha256_file(out / DEV_FILE)
-    if got != want:
-        raise DevScoringRefused(f"{out / DEV_FILE}: sha256 {got} differs from {want} recorded in {path}")
-    contract = load_study_contract(out / "contract.json")
-    if contract.digest != prepared["contract"]["digest"]:
-        raise DevScoringRefused(f"{out / 'contract.json'}: contract digest {contract.digest} differs from "
-                                f"prepared.json's {prepared['contract']['digest']}")
+    got = prepared["files"][DEV_FILE]
     return out / DEV_FILE, got, contract.data, prepared
 
 

@@ -259,14 +259,20 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     return prepared
 
 
-def load_prepared(study_dir: str | os.PathLike) -> tuple[dict, Contract, str]:
-    """(prepared.json, the contract, prepared digest); every listed file is re-hashed first."""
+def load_prepared(study_dir: str | os.PathLike, only: tuple[str, ...] | None = None) -> tuple[dict, Contract, str]:
+    """(prepared.json, the contract, prepared digest); every listed file is re-hashed first, or only the
+    files named in `only` (a development scoring must not read the final tasks), each of which must be listed."""
     out = Path(study_dir) / PREPARED_DIR
     path = out / "prepared.json"
     if not path.exists():
         raise PreparedError(f"{path}: not found; run `kit study prepare` for this study directory first")
     prepared = load_json_strict(path)
+    for name in only or ():
+        if name not in prepared["files"]:
+            raise PreparedError(f"{path}: field 'files' has no {name!r}")
     for name, want in prepared["files"].items():
+        if only is not None and name not in only:
+            continue
         got = sha256_file(out / name)
         if got != want:
             raise PreparedError(f"{out / name}: sha256 {got} differs from {want} recorded in {path}")
