@@ -268,15 +268,7 @@ class Pilot(PilotRun):
     def run(self) -> int:
         res = self.record["results"]
         self.run_candidates()
-        res["final_roles"] = self.final_roles_check()
-        shas = {json.dumps(c.get("dev_role_sha256"), sort_keys=True) for c in res["candidates"] if c.get("dev_role_sha256")}
-        res["dev_roles_identical_across_candidates"] = len(shas) == 1 if shas else None
-        if res["final_roles"]["opened"]:
-            self.record["errors"].append({"final_roles": "final roles were opened or the ledger changed"})
-            self.record["status"] = "failed"
-        if self.record["status"] == "running":
-            done = [c for c in res["candidates"] if c["status"] == "completed"]
-            self.record["status"] = "completed" if len(done) == len(self.record["parameters"]["candidates"]) else "failed"
+        self.settle(lambda c: json.dumps(c["dev_role_sha256"], sort_keys=True) if c.get("dev_role_sha256") else None)
         res["positive_control"] = positive_control(res["candidates"], self.a.until,
                                                    self.draft["cohorts"]["A"]["updates"])
         if self.record["status"] == "completed":

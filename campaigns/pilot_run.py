@@ -136,3 +136,18 @@ class PilotRun:
         after = sha256_or_none(self.ledger)
         return {"opened": bool(found) or before != after, found_key: found, "ledger_sha256_after": after,
                 "ledger_unchanged": before == after, "checked": list(checked)}
+
+    def settle(self, dev_key) -> None:
+        """After the candidates: the final-roles check (the pilot's `final_roles_check`), whether every
+        candidate scored the same development data (`dev_key(candidate)`: a hashable digest or None), and the
+        status: "failed" if final roles were opened or a candidate did not complete, else "completed"."""
+        res = self.record["results"]
+        res["final_roles"] = self.final_roles_check()
+        keys = {dev_key(c) for c in res["candidates"]} - {None}
+        res["dev_roles_identical_across_candidates"] = len(keys) == 1 if keys else None
+        if res["final_roles"]["opened"]:
+            self.record["errors"].append({"final_roles": "final roles were opened or the ledger changed"})
+            self.record["status"] = "failed"
+        if self.record["status"] == "running":
+            done = [c for c in res["candidates"] if c["status"] == "completed"]
+            self.record["status"] = "completed" if len(done) == len(self.record["parameters"]["candidates"]) else "failed"

@@ -240,15 +240,7 @@ class StudyPilot(PilotRun):
     def run(self) -> int:
         res = self.record["results"]
         self.run_candidates()
-        res["final_roles"] = self.final_roles_check()
-        shas = {c["dev_tasks_sha256"] for c in res["candidates"] if c.get("dev_tasks_sha256")}
-        res["dev_roles_identical_across_candidates"] = len(shas) == 1 if shas else None
-        if res["final_roles"]["opened"]:
-            self.record["errors"].append({"final_roles": "final roles were opened or the ledger changed"})
-            self.record["status"] = "failed"
-        if self.record["status"] == "running":
-            done = [c for c in res["candidates"] if c["status"] == "completed"]
-            self.record["status"] = "completed" if len(done) == len(self.record["parameters"]["candidates"]) else "failed"
+        self.settle(lambda c: c.get("dev_tasks_sha256"))
         if self.record["status"] == "completed":
             best = choose(res["candidates"])
             res["chosen"] = None if best is None else {
