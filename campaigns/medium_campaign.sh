@@ -5,6 +5,11 @@
 #                                                  notebook runtime, run the pilot (seed build + candidates), commit
 #                                                  its record, freeze the contracts, commit them, bundle those two
 #                                                  commits into $OUT, then start the campaign in the background
+#   bash campaigns/medium_campaign.sh pilots DATE      one GPU (the re-run on the learnable seed, docs/gpu-hosts.md): in
+#                                                  the background, the seed rebuilt to its pin, then the adaptive and
+#                                                  the study pilot side by side on it, both records committed, each
+#                                                  contract frozen from its own pilot, the commits bundled into
+#                                                  build/medium/out; follow it with `follow`, which brings that back
 #   bash campaigns/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
 #                                                  PARTS=study (or adaptive) runs only that experiment
 #   bash campaigns/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
@@ -87,6 +92,9 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
     done
     [ ${#items[@]} -gt 0 ] && tar czf "$out/medium-evidence.tgz" -C "$W" "${items[@]}"
     cp "$W/campaign.log" "$out/" 2>/dev/null || true
+    # what `pilots` left for the caller (the seed build, both pilot records, the bundle of its commits)
+    [ -d "$W/out" ] && [ "$(cd "$W/out" && pwd)" != "$(mkdir -p "$out" && cd "$out" && pwd)" ] && cp "$W/out"/* "$out/" 2>/dev/null
+    true
     ls -la "$out"
 }
 
@@ -132,6 +140,65 @@ pilot() {
     [ -f contracts/adaptive-shards.medium.json ] && start
 }
 
+pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaign.log
+    local date=$1 a="medium-pilot-$1" s="study-pilot-$1" out="$W/out" seed="$W/pilot-work/seed"
+    sync_git
+    # the pilots run kit commands only (no notebooks): the kit's environment without the notebook runtime
+    export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
+    mkdir -p "$out" "$W/seed-build"
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$W/seed-build/gpu.txt"
+    if [ ! -f "$seed/config.json" ]; then  # the first seed build on this machine: the digest check of a fresh host
+        echo "seed build started $(date -u +%FT%TZ)"
+        CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 /usr/bin/time -v -o "$W/seed-build/time.txt" \
+            python3 -m kit seed build --scale small --device cuda --out "$seed" --no-progress \
+            >"$W/seed-build/seed_build.json" 2>"$W/seed-build/stderr.txt" || true
+        tar czf "$out/seed-build.tgz" -C "$W" seed-build
+        grep -o '"parameter_digest": "[0-9a-f]*"' "$W/seed-build/seed_build.json" || { echo "seed build failed"; exit 1; }
+    fi
+    echo "pilots started $(date -u +%FT%TZ)"
+    # side by side: two processes on one GPU, each deterministic on its own (the roots do not depend on the other)
+    # shellcheck disable=SC2086
+    python3 -m campaigns.medium_pilot --seed "$seed" --device cuda --lr ${PILOT_LRS:-3e-4 1e-3} \
+        ${PILOT_EXTRA:---warmup 0 16 --schedule-after cosine} --until "${PILOT_UNTIL:-128}" \
+        --deadline-s "${PILOT_DEADLINE_S:-1000}" --work "$W/pilot-work" --out "$W/pilot" --run-id "$a" \
+        >"$W/adaptive-pilot.log" 2>&1 &
+    local ap=$!
+    # shellcheck disable=SC2086
+    python3 -m campaigns.study_pilot --seed "$seed" --device cuda --lr ${STUDY_LRS:-3e-4 1e-3} \
+        --warmup ${STUDY_WARMUPS:-0 16} --until "${STUDY_UNTIL:-128}" --deadline-s "${PILOT_DEADLINE_S:-1000}" \
+        --work "$W/study-pilot-work" --out "$W/study-pilot" --run-id "$s" >"$W/study-pilot.log" 2>&1 &
+    local sp=$!
+    wait $ap || true
+    wait $sp || true
+    tail -3 "$W/adaptive-pilot.log" "$W/study-pilot.log"
+    tar czf "$out/$a.tgz" -C "$W" pilot adaptive-pilot.log
+    tar czf "$out/$s.tgz" -C "$W" study-pilot study-pilot.log
+    mkdir -p runs
+    rm -rf "runs/$a" "runs/$s" && cp -r "$W/pilot" "runs/$a" && cp -r "$W/study-pilot" "runs/$s"
+    git add "runs/$a" "runs/$s"
+    git commit -q -m "Medium pilots $date on one GPU: the adaptive and the study pilot records, development roles only"
+    if python3 -m campaigns.medium_freeze --pilot "runs/$a"; then
+        git add contracts/adaptive-shards.medium.json
+        git commit -q -m "Adaptive medium contract frozen from its draft and the committed pilot $a"
+    fi
+    if python3 -m campaigns.medium_freeze --study-pilot "runs/$s"; then
+        git add contracts/shared-gradient.medium.json
+        git commit -q -m "Study medium contract frozen from its draft and its own committed pilot $s"
+    fi
+    git bundle create "$out/device.bundle" "$(cat "$W/base-commit")..HEAD"
+    git log --oneline -4
+    echo "pilots done $(date -u +%FT%TZ)"
+}
+
+pilots() {  # in the background, so that it outlives the device call that starts it (followed by `follow`)
+    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+        echo "already running (pid $(cat "$W/campaign.pid"))"; return
+    fi
+    setsid nohup bash "$0" pilots-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
+    echo $! >"$W/campaign.pid"
+    echo "pilots started (pid $!), log $W/campaign.log"
+}
+
 resume() {
     sync_git
     runtime
@@ -145,6 +212,8 @@ resume() {
 
 case "${1:-}" in
     pilot) pilot "${2:?DATE}" ;;
+    pilots) pilots "${2:?DATE}" ;;
+    pilots-run) pilots_run "${2:?DATE}" ;;
     start) start ;;
     resume) resume "${2:?PARTS}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed

@@ -1,17 +1,27 @@
-"""Freeze the medium contracts from their drafts and the committed pilot record (docs/contracts.md, "Medium scale").
+"""Freeze the medium contracts from their drafts and the committed pilot records (docs/contracts.md, "Medium scale").
 
-    python -m campaigns.medium_freeze --pilot runs/medium-pilot-<date>
+    python -m campaigns.medium_freeze --pilot runs/medium-pilot-<date> --study-pilot runs/study-pilot-<date>
 
-writes contracts/adaptive-shards.medium.json and contracts/shared-gradient.medium.json: each draft with
-the pilot's chosen values and a `pilot` field (run id, record path and sha256, draft path and digest,
-the rule and the chosen values). Refused, naming the file and the field, when the record is missing, is
-not committed (git: tracked and unchanged against HEAD, so what the contract cites is what the
-repository holds), is not a kit-bench/1 pilot record, is not "completed", chose nothing, or was made from
-a draft whose digest differs from the draft now on disk; an existing frozen contract is never
-overwritten. Where the values go: lr to every adaptive optimizer group and to the study's optimizer;
-max_tokens to both; microbatch_size to the adaptive contract only (the study's 32-document updates keep
-their draft value: the pilot measured 64-document adaptive updates). The study's rate is transferred
-from the adaptive pilot (same seed, task families and optimizer), which the frozen contract says.
+writes contracts/adaptive-shards.medium.json from the adaptive pilot (campaigns/medium_pilot.py) and
+contracts/shared-gradient.medium.json from the study's own pilot (campaigns/study_pilot.py): each draft with
+its pilot's chosen values and a `pilot` field (run id, record path and sha256, draft path and digest, the
+rule and the chosen values). Either may be frozen alone (only --pilot, or only --study-pilot). Refused,
+naming the file and the field, when a record is missing, is not committed (git: tracked and unchanged
+against HEAD, so what the contract cites is what the repository holds), is not a kit-bench/1 pilot record
+of its kind, is not "completed", chose nothing, opened a final role, or was made from a draft whose digest
+differs from the draft now on disk; an existing frozen contract is never overwritten.
+
+Where the values go: the adaptive contract is the adaptive pilot's chosen candidate contract (lr to every
+optimizer group, microbatch size, token cap, learning-rate schedule). The study contract is the study
+pilot's chosen candidate (its rate and `training.lr_schedule`) without the development role the pilot
+added (`data.dev`): that role is the pilot's, and a contract in contracts/ with it would enter the small
+seed's exclusion set (kit/seed/small.py, forbidden_task_sets), which could change the pinned seed. The
+study's training draws do not depend on that role (prepare excludes training digests from it, not the
+other way), so the frozen study trains on what its pilot trained on.
+
+`--study-from-adaptive-pilot` is the first medium campaign's procedure, kept so that its committed
+contracts stay reproducible from its pilot: the study's rate and token cap transferred from the adaptive
+pilot. A study draft with its own development role refuses it.
 """
 
 from __future__ import annotations
@@ -44,17 +54,22 @@ def _committed(path: Path) -> None:
         raise FreezeRefused(f"{path}: differs from the committed version (git diff HEAD); commit or restore it")
 
 
-def read_pilot(run_dir: Path) -> tuple[dict, str]:
+# what each pilot's record carries: the parameters field that binds its draft(s), and the script that wrote it
+PILOT_KINDS = {"adaptive": ("drafts", "campaigns/medium_pilot.py"), "study": ("draft", "campaigns/study_pilot.py")}
+
+
+def read_pilot(run_dir: Path, kind: str = "adaptive") -> tuple[dict, str]:
     from kit.digest import load_json_strict, sha256_file
 
+    field, script = PILOT_KINDS[kind]
     path = run_dir / "run.json"
     if not path.is_file():
-        raise FreezeRefused(f"{path}: missing; expected the pilot's run record (campaigns/medium_pilot.py)")
+        raise FreezeRefused(f"{path}: missing; expected the pilot's run record ({script})")
     _committed(path)
     rec = load_json_strict(path)
-    if rec.get("format") != "kit-bench/1" or "drafts" not in rec.get("parameters", {}):
-        raise FreezeRefused(f"{path}: field 'format' = {rec.get('format')!r} / no 'parameters.drafts'; expected a "
-                            "kit-bench/1 record written by campaigns/medium_pilot.py")
+    if rec.get("format") != "kit-bench/1" or field not in rec.get("parameters", {}):
+        raise FreezeRefused(f"{path}: field 'format' = {rec.get('format')!r} / no 'parameters.{field}'; expected a "
+                            f"kit-bench/1 record written by {script}")
     if rec.get("status") != "completed":
         raise FreezeRefused(f"{path}: field 'status' = {rec.get('status')!r}; expected 'completed' (a partial or "
                             "failed pilot fixes nothing)")
@@ -74,59 +89,99 @@ def chosen_candidate(rec: dict) -> dict:
     return next(c for c in rec["results"]["candidates"] if c["name"] == name)
 
 
-def frozen(kind: str, draft_data: dict, values: dict, pilot: dict, piloted_digest: str | None = None) -> dict:
-    """The frozen contract. The adaptive one is the pilot's own candidate contract (campaigns/medium_pilot.py
-    candidate_contract), checked against the digest the pilot recorded for the chosen candidate, plus its
-    description and `pilot` field: what was frozen is what was piloted."""
-    from campaigns.medium_pilot import candidate_contract
+def frozen(kind: str, draft_data: dict, values: dict, pilot: dict, piloted_digest: str | None = None,
+           transferred: bool = False, after: str = "constant") -> dict:
+    """The frozen contract: the chosen candidate's contract rebuilt from the draft (campaigns/medium_pilot.py or
+    campaigns/study_pilot.py candidate_contract), checked against the digest the pilot recorded for it, plus
+    its description and `pilot` field: what was frozen is what was piloted. The study's development role is
+    left out (the module docstring says why). `transferred`: the study's rate and token cap from the adaptive
+    pilot, the first campaign's procedure. `after`: the adaptive pilot's --schedule-after."""
+    from campaigns import medium_pilot, study_pilot
     from kit.digest import sha256_json
 
-    if kind == "adaptive":
-        c = candidate_contract(draft_data, values)
+    def checked(c: dict) -> dict:
         if piloted_digest is not None and sha256_json(c) != piloted_digest:
             raise FreezeRefused(f"the chosen candidate's contract rebuilt from the draft has digest {sha256_json(c)}; "
                                 f"the pilot recorded {piloted_digest} (field 'results.candidates[].contract_digest')")
+        return c
+
+    if kind == "adaptive":
+        c = checked(medium_pilot.candidate_contract(draft_data, values, after))
         c["description"] = ("The medium adaptive-shards trial (shared/DESIGN.md, Scales): the frozen trial's structure "
                             "and counts exactly on the kit's small seed; the learning rate, microbatch size and token "
                             f"cap were fixed on development roles by pilot run {pilot['run_id']} (field 'pilot').")
-    else:
+    elif transferred:
         c = json.loads(json.dumps(draft_data))
         c["training"]["optimizer"]["lr"] = values["lr"]
         c["data"]["max_tokens"] = values["max_tokens"]
         c["name"] = (f"shared-gradient-study/medium (learning rate and token cap transferred from the adaptive pilot "
                      f"{pilot['run_id']}: same seed, task families and optimizer)")
+    else:
+        c = checked(study_pilot.candidate_contract(draft_data, values))
+        if "dev" not in draft_data["data"]:
+            del c["data"]["dev"]
+        c["name"] = (f"shared-gradient-study/medium (learning rate and warm-up fixed on the study's development role "
+                     f"by its own pilot {pilot['run_id']}, field 'pilot')")
     c["pilot"] = pilot
     return c
 
 
-def freeze(run_dir, adaptive_draft=None, study_draft=None, out_dir=None) -> dict:
+DRAFTS = {"adaptive": REPO / "contracts" / "adaptive-shards.medium.draft.json",
+          "study": REPO / "contracts" / "shared-gradient.medium.draft.json"}
+
+
+def freeze(run_dir=None, adaptive_draft=None, study_draft=None, out_dir=None, study_pilot=None,
+           study_from_adaptive_pilot: bool = False) -> dict:
+    """Write the frozen contracts that the given pilots fix: the adaptive one from `run_dir`, the study one
+    from `study_pilot` (or, with `study_from_adaptive_pilot`, transferred from `run_dir`)."""
     from campaigns.medium_pilot import repo_relative
     from kit.adaptive.schema import load_adaptive_contract
     from kit.study.schema import load_study_contract
 
-    run_dir = Path(run_dir).resolve()
     out_dir = Path(out_dir) if out_dir else REPO / "contracts"
-    drafts = {"adaptive": Path(adaptive_draft or REPO / "contracts" / "adaptive-shards.medium.draft.json"),
-              "study": Path(study_draft or REPO / "contracts" / "shared-gradient.medium.draft.json")}
+    drafts = {"adaptive": Path(adaptive_draft or DRAFTS["adaptive"]), "study": Path(study_draft or DRAFTS["study"])}
     loaders = {"adaptive": load_adaptive_contract, "study": load_study_contract}
-    rec, sha = read_pilot(run_dir)
-    for kind, path in drafts.items():
+    if study_from_adaptive_pilot and study_pilot is not None:
+        raise FreezeRefused("give the study's own pilot or --study-from-adaptive-pilot, not both")
+    sources = {}  # kind -> (record directory, record kind)
+    if run_dir is not None:
+        sources["adaptive"] = (Path(run_dir).resolve(), "adaptive")
+        if study_from_adaptive_pilot:
+            sources["study"] = (Path(run_dir).resolve(), "adaptive")
+    elif study_from_adaptive_pilot:
+        raise FreezeRefused("--study-from-adaptive-pilot needs the adaptive pilot (--pilot)")
+    if study_pilot is not None:
+        sources["study"] = (Path(study_pilot).resolve(), "study")
+    if not sources:
+        raise FreezeRefused("nothing to freeze: give --pilot (the adaptive pilot) and/or --study-pilot")
+    for kind in sources:
         if (out_dir / OUTPUTS[kind]).exists():
             raise FreezeRefused(f"{out_dir / OUTPUTS[kind]}: exists; a frozen contract is never rewritten")
     staged = {}
-    try:  # every check and both validations before either file is written; any failure removes what was staged
-        for kind, path in drafts.items():
-            draft = loaders[kind](path)
-            want = rec["parameters"]["drafts"][kind]["digest"]
-            if draft.digest != want:
-                raise FreezeRefused(f"{run_dir / 'run.json'}: field 'parameters.drafts.{kind}.digest' = {want}; the "
-                                    f"draft {path} now has digest {draft.digest} (the pilot ran on another draft: run "
-                                    "it again)")
-            pilot = {"run_id": rec["run_id"], "record": repo_relative(run_dir / "run.json"), "record_sha256": sha,
-                     "draft": repo_relative(path), "draft_digest": draft.digest, "rule": rec["results"]["chosen"]["rule"],
-                     "chosen": rec["results"]["chosen"]["values"]}
-            contract = frozen(kind, draft.data, rec["results"]["chosen"]["values"], pilot,
-                              chosen_candidate(rec)["contract_digest"] if kind == "adaptive" else None)
+    try:  # every check and every validation before any file is written; any failure removes what was staged
+        for kind, (run, record_kind) in sources.items():
+            rec, sha = read_pilot(run, record_kind)
+            draft = loaders[kind](drafts[kind])
+            transferred = kind == "study" and record_kind == "adaptive"
+            if transferred and "dev" in draft["data"]:
+                raise FreezeRefused(f"{drafts[kind]}: field 'data.dev' is present: a study draft with its own "
+                                    "development role is frozen from its own pilot (--study-pilot)")
+            bound = (rec["parameters"]["drafts"][kind] if record_kind == "adaptive" else rec["parameters"]["draft"])
+            field = f"parameters.drafts.{kind}" if record_kind == "adaptive" else "parameters.draft"
+            if bound["digest"] != draft.digest:
+                raise FreezeRefused(f"{run / 'run.json'}: field '{field}.digest' = {bound['digest']}; the draft "
+                                    f"{drafts[kind]} now has digest {draft.digest} (the pilot ran on another draft: "
+                                    "run it again)")
+            # the values as the chosen candidate's row gives them: numbers only (the study's row holds its warm-up
+            # length, its `chosen` the schedule made of it), which the contracts' `pilot.chosen` requires
+            values = (chosen_candidate(rec)["values"] if record_kind == "study" and not transferred
+                      else rec["results"]["chosen"]["values"])
+            pilot = {"run_id": rec["run_id"], "record": repo_relative(run / "run.json"), "record_sha256": sha,
+                     "draft": repo_relative(drafts[kind]), "draft_digest": draft.digest,
+                     "rule": rec["results"]["chosen"]["rule"], "chosen": values}
+            contract = frozen(kind, draft.data, values, pilot,
+                              None if transferred else chosen_candidate(rec)["contract_digest"], transferred,
+                              rec["parameters"].get("schedule_after", "constant"))
             staged[kind] = out_dir / (OUTPUTS[kind] + ".tmp")
             staged[kind].write_text(json.dumps(contract, indent=2) + "\n")
             loaders[kind](staged[kind])  # the frozen contract passes its schema and rules, or nothing is written
@@ -144,13 +199,17 @@ def freeze(run_dir, adaptive_draft=None, study_draft=None, out_dir=None) -> dict
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pilot", required=True, help="the committed pilot run directory (run.json)")
+    p.add_argument("--pilot", help="the committed adaptive pilot run directory (campaigns/medium_pilot.py)")
+    p.add_argument("--study-pilot", help="the committed study pilot run directory (campaigns/study_pilot.py)")
+    p.add_argument("--study-from-adaptive-pilot", action="store_true",
+                   help="the first campaign's procedure: the study's rate and token cap from the adaptive pilot")
     p.add_argument("--adaptive-draft", help="default contracts/adaptive-shards.medium.draft.json")
     p.add_argument("--study-draft", help="default contracts/shared-gradient.medium.draft.json")
     p.add_argument("--out-dir", help="default contracts/")
     a = p.parse_args(argv)
     try:
-        print(json.dumps(freeze(a.pilot, a.adaptive_draft, a.study_draft, a.out_dir), sort_keys=True))
+        print(json.dumps(freeze(a.pilot, a.adaptive_draft, a.study_draft, a.out_dir, a.study_pilot,
+                                a.study_from_adaptive_pilot), sort_keys=True))
     except FreezeRefused as e:
         print(f"medium_freeze: refused: {e}", file=sys.stderr)
         return 1

@@ -65,7 +65,8 @@ RULE = ("eligible: the development-retention NLL change's one-sided upper bound 
         "development task accuracy (families pooled); ties: the lower development task NLL change, then the "
         "smaller lr, microbatch_size, max_tokens, warm-up; none eligible: nothing chosen")
 # seconds per step before the overall deadline cuts them shorter, and the least worth starting
-TIMEOUTS = {"medium": {"seed": 560, "prepare": 180, "train": 240, "evaluate": 240},
+# (train: 128 updates by two workers sharing one GPU beside the study pilot, untimed before, at most 420 s)
+TIMEOUTS = {"medium": {"seed": 560, "prepare": 180, "train": 420, "evaluate": 240},
             "tiny": {"seed": 600, "prepare": 120, "train": 180, "evaluate": 120}}
 FINAL_LOGS = ("final-access.jsonl", "selections.jsonl", "final-evaluations.jsonl")  # kit/adaptive/selection.py
 

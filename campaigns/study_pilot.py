@@ -54,7 +54,7 @@ RULE = ("the study contract has no development retention set, so every completed
         "gate); chosen: the candidate with the highest development task accuracy (families pooled) of its single-arm "
         "commit at --until; ties: the lower development task NLL change against the seed (nats per assistant token), "
         "then the smaller lr, then the shorter warm-up; no completed candidate: nothing chosen")
-TIMEOUTS = {"medium": {"seed": 560, "prepare": 180, "train": 300, "score": 240},
+TIMEOUTS = {"medium": {"seed": 560, "prepare": 180, "train": 360, "score": 240},
             "tiny": {"seed": 600, "prepare": 120, "train": 180, "score": 120}}
 # what `kit study evaluate` writes whenever it opens (or freezes for) the final roles (kit/study/screens.py)
 FINAL_FILES = ("evaluation/freeze.json", "evaluation/opened.jsonl", "evaluation/models", "screens.json")

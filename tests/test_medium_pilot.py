@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 ADAPTIVE_DRAFT = REPO / "contracts" / "adaptive-shards.medium.draft.json"
 STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
-SMALL_SEED_DIGEST = "800112e33e0c672c87cc0ed8b76ec66d649fb2ae464e38a3779a4eeb70608684"
+SMALL_SEED_DIGEST = "e83d0af38871ebc339444ff817647bbc29874ff811aebc5d77542cfaf12d30c7"  # the learnable seed
+# the first medium campaign (seed 800112e3): its frozen contracts and the drafts they were frozen from
+FIRST_CAMPAIGN = REPO / "runs" / "medium-superseded-seed-800112e3"
 
 
 # --- the drafts -------------------------------------------------------------------------------------
@@ -243,7 +245,7 @@ def test_freeze_refuses(tmp_path, make, match):
     out = tmp_path / "contracts"
     out.mkdir()
     with pytest.raises(medium_freeze.FreezeRefused, match=match):
-        medium_freeze.freeze(make(tmp_path), out_dir=out)
+        medium_freeze.freeze(make(tmp_path), out_dir=out, study_from_adaptive_pilot=True)
     assert list(out.iterdir()) == []
 
 
@@ -260,7 +262,7 @@ def test_freeze_writes_contracts_that_pass_the_schemas(tmp_path):
     run = _pilot_record(tmp_path / "r")
     out = tmp_path / "contracts"
     out.mkdir()
-    medium_freeze.freeze(run, out_dir=out)
+    medium_freeze.freeze(run, out_dir=out, study_from_adaptive_pilot=True)
     a = load_adaptive_contract(out / "adaptive-shards.medium.json").data
     s = load_study_contract(out / "shared-gradient.medium.json").data
     # what was frozen is what was piloted: the candidate contract, plus its description and the pilot field
@@ -277,10 +279,99 @@ def test_freeze_writes_contracts_that_pass_the_schemas(tmp_path):
         medium_freeze.freeze(run, out_dir=out)
 
 
-def test_freezing_the_committed_pilot_again_gives_the_committed_contracts(tmp_path):
-    """The medium contracts in contracts/ are exactly what the freeze makes of the committed pilot record."""
+def test_a_warm_up_then_cosine_candidate_freezes_to_the_contract_it_trained(tmp_path):
+    """The pilot's --schedule-after is part of the candidate contract: the freeze rebuilds it from the record."""
+    values = {**VALUES, "warmup": 16}
+    draft = load_adaptive_contract(ADAPTIVE_DRAFT).data
+    trained = medium_pilot.candidate_contract(draft, values, "cosine")
+    run = _pilot_record(tmp_path / "r", **{
+        "parameters.schedule_after": "cosine", "results.chosen.values": values,
+        "results.candidates": [{"name": "c1", "contract_digest": sha256_json(trained)}]})
     out = tmp_path / "contracts"
     out.mkdir()
-    medium_freeze.freeze(REPO / "runs" / "medium-pilot-2026-12-01-b", out_dir=out)
+    medium_freeze.freeze(run, out_dir=out)
+    a = load_adaptive_contract(out / "adaptive-shards.medium.json").data
+    assert a["training"]["lr_schedule"] == {"warmup_updates": 16, "after": "cosine", "floor_ratio": 0.1}
+    assert {k: v for k, v in a.items() if k not in ("description", "pilot")} == {
+        k: v for k, v in trained.items() if k != "description"}
+    assert not (out / "shared-gradient.medium.json").exists()  # the study is frozen from its own pilot
+
+
+STUDY_VALUES = {"lr": 3e-4, "warmup_updates": 16}
+
+
+def _study_pilot_record(run_dir: Path, draft: Path = STUDY_DRAFT, **changes) -> Path:
+    """A record of the shape campaigns/study_pilot.py writes (a fixture), committed in its own repository."""
+    from campaigns import study_pilot
+
+    data = load_study_contract(draft).data
+    rec = {"format": "kit-bench/1", "run_id": "study-pilot-test", "status": "completed",
+           "parameters": {"scale": "medium", "draft": {"path": str(draft), "digest": load_study_contract(draft).digest}},
+           "results": {"chosen": {"candidate": "c3", "rule": study_pilot.RULE, "values": {
+                           "lr": 3e-4, "lr_schedule": study_pilot.schedule_for(16)}},
+                       "candidates": [{"name": "c3", "values": STUDY_VALUES, "contract_digest": sha256_json(
+                           study_pilot.candidate_contract(data, STUDY_VALUES))}],
+                       "final_roles": {"opened": False}}}
+    rec.update(changes)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps(rec))
+    git = ["git", "-C", str(run_dir), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "run.json"], check=True)
+    subprocess.run([*git, "commit", "-qm", "pilot"], check=True)
+    return run_dir
+
+
+def test_the_study_is_frozen_from_its_own_pilot_without_the_pilots_dev_role(tmp_path):
+    from campaigns import study_pilot
+
+    out = tmp_path / "contracts"
+    out.mkdir()
+    written = medium_freeze.freeze(None, out_dir=out, study_pilot=_study_pilot_record(tmp_path / "s"))
+    assert set(written) == {"study"} and not (out / "adaptive-shards.medium.json").exists()
+    s = load_study_contract(out / "shared-gradient.medium.json").data
+    piloted = study_pilot.candidate_contract(load_study_contract(STUDY_DRAFT).data, STUDY_VALUES)
+    assert "dev" in piloted["data"] and "dev" not in s["data"]  # the pilot's role stays out of contracts/
+    del piloted["data"]["dev"]
+    assert {k: v for k, v in s.items() if k not in ("name", "pilot")} == {k: v for k, v in piloted.items() if k != "name"}
+    assert s["training"]["lr_schedule"] == {"warmup_updates": 16, "after": "constant", "floor_ratio": 1.0}
+    assert s["pilot"]["run_id"] == "study-pilot-test" and "its own pilot study-pilot-test" in s["name"]
+    assert s["pilot"]["chosen"] == STUDY_VALUES
+
+
+def test_the_study_freeze_refuses_another_pilots_record_and_a_transfer_onto_a_dev_draft(tmp_path):
+    out = tmp_path / "contracts"
+    out.mkdir()
+    adaptive_run = _pilot_record(tmp_path / "a")
+    with pytest.raises(medium_freeze.FreezeRefused, match=r"no 'parameters\.draft'; expected a kit-bench/1 record "
+                                                          r"written by campaigns/study_pilot\.py"):
+        medium_freeze.freeze(None, out_dir=out, study_pilot=adaptive_run)
+    with pytest.raises(medium_freeze.FreezeRefused, match=r"field 'parameters\.draft\.digest' = 0{64}"):
+        medium_freeze.freeze(None, out_dir=out, study_pilot=_study_pilot_record(
+            tmp_path / "s", parameters={"scale": "medium", "draft": {"path": "x", "digest": "0" * 64}}))
+    own = json.loads(STUDY_DRAFT.read_text())
+    own["data"]["dev"] = {"count": 64, "role": "study-dev", "seed": 4, "difficulty": 2}
+    (tmp_path / "own.json").write_text(json.dumps(own))
+    with pytest.raises(medium_freeze.FreezeRefused, match=r"own\.json: field 'data\.dev' is present"):
+        medium_freeze.freeze(adaptive_run, study_draft=tmp_path / "own.json", out_dir=out,
+                             study_from_adaptive_pilot=True)
+    with pytest.raises(medium_freeze.FreezeRefused, match="nothing to freeze"):
+        medium_freeze.freeze(None, out_dir=out)
+    assert list(out.iterdir()) == []
+
+
+def test_freezing_the_first_campaigns_pilot_again_gives_its_contracts(tmp_path):
+    """The first medium campaign's contracts (kept with its superseded evidence) are exactly what the freeze
+    makes of its committed pilot record and its drafts, by its procedure (the study's rate transferred from
+    the adaptive pilot). Only `pilot.draft` differs: it names where the draft was then, contracts/."""
+    out = tmp_path / "contracts"
+    out.mkdir()
+    kept = FIRST_CAMPAIGN / "contracts"
+    medium_freeze.freeze(REPO / "runs" / "medium-pilot-2026-12-01-b", kept / "adaptive-shards.medium.draft.json",
+                         kept / "shared-gradient.medium.draft.json", out, study_from_adaptive_pilot=True)
     for name in ("adaptive-shards.medium.json", "shared-gradient.medium.json"):
-        assert (out / name).read_bytes() == (REPO / "contracts" / name).read_bytes()
+        made, committed = json.loads((out / name).read_text()), json.loads((kept / name).read_text())
+        assert made["pilot"].pop("draft") == f"runs/medium-superseded-seed-800112e3/contracts/{name[:-5]}.draft.json"
+        assert committed["pilot"].pop("draft") == f"contracts/{name[:-5]}.draft.json"
+        assert made == committed
+        assert committed["seed"]["parameter_digest"].startswith("800112e3")
