@@ -162,26 +162,30 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
         ${PILOT_EXTRA:---warmup 0 16 --schedule-after cosine} --until "${PILOT_UNTIL:-128}" \
         --deadline-s "${PILOT_DEADLINE_S:-1000}" --work "$W/pilot-work" --out "$W/pilot" --run-id "$a" \
         >"$W/adaptive-pilot.log" 2>&1 &
-    local ap=$!
+    local ap=$! sp=""
+    if [ "${PILOTS:-adaptive,study}" != adaptive ]; then  # PILOTS=adaptive: the adaptive pilot alone
     # shellcheck disable=SC2086
     python3 -m campaigns.study_pilot --seed "$seed" --device cuda --lr ${STUDY_LRS:-3e-4 1e-3} \
         --warmup ${STUDY_WARMUPS:-0 16} --until "${STUDY_UNTIL:-128}" --deadline-s "${PILOT_DEADLINE_S:-1000}" \
         --work "$W/study-pilot-work" --out "$W/study-pilot" --run-id "$s" >"$W/study-pilot.log" 2>&1 &
-    local sp=$!
+    sp=$!
+    fi
     wait $ap || true
-    wait $sp || true
-    tail -3 "$W/adaptive-pilot.log" "$W/study-pilot.log"
-    tar czf "$out/$a.tgz" -C "$W" pilot adaptive-pilot.log
-    tar czf "$out/$s.tgz" -C "$W" study-pilot study-pilot.log
+    [ -z "$sp" ] || wait "$sp" || true
+    tail -n 3 "$W"/*-pilot.log || true
     mkdir -p runs
-    rm -rf "runs/$a" "runs/$s" && cp -r "$W/pilot" "runs/$a" && cp -r "$W/study-pilot" "runs/$s"
-    git add "runs/$a" "runs/$s"
-    git commit -q -m "Medium pilots $date on one GPU: the adaptive and the study pilot records, development roles only"
+    tar czf "$out/$a.tgz" -C "$W" pilot adaptive-pilot.log
+    rm -rf "runs/$a" && cp -r "$W/pilot" "runs/$a" && git add "runs/$a"
+    if [ -n "$sp" ]; then
+        tar czf "$out/$s.tgz" -C "$W" study-pilot study-pilot.log
+        rm -rf "runs/$s" && cp -r "$W/study-pilot" "runs/$s" && git add "runs/$s"
+    fi
+    git commit -q -m "Medium pilots $date on one GPU: their records, development roles only"
     if python3 -m campaigns.medium_freeze --pilot "runs/$a"; then
         git add contracts/adaptive-shards.medium.json
         git commit -q -m "Adaptive medium contract frozen from its draft and the committed pilot $a"
     fi
-    if python3 -m campaigns.medium_freeze --study-pilot "runs/$s"; then
+    if [ -n "$sp" ] && python3 -m campaigns.medium_freeze --study-pilot "runs/$s"; then
         git add contracts/shared-gradient.medium.json
         git commit -q -m "Study medium contract frozen from its draft and its own committed pilot $s"
     fi
