@@ -18,9 +18,10 @@ else under --out). In one process it
      weights and the commit at the stop, exactly as `kit study arm single --until K` does; the arm
      is recorded "partial";
   4. attempts `dense` and `powersgd` through the same run_arm: with contract device "cuda" and
-     torch.cuda.device_count() below 2, run_arm records them "unavailable" with that reason and
-     never launches them. This script never launches a pair arm: on a host with enough GPUs it
-     records them "not attempted" instead (use `kit study arm` there);
+     no GPU, run_arm records them "unavailable" with that reason and never launches them. On a
+     host with a GPU they can run (on one GPU their workers share it: the arm record's
+     `shared_gpus`); without --pair-arms this script records them "not attempted" instead (use
+     `kit study arm` there);
   5. writes run.json (format "kit-bench/1") and the raw arm records beside it.
 
 `--tiny` swaps in a toy model shape and a copy of the contract with device "cpu" (everything else

@@ -79,6 +79,7 @@ def test_dense_pair_equals_single_and_replicas_are_identical(study):
     m = dense["measurement"]
     assert m["active_tokens_per_s"] > 0 and m["gpu_seconds_per_update"] == pytest.approx(
         m["wall_seconds"] * 2 / 4)
+    assert dense["shared_gpus"] is None and m["workers"] == m["devices"] == 2  # CPU: nothing shared
     # each worker process compiled from its own empty cache (the first update's cost is the arm's own)
     assert m["compile_cache"] == single["measurement"]["compile_cache"] == COMPILE_CACHE
 
@@ -176,6 +177,7 @@ def test_evaluation_and_screens_list_every_arm(study, env):
     assert q["verdict"] in ("pass", "fail") and set(q["checks"]) == {
         "task_gain", "retention", "noninferior_to_single", "noninferior_to_dense"}
     s = out["screens"]["speed"]
+    assert s["reason"] is None and s["shared_gpus"] == {}  # CPU processes: nothing shared, the ratio is measured
     assert s["ratio"] == pytest.approx(recs["powersgd"]["measurement"]["active_tokens_per_s"]
                                        / recs["single"]["measurement"]["active_tokens_per_s"])
     assert out["cost"]["total_usd"] == pytest.approx(sum(r["cost"]["total_usd"] for r in recs.values()))
@@ -202,12 +204,17 @@ def test_unavailable_arms_are_recorded_with_reason_never_run(env):
     cuda_contract.write_text(json.dumps(c))
     sdir = env["tmp"] / "s5"
     prepare_study(cuda_contract, env["seed"], env["source"], sdir, env["ledger"])
-    gpus = {"single": 0, "dense": 1, "powersgd": 1}  # a CPU host, then a one-GPU host
+    # on a one-GPU host a pair arm is admitted, its workers sharing the GPU: the projection charges one GPU
+    admitted = study_arms.admit_arm(study_arms.ArmRequest(sdir, "dense", env["seed"]), cuda_devices=1, write=False)
+    assert admitted["record"]["shared_gpus"]["gpus"] == 1 and admitted["record"]["shared_gpus"]["workers"] == 2
+    proj = admitted["record"]["projection"]
+    assert proj["projected_gpus"] == 1 and proj["projected_gpu_hours"] == pytest.approx(proj["projected_seconds"] / 3600)
+    assert not (sdir / "arms" / "clock.json").exists() and not (sdir / "arms" / "dense" / "attempts").exists()
+    gpus = {"single": 0, "dense": 0, "powersgd": 0}  # a host without a GPU: no arm of a cuda contract runs
     recs = {n: study_arms.run_arm(study_arms.ArmRequest(sdir, n, env["seed"]), cuda_devices=g) for n, g in gpus.items()}
     for n, rec in recs.items():
-        need = 1 if n == "single" else 2
-        assert rec["status"] == "unavailable"
-        assert rec["reason"] == (f"contract device 'cuda' needs {need} GPU(s) for arm {n!r}; this host has "
+        assert rec["status"] == "unavailable" and rec["shared_gpus"] is None
+        assert rec["reason"] == (f"contract device 'cuda' needs 1 GPU(s) for arm {n!r}; this host has "
                                  f"torch.cuda.device_count() = {gpus[n]}")
         assert rec["measurement"] is None and not (sdir / "arms" / n / "run").exists()
     # every arm settled (none ran): scoring may open, for the seed alone, and every output lists every arm

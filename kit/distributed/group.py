@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT_S = 120.0
+STAGED_BACKEND = "gloo (host-staged)"  # Group.backend when ranks share a host's GPUs
 
 
 class WorkerEnvError(ValueError):
@@ -53,7 +54,7 @@ class Group:
     def backend(self) -> str:
         if not self.distributed:
             return "none"
-        return "gloo (host-staged)" if self.staged else ("nccl" if self.device.type == "cuda" else "gloo")
+        return STAGED_BACKEND if self.staged else ("nccl" if self.device.type == "cuda" else "gloo")
 
     def _wire(self, tensor: torch.Tensor) -> torch.Tensor:
         """The tensor as it goes on the wire: itself, or a host copy when the group is staged."""

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import torch
 
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 from kit.distributed.grad_reduce import DenseSumReducer, PowerSGDSumReducer
-from kit.distributed.group import Group
+from kit.distributed.group import STAGED_BACKEND, Group
 from kit.distributed.launch import WorkerFailure, launch
 from kit.distributed.traffic import LogicalTraffic, counter_delta, interface_counters_or_none
 from kit.engine.session import Session
@@ -40,7 +41,7 @@ from kit.study.compression_state import (
     write_compression_state,
 )
 from kit.study.cost import arm_cost, project_arm
-from kit.study.measurement import padded_tokens, summarise
+from kit.study.measurement import devices_used, padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
 from kit.train.batch import TrainRecord
@@ -225,7 +226,10 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
                                  f"{compressor.step}, the commit at step {session.step}")
         session.engine.grad_reducer = PowerSGDSumReducer(compressor, world, traffic)
     until, every = int(args["until"]), int(args["commit_every"])
-    out = {"rank": rank, "world": world, "arm": args["arm"], "device": str(device), "start_step": session.step,
+    # host, device and the group's transport as this rank saw them: the arm record's `shared_gpus` is
+    # read from these (kit.study.measurement.shared_gpus), not from the admission's count
+    out = {"rank": rank, "world": world, "arm": args["arm"], "device": str(device), "host": socket.gethostname(),
+           "backend": group.backend, "staged": group.staged, "start_step": session.step,
            "updates": [], "commits": [], "setup_seconds": time.perf_counter() - t_setup}
     active = checkpoint = 0.0
     while session.step < until:
@@ -294,14 +298,36 @@ def arm_statuses(study_dir: str | os.PathLike, contract) -> list[dict]:
     return out
 
 
+MIN_GPUS = 1  # workers beyond the host's GPUs share them (expected_sharing)
+
+
+def _host_gpus(cuda_devices: int | None) -> int:
+    return torch.cuda.device_count() if cuda_devices is None else cuda_devices
+
+
 def availability(contract, arm: dict, cuda_devices: int | None = None) -> str | None:
-    """Why this host cannot run `arm` (None when it can): the contract's device, counted here."""
+    """Why this host cannot run `arm` (None when it can): the contract's device, counted here.
+
+    A cuda arm needs one GPU, not one per worker: with more workers than GPUs the workers share them
+    (kit.distributed.group.join then stages their messages through host memory over gloo), which
+    the arm record says in `shared_gpus` and the speed screen reads as "not measured"."""
     if contract["device"] == "cuda":
-        n = torch.cuda.device_count() if cuda_devices is None else cuda_devices
-        if n < arm["workers"]:
-            return (f"contract device 'cuda' needs {arm['workers']} GPU(s) for arm {arm['name']!r}; this host has "
+        n = _host_gpus(cuda_devices)
+        if n < MIN_GPUS:
+            return (f"contract device 'cuda' needs {MIN_GPUS} GPU(s) for arm {arm['name']!r}; this host has "
                     f"torch.cuda.device_count() = {n}")
     return None
+
+
+def expected_sharing(contract, arm: dict, cuda_devices: int | None = None) -> dict | None:
+    """The `shared_gpus` an admitted arm will have on this host (None: each worker has its own GPU, or
+    CPU). The record keeps it only until the ranks report their own (kit.study.measurement.shared_gpus);
+    a failed attempt, whose ranks reported nothing, keeps it, marked by its `source`."""
+    n = _host_gpus(cuda_devices) if contract["device"] == "cuda" else None
+    if n is None or arm["workers"] <= n:
+        return None
+    return {"workers": arm["workers"], "gpus": n, "transport": STAGED_BACKEND,
+            "source": "admission (this host's GPU count; the ranks reported nothing)"}
 
 
 def _clock(study_dir: Path) -> float | None:
@@ -400,9 +426,9 @@ def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | No
         record["traffic"]["interfaces_per_rank"] = per_rank_interfaces
     wall = ended - started
     spec = arm_spec(contract, record["arm"])
-    if results is None:
-        record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"])
-        record["measurement"] = {"wall_seconds": wall, "devices": spec["workers"]}
+    if results is None:  # no rank reported: the admission's sharing stands (expected_sharing)
+        record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"], gpus=devices_used(record))
+        record["measurement"] = {"wall_seconds": wall, "workers": spec["workers"], "devices": devices_used(record)}
         return _write_attempt(Path(study_dir), record)
     summarise(record, results, wall, contract)
     return _write_attempt(Path(study_dir), record)
@@ -431,13 +457,14 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
               "contract_digest": contract.digest, "prepared_digest": prepared_digest, "device": contract["device"],
               "home": str(home), "resume_root": resume_root, "until": until, "status": None, "reason": None,
               "projection": None, "endpoint": None, "commits": [], "measurement": None, "traffic": None,
-              "cost": None, "updates": None, "started_at": None, "ended_at": None}
+              "cost": None, "updates": None, "started_at": None, "ended_at": None, "shared_gpus": None}
     if not 1 <= until <= updates:
         raise ArmRefused(f"--until {until}: expected 1..{updates} (contract field 'schedule.updates')")
     missing = availability(contract, spec, cuda_devices)
     if missing:
         rec = {**record, "status": "unavailable", "reason": missing}
         return _write_attempt(study_dir, rec) if write else rec
+    record["shared_gpus"] = expected_sharing(contract, spec, cuda_devices)
     check_seed(prepared, seed_dir)
     check_source(prepared, study_dir / PREPARED_DIR / "prepared.json")
     start = request.start()
@@ -456,7 +483,7 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
     clock = _clock(study_dir)
     proj = project_arm(contract.data, spec, until - first, spu, "measured (given)" if given else "contract",
                        projected_logical_bytes(contract, spec, shapes, first, until), n_commits, now, clock,
-                       spent_usd(study_dir))
+                       spent_usd(study_dir), gpus=devices_used(record))
     record["projection"] = proj
     if not proj["fits"]:
         rec = {**record, "status": "rejected", "reason": proj["reason"]}

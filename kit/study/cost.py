@@ -1,8 +1,9 @@
 """Time and cost of the study's arms: the projection that admits or refuses an arm before it starts,
 and the cost table of what ran (pure functions over the contract's cost frame; no torch).
 
-GPU cost is GPU-hours times the per-GPU price; cross-zone cost bills each byte a rank sends once
-leaving and once entering a zone. The decision to know: an arm is admitted only when its projected
+GPU cost is GPU-hours times the per-GPU price, GPU-hours counting the GPUs the workers used (fewer
+than the workers when they shared GPUs); cross-zone cost bills each byte a rank sends once leaving
+and once entering a zone. The decision to know: an arm is admitted only when its projected
 end is before the study deadline and the money spent plus its projected cost stays within the bound.
 Formulas: docs/internals.md ("kit.study.cost").
 """
@@ -30,29 +31,31 @@ def cross_zone_bytes(cost: dict, sent_bytes_per_rank: list[int]) -> int:
     return sum(ring_wire_bytes(int(b), world) for b in sent_bytes_per_rank)
 
 
-def priced(cost: dict, seconds: float, workers: int, crossing_bytes: int) -> dict:
-    """GPU-hours, GPU cost, cross-zone bytes and cost, and their total, for one arm."""
-    gpu_hours = seconds * workers / 3600.0
+def priced(cost: dict, seconds: float, gpus: int, crossing_bytes: int) -> dict:
+    """GPU-hours (seconds x `gpus`, the GPUs charged), GPU cost, cross-zone bytes and cost, and their
+    total, for one arm."""
+    gpu_hours = seconds * gpus / 3600.0
     gpu_usd = gpu_hours * gpu_hour_price(cost)
     gb = crossing_bytes / cost["bytes_per_gb"]
     zone_usd = gb * cost["cross_zone_price_usd_per_gb_each_direction"]["value"] * BILLED_DIRECTIONS
-    return {"gpu_hours": gpu_hours, "gpu_cost_usd": gpu_usd, "cross_zone_bytes": int(crossing_bytes),
+    return {"gpus": gpus, "gpu_hours": gpu_hours, "gpu_cost_usd": gpu_usd, "cross_zone_bytes": int(crossing_bytes),
             "cross_zone_gb": gb, "cross_zone_cost_usd": zone_usd, "total_usd": gpu_usd + zone_usd}
 
 
 def project_arm(contract: dict, arm: dict, updates: int, seconds_per_update: float, seconds_source: str,
                 logical_bytes_per_rank: int, commits: int, now: float, clock_started_at: float | None,
-                spent_usd: float) -> dict:
+                spent_usd: float, gpus: int | None = None) -> dict:
     """Projected time and cost of running `updates` updates of `arm`, against the deadline and bound.
 
     `logical_bytes_per_rank`: what each rank is expected to hand to collectives over those updates.
+    `gpus`: the GPUs the workers will use (None: one each; fewer when they share a host's GPUs).
     Returns the inputs, the projection and `fits` with a `reason` when it does not.
     """
     cost, proj = contract["cost"], contract["projection"]
     workers = arm["workers"]
     seconds = proj["startup_s"] + updates * seconds_per_update + commits * proj["checkpoint_s"]
     crossing = cross_zone_bytes(cost, [logical_bytes_per_rank] * workers)
-    money = priced(cost, seconds, workers, crossing)
+    money = priced(cost, seconds, workers if gpus is None else gpus, crossing)
     start = now if clock_started_at is None else clock_started_at
     deadline_at = start + cost["deadline_hours"] * 3600.0
     ends_at = now + seconds
@@ -78,10 +81,15 @@ def project_arm(contract: dict, arm: dict, updates: int, seconds_per_update: flo
     }
 
 
-def arm_cost(contract: dict, wall_seconds: float, sent_bytes_per_rank: list[int]) -> dict:
-    """What an arm that ran cost: its wall time on len(sent_bytes_per_rank) GPUs and its traffic."""
+def arm_cost(contract: dict, wall_seconds: float, sent_bytes_per_rank: list[int], gpus: int | None = None) -> dict:
+    """What an arm that ran cost: its wall time on the GPUs it used and its traffic (one entry of
+    `sent_bytes_per_rank` per worker). `gpus`: the GPUs the workers used (None: one per worker); workers
+    that shared one GPU are charged that one GPU's wall time, not one each."""
     cost = contract["cost"]
-    return priced(cost, wall_seconds, len(sent_bytes_per_rank), cross_zone_bytes(cost, sent_bytes_per_rank))
+    n = len(sent_bytes_per_rank) if gpus is None else gpus
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max(1, len(sent_bytes_per_rank)):
+        raise ValueError(f"arm_cost: gpus = {gpus!r}; expected 1..{len(sent_bytes_per_rank)} (one per worker at most)")
+    return priced(cost, wall_seconds, n, cross_zone_bytes(cost, sent_bytes_per_rank))
 
 
 def cost_table(contract: dict, arms: list[dict]) -> dict:
@@ -103,7 +111,8 @@ def cost_table(contract: dict, arms: list[dict]) -> dict:
                    "cross_zone_price_usd_per_gb_each_direction": cost["cross_zone_price_usd_per_gb_each_direction"],
                    "bytes_per_gb": cost["bytes_per_gb"], "cross_zone_traffic_billed": cost["cross_zone_traffic_billed"]},
         "hosts": cost["hosts"],
-        "rule": "gpu cost = wall s x workers / 3600 x instance price / GPUs per host; cross-zone cost = bytes "
+        "rule": "gpu cost = wall s x GPUs used (one per worker, fewer when workers shared GPUs) / 3600 x "
+                "instance price / GPUs per host; cross-zone cost = bytes "
                 "crossing (ring all-reduce wire bytes of every rank) / bytes_per_gb x price x 2 directions; "
                 "every attempt that ran is paid for, failed ones included",
     }

@@ -71,7 +71,9 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
         raise ArmRefused("the ranks' prepared studies differ: " + "; ".join(
             f"rank {p['rank']} ({p['host']}) has {p['prepared_digest']}" for p in peers)
             + "; copy rank 0's STUDY/prepared/ to every host")
-    # Availability across hosts: every rank needs one GPU of its own host (one process per GPU).
+    # Availability across hosts: every rank needs a GPU of its own host, one per process, or shared with the
+    # host's other ranks when it has fewer GPUs than ranks (the group is then host-staged; the arm
+    # record's `shared_gpus` comes from what the ranks report, kit.study.measurement.shared_gpus).
     cuda_devices = spec["workers"] if all(p["gpus"] >= p["local_world"] for p in peers) else \
         min(p["gpus"] for p in peers)
     decision = None

@@ -1,6 +1,7 @@
 """What a study arm measured, summarised into its arm record: throughput (active, steady state after the
-first update, GPU seconds), the endpoint and replica agreement, traffic per rank and cost; and the
-token positions the engine computes once microbatches are padded (and bucketed on CUDA)."""
+first update, GPU seconds), the endpoint and replica agreement, whether the workers shared GPUs,
+traffic per rank and cost; and the token positions the engine computes once microbatches are padded
+(and bucketed on CUDA)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,29 @@ def padded_tokens(records, microbatch_size: int, bucket: int) -> int:
     return total
 
 
+def shared_gpus(results: list[dict]) -> dict | None:
+    """{"workers", "gpus", "transport", "source": "ranks"} when the ranks ran on fewer GPUs than there are
+    ranks, read from what each rank reported (its host, device and group backend); None when each rank had
+    a GPU of its own, or on CPU. GPUs are counted as distinct (host, device) pairs."""
+    cuda = [r for r in results if str(r["device"]).startswith("cuda")]
+    if not cuda:
+        return None
+    used = {(r.get("host"), r["device"]) for r in cuda}
+    if len(used) >= len(results):
+        return None
+    transports = sorted({r.get("backend") or "not reported" for r in results})
+    return {"workers": len(results), "gpus": len(used), "transport": ", ".join(transports), "source": "ranks"}
+
+
+def devices_used(record: dict) -> int:
+    """The devices an arm's workers ran on: the GPUs they shared, else one per worker (also on CPU)."""
+    shared = record.get("shared_gpus")
+    return shared["gpus"] if shared else record["workers"]
+
+
 def summarise(record: dict, results: list[dict], wall: float, contract) -> None:
     r0 = results[0]
+    record["shared_gpus"] = shared_gpus(results)  # what the ranks reported replaces the admission's count
     n = len(r0["updates"])
     active = max(r["active_seconds"] for r in results)
     checkpoint = max(r["checkpoint_seconds"] for r in results)
@@ -33,7 +55,7 @@ def summarise(record: dict, results: list[dict], wall: float, contract) -> None:
     targets = sum(u["target_tokens"] for u in r0["updates"])
     later = r0["updates"][1:]
     later_active = max(sum(u["seconds"] for u in r["updates"][1:]) for r in results)
-    workers = record["workers"]
+    workers, devices = record["workers"], devices_used(record)
     record["updates"] = r0["updates"]
     record["commits"] = r0["commits"]
     record["compression_records"] = [[c["compression_record"] for c in r["commits"]] for r in results] \
@@ -49,7 +71,7 @@ def summarise(record: dict, results: list[dict], wall: float, contract) -> None:
                           + ", ".join(last["replica_learned_state_roots"]))
             record["endpoint"] = None
     record["measurement"] = {
-        "updates": n, "devices": workers, "device": r0["device"],
+        "updates": n, "workers": workers, "devices": devices, "device": r0["device"],
         "active_seconds": active, "checkpoint_seconds": checkpoint, "wall_seconds": wall,
         "setup_seconds": max(r["setup_seconds"] for r in results),
         "input_tokens": tokens, "target_tokens": targets,
@@ -64,14 +86,15 @@ def summarise(record: dict, results: list[dict], wall: float, contract) -> None:
         "steady_state_seconds": later_active if later else None,
         "steady_state_tokens_per_s": (sum(u["input_tokens"] for u in later) / later_active
                                       if later and later_active else None),
-        "gpu_seconds_per_update": wall * workers / n if n else None,
-        "active_gpu_seconds_per_update": active * workers / n if n else None,
-        "rule": "active = update time only (no setup, no commits); gpu seconds = seconds x workers",
+        "gpu_seconds_per_update": wall * devices / n if n else None,
+        "active_gpu_seconds_per_update": active * devices / n if n else None,
+        "rule": "active = update time only (no setup, no commits); gpu seconds = seconds x devices (the GPUs "
+                "the workers used: fewer than the workers when they shared GPUs)",
         "compile_cache": COMPILE_CACHE if all(r.get("compile_cache") for r in results) else "the host's default",
     }
     record["traffic"]["logical_per_rank"] = [r["traffic"] for r in results]
     record["traffic"]["powersgd_per_rank"] = [r["powersgd"] for r in results] if results[0]["powersgd"] else None
-    record["cost"] = arm_cost(contract.data, wall, [r["traffic"]["sent_bytes_total"] for r in results])
+    record["cost"] = arm_cost(contract.data, wall, [r["traffic"]["sent_bytes_total"] for r in results], gpus=devices)
 
 
 def arm_summary_json(record: dict) -> str:

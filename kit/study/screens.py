@@ -176,12 +176,31 @@ def quality_screen(task_gain: float | None, retention_upper: float | None,
                     "and, for every control, noninferiority lower bound > -margin"}
 
 
-def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens: dict) -> dict:
-    ratio = None
-    if candidate_tokens_per_s is not None and baseline_tokens_per_s:
+def shared_gpus_reason(shared: dict[str, dict]) -> str:
+    """Why the speed screen is not measured when arms' workers shared GPUs (their arm records'
+    `shared_gpus`): a pair sharing one GPU time-slices it, so its throughput is not the method's."""
+    gpus = {s["gpus"] for s in shared.values()}
+    where = "one GPU" if gpus == {1} else "shared GPUs"
+    arms = "; ".join(f"arm {arm!r}: {s['workers']} workers shared {s['gpus']} GPU(s) over {s['transport']}"
+                     for arm, s in shared.items())
+    return f"not measured: {where} ({arms}; throughput is not the method's)"
+
+
+def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens: dict,
+                 shared_gpus: dict[str, dict | None] | None = None) -> dict:
+    """Candidate over baseline active throughput against min_speedup. `shared_gpus`: the candidate's and
+    the baseline's arm records' `shared_gpus` by arm; when either shared GPUs the verdict is not
+    evaluable with that `reason` (their throughputs stay in `inputs`: they are what ran)."""
+    shared = {arm: s for arm, s in (shared_gpus or {}).items() if s}
+    ratio, reason = None, None
+    if shared:
+        reason = shared_gpus_reason(shared)
+    elif candidate_tokens_per_s is not None and baseline_tokens_per_s:
         ratio = candidate_tokens_per_s / baseline_tokens_per_s
+    else:
+        reason = "not measured: the candidate's or the baseline's throughput is missing (see arms_not_completed)"
     verdict = NOT_EVALUABLE if ratio is None else ("pass" if ratio >= screens["min_speedup"] else "fail")
-    return {"name": "speed", "verdict": verdict, "ratio": ratio,
+    return {"name": "speed", "verdict": verdict, "ratio": ratio, "reason": reason, "shared_gpus": shared,
             "inputs": {"candidate_active_tokens_per_s": candidate_tokens_per_s,
                        "baseline_active_tokens_per_s": baseline_tokens_per_s},
             "thresholds": {"min_speedup": screens["min_speedup"]},
@@ -231,7 +250,8 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
         return (rec.get("measurement") or {}).get("active_tokens_per_s") if rec and rec["status"] == "completed" \
             else None
 
-    speed = speed_screen(tput(cand), tput(sc["speed_baseline"]), sc)
+    speed = speed_screen(tput(cand), tput(sc["speed_baseline"]), sc,
+                         {a: (records.get(a) or {}).get("shared_gpus") for a in (cand, sc["speed_baseline"])})
     for screen, needs in ((quality, [cand, *sc["controls"]]), (speed, [cand, sc["speed_baseline"]])):
         screen["arms_not_completed"] = [{"arm": s["arm"], "status": s["status"], "reason": s["reason"]}
                                         for s in statuses if s["arm"] in needs and s["status"] != "completed"]
@@ -243,6 +263,7 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
         arm_rows.append({**{k2: s[k2] for k2 in ("arm", "workers", "reduction", "status", "reason", "attempts")},
                          "endpoint": s["endpoint"], "replicas_equal": rec.get("replicas_equal"),
                          "projection": rec.get("projection"), "measurement": m or None,
+                         "shared_gpus": rec.get("shared_gpus"),
                          "logical_traffic_rank0": logical, "interfaces": t.get("interfaces")})
     out = {"format": SCREENS_FORMAT, "contract_digest": contract.digest, "prepared_digest": prepared_digest,
            "study": contract["name"], "candidate": cand, "controls": sc["controls"], "arms": arm_rows,

@@ -137,7 +137,8 @@ def speed_rows(runs_dir) -> list[dict]:
                 continue
             active, after = m.get("active_tokens_per_s"), m.get("active_tokens_per_s_after_first_update")
             ratio = _ratio_to(single)
-            out.append({"evaluation": r["run_id"], "arm": arm, "run": arms[arm], "workers": m.get("devices"),
+            out.append({"evaluation": r["run_id"], "arm": arm, "run": arms[arm],
+                        "workers": m.get("workers", m.get("devices")),
                         "device": m.get("device"), "compile_cache": m.get("compile_cache") or SHARED_CACHE,
                         "first_update_s": m.get("first_update_seconds"),
                         "later_update_s": (m["steady_state_seconds"] / m["steady_state_updates"]
@@ -155,13 +156,28 @@ def _ratio_to(reference: dict):
     return ratio
 
 
+NOT_EVALUABLE = "not evaluable"  # kit.study.screens.NOT_EVALUABLE (the report reads records, not the study code)
+
+
+def speed_reason(runs_dir, evaluation: str) -> str | None:
+    """Why the speed screen of one study evaluation was not measured (its `reason`, e.g. workers that
+    shared one GPU); None when it has a ratio or records no reason (records made before the field)."""
+    screen = metric(index(runs_dir)["by_id"][evaluation], "screen_speed")
+    if not isinstance(screen, dict) or screen.get("verdict") != NOT_EVALUABLE:
+        return None
+    return screen.get("reason")
+
+
 def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
     """The speed screen of one study evaluation (its run id) under the contract's measurement and without
-    each arm's first update; None without both arms' measurements."""
+    each arm's first update; None without both arms' measurements, and None when the screen's arms shared
+    GPUs (a ratio of time-sliced GPUs is not the method's: speed_reason says so)."""
     rows = {r["arm"]: r for r in speed_rows(runs_dir) if r["evaluation"] == evaluation}
     screen = metric(index(runs_dir)["by_id"][evaluation], "screen_speed")
     p = rows.get("powersgd")
     if not (screen and p and is_number(p["ratio_active"]) and is_number(p["ratio_after_first"])):
+        return None
+    if screen.get("shared_gpus"):
         return None
     t = (screen.get("thresholds") or {}).get("min_speedup")
     first = {a: r["first_update_s"] for a, r in rows.items() if is_number(r["first_update_s"])}

@@ -81,7 +81,10 @@ def measured_cost_rows(runs_dir) -> list[dict]:
         traffic = metric(r, "traffic_per_rank") or []
         logical = [t.get("sent_bytes_total") for t in traffic if isinstance(t, dict)]
         on_gpu = bool(gpu_names(r))
-        workers = m.get("devices")
+        # devices: the GPUs the workers used (fewer than the workers when they shared GPUs); records made
+        # before `workers` was measured had one device per worker
+        devices = m.get("devices")
+        workers = m.get("workers", devices)
         gps = m.get("gpu_seconds_per_update") if on_gpu else None
         wire = wires.get((r.get("contract_digest"), arm)) if r["kept_in"] is None else None
         wire_bytes = (wire["tx_bytes"] + wire["rx_bytes"]) if wire else None
@@ -90,7 +93,7 @@ def measured_cost_rows(runs_dir) -> list[dict]:
             "kept as": "committed" if r["kept_in"] is None else f"superseded ({r['kept_in']})",
             "status": r.get("status"), "hardware": _hardware(r), "workers": workers,
             "wall_s": m.get("wall_seconds"), "updates": m.get("updates"),
-            "gpu_seconds": (m["wall_seconds"] * workers) if on_gpu and m.get("wall_seconds") and workers else None,
+            "gpu_seconds": (m["wall_seconds"] * devices) if on_gpu and m.get("wall_seconds") and devices else None,
             "gpu_s_per_update": gps,
             "gpu_s_per_update_vs_single": (gps / single["gpu_seconds_per_update"])
             if gps and on_gpu and single.get("gpu_seconds_per_update") else None,

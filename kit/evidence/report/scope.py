@@ -77,7 +77,11 @@ def scope_paragraphs(runs_dir) -> list[str]:
             speed = [v for v in mine if v["check"].startswith("speed")]
             arms = [x for x in idx["runs"] if (x.get("parameters") or {}).get("ARM") and x.get("contract_digest") == digest]
             cpu = all(is_cpu(x) for x in arms)
-            if speed and cpu:
+            if speed and speed[0].get("reason"):  # not measured (e.g. the workers shared one GPU): no ratio
+                text.append(html.escape(
+                    f"The speed screen is {speed[0]['verdict']} ({speed[0]['source'].split('/')[0]}): "
+                    f"{speed[0]['reason']}; GPU time and cost are reported per arm, as measured."))
+            elif speed and cpu:
                 text.append(html.escape(
                     f"The speed ratio ({fmt(speed[0]['value'])}, {speed[0]['source'].split('/')[0]}) was measured on "
                     f"CPU ({_runs_text(x['run_id'] for x in arms)}): it measures start-up and per-update overhead "

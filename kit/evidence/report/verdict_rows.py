@@ -116,11 +116,14 @@ def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[dict]:
     base = {"experiment": "study", "comparison": f"{s.get('name', screen)} screen", "source": src}
     out = []
     if screen == "screen_speed":
+        # a screen that says why it was not measured (workers that shared GPUs) shows that reason beside the ratio
+        reason = s.get("reason") if s.get("ratio") is None else None
         out.append({**base, "check": SPEED_CHECK,
                     "statistic": (f"ratio ({fmt(inp.get('candidate_active_tokens_per_s'))} / "
-                                  f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)"),
+                                  f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)"
+                                  + (f"; {reason}" if reason else "")),
                     "value": s.get("ratio"), "threshold": f"\u2265 {fmt(t.get('min_speedup'))}",
-                    "threshold_value": t.get("min_speedup"), "verdict": s.get("verdict"),
+                    "threshold_value": t.get("min_speedup"), "verdict": s.get("verdict"), "reason": reason,
                     "runs": [r["run_id"]] + [arms[a] for a in ("powersgd", "single") if a in arms]})
         return out
     checks = s.get("checks") or {}

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import html
 
-from kit.evidence.report.analysis import gate_analysis_rows, speed_rows, speed_sensitivity
+from kit.evidence.report.analysis import (
+    NOT_EVALUABLE,
+    gate_analysis_rows,
+    speed_reason,
+    speed_rows,
+    speed_sensitivity,
+)
 from kit.evidence.report.cost import (
     NOT_MEASURED,
     UNPRICED,
@@ -30,6 +36,9 @@ def _link_text(row: dict | None) -> str:
     if len(gpus) >= 2:
         return (f"NCCL between {len(gpus)} GPUs of one host ({gpus[0]}; NVLink on the H200 hosts), not the "
                 "seed's cross-zone network")
+    if len(gpus) == 1:  # the pair's workers shared the host's one GPU (the host-staged group)
+        return (f"gloo through host memory between workers sharing one GPU ({gpus[0]}), not the seed's "
+                "cross-zone network")
     return "gloo between CPU processes of one host (loopback), not the seed's cross-zone network"
 
 
@@ -95,7 +104,9 @@ def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str, runs_dir)
                       "not measured: no final evaluation of the grown endpoint against its control"))
     powersgd = next((idx["by_id"][n] for r in st for n in r["runs"] if n.endswith("powersgd") and n in idx["by_id"]), None)
     speed_text = f"{speed[0]['verdict']} ({fmt(speed[0]['value'])}x single" if speed else "not measured"
-    if speed:
+    if speed and speed[0].get("reason"):  # e.g. the workers shared one GPU: no ratio to show
+        speed_text = f"{speed[0]['verdict']} ({speed[0]['reason']})"
+    elif speed:
         s = speed_sensitivity(runs_dir, speed[0]["runs"][0])
         speed_text += (f"; {fmt(s['ratio_after_first'])}x, {s['verdict_after_first']}, without each arm's first "
                        "update)" if s else ")")
@@ -121,8 +132,11 @@ def _speed_html(runs_dir) -> list[str]:
     for evaluation in dict.fromkeys(r["evaluation"] for r in rows):
         mine = [{k: v for k, v in r.items() if k != "evaluation"} for r in rows if r["evaluation"] == evaluation]
         s = speed_sensitivity(runs_dir, evaluation)
+        reason = speed_reason(runs_dir, evaluation)
         parts.append(f"<h4>The speed screen's measurement, per arm ({html.escape(evaluation)})</h4>"
-                     + (f"<p>{html.escape(s['text'])}</p>" if s else "") + records_table(mine))
+                     + (f"<p>{html.escape(s['text'])}</p>" if s else "")
+                     + (f"<p>The speed screen is {NOT_EVALUABLE}: {html.escape(reason)}. GPU time and wire traffic "
+                        "below are what ran.</p>" if reason else "") + records_table(mine))
     return parts
 
 
@@ -137,7 +151,7 @@ def _cost_html(runs_dir) -> list[str]:
     none_kept = sum(1 for r in rows if r["interface counters"].startswith("none"))
     text = (f"Every attempt that ran is listed: {tot['attempts']} arm run(s), {tot['superseded_attempts']} of them "
             "superseded (kept in their campaign folder); an attempt that left no run record cannot be listed. "
-            + (f"GPU time of all attempts: {fmt(gpu_total)} GPU-seconds (wall seconds x workers), "
+            + (f"GPU time of all attempts: {fmt(gpu_total)} GPU-seconds (wall seconds x the GPUs the workers used), "
                f"{UNPRICED}. " if gpu_total is not None else "No attempt ran on a GPU: no GPU time is priced. ")
             + "GPU-seconds per update are shown beside the speed ratio: a faster arm that uses more GPU time per "
               "update is not a cost reduction. Logical bytes are what the ranks handed to collectives; wire "
