@@ -8,8 +8,10 @@ its pilot's chosen values and a `pilot` field (run id, record path and sha256, d
 rule and the chosen values). Either may be frozen alone (only --pilot, or only --study-pilot). Refused,
 naming the file and the field, when a record is missing, is not committed (git: tracked and unchanged
 against HEAD, so what the contract cites is what the repository holds), is not a kit-bench/1 pilot record
-of its kind, is not "completed", chose nothing, opened a final role, or was made from a draft whose digest
-differs from the draft now on disk; an existing frozen contract is never overwritten.
+of its kind, is not "completed", chose nothing, opened a final role, records a positive control that does
+not hold (`results.positive_control.holds`: the medium scale is a positive control, and a trial on a seed
+that fails it could not tell the methods apart), or was made from a draft whose digest differs from the
+draft now on disk; an existing frozen contract is never overwritten.
 
 Where the values go: the adaptive contract is the adaptive pilot's chosen candidate contract (lr to every
 optimizer group, microbatch size, token cap, learning-rate schedule). The study contract is the study
@@ -80,6 +82,14 @@ def read_pilot(run_dir: Path, kind: str = "adaptive") -> tuple[dict, str]:
         raise FreezeRefused(f"{path}: field 'results.chosen' = {chosen!r}; expected the candidate the rule chose")
     if rec["results"].get("final_roles", {}).get("opened") is not False:
         raise FreezeRefused(f"{path}: field 'results.final_roles.opened' is not false; a pilot must not open final roles")
+    control = rec["results"].get("positive_control")  # the adaptive pilot's since issue 26; earlier records lack it
+    if control is not None and control.get("holds") is not True:
+        raise FreezeRefused(
+            f"{path}: field 'results.positive_control.holds' = {control.get('holds')!r}; expected true (the seed's "
+            f"pooled development accuracy {control.get('seed_pooled_dev_accuracy')!r} in {control.get('seed_band')!r} "
+            f"and the best eligible candidate at cohort A's endpoint at least {control.get('min_gain')!r} above it, "
+            f"measured {control.get('best_eligible_gain')!r}): the seed is not yet good enough for the trial; "
+            "change the seed (or pilot other recipes), never the finals")
     return rec, sha256_file(path)
 
 

@@ -235,6 +235,10 @@ def _pilot_record(run_dir: Path, commit: bool = True, **changes) -> Path:
     (lambda d: _pilot_record(d / "r", commit=False), r"not committed"),
     (lambda d: _pilot_record(d / "r", status="partial"), r"field 'status' = 'partial'; expected 'completed'"),
     (lambda d: _pilot_record(d / "r", **{"results.chosen": None}), r"field 'results\.chosen' = None"),
+    # the medium scale is a positive control: a pilot that shows the seed cannot learn freezes nothing
+    (lambda d: _pilot_record(d / "r", **{"results.positive_control": {"holds": False, "best_eligible_gain": 0.045,
+                                                                      "min_gain": 0.15}}),
+     r"field 'results\.positive_control\.holds' = False; expected true .* measured 0\.045\): the seed is not yet good"),
     (lambda d: _pilot_record(d / "r", **{"parameters.drafts.study.digest": "0" * 64}),
      r"field 'parameters\.drafts\.study\.digest' = 0{64}; the draft .* now has digest"),
     # the contract the freeze would write is not the one the pilot trained (another rate recorded)
