@@ -10,6 +10,11 @@
 #                                                  the study pilot side by side on it, both records committed, each
 #                                                  contract frozen from its own pilot, the commits bundled into
 #                                                  build/medium/out; follow it with `follow`, which brings that back
+#   bash campaigns/medium_campaign.sh probe NAME CONFIG  one GPU, in the background: a candidate seed recipe (CONFIG: SmallSeedConfig
+#                                                  fields, as campaigns/seed-probes/*.json) built, then the adaptive
+#                                                  pilot on it with a probe draft pinning the digest it built (kept in
+#                                                  the record's folder; the freeze refuses it: its draft is not the
+#                                                  committed one); nothing committed; `follow` brings it back
 #   bash campaigns/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
 #                                                  PARTS=study (or adaptive) runs only that experiment
 #   bash campaigns/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
@@ -203,6 +208,50 @@ pilots() {  # in the background, so that it outlives the device call that starts
     echo "pilots started (pid $!), log $W/campaign.log"
 }
 
+probe_run() {  # `probe` in the foreground: does a seed recipe pass the positive control? (docs/gpu-hosts.md)
+    local name=$1 config=$2 d="$W/probe-$1" out="$W/out"
+    sync_git
+    export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
+    [ -f "$config" ] || { echo "probe: $config: no such seed config"; exit 2; }
+    mkdir -p "$out" "$d/seed-build"
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$d/seed-build/gpu.txt"
+    cp "$config" "$d/seed-build/config.json"
+    echo "probe seed build started $(date -u +%FT%TZ)"
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 /usr/bin/time -v -o "$d/seed-build/time.txt" \
+        python3 -m kit seed build --scale small --device cuda --config "$config" --out "$d/seed" --no-progress \
+        >"$d/seed-build/seed_build.json" 2>"$d/seed-build/stderr.txt" || true
+    local digest
+    digest=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['parameter_digest'])" \
+        "$d/seed-build/seed_build.json") || { echo "probe seed build failed"; tar czf "$out/probe-$name.tgz" -C "$W" "probe-$name/seed-build"; exit 1; }
+    echo "probe seed $digest"
+    mkdir -p "$d/pilot"
+    # the probe draft: the committed adaptive draft pinning the probe's seed, beside the pilot's record
+    python3 - "$digest" "$d/pilot/probe-draft.json" <<'PY'
+import json, sys
+c = json.load(open("contracts/adaptive-shards.medium.draft.json"))
+c["seed"]["parameter_digest"] = sys.argv[1]
+c["description"] = "PROBE (never frozen): " + c["description"]
+open(sys.argv[2], "w").write(json.dumps(c, indent=2) + "\n")
+PY
+    # shellcheck disable=SC2086
+    python3 -m campaigns.medium_pilot --seed "$d/seed" --draft "$d/pilot/probe-draft.json" --device cuda \
+        --lr ${PILOT_LRS:-3e-4 1e-3} ${PILOT_EXTRA:---warmup 16 --schedule-after cosine} \
+        --until "${PILOT_UNTIL:-128}" --deadline-s "${PILOT_DEADLINE_S:-1000}" \
+        --work "$d/pilot-work" --out "$d/pilot" --run-id "probe-$name" >"$d/pilot.log" 2>&1 || true
+    tail -n 3 "$d/pilot.log" || true
+    tar czf "$out/probe-$name.tgz" -C "$W" "probe-$name/seed-build" "probe-$name/pilot" "probe-$name/pilot.log"
+    echo "probe done $(date -u +%FT%TZ)"
+}
+
+probe() {  # in the background, as pilots
+    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+        echo "already running (pid $(cat "$W/campaign.pid"))"; return
+    fi
+    setsid nohup bash "$0" probe-run "$1" "$2" >>"$W/campaign.log" 2>&1 </dev/null &
+    echo $! >"$W/campaign.pid"
+    echo "probe started (pid $!), log $W/campaign.log"
+}
+
 resume() {
     sync_git
     runtime
@@ -218,6 +267,8 @@ case "${1:-}" in
     pilot) pilot "${2:?DATE}" ;;
     pilots) pilots "${2:?DATE}" ;;
     pilots-run) pilots_run "${2:?DATE}" ;;
+    probe) probe "${2:?NAME}" "${3:?CONFIG}" ;;
+    probe-run) probe_run "${2:?NAME}" "${3:?CONFIG}" ;;
     start) start ;;
     resume) resume "${2:?PARTS}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
