@@ -29,6 +29,8 @@ job would need a rate override in `kit adaptive train`, which the contract disci
 only from the contract) forbids. The candidates' data are the same: the draws are pure functions of the
 data seeds, and the record lists every candidate's dev role digests and says whether they agree. The
 seed's scores are computed once (the evaluation score cache is keyed by weights and role digests).
+With --parallel N up to N candidates run at once (campaigns/pilot_run.py), on one GPU sharing its memory;
+the record keeps the candidates' order, and each candidate's results are those it gets alone.
 
 Final roles are never opened. The pilot passes only `--split dev` (final scoring needs a selection
 record, which the pilot never writes) and checks afterwards that no prepared job has a final-access,

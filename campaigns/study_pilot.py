@@ -28,7 +28,8 @@ the run "failed". Development scoring reads `prepared/dev_tasks.jsonl` only (kit
 
 Why a campaign script (as campaigns/medium_pilot.py): it orchestrates kit commands as process groups
 under a deadline and writes a kit-bench/1 record (OUT/run.json), rewritten after every step, so a
-deadline leaves a "partial" record; every candidate is kept, failed ones with their error.
+deadline leaves a "partial" record; every candidate is kept, failed ones with their error. With --parallel N up
+to N candidates run at once (campaigns/pilot_run.py), in the record in their order.
 """
 
 from __future__ import annotations
