@@ -10,6 +10,8 @@
 #                                                  the study pilot side by side on it, both records committed, each
 #                                                  contract frozen from its own pilot, the commits bundled into
 #                                                  build/medium/out; follow it with `follow`, which brings that back
+#                                                  (PILOT_PARALLEL / STUDY_PARALLEL: each pilot's candidates run
+#                                                  that many at once, --parallel; default 1, one after another)
 #   bash campaigns/medium_campaign.sh probe NAME CONFIG  one GPU, in the background: a candidate seed recipe (CONFIG: SmallSeedConfig
 #                                                  fields, as campaigns/seed-probes/*.json) built, then the adaptive
 #                                                  pilot on it with a probe draft pinning the digest it built (kept in
@@ -164,14 +166,14 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
     # side by side: two processes on one GPU, each deterministic on its own (the roots do not depend on the other)
     # shellcheck disable=SC2086
     python3 -m campaigns.medium_pilot --seed "$seed" --device cuda --lr ${PILOT_LRS:-3e-4 1e-3} \
-        ${PILOT_EXTRA:---warmup 0 16 --schedule-after cosine} --until "${PILOT_UNTIL:-128}" \
+        ${PILOT_EXTRA:---warmup 0 16 --schedule-after cosine} --until "${PILOT_UNTIL:-128}" --parallel "${PILOT_PARALLEL:-1}" \
         --deadline-s "${PILOT_DEADLINE_S:-1000}" --work "$W/pilot-work" --out "$W/pilot" --run-id "$a" \
         >"$W/adaptive-pilot.log" 2>&1 &
     local ap=$! sp=""
     if [ "${PILOTS:-adaptive,study}" != adaptive ]; then  # PILOTS=adaptive: the adaptive pilot alone
     # shellcheck disable=SC2086
     python3 -m campaigns.study_pilot --seed "$seed" --device cuda --lr ${STUDY_LRS:-3e-4 1e-3} \
-        --warmup ${STUDY_WARMUPS:-0 16} --until "${STUDY_UNTIL:-128}" --deadline-s "${PILOT_DEADLINE_S:-1000}" \
+        --warmup ${STUDY_WARMUPS:-0 16} --until "${STUDY_UNTIL:-128}" --parallel "${STUDY_PARALLEL:-1}" --deadline-s "${PILOT_DEADLINE_S:-1000}" \
         --work "$W/study-pilot-work" --out "$W/study-pilot" --run-id "$s" >"$W/study-pilot.log" 2>&1 &
     sp=$!
     fi
@@ -236,7 +238,7 @@ PY
     # shellcheck disable=SC2086
     python3 -m campaigns.medium_pilot --seed "$d/seed" --draft "$d/pilot/probe-draft.json" --device cuda \
         --lr ${PILOT_LRS:-3e-4 1e-3} ${PILOT_EXTRA:---warmup 16 --schedule-after cosine} \
-        --until "${PILOT_UNTIL:-128}" --deadline-s "${PILOT_DEADLINE_S:-1000}" \
+        --until "${PILOT_UNTIL:-128}" --parallel "${PILOT_PARALLEL:-1}" --deadline-s "${PILOT_DEADLINE_S:-1000}" \
         --work "$d/pilot-work" --out "$d/pilot" --run-id "probe-$name" >"$d/pilot.log" 2>&1 || true
     tail -n 3 "$d/pilot.log" || true
     tar czf "$out/probe-$name.tgz" -C "$W" "probe-$name/seed-build" "probe-$name/pilot" "probe-$name/pilot.log"

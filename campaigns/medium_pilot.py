@@ -29,6 +29,8 @@ job would need a rate override in `kit adaptive train`, which the contract disci
 only from the contract) forbids. The candidates' data are the same: the draws are pure functions of the
 data seeds, and the record lists every candidate's dev role digests and says whether they agree. The
 seed's scores are computed once (the evaluation score cache is keyed by weights and role digests).
+With --parallel N up to N candidates run at once (campaigns/pilot_run.py), on one GPU sharing its memory;
+the record keeps the candidates' order, and each candidate's results are those it gets alone.
 
 Final roles are never opened. The pilot passes only `--split dev` (final scoring needs a selection
 record, which the pilot never writes) and checks afterwards that no prepared job has a final-access,
@@ -52,7 +54,7 @@ import sys
 from pathlib import Path
 
 from campaigns.phases import REPO, Deadline, json_lines
-from campaigns.pilot_run import PilotRun, now, repo_relative, sha256_or_none
+from campaigns.pilot_run import PilotRun, candidates_at_once, now, repo_relative, sha256_or_none
 from kit.evidence.environment import code_state, device_info, versions
 
 RECORD_FORMAT = "kit-bench/1"
@@ -169,6 +171,8 @@ def positive_control(candidates: list[dict], until: int, cohort_updates: int) ->
 
 
 class Pilot(PilotRun):
+    ROW_VALUES = "overrides"
+
     def __init__(self, a, argv):
         from kit.adaptive.schema import load_adaptive_contract
         from kit.evidence.ledger import LEDGER_ENV, ledger_path
@@ -191,6 +195,7 @@ class Pilot(PilotRun):
         # its preparations read (and must leave unchanged) this same ledger, the committed one unless
         # KIT_LEDGER names another: outside kit run a prepare would otherwise keep a ledger of its own
         os.environ.setdefault(LEDGER_ENV, str(self.ledger))
+        self.seed_scored: set[str] = set()  # the score-cache keys whose seed entry an evaluation has written
         self.record = {
             "format": RECORD_FORMAT, "run_id": a.run_id or self.out.name, "notebook": None,
             "command": " ".join(["python", "-m", "campaigns.medium_pilot", *argv]), "started_at": now(), "ended_at": None,
@@ -202,7 +207,7 @@ class Pilot(PilotRun):
                            "study": {"path": repo_relative(study_path), "digest": study.digest}},
                 "candidates": candidate_overrides(a.lr, a.microbatch_size or [self.draft["training"]["microbatch_size"]],
                                                   a.max_tokens or [self.draft["training"]["max_tokens"]], a.warmup),
-                "schedule_after": a.schedule_after,
+                "schedule_after": a.schedule_after, "parallel": a.parallel,
                 "ledger": {"path": str(self.ledger), "sha256_before": sha256_or_none(self.ledger)},
                 "public_source": repo_relative(SOURCE),
             },
@@ -215,51 +220,64 @@ class Pilot(PilotRun):
         return self.run_module(kind, ["kit", *args], log, deterministic)
 
     # -- one candidate -------------------------------------------------------------------------------
-    def candidate(self, i: int, overrides: dict, seed: Path) -> None:
+    def candidate(self, i: int, overrides: dict, seed: Path, row: dict) -> None:
+        """Candidate i's steps; what they give goes on its `row` (results.candidates[i]) under the lock."""
         from kit.adaptive.schema import load_adaptive_contract
         from kit.digest import load_json_strict
 
-        name = f"c{i}"
-        row = {"name": name, "overrides": overrides, "status": "running", "seconds": {}}
-        self.record["results"]["candidates"].append(row)
+        name = row["name"]
         cdir = self.out / "contracts"
         cdir.mkdir(exist_ok=True)
         path = cdir / f"{name}.json"
         path.write_text(json.dumps(candidate_contract(self.draft.data, overrides, self.a.schedule_after), indent=2)
                         + "\n")
         contract = load_adaptive_contract(path)
-        row["contract_digest"] = contract.digest
+        self.save(row, contract_digest=contract.digest)
         prepared, home = self.work / name / "prepared", self.work / name / "home"
         for d in (prepared, home):
             if d.exists():
                 shutil.rmtree(d)
-        row["seconds"]["prepare"] = self.step("prepare", [
+        r = self.step("prepare", [
             "adaptive", "prepare", "--contract", path, "--seed", seed, "--replay", seed / "trained_conversations.jsonl",
-            "--public-source", SOURCE, "--out", prepared], f"{name}-prepare")["seconds"]
+            "--public-source", SOURCE, "--out", prepared], f"{name}-prepare")
         roles = load_json_strict(prepared / "prepared.json")["roles"]
-        row["dev_role_sha256"] = {r: roles[r]["sha256"] for r in ("dev.tasks", "dev.retention")}
-        self.save()
+        with self.lock:
+            row["seconds"]["prepare"] = r["seconds"]
+            self.save(row, dev_role_sha256={k: roles[k]["sha256"] for k in ("dev.tasks", "dev.retention")})
         workers = self.a.workers or contract["cohorts"]["A"]["workers"]
         r = self.step("train", ["adaptive", "train", "--prepared", prepared, "--seed", seed, "--home", home,
                                 "--cohort", "A", "--workers", workers, "--until", self.a.until], f"{name}-train")
-        row["seconds"]["train"] = r["seconds"]
+        with self.lock:
+            row["seconds"]["train"] = r["seconds"]
         commits = [c for c in json_lines(r["stdout"]) if "full_root" in c]
         if not commits or commits[-1].get("cohort_step") != self.a.until:
             raise RuntimeError(f"{name}: kit adaptive train printed no commit at cohort step {self.a.until}: {commits}")
-        row["commit"] = commits[-1]
-        row["updates"] = _update_rows(home)
-        self.save()
+        self.save(row, commit=commits[-1], updates=_update_rows(home))
         ev = self.work / "evals" / f"{name}.json"  # the shared folder: one score cache, the seed scored once
-        r = self.step("evaluate", ["adaptive", "evaluate", "--prepared", prepared, "--candidate",
-                                   f"{home}:{commits[-1]['full_root']}", "--baseline", f"seed:{seed}", "--split", "dev",
-                                   "--device", self.a.device, "--out", ev], f"{name}-evaluate")
-        row["seconds"]["evaluate"] = r["seconds"]
+
+        def evaluate() -> dict:
+            return self.step("evaluate", [
+                "adaptive", "evaluate", "--prepared", prepared, "--candidate", f"{home}:{commits[-1]['full_root']}",
+                "--baseline", f"seed:{seed}", "--split", "dev", "--device", self.a.device, "--out", ev],
+                f"{name}-evaluate")
+
+        # The seed's cache entry depends on the dev role files and the scoring settings (kit/adaptive/evaluation.py
+        # `_scores`); the first evaluation of each such key runs alone, so concurrent candidates read its entry.
+        key = json.dumps([row["dev_role_sha256"], contract["training"]["max_tokens"],
+                          contract["evaluation"]["max_new_tokens"]], sort_keys=True)
+        with self.gate(key):
+            scored = key in self.seed_scored
+            if not scored:
+                r = evaluate()
+                self.seed_scored.add(key)
+        if scored:
+            r = evaluate()
+        with self.lock:
+            row["seconds"]["evaluate"] = r["seconds"]
         evaluation = load_json_strict(ev)
         (self.out / "evals").mkdir(exist_ok=True)
         shutil.copyfile(ev, self.out / "evals" / f"{name}.json")
-        row["dev"] = summarize(evaluation, contract.data)
-        row["status"] = "completed"
-        self.save()
+        self.save(row, dev=summarize(evaluation, contract.data), status="completed")
 
     def final_roles_check(self) -> dict:
         """What kit writes whenever final roles are opened (or refused) must be absent; the ledger unchanged."""
@@ -268,7 +286,7 @@ class Pilot(PilotRun):
 
     def run(self) -> int:
         res = self.record["results"]
-        self.run_candidates()
+        self.run_candidates(self.a.parallel)
         self.settle(lambda c: json.dumps(c["dev_role_sha256"], sort_keys=True) if c.get("dev_role_sha256") else None)
         res["positive_control"] = positive_control(res["candidates"], self.a.until,
                                                    self.draft["cohorts"]["A"]["updates"])
@@ -317,6 +335,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, help="training ranks (default: the contract's cohorts.A.workers)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--deadline-s", type=float, help="overall deadline, seed build included")
+    p.add_argument("--parallel", type=candidates_at_once, default=1, metavar="N",
+                   help="candidates run at once (default 1: one after another); the record keeps their order")
     p.add_argument("--out", required=True, help="the run directory (run.json, logs, dev evaluations)")
     p.add_argument("--work", help="seed, prepared jobs and stores (default build/medium-pilot-work/<out name>)")
     p.add_argument("--run-id")

@@ -1,7 +1,13 @@
 """What the two pilots share (campaigns/medium_pilot.py, campaigns/study_pilot.py): the run folder whose
 kit-bench/1 record is rewritten after every step, so a deadline leaves a "partial" record; each step a
-`python -m` process under its own timeout and the overall deadline; and the seed, built with the pinned
-deterministic settings or given, checked against the draft's `seed.parameter_digest`."""
+`python -m` process under its own timeout and the overall deadline; the seed, built with the pinned
+deterministic settings or given, checked against the draft's `seed.parameter_digest`; and the candidates,
+one after another or up to `parallel` at once.
+
+Why threads drive concurrent candidates: every step is already its own process (its own interpreter, its own
+numerics), so a thread only waits on it; what the threads share is this process's record, guarded by one lock
+(`self.lock`) for every change to it and every rewrite of run.json, and the seed's scores, which `gate(key)`
+lets the first candidate that needs them compute while the others wait (the seed scored once)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +37,19 @@ def sha256_or_none(path: Path) -> str | None:
     return sha256_file(path) if path.exists() else None
 
 
+def candidates_at_once(text: str) -> int:
+    """--parallel N: a whole number of candidates run at once, at least 1 (an argparse type)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of candidates run at once, at least 1")
+    return n
+
+
 def repo_relative(p: Path) -> str:
     """`p` as a record names it: relative to the repository when inside it (the freeze reads it back)."""
     return relative_to_base(p, REPO)
@@ -37,19 +57,36 @@ def repo_relative(p: Path) -> str:
 
 class PilotRun:
     """The shared machinery; a pilot sets `a` (its arguments: device, seed, tiny), `scale`, `draft`, `out`,
-    `work`, `deadline`, `timeouts` and `record` (with `results.seed`), then calls `start()`."""
+    `work`, `deadline`, `timeouts` and `record` (with `results.seed`), then calls `start()`; its `ROW_VALUES`
+    names the key under which a candidate's row carries its values."""
+
+    ROW_VALUES = "values"
 
     def start(self) -> None:
         self.t0 = time.perf_counter()
+        self.lock = threading.RLock()  # the record and run.json, changed from every candidate's thread
+        self.gates: dict = {}
         self.save()
 
-    def save(self) -> None:
-        self.record["raw_output"] = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*")
-                                           if p.is_file() and p.name not in ("run.json", "run.json.tmp"))
-        self.record["duration_s"] = round(time.perf_counter() - self.t0, 2)
-        tmp = self.out / "run.json.tmp"
-        tmp.write_text(json.dumps(self.record, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, self.out / "run.json")
+    def save(self, row: dict | None = None, **fields) -> None:
+        """Rewrite run.json, first setting `fields` on `row` (a candidate's row), all under the lock."""
+        with self.lock:
+            if row is not None:
+                row.update(fields)
+            # a step's file being written at this moment (kit's atomic writes: ".NAME.tmp-PID") is not output
+            self.record["raw_output"] = sorted(
+                str(p.relative_to(self.out)) for p in self.out.rglob("*")
+                if p.is_file() and p.name not in ("run.json", "run.json.tmp") and ".tmp-" not in p.name)
+            self.record["duration_s"] = round(time.perf_counter() - self.t0, 2)
+            tmp = self.out / "run.json.tmp"
+            tmp.write_text(json.dumps(self.record, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, self.out / "run.json")
+
+    def gate(self, key) -> threading.Lock:
+        """The one lock of `key` (what the seed's scores depend on): held by the first candidate that scores
+        the seed for `key`, so concurrent candidates wait for those scores instead of computing them again."""
+        with self.lock:
+            return self.gates.setdefault(key, threading.Lock())
 
     def env(self, deterministic: bool = False) -> dict:
         e = dict(os.environ)
@@ -106,28 +143,63 @@ class PilotRun:
                                f"{pinned} (rebuild with the recorded deterministic settings)")
         return seed
 
-    def run_candidates(self) -> None:
-        """The seed, then every candidate in order (the pilot's `candidate(i, values, seed)`): a failed
-        candidate is recorded and the others still run; a deadline makes the record "partial", a failed
-        seed "failed"."""
+    def run_candidates(self, parallel: int = 1) -> None:
+        """The seed, then every candidate (the pilot's `candidate(i, values, seed, row)`), up to `parallel` at
+        once, started in order: `results.candidates[i]` is candidate i whatever the finishing order (each row
+        is added when its candidate starts, under the lock). A failed candidate marks its own row and the
+        others still run; a deadline (TimeoutError) makes the record "partial" and no candidate starts after
+        it (the running ones finish or meet their own timeouts); a failed seed makes it "failed"."""
         res = self.record["results"]
         try:
             seed = self.seed()
-            for i, values in enumerate(self.record["parameters"]["candidates"]):
-                try:
-                    self.candidate(i, values, seed)
-                except TimeoutError:
-                    raise
-                except Exception as e:  # noqa: BLE001 -- recorded; the other candidates still run
-                    res["candidates"][-1].update(status="failed", error=str(e)[-2000:])
-                    self.record["errors"].append({"candidate": f"c{i}", "error": str(e)[-2000:]})
-                    self.save()
         except TimeoutError as e:
             self.record["errors"].append({"deadline": str(e)})
             self.record["status"] = "partial"
+            return
         except Exception as e:  # noqa: BLE001 -- the seed failed: nothing else can run
             self.record["errors"].append({"seed": str(e)[-2000:]})
             self.record["status"] = "failed"
+            return
+        queue = list(enumerate(self.record["parameters"]["candidates"]))
+        escaped: list[BaseException] = []
+
+        def drive() -> None:
+            while True:
+                with self.lock:
+                    if not queue or self.record["status"] == "partial":
+                        return
+                    i, values = queue.pop(0)
+                    row = {"name": f"c{i}", self.ROW_VALUES: values, "status": "running", "seconds": {}}
+                    res["candidates"].append(row)
+                try:
+                    self.candidate(i, values, seed, row)
+                except TimeoutError as e:  # the row stays "running": a step was cut by the deadline
+                    with self.lock:
+                        self.record["errors"].append({"deadline": str(e)})
+                        self.record["status"] = "partial"
+                    self.save()
+                except Exception as e:  # noqa: BLE001 -- recorded on its own row; the other candidates still run
+                    with self.lock:
+                        self.record["errors"].append({"candidate": row["name"], "error": str(e)[-2000:]})
+                    self.save(row, status="failed", error=str(e)[-2000:])
+
+        def guarded() -> None:
+            try:
+                drive()
+            except BaseException as e:  # noqa: BLE001 -- raised again in the calling thread
+                escaped.append(e)
+
+        if parallel <= 1:
+            drive()
+            return
+        threads = [threading.Thread(target=guarded, name=f"candidates-{k}", daemon=True)
+                   for k in range(min(parallel, len(queue)))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if escaped:
+            raise escaped[0]
 
     def final_roles_result(self, found: list[str], checked, found_key: str) -> dict:
         """results.final_roles: opened when any of the files kit writes on opening final roles exists

@@ -28,7 +28,8 @@ the run "failed". Development scoring reads `prepared/dev_tasks.jsonl` only (kit
 
 Why a campaign script (as campaigns/medium_pilot.py): it orchestrates kit commands as process groups
 under a deadline and writes a kit-bench/1 record (OUT/run.json), rewritten after every step, so a
-deadline leaves a "partial" record; every candidate is kept, failed ones with their error.
+deadline leaves a "partial" record; every candidate is kept, failed ones with their error. With --parallel N up
+to N candidates run at once (campaigns/pilot_run.py), in the record in their order.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import sys
 from pathlib import Path
 
 from campaigns.phases import REPO, Deadline
-from campaigns.pilot_run import PilotRun, now, repo_relative, sha256_or_none
+from campaigns.pilot_run import PilotRun, candidates_at_once, now, repo_relative, sha256_or_none
 from kit.evidence.environment import code_state, device_info, versions
 
 RECORD_FORMAT = "kit-bench/1"
@@ -169,6 +170,7 @@ class StudyPilot(PilotRun):
             "versions": versions(runtime=True), "device": {**device_info(), "type": a.device},
             "parameters": {
                 "scale": self.scale, "rule": RULE, "until": a.until, "device": a.device, "arm": "single",
+                "parallel": a.parallel,
                 "draft": {"path": repo_relative(draft_path), "digest": self.draft.digest},
                 "dev_added": None if "dev" in self.draft["data"] else default_dev(self.draft.data),
                 "candidates": candidate_values(a.lr, a.warmup),
@@ -181,56 +183,59 @@ class StudyPilot(PilotRun):
         self.start()
 
     # -- one candidate -------------------------------------------------------------------------------
-    def candidate(self, i: int, values: dict, seed: Path) -> None:
+    def candidate(self, i: int, values: dict, seed: Path, row: dict) -> None:
+        """Candidate i's steps; what they give goes on its `row` (results.candidates[i]) under the lock."""
         from kit.digest import load_json_strict
         from kit.study.prepare import DEV_FILE, PREPARED_DIR
         from kit.study.schema import load_study_contract
 
-        name = f"c{i}"
-        row = {"name": name, "values": values, "status": "running", "seconds": {}}
-        self.record["results"]["candidates"].append(row)
+        name = row["name"]
         (self.out / "contracts").mkdir(exist_ok=True)
         path = self.out / "contracts" / f"{name}.json"
         path.write_text(json.dumps(candidate_contract(self.draft.data, values), indent=2) + "\n")
-        row["contract_digest"] = load_study_contract(path).digest
+        self.save(row, contract_digest=load_study_contract(path).digest)
         study = self.work / name / "study"
         if study.exists():
             shutil.rmtree(study)
-        row["seconds"]["prepare"] = self.run_module("prepare", [
+        r = self.run_module("prepare", [
             "kit", "study", "prepare", "--contract", path, "--seed", seed, "--public-source", self.source,
-            "--out", study, "--ledger", self.ledger], f"{name}-prepare")["seconds"]
-        row["dev_tasks_sha256"] = load_json_strict(study / PREPARED_DIR / "prepared.json")["files"][DEV_FILE]
-        self.save()
-        row["seconds"]["train"] = self.run_module("train", ["kit", "study", "arm", "single", "--study", study, "--seed", seed,
-                                                      "--until", self.a.until], f"{name}-train")["seconds"]
+            "--out", study, "--ledger", self.ledger], f"{name}-prepare")
+        with self.lock:
+            row["seconds"]["prepare"] = r["seconds"]
+            self.save(row, dev_tasks_sha256=load_json_strict(study / PREPARED_DIR / "prepared.json")["files"][DEV_FILE])
+        r = self.run_module("train", ["kit", "study", "arm", "single", "--study", study, "--seed", seed,
+                                      "--until", self.a.until], f"{name}-train")
+        with self.lock:
+            row["seconds"]["train"] = r["seconds"]
         arm = load_json_strict(study / "arms" / "single" / "arm.json")
         last = arm["commits"][-1] if arm.get("commits") else None
         if last is None or last["step"] != self.a.until:
             raise RuntimeError(f"{name}: the single arm ({arm['status']}: {arm['reason']}) has no commit at update "
                                f"{self.a.until}")
-        row["commit"] = {"home": arm["home"], "full_root": last["full_root"], "step": last["step"]}
-        row["updates"] = [{k: u[k] for k in ("step", "objective", "grad_norm", "clip_factor")} for u in arm["updates"]]
-        self.save()
+        self.save(row, commit={"home": arm["home"], "full_root": last["full_root"], "step": last["step"]},
+                  updates=[{k: u[k] for k in ("step", "objective", "grad_norm", "clip_factor")} for u in arm["updates"]])
         seed_eval = self.seed_evaluation(row["dev_tasks_sha256"], study, seed)
         ev = self.out / "evals" / f"{name}.json"
-        row["seconds"]["score"] = self.run_module("score", [
+        r = self.run_module("score", [
             "kit.study.dev", "--study", study, "--seed", seed, "--home", arm["home"], "--root", last["full_root"],
-            "--out", ev, "--device", self.a.device], f"{name}-score")["seconds"]
-        row["dev"] = summarize(load_json_strict(ev), seed_eval)
-        row["status"] = "completed"
-        self.save()
+            "--out", ev, "--device", self.a.device], f"{name}-score")
+        with self.lock:
+            row["seconds"]["score"] = r["seconds"]
+        self.save(row, dev=summarize(load_json_strict(ev), seed_eval), status="completed")
 
     def seed_evaluation(self, dev_sha: str, study: Path, seed: Path) -> dict:
         """The seed's development scores, once per development file (the candidates' files agree when the
-        draws do: they are pure functions of the data seeds and the excluded digests)."""
+        draws do: they are pure functions of the data seeds and the excluded digests); concurrent candidates
+        wait on the file's gate while the first scores it."""
         from kit.digest import load_json_strict
 
-        if dev_sha not in self.seed_scores:
-            ev = self.out / "evals" / f"seed-{dev_sha[:12]}.json"
-            self.run_module("score", ["kit.study.dev", "--study", study, "--seed", seed, "--out", ev,
-                                "--device", self.a.device], f"seed-{dev_sha[:12]}-score")
-            self.seed_scores[dev_sha] = load_json_strict(ev)
-        return self.seed_scores[dev_sha]
+        with self.gate(dev_sha):
+            if dev_sha not in self.seed_scores:
+                ev = self.out / "evals" / f"seed-{dev_sha[:12]}.json"
+                self.run_module("score", ["kit.study.dev", "--study", study, "--seed", seed, "--out", ev,
+                                          "--device", self.a.device], f"seed-{dev_sha[:12]}-score")
+                self.seed_scores[dev_sha] = load_json_strict(ev)
+            return self.seed_scores[dev_sha]
 
     def final_roles_check(self) -> dict:
         """What `kit study evaluate` writes whenever final roles are opened must be absent; the ledger unchanged."""
@@ -239,7 +244,7 @@ class StudyPilot(PilotRun):
 
     def run(self) -> int:
         res = self.record["results"]
-        self.run_candidates()
+        self.run_candidates(self.a.parallel)
         self.settle(lambda c: c.get("dev_tasks_sha256"))
         if self.record["status"] == "completed":
             best = choose(res["candidates"])
@@ -282,6 +287,8 @@ def main(argv=None) -> int:
     p.add_argument("--until", type=int, default=None, help="single-arm updates per candidate (default 32; tiny 2)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--deadline-s", type=float, help="overall deadline, seed build included")
+    p.add_argument("--parallel", type=candidates_at_once, default=1, metavar="N",
+                   help="candidates run at once (default 1: one after another); the record keeps their order")
     p.add_argument("--public-source", help="the pinned public conversation source (default data/alpaca_5000.json)")
     p.add_argument("--ledger", help="the exposure ledger prepare reads (default: the kit's, $KIT_LEDGER)")
     p.add_argument("--out", required=True, help="the run directory (run.json, logs, contracts, dev evaluations)")

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 from support.adaptive import distinct, make_seed
 
 from campaigns import medium_freeze, medium_pilot
+from campaigns.pilot_run import PilotRun
 from kit.adaptive.schema import load_adaptive_contract
 from kit.contract import ContractError
 from kit.data.conversations import synthetic_conversations
@@ -105,6 +107,19 @@ def pilot_run(tmp_path_factory):
             "record": json.loads((out / "run.json").read_text())}
 
 
+@pytest.fixture(scope="module")
+def pilot_parallel(pilot_run):
+    """The same pilot (seed, candidates, ledger) with both candidates at once."""
+    root = pilot_run["out"].parent
+    out = root / "run-parallel"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KIT_LEDGER", str(pilot_run["ledger"]))
+        rc = medium_pilot.main(["--tiny", "--device", "cpu", "--seed", str(pilot_run["seed"]), "--lr", "1e-3", "1e-4",
+                                "--until", "1", "--parallel", "2", "--out", str(out), "--work",
+                                str(root / "work-parallel"), "--run-id", "pilot-test-parallel"])
+    return {"rc": rc, "out": out, "record": json.loads((out / "run.json").read_text())}
+
+
 def test_pilot_runs_every_candidate_and_picks_by_its_rule(pilot_run):
     rec = pilot_run["record"]
     assert pilot_run["rc"] == 0 and rec["status"] == "completed" and rec["format"] == "kit-bench/1"
@@ -125,6 +140,109 @@ def test_pilot_runs_every_candidate_and_picks_by_its_rule(pilot_run):
     assert all((pilot_run["out"] / f).is_file() for f in rec["raw_output"])
     assert rec["parameters"]["drafts"]["adaptive"]["digest"] == load_adaptive_contract(
         REPO / "contracts" / "adaptive-shards.tiny.json").digest
+
+
+def test_parallel_candidates_give_the_sequential_results_in_parameter_order(pilot_run, pilot_parallel):
+    seq, par = pilot_run["record"], pilot_parallel["record"]
+    assert pilot_parallel["rc"] == 0 and par["status"] == "completed" and par["errors"] == []
+    assert (seq["parameters"]["parallel"], par["parameters"]["parallel"]) == (1, 2)
+    rows = par["results"]["candidates"]
+    assert [c["name"] for c in rows] == ["c0", "c1"]
+    assert [c["overrides"] for c in rows] == par["parameters"]["candidates"] == seq["parameters"]["candidates"]
+    for s, p in zip(seq["results"]["candidates"], rows, strict=True):
+        assert p["status"] == "completed"
+        assert p["contract_digest"] == s["contract_digest"] and p["dev_role_sha256"] == s["dev_role_sha256"]
+        assert p["commit"]["full_root"] == s["commit"]["full_root"] and p["updates"] == s["updates"]
+        assert p["dev"] == s["dev"]  # accuracy, NLL changes and bounds: bit-identical floats on CPU
+    assert par["results"]["chosen"] == seq["results"]["chosen"]
+    # the candidates did run at once: c1's prepare had ended before c0's evaluation began (one after another,
+    # c1 starts only when c0 has finished)
+    assert max(log_mtimes(pilot_parallel["out"], "c1-prepare")) < min(log_mtimes(pilot_parallel["out"], "c0-evaluate"))
+    assert max(log_mtimes(pilot_run["out"], "c0-evaluate")) <= min(log_mtimes(pilot_run["out"], "c1-prepare"))
+
+
+def log_mtimes(out: Path, step: str) -> list[int]:
+    """When a step's logs (OUT/logs/STEP.out, .err) were last written: the step's end, or its start if silent."""
+    found = [p.stat().st_mtime_ns for p in (out / "logs").glob(f"{step}.*")]
+    assert found, f"no logs of {step}"
+    return found
+
+
+def test_parallel_must_be_at_least_one(tmp_path, capsys):
+    for bad in ("0", "-1", "2.5"):
+        with pytest.raises(SystemExit) as e:
+            medium_pilot.main(["--tiny", "--device", "cpu", "--seed", str(tmp_path), "--parallel", bad,
+                               "--out", str(tmp_path / "o")])
+        assert e.value.code == 2
+        assert f"--parallel: '{bad}': expected a whole number of candidates run at once, at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+class _Pilot(PilotRun):
+    """PilotRun with stand-in steps: `behave(pilot, i, row)` is candidate i."""
+
+    def __init__(self, out: Path, n: int, behave):
+        self.out, self.behave, self.deadline_saved = out, behave, threading.Event()
+        self.record = {"status": "running", "errors": [], "parameters": {"candidates": [{"lr": k} for k in range(n)]},
+                       "results": {"seed": None, "candidates": []}}
+        self.start()
+
+    def seed(self):
+        return Path("seed")
+
+    def candidate(self, i, values, seed, row):
+        self.behave(self, i, row)
+        self.save(row, status="completed")
+
+    def save(self, row=None, **fields):
+        super().save(row, **fields)
+        if self.record["status"] == "partial":
+            self.deadline_saved.set()
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_failed_candidate_marks_its_own_row(tmp_path, parallel):
+    """c0 fails after c1 has started (at once: c1's row is then the last one); only c0's row is failed."""
+    c1_started = threading.Event()
+
+    def behave(pilot, i, row):
+        if i == 1:
+            c1_started.set()
+        if i == 0:
+            if parallel > 1:
+                assert c1_started.wait(30)
+                assert pilot.record["results"]["candidates"][-1]["name"] != "c0"
+            raise RuntimeError("c0 broke")
+
+    pilot = _Pilot(tmp_path, 3, behave)
+    pilot.run_candidates(parallel)
+    rows = json.loads((tmp_path / "run.json").read_text())["results"]["candidates"]
+    assert [(r["name"], r["values"], r["status"]) for r in rows] == [
+        ("c0", {"lr": 0}, "failed"), ("c1", {"lr": 1}, "completed"), ("c2", {"lr": 2}, "completed")]
+    assert rows[0]["error"] == "c0 broke" and "error" not in rows[1]
+    assert pilot.record["errors"] == [{"candidate": "c0", "error": "c0 broke"}]
+    assert pilot.record["status"] == "running"  # settle() decides: a failed candidate fails the record
+
+
+def test_no_candidate_starts_after_a_deadline(tmp_path):
+    """At once: c0 meets the deadline while c1 runs; c1 finishes, c2 and c3 never start, the record is partial."""
+    c1_started = threading.Event()
+
+    def behave(pilot, i, row):
+        if i == 1:
+            c1_started.set()
+            assert pilot.deadline_saved.wait(30)  # c1 is still running when the deadline is recorded
+        elif i == 0:
+            assert c1_started.wait(30)
+            raise TimeoutError("2s left before --deadline-s")
+        else:
+            raise AssertionError(f"c{i} started after the deadline")
+
+    pilot = _Pilot(tmp_path, 4, behave)
+    pilot.run_candidates(2)
+    rec = json.loads((tmp_path / "run.json").read_text())
+    assert rec["status"] == "partial" and rec["errors"] == [{"deadline": "2s left before --deadline-s"}]
+    assert [(r["name"], r["status"]) for r in rec["results"]["candidates"]] == [("c0", "running"), ("c1", "completed")]
 
 
 def test_pilot_never_opens_final_roles(pilot_run):

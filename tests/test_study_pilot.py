@@ -70,6 +70,18 @@ def pilot(tmp_path_factory):
             "record": json.loads((out / "run.json").read_text())}
 
 
+@pytest.fixture(scope="module")
+def pilot_parallel(pilot):
+    """The same pilot (seed, draft, source, ledger, candidates) with both candidates at once."""
+    env, root = pilot["env"], pilot["out"].parent
+    out = root / "run-parallel"
+    rc = study_pilot.main(["--tiny", "--device", "cpu", "--seed", str(env["seed"]), "--draft", str(env["contract"]),
+                           "--public-source", str(env["source"]), "--ledger", str(env["ledger"]), "--lr", "1e-2",
+                           "--warmup", "2", "0", "--until", "2", "--parallel", "2", "--out", str(out),
+                           "--work", str(root / "work-parallel"), "--run-id", "study-pilot-test-parallel"])
+    return {"rc": rc, "out": out, "record": json.loads((out / "run.json").read_text())}
+
+
 def test_pilot_keeps_every_candidate_and_chooses_by_its_rule(pilot):
     rec = pilot["record"]
     assert pilot["rc"] == 0 and rec["status"] == "completed" and rec["format"] == "kit-bench/1"
@@ -104,6 +116,35 @@ def test_pilot_keeps_every_candidate_and_chooses_by_its_rule(pilot):
     assert all((pilot["out"] / f).is_file() for f in rec["raw_output"])
 
 
+def test_parallel_candidates_give_the_sequential_results_in_parameter_order(pilot, pilot_parallel):
+    seq, par = pilot["record"], pilot_parallel["record"]
+    assert pilot_parallel["rc"] == 0 and par["status"] == "completed" and par["errors"] == []
+    assert (seq["parameters"]["parallel"], par["parameters"]["parallel"]) == (1, 2)
+    rows = par["results"]["candidates"]
+    assert [c["name"] for c in rows] == ["c0", "c1"]
+    assert [c["values"] for c in rows] == par["parameters"]["candidates"] == seq["parameters"]["candidates"]
+    for s, p in zip(seq["results"]["candidates"], rows, strict=True):
+        assert p["status"] == "completed" and p["dev_tasks_sha256"] == s["dev_tasks_sha256"]
+        assert p["contract_digest"] == s["contract_digest"] and p["commit"]["full_root"] == s["commit"]["full_root"]
+        assert p["updates"] == s["updates"]
+        assert p["dev"] == s["dev"]  # accuracy and task NLL change: bit-identical floats on CPU
+    assert par["results"]["chosen"] == seq["results"]["chosen"]
+    # the seed scored once, as one after another: one seed evaluation with the same scores
+    sha = rows[0]["dev_tasks_sha256"][:12]
+    assert [f.name for f in (pilot_parallel["out"] / "evals").glob("seed-*")] == [f"seed-{sha}.json"]
+    seed_scores = [json.loads((r["out"] / "evals" / f"seed-{sha}.json").read_text()) for r in (pilot, pilot_parallel)]
+    assert [{k: v for k, v in e.items() if k != "seconds"} for e in seed_scores] == [
+        {k: v for k, v in seed_scores[0].items() if k != "seconds"}] * 2
+    # the candidates did run at once: c1's prepare had ended before c0's scoring began (one after another,
+    # c1 starts only when c0 has finished)
+    def mtimes(out, step):
+        found = [f.stat().st_mtime_ns for f in (out / "logs").glob(f"{step}.*")]
+        assert found, f"no logs of {step}"
+        return found
+    assert max(mtimes(pilot_parallel["out"], "c1-prepare")) < min(mtimes(pilot_parallel["out"], "c0-score"))
+    assert max(mtimes(pilot["out"], "c0-score")) <= min(mtimes(pilot["out"], "c1-prepare"))
+
+
 def test_pilot_never_opens_final_roles_and_dev_tasks_are_disjoint(pilot):
     fr = pilot["record"]["results"]["final_roles"]
     assert fr["opened"] is False and fr["ledger_unchanged"] and fr["final_files_found"] == []
@@ -125,6 +166,7 @@ def test_pilot_never_opens_final_roles_and_dev_tasks_are_disjoint(pilot):
     (["--lr", "nan"], r"--lr: 'nan': expected a positive finite learning rate"),
     (["--lr", "1e-3", "--warmup", "-1"], r"--warmup: '-1': expected a whole number of warm-up updates"),
     (["--lr", "1e-3", "--warmup", "1.5"], r"--warmup: '1.5': expected a whole number"),
+    (["--parallel", "0"], r"--parallel: '0': expected a whole number of candidates run at once, at least 1"),
 ])
 def test_bad_lr_or_warmup_is_refused(tmp_path, capsys, args, match):
     with pytest.raises(SystemExit) as e:
