@@ -11,7 +11,8 @@
 #                                                  contract frozen from its own pilot, the commits bundled into
 #                                                  build/medium/out; follow it with `follow`, which brings that back
 #                                                  (PILOT_PARALLEL / STUDY_PARALLEL: each pilot's candidates run
-#                                                  that many at once, --parallel; default 1, one after another)
+#                                                  that many at once, --parallel; default 1, one after another;
+#                                                  THEN_TRIAL=1: the adaptive trial starts once its contract froze)
 #   bash campaigns/medium_campaign.sh probe NAME CONFIG  one GPU, in the background: a candidate seed recipe (CONFIG: SmallSeedConfig
 #                                                  fields, as campaigns/seed-probes/*.json) built, then the adaptive
 #                                                  pilot on it with a probe draft pinning the digest it built (kept in
@@ -64,7 +65,8 @@ sync_git() {  # the host's .git to the carried history; the working tree is alre
 
 start() {
     runtime
-    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+    # (the pid file may name this very process: `pilots` with THEN_TRIAL hands the pid file over to the trial)
+    if [ -f "$W/campaign.pid" ] && [ "$(cat "$W/campaign.pid")" != "$$" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
         echo "campaign already running (pid $(cat "$W/campaign.pid"))"; return
     fi
     seed=()
@@ -199,6 +201,11 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
     git bundle create "$out/device.bundle" "$(cat "$W/base-commit")..HEAD"
     git log --oneline -4
     echo "pilots done $(date -u +%FT%TZ)"
+    # THEN_TRIAL=1 (carry build/gpu-wheels too): with the adaptive contract frozen, the adaptive trial starts at
+    # once on the seed just built, so that one block holds the pilot and the trial (`follow` keeps following)
+    if [ "${THEN_TRIAL:-0}" = 1 ] && [ -f contracts/adaptive-shards.medium.json ]; then
+        PARTS=adaptive start
+    fi
 }
 
 pilots() {  # in the background, so that it outlives the device call that starts it (followed by `follow`)
