@@ -85,15 +85,22 @@ def contract_for(digest: str, commit: str | None) -> dict | None:
         if sha256_json(obj) == digest:
             return {"file": f"contracts/{f.name}", "commit": None, **obj}
     if commit:
-        for f in sorted(cdir.glob("*.json")):
+        # the files contracts/ held at that commit, not those it holds now: a contract may since have moved
+        # (the first medium campaign's frozen contracts went to runs/medium-superseded-seed-800112e3/)
+        try:
+            names = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", f"{commit}:contracts"],
+                                   capture_output=True, text=True, timeout=20, check=True).stdout.split()
+        except (subprocess.SubprocessError, OSError):
+            names = []
+        for name in sorted(n for n in names if n.endswith(".json")):
             try:
-                text = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:contracts/{f.name}"],
+                text = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:contracts/{name}"],
                                       capture_output=True, text=True, timeout=20, check=True).stdout
                 obj = loads_strict(text)
             except (subprocess.SubprocessError, OSError, ValueError):
                 continue
             if sha256_json(obj) == digest:
-                return {"file": f"contracts/{f.name}", "commit": commit, **obj}
+                return {"file": f"contracts/{name}", "commit": commit, **obj}
     return None
 
 
