@@ -41,7 +41,7 @@ span.kit-json { font-family: monospace; font-size: 11px; }
 td.status-completed, td.verdict-pass { background: #e3f4e3; } td.status-failed, td.verdict-fail { background: #fbe0e0; }
 td.status-aborted { background: #fdf0d5; } td.status-unavailable { background: #e8e8f4; }
 td.status-unrecorded { background: #f4d8f4; } td.status-superseded, td.status-kept { background: #ececec; } td.verdict-n\\/a { background: #eeeeee; }
-#kit-runs td[class*="status-"], #kit-failures td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
+#kit-runs td[class*="status-"], #kit-failures td[class*="status-"], table.kit-pilot td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
 p.kit-scope { max-width: 1100px; } p.kit-note { font-style: italic; max-width: 1100px; }
 img.kit-figure { max-width: 100%; height: auto; }
 .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
