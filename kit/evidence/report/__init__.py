@@ -1,7 +1,8 @@
 """`kit report`: the evidence of a runs directory as one offline HTML page. One module per part:
-page (build, execute, export), runs (the run table), scope, verdict_rows and verdicts (with analysis
-and cost), sections (each run's header), sidecars (one dispatch from a sidecar to its view), figures
-and format (the one way of writing values). The index module is the runs directory they all read.
+page (build, execute, export), runs (the run table), scope, pilots (the pilot records: candidates,
+chosen, positive control), verdict_rows and verdicts (with analysis and cost), sections (each run's
+header), sidecars (one dispatch from a sidecar to its view), figures and format (the one way of
+writing values). The index module is the runs directory they all read.
 """
 
 from kit.evidence.report.page import render_report

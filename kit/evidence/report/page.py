@@ -41,7 +41,7 @@ span.kit-json { font-family: monospace; font-size: 11px; }
 td.status-completed, td.verdict-pass { background: #e3f4e3; } td.status-failed, td.verdict-fail { background: #fbe0e0; }
 td.status-aborted { background: #fdf0d5; } td.status-unavailable { background: #e8e8f4; }
 td.status-unrecorded { background: #f4d8f4; } td.status-superseded, td.status-kept { background: #ececec; } td.verdict-n\\/a { background: #eeeeee; }
-#kit-runs td[class*="status-"], #kit-failures td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
+#kit-runs td[class*="status-"], #kit-failures td[class*="status-"], table.kit-pilot td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
 p.kit-scope { max-width: 1100px; } p.kit-note { font-style: italic; max-width: 1100px; }
 img.kit-figure { max-width: 100%; height: auto; }
 .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
@@ -63,11 +63,13 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
     Order: what the evidence shows and does not show (show_scope: the scale caveat comes before any verdict),
-    the verdict tables (verdicts.show_verdicts), the run table, the runs that did not
+    the pilots when the selection (or a selection beside it, pilots.PILOTS_BESIDE) holds pilot records
+    (pilots.show_pilots), the verdict tables (verdicts.show_verdicts), the run table, the runs that did not
     complete, then one section per run
     (benchmark records included): its header with lineage, then its sidecars."""
     import nbformat
 
+    from kit.evidence.report.pilots import beside, pilot_records
     from kit.evidence.run_index import split_selection
 
     shown = str(runs_dir)
@@ -81,6 +83,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     imports = ("from kit.evidence.report.runs import show_failures, show_runs\n"
+               "from kit.evidence.report.pilots import show_pilots\n"
                "from kit.evidence.report.scope import show_scope\nfrom kit.evidence.report.sections import show_run\n"
                "from kit.evidence.report.sidecars import show_metric\n"
                "from kit.evidence.report.verdicts import show_verdicts\n")
@@ -90,6 +93,10 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
         "Numbers: integers in full, others to 4 significant digits; times in UTC."))
     nb.cells.append(nbformat.v4.new_markdown_cell("## What this evidence shows and does not show"))
     nb.cells.append(_code_cell(imports + f"show_scope({where(runs_dir)!r})"))
+    also = beside(runs_dir)
+    if pilot_records(runs_dir, also):  # only a selection with pilot records has the section
+        nb.cells.append(nbformat.v4.new_markdown_cell("## Pilots"))
+        nb.cells.append(_code_cell(f"show_pilots({where(runs_dir)!r}, also={[where(a) for a in also]!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
     nb.cells.append(_code_cell(f"show_verdicts({where(runs_dir)!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs"))
