@@ -256,6 +256,7 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
         write_canonical_json(staging / prep.COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
     return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
+            "ledger_sha256": ledger_info["sha256"],  # the exposure ledger as read (None: absent)
             "contract_digest": contract.digest, "start": {k: start[k] for k in ("full_root", "gates", "gates_passed",
                                                                                "exploratory")},
             "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],

@@ -453,6 +453,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
         write_canonical_json(staging / COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
     return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
+            "ledger_sha256": ledger_info["sha256"],  # the exposure ledger as read (None: absent)
             "contract_digest": contract.digest, "parameter_digest": identity["parameter_digest"],
             "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],
             "final_tasks_excluded": task_report["final.tasks"]["excluded"]}

@@ -25,10 +25,39 @@ TASK_KINDS = ("final.task",)
 CONVERSATION_KINDS = ("final.retention", "retention.probe")
 # a rebuilt line's marker: which tool wrote it, from which evaluation record (path, and its sha256)
 REBUILT_FIELDS = ("by", "evaluation", "evaluation_sha256")
+# a preparation's run records the ledger it read under this input digest (the sha256 of its bytes, that of
+# no bytes when it was absent), so that a replay can give it the same ledger back (kit/evidence/replay.py):
+# those bytes are consecutive lines of the committed ledger (lines_with_digest)
+LEDGER_INPUT = "exposure_ledger"
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
 class LedgerError(ValueError):
     pass
+
+
+def read_digest(sha256: str | None) -> str:
+    """The LEDGER_INPUT digest of a ledger summary's `sha256` (None: the ledger was absent, read as empty)."""
+    return EMPTY_SHA256 if sha256 is None else sha256
+
+
+def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
+    """Consecutive whole lines of the ledger at `path` whose bytes have `sha256` (b"" for EMPTY_SHA256), the
+    earliest such, or None. The ledger a run read is such a block of the committed one: the committed ledger
+    is append-only, and a demo run from the repository root reads a ledger of its own whose lines are then
+    appended to it as one block (docs/formats.md, "Exposure ledger")."""
+    import hashlib
+
+    if sha256 == EMPTY_SHA256:
+        return b""
+    lines = Path(path).read_bytes().splitlines(keepends=True) if Path(path).exists() else []
+    for i in range(len(lines)):
+        h = hashlib.sha256()
+        for j in range(i, len(lines)):
+            h.update(lines[j])
+            if h.hexdigest() == sha256:
+                return b"".join(lines[i:j + 1])
+    return None
 
 
 def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | None = None) -> Path:

@@ -3,7 +3,8 @@
 A hash alone proves only that bytes did not change; replay shows that the recorded computation, run
 again from the recorded parameters on this machine, produces the same digests and roots (on any x86
 CPU, through the kit's numeric profile). The decision to know: a run's data paths are moved under the
-replay's work directory, and the runs that produced them are replayed first.
+replay's work directory, and the runs that produced them are replayed first; a preparation that read the
+exposure ledger reads again the committed ledger's lines it recorded reading (by digest).
 How a run is replayed and compared: docs/internals.md ("kit.evidence.replay").
 """
 
@@ -100,12 +101,35 @@ class Replayer:
             # evidence): its record is compared again, nothing is re-executed
             new = run_record.read_run_record(earlier)
         else:
+            self._restore_ledger(record, run_dir)
             self.log(f"replaying {run_id} ({record.notebook})")
             new = run_notebook(repository_root() / record.notebook, self._remap(record.parameters), run_id,
                                self.work / "runs")
         result = compare(record, new, str(run_dir))
         self.done[run_id] = result
         return result
+
+
+    def _restore_ledger(self, record: RunRecord, run_dir: Path) -> None:
+        """A run that read the exposure ledger (a preparation: input digest LEDGER_INPUT) reads it again as it
+        was: the committed ledger's consecutive lines with that digest (lines_with_digest), written where the
+        replay's `kit run` reads (beside work/runs). Refused when no such lines exist."""
+        from kit.evidence.ledger import LEDGER_ENV, LEDGER_INPUT, LEDGER_RELATIVE, lines_with_digest
+
+        want = record.input_digests.get(LEDGER_INPUT)
+        if want is None:
+            return  # recorded before preparations named their ledger: it runs on the replay's ledger as it is
+        if os.environ.get(LEDGER_ENV):
+            raise ReplayError(f"{run_dir}: ${LEDGER_ENV} is set; a replay gives the run the ledger it read, "
+                              "beside its own runs directory (unset it)")
+        committed = self.runs_dir.parent / LEDGER_RELATIVE
+        block = lines_with_digest(committed, want)
+        if block is None:
+            raise ReplayError(f"{run_dir}: input_digests[{LEDGER_INPUT!r}] = {want}: no consecutive lines of "
+                              f"{committed} have that sha256 (the ledger the run read is not in the committed one)")
+        target = self.work / LEDGER_RELATIVE
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(block)
 
 
 def compare(committed: RunRecord, replayed: RunRecord, where: str) -> dict:
