@@ -4,6 +4,7 @@ whatever x86 CPU runs the suite, and must give the committed digests and roots; 
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -67,3 +68,14 @@ def test_replay_refuses_a_record_of_another_numeric_profile(tmp_path):
     write_canonical_json(path, record)
     with pytest.raises(ReplayError, match=r"demo-seed: field numeric_profile.name = 'native'"):
         replay_runs([runs / "demo-seed"], tmp_path / "work", log=lambda m: None)
+
+
+def test_the_study_preparation_replays_on_the_ledger_it_read(replayed, work):
+    """Its exposed retention probes are drawn from the exposure ledger: the replay gives it back the committed
+    ledger's lines it recorded reading (input exposure_ledger), where an empty ledger refused it."""
+    (prep,) = replay_runs([RUNS / "demo-study-prepare"], work, log=lambda m: None)  # the seed: compared again
+    assert prep["ok"], prep["mismatches"]
+    assert "input_digests['exposure_ledger']" in prep["compared"]
+    committed = run_record.read_run_record(RUNS / "demo-study-prepare").input_digests["exposure_ledger"]
+    assert hashlib.sha256((work / "ledger" / "exposed.jsonl").read_bytes()).hexdigest() == committed
+    assert (work / "ledger" / "exposed.jsonl").stat().st_size > 0  # the adaptive finals' exposures

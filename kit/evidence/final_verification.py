@@ -100,7 +100,8 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
     and evaluation records found by the sha256 the runs recorded, prepared.json by the selection's
     prepared_digest, the three logs by name. Looked for first in the copies the evaluation run and then its
     selection run keep in `files/` (the logs as they stood after that evaluation), then anywhere under the
-    evidence folders beside the runs (a campaign folder's files brought back from a GPU host)."""
+    evidence folders beside the runs (a campaign folder's files brought back from a GPU host): there, a log
+    only when it names the record it must list (the selection's or the evaluation's sha256)."""
     from kit.evidence.notebook import FILES_DIR_NAME
     from kit.evidence.run_index import evidence_folders, load_runs, split_selection
 
@@ -122,8 +123,13 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
         found = next((p for p in candidates if sha and p.suffix in (".json", "") and _sha(p) == sha), None)
         return found or next((d / name for d in kept if name and (d / name).is_file()), None)
 
-    def by_name(name):
-        return next((p for p in candidates if p.name == name), None)
+    def by_name(name, sha):
+        """The run's own copy of log `name` (kept in files/); else one under the evidence folders that names
+        `sha`: a log of another experiment (another campaign's, a superseded demo's) is not this one's."""
+        own = next((d / name for d in kept if (d / name).is_file()), None)
+        if own is not None:
+            return own
+        return next((p for p in candidates if p.name == name and sha and sha in p.read_text(errors="replace")), None)
 
     def named(meta):
         return Path(meta["path"]).name if meta.get("path") else None
@@ -131,4 +137,6 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
     return {"selection": by_sha(sel_meta.get("sha256"), named(sel_meta)), "selection_sha256": sel_meta.get("sha256"),
             "prepared": by_sha(sel_meta.get("prepared_digest"), "prepared.json"),
             "evaluation": by_sha(ev_meta.get("sha256"), named(ev_meta)),
-            "evaluation_sha256": ev_meta.get("sha256"), **{name: by_name(name) for name in LOGS}}
+            "evaluation_sha256": ev_meta.get("sha256"),
+            **{name: by_name(name, ev_meta.get("sha256") if name == "final-evaluations.jsonl" else sel_meta.get("sha256"))
+               for name in LOGS}}

@@ -37,7 +37,8 @@ class LedgerError(ValueError):
 
 
 def read_digest(sha256: str | None) -> str:
-    """The LEDGER_INPUT digest of a ledger summary's `sha256` (None: the ledger was absent, read as empty)."""
+    """The LEDGER_INPUT digest of a ledger summary's `sha256` (None: the ledger was absent, read as no lines;
+    a replay gives such a run no ledger file, kit/evidence/replay.py)."""
     return EMPTY_SHA256 if sha256 is None else sha256
 
 

@@ -101,10 +101,16 @@ class Replayer:
             # evidence): its record is compared again, nothing is re-executed
             new = run_record.read_run_record(earlier)
         else:
+            from kit.environ import temporary_environ
+            from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
+
             self._restore_ledger(record, run_dir)
             self.log(f"replaying {run_id} ({record.notebook})")
-            new = run_notebook(repository_root() / record.notebook, self._remap(record.parameters), run_id,
-                               self.work / "runs")
+            # every replayed run reads and records to the replay's own ledger, whatever $KIT_LEDGER names
+            # outside: a replayed scoring must not write exposures into someone's ledger
+            with temporary_environ({LEDGER_ENV: str(self.work / LEDGER_RELATIVE)}):
+                new = run_notebook(repository_root() / record.notebook, self._remap(record.parameters), run_id,
+                                   self.work / "runs")
         result = compare(record, new, str(run_dir))
         self.done[run_id] = result
         return result
@@ -112,22 +118,25 @@ class Replayer:
 
     def _restore_ledger(self, record: RunRecord, run_dir: Path) -> None:
         """A run that read the exposure ledger (a preparation: input digest LEDGER_INPUT) reads it again as it
-        was: the committed ledger's consecutive lines with that digest (lines_with_digest), written where the
-        replay's `kit run` reads (beside work/runs). Refused when no such lines exist."""
-        from kit.evidence.ledger import LEDGER_ENV, LEDGER_INPUT, LEDGER_RELATIVE, lines_with_digest
+        was: the committed ledger's consecutive lines with that digest (lines_with_digest), written as the
+        replay's own ledger (work/ledger/exposed.jsonl, which every replayed run is given as $KIT_LEDGER).
+        Refused when no such lines exist."""
+        from kit.evidence.ledger import LEDGER_INPUT, LEDGER_RELATIVE, lines_with_digest
 
         want = record.input_digests.get(LEDGER_INPUT)
         if want is None:
             return  # recorded before preparations named their ledger: it runs on the replay's ledger as it is
-        if os.environ.get(LEDGER_ENV):
-            raise ReplayError(f"{run_dir}: ${LEDGER_ENV} is set; a replay gives the run the ledger it read, "
-                              "beside its own runs directory (unset it)")
         committed = self.runs_dir.parent / LEDGER_RELATIVE
         block = lines_with_digest(committed, want)
         if block is None:
             raise ReplayError(f"{run_dir}: input_digests[{LEDGER_INPUT!r}] = {want}: no consecutive lines of "
                               f"{committed} have that sha256 (the ledger the run read is not in the committed one)")
         target = self.work / LEDGER_RELATIVE
+        if block == b"":
+            # no lines read: the ledger was absent (read_digest), which a preparation records differently from
+            # an empty file (its summary's sha256 is null), so it is absent again
+            target.unlink(missing_ok=True)
+            return
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(block)
 
