@@ -52,13 +52,12 @@ import argparse
 import copy
 import datetime as dt
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from campaigns.phases import REPO, Deadline, json_lines, run_process
+from campaigns.phases import REPO, Deadline, json_lines, run_process, step_env
 from kit.evidence.environment import code_state, device_info, versions
 
 CONTRACTS = {"full": REPO / "contracts" / "adaptive-shards.json", "tiny": REPO / "contracts" / "adaptive-shards.tiny.json"}
@@ -168,12 +167,8 @@ class Campaign:
         self.state_path.write_text(json.dumps(self.state, indent=1, sort_keys=True) + "\n")
 
     def env(self, deterministic: bool = False) -> dict:
-        e = dict(os.environ)
-        e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-        e["KIT_PROGRESS"] = "0"
-        if self.a.device == "cpu":
-            e["CUDA_VISIBLE_DEVICES"] = ""
-        else:
+        e = step_env(self.a.device)
+        if self.a.device != "cpu":
             e.setdefault("NCCL_DEBUG", "WARN")  # NCCL's own reason (e.g. a duplicate GPU) lands in the worker logs
         if deterministic:
             e["KIT_GPU_DETERMINISTIC"] = "1"

@@ -26,6 +26,17 @@ class Deadline:
         return math.inf if self.end is None else self.end - time.monotonic()
 
 
+def step_env(device: str) -> dict:
+    """The environment of a campaign step's process: this one's, with the repository on PYTHONPATH (the
+    step runs `python -m kit ...` from any folder), no progress bars in the logs, and no GPU for a CPU run."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    e["KIT_PROGRESS"] = "0"
+    if device == "cpu":
+        e["CUDA_VISIBLE_DEVICES"] = ""
+    return e
+
+
 def run_process(argv: list[str], env: dict, timeout: float, log_base: Path) -> dict:
     """Run `argv` in its own process group; on timeout the whole group (the launcher and its workers)
     is stopped. stdout/stderr go to log_base.out/.err."""

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from campaigns.phases import REPO, run_process
+from campaigns.phases import REPO, run_process, step_env
 from kit.evidence.environment import relative_to_base
 
 MIN_START_S = {"seed": 60, "prepare": 10, "train": 20, "evaluate": 10, "score": 10}  # the least worth starting
@@ -89,11 +89,7 @@ class PilotRun:
             return self.gates.setdefault(key, threading.Lock())
 
     def env(self, deterministic: bool = False) -> dict:
-        e = dict(os.environ)
-        e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-        e["KIT_PROGRESS"] = "0"
-        if self.a.device == "cpu":
-            e["CUDA_VISIBLE_DEVICES"] = ""
+        e = step_env(self.a.device)
         if deterministic:
             e.update(SEED_ENV)
         return e
