@@ -12,7 +12,10 @@
 #                                                  build/medium/out; follow it with `follow`, which brings that back
 #                                                  (PILOT_PARALLEL / STUDY_PARALLEL: each pilot's candidates run
 #                                                  that many at once, --parallel; default 1, one after another;
-#                                                  THEN_TRIAL=1: the adaptive trial starts once its contract froze)
+#                                                  THEN_TRIAL=1: the adaptive trial starts once its contract froze;
+#                                                  ELSE_PROBE="NAME CONFIG": when it did not freeze, `probe NAME
+#                                                  CONFIG` follows on the same machine, so that one block of
+#                                                  device time tests a seed recipe too)
 #   bash campaigns/medium_campaign.sh probe NAME CONFIG  one GPU, in the background: a candidate seed recipe (CONFIG: SmallSeedConfig
 #                                                  fields, as campaigns/seed-probes/*.json) built, then the adaptive
 #                                                  pilot on it with a probe draft pinning the digest it built (kept in
@@ -45,6 +48,11 @@ runtime() {  # the notebook runtime without an index (docs/gpu-hosts.md), once p
     # shellcheck disable=SC1091
     . /tmp/nbrt/env.sh
     export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
+}
+
+timed() {  # timed FILE CMD...: GNU time's resource record of CMD in FILE, where the host has GNU time
+    local file=$1; shift
+    if [ -x /usr/bin/time ]; then /usr/bin/time -v -o "$file" "$@"; else "$@"; fi
 }
 
 sync_git() {  # the host's .git to the carried history; the working tree is already that commit's
@@ -158,7 +166,7 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$W/seed-build/gpu.txt"
     if [ ! -f "$seed/config.json" ]; then  # the first seed build on this machine: the digest check of a fresh host
         echo "seed build started $(date -u +%FT%TZ)"
-        CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 /usr/bin/time -v -o "$W/seed-build/time.txt" \
+        CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$W/seed-build/time.txt" \
             python3 -m kit seed build --scale small --device cuda --out "$seed" --no-progress \
             >"$W/seed-build/seed_build.json" 2>"$W/seed-build/stderr.txt" || true
         tar czf "$out/seed-build.tgz" -C "$W" seed-build
@@ -205,6 +213,12 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
     # once on the seed just built, so that one block holds the pilot and the trial (`follow` keeps following)
     if [ "${THEN_TRIAL:-0}" = 1 ] && [ -f contracts/adaptive-shards.medium.json ]; then
         PARTS=adaptive start
+    elif [ -n "${ELSE_PROBE:-}" ] && [ ! -f contracts/adaptive-shards.medium.json ]; then
+        # ELSE_PROBE="NAME CONFIG": the positive control did not hold on the pinned seed, so the rest of the
+        # block checks a candidate seed recipe. The host's git already holds the pilots' commits (bundled
+        # above): no second sync, which would reset them away.
+        # shellcheck disable=SC2086
+        SYNCED=1 probe_run $ELSE_PROBE
     fi
 }
 
@@ -219,14 +233,14 @@ pilots() {  # in the background, so that it outlives the device call that starts
 
 probe_run() {  # `probe` in the foreground: does a seed recipe pass the positive control? (docs/gpu-hosts.md)
     local name=$1 config=$2 d="$W/probe-$1" out="$W/out"
-    sync_git
+    [ "${SYNCED:-0}" = 1 ] || sync_git  # SYNCED=1: after `pilots` on this machine (ELSE_PROBE)
     export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
     [ -f "$config" ] || { echo "probe: $config: no such seed config"; exit 2; }
     mkdir -p "$out" "$d/seed-build"
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$d/seed-build/gpu.txt"
     cp "$config" "$d/seed-build/config.json"
     echo "probe seed build started $(date -u +%FT%TZ)"
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 /usr/bin/time -v -o "$d/seed-build/time.txt" \
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$d/seed-build/time.txt" \
         python3 -m kit seed build --scale small --device cuda --config "$config" --out "$d/seed" --no-progress \
         >"$d/seed-build/seed_build.json" 2>"$d/seed-build/stderr.txt" || true
     local digest
@@ -282,5 +296,5 @@ case "${1:-}" in
     resume) resume "${2:?PARTS}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    *) sed -n '2,32p' "$0"; exit 2 ;;
 esac

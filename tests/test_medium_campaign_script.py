@@ -3,6 +3,7 @@ once (a missing or stale pid once made it wait out a whole device call) and pack
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tarfile
@@ -94,3 +95,96 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
     refused = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "sync"], capture_output=True,
                              text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert refused.returncode == 2 and "notes.txt" in refused.stderr
+
+
+FAKE_PYTHON = r"""#!/bin/bash
+# the host's python3 for campaigns/medium_campaign.sh: the GPU steps recorded and faked, anything else real
+echo "$*" >>"$FAKE_LOG"
+if [ "$1" = -m ] && [ "$2" != json ]; then
+    mod=$2; shift 2
+    out=""; config=""
+    while [ $# -gt 0 ]; do
+        case $1 in --out) out=$2; shift ;; --config) config=$2; shift ;; esac
+        shift
+    done
+    case $mod in
+        kit)  # seed build: a probe's recipe (--config) gives another digest than the pinned defaults
+            mkdir -p "$out" && echo '{}' >"$out/config.json"
+            if [ -n "$config" ]; then echo '{"parameter_digest": "b0b0"}'; else echo '{"parameter_digest": "a0a0"}'; fi ;;
+        campaigns.medium_pilot) mkdir -p "$out" && echo '{"status": "completed"}' >"$out/run.json" ;;
+        campaigns.medium_freeze)  # FAKE_FREEZE=1: the positive control held
+            [ "${FAKE_FREEZE:-0}" = 1 ] || exit 1
+            echo '{}' >contracts/adaptive-shards.medium.json ;;
+        *) exit 3 ;;
+    esac
+    exit 0
+fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def _pilots_host(tmp_path: Path, name: str) -> tuple[Path, dict]:
+    """A device copy ready for `pilots-run`: the script, the adaptive draft, a probe config, the carried bundle
+    of its one commit, and a PATH whose python3 and nvidia-smi stand in for the GPU host's."""
+    import sys
+
+    here = tmp_path / f"{name}-here"
+    (here / "campaigns" / "seed-probes").mkdir(parents=True)
+    (here / "contracts").mkdir()
+    shutil.copy(REPO / "campaigns" / "medium_campaign.sh", here / "campaigns")
+    shutil.copy(REPO / "contracts" / "adaptive-shards.medium.draft.json", here / "contracts")
+    (here / "campaigns" / "seed-probes" / "p9.json").write_text('{"task_epochs": 8}\n')
+    (here / ".gitignore").write_text("build/\n")
+    _git(here, "init", "-q")
+    _git(here, "add", "-A")
+    _git(here, "commit", "-q", "-m", "carried")
+    subprocess.run(["make", "-f", str(REPO / "Makefile"), "-C", str(here), "medium-bundle"], check=True,
+                   capture_output=True)
+    host = tmp_path / f"{name}-host"
+    shutil.copytree(here, host, ignore=shutil.ignore_patterns(".git"))
+    fake = tmp_path / f"{name}-bin"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_PYTHON)
+    (fake / "nvidia-smi").write_text("#!/bin/bash\necho 'NVIDIA H200, 143771 MiB'\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path), "FAKE_LOG": str(tmp_path / f"{name}.log"),
+           "REAL_PYTHON": sys.executable, "PILOTS": "adaptive", "ELSE_PROBE": "p9 campaigns/seed-probes/p9.json"}
+    return host, env
+
+
+def test_pilots_chain_a_seed_probe_when_the_control_fails_and_keep_their_commits(tmp_path):
+    """ELSE_PROBE: with no adaptive contract frozen, `pilots-run` goes on to `probe` on the same machine
+    without a second sync (which would reset the pilots' commits away); the probe's draft pins the digest
+    its build printed. With the contract frozen, no probe runs."""
+    host, env = _pilots_host(tmp_path, "failed")
+    script = str(host / "campaigns" / "medium_campaign.sh")
+    done = subprocess.run(["bash", script, "pilots-run", "2099-01-01"], cwd=host, env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = Path(env["FAKE_LOG"]).read_text().splitlines()
+    modules = [c.split()[1] for c in calls if c.startswith("-m ")]
+    assert modules == ["kit", "campaigns.medium_pilot", "campaigns.medium_freeze", "kit", "campaigns.medium_pilot"]
+    probe_build = next(c for c in calls if "--config" in c)
+    assert "--config campaigns/seed-probes/p9.json" in probe_build and "build/medium/probe-p9/seed" in probe_build
+    probe_pilot = [c for c in calls if "campaigns.medium_pilot" in c][1]
+    assert "--draft build/medium/probe-p9/pilot/probe-draft.json" in probe_pilot
+    assert "--run-id probe-p9" in probe_pilot and "--seed build/medium/probe-p9/seed" in probe_pilot
+    draft = json.loads((host / "build/medium/probe-p9/pilot/probe-draft.json").read_text())
+    assert draft["seed"]["parameter_digest"] == "b0b0" and draft["description"].startswith("PROBE (never frozen)")
+    assert _git(host, "log", "-1", "--format=%s") == "Medium pilots 2099-01-01 on one GPU: their records, development roles only"
+    assert _git(host, "status", "--porcelain") == ""
+    out = host / "build" / "medium" / "out"
+    assert {p.name for p in out.iterdir()} == {"seed-build.tgz", "medium-pilot-2099-01-01.tgz", "device.bundle",
+                                               "probe-p9.tgz"}
+    with tarfile.open(out / "probe-p9.tgz") as tar:
+        assert "probe-p9/pilot/probe-draft.json" in tar.getnames()
+
+    host, env = _pilots_host(tmp_path, "frozen")
+    env["FAKE_FREEZE"] = "1"
+    done = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "pilots-run", "2099-01-01"],
+                          cwd=host, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = Path(env["FAKE_LOG"]).read_text().splitlines()
+    assert not any("--config" in c for c in calls) and not (host / "build/medium/probe-p9").exists()
+    assert _git(host, "log", "-1", "--format=%s").startswith("Adaptive medium contract frozen")
