@@ -68,7 +68,7 @@ def main():
     for name, dtype, comp, clip in settings:
         try:
             r = run_setting(a, shape, name, dtype, comp, clip, V, T, seg)
-        except Exception as e:  # a setting that cannot run is a result too
+        except Exception as e:  # noqa: BLE001 (a setting that cannot run is a result too)
             r = {"setting": name, "error": f"{type(e).__name__}: {e}"[:500]}
         print(json.dumps(r), flush=True)
         results.append(r)

@@ -140,10 +140,11 @@ def choose(candidates: list[dict]) -> dict | None:
     eligible = [c for c in candidates if c.get("dev") and c["dev"]["eligible"]]
     if not eligible:
         return None
-    o = lambda c: c["overrides"]  # noqa: E731
-    return min(eligible, key=lambda c: (-c["dev"]["accuracy"], c["dev"]["tasks"]["change_nats_per_token"],
-                                        o(c)["lr"], o(c)["microbatch_size"], o(c)["max_tokens"],
-                                        o(c).get("warmup", 0)))
+    def rank(c: dict) -> tuple:
+        o = c["overrides"]
+        return (-c["dev"]["accuracy"], c["dev"]["tasks"]["change_nats_per_token"], o["lr"], o["microbatch_size"],
+                o["max_tokens"], o.get("warmup", 0))
+    return min(eligible, key=rank)
 
 
 # The medium scale is a positive control (issue 26, Deliver 3): the seed must sit inside this band of pooled

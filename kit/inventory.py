@@ -64,8 +64,8 @@ def read_header(path: str | os.PathLike) -> list[TensorEntry]:
         if n > MAX_HEADER_BYTES or 8 + n > size:
             raise ValueError(f"{path}: safetensors header length {n} exceeds the file size {size}")
         header = loads_strict(f.read(n), f"{path} (safetensors header)")
-    if not isinstance(header, dict):
-        raise ValueError(f"{path}: safetensors header is not a JSON object")
+    if not isinstance(header, dict):  # a malformed file, not a caller's type error: ValueError as above
+        raise ValueError(f"{path}: safetensors header is not a JSON object")  # noqa: TRY004
     base = 8 + n
     entries = []
     for name, meta in header.items():

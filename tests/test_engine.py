@@ -27,9 +27,9 @@ def _launch(tmp_path, dirs, workers, batches, max_norm, name):
     grads, state, ages = {}, {}, {}
     for r in range(workers):
         with safe_open(str(dump / f"grads-{r}.safetensors"), "pt") as f:
-            grads.update({k: f.get_tensor(k) for k in f.keys()})
+            grads.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118 (safe_open is no mapping)
         with safe_open(str(dump / f"state-{r}.safetensors"), "pt") as f:
-            state.update({k: f.get_tensor(k) for k in f.keys()})
+            state.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118 (safe_open is no mapping)
             for kv in f.metadata()["ages"].split(","):
                 k, v = kv.split("=")
                 ages[k] = int(v)

@@ -48,7 +48,7 @@ def trained(tmp_path):
 
 
 def test_growth_is_identity_and_keeps_old_state(trained):
-    home, root, seed = trained
+    home, root, _seed = trained
     grown = grow_commit(str(home), root, add=2, copy_from=1, group="grown")
     before, start_a = _full_model(home, root)
     after, start_b = _full_model(home, grown)
@@ -75,7 +75,7 @@ def test_growth_is_identity_and_keeps_old_state(trained):
 
 
 def test_after_one_update_new_ages_start_and_values_are_finite(trained):
-    home, root, seed = trained
+    home, root, _seed = trained
     grown = grow_commit(str(home), root, add=2, copy_from=1, group="grown")
     s = Session(CPU, str(home), even_layout(5, 1), start_from_commit(str(home), grown), ENGINE, GROUPS,
                 reference=None)
@@ -106,7 +106,7 @@ def test_growth_refuses_bad_arguments(trained):
 def test_admission_refuses_before_allocating(trained, monkeypatch):
     import kit.engine.admission as session_mod
 
-    home, root, seed = trained
+    home, root, _seed = trained
     monkeypatch.setattr(session_mod, "free_memory_bytes", lambda device: 1000)
     with pytest.raises(ValueError, match=r"rank 0 \(cpu\).*1000|1000.*rank 0 \(cpu\)"):
         Session(CPU, str(home), even_layout(3, 1), start_from_commit(str(home), root), ENGINE, GROUPS)

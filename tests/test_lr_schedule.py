@@ -1,6 +1,7 @@
 """The contracts' learning-rate schedule (kit/train/schedule.py): its values, its validation, and that a
 session's optimizer really trains at the scheduled rate."""
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +29,7 @@ def test_warmup_then_cosine_to_the_floor():
     assert f[:4] == [0.25, 0.5, 0.75, 1.0]  # linear: (k + 1) / W
     assert f[4] == 1.0 and f[-1] == pytest.approx(0.1, abs=1e-15)  # cosine starts at the peak, ends at the floor
     assert lr_factor(WARM_COSINE, 8, 13) == pytest.approx(0.55, abs=1e-15)  # half-way: the mean of peak and floor
-    assert all(a >= b for a, b in zip(f[4:], f[5:]))
+    assert all(a >= b for a, b in itertools.pairwise(f[4:]))
 
 
 def test_warmup_then_constant():

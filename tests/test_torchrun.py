@@ -22,7 +22,7 @@ def test_torchrun_matches_the_local_launcher(prepared, tmp_path):
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "kit",
          "adaptive", "train", "--prepared", str(p), "--seed", str(prepared["seed"]), "--home",
          str(tmp_path / "tr"), "--cohort", "A", "--workers", "2", "--until", "1"],
-        env=env, capture_output=True, text=True, timeout=300)
+        env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     commits = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert commits[-1]["learned_state_root"] == local[-1]["learned_state_root"]

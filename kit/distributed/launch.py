@@ -108,7 +108,7 @@ def launch(entry, args: dict, workers: int, run_dir: str | os.PathLike, timeout_
                     MASTER_ADDR="127.0.0.1",
                     MASTER_PORT=str(port), KIT_RUN_DIR=str(run_dir), KIT_THREADS=str(threads),
                     OMP_NUM_THREADS=str(threads))
-        log = open(run_dir / f"worker-{rank}.log", "wb")
+        log = open(run_dir / f"worker-{rank}.log", "wb")  # noqa: SIM115 (open while the worker runs; closed below)
         procs.append((subprocess.Popen([sys.executable, "-m", "kit.distributed.launch", entry, str(args_path)],
                                        env=penv, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout_s
@@ -128,8 +128,8 @@ def launch(entry, args: dict, workers: int, run_dir: str | os.PathLike, timeout_
             if time.monotonic() > deadline:
                 break
             try:
-                procs[[i for i, c in enumerate(codes) if c is None][0]][0].wait(timeout=0.05)
-            except (subprocess.TimeoutExpired, IndexError):
+                procs[next(i for i, c in enumerate(codes) if c is None)][0].wait(timeout=0.05)
+            except (subprocess.TimeoutExpired, StopIteration):
                 pass
     finally:
         if bar is not None:

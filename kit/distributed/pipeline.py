@@ -23,6 +23,8 @@ from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.model.weight_cache import WeightCache
 from kit.train.batch import TrainRecord, make_microbatches, validate_records
+from kit.train.device_clip import clip_on_device
+from kit.train.grad_norms import squared_norms
 from kit.train.loss import (
     DistillConfig,
     LossParts,
@@ -31,8 +33,6 @@ from kit.train.loss import (
     target_positions,
     update_objective,
 )
-from kit.train.device_clip import clip_on_device
-from kit.train.grad_norms import squared_norms
 from kit.train.optim import ParamAdamW, clip_factor
 
 # --- the tick plan: pure functions of (world W, microbatches M, rank r, tick t) ----------------------

@@ -19,8 +19,8 @@ from kit import numerics
 from kit.data.chat import encode_or_refuse, generation_prompt_ids
 from kit.data.conversations import Conversation
 from kit.data.tasks import normalize_answer
-from kit.model.config import load_config
 from kit.model.cached_decode import greedy_cached
+from kit.model.config import load_config
 from kit.model.generate import greedy_batch
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
@@ -94,7 +94,7 @@ def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max
                  batch_size: int = 32) -> list[dict]:
     """[{id, family, reply, correct}]: greedy reply to each task's prompt, checked against its answer."""
     vocab = tokenizer.get_vocab()
-    eos = vocab["<|im_end|>"] if "<|im_end|>" in vocab else tokenizer.eos_token_id
+    eos = vocab.get("<|im_end|>", tokenizer.eos_token_id)
     for c in tasks:
         if "answer" not in c.meta or "family" not in c.meta:
             raise ValueError(f"task record {c.id!r} lacks 'answer' or 'family'")

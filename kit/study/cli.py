@@ -70,7 +70,15 @@ def cmd_status(a) -> int:
 
 
 def register(sub) -> None:
-    from kit.cli.args import OutDir, OutFile, add_renamed, contract_file, public_source_file, seed_dir, study_dir
+    from kit.cli.args import (
+        OutDir,
+        OutFile,
+        add_renamed,
+        contract_file,
+        public_source_file,
+        seed_dir,
+        study_dir,
+    )
 
     study = sub.add_parser("study", help="the shared-gradient study: prepare, arms, evaluation, screens")
     actions = study.add_subparsers(dest="action", required=True)
