@@ -164,3 +164,30 @@ def test_the_recipe_files_reproduce_their_recorded_configs():
     assert {k: rebuilt[k] for k in old} == old
     assert (rebuilt["retrieval_docs"], rebuilt["task_epochs"], rebuilt["dev_difficulty_tasks"],
             rebuilt["compile_blocks"], rebuilt["clip_on_device"], rebuilt["fast_paths"]) == (0, 1, 0, "off", "off", "off")
+
+
+def test_rows_pack_whole_conversations_and_cut_text_exactly():
+    """The packing oracles by hand: conversations whole, in order, right-padded (pad never a target); text
+    documents each followed by the separator, cut into full rows, the rest dropped. Rows are tuples."""
+    from types import SimpleNamespace as E
+
+    encoded = [E(input_ids=(1, 2, 3), target_mask=(False, True, True)), E(input_ids=(4, 5), target_mask=(False, True)),
+               E(input_ids=(6, 7, 8, 9), target_mask=(False, False, True, True))]
+    assert small.conversation_rows(encoded, [0, 1, 2, 0], pad=0, seq_len=6) == [
+        ((1, 2, 3, 4, 5, 0), (False, True, True, False, True, False)),
+        ((6, 7, 8, 9, 0, 0), (False, False, True, True, False, False)),
+        ((1, 2, 3, 0, 0, 0), (False, True, True, False, False, False))]
+    assert small.conversation_rows(encoded, [], pad=0, seq_len=6) == []
+    assert small.text_rows([[1, 2], [3, 4, 5]], [1, 0], sep=9, seq_len=3) == [(3, 4, 5), (9, 1, 2)]
+
+
+def test_collection_paused_restores_the_collector():
+    import gc
+
+    assert gc.isenabled()
+    with small.collection_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), small.collection_paused():
+        raise RuntimeError("a failed pack")
+    assert gc.isenabled()

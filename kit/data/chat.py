@@ -227,6 +227,18 @@ def generation_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _ids_and_offsets(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[tuple[list, list]]:
+    """(ids, offsets) of every text, without special tokens. Why the backend (the `tokenizers` object that
+    a fast tokenizer wraps) directly: for a few hundred thousand texts, converting its encodings into a
+    BatchEncoding costs about as much as the tokenization itself. The ids and offsets are the same ones;
+    `encode_single_turns` checks its first conversations against the slow path either way."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        return list(zip(enc["input_ids"], enc["offset_mapping"]))
+    return [(e.ids, e.offsets) for e in backend.encode_batch(texts, add_special_tokens=False)]
+
+
 def encode_single_turns(tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Conversation],
                         max_tokens: int, check: int = 64) -> list[EncodedExample | None]:
     """`encode_or_refuse` (None when over `max_tokens`) for many one-user-one-assistant conversations at once.
@@ -248,10 +260,8 @@ def encode_single_turns(tokenizer: PreTrainedTokenizerBase, conversations: Seque
         middle, tail = rest.split(reply)
         texts = [head + c.messages[0].content + middle + c.messages[1].content + tail for c in conversations]
         starts = [len(head) + len(c.messages[0].content) + len(middle) for c in conversations]
-        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
         fast: list[EncodedExample | None] = []
-        for c, text, start, ids, offsets in zip(conversations, texts, starts, enc["input_ids"],
-                                                enc["offset_mapping"]):
+        for c, text, start, (ids, offsets) in zip(conversations, texts, starts, _ids_and_offsets(tokenizer, texts)):
             end = len(text.rstrip())  # end-of-turn text is a target, the whitespace after it is not
             mask = [e > s and s < end and e > start for s, e in offsets]
             if mask:
