@@ -229,14 +229,11 @@ def generation_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence
 
 def _ids_and_offsets(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[tuple[list, list]]:
     """(ids, offsets) of every text, without special tokens. Why the backend (the `tokenizers` object that
-    a fast tokenizer wraps) directly: for a few hundred thousand texts, converting its encodings into a
-    BatchEncoding costs about as much as the tokenization itself. The ids and offsets are the same ones;
-    `encode_single_turns` checks its first conversations against the slow path either way."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-        return list(zip(enc["input_ids"], enc["offset_mapping"]))
-    return [(e.ids, e.offsets) for e in backend.encode_batch(texts, add_special_tokens=False)]
+    a fast tokenizer wraps; masks need a fast tokenizer anyway) directly: for a few hundred thousand texts,
+    converting its encodings into a BatchEncoding costs about as much as the tokenization itself. The ids
+    and offsets are the same ones; `encode_single_turns` checks its first conversations against the slow
+    path either way."""
+    return [(e.ids, e.offsets) for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
 
 
 def encode_single_turns(tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Conversation],
@@ -269,7 +266,7 @@ def encode_single_turns(tokenizer: PreTrainedTokenizerBase, conversations: Seque
             if len(ids) > max_tokens or not any(mask):
                 fast.append(None)
                 continue
-            fast.append(EncodedExample(id=c.id, input_ids=tuple(int(i) for i in ids),
+            fast.append(EncodedExample(id=c.id, input_ids=tuple(ids),  # Python ints already
                                        target_mask=tuple(mask), source=c.source,
                                        conversation_digest=c.digest, truncated=False))
         if fast[:check] == slow:
