@@ -236,6 +236,28 @@ def test_synthetic_corpus_encodes_with_full_assistant_coverage(tokenizer):
 
 
 # ---- one-batch encoding of single turns (the seed build's generated conversations) -------------------
+def test_batch_ids_and_offsets_equal_the_tokenizer_call_whatever_the_backend_state(tokenizer):
+    """The seed build's batch encoding goes to the tokenizer's backend directly: the same ids and offsets
+    as the tokenizer's call, also when the backend was left truncating (the call would undo that)."""
+    from kit.data.chat import _ids_and_offsets
+
+    texts = ["sort ascending: 48 38 32 36", "x " * 40, "table: a=1, b=2. value of b?<|im_end|>"]
+
+    def plain(pairs):
+        return [([int(i) for i in ids], [tuple(o) for o in offsets]) for ids, offsets in pairs]
+
+    call = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    expected = plain(zip(call["input_ids"], call["offset_mapping"]))
+    assert plain(_ids_and_offsets(tokenizer, texts)) == expected
+    backend = tokenizer.backend_tokenizer
+    backend.enable_truncation(max_length=4)
+    try:
+        got = plain(_ids_and_offsets(tokenizer, texts))
+    finally:
+        backend.no_truncation()
+    assert got == expected and len(got[1][0]) > 4
+
+
 def test_single_turns_encode_exactly_as_one_at_a_time(tokenizer):
     from kit.data.chat import encode_or_refuse, encode_single_turns
 

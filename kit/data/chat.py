@@ -232,8 +232,13 @@ def _ids_and_offsets(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> li
     a fast tokenizer wraps; masks need a fast tokenizer anyway) directly: for a few hundred thousand texts,
     converting its encodings into a BatchEncoding costs about as much as the tokenization itself. The ids
     and offsets are the same ones; `encode_single_turns` checks its first conversations against the slow
-    path either way."""
-    return [(e.ids, e.offsets) for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
+    path either way. Only while the backend is in the state the tokenizer's call would put it in (no
+    truncation, no padding, special tokens matched as such); otherwise the call, which sets that state."""
+    backend = tokenizer.backend_tokenizer
+    if backend.truncation is not None or backend.padding is not None or backend.encode_special_tokens:
+        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        return list(zip(enc["input_ids"], enc["offset_mapping"]))
+    return [(e.ids, e.offsets) for e in backend.encode_batch(texts, add_special_tokens=False)]
 
 
 def encode_single_turns(tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Conversation],
