@@ -17,7 +17,10 @@ RUNS = REPO / "runs"
 COMPLETED, FAILED, BENCH = "demo-adaptive-A2-control", "adaptive-gpu-campaign-x2-2026-11-30", "bench-update-2026-11-29"
 
 
-def test_a_completed_run_without_its_store_falls_back_to_the_committed_sidecars():
+def test_a_completed_run_without_its_store_falls_back_to_the_committed_sidecars(tmp_path, monkeypatch):
+    # The run's store paths are relative to the folder it ran in, the repository root; after the README's
+    # `make demo` there, demo-out/ holds such a store and would be found. From an empty folder none is.
+    monkeypatch.chdir(tmp_path)
     found = inspect_run(RUNS, COMPLETED)
     sidecar = json.loads((RUNS / COMPLETED / "metrics" / "loss_curves.json").read_text())
     commits = json.loads((RUNS / COMPLETED / "metrics" / "commits.json").read_text())
