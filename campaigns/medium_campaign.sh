@@ -16,11 +16,13 @@
 #                                                  ELSE_PROBE="NAME CONFIG": when it did not freeze, `probe NAME
 #                                                  CONFIG` follows on the same machine, so that one block of
 #                                                  device time tests a seed recipe too)
-#   bash campaigns/medium_campaign.sh probe NAME CONFIG  one GPU, in the background: a candidate seed recipe (CONFIG: SmallSeedConfig
-#                                                  fields, as campaigns/seed-probes/*.json) built, then the adaptive
-#                                                  pilot on it with a probe draft pinning the digest it built (kept in
-#                                                  the record's folder; the freeze refuses it: its draft is not the
-#                                                  committed one); nothing committed; `follow` brings it back
+#   bash campaigns/medium_campaign.sh probe NAME CONFIG [NAME CONFIG ...]  one GPU, in the background: a candidate
+#                                                  seed recipe (CONFIG: SmallSeedConfig fields, as
+#                                                  campaigns/seed-probes/*.json) built, then the adaptive pilot on it
+#                                                  with a probe draft pinning the digest it built (kept in the
+#                                                  record's folder; the freeze refuses it: its draft is not the
+#                                                  committed one); nothing committed; `follow` brings it back. Several
+#                                                  pairs: one sync, then the probes side by side on the one GPU
 #   bash campaigns/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
 #                                                  PARTS=study (or adaptive) runs only that experiment
 #   bash campaigns/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
@@ -239,14 +241,14 @@ probe_run() {  # `probe` in the foreground: does a seed recipe pass the positive
     mkdir -p "$out" "$d/seed-build"
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$d/seed-build/gpu.txt"
     cp "$config" "$d/seed-build/config.json"
-    echo "probe seed build started $(date -u +%FT%TZ)"
+    echo "probe $name: seed build started $(date -u +%FT%TZ)"
     CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$d/seed-build/time.txt" \
         python3 -m kit seed build --scale small --device cuda --config "$config" --out "$d/seed" --no-progress \
         >"$d/seed-build/seed_build.json" 2>"$d/seed-build/stderr.txt" || true
     local digest
     digest=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['parameter_digest'])" \
-        "$d/seed-build/seed_build.json") || { echo "probe seed build failed"; tar czf "$out/probe-$name.tgz" -C "$W" "probe-$name/seed-build"; exit 1; }
-    echo "probe seed $digest"
+        "$d/seed-build/seed_build.json") || { echo "probe $name: seed build failed"; tar czf "$out/probe-$name.tgz" -C "$W" "probe-$name/seed-build"; exit 1; }
+    echo "probe $name: seed $digest"
     mkdir -p "$d/pilot"
     # the probe draft: the committed adaptive draft pinning the probe's seed, beside the pilot's record
     python3 - "$digest" "$d/pilot/probe-draft.json" <<'PY'
@@ -263,14 +265,28 @@ PY
         --work "$d/pilot-work" --out "$d/pilot" --run-id "probe-$name" >"$d/pilot.log" 2>&1 || true
     tail -n 3 "$d/pilot.log" || true
     tar czf "$out/probe-$name.tgz" -C "$W" "probe-$name/seed-build" "probe-$name/pilot" "probe-$name/pilot.log"
-    echo "probe done $(date -u +%FT%TZ)"
+    echo "probe $name: done $(date -u +%FT%TZ)"
+}
+
+probes_run() {  # probe-run NAME CONFIG [NAME CONFIG ...]: one sync, then each probe side by side on the one GPU
+    [ $(($# % 2)) = 0 ] || { echo "probe: expected NAME CONFIG pairs, got: $*"; exit 2; }
+    [ $# = 2 ] && { probe_run "$1" "$2"; return; }
+    sync_git
+    local pids=()
+    while [ $# -gt 0 ]; do
+        # each deterministic on its own: sharing the GPU changes their times, not their digests
+        SYNCED=1 probe_run "$1" "$2" &
+        pids+=($!)
+        shift 2
+    done
+    for p in "${pids[@]}"; do wait "$p" || true; done
 }
 
 probe() {  # in the background, as pilots
     if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
         echo "already running (pid $(cat "$W/campaign.pid"))"; return
     fi
-    setsid nohup bash "$0" probe-run "$1" "$2" >>"$W/campaign.log" 2>&1 </dev/null &
+    setsid nohup bash "$0" probe-run "$@" >>"$W/campaign.log" 2>&1 </dev/null &
     echo $! >"$W/campaign.pid"
     echo "probe started (pid $!), log $W/campaign.log"
 }
@@ -290,11 +306,11 @@ case "${1:-}" in
     pilot) pilot "${2:?DATE}" ;;
     pilots) pilots "${2:?DATE}" ;;
     pilots-run) pilots_run "${2:?DATE}" ;;
-    probe) probe "${2:?NAME}" "${3:?CONFIG}" ;;
-    probe-run) probe_run "${2:?NAME}" "${3:?CONFIG}" ;;
+    probe) : "${3:?NAME CONFIG}"; shift; probe "$@" ;;
+    probe-run) : "${3:?NAME CONFIG}"; shift; probes_run "$@" ;;
     start) start ;;
     resume) resume "${2:?PARTS}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
-    *) sed -n '2,32p' "$0"; exit 2 ;;
+    *) sed -n '2,42p' "$0"; exit 2 ;;
 esac

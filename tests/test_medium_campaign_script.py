@@ -134,6 +134,7 @@ def _pilots_host(tmp_path: Path, name: str) -> tuple[Path, dict]:
     shutil.copy(REPO / "campaigns" / "medium_campaign.sh", here / "campaigns")
     shutil.copy(REPO / "contracts" / "adaptive-shards.medium.draft.json", here / "contracts")
     (here / "campaigns" / "seed-probes" / "p9.json").write_text('{"task_epochs": 8}\n')
+    (here / "campaigns" / "seed-probes" / "p10.json").write_text('{"reworded_tasks": 8}\n')
     (here / ".gitignore").write_text("build/\n")
     _git(here, "init", "-q")
     _git(here, "add", "-A")
@@ -188,3 +189,27 @@ def test_pilots_chain_a_seed_probe_when_the_control_fails_and_keep_their_commits
     calls = Path(env["FAKE_LOG"]).read_text().splitlines()
     assert not any("--config" in c for c in calls) and not (host / "build/medium/probe-p9").exists()
     assert _git(host, "log", "-1", "--format=%s").startswith("Adaptive medium contract frozen")
+
+
+def test_probe_with_two_recipes_syncs_once_and_runs_both_side_by_side(tmp_path):
+    """`probe-run A CONFIG_A B CONFIG_B`: the host's git brought to the carried commit once, then each probe's
+    seed build and pilot (its own folder, draft and archive); an odd argument list is refused before any work."""
+    host, env = _pilots_host(tmp_path, "two")
+    script = str(host / "campaigns" / "medium_campaign.sh")
+    done = subprocess.run(["bash", script, "probe-run", "p9", "campaigns/seed-probes/p9.json",
+                           "p10", "campaigns/seed-probes/p10.json"], cwd=host, env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("git: ") == 1  # one sync
+    calls = Path(env["FAKE_LOG"]).read_text().splitlines()
+    for name in ("p9", "p10"):
+        build = [c for c in calls if f"--config campaigns/seed-probes/{name}.json" in c]
+        assert len(build) == 1 and f"build/medium/probe-{name}/seed" in build[0]
+        pilot = [c for c in calls if f"--run-id probe-{name}" in c]
+        assert len(pilot) == 1 and f"--draft build/medium/probe-{name}/pilot/probe-draft.json" in pilot[0]
+        assert f"probe {name}: done" in done.stdout
+    out = host / "build" / "medium" / "out"
+    assert {p.name for p in out.iterdir()} == {"probe-p9.tgz", "probe-p10.tgz"}
+    refused = subprocess.run(["bash", script, "probe-run", "p9", "campaigns/seed-probes/p9.json", "p10"], cwd=host,
+                             env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2 and "expected NAME CONFIG pairs" in refused.stdout

@@ -65,14 +65,19 @@ def test_refuses_a_dev_role_task(tmp_path, monkeypatch):
     (dev,) = generate_set({"sorting": 1}, contract["data_seeds"]["tasks"], "dev.tasks", contract["tasks"]["difficulty"])
     trained = small.seed_train_tasks
     # the same content relabelled as a seed-train task: caught by digest, not only by role
+    relabelled = replace(dev, id="sorting/seed-train/x", role="seed-train")
     monkeypatch.setattr(small, "seed_train_tasks",
-                        lambda cfg, excluded: trained(cfg, excluded) + [replace(dev, id="sorting/seed-train/x", role="seed-train")])
+                        lambda cfg, excluded: (trained(cfg, excluded)[0] + [relabelled], []))
     with pytest.raises(small.DisjointnessError, match=r"adaptive-shards\.json:dev\.tasks.*" + dev.id.replace("/", ".")):
         _build(tmp_path / "s")
-    monkeypatch.setattr(small, "seed_train_tasks", lambda cfg, excluded: trained(cfg, excluded) + [dev])
+    monkeypatch.setattr(small, "seed_train_tasks", lambda cfg, excluded: (trained(cfg, excluded)[0] + [dev], []))
     with pytest.raises(small.DisjointnessError, match=r"'dev\.tasks', a development or final role"):
         _build(tmp_path / "s2")
-    assert not (tmp_path / "s").exists() and not (tmp_path / "s2").exists()
+    # a reworded task whose contract-worded twin is a dev task: its own digest is new, its twin's is caught
+    monkeypatch.setattr(small, "seed_train_tasks", lambda cfg, excluded: (trained(cfg, excluded)[0], [relabelled]))
+    with pytest.raises(small.DisjointnessError, match=r"adaptive-shards\.json:dev\.tasks"):
+        _build(tmp_path / "s3")
+    assert not any((tmp_path / n).exists() for n in ("s", "s2", "s3"))
 
 
 def test_build_record_and_determinism(tmp_path):
@@ -110,7 +115,8 @@ def test_build_record_and_determinism(tmp_path):
 
 
 def test_retrieval_documents_curve_and_difficulties_in_the_record(tmp_path):
-    cfg = replace(TEST_CFG, retrieval_docs=80, curve_every=4, curve_per_family=2, task_difficulty=1, dev_difficulty=2)
+    cfg = replace(TEST_CFG, retrieval_docs=80, curve_every=4, curve_per_family=2, task_difficulty=1, dev_difficulty=2,
+                  reworded_tasks=16)
     out = _build(tmp_path / "r", cfg)
     rec = json.loads((tmp_path / "r/seed_build.json").read_text())
     assert rec["data"]["retrieval"]["documents"] == 80 and rec["data"]["retrieval"]["rows"] > 0
@@ -120,6 +126,11 @@ def test_retrieval_documents_curve_and_difficulties_in_the_record(tmp_path):
     acc = rec["task_accuracy"]
     assert acc["difficulty"] == 2 and sorted(acc["at_difficulty"]) == ["1", "2"]
     assert acc["pooled"] == out["pooled_accuracy"] == sum(v["correct"] for v in acc["per_family"].values()) / 8
+    reworded = acc["reworded"]  # the same dev-difficulty problems in the reworded words
+    assert (reworded["wording"], reworded["difficulty"]) == ("reworded", 2)
+    assert reworded["pooled"] == out["reworded_pooled_accuracy"]
+    assert all(v["n"] == 2 for v in reworded["per_family"].values())
+    assert rec["data"]["tasks"]["reworded"]["count"] == 16 and rec["data"]["tasks"]["count"] == 216
     assert rec["throughput"]["mfu_executed"] is None  # CPU: no datasheet peak applies
     assert rec["throughput"]["executed_flops_per_token"] > 0 and rec["data"]["tasks"]["difficulty"] == 1
     with pytest.raises(ValueError, match="dev_difficulty = 4"):
@@ -142,7 +153,8 @@ def test_task_epochs_repeat_each_task_and_nothing_else(tmp_path):
 
 def test_dev_difficulty_tasks_are_drawn_at_the_dev_difficulty_once_each(tmp_path):
     cfg = replace(TEST_CFG, task_difficulty=1, dev_difficulty=2, dev_difficulty_tasks=40, task_epochs=2)
-    tasks = small.seed_train_tasks(cfg, set())
+    tasks, twins = small.seed_train_tasks(cfg, set())
+    assert twins == []
     assert [t.difficulty for t in tasks] == [1] * cfg.tasks + [2] * 40
     assert len({t.digest for t in tasks}) == len(tasks)
     inputs = small._read_inputs(cfg, ROOT / small.ALPACA_FILE, ROOT / general_text.TEXT_FILE, ROOT / "contracts")
@@ -191,3 +203,31 @@ def test_collection_paused_restores_the_collector():
     with pytest.raises(RuntimeError), small.collection_paused():
         raise RuntimeError("a failed pack")
     assert gc.isenabled()
+
+
+def test_reworded_tasks_are_the_dev_difficulty_problems_in_other_words_packed_their_epochs(tmp_path):
+    """The reworded examples: at the dev difficulty, under their own role, each the rewording of its
+    contract-worded twin (same answer, other prompt), selected by that twin, packed reworded_epochs times."""
+    from kit.data.tasks import CONTRACT_WORDING, REWORDED
+
+    cfg = replace(TEST_CFG, task_difficulty=1, dev_difficulty=2, dev_difficulty_tasks=8, task_epochs=2,
+                  reworded_tasks=12, reworded_epochs=3)
+    tasks, twins = small.seed_train_tasks(cfg, set())
+    reworded = tasks[cfg.tasks + 8:]
+    assert len(reworded) == len(twins) == 12
+    assert {t.role for t in reworded} == {small.REWORDED_ROLE} and {t.difficulty for t in reworded} == {2}
+    for t, twin in zip(reworded, twins):
+        assert (t.family, t.answer, t.id) == (twin.family, twin.answer, twin.id + "/reworded")
+        assert t.prompt != twin.prompt and t.digest != twin.digest
+    assert any(t.prompt.startswith(REWORDED.sort.split("{")[0]) for t in reworded if t.family == "sorting")
+    assert not any(t.prompt.startswith(CONTRACT_WORDING.sort.split("{")[0]) for t in reworded)
+    # the twins avoid every earlier seed task, and the excluded digests: the first twin excluded moves the set on
+    _, moved = small.seed_train_tasks(cfg, {twins[0].digest})
+    assert twins[0].digest not in {t.digest for t in moved} and len(moved) == 12
+
+    inputs = small._read_inputs(cfg, ROOT / small.ALPACA_FILE, ROOT / general_text.TEXT_FILE, ROOT / "contracts")
+    tokenizer, ids = small._train_tokenizer(cfg, inputs, tmp_path)
+    packed = small._pack(cfg, tokenizer, ids[small.PAD_TOKEN], inputs)
+    first_task = len(inputs.convs) - len(inputs.tasks)
+    counts = {i: packed.conv_order.count(i) for i in range(first_task, len(inputs.convs))}
+    assert [counts[first_task + k] for k in range(len(inputs.tasks))] == [2] * cfg.tasks + [1] * 8 + [3] * 12

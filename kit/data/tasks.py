@@ -98,50 +98,90 @@ class Draws:
         return items[:k]
 
 
-def _lookup(draw: Draws, level: _Level) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Wording:
+    """The words around a task's draws. Every wording consumes the same draws in the same order, so an
+    example and its rewording share their numbers, items and answer: only the prompt's words differ."""
+
+    lookup: str  # {pairs}, {key}
+    lookup_pair: str  # {key}, {value}
+    lookup_sep: str
+    filtering: str  # {numbers}, {rule}
+    keep_greater: str  # {threshold}
+    keep_less: str  # {threshold}
+    keep_even: str
+    keep_odd: str
+    total: str  # {terms}, joined by " + "
+    prices: str  # {items}
+    price_item: str  # {item}, {price}
+    sort: str  # {direction}, {values}
+    ascending: str
+    descending: str
+
+
+# The contracts' words: every role of every contract is drawn in them (changing them re-draws every set).
+CONTRACT_WORDING = Wording(
+    lookup="table: {pairs}. value of {key}?", lookup_pair="{key}={value}", lookup_sep=", ",
+    filtering="numbers: {numbers}. {rule}.", keep_greater="keep those greater than {threshold}",
+    keep_less="keep those less than {threshold}", keep_even="keep the even ones", keep_odd="keep the odd ones",
+    total="total of {terms}?", prices="prices: {items}. total cost?", price_item="{item} {price}",
+    sort="sort {direction}: {values}", ascending="ascending", descending="descending")
+# Other words for the same computations: a seed may learn a family's larger sizes in these, so that it has
+# the skill while the contracts' words at that size are still for a cohort to teach (kit/seed/small.py).
+REWORDED = Wording(
+    lookup="pairs: {pairs}. what is {key}?", lookup_pair="{key} is {value}", lookup_sep="; ",
+    filtering="from {numbers}, pick the {rule}.", keep_greater="ones above {threshold}",
+    keep_less="ones below {threshold}", keep_even="even ones", keep_odd="odd ones",
+    total="add up {terms}.", prices="bill: {items}. amount due?", price_item="{item} at {price}",
+    sort="put in {direction} order: {values}", ascending="increasing", descending="decreasing")
+WORDINGS = {"contract": CONTRACT_WORDING, "reworded": REWORDED}
+
+
+def _lookup(draw: Draws, level: _Level, words: Wording) -> tuple[str, str]:
     keys = draw.sample(KEYS, level.lookup_pairs)
     values = [draw.between(0, level.max_value) for _ in keys]
     asked = draw.below(len(keys))
-    table = ", ".join(f"{k}={v}" for k, v in zip(keys, values))
-    return f"table: {table}. value of {keys[asked]}?", str(values[asked])
+    table = words.lookup_sep.join(words.lookup_pair.format(key=k, value=v) for k, v in zip(keys, values))
+    return words.lookup.format(pairs=table, key=keys[asked]), str(values[asked])
 
 
-def _filtering(draw: Draws, level: _Level) -> tuple[str, str]:
+def _filtering(draw: Draws, level: _Level, words: Wording) -> tuple[str, str]:
     numbers = [draw.between(1, level.max_value) for _ in range(level.filter_items)]
     rule = draw.below(4)
     if rule < 2:  # a threshold inside the middle of the range keeps empty answers occasional, not common
         threshold = draw.between(level.max_value // 5, level.max_value * 4 // 5)
         if rule == 0:
-            kept, text = [x for x in numbers if x > threshold], f"keep those greater than {threshold}"
+            kept, text = [x for x in numbers if x > threshold], words.keep_greater.format(threshold=threshold)
         else:
-            kept, text = [x for x in numbers if x < threshold], f"keep those less than {threshold}"
+            kept, text = [x for x in numbers if x < threshold], words.keep_less.format(threshold=threshold)
     elif rule == 2:
-        kept, text = [x for x in numbers if x % 2 == 0], "keep the even ones"
+        kept, text = [x for x in numbers if x % 2 == 0], words.keep_even
     else:
-        kept, text = [x for x in numbers if x % 2 == 1], "keep the odd ones"
+        kept, text = [x for x in numbers if x % 2 == 1], words.keep_odd
     answer = " ".join(map(str, kept)) if kept else EMPTY_ANSWER
-    return f"numbers: {' '.join(map(str, numbers))}. {text}.", answer
+    return words.filtering.format(numbers=" ".join(map(str, numbers)), rule=text), answer
 
 
-def _arithmetic(draw: Draws, level: _Level) -> tuple[str, str]:
+def _arithmetic(draw: Draws, level: _Level, words: Wording) -> tuple[str, str]:
     terms = [draw.between(1, level.max_value) for _ in range(level.total_terms)]
     if draw.below(2) == 0:
-        prompt = f"total of {' + '.join(map(str, terms))}?"
+        prompt = words.total.format(terms=" + ".join(map(str, terms)))
     else:
         items = draw.sample(ITEMS, len(terms))
-        prompt = f"prices: {', '.join(f'{i} {p}' for i, p in zip(items, terms))}. total cost?"
+        prompt = words.prices.format(items=", ".join(words.price_item.format(item=i, price=p)
+                                                     for i, p in zip(items, terms)))
     return prompt, str(sum(terms))
 
 
-def _sorting(draw: Draws, level: _Level) -> tuple[str, str]:
+def _sorting(draw: Draws, level: _Level, words: Wording) -> tuple[str, str]:
     if draw.below(2) == 0:
         values: list = draw.sample(range(1, level.max_value + 1), level.sort_items)
     else:
         values = draw.sample(WORDS, level.sort_items)
     descending = draw.below(2) == 1
     ordered = sorted(values, reverse=descending)  # numbers numerically, words alphabetically
-    direction = "descending" if descending else "ascending"
-    return f"sort {direction}: {' '.join(map(str, values))}", " ".join(map(str, ordered))
+    direction = words.descending if descending else words.ascending
+    return words.sort.format(direction=direction, values=" ".join(map(str, values))), " ".join(map(str, ordered))
 
 
 _BUILDERS = {"lookup": _lookup, "filtering": _filtering, "arithmetic": _arithmetic, "sorting": _sorting}
@@ -152,28 +192,37 @@ def _check_family(family: str) -> None:
         raise ValueError(f"unknown task family {family!r}; expected one of {', '.join(FAMILIES)}")
 
 
+def _check_wording(wording: str) -> None:
+    if wording not in WORDINGS:
+        raise ValueError(f"unknown task wording {wording!r}; expected one of {', '.join(WORDINGS)}")
+
+
 def _check_natural(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"task {name} {value!r} is not a non-negative integer")
 
 
-def generate(family: str, seed: int, index: int, difficulty: int = 1, role: str = "train") -> TaskExample:
-    """Example `index` of `family`'s stream `seed`; content depends only on (family, seed, index, difficulty).
+def generate(family: str, seed: int, index: int, difficulty: int = 1, role: str = "train",
+             wording: str = "contract") -> TaskExample:
+    """Example `index` of `family`'s stream `seed`; content depends only on (family, seed, index, difficulty)
+    and the wording (WORDINGS), which changes the prompt's words and never the draws or the answer.
 
     `role` only labels the example (its id and `role` field); `generate_set` mixes the role into the
-    seed instead. The id is "<family>/<role>/<seed>/d<difficulty>/<index>".
+    seed instead. The id is "<family>/<role>/<seed>/d<difficulty>/<index>", followed by "/<wording>"
+    for a wording other than the contracts'.
     """
     _check_family(family)
     _check_natural("seed", seed)
     _check_natural("index", index)
     if isinstance(difficulty, bool) or difficulty not in LEVELS:
         raise ValueError(f"task difficulty {difficulty!r} is not one of {', '.join(map(str, LEVELS))}")
+    _check_wording(wording)
     draw = Draws({"family": family, "seed": seed, "index": index, "difficulty": difficulty,
                    "generator": GENERATOR})  # fmt: skip
-    prompt, answer = _BUILDERS[family](draw, LEVELS[difficulty])
+    prompt, answer = _BUILDERS[family](draw, LEVELS[difficulty], WORDINGS[wording])
     assert normalize_answer(answer) == answer, f"non-canonical answer {answer!r} for {family}"
     return TaskExample(
-        id=f"{family}/{role}/{seed}/d{difficulty}/{index}",
+        id=f"{family}/{role}/{seed}/d{difficulty}/{index}" + ("" if wording == "contract" else f"/{wording}"),
         family=family,
         role=role,
         difficulty=difficulty,
@@ -237,6 +286,7 @@ def generate_set(
     difficulty: int = 1,
     exclude_digests: Iterable[str] = frozenset(),
     workers: int = 1,
+    wording: str = "contract",
 ) -> list[TaskExample]:
     """The task set of one role: exactly the requested count per family, with distinct content digests.
 
@@ -246,6 +296,10 @@ def generate_set(
     drawn, so counts stay exact. Examples are grouped by family in FAMILIES order, each in index
     order; a training schedule shuffles them itself with its own recorded seed. `workers` > 1 draws a
     large set's examples in that many processes: the same set, faster (a seed build's 500,000).
+
+    Another `wording` gives the same set reworded: the selection (repeats, `exclude_digests`) is made on
+    the contract-worded twins, so a reworded example is kept exactly when its twin would be, and no
+    kept example is a rewording of an excluded one.
     """
     if not isinstance(role, str) or not role or "/" in role:
         raise ValueError(f"task set role {role!r} must be a non-empty string without '/'")
@@ -256,6 +310,7 @@ def generate_set(
         _check_natural(f"count for {family}", count)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"task set workers {workers!r} is not a positive integer")
+    _check_wording(wording)
     stream = role_stream_seed(seed, role)
     excluded = frozenset(exclude_digests)
     seen: set[str] = set()
@@ -263,6 +318,8 @@ def generate_set(
     pool = _pool(workers, counts)
     try:
         _draw_families(out, seen, counts, stream, role, difficulty, excluded, pool, workers)
+        if wording != "contract":
+            out = [generate(e.family, stream, _index_of(e), difficulty, role, wording) for e in out]
     finally:
         if pool is not None:
             pool.terminate()
@@ -292,6 +349,11 @@ def _draw_families(out, seen, counts, stream, role, difficulty, excluded, pool, 
             out.append(example)
             taken += 1
         draws.close()
+
+
+def _index_of(example: TaskExample) -> int:
+    """The stream index of a contract-worded example (the last part of its id, see `generate`)."""
+    return int(example.id.rsplit("/", 1)[1])
 
 
 def assert_disjoint(*sets: Sequence[TaskExample]) -> None:

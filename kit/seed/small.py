@@ -51,6 +51,7 @@ ALPACA_FILE = "data/alpaca_5000.json"
 ALPACA_SHA256 = "fc1add24c93c9fbbe585a64a6c9bf6165eb110225f4470efbff382a913558ec0"  # data/SOURCE.md
 ALPACA_NAME = "alpaca_5000"
 DEV_SAMPLE_ROLE = "seed-dev-sample"  # the per-family accuracy sample of the build record
+REWORDED_ROLE = "seed-train-reworded"  # the reworded examples' own stream: no twin of a seed-train example
 CHAT_PROMPTS = ("What colour is the sky?", "Give three tips for staying healthy.",
                 "What is a list in Python?", "Explain what a function is in one sentence.")
 OPTIMIZER_GROUP = "default"
@@ -88,6 +89,10 @@ class SmallSeedConfig:
     task_difficulty: int = 1  # the difficulty of the seed's own task examples (below the contracts' 2)
     task_epochs: int = 6  # each of the `tasks` examples is packed this many times (in the one conversation order)
     dev_difficulty_tasks: int = 16384  # more seed-train examples at dev_difficulty, each packed once
+    # Examples at dev_difficulty in other words than the contracts' (kit.data.tasks REWORDED), under their own
+    # role, each packed reworded_epochs times: the larger sizes' skill without the contracts' words for them.
+    reworded_tasks: int = 0
+    reworded_epochs: int = 1
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
     retrieval_max_pairs: int = 12
     dev_difficulty: int = 2  # the contracts' difficulty: the record's per-family accuracy is measured there
@@ -130,7 +135,8 @@ class SmallSeedConfig:
             if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {value!r}; expected a number")
         zero_ok = {"general_text_max_docs", "max_updates", "synthetic", "tasks", "alpaca_epochs", "seed",
-                   "warmup_updates", "retrieval_docs", "curve_every", "curve_difficulty", "dev_difficulty_tasks"}
+                   "warmup_updates", "retrieval_docs", "curve_every", "curve_difficulty", "dev_difficulty_tasks",
+                   "reworded_tasks"}
         for f in fields(self):
             if f.type == "int" and getattr(self, f.name) < (0 if f.name in zero_ok else 1):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {getattr(self, f.name)}; expected "
@@ -245,16 +251,25 @@ def check_disjoint(tasks: list[TaskExample], forbidden: dict[str, dict]) -> None
                                         f"{spec['digests'][t.digest]!r}); refusing to train on a development or final task")
 
 
-def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> list[TaskExample]:
-    """The `tasks` examples at task_difficulty, then the `dev_difficulty_tasks` ones at dev_difficulty (the
-    same seed-train role, never a digest of the first set or of `excluded`)."""
+def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> tuple[list[TaskExample], list[TaskExample]]:
+    """(tasks, twins). Tasks: the `tasks` examples at task_difficulty, then the `dev_difficulty_tasks` ones at
+    dev_difficulty (the same seed-train role, never a digest of the first set or of `excluded`), then the
+    `reworded_tasks` ones at dev_difficulty in other words (role REWORDED_ROLE). Twins: those last ones in
+    the contracts' words, the examples their selection excluded against `excluded` and the rest; the
+    disjointness check reads them, so that no trained example is a rewording of a dev or final one."""
     workers = min(16, os.cpu_count() or 1)  # the same examples in any number of processes (generate_set)
     tasks = (generate_set(cfg.tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.task_difficulty, excluded, workers)
              if cfg.tasks else [])
     if cfg.dev_difficulty_tasks:
         tasks += generate_set(cfg.dev_difficulty_tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.dev_difficulty,
                               set(excluded) | {t.digest for t in tasks}, workers)
-    return tasks
+    twins = []
+    if cfg.reworded_tasks:
+        avoid = set(excluded) | {t.digest for t in tasks}
+        twins = generate_set(cfg.reworded_tasks, cfg.seed, REWORDED_ROLE, cfg.dev_difficulty, avoid, workers)
+        tasks += generate_set(cfg.reworded_tasks, cfg.seed, REWORDED_ROLE, cfg.dev_difficulty, avoid, workers,
+                              wording="reworded")
+    return tasks, twins
 
 
 def task_record(example: TaskExample) -> Conversation:
@@ -319,6 +334,7 @@ class _Inputs:
     forbidden: dict[str, dict]  # forbidden_task_sets of the contracts
     excluded: set[str]  # every digest of `forbidden`
     tasks: list[TaskExample]
+    twins: list[TaskExample]  # the reworded tasks in the contracts' words (seed_train_tasks)
     docs_train: list[dict]
     docs_held: list[dict]
     alpaca_train: list[Conversation]
@@ -331,15 +347,15 @@ def _read_inputs(cfg: SmallSeedConfig, alpaca: Path, text: Path, contracts_dir: 
     # disjointness first: nothing is built from a task set that touches a dev or final role
     forbidden = forbidden_task_sets(contracts_dir)
     excluded = {d for spec in forbidden.values() for d in spec["digests"]}
-    tasks = seed_train_tasks(cfg, excluded)
-    check_disjoint(tasks, forbidden)
+    tasks, twins = seed_train_tasks(cfg, excluded)
+    check_disjoint(tasks + twins, forbidden)
     docs_train, docs_held = split_documents(cfg, general_text.load_documents(text))
     alpaca_train = load_instruction_source(alpaca, ALPACA_SHA256, 0, cfg.alpaca_train_stop, ALPACA_NAME)
     alpaca_held = load_instruction_source(alpaca, ALPACA_SHA256, cfg.alpaca_train_stop, cfg.alpaca_heldout_stop,
                                           ALPACA_NAME)
     synthetic = synthetic_conversations(cfg.synthetic, cfg.seed) if cfg.synthetic else []
     convs = alpaca_train + synthetic + [task_record(t) for t in tasks]
-    return _Inputs(forbidden, excluded, tasks, docs_train, docs_held, alpaca_train, alpaca_held, synthetic, convs)
+    return _Inputs(forbidden, excluded, tasks, twins, docs_train, docs_held, alpaca_train, alpaca_held, synthetic, convs)
 
 
 def _train_tokenizer(cfg: SmallSeedConfig, inputs: _Inputs, staging: Path):
@@ -399,7 +415,10 @@ def _pack(cfg: SmallSeedConfig, tokenizer, pad: int, inputs: _Inputs) -> _Packed
     once_idx = [i for i in kept if i >= len(inputs.alpaca_train)]
     first_task = len(inputs.convs) - len(inputs.tasks)  # convs = alpaca_train + synthetic + tasks
     task_idx = [i for i in once_idx if first_task <= i < first_task + cfg.tasks]  # not the dev-difficulty ones
-    pool = alpaca_idx * cfg.alpaca_epochs + once_idx + task_idx * (cfg.task_epochs - 1)
+    first_reworded = len(inputs.convs) - cfg.reworded_tasks  # the reworded ones are the last tasks
+    reworded_idx = [i for i in once_idx if i >= first_reworded]
+    pool = (alpaca_idx * cfg.alpaca_epochs + once_idx + task_idx * (cfg.task_epochs - 1)
+            + reworded_idx * (cfg.reworded_epochs - 1))
     conv_order = [pool[int(j)] for j in rng.permutation(len(pool))]
     rows += conversation_rows(encoded, conv_order, pad, cfg.seq_len)
     row_order = rng.permutation(len(rows))
@@ -522,28 +541,43 @@ def _heldout(cfg: SmallSeedConfig, model, tokenizer, pad: int, inputs: _Inputs) 
 
 
 def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[str]) -> dict:
-    """Per-family greedy accuracy on a dev-role sample at the dev (and the seed's own task) difficulty."""
+    """Per-family greedy accuracy on a dev-role sample at the dev (and the seed's own task) difficulty, and,
+    when the seed trained on reworded examples, on the same dev-difficulty sample in the reworded words."""
     from kit.evaluation.scoring import answer_tasks
 
-    accuracy_at, task_examples = {}, []
-    for difficulty in sorted({cfg.dev_difficulty, cfg.task_difficulty}):
-        sample = generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
-                              difficulty, trained_digests)
+    def per_family(sample: list[TaskExample]) -> tuple[dict, list[dict]]:
         answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
                                batch_size=cfg.eval_batch)
         acc = {f: {"n": sum(a["family"] == f for a in answers),
                    "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in FAMILIES}
         for f in FAMILIES:
             acc[f]["accuracy"] = acc[f]["correct"] / max(1, acc[f]["n"])
-        accuracy_at[difficulty] = acc
+        return acc, answers
+
+    def dev_sample(difficulty: int, wording: str = "contract") -> list[TaskExample]:
+        return generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
+                            difficulty, trained_digests, wording=wording)
+
+    accuracy_at, task_examples = {}, []
+    for difficulty in sorted({cfg.dev_difficulty, cfg.task_difficulty}):
+        sample = dev_sample(difficulty)
+        accuracy_at[difficulty], answers = per_family(sample)
         task_examples += [{"difficulty": difficulty, "prompt": e.prompt, "expected": e.answer,
                            "reply": a["reply"], "correct": a["correct"]}
                           for e, a in zip(sample[::cfg.dev_sample_per_family], answers[::cfg.dev_sample_per_family])]
     accuracy = accuracy_at[cfg.dev_difficulty]
-    pooled = sum(a["correct"] for a in accuracy.values()) / max(1, sum(a["n"] for a in accuracy.values()))
-    return {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": accuracy, "pooled": pooled,
-            "at_difficulty": {str(d): a for d, a in accuracy_at.items()},
-            "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"}
+    out = {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": accuracy, "pooled": _pooled(accuracy),
+           "at_difficulty": {str(d): a for d, a in accuracy_at.items()},
+           "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"}
+    if cfg.reworded_tasks:  # the skill beside the words: the same problems, in the words the seed learned them in
+        reworded, _ = per_family(dev_sample(cfg.dev_difficulty, "reworded"))
+        out["reworded"] = {"wording": "reworded", "difficulty": cfg.dev_difficulty, "per_family": reworded,
+                           "pooled": _pooled(reworded)}
+    return out
+
+
+def _pooled(accuracy: dict) -> float:
+    return sum(a["correct"] for a in accuracy.values()) / max(1, sum(a["n"] for a in accuracy.values()))
 
 
 def _chat_samples(cfg: SmallSeedConfig, model, tokenizer) -> list[dict]:
@@ -576,6 +610,9 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
                   "difficulty": cfg.task_difficulty, "epochs": cfg.task_epochs,
                   "at_dev_difficulty": {"count": cfg.dev_difficulty_tasks, "difficulty": cfg.dev_difficulty,
                                         "epochs": 1},
+                  "reworded": {"count": cfg.reworded_tasks, "role": REWORDED_ROLE, "difficulty": cfg.dev_difficulty,
+                               "epochs": cfg.reworded_epochs, "wording": "reworded",
+                               "twins_digest": sha256_json(sorted(t.digest for t in inputs.twins))},
                   "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
                   "digest": sha256_json(sorted(t.digest for t in tasks))},
         "skipped_over_seq_len": {"count": len(packed.skipped), "ids": packed.skipped[:20]},
@@ -588,7 +625,8 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
 
 
 def _disjointness_record(forbidden: dict[str, dict]) -> dict:
-    return {"construction": f"tasks drawn under role {SEED_TRAIN_ROLE!r}, excluding every digest below",
+    return {"construction": f"tasks drawn under roles {SEED_TRAIN_ROLE!r} and {REWORDED_ROLE!r}, excluding every "
+                            f"digest below; a reworded task is selected, and checked, by its contract-worded twin",
             "checked_against": {k: {kk: v for kk, v in s.items() if kk != "digests"}
                                 | {"digest": sha256_json(sorted(s["digests"]))} for k, s in forbidden.items()},
             "overlaps": 0}
@@ -671,7 +709,7 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         model.to(dev)
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        trained_digests = {t.digest for t in inputs.tasks}
+        trained_digests = {t.digest for t in inputs.tasks + inputs.twins}
         curve_sample = generate_set({f: cfg.curve_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE + "-curve",
                                     cfg.curve_difficulty or cfg.dev_difficulty,
                                     trained_digests | inputs.excluded) if cfg.curve_every else []
@@ -699,5 +737,8 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
             "heldout_conversation_nll": record["heldout"]["conversations"]["nll_per_token"],
             "task_accuracy": {f: accuracy[f]["accuracy"] for f in FAMILIES},
             "pooled_accuracy": record["task_accuracy"]["pooled"],
+            "reworded_task_accuracy": {f: v["accuracy"] for f, v in record["task_accuracy"]["reworded"]["per_family"].items()}
+            if cfg.reworded_tasks else None,
+            "reworded_pooled_accuracy": record["task_accuracy"]["reworded"]["pooled"] if cfg.reworded_tasks else None,
             "mfu_executed": record["throughput"]["mfu_executed"], "learning_curve": trained.learning_curve,
             "chat_samples": record["chat_samples"], "seconds": seconds, "tokens_per_second": record["tokens_per_second"]}
