@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 ADAPTIVE_DRAFT = REPO / "contracts" / "adaptive-shards.medium.draft.json"
 STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
-SMALL_SEED_DIGEST = "e83d0af38871ebc339444ff817647bbc29874ff811aebc5d77542cfaf12d30c7"  # the learnable seed
+SMALL_SEED_DIGEST = "d174970774f868c547fdbbe9b995fe13ba45a04539acf6591283cb69c8c83da4"  # the seed of probe p10
 # the first medium campaign (seed 800112e3): its frozen contracts and the drafts they were frozen from
 FIRST_CAMPAIGN = REPO / "runs" / "medium-superseded-seed-800112e3"
 

@@ -88,10 +88,11 @@ class SmallSeedConfig:
     tasks: int = 500000
     task_difficulty: int = 1  # the difficulty of the seed's own task examples (below the contracts' 2)
     task_epochs: int = 6  # each of the `tasks` examples is packed this many times (in the one conversation order)
-    dev_difficulty_tasks: int = 16384  # more seed-train examples at dev_difficulty, each packed once
+    dev_difficulty_tasks: int = 0  # more seed-train examples at dev_difficulty, each packed once (p8: 16,384)
     # Examples at dev_difficulty in other words than the contracts' (kit.data.tasks REWORDED), under their own
-    # role, each packed reworded_epochs times: the larger sizes' skill without the contracts' words for them.
-    reworded_tasks: int = 0
+    # role, each packed reworded_epochs times: the larger sizes' skill without the contracts' words for them,
+    # which cohort A then teaches (probe p10, runs/seed-probes-2026-12-01/call9-p10-p11-24081c9).
+    reworded_tasks: int = 524288
     reworded_epochs: int = 1
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
     retrieval_max_pairs: int = 12
