@@ -247,25 +247,31 @@ def family_counts_for(total: int) -> dict[str, int]:
 POOL_MIN = 10000  # a family's count from which generate_set's workers pay for starting their processes
 
 
-def _generate_range(args: tuple) -> list[TaskExample]:
-    family, stream, start, stop, difficulty, role = args
-    return [generate(family, stream, i, difficulty, role) for i in range(start, stop)]
+def _twins(family: str, stream: int, index: int, difficulty: int, role: str, wording: str):
+    """Example `index` in the contracts' words, and in `wording` (None when that is the contracts')."""
+    example = generate(family, stream, index, difficulty, role)
+    return example, None if wording == "contract" else generate(family, stream, index, difficulty, role, wording)
 
 
-def _candidates(family: str, stream: int, wanted: int, difficulty: int, role: str, pool, workers: int):
-    """Examples 0, 1, 2, ... of one family's stream, in index order. With a process pool the first
+def _generate_range(args: tuple) -> list[tuple]:
+    family, stream, start, stop, difficulty, role, wording = args
+    return [_twins(family, stream, i, difficulty, role, wording) for i in range(start, stop)]
+
+
+def _candidates(family: str, stream: int, wanted: int, difficulty: int, role: str, wording: str, pool, workers: int):
+    """Twins (`_twins`) 0, 1, 2, ... of one family's stream, in index order. With a process pool the first
     wanted + 1% are drawn there in chunks (each example is a pure function of its index, so the order and
     content are the same), the rest one at a time as the caller needs them."""
     index = 0
     if pool is not None and wanted >= POOL_MIN:
         ahead = wanted + wanted // 100 + 100
         chunk = -(-ahead // (workers * 4))
-        jobs = [(family, stream, a, min(a + chunk, ahead), difficulty, role) for a in range(0, ahead, chunk)]
+        jobs = [(family, stream, a, min(a + chunk, ahead), difficulty, role, wording) for a in range(0, ahead, chunk)]
         for part in pool.imap(_generate_range, jobs):
             yield from part
         index = ahead
     while True:
-        yield generate(family, stream, index, difficulty, role)
+        yield _twins(family, stream, index, difficulty, role, wording)
         index += 1
 
 
@@ -297,10 +303,24 @@ def generate_set(
     order; a training schedule shuffles them itself with its own recorded seed. `workers` > 1 draws a
     large set's examples in that many processes: the same set, faster (a seed build's 500,000).
 
-    Another `wording` gives the same set reworded: the selection (repeats, `exclude_digests`) is made on
-    the contract-worded twins, so a reworded example is kept exactly when its twin would be, and no
-    kept example is a rewording of an excluded one.
+    Another `wording` gives the same set reworded (`generate_twin_sets`).
     """
+    contract, reworded = generate_twin_sets(family_counts, seed, role, difficulty, exclude_digests, workers, wording)
+    return contract if wording == "contract" else reworded
+
+
+def generate_twin_sets(
+    family_counts: Mapping[str, int] | int,
+    seed: int,
+    role: str,
+    difficulty: int = 1,
+    exclude_digests: Iterable[str] = frozenset(),
+    workers: int = 1,
+    wording: str = "contract",
+) -> tuple[list[TaskExample], list[TaskExample]]:
+    """(the set in the contracts' words, the same set in `wording`; [] for the contracts' own), as
+    generate_set. The selection (repeats, `exclude_digests`) is made on the contract-worded twins, so a
+    reworded example is kept exactly when its twin is, and none is a rewording of an excluded example."""
     if not isinstance(role, str) or not role or "/" in role:
         raise ValueError(f"task set role {role!r} must be a non-empty string without '/'")
     _check_natural("seed", seed)
@@ -314,19 +334,17 @@ def generate_set(
     stream = role_stream_seed(seed, role)
     excluded = frozenset(exclude_digests)
     seen: set[str] = set()
-    out: list[TaskExample] = []
+    out: list[tuple] = []
     pool = _pool(workers, counts)
     try:
-        _draw_families(out, seen, counts, stream, role, difficulty, excluded, pool, workers)
-        if wording != "contract":
-            out = [generate(e.family, stream, _index_of(e), difficulty, role, wording) for e in out]
+        _draw_families(out, seen, counts, stream, role, difficulty, wording, excluded, pool, workers)
     finally:
         if pool is not None:
             pool.terminate()
-    return out
+    return [c for c, _ in out], [r for _, r in out if r is not None]
 
 
-def _draw_families(out, seen, counts, stream, role, difficulty, excluded, pool, workers) -> None:
+def _draw_families(out, seen, counts, stream, role, difficulty, wording, excluded, pool, workers) -> None:
     """generate_set's loop: each family in FAMILIES order, index order, skipping repeats and exclusions."""
     for family in FAMILIES:
         wanted = counts.get(family, 0)
@@ -334,26 +352,22 @@ def _draw_families(out, seen, counts, stream, role, difficulty, excluded, pool, 
         # mistaken request (e.g. excluding a whole space) into an error instead of an endless loop.
         max_index = 100 * wanted + 1000
         taken, index = 0, 0
-        draws = _candidates(family, stream, wanted, difficulty, role, pool, workers)  # lazy: nothing runs for 0
+        draws = _candidates(family, stream, wanted, difficulty, role, wording, pool, workers)  # lazy: nothing runs for 0
         while taken < wanted:
             if index >= max_index:
                 raise ValueError(
                     f"task set {role!r}: only {taken} of {wanted} distinct {family} examples at difficulty "
                     f"{difficulty} within {max_index} draws; content space exhausted by exclude_digests?"
                 )
-            example = next(draws)
+            twins = next(draws)
+            example = twins[0]
             index += 1
             if example.digest in seen or example.digest in excluded:
                 continue
             seen.add(example.digest)
-            out.append(example)
+            out.append(twins)
             taken += 1
         draws.close()
-
-
-def _index_of(example: TaskExample) -> int:
-    """The stream index of a contract-worded example (the last part of its id, see `generate`)."""
-    return int(example.id.rsplit("/", 1)[1])
 
 
 def assert_disjoint(*sets: Sequence[TaskExample]) -> None:

@@ -33,7 +33,7 @@ from kit.data.conversations import (
     synthetic_conversations,
 )
 from kit.data.retrieval import retrieval_documents
-from kit.data.tasks import FAMILIES, TaskExample, generate_set
+from kit.data.tasks import FAMILIES, TaskExample, generate_set, generate_twin_sets
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json
 from kit.distributed.pipeline import EngineConfig
@@ -266,10 +266,9 @@ def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> tuple[list[Tas
                               set(excluded) | {t.digest for t in tasks}, workers)
     twins = []
     if cfg.reworded_tasks:
-        avoid = set(excluded) | {t.digest for t in tasks}
-        twins = generate_set(cfg.reworded_tasks, cfg.seed, REWORDED_ROLE, cfg.dev_difficulty, avoid, workers)
-        tasks += generate_set(cfg.reworded_tasks, cfg.seed, REWORDED_ROLE, cfg.dev_difficulty, avoid, workers,
-                              wording="reworded")
+        twins, reworded = generate_twin_sets(cfg.reworded_tasks, cfg.seed, REWORDED_ROLE, cfg.dev_difficulty,
+                                             set(excluded) | {t.digest for t in tasks}, workers, "reworded")
+        tasks += reworded
     return tasks, twins
 
 
