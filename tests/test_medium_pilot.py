@@ -34,6 +34,8 @@ STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
 SMALL_SEED_DIGEST = "d174970774f868c547fdbbe9b995fe13ba45a04539acf6591283cb69c8c83da4"  # the seed of probe p10
 # the first medium campaign (seed 800112e3): its frozen contracts and the drafts they were frozen from
 FIRST_CAMPAIGN = REPO / "runs" / "medium-superseded-seed-800112e3"
+# the re-run's pilots on the seed before (e83d0af3): its frozen study contract and the drafts of then
+SEED_E83D0AF3 = REPO / "runs" / "medium-superseded-seed-e83d0af3"
 
 
 # --- the drafts -------------------------------------------------------------------------------------
@@ -497,3 +499,21 @@ def test_freezing_the_first_campaigns_pilot_again_gives_its_contracts(tmp_path):
         assert committed["pilot"].pop("draft") == f"contracts/{name[:-5]}.draft.json"
         assert made == committed
         assert committed["seed"]["parameter_digest"].startswith("800112e3")
+
+
+def test_freezing_the_e83d0af3_study_pilot_again_gives_its_kept_contract(tmp_path):
+    """The study contract frozen on the seed e83d0af3 (kept with that seed's drafts when the drafts moved on
+    to the next seed) is what the freeze makes of its committed pilot and its kept draft; only `pilot.draft`
+    differs, the draft's place then (contracts/). The kept drafts still pin e83d0af3."""
+    out = tmp_path / "contracts"
+    out.mkdir()
+    kept = SEED_E83D0AF3 / "contracts"
+    medium_freeze.freeze(None, study_draft=kept / "shared-gradient.medium.draft.json", out_dir=out,
+                         study_pilot=REPO / "runs" / "study-pilot-2026-12-01-e83d0af3")
+    made = json.loads((out / "shared-gradient.medium.json").read_text())
+    committed = json.loads((kept / "shared-gradient.medium.json").read_text())
+    assert made["pilot"].pop("draft") == "runs/medium-superseded-seed-e83d0af3/contracts/shared-gradient.medium.draft.json"
+    assert committed["pilot"].pop("draft") == "contracts/shared-gradient.medium.draft.json"
+    assert made == committed
+    for name in ("adaptive-shards.medium.draft.json", "shared-gradient.medium.draft.json"):
+        assert json.loads((kept / name).read_text())["seed"]["parameter_digest"].startswith("e83d0af3")
