@@ -91,7 +91,7 @@ class SmallSeedConfig:
     dev_difficulty_tasks: int = 0  # more seed-train examples at dev_difficulty, each packed once (p8: 16,384)
     # Examples at dev_difficulty in other words than the contracts' (kit.data.tasks REWORDED), under their own
     # role, each packed reworded_epochs times: the larger sizes' skill without the contracts' words for them,
-    # which cohort A then teaches (probe p10, runs/seed-probes-2026-12-01/call9-p10-p11-24081c9).
+    # which cohort A then teaches (probe p10; docs/internals.md, "kit.seed.small").
     reworded_tasks: int = 524288
     reworded_epochs: int = 1
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
