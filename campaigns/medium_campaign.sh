@@ -171,6 +171,8 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
         CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$W/seed-build/time.txt" \
             python3 -m kit seed build --scale small --device cuda --out "$seed" --no-progress \
             >"$W/seed-build/seed_build.json" 2>"$W/seed-build/stderr.txt" || true
+        # the full build record too (greedy task samples, learning curve, disjointness), not only the summary
+        cp "$seed/seed_build.json" "$W/seed-build/record.json" 2>/dev/null || true
         tar czf "$out/seed-build.tgz" -C "$W" seed-build
         grep -o '"parameter_digest": "[0-9a-f]*"' "$W/seed-build/seed_build.json" || { echo "seed build failed"; exit 1; }
     fi
@@ -249,6 +251,7 @@ probe_run() {  # `probe` in the foreground: does a seed recipe pass the positive
     digest=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['parameter_digest'])" \
         "$d/seed-build/seed_build.json") || { echo "probe $name: seed build failed"; tar czf "$out/probe-$name.tgz" -C "$W" "probe-$name/seed-build"; exit 1; }
     echo "probe $name: seed $digest"
+    cp "$d/seed/seed_build.json" "$d/seed-build/record.json" 2>/dev/null || true  # the full build record
     mkdir -p "$d/pilot"
     # the probe draft: the committed adaptive draft pinning the probe's seed, beside the pilot's record
     python3 - "$digest" "$d/pilot/probe-draft.json" <<'PY'

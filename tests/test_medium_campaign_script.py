@@ -109,7 +109,7 @@ if [ "$1" = -m ] && [ "$2" != json ]; then
     done
     case $mod in
         kit)  # seed build: a probe's recipe (--config) gives another digest than the pinned defaults
-            mkdir -p "$out" && echo '{}' >"$out/config.json"
+            mkdir -p "$out" && echo '{}' >"$out/config.json" && echo '{"record": "full"}' >"$out/seed_build.json"
             if [ -n "$config" ]; then echo '{"parameter_digest": "b0b0"}'; else echo '{"parameter_digest": "a0a0"}'; fi ;;
         campaigns.medium_pilot) mkdir -p "$out" && echo '{"status": "completed"}' >"$out/run.json" ;;
         campaigns.medium_freeze)  # FAKE_FREEZE=1: the positive control held
@@ -179,7 +179,9 @@ def test_pilots_chain_a_seed_probe_when_the_control_fails_and_keep_their_commits
     assert {p.name for p in out.iterdir()} == {"seed-build.tgz", "medium-pilot-2099-01-01.tgz", "device.bundle",
                                                "probe-p9.tgz"}
     with tarfile.open(out / "probe-p9.tgz") as tar:
-        assert "probe-p9/pilot/probe-draft.json" in tar.getnames()
+        assert {"probe-p9/pilot/probe-draft.json", "probe-p9/seed-build/record.json"} <= set(tar.getnames())
+    with tarfile.open(out / "seed-build.tgz") as tar:  # the full record beside the printed summary
+        assert tar.extractfile("seed-build/record.json").read() == b'{"record": "full"}\n'
 
     host, env = _pilots_host(tmp_path, "frozen")
     env["FAKE_FREEZE"] = "1"
