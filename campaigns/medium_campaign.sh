@@ -13,6 +13,8 @@
 #                                                  (PILOT_PARALLEL / STUDY_PARALLEL: each pilot's candidates run
 #                                                  that many at once, --parallel; default 1, one after another;
 #                                                  THEN_TRIAL=1: the adaptive trial starts once its contract froze;
+#                                                  THEN_TRIAL=both: with both contracts frozen, both trials side by
+#                                                  side on the one GPU (each its own `kit demo --parts`);
 #                                                  ELSE_PROBE="NAME CONFIG": when it did not freeze, `probe NAME
 #                                                  CONFIG` follows on the same machine, so that one block of
 #                                                  device time tests a seed recipe too)
@@ -45,10 +47,11 @@ cd "$(dirname "$0")/.."
 W=build/medium
 mkdir -p "$W"
 
-runtime() {  # the notebook runtime without an index (docs/gpu-hosts.md), once per machine
-    [ -f /tmp/nbrt/env.sh ] || python3 tools/gpu_wheels.py install /tmp/nbrt --wheels build/gpu-wheels >"$W/runtime.log"
+runtime() {  # the notebook runtime without an index (docs/gpu-hosts.md), once per machine ($NBRT: where)
+    local rt=${NBRT:-/tmp/nbrt}
+    [ -f "$rt/env.sh" ] || python3 tools/gpu_wheels.py install "$rt" --wheels build/gpu-wheels >"$W/runtime.log"
     # shellcheck disable=SC1091
-    . /tmp/nbrt/env.sh
+    . "$rt/env.sh"
     export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
 }
 
@@ -101,7 +104,7 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
     # selection log, the final-access log and the final-evaluation log, docs/formats.md) and every store's
     # attempt records (adaptive homes' attempts/, the study arms' arm.json and attempts), never the
     # checkpoint objects themselves.
-    for p in runs reports ledger campaign.log work/medium-plan.json work/medium-timing.json work/adaptive/*.json \
+    for p in runs reports ledger campaign.log work/medium*-plan.json work/medium*-timing.json work/adaptive/*.json \
              work/adaptive/prepared/prepared.json work/adaptive/prepared/selections.jsonl \
              work/adaptive/prepared/final-access.jsonl work/adaptive/prepared/final-evaluations.jsonl \
              work/adaptive/*/attempts work/study/arms/*/arm.json work/study/arms/*/attempts \
@@ -215,7 +218,10 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
     echo "pilots done $(date -u +%FT%TZ)"
     # THEN_TRIAL=1 (carry build/gpu-wheels too): with the adaptive contract frozen, the adaptive trial starts at
     # once on the seed just built, so that one block holds the pilot and the trial (`follow` keeps following)
-    if [ "${THEN_TRIAL:-0}" = 1 ] && [ -f contracts/adaptive-shards.medium.json ]; then
+    if [ "${THEN_TRIAL:-0}" = both ] && [ -f contracts/adaptive-shards.medium.json ] \
+            && [ -f contracts/shared-gradient.medium.json ]; then
+        trials_side_by_side
+    elif [ "${THEN_TRIAL:-0}" != 0 ] && [ -f contracts/adaptive-shards.medium.json ]; then
         PARTS=adaptive start
     elif [ -n "${ELSE_PROBE:-}" ] && [ ! -f contracts/adaptive-shards.medium.json ]; then
         # ELSE_PROBE="NAME CONFIG": the positive control did not hold on the pinned seed, so the rest of the
@@ -224,6 +230,29 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
         # shellcheck disable=SC2086
         SYNCED=1 probe_run $ELSE_PROBE
     fi
+}
+
+trials_side_by_side() {  # THEN_TRIAL=both: both trials at once on the one GPU, in this (background) process
+    runtime
+    mkdir -p "$W/ledger"
+    [ -f "$W/ledger/exposed.jsonl" ] || cp ledger/exposed.jsonl "$W/ledger/exposed.jsonl"
+    local seed=(--seed "$W/pilot-work/seed") common=(--scale medium --out "$W/work" --runs-dir "$W/runs" --no-progress)
+    echo "trials started $(date -u +%FT%TZ)"
+    python3 -m kit demo "${common[@]}" --parts adaptive "${seed[@]}" --reports-dir "$W/reports" \
+        >>"$W/campaign.log" 2>&1 </dev/null &
+    local ap=$!
+    # The study starts once the seed's inspection run completed, which it then reuses (one run id, one
+    # record); each trial is deterministic on its own, so sharing the GPU changes their times, not their roots.
+    # Both prepare against the ledger as committed: the adaptive finals record theirs minutes later.
+    while kill -0 "$ap" 2>/dev/null && ! grep -q '"status":"completed"' "$W/runs/medium-seed/run.json" 2>/dev/null; do
+        sleep 2
+    done
+    python3 -m kit demo "${common[@]}" --parts study "${seed[@]}" --no-report \
+        >>"$W/campaign.log" 2>&1 </dev/null &
+    local sp=$!
+    wait "$ap" || true
+    wait "$sp" || true
+    echo "trials done $(date -u +%FT%TZ)"
 }
 
 pilots() {  # in the background, so that it outlives the device call that starts it (followed by `follow`)

@@ -40,13 +40,18 @@ class Scale:
     device: str  # where evaluation scores ("cpu": the tiny demo's bit-pinned records)
     title: str
 
-    @property
-    def plan_file(self) -> str:
-        return f"{self.name}-plan.json"
+    def plan_file(self, parts=None) -> str:
+        return f"{self._files_tag(parts)}-plan.json"
 
-    @property
-    def timing_file(self) -> str:
-        return f"{self.name}-timing.json"
+    def timing_file(self, parts=None) -> str:
+        return f"{self._files_tag(parts)}-timing.json"
+
+    def _files_tag(self, parts) -> str:
+        """The scale's name, and the parts when not all of them run: two demos of one scale side by side
+        (`--parts adaptive` and `--parts study` on one host) then keep a plan and a timing file each."""
+        if parts is None or set(parts) == set(PARTS):
+            return self.name
+        return "-".join([self.name] + [p for p in PARTS if p in parts])
 
 
 SCALES = {
@@ -99,12 +104,22 @@ class RecordedRoots:
                               "continue from")
         return produced[-1]["root"]
 
+    def produced(self, run_id: str) -> list[str]:
+        """Every root the run committed, in training order (its endpoint last)."""
+        from kit.evidence.run_record import read_run_record
+
+        self.endpoint(run_id)  # refuses an unfinished run as endpoint() does
+        return [p["root"] for p in read_run_record(self.runs_dir / run_id).checkpoint_roots["produced"]]
+
 
 class PlaceholderRoots:
     """Stands in for roots not produced yet: counts the steps and checks their parameters before any runs."""
 
     def endpoint(self, run_id: str) -> str:
         return "0" * 64
+
+    def produced(self, run_id: str) -> list[str]:
+        return ["0" * 64]
 
 
 def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Scale = TINY) -> Iterator[Step]:
@@ -159,6 +174,17 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
         yield Step(f"{run}-adaptive-dev-{name}", "13_adaptive_evaluate.ipynb",
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
                     "COMPARISON": label, "OUT": shown_path(ad / f"dev-{name}.json"), **device})
+    # the development curve: every commit of each arm's lineage on the development roles (docs/formats.md)
+    def specs(home: str, run_id: str) -> list[str]:
+        return [f"{home}:{root}" for root in roots.produced(run_id)]
+
+    start_a, start_b = [f"seed:{seed}"] + specs(a_from, mid), [f"{a_to}:{a_end}"]
+    lineages = {f"A{three}-migrated": start_a + specs(a_to, migrated),
+                f"A{two}-control": start_a + specs(a_from, control),
+                "B-control": start_b + specs(b_home, f"{run}-adaptive-B-control"),
+                "B-growth": start_b + specs(g_home, f"{run}-adaptive-B-growth")}
+    yield Step(f"{run}-adaptive-dev-curve", "16_adaptive_dev_curve.ipynb",
+               {"PREPARED_DIR": prepared, "LINEAGES": lineages, "OUT": shown_path(ad / "dev-curve.json"), **device})
     selection = shown_path(ad / "selection.json")
     yield Step(f"{run}-adaptive-select", "14_adaptive_select.ipynb",
                {"PREPARED_DIR": prepared, "CANDIDATES": {name: spec[0] for name, spec in comparisons.items()},
@@ -355,7 +381,7 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
         for step in demo_steps(out, public_source, RecordedRoots(runs_dir), sc, parts, seed_dir):
             notebook = shown_path(notebooks / step.notebook)
             plan.append({"notebook": notebook, "run_id": step.run_id, "parameters": step.parameters})
-            write_canonical_json(out / sc.plan_file, plan)
+            write_canonical_json(out / sc.plan_file(parts), plan)
             bar.set_description(step.run_id)
             if _reusable(runs_dir, step):
                 timing.append({"run_id": step.run_id, "status": "reused", "seconds": 0.0})
@@ -368,7 +394,7 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
                 if record.status != "completed" and not step.may_fail:
                     stopped = (step.run_id, f"{runs_dir / step.run_id}: {record.status} ({record.reason})")
                     break
-            write_canonical_json(out / sc.timing_file, {"steps": timing})  # a killed campaign keeps its times
+            write_canonical_json(out / sc.timing_file(parts), {"steps": timing})  # a killed campaign keeps its times
             bar.update()
     except DemoStopped as e:
         stopped = (timing[-1]["run_id"] if timing else "", str(e))
@@ -386,9 +412,9 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
             # each scale's report covers its own runs only: the tiny contracts' verdicts are not mixed with
             # GPU-host and benchmark records, which `kit report --select '[!dm]*'` renders apart
             index = render_report(runs_dir, reports_dir / sc.name, title=sc.title, select=f"{sc.name}-*")
-    write_canonical_json(out / sc.timing_file, {"steps": timing, "steps_seconds": round(steps_s, 1),
+    write_canonical_json(out / sc.timing_file(parts), {"steps": timing, "steps_seconds": round(steps_s, 1),
                                                 "with_report_seconds": round(time.perf_counter() - t0, 1)})
-    print(f"{len(timing)} of {total} step(s) in {steps_s / 60:.1f} min; plan: {out / sc.plan_file}")
+    print(f"{len(timing)} of {total} step(s) in {steps_s / 60:.1f} min; plan: {out / sc.plan_file(parts)}")
     if stopped:
         # the inspection run records into the demo's own runs folder (never the committed runs/ of a `make demo`)
         print(f"demo stopped: {stopped[1]}\ninspect it: kit run notebooks/90_inspect_failed_arm.ipynb "

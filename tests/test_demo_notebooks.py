@@ -27,7 +27,8 @@ from kit.evidence.runner import load_plan, run_notebook
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 EXPECTED = ["00_seed", "10_adaptive_prepare", "11_adaptive_arm", "12_adaptive_migration",
-            "13_adaptive_evaluate", "14_adaptive_select", "15_continued_prepare", "19_study_prepare", "20_study_arm",
+            "13_adaptive_evaluate", "14_adaptive_select", "15_continued_prepare", "16_adaptive_dev_curve", "19_study_prepare",
+            "20_study_arm",
             "21_study_evaluate", "30_report", "90_inspect_failed_arm"]
 SHA = "ab" * 32
 FAILURE = "worker rank 1 failed at step 4 (update)"
@@ -98,7 +99,7 @@ def test_demo_plan_fits_the_notebooks_and_mirrors_the_examples(tmp_path):
     assert ids == ["demo-seed", "demo-adaptive-prepare", "demo-adaptive-A2-to-step4",
                    "demo-adaptive-A3-migrated", "demo-adaptive-A2-control", "demo-adaptive-migration",
                    "demo-adaptive-B-control", "demo-adaptive-B-growth", "demo-adaptive-growth-comparison",
-                   "demo-adaptive-dev-A", "demo-adaptive-dev-B", "demo-adaptive-dev-G",
+                   "demo-adaptive-dev-A", "demo-adaptive-dev-B", "demo-adaptive-dev-G", "demo-adaptive-dev-curve",
                    "demo-adaptive-select", "demo-adaptive-final-A", "demo-adaptive-final-B",
                    "demo-adaptive-final-G", "demo-continued-prepare", "demo-continued-C", "demo-continued-dev-C",
                    "demo-continued-select", "demo-continued-final-C", "demo-study-prepare", "demo-study-single",
@@ -106,7 +107,7 @@ def test_demo_plan_fits_the_notebooks_and_mirrors_the_examples(tmp_path):
     plan = [{"notebook": str(NOTEBOOKS / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
             for s in steps]
     write_canonical_json(tmp_path / "plan.json", plan)
-    assert len(load_plan(tmp_path / "plan.json")) == 26  # every name and type checked against its notebook
+    assert len(load_plan(tmp_path / "plan.json")) == 27  # every name and type checked against its notebook
     by_id = {s.run_id: s.parameters for s in steps}
     assert by_id["demo-adaptive-A2-to-step4"]["UNTIL"] == 4  # the contract's migration step
     assert by_id["demo-adaptive-A3-migrated"]["WORKERS"] == 3
@@ -138,24 +139,25 @@ def test_medium_plan_is_the_demo_on_the_medium_contracts_with_gpu_scoring(tmp_pa
     assert ids == ["medium-seed", "medium-adaptive-prepare", "medium-adaptive-A2-to-step64",
                    "medium-adaptive-A3-migrated", "medium-adaptive-A2-control", "medium-adaptive-migration",
                    "medium-adaptive-B-control", "medium-adaptive-B-growth", "medium-adaptive-growth-comparison",
-                   "medium-adaptive-dev-A", "medium-adaptive-dev-B", "medium-adaptive-dev-G", "medium-adaptive-select",
+                   "medium-adaptive-dev-A", "medium-adaptive-dev-B", "medium-adaptive-dev-G", "medium-adaptive-dev-curve",
+                   "medium-adaptive-select",
                    "medium-adaptive-final-A", "medium-adaptive-final-B", "medium-adaptive-final-G",
                    "medium-study-prepare", "medium-study-single", "medium-study-dense", "medium-study-powersgd",
                    "medium-study-evaluate"]
     plan = [{"notebook": str(NOTEBOOKS / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
             for s in steps]
     write_canonical_json(tmp_path / "plan.json", plan)
-    assert len(load_plan(tmp_path / "plan.json")) == 21  # every name and type checked against its notebook
+    assert len(load_plan(tmp_path / "plan.json")) == 22  # every name and type checked against its notebook
     by_id = {s.run_id: s.parameters for s in steps}
     assert by_id["medium-seed"] == {"SEED_DIR": by_id["medium-adaptive-prepare"]["SEED_DIR"], "MODE": "build",
                                     "SIZE": "small", "DEVICE": "cuda"}
     assert by_id["medium-adaptive-prepare"]["CONTRACT"].endswith("contracts/adaptive-shards.medium.draft.json")
     assert by_id["medium-adaptive-migration"]["REQUIRE_EQUAL"] is False
     evaluations = [p for i, p in by_id.items() if "-dev-" in i or "-final-" in i] + [by_id["medium-study-evaluate"]]
-    assert len(evaluations) == 7 and {p["DEVICE"] for p in evaluations} == {"cuda"}
+    assert len(evaluations) == 8 and {p["DEVICE"] for p in evaluations} == {"cuda"}
     study_only = [s.run_id for s in demo_steps(tmp_path / "out", tmp_path / "a.json", PlaceholderRoots(), drafts,
                                                ("study",))]
-    assert study_only == ["medium-seed"] + ids[16:]
+    assert study_only == ["medium-seed"] + ids[17:]
     # --seed-dir: the pilot's seed on the same host is inspected, not rebuilt, and every step reads it
     built = tmp_path / "pilot-seed"
     reused = list(demo_steps(tmp_path / "out", tmp_path / "a.json", PlaceholderRoots(), drafts, seed_dir=built))

@@ -101,20 +101,33 @@ FAKE_PYTHON = r"""#!/bin/bash
 # the host's python3 for campaigns/medium_campaign.sh: the GPU steps recorded and faked, anything else real
 echo "$*" >>"$FAKE_LOG"
 if [ "$1" = -m ] && [ "$2" != json ]; then
-    mod=$2; shift 2
-    out=""; config=""
+    mod=$2; sub=${3:-}; shift 2
+    out=""; config=""; parts=""; study=""
     while [ $# -gt 0 ]; do
-        case $1 in --out) out=$2; shift ;; --config) config=$2; shift ;; esac
+        case $1 in --out) out=$2; shift ;; --config) config=$2; shift ;; --parts) parts=$2; shift ;;
+                   --study-pilot) study=1 ;; esac
         shift
     done
     case $mod in
-        kit)  # seed build: a probe's recipe (--config) gives another digest than the pinned defaults
+        kit)
+            if [ "$sub" = demo ]; then  # a trial: the adaptive one records the seed's inspection run first
+                if [ "$parts" = adaptive ]; then
+                    sleep 1; mkdir -p build/medium/runs/medium-seed
+                    echo '{"status":"completed"}' >build/medium/runs/medium-seed/run.json
+                else  # the study reuses that run: it must not start before it completed
+                    [ -f build/medium/runs/medium-seed/run.json ] || exit 9
+                    echo "$parts" >build/medium/study-started-after-the-seed-run
+                fi
+                exit 0
+            fi
+            # seed build: a probe's recipe (--config) gives another digest than the pinned defaults
             mkdir -p "$out" && echo '{}' >"$out/config.json" && echo '{"record": "full"}' >"$out/seed_build.json"
             if [ -n "$config" ]; then echo '{"parameter_digest": "b0b0"}'; else echo '{"parameter_digest": "a0a0"}'; fi ;;
-        campaigns.medium_pilot) mkdir -p "$out" && echo '{"status": "completed"}' >"$out/run.json" ;;
+        campaigns.medium_pilot|campaigns.study_pilot) mkdir -p "$out" && echo '{"status": "completed"}' >"$out/run.json" ;;
         campaigns.medium_freeze)  # FAKE_FREEZE=1: the positive control held
             [ "${FAKE_FREEZE:-0}" = 1 ] || exit 1
-            echo '{}' >contracts/adaptive-shards.medium.json ;;
+            if [ -n "$study" ]; then echo '{}' >contracts/shared-gradient.medium.json
+            else echo '{}' >contracts/adaptive-shards.medium.json; fi ;;
         *) exit 3 ;;
     esac
     exit 0
@@ -123,7 +136,7 @@ exec "$REAL_PYTHON" "$@"
 """
 
 
-def _pilots_host(tmp_path: Path, name: str) -> tuple[Path, dict]:
+def _pilots_host(tmp_path: Path, name: str, extra: dict[str, str] | None = None) -> tuple[Path, dict]:
     """A device copy ready for `pilots-run`: the script, the adaptive draft, a probe config, the carried bundle
     of its one commit, and a PATH whose python3 and nvidia-smi stand in for the GPU host's."""
     import sys
@@ -136,6 +149,12 @@ def _pilots_host(tmp_path: Path, name: str) -> tuple[Path, dict]:
     (here / "campaigns" / "seed-probes" / "p9.json").write_text('{"task_epochs": 8}\n')
     (here / "campaigns" / "seed-probes" / "p10.json").write_text('{"reworded_tasks": 8}\n')
     (here / ".gitignore").write_text("build/\n")
+    for rel, text in (extra or {}).items():  # more files of the carried commit
+        (here / rel).parent.mkdir(parents=True, exist_ok=True)
+        (here / rel).write_text(text)
+    for rel, text in (extra or {}).items():  # more files of the carried commit
+        (here / rel).parent.mkdir(parents=True, exist_ok=True)
+        (here / rel).write_text(text)
     _git(here, "init", "-q")
     _git(here, "add", "-A")
     _git(here, "commit", "-q", "-m", "carried")
@@ -191,6 +210,26 @@ def test_pilots_chain_a_seed_probe_when_the_control_fails_and_keep_their_commits
     calls = Path(env["FAKE_LOG"]).read_text().splitlines()
     assert not any("--config" in c for c in calls) and not (host / "build/medium/probe-p9").exists()
     assert _git(host, "log", "-1", "--format=%s").startswith("Adaptive medium contract frozen")
+
+
+def test_then_trial_both_runs_the_two_trials_side_by_side_after_the_seed_run(tmp_path):
+    """THEN_TRIAL=both: with both contracts frozen, the adaptive trial starts, the study trial once the seed's
+    inspection run completed (it reuses that record), each a `kit demo` of its own parts; `follow` waits for
+    both, since they run in the process the pid file names."""
+    host, env = _pilots_host(tmp_path, "both", {"contracts/shared-gradient.medium.draft.json": "{}\n",
+                                                "ledger/exposed.jsonl": ""})
+    (tmp_path / "nbrt").mkdir()
+    (tmp_path / "nbrt" / "env.sh").write_text("")
+    env.update({"FAKE_FREEZE": "1", "PILOTS": "adaptive,study", "THEN_TRIAL": "both", "NBRT": str(tmp_path / "nbrt")})
+    done = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "pilots-run", "2099-01-01"],
+                          cwd=host, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "trials done" in done.stdout
+    demos = [c for c in Path(env["FAKE_LOG"]).read_text().splitlines() if c.startswith("-m kit demo")]
+    assert len(demos) == 2 and "--parts adaptive" in demos[0] and "--parts study" in demos[1]
+    assert "--no-report" in demos[1] and all("--seed build/medium/pilot-work/seed" in d for d in demos)
+    assert (host / "build" / "medium" / "study-started-after-the-seed-run").read_text() == "study\n"
+    assert _git(host, "log", "-1", "--format=%s").startswith("Study medium contract frozen")
 
 
 def test_probe_with_two_recipes_syncs_once_and_runs_both_side_by_side(tmp_path):

@@ -185,26 +185,42 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
     `run` and `time` default to the current run and now; tools/ledger_from_evaluations.py gives a past
     scoring's, and `rebuilt` (check_rebuilt), which every line it writes carries."""
     path = Path(path) if path is not None else ledger_path()
-    seen = {(e["kind"], e["digest"]) for e in read_ledger(path) if e.get("contract_digest") == contract_digest}
     now, run = time or _now(), run or _run_id()
     marker = {} if rebuilt is None else {"rebuilt": check_rebuilt(rebuilt, "record(rebuilt=...)")}
-    lines = []
-    for kind, digest, rid in items:
+    for kind, _, _ in items:
         if kind not in KINDS:
             raise LedgerError(f"exposure kind {kind!r}; expected one of {list(KINDS)}")
-        if (kind, digest) in seen:
-            continue
-        seen.add((kind, digest))
-        lines.append(canonical_json({"format": LEDGER_FORMAT, "kind": kind, "digest": digest, "id": rid,
-                                     "contract_digest": contract_digest, "job": job, "run": run,
-                                     "purpose": purpose, "time": now, **marker}) + b"\n")
-    if lines:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as f:
+    if not items:
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        # Two scorings may record at once (the campaign's two trials share a host's ledger): under the
+        # lock, what is already recorded is read and the new block appended as one write, so lines never
+        # interleave and an item is never written twice for one contract.
+        _lock(f)
+        seen = {(e["kind"], e["digest"]) for e in read_ledger(path) if e.get("contract_digest") == contract_digest}
+        lines = []
+        for kind, digest, rid in items:
+            if (kind, digest) in seen:
+                continue
+            seen.add((kind, digest))
+            lines.append(canonical_json({"format": LEDGER_FORMAT, "kind": kind, "digest": digest, "id": rid,
+                                         "contract_digest": contract_digest, "job": job, "run": run,
+                                         "purpose": purpose, "time": now, **marker}) + b"\n")
+        if lines:
             f.write(b"".join(lines))
             f.flush()
             os.fsync(f.fileno())
     return len(lines)
+
+
+def _lock(f) -> None:
+    """An exclusive advisory lock on the open ledger, released when it closes (POSIX; elsewhere none)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: one writer at a time is the caller's to ensure
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
 
 
 def record_exposures(tasks, retention, contract_digest: str, job: str, purpose: str,

@@ -179,3 +179,37 @@ def curves_alt(x_name: str, x: list, series: dict, title: str) -> str:
 GROWTH_NOTE = ("The grown model has more blocks than its fixed-depth control, so their parameter names and shapes "
                "differ: the learned states are not compared elementwise (maximum difference and differing count "
                "are not defined, shown as \u2014). Growth is judged by its final gates against the control.")
+
+
+def dev_curve_figure(table: dict, title: str) -> tuple[bytes, str] | None:
+    """Development accuracy against updates since the seed: one panel per family ("all" first), one line
+    per arm, from a `dev_curve` sidecar ({"columns", "rows"}, kit/adaptive/dev_curve.py)."""
+    from matplotlib.figure import Figure
+
+    cols = table.get("columns") or []
+    if not {"arm", "step", "family", "accuracy"} <= set(cols):
+        return None
+    at = {c: i for i, c in enumerate(cols)}
+    series: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for r in table["rows"]:
+        series.setdefault(r[at["family"]], {}).setdefault(r[at["arm"]], []).append((r[at["step"]], r[at["accuracy"]]))
+    if not series:
+        return None
+    families = (["all"] if "all" in series else []) + sorted(f for f in series if f != "all")
+    ncols = min(3, len(families))
+    nrows = -(-len(families) // ncols)
+    fig = Figure(figsize=(4.4 * ncols, 3.0 * nrows), dpi=90, layout="constrained")
+    for i, family in enumerate(families):
+        ax = fig.add_subplot(nrows, ncols, i + 1)
+        for arm, pts in series[family].items():
+            ax.plot(*zip(*sorted(pts)), marker=".", linewidth=1.2, label=arm)
+        ax.set_xlabel("updates since the seed")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"{family}: development accuracy", fontsize=10)
+        ax.grid(alpha=0.3)
+        if i == 0:
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    desc = [f"{arm} from {fmt(min(p)[1])} at update {min(p)[0]} to {fmt(max(p)[1])} at update {max(p)[0]}"
+            for arm, p in series[families[0]].items()]
+    return png_bytes(fig), f"{title}: {families[0]} development accuracy per arm: " + "; ".join(desc)

@@ -26,6 +26,7 @@ from kit.evidence.report.figures import (
     bootstrap_figure,
     curves_alt,
     curves_png,
+    dev_curve_figure,
     learning_figure,
 )
 from kit.evidence.report.format import img_html, is_number, kv_table, records_table, table_html
@@ -95,6 +96,9 @@ def _named_view(row: dict, idx: dict, name: str, obj: Any, title: str) -> str | 
         return (img_html(*fig) if fig else "") + records_table(recs, runs_by_root=rbr)
     if name == "bootstrap_distribution":
         return "<p>Drawn with nll_change_bounds above.</p>"
+    if name == "dev_curve" and isinstance(obj, dict):
+        fig = dev_curve_figure(obj, title)
+        return (img_html(*fig) if fig else "") + table_html(obj["columns"], obj["rows"], runs_by_root=rbr)
     if name == "comparison" and isinstance(obj, dict):
         note = "" if obj.get("same_parameter_names", True) else f'<p class="kit-note">{GROWTH_NOTE}</p>'
         return kv_table(obj, runs_by_root=rbr) + note

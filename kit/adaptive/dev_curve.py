@@ -1,0 +1,98 @@
+"""The development curve: every commit along each arm's lineage scored on the development roles.
+
+An endpoint comparison (kit.adaptive.evaluation) says where a cohort ended; the curve says how it got
+there: per-family greedy accuracy and per-token NLL on the prepared `dev.tasks` and `dev.retention`
+roles at the seed and at each commit, so that a reader sees whether accuracy rose steadily, rose and
+fell back, or never moved. Development roles only: the curve never opens a final role, and (as every
+development result) it may inform an abort, never the choice of an endpoint.
+
+Scores come from kit.adaptive.evaluation's cached scorer with the same key, so the seed and the endpoints
+the development comparisons already scored are read back from the cache rather than scored twice.
+File: docs/formats.md, "Development curve".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kit.digest import load_json_strict, sha256_file, write_canonical_json
+
+CURVE_FORMAT = "kit-adaptive-dev-curve/1"
+CURVE_COLUMNS = ["arm", "model", "step", "cohort", "cohort_step", "family", "n", "correct", "accuracy"]
+NLL_COLUMNS = ["arm", "model", "step", "cohort", "cohort_step", "task_nll_per_token", "retention_nll_per_token"]
+COHORT_NAMES = ("A", "B")  # a commit cursor's cohort index (docs/formats.md, "Learned state")
+
+
+def _point(spec: str) -> dict:
+    """'seed:DIR' or 'HOME:FULL_ROOT' -> {"model", "step", "cohort", "cohort_step"} from the commit's cursor
+    (the seed: step 0, no cohort)."""
+    from kit.adaptive.evaluation import _model_spec
+    from kit.store.commits import read_commit
+
+    kw, _ = _model_spec(spec)
+    if "seed_dir" in kw:
+        return {"model": spec, "step": 0, "cohort": None, "cohort_step": 0}
+    cursor = read_commit(kw["home"], kw["root"])["learned_state"]["cursor"]
+    cohort = cursor.get("cohort")
+    return {"model": spec, "step": int(cursor["step"]),
+            "cohort": COHORT_NAMES[cohort] if isinstance(cohort, int) and cohort < len(COHORT_NAMES) else cohort,
+            "cohort_step": int(cursor.get("cohort_step", cursor["step"]))}
+
+
+def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], out: str | os.PathLike,
+              tokenizer_dir: str, max_tokens: int, max_new_tokens: int, device: str = "cpu") -> dict:
+    """Score every model of every lineage ({arm: ["seed:DIR" or "HOME:FULL_ROOT", ...]}, each list in
+    training order) on the development roles; write and return the curve record (docs/formats.md).
+    A lineage must be in increasing `step` order, so that a curve is never drawn out of order."""
+    from kit.adaptive.evaluation import DEV_ROLES, _model_spec, _scores, role_file
+    from kit.data.chat import load_tokenizer
+    from kit.data.conversations import read_jsonl
+    from kit.stats import accuracy_by_family
+
+    prepared_dir = Path(prepared_dir)
+    if not lineages or any(not isinstance(v, list) or not v for v in lineages.values()):
+        raise ValueError(f"lineages {lineages!r}: expected {{arm: [model spec, ...]}} with at least one model per arm")
+    points = {arm: [_point(spec) for spec in specs] for arm, specs in lineages.items()}
+    for arm, pts in points.items():
+        steps = [p["step"] for p in pts]
+        if steps != sorted(steps) or len(set(steps)) != len(steps):
+            raise ValueError(f"lineage {arm!r}: steps {steps}; expected strictly increasing steps (training order)")
+    tok = load_tokenizer(tokenizer_dir)
+    data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in DEV_ROLES.items()}
+    role_sha = {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in DEV_ROLES.items()}
+    cache = Path(out).parent / "score-cache"  # the development comparisons' cache: same key, same scores
+    rows = []
+    for arm, pts in points.items():
+        for p in pts:
+            kw, ident = _model_spec(p["model"])
+            s = _scores(kw, ident, tok, data, role_sha, max_tokens, max_new_tokens, cache, device)
+            table = accuracy_by_family([{"family": a["family"], "correct": a["correct"]} for a in s["answers"]])
+            rows.append({"arm": arm, **p,
+                         "accuracy": {r["family"]: {"n": int(r["n"]), "correct": int(r["correct"]),
+                                                    "accuracy": float(r["accuracy"])}
+                                      for r in table.to_dict(orient="records")},
+                         "task_nll_per_token": _per_token(s["task_nll"]),
+                         "retention_nll_per_token": _per_token(s["retention_nll"])})
+    prepared = load_json_strict(prepared_dir / "prepared.json")
+    record = {"format": CURVE_FORMAT, "prepared_job_digest": prepared["job_digest"], "roles": DEV_ROLES,
+              "role_sha256": role_sha, "max_tokens": max_tokens, "max_new_tokens": max_new_tokens,
+              "device": device, "points": rows}
+    write_canonical_json(out, record)
+    return record
+
+
+def _per_token(rows: list[dict]) -> float:
+    tokens = sum(r["tokens"] for r in rows)
+    return sum(r["nll_sum"] for r in rows) / tokens if tokens else float("nan")
+
+
+def curve_sidecars(record: dict) -> dict:
+    """{"dev_curve": per-family accuracy at every point, "dev_curve_nll": per-token NLLs at every point},
+    each a {"columns", "rows"} table (the report draws such tables as they are)."""
+    acc, nll = [], []
+    for p in record["points"]:
+        head = [p["arm"], p["model"], p["step"], p["cohort"], p["cohort_step"]]
+        acc += [head + [family, a["n"], a["correct"], a["accuracy"]] for family, a in p["accuracy"].items()]
+        nll.append(head + [p["task_nll_per_token"], p["retention_nll_per_token"]])
+    return {"dev_curve": {"columns": CURVE_COLUMNS, "rows": acc}, "dev_curve_nll": {"columns": NLL_COLUMNS, "rows": nll}}
