@@ -51,8 +51,13 @@ gpu-wheels: $(VENV)/.installed
 # stale, so that the records made there name real commits (campaigns/medium_campaign.sh; docs/gpu-hosts.md,
 # "The medium campaign"). Shallow: the whole history as a bundle (23 MB) no longer fit beside the working
 # tree and the wheels in one call's 64 MiB; one commit's objects are 16 MB.
+# The last commit, without its files (the device copy's working tree carries them): its commit object, its
+# tree listing and its id, from which campaigns/medium_campaign.sh `sync` rebuilds that very commit on the host.
 medium-bundle:
-	rm -rf build/bundle && git clone -q --bare --depth 1 "file://$(CURDIR)" build/bundle/head.git
+	rm -rf build/bundle && mkdir -p build/bundle
+	git cat-file commit HEAD >build/bundle/commit
+	git ls-tree -r -z HEAD >build/bundle/tree
+	git rev-parse HEAD >build/bundle/commit.sha
 
 # Re-derive data/python3.11-doc.jsonl.xz (the small seed's general text, data/SOURCE.md) from Debian's
 # package and check both pinned digests (package file and extracted text) against kit/data/general_text.py.

@@ -35,8 +35,9 @@
 #   bash campaigns/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
 #                                                  carried commit
 #
-# Carry build/gpu-wheels (make gpu-wheels) and build/bundle (make medium-bundle: the local last commit as a
-# shallow repository, so that the host's records name real commits; the device copy's own .git is stale).
+# Carry build/gpu-wheels (make gpu-wheels) and build/bundle (make medium-bundle: the local last commit's object
+# and tree listing, from which `sync` rebuilds that commit over the copied working tree, so that the host's
+# records name real commits; the device copy's own .git is stale).
 # Everything the campaign writes on the host goes under build/medium/ (ignored by git), which survives
 # between calls while the machine stays warm; the background campaign (setsid) outlives the call that started
 # it. A fresh machine starts over from what was committed: the pilot's record and the frozen contracts are in
@@ -60,13 +61,35 @@ timed() {  # timed FILE CMD...: GNU time's resource record of CMD in FILE, where
     if [ -x /usr/bin/time ]; then /usr/bin/time -v -o "$file" "$@"; else "$@"; fi
 }
 
-sync_git() {  # the host's .git to the carried history; the working tree is already that commit's
+sync_git() {  # the host's HEAD becomes the carried commit, rebuilt from the working tree (the copy carries its files)
     [ -d .git ] || git init -q  # first: every git command below needs a repository
     git config core.fileMode false
     git config user.name >/dev/null || git config user.name "kit medium campaign"
     git config user.email >/dev/null || git config user.email "kit@localhost"
-    git fetch -q --depth 1 build/bundle/head.git HEAD  # the host's repository becomes shallow at that commit
-    git reset -q FETCH_HEAD
+    local b=build/bundle want tree actual carried commit
+    want=$(cat "$b/commit.sha")
+    tree=$(sed -n '1s/^tree //p' "$b/commit")
+    rm -f .git/index
+    # the files as found here (their blobs written), then the carried tree's entries (modes and blob ids) over them
+    tr '\0' '\n' <"$b/tree" | cut -f2- | while IFS= read -r p; do
+        if [ -e "$p" ] || [ -L "$p" ]; then printf '%s\n' "$p"; fi
+    done | git update-index --add --stdin
+    actual=$(git write-tree)
+    tr '\0' '\n' <"$b/tree" | git update-index --index-info
+    carried=$(git write-tree --missing-ok)
+    # a file whose bytes differ (or that is missing) has another blob id; a lost executable bit alone does not count
+    local differ
+    differ=$(git diff-tree -r "$actual" "$carried" | awk '$3 != $4 {print $5, $6}')
+    if [ "$carried" != "$tree" ] || [ -n "$differ" ]; then
+        echo "the working tree differs from the carried commit $want:" >&2
+        printf '%s\n' "$differ" | head -20 >&2
+        exit 2
+    fi
+    # the commit object itself, byte for byte: the same id; its parent is not here, so the history is shallow at it
+    commit=$(git hash-object -t commit -w --literally --stdin <"$b/commit")
+    [ "$commit" = "$want" ] || { echo "build/bundle/commit hashes to $commit, not $want" >&2; exit 2; }
+    grep -qsx "$commit" .git/shallow || echo "$commit" >>.git/shallow
+    git reset -q "$commit"
     git rev-parse HEAD >"$W/base-commit"
     if [ -n "$(git status --porcelain)" ]; then
         echo "the working tree differs from the carried commit $(cat "$W/base-commit"):" >&2

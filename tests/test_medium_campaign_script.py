@@ -56,9 +56,10 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
-    """`make medium-bundle` carries the last commit as a shallow bare repository (the whole history no
-    longer fit in a call); `sync` on a host copy whose .git holds unrelated history makes HEAD that commit,
-    with a clean status, so that the host's run records name it with dirty: false."""
+    """`make medium-bundle` carries the last commit without its files (its object and tree listing: the
+    history, then the files twice, no longer fit in a call); `sync` on a host copy whose .git holds unrelated
+    history rebuilds that commit from the working tree and makes it HEAD, with a clean status, so that the
+    host's run records name it with dirty: false; a file that differs is refused by name."""
     here = tmp_path / "here"
     (here / "campaigns").mkdir(parents=True)
     shutil.copy(REPO / "campaigns" / "medium_campaign.sh", here / "campaigns")
@@ -71,7 +72,14 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
     head = _git(here, "rev-parse", "HEAD")
     subprocess.run(["make", "-f", str(REPO / "Makefile"), "-C", str(here), "medium-bundle"], check=True,
                    capture_output=True)
-    assert _git(here / "build" / "bundle" / "head.git", "rev-list", "--count", "HEAD") == "1"
+    assert {p.name for p in (here / "build" / "bundle").iterdir()} == {"commit", "tree", "commit.sha"}
+    (here / "run.sh").write_text("#!/bin/sh\n")  # an executable file: its mode is part of the commit
+    (here / "run.sh").chmod(0o755)
+    _git(here, "add", "-A")
+    _git(here, "commit", "-q", "-m", "with an executable")
+    head = _git(here, "rev-parse", "HEAD")
+    subprocess.run(["make", "-f", str(REPO / "Makefile"), "-C", str(here), "medium-bundle"], check=True,
+                   capture_output=True)
 
     host = tmp_path / "host"  # the device copy: the working tree, the carried build/, a stale .git
     shutil.copytree(here, host, ignore=shutil.ignore_patterns(".git"))
@@ -90,6 +98,25 @@ def test_sync_brings_a_stale_host_git_to_the_carried_commit_clean(tmp_path):
                           text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stderr
     assert _git(bare, "rev-parse", "HEAD") == head and _git(bare, "status", "--porcelain") == ""
+    _git(bare, "commit", "-q", "--allow-empty", "-m", "a host commit")  # on top of it, bundled for the way back
+    _git(bare, "bundle", "create", str(tmp_path / "back.bundle"), f"{head}..HEAD")
+    _git(here, "fetch", "-q", str(tmp_path / "back.bundle"), "HEAD")
+    assert _git(here, "rev-parse", "FETCH_HEAD^") == head
+
+    lost = tmp_path / "lost-bit-host"  # a copy that lost the executable bit: the same commit all the same
+    shutil.copytree(here, lost, ignore=shutil.ignore_patterns(".git"))
+    (lost / "run.sh").chmod(0o644)
+    done = subprocess.run(["bash", str(lost / "campaigns" / "medium_campaign.sh"), "sync"], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert _git(lost, "rev-parse", "HEAD") == head and _git(lost, "status", "--porcelain") == ""
+
+    fresh = tmp_path / "fresh-host"  # a file edited before the first sync: its blob is nowhere, refused by name
+    shutil.copytree(here, fresh, ignore=shutil.ignore_patterns(".git"))
+    (fresh / "notes.txt").write_text("edited before the sync\n")
+    refused = subprocess.run(["bash", str(fresh / "campaigns" / "medium_campaign.sh"), "sync"], capture_output=True,
+                             text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, check=False)
+    assert refused.returncode == 2 and "notes.txt" in refused.stderr
 
     (host / "notes.txt").write_text("edited on the host\n")  # a tree that is not the carried commit: refused
     refused = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "sync"], capture_output=True,
