@@ -46,6 +46,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=build/medium
+# The campaign runs in a checkout of its own (a copy of the synced repository), because every device call
+# copies the local working tree anew over the device copy: a file the host committed (a frozen contract)
+# would vanish there, and a notebook being rewritten is briefly missing. Later calls never touch this folder.
+CAMPAIGN_DIR=${KIT_CAMPAIGN_DIR:-/tmp/kit-campaign}
+if [ "${1:-}" = follow ] && [ -d "$CAMPAIGN_DIR/$W" ] && [ "$(pwd -P)" != "$(cd "$CAMPAIGN_DIR" && pwd -P)" ]; then
+    cd "$CAMPAIGN_DIR"  # `follow` reads (and packs) the campaign where it runs
+fi
 mkdir -p "$W"
 
 runtime() {  # the notebook runtime without an index (docs/gpu-hosts.md), once per machine ($NBRT: where)
@@ -97,6 +104,15 @@ sync_git() {  # the host's HEAD becomes the carried commit, rebuilt from the wor
         exit 2
     fi
     echo "git: $(git log -1 --oneline)"
+}
+
+enter_checkout() {  # cd into the campaign's checkout, made from this (synced) copy when there is none yet
+    [ "$(pwd -P)" = "$(mkdir -p "$CAMPAIGN_DIR" && cd "$CAMPAIGN_DIR" && pwd -P)" ] && return
+    if [ ! -d "$CAMPAIGN_DIR/.git" ]; then
+        cp -a . "$CAMPAIGN_DIR/"  # the synced .git, the tree, build/ (bundle, wheels, anything built here)
+        echo "campaign checkout: $CAMPAIGN_DIR"
+    fi
+    cd "$CAMPAIGN_DIR"
 }
 
 start() {
@@ -187,7 +203,7 @@ pilot() {
 
 pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaign.log
     local date=$1 a="medium-pilot-$1" s="study-pilot-$1" out="$W/out" seed="$W/pilot-work/seed"
-    sync_git
+    [ "${SYNCED:-0}" = 1 ] || sync_git  # SYNCED=1: `pilots` synced before making the checkout
     # the pilots run kit commands only (no notebooks): the kit's environment without the notebook runtime
     export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
     mkdir -p "$out" "$W/seed-build"
@@ -238,7 +254,11 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
     fi
     git bundle create "$out/device.bundle" "$(cat "$W/base-commit")..HEAD"
     git log --oneline -4
-    echo "pilots done $(date -u +%FT%TZ)"
+    # The candidates' checkpoint stores (each commit: FP32 parameters and both Adam moments) are not
+    # evidence once the records are committed; the trials need the disk (a 64 GiB host filled up with them).
+    find "$W/pilot-work" -mindepth 1 -maxdepth 1 ! -name seed -exec rm -rf {} +
+    rm -rf "$W/study-pilot-work"
+    echo "pilots done $(date -u +%FT%TZ); disk: $(df -h . | awk 'NR == 2 {print $4 " free"}')"
     # THEN_TRIAL=1 (carry build/gpu-wheels too): with the adaptive contract frozen, the adaptive trial starts at
     # once on the seed just built, so that one block holds the pilot and the trial (`follow` keeps following)
     if [ "${THEN_TRIAL:-0}" = both ] && [ -f contracts/adaptive-shards.medium.json ] \
@@ -279,10 +299,13 @@ trials_side_by_side() {  # THEN_TRIAL=both: both trials at once on the one GPU, 
 }
 
 pilots() {  # in the background, so that it outlives the device call that starts it (followed by `follow`)
+    sync_git
+    enter_checkout
     if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
         echo "already running (pid $(cat "$W/campaign.pid"))"; return
     fi
-    setsid nohup bash "$0" pilots-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
+    mkdir -p "$W"
+    SYNCED=1 setsid nohup bash campaigns/medium_campaign.sh pilots-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
     echo $! >"$W/campaign.pid"
     echo "pilots started (pid $!), log $W/campaign.log"
 }
@@ -326,7 +349,7 @@ PY
 probes_run() {  # probe-run NAME CONFIG [NAME CONFIG ...]: one sync, then each probe side by side on the one GPU
     [ $(($# % 2)) = 0 ] || { echo "probe: expected NAME CONFIG pairs, got: $*"; exit 2; }
     [ $# = 2 ] && { probe_run "$1" "$2"; return; }
-    sync_git
+    [ "${SYNCED:-0}" = 1 ] || sync_git
     local pids=()
     while [ $# -gt 0 ]; do
         # each deterministic on its own: sharing the GPU changes their times, not their digests
@@ -338,16 +361,20 @@ probes_run() {  # probe-run NAME CONFIG [NAME CONFIG ...]: one sync, then each p
 }
 
 probe() {  # in the background, as pilots
+    sync_git
+    enter_checkout
     if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
         echo "already running (pid $(cat "$W/campaign.pid"))"; return
     fi
-    setsid nohup bash "$0" probe-run "$@" >>"$W/campaign.log" 2>&1 </dev/null &
+    mkdir -p "$W"
+    SYNCED=1 setsid nohup bash campaigns/medium_campaign.sh probe-run "$@" >>"$W/campaign.log" 2>&1 </dev/null &
     echo $! >"$W/campaign.pid"
     echo "probe started (pid $!), log $W/campaign.log"
 }
 
 resume() {
     sync_git
+    enter_checkout
     runtime
     if [ ! -f "$W/pilot-work/seed/config.json" ]; then  # the seed notebook then inspects it at the same path
         CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 python3 -m kit seed build --scale small --device cuda \
@@ -363,7 +390,7 @@ case "${1:-}" in
     pilots-run) pilots_run "${2:?DATE}" ;;
     probe) : "${3:?NAME CONFIG}"; shift; probe "$@" ;;
     probe-run) : "${3:?NAME CONFIG}"; shift; probes_run "$@" ;;
-    start) start ;;
+    start) enter_checkout; start ;;
     resume) resume "${2:?PARTS}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;

@@ -281,3 +281,29 @@ def test_probe_with_two_recipes_syncs_once_and_runs_both_side_by_side(tmp_path):
     refused = subprocess.run(["bash", script, "probe-run", "p9", "campaigns/seed-probes/p9.json", "p10"], cwd=host,
                              env=env, capture_output=True, text=True, check=False)
     assert refused.returncode == 2 and "expected NAME CONFIG pairs" in refused.stdout
+
+
+def test_pilots_run_in_a_checkout_of_their_own_that_a_later_call_s_copy_does_not_touch(tmp_path):
+    """Every device call copies the local working tree over the host's copy: `pilots` syncs the copy, then
+    runs in a checkout made from it (KIT_CAMPAIGN_DIR), where the host's commits and frozen contracts stay
+    whatever a later copy does; `follow` from the copy reads and packs the campaign there."""
+    host, env = _pilots_host(tmp_path, "checkout")
+    env.update({"FAKE_FREEZE": "1", "KIT_CAMPAIGN_DIR": str(tmp_path / "campaign"), "OUT": str(tmp_path / "out")})
+    env.pop("ELSE_PROBE")
+    script = str(host / "campaigns" / "medium_campaign.sh")
+    started = subprocess.run(["bash", script, "pilots", "2099-01-01"], cwd=host, env=env, capture_output=True,
+                             text=True, check=False)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "campaign checkout" in started.stdout
+    # a later call's copy: the tree as committed locally, without what the host committed since
+    shutil.rmtree(host / "contracts")
+    followed = subprocess.run(["bash", script, "follow", "60"], cwd=host, env=env, capture_output=True, text=True,
+                              check=False)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert "pilots done" in followed.stdout and "no campaign process running" in followed.stdout
+    campaign = tmp_path / "campaign"
+    assert (campaign / "contracts" / "adaptive-shards.medium.json").is_file()
+    assert _git(campaign, "log", "-1", "--format=%s").startswith("Adaptive medium contract frozen")
+    assert _git(campaign, "status", "--porcelain") == ""
+    assert {"device.bundle", "seed-build.tgz", "medium-pilot-2099-01-01.tgz"} <= {p.name for p in (tmp_path / "out").iterdir()}
+    assert not (host / "build" / "medium" / "pilot").exists()  # nothing of the campaign ran in the copy
