@@ -101,3 +101,23 @@ def test_a_lineage_out_of_training_order_or_empty_is_refused(lineage):
     with pytest.raises(ValueError, match="HOME:FULL_ROOT"):
         dev_curve(lineage["p"], {"A": [s0, "nowhere"]}, out, str(seed), MAX_TOKENS, 4)
     assert not out.exists()
+
+
+def test_the_report_draws_the_committed_tiny_curve_with_every_arm():
+    """The `dev_curve` sidecar of runs/demo-adaptive-dev-curve drawn as the report draws it: a PNG, and alt
+    text that names every arm with its first and last pooled accuracy."""
+    import json
+    from pathlib import Path
+
+    from kit.evidence.report.figures import dev_curve_figure
+
+    table = json.loads((Path(__file__).resolve().parents[1] / "runs" / "demo-adaptive-dev-curve" / "metrics" /
+                        "dev_curve.json").read_text())
+    png, alt = dev_curve_figure(table, "t")
+    assert png.startswith(b"\x89PNG")
+    at = {c: i for i, c in enumerate(table["columns"])}
+    for arm in {r[at["arm"]] for r in table["rows"]}:
+        pooled = sorted((r[at["step"]], r[at["accuracy"]]) for r in table["rows"]
+                        if r[at["arm"]] == arm and r[at["family"]] == "all")
+        assert f"{arm} from " in alt and f"at update {pooled[-1][0]}" in alt
+    assert dev_curve_figure({"columns": ["x"], "rows": []}, "t") is None  # another shape: no figure

@@ -226,7 +226,8 @@ def test_the_medium_report_has_a_pilots_section_after_the_scope_reading_the_stud
     nb = build_report_notebook(runs / "medium-*", "t", relative_to=tmp_path / "reports" / "medium")
     sources = [c.source for c in nb.cells]
     i = sources.index("## Pilots")
-    assert sources[i - 2] == "## What this evidence shows and does not show" and sources[i + 2] == "## Verdicts"
+    assert sources[i - 4] == "## What this evidence shows and does not show" and sources[i + 2] == "## Verdicts"
+    assert sources[i - 2] == "## Accuracy by family"  # every model's accuracy opens the report, after the scope
     assert sources[i + 1] == "show_pilots('../../runs/medium-*', also=['../../runs/study-pilot-*'])"
     found = pilots.pilot_records(runs / "medium-*", pilots.beside(runs / "medium-*"))
     assert [(p["run_id"], p["kind"], p["linked"]) for p in found] == [(STUDY, "study", False),

@@ -63,7 +63,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
     Order: what the evidence shows and does not show (show_scope: the scale caveat comes before any verdict),
-    the pilots when the selection (or a selection beside it, pilots.PILOTS_BESIDE) holds pilot records
+    every model's accuracy by family (accuracy.show_accuracy), the pilots when the selection (or a selection beside it, pilots.PILOTS_BESIDE) holds pilot records
     (pilots.show_pilots), the verdict tables (verdicts.show_verdicts), the run table, the runs that did not
     complete, then one section per run
     (benchmark records included): its header with lineage, then its sidecars."""
@@ -82,7 +82,8 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     nb = nbformat.v4.new_notebook()
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    imports = ("from kit.evidence.report.runs import show_failures, show_runs\n"
+    imports = ("from kit.evidence.report.accuracy import show_accuracy\n"
+               "from kit.evidence.report.runs import show_failures, show_runs\n"
                "from kit.evidence.report.pilots import show_pilots\n"
                "from kit.evidence.report.scope import show_scope\nfrom kit.evidence.report.sections import show_run\n"
                "from kit.evidence.report.sidecars import show_metric\n"
@@ -93,6 +94,8 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
         "Numbers: integers in full, others to 4 significant digits; times in UTC."))
     nb.cells.append(nbformat.v4.new_markdown_cell("## What this evidence shows and does not show"))
     nb.cells.append(_code_cell(imports + f"show_scope({where(runs_dir)!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Accuracy by family"))
+    nb.cells.append(_code_cell(f"show_accuracy({where(runs_dir)!r})"))
     also = beside(runs_dir)
     if pilot_records(runs_dir, also):  # only a selection with pilot records has the section
         nb.cells.append(nbformat.v4.new_markdown_cell("## Pilots"))

@@ -94,7 +94,7 @@ def scope_paragraphs(runs_dir) -> list[str]:
     return out
 
 
-def _split_of(r: dict) -> str:
+def split_of(r: dict) -> str:
     """Which split an evaluation run scored: its SPLIT parameter (adaptive dev/final), else the study's
     evaluation (the screens' held-out items)."""
     return str((r.get("parameters") or {}).get("SPLIT") or "study evaluation")
@@ -108,7 +108,7 @@ def accuracy_points(idx: dict, digest: str | None) -> list[dict]:
         if r.get("contract_digest") != digest:
             continue
         acc = metric(r, "accuracy_by_family")
-        split = _split_of(r)
+        split = split_of(r)
         params = r.get("parameters") or {}
         if isinstance(acc, dict):
             models = {"baseline": "seed" if str(params.get("BASELINE", "")).startswith("seed:") else "baseline",
