@@ -27,9 +27,11 @@
 #                                                  pairs: one sync, then the probes side by side on the one GPU
 #   bash campaigns/medium_campaign.sh start            start (or resume: completed runs are reused) the campaign;
 #                                                  PARTS=study (or adaptive) runs only that experiment
-#   bash campaigns/medium_campaign.sh resume PARTS     a later sitting on a fresh machine: bring git to the carried
-#                                                  commit, rebuild the seed to its pinned digest (the pilot's
-#                                                  command and settings), then start PARTS in the background
+#   bash campaigns/medium_campaign.sh resume PARTS     a later sitting on a fresh machine, in the background: bring
+#                                                  git to the carried commit, rebuild the seed to its pinned
+#                                                  digest (the pilot's command and settings), then PARTS
+#                                                  (adaptive, study, adaptive,study one after the other, or
+#                                                  both: the two trials side by side on the one GPU)
 #   bash campaigns/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
 #   bash campaigns/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
@@ -201,23 +203,27 @@ pilot() {
     [ -f contracts/adaptive-shards.medium.json ] && start
 }
 
+build_seed() {  # the pinned seed at build/medium/pilot-work/seed, once per machine: a fresh host's digest check
+    local seed="$W/pilot-work/seed" out="$W/out"
+    mkdir -p "$out" "$W/seed-build"
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$W/seed-build/gpu.txt"
+    [ -f "$seed/config.json" ] && return 0
+    echo "seed build started $(date -u +%FT%TZ)"
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$W/seed-build/time.txt" \
+        python3 -m kit seed build --scale small --device cuda --out "$seed" --no-progress \
+        >"$W/seed-build/seed_build.json" 2>"$W/seed-build/stderr.txt" || true
+    # the full build record too (greedy task samples, learning curve, disjointness), not only the summary
+    cp "$seed/seed_build.json" "$W/seed-build/record.json" 2>/dev/null || true
+    tar czf "$out/seed-build.tgz" -C "$W" seed-build
+    grep -o '"parameter_digest": "[0-9a-f]*"' "$W/seed-build/seed_build.json" || { echo "seed build failed"; exit 1; }
+}
+
 pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaign.log
     local date=$1 a="medium-pilot-$1" s="study-pilot-$1" out="$W/out" seed="$W/pilot-work/seed"
     [ "${SYNCED:-0}" = 1 ] || sync_git  # SYNCED=1: `pilots` synced before making the checkout
     # the pilots run kit commands only (no notebooks): the kit's environment without the notebook runtime
     export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
-    mkdir -p "$out" "$W/seed-build"
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$W/seed-build/gpu.txt"
-    if [ ! -f "$seed/config.json" ]; then  # the first seed build on this machine: the digest check of a fresh host
-        echo "seed build started $(date -u +%FT%TZ)"
-        CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$W/seed-build/time.txt" \
-            python3 -m kit seed build --scale small --device cuda --out "$seed" --no-progress \
-            >"$W/seed-build/seed_build.json" 2>"$W/seed-build/stderr.txt" || true
-        # the full build record too (greedy task samples, learning curve, disjointness), not only the summary
-        cp "$seed/seed_build.json" "$W/seed-build/record.json" 2>/dev/null || true
-        tar czf "$out/seed-build.tgz" -C "$W" seed-build
-        grep -o '"parameter_digest": "[0-9a-f]*"' "$W/seed-build/seed_build.json" || { echo "seed build failed"; exit 1; }
-    fi
+    build_seed
     echo "pilots started $(date -u +%FT%TZ)"
     # side by side: two processes on one GPU, each deterministic on its own (the roots do not depend on the other)
     # shellcheck disable=SC2086
@@ -372,16 +378,22 @@ probe() {  # in the background, as pilots
     echo "probe started (pid $!), log $W/campaign.log"
 }
 
-resume() {
+resume() {  # in the background, as pilots: the seed rebuilt to its pin, then PARTS (`both`: side by side)
     sync_git
     enter_checkout
-    runtime
-    if [ ! -f "$W/pilot-work/seed/config.json" ]; then  # the seed notebook then inspects it at the same path
-        CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 python3 -m kit seed build --scale small --device cuda \
-            --out "$W/pilot-work/seed" --no-progress >"$W/seed-build.json"
-        grep -o '"parameter_digest": "[0-9a-f]*"' "$W/seed-build.json"
+    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+        echo "already running (pid $(cat "$W/campaign.pid"))"; return
     fi
-    PARTS=$1 start
+    mkdir -p "$W"
+    setsid nohup bash campaigns/medium_campaign.sh resume-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
+    echo $! >"$W/campaign.pid"
+    echo "resume started (pid $!), log $W/campaign.log"
+}
+
+resume_run() {  # `resume` in the foreground: the seed notebook then inspects the seed at the same path
+    runtime
+    build_seed
+    if [ "$1" = both ]; then trials_side_by_side; else PARTS=$1 start; fi
 }
 
 case "${1:-}" in
@@ -392,6 +404,7 @@ case "${1:-}" in
     probe-run) : "${3:?NAME CONFIG}"; shift; probes_run "$@" ;;
     start) enter_checkout; start ;;
     resume) resume "${2:?PARTS}" ;;
+    resume-run) resume_run "${2:?PARTS}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
     *) sed -n '2,42p' "$0"; exit 2 ;;

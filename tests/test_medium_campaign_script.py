@@ -307,3 +307,22 @@ def test_pilots_run_in_a_checkout_of_their_own_that_a_later_call_s_copy_does_not
     assert _git(campaign, "status", "--porcelain") == ""
     assert {"device.bundle", "seed-build.tgz", "medium-pilot-2099-01-01.tgz"} <= {p.name for p in (tmp_path / "out").iterdir()}
     assert not (host / "build" / "medium" / "pilot").exists()  # nothing of the campaign ran in the copy
+
+
+def test_resume_both_rebuilds_the_seed_then_runs_the_two_trials_side_by_side(tmp_path):
+    """`resume both` on a fresh machine (the contracts committed): the seed built to its pin first, then the
+    two trials as in THEN_TRIAL=both, with no pilot and no freeze."""
+    host, env = _pilots_host(tmp_path, "resume", {"contracts/shared-gradient.medium.draft.json": "{}\n",
+                                                  "contracts/adaptive-shards.medium.json": "{}\n",
+                                                  "contracts/shared-gradient.medium.json": "{}\n",
+                                                  "ledger/exposed.jsonl": ""})
+    (tmp_path / "nbrt").mkdir()
+    (tmp_path / "nbrt" / "env.sh").write_text("")
+    env.update({"NBRT": str(tmp_path / "nbrt"), "KIT_CAMPAIGN_DIR": str(tmp_path / "campaign")})
+    done = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "resume-run", "both"], cwd=host,
+                          env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    modules = [" ".join(c.split()[1:3]) for c in Path(env["FAKE_LOG"]).read_text().splitlines() if c.startswith("-m ")]
+    assert modules == ["kit seed", "kit demo", "kit demo"]
+    assert (host / "build" / "medium" / "study-started-after-the-seed-run").read_text() == "study\n"
+    assert tarfile.open(host / "build" / "medium" / "out" / "seed-build.tgz").getnames()
