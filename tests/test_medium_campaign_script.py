@@ -325,4 +325,5 @@ def test_resume_both_rebuilds_the_seed_then_runs_the_two_trials_side_by_side(tmp
     modules = [" ".join(c.split()[1:3]) for c in Path(env["FAKE_LOG"]).read_text().splitlines() if c.startswith("-m ")]
     assert modules == ["kit seed", "kit demo", "kit demo"]
     assert (host / "build" / "medium" / "study-started-after-the-seed-run").read_text() == "study\n"
-    assert tarfile.open(host / "build" / "medium" / "out" / "seed-build.tgz").getnames()
+    with tarfile.open(host / "build" / "medium" / "out" / "seed-build.tgz") as tar:
+        assert "seed-build/seed_build.json" in tar.getnames()
