@@ -29,10 +29,17 @@ def test_measured_cost_is_gpu_seconds_at_the_hardware_that_ran_every_attempt_inc
     assert p["wire_GiB"] == NOT_MEASURED and p["cross_zone_billable_GiB"] == 0.0
     logical = json.loads((REPO / "runs/medium-study-powersgd/metrics/traffic_per_rank.json").read_text())
     assert p["logical_sent_GiB_all_ranks"] == sum(r["sent_bytes_total"] for r in logical) / GIB
-    superseded = [r for (_, committed), r in rows.items() if not committed]
-    assert {r["arm"] for r in superseded} == {"single", "dense"}  # the first sitting's attempts are counted
-    totals = measured_totals(list(rows.values()))
-    assert totals["attempts"] == 5 and totals["gpu_seconds_all_attempts"] == sum(r["gpu_seconds"] for r in rows.values())
+    every = measured_cost_rows(REPO / "runs" / "medium-*")
+    kept = {}
+    for r in every:
+        kept.setdefault(r["kept as"], set()).add(r["arm"])
+    # every sitting's attempts are counted: the first campaign's superseded arms, and the 2026-12-02
+    # sitting's arms on the next seed, kept in its folder
+    assert kept == {"committed": {"single", "dense", "powersgd"},
+                    "superseded (medium-campaign-2026-12-01/study-superseded)": {"single", "dense"},
+                    "superseded (medium-campaign-2026-12-02/runs)": {"single", "dense", "powersgd"}}
+    totals = measured_totals(every)
+    assert totals["attempts"] == 8 and totals["gpu_seconds_all_attempts"] == sum(r["gpu_seconds"] for r in every)
 
 
 def test_wire_traffic_is_the_interface_counters_where_they_counted_bytes(tmp_path):
