@@ -263,7 +263,7 @@ class Pilot(PilotRun):
                 f"{name}-evaluate")
 
         # The seed's cache entry depends on the dev role files and the scoring settings (kit/adaptive/evaluation.py
-        # `_scores`); the first evaluation of each such key runs alone, so concurrent candidates read its entry.
+        # `cached_scores`); the first evaluation of each such key runs alone, so concurrent candidates read its entry.
         key = json.dumps([row["dev_role_sha256"], contract["training"]["max_tokens"],
                           contract["evaluation"]["max_new_tokens"]], sort_keys=True)
         with self.gate(key):

@@ -27,10 +27,10 @@ COHORT_NAMES = ("A", "B")  # a commit cursor's cohort index (docs/formats.md, "L
 def _point(spec: str) -> dict:
     """'seed:DIR' or 'HOME:FULL_ROOT' -> {"model", "step", "cohort", "cohort_step"} from the commit's cursor
     (the seed: step 0, no cohort)."""
-    from kit.adaptive.evaluation import _model_spec
+    from kit.adaptive.evaluation import model_spec
     from kit.store.commits import read_commit
 
-    kw, _ = _model_spec(spec)
+    kw, _ = model_spec(spec)
     if "seed_dir" in kw:
         return {"model": spec, "step": 0, "cohort": None, "cohort_step": 0}
     cursor = read_commit(kw["home"], kw["root"])["learned_state"]["cursor"]
@@ -45,7 +45,7 @@ def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], o
     """Score every model of every lineage ({arm: ["seed:DIR" or "HOME:FULL_ROOT", ...]}, each list in
     training order) on the development roles; write and return the curve record (docs/formats.md).
     A lineage must be in increasing `step` order, so that a curve is never drawn out of order."""
-    from kit.adaptive.evaluation import DEV_ROLES, _model_spec, _scores, role_file
+    from kit.adaptive.evaluation import DEV_ROLES, cached_scores, model_spec, role_file
     from kit.data.chat import load_tokenizer
     from kit.data.conversations import read_jsonl
     from kit.stats import accuracy_by_family
@@ -65,8 +65,8 @@ def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], o
     rows = []
     for arm, pts in points.items():
         for p in pts:
-            kw, ident = _model_spec(p["model"])
-            s = _scores(kw, ident, tok, data, role_sha, max_tokens, max_new_tokens, cache, device)
+            kw, ident = model_spec(p["model"])
+            s = cached_scores(kw, ident, tok, data, role_sha, max_tokens, max_new_tokens, cache, device)
             table = accuracy_by_family([{"family": a["family"], "correct": a["correct"]} for a in s["answers"]])
             rows.append({"arm": arm, **p,
                          "accuracy": {r["family"]: {"n": int(r["n"]), "correct": int(r["correct"]),

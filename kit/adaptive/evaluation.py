@@ -33,7 +33,7 @@ def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
     return prepared_dir / info["file"], info["sha256"]
 
 
-def _model_spec(spec: str):
+def model_spec(spec: str):
     """'seed:DIR' or 'HOME:ROOT' -> kwargs of kit.evaluation.scoring.load_model, plus an identity string."""
     if spec.startswith("seed:"):
         return {"seed_dir": spec[5:]}, spec
@@ -54,8 +54,8 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     prepared_dir = Path(prepared_dir)
     if split not in ("dev", "final"):
         raise ValueError(f"split {split!r}; expected 'dev' or 'final'")
-    cand_kw, cand_id = _model_spec(candidate)
-    base_kw, base_id = _model_spec(baseline)
+    cand_kw, cand_id = model_spec(candidate)
+    base_kw, base_id = model_spec(baseline)
     roles = DEV_ROLES if split == "dev" else FINAL_ROLES
     if split == "final":  # the pair must be one the selection record binds, before any final byte is read
         open_final_roles(prepared_dir, selection, [cand_id] if not cand_id.startswith("seed:") else [],
@@ -75,8 +75,8 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     per_model = {}
     cache = Path(out).parent / "score-cache"
     for name, kw, ident in (("candidate", cand_kw, cand_id), ("baseline", base_kw, base_id)):
-        per_model[name] = _scores(kw, ident, tok, data, result["role_sha256"], max_tokens, max_new_tokens, cache,
-                                  device)
+        per_model[name] = cached_scores(kw, ident, tok, data, result["role_sha256"], max_tokens, max_new_tokens,
+                                        cache, device)
     c, b = per_model["candidate"], per_model["baseline"]
     result["tasks"] = [
         {"id": x["id"], "family": x.get("family"), "tokens": x["tokens"], "cand_nll": x["nll_sum"],
@@ -99,8 +99,8 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     return result
 
 
-def _scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: int, max_new_tokens: int,
-            cache: Path, device: str = "cpu") -> dict:
+def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: int, max_new_tokens: int,
+                  cache: Path, device: str = "cpu") -> dict:
     """A model's scores on the roles, cached by (weights identity, role file digests, settings): scoring
     is a deterministic function of those, and each endpoint is a candidate once and a baseline once."""
     from kit.digest import sha256_json
