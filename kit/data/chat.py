@@ -9,6 +9,7 @@ How the mask is found: docs/internals.md ("kit.data.chat").
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,8 @@ def load_tokenizer(seed_dir: str | Path) -> PreTrainedTokenizerBase:
     seed_dir = Path(seed_dir)
     if not seed_dir.is_dir():
         raise ValueError(f"{seed_dir}: not a directory; expected a seed directory with tokenizer files")
-    from transformers import AutoTokenizer
-
     try:
-        tokenizer = AutoTokenizer.from_pretrained(seed_dir, local_files_only=True)
+        tokenizer = _tokenizer_class(seed_dir).from_pretrained(seed_dir, local_files_only=True)
     except Exception as e:  # transformers and tokenizers raise bare Exceptions with multi-line texts on bad files
         reason = "; ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
         raise ValueError(f"{seed_dir}: its tokenizer does not load ({reason}); expected the tokenizer.json and "
@@ -43,6 +42,24 @@ def load_tokenizer(seed_dir: str | Path) -> PreTrainedTokenizerBase:
     if not tokenizer.is_fast:
         raise ValueError(f"{seed_dir}: tokenizer is not a fast tokenizer; assistant masks need offset mappings")
     return tokenizer
+
+
+def _tokenizer_class(seed_dir: Path):
+    """The class AutoTokenizer would resolve for this directory, taken directly when the config names the plain
+    fast tokenizer (every seed the kit builds): AutoTokenizer first imports the model's configuration machinery,
+    about a second of every process that loads a tokenizer (a kit command, each worker). Any other seed goes
+    through AutoTokenizer, which knows its class."""
+    try:
+        named = json.loads((seed_dir / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        named = None  # AutoTokenizer reports what is wrong with the files
+    if named == "PreTrainedTokenizerFast":
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer
 
 
 @dataclass
