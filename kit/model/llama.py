@@ -40,6 +40,15 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(dtype)
 
 
+def _building_on_meta() -> bool:
+    """Whether modules are being built under `torch.device("meta")` (names and shapes only, as
+    kit.model.shard.canonical_names and the migration's planning do). There a value-computing op such as the
+    embedding's N(0, 1) fill or the rotary table's division runs torch's Python reference kernel, whose first
+    call imports torch._dynamo: over a second of every worker's start. A meta tensor holds no values and draws
+    from no generator, so building those two as empty tensors of the same shape changes nothing."""
+    return torch.empty(0).device.type == "meta"
+
+
 def rope_inv_freq(rope: RopeSpec, head_dim: int) -> torch.Tensor:
     """Inverse frequencies for the supported `rope_type`s (default, linear, llama3)."""
     inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
@@ -66,7 +75,9 @@ class Rotary(nn.Module):
 
     def __init__(self, shape: LlamaShape):
         super().__init__()
-        self.register_buffer("inv_freq", rope_inv_freq(shape.rope, shape.head_dim), persistent=False)
+        inv_freq = (torch.empty(len(range(0, shape.head_dim, 2))) if _building_on_meta()
+                    else rope_inv_freq(shape.rope, shape.head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype):
         pos = torch.arange(seq_len, device=device, dtype=torch.float32)
@@ -183,7 +194,10 @@ class LlamaCausalLM(nn.Module):
         self.with_embedding = with_embedding
         self.model = _Trunk()
         if with_embedding:
-            self.model.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size)
+            # on the meta device the N(0, 1) fill is skipped (_building_on_meta says why)
+            self.model.embed_tokens = nn.Embedding(
+                shape.vocab_size, shape.hidden_size,
+                _weight=torch.empty(shape.vocab_size, shape.hidden_size) if _building_on_meta() else None)
         # ModuleDict keyed by the global block index keeps Hugging Face names for any subset.
         self.model.layers = nn.ModuleDict({str(i): Block(shape) for i in ids})
         if with_embedding:
