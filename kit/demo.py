@@ -174,17 +174,6 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
         yield Step(f"{run}-adaptive-dev-{name}", "13_adaptive_evaluate.ipynb",
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
                     "COMPARISON": label, "OUT": shown_path(ad / f"dev-{name}.json"), **device})
-    # the development curve: every commit of each arm's lineage on the development roles (docs/formats.md)
-    def specs(home: str, run_id: str) -> list[str]:
-        return [f"{home}:{root}" for root in roots.produced(run_id)]
-
-    start_a, start_b = [f"seed:{seed}"] + specs(a_from, mid), [f"{a_to}:{a_end}"]
-    lineages = {f"A{three}-migrated": start_a + specs(a_to, migrated),
-                f"A{two}-control": start_a + specs(a_from, control),
-                "B-control": start_b + specs(b_home, f"{run}-adaptive-B-control"),
-                "B-growth": start_b + specs(g_home, f"{run}-adaptive-B-growth")}
-    yield Step(f"{run}-adaptive-dev-curve", "16_adaptive_dev_curve.ipynb",
-               {"PREPARED_DIR": prepared, "LINEAGES": lineages, "OUT": shown_path(ad / "dev-curve.json"), **device})
     selection = shown_path(ad / "selection.json")
     yield Step(f"{run}-adaptive-select", "14_adaptive_select.ipynb",
                {"PREPARED_DIR": prepared, "CANDIDATES": {name: spec[0] for name, spec in comparisons.items()},
@@ -195,6 +184,19 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "final",
                     "SELECTION": selection, "COMPARISON": label,
                     "OUT": shown_path(ad / f"final-{name}.json"), **device})
+    # the development curve: every commit of each arm's lineage on the development roles (docs/formats.md).
+    # It describes how the arms got to their endpoints and informs nothing the selection or the finals use,
+    # so it runs after them: on a device block of fixed length the verdicts come first.
+    def specs(home: str, run_id: str) -> list[str]:
+        return [f"{home}:{root}" for root in roots.produced(run_id)]
+
+    start_a, start_b = [f"seed:{seed}"] + specs(a_from, mid), [f"{a_to}:{a_end}"]
+    lineages = {f"A{three}-migrated": start_a + specs(a_to, migrated),
+                f"A{two}-control": start_a + specs(a_from, control),
+                "B-control": start_b + specs(b_home, f"{run}-adaptive-B-control"),
+                "B-growth": start_b + specs(g_home, f"{run}-adaptive-B-growth")}
+    yield Step(f"{run}-adaptive-dev-curve", "16_adaptive_dev_curve.ipynb",
+               {"PREPARED_DIR": prepared, "LINEAGES": lineages, "OUT": shown_path(ad / "dev-curve.json"), **device})
     if scale.continued_contract:
         yield from _continued_steps(out, seed, public_source, prepared, a_to, a_end, shown_path(ad / "final-A.json"),
                                     roots, scale.continued_contract)

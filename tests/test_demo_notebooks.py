@@ -99,9 +99,9 @@ def test_demo_plan_fits_the_notebooks_and_mirrors_the_examples(tmp_path):
     assert ids == ["demo-seed", "demo-adaptive-prepare", "demo-adaptive-A2-to-step4",
                    "demo-adaptive-A3-migrated", "demo-adaptive-A2-control", "demo-adaptive-migration",
                    "demo-adaptive-B-control", "demo-adaptive-B-growth", "demo-adaptive-growth-comparison",
-                   "demo-adaptive-dev-A", "demo-adaptive-dev-B", "demo-adaptive-dev-G", "demo-adaptive-dev-curve",
+                   "demo-adaptive-dev-A", "demo-adaptive-dev-B", "demo-adaptive-dev-G",
                    "demo-adaptive-select", "demo-adaptive-final-A", "demo-adaptive-final-B",
-                   "demo-adaptive-final-G", "demo-continued-prepare", "demo-continued-C", "demo-continued-dev-C",
+                   "demo-adaptive-final-G", "demo-adaptive-dev-curve", "demo-continued-prepare", "demo-continued-C", "demo-continued-dev-C",
                    "demo-continued-select", "demo-continued-final-C", "demo-study-prepare", "demo-study-single",
                    "demo-study-dense", "demo-study-powersgd", "demo-study-evaluate"]
     plan = [{"notebook": str(NOTEBOOKS / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
@@ -139,9 +139,10 @@ def test_medium_plan_is_the_demo_on_the_medium_contracts_with_gpu_scoring(tmp_pa
     assert ids == ["medium-seed", "medium-adaptive-prepare", "medium-adaptive-A2-to-step64",
                    "medium-adaptive-A3-migrated", "medium-adaptive-A2-control", "medium-adaptive-migration",
                    "medium-adaptive-B-control", "medium-adaptive-B-growth", "medium-adaptive-growth-comparison",
-                   "medium-adaptive-dev-A", "medium-adaptive-dev-B", "medium-adaptive-dev-G", "medium-adaptive-dev-curve",
+                   "medium-adaptive-dev-A", "medium-adaptive-dev-B", "medium-adaptive-dev-G",
                    "medium-adaptive-select",
                    "medium-adaptive-final-A", "medium-adaptive-final-B", "medium-adaptive-final-G",
+                   "medium-adaptive-dev-curve",
                    "medium-study-prepare", "medium-study-single", "medium-study-dense", "medium-study-powersgd",
                    "medium-study-evaluate"]
     plan = [{"notebook": str(NOTEBOOKS / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
