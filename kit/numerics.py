@@ -18,7 +18,7 @@ from pathlib import Path
 from kit import NUMERIC_ENV, NUMERIC_PROFILE
 from kit.digest import NumericProfileError, mark_numeric_profile
 
-__all__ = ["NumericProfileError", "apply", "describe", "set_environment"]
+__all__ = ["NumericProfileError", "apply", "correctly_rounded_sqrt", "describe", "set_environment"]
 
 MKL_CBWR_BRANCH = 1  # mkl_service.h: the query for the current branch
 MKL_CBWR_COMPATIBLE = 3
@@ -110,3 +110,29 @@ def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dic
 def describe() -> dict:
     """The applied profile (applying it first if nothing has yet)."""
     return dict(_applied) if _applied is not None else apply()
+
+
+def correctly_rounded_sqrt(tensors: list) -> list:
+    """The correctly rounded square roots of CPU float32 tensors (new tensors), the same bits on every x86 CPU.
+
+    Why not `torch.sqrt`: for float32 and float64 CPU tensors ATen computes it (and `pow(x, 0.5)`) with MKL's
+    vector math library, which MKL_CBWR does not make portable: under the COMPATIBLE branch its results are
+    off by one unit in the last place for about one input in five, and which inputs differs between CPUs
+    (measured: a Sapphire Rapids Xeon and an emulated EPYC Rome disagree), so every Adam step's denominator,
+    and through it every digest, depended on the CPU. The library's estimate is within one unit of the true
+    root; the neighbour that rounds correctly is chosen exactly: a float32 midpoint has at most 25
+    significant bits, so its square is exact in float64 and comparing it with x decides the rounding.
+    Ties cannot occur (a midpoint's square is not a float32)."""
+    import torch
+
+    out = []
+    for x in tensors:
+        y = torch.sqrt(x)
+        for _ in range(2):  # a second pass catches an estimate two units away (none measured)
+            down = torch.nextafter(y, torch.zeros_like(y))
+            up = torch.nextafter(y, torch.full_like(y, float("inf")))
+            xd, yd = x.double(), y.double()
+            below, above = (down.double() + yd) * 0.5, (yd + up.double()) * 0.5
+            y = torch.where(xd < below * below, down, torch.where(xd > above * above, up, y))
+        out.append(y)
+    return out

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kit.numerics import correctly_rounded_sqrt
+
 
 @dataclass(frozen=True)
 class GroupConfig:
@@ -118,7 +120,8 @@ class ParamAdamW:
             torch._foreach_addcmul_(v, grads, grads, value=1 - g.beta2)
             step_size = g.lr / (1 - g.beta1**age)
             bc2_sqrt = math.sqrt(1 - g.beta2**age)
-            denom = torch._foreach_sqrt(v)
+            # on the CPU, not torch's sqrt, whose bits depend on the CPU (kit.numerics.correctly_rounded_sqrt)
+            denom = torch._foreach_sqrt(v) if v[0].is_cuda else correctly_rounded_sqrt(v)
             torch._foreach_div_(denom, bc2_sqrt)
             torch._foreach_add_(denom, g.eps)
             torch._foreach_addcdiv_(ps, m, denom, value=-step_size)
