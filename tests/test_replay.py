@@ -79,3 +79,22 @@ def test_the_study_preparation_replays_on_the_ledger_it_read(replayed, work):
     committed = run_record.read_run_record(RUNS / "demo-study-prepare").input_digests["exposure_ledger"]
     assert hashlib.sha256((work / "ledger" / "exposed.jsonl").read_bytes()).hexdigest() == committed
     assert (work / "ledger" / "exposed.jsonl").stat().st_size > 0  # the adaptive finals' exposures
+
+
+def test_a_runs_folder_replays_its_cpu_runs_and_lists_the_others_as_not_replayed(replayed, work, tmp_path):
+    """`kit verify-evidence --replay runs`: a runs directory also holds benchmark records and GPU runs; they
+    are listed with the reason instead of stopping the replay, while a run named on its own is refused."""
+    runs = tmp_path / "runs"
+    for name in (*CHAIN, "medium-seed", "bench-update-2026-11-29"):
+        shutil.copytree(RUNS / name, runs / name)
+    results = {r["run_id"]: r for r in replay_runs(sorted(runs.iterdir()), work, log=lambda m: None,
+                                                   whole_folder=True)}
+    assert [results[name]["ok"] for name in CHAIN] == [True, True, True]  # compared again, not re-executed
+    assert results["medium-seed"]["ok"] is None
+    assert results["medium-seed"]["not_replayed"].endswith("ran on a GPU host; replay re-derives CPU runs (GPU roots "
+                                                           "repeat only on the same layout and hardware, docs/engine.md "
+                                                           "'Determinism')")
+    assert results["bench-update-2026-11-29"]["ok"] is None
+    assert results["bench-update-2026-11-29"]["not_replayed"].startswith("no kit run record (a benchmark record")
+    with pytest.raises(ReplayError, match="medium-seed: ran on a GPU host"):
+        replay_runs([runs / "medium-seed"], work, log=lambda m: None)

@@ -75,6 +75,17 @@ class Replayer:
     def _remap(self, params: dict) -> dict:
         return {k: str(self.work / "data" / v) if _is_data_path(k, v) else v for k, v in params.items()}
 
+    def why_not_replayable(self, run_id: str) -> str | None:
+        """Why this run cannot be replayed here (the refusal replay() would raise), or None."""
+        if run_id not in self.records:
+            return "no kit run record (a benchmark record, kit-bench/1, or a damaged run: `kit verify-evidence` checks it)"
+        run_dir, record = self.records[run_id]
+        try:
+            _replayable(record, run_dir)
+        except ReplayError as e:
+            return str(e)
+        return None
+
     def replay(self, run_id: str) -> dict:
         """{"run_id", "ok", "mismatches": [...], "compared": [...]} (dependencies replayed first)."""
         if run_id in self.done:
@@ -162,10 +173,15 @@ def compare(committed: RunRecord, replayed: RunRecord, where: str) -> dict:
     return {"run_id": committed.run_id, "ok": not mismatches, "mismatches": mismatches, "compared": compared}
 
 
-def replay_runs(run_dirs: list[Path], work: Path, log=print) -> list[dict]:
+def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool = False) -> list[dict]:
     """Replay each run directory (all from one runs directory) into `work`. Runs kept in folders nested in
     that runs directory (superseded attempts, campaign folders: `kit verify-evidence runs` lists them too)
-    are the record of earlier attempts, not inputs of a replay: they are left out, and the log says so."""
+    are the record of earlier attempts, not inputs of a replay: they are left out, and the log says so.
+
+    A run named on its own that cannot be replayed here is refused (ReplayError). With `whole_folder` (the
+    runs came from a folder, `kit verify-evidence --replay runs`), such a run is listed instead, as
+    {"run_id", "ok": None, "not_replayed": reason}: a runs directory also holds benchmark records and GPU
+    runs, which say what they are but are no CPU computation to re-derive."""
     resolved = [Path(d).resolve() for d in run_dirs]
     top = min((d.parent for d in resolved), key=lambda p: len(p.parts), default=None)
     nested = [d for d in resolved if top is not None and d.parent != top and d.is_relative_to(top)]
@@ -177,4 +193,12 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print) -> list[dict]:
     if len(parents) != 1:
         raise ReplayError(f"replay takes runs of one runs directory; got {sorted(map(str, parents))}")
     replayer = Replayer(parents.pop(), work, log)
-    return [replayer.replay(Path(d).name) for d in run_dirs]
+    results = []
+    for d in run_dirs:
+        reason = replayer.why_not_replayable(Path(d).name) if whole_folder else None
+        if reason is None:
+            results.append(replayer.replay(Path(d).name))
+        else:
+            results.append({"run_id": Path(d).name, "ok": None, "not_replayed": reason, "mismatches": [],
+                            "compared": []})
+    return results
