@@ -1,6 +1,6 @@
 """The adaptive gates recomputed without the final items another contract's scoring had opened first.
 
-    python -m campaigns.exposure_sensitivity runs/medium-adaptive-final-A=runs/medium-campaign-2026-12-01/adaptive/final-A.json ...
+    python -m campaigns.exposure_sensitivity runs/medium-superseded-seed-800112e3/medium-adaptive-final-A=runs/medium-campaign-2026-12-01/adaptive/final-A.json ...
 
 The exposure ledger keeps a final item that one contract's scoring opened out of every later contract's
 final roles (kit/evidence/ledger.py). A preparation that read an incomplete ledger can hold such items:

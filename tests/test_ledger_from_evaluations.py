@@ -1,6 +1,8 @@
 """tools/ledger_from_evaluations.py: the exposures of committed final evaluations, rebuilt from their ids,
 checked against the role digests their runs recorded, refused (nothing written) when they differ, and
-marked as rebuilt, in the tool's output and in the committed ledger; readers refuse a malformed mark."""
+marked as rebuilt, in the tool's output and in the committed ledger; readers refuse a malformed mark. The
+evaluations rebuilt are the first medium campaign's (runs/medium-campaign-2026-12-01, seed 800112e3), paired with
+that campaign's run records, which now lie in runs/medium-superseded-seed-800112e3 (the re-run's took runs/medium-*)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from kit.evidence.ledger import LedgerError, read_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = REPO / "runs" / "medium-campaign-2026-12-01" / "adaptive"
+OLD = "runs/medium-superseded-seed-800112e3"  # the run records of the campaign above
 TOOL = REPO / "tools" / "ledger_from_evaluations.py"
 
 
@@ -31,7 +34,7 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     demo = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if e["run"].startswith("demo-")]
     ledger = tmp_path / "exposed.jsonl"
     ledger.write_bytes(b"".join(json.dumps(e, sort_keys=True, separators=(",", ":")).encode() + b"\n" for e in demo))
-    pairs = [f"runs/medium-adaptive-final-{x}={CAMPAIGN / f'final-{x}.json'}" for x in "ABG"]
+    pairs = [f"{OLD}/medium-adaptive-final-{x}={CAMPAIGN / f'final-{x}.json'}" for x in "ABG"]
     done = run_tool(ledger, *pairs)
     assert done.returncode == 0, done.stderr
     # A opened the 1,024 tasks and 512 conversations; B and G scored the same finals of the same contract
@@ -42,18 +45,28 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     assert {e["kind"] for e in medium} == {"final.task", "final.retention"}
     # each rebuilt line says so: the tool, and the evaluation record it was rebuilt from, by path and bytes
     final_a = CAMPAIGN / "final-A.json"
-    recorded = json.loads((REPO / "runs" / "medium-adaptive-final-A" / "metrics" / "evaluation_file.json").read_text())
+    recorded = json.loads((REPO / OLD / "medium-adaptive-final-A" / "metrics" / "evaluation_file.json").read_text())
     assert hashlib.sha256(final_a.read_bytes()).hexdigest() == recorded["sha256"]
     assert all(e["rebuilt"] == {"by": "tools/ledger_from_evaluations.py",
                                 "evaluation": "runs/medium-campaign-2026-12-01/adaptive/final-A.json",
                                 "evaluation_sha256": recorded["sha256"]} for e in medium)
-    # the committed ledger's adaptive medium lines are exactly these (the study's evaluation, a later
-    # sitting, recorded its own exposures on the host: the lines after them)
-    committed = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if e["run"].startswith("medium-adaptive-")]
+    # the committed ledger's adaptive medium lines of that campaign's contract are exactly these (the study's
+    # evaluation, a later sitting, and the re-run's scorings, under the re-run's contracts, recorded their own
+    # exposures on the host: the lines after them)
+    old_contract = json.loads((REPO / OLD / "medium-adaptive-final-A" / "run.json").read_text())["contract_digest"]
+    assert {e["contract_digest"] for e in medium} == {old_contract}
+
+    def first_campaigns(e):
+        return e["run"].startswith("medium-adaptive-") and e["contract_digest"] == old_contract
+
+    committed = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if first_campaigns(e)]
     assert committed == medium
+    # the other adaptive medium lines are the re-run's own scoring (the record now at runs/medium-adaptive-final-A)
+    rerun = json.loads((REPO / "runs" / "medium-adaptive-final-A" / "run.json").read_text())["contract_digest"]
+    assert {e["contract_digest"] for e in read_ledger(REPO / "ledger" / "exposed.jsonl")
+            if e["run"].startswith("medium-adaptive-") and not first_campaigns(e)} == {rerun}
     # and no line a scoring wrote itself carries the mark
-    assert not [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl")
-                if "rebuilt" in e and not e["run"].startswith("medium-adaptive-")]
+    assert not [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if "rebuilt" in e and not first_campaigns(e)]
     # a conversation the demo had opened gets the same content digest the demo's scoring recorded
     by_demo = {e["id"]: e["digest"] for e in demo if e["kind"] != "final.task"}
     shared = [e for e in medium if e["id"] in by_demo]
@@ -68,8 +81,8 @@ def test_an_evaluation_whose_ids_do_not_rebuild_its_roles_is_refused(tmp_path):
     ledger = tmp_path / "exposed.jsonl"
     shutil.copyfile(REPO / "ledger" / "exposed.jsonl", ledger)
     before = ledger.read_bytes()
-    done = run_tool(ledger, f"runs/medium-adaptive-final-B={CAMPAIGN / 'final-B.json'}",
-                    f"runs/medium-adaptive-final-A={bad}")
+    done = run_tool(ledger, f"{OLD}/medium-adaptive-final-B={CAMPAIGN / 'final-B.json'}",
+                    f"{OLD}/medium-adaptive-final-A={bad}")
     assert done.returncode == 2
     assert "the retention rebuilt from its ids hash to" in done.stderr and "nothing was written" in done.stderr
     assert ledger.read_bytes() == before  # the good pair before it was not written either

@@ -2,7 +2,7 @@
 scorings wrote to was lost.
 
     python tools/ledger_from_evaluations.py --ledger ledger/exposed.jsonl \
-        --run runs/medium-adaptive-final-A=runs/medium-campaign-2026-12-01/adaptive/final-A.json ...
+        --run runs/medium-superseded-seed-800112e3/medium-adaptive-final-A=runs/medium-campaign-2026-12-01/adaptive/final-A.json ...
 
 Why: the medium campaign of 2026-12-01 ran its notebooks with `--runs-dir build/medium/runs` on the GPU
 host, so its scorings appended to `build/medium/ledger/exposed.jsonl` there (kit.evidence.ledger: the

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kit.digest import load_json_strict
+from kit.digest import load_json_strict, sha256_file
 from kit.evidence import records
 from kit.evidence.report.index import gpu_names, index, metric
 from kit.evidence.run_index import evidence_folders, kept_runs, split_selection
@@ -133,9 +133,12 @@ def projection_cost_rows(runs_dir) -> list[dict]:
 
 
 def _models_dir(runs_dir) -> Path | None:
+    """The scored models beside the screens.json that a selected evaluation run recorded reading (by
+    sha256): an evidence folder may also keep an earlier campaign's study, whose arms are other models."""
+    recorded = {(r.get("input_digests") or {}).get("screens.json") for r in index(runs_dir)["runs"]} - {None}
     for s in screens_records(runs_dir):
         d = s["_path"].parent / "evaluation" / "models"
-        if d.is_dir():
+        if d.is_dir() and sha256_file(s["_path"]) in recorded:
             return d
     return None
 
