@@ -120,19 +120,28 @@ def test_a_bound_analysis_reads_the_side_of_its_threshold():
     assert "no sample size resolves it" in bound_text(0.05, 0.07, 0.02, 100, upper=True)
 
 
-def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
-    from kit.evidence.report.analysis import speed_reason, speed_rows, speed_sensitivity
+def _speed_rows_match_their_measurements(runs: Path):
+    """Each arm's speed row of the medium runs in `runs` against its own measurement.json."""
+    from kit.evidence.report.analysis import speed_rows
 
-    # the committed medium arms (the re-run): each arm's row is its own measurement, and the screen, whose
-    # workers shared one GPU, is not evaluable, so there is no ratio to take apart and the reason is shown
-    measured = {a: load_json_strict(RUNS / f"medium-study-{a}" / "metrics" / "measurement.json")
+    measured = {a: load_json_strict(runs / f"medium-study-{a}" / "metrics" / "measurement.json")
                 for a in ("single", "dense", "powersgd")}
-    rows = {r["arm"]: r for r in speed_rows(RUNS / "medium-*")}
+    rows = {r["arm"]: r for r in speed_rows(runs / "medium-*")}
     assert set(rows) == set(measured)
     for arm, m in measured.items():
         assert rows[arm]["first_update_s"] == m["first_update_seconds"]
         assert rows[arm]["ratio_after_first"] == pytest.approx(
             m["active_tokens_per_s_after_first_update"] / measured["single"]["active_tokens_per_s_after_first_update"])
+    return measured, rows
+
+
+def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
+    from kit.evidence.report.analysis import speed_reason, speed_sensitivity
+
+    # the committed medium arms (the re-run): each arm's row is its own measurement, and the screen, whose
+    # workers shared one GPU, is not evaluable, so there is no ratio to take apart and the reason is shown
+    measured, rows = _speed_rows_match_their_measurements(RUNS)
+    for arm, m in measured.items():
         assert rows[arm]["compile_cache"] == m["compile_cache"]  # recorded per arm (one empty cache per worker)
     screen = load_json_strict(RUNS / "medium-study-evaluate" / "metrics" / "screen_speed.json")
     assert screen["verdict"] == "not evaluable" and screen["ratio"] is None and screen["shared_gpus"]
@@ -140,14 +149,7 @@ def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
     assert speed_reason(RUNS / "medium-*", "medium-study-evaluate") == screen["reason"]
 
     # the first medium campaign's arms (superseded, kept), on two GPUs: the screen's ratio taken apart
-    measured = {a: load_json_strict(OLD / f"medium-study-{a}" / "metrics" / "measurement.json")
-                for a in ("single", "dense", "powersgd")}
-    rows = {r["arm"]: r for r in speed_rows(OLD / "medium-*")}
-    assert set(rows) == set(measured)
-    for arm, m in measured.items():
-        assert rows[arm]["first_update_s"] == m["first_update_seconds"]
-        assert rows[arm]["ratio_after_first"] == pytest.approx(
-            m["active_tokens_per_s_after_first_update"] / measured["single"]["active_tokens_per_s_after_first_update"])
+    measured, rows = _speed_rows_match_their_measurements(OLD)
     screen = load_json_strict(OLD / "medium-study-evaluate" / "metrics" / "screen_speed.json")
     s = speed_sensitivity(OLD / "medium-*", "medium-study-evaluate")
     assert s["ratio_active"] == pytest.approx(screen["ratio"])  # the screen's own ratio, recomputed
