@@ -116,7 +116,7 @@ def test_build_record_and_determinism(tmp_path):
 
 def test_retrieval_documents_curve_and_difficulties_in_the_record(tmp_path):
     cfg = replace(TEST_CFG, retrieval_docs=80, curve_every=4, curve_per_family=2, task_difficulty=1, dev_difficulty=2,
-                  reworded_tasks=16)
+                  reworded_tasks=16, practice_tasks=20)
     out = _build(tmp_path / "r", cfg)
     rec = json.loads((tmp_path / "r/seed_build.json").read_text())
     assert rec["data"]["retrieval"]["documents"] == 80 and rec["data"]["retrieval"]["rows"] > 0
@@ -130,7 +130,12 @@ def test_retrieval_documents_curve_and_difficulties_in_the_record(tmp_path):
     assert (reworded["wording"], reworded["difficulty"]) == ("reworded", 2)
     assert reworded["pooled"] == out["reworded_pooled_accuracy"]
     assert all(v["n"] == 2 for v in reworded["per_family"].values())
-    assert rec["data"]["tasks"]["reworded"]["count"] == 16 and rec["data"]["tasks"]["count"] == 216
+    assert rec["data"]["tasks"]["reworded"]["count"] == 16 and rec["data"]["tasks"]["count"] == 236
+    practice = acc["practice"]  # the practice skill on problems of its own sample, never trained on
+    assert practice["pooled"] == out["practice_pooled_accuracy"] and practice["difficulty"] == 2
+    assert {f: v["n"] for f, v in practice["per_family"].items()} == dict.fromkeys(small.PRACTICE_FAMILIES, 2)
+    assert len(practice["examples"]) == 4 and rec["data"]["tasks"]["practice"]["per_family"] == {
+        "which_key": 5, "count_kept": 5, "plus_minus": 5, "kth": 5}
     assert rec["throughput"]["mfu_executed"] is None  # CPU: no datasheet peak applies
     assert rec["throughput"]["executed_flops_per_token"] > 0 and rec["data"]["tasks"]["difficulty"] == 1
     with pytest.raises(ValueError, match="dev_difficulty = 4"):
@@ -215,9 +220,12 @@ def test_reworded_tasks_are_the_dev_difficulty_problems_in_other_words_packed_th
     from kit.data.tasks import CONTRACT_WORDING, REWORDED
 
     cfg = replace(TEST_CFG, task_difficulty=1, dev_difficulty=2, dev_difficulty_tasks=8, task_epochs=2,
-                  reworded_tasks=12, reworded_epochs=3)
+                  reworded_tasks=12, reworded_epochs=3, practice_tasks=6, practice_epochs=4)
     tasks, twins = small.seed_train_tasks(cfg, set())
-    reworded = tasks[cfg.tasks + 8:]
+    practice = tasks[cfg.tasks + 8:cfg.tasks + 14]  # kit.data.practice's families, between them and the reworded
+    assert {t.role for t in practice} == {small.PRACTICE_ROLE} and {t.family for t in practice} <= set(
+        small.PRACTICE_FAMILIES) and {t.difficulty for t in practice} == {2}
+    reworded = tasks[cfg.tasks + 14:]
     assert len(reworded) == len(twins) == 12
     assert {t.role for t in reworded} == {small.REWORDED_ROLE} and {t.difficulty for t in reworded} == {2}
     for t, twin in zip(reworded, twins):
@@ -234,4 +242,4 @@ def test_reworded_tasks_are_the_dev_difficulty_problems_in_other_words_packed_th
     packed = small._pack(cfg, tokenizer, ids[small.PAD_TOKEN], inputs)
     first_task = len(inputs.convs) - len(inputs.tasks)
     counts = {i: packed.conv_order.count(i) for i in range(first_task, len(inputs.convs))}
-    assert [counts[first_task + k] for k in range(len(inputs.tasks))] == [2] * cfg.tasks + [1] * 8 + [3] * 12
+    assert [counts[first_task + k] for k in range(len(inputs.tasks))] == [2] * cfg.tasks + [1] * 8 + [4] * 6 + [3] * 12

@@ -32,6 +32,7 @@ from kit.data.conversations import (
     load_instruction_source,
     synthetic_conversations,
 )
+from kit.data.practice import PRACTICE_FAMILIES, practice_set
 from kit.data.retrieval import retrieval_documents
 from kit.data.tasks import FAMILIES, TaskExample, generate_set, generate_twin_sets
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
@@ -52,6 +53,8 @@ ALPACA_SHA256 = "fc1add24c93c9fbbe585a64a6c9bf6165eb110225f4470efbff382a913558ec
 ALPACA_NAME = "alpaca_5000"
 DEV_SAMPLE_ROLE = "seed-dev-sample"  # the per-family accuracy sample of the build record
 REWORDED_ROLE = "seed-train-reworded"  # the reworded examples' own stream: no twin of a seed-train example
+PRACTICE_ROLE = "seed-train-practice"  # the practice families' training stream (kit.data.practice)
+PRACTICE_SAMPLE_ROLE = "seed-practice-sample"  # the record's practice accuracy sample: never trained on
 CHAT_PROMPTS = ("What colour is the sky?", "Give three tips for staying healthy.",
                 "What is a list in Python?", "Explain what a function is in one sentence.")
 OPTIMIZER_GROUP = "default"
@@ -94,6 +97,11 @@ class SmallSeedConfig:
     # which cohort A then teaches (probe p10; docs/internals.md, "kit.seed.small").
     reworded_tasks: int = 524288
     reworded_epochs: int = 1
+    # Practice families (kit.data.practice) at dev_difficulty's sizes, each example packed practice_epochs
+    # times: the four families' skills in computations none of them asks for, so that the seed has the
+    # capacity without having learned the cohorts' tasks in any words (probes q1, q2; docs/internals.md).
+    practice_tasks: int = 0
+    practice_epochs: int = 1
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
     retrieval_max_pairs: int = 12
     dev_difficulty: int = 2  # the contracts' difficulty: the record's per-family accuracy is measured there
@@ -137,7 +145,7 @@ class SmallSeedConfig:
                 raise ValueError(f"SmallSeedConfig.{f.name} = {value!r}; expected a number")
         zero_ok = {"general_text_max_docs", "max_updates", "synthetic", "tasks", "alpaca_epochs", "seed",
                    "warmup_updates", "retrieval_docs", "curve_every", "curve_difficulty", "dev_difficulty_tasks",
-                   "reworded_tasks"}
+                   "reworded_tasks", "practice_tasks"}
         for f in fields(self):
             if f.type == "int" and getattr(self, f.name) < (0 if f.name in zero_ok else 1):
                 raise ValueError(f"SmallSeedConfig.{f.name} = {getattr(self, f.name)}; expected "
@@ -255,6 +263,7 @@ def check_disjoint(tasks: list[TaskExample], forbidden: dict[str, dict]) -> None
 def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> tuple[list[TaskExample], list[TaskExample]]:
     """(tasks, twins). Tasks: the `tasks` examples at task_difficulty, then the `dev_difficulty_tasks` ones at
     dev_difficulty (the same seed-train role, never a digest of the first set or of `excluded`), then the
+    `practice_tasks` practice examples (kit.data.practice, role PRACTICE_ROLE, at dev_difficulty's sizes), then the
     `reworded_tasks` ones at dev_difficulty in other words (role REWORDED_ROLE). Twins: those last ones in
     the contracts' words, the examples their selection excluded against `excluded` and the rest; the
     disjointness check reads them, so that no trained example is a rewording of a dev or final one."""
@@ -263,6 +272,9 @@ def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> tuple[list[Tas
              if cfg.tasks else [])
     if cfg.dev_difficulty_tasks:
         tasks += generate_set(cfg.dev_difficulty_tasks, cfg.seed, SEED_TRAIN_ROLE, cfg.dev_difficulty,
+                              set(excluded) | {t.digest for t in tasks}, workers)
+    if cfg.practice_tasks:  # other families (kit.data.practice): no digest can be a task of any role
+        tasks += practice_set(cfg.practice_tasks, cfg.seed, PRACTICE_ROLE, cfg.dev_difficulty,
                               set(excluded) | {t.digest for t in tasks}, workers)
     twins = []
     if cfg.reworded_tasks:
@@ -417,8 +429,10 @@ def _pack(cfg: SmallSeedConfig, tokenizer, pad: int, inputs: _Inputs) -> _Packed
     task_idx = [i for i in once_idx if first_task <= i < first_task + cfg.tasks]  # not the dev-difficulty ones
     first_reworded = len(inputs.convs) - cfg.reworded_tasks  # the reworded ones are the last tasks
     reworded_idx = [i for i in once_idx if i >= first_reworded]
+    first_practice = first_reworded - cfg.practice_tasks  # the practice ones come just before them
+    practice_idx = [i for i in once_idx if first_practice <= i < first_reworded]
     pool = (alpaca_idx * cfg.alpaca_epochs + once_idx + task_idx * (cfg.task_epochs - 1)
-            + reworded_idx * (cfg.reworded_epochs - 1))
+            + reworded_idx * (cfg.reworded_epochs - 1) + practice_idx * (cfg.practice_epochs - 1))
     conv_order = [pool[int(j)] for j in rng.permutation(len(pool))]
     rows += conversation_rows(encoded, conv_order, pad, cfg.seq_len)
     row_order = rng.permutation(len(rows))
@@ -545,12 +559,12 @@ def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[
     when the seed trained on reworded examples, on the same dev-difficulty sample in the reworded words."""
     from kit.evaluation.scoring import answer_tasks
 
-    def per_family(sample: list[TaskExample]) -> tuple[dict, list[dict]]:
+    def per_family(sample: list[TaskExample], families: Sequence[str] = FAMILIES) -> tuple[dict, list[dict]]:
         answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
                                batch_size=cfg.eval_batch)
         acc = {f: {"n": sum(a["family"] == f for a in answers),
-                   "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in FAMILIES}
-        for f in FAMILIES:
+                   "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in families}
+        for f in families:
             acc[f]["accuracy"] = acc[f]["correct"] / max(1, acc[f]["n"])
         return acc, answers
 
@@ -573,6 +587,16 @@ def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[
         reworded, _ = per_family(dev_sample(cfg.dev_difficulty, "reworded"))
         out["reworded"] = {"wording": "reworded", "difficulty": cfg.dev_difficulty, "per_family": reworded,
                            "pooled": _pooled(reworded)}
+    if cfg.practice_tasks:  # the practice skill itself, on practice problems the seed never trained on
+        sample = practice_set(cfg.dev_sample_per_family * len(PRACTICE_FAMILIES), cfg.seed, PRACTICE_SAMPLE_ROLE,
+                              cfg.dev_difficulty, trained_digests)
+        practice, answers = per_family(sample, PRACTICE_FAMILIES)
+        out["practice"] = {"role": PRACTICE_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": practice,
+                           "pooled": _pooled(practice),
+                           "examples": [{"prompt": e.prompt, "expected": e.answer, "reply": a["reply"],
+                                         "correct": a["correct"]}
+                                        for e, a in zip(sample[::cfg.dev_sample_per_family],
+                                                        answers[::cfg.dev_sample_per_family])]}
     return out
 
 
@@ -613,6 +637,9 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
                   "reworded": {"count": cfg.reworded_tasks, "role": REWORDED_ROLE, "difficulty": cfg.dev_difficulty,
                                "epochs": cfg.reworded_epochs, "wording": "reworded",
                                "twins_digest": sha256_json(sorted(t.digest for t in inputs.twins))},
+                  "practice": {"count": cfg.practice_tasks, "role": PRACTICE_ROLE, "difficulty": cfg.dev_difficulty,
+                               "epochs": cfg.practice_epochs, "generator": "kit.data.practice",
+                               "per_family": {f: sum(t.family == f for t in tasks) for f in PRACTICE_FAMILIES}},
                   "per_family": {f: sum(t.family == f for t in tasks) for f in FAMILIES},
                   "digest": sha256_json(sorted(t.digest for t in tasks))},
         "skipped_over_seq_len": {"count": len(packed.skipped), "ids": packed.skipped[:20]},
@@ -740,5 +767,8 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
             "reworded_task_accuracy": {f: v["accuracy"] for f, v in record["task_accuracy"]["reworded"]["per_family"].items()}
             if cfg.reworded_tasks else None,
             "reworded_pooled_accuracy": record["task_accuracy"]["reworded"]["pooled"] if cfg.reworded_tasks else None,
+            "practice_accuracy": {f: v["accuracy"] for f, v in record["task_accuracy"]["practice"]["per_family"].items()}
+            if cfg.practice_tasks else None,
+            "practice_pooled_accuracy": record["task_accuracy"]["practice"]["pooled"] if cfg.practice_tasks else None,
             "mfu_executed": record["throughput"]["mfu_executed"], "learning_curve": trained.learning_curve,
             "chat_samples": record["chat_samples"], "seconds": seconds, "tokens_per_second": record["tokens_per_second"]}
