@@ -31,11 +31,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 ADAPTIVE_DRAFT = REPO / "contracts" / "adaptive-shards.medium.draft.json"
 STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
-SMALL_SEED_DIGEST = "d174970774f868c547fdbbe9b995fe13ba45a04539acf6591283cb69c8c83da4"  # the seed of probe p10
+SMALL_SEED_DIGEST = "af103c8dbbbff7052cee8583da170a1b952c1f4177b70fdfd0ca8423f1e5b7a4"  # the seed of probe q1
 # the first medium campaign (seed 800112e3): its frozen contracts and the drafts they were frozen from
 FIRST_CAMPAIGN = REPO / "runs" / "medium-superseded-seed-800112e3"
 # the re-run's pilots on the seed before (e83d0af3): its frozen study contract and the drafts of then
 SEED_E83D0AF3 = REPO / "runs" / "medium-superseded-seed-e83d0af3"
+# the re-run on the seed d1749707 (probe p10): the drafts its contracts were frozen from
+SEED_D1749707 = REPO / "runs" / "medium-superseded-seed-d1749707"
 
 
 # --- the drafts -------------------------------------------------------------------------------------
@@ -517,3 +519,25 @@ def test_freezing_the_e83d0af3_study_pilot_again_gives_its_kept_contract(tmp_pat
     assert made == committed
     for name in ("adaptive-shards.medium.draft.json", "shared-gradient.medium.draft.json"):
         assert json.loads((kept / name).read_text())["seed"]["parameter_digest"].startswith("e83d0af3")
+
+
+def test_freezing_the_d1749707_pilots_again_gives_its_contracts(tmp_path):
+    """The contracts of the re-run on the seed d1749707 (its evidence: runs/medium-*, or its superseded folder
+    once the next campaign replaces it) are what the freeze makes of its two committed pilots and the drafts
+    kept when the drafts moved on to the seed af103c8d; only `pilot.draft` differs, the draft's place then."""
+    out = tmp_path / "contracts"
+    out.mkdir()
+    kept = SEED_D1749707 / "contracts"
+    medium_freeze.freeze(REPO / "runs" / "medium-pilot-2026-12-02", kept / "adaptive-shards.medium.draft.json",
+                         kept / "shared-gradient.medium.draft.json", out,
+                         study_pilot=REPO / "runs" / "study-pilot-2026-12-02")
+    for name in ("adaptive-shards.medium.json", "shared-gradient.medium.json"):
+        # frozen on d1749707: in contracts/ until the next freeze replaces it, then kept beside the drafts
+        committed = next(json.loads(p.read_text()) for p in (kept / name, REPO / "contracts" / name)
+                         if p.is_file() and json.loads(p.read_text())["seed"]["parameter_digest"].startswith("d1749707"))
+        made = json.loads((out / name).read_text())
+        assert made["pilot"].pop("draft") == f"runs/medium-superseded-seed-d1749707/contracts/{name[:-5]}.draft.json"
+        assert committed["pilot"].pop("draft") == f"contracts/{name[:-5]}.draft.json"
+        assert made == committed
+    for name in ("adaptive-shards.medium.draft.json", "shared-gradient.medium.draft.json"):
+        assert json.loads((kept / name).read_text())["seed"]["parameter_digest"].startswith("d1749707")

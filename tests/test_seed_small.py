@@ -19,7 +19,8 @@ TEST_CFG = SmallSeedConfig(
     batch_rows=8, microbatch_rows=4, max_updates=6, warmup_updates=2, lr=3e-3, dev_sample_per_family=2,
     heldout_max_rows=4, eval_batch=8, sample_max_new_tokens=8,
     # the real recipe's data multipliers and curve, at test size off (tests that need them set them)
-    task_difficulty=2, task_epochs=1, dev_difficulty_tasks=0, reworded_tasks=0, curve_every=0, curve_difficulty=0)
+    task_difficulty=2, task_epochs=1, dev_difficulty_tasks=0, reworded_tasks=0, practice_tasks=0, curve_every=0,
+    curve_difficulty=0)
 
 
 def _build(out: Path, cfg: SmallSeedConfig = TEST_CFG) -> dict:
@@ -175,16 +176,23 @@ def test_the_recipe_files_reproduce_their_recorded_configs():
     """The defaults are the recipe of the current seed (its probe file); the earlier seeds stay rebuildable
     from campaigns/seed-recipes/: small-800112e3.json gives that seed's recorded config."""
     from dataclasses import asdict
-    assert SmallSeedConfig.small() == SmallSeedConfig.from_json(ROOT / "campaigns/seed-probes/p10-reworded-d2.json")
-    # the seed before it (e83d0af3, probe p8) ran before reworded tasks existed: its recipe over today's defaults
+    assert SmallSeedConfig.small() == SmallSeedConfig.from_json(ROOT / "campaigns/seed-probes/q1-practice-d2.json")
+    # the seed before it (d1749707, probe p10) ran before practice tasks existed: its recipe over today's
+    # defaults is the config its rebuilds recorded, field for field
+    recorded = json.loads((ROOT / "runs/seed-rebuilds-2026-12-02/rebuild7-370bb89/seed_build_record.json").read_text())
+    p10 = asdict(SmallSeedConfig.from_json(ROOT / "campaigns/seed-recipes/small-d1749707.json"))
+    assert {k: p10[k] for k in recorded["config"]} == recorded["config"] and p10["practice_tasks"] == 0
+    assert "practice_tasks" not in recorded["config"] and recorded["config"]["reworded_tasks"] == 524288
+    # the one before (e83d0af3, probe p8) ran before reworded tasks existed too
     p8 = SmallSeedConfig.from_json(ROOT / "campaigns/seed-probes/p8-candidate.json")
-    assert SmallSeedConfig.from_json(ROOT / "campaigns/seed-recipes/small-e83d0af3.json") == replace(p8, reworded_tasks=0)
+    assert SmallSeedConfig.from_json(ROOT / "campaigns/seed-recipes/small-e83d0af3.json") == replace(
+        p8, reworded_tasks=0, practice_tasks=0)
     old = json.loads((ROOT / "runs/seed-small-h200-2026-11-30/seed_build-machine1.json").read_text())["config"]
     rebuilt = asdict(SmallSeedConfig.from_json(ROOT / "campaigns/seed-recipes/small-800112e3.json"))
     assert {k: rebuilt[k] for k in old} == old
     assert (rebuilt["retrieval_docs"], rebuilt["task_epochs"], rebuilt["dev_difficulty_tasks"],
-            rebuilt["compile_blocks"], rebuilt["clip_on_device"], rebuilt["fast_paths"], rebuilt["reworded_tasks"]) == (
-        0, 1, 0, "off", "off", "off", 0)
+            rebuilt["compile_blocks"], rebuilt["clip_on_device"], rebuilt["fast_paths"], rebuilt["reworded_tasks"],
+            rebuilt["practice_tasks"]) == (0, 1, 0, "off", "off", "off", 0, 0)
 
 
 def test_rows_pack_whole_conversations_and_cut_text_exactly():

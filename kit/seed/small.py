@@ -93,14 +93,15 @@ class SmallSeedConfig:
     task_epochs: int = 6  # each of the `tasks` examples is packed this many times (in the one conversation order)
     dev_difficulty_tasks: int = 0  # more seed-train examples at dev_difficulty, each packed once (p8: 16,384)
     # Examples at dev_difficulty in other words than the contracts' (kit.data.tasks REWORDED), under their own
-    # role, each packed reworded_epochs times: the larger sizes' skill without the contracts' words for them,
-    # which cohort A then teaches (probe p10; docs/internals.md, "kit.seed.small").
-    reworded_tasks: int = 524288
+    # role, each packed reworded_epochs times (probe p10, the seed d1749707: campaigns/seed-recipes/). Off: a
+    # seed that can do the cohorts' tasks in other words has already learned what cohort A is meant to teach.
+    reworded_tasks: int = 0
     reworded_epochs: int = 1
     # Practice families (kit.data.practice) at dev_difficulty's sizes, each example packed practice_epochs
     # times: the four families' skills in computations none of them asks for, so that the seed has the
-    # capacity without having learned the cohorts' tasks in any words (probes q1, q2; docs/internals.md).
-    practice_tasks: int = 0
+    # capacity without having learned the cohorts' tasks in any words (probe q1, the seed af103c8d;
+    # docs/internals.md, "kit.seed.small").
+    practice_tasks: int = 524288
     practice_epochs: int = 1
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text
     retrieval_max_pairs: int = 12
