@@ -532,9 +532,10 @@ def test_freezing_the_d1749707_pilots_again_gives_its_contracts(tmp_path):
                          kept / "shared-gradient.medium.draft.json", out,
                          study_pilot=REPO / "runs" / "study-pilot-2026-12-02")
     for name in ("adaptive-shards.medium.json", "shared-gradient.medium.json"):
-        # frozen on d1749707: in contracts/ until the next freeze replaces it, then kept beside the drafts
-        committed = next(json.loads(p.read_text()) for p in (kept / name, REPO / "contracts" / name)
-                         if p.is_file() and json.loads(p.read_text())["seed"]["parameter_digest"].startswith("d1749707"))
+        committed = json.loads((kept / name).read_text())  # the copy kept beside the drafts
+        current = json.loads((REPO / "contracts" / name).read_text())
+        if current["seed"]["parameter_digest"].startswith("d1749707"):  # until the next freeze replaces it
+            assert current == committed
         made = json.loads((out / name).read_text())
         assert made["pilot"].pop("draft") == f"runs/medium-superseded-seed-d1749707/contracts/{name[:-5]}.draft.json"
         assert committed["pilot"].pop("draft") == f"contracts/{name[:-5]}.draft.json"
