@@ -25,7 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kit.data.tasks import KEYS, LEVELS, WORDS, Draws, TaskExample, content_digest, normalize_answer
+from kit.data.tasks import (
+    KEYS,
+    LEVELS,
+    WORDS,
+    Draws,
+    TaskExample,
+    content_digest,
+    normalize_answer,
+    role_stream_seed,
+)
 
 PRACTICE_FAMILIES = ("which_key", "count_kept", "plus_minus", "kth")
 GENERATOR = "kit.data.practice/1"  # part of every RNG key
@@ -33,7 +42,9 @@ POOL_MIN = 10000  # a family's count from which the worker processes pay for the
 
 
 def _ordinal(k: int) -> str:
-    return f"{k}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(k if k < 20 else k % 10, 'th') }"
+    """1st, 2nd, 3rd, 4th, ... (ranks go up to 10, the largest list of LEVELS)."""
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(k if k < 20 else k % 10, "th")
+    return f"{k}{suffix}"
 
 
 def _which_key(draw: Draws, level) -> tuple[str, str]:
@@ -108,8 +119,6 @@ def practice_set(count: int, seed: int, role: str, difficulty: int, exclude_dige
     family in index order of stream (seed, role), repeats and `exclude_digests` skipped so counts stay exact.
     `workers` > 1 draws large families in that many processes: the same set (each example is a pure
     function of its index), faster."""
-    from kit.data.tasks import role_stream_seed
-
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"practice set count {count!r} is not a non-negative integer")
     stream = role_stream_seed(seed, role)
