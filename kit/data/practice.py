@@ -1,24 +1,14 @@
-"""Practice families: the four task families' skills in computations that none of them asks for.
+"""Practice families: the four task families' primitives in computations that none of them asks for.
 
-Why: a seed that learned the contracts' own families at the contracts' difficulty, in any words, already
-knows what cohort A is meant to teach, and the cohort's gain then measures little more than a prompt
-format. A seed that learned only the easier difficulty does not carry its skills to the larger sizes in
-a cohort's 128 updates (probes p6-p9, runs/seed-probes-2026-12-01). These families sit between: each
-exercises one family's primitive at the contracts' sizes and number ranges, and none computes that
-family's answer.
-
-- `which_key` (lookup's key-value binding, queried the other way): "codes: g means 50, q means 39. which
-  letter means 39?" -> "q".
-- `count_kept` (filtering's comparisons, counted instead of listed): "in 12 55 3 80, how many are bigger
-  than 40?" -> "2".
-- `plus_minus` (arithmetic's multi-digit addition, with a subtraction): "compute 45 plus 12 minus 30." -> "27".
-- `kth` (sorting's ordering, one rank asked instead of the ordered list): "in 79 92 47 12, which is 2nd
-  from the smallest?" -> "47".
-
-Their prompts share no words with the contracts' wordings (kit.data.tasks `CONTRACT_WORDING`) and their
-content digests carry their own family names, so no practice example is, or has the digest of, a task of
-any development or final role. Every example is a pure function of (family, seed, index, difficulty),
-drawn from the raw PCG64 stream as kit.data.tasks does; the sizes and ranges are kit.data.tasks `LEVELS`.
+A seed that learned the contracts' families at the contracts' difficulty, in any words, already knows what a
+cohort is meant to teach; one that learned only the easier difficulty does not carry it to the larger sizes
+in a cohort's updates. Each family here exercises one family's primitive at the contracts' sizes and number
+ranges (kit.data.tasks `LEVELS`) without computing that family's answer: `which_key` (lookup's binding, asked
+from the value), `count_kept` (filtering's comparisons, counted), `plus_minus` (multi-digit addition and a
+subtraction), `kth` (one rank of a list instead of the ordered list). Their prompts share no word with the
+contracts' wordings and their digests carry their own family names, so none is, or rewords, a task of any
+role. Every example is a pure function of (family, seed, index, difficulty), drawn as kit.data.tasks draws.
+Details and the probes behind it: docs/internals.md ("kit.data.practice", "kit.seed.small").
 """
 
 from __future__ import annotations
