@@ -557,7 +557,8 @@ def _heldout(cfg: SmallSeedConfig, model, tokenizer, pad: int, inputs: _Inputs) 
 
 def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[str]) -> dict:
     """Per-family greedy accuracy on a dev-role sample at the dev (and the seed's own task) difficulty, and,
-    when the seed trained on reworded examples, on the same dev-difficulty sample in the reworded words."""
+    when the seed trained on reworded examples, on the same dev-difficulty sample in the reworded words, and,
+    when it trained on practice examples, on a practice sample of its own (kit.data.practice, never trained on)."""
     from kit.evaluation.scoring import answer_tasks
 
     def per_family(sample: list[TaskExample], families: Sequence[str] = FAMILIES) -> tuple[dict, list[dict]]:
