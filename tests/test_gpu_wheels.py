@@ -105,6 +105,10 @@ def test_install_without_index_then_papermill_and_kit_run(local_set, host_python
     # host-role packages the host has are NOT copied into the target (they would shadow torch's)
     assert not (target / "jinja2").exists() and not (target / "typing_extensions.py").exists()
     assert (target / "click").is_dir()
+    # the left-out wheels are neither carried nor installed, and their absence is recorded, not hidden:
+    # the smoke and `kit run` below then prove that notebooks execute and render without them
+    assert {u["package"] for u in record["left_out"]} == set(gpu_wheels.LEFT_OUT)
+    assert not (target / "debugpy").exists() and not (target / "jedi").exists()
 
     # papermill executes a parameterised notebook on the python3 kernel, nbconvert renders it
     smoke = subprocess.run([str(host_python), str(REPO / "tools" / "gpu_wheels.py"), "smoke", str(tmp_path / "smoke"),
@@ -130,18 +134,26 @@ def test_install_without_index_then_papermill_and_kit_run(local_set, host_python
 
 
 def test_gpu_set_resolves_completely_for_312(gpu_set, tmp_path):
-    """The check docs/gpu-hosts.md gives: the 3.12 set installs from its own folder, no index."""
+    """The check docs/gpu-hosts.md gives: the 3.12 set installs from its own folder and the left-out
+    one beside it, no index; the carried folder holds every wheel but the left-out ones."""
     report = tmp_path / "report.json"
+    aside = gpu_wheels.left_out_dir(gpu_set)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--ignore-installed",
-         "--no-index", "--find-links", str(gpu_set), *gpu_wheels.target_flags("3.12"), "--target", str(tmp_path / "x"),
-         "--report", str(report), "-r", str(gpu_wheels.REQUIREMENTS)], check=False, capture_output=True, text=True)
+         "--no-index", "--find-links", str(gpu_set), "--find-links", str(aside), *gpu_wheels.target_flags("3.12"),
+         "--target", str(tmp_path / "x"), "--report", str(report), "-r", str(gpu_wheels.REQUIREMENTS)],
+        check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     resolved = {gpu_wheels.canonical(i["metadata"]["name"]): i["metadata"]["version"]
                 for i in json.loads(report.read_text())["install"]}
     pins = {**gpu_wheels.read_pins(gpu_wheels.REQUIREMENTS), **gpu_wheels.read_pins(gpu_wheels.HOST_REQUIREMENTS)}
     assert resolved == pins
     manifest = gpu_wheels.load_manifest(gpu_set)
+    carried = {gpu_wheels.wheel_name_version(f.name)[0] for f in gpu_set.glob("*.whl")}
+    assert carried == set(pins) - set(gpu_wheels.LEFT_OUT) == {w["name"] for w in manifest["wheels"]}
+    assert {w["name"] for w in manifest["left_out"]} == set(gpu_wheels.LEFT_OUT)
+    for w in manifest["left_out"]:
+        assert gpu_wheels.sha256_file(aside / w["file"]) == w["sha256"]
     assert {w["file"].split("-")[2] for w in manifest["wheels"]} <= {"py2.py3", "py3", "cp312", "cp36", "cp310",
                                                                    "cp311"}  # no wheel for another Python
     assert manifest["total_bytes"] < 32 * 2**20  # half the device tool's 64 MiB carry, with the repository's share

@@ -7,7 +7,8 @@ Jupyter kernel, and they cannot reach an index. This tool, step by step (docs/gp
     build   (here, with an index)  pip-download the pinned wheels of requirements/gpu-notebook.txt
             and requirements/gpu-notebook-host.txt for a Python version and manylinux x86_64 into
             build/gpu-wheels/, check that they are exactly the closure of papermill, nbconvert and
-            ipykernel, and write manifest.json and SHA256SUMS (every wheel's sha256 and size).
+            ipykernel, move the wheels that nothing imports at run time (LEFT_OUT) aside, and write
+            manifest.json and SHA256SUMS (every carried wheel's sha256 and size).
     install (on the host, no index) verify every wheel's sha256, pip-install gpu-notebook.txt with
             --no-index --no-deps --target TARGET, check every requirement of what it installed
             against the host's own packages (installing a host-role wheel only where the host's copy
@@ -38,7 +39,14 @@ DEFAULT_OUT = REPO / "build" / "gpu-wheels"
 ROOTS = ("papermill", "nbconvert", "ipykernel")  # what kit.evidence.runtime imports, directly or through them
 MANIFEST_NAME = "manifest.json"
 SUMS_NAME = "SHA256SUMS"
-MANIFEST_FORMAT = "kit-gpu-wheels/1"
+MANIFEST_FORMAT = "kit-gpu-wheels/2"  # /2: the field "left_out"
+# Pinned (they are in the roots' closure, and the build resolves with them) but not carried: nothing
+# that executes or renders a notebook imports them, and they are the two largest wheels (9.8 of 15.4 MiB).
+# Leaving them behind keeps the carried set, beside the repository, inside the device tool's 64 MiB.
+LEFT_OUT = {
+    "debugpy": "ipykernel imports it only for its debugger, in a guarded import (ipykernel/debugger.py)",
+    "jedi": "IPython imports it only for tab completion, lazily (IPython/core/completer.py)",
+}
 MARKER_NAME = "kit-gpu-runtime.json"  # written into TARGET by install
 # manylinux tags pip may pick, best first. pip matches --platform strings exactly, so every glibc
 # level is named. The cap at glibc 2.28 keeps the set installable on any host with glibc >= 2.28
@@ -159,10 +167,19 @@ def build(out: Path, python_version: str, python: str = sys.executable) -> dict:
         raise RouteError(f"{out}: expected one wheel for each of the {len(pinned)} pins, found {len(wheels)}; "
                          f"missing: {sorted(set(pinned) - got)}")
     check_closure(out, python_version, pinned, python)
+    # the left-out wheels move beside the carried folder (kept, so a rebuild does not download them again
+    # and the complete set can still be resolved from the two folders)
+    aside = left_out_dir(out)
+    aside.mkdir(parents=True, exist_ok=True)
+    left_out = []
+    for w in [w for w in wheels if w["name"] in LEFT_OUT]:
+        os.replace(out / w["file"], aside / w["file"])
+        wheels.remove(w)
+        left_out.append({**w, "reason": LEFT_OUT[w["name"]]})
     manifest = {"format": MANIFEST_FORMAT, "python_version": python_version, "implementation": "cp",
                 "platforms": list(PLATFORMS), "roots": list(ROOTS),
                 "requirements": {p.relative_to(REPO).as_posix(): sha256_file(p) for p in (REQUIREMENTS, HOST_REQUIREMENTS)},
-                "total_bytes": sum(w["size"] for w in wheels), "wheels": wheels}
+                "total_bytes": sum(w["size"] for w in wheels), "wheels": wheels, "left_out": left_out}
     (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (out / SUMS_NAME).write_text("".join(f"{w['sha256']}  {w['file']}\n" for w in wheels), encoding="utf-8")
     return manifest
@@ -186,6 +203,11 @@ def check_closure(wheel_dir: Path, python_version: str, pinned: dict[str, str], 
         raise RouteError(f"{REQUIREMENTS.name} + {HOST_REQUIREMENTS.name} are not the closure of {', '.join(ROOTS)} "
                          f"for Python {python_version}: resolved but not pinned so: {unpinned or 'none'}; "
                          f"pinned but not needed: {unneeded or 'none'}")
+
+
+def left_out_dir(wheel_dir: Path) -> Path:
+    """Where build puts the pinned wheels it does not carry: beside the carried folder, never inside it."""
+    return wheel_dir.parent / f"{wheel_dir.name}-left-out"
 
 
 # --- install (on the host) --------------------------------------------------------------------
@@ -274,7 +296,11 @@ def install(target: Path, wheel_dir: Path = DEFAULT_OUT, python: str = sys.execu
     bring = [str(wheel_dir / w["file"]) for w in manifest["wheels"] if w["role"] == "bring"]
     _run(_pip(python, *pip_flags, *bring, isolated=True), f"installing {len(bring)} wheels into {target}")
     fallback: list[dict] = []
+    # a requirement on a left-out package the host lacks stays unmet on purpose (LEFT_OUT says why)
+    left_out = {w["name"] for w in manifest["left_out"]}
     unmet = _unmet_on_host(python, target)
+    accepted = [u for u in unmet if u["package"] in left_out and u["found"] is None]
+    unmet = [u for u in unmet if u not in accepted]
     if unmet:
         # the host's copy is missing or too old: take the pinned wheel, and say so, since a copy in
         # TARGET shadows the host's for every process with TARGET on PYTHONPATH
@@ -284,7 +310,7 @@ def install(target: Path, wheel_dir: Path = DEFAULT_OUT, python: str = sys.execu
             _run(_pip(python, *pip_flags, *(str(wheel_dir / by_name[n]["file"]) for n in names), isolated=True),
                  f"installing fallback wheels {', '.join(names)}")
             fallback = unmet
-            unmet = _unmet_on_host(python, target)
+            unmet = [u for u in _unmet_on_host(python, target) if u not in accepted]
     if unmet:
         lines = [f"{u['required_by']} requires {u['requirement']}, found {u['found'] or 'nothing'}" for u in unmet]
         raise RouteError(f"{target}: requirements still unmet on {python}:\n  " + "\n  ".join(lines))
@@ -296,7 +322,7 @@ def install(target: Path, wheel_dir: Path = DEFAULT_OUT, python: str = sys.execu
               "wheel_dir": str(wheel_dir.resolve()), "manifest_sha256": sha256_file(wheel_dir / MANIFEST_NAME),
               "installed": sorted([w["name"] + "==" + w["version"] for w in manifest["wheels"] if w["role"] == "bring"]
                                   + [f"{u['package']}=={by_name[u['package']]['version']}" for u in fallback]),
-              "fallback": fallback}
+              "fallback": fallback, "left_out": accepted}
     (target / MARKER_NAME).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (target / "env.sh").write_text(env_script(target), encoding="utf-8")
     return record
@@ -383,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "build":
             m = build(a.out.resolve(), a.python_version)
             print(f"{a.out}: {len(m['wheels'])} wheels for CPython {m['python_version']} manylinux x86_64, "
-                  f"{m['total_bytes'] / 2**20:.1f} MiB; {MANIFEST_NAME} and {SUMS_NAME} written")
+                  f"{m['total_bytes'] / 2**20:.1f} MiB; {MANIFEST_NAME} and {SUMS_NAME} written; left out (in "
+                  f"{left_out_dir(a.out)}): {', '.join(w['file'] for w in m['left_out'])}")
         elif a.cmd == "install":
             r = install(a.target, a.wheels.resolve())
             host = [u["package"] for u in r["fallback"]]
