@@ -10,6 +10,8 @@
 #                                                  the study pilot side by side on it, both records committed, each
 #                                                  contract frozen from its own pilot, the commits bundled into
 #                                                  build/medium/out; follow it with `follow`, which brings that back
+#                                                  (refused before any work when a contract it would freeze is
+#                                                  already frozen: keep that one beside its evidence and git rm it)
 #                                                  (PILOT_PARALLEL / STUDY_PARALLEL: each pilot's candidates run
 #                                                  that many at once, --parallel; default 1, one after another;
 #                                                  THEN_TRIAL=1: the adaptive trial starts once its contract froze;
@@ -218,9 +220,25 @@ build_seed() {  # the pinned seed at build/medium/pilot-work/seed, once per mach
     grep -o '"parameter_digest": "[0-9a-f]*"' "$W/seed-build/seed_build.json" || { echo "seed build failed"; exit 1; }
 }
 
+refuse_frozen_contracts() {  # before any device time: the pilots could not freeze over a contract already frozen
+    local c frozen=()
+    for c in contracts/adaptive-shards.medium.json contracts/shared-gradient.medium.json; do
+        if [ "$c" = contracts/shared-gradient.medium.json ] && [ "${PILOTS:-adaptive,study}" = adaptive ]; then continue; fi
+        [ -f "$c" ] && frozen+=("$c")
+    done
+    [ ${#frozen[@]} = 0 ] && return 0
+    # 2026-12-03: the freeze refused these, and THEN_TRIAL started both trials on the old contracts, whose
+    # seed pin the new seed failed; the block's time went to two refused preparations
+    echo "pilots: refused: ${frozen[*]} already frozen; a frozen contract is never rewritten, so these pilots could" \
+         "not freeze theirs. Keep it beside its evidence (runs/medium-superseded-seed-<8 hex>/contracts/), git rm" \
+         "it, commit, and carry that commit (make medium-bundle)" >&2
+    exit 2
+}
+
 pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaign.log
     local date=$1 a="medium-pilot-$1" s="study-pilot-$1" out="$W/out" seed="$W/pilot-work/seed"
     [ "${SYNCED:-0}" = 1 ] || sync_git  # SYNCED=1: `pilots` synced before making the checkout
+    refuse_frozen_contracts
     # the pilots run kit commands only (no notebooks): the kit's environment without the notebook runtime
     export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 KIT_PROGRESS=0
     build_seed
@@ -250,13 +268,16 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
         rm -rf "runs/$s" && cp -r "$W/study-pilot" "runs/$s" && git add "runs/$s"
     fi
     git commit -q -m "Medium pilots $date on one GPU: their records, development roles only"
+    local froze_a=0 froze_s=0  # what THIS run froze: only its own contracts may start a trial
     if python3 -m campaigns.medium_freeze --pilot "runs/$a"; then
         git add contracts/adaptive-shards.medium.json
         git commit -q -m "Adaptive medium contract frozen from its draft and the committed pilot $a"
+        froze_a=1
     fi
     if [ -n "$sp" ] && python3 -m campaigns.medium_freeze --study-pilot "runs/$s"; then
         git add contracts/shared-gradient.medium.json
         git commit -q -m "Study medium contract frozen from its draft and its own committed pilot $s"
+        froze_s=1
     fi
     git bundle create "$out/device.bundle" "$(cat "$W/base-commit")..HEAD"
     git log --oneline -4
@@ -267,12 +288,11 @@ pilots_run() {  # `pilots` in the foreground; its output is build/medium/campaig
     echo "pilots done $(date -u +%FT%TZ); disk: $(df -h . | awk 'NR == 2 {print $4 " free"}')"
     # THEN_TRIAL=1 (carry build/gpu-wheels too): with the adaptive contract frozen, the adaptive trial starts at
     # once on the seed just built, so that one block holds the pilot and the trial (`follow` keeps following)
-    if [ "${THEN_TRIAL:-0}" = both ] && [ -f contracts/adaptive-shards.medium.json ] \
-            && [ -f contracts/shared-gradient.medium.json ]; then
+    if [ "${THEN_TRIAL:-0}" = both ] && [ $froze_a = 1 ] && [ $froze_s = 1 ]; then
         trials_side_by_side
-    elif [ "${THEN_TRIAL:-0}" != 0 ] && [ -f contracts/adaptive-shards.medium.json ]; then
+    elif [ "${THEN_TRIAL:-0}" != 0 ] && [ $froze_a = 1 ]; then
         PARTS=adaptive start
-    elif [ -n "${ELSE_PROBE:-}" ] && [ ! -f contracts/adaptive-shards.medium.json ]; then
+    elif [ -n "${ELSE_PROBE:-}" ] && [ $froze_a = 0 ]; then
         # ELSE_PROBE="NAME CONFIG": the positive control did not hold on the pinned seed, so the rest of the
         # block checks a candidate seed recipe. The host's git already holds the pilots' commits (bundled
         # above): no second sync, which would reset them away.
@@ -307,6 +327,7 @@ trials_side_by_side() {  # THEN_TRIAL=both: both trials at once on the one GPU, 
 pilots() {  # in the background, so that it outlives the device call that starts it (followed by `follow`)
     sync_git
     enter_checkout
+    refuse_frozen_contracts  # here too: in the call's own output, before the background run
     if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
         echo "already running (pid $(cat "$W/campaign.pid"))"; return
     fi

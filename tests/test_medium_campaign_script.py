@@ -327,3 +327,32 @@ def test_resume_both_rebuilds_the_seed_then_runs_the_two_trials_side_by_side(tmp
     assert (host / "build" / "medium" / "study-started-after-the-seed-run").read_text() == "study\n"
     with tarfile.open(host / "build" / "medium" / "out" / "seed-build.tgz") as tar:
         assert "seed-build/seed_build.json" in tar.getnames()
+
+
+def test_pilots_refuse_before_any_work_when_a_contract_is_already_frozen(tmp_path):
+    """A frozen contract is never rewritten, so pilots over one could not freeze theirs: on 2026-12-03 the
+    freeze refused and THEN_TRIAL started both trials on the old contracts, whose seed pin the new seed
+    failed. Now `pilots-run` refuses first (no seed build, no pilot, no commit), naming the contract; and a
+    trial starts only on a contract that this run froze."""
+    host, env = _pilots_host(tmp_path, "stale", {"contracts/shared-gradient.medium.draft.json": "{}\n",
+                                                 "contracts/shared-gradient.medium.json": '{"old": true}\n',
+                                                 "ledger/exposed.jsonl": ""})
+    env.update({"FAKE_FREEZE": "1", "PILOTS": "adaptive,study", "THEN_TRIAL": "both"})
+    done = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "pilots-run", "2099-01-01"],
+                          cwd=host, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "contracts/shared-gradient.medium.json already frozen" in done.stderr
+    assert not Path(env["FAKE_LOG"]).exists()  # no python3 call: no seed build, no pilot
+    assert (host / "contracts" / "shared-gradient.medium.json").read_text() == '{"old": true}\n'
+    assert _git(host, "log", "--format=%s") == "carried"  # synced to the carried commit, nothing committed
+    # PILOTS=adaptive freezes only the adaptive contract, so the study's frozen one is no obstacle; and
+    # THEN_TRIAL=both does not start the study trial on that old contract: the adaptive trial starts alone
+    (tmp_path / "nbrt").mkdir()
+    (tmp_path / "nbrt" / "env.sh").write_text("")
+    env.update({"PILOTS": "adaptive", "THEN_TRIAL": "both", "NBRT": str(tmp_path / "nbrt")})
+    done = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "pilots-run", "2099-01-01"],
+                          cwd=host, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "trials started" not in done.stdout and "campaign started" in done.stdout
+    assert _git(host, "log", "-1", "--format=%s").startswith("Adaptive medium contract frozen")
+    # (`start`, the adaptive trial alone, runs its demo in the background; its command is start()'s own)
