@@ -43,9 +43,11 @@ lint: $(VENV)/.installed
 # wheels for the GPU hosts' Python, which have no package index: build/gpu-wheels/ (ignored), with
 # manifest.json and SHA256SUMS. Carry that folder with the device tool and install it there with
 # `python3 tools/gpu_wheels.py install TARGET` (docs/gpu-hosts.md). Needs an index here.
+# GPU_WHEELS_FLAGS=--without-fallbacks leaves the host-role wheels behind too (docs/gpu-hosts.md, "Sizes").
 GPU_PYTHON ?= 3.12
+GPU_WHEELS_FLAGS ?=
 gpu-wheels: $(VENV)/.installed
-	$(PY) tools/gpu_wheels.py build --python-version $(GPU_PYTHON) --out build/gpu-wheels
+	$(PY) tools/gpu_wheels.py build --python-version $(GPU_PYTHON) --out build/gpu-wheels $(GPU_WHEELS_FLAGS)
 
 # this checkout's last commit as a shallow bare repository, carried to a GPU host whose copy of .git is
 # stale, so that the records made there name real commits (campaigns/medium_campaign.sh; docs/gpu-hosts.md,

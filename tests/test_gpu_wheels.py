@@ -174,6 +174,29 @@ def test_install_refuses_other_python_and_damaged_wheels(gpu_set, local_set, tmp
     assert not (tmp_path / "t").exists()  # nothing installed before the check
 
 
+def test_without_fallbacks_the_host_role_wheels_stay_behind_and_a_host_lacking_one_is_refused(
+        local_set, host_python, tmp_path):
+    """build --without-fallbacks (for a call with little room): the host-role wheels are left out with their
+    reason, and an install on a host that lacks one of them (click, here) stops and says how to get it."""
+    lean = tmp_path / "lean"
+    lean.mkdir()
+    for folder in (local_set, gpu_wheels.left_out_dir(local_set)):  # already downloaded: pip reuses them
+        for wheel in folder.glob("*.whl"):
+            shutil.copy(wheel, lean / wheel.name)
+    manifest = gpu_wheels.build(lean, platform.python_version(), fallbacks=False)
+    host_role = set(gpu_wheels.read_pins(gpu_wheels.HOST_REQUIREMENTS))
+    assert {w["name"] for w in manifest["wheels"]} == set(gpu_wheels.read_pins(gpu_wheels.REQUIREMENTS)) - set(gpu_wheels.LEFT_OUT)
+    assert {w["name"] for w in manifest["left_out"]} == host_role | set(gpu_wheels.LEFT_OUT)
+    assert {w["reason"] for w in manifest["left_out"] if w["role"] == "host"} == {gpu_wheels.FALLBACK_LEFT_OUT}
+    assert {gpu_wheels.wheel_name_version(f.name)[0] for f in lean.glob("*.whl")} == {w["name"] for w in manifest["wheels"]}
+    done = subprocess.run([str(host_python), str(REPO / "tools" / "gpu_wheels.py"), "install", str(tmp_path / "t"),
+                           "--wheels", str(lean)], check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"requires {MISSING_ON_HOST}" in done.stderr and "found nothing" in done.stderr
+    assert f"the fallback wheels of {MISSING_ON_HOST} were left out (build --without-fallbacks)" in done.stderr
+    assert "debugpy" not in done.stderr and "jedi" not in done.stderr  # those two stay accepted
+
+
 def test_pins_are_exact_and_roles_disjoint(tmp_path):
     bring, host = gpu_wheels.read_pins(gpu_wheels.REQUIREMENTS), gpu_wheels.read_pins(gpu_wheels.HOST_REQUIREMENTS)
     assert set(gpu_wheels.ROOTS) <= set(bring) and not set(bring) & set(host)

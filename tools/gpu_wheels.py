@@ -47,6 +47,10 @@ LEFT_OUT = {
     "debugpy": "ipykernel imports it only for its debugger, in a guarded import (ipykernel/debugger.py)",
     "jedi": "IPython imports it only for tab completion, lazily (IPython/core/completer.py)",
 }
+# build --without-fallbacks also leaves out the host-role wheels (3.5 MiB), for a call whose repository
+# leaves too little of the 64 MiB: the install then needs the image's own copies, and refuses without them.
+FALLBACK_LEFT_OUT = ("the GPU image has it (requirements/gpu-notebook-host.txt); its wheel is only a fallback, "
+                     "left out by build --without-fallbacks")
 MARKER_NAME = "kit-gpu-runtime.json"  # written into TARGET by install
 # manylinux tags pip may pick, best first. pip matches --platform strings exactly, so every glibc
 # level is named. The cap at glibc 2.28 keeps the set installable on any host with glibc >= 2.28
@@ -131,9 +135,10 @@ def target_flags(python_version: str) -> list[str]:
 
 
 # --- build ------------------------------------------------------------------------------------
-def build(out: Path, python_version: str, python: str = sys.executable) -> dict:
+def build(out: Path, python_version: str, python: str = sys.executable, fallbacks: bool = True) -> dict:
     """Download the pinned wheels for `python_version` into `out`, check the set is the roots' exact
-    closure, and write manifest.json and SHA256SUMS. Returns the manifest."""
+    closure, move the LEFT_OUT wheels (and, without `fallbacks`, the host-role ones) aside, and write
+    manifest.json and SHA256SUMS. Returns the manifest."""
     # MAJOR.MINOR means MAJOR.MINOR.0 to pip, which refuses wheels that require a later micro
     # release (soupsieve 4.1.3 requires 3.11.5): give the host's full version where that matters.
     if not re.fullmatch(r"3\.\d+(\.\d+)?", python_version):
@@ -172,10 +177,10 @@ def build(out: Path, python_version: str, python: str = sys.executable) -> dict:
     aside = left_out_dir(out)
     aside.mkdir(parents=True, exist_ok=True)
     left_out = []
-    for w in [w for w in wheels if w["name"] in LEFT_OUT]:
+    for w in [w for w in wheels if w["name"] in LEFT_OUT or (not fallbacks and w["role"] == "host")]:
         os.replace(out / w["file"], aside / w["file"])
         wheels.remove(w)
-        left_out.append({**w, "reason": LEFT_OUT[w["name"]]})
+        left_out.append({**w, "reason": LEFT_OUT.get(w["name"], FALLBACK_LEFT_OUT)})
     manifest = {"format": MANIFEST_FORMAT, "python_version": python_version, "implementation": "cp",
                 "platforms": list(PLATFORMS), "roots": list(ROOTS),
                 "requirements": {p.relative_to(REPO).as_posix(): sha256_file(p) for p in (REQUIREMENTS, HOST_REQUIREMENTS)},
@@ -296,10 +301,11 @@ def install(target: Path, wheel_dir: Path = DEFAULT_OUT, python: str = sys.execu
     bring = [str(wheel_dir / w["file"]) for w in manifest["wheels"] if w["role"] == "bring"]
     _run(_pip(python, *pip_flags, *bring, isolated=True), f"installing {len(bring)} wheels into {target}")
     fallback: list[dict] = []
-    # a requirement on a left-out package the host lacks stays unmet on purpose (LEFT_OUT says why)
-    left_out = {w["name"] for w in manifest["left_out"]}
+    # a requirement on a package that nothing running a notebook imports (LEFT_OUT), missing on the host,
+    # stays unmet on purpose; a left-out fallback (role host) the host lacks is an error below
+    optional = {w["name"] for w in manifest["left_out"] if w["role"] == "bring"}
     unmet = _unmet_on_host(python, target)
-    accepted = [u for u in unmet if u["package"] in left_out and u["found"] is None]
+    accepted = [u for u in unmet if u["package"] in optional and u["found"] is None]
     unmet = [u for u in unmet if u not in accepted]
     if unmet:
         # the host's copy is missing or too old: take the pinned wheel, and say so, since a copy in
@@ -313,7 +319,10 @@ def install(target: Path, wheel_dir: Path = DEFAULT_OUT, python: str = sys.execu
             unmet = [u for u in _unmet_on_host(python, target) if u not in accepted]
     if unmet:
         lines = [f"{u['required_by']} requires {u['requirement']}, found {u['found'] or 'nothing'}" for u in unmet]
-        raise RouteError(f"{target}: requirements still unmet on {python}:\n  " + "\n  ".join(lines))
+        no_fallback = sorted({u["package"] for u in unmet} & {w["name"] for w in manifest["left_out"] if w["role"] == "host"})
+        hint = (f"\n  the fallback wheels of {', '.join(no_fallback)} were left out (build --without-fallbacks); "
+                f"carry a set built with them (make gpu-wheels)") if no_fallback else ""
+        raise RouteError(f"{target}: requirements still unmet on {python}:\n  " + "\n  ".join(lines) + hint)
     kernel = target / "share" / "jupyter" / "kernels" / "python3" / "kernel.json"
     if not kernel.is_file():
         raise RouteError(f"{kernel}: ipykernel's kernelspec is missing after the install; expected pip --target to "
@@ -396,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--python-version", default="3.12",
                    help="the host's Python, MAJOR.MINOR[.MICRO] (default 3.12; the GPU image has 3.12.3)")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"wheel folder (default {DEFAULT_OUT.relative_to(REPO)})")
+    b.add_argument("--without-fallbacks", action="store_true",
+                   help="leave the host-role wheels out too (3.5 MiB): the install then relies on the image's copies")
     i = sub.add_parser("install", help="install a carried wheel set into TARGET without an index (on the host)")
     i.add_argument("target", type=Path, help="the folder to install into (new or empty, or an earlier install)")
     i.add_argument("--wheels", type=Path, default=DEFAULT_OUT, help="the carried wheel folder (default build/gpu-wheels)")
@@ -407,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         if a.cmd == "build":
-            m = build(a.out.resolve(), a.python_version)
+            m = build(a.out.resolve(), a.python_version, fallbacks=not a.without_fallbacks)
             print(f"{a.out}: {len(m['wheels'])} wheels for CPython {m['python_version']} manylinux x86_64, "
                   f"{m['total_bytes'] / 2**20:.1f} MiB; {MANIFEST_NAME} and {SUMS_NAME} written; left out (in "
                   f"{left_out_dir(a.out)}): {', '.join(w['file'] for w in m['left_out'])}")
