@@ -98,3 +98,37 @@ def test_a_runs_folder_replays_its_cpu_runs_and_lists_the_others_as_not_replayed
     assert results["bench-update-2026-11-29"]["not_replayed"].startswith("no kit run record (a benchmark record")
     with pytest.raises(ReplayError, match="medium-seed: ran on a GPU host"):
         replay_runs([runs / "medium-seed"], work, log=lambda m: None)
+
+
+def test_every_data_location_is_the_replay_s_own_and_names_its_producer(tmp_path):
+    """The notebooks run in WORK/root, where `demo-out` (a data root) is the replay's WORK/data/demo-out and
+    everything else the repository: so not only the folder-named parameters but an evaluation's `seed:PATH`
+    and `PATH:ROOT` references, OUT, SELECTION, the selection's list of development evaluations and the
+    continued preparation's START* inputs name the replay's data, unchanged. (Before, only the folder-named
+    ones were moved: the rest read whatever demo-out/ lay in the caller's directory, or failed without one;
+    and a moved `baseline` string changed the bytes that the selection digests.) Each location is traced
+    to the run that made it."""
+    from kit.evidence.replay import Replayer
+
+    replayer = Replayer(RUNS, tmp_path, log=lambda m: None)
+    assert {"demo-out", "build"} <= replayer.data_roots
+    root = replayer.root()
+    assert (root / "demo-out").resolve() == (tmp_path / "data" / "demo-out").resolve()
+    assert (root / "contracts").resolve() == (REPO / "contracts").resolve()
+    assert not (root / ".git").exists()
+    final = replayer.records["demo-adaptive-final-A"][1]
+    assert replayer._locations(final) == {
+        "BASELINE": "demo-out/seed", "CANDIDATE": "demo-out/adaptive/A3", "OUT": "demo-out/adaptive/final-A.json",
+        "PREPARED_DIR": "demo-out/adaptive/prepared", "SELECTION": "demo-out/adaptive/selection.json"}
+    continued = replayer.records["demo-continued-prepare"][1]
+    producers = {name: replayer._producer(location, continued).run_id
+                 for name, location in replayer._locations(continued).items() if name.startswith("START")}
+    assert producers == {"START": "demo-adaptive-A3-migrated", "START_EVALUATION": "demo-adaptive-final-A",
+                         "START_PREPARED": "demo-adaptive-prepare"}
+    assert replayer._producer("demo-out/adaptive/final-A.json", final) is None  # its own output: no producer
+    select = replayer.records["demo-adaptive-select"][1]  # a list parameter: each entry is traced
+    assert replayer._producer(replayer._locations(select)["DEV_EVALUATIONS[0]"], select).run_id == "demo-adaptive-dev-A"
+    curve = replayer.records["demo-adaptive-dev-curve"][1]  # a dict of lists
+    assert replayer._locations(curve)["LINEAGES['A2-control'][0]"] == "demo-out/seed"
+    seed = replayer.records["demo-seed"][1]
+    assert "MODE" not in replayer._locations(seed)  # 'build': a word that is also a data root's name

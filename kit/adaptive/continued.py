@@ -99,7 +99,7 @@ def _start_endpoint(spj: dict, start_dir: Path, start_contract: dict, c: dict, h
                                "field 'start.exploratory' = false, so a continued run may start only from a passing "
                                "phase-A endpoint (set it true to run exploratory, and the report says so)")
     return {"comparison": name, "full_root": root, "learned_state_root": m["learned_state_root"],
-            "cursor": m["learned_state"]["cursor"], "home": str(Path(home).absolute()),
+            "cursor": m["learned_state"]["cursor"],
             "prepared_job_digest": spj["job_digest"], "contract_digest": spj["contract"]["digest"],
             "evaluation_sha256": sha256_file(evaluation), "gates": {g["name"]: g["passed"] for g in verdict["gates"]},
             "gates_passed": passed, "exploratory": not passed}
@@ -185,9 +185,12 @@ def _schedule(c: dict, records: dict, contract_digest: str) -> dict:
 
 
 def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: dict, public: Path, ledger_info: dict,
-               start_evaluation) -> dict:
-    """prepared.json's "locations": where each input was (not part of the job digest)."""
+               start_evaluation, start_home) -> dict:
+    """prepared.json's "locations": where each input was (not part of the job digest). The start endpoint's
+    store is one of them: until 2026-12-03 its absolute path sat in `start.home`, inside the job digest,
+    which then differed between checkouts (the same job prepared in two folders had two digests)."""
     return {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
+            "start_home": str(Path(start_home).absolute()),
             "start_prepared": str(start_dir.absolute()), "replay": spj["locations"]["replay"],
             "public_source": str(public.absolute()), "ledger": ledger_info["path"],
             "start_evaluation": str(Path(start_evaluation).absolute())}
@@ -245,7 +248,7 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
         }
         prepared["job_digest"] = sha256_json(prepared)
         prepared["locations"] = _locations(contract_path, seed_dir, start_dir, spj, public, ledger_info,
-                                           start_evaluation)
+                                           start_evaluation, start_home)
         prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         prepared_sha = write_canonical_json(staging / prep.PREPARED_FILE, prepared)
         inputs = prep.seed_inputs(seed_dir)

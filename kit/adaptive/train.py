@@ -70,10 +70,10 @@ class CohortRequest:
 
     def for_job(self, pj: dict) -> CohortRequest:
         """The request with the prepared job's defaults: cohort C starts from, and trains against, the
-        store of the bound phase-A endpoint (prepared.json `start.home`)."""
+        store of the bound phase-A endpoint (prepared.json `locations.start_home`)."""
         if self.cohort != "C":
             return self
-        source_home = self.source_home or pj["start"]["home"]
+        source_home = self.source_home or pj["locations"]["start_home"]
         return replace(self, source_home=source_home, reference_home=self.reference_home or source_home)
 
     def start(self) -> SeedRef | CommitRef:

@@ -10,15 +10,20 @@ How a run is replayed and compared: docs/internals.md ("kit.evidence.replay").
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from pathlib import Path
 
 import kit
 from kit.evidence import run_record
 from kit.evidence.run_record import RunRecord
 
-# input digests that are not identities of the computation (the module docstring says why)
-NON_IDENTITY_INPUTS = frozenset({"prepared.json"})
+# input digests that are not identities of the computation (docs/internals.md, "kit.evidence.replay"):
+# prepared.json holds absolute locations and a creation time; a selection record holds prepared.json's
+# sha256 (`prepared_digest`), so its bytes change with them, while what it decides rests on the
+# development evaluations' digests, which the selection's own replay compares
+NON_IDENTITY_INPUTS = frozenset({"prepared.json", "selection.json"})
 REPOSITORY_FOLDERS = ("contracts", "data", "notebooks", "kit")
 
 
@@ -26,12 +31,36 @@ class ReplayError(ValueError):
     """A run cannot be replayed here (not a completed CPU run, other profile or torch build)."""
 
 
-def _is_data_path(name: str, value) -> bool:
+# A model reference as the evaluation notebooks take it: `seed:PATH` (a seed folder) or `PATH:ROOT` (a
+# checkpoint home at a commit root); plain `PATH` otherwise. Only PATH is a location.
+_REFERENCE = re.compile(r"^(?P<kind>seed:)?(?P<path>[^:]+)(?P<root>:[0-9a-f]{64})?$")
+
+
+def _is_folder_parameter(name: str, value) -> bool:
+    """A parameter that names a data folder by its name (`*_DIR`, `HOME`, `*_HOME`)."""
     if not isinstance(value, str) or not value or os.path.isabs(value):
         return False
     if not (name.endswith(("_DIR", "_HOME")) or name == "HOME"):
         return False
     return Path(value).parts[0] not in REPOSITORY_FOLDERS
+
+
+def _data_location(name: str, value, data_roots: frozenset) -> str | None:
+    """The relative data location a parameter value names, or None. A location is one under a data root
+    (the first folder of some run's `*_DIR`/`*_HOME` parameter, e.g. `demo-out`), written plainly or as a
+    model reference; so `OUT`, `SELECTION`, `CANDIDATE`, `BASELINE` and `START*` are moved with the folders
+    (before 2026-12-03 only the folder-named ones were, and the evaluations then read or missed the paths
+    relative to the working directory)."""
+    if _is_folder_parameter(name, value):
+        return value
+    if not isinstance(value, str):
+        return None
+    m = _REFERENCE.match(value)
+    if m is None or os.path.isabs(m["path"]):
+        return None
+    parts = Path(m["path"]).parts
+    # a path below a root, not a root's bare name (the seed notebook's MODE = 'build' is a word)
+    return m["path"] if len(parts) > 1 and parts[0] in data_roots else None
 
 
 def _replayable(record: RunRecord, run_dir: Path) -> None:
@@ -57,7 +86,8 @@ class Replayer:
     """Replays runs of one runs directory into `work` (work/runs: the new records, work/data: their data)."""
 
     def __init__(self, runs_dir: Path, work: Path, log=print):
-        self.runs_dir, self.work, self.log = Path(runs_dir), Path(work), log
+        # absolute: the notebooks run in WORK/root, not in the caller's directory
+        self.runs_dir, self.work, self.log = Path(runs_dir).resolve(), Path(work).resolve(), log
         self.records: dict[str, tuple[Path, RunRecord]] = {}
         for d in run_record.list_run_dirs(self.runs_dir):
             try:
@@ -65,15 +95,51 @@ class Replayer:
             except (FileNotFoundError, ValueError):
                 continue  # benchmark records (kit-bench/1) and damaged runs are not producers
         self.done: dict[str, dict] = {}
+        self.data_roots = frozenset(Path(v).parts[0] for _, r in self.records.values()
+                                    for k, v in r.parameters.items() if _is_folder_parameter(k, v))
 
-    def _producer(self, value: str, consumer: RunRecord) -> RunRecord | None:
-        named = [r for _, r in self.records.values()
-                 if any(v == value for k, v in r.parameters.items() if _is_data_path(k, v))]
+    def _locations(self, record: RunRecord) -> dict[str, str]:
+        """{parameter (with the key or index inside a dict or list parameter): the data location it names}."""
+        found: dict[str, str] = {}
+
+        def walk(label: str, name: str, value) -> None:
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    walk(f"{label}[{key!r}]", name, item)
+            elif isinstance(value, list):
+                for index, item in enumerate(value):
+                    walk(f"{label}[{index}]", name, item)
+            elif (location := _data_location(name, value, self.data_roots)) is not None:
+                found[label] = location
+
+        for name, value in record.parameters.items():
+            walk(name, name, value)
+        return found
+
+    def _producer(self, location: str, consumer: RunRecord) -> RunRecord | None:
+        named = [r for _, r in self.records.values() if location in self._locations(r).values()]
         first = min(named, key=lambda r: (r.started_at, r.run_id), default=None)
         return None if first is None or first.run_id == consumer.run_id else first
 
-    def _remap(self, params: dict) -> dict:
-        return {k: str(self.work / "data" / v) if _is_data_path(k, v) else v for k, v in params.items()}
+    def root(self) -> Path:
+        """The working directory the replayed notebooks run in: WORK/root, where each data root (`demo-out`,
+        `build`) is a link to WORK/data/<root> and every other entry of the repository a link to it. So the
+        recorded relative parameters are replayed unchanged and name the replay's data, and what a run writes
+        about them (an evaluation's `baseline: seed:demo-out/seed`, whose bytes the selection digests) is
+        byte for byte what the committed run wrote."""
+        from kit.evidence.runtime import repository_root
+
+        root = self.work / "root"
+        if not root.is_dir():
+            root.mkdir(parents=True)
+            repo = repository_root()
+            for entry in sorted(repo.iterdir()):
+                if entry.name not in self.data_roots and entry.name != ".git":
+                    (root / entry.name).symlink_to(entry)
+            for name in sorted(self.data_roots):
+                (self.work / "data" / name).mkdir(parents=True, exist_ok=True)
+                (root / name).symlink_to(self.work / "data" / name)
+        return root
 
     def why_not_replayable(self, run_id: str) -> str | None:
         """Why this run cannot be replayed here (the refusal replay() would raise), or None."""
@@ -94,20 +160,19 @@ class Replayer:
             raise ReplayError(f"{self.runs_dir / run_id}: no run record there")
         run_dir, record = self.records[run_id]
         _replayable(record, run_dir)
-        for name, value in sorted(record.parameters.items()):
-            if _is_data_path(name, value):
-                producer = self._producer(value, record)
-                if producer is not None:
-                    dep = self.replay(producer.run_id)
-                    if not dep["ok"]:
-                        raise ReplayError(f"{run_dir}: its input {name} = {value!r} comes from {producer.run_id}, "
-                                          f"whose replay did not match: {dep['mismatches'][0]}")
+        for name, location in sorted(self._locations(record).items()):
+            producer = self._producer(location, record)
+            if producer is not None:
+                dep = self.replay(producer.run_id)
+                if not dep["ok"]:
+                    raise ReplayError(f"{run_dir}: its input {name} = {location!r} comes from "
+                                      f"{producer.run_id}, whose replay did not match: {dep['mismatches'][0]}")
         from kit.evidence.runner import run_notebook
         from kit.evidence.runtime import repository_root
 
         earlier = self.work / "runs" / run_id
         if (earlier / run_record.RUN_RECORD_NAME).is_file() and \
-                run_record.read_run_record(earlier).parameters == self._remap(record.parameters):
+                run_record.read_run_record(earlier).parameters == record.parameters:
             # replayed before into this work directory (an interrupted replay, or a second check of the same
             # evidence): its record is compared again, nothing is re-executed
             new = run_record.read_run_record(earlier)
@@ -119,8 +184,9 @@ class Replayer:
             self.log(f"replaying {run_id} ({record.notebook})")
             # every replayed run reads and records to the replay's own ledger, whatever $KIT_LEDGER names
             # outside: a replayed scoring must not write exposures into someone's ledger
-            with temporary_environ({LEDGER_ENV: str(self.work / LEDGER_RELATIVE)}):
-                new = run_notebook(repository_root() / record.notebook, self._remap(record.parameters), run_id,
+            # in WORK/root (root()): the recorded relative data paths name the replay's data there
+            with temporary_environ({LEDGER_ENV: str(self.work / LEDGER_RELATIVE)}), contextlib.chdir(self.root()):
+                new = run_notebook(repository_root() / record.notebook, record.parameters, run_id,
                                    self.work / "runs")
         result = compare(record, new, str(run_dir))
         self.done[run_id] = result
@@ -196,7 +262,12 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
     results = []
     for d in run_dirs:
         reason = replayer.why_not_replayable(Path(d).name) if whole_folder else None
-        if reason is None:
+        if reason is None and whole_folder:
+            try:  # a run whose input's producer did not replay is that run's mismatch; the others go on
+                results.append(replayer.replay(Path(d).name))
+            except ReplayError as e:
+                results.append({"run_id": Path(d).name, "ok": False, "mismatches": [str(e)], "compared": []})
+        elif reason is None:
             results.append(replayer.replay(Path(d).name))
         else:
             results.append({"run_id": Path(d).name, "ok": None, "not_replayed": reason, "mismatches": [],
