@@ -384,6 +384,14 @@ def test_continued_learning_starts_only_from_a_passing_a_endpoint_unless_explora
         assert not {x.digest for x in convs} & start_digests
         assert not ({x.meta.get("digest") for x in convs} | {x.digest for x in convs}) & exposed
     assert pj["ledger"]["entries"] == 96 + 32
+    # the same job from a copy of the A store in another folder: another location, the same job digest
+    # (the store's path once sat inside the digest, so each checkout prepared another job)
+    moved = tmp_path / "elsewhere" / "A-home"
+    shutil.copytree(a["home"], moved)
+    again = load_json_strict(Path(prepare_continued(exploratory, p, str(moved), a["end"], failing, *args,
+                                                    tmp_path / "C-again")["out"]) / "prepared.json")
+    assert pj["locations"]["start_home"] == str(Path(a["home"]).absolute()) != again["locations"]["start_home"]
+    assert again["job_digest"] == pj["job_digest"] and "home" not in pj["start"]
     # cohort C trains from the bound A endpoint, in a fresh home, with no growth
     home = tmp_path / "C-home"
     with pytest.raises(TrainRefused, match=r"--resume [0-9a-f]{64}: .*field 'start\.full_root' expects"):
