@@ -22,8 +22,10 @@ from kit.evidence.run_record import RunRecord
 # input digests that are not identities of the computation (docs/internals.md, "kit.evidence.replay"):
 # prepared.json holds absolute locations and a creation time; a selection record holds prepared.json's
 # sha256 (`prepared_digest`), so its bytes change with them, while what it decides rests on the
-# development evaluations' digests, which the selection's own replay compares
-NON_IDENTITY_INPUTS = frozenset({"prepared.json", "selection.json"})
+# development evaluations' digests, which the selection's own replay compares; the study's screens.json
+# holds each arm's measured seconds and throughput (the speed screen), which no replay repeats, while its
+# arms' endpoint roots are compared by the arms' own replays
+NON_IDENTITY_INPUTS = frozenset({"prepared.json", "selection.json", "screens.json"})
 REPOSITORY_FOLDERS = ("contracts", "data", "notebooks", "kit")
 
 
@@ -171,11 +173,11 @@ class Replayer:
         from kit.evidence.runtime import repository_root
 
         earlier = self.work / "runs" / run_id
-        if (earlier / run_record.RUN_RECORD_NAME).is_file() and \
-                run_record.read_run_record(earlier).parameters == record.parameters:
+        before = run_record.read_run_record(earlier) if (earlier / run_record.RUN_RECORD_NAME).is_file() else None
+        if before is not None and before.status == "completed" and before.parameters == record.parameters:
             # replayed before into this work directory (an interrupted replay, or a second check of the same
-            # evidence): its record is compared again, nothing is re-executed
-            new = run_record.read_run_record(earlier)
+            # evidence): its record is compared again, nothing is re-executed; a failed one runs again
+            new = before
         else:
             from kit.environ import temporary_environ
             from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
@@ -259,8 +261,13 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
     if len(parents) != 1:
         raise ReplayError(f"replay takes runs of one runs directory; got {sorted(map(str, parents))}")
     replayer = Replayer(parents.pop(), work, log)
+    # in the order they ran (started_at): a run's inputs that no parameter names (the study's arms, whose
+    # stores live under the STUDY_DIR its preparation named) are then there before it, as they were
+    def ran_at(d) -> tuple:
+        found = replayer.records.get(Path(d).name)
+        return (found[1].started_at if found else "", Path(d).name)
     results = []
-    for d in run_dirs:
+    for d in sorted(run_dirs, key=ran_at):
         reason = replayer.why_not_replayable(Path(d).name) if whole_folder else None
         if reason is None and whole_folder:
             try:  # a run whose input's producer did not replay is that run's mismatch; the others go on
