@@ -73,7 +73,8 @@ class CohortRequest:
         store of the bound phase-A endpoint (prepared.json `locations.start_home`)."""
         if self.cohort != "C":
             return self
-        source_home = self.source_home or pj["locations"]["start_home"]
+        # prepared.json files written before 2026-12-03 kept the store's path in `start.home`
+        source_home = self.source_home or pj["locations"].get("start_home") or pj["start"]["home"]
         return replace(self, source_home=source_home, reference_home=self.reference_home or source_home)
 
     def start(self) -> SeedRef | CommitRef:

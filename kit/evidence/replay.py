@@ -34,7 +34,9 @@ class ReplayError(ValueError):
 
 
 # A model reference as the evaluation notebooks take it: `seed:PATH` (a seed folder) or `PATH:ROOT` (a
-# checkpoint home at a commit root); plain `PATH` otherwise. Only PATH is a location.
+# checkpoint home at a commit root); plain `PATH` otherwise. Only PATH is a location. The grammar is
+# kit.adaptive.evaluation.model_spec's; matched here, not imported, since a parameter need not be a model
+# reference at all (model_spec refuses such a value) and the evidence layer sits below kit.adaptive.
 _REFERENCE = re.compile(r"^(?P<kind>seed:)?(?P<path>[^:]+)(?P<root>:[0-9a-f]{64})?$")
 
 
