@@ -368,3 +368,49 @@ def test_kernel_death_gives_failed_and_keeps_partial_notebook(tmp_path):
     assert partial.cells[1].outputs[0]["text"] == "alive\n"
     assert partial.cells[3].get("execution_count") is None
     assert read_run_record(tmp_path / "runs" / "dies").to_json() == record.to_json()
+
+
+def test_a_superseded_runs_root_that_its_replacement_overwrote_is_skipped_a_corrupt_one_fails(completed):
+    """A run re-made under the same run id writes into the same checkpoint home, so the superseded record's roots
+    may no longer be there: skipped for a run in a superseded folder, a failure anywhere else; a manifest that is
+    present and does not verify fails in both."""
+    repo = completed["repo"]
+    kept = repo / "runs" / "superseded-2026-01-01-test"
+    plain = repo / "runs-plain"
+    try:
+        for folder in (kept, plain):
+            shutil.copytree(completed["run_dir"], folder / "ok-run")
+            obj = load_canonical_json(folder / "ok-run" / "run.json")
+            obj["checkpoint_roots"]["produced"] = [{"root": "e" * 64, "home": "home"}]  # a root the home lacks
+            write_canonical_json(folder / "ok-run" / "run.json", obj)
+        (kept / "superseded.json").write_text(json.dumps(
+            {"format": "kit-superseded/1", "reason": "re-made under the same run ids", "unreachable_commits": [],
+             "replaced_by": {"ok-run": "ok-run"}}))
+        root_check = f"root produced {'e' * 12}"
+
+        def checks(run_dir):
+            report = verify_evidence(run_dir)
+            return report["ok"], {c["check"]: c for c in report["checks"]}
+
+        ok, by_name = checks(kept / "ok-run")
+        assert ok and by_name[root_check]["result"] == "skipped"
+        assert "re-made into the same home" in by_name[root_check]["detail"]
+        ok, by_name = checks(plain / "ok-run")
+        assert not ok and by_name[root_check]["result"] == "fail"
+        assert "no manifest for commit " + "e" * 64 in by_name[root_check]["detail"]
+
+        corrupt_home = repo / "home-corrupt"
+        shutil.copytree(repo / "home", corrupt_home)
+        objects = sorted(p for p in corrupt_home.rglob("*") if p.is_file() and "commits" not in p.parts
+                         and p.name != "HEAD")
+        assert objects, "the fixture's home holds objects"
+        for p in objects:
+            p.write_bytes(p.read_bytes() + b"x")
+        obj = load_canonical_json(kept / "ok-run" / "run.json")
+        obj["checkpoint_roots"]["produced"] = [{"root": completed["root"], "home": "home-corrupt"}]
+        write_canonical_json(kept / "ok-run" / "run.json", obj)
+        ok, by_name = checks(kept / "ok-run")
+        assert not ok and by_name[f"root produced {completed['root'][:12]}"]["result"] == "fail"
+    finally:
+        for folder in (kept, plain, repo / "home-corrupt"):
+            shutil.rmtree(folder, ignore_errors=True)

@@ -68,7 +68,11 @@ def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
     return out
 
 
-def _roots_checks(roots: dict, base: Path) -> list[dict]:
+def _roots_checks(roots: dict, base: Path, superseded: dict | None = None) -> list[dict]:
+    """One check per recorded root. `superseded`: the superseded.json of the folder holding the run, whose
+    replacement was re-made under the same run id and so into the same checkpoint home: there a root of the
+    superseded run that no manifest names any more is `skipped` (the home holds the replacement's commits),
+    while a manifest that is present and fails to verify still fails."""
     out = []
     for role in ("produced", "used"):
         for entry in roots[role]:
@@ -79,6 +83,13 @@ def _roots_checks(roots: dict, base: Path) -> list[dict]:
             home = Path(entry["home"]) if os.path.isabs(entry["home"]) else base / entry["home"]
             if not home.is_dir():
                 out.append(_check(name, "skipped", f"home absent: {home}"))
+                continue
+            from kit.store.manifest import commits_dir
+
+            manifest = commits_dir(home) / f"{entry['root']}.json"
+            if superseded is not None and not manifest.is_file():
+                out.append(_check(name, "skipped", f"superseded: {manifest} absent; the run id was re-made "
+                                                   "into the same home, which holds its replacement's commits"))
                 continue
             from kit.store.commits import verify_commit  # lazily: torch only when a home is here
 
@@ -179,7 +190,12 @@ def verify_evidence(run_dir: str | os.PathLike) -> dict:
             checks.append(_check("executed_notebook", "pass", "hashes to the recorded sha256"))
         checks += _parameters_checks(executed, record.parameters)
     checks += _metrics_checks(run_dir, record.metrics)
-    checks += _roots_checks(record.checkpoint_roots, base)
+    try:
+        superseded = superseded_note(run_dir)
+    except ValueError as e:
+        superseded = None
+        checks.append(_check("superseded", "fail", str(e)))
+    checks += _roots_checks(record.checkpoint_roots, base, superseded)
     checks.append(_git_check(record.git["commit"], base, run_dir))
     return {"run_dir": str(run_dir), "run_id": record.run_id, "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
