@@ -334,3 +334,43 @@ def test_bootstrap_figure_draws_recorded_resamples_with_the_threshold():
     assert "histogram of the bootstrap resamples" in alt and "threshold -0.001000 (fails)" in alt
     _, alt = bootstrap_figure(bounds, gates, None, "r: nll_change_bounds")
     assert "normal approximation (bootstrap resamples not recorded" in alt
+
+
+def test_figures_are_palette_pngs_keeping_the_most_frequent_colours_exactly():
+    """png_bytes: the same figure gives the same bytes; the 256 most frequent colours of the figure on white are
+    kept exactly, and every other pixel gets the nearest of them (squared distance in RGB)."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    from kit.evidence.report.format import png_bytes
+
+    def figure():
+        fig = Figure(figsize=(3, 2), dpi=90)
+        ax = fig.add_subplot()
+        for i, colour in enumerate(("#1f77b4", "#ff7f0e", "#2ca02c")):
+            ax.plot([0, 1, 2], [i, i + 1, i * 0.5], color=colour, linewidth=2 + i)
+        ax.set_title("three lines, anti-aliased")
+        fig.patch.set_alpha(0.0)  # a transparent figure: composited on the page's white
+        return fig
+
+    png = png_bytes(figure())
+    assert png == png_bytes(figure())
+    out = Image.open(io.BytesIO(png))
+    assert out.mode == "P"
+    buf = io.BytesIO()
+    figure().savefig(buf, format="png")
+    rgba = Image.open(io.BytesIO(buf.getvalue())).convert("RGBA")
+    on_white = np.asarray(Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+                          .convert("RGB")).reshape(-1, 3).astype(int)
+    got = np.asarray(out.convert("RGB")).reshape(-1, 3).astype(int)
+    colours, counts = np.unique(on_white, axis=0, return_counts=True)
+    assert len(colours) > 256  # anti-aliasing makes more than a palette holds, so the mapping is exercised
+    order = sorted(range(len(colours)), key=lambda i: (-counts[i], tuple(colours[i])))
+    kept = colours[order[:256]]
+    is_kept = (on_white[:, None, :] == kept[None, :, :]).all(axis=2).any(axis=1)
+    assert (got[is_kept] == on_white[is_kept]).all()
+    assert (got[(on_white == 255).all(axis=1)] == 255).all()  # the background stays white
+    rest, mapped = on_white[~is_kept], got[~is_kept]
+    nearest = ((rest[:, None, :] - kept[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+    assert (((rest - mapped) ** 2).sum(axis=1) == nearest).all()

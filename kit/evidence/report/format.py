@@ -140,6 +140,30 @@ def img_html(png: bytes, alt: str) -> str:
 
 
 def png_bytes(fig) -> bytes:
+    """The figure as a palette PNG on the page's white background: its 256 most frequent colours kept exactly
+    (ties broken by the colour's value), every other pixel (rare anti-aliasing shades) given the nearest of them
+    (squared distance in RGB; ties to the more frequent). A figure of lines, bars and text has few colours
+    beyond anti-aliasing, so it looks the same at about a third of the bytes of matplotlib's RGBA PNG; the
+    reports embed every figure, and the committed reports travel with the repository to the GPU hosts, inside
+    the device tool's limit (docs/gpu-hosts.md, "Sizes"). The mapping is computed here, not by Pillow's
+    palette conversion, which maps through a reduced-precision colour cache and moves even exact colours; no
+    dithering and no PNG metadata: the same figure gives the same bytes."""
+    import numpy as np
+    from PIL import Image
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    rgba = Image.open(io.BytesIO(buf.getvalue())).convert("RGBA")
+    rgb = np.asarray(Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB"))
+    pixels = rgb.reshape(-1, 3).astype(np.int64)
+    codes = (pixels[:, 0] << 16) | (pixels[:, 1] << 8) | pixels[:, 2]  # ordered as (r, g, b)
+    colours, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+    kept = colours[np.lexsort((colours, -counts))[:256]]
+    as_rgb = lambda c: np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], axis=1)  # noqa: E731
+    distance = ((as_rgb(colours)[:, None, :] - as_rgb(kept)[None, :, :]) ** 2).sum(axis=2)
+    index = distance.argmin(axis=1).astype(np.uint8)[inverse.reshape(-1)]  # an exact colour: distance 0
+    image = Image.frombytes("P", (rgb.shape[1], rgb.shape[0]), index.tobytes())
+    image.putpalette(as_rgb(kept).astype(np.uint8).reshape(-1).tolist())
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
