@@ -15,7 +15,8 @@ PACK is the unpacked `medium-evidence.tgz` that `campaigns/medium_campaign.sh fo
      to `runs/medium-superseded-seed-<first 8 hex digits>/`, where none of them exists yet;
    - the campaign folder does not exist yet;
 2. moves every top-level `runs/medium-seed`, `runs/medium-adaptive-*` and `runs/medium-study-*` into that
-   superseded folder (a rename: the bytes stay as committed), copies the pack's runs to `runs/`, its
+   superseded folder (a rename: the bytes stay as committed), writes its superseded.json (or adds the moved runs
+   to the one there), copies the pack's runs to `runs/`, its
    `work/` and `campaign.log` into the campaign folder, and replaces the ledger with the returned one.
    A failure midway undoes what was done, in reverse order.
 
@@ -30,6 +31,8 @@ import json
 import shutil
 import sys
 from pathlib import Path
+
+from kit.evidence.verify import SUPERSEDED_FORMAT, SUPERSEDED_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 TRIAL_GLOBS = ("medium-seed", "medium-adaptive-*", "medium-study-*")
@@ -95,6 +98,22 @@ def seed_digest(run_dir: Path) -> str:
     return digest
 
 
+def superseded_note(before: bytes | None, moved: list[str], steps: list[str], old_seed: str, new_seed: str) -> str:
+    """The superseded folder's superseded.json (docs/formats.md, "Superseded folders"), with the moved runs
+    named in replaced_by (by the pack's run of the same id, where there is one): the re-run writes into the
+    same checkpoint homes under build/medium/, so where those homes exist (the GPU host) `kit verify-evidence`
+    skips the moved runs' roots as superseded instead of failing them. An existing note keeps its fields and
+    gains the moved runs."""
+    note = json.loads(before) if before is not None else {
+        "format": SUPERSEDED_FORMAT,
+        "reason": (f"the medium campaign's records on the seed {old_seed[:8]}..., moved here by "
+                   f"campaigns/adopt_medium_evidence.py when the re-run on the seed {new_seed[:8]}... took "
+                   "runs/medium-*; kept unchanged as the record of what ran (README.md here)"),
+        "replaced_by": {}, "unreachable_commits": []}
+    note["replaced_by"] = {**note["replaced_by"], **{m: m for m in moved if m in steps}}
+    return json.dumps(note, indent=1) + "\n"
+
+
 def trial_runs(runs: Path) -> list[Path]:
     found = {p for g in TRIAL_GLOBS for p in runs.glob(g) if p.is_dir()}
     return sorted(found)
@@ -130,6 +149,10 @@ def adopt(pack: Path, campaign_folder: Path, runs: Path, ledger: Path, log=print
             for p in old:
                 p.rename(superseded / p.name)
                 undo.append(lambda p=p: (superseded / p.name).rename(p))
+            note = superseded / SUPERSEDED_NAME
+            before_note = note.read_bytes() if note.exists() else None
+            note.write_text(superseded_note(before_note, [p.name for p in old], steps, old_seed, new_seed))
+            undo.append(lambda: note.write_bytes(before_note) if before_note is not None else note.unlink())
         for s in steps:
             shutil.copytree(pack / "runs" / s, runs / s)
             undo.append(lambda s=s: shutil.rmtree(runs / s))

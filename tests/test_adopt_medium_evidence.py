@@ -11,6 +11,7 @@ import pytest
 
 from campaigns import adopt_medium_evidence as adopt_mod
 from campaigns.adopt_medium_evidence import AdoptionRefused, adopt
+from kit.evidence.verify import superseded_note
 
 OLD_SEED, NEW_SEED = "8" * 64, "d" * 64
 
@@ -65,6 +66,26 @@ def test_adoption_moves_the_old_runs_unchanged_and_copies_the_new(repo):
     assert (runs / "medium-pilot-2026-12-02" / "run.json").is_file()  # not a trial run: untouched
     assert (runs / "medium-campaign-X" / "campaign.log").read_text() == "trials started\n"
     assert (runs / "medium-campaign-X" / "work" / "medium-study-plan.json").is_file()
+    # the folder's superseded.json names each moved run's replacement, as kit verify-evidence reads it
+    note = superseded_note(superseded / "medium-seed")
+    assert note["format"] == "kit-superseded/1" and note["unreachable_commits"] == []
+    assert note["replaced_by"] == {n: n for n in out["superseded"]} and "88888888..." in note["reason"]
+
+
+def test_an_existing_superseded_note_keeps_its_fields_and_gains_the_moved_runs(repo):
+    _, runs, ledger, pack = repo
+    superseded = runs / "medium-superseded-seed-88888888"
+    superseded.mkdir()
+    kept = {"format": "kit-superseded/1", "reason": "written before", "unreachable_commits": ["f" * 40],
+            "replaced_by": {"medium-adaptive-final-B": "medium-adaptive-final-B"}}
+    (superseded / "superseded.json").write_text(json.dumps(kept))
+    adopt(pack, runs / "medium-campaign-X", runs, ledger, log=lambda m: None)
+    note = json.loads((superseded / "superseded.json").read_text())
+    assert {k: note[k] for k in ("format", "reason", "unreachable_commits")} == {
+        k: kept[k] for k in ("format", "reason", "unreachable_commits")}
+    assert note["replaced_by"] == {"medium-adaptive-final-B": "medium-adaptive-final-B", "medium-adaptive-prepare":
+                                   "medium-adaptive-prepare", "medium-seed": "medium-seed",
+                                   "medium-study-single": "medium-study-single"}
 
 
 @pytest.mark.parametrize("spoil, match", [

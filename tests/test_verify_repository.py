@@ -39,6 +39,20 @@ def test_every_committed_run_verifies():
             assert (REPO / "runs" / note["replaced_by"][Path(r["run_dir"]).name]).is_dir()
 
 
+def test_every_superseded_folder_of_runs_carries_its_note():
+    """A folder of runs kept aside (runs/*superseded*, holding run records) says why in superseded.json, and names
+    each run's replacement: without it, a root whose home now holds the replacement's commits fails verification
+    (after `kit demo` from the repository root, or on the GPU host during a medium campaign)."""
+    folders = [d for d in sorted((REPO / "runs").iterdir()) if d.is_dir() and "superseded" in d.name
+               and any((r / "run.json").is_file() for r in d.iterdir() if r.is_dir())]
+    assert len(folders) >= 6
+    for folder in folders:
+        runs_in = {r.name for r in folder.iterdir() if (r / "run.json").is_file()}
+        note = superseded_note(next(iter(sorted(folder.iterdir()))))
+        assert note is not None, folder
+        assert runs_in <= set(note["replaced_by"]), (folder, sorted(runs_in - set(note["replaced_by"])))
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run([*GIT, "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
