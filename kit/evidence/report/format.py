@@ -159,7 +159,10 @@ def png_bytes(fig) -> bytes:
     codes = (pixels[:, 0] << 16) | (pixels[:, 1] << 8) | pixels[:, 2]  # ordered as (r, g, b)
     colours, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
     kept = colours[np.lexsort((colours, -counts))[:256]]
-    as_rgb = lambda c: np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], axis=1)  # noqa: E731
+
+    def as_rgb(c):
+        return np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], axis=1)
+
     distance = ((as_rgb(colours)[:, None, :] - as_rgb(kept)[None, :, :]) ** 2).sum(axis=2)
     index = distance.argmin(axis=1).astype(np.uint8)[inverse.reshape(-1)]  # an exact colour: distance 0
     image = Image.frombytes("P", (rgb.shape[1], rgb.shape[0]), index.tobytes())
