@@ -152,7 +152,7 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
              work/adaptive/prepared/final-access.jsonl work/adaptive/prepared/final-evaluations.jsonl \
              work/adaptive/*/attempts work/study/arms/*/arm.json work/study/arms/*/attempts \
              work/study/arms/*/attempts-rank* work/study/prepared/prepared.json \
-             work/study/*.json work/study/evaluation; do
+             work/study/*.json work/study/evaluation work/at-once; do
         for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
     done
     [ ${#items[@]} -gt 0 ] && tar czf "$out/medium-evidence.tgz" -C "$W" "${items[@]}"

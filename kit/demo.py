@@ -39,6 +39,10 @@ class Scale:
     seed: dict  # 00_seed.ipynb's parameters besides SEED_DIR
     device: str  # where evaluation scores ("cpu": the tiny demo's bit-pinned records)
     title: str
+    # independent adaptive steps run at the same time (Step.concurrent_with_next): on a GPU host the arms
+    # leave the device half idle, and one block of device time must hold the whole trial; the tiny demo
+    # keeps one step at a time on the 2 cores CI has
+    concurrent: bool = False
 
     def plan_file(self, parts=None) -> str:
         return f"{self._files_tag(parts)}-plan.json"
@@ -60,7 +64,7 @@ SCALES = {
     # shared/DESIGN.md, Scales: the trial's counts on the ~126M small seed, on one host with two GPUs
     "medium": Scale("medium", "contracts/adaptive-shards.medium.json", "contracts/shared-gradient.medium.json", None,
                     {"MODE": "build", "SIZE": "small", "DEVICE": "cuda"}, "cuda",
-                    "Medium scale: both trials' real counts on the small seed, two H200s"),
+                    "Medium scale: both trials' real counts on the small seed, two H200s", concurrent=True),
 }
 TINY = SCALES["tiny"]
 
@@ -75,6 +79,9 @@ class Step:
     notebook: str  # file name in notebooks/
     parameters: dict
     may_fail: bool = False  # its outcome is a result of the experiment (a study arm), not a broken demo
+    # True: the next step needs nothing this one produces, so both start together; the demo waits for
+    # every step of such a chain before it reads any root of theirs (run_demo)
+    concurrent_with_next: bool = False
 
 
 def shown_path(path: str | os.PathLike) -> str:
@@ -135,6 +142,7 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
     prepared = shown_path(ad / "prepared")
     a_from, a_to, b_home, g_home = (shown_path(ad / home) for home in (f"A{two}", f"A{three}", "B", "G"))
     arm = {"PREPARED_DIR": prepared, "SEED_DIR": seed}
+    together = scale.concurrent  # the medium order: the control beside cohort B (below)
 
     yield Step(f"{run}-adaptive-prepare", "10_adaptive_prepare.ipynb",
                {"CONTRACT": shown_path(contract_path), "SEED_DIR": seed,
@@ -144,22 +152,43 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
     yield Step(mid, "11_adaptive_arm.ipynb",
                {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "UNTIL": at})
     a_mid = roots.endpoint(mid)
-    yield Step(migrated, "11_adaptive_arm.ipynb",
-               {**arm, "HOME": a_to, "COHORT": "A", "WORKERS": three, "RESUME": a_mid, "SOURCE_HOME": a_from})
-    yield Step(control, "11_adaptive_arm.ipynb",
-               {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "RESUME": a_mid})
-    a_end, a_ctl = roots.endpoint(migrated), roots.endpoint(control)
-    # Bit-equal learned states are the CPU promise; on GPUs the comparison reports the largest difference.
-    yield Step(f"{run}-adaptive-migration", "12_adaptive_migration.ipynb",
-               {"CANDIDATE_HOME": a_to, "CANDIDATE_ROOT": a_end, "CONTROL_HOME": a_from,
-                "CONTROL_ROOT": a_ctl, "COHORT": "A", "REQUIRE_EQUAL": scale.device == "cpu",
-                "OUT": shown_path(ad / "migration-comparison.json")})
-    # Cohort B continues the committed A endpoint (the migrated run) with it as the frozen reference.
-    b = {**arm, "COHORT": "B", "WORKERS": c["cohorts"]["B"]["workers"], "RESUME": a_end,
-         "REFERENCE": a_end, "SOURCE_HOME": a_to}
-    yield Step(f"{run}-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": b_home})
-    yield Step(f"{run}-adaptive-B-growth", "11_adaptive_arm.ipynb",
-               {**b, "HOME": g_home, "REFERENCE_HOME": a_to, "GROW": True})
+    migrated_step = Step(migrated, "11_adaptive_arm.ipynb",
+                         {**arm, "HOME": a_to, "COHORT": "A", "WORKERS": three, "RESUME": a_mid,
+                          "SOURCE_HOME": a_from})
+    control_step = Step(control, "11_adaptive_arm.ipynb",
+                        {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "RESUME": a_mid})
+
+    def migration_step(a_end: str, a_ctl: str) -> Step:
+        # Bit-equal learned states are the CPU promise; on GPUs the comparison reports the largest difference.
+        return Step(f"{run}-adaptive-migration", "12_adaptive_migration.ipynb",
+                    {"CANDIDATE_HOME": a_to, "CANDIDATE_ROOT": a_end, "CONTROL_HOME": a_from,
+                     "CONTROL_ROOT": a_ctl, "COHORT": "A", "REQUIRE_EQUAL": scale.device == "cpu",
+                     "OUT": shown_path(ad / "migration-comparison.json")})
+
+    def b_steps(a_end: str) -> tuple[Step, Step]:
+        # Cohort B continues the committed A endpoint (the migrated run) with it as the frozen reference.
+        b = {**arm, "COHORT": "B", "WORKERS": c["cohorts"]["B"]["workers"], "RESUME": a_end,
+             "REFERENCE": a_end, "SOURCE_HOME": a_to}
+        return (Step(f"{run}-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": b_home},
+                     concurrent_with_next=together),
+                Step(f"{run}-adaptive-B-growth", "11_adaptive_arm.ipynb",
+                     {**b, "HOME": g_home, "REFERENCE_HOME": a_to, "GROW": True}, concurrent_with_next=together))
+
+    if together:
+        # The 2-worker control runs beside cohort B, not beside the migrated run: a migrated run copies the
+        # update logs of every attempt in its source home when it starts (kit/adaptive/train.py), and the
+        # control writes its own into that home. Cohort B reads only the migrated run's home.
+        yield migrated_step
+        a_end = roots.endpoint(migrated)
+        yield from b_steps(a_end)
+        yield control_step  # ends the chain: the three run at once
+        yield migration_step(a_end, roots.endpoint(control))
+    else:
+        yield migrated_step
+        yield control_step
+        a_end = roots.endpoint(migrated)
+        yield migration_step(a_end, roots.endpoint(control))
+        yield from b_steps(a_end)
     b_end, g_end = roots.endpoint(f"{run}-adaptive-B-control"), roots.endpoint(f"{run}-adaptive-B-growth")
     yield Step(f"{run}-adaptive-growth-comparison", "12_adaptive_migration.ipynb",
                {"CANDIDATE_HOME": g_home, "CANDIDATE_ROOT": g_end, "CONTROL_HOME": b_home,
@@ -170,6 +199,8 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
                    "B": (f"{b_home}:{b_end}", f"{a_to}:{a_end}", "B_vs_A"),
                    "G": (f"{g_home}:{g_end}", f"{b_home}:{b_end}", "growth_vs_control")}
     device = {} if scale.device == "cpu" else {"DEVICE": scale.device}  # the tiny records keep their parameters
+    # The evaluations stay one at a time: each endpoint is scored once and read back from the score cache
+    # by the next comparison (cached_scores), and the finals' exposure-ledger lines keep the plan's order.
     for name, (cand, base, label) in comparisons.items():
         yield Step(f"{run}-adaptive-dev-{name}", "13_adaptive_evaluate.ipynb",
                    {"PREPARED_DIR": prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
@@ -355,7 +386,6 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     of building one. Returns 0 when every step completed (or
     was reused), 1 when a step failed or the demo stopped."""
     from kit.evidence.report import render_report
-    from kit.evidence.runner import run_notebook
     from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
 
     if scale not in SCALES:
@@ -378,26 +408,33 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     bar = _bar(progress and saved != "0", total)
     os.environ["KIT_PROGRESS"] = "0"  # kernels inherit it: no bars in the executed notebooks kept as evidence
     plan, timing, stopped = [], [], None
+    chain: list[Step] = []  # steps that start together (Step.concurrent_with_next), the last one included
     t0 = time.perf_counter()
     try:
         for step in demo_steps(out, public_source, RecordedRoots(runs_dir), sc, parts, seed_dir):
-            notebook = shown_path(notebooks / step.notebook)
-            plan.append({"notebook": notebook, "run_id": step.run_id, "parameters": step.parameters})
+            plan.append({"notebook": shown_path(notebooks / step.notebook), "run_id": step.run_id,
+                         "parameters": step.parameters})
             write_canonical_json(out / sc.plan_file(parts), plan)
-            bar.set_description(step.run_id)
-            if _reusable(runs_dir, step):
-                timing.append({"run_id": step.run_id, "status": "reused", "seconds": 0.0})
-                bar.write(f"{step.run_id}: completed before, reused")
-            else:
-                record = run_notebook(Path(notebook), step.parameters, step.run_id, runs_dir)
-                timing.append({"run_id": step.run_id, "status": record.status, "seconds": record.duration_s})
-                bar.write(f"{step.run_id}: {record.status} in {record.duration_s:.1f} s"
-                          + (f" ({record.reason})" if record.reason else ""))
-                if record.status != "completed" and not step.may_fail:
-                    stopped = (step.run_id, f"{runs_dir / step.run_id}: {record.status} ({record.reason})")
-                    break
+            chain.append(step)
+            if step.concurrent_with_next:
+                continue  # the generator yields the next step without reading any root of this one
+            bar.set_description(" + ".join(s.run_id for s in chain))
+            outcomes = _run_chain(chain, notebooks, runs_dir, out)
+            chain = []
+            for done, outcome in outcomes:
+                if outcome is None:
+                    timing.append({"run_id": done.run_id, "status": "reused", "seconds": 0.0})
+                    bar.write(f"{done.run_id}: completed before, reused")
+                else:
+                    timing.append({"run_id": done.run_id, "status": outcome.status, "seconds": outcome.duration_s})
+                    bar.write(f"{done.run_id}: {outcome.status} in {outcome.duration_s:.1f} s"
+                              + (f" ({outcome.reason})" if outcome.reason else ""))
+                    if outcome.status != "completed" and not done.may_fail and stopped is None:
+                        stopped = (done.run_id, f"{runs_dir / done.run_id}: {outcome.status} ({outcome.reason})")
+                bar.update()
             write_canonical_json(out / sc.timing_file(parts), {"steps": timing})  # a killed campaign keeps its times
-            bar.update()
+            if stopped:
+                break
     except DemoStopped as e:
         stopped = (timing[-1]["run_id"] if timing else "", str(e))
     finally:
@@ -424,6 +461,26 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     if index:
         print(index)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
+
+
+def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) -> list[tuple[Step, object]]:
+    """Run the steps of a chain that did not complete before, at the same time when there are several
+    (each in its own process, kit.evidence.runner.run_notebooks_at_once); [(step, its RunRecord, or None
+    when it was reused)] in the chain's order."""
+    from kit.evidence.runner import run_notebook, run_notebooks_at_once
+
+    to_run = [step for step in chain if not _reusable(runs_dir, step)]
+    if len(to_run) == 1:
+        step = to_run[0]
+        records = [run_notebook(Path(shown_path(notebooks / step.notebook)), step.parameters, step.run_id, runs_dir)]
+    elif to_run:
+        arms = [{"notebook": shown_path(notebooks / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
+                for s in to_run]
+        records = run_notebooks_at_once(arms, runs_dir, out / "at-once")
+    else:
+        records = []
+    by_id = {step.run_id: record for step, record in zip(to_run, records)}
+    return [(step, by_id.get(step.run_id)) for step in chain]
 
 
 def _bar(show: bool, total: int):

@@ -137,8 +137,9 @@ def test_medium_plan_is_the_demo_on_the_medium_contracts_with_gpu_scoring(tmp_pa
     steps = list(demo_steps(tmp_path / "out", tmp_path / "alpaca_5000.json", PlaceholderRoots(), drafts))
     ids = [s.run_id for s in steps]
     assert ids == ["medium-seed", "medium-adaptive-prepare", "medium-adaptive-A2-to-step64",
-                   "medium-adaptive-A3-migrated", "medium-adaptive-A2-control", "medium-adaptive-migration",
-                   "medium-adaptive-B-control", "medium-adaptive-B-growth", "medium-adaptive-growth-comparison",
+                   # cohort B's arms and the 2-worker control run at once (tests/test_run_at_once.py)
+                   "medium-adaptive-A3-migrated", "medium-adaptive-B-control", "medium-adaptive-B-growth",
+                   "medium-adaptive-A2-control", "medium-adaptive-migration", "medium-adaptive-growth-comparison",
                    "medium-adaptive-dev-A", "medium-adaptive-dev-B", "medium-adaptive-dev-G",
                    "medium-adaptive-select",
                    "medium-adaptive-final-A", "medium-adaptive-final-B", "medium-adaptive-final-G",

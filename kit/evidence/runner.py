@@ -306,6 +306,37 @@ def run_batch(plan_path: str | os.PathLike, runs_dir: Path, *, kernel_name: str 
     return outcome
 
 
+def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[RunRecord]:
+    """Run independent arms ({"notebook", "run_id", "parameters"}) at the same time, each as its own
+    `python -m kit batch` process of a one-arm plan, and return their run records in the order given.
+
+    Processes, not threads: run_notebook sets the kernel's environment in os.environ, which threads would
+    share. Each process inherits this one's environment (the ledger, KIT_PROGRESS) and working directory,
+    so its record is the one run_notebook here would write. Its plan and console go to
+    work/<run_id>.plan.json and work/<run_id>.log. A process that ends without a run record (it crashed
+    before writing one) raises RuntimeError naming its log, once every process has ended."""
+    import subprocess
+
+    work, runs_dir = Path(work), Path(runs_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    started = []
+    for arm in arms:
+        plan = work / f"{arm['run_id']}.plan.json"
+        plan.write_bytes(canonical_json([arm]))
+        log = (work / f"{arm['run_id']}.log").open("wb")
+        cmd = [sys.executable, "-m", "kit", "batch", str(plan), "--runs-dir", str(runs_dir)]
+        started.append((arm, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
+    missing = []
+    for arm, log, process in started:
+        process.wait()
+        log.close()
+        if not (runs_dir / arm["run_id"] / run_record.RUN_RECORD_NAME).is_file():
+            missing.append(f"{arm['run_id']} (exit {process.returncode}, log {log.name})")
+    if missing:
+        raise RuntimeError(f"{runs_dir}: no run record from {', '.join(missing)}")
+    return [run_record.read_run_record(runs_dir / arm["run_id"]) for arm, _, _ in started]
+
+
 def batch_exit_status(outcome: list[tuple[str, Any]]) -> int:
     """1 when any arm failed; unavailable and aborted arms are outcomes the notebook chose, not failures."""
     return 1 if any(status == "failed" for _, status in outcome) else 0

@@ -1,0 +1,104 @@
+"""Independent notebooks run at the same time (kit.evidence.runner.run_notebooks_at_once), and the medium
+demo's chain of such steps (kit.demo: Step.concurrent_with_next): which steps run together, and that no
+step reads a root of a step still running beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.notebooks import write_notebook
+
+from kit.demo import SCALES, PlaceholderRoots, demo_steps
+from kit.evidence.run_record import read_run_record
+from kit.evidence.runner import run_notebooks_at_once
+
+# Each arm marks its arrival, then waits for the other's mark: one arm alone (run after the other, not
+# beside it) finds no mark and fails, so both completing proves they ran at the same time.
+BARRIER_CELL = (
+    "import pathlib, time\n"
+    "folder = pathlib.Path(mapping['folder'])\n"
+    "(folder / name).write_text('here')\n"
+    "deadline = time.monotonic() + 120\n"
+    "while not (folder / mapping['other']).exists():\n"
+    "    if time.monotonic() > deadline:\n"
+    "        raise RuntimeError(f'{mapping[\"other\"]} never arrived: the arms did not run at once')\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def test_arms_run_at_the_same_time_and_come_back_in_order(tmp_path):
+    nb = write_notebook(tmp_path / "barrier.ipynb", BARRIER_CELL)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    arms = [{"notebook": str(nb), "run_id": f"arm-{me}", "parameters": {
+        "name": me, "mapping": {"folder": str(marks), "other": other}}} for me, other in (("a", "b"), ("b", "a"))]
+    records = run_notebooks_at_once(arms, tmp_path / "runs", tmp_path / "work")
+    assert [r.run_id for r in records] == ["arm-a", "arm-b"]
+    assert [r.status for r in records] == ["completed", "completed"]
+    for arm, record in zip(arms, records):
+        assert record.parameters == arm["parameters"]
+        assert read_run_record(tmp_path / "runs" / arm["run_id"]) == record
+        assert (tmp_path / "work" / f"{arm['run_id']}.plan.json").is_file()
+    # each ran while the other was running
+    a, b = records
+    assert a.started_at < b.ended_at and b.started_at < a.ended_at
+
+
+def test_an_arm_that_writes_no_record_is_named_with_its_log(tmp_path):
+    nb = write_notebook(tmp_path / "plain.ipynb", "print(count)")
+    arms = [{"notebook": str(nb), "run_id": "arm-ok", "parameters": {"count": 1}},
+            {"notebook": str(nb), "run_id": "arm-bad", "parameters": {"no_such_parameter": 1}}]
+    with pytest.raises(RuntimeError, match=r"no run record from arm-bad \(exit 2, log .*arm-bad\.log\)"):
+        run_notebooks_at_once(arms, tmp_path / "runs", tmp_path / "work")
+    assert read_run_record(tmp_path / "runs" / "arm-ok").status == "completed"  # the other arm ran to its end
+    assert "no_such_parameter" in (tmp_path / "work" / "arm-bad.log").read_text()
+
+
+class ReadOrder:
+    """Roots that remember, for each root read, the steps yielded before it."""
+
+    def __init__(self):
+        self.yielded: list = []
+        self.reads: list[tuple[str, int]] = []
+
+    def endpoint(self, run_id: str) -> str:
+        self.reads.append((run_id, len(self.yielded)))
+        return PlaceholderRoots().endpoint(run_id)
+
+    def produced(self, run_id: str) -> list[str]:
+        self.reads.append((run_id, len(self.yielded)))
+        return PlaceholderRoots().produced(run_id)
+
+
+def _chains(steps) -> list[list[str]]:
+    chains, chain = [], []
+    for step in steps:
+        chain.append(step.run_id)
+        if not step.concurrent_with_next:
+            if len(chain) > 1:
+                chains.append(chain)
+            chain = []
+    return chains
+
+
+@pytest.mark.parametrize("scale", ["tiny", "medium"])
+def test_only_the_medium_demo_runs_cohort_b_and_the_control_together_and_reads_their_roots_after(scale):
+    roots = ReadOrder()
+    for step in demo_steps(Path("out"), Path("data/alpaca_5000.json"), roots, SCALES[scale], parts=("adaptive",)):
+        roots.yielded.append(step)
+    steps = roots.yielded
+    ids = [s.run_id for s in steps]
+    run = SCALES[scale].name
+    if scale == "tiny":  # one step at a time, in the order of the committed tiny evidence
+        assert _chains(steps) == []
+        assert ids.index(f"{run}-adaptive-A2-control") < ids.index(f"{run}-adaptive-B-control")
+        return
+    chain = [f"{run}-adaptive-B-control", f"{run}-adaptive-B-growth", f"{run}-adaptive-A2-control"]
+    assert _chains(steps) == [chain]
+    # the migrated run (whose start copies the 2-worker home's update logs) has ended before the control starts
+    assert ids.index(f"{run}-adaptive-A3-migrated") < ids.index(chain[0])
+    end = ids.index(chain[-1]) + 1  # the chain's steps are all yielded (and started) before any is read
+    for run_id, yielded in roots.reads:
+        if run_id in chain:
+            assert yielded >= end, f"{run_id} read after {yielded} steps, before its chain ended at {end}"
