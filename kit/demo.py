@@ -286,7 +286,10 @@ def demo_steps(out: Path, public_source: Path, roots, scale: Scale = TINY, parts
         seed, seed_step = shown_path(Path(out) / "seed"), scale.seed
     else:
         seed, seed_step = shown_path(seed_dir), {"MODE": "inspect"}
-    yield Step(f"{scale.name}-seed", "00_seed.ipynb", {"SEED_DIR": seed, **seed_step})
+    # A seed built before is only inspected (held-out scoring and samples, on the GPU), and the preparation
+    # after it reads the seed's files, not its run: the two run at once. A seed this step builds comes first.
+    yield Step(f"{scale.name}-seed", "00_seed.ipynb", {"SEED_DIR": seed, **seed_step},
+               concurrent_with_next=scale.concurrent and seed_dir is not None)
     if "adaptive" in parts:
         yield from _adaptive_steps(Path(out), seed, Path(public_source), roots, scale)
     if "study" in parts:

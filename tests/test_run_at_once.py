@@ -83,9 +83,11 @@ def _chains(steps) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("scale", ["tiny", "medium"])
-def test_only_the_medium_demo_runs_cohort_b_and_the_control_together_and_reads_their_roots_after(scale):
+@pytest.mark.parametrize("seed_dir", [None, Path("built-seed")])
+def test_only_the_medium_demo_runs_cohort_b_and_the_control_together_and_reads_their_roots_after(scale, seed_dir):
     roots = ReadOrder()
-    for step in demo_steps(Path("out"), Path("data/alpaca_5000.json"), roots, SCALES[scale], parts=("adaptive",)):
+    for step in demo_steps(Path("out"), Path("data/alpaca_5000.json"), roots, SCALES[scale], parts=("adaptive",),
+                           seed_dir=seed_dir):
         roots.yielded.append(step)
     steps = roots.yielded
     ids = [s.run_id for s in steps]
@@ -95,7 +97,9 @@ def test_only_the_medium_demo_runs_cohort_b_and_the_control_together_and_reads_t
         assert ids.index(f"{run}-adaptive-A2-control") < ids.index(f"{run}-adaptive-B-control")
         return
     chain = [f"{run}-adaptive-B-control", f"{run}-adaptive-B-growth", f"{run}-adaptive-A2-control"]
-    assert _chains(steps) == [chain]
+    # a seed built before is inspected beside the preparation; a seed the demo builds comes first
+    first = [[f"{run}-seed", f"{run}-adaptive-prepare"]] if seed_dir else []
+    assert _chains(steps) == first + [chain]
     # the migrated run (whose start copies the 2-worker home's update logs) has ended before the control starts
     assert ids.index(f"{run}-adaptive-A3-migrated") < ids.index(chain[0])
     end = ids.index(chain[-1]) + 1  # the chain's steps are all yielded (and started) before any is read
