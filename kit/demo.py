@@ -129,52 +129,79 @@ class PlaceholderRoots:
         return ["0" * 64]
 
 
+@dataclass(frozen=True)
+class _AdaptiveLayout:
+    """Where the adaptive steps of one demo keep their data, and their run ids' parts."""
+    run: str  # the scale's name: every run id starts with it
+    seed: str
+    ad: Path  # OUT/adaptive
+    prepared: str
+    two: int  # the migration's worker counts and step
+    three: int
+    at: int
+    a_from: str  # the homes: cohort A on two workers, on three, cohort B's control, cohort B's growth
+    a_to: str
+    b_home: str
+    g_home: str
+    b_workers: int
+    device: dict  # the evaluations' DEVICE parameter ({} on CPU: the tiny records keep their parameters)
+
+    def arm(self, **parameters) -> dict:
+        return {"PREPARED_DIR": self.prepared, "SEED_DIR": self.seed, **parameters}
+
+
 def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Scale = TINY) -> Iterator[Step]:
     """examples/adaptive_tiny.sh, step by step."""
     from kit.adaptive.schema import load_adaptive_contract
     from kit.evidence.runtime import repository_root
 
-    run = scale.name  # every run id starts with it
     contract_path = repository_root() / scale.adaptive_contract
     c = load_adaptive_contract(contract_path).data
-    two, three, at = c["migration"]["from_workers"], c["migration"]["to_workers"], c["migration"]["at_step"]
+    two, three = c["migration"]["from_workers"], c["migration"]["to_workers"]
     ad = out / "adaptive"
-    prepared = shown_path(ad / "prepared")
-    a_from, a_to, b_home, g_home = (shown_path(ad / home) for home in (f"A{two}", f"A{three}", "B", "G"))
-    arm = {"PREPARED_DIR": prepared, "SEED_DIR": seed}
-    together = scale.concurrent  # the medium order: the control beside cohort B (below)
-
-    yield Step(f"{run}-adaptive-prepare", "10_adaptive_prepare.ipynb",
+    lay = _AdaptiveLayout(scale.name, seed, ad, shown_path(ad / "prepared"), two, three, c["migration"]["at_step"],
+                          *(shown_path(ad / home) for home in (f"A{two}", f"A{three}", "B", "G")),
+                          c["cohorts"]["B"]["workers"], {} if scale.device == "cpu" else {"DEVICE": scale.device})
+    yield Step(f"{lay.run}-adaptive-prepare", "10_adaptive_prepare.ipynb",
                {"CONTRACT": shown_path(contract_path), "SEED_DIR": seed,
-                "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": prepared})
-    mid, migrated, control = (f"{run}-adaptive-A{two}-to-step{at}", f"{run}-adaptive-A{three}-migrated",
-                              f"{run}-adaptive-A{two}-control")
-    yield Step(mid, "11_adaptive_arm.ipynb",
-               {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "UNTIL": at})
+                "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": lay.prepared})
+    a_end, b_end, g_end = yield from _cohort_steps(lay, roots, scale)
+    yield from _evaluation_steps(lay, a_end, b_end, g_end, roots)
+    if scale.continued_contract:
+        yield from _continued_steps(out, seed, public_source, lay.prepared, lay.a_to, a_end,
+                                    shown_path(ad / "final-A.json"), roots, scale.continued_contract)
+
+
+def _cohort_steps(lay: _AdaptiveLayout, roots, scale: Scale):
+    """Cohort A to the migration step, its migrated and 2-worker continuations and their comparison, then
+    cohort B's fixed-depth control and growth and theirs; returns the endpoints (A migrated, B, growth)."""
+    run = lay.run
+    mid, migrated, control = (f"{run}-adaptive-A{lay.two}-to-step{lay.at}", f"{run}-adaptive-A{lay.three}-migrated",
+                              f"{run}-adaptive-A{lay.two}-control")
+    yield Step(mid, "11_adaptive_arm.ipynb", lay.arm(HOME=lay.a_from, COHORT="A", WORKERS=lay.two, UNTIL=lay.at))
     a_mid = roots.endpoint(mid)
     migrated_step = Step(migrated, "11_adaptive_arm.ipynb",
-                         {**arm, "HOME": a_to, "COHORT": "A", "WORKERS": three, "RESUME": a_mid,
-                          "SOURCE_HOME": a_from})
+                         lay.arm(HOME=lay.a_to, COHORT="A", WORKERS=lay.three, RESUME=a_mid, SOURCE_HOME=lay.a_from))
     control_step = Step(control, "11_adaptive_arm.ipynb",
-                        {**arm, "HOME": a_from, "COHORT": "A", "WORKERS": two, "RESUME": a_mid})
+                        lay.arm(HOME=lay.a_from, COHORT="A", WORKERS=lay.two, RESUME=a_mid))
 
     def migration_step(a_end: str, a_ctl: str) -> Step:
         # Bit-equal learned states are the CPU promise; on GPUs the comparison reports the largest difference.
         return Step(f"{run}-adaptive-migration", "12_adaptive_migration.ipynb",
-                    {"CANDIDATE_HOME": a_to, "CANDIDATE_ROOT": a_end, "CONTROL_HOME": a_from,
+                    {"CANDIDATE_HOME": lay.a_to, "CANDIDATE_ROOT": a_end, "CONTROL_HOME": lay.a_from,
                      "CONTROL_ROOT": a_ctl, "COHORT": "A", "REQUIRE_EQUAL": scale.device == "cpu",
-                     "OUT": shown_path(ad / "migration-comparison.json")})
+                     "OUT": shown_path(lay.ad / "migration-comparison.json")})
 
     def b_steps(a_end: str) -> tuple[Step, Step]:
         # Cohort B continues the committed A endpoint (the migrated run) with it as the frozen reference.
-        b = {**arm, "COHORT": "B", "WORKERS": c["cohorts"]["B"]["workers"], "RESUME": a_end,
-             "REFERENCE": a_end, "SOURCE_HOME": a_to}
-        return (Step(f"{run}-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": b_home},
-                     concurrent_with_next=together),
+        b = lay.arm(COHORT="B", WORKERS=lay.b_workers, RESUME=a_end, REFERENCE=a_end, SOURCE_HOME=lay.a_to)
+        return (Step(f"{run}-adaptive-B-control", "11_adaptive_arm.ipynb", {**b, "HOME": lay.b_home},
+                     concurrent_with_next=scale.concurrent),
                 Step(f"{run}-adaptive-B-growth", "11_adaptive_arm.ipynb",
-                     {**b, "HOME": g_home, "REFERENCE_HOME": a_to, "GROW": True}, concurrent_with_next=together))
+                     {**b, "HOME": lay.g_home, "REFERENCE_HOME": lay.a_to, "GROW": True},
+                     concurrent_with_next=scale.concurrent))
 
-    if together:
+    if scale.concurrent:
         # The 2-worker control runs beside cohort B, not beside the migrated run: a migrated run copies the
         # update logs of every attempt in its source home when it starts (kit/adaptive/train.py), and the
         # control writes its own into that home. Cohort B reads only the migrated run's home.
@@ -191,14 +218,20 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
         yield from b_steps(a_end)
     b_end, g_end = roots.endpoint(f"{run}-adaptive-B-control"), roots.endpoint(f"{run}-adaptive-B-growth")
     yield Step(f"{run}-adaptive-growth-comparison", "12_adaptive_migration.ipynb",
-               {"CANDIDATE_HOME": g_home, "CANDIDATE_ROOT": g_end, "CONTROL_HOME": b_home,
+               {"CANDIDATE_HOME": lay.g_home, "CANDIDATE_ROOT": g_end, "CONTROL_HOME": lay.b_home,
                 "CONTROL_ROOT": b_end, "COHORT": "B", "REQUIRE_EQUAL": False,
-                "OUT": shown_path(ad / "growth-comparison.json")})
+                "OUT": shown_path(lay.ad / "growth-comparison.json")})
+    return a_end, b_end, g_end
+
+
+def _evaluation_steps(lay: _AdaptiveLayout, a_end: str, b_end: str, g_end: str, roots) -> Iterator[Step]:
+    """The three comparisons on the development roles, the selection, the finals with their gates, and the
+    development curve of every arm's lineage."""
+    run, ad, prepared, device = lay.run, lay.ad, lay.prepared, lay.device
     # The seed's three comparisons: the A endpoint vs the seed, B vs A, growth vs its fixed-depth control.
-    comparisons = {"A": (f"{a_to}:{a_end}", f"seed:{seed}", "A_vs_seed"),
-                   "B": (f"{b_home}:{b_end}", f"{a_to}:{a_end}", "B_vs_A"),
-                   "G": (f"{g_home}:{g_end}", f"{b_home}:{b_end}", "growth_vs_control")}
-    device = {} if scale.device == "cpu" else {"DEVICE": scale.device}  # the tiny records keep their parameters
+    comparisons = {"A": (f"{lay.a_to}:{a_end}", f"seed:{lay.seed}", "A_vs_seed"),
+                   "B": (f"{lay.b_home}:{b_end}", f"{lay.a_to}:{a_end}", "B_vs_A"),
+                   "G": (f"{lay.g_home}:{g_end}", f"{lay.b_home}:{b_end}", "growth_vs_control")}
     # The evaluations stay one at a time: each endpoint is scored once and read back from the score cache
     # by the next comparison (cached_scores), and the finals' exposure-ledger lines keep the plan's order.
     for name, (cand, base, label) in comparisons.items():
@@ -221,16 +254,14 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
     def specs(home: str, run_id: str) -> list[str]:
         return [f"{home}:{root}" for root in roots.produced(run_id)]
 
-    start_a, start_b = [f"seed:{seed}"] + specs(a_from, mid), [f"{a_to}:{a_end}"]
-    lineages = {f"A{three}-migrated": start_a + specs(a_to, migrated),
-                f"A{two}-control": start_a + specs(a_from, control),
-                "B-control": start_b + specs(b_home, f"{run}-adaptive-B-control"),
-                "B-growth": start_b + specs(g_home, f"{run}-adaptive-B-growth")}
+    mid = f"{run}-adaptive-A{lay.two}-to-step{lay.at}"
+    start_a, start_b = [f"seed:{lay.seed}"] + specs(lay.a_from, mid), [f"{lay.a_to}:{a_end}"]
+    lineages = {f"A{lay.three}-migrated": start_a + specs(lay.a_to, f"{run}-adaptive-A{lay.three}-migrated"),
+                f"A{lay.two}-control": start_a + specs(lay.a_from, f"{run}-adaptive-A{lay.two}-control"),
+                "B-control": start_b + specs(lay.b_home, f"{run}-adaptive-B-control"),
+                "B-growth": start_b + specs(lay.g_home, f"{run}-adaptive-B-growth")}
     yield Step(f"{run}-adaptive-dev-curve", "16_adaptive_dev_curve.ipynb",
                {"PREPARED_DIR": prepared, "LINEAGES": lineages, "OUT": shown_path(ad / "dev-curve.json"), **device})
-    if scale.continued_contract:
-        yield from _continued_steps(out, seed, public_source, prepared, a_to, a_end, shown_path(ad / "final-A.json"),
-                                    roots, scale.continued_contract)
 
 
 def _continued_steps(out: Path, seed: str, public_source: Path, start_prepared: str, a_home: str, a_end: str,
@@ -422,19 +453,8 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
             if step.concurrent_with_next:
                 continue  # the generator yields the next step without reading any root of this one
             bar.set_description(" + ".join(s.run_id for s in chain))
-            outcomes = _run_chain(chain, notebooks, runs_dir, out)
+            stopped = _note_outcomes(_run_chain(chain, notebooks, runs_dir, out), timing, bar, runs_dir)
             chain = []
-            for done, outcome in outcomes:
-                if outcome is None:
-                    timing.append({"run_id": done.run_id, "status": "reused", "seconds": 0.0})
-                    bar.write(f"{done.run_id}: completed before, reused")
-                else:
-                    timing.append({"run_id": done.run_id, "status": outcome.status, "seconds": outcome.duration_s})
-                    bar.write(f"{done.run_id}: {outcome.status} in {outcome.duration_s:.1f} s"
-                              + (f" ({outcome.reason})" if outcome.reason else ""))
-                    if outcome.status != "completed" and not done.may_fail and stopped is None:
-                        stopped = (done.run_id, f"{runs_dir / done.run_id}: {outcome.status} ({outcome.reason})")
-                bar.update()
             write_canonical_json(out / sc.timing_file(parts), {"steps": timing})  # a killed campaign keeps its times
             if stopped:
                 break
@@ -464,6 +484,24 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     if index:
         print(index)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
+
+
+def _note_outcomes(outcomes: list[tuple[Step, object]], timing: list[dict], bar, runs_dir: Path):
+    """Append each step's timing entry and console line; returns (run id, why) of the first step whose
+    failure stops the demo, or None."""
+    stopped = None
+    for step, record in outcomes:
+        if record is None:
+            timing.append({"run_id": step.run_id, "status": "reused", "seconds": 0.0})
+            bar.write(f"{step.run_id}: completed before, reused")
+        else:
+            timing.append({"run_id": step.run_id, "status": record.status, "seconds": record.duration_s})
+            bar.write(f"{step.run_id}: {record.status} in {record.duration_s:.1f} s"
+                      + (f" ({record.reason})" if record.reason else ""))
+            if record.status != "completed" and not step.may_fail and stopped is None:
+                stopped = (step.run_id, f"{runs_dir / step.run_id}: {record.status} ({record.reason})")
+        bar.update()
+    return stopped
 
 
 def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) -> list[tuple[Step, object]]:
