@@ -4,35 +4,25 @@ step reads a root of a step still running beside it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from support.notebooks import write_notebook
 
+from campaigns.at_once_smoke import barrier_arms, main, write_barrier_notebook
 from kit.demo import SCALES, PlaceholderRoots, demo_steps
 from kit.evidence.run_record import read_run_record
 from kit.evidence.runner import run_notebooks_at_once
 
-# Each arm marks its arrival, then waits for the other's mark: one arm alone (run after the other, not
-# beside it) finds no mark and fails, so both completing proves they ran at the same time.
-BARRIER_CELL = (
-    "import pathlib, time\n"
-    "folder = pathlib.Path(mapping['folder'])\n"
-    "(folder / name).write_text('here')\n"
-    "deadline = time.monotonic() + 120\n"
-    "while not (folder / mapping['other']).exists():\n"
-    "    if time.monotonic() > deadline:\n"
-    "        raise RuntimeError(f'{mapping[\"other\"]} never arrived: the arms did not run at once')\n"
-    "    time.sleep(0.05)\n"
-)
-
 
 def test_arms_run_at_the_same_time_and_come_back_in_order(tmp_path):
-    nb = write_notebook(tmp_path / "barrier.ipynb", BARRIER_CELL)
+    # each arm marks its arrival and waits for the other's mark: one arm alone (run after the other, not
+    # beside it) finds no mark and fails, so both completing proves they ran at the same time
+    nb = write_barrier_notebook(tmp_path / "barrier.ipynb")
     marks = tmp_path / "marks"
     marks.mkdir()
-    arms = [{"notebook": str(nb), "run_id": f"arm-{me}", "parameters": {
-        "name": me, "mapping": {"folder": str(marks), "other": other}}} for me, other in (("a", "b"), ("b", "a"))]
+    arms = barrier_arms(nb, marks)
     records = run_notebooks_at_once(arms, tmp_path / "runs", tmp_path / "work")
     assert [r.run_id for r in records] == ["arm-a", "arm-b"]
     assert [r.status for r in records] == ["completed", "completed"]
@@ -43,6 +33,13 @@ def test_arms_run_at_the_same_time_and_come_back_in_order(tmp_path):
     # each ran while the other was running
     a, b = records
     assert a.started_at < b.ended_at and b.started_at < a.ended_at
+
+
+def test_the_smoke_command_reports_both_arms(tmp_path, capsys):
+    assert main(["--work", str(tmp_path / "w"), "--out", str(tmp_path / "r.json")]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["run_id"], r["status"]) for r in result["runs"]] == [("arm-a", "completed"), ("arm-b", "completed")]
+    assert json.loads(capsys.readouterr().out) == result
 
 
 def test_an_arm_that_writes_no_record_is_named_with_its_log(tmp_path):
