@@ -52,6 +52,21 @@ def test_an_arm_that_writes_no_record_is_named_with_its_log(tmp_path):
     assert "no_such_parameter" in (tmp_path / "work" / "arm-bad.log").read_text()
 
 
+def test_an_earlier_attempts_record_is_not_taken_for_this_ones(tmp_path):
+    # arm-x failed once (its record says so); an attempt refused before it starts writes no record, and the
+    # earlier attempt's record, still in place, must not be returned as this attempt's outcome
+    nb = write_notebook(tmp_path / "fails.ipynb", "raise RuntimeError(count)")
+    runs, work = tmp_path / "runs", tmp_path / "work"
+    first = run_notebooks_at_once([{"notebook": str(nb), "run_id": "arm-x", "parameters": {"count": 1}}], runs, work)
+    assert first[0].status == "failed"
+    earlier = (runs / "arm-x" / "run.json").read_bytes()
+    arms = [{"notebook": str(nb), "run_id": "arm-x", "parameters": {"no_such_parameter": 1}},
+            {"notebook": str(nb), "run_id": "arm-y", "parameters": {"count": 2}}]
+    with pytest.raises(RuntimeError, match=r"no run record from arm-x \(exit 2, log .*arm-x\.log\)"):
+        run_notebooks_at_once(arms, runs, work)
+    assert (runs / "arm-x" / "run.json").read_bytes() == earlier  # the failed attempt's record is kept as it was
+
+
 class ReadOrder:
     """Roots that remember, for each root read, the steps yielded before it."""
 

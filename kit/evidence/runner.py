@@ -306,6 +306,11 @@ def run_batch(plan_path: str | os.PathLike, runs_dir: Path, *, kernel_name: str 
     return outcome
 
 
+def _record_bytes(run_dir: Path) -> bytes | None:
+    path = run_dir / run_record.RUN_RECORD_NAME
+    return path.read_bytes() if path.is_file() else None
+
+
 def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[RunRecord]:
     """Run independent arms ({"notebook", "run_id", "parameters"}) at the same time, each as its own
     `python -m kit batch` process of a one-arm plan, and return their run records in the order given.
@@ -313,12 +318,16 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
     Processes, not threads: run_notebook sets the kernel's environment in os.environ, which threads would
     share. Each process inherits this one's environment (the ledger, KIT_PROGRESS) and working directory,
     so its record is the one run_notebook here would write. Its plan and console go to
-    work/<run_id>.plan.json and work/<run_id>.log. A process that ends without a run record (it crashed
-    before writing one) raises RuntimeError naming its log, once every process has ended."""
+    work/<run_id>.plan.json and work/<run_id>.log. A process that ends without a run record of its own (it
+    crashed or was refused before writing one; an earlier attempt's record left in place does not count)
+    raises RuntimeError naming its log, once every process has ended."""
     import subprocess
 
     work, runs_dir = Path(work), Path(runs_dir)
     work.mkdir(parents=True, exist_ok=True)
+    # an earlier unfinished or failed attempt's record may still lie where this attempt's goes (the child
+    # moves it aside only once it starts the run): its bytes, so that it is never taken for this attempt's
+    earlier = {arm["run_id"]: _record_bytes(runs_dir / arm["run_id"]) for arm in arms}
     started = []
     for arm in arms:
         plan = work / f"{arm['run_id']}.plan.json"
@@ -330,7 +339,8 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
     for arm, log, process in started:
         process.wait()
         log.close()
-        if not (runs_dir / arm["run_id"] / run_record.RUN_RECORD_NAME).is_file():
+        written = _record_bytes(runs_dir / arm["run_id"])
+        if written is None or written == earlier[arm["run_id"]]:
             missing.append(f"{arm['run_id']} (exit {process.returncode}, log {log.name})")
     if missing:
         raise RuntimeError(f"{runs_dir}: no run record from {', '.join(missing)}")
