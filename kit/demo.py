@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +149,18 @@ class _AdaptiveLayout:
     def arm(self, **parameters) -> dict:
         return {"PREPARED_DIR": self.prepared, "SEED_DIR": self.seed, **parameters}
 
+    @property
+    def a_mid(self) -> str:  # cohort A's run on two workers up to the migration step
+        return f"{self.run}-adaptive-A{self.two}-to-step{self.at}"
+
+    @property
+    def a_migrated(self) -> str:  # its continuation on three workers
+        return f"{self.run}-adaptive-A{self.three}-migrated"
+
+    @property
+    def a_control(self) -> str:  # its uninterrupted continuation on two workers
+        return f"{self.run}-adaptive-A{self.two}-control"
+
 
 def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Scale = TINY) -> Iterator[Step]:
     """examples/adaptive_tiny.sh, step by step."""
@@ -175,9 +187,7 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
 def _cohort_steps(lay: _AdaptiveLayout, roots, scale: Scale):
     """Cohort A to the migration step, its migrated and 2-worker continuations and their comparison, then
     cohort B's fixed-depth control and growth and theirs; returns the endpoints (A migrated, B, growth)."""
-    run = lay.run
-    mid, migrated, control = (f"{run}-adaptive-A{lay.two}-to-step{lay.at}", f"{run}-adaptive-A{lay.three}-migrated",
-                              f"{run}-adaptive-A{lay.two}-control")
+    run, mid, migrated, control = lay.run, lay.a_mid, lay.a_migrated, lay.a_control
     yield Step(mid, "11_adaptive_arm.ipynb", lay.arm(HOME=lay.a_from, COHORT="A", WORKERS=lay.two, UNTIL=lay.at))
     a_mid = roots.endpoint(mid)
     migrated_step = Step(migrated, "11_adaptive_arm.ipynb",
@@ -254,10 +264,9 @@ def _evaluation_steps(lay: _AdaptiveLayout, a_end: str, b_end: str, g_end: str, 
     def specs(home: str, run_id: str) -> list[str]:
         return [f"{home}:{root}" for root in roots.produced(run_id)]
 
-    mid = f"{run}-adaptive-A{lay.two}-to-step{lay.at}"
-    start_a, start_b = [f"seed:{lay.seed}"] + specs(lay.a_from, mid), [f"{lay.a_to}:{a_end}"]
-    lineages = {f"A{lay.three}-migrated": start_a + specs(lay.a_to, f"{run}-adaptive-A{lay.three}-migrated"),
-                f"A{lay.two}-control": start_a + specs(lay.a_from, f"{run}-adaptive-A{lay.two}-control"),
+    start_a, start_b = [f"seed:{lay.seed}"] + specs(lay.a_from, lay.a_mid), [f"{lay.a_to}:{a_end}"]
+    lineages = {f"A{lay.three}-migrated": start_a + specs(lay.a_to, lay.a_migrated),
+                f"A{lay.two}-control": start_a + specs(lay.a_from, lay.a_control),
                 "B-control": start_b + specs(lay.b_home, f"{run}-adaptive-B-control"),
                 "B-growth": start_b + specs(lay.g_home, f"{run}-adaptive-B-growth")}
     yield Step(f"{run}-adaptive-dev-curve", "16_adaptive_dev_curve.ipynb",
@@ -442,19 +451,14 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     bar = _bar(progress and saved != "0", total)
     os.environ["KIT_PROGRESS"] = "0"  # kernels inherit it: no bars in the executed notebooks kept as evidence
     plan, timing, stopped = [], [], None
-    chain: list[Step] = []  # steps that start together (Step.concurrent_with_next), the last one included
     t0 = time.perf_counter()
     try:
-        for step in demo_steps(out, public_source, RecordedRoots(runs_dir), sc, parts, seed_dir):
-            plan.append({"notebook": shown_path(notebooks / step.notebook), "run_id": step.run_id,
-                         "parameters": step.parameters})
+        for chain in step_chains(demo_steps(out, public_source, RecordedRoots(runs_dir), sc, parts, seed_dir)):
+            plan += [{"notebook": shown_path(notebooks / step.notebook), "run_id": step.run_id,
+                      "parameters": step.parameters} for step in chain]
             write_canonical_json(out / sc.plan_file(parts), plan)
-            chain.append(step)
-            if step.concurrent_with_next:
-                continue  # the generator yields the next step without reading any root of this one
             bar.set_description(" + ".join(s.run_id for s in chain))
             stopped = _note_outcomes(_run_chain(chain, notebooks, runs_dir, out), timing, bar, runs_dir)
-            chain = []
             write_canonical_json(out / sc.timing_file(parts), {"steps": timing})  # a killed campaign keeps its times
             if stopped:
                 break
@@ -484,6 +488,21 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     if index:
         print(index)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
+
+
+def step_chains(steps: Iterable[Step]) -> Iterator[list[Step]]:
+    """The steps in the groups that start together: a step with concurrent_with_next joins the step after
+    it, and the last step ends its group whatever it says (nothing follows it to start beside). Lazy: the
+    step after a group is asked for only once the caller comes back for the next group, since that step
+    may read the roots of the group before it (RecordedRoots)."""
+    chain: list[Step] = []
+    for step in steps:
+        chain.append(step)
+        if not step.concurrent_with_next:
+            yield chain
+            chain = []
+    if chain:
+        yield chain
 
 
 def _note_outcomes(outcomes: list[tuple[Step, object]], timing: list[dict], bar, runs_dir: Path):

@@ -11,7 +11,7 @@ import pytest
 from support.notebooks import write_notebook
 
 from campaigns.at_once_smoke import barrier_arms, main, write_barrier_notebook
-from kit.demo import SCALES, PlaceholderRoots, demo_steps
+from kit.demo import SCALES, PlaceholderRoots, demo_steps, step_chains
 from kit.evidence.run_record import read_run_record
 from kit.evidence.runner import run_notebooks_at_once
 
@@ -84,14 +84,25 @@ class ReadOrder:
 
 
 def _chains(steps) -> list[list[str]]:
-    chains, chain = [], []
-    for step in steps:
-        chain.append(step.run_id)
-        if not step.concurrent_with_next:
-            if len(chain) > 1:
-                chains.append(chain)
-            chain = []
-    return chains
+    """The groups of more than one step that run_demo starts together (kit.demo.step_chains)."""
+    return [[s.run_id for s in chain] for chain in step_chains(steps) if len(chain) > 1]
+
+
+def test_steps_group_lazily_and_a_last_step_never_waits_for_a_next():
+    from kit.demo import Step
+
+    asked: list[str] = []
+
+    def steps():
+        for run_id, together in (("a", True), ("b", False), ("c", False), ("d", True), ("e", True)):
+            asked.append(run_id)
+            yield Step(run_id, "x.ipynb", {}, concurrent_with_next=together)
+
+    groups = step_chains(steps())
+    assert [s.run_id for s in next(groups)] == ["a", "b"] and asked == ["a", "b"]  # c not asked for before a+b ran
+    assert [s.run_id for s in next(groups)] == ["c"] and asked == ["a", "b", "c"]
+    assert [s.run_id for s in next(groups)] == ["d", "e"]  # the plan's end closes the group
+    assert next(groups, None) is None
 
 
 @pytest.mark.parametrize("scale", ["tiny", "medium"])
