@@ -61,10 +61,13 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
 
     committed = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if first_campaigns(e)]
     assert committed == medium
-    # the other adaptive medium lines are the re-run's own scoring (the record now at runs/medium-adaptive-final-A)
-    rerun = json.loads((REPO / "runs" / "medium-adaptive-final-A" / "run.json").read_text())["contract_digest"]
+    # the other adaptive medium lines are the later campaigns' own scorings: the re-run on the seed d1749707
+    # (its records now in runs/medium-superseded-seed-d1749707) and the one on af103c8d (runs/medium-adaptive-final-A)
+    reruns = {json.loads((REPO / "runs" / d / "medium-adaptive-final-A" / "run.json").read_text())["contract_digest"]
+              for d in ("medium-superseded-seed-d1749707", ".")}
+    assert len(reruns) == 2 and old_contract not in reruns
     assert {e["contract_digest"] for e in read_ledger(REPO / "ledger" / "exposed.jsonl")
-            if e["run"].startswith("medium-adaptive-") and not first_campaigns(e)} == {rerun}
+            if e["run"].startswith("medium-adaptive-") and not first_campaigns(e)} == reruns
     # and no line a scoring wrote itself carries the mark
     assert not [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if "rebuilt" in e and not first_campaigns(e)]
     # a conversation the demo had opened gets the same content digest the demo's scoring recorded

@@ -1,6 +1,6 @@
 """The study's cost, traffic and arm-against-arm retention as the report computes them
-(kit/evidence/report/cost.py), on the committed medium evidence (the re-run on seed d1749707, one H200;
-the first campaign's records kept in runs/medium-superseded-seed-800112e3) and on a copy with altered
+(kit/evidence/report/cost.py), on the committed medium evidence (the re-run on seed af103c8d, one H200;
+earlier campaigns' records kept in runs/medium-superseded-seed-800112e3 and -d1749707) and on a copy with altered
 counters."""
 
 from __future__ import annotations
@@ -51,19 +51,23 @@ def test_measured_cost_is_gpu_seconds_at_the_hardware_that_ran_every_attempt_inc
     for r in every:
         kept.setdefault(r["kept as"], set()).add(r["arm"])
     # every sitting's attempts are counted: the first campaign's superseded arms, the 2026-12-02
-    # sitting's arms on the next seed, kept in its folder, and the first campaign's committed arms, kept in
-    # runs/medium-superseded-seed-800112e3 since the re-run's records took runs/medium-*
+    # sitting's arms on the next seed, kept in its folder, the first campaign's committed arms, kept in
+    # runs/medium-superseded-seed-800112e3 since the re-run's records took runs/medium-*, and the re-run's on
+    # the seed d1749707, kept in runs/medium-superseded-seed-d1749707 since the one on af103c8d took them
     first_campaign = {json.loads((d / "run.json").read_text())["parameters"].get("ARM")
                       for d in OLD.glob("medium-study-*")} - {None}
     assert first_campaign == {"single", "dense", "powersgd"}
     assert kept == {"committed": {"single", "dense", "powersgd"},
                     "superseded (medium-campaign-2026-12-01/study-superseded)": {"single", "dense"},
                     "superseded (medium-campaign-2026-12-02/runs)": {"single", "dense", "powersgd"},
-                    "superseded (medium-superseded-seed-800112e3)": first_campaign}
+                    "superseded (medium-superseded-seed-800112e3)": first_campaign,
+                    "superseded (medium-superseded-seed-d1749707)": {"single", "dense", "powersgd"}}
     assert {r["hardware"] for r in every if r["kept as"] == "superseded (medium-superseded-seed-800112e3)"} == {
         "NVIDIA H200 (a host of 2)"}  # the first campaign ran on two H200s
+    assert {r["hardware"] for r in every if r["kept as"] == "superseded (medium-superseded-seed-d1749707)"} == {
+        "NVIDIA H200 (a host of 1)"}
     totals = measured_totals(every)
-    assert totals["attempts"] == 11 == sum(len(v) for v in kept.values())
+    assert totals["attempts"] == 14 == sum(len(v) for v in kept.values())
     assert totals["gpu_seconds_all_attempts"] == sum(r["gpu_seconds"] for r in every)
 
 
@@ -71,9 +75,9 @@ def test_wire_traffic_is_the_interface_counters_where_they_counted_bytes(tmp_pat
     runs = tmp_path / "runs"
     for d in (REPO / "runs").glob("medium-*"):
         shutil.copytree(d, runs / d.name)
-    # the screens of the committed arms' own study (the re-run's, runs/medium-campaign-2026-12-02-block2)
+    # the screens of the committed arms' own study (the re-run's, runs/medium-campaign-2026-12-03-block4)
     screens = _screens_of(runs, "medium-study-dense")
-    assert screens == runs / "medium-campaign-2026-12-02-block2" / "work" / "study" / "screens.json"
+    assert screens == runs / "medium-campaign-2026-12-03-block4" / "work" / "study" / "screens.json"
     obj = json.loads(screens.read_text())
     dense = next(a for a in obj["arms"] if a["arm"] == "dense")
     dense["interfaces"]["non_loopback"] = {"rx_bytes": 3 * GIB, "tx_bytes": GIB}
