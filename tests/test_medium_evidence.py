@@ -33,9 +33,9 @@ def _accuracy_rows() -> list[list[str]]:
     page = PAGE.read_text()
     section = page[page.index('id="Accuracy-by-family"'):page.index('id="Pilots"')]
     rows = []
-    for tr in re.findall(r"<tr>(.*?)</tr>", section, flags=re.S):
+    for tr in re.findall(r"<tr>(.*?)</tr>", section, flags=re.DOTALL):
         cells = [html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
-                 for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, flags=re.S)]
+                 for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, flags=re.DOTALL)]
         if cells[0] != "split":  # each contract's table repeats its header
             rows.append(cells)
     return rows
