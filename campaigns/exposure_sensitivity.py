@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 def main(argv=None) -> int:
     from kit.adaptive.evaluation import gates
     from kit.digest import load_json_strict
+    from kit.evidence.archive import resolve
     from kit.evidence.ledger import read_ledger
     from kit.evidence.report.index import recorded_contract
     from kit.evidence.run_record import read_run_record
@@ -33,8 +34,8 @@ def main(argv=None) -> int:
     out = []
     for pair in argv:
         run_dir, _, evaluation = pair.partition("=")
-        rec = read_run_record(Path(run_dir))
-        ev = load_json_strict(evaluation)
+        rec = read_run_record(resolve(run_dir))  # committed evidence, archived folders included
+        ev = load_json_strict(resolve(evaluation))
         contract = recorded_contract(rec.contract_digest, (rec.git or {}).get("commit"), run_dir)
         earlier = {e["id"] for e in ledger
                    if e["contract_digest"] != rec.contract_digest and e["time"] < rec.started_at}

@@ -44,7 +44,14 @@ class FreezeRefused(ValueError):
 
 
 def _committed(path: Path) -> None:
-    """The record is tracked by git and its bytes equal HEAD's."""
+    """The record is tracked by git and its bytes equal HEAD's. A record in an archived folder (read unpacked,
+    kit/evidence/archive.py) is committed when the archive and its index are: they pin its bytes."""
+    from kit.evidence.archive import ARCHIVE_DIR_NAME, INDEX_NAME, origin
+
+    stands_for = origin(path)
+    if stands_for is not None:
+        runs_dir = next(p for p in stands_for.parents if (p / ARCHIVE_DIR_NAME / INDEX_NAME).is_file())
+        return _committed(runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME)
     where = path.parent
     tracked = subprocess.run(["git", "-C", str(where), "ls-files", "--error-unmatch", path.name],
                              capture_output=True, text=True, check=False)

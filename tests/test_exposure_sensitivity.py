@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.evidence import evidence_path
+
 from kit.digest import load_json_strict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,9 +27,9 @@ def test_sensitivity_finds_the_demo_exposed_conversations_and_recomputes_the_rec
         r = rows[f"medium-adaptive-final-{x}"]
         assert len(r["opened_before_by_another_contract"]["retention"]) == 40
         assert r["opened_before_by_another_contract"]["tasks"] == [] and r["kept"] == {"tasks": 1024, "retention": 472}
-        recorded = load_json_strict(REPO / OLD / f"medium-adaptive-final-{x}" / "metrics" / "gates.json")
+        recorded = load_json_strict(evidence_path(OLD[5:], f"medium-adaptive-final-{x}") / "metrics" / "gates.json")
         for name in ("gain", "retention"):
             assert r["gates_recorded"][name]["upper"] == recorded[name]["upper"]
             assert r["gates_recorded"][name]["passed"] == r["gates_without_them"][name]["passed"] == recorded[name]["passed"]
-    committed = json.loads((REPO / "runs" / "medium-campaign-2026-12-01" / "exposure-sensitivity.json").read_text())
+    committed = json.loads((evidence_path("medium-campaign-2026-12-01") / "exposure-sensitivity.json").read_text())
     assert [c for c in committed if c["run"] in rows] == list(rows.values())

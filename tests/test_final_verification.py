@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.evidence import evidence_path
 
 from kit.evidence.final_verification import final_scoring_files, verify_final_scoring
 
@@ -124,7 +125,7 @@ def test_the_procedure_runs_to_its_end_on_the_committed_medium_evidence(tmp_path
     beside every evidence folder the repository holds, they are looked up as before."""
     from kit.evidence.run_index import evidence_folders
 
-    old = REPO / "runs" / "medium-superseded-seed-800112e3"
+    old = evidence_path("medium-superseded-seed-800112e3")
     runs = tmp_path / "runs"
     for d in old.glob("medium-*"):
         shutil.copytree(d, runs / d.name)

@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.evidence import evidence_path
 
 from kit.evidence.ledger import LedgerError, read_ledger
 
 REPO = Path(__file__).resolve().parents[1]
-CAMPAIGN = REPO / "runs" / "medium-campaign-2026-12-01" / "adaptive"
+CAMPAIGN = evidence_path("medium-campaign-2026-12-01") / "adaptive"
 OLD = "runs/medium-superseded-seed-800112e3"  # the run records of the campaign above
 TOOL = REPO / "tools" / "ledger_from_evaluations.py"
 
@@ -45,7 +46,7 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     assert {e["kind"] for e in medium} == {"final.task", "final.retention"}
     # each rebuilt line says so: the tool, and the evaluation record it was rebuilt from, by path and bytes
     final_a = CAMPAIGN / "final-A.json"
-    recorded = json.loads((REPO / OLD / "medium-adaptive-final-A" / "metrics" / "evaluation_file.json").read_text())
+    recorded = json.loads((evidence_path(OLD[5:], "medium-adaptive-final-A") / "metrics" / "evaluation_file.json").read_text())
     assert hashlib.sha256(final_a.read_bytes()).hexdigest() == recorded["sha256"]
     assert all(e["rebuilt"] == {"by": "tools/ledger_from_evaluations.py",
                                 "evaluation": "runs/medium-campaign-2026-12-01/adaptive/final-A.json",
@@ -53,7 +54,7 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     # the committed ledger's adaptive medium lines of that campaign's contract are exactly these (the study's
     # evaluation, a later sitting, and the re-run's scorings, under the re-run's contracts, recorded their own
     # exposures on the host: the lines after them)
-    old_contract = json.loads((REPO / OLD / "medium-adaptive-final-A" / "run.json").read_text())["contract_digest"]
+    old_contract = json.loads((evidence_path(OLD[5:], "medium-adaptive-final-A") / "run.json").read_text())["contract_digest"]
     assert {e["contract_digest"] for e in medium} == {old_contract}
 
     def first_campaigns(e):
@@ -63,7 +64,7 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     assert committed == medium
     # the other adaptive medium lines are the later campaigns' own scorings: the re-run on the seed d1749707
     # (its records now in runs/medium-superseded-seed-d1749707) and the one on af103c8d (runs/medium-adaptive-final-A)
-    reruns = {json.loads((REPO / "runs" / d / "medium-adaptive-final-A" / "run.json").read_text())["contract_digest"]
+    reruns = {json.loads((evidence_path(d, "medium-adaptive-final-A") / "run.json").read_text())["contract_digest"]
               for d in ("medium-superseded-seed-d1749707", ".")}
     assert len(reruns) == 2 and old_contract not in reruns
     assert {e["contract_digest"] for e in read_ledger(REPO / "ledger" / "exposed.jsonl")

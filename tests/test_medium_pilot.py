@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.adaptive import distinct, make_seed
+from support.evidence import evidence_path
 
 from campaigns import medium_freeze, medium_pilot
 from campaigns.pilot_run import PilotRun
@@ -33,11 +34,11 @@ ADAPTIVE_DRAFT = REPO / "contracts" / "adaptive-shards.medium.draft.json"
 STUDY_DRAFT = REPO / "contracts" / "shared-gradient.medium.draft.json"
 SMALL_SEED_DIGEST = "af103c8dbbbff7052cee8583da170a1b952c1f4177b70fdfd0ca8423f1e5b7a4"  # the seed of probe q1
 # the first medium campaign (seed 800112e3): its frozen contracts and the drafts they were frozen from
-FIRST_CAMPAIGN = REPO / "runs" / "medium-superseded-seed-800112e3"
+FIRST_CAMPAIGN = evidence_path("medium-superseded-seed-800112e3")
 # the re-run's pilots on the seed before (e83d0af3): its frozen study contract and the drafts of then
-SEED_E83D0AF3 = REPO / "runs" / "medium-superseded-seed-e83d0af3"
+SEED_E83D0AF3 = evidence_path("medium-superseded-seed-e83d0af3")
 # the re-run on the seed d1749707 (probe p10): the drafts its contracts were frozen from
-SEED_D1749707 = REPO / "runs" / "medium-superseded-seed-d1749707"
+SEED_D1749707 = evidence_path("medium-superseded-seed-d1749707")
 
 
 # --- the drafts -------------------------------------------------------------------------------------
@@ -493,7 +494,7 @@ def test_freezing_the_first_campaigns_pilot_again_gives_its_contracts(tmp_path):
     out = tmp_path / "contracts"
     out.mkdir()
     kept = FIRST_CAMPAIGN / "contracts"
-    medium_freeze.freeze(REPO / "runs" / "medium-pilot-2026-12-01-b", kept / "adaptive-shards.medium.draft.json",
+    medium_freeze.freeze(evidence_path("medium-pilot-2026-12-01-b"), kept / "adaptive-shards.medium.draft.json",
                          kept / "shared-gradient.medium.draft.json", out, study_from_adaptive_pilot=True)
     for name in ("adaptive-shards.medium.json", "shared-gradient.medium.json"):
         made, committed = json.loads((out / name).read_text()), json.loads((kept / name).read_text())
@@ -511,7 +512,7 @@ def test_freezing_the_e83d0af3_study_pilot_again_gives_its_kept_contract(tmp_pat
     out.mkdir()
     kept = SEED_E83D0AF3 / "contracts"
     medium_freeze.freeze(None, study_draft=kept / "shared-gradient.medium.draft.json", out_dir=out,
-                         study_pilot=REPO / "runs" / "study-pilot-2026-12-01-e83d0af3")
+                         study_pilot=evidence_path("study-pilot-2026-12-01-e83d0af3"))
     made = json.loads((out / "shared-gradient.medium.json").read_text())
     committed = json.loads((kept / "shared-gradient.medium.json").read_text())
     assert made["pilot"].pop("draft") == "runs/medium-superseded-seed-e83d0af3/contracts/shared-gradient.medium.draft.json"
@@ -528,9 +529,9 @@ def test_freezing_the_d1749707_pilots_again_gives_its_contracts(tmp_path):
     out = tmp_path / "contracts"
     out.mkdir()
     kept = SEED_D1749707 / "contracts"
-    medium_freeze.freeze(REPO / "runs" / "medium-pilot-2026-12-02", kept / "adaptive-shards.medium.draft.json",
+    medium_freeze.freeze(evidence_path("medium-pilot-2026-12-02"), kept / "adaptive-shards.medium.draft.json",
                          kept / "shared-gradient.medium.draft.json", out,
-                         study_pilot=REPO / "runs" / "study-pilot-2026-12-02")
+                         study_pilot=evidence_path("study-pilot-2026-12-02"))
     for name in ("adaptive-shards.medium.json", "shared-gradient.medium.json"):
         committed = json.loads((kept / name).read_text())  # the copy kept beside the drafts
         current = json.loads((REPO / "contracts" / name).read_text())

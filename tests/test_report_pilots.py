@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from support.evidence import evidence_path
 
 from kit.evidence.report import pilots
 from kit.evidence.report.format import fmt
@@ -56,7 +57,7 @@ class _Page(HTMLParser):
 
 
 def _record(run_id: str) -> dict:
-    return json.loads((REPO / "runs" / run_id / "run.json").read_text())
+    return json.loads((evidence_path(run_id) / "run.json").read_text())
 
 
 def _render(runs: Path, run_id: str, also=()) -> tuple[_Page, dict]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.evidence import evidence_path
 
 from kit.digest import load_json_strict
 from kit.evidence.report import render_report
@@ -21,8 +22,8 @@ from kit.evidence.run_index import load_runs, split_selection
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs"
-OLD = RUNS / "medium-superseded-seed-800112e3"  # the first medium campaign's records, same run ids
-D17 = RUNS / "medium-superseded-seed-d1749707"  # the campaign on the seed d1749707, same run ids
+OLD = evidence_path("medium-superseded-seed-800112e3")  # the first medium campaign's records, same run ids
+D17 = evidence_path("medium-superseded-seed-d1749707")  # the campaign on the seed d1749707, same run ids
 
 
 def test_a_selection_keeps_only_the_matching_run_ids():

@@ -9,11 +9,14 @@ import json
 import shutil
 from pathlib import Path
 
+from support.evidence import evidence_path
+
 from kit.evidence.report.cost import GIB, NOT_MEASURED, measured_cost_rows, measured_totals, retention_pairs
+from kit.evidence.run_index import evidence_folders, logical_path
 from kit.stats import ratio_change_normal_upper
 
 REPO = Path(__file__).resolve().parents[1]
-OLD = REPO / "runs" / "medium-superseded-seed-800112e3"  # the first medium campaign's records, same run ids
+OLD = evidence_path("medium-superseded-seed-800112e3")  # the first medium campaign's records, same run ids
 
 
 def _measurement(run: str) -> dict:
@@ -24,7 +27,8 @@ def _screens_of(runs: Path, run: str) -> Path:
     """The one screens.json under the campaign folders beside `runs` that was written under the contract
     the committed arm run `run` recorded (its study's own screens)."""
     digest = json.loads((runs / run / "run.json").read_text())["contract_digest"]
-    found = [p for p in sorted(runs.glob("medium-campaign-*/**/screens.json"))
+    campaigns = [d for d in evidence_folders(runs) if d.name.startswith("medium-campaign-")]
+    found = [p for d in campaigns for p in sorted(d.rglob("screens.json"))
              if json.loads(p.read_text()).get("contract_digest") == digest]
     assert len(found) == 1, found
     return found[0]
@@ -75,6 +79,8 @@ def test_wire_traffic_is_the_interface_counters_where_they_counted_bytes(tmp_pat
     runs = tmp_path / "runs"
     for d in (REPO / "runs").glob("medium-*"):
         shutil.copytree(d, runs / d.name)
+    block4 = evidence_path("medium-campaign-2026-12-03-block4")  # archived (runs/archive/): copied unpacked
+    shutil.copytree(block4, runs / block4.name)
     # the screens of the committed arms' own study (the re-run's, runs/medium-campaign-2026-12-03-block4)
     screens = _screens_of(runs, "medium-study-dense")
     assert screens == runs / "medium-campaign-2026-12-03-block4" / "work" / "study" / "screens.json"
@@ -94,11 +100,12 @@ def test_retention_arm_against_arm_is_paired_with_both_bounds():
 
     pairs = {p["comparison"]: p for p in retention_pairs(REPO / "runs" / "medium-*")}
     recorded = json.loads((REPO / "runs/medium-study-evaluate/run.json").read_text())["input_digests"]["screens.json"]
-    screens = [p for p in (REPO / "runs").glob("medium-campaign-*/**/screens.json")
+    campaigns = [d for d in evidence_folders(REPO / "runs") if d.name.startswith("medium-campaign-")]
+    screens = [p for d in campaigns for p in sorted(d.rglob("screens.json"))
                if hashlib.sha256(p.read_bytes()).hexdigest() == recorded]
     assert len(screens) == 1 and "medium-campaign-2026-12-01-b" not in str(screens[0])
     models = screens[0].parent / "evaluation" / "models"
-    assert {p["source"] for p in pairs.values()} == {str(models.relative_to(REPO / "runs"))}
+    assert {p["source"] for p in pairs.values()} == {logical_path(models, REPO / "runs")}
     psgd, dense = (json.loads((models / f"{m}.json").read_text())["retention"] for m in ("powersgd", "dense"))
     by_id = {x["id"]: x for x in dense}
     d = [x["nll_sum"] - by_id[x["id"]]["nll_sum"] for x in psgd]

@@ -5,6 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.evidence import evidence_path
 
 from kit.data import general_text
 from kit.data.tasks import generate_set
@@ -179,7 +180,7 @@ def test_the_recipe_files_reproduce_their_recorded_configs():
     assert SmallSeedConfig.small() == SmallSeedConfig.from_json(ROOT / "campaigns/seed-probes/q1-practice-d2.json")
     # the seed before it (d1749707, probe p10) ran before practice tasks existed: its recipe over today's
     # defaults is the config its rebuilds recorded, field for field
-    recorded = json.loads((ROOT / "runs/seed-rebuilds-2026-12-02/rebuild7-370bb89/seed_build_record.json").read_text())
+    recorded = json.loads((evidence_path("seed-rebuilds-2026-12-02", "rebuild7-370bb89") / "seed_build_record.json").read_text())
     p10 = asdict(SmallSeedConfig.from_json(ROOT / "campaigns/seed-recipes/small-d1749707.json"))
     assert {k: p10[k] for k in recorded["config"]} == recorded["config"] and p10["practice_tasks"] == 0
     assert "practice_tasks" not in recorded["config"] and recorded["config"]["reworded_tasks"] == 524288

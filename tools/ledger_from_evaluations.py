@@ -69,10 +69,14 @@ def rebuilt_roles(evaluation: dict, contract: dict, public_source: Path) -> tupl
 def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger: Path) -> dict:
     from kit.data.conversations import jsonl_bytes
     from kit.digest import load_json_strict, sha256_bytes
+    from kit.evidence.archive import origin, resolve
     from kit.evidence.ledger import read_ledger
     from kit.evidence.report.index import recorded_contract
     from kit.evidence.run_record import read_run_record
 
+    # committed evidence may lie in an archived folder (runs/archive/): read it unpacked, name it by its place
+    named = origin(resolve(evaluation_path)) or evaluation_path
+    run_dir, evaluation_path = resolve(run_dir), resolve(evaluation_path)
     rec = read_run_record(run_dir)
     ev = load_json_strict(evaluation_path)
     if rec.status != "completed" or ev.get("split") != "final":
@@ -93,7 +97,7 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
         digest = c.meta["digest"] if c.meta.get("role") == "final.tasks" else c.digest
         if c.id in known and known[c.id] != digest:
             raise Refused(f"{c.id}: rebuilt digest {digest}, the ledger {ledger} holds {known[c.id]}; nothing was written")
-    shown = evaluation_path.resolve()
+    shown = Path(named).absolute()
     shown = shown.relative_to(REPO).as_posix() if shown.is_relative_to(REPO) else str(shown)
     rebuilt = {"by": "tools/ledger_from_evaluations.py", "evaluation": shown,
                "evaluation_sha256": sha256_bytes(evaluation_path.read_bytes())}

@@ -6,7 +6,6 @@ Every refusal is a `TrainRefused` naming the file, the field and what was expect
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -124,11 +123,11 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     info = pj["roles"]["B.replay_a"]
     wanted = {c.id for c in read_jsonl(prepared / info["file"], info["sha256"])}
     seen = set()
-    for log in Path(a_home).glob("attempts/*/*updates.jsonl"):
-        for line in log.read_text().splitlines():
-            row = json.loads(line)
-            if row["cohort"] == "A" and row["cohort_step"] <= a_endpoint:
-                seen.update(row["ids"])
+    from kit.adaptive.lineage import lineage_rows
+
+    for row in lineage_rows(a_home):  # own logs and the lineage's inherited ones
+        if row["cohort"] == "A" and row["cohort_step"] <= a_endpoint:
+            seen.update(row["ids"])
     missing = sorted(wanted - seen)
     if missing:
         raise TrainRefused(f"{a_home}: {len(missing)} B.replay_a record(s) were never trained in phase A "

@@ -21,12 +21,12 @@ from kit.store.params import parameter_tensor
 def update_log(home: str, cohort: str) -> list[dict]:
     """Per-update records of a home's attempts for one cohort, by cohort step (last attempt wins)."""
     rows: dict[int, dict] = {}
-    for log in sorted(Path(home).glob("attempts/*/*updates.jsonl")):
-        for line in log.read_text().splitlines():
-            r = json.loads(line)
-            if r["cohort"] == cohort:
-                rows[r["cohort_step"]] = {k: r[k] for k in ("cohort_step", "objective", "ce_per_token", "kl_per_token",
-                                                            "grad_norm", "clip_factor", "seconds") if k in r}
+    from kit.adaptive.lineage import lineage_rows
+
+    for r in lineage_rows(home):  # own logs and the lineage's inherited ones (kit/adaptive/lineage.py)
+        if r["cohort"] == cohort:
+            rows[r["cohort_step"]] = {k: r[k] for k in ("cohort_step", "objective", "ce_per_token", "kl_per_token",
+                                                        "grad_norm", "clip_factor", "seconds") if k in r}
     return [rows[k] for k in sorted(rows)]
 
 

@@ -94,12 +94,11 @@ def _bind(group, r: CohortRequest, contract, pj) -> dict:
                        r.reference_home)
         if r.cohort == "B":
             check_a_trained(r.reference_home or src or r.home, prepared_p, contract["endpoints"]["A"])
+        from kit.adaptive.lineage import portable_logs
         from kit.store.commits import read_commit
 
-        logs = {}
-        if src:  # the lineage's update logs travel with the migrated state (as the local driver copies them)
-            for log in sorted(Path(src).glob("attempts/*/*updates.jsonl")):
-                logs[f"inherited-{log.parent.name}-{log.name}"] = log.read_text()
+        # the lineage's update logs travel with the migrated state: referenced where rank 0's host holds them
+        logs = portable_logs(src) if src else {}
         return {"holder": holder, "cursor": read_commit(here, r.resume)["learned_state"]["cursor"],
                 "layers": student_layers(r.seed_dir, src or r.home, r.resume), "logs": logs}
 
@@ -140,8 +139,9 @@ def _run(group, r: CohortRequest, contract, pj, WorkerContext) -> list[dict]:
     (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)  # every host: its own status files
     if rank == 0:
         write_canonical_json(attempt_dir / "attempt.json", record)
-        for name, text in facts["logs"].items():
-            (attempt_dir / name).write_text(text)
+        from kit.adaptive.lineage import write_portable_logs
+
+        write_portable_logs(facts["logs"], attempt_dir)
     try:
         start, reference, layers = _start_and_reference(group, r, contract, facts)
         args = worker_args(r, start, reference, layers, attempt_dir)

@@ -315,11 +315,10 @@ def train(request: CohortRequest) -> list[dict]:
     record = attempt_record(r, attempt, pj)
     write_canonical_json(attempt_dir / "attempt.json", record)
     try:
-        if r.source_home:  # the lineage's update logs travel with the migrated state
-            import shutil
+        if r.source_home:  # the lineage's update logs travel with the migrated state, by reference
+            from kit.adaptive.lineage import inherit_logs
 
-            for log in sorted(Path(r.source_home).glob("attempts/*/*updates.jsonl")):
-                shutil.copyfile(log, attempt_dir / f"inherited-{log.parent.name}-{log.name}")
+            inherit_logs(r.source_home, attempt_dir)
         if r.cohort == "B":
             check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, contract["endpoints"]["A"])
         start = r.start()

@@ -184,6 +184,21 @@ class Dir(PathArg):
             self.fail(path, f"{self.not_this} (it has none of {', '.join(self.any_of)})")
 
 
+class EvidenceDir(Dir):
+    """A folder of committed evidence: as Dir, and a path inside an archived folder of a runs directory
+    (`runs/demo-superseded-X/demo-seed`) names that folder unpacked (kit/evidence/archive.py)."""
+
+    def __call__(self, text: str) -> str:
+        from kit.evidence.archive import ArchiveError, resolve
+
+        try:
+            path = resolve(text)
+        except ArchiveError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        self.check(path)
+        return str(path)
+
+
 class File(PathArg):
     """An existing file; `fmt` "json" or "jsonl" also checks that it parses, "xz" that it is xz-compressed."""
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from kit.cli.args import Dir, File, OutDir, add_renamed
+from kit.cli.args import Dir, EvidenceDir, File, OutDir, add_renamed
 
 
 # --- kit run --------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def _replay(run_dirs, a) -> int:
 
 def register_verify_evidence(sub) -> None:
     s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
-    s.add_argument("run_dirs", nargs="+", type=Dir("a run folder (with run.json) or a runs folder", "kit run"),
+    s.add_argument("run_dirs", nargs="+", type=EvidenceDir("a run folder (with run.json) or a runs folder", "kit run"),
                    help="run directories, or a runs directory for all of its runs")
     s.add_argument("--json", action="store_true", help="print the check reports as JSON")
     s.add_argument("--replay", action="store_true",
@@ -211,5 +211,35 @@ def register_study(sub) -> None:
     register(sub)
 
 
+# --- kit archive-evidence -------------------------------------------------------------------
+def cmd_archive_evidence(a) -> int:
+    from kit.evidence.archiving import archive_folders
+
+    folders = [Path(f) for f in a.folders]
+    parents = {f.resolve().parent for f in folders}
+    if len(parents) != 1:
+        print(f"kit archive-evidence: the folders must be in one runs directory; got {sorted(map(str, parents))}",
+              file=sys.stderr)
+        return 2
+    try:
+        entry = archive_folders(parents.pop(), [f.name for f in folders], a.why)
+    except ValueError as e:
+        print(f"kit archive-evidence: {e}", file=sys.stderr)
+        return 2
+    print(f"{entry['file']}: {len(entry['folders'])} folder(s), {len(entry['runs'])} run(s), {entry['members']} "
+          f"files ({entry['unpacked_bytes']:,} bytes) in {entry['size']:,} bytes; "
+          f"{len(entry['references'])} stored as references")
+    return 0
+
+
+def register_archive_evidence(sub) -> None:
+    s = sub.add_parser("archive-evidence", help="move folders of runs/ that are no longer current into a "
+                                                "deterministic tar.xz under runs/archive/ (docs/formats.md)")
+    s.add_argument("folders", nargs="+", type=Dir("a folder directly under a runs directory"),
+                   help="superseded, campaign, pilot or probe folders of one runs directory")
+    s.add_argument("--why", required=True, metavar="TEXT", help="why they are archived (kept in the index)")
+    s.set_defaults(fn=cmd_archive_evidence)
+
+
 DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_report, register_adaptive,
-                   register_study]
+                   register_study, register_archive_evidence]

@@ -50,13 +50,24 @@ def git_toplevel(directory: Path) -> Path | None:
 
 
 def evidence_base(runs_dir: Path) -> Path:
-    """What paths in run records are relative to: the repository holding `runs_dir`, else its parent."""
+    """What paths in run records are relative to: the repository holding `runs_dir`, else its parent. For a
+    folder unpacked from an archive (kit/evidence/archive.py), the repository holding the runs directory
+    the archive belongs to."""
+    from kit.evidence.archive import origin
+
+    stands_for = origin(runs_dir)
+    if stands_for is not None:  # the archived folder's place in the runs directory, which no longer exists
+        runs_dir = next(p for p in (stands_for, *stands_for.parents) if p.exists())
     return git_toplevel(runs_dir) or Path(runs_dir).resolve().parent
 
 
 def relative_to_base(path: str | os.PathLike, base: Path) -> str:
-    """`path` relative to `base` (POSIX form) when inside it, else absolute: records stay portable."""
-    path = Path(path).resolve()
+    """`path` relative to `base` (POSIX form) when inside it, else absolute: records stay portable. A path
+    inside an archived folder read unpacked (kit/evidence/archive.py) is named by its place in the runs
+    directory."""
+    from kit.evidence.archive import origin
+
+    path = origin(path) or Path(path).resolve()
     try:
         return path.relative_to(base.resolve()).as_posix()
     except ValueError:

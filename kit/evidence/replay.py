@@ -252,9 +252,14 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
     runs came from a folder, `kit verify-evidence --replay runs`), such a run is listed instead, as
     {"run_id", "ok": None, "not_replayed": reason}: a runs directory also holds benchmark records and GPU
     runs, which say what they are but are no CPU computation to re-derive."""
+    from kit.evidence.archive import origin
+
     resolved = [Path(d).resolve() for d in run_dirs]
-    top = min((d.parent for d in resolved), key=lambda p: len(p.parts), default=None)
-    nested = [d for d in resolved if top is not None and d.parent != top and d.is_relative_to(top)]
+    # archived runs (unpacked from runs/archive/) are earlier attempts too when a whole folder is replayed;
+    # named on their own they replay like any run
+    current = [d for d in resolved if origin(d) is None] or resolved
+    top = min((d.parent for d in current), key=lambda p: len(p.parts), default=None)
+    nested = [d for d in resolved if top is not None and d.parent != top and (d.is_relative_to(top) or d not in current)]
     if nested:
         log(f"replay: {len(nested)} run(s) kept in folders under {top} (superseded or campaign records) are not "
             "replayed")

@@ -8,7 +8,7 @@ import fnmatch
 import os
 from pathlib import Path
 
-from kit.evidence import run_record
+from kit.evidence import archive, run_record
 
 
 def _bench_row(run_dir: Path) -> dict | None:
@@ -47,7 +47,8 @@ def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
     record as JSON, or status "unrecorded" with the reason."""
     runs_dir, pattern = split_selection(runs_dir)
     rows = []
-    for run_dir in run_record.list_run_dirs(runs_dir):
+    archived = [p for p in archive.folder_paths(runs_dir) if run_record.is_run_dir(p)]  # archived pilots, probes
+    for run_dir in run_record.list_run_dirs(runs_dir) + archived:
         if pattern is not None and not fnmatch.fnmatchcase(run_dir.name, pattern):
             continue
         bench = _bench_row(run_dir)
@@ -66,10 +67,21 @@ def load_runs(runs_dir: str | os.PathLike) -> list[dict]:
 
 def evidence_folders(runs_dir) -> list[Path]:
     """Folders beside the run directories that the selection covers and that are not runs: campaign
-    folders (runs/medium-campaign-DATE) and superseded folders."""
+    folders (runs/medium-campaign-DATE) and superseded folders, archived ones unpacked (kit/evidence/archive.py),
+    by name; never the archive folder itself."""
     folder, pattern = split_selection(runs_dir)
-    return [p for p in sorted(folder.iterdir()) if p.is_dir() and not p.is_symlink() and not run_record.is_run_dir(p)
-            and (pattern is None or fnmatch.fnmatchcase(p.name, pattern))]
+    tracked = [p for p in folder.iterdir() if p.name != archive.ARCHIVE_DIR_NAME]
+    return sorted((p for p in tracked + archive.folder_paths(folder)
+                   if p.is_dir() and not p.is_symlink() and not run_record.is_run_dir(p)
+                   and (pattern is None or fnmatch.fnmatchcase(p.name, pattern))), key=lambda p: p.name)
+
+
+def logical_path(path: Path, runs_dir: Path) -> str:
+    """`path` relative to `runs_dir`, for a path in `runs_dir` or in its archives' unpacked tree."""
+    stands_for = archive.origin(path)
+    if stands_for is not None:
+        return stands_for.relative_to(Path(runs_dir).resolve()).as_posix()
+    return path.relative_to(runs_dir).as_posix()
 
 
 def kept_runs(runs_dir) -> list[dict]:
@@ -81,7 +93,7 @@ def kept_runs(runs_dir) -> list[dict]:
     def walk(d: Path):
         subs = [c for c in sorted(d.iterdir()) if c.is_dir() and not c.is_symlink()]
         if any(run_record.is_run_dir(c) for c in subs):
-            out.extend({**r, "kept_in": d.relative_to(folder).as_posix()} for r in load_runs(d))
+            out.extend({**r, "kept_in": logical_path(d, folder)} for r in load_runs(d))
         for c in subs:
             if not run_record.is_run_dir(c):
                 walk(c)

@@ -204,14 +204,20 @@ def verify_evidence(run_dir: str | os.PathLike) -> dict:
 def expand_run_dirs(paths: list[str]) -> list[Path]:
     """Each path is a run directory; or a folder standing for the run directories anywhere under it: a runs
     directory, its campaign folders (runs/medium-campaign-DATE: superseded attempts, a seed's rebuild) and
-    its superseded folders included, so that `kit verify-evidence runs` checks every committed record. A
+    its superseded folders included, archived ones too (unpacked, kit/evidence/archive.py), so that
+    `kit verify-evidence runs` checks every committed record; a path inside an archived folder names it there. A
     folder with none stays as given, so that its check fails with "no run record"."""
+    from kit.evidence import archive
+
     out: list[Path] = []
-    for p in map(Path, paths):
+    for p in (archive.resolve(p) for p in paths):
         if (p / run_record.RUN_RECORD_NAME).exists() or not p.is_dir():
             out.append(p)
         else:
-            out.extend(_run_dirs_under(p) or [p])
+            found = _run_dirs_under(p)
+            for folder in archive.folder_paths(p):  # a runs directory's archived folders, checked unpacked
+                found.extend([folder] if run_record.is_run_dir(folder) else _run_dirs_under(folder))
+            out.extend(found or [p])
     return out
 
 
@@ -219,6 +225,8 @@ def _run_dirs_under(folder: Path) -> list[Path]:
     """Run directories (run_record.is_run_dir) at any depth under `folder`, not looking inside a run directory
     and not following symbolic links (a link back up would list runs twice)."""
     found: list[Path] = []
-    for child in sorted(c for c in folder.iterdir() if c.is_dir() and not c.is_symlink()):
+    from kit.evidence.archive import ARCHIVE_DIR_NAME
+
+    for child in sorted(c for c in folder.iterdir() if c.is_dir() and not c.is_symlink() and c.name != ARCHIVE_DIR_NAME):
         found.extend([child] if run_record.is_run_dir(child) else _run_dirs_under(child))
     return found

@@ -17,7 +17,7 @@ import numpy as np
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import records
 from kit.evidence.report.index import gpu_names, index, metric
-from kit.evidence.run_index import evidence_folders, kept_runs, split_selection
+from kit.evidence.run_index import evidence_folders, kept_runs, logical_path, split_selection
 
 GIB = 2 ** 30
 NOT_MEASURED = "not measured on this host"
@@ -172,5 +172,5 @@ def retention_pairs(runs_dir) -> list[dict]:
             out.append({"comparison": f"{cand} vs {ref}", **res,
                         "reading": (f"{cand} worse than {ref}" if worse else f"{cand} better than {ref}" if better
                                     else "the interval covers 0"),
-                        "source": str(d.relative_to(split_selection(runs_dir)[0]))})
+                        "source": logical_path(d, split_selection(runs_dir)[0])})
     return out

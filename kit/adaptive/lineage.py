@@ -1,0 +1,161 @@
+"""The update logs of a checkpoint home's lineage, referenced rather than copied.
+
+A migrated or grown run continues a lineage begun in another home: its per-update numbers (loss curves,
+the B replay check that every `B.replay_a` record was trained in phase A) need the source home's update
+logs too. They used to be copied into every attempt folder (`inherited-<attempt>-updates.jsonl`), so a
+campaign's homes held the same megabytes several times. Now an attempt records them in
+`attempts/<attempt>/inherited.json` (docs/formats.md, "inherited.json"): per log, the source home relative
+to this home, the attempt and file names there, and the file's sha256 and size. Readers go through
+`lineage_logs`, which yields the same (name, text) sequence the copies gave, in the same order, resolving
+references recursively and refusing a referenced file whose bytes changed. Homes written before this
+change keep their copies, which are read as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from kit.digest import write_canonical_json
+
+INHERITED_NAME = "inherited.json"
+INHERITED_FORMAT = "kit-inherited-logs/1"
+_LOG_SUFFIX = "updates.jsonl"
+
+
+class LineageError(ValueError):
+    """A referenced update log is missing or its bytes changed."""
+
+
+def _own_logs(attempt_dir: Path) -> list[tuple[str, Path]]:
+    return [(p.name, p) for p in attempt_dir.iterdir()
+            if p.name.endswith(_LOG_SUFFIX) and p.is_file() and not p.is_symlink()]
+
+
+def _referenced(attempt_dir: Path) -> list[tuple[str, Path, dict]]:
+    path = attempt_dir / INHERITED_NAME
+    if not path.is_file():
+        return []
+    from kit.digest import load_json_strict
+
+    rec = load_json_strict(path)
+    if not isinstance(rec, dict) or rec.get("format") != INHERITED_FORMAT or not isinstance(rec.get("logs"), list):
+        raise LineageError(f"{path}: field 'format' must be {INHERITED_FORMAT!r} with a list 'logs'")
+    out = []
+    for i, e in enumerate(rec["logs"]):
+        if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("name", "home", "attempt", "file")):
+            raise LineageError(f"{path}: logs[{i}] needs string fields name, home, attempt, file")
+        for k in ("attempt", "file"):
+            if "/" in e[k] or e[k] in ("", ".", ".."):
+                raise LineageError(f"{path}: logs[{i}].{k} {e[k]!r} must be a plain name")
+        home = (attempt_dir.parent.parent.resolve() / e["home"]).resolve()
+        out.append((e["name"], home / "attempts" / e["attempt"] / e["file"], e))
+    return out
+
+
+def _read_checked(path: Path, entry: dict, where: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise LineageError(f"{where / INHERITED_NAME}: log {entry['name']!r} refers to {path}, which cannot be "
+                           f"read ({e.strerror}); expected the source home of this lineage beside this home") from e
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256") or len(data) != entry.get("size"):
+        raise LineageError(f"{where / INHERITED_NAME}: log {entry['name']!r} at {path} no longer has the recorded "
+                           f"sha256 and size; expected the bytes the attempt referenced")
+    return data.decode()
+
+
+def lineage_logs(home: str | os.PathLike) -> Iterator[tuple[str, str, Path]]:
+    """(attempt, log name, text) of every update log a home holds or references, in the order a sorted glob
+    of `attempts/*/*updates.jsonl` gave when inherited logs were copies: attempts by name, and inside an
+    attempt the logs by name (an inherited one is named `inherited-<its attempt>-<its name>`)."""
+    attempts = Path(home) / "attempts"
+    if not attempts.is_dir():
+        return
+    for attempt_dir in sorted(p for p in attempts.iterdir() if p.is_dir() and not p.is_symlink()):
+        items: list[tuple[str, object]] = [(name, path) for name, path in _own_logs(attempt_dir)]
+        items += [(name, (path, entry)) for name, path, entry in _referenced(attempt_dir)]
+        for name, what in sorted(items, key=lambda x: x[0]):
+            if isinstance(what, Path):
+                yield attempt_dir.name, name, what.read_text()
+            else:
+                path, entry = what
+                yield attempt_dir.name, name, _read_checked(path, entry, attempt_dir)
+
+
+def lineage_rows(home: str | os.PathLike) -> Iterator[dict]:
+    """Every update row of a home's lineage (see lineage_logs), in log order."""
+    for _attempt, _name, text in lineage_logs(home):
+        for line in text.splitlines():
+            yield json.loads(line)
+
+
+def _sources(source_home: Path) -> list[dict]:
+    """The logs a new attempt inherits from `source_home`: its own logs and, transitively, the ones it
+    references, each resolved to the home that holds the bytes."""
+    attempts = source_home / "attempts"
+    out = []
+    if not attempts.is_dir():
+        return out
+    for attempt_dir in sorted(p for p in attempts.iterdir() if p.is_dir() and not p.is_symlink()):
+        for name, path in sorted(_own_logs(attempt_dir)):
+            out.append({"name": f"inherited-{attempt_dir.name}-{name}", "path": path})
+        for name, path, entry in sorted(_referenced(attempt_dir), key=lambda x: x[0]):
+            _read_checked(path, entry, attempt_dir)
+            out.append({"name": f"inherited-{attempt_dir.name}-{name}", "path": path})
+    return out
+
+
+def inherit_logs(source_home: str | os.PathLike, attempt_dir: str | os.PathLike) -> list[dict]:
+    """Record in `attempt_dir/inherited.json` the update logs of `source_home`'s lineage, by reference.
+    Returns the entries written (none, and no file, when the source has no logs)."""
+    attempt_dir = Path(attempt_dir)
+    home = attempt_dir.parent.parent
+    entries = []
+    for src in _sources(Path(source_home)):
+        path: Path = src["path"]
+        data = path.read_bytes()
+        src_home = path.parent.parent.parent
+        entries.append({"name": src["name"], "home": os.path.relpath(src_home.resolve(), home.resolve()),
+                        "attempt": path.parent.name, "file": path.name,
+                        "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+    if entries:
+        write_canonical_json(attempt_dir / INHERITED_NAME, {"format": INHERITED_FORMAT, "logs": entries})
+    return entries
+
+
+def portable_logs(source_home: str | os.PathLike) -> dict[str, dict]:
+    """For torchrun: the inherited logs as {name: {"path", "sha256", "text"}}, so that rank 0 can reference a
+    file its own host holds with those bytes and copy the text of one that only another host has."""
+    out = {}
+    for src in _sources(Path(source_home)):
+        data = src["path"].read_bytes()
+        out[src["name"]] = {"path": str(src["path"].resolve()), "sha256": hashlib.sha256(data).hexdigest(),
+                            "text": data.decode()}
+    return out
+
+
+def write_portable_logs(logs: dict[str, dict], attempt_dir: str | os.PathLike) -> None:
+    """Rank 0's side of portable_logs: a reference where this host holds the same bytes at the same path,
+    a copy (the old form, read as it is) where it does not."""
+    attempt_dir = Path(attempt_dir)
+    home = attempt_dir.parent.parent
+    entries = []
+    for name, log in sorted(logs.items()):
+        path = Path(log["path"])
+        try:
+            same = path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == log["sha256"]
+        except OSError:
+            same = False
+        if same:
+            data = path.read_bytes()
+            entries.append({"name": name, "home": os.path.relpath(path.parent.parent.parent, home.resolve()),
+                            "attempt": path.parent.name, "file": path.name, "sha256": log["sha256"],
+                            "size": len(data)})
+        else:
+            (attempt_dir / name).write_text(log["text"])
+    if entries:
+        write_canonical_json(attempt_dir / INHERITED_NAME, {"format": INHERITED_FORMAT, "logs": entries})
