@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 
@@ -9,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from kit.train.powersgd import PowerSGDCompressor, PowerSGDConfig, draw_q, orthogonalize_
+from kit.train.powersgd import PowerSGDCompressor, PowerSGDConfig, draw_q, orthonormalize_
 
+# orthonormalize_ of test_orthonormalize_is_exactly_scale_free_and_pinned's input, under the numeric profile
+PINNED_ORTHONORMALIZE_SHA256 = "1cad1c267ed392f551f8c5914e11766ad194f8a3007475a41040b183fa2812b3"
 SHAPES = {"a.weight": (12, 20), "b.weight": (9, 4, 5), "a.bias": (12,), "small": (3, 3)}
 
 
@@ -155,8 +158,8 @@ def test_error_feedback_running_sums_differ_by_the_error_buffer():
 def test_agrees_with_torch_powersgd_hook(tmp_path):
     """torch's powerSGD_hook through a world-of-one gloo DDP on CPU, against this compressor.
 
-    Settings that coincide: matrix_approximation_rank = rank = 2 (Gram-Schmidt in both, with the same
-    orthogonalization_epsilon; torch projects once, this kit twice, equal up to rounding); start_powerSGD_iter = warmup_updates (both send the first that many
+    Settings that coincide: matrix_approximation_rank = rank = 2 (torch's Gram-Schmidt against this
+    kit's Householder, equal up to rounding on full-rank gradients); start_powerSGD_iter = warmup_updates (both send the first that many
     calls dense); min_compression_rate equal (biases are sent dense by both); use_error_feedback and
     warm_start on; Q's first draw copied from torch's RNG with set_q. In a world of one torch's
     error feedback on dense tensors is zero, as here (this kit keeps none for dense tensors).
@@ -225,11 +228,12 @@ def test_agrees_with_torch_powersgd_hook(tmp_path):
             assert not torch.allclose(out["0.weight"], grads["0.weight"], atol=1e-3)
 
 
-def test_orthogonalize_keeps_a_zero_column_zero_and_finite():
+def test_orthonormalize_keeps_a_zero_column_zero_and_finite():
     gen = torch.Generator().manual_seed(6)
     mat = torch.randn(1, 7, 3, generator=gen)
     mat[:, :, 1] = 0
-    orthogonalize_(mat, 1e-8)
+    dead = orthonormalize_(mat)
+    assert dead.tolist() == [[False, True, False]]
     assert torch.isfinite(mat).all()
     assert torch.equal(mat[0, :, 1], torch.zeros(7))
     kept = mat[0][:, [0, 2]]
@@ -375,3 +379,64 @@ def test_initial_q_is_the_same_for_every_instance_and_differs_by_name():
     assert torch.equal(a["q/a.weight"], draw_q(0, "a.weight", "init", 20, 2))
     assert not torch.equal(a["q/a.weight"], draw_q(0, "b.weight", "init", 20, 2))
     assert not torch.equal(a["q/a.weight"], draw_q(1, "a.weight", "init", 20, 2))
+
+
+def _live_orthogonality(q: torch.Tensor, dead: torch.Tensor) -> float:
+    live = q[:, ~dead].double()
+    return (live.T @ live - torch.eye(live.shape[1], dtype=torch.float64)).abs().max().item()
+
+
+def test_orthonormalize_is_rank_robust_and_keeps_the_signal():
+    """Issue 49's matrices: Gram-Schmidt gave columns parallel to 1.0 on rank 10 and 0.19 at condition 1e8."""
+    gen = torch.Generator().manual_seed(13)
+    rank10 = torch.randn(512, 10, generator=gen) @ torch.randn(10, 32, generator=gen)
+    u = torch.linalg.qr(torch.randn(512, 32, generator=gen, dtype=torch.float64))[0]
+    v = torch.linalg.qr(torch.randn(32, 32, generator=gen, dtype=torch.float64))[0]
+    conditioned = {c: ((u * torch.logspace(0, -c, 32, dtype=torch.float64)) @ v.T).float() for c in (4, 6, 8)}
+    dead_first = torch.randn(512, 32, generator=gen)
+    dead_first[:, :5] = 0  # dead columns before live ones: the live ones keep all of their signal
+    for a in (rank10, *conditioned.values(), dead_first):
+        q = a.clone().unsqueeze(0)
+        dead = orthonormalize_(q)[0]
+        assert _live_orthogonality(q[0], dead) <= 1e-6
+        assert torch.equal(q[0][:, dead], torch.zeros(512, int(dead.sum())))
+        assert (torch.linalg.norm((q[0] @ (q[0].T @ a) - a).double()) / torch.linalg.norm(a.double())).item() <= 1e-5
+    assert 19 <= int(orthonormalize_(rank10.clone().unsqueeze(0)).sum()) <= 22
+    assert orthonormalize_(dead_first.clone().unsqueeze(0))[0].nonzero().flatten().tolist() == [0, 1, 2, 3, 4]
+
+
+def test_orthonormalize_is_exactly_scale_free_and_pinned():
+    """A power of two changes no bit (the matrix is scaled by an exact power of two first, and no
+    epsilon is absolute); plain torch ops of fixed order give the same bytes on any x86 CPU under the
+    numeric profile, pinned here."""
+    base = torch.randn(3, 64, 16, generator=torch.Generator().manual_seed(14))
+    base[1, :, 4] = base[1, :, 2] * 0.5  # one exactly dependent column
+    ref = base.clone()
+    dead = orthonormalize_(ref)
+    for k in (-100, -30, 7, 40):
+        x = base * 2.0**k
+        assert torch.equal(orthonormalize_(x), dead) and torch.equal(x, ref)
+    zero = torch.zeros(1, 8, 3)
+    assert orthonormalize_(zero).all() and torch.equal(zero, torch.zeros(1, 8, 3))
+    assert hashlib.sha256(ref.numpy().tobytes()).hexdigest() == PINNED_ORTHONORMALIZE_SHA256
+
+
+def test_column_counters_record_dead_and_redrawn_columns_and_survive_resume():
+    shapes = {"w": (64, 48)}
+    config = PowerSGDConfig(rank=8, warmup_updates=0, min_compression_numel=0)
+    comp = PowerSGDCompressor(config, shapes)
+    gen = torch.Generator().manual_seed(15)
+    rank3 = torch.randn(64, 3, generator=gen) @ torch.randn(3, 48, generator=gen)
+    comp.reduce({"w": rank3}, identity)
+    first = comp.last_call["columns"]
+    assert first["p_dead"] >= 3 and first["q_dead"] == first["q_redrawn"] == 0  # P = M Q has rank 3 of 8
+    comp.reduce({"w": rank3}, identity)  # warm start: Q = M^T P kept the dead columns, which are re-drawn
+    assert comp.last_call["columns"]["q_redrawn"] == comp.last_call["columns"]["q_dead"] >= 3
+    stats = comp.stats()["columns"]
+    assert stats["calls_with_dead_p"] == 2 and stats["p_dead"] >= 6
+    meta = comp.state_meta()
+    assert meta["format"] == "kit.powersgd/2" and meta["columns"] == stats
+    with pytest.raises(ValueError, match=r"field 'columns' expected integer counters"):
+        PowerSGDCompressor(config, shapes).load_state(comp.state_tensors(), {**meta, "columns": {}})
+    with pytest.raises(ValueError, match=r"field 'format' expected 'kit.powersgd/2', got 'kit.powersgd/1'"):
+        PowerSGDCompressor(config, shapes).load_state(comp.state_tensors(), {**meta, "format": "kit.powersgd/1"})

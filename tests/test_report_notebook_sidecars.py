@@ -64,6 +64,10 @@ def test_arm_sidecars_leave_out_what_the_arm_did_not_produce_and_flatten_traffic
     assert out["loss_curves"] == [{"step": 1, "objective": 2.5, "grad_norm": 1.0, "clip_factor": 1.0,
                                    "seconds": 0.1, "gradient_bytes": 64}]
     assert out["traffic_per_rank"] == [{"rank": 0, "sent_bytes_total": 64}]
+    assert "powersgd_columns" not in out
+    columns = {"p_dead": 5, "q_dead": 2, "q_redrawn": 2, "calls_with_dead_p": 1}
+    ran["traffic"]["powersgd_per_rank"] = [{"calls": 3, "columns": columns}]
+    assert arm_sidecars(ran)["powersgd_columns"] == [{"rank": 0, **columns}]
 
 
 def test_curves_figure_draws_curves_and_refuses_a_table():

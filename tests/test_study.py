@@ -116,6 +116,8 @@ def test_powersgd_bytes_after_warmup_are_20x_below_dense(study):
     assert logical["compression_ratio_with_warmup_and_overhead"] < logical["compression_ratio_after_warmup"]
     stats = p["traffic"]["powersgd_per_rank"][0]
     assert stats["compressed_bytes_after_warmup"] == logical["gradient_bytes_per_update_after_warmup"] * 3
+    assert set(stats["columns"]) == {"p_dead", "q_dead", "q_redrawn", "calls_with_dead_p"}  # issue 49's counters
+    assert stats["columns"]["q_redrawn"] == stats["columns"]["q_dead"]
     assert p["cost"]["cross_zone_bytes"] == sum(r["sent_bytes_total"] for r in p["traffic"]["logical_per_rank"])
 
 

@@ -12,8 +12,9 @@ ARM_FIELDS = ("arm", "workers", "reduction", "status", "reason", "attempts")
 
 def arm_sidecars(record: dict) -> dict:
     """What an arm's record holds, as sidecars: "projection", "loss_curves" (per update: objective,
-    gradient norm, clip factor, seconds, gradient bytes), "measurement", "cost" and "traffic_per_rank"
-    (the scalar fields of each rank's logical traffic); a part the arm did not produce is left out."""
+    gradient norm, clip factor, seconds, gradient bytes), "measurement", "cost", "traffic_per_rank"
+    (the scalar fields of each rank's logical traffic) and, for PowerSGD, "powersgd_columns" (each rank's
+    dead and re-drawn column counters); a part the arm did not produce is left out."""
     out = {}
     if record["projection"]:
         out["projection"] = record["projection"]
@@ -28,6 +29,9 @@ def arm_sidecars(record: dict) -> dict:
     if logical:
         out["traffic_per_rank"] = [{"rank": rank, **{k: v for k, v in t.items() if not isinstance(v, (list, dict))}}
                                    for rank, t in enumerate(logical)]
+    compressors = (record["traffic"] or {}).get("powersgd_per_rank")
+    if compressors and all("columns" in c for c in compressors):  # absent before issue 49
+        out["powersgd_columns"] = [{"rank": rank, **c["columns"]} for rank, c in enumerate(compressors)]
     return out
 
 

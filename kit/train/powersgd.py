@@ -21,15 +21,13 @@ from kit.digest import sha256_json
 
 AllreduceMean = Callable[[list[torch.Tensor]], None]
 
-STATE_FORMAT = "kit.powersgd/1"
+# /2: Householder orthonormalisation with relative dead columns (issue #49); a /1 state continued here
+# would not be what the Gram-Schmidt code that wrote it goes on to compute, so it is refused.
+STATE_FORMAT = "kit.powersgd/2"
 FP32_BYTES = 4
-# After orthogonalisation a healthy column has norm ~1; one below this had a norm under epsilon
-# before normalising (e.g. a zero gradient last call) and would stay dead under warm start.
-DEAD_COLUMN_NORM = 0.5
 # Fields that change what is computed; a resumed run must match them exactly.
 _RESULT_FIELDS = (
     "rank", "warmup_updates", "min_compression_numel", "min_compression_rate", "warm_start", "seed",
-    "orthogonalization_epsilon",
 )
 
 
@@ -43,6 +41,8 @@ class PowerSGDConfig:
     min_compression_rate: float = 1.0
     warm_start: bool = True
     seed: int = 0
+    # Read and validated because contracts and older records carry it; since kit.powersgd/2 nothing
+    # uses it: dead columns are decided relative to each matrix's norm (orthonormalize_).
     orthogonalization_epsilon: float = 1e-8
     error_feedback_device: str = "cpu"
     pin_memory: bool | None = None  # None: pinned when CUDA is available and the device is the CPU
@@ -93,38 +93,103 @@ def draw_q(seed: int, name: str, tag: str, m: int, r: int) -> torch.Tensor:
     return torch.randn(m, r, generator=gen, dtype=torch.float32)
 
 
-def orthogonalize_(matrices: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Gram-Schmidt on the columns of a batch (b, n, r), in place, FP32.
+# A column whose residual |R_kk| is at most this (float32's unit roundoff) times the matrix's Frobenius
+# norm is dead: below what float32 resolves in that matrix. Why not larger: a column just above it in
+# a rank-deficient P = M Q (rounding of the matmul, ~sqrt(m) ulps) still carries the correction of the
+# live columns' own rounding; kept as an orthonormal direction, as torch's QR keeps it, it costs
+# nothing, while dropping everything under 2^-20 took a rank-6 gradient's error from 2.5e-7 to 2.2e-6.
+DEAD_COLUMN_RELATIVE = 2.0**-24
 
-    Dividing by (norm + epsilon), as torch's hook does, keeps a zero column zero, so zero
-    gradients give zeros, not NaN. Unlike torch's single pass, each column is projected off the
-    previous ones twice ("twice is enough"): when P is rank-deficient (a gradient of rank below r,
-    e.g. few tokens or a zero column), one pass leaves rounding noise with a large component along
-    the earlier columns, and normalising that noise would send the same direction twice.
+
+def _power_of_two_scale(matrices: torch.Tensor) -> torch.Tensor:
+    """Per matrix, the power of two 2^-e that brings its largest |entry| into [0.5, 1), shape (b, 1, 1).
+
+    Built from the exponent bits, not pow(): multiplying by it is exact (no rounding, no libm), so the
+    orthonormalisation sees the same numbers for a gradient and for that gradient times any power of two.
     """
-    assert matrices.dim() == 3 and matrices.dtype == torch.float32
-    for i in range(matrices.shape[2]):
-        col = matrices[:, :, i : i + 1]
-        if i > 0:
-            done = matrices[:, :, :i]
-            for _ in range(2):
-                col -= done @ (done.transpose(1, 2) @ col)
-        col /= torch.linalg.vector_norm(col, dim=1, keepdim=True) + epsilon
-    return matrices
+    amax = matrices.abs().amax(dim=(1, 2))
+    _, exponent = torch.frexp(amax)  # amax = mantissa * 2^exponent, mantissa in [0.5, 1); 0 -> 0
+    biased = (127 - exponent).clamp(1, 254).to(torch.int32)  # float32 bits of 2^-exponent
+    return (biased << 23).view(torch.float32).view(-1, 1, 1)
 
 
-def _orthogonalize_all_(mats: Sequence[torch.Tensor], epsilon: float) -> None:
-    """Orthogonalise 2-D matrices in place, batching those of equal shape (fewer kernel launches)."""
-    by_shape: dict[tuple, list[torch.Tensor]] = defaultdict(list)
-    for mat in mats:
-        by_shape[tuple(mat.shape)].append(mat)
+def _reflect_(block: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> None:
+    """block <- (I - beta v v^T) block for a batch: block (b, n, c), v (b, n), beta (b,).
+
+    Elementwise products and a sum over rows, not a matmul: ATen's reduction under the numeric profile
+    rounds the same on every x86 CPU, where a BLAS call's blocking depends on the CPU's code path.
+    """
+    w = (v.unsqueeze(2) * block).sum(dim=1, keepdim=True)  # (b, 1, c) = v^T block
+    block -= (beta.unsqueeze(1) * v).unsqueeze(2) * w
+
+
+def orthonormalize_(matrices: torch.Tensor) -> torch.Tensor:
+    """Orthonormalise the columns of a batch (b, n, r), n >= r, in place, FP32; return the dead mask (b, r).
+
+    Householder QR with deflation, in plain elementwise torch ops and sums of fixed order (no LAPACK
+    or BLAS, whose code paths round differently on different CPUs). Column k is reduced against the
+    reflectors of the live columns before it; when what is left has norm |R_kk| <= 2^-24 * ||A||_F,
+    the column is rounding noise of the earlier ones (a gradient of rank below r, or a condition
+    number past float32), so it is dead: it comes out as zero and takes no reflector, so the live
+    columns after it keep all of their own signal. Live columns come out orthonormal to rounding
+    whatever the rank or conditioning (Gram-Schmidt's do not: it normalises the noise of a dependent
+    column into a direction the earlier columns already hold). No absolute epsilon: the matrix is
+    first scaled by an exact power of two and the threshold is relative, so the result does not
+    depend on the gradient's magnitude. A zero matrix comes out zero with every column dead.
+    """
+    assert matrices.dim() == 3 and matrices.dtype == torch.float32 and matrices.shape[1] >= matrices.shape[2]
+    b, n, r = matrices.shape
+    a = matrices * _power_of_two_scale(matrices)
+    threshold = DEAD_COLUMN_RELATIVE * torch.linalg.vector_norm(a, dim=(1, 2))  # (b,)
+    rows = torch.arange(n, device=a.device)
+    pivot = torch.zeros(b, dtype=torch.long, device=a.device)  # per matrix: the next row to pivot on
+    dead = torch.zeros(b, r, dtype=torch.bool, device=a.device)
+    pivots, reflectors, betas = [], [], []
+    for k in range(r):
+        below = (rows.unsqueeze(0) >= pivot.unsqueeze(1)).to(a.dtype)  # (b, n): rows not yet pivoted
+        x = a[:, :, k] * below
+        sigma = torch.linalg.vector_norm(x, dim=1)
+        is_dead = sigma <= threshold
+        lead = x.gather(1, pivot.unsqueeze(1)).squeeze(1)
+        sign = torch.where(lead >= 0, 1.0, -1.0)
+        # v = x - alpha e_pivot with alpha = -sign * sigma (no cancellation); v.v = 2 sigma (sigma + |lead|)
+        v = x.scatter_add(1, pivot.unsqueeze(1), (sign * sigma).unsqueeze(1))
+        beta = torch.where(is_dead, 0.0, 1.0 / (sigma * (sigma + lead.abs())).clamp_min(torch.finfo(a.dtype).tiny))
+        if k + 1 < r:  # reflect the remaining columns: A <- A - beta v (v^T A)
+            _reflect_(a[:, :, k + 1 :], v, beta)
+        dead[:, k] = is_dead
+        pivots.append(pivot)
+        reflectors.append(v)
+        betas.append(beta)
+        pivot = pivot + (~is_dead).long()
+    # Q's live column k is H_0 ... H_k e_pivot(k); accumulate backwards, dead columns start (and stay)
+    # zero. H_k leaves the columns before k alone (e_pivot(j) with pivot(j) < pivot(k), where v_k is 0).
+    q = torch.zeros_like(a)
+    for k in range(r):
+        q[:, :, k].scatter_(1, pivots[k].unsqueeze(1), (~dead[:, k]).to(a.dtype).unsqueeze(1))
+    for k in reversed(range(r)):
+        _reflect_(q[:, :, k:], reflectors[k], betas[k])
+    matrices.copy_(q)
+    return dead
+
+
+def _orthonormalize_all_(mats: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Orthonormalise 2-D matrices in place, batching those of equal shape (fewer kernel launches);
+    returns each matrix's dead-column mask (r,)."""
+    by_shape: dict[tuple, list[int]] = defaultdict(list)
+    for i, mat in enumerate(mats):
+        by_shape[tuple(mat.shape)].append(i)
+    dead: list = [None] * len(mats)
     for group in by_shape.values():
         if len(group) == 1:
-            orthogonalize_(group[0].unsqueeze(0), epsilon)
+            dead[group[0]] = orthonormalize_(mats[group[0]].unsqueeze(0))[0]
             continue
-        stacked = orthogonalize_(torch.stack(group), epsilon)
-        for mat, done in zip(group, stacked):
-            mat.copy_(done)
+        stacked = torch.stack([mats[i] for i in group])
+        masks = orthonormalize_(stacked)
+        for j, i in enumerate(group):
+            mats[i].copy_(stacked[j])
+            dead[i] = masks[j]
+    return dead
 
 
 @dataclass(frozen=True)
@@ -168,6 +233,10 @@ class PowerSGDCompressor:
             "dense_equivalent_bytes_after_warmup": 0, "compressed_bytes_after_warmup": 0,
         }
         self.last_call: dict | None = None
+        # Orthonormalisation counters (docs/formats.md, "powersgd"): dead P columns (the all-reduced
+        # M Q was rank-deficient or ill-conditioned), dead Q columns, Q columns re-drawn.
+        self.columns = {"p_dead": 0, "q_dead": 0, "q_redrawn": 0, "calls_with_dead_p": 0}
+        self._last_columns: dict | None = None
 
     def _plan(self, name: str, shape: tuple[int, ...]) -> _Matrix | None:
         if any(d < 0 for d in shape):
@@ -194,6 +263,7 @@ class PowerSGDCompressor:
         dense_names = list(self.shapes) if warmup else self.dense_names
         calls += self._dense_mean_into(out, dense_names, grads, allreduce_mean)
         p_numel = q_numel = 0
+        self._last_columns = None
         if not warmup and self.matrices:
             p_numel, q_numel = self._compress_into(out, grads, allreduce_mean)
             calls += 2
@@ -204,6 +274,7 @@ class PowerSGDCompressor:
             "dense_equivalent_bytes": dense_bytes, "dense_sent_bytes": dense_sent,
             "p_bytes": p_numel * FP32_BYTES, "q_bytes": q_numel * FP32_BYTES,
             "compressed_bytes": dense_sent + (p_numel + q_numel) * FP32_BYTES,
+            "columns": self._last_columns,
         }
         self._account(record)
         self.step += 1
@@ -242,7 +313,6 @@ class PowerSGDCompressor:
     def _compress_into(self, out: dict, grads: dict, allreduce_mean: AllreduceMean) -> tuple[int, int]:
         mats = list(self.matrices.values())
         device = grads[mats[0].name].device
-        eps = self.config.orthogonalization_epsilon
         ms = []
         for mat in mats:
             # Copy even for FP32 grads: M becomes the new error buffer and must not alias the input.
@@ -250,7 +320,7 @@ class PowerSGDCompressor:
             if mat.name in self._errors:
                 m_ += self._errors[mat.name].to(device, non_blocking=self.pin_memory)
             ms.append(m_)
-        qs = self._prepared_qs(mats, device)
+        qs, q_dead, q_redrawn = self._prepared_qs(mats, device)
         p_flat = torch.empty(sum(mat.n * mat.r for mat in mats), dtype=torch.float32, device=device)
         q_flat = torch.empty(sum(mat.m * mat.r for mat in mats), dtype=torch.float32, device=device)
         ps, new_qs, p_off, q_off = [], [], 0, 0
@@ -261,7 +331,7 @@ class PowerSGDCompressor:
         for m_, q, p in zip(ms, qs, ps):
             torch.matmul(m_, q, out=p)
         allreduce_mean([p_flat])
-        _orthogonalize_all_(ps, eps)
+        p_dead = _orthonormalize_all_(ps)
         for m_, p, q in zip(ms, ps, new_qs):
             torch.matmul(m_.T, p, out=q)
         allreduce_mean([q_flat])
@@ -273,30 +343,40 @@ class PowerSGDCompressor:
             self._store_error(mat, m_)
             if self.config.warm_start:
                 self._q[mat.name] = q
+        # One host sync per compressed call; P's dead columns are the same on every rank (P is all-reduced).
+        self._count_columns(int(torch.stack([d.sum() for d in p_dead]).sum().item()), q_dead, q_redrawn)
         return p_off, q_off
 
-    def _prepared_qs(self, mats: list[_Matrix], device: torch.device) -> list[torch.Tensor]:
-        """Orthonormal Q per matrix: warm-started (dead columns re-drawn) or freshly drawn."""
-        seed, eps = self.config.seed, self.config.orthogonalization_epsilon
+    def _count_columns(self, p_dead: int, q_dead: int, q_redrawn: int) -> None:
+        c = self.columns
+        c["p_dead"] += p_dead
+        c["q_dead"] += q_dead
+        c["q_redrawn"] += q_redrawn
+        c["calls_with_dead_p"] += p_dead > 0
+        self._last_columns = {"p_dead": p_dead, "q_dead": q_dead, "q_redrawn": q_redrawn}
+
+    def _prepared_qs(self, mats: list[_Matrix], device: torch.device) -> tuple[list[torch.Tensor], int, int]:
+        """Orthonormal Q per matrix (warm-started with dead columns re-drawn, or freshly drawn), the
+        number of dead columns found and the number re-drawn."""
+        seed = self.config.seed
         tag = f"step{self.step}"
         if self.config.warm_start:
             qs = [self._q[mat.name].to(device, torch.float32, copy=True) for mat in mats]
         else:
             qs = [draw_q(seed, mat.name, tag, mat.m, mat.r).to(device) for mat in mats]
-        _orthogonalize_all_(qs, eps)
+        dead = _orthonormalize_all_(qs)
+        counts = torch.stack([d.sum() for d in dead]).tolist()  # Q is all-reduced: every rank agrees
         if not self.config.warm_start:
-            return qs
-        # A zero gradient leaves Q = M^T P = 0, and warm start would keep it zero forever (newly
-        # grown blocks start exactly so). Re-draw such columns; Q is identical on every rank after
-        # its all-reduce, so every rank takes the same branch and draws the same values.
-        norms = [torch.linalg.vector_norm(q, dim=0) for q in qs]
-        dead_any = torch.stack([(nrm < DEAD_COLUMN_NORM).any() for nrm in norms]).tolist()
-        for mat, q, nrm, dead in zip(mats, qs, norms, dead_any):
-            if dead:
-                cols = (nrm < DEAD_COLUMN_NORM).nonzero().flatten().cpu()
+            return qs, sum(counts), 0
+        # A zero or low-rank gradient leaves dead columns in Q = M^T P, and warm start would keep them
+        # dead (newly grown blocks start exactly so). Re-draw them from the seeded generator and
+        # orthonormalise again; every rank takes the same branch and draws the same values.
+        for mat, q, mask, count in zip(mats, qs, dead, counts):
+            if count:
+                cols = mask.nonzero().flatten().cpu()
                 q[:, cols.to(device)] = draw_q(seed, mat.name, tag, mat.m, mat.r)[:, cols].to(device)
-                orthogonalize_(q.unsqueeze(0), eps)
-        return qs
+                orthonormalize_(q.unsqueeze(0))
+        return qs, sum(counts), sum(counts)
 
     def _store_error(self, mat: _Matrix, error: torch.Tensor) -> None:
         buf = self._errors.get(mat.name)
@@ -329,6 +409,7 @@ class PowerSGDCompressor:
         t["compressed_names"] = len(self.matrices)
         t["dense_names"] = len(self.dense_names)
         t["last_call"] = dict(self.last_call) if self.last_call else None
+        t["columns"] = dict(self.columns)
         return t
 
     def set_q(self, name: str, q: torch.Tensor) -> None:
@@ -353,10 +434,10 @@ class PowerSGDCompressor:
         return dict(sorted(out.items()))
 
     def state_meta(self) -> dict:
-        """JSON-ready: format, step, config, compressed names and cumulative traffic."""
+        """JSON-ready: format, step, config, compressed names, cumulative traffic and column counters."""
         return {
             "format": STATE_FORMAT, "step": self.step, "config": self.config.to_dict(),
-            "compressed": sorted(self.matrices), "traffic": dict(self.traffic),
+            "compressed": sorted(self.matrices), "traffic": dict(self.traffic), "columns": dict(self.columns),
         }
 
     def load_state(self, tensors: Mapping[str, torch.Tensor], meta: Mapping) -> None:
@@ -379,6 +460,10 @@ class PowerSGDCompressor:
         if not isinstance(traffic, Mapping) or set(traffic) != set(self.traffic) or not all(
                 isinstance(v, int) and v >= 0 for v in traffic.values()):
             raise ValueError(f"{src}: field 'traffic' expected integer counters {sorted(self.traffic)}")
+        columns = meta.get("columns")
+        if not isinstance(columns, Mapping) or set(columns) != set(self.columns) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in columns.values()):
+            raise ValueError(f"{src}: field 'columns' expected integer counters {sorted(self.columns)}")
         has_errors = step > self.config.warmup_updates
         expected = {f"error/{n}": (m.n, m.m) for n, m in self.matrices.items()} if has_errors else {}
         if self.config.warm_start:
@@ -399,4 +484,5 @@ class PowerSGDCompressor:
                 self._q[name] = t.detach().to("cpu", copy=True)
         self.step = step
         self.traffic = dict(traffic)
+        self.columns = dict(columns)
         self.last_call = None
