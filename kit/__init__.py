@@ -34,7 +34,7 @@ API_NAMES = (  # grouped by what a notebook does: model, engine, refs, stores, s
     "select_adaptive", "adaptive_gates", "prepare_continued", "continued_gates",
     "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
     "study_screens",
-    "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots",
+    "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots", "results",
 )
 __all__ = ["NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics"] + list(API_NAMES)
 _API = frozenset(API_NAMES)

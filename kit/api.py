@@ -26,6 +26,7 @@ from kit.distributed.pipeline import EngineConfig
 from kit.engine.session import Session
 from kit.engine.worker import build_worker
 from kit.evidence.notebook import record_inputs, record_metric, record_roots
+from kit.evidence.results import results
 from kit.evidence.run_record import RunRecord
 from kit.evidence.runner import run_batch, run_notebook
 from kit.model.config import LlamaShape, load_config

@@ -10,7 +10,7 @@ from collections import defaultdict
 from support.models import REPO
 
 sys.path.insert(0, str(REPO / "tools"))
-from repo_size import TRACKED_BUDGET, tracked_sizes  # noqa: E402
+from repo_size import TRACKED_BUDGET, tracked_sizes
 
 DUPLICATE_BUDGET = 200_000  # bytes under runs/ held by a second (third...) copy of the same file
 

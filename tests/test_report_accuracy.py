@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kit.evidence.report.accuracy import accuracy_html, accuracy_models
+from kit.evidence.report.accuracy import accuracy_html
 from kit.evidence.report.index import index
+from kit.evidence.results import accuracy_models
 
 REPO = Path(__file__).resolve().parents[1]
 SELECTION = str(REPO / "runs" / "demo-*")

@@ -221,14 +221,15 @@ def test_a_record_that_contradicts_its_numbers_is_refused_naming_the_file_and_fi
         _render(runs, ADAPTIVE)
 
 
-def test_the_medium_report_has_a_pilots_section_after_the_scope_reading_the_study_pilot_too(tmp_path):
+def test_the_medium_report_has_a_collapsed_pilots_section_after_the_verdicts_reading_the_study_pilot_too(tmp_path):
     runs = _copy(tmp_path, ADAPTIVE, STUDY)
     shutil.copytree(REPO / "runs" / "demo-seed", runs / "demo-seed")
     nb = build_report_notebook(runs / "medium-*", "t", relative_to=tmp_path / "reports" / "medium")
     sources = [c.source for c in nb.cells]
     i = sources.index("## Pilots")
-    assert sources[i - 4] == "## What this evidence shows and does not show" and sources[i + 2] == "## Verdicts"
-    assert sources[i - 2] == "## Accuracy by family"  # every model's accuracy opens the report, after the scope
+    # the verdicts and the accuracy open the report; the pilots come after them, in a collapsed section of their own
+    assert sources.index("## Verdicts") < sources.index("## Accuracy by family") < i
+    assert nb.cells[i].id == "kit-details-pilots" and sources[i + 2] == "## Runs"
     assert sources[i + 1] == "show_pilots('../../runs/medium-*', also=['../../runs/study-pilot-*'])"
     found = pilots.pilot_records(runs / "medium-*", pilots.beside(runs / "medium-*"))
     assert [(p["run_id"], p["kind"], p["linked"]) for p in found] == [(STUDY, "study", False),

@@ -55,7 +55,7 @@ def test_the_original_sentences_state_the_recorded_numbers(original):
     assert len(counts) == len(set(counts)) == 3
 
 
-@pytest.mark.parametrize("alteration", ["dev accuracy", "seed answers", "migration", "gate", "speed"])
+@pytest.mark.parametrize("alteration", ["dev accuracy", "seed answers", "migration", "gate", "speed", "caveat"])
 def test_each_sentence_changes_with_the_evidence_behind_it(alteration, original, tmp_path):
     runs = _copy_demo(tmp_path)
     if alteration == "dev accuracy":
@@ -79,6 +79,10 @@ def test_each_sentence_changes_with_the_evidence_behind_it(alteration, original,
         (count,) = [x for x in original if x.startswith("Of the ") and "adaptive-shards.tiny.json" in x]
         passed, failed = (int(w) for w in re.search(r"(\d+) pass and (\d+) fail", count).groups())
         expect = f"contracts/adaptive-shards.tiny.json, {passed + 1} pass and {failed - 1} fail"
+    elif alteration == "caveat":  # the scope caveat names the families the contract's runs scored
+        _edit(runs / "demo-study-evaluate/metrics/accuracy_by_family.json",
+              lambda o: [x.update(family="ordering") for x in o if x["family"] == "sorting"])
+        expect = "task families arithmetic, filtering, lookup, ordering only: they do not establish general assistant"
     else:
         _edit(runs / "demo-study-evaluate/metrics/screen_speed.json", lambda o: o.update(ratio=0.5))
         expect = "The speed ratio (0.5000, demo-study-evaluate)"

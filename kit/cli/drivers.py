@@ -189,6 +189,34 @@ def register_report(sub) -> None:
 
 
 
+# --- kit results -----------------------------------------------------------------------------
+def cmd_results(a) -> int:
+    from kit.evidence.results import write_results
+    from kit.evidence.run_index import split_selection
+
+    folder, _ = split_selection(a.runs_dir)
+    if not folder.is_dir():
+        print(f"kit results: {folder}: runs directory not found", file=sys.stderr)
+        return 2
+    if Path(a.out).suffix not in (".csv", ".parquet"):
+        print(f"kit results: --out {a.out}: expected a file name ending in .csv or .parquet", file=sys.stderr)
+        return 2
+    try:
+        print(write_results(a.runs_dir, a.out))
+    except ImportError as e:  # Parquet needs pyarrow or fastparquet, which the kit does not require
+        print(f"kit results: {a.out}: Parquet needs pyarrow or fastparquet, neither is installed ({type(e).__name__}); "
+              "write a .csv instead", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register_results(sub) -> None:
+    s = sub.add_parser("results", help="write every recorded task accuracy as one tidy table (kit.results)")
+    s.add_argument("runs_dir", metavar="RUNS", help="the runs folder (or a selection DIR/GLOB quoted, e.g. 'runs/medium-*')")
+    s.add_argument("--out", required=True, metavar="FILE", help="FILE.csv or FILE.parquet")
+    s.set_defaults(fn=cmd_results)
+
+
 # --- kit adaptive ... ------------------------------------------------------------------------
 def register_adaptive(sub) -> None:
     from kit.adaptive import cli as adaptive_cli
@@ -241,5 +269,5 @@ def register_archive_evidence(sub) -> None:
     s.set_defaults(fn=cmd_archive_evidence)
 
 
-DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_report, register_adaptive,
-                   register_study, register_archive_evidence]
+DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_report, register_results,
+                   register_adaptive, register_study, register_archive_evidence]

@@ -1,7 +1,9 @@
 """`kit report`: the evidence of a runs directory as one offline HTML page. One module per part:
-page (build, execute, export), runs (the run table), scope, pilots (the pilot records: candidates,
-chosen, positive control), verdict_rows and verdicts (with analysis and cost), sections (each run's
-header), sidecars (one dispatch from a sidecar to its view), figures and format (the one way of
+page (build, execute, export, collapse), readings (the verdicts screen: estimates, intervals, readings, power),
+accuracy (from kit.results), seed_knew (the seed's build record), noise (power and training noise), history
+(every seed's verdicts), runs (the run table), scope, pilots (the pilot records: candidates, chosen, positive
+control), verdict_rows and verdicts (with analysis and cost), sections (each run's header), sidecars (one
+dispatch from a sidecar to its view), evaluation_files (the per-item files), figures and format (the one way of
 writing values). The index module is the runs directory they all read.
 """
 

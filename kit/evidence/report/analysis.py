@@ -24,10 +24,11 @@ def sign_test_p(gained: int, lost: int) -> float:
     return min(1.0, 2 * sum(comb(d, i) for i in range(k + 1)) / 2 ** d)
 
 
-def bound_text(estimate: float, bound: float, threshold: float, n: int, upper: bool) -> str:
+def bound_text(estimate: float, bound: float, threshold: float, n: int, upper: bool, multiplier: float = 1.645) -> str:
     """A bound that failed its threshold: whether the estimate itself passes and, if it does, the number
     of examples at which a bound of the same relative width would clear it (half-width taken to shrink as
-    1/sqrt(n), the behaviour of a bound on a mean)."""
+    1/sqrt(n), the behaviour of a bound on a mean); if it does not, whether the two-sided 95% interval
+    (standard error recovered from the one-sided bound and its multiplier) still holds passing values."""
     half = abs(bound - estimate)
     margin = (threshold - estimate) if upper else (estimate - threshold)
     if margin > 0:
@@ -35,8 +36,13 @@ def bound_text(estimate: float, bound: float, threshold: float, n: int, upper: b
         return (f"the estimate passes; the bound's half-width {fmt(half)} exceeds the margin {fmt(margin)}. "
                 f"A bound of this relative width clears the threshold at about {need:,.0f} examples "
                 f"({need / n:.1f}\u00d7 the {n:,} scored).")
-    return (f"the estimate itself ({fmt(estimate)}) is on the failing side of {fmt(threshold)}: a larger sample "
-            "narrows the bound around a failing estimate, so no sample size resolves it for this model.")
+    se = half / multiplier
+    lo, hi = estimate - 1.959963984540054 * se, estimate + 1.959963984540054 * se
+    if lo < threshold < hi:
+        return (f"inconclusive: the estimate ({fmt(estimate)}) is on the failing side of {fmt(threshold)}, but its "
+                f"two-sided 95% interval [{fmt(lo)}, {fmt(hi)}] includes passing values; no detectable change.")
+    return (f"the estimate ({fmt(estimate)}) and its whole two-sided 95% interval [{fmt(lo)}, {fmt(hi)}] are on the "
+            f"failing side of {fmt(threshold)}.")
 
 
 def gate_analysis_rows(runs_dir) -> list[dict]:
@@ -73,7 +79,7 @@ def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
     if None in (est, upper, t, n):
         return []
     return [{**base, "estimate": est, "bound": upper, "threshold": row["threshold"],
-             "analysis": bound_text(est, upper, t, n, upper=True)}]
+             "analysis": bound_text(est, upper, t, n, upper=True, multiplier=b.get("normal_multiplier") or 1.645)}]
 
 
 def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:

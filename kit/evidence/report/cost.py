@@ -136,9 +136,13 @@ def _models_dir(runs_dir) -> Path | None:
     """The scored models beside the screens.json that a selected evaluation run recorded reading (by
     sha256): an evidence folder may also keep an earlier campaign's study, whose arms are other models."""
     recorded = {(r.get("input_digests") or {}).get("screens.json") for r in index(runs_dir)["runs"]} - {None}
+    # newer evaluation records also pin each model file (input "evaluation/models/NAME.json")
+    pinned = {k.rpartition("/")[2]: v for r in index(runs_dir)["runs"] for k, v in (r.get("input_digests") or {}).items()
+              if k.startswith("evaluation/models/")}
     for s in screens_records(runs_dir):
         d = s["_path"].parent / "evaluation" / "models"
-        if d.is_dir() and sha256_file(s["_path"]) in recorded:
+        if d.is_dir() and sha256_file(s["_path"]) in recorded and \
+                all((d / name).is_file() and sha256_file(d / name) == digest for name, digest in pinned.items()):
             return d
     return None
 

@@ -107,8 +107,12 @@ def bootstrap_figure(bounds: dict, gates: dict | None, dist: dict | None, title:
     return png_bytes(fig), f"{title}: distribution of the paired per-token NLL change. " + "; ".join(desc)
 
 
-def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None) -> tuple[bytes, str] | None:
-    """New-data cross entropy and replay KL, then the other per-update fields; the run's own updates shaded."""
+def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None,
+                    overlay: tuple[str, list[dict]] | None = None) -> tuple[bytes, str] | None:
+    """New-data cross entropy and replay KL, then the other per-update fields; the run's own updates shaded.
+    Per-update seconds are drawn on a log axis, labelled: the first update's one-time compile and set-up
+    costs (tens of seconds against fractions of one) would flatten a linear panel. `overlay`: (name, curve) of another run drawn over this one
+    in every panel (a migrated run's uninterrupted control)."""
     from matplotlib.figure import Figure
 
     x_key = "update" if all(is_number(r.get("update")) for r in curve) else "step"
@@ -122,8 +126,12 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None) 
     rows = -(-len(panels) // cols)
     fig = Figure(figsize=(4.4 * cols, 3.0 * rows), dpi=90, layout="constrained")
     labels = {"ce_per_token": "new data: cross entropy / token", "kl_per_token": "replay: KL to reference / token"}
+    log_seconds = "seconds" in names and all(r["seconds"] > 0 for r in curve)
     for i, (ptitle, keys) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
+        if keys == ["seconds"] and log_seconds:
+            ptitle = "seconds per update (log scale)"
+            ax.set_yscale("log")
         for k in keys:
             ys = [r[k] for r in curve]
             if own:
@@ -134,8 +142,13 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None) 
                     ax.plot(*zip(*theirs), linestyle="--", color=line.get_color(), alpha=0.5)
             else:
                 ax.plot(xs, ys, marker="." if len(xs) <= 64 else None, linewidth=1.2, label=labels.get(k, k))
+            if overlay and all(is_number(r.get(k)) and is_number(r.get(x_key)) for r in overlay[1]):
+                pts = [(r[x_key], r[k]) for r in overlay[1]]
+                ax.plot(*zip(*pts), color="black", linestyle=":", linewidth=1.0, label=f"control: {overlay[0]}" if k == keys[0] else "_nolegend_")
         if own:
             ax.axvspan(own[0] - 0.5, own[1] + 0.5, color="tab:green", alpha=0.08)
+        if overlay and i == 0:
+            ax.legend(fontsize=7)
         ax.set_xlabel(x_key)
         ax.set_title(ptitle, fontsize=10)
         if len(keys) > 1:
@@ -147,7 +160,9 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None) 
         desc.append(f"{labels.get(k, k)} from {fmt(curve[0][k])} to {fmt(curve[-1][k])}")
     ownt = (f"; updates {own[0]}\u2013{own[1]} are this run's own (shaded), earlier ones its parent's (dashed)"
             if own else "")
-    alt = (f"{title}: learning curves over {x_key}s {fmt(xs[0])}\u2013{fmt(xs[-1])}: " + "; ".join(desc) + ownt)
+    alt = (f"{title}: learning curves over {x_key}s {fmt(xs[0])}\u2013{fmt(xs[-1])}: " + "; ".join(desc) + ownt
+           + ("; seconds per update on a log axis" if log_seconds else "")
+           + (f"; the control {overlay[0]} drawn dotted over it" if overlay else ""))
     return png_bytes(fig), alt
 
 

@@ -10,6 +10,7 @@ names an external script, stylesheet, image or frame.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from pathlib import Path
@@ -44,8 +45,18 @@ td.status-unrecorded { background: #f4d8f4; } td.status-superseded, td.status-ke
 #kit-runs td[class*="status-"], #kit-failures td[class*="status-"], table.kit-pilot td[class*="status-"], td.verdict { white-space: nowrap; font-weight: bold; overflow-wrap: normal; }
 p.kit-scope { max-width: 1100px; } p.kit-note { font-style: italic; max-width: 1100px; }
 img.kit-figure { max-width: 100%; height: auto; }
+details.kit-details > summary { font-size: 1.3em; font-weight: bold; cursor: pointer; margin: 12px 0; }
+@media (max-width: 700px) { .jp-RenderedHTMLCommon table.kit-table td { max-width: 60vw; overflow-wrap: break-word; } }
 .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
 </style>"""
+DETAILS_PREFIX = "kit-details-"
+# Opening a collapsed section when a link points into it (run links, roots): inline, no network.
+OPEN_JS = """<script>
+function kitOpen() { const t = location.hash && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  for (let e = t; e; e = e.parentElement) if (e.tagName === 'DETAILS') e.open = true;
+  if (t) t.scrollIntoView(); }
+window.addEventListener('hashchange', kitOpen); window.addEventListener('load', kitOpen);
+</script>"""
 EXTERNAL_RE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//[^\s\"'>]*[\"']?",
                          re.IGNORECASE)
 
@@ -62,11 +73,13 @@ def _code_cell(source: str):
 def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
-    Order: what the evidence shows and does not show (show_scope: the scale caveat comes before any verdict),
-    every model's accuracy by family (accuracy.show_accuracy), the pilots when the selection (or a selection beside it, pilots.PILOTS_BESIDE) holds pilot records
-    (pilots.show_pilots), the verdict tables (verdicts.show_verdicts), the run table, the runs that did not
-    complete, then one section per run
-    (benchmark records included): its header with lineage, then its sidecars."""
+    Order: the verdicts screen (readings.show_summary: every verdict with its estimate, bound, threshold, passing
+    side and reading, then the readings the table alone would hide), accuracy by family (accuracy.show_accuracy,
+    drawn from kit.results), what the seed knew (seed_knew.show_seed), noise and power (noise.show_noise) and
+    every seed's verdicts (history.show_history). Then, each collapsed in a <details> (export_html): the scope and
+    the verdict tables in full with speed, costs and traffic; the pilots when the selection (or one beside it,
+    pilots.PILOTS_BESIDE) holds pilot records; the run table and the runs that did not complete; one section per
+    run (benchmark records included): its header with lineage, then its sidecars."""
     import nbformat
 
     from kit.evidence.report.pilots import beside, pilot_records
@@ -83,35 +96,63 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     nb.metadata["title"] = title
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     imports = ("from kit.evidence.report.accuracy import show_accuracy\n"
+               "from kit.evidence.report.history import show_history\n"
+               "from kit.evidence.report.noise import show_noise\n"
                "from kit.evidence.report.runs import show_failures, show_runs\n"
                "from kit.evidence.report.pilots import show_pilots\n"
+               "from kit.evidence.report.readings import show_summary\n"
                "from kit.evidence.report.scope import show_scope\nfrom kit.evidence.report.sections import show_run\n"
+               "from kit.evidence.report.seed_knew import show_seed\n"
                "from kit.evidence.report.sidecars import show_metric\n"
                "from kit.evidence.report.verdicts import show_verdicts\n")
+    sel = where(runs_dir)
     nb.cells.append(nbformat.v4.new_markdown_cell(
-        f"# {title}\n\nThe evidence in `{shown}`: its scale and verdicts first, then every run in order of start. "
-        "Runs are named by their run id; checkpoint roots show their first 12 hex digits (hover for the full root). "
-        "Numbers: integers in full, others to 4 significant digits; times in UTC."))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## What this evidence shows and does not show"))
-    nb.cells.append(_code_cell(imports + f"show_scope({where(runs_dir)!r})"))
+        f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then accuracy, what the seed knew, noise and power, "
+        "and every seed's verdicts; pilots, verdict tables in full, runs, costs and traffic are collapsed below. "
+        "Roots show 12 hex digits (hover for the full root); numbers to 4 significant digits; times in UTC."))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
+    nb.cells.append(_code_cell(imports + f"show_summary({sel!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Accuracy by family"))
-    nb.cells.append(_code_cell(f"show_accuracy({where(runs_dir)!r})"))
+    nb.cells.append(_code_cell(f"show_accuracy({sel!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## What the seed knew"))
+    nb.cells.append(_code_cell(f"show_seed({sel!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Noise and power"))
+    nb.cells.append(_code_cell(f"show_noise({sel!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## History"))
+    nb.cells.append(_code_cell(f"show_history({sel!r})"))
+    details: dict[str, str] = {}
+
+    def collapsed(key: str, summary: str, heading: str):  # a <details> from this cell up to the next one (export_html)
+        details[key] = summary
+        cell = nbformat.v4.new_markdown_cell(f"## {heading}")
+        cell.id = DETAILS_PREFIX + key
+        nb.cells.append(cell)
+
+    collapsed("scope", "Scope, the trial's questions, verdict tables in full, costs and traffic",
+              "What this evidence shows and does not show")
+    nb.cells.append(_code_cell(f"show_scope({sel!r})"))
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdict tables, speed, costs and traffic"))
+    nb.cells.append(_code_cell(f"show_verdicts({sel!r})"))
     also = beside(runs_dir)
     if pilot_records(runs_dir, also):  # only a selection with pilot records has the section
-        nb.cells.append(nbformat.v4.new_markdown_cell("## Pilots"))
-        nb.cells.append(_code_cell(f"show_pilots({where(runs_dir)!r}, also={[where(a) for a in also]!r})"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
-    nb.cells.append(_code_cell(f"show_verdicts({where(runs_dir)!r})"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## Runs"))
-    nb.cells.append(_code_cell(f"show_runs({where(runs_dir)!r})"))
+        collapsed("pilots", "Pilots", "Pilots")
+        nb.cells.append(_code_cell(f"show_pilots({sel!r}, also={[where(a) for a in also]!r})"))
+    collapsed("runs", "Runs, and the runs that did not complete", "Runs")
+    nb.cells.append(_code_cell(f"show_runs({sel!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs that did not complete"))
-    nb.cells.append(_code_cell(f"show_failures({where(runs_dir)!r})"))
-    for row in load_runs(runs_dir):
-        nb.cells.append(nbformat.v4.new_markdown_cell(f"## {row['run_id']} ({row['status']})"))
-        nb.cells.append(_code_cell(f"show_run({where(runs_dir)!r}, {row['run_id']!r})"))
+    nb.cells.append(_code_cell(f"show_failures({sel!r})"))
+    rows = load_runs(runs_dir)
+    for i, row in enumerate(rows):
+        cell = nbformat.v4.new_markdown_cell(f"## {row['run_id']} ({row['status']})")
+        if i == 0:
+            cell.id = DETAILS_PREFIX + "records"
+            details["records"] = f"Every run's record and sidecars ({len(rows)} runs)"
+        nb.cells.append(cell)
+        nb.cells.append(_code_cell(f"show_run({sel!r}, {row['run_id']!r})"))
         for name in sorted(row["metrics"]):
             nb.cells.append(nbformat.v4.new_markdown_cell(f"### {name}"))
             nb.cells.append(_code_cell(f"show_metric({where(row['dir'].resolve())!r}, {name!r})"))
+    nb.metadata["kit_details"] = details
     return nb
 
 
@@ -130,7 +171,30 @@ def export_html(nb, title: str) -> str:
                             exclude_input_prompt=True, exclude_output_prompt=True)
     exporter.register_preprocessor(TagRemovePreprocessor(remove_input_tags=(REMOVE_INPUT_TAG,)), enabled=True)
     page, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
-    return page
+    return collapse(page, nb.metadata.get("kit_details") or {})
+
+
+def collapse(page: str, details: dict[str, str]) -> str:
+    """Each cell whose id is DETAILS_PREFIX + key opens a <details> (summary: details[key]) that runs up to the
+    next such cell or the end of the notebook; cells are siblings in the lab template's <main>, so the
+    wrapping keeps the page well formed."""
+    starts = []
+    for key, summary in details.items():
+        m = re.search(r'<div class="jp-Cell[^"]*"[^>]*id="cell-id=' + re.escape(DETAILS_PREFIX + key) + '"', page)
+        if m is None:
+            raise ValueError(f"report page: no cell {DETAILS_PREFIX + key} to collapse")
+        starts.append((m.start(), summary))
+    end = page.rindex("</main>")
+    out, last = [], 0
+    starts.sort()
+    for n, (pos, summary) in enumerate(starts):
+        out.append(page[last:pos])
+        if n:
+            out.append("</details>")
+        out.append(f'<details class="kit-details"><summary>{html.escape(summary)}</summary>')
+        last = pos
+    out.append(page[last:end] + ("</details>" if starts else "") + OPEN_JS + page[end:])
+    return "".join(out)
 
 
 def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, title: str | None = None,
@@ -165,4 +229,7 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
                          f"e.g. {external[0]!r}; it must read offline")
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
+    from kit.evidence.results import write_results
+
+    write_results(runs_dir, out_dir / "results.csv")  # the page's accuracy tables, as data (kit.results)
     return index

@@ -10,14 +10,15 @@ import html
 from kit.evidence.report.format import fmt, is_number, short
 from kit.evidence.report.index import index, is_cpu, metric, run_contract
 from kit.evidence.report.verdict_rows import verdict_rows
+from kit.evidence.results import split_of
 
 SCALE_TEXT = {
     "tiny": ("tiny scale: the kit's tiny seed, a few updates on CPU cores. This shows that the whole "
              "pipeline runs and that every record, checkpoint root, gate and screen is computed from committed "
              "inputs; it does not measure learning quality: a gate or screen that fails (or passes) at this "
              "scale says nothing about the method at full scale."),
-    "medium": ("medium scale: the frozen trial's structure and exact counts on the kit's small seed (about "
-               "126M parameters, pretrained on one H200), with the free choices fixed by a committed pilot on "
+    "medium": ("medium scale: the frozen trial's structure and exact counts on the kit's small seed (its size and "
+               "training data: \"What the seed knew\"), with the free choices fixed by a committed pilot on "
                "development roles. Verdicts speak about the method at that model size, not the trial's 1.7B result."),
     "full": ("full scale: the frozen contract. The verdicts below are the trial's result, on public task "
              "families only; they do not establish general assistant capability."),
@@ -66,8 +67,16 @@ def scope_paragraphs(runs_dir) -> list[str]:
         mine = [v for v in rows[exp] if row_contract_digest(v, idx) == digest]
         passed = sum(1 for v in mine if v["verdict"] == "pass")
         failed = sum(1 for v in mine if v["verdict"] == "fail")
-        text.append(html.escape(f"Of the {len(mine)} verdict row(s) of {name}, {passed} pass and {failed} fail "
+        other = {}
+        for v in mine:
+            if v["verdict"] not in ("pass", "fail"):
+                other[str(v["verdict"])] = other.get(str(v["verdict"]), 0) + 1
+        rest = "".join(f", {k} {o}" for o, k in other.items())
+        text.append(html.escape(f"Of the {len(mine)} verdict row(s) of {name}, {passed} pass and {failed} fail{rest} "
                                 f"(from {_runs_text(v['source'].split('/')[0] for v in mine) or 'no run'})."))
+        caveat = caveat_sentence(idx, digest, c)
+        if caveat:
+            text.append(html.escape(caveat))
         if not is_study and not migration_said:
             sentence = migration_sentence(rows["adaptive"], idx)
             if sentence:
@@ -92,12 +101,6 @@ def scope_paragraphs(runs_dir) -> list[str]:
                     "and cost are reported per arm, separately from the screen."))
         out.append(" ".join(text))
     return out
-
-
-def split_of(r: dict) -> str:
-    """Which split an evaluation run scored: its SPLIT parameter (adaptive dev/final), else the study's
-    evaluation (the screens' held-out items)."""
-    return str((r.get("parameters") or {}).get("SPLIT") or "study evaluation")
 
 
 def accuracy_points(idx: dict, digest: str | None) -> list[dict]:
@@ -126,6 +129,16 @@ def accuracy_points(idx: dict, digest: str | None) -> list[dict]:
                      "accuracy": x["accuracy"], "correct": x.get("correct"), "n": x.get("n")}
                     for x in acc if isinstance(x, dict) and is_number(x.get("accuracy"))]
     return out
+
+
+def caveat_sentence(idx: dict, digest: str | None, contract: dict | None) -> str | None:
+    """The scope caveat the trial's seed document requires, naming the contract's task families (as scored)."""
+    families = sorted({p["family"] for p in accuracy_points(idx, digest)} - {"all"})
+    if not families:
+        return None
+    doc = (contract or {}).get("seed_document")
+    return (f"Its verdicts are on the public generated task families {', '.join(families)} only: they do not "
+            "establish general assistant capability" + (f" (the caveat {doc} requires)." if doc else "."))
 
 
 def accuracy_sentence(idx: dict, digest: str | None) -> str | None:

@@ -77,12 +77,28 @@ def curves_figure(obj: Any, title: str) -> bytes:
     return curves_png(*view, title)
 
 
+def _control_curve(row: dict, idx: dict, lin: dict | None) -> tuple[str, list] | None:
+    """A migrated run's uninterrupted control: the other run of its cohort resumed from the same root with the
+    parent's worker count; (run id, its loss curves) to draw over the migrated run's."""
+    if not lin or "migrated" not in lin["kind"]:
+        return None
+    p = row.get("parameters") or {}
+    for other in idx["runs"]:
+        q = other.get("parameters") or {}
+        if other is not row and q.get("RESUME") == p.get("RESUME") and q.get("COHORT") == p.get("COHORT") \
+                and q.get("WORKERS") != p.get("WORKERS") and not q.get("GROW"):
+            curve = metric(other, "loss_curves")
+            if isinstance(curve, list) and curve:
+                return other["run_id"], curve
+    return None
+
+
 def _named_view(row: dict, idx: dict, name: str, obj: Any, title: str) -> str | None:
     """The reviewer's view of a sidecar known by its name; None when the name (or its shape) has none."""
     rbr = idx["runs_by_root"]
     if name == "loss_curves" and isinstance(obj, list) and obj:
         lin = lineage(row, idx)
-        fig = learning_figure(obj, title, lin["own_updates"] if lin else None)
+        fig = learning_figure(obj, title, lin["own_updates"] if lin else None, overlay=_control_curve(row, idx, lin))
         if fig:
             return img_html(*fig)
     if name == "accuracy_by_family":

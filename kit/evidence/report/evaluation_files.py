@@ -1,0 +1,22 @@
+"""The per-item files behind the report's evaluations, read in one place: a final evaluation's item file as
+its run kept it (RUN/files/<name of the recorded path>), and the study's per-item model files beside the
+screens record of a campaign folder (cost._models_dir, through the run index's evidence folders)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kit.digest import load_json_strict, sha256_file
+from kit.evidence.report.index import metric
+
+
+def evaluation_items(row: dict) -> dict | None:
+    """The evaluation file a final evaluation run recorded (evaluation_file.json: path and sha256), from the
+    copy its run folder keeps; None when the run kept none or the copy's sha256 differs from the record."""
+    rec = metric(row, "evaluation_file")
+    if not isinstance(rec, dict) or not rec.get("path"):
+        return None
+    f = Path(row["dir"]) / "files" / Path(rec["path"]).name
+    if not f.is_file() or (rec.get("sha256") and sha256_file(f) != rec["sha256"]):
+        return None
+    return load_json_strict(f)

@@ -1,0 +1,250 @@
+"""The verdicts screen that opens the report, and what each verdict's numbers say: per verdict row, its estimate,
+its bound, its two-sided 95% interval (from the recorded normal multiplier and bound: se = (bound - estimate) /
+multiplier) and a one-line reading computed from them (pass, fail, or inconclusive where the two-sided interval
+straddles the threshold), with the smallest true effect that passes (or fails) with 80% probability at the n
+used. Reads only the sidecars the verdict rows read.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from math import comb
+
+from kit.evidence.report.analysis import sign_test_p
+from kit.evidence.report.format import fmt, is_number, run_link
+from kit.evidence.report.index import index, metric
+from kit.evidence.report.verdict_rows import direction_text, verdict_rows
+
+Z2 = 1.959963984540054  # two-sided 95%
+Z80 = 0.8416212335729143  # the one-sided normal quantile of 80% power
+
+
+def _se(estimate, bound, multiplier):
+    if not all(is_number(x) for x in (estimate, bound, multiplier)) or not multiplier:
+        return None
+    return abs(bound - estimate) / multiplier
+
+
+def numbers(row: dict, idx: dict) -> dict:
+    """{estimate, bound, se, lower, upper, n, side} of one verdict row, None where the record holds no such number.
+    side: "below" (passes when the bound is below the threshold), "above", "equal" or "count"."""
+    out = {"estimate": None, "bound": row.get("value"), "se": None, "n": None, "side": None, "mult": None}
+    run = idx["by_id"].get(row["runs"][0]) or {}
+    check = row["check"]
+    if row["experiment"] == "adaptive" and check in ("gain", "retention"):
+        b = (metric(run, "nll_change_bounds") or {}).get("tasks" if check == "gain" else "retention") or {}
+        out.update(estimate=b.get("change_nats_per_token"), n=b.get("n"), side="below", mult=b.get("normal_multiplier"),
+                   se=_se(b.get("change_nats_per_token"), b.get("normal_upper"), b.get("normal_multiplier")))
+    elif check == "generated":
+        g = (metric(run, "gates") or {}).get("generated") or {}
+        if is_number(g.get("gained")) and is_number(g.get("lost")):
+            out.update(estimate=g["gained"] - g["lost"], n=g["gained"] + g["lost"], side="count", bound=None)
+    elif check.startswith("learned state equal"):
+        out.update(estimate=row.get("value"), bound=None, side="equal")
+    elif row["experiment"] == "study":
+        changes = metric(run, "paired_task_change") or {}
+        mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
+        if check == "task_gain":
+            c = changes.get("powersgd vs seed") or {}
+            out.update(estimate=c.get("difference"), bound=None, n=c.get("n"), side="above", mult=0.0,
+                       se=_se(c.get("difference"), c.get("noninferiority_lower"), mult))
+        elif check.startswith("noninferior_to_"):
+            c = changes.get(f"powersgd vs {check[len('noninferior_to_'):]}") or {}
+            out.update(estimate=c.get("difference"), n=c.get("n"), side="above", mult=mult,
+                       se=_se(c.get("difference"), c.get("noninferiority_lower"), mult))
+        elif check == "retention":
+            r = (metric(run, "retention_change") or {}).get("powersgd") or {}
+            out.update(estimate=r.get("change_nats_per_token"), n=r.get("n"), side="below", mult=r.get("multiplier"),
+                       se=_se(r.get("change_nats_per_token"), r.get("upper"), r.get("multiplier")))
+    if is_number(out["estimate"]) and is_number(out["se"]):
+        out["lower"], out["upper"] = out["estimate"] - Z2 * out["se"], out["estimate"] + Z2 * out["se"]
+    else:
+        out["lower"] = out["upper"] = None
+    return out
+
+
+def tie_probability(d: int) -> float:
+    """P(gained == lost) among d discordant answers when each is equally likely either way."""
+    return comb(d, d // 2) / 2 ** d if d % 2 == 0 else 0.0
+
+
+def reading(row: dict, x: dict) -> str:
+    """One line computed from the row's numbers: pass, fail, or inconclusive (the two-sided interval straddles
+    the threshold)."""
+    v, t = row.get("verdict"), row.get("threshold_value")
+    if x["side"] == "count":
+        p = sign_test_p((x["estimate"] + x["n"]) // 2, (x["n"] - x["estimate"]) // 2)
+        within = "within" if p >= 0.05 else "beyond"
+        return f"{v}: net {x['estimate']:+d} of {x['n']} discordant answers, sign test p = {fmt(p)} ({within} chance)"
+    if row["check"] == "quality screen (all parts)":
+        return f"{v}: {'every part passes' if v == 'pass' else 'a part does not pass'}"
+    if x["side"] == "equal":
+        return f"{v}: max |parameter difference| {fmt(x['estimate'])}"
+    if x["lower"] is None or not is_number(t):
+        return f"{v}: {row.get('reason') or row.get('statistic') or ''}".rstrip(": ")
+    lo, hi = x["lower"], x["upper"]
+    interval = f"95% interval [{fmt(lo)}, {fmt(hi)}]"
+    if lo < t < hi:
+        return f"inconclusive ({v} by its rule): the two-sided {interval} straddles {fmt(t)}"
+    good = hi < t if x["side"] == "below" else lo > t
+    side = ("below" if good else "above") if x["side"] == "below" else ("above" if good else "below")
+    return f"{'pass' if good else 'fail'}: the two-sided {interval} lies {side} {fmt(t)}"
+
+
+def power(row: dict, x: dict, idx: dict) -> str:
+    """The minimum detectable effect of one verdict at its n (80% power), or the pass rate under no change."""
+    t, se = row.get("threshold_value"), x.get("se")
+    mult = x.get("mult")
+    if x["side"] == "count" and x["n"]:
+        return (f"{100 * (0.5 + tie_probability(x['n']) / 2):.0f}% chance to pass under no change at "
+                f"{x['n']} discordant answers (no sampling tolerance)")
+    if not (is_number(t) and is_number(se) and is_number(mult)) or se <= 0:
+        return ""
+    if x["side"] == "below":
+        if row["check"] == "retention":
+            return (f"fails with 80% probability when the true change is \u2265 {fmt(t - (mult - Z80) * se)} "
+                    f"nats/token (se {fmt(se)}, n {fmt(x['n'])})")
+        return (f"passes with 80% probability only if the true change is \u2264 {fmt(t - (mult + Z80) * se)} "
+                f"nats/token (se {fmt(se)}, n {fmt(x['n'])})")
+    if mult == 0:  # a point difference against its threshold (the study's task gain)
+        return f"passes with 80% probability when the true gain is \u2265 {fmt(t + Z80 * se)} (se {fmt(se)})"
+    p_equal = _phi(-t / se - mult)  # a bound of the difference above -margin, when the arms are equal
+    return (f"{100 * p_equal:.0f}% power if the arms are truly equal; passes with 80% probability when the true "
+            f"difference is \u2265 {fmt(t + (mult + Z80) * se)} (se {fmt(se)}, n {fmt(x['n'])})")
+
+
+def _phi(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+SUMMARY_COLUMNS = ["question", "check", "verdict", "estimate", "bound", "threshold", "passing side", "reading"]
+
+
+def summary_rows(runs_dir) -> list[dict]:
+    idx = index(runs_dir)
+    rows = verdict_rows(runs_dir)
+    out = []
+    for row in rows["adaptive"] + rows["study"]:
+        x = numbers(row, idx)
+        out.append({"question": row["comparison"], "check": row["check"], "verdict": str(row.get("verdict")),
+                    "estimate": x["estimate"], "bound": x["bound"], "threshold": row.get("threshold", ""),
+                    "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
+                    "power": power(row, x, idx), "source": row["source"], "runs": row["runs"],
+                    "numbers": {**x, "threshold_value": row.get("threshold_value")}})
+    return out
+
+
+def summary_html(runs_dir) -> str:
+    rows = summary_rows(runs_dir)
+    if not rows:
+        return "<p>No gate or screen has been computed in this runs directory.</p>"
+    counts = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    head = "".join(f"<th>{c}</th>" for c in SUMMARY_COLUMNS)
+    body = []
+    for r in rows:
+        cells = []
+        for c in SUMMARY_COLUMNS:
+            v = r[c]
+            if c == "verdict":
+                cells.append(f'<td class="verdict verdict-{html.escape(v)}">{html.escape(v)}</td>')
+            elif c in ("estimate", "bound"):
+                data = f' data-value="{html.escape(repr(v))}"' if is_number(v) else ""
+                cells.append(f'<td class="num"{data}>{html.escape(fmt(v))}</td>')
+            elif c == "question":
+                cells.append(f"<td>{html.escape(v)} ({run_link(r['source'].split('/')[0])})</td>")
+            else:
+                cells.append(f"<td>{html.escape(str(v))}</td>")
+        body.append(f'<tr data-source="{html.escape(r["source"])}">{"".join(cells)}</tr>')
+    said = ", ".join(f"{n} {v}" for v, n in counts.items())
+    return (f"<p>{len(rows)} verdict rows: {html.escape(said)}. Estimates and bounds as recorded; the reading's "
+            "two-sided 95% interval is the estimate \u00b1 1.96 standard errors, the standard error recovered from the "
+            "recorded bound and its multiplier.</p>"
+            f'<div class="kit-scroll"><table id="kit-verdict-summary" class="kit-table kit-verdicts"><thead><tr>{head}'
+            f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+
+
+def reading_sentences(runs_dir) -> list[str]:
+    """The readings the verdict table alone would hide, each computed from the rows' numbers: an inconclusive
+    gate with its interval and detectable effect, a retention change whose two-sided interval excludes 0, the
+    retention baseline, the study's in-distribution retention probes and the contract's scope caveat."""
+    idx = index(runs_dir)
+    out = []
+    for r in summary_rows(runs_dir):
+        x, t = r["numbers"], r.get("threshold")
+        if r["reading"].startswith("inconclusive"):
+            out.append(f"{r['question']} {r['check']} is inconclusive: estimate {fmt(x['estimate'])}, two-sided 95% "
+                       f"interval [{fmt(x['lower'])}, {fmt(x['upper'])}], which holds values on both sides of the "
+                       f"threshold ({t}){'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
+                       f"and the gate {r['power']}.")
+        if r["check"] == "retention" and x["lower"] is not None and (x["lower"] > 0 or x["upper"] < 0) \
+                and r["question"] != "quality screen":
+            out.append(f"{r['question']}'s retention change is significantly {'positive (the candidate forgot)' if x['lower'] > 0 else 'negative'}: "
+                       f"{x['estimate']:+.3g} nats/token, two-sided 95% interval [{fmt(x['lower'])}, {fmt(x['upper'])}]"
+                       f"{', within the allowance ' + t if r['verdict'] == 'pass' else ''}.")
+    out += [s for s in (baseline_sentence(idx), in_distribution_sentence(runs_dir, idx)) if s]
+    return out
+
+
+def _estimate_passes(r: dict) -> bool:
+    x, t = r["numbers"], (r.get("numbers") or {}).get("threshold_value")
+    return is_number(t) and is_number(x["estimate"]) and (x["estimate"] < t if x["side"] == "below" else x["estimate"] > t)
+
+
+def baseline_sentence(idx: dict) -> str | None:
+    """The retention NLL of the adaptive trial's seed baseline, from the final evaluation file that its run kept."""
+    from kit.evidence.report.evaluation_files import evaluation_items
+
+    for r in idx["runs"]:
+        if (r.get("parameters") or {}).get("SPLIT") == "final" and \
+                str((r.get("parameters") or {}).get("BASELINE", "")).startswith("seed:"):
+            items = (evaluation_items(r) or {}).get("retention") or []
+            tokens = sum(x.get("tokens", 0) for x in items)
+            if tokens:
+                nll = sum(x["base_nll"] for x in items) / tokens
+                return (f"The adaptive retention baseline is the seed at {fmt(nll)} nats/token on the {len(items)} "
+                        f"final retention probes ({r['run_id']}): a seed that barely models chat, so retention "
+                        "changes are small against a high baseline.")
+    return None
+
+
+def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
+    """Whether the study's retention probes come from a source its arms train on (the contract's data), and
+    what the arms' retention changes against the seed then say."""
+    from kit.evidence.report.cost import retention_pairs
+    from kit.evidence.report.index import run_contract
+
+    for r in idx["runs"]:
+        changes = metric(r, "retention_change")
+        c = run_contract(r) or {}
+        probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
+        if not isinstance(changes, dict) or not probes:
+            continue
+        ps, rs = probes.get("source") or {}, replay.get("source") or {}
+        arms = "; ".join(f"{a} {fmt(v.get('change_nats_per_token'))}" for a, v in changes.items() if isinstance(v, dict))
+        where = f"{ps.get('name')} rows {ps.get('start')}\u2013{ps.get('stop')}"
+        if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
+            pairs = "; ".join(f"{p['comparison']} {fmt(p['change_nats_per_token'])} [{fmt(p['lower_95'])}, "
+                              f"{fmt(p['upper_95'])}]" for p in retention_pairs(runs_dir))
+            return (f"The study's retention probes ({probes.get('count')} records of {where}) are in-distribution: every "
+                    f"arm trains on {replay.get('count')} records of the same source ({rs.get('name')} rows "
+                    f"{rs.get('start')}\u2013{rs.get('stop')}), and every arm lowers retention NLL against the seed "
+                    f"({arms} nats/token, {r['run_id']}), so the screen's bound reads training on that source, not "
+                    "an absence of forgetting; only arm against arm is informative"
+                    + (f" ({pairs})." if pairs else "."))
+        return (f"The study's retention probes ({probes.get('count')} records of {where}) come from a source the arms "
+                f"do not train on ({rs.get('name') or 'no replay'}); the arms' changes against the seed: {arms}.")
+    return None
+
+
+def show_summary(runs_dir) -> None:
+    from IPython.display import HTML, display
+
+    from kit.evidence.report.page import PAGE_CSS
+
+    said = reading_sentences(runs_dir)
+    display(HTML(PAGE_CSS + summary_html(runs_dir)
+                 + ("<ul class=\"kit-readings\">" + "".join(f"<li>{html.escape(t)}</li>" for t in said) + "</ul>"
+                    if said else "")))

@@ -1,0 +1,134 @@
+"""What the seed knew: its training mix by kind and count, its accuracy by family at each difficulty and labelled
+samples, all from the seed's build record (seed_build_record.json, found by parameter digest among the kept runs:
+kit.evidence.run_index.kept_runs), and what the cohorts teach beyond it (the first final against the seed, by
+family, from kit.results)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from kit.digest import load_json_strict
+from kit.evidence.report.format import fmt, records_table
+from kit.evidence.report.index import index, run_contract
+from kit.evidence.run_index import kept_runs, split_selection
+
+BUILD_RECORD = "seed_build_record.json"
+
+
+def seed_digests(runs_dir) -> list[str]:
+    idx = index(runs_dir)
+    out = []
+    for r in idx["runs"]:
+        d = ((run_contract(r) or {}).get("seed") or {}).get("parameter_digest") if r.get("contract_digest") else None
+        if d and d not in out:
+            out.append(d)
+    return out
+
+
+def build_record(runs_dir, digest: str) -> tuple[dict, str] | None:
+    """(record, run id) of a build of the seed `digest` kept under the runs folder (any selection's folder)."""
+    folder, _ = split_selection(runs_dir)
+    for r in kept_runs(folder):
+        f = Path(r["dir"]) / BUILD_RECORD
+        if f.is_file():
+            try:
+                rec = load_json_strict(f)
+            except ValueError:
+                continue
+            if rec.get("parameter_digest") == digest:
+                return rec, f"{r['kept_in']}/{Path(r['dir']).name}"
+    return None
+
+
+def training_mix(rec: dict) -> list[dict]:
+    """The seed's training data by kind: examples, epochs and packed conversations, from its build record."""
+    data = rec.get("data") or {}
+    t = data.get("tasks") or {}
+    rows = []
+    fam = sum((t.get("per_family") or {}).values())
+    rows.append({"kind": f"task families at difficulty {t.get('difficulty')} ({', '.join(t.get('per_family') or {})})",
+                 "examples": fam, "epochs": t.get("epochs", 1)})
+    for key, label in (("practice", "practice primitives"), ("reworded", "reworded tasks"),
+                       ("at_dev_difficulty", "tasks at the dev difficulty")):
+        x = t.get(key) or {}
+        if x.get("count"):
+            rows.append({"kind": f"{label} at difficulty {x.get('difficulty')}"
+                         + (f" ({', '.join(x['per_family'])})" if x.get("per_family") else ""),
+                         "examples": x["count"], "epochs": x.get("epochs", 1)})
+    pc = data.get("public_conversations") or {}
+    if pc.get("train_range"):
+        rows.append({"kind": f"public conversations ({pc.get('name')})", "examples": pc["train_range"][1] - pc["train_range"][0],
+                     "epochs": pc.get("epochs", 1)})
+    if (data.get("synthetic") or {}).get("count"):
+        rows.append({"kind": "synthetic conversations", "examples": data["synthetic"]["count"], "epochs": 1})
+    for r in rows:
+        r["packed"] = r["examples"] * r["epochs"]
+    total = sum(r["packed"] for r in rows)
+    for r in rows:
+        r["share"] = f"{100 * r['packed'] / total:.2f}%" if total else "\u2014"
+    gt = data.get("general_text") or {}
+    if gt.get("rows"):
+        rows.append({"kind": f"general text ({gt.get('package')}), packed rows", "examples": gt.get("documents_train"),
+                     "epochs": gt.get("epochs", 1), "packed": gt.get("rows"), "share": "(rows of text, not conversations)"})
+    return rows
+
+
+def seed_html(runs_dir) -> str:
+    parts = []
+    from kit.evidence.results import results
+
+    for digest in seed_digests(runs_dir):
+        found = build_record(runs_dir, digest)
+        if found is None:
+            parts.append(f"<p>The build record of the seed {html.escape(digest[:12])} is not in this evidence.</p>")
+            continue
+        rec, where = found
+        mix = training_mix(rec)
+        conv = [r for r in mix if "packed rows" not in r["kind"]]
+        total = sum(r["packed"] for r in conv)
+        taught = sum(r["packed"] for r in conv if "task" in r["kind"] or "practice" in r["kind"])
+        built = (f"The seed {digest[:12]} ({fmt(rec.get('params'))} parameters, built in "
+                 f"{fmt((rec.get('seconds') or {}).get('total'))} s on {rec.get('device')}; build record {where}) "
+                 f"trained on {fmt(total)} packed conversations, {100 * taught / total:.1f}% of them task or practice "
+                 "examples:")
+        parts.append(f"<p>{html.escape(built)}</p>"
+                     + records_table(mix))
+        acc = (rec.get("task_accuracy") or {}).get("at_difficulty") or {}
+        if acc:
+            fams = sorted({f for d in acc.values() for f in d})
+            rows = [{"difficulty": d, **{f: f"{v[f]['correct']}/{v[f]['n']}" for f in fams if f in v}} for d, v in acc.items()]
+            parts.append("<p>Its accuracy by family at each difficulty (its build's own samples):</p>" + records_table(rows))
+        ex = (rec.get("task_accuracy") or {}).get("examples") or []
+        if ex:
+            parts.append("<p>Samples from its build record, each labelled with its difficulty:</p>" + records_table(
+                [{"difficulty": x.get("difficulty"), "prompt": x.get("prompt"), "reply": x.get("reply"),
+                  "correct": x.get("correct")} for x in ex[:4]]))
+        df = results(runs_dir)
+        df = df[(df["kept_in"] == "") & (df["seed"] == digest) & (df["split"] == "final") & (df["metric"] == "accuracy")]
+        if not df.empty:
+            run = df["run_id"].iloc[0]
+            mine = df[df["run_id"] == run]
+            seed = dict(zip(mine[mine["model"] == "seed"]["family"], mine[mine["model"] == "seed"]["value"]))
+            other = mine[mine["model"] != "seed"]
+            if seed and not other.empty:
+                model = other["model"].iloc[0]
+                known = ((rec.get("data") or {}).get("tasks") or {}).get("difficulty")
+                asked = (rec.get("task_accuracy") or {}).get("difficulty")
+                extends = (f" The finals are difficulty-{asked} tasks and the seed trained on these families at "
+                           f"difficulty {known} only: the gain is the model extending formats it knew to larger "
+                           "sizes." if known is not None and asked is not None and known < asked
+                           and not any(((rec.get("data") or {}).get("tasks") or {}).get(k, {}).get("count")
+                                       for k in ("at_dev_difficulty", "reworded")) else "")
+                gains = {f: v - seed[f] for f, v in zip(other["family"], other["value"]) if f in seed}
+                parts.append("<p>" + html.escape(
+                    f"What the cohorts teach beyond it, on the final split ({run}: {model} against the seed): "
+                    + "; ".join(f"{f} {100 * g:+.1f} points" for f, g in gains.items())
+                    + "." + extends) + "</p>")
+    return "".join(parts) or "<p>No contract of this evidence pins a seed.</p>"
+
+
+def show_seed(runs_dir) -> None:
+    from IPython.display import HTML, display
+
+    display(HTML(seed_html(runs_dir)))

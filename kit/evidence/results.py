@@ -1,0 +1,124 @@
+"""`kit.results(runs_dir)`: every recorded task accuracy of a runs directory as one tidy table, one row per
+contract x seed x model x split x family x metric (correct, n, accuracy), with the run that measured it and the
+root of the model it scored. Kept runs (superseded attempts, read through kit.evidence.run_index.kept_runs)
+carry the folder that keeps them in `kept_in`; the current runs have "". The report's accuracy tables are
+drawn from this table, and each report folder carries it as results.csv (docs/formats.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kit.evidence.report.format import is_number
+from kit.evidence.report.index import arm_runs, index, metric, producer, run_contract
+from kit.evidence.run_index import kept_runs
+
+COLUMNS = ["contract", "contract_digest", "seed", "kept_in", "split", "model", "model_root", "family", "metric",
+           "value", "run_id"]
+METRICS = ("correct", "n", "accuracy")
+
+
+def split_of(r: dict) -> str:
+    """Which split an evaluation run scored: its SPLIT parameter (adaptive dev/final), else the study's
+    evaluation (the screens' held-out items)."""
+    return str((r.get("parameters") or {}).get("SPLIT") or "study evaluation")
+
+
+def _adaptive_model(spec: str, idx: dict) -> tuple[str, str]:
+    """(model, root): "seed" and the seed's spec for a seed directory, else the run that produced the commit
+    (its short root when none did) and the commit's root."""
+    if not spec or spec.startswith("seed:"):
+        return "seed", spec
+    root = spec.rpartition(":")[2]
+    return producer(root, idx) or root[:12], root
+
+
+def _arm_root(run_id: str | None, idx: dict) -> str:
+    produced = ((idx["by_id"].get(run_id) or {}).get("checkpoint_roots") or {}).get("produced") or []
+    return produced[-1]["root"] if produced else ""
+
+
+def accuracy_models(idx: dict, digest: str | None) -> list[dict]:
+    """[{split, model, root, run, families: {family: (correct, n)}}] of the contract's runs: a model scored by
+    several runs on one split appears once, from the first run that scored it; the seed first within a split."""
+    out, seen = [], set()
+
+    def add(split, model, root, run, families):
+        if (split, model) in seen or not families:
+            return
+        seen.add((split, model))
+        out.append({"split": split, "model": model, "root": root, "run": run, "families": families})
+
+    for r in idx["runs"]:
+        if r.get("contract_digest") != digest:
+            continue
+        acc, split, params = metric(r, "accuracy_by_family"), split_of(r), r.get("parameters") or {}
+        if isinstance(acc, dict):  # an adaptive comparison: the baseline, then the candidate
+            for side, spec in (("baseline", params.get("BASELINE", "")), ("candidate", params.get("CANDIDATE", ""))):
+                fams = {f: (row.get(f"correct_{side}"), row.get("n")) for f, row in acc.items()
+                        if isinstance(row, dict) and is_number(row.get(f"correct_{side}")) and is_number(row.get("n"))}
+                add(split, *_adaptive_model(str(spec), idx), r["run_id"], fams)
+        elif isinstance(acc, list):  # the study's evaluation: one row per model and family
+            arms = arm_runs(r, idx)
+            for model in dict.fromkeys(x.get("model") for x in acc if isinstance(x, dict)):
+                fams = {x["family"]: (x.get("correct"), x.get("n")) for x in acc
+                        if isinstance(x, dict) and x.get("model") == model and is_number(x.get("correct"))}
+                root = _arm_root(arms.get(str(model)), idx) if model != "seed" else ""
+                add(split, str(model), root, r["run_id"], fams)
+    return sorted(out, key=lambda m: (m["split"], m["model"] != "seed"))
+
+
+def contract_digests(idx: dict) -> list[str | None]:
+    """The contracts (by digest) with a gate or screen, in the order their first such run started."""
+    out = []
+    for r in idx["runs"]:
+        if (metric(r, "gates") is not None or metric(r, "screen_quality") is not None) \
+                and r.get("contract_digest") not in out:
+            out.append(r.get("contract_digest"))
+    return out
+
+
+def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
+    """The tidy rows of one runs folder (or selection `DIR/GLOB`), each marked `kept_in`."""
+    idx = index(runs_dir)
+    rows = []
+    for digest in contract_digests(idx):
+        first = next(r for r in idx["runs"] if r.get("contract_digest") == digest)
+        c = run_contract(first) or {}
+        seed = (c.get("seed") or {}).get("parameter_digest") or ""
+        for m in accuracy_models(idx, digest):
+            for family, (correct, n) in m["families"].items():
+                values = {"correct": correct, "n": n, "accuracy": correct / n if n else None}
+                root = seed if m["model"] == "seed" and seed else m["root"]
+                rows += [{"contract": c.get("file") or "", "contract_digest": digest or "", "seed": seed,
+                          "kept_in": kept_in, "split": m["split"], "model": m["model"], "model_root": root,
+                          "family": family, "metric": k, "value": values[k], "run_id": m["run"]} for k in METRICS]
+    return rows
+
+
+def results(runs_dir: str | os.PathLike = "runs"):
+    """The tidy pandas DataFrame of every recorded task accuracy under `runs_dir` (a runs folder or a
+    selection `DIR/GLOB`): the current runs, then the kept ones, in the columns COLUMNS."""
+    import pandas as pd
+
+    rows = result_rows(runs_dir)
+    kept: dict[Path, str] = {}
+    for r in kept_runs(runs_dir):  # superseded attempts: their own folder is a runs folder of its own
+        kept.setdefault(Path(r["dir"]).parent, r["kept_in"])
+    for d, where in kept.items():
+        rows += result_rows(d, kept_in=where)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def write_results(runs_dir, out: str | os.PathLike) -> Path:
+    """Write results(runs_dir) to `out`: CSV, or Parquet when the name ends in .parquet."""
+    out = Path(out)
+    df = results(runs_dir)
+    if out.suffix == ".parquet":
+        df.to_parquet(out, index=False)
+    elif out.suffix == ".csv":
+        df.to_csv(out, index=False, lineterminator="\n")
+    else:
+        raise ValueError(f"{out}: expected a file name ending in .csv or .parquet")
+    return out
