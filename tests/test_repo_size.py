@@ -42,3 +42,24 @@ def test_the_size_tool_counts_what_git_counts():
                          check=True).stdout
     total = sum(int(line.split()[3]) for line in out.splitlines() if line.split()[3] != "-")
     assert sum(tracked_sizes(REPO, depth=1).values()) == total
+
+
+def test_every_current_notebook_figure_is_a_palette_png_readable_at_1400_px():
+    """Executed notebooks of the current runs carry their figures as palette PNGs (colour type 3, written by
+    kit.evidence.report.format.png_bytes), no wider than the 1400 px a reader's page has."""
+    import base64
+    import json
+    import struct
+
+    bad = []
+    for nb_path in sorted((REPO / "runs").glob("*/*.ipynb")):
+        for cell in json.loads(nb_path.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                png = out.get("data", {}).get("image/png")
+                if png is None:
+                    continue
+                raw = base64.b64decode(png)
+                width, _height = struct.unpack(">II", raw[16:24])
+                if raw[25] != 3 or width > 1400:
+                    bad.append(f"{nb_path.relative_to(REPO)}: colour type {raw[25]}, {width} px wide")
+    assert not bad, bad[:5]

@@ -30,7 +30,7 @@ def arm_sidecars(record: dict) -> dict:
         out["traffic_per_rank"] = [{"rank": rank, **{k: v for k, v in t.items() if not isinstance(v, (list, dict))}}
                                    for rank, t in enumerate(logical)]
     compressors = (record["traffic"] or {}).get("powersgd_per_rank")
-    if compressors and all("columns" in c for c in compressors):  # absent before issue 49
+    if compressors and all("columns" in c for c in compressors):  # absent in records made before the dead-column counters
         out["powersgd_columns"] = [{"rank": rank, **c["columns"]} for rank, c in enumerate(compressors)]
     return out
 

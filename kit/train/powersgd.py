@@ -21,7 +21,7 @@ from kit.digest import sha256_json
 
 AllreduceMean = Callable[[list[torch.Tensor]], None]
 
-# /2: Householder orthonormalisation with relative dead columns (issue #49); a /1 state continued here
+# /2: Householder orthonormalisation with relative dead columns; a /1 (Gram-Schmidt) state continued here
 # would not be what the Gram-Schmidt code that wrote it goes on to compute, so it is refused.
 STATE_FORMAT = "kit.powersgd/2"
 FP32_BYTES = 4
