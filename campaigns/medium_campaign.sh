@@ -34,6 +34,11 @@
 #                                                  digest (the pilot's command and settings), then PARTS
 #                                                  (adaptive, study, adaptive,study one after the other, or
 #                                                  both: the two trials side by side on the one GPU)
+#   bash campaigns/medium_campaign.sh replicates DATE  issue 51, one H200, in the background: the seed rebuilt to its pin,
+#                                                  then campaigns/medium-replicates-plan.json's parts (python -m
+#                                                  kit.replicates): prepare, study r1 r2 beside cohort A's endpoint,
+#                                                  the growth pair r1 beside the study's development scores, the
+#                                                  PowerSGD CUDA oracle when present, the committed-order study arms
 #   bash campaigns/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
 #   bash campaigns/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
@@ -147,12 +152,13 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
     # selection log, the final-access log and the final-evaluation log, docs/formats.md) and every store's
     # attempt records (adaptive homes' attempts/, the study arms' arm.json and attempts), never the
     # checkpoint objects themselves.
-    for p in runs reports ledger campaign.log work/medium*-plan.json work/medium*-timing.json work/adaptive/*.json \
+    for p in runs reports ledger campaign.log oracle.log work/medium*-plan.json work/medium*-timing.json work/adaptive/*.json \
              work/adaptive/prepared/prepared.json work/adaptive/prepared/selections.jsonl \
              work/adaptive/prepared/final-access.jsonl work/adaptive/prepared/final-evaluations.jsonl \
              work/adaptive/*/attempts work/study/arms/*/arm.json work/study/arms/*/attempts \
              work/study/arms/*/attempts-rank* work/study/prepared/prepared.json \
-             work/study/*.json work/study/evaluation work/at-once; do
+             work/study/*.json work/study/evaluation work/at-once work/replicates-*.json work/study/replicates \
+             seed-build oracle; do
         for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
     done
     [ ${#items[@]} -gt 0 ] && tar czf "$out/medium-evidence.tgz" -C "$W" "${items[@]}"
@@ -417,6 +423,68 @@ resume_run() {  # `resume` in the foreground: the seed notebook then inspects th
     if [ "$1" = both ]; then trials_side_by_side; else PARTS=$1 start; fi
 }
 
+ledger_prefix() {  # the ledger as the committed preparations read it, sha256 checked: the carried copy
+    # (inputs.ledger.carried, when the tracked ledger has changed form since) or the tracked file's first lines
+    mkdir -p "$W/ledger"
+    python3 - "$1" "$W/ledger/exposed.jsonl" <<'PY'
+import hashlib, json, os, sys
+spec = json.load(open(sys.argv[1]))["inputs"]["ledger"]
+path = spec["carried"] if os.path.isfile(spec["carried"]) else spec["file"]
+with open(path, "rb") as f:
+    data = b"".join(f.read().splitlines(keepends=True)[: spec["entries"]])
+if hashlib.sha256(data).hexdigest() != spec["sha256"]:
+    sys.exit(f"{path}: its first {spec['entries']} lines hash to {hashlib.sha256(data).hexdigest()}, not the "
+             f"plan's field 'inputs.ledger.sha256' {spec['sha256']}; carry {spec['carried']} ({spec['make']})")
+open(sys.argv[2], "wb").write(data)
+PY
+}
+
+replicates() {  # issue 51, in the background as resume: the seed, then the plan's replicates (docs/gpu-hosts.md)
+    sync_git
+    enter_checkout
+    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+        echo "already running (pid $(cat "$W/campaign.pid"))"; return
+    fi
+    mkdir -p "$W"
+    ledger_prefix campaigns/medium-replicates-plan.json || exit 2  # before any device time goes to the seed
+    setsid nohup bash campaigns/medium_campaign.sh replicates-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
+    echo $! >"$W/campaign.pid"
+    echo "replicates started (pid $!), log $W/campaign.log"
+}
+
+replicates_run() {  # `replicates` in the foreground: the most valuable first, so a cut-off leaves complete records
+    local plan=campaigns/medium-replicates-plan.json t0=$SECONDS
+    runtime
+    build_seed
+    ledger_prefix "$plan"
+    local r=(python3 -m kit.replicates --scale medium --out "$W/work" --seed "$W/pilot-work/seed" --runs-dir "$W/runs"
+             --plan "$plan")
+    # the committed runs' mode: flag and workspace unset; the replicates' mode: deterministic
+    local committed=(env -u KIT_GPU_DETERMINISTIC -u CUBLAS_WORKSPACE_CONFIG)
+    local deterministic=(env KIT_GPU_DETERMINISTIC=1 CUBLAS_WORKSPACE_CONFIG=:4096:8)
+    echo "replicates: prepare $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    "${committed[@]}" "${r[@]}" --part prepare || { echo "replicates: prepare failed"; return 1; }
+    echo "replicates: study r1 r2 beside cohort A's endpoint $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    "${committed[@]}" "${r[@]}" --part a-endpoint &
+    local a=$!
+    "${deterministic[@]}" "${r[@]}" --part study --replicates 1 2 || true
+    wait $a || true
+    echo "replicates: growth pair r1 beside the study's development scores $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    "${deterministic[@]}" "${r[@]}" --part growth --replicates 1 &
+    local g=$!
+    "${deterministic[@]}" "${r[@]}" --part study-dev --replicates 1 2 || true
+    wait $g || true
+    if [ -f bench/powersgd_oracle.py ] && grep -q -- --cuda bench/powersgd_oracle.py; then
+        echo "replicates: PowerSGD CUDA oracle $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+        mkdir -p "$W/oracle"
+        "${deterministic[@]}" python3 bench/powersgd_oracle.py --cuda --out "$W/oracle" >"$W/oracle.log" 2>&1 || true
+        tail -n 5 "$W/oracle.log"
+    fi
+    echo "replicates: the committed-order study arms again $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    "${committed[@]}" "${r[@]}" --part study-r0 || true
+    echo "replicates done $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+}
+
 case "${1:-}" in
     pilot) pilot "${2:?DATE}" ;;
     pilots) pilots "${2:?DATE}" ;;
@@ -426,7 +494,9 @@ case "${1:-}" in
     start) enter_checkout; start ;;
     resume) resume "${2:?PARTS}" ;;
     resume-run) resume_run "${2:?PARTS}" ;;
+    replicates) replicates "${2:?DATE}" ;;
+    replicates-run) replicates_run "${2:?DATE}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
-    *) sed -n '2,42p' "$0"; exit 2 ;;
+    *) sed -n '2,47p' "$0"; exit 2 ;;
 esac

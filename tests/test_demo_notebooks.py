@@ -29,7 +29,7 @@ NOTEBOOKS = REPO / "notebooks"
 EXPECTED = ["00_seed", "10_adaptive_prepare", "11_adaptive_arm", "12_adaptive_migration",
             "13_adaptive_evaluate", "14_adaptive_select", "15_continued_prepare", "16_adaptive_dev_curve", "19_study_prepare",
             "20_study_arm",
-            "21_study_evaluate", "30_report", "90_inspect_failed_arm"]
+            "21_study_evaluate", "22_study_replicate_dev", "30_report", "90_inspect_failed_arm"]
 SHA = "ab" * 32
 FAILURE = "worker rank 1 failed at step 4 (update)"
 

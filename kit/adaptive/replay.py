@@ -101,7 +101,8 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
     try:
         commits = train(CohortRequest(str(prepared), pj["locations"]["seed"], str(scratch_home), cohort, workers,
                                       resume=parent, reference=reference, source_home=str(h), until=until,
-                                      reference_home=ref_home))
+                                      reference_home=ref_home,
+                                      replicate=(attempt.get("replicate") or {}).get("index", 0)))
     finally:
         seconds = time.perf_counter() - t0
     got = next(c for c in commits if c["cohort_step"] == until)

@@ -15,7 +15,13 @@ import os
 import time
 from pathlib import Path
 
-from kit.digest import canonical_json, load_canonical_json, sha256_file, write_canonical_json
+from kit.digest import (
+    canonical_json,
+    load_canonical_json,
+    load_json_strict,
+    sha256_file,
+    write_canonical_json,
+)
 
 SELECTION_FORMAT = "kit-adaptive-selection/2"  # /2: every candidate binds its comparison's baseline
 ACCESS_LOG = "final-access.jsonl"
@@ -150,6 +156,16 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
     return record
 
 
+def replicate_index(home: str | os.PathLike, root: str) -> int:
+    """The replicate index of the attempt in `home` that committed `root` (0: a committed-order run, or no
+    attempt of this home names it): replicates never open final roles (open_final_roles)."""
+    for path in sorted(Path(home).glob("attempts/*/attempt.json")):
+        record = load_json_strict(path)
+        if any(c.get("full_root") == root for c in record.get("commits") or []):
+            return (record.get("replicate") or {}).get("index", 0)
+    return 0
+
+
 def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.PathLike | None,
                      roots: list[str], purpose: str, models: dict | None = None) -> dict:
     """Allow reading final roles for `roots`, or raise FinalRolesRefused; logged either way.
@@ -161,6 +177,11 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
     if models is not None:
         entry["baseline"] = models["baseline"].get("root") or f"seed:{models['baseline'].get('seed_dir')}"
     try:
+        candidate = (models or {}).get("candidate") or {}
+        if candidate.get("home") and replicate_index(candidate["home"], candidate["root"]):
+            raise FinalRolesRefused(f"{candidate['home']}: commit {candidate['root']} was trained as replicate "
+                                    f"{replicate_index(candidate['home'], candidate['root'])}; a replicate is "
+                                    "scored on development roles only, never on final roles")
         if selection_path is None or not Path(selection_path).exists():
             raise FinalRolesRefused(f"{prepared_dir}: final roles need a selection record (kit adaptive select)")
         record = load_canonical_json(selection_path)

@@ -20,6 +20,7 @@ from pathlib import Path
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_cohort, check_inputs
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
+from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
 from kit.train.schedule import CONSTANT, lr_factor
 
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
@@ -44,6 +45,7 @@ class CohortRequest:
     grow: bool = False  # append the contract's identity blocks before training
     reference_home: str | None = None  # the store holding `reference` (None: source_home, else home)
     timeout_s: float = 1800  # the whole launch's deadline (seconds)
+    replicate: int = 0  # 0: the committed order; k > 0: the cohort's schedule in a derived order (kit/replicate_order.py)
 
     def __post_init__(self):
         for name in ("prepared", "seed_dir", "home"):
@@ -67,6 +69,10 @@ class CohortRequest:
             raise TrainRefused(f"CohortRequest.until = {self.until!r}; expected a positive int or None")
         if not isinstance(self.grow, bool):
             raise TrainRefused(f"CohortRequest.grow = {self.grow!r}; expected True or False")
+        try:
+            check_replicate(self.replicate, "CohortRequest.replicate")
+        except ReplicateRefused as e:
+            raise TrainRefused(str(e)) from None
 
     def for_job(self, pj: dict) -> CohortRequest:
         """The request with the prepared job's defaults: cohort C starts from, and trains against, the
@@ -89,14 +95,30 @@ class CohortRequest:
         return CommitRef(self.reference_home or self.source_home or self.home, self.reference)
 
 
-def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int) -> dict:
+def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[dict]]:
+    """The cohort's scheduled updates, in replicate `replicate`'s order (the prepared order for 0; else each
+    role's records reordered from the schedule's seed, every update keeping its count per role)."""
+    pj = load_json_strict(Path(prepared) / "prepared.json")
+    schedule = load_json_strict(Path(prepared) / pj["schedule"]["file"])
+    return reorder_steps(schedule["cohorts"][cohort]["steps"], schedule["seed"], replicate,
+                         role_of=lambda e: e["role"], key=lambda e: e["id"])
+
+
+def replicate_record(prepared: Path, cohort: str, replicate: int) -> dict:
+    """What an attempt of replicate k > 0 records about its order (kit.replicate_order.describe)."""
+    pj = load_json_strict(Path(prepared) / "prepared.json")
+    seed = load_json_strict(Path(prepared) / pj["schedule"]["file"])["seed"]
+    return describe(seed, replicate, cohort_steps(prepared, cohort, replicate), key=lambda e: e["id"])
+
+
+def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int, replicate: int = 0) -> dict:
     """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
     from kit.data.chat import encode_or_refuse, load_tokenizer
     from kit.data.conversations import read_jsonl
 
     pj = load_json_strict(prepared / "prepared.json")
-    schedule = load_json_strict(prepared / pj["schedule"]["file"])
-    roles = {e["role"] for step in schedule["cohorts"][cohort]["steps"] for e in step}
+    steps = cohort_steps(prepared, cohort, replicate)
+    roles = {e["role"] for step in steps for e in step}
     tok = load_tokenizer(seed_dir)
     convs = {}
     for role in sorted(roles):
@@ -106,7 +128,7 @@ def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: i
     encoded = {}
     for cid, c in convs.items():
         encoded[cid] = encode_or_refuse(tok, c, max_tokens, TrainRefused, f"{prepared}: record")
-    return {"steps": schedule["cohorts"][cohort]["steps"], "encoded": encoded,
+    return {"steps": steps, "encoded": encoded,
             "pad_id": tok.pad_token_id or 0}
 
 
@@ -175,7 +197,7 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     layout = Layout.from_json(args["layout"])
     start, fetched, fetch = _open_start(group, args, layout, ctx)
     reference, reference_fetch = _open_reference(group, args, layout)
-    data = records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"])
+    data = records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"], args.get("replicate", 0))
     from kit.adaptive.ownership import memory_model_of
 
     docs = contract["cohorts"][cohort]["documents_per_update"]
@@ -273,7 +295,7 @@ def worker_args(request: CohortRequest, start: Ref, reference: Ref, layers: int,
             "cohort": request.cohort, "layout": training_layout(Path(request.prepared), layers,
                                                                 request.workers).to_json(),
             "start": start.to_json(), "reference": reference.to_json(), "until": request.until,
-            "attempt_dir": str(attempt_dir), "timeout_s": WORKER_TIMEOUT_S}
+            "attempt_dir": str(attempt_dir), "timeout_s": WORKER_TIMEOUT_S, "replicate": request.replicate}
 
 
 def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
@@ -289,7 +311,9 @@ def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
 
 def attempt_record(request: CohortRequest, attempt: str, pj: dict) -> dict:
     """The attempt record as it starts (docs/formats.md, `attempt.json`): the request and the job's digest."""
-    fields = {k: v for k, v in asdict(request).items() if k not in ("seed_dir", "home", "timeout_s")}
+    fields = {k: v for k, v in asdict(request).items() if k not in ("seed_dir", "home", "timeout_s", "replicate")}
+    if request.replicate:  # only replicates carry it: a committed run's attempt record keeps its fields
+        fields["replicate"] = replicate_record(Path(request.prepared), request.cohort, request.replicate)
     return {**fields, "attempt": attempt, "prepared_job_digest": pj["job_digest"], "started_at": time.time(),
             "status": "running", "error": None, "commits": []}
 

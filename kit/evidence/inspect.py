@@ -104,10 +104,11 @@ def _store_curves(params: dict) -> tuple[list | None, str | None]:
         from kit.study.arms import arm_dir, attempt_records
 
         arm = params.get("ARM", "single")
-        attempts = attempt_records(params["STUDY_DIR"], arm)
+        replicate = int(params.get("REPLICATE", 0))
+        attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
         rows = [{"update": u["step"], "objective": u["objective"], "grad_norm": u["grad_norm"]}
                 for u in (attempts[-1] if attempts else {}).get("updates") or []]
-        return rows, str(arm_dir(params["STUDY_DIR"], arm) / "home")
+        return rows, str(arm_dir(params["STUDY_DIR"], arm, replicate) / "home")
     return None, None
 
 
@@ -117,7 +118,7 @@ def _home(params: dict) -> str | None:
     if params.get("STUDY_DIR"):
         from kit.study.arms import arm_dir
 
-        return str(arm_dir(params["STUDY_DIR"], params.get("ARM", "single")) / "home")
+        return str(arm_dir(params["STUDY_DIR"], params.get("ARM", "single"), int(params.get("REPLICATE", 0))) / "home")
     return None
 
 

@@ -33,6 +33,7 @@ from kit.environ import temporary_environ
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.refs import CommitRef, SeedRef, ref_from_json
+from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
 from kit.store import commits
 from kit.store.start import start_from_commit, start_from_seed
 from kit.study.compression_state import (
@@ -75,6 +76,7 @@ class ArmRequest:
     seconds_per_update: float | None = None  # a measured per-update time for the projection (None: the contract's)
     threads: int = 1  # torch threads per worker
     compile_blocks: str = "auto"  # "auto": torch.compile the blocks on CUDA (never on CPU); "off": eager
+    replicate: int = 0  # 0: the committed run; k > 0: the same arm on a derived data order (kit/replicate_order.py)
 
     def __post_init__(self):
         for name in ("study_dir", "seed_dir"):
@@ -98,11 +100,15 @@ class ArmRequest:
             raise ArmRefused(f"ArmRequest.threads = {self.threads!r}; expected a positive int")
         if self.compile_blocks not in ("auto", "off"):
             raise ArmRefused(f"ArmRequest.compile_blocks = {self.compile_blocks!r}; expected 'auto' or 'off'")
+        try:
+            check_replicate(self.replicate, "ArmRequest.replicate")
+        except ReplicateRefused as e:
+            raise ArmRefused(str(e)) from None
 
     @property
     def home(self) -> str:
-        """The arm's checkpoint store (STUDY/arms/<arm>/home)."""
-        return str(arm_dir(self.study_dir, self.arm) / "home")
+        """The arm's checkpoint store (STUDY/arms/<arm>/home; a replicate's STUDY/arms/<arm>-r<k>/home)."""
+        return str(arm_dir(self.study_dir, self.arm, self.replicate) / "home")
 
     def start(self) -> SeedRef | CommitRef:
         """Where the arm starts: the seed, or `resume` in the arm's store."""
@@ -199,7 +205,7 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
     t_setup = time.perf_counter()
     study = Path(args["study_dir"])
     rows = read_train_rows(study)
-    schedule = load_json_strict(study / PREPARED_DIR / "schedule.json")["updates"]
+    schedule = replicate_schedule(study, args["contract"], args.get("replicate", 0))
     world, rank, device = group.world, group.rank, group.device
     home = args["home"]
     start = open_ref(ref_from_json(args["start"], "worker argument 'start'"))
@@ -277,13 +283,26 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
     return out
 
 
+def replicate_schedule(study_dir: Path, contract: dict, replicate: int) -> list[list[str]]:
+    """The prepared schedule's updates (ids), in replicate `replicate`'s order: the prepared order itself for 0,
+    else the same documents reordered from the contract's `schedule.order_seed` (kit/replicate_order.py)."""
+    updates = load_json_strict(Path(study_dir) / PREPARED_DIR / "schedule.json")["updates"]
+    return reorder_steps(updates, contract["schedule"]["order_seed"], replicate)
+
+
 # --- driver ---------------------------------------------------------------------------------
-def arm_dir(study_dir: str | os.PathLike, arm: str) -> Path:
-    return Path(study_dir) / "arms" / arm
+def arm_dir(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> Path:
+    """STUDY/arms/<arm>; a replicate k > 0 of it: STUDY/arms/<arm>-r<k>, which no evaluation freeze lists."""
+    return Path(study_dir) / "arms" / (arm if not replicate else f"{arm}-r{replicate}")
 
 
-def read_arm_record(study_dir: str | os.PathLike, arm: str) -> dict | None:
-    path = arm_dir(study_dir, arm) / "arm.json"
+def record_replicate(record: dict) -> int:
+    """The replicate index an arm record was run as (0 when it has none: every committed record)."""
+    return (record.get("replicate") or {}).get("index", 0)
+
+
+def read_arm_record(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> dict | None:
+    path = arm_dir(study_dir, arm, replicate) / "arm.json"
     return load_json_strict(path) if path.exists() else None
 
 
@@ -335,9 +354,9 @@ def _clock(study_dir: Path) -> float | None:
     return load_json_strict(path)["started_at"] if path.exists() else None
 
 
-def attempt_records(study_dir: str | os.PathLike, arm: str) -> list[dict]:
-    """Every attempt of `arm`, oldest first (none is ever deleted)."""
-    return [load_json_strict(p) for p in sorted((arm_dir(study_dir, arm) / "attempts").glob("*.json"))]
+def attempt_records(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> list[dict]:
+    """Every attempt of `arm` (or of its replicate), oldest first (none is ever deleted)."""
+    return [load_json_strict(p) for p in sorted((arm_dir(study_dir, arm, replicate) / "attempts").glob("*.json"))]
 
 
 def spent_usd(study_dir: str | os.PathLike) -> float:
@@ -375,7 +394,7 @@ def projected_logical_bytes(contract, arm: dict, shapes: dict, first_step: int, 
 
 
 def _write_attempt(study_dir: Path, record: dict) -> dict:
-    d = arm_dir(study_dir, record["arm"])
+    d = arm_dir(study_dir, record["arm"], record_replicate(record))
     attempts = d / "attempts"
     attempts.mkdir(parents=True, exist_ok=True)
     n = len(list(attempts.glob("*.json"))) + 1
@@ -393,11 +412,12 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
         return admitted
     record, args, contract = admitted["record"], admitted["args"], admitted["contract"]
     study_dir, arm_name, spec = Path(request.study_dir), request.arm, admitted["spec"]
+    run_dir = arm_dir(study_dir, arm_name, request.replicate) / "run"
     before = interface_counters_or_none()
     started = time.time()
     record["started_at"] = started
     try:
-        results = launch(arm_worker, args, spec["workers"], arm_dir(study_dir, arm_name) / "run",
+        results = launch(arm_worker, args, spec["workers"], run_dir,
                          timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S,
                          threads=request.threads)
         status, reason = finished_status(record["until"], contract)
@@ -446,18 +466,22 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
         raise ArmRefused(f"{study_dir / FREEZE_FILE}: candidates were frozen for final-test scoring; no arm may "
                          "run after that")
     spec = arm_spec(contract, arm_name)
-    last = read_arm_record(study_dir, arm_name)
+    replicate = request.replicate
+    last = read_arm_record(study_dir, arm_name, replicate)
     if last is not None and last["status"] == "completed":
-        raise ArmRefused(f"{arm_dir(study_dir, arm_name) / 'arm.json'}: arm {arm_name!r} already completed at "
-                         f"{last['endpoint']['full_root']}; its endpoint is fixed")
+        raise ArmRefused(f"{arm_dir(study_dir, arm_name, replicate) / 'arm.json'}: arm {arm_name!r} already "
+                         f"completed at {last['endpoint']['full_root']}; its endpoint is fixed")
     updates = contract["schedule"]["updates"]
     until = updates if until is None else int(until)
-    home = arm_dir(study_dir, arm_name) / "home"
+    home = arm_dir(study_dir, arm_name, replicate) / "home"
     record = {"format": ARM_FORMAT, "arm": arm_name, "workers": spec["workers"], "reduction": spec["reduction"],
               "contract_digest": contract.digest, "prepared_digest": prepared_digest, "device": contract["device"],
               "home": str(home), "resume_root": resume_root, "until": until, "status": None, "reason": None,
               "projection": None, "endpoint": None, "commits": [], "measurement": None, "traffic": None,
               "cost": None, "updates": None, "started_at": None, "ended_at": None, "shared_gpus": None}
+    if replicate:  # only replicates carry it: a committed run's record keeps its bytes
+        record["replicate"] = describe(contract["schedule"]["order_seed"], replicate,
+                                       replicate_schedule(study_dir, contract.data, replicate))
     if not 1 <= until <= updates:
         raise ArmRefused(f"--until {until}: expected 1..{updates} (contract field 'schedule.updates')")
     missing = availability(contract, spec, cuda_devices)
@@ -496,5 +520,6 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
             "start": start.to_json(), "until": until, "commit_every": every,
             "contract": contract.data, "compile_blocks": request.compile_blocks, "max_tokens": contract["data"]["max_tokens"],
             "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
-            "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"]}
+            "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"],
+            "replicate": replicate}
     return {"record": record, "args": args, "contract": contract, "spec": spec}

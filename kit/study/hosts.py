@@ -29,6 +29,7 @@ from kit.study.arms import (
     arm_worker,
     finish_arm,
     finished_status,
+    record_replicate,
 )
 from kit.study.prepare import load_prepared
 from kit.study.schema import arm_spec
@@ -97,7 +98,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
             raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {mine['status']} here: {mine['reason']}")
         record, args = mine["record"], mine["args"]
     args["deadline_at"] = decision["deadline_at"]  # rank 0's clock governs every rank
-    run_dir = arm_dir(study_dir, arm_name) / "run"
+    run_dir = arm_dir(study_dir, arm_name, request.replicate) / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     ctx = WorkerContext(rank, world, run_dir)
     before = interface_counters_or_none()
@@ -139,7 +140,7 @@ def _write_failure(study_dir, arm_name, record, contract, rank, error, tb, start
         finish_arm(study_dir, {**record, "launcher": "torchrun"}, contract, None, "failed", error, started, ended,
                    delta)
         return
-    d = arm_dir(study_dir, arm_name) / f"attempts-rank{rank}"
+    d = arm_dir(study_dir, arm_name, record_replicate(record)) / f"attempts-rank{rank}"
     d.mkdir(parents=True, exist_ok=True)
     write_canonical_json(d / f"{int(started * 1000)}.json",
                          {"arm": arm_name, "rank": rank, "status": "failed", "reason": error,

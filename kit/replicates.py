@@ -1,0 +1,298 @@
+"""Replicate runs: the frozen study arms and cohort B's growth pair again on derived data orders, scored on
+development roles only (plan: campaigns/medium-replicates-plan.json, `plan()`; docs/gpu-hosts.md, "Replicates").
+
+The decision to know: a replicate changes the data order alone (kit/replicate_order.py) and never opens a
+final role: it is scored by notebook 22 (study) or notebook 13 with SPLIT "dev" (growth pair), and the
+final-role guard refuses its commit. The steps come in parts, each its own process
+(`python -m kit.replicates --part PART`), because the parts differ in GPU mode (the campaign sets
+KIT_GPU_DETERMINISTIC per part); a part reads earlier parts' roots from their run records. Parts (`PARTS`):
+prepare, a-endpoint (cohort A's endpoint in the committed order), study, growth, study-dev, study-r0
+(the committed-order arms again, for their development scores); docs/internals.md, "kit.replicates".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from kit.demo import (
+    SCALES,
+    STUDY_ARMS,
+    DemoStopped,
+    RecordedRoots,
+    Step,
+    _note_outcomes,
+    _run_chain,
+    demo_ledger,
+    shown_path,
+    step_chains,
+)
+from kit.digest import write_canonical_json
+
+PLAN_FORMAT = "kit-replicate-plan/1"
+PARTS = ("prepare", "a-endpoint", "study", "growth", "study-dev", "study-r0")
+SCORING_RULE = ("replicates are scored on development roles only: the study's on its development tasks (the prepared "
+                "data.dev, else the study pilot's rule) and its retention probes (records the exposure ledger already "
+                "holds), through notebook 22; the growth pair on the adaptive job's dev.tasks and dev.retention through "
+                "notebook 13 with SPLIT 'dev'; no replicate is ever selected or scored on a final role, and the "
+                "final-role guard refuses a replicate's commit (kit.adaptive.selection.open_final_roles)")
+
+
+def _replicate_id(run_id: str, k: int) -> str:
+    return f"{run_id}-r{k}"
+
+
+class _Layout:
+    """The folders and run ids of one replicate campaign at one scale (OUT is the campaign's work folder)."""
+
+    def __init__(self, scale: str, out: Path, seed: Path):
+        from kit.adaptive.schema import load_adaptive_contract
+        from kit.evidence.runtime import repository_root
+
+        self.sc = SCALES[scale]
+        self.name = self.sc.name
+        self.out, self.seed = out, shown_path(seed)
+        self.study = shown_path(out / "study")
+        self.ad = out / "adaptive"
+        self.prepared = shown_path(self.ad / "prepared")
+        c = load_adaptive_contract(repository_root() / self.sc.adaptive_contract).data
+        self.two, self.three, self.at = (c["migration"]["from_workers"], c["migration"]["to_workers"],
+                                         c["migration"]["at_step"])
+        self.b_workers = c["cohorts"]["B"]["workers"]
+        self.a_from, self.a_to = shown_path(self.ad / f"A{self.two}"), shown_path(self.ad / f"A{self.three}")
+        self.device = {} if self.sc.device == "cpu" else {"DEVICE": self.sc.device}
+        # the re-derived inputs carry the campaign's tag; the committed runs they repeat keep their own ids
+        self.a_mid = f"{self.name}-replicates-A{self.two}-to-step{self.at}"
+        self.a_end = f"{self.name}-replicates-A{self.three}-migrated"
+
+    def arm(self, **parameters) -> dict:
+        return {"PREPARED_DIR": self.prepared, "SEED_DIR": self.seed, **parameters}
+
+
+def _prepare(lay: _Layout, public_source: Path) -> Iterator[Step]:
+    from kit.evidence.runtime import repository_root
+
+    root = repository_root()
+    yield Step(f"{lay.name}-replicates-study-prepare", "19_study_prepare.ipynb",
+               {"CONTRACT": shown_path(root / lay.sc.study_contract), "SEED_DIR": lay.seed,
+                "PUBLIC_SOURCE": shown_path(public_source), "STUDY_DIR": lay.study}, concurrent_with_next=True)
+    yield Step(f"{lay.name}-replicates-adaptive-prepare", "10_adaptive_prepare.ipynb",
+               {"CONTRACT": shown_path(root / lay.sc.adaptive_contract), "SEED_DIR": lay.seed,
+                "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": lay.prepared})
+
+
+def _a_endpoint(lay: _Layout, roots) -> Iterator[Step]:
+    yield Step(lay.a_mid, "11_adaptive_arm.ipynb", lay.arm(HOME=lay.a_from, COHORT="A", WORKERS=lay.two, UNTIL=lay.at))
+    yield Step(lay.a_end, "11_adaptive_arm.ipynb",
+               lay.arm(HOME=lay.a_to, COHORT="A", WORKERS=lay.three, RESUME=roots.endpoint(lay.a_mid),
+                       SOURCE_HOME=lay.a_from))
+
+
+def _study(lay: _Layout, replicates: list[int], arm_names) -> Iterator[Step]:
+    arms = [(name, k) for k in replicates for name in arm_names]
+    for i, (name, k) in enumerate(arms):  # all at once: the arms leave the GPU mostly idle
+        yield Step(_replicate_id(f"{lay.name}-study-{name}", k), "20_study_arm.ipynb",
+                   {"STUDY_DIR": lay.study, "SEED_DIR": lay.seed, "ARM": name, "REPLICATE": k},
+                   may_fail=True, concurrent_with_next=i + 1 < len(arms))
+
+
+def _study_dev(lay: _Layout, replicates: list[int], roots, arm_names) -> Iterator[Step]:
+    from kit.study.arms import arm_dir
+
+    for k in replicates:  # one at a time: the first scores the seed, the others read its record back
+        for name in arm_names:
+            arm_run = _replicate_id(f"{lay.name}-study-{name}", k)
+            home = shown_path(arm_dir(lay.study, name, k) / "home")
+            try:
+                endpoint = roots.endpoint(arm_run)
+            except DemoStopped as e:  # an arm that did not complete has no score; the others still get theirs
+                print(f"{arm_run}: no development score: {e}", flush=True)
+                continue
+            yield Step(_replicate_id(f"{lay.name}-study-dev-{name}", k), "22_study_replicate_dev.ipynb",
+                       {"STUDY_DIR": lay.study, "SEED_DIR": lay.seed, "ARM": name, "REPLICATE": k,
+                        "CANDIDATE": f"{home}:{endpoint}", **lay.device}, may_fail=True)
+
+
+def _growth(lay: _Layout, replicates: list[int], roots) -> Iterator[Step]:
+    a_end = roots.endpoint(lay.a_end)
+    for k in replicates:
+        b_home, g_home = shown_path(lay.ad / f"B-r{k}"), shown_path(lay.ad / f"G-r{k}")
+        b = lay.arm(COHORT="B", WORKERS=lay.b_workers, RESUME=a_end, REFERENCE=a_end, SOURCE_HOME=lay.a_to,
+                    REPLICATE=k)
+        control, growth = (_replicate_id(f"{lay.name}-adaptive-B-{arm}", k) for arm in ("control", "growth"))
+        yield Step(control, "11_adaptive_arm.ipynb", {**b, "HOME": b_home}, concurrent_with_next=True)
+        yield Step(growth, "11_adaptive_arm.ipynb", {**b, "HOME": g_home, "REFERENCE_HOME": lay.a_to, "GROW": True})
+        b_end, g_end = roots.endpoint(control), roots.endpoint(growth)
+        # the committed development comparisons, on this replicate's pair: B against A, growth against its control
+        for name, cand, base, label in (("B", f"{b_home}:{b_end}", f"{lay.a_to}:{a_end}", "B_vs_A"),
+                                        ("G", f"{g_home}:{g_end}", f"{b_home}:{b_end}", "growth_vs_control")):
+            yield Step(_replicate_id(f"{lay.name}-adaptive-dev-{name}", k), "13_adaptive_evaluate.ipynb",
+                       {"PREPARED_DIR": lay.prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
+                        "COMPARISON": label, "OUT": shown_path(lay.ad / f"dev-{name}-r{k}.json"), **lay.device})
+
+
+def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "medium", replicates=(1, 2),
+                    public_source: Path | None = None, arms=STUDY_ARMS) -> Iterator[Step]:
+    """The steps of one part (module docstring), in order; a generator, as kit.demo.demo_steps. `arms`: the
+    study arms the study parts run (all three by default)."""
+    from kit.demo import PUBLIC_SOURCE
+    from kit.evidence.runtime import repository_root
+
+    lay = _Layout(scale, Path(out), Path(seed))
+    replicates = list(replicates)
+    if part == "prepare":
+        yield from _prepare(lay, Path(public_source) if public_source else repository_root() / PUBLIC_SOURCE)
+    elif part == "a-endpoint":
+        yield from _a_endpoint(lay, roots)
+    elif part == "study":
+        yield from _study(lay, replicates, arms)
+    elif part == "growth":
+        yield from _growth(lay, replicates, roots)
+    elif part == "study-dev":
+        yield from _study_dev(lay, replicates, roots, arms)
+    elif part == "study-r0":
+        yield from _study(lay, [0], arms)
+        yield from _study_dev(lay, [0], roots, arms)
+    else:
+        raise ValueError(f"part {part!r}; expected one of {', '.join(PARTS)}")
+
+
+def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1,)) -> dict:
+    """The replicate plan (campaigns/medium-replicates-plan.json is `plan("medium")` plus its `inputs`): the
+    runs, each replicate's derived order seed (recorded, kit/replicate_order.py) and the scoring rule."""
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.evidence.runtime import repository_root
+    from kit.replicate_order import RULE, replicate_seed
+    from kit.study.schema import load_study_contract
+
+    sc, root = SCALES[scale], repository_root()
+    study = load_study_contract(root / sc.study_contract)
+    adaptive = load_adaptive_contract(root / sc.adaptive_contract)
+    s_seed, a_seed = study["schedule"]["order_seed"], adaptive.data["data_seeds"]["schedule"]
+    lay_name = sc.name
+    c = adaptive.data["migration"]
+    return {
+        "format": PLAN_FORMAT, "scale": scale, "order_rule": RULE, "scoring_rule": SCORING_RULE,
+        "study": {
+            "contract": sc.study_contract, "contract_digest": study.digest,
+            "contract_seed": {"field": "schedule.order_seed", "value": s_seed},
+            "replicates": [{"index": k, "order_seed": replicate_seed(s_seed, k),
+                            "runs": [_replicate_id(f"{lay_name}-study-{a}", k) for a in STUDY_ARMS],
+                            "dev_runs": [_replicate_id(f"{lay_name}-study-dev-{a}", k) for a in STUDY_ARMS]}
+                           for k in study_replicates],
+            "committed": {a: f"{lay_name}-study-{a}" for a in STUDY_ARMS},
+            "committed_order_dev_runs": [_replicate_id(f"{lay_name}-study-dev-{a}", 0) for a in STUDY_ARMS],
+        },
+        "adaptive": {
+            "contract": sc.adaptive_contract, "contract_digest": adaptive.digest,
+            "contract_seed": {"field": "data_seeds.schedule", "value": a_seed},
+            "start": {"runs": [f"{lay_name}-replicates-A{c['from_workers']}-to-step{c['at_step']}",
+                               f"{lay_name}-replicates-A{c['to_workers']}-migrated"],
+                      "repeats": [f"{lay_name}-adaptive-A{c['from_workers']}-to-step{c['at_step']}",
+                                  f"{lay_name}-adaptive-A{c['to_workers']}-migrated"],
+                      "mode": "the committed runs' (KIT_GPU_DETERMINISTIC unset): a replay of their roots"},
+            "replicates": [{"index": k, "order_seed": replicate_seed(a_seed, k),
+                            "runs": [_replicate_id(f"{lay_name}-adaptive-B-{a}", k) for a in ("control", "growth")],
+                            "dev_runs": [_replicate_id(f"{lay_name}-adaptive-dev-{n}", k) for n in ("B", "G")]}
+                           for k in growth_replicates],
+            "committed_dev_runs": {"B": f"{lay_name}-adaptive-dev-B", "G": f"{lay_name}-adaptive-dev-G"},
+        },
+    }
+
+
+def record_checks(plan_file: Path, out: Path, runs_dir: Path) -> dict:
+    """Compare what the parts re-derived with the plan's `inputs` (the committed jobs and roots) and write
+    OUT/replicates-checks.json: {name: {"expected", "actual", "equal"}} for each input present so far."""
+    from kit.digest import load_json_strict
+
+    inputs = load_json_strict(plan_file)["inputs"]
+    checks = {}
+    adaptive = out / "adaptive" / "prepared" / "prepared.json"
+    if adaptive.is_file():
+        got = load_json_strict(adaptive)["job_digest"]
+        checks["adaptive_job_digest"] = {"expected": inputs["adaptive_job_digest"], "actual": got,
+                                         "equal": got == inputs["adaptive_job_digest"]}
+    study = out / "study" / "prepared" / "prepared.json"
+    if study.is_file():
+        files = load_json_strict(study)["files"]
+        for name, want in inputs["study_prepared_files"].items():
+            checks[f"study_prepared:{name}"] = {"expected": want, "actual": files.get(name),
+                                                "equal": files.get(name) == want}
+    for run_id, want in {**inputs["a_endpoint_roots"], **inputs["study_committed_roots"]}.items():
+        try:
+            got = RecordedRoots(runs_dir).endpoint(run_id)
+        except (DemoStopped, FileNotFoundError, ValueError):
+            continue
+        checks[f"root:{run_id}"] = {"expected": want, "actual": got, "equal": got == want}
+    write_canonical_json(out / "replicates-checks.json", checks)
+    return checks
+
+
+def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "medium", replicates=(1, 2),
+             public_source: Path | None = None, plan_file: Path | None = None, arms=STUDY_ARMS) -> int:
+    """Run one part's steps (kit.demo's chains: steps marked concurrent start together); 0 when every step
+    completed, 1 otherwise. The plan as executed and the steps' times go to OUT/replicates-<part>-*.json."""
+    import os
+
+    from kit.evidence.ledger import LEDGER_ENV
+    from kit.evidence.runtime import ensure_runtime, repository_root
+
+    ensure_runtime()
+    out, runs_dir = Path(out), Path(runs_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ[LEDGER_ENV] = str(demo_ledger(out, runs_dir).absolute())  # a ledger of the campaign's own
+    os.environ["KIT_PROGRESS"] = "0"  # no bars in executed notebooks
+    notebooks = repository_root() / "notebooks"
+    plan, timing, stopped = [], [], None
+
+    class _Quiet:
+        def write(self, line):
+            print(line, flush=True)
+
+        def update(self):
+            pass
+
+    steps = replicate_steps(part, out, seed, RecordedRoots(runs_dir), scale, replicates, public_source, arms)
+    try:
+        for chain in step_chains(steps):
+            plan += [{"notebook": shown_path(notebooks / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
+                     for s in chain]
+            write_canonical_json(out / f"replicates-{part}-plan.json", plan)
+            stopped = _note_outcomes(_run_chain(chain, notebooks, runs_dir, out), timing, _Quiet(), runs_dir)
+            write_canonical_json(out / f"replicates-{part}-timing.json", {"steps": timing})
+            if stopped:
+                break
+    except Exception as e:  # noqa: BLE001 - a root the part needs is missing: said, and the part fails
+        stopped = ("", str(e))
+    if stopped:
+        print(f"replicates {part}: stopped: {stopped[1]}", file=sys.stderr)
+    if plan_file is not None:
+        for name, check in record_checks(Path(plan_file), out, runs_dir).items():
+            print(f"check {name}: {'equal' if check['equal'] else 'DIFFERS'}", flush=True)
+    return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kit.replicates", description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", required=True, choices=PARTS)
+    p.add_argument("--scale", default="medium", choices=sorted(SCALES))
+    p.add_argument("--out", required=True, help="the campaign's work folder (OUT/study, OUT/adaptive)")
+    p.add_argument("--seed", required=True, help="the seed folder (built to the contracts' pin)")
+    p.add_argument("--runs-dir", required=True, help="where the run records go")
+    p.add_argument("--replicates", type=int, nargs="+", default=[1, 2], help="replicate indexes (> 0)")
+    p.add_argument("--public-source", help="the pinned public source (default data/alpaca_5000.json)")
+    p.add_argument("--arms", nargs="+", choices=STUDY_ARMS, default=list(STUDY_ARMS), help="the study arms (all)")
+    p.add_argument("--plan", help="the committed plan whose `inputs` the re-derived jobs and roots are checked against")
+    a = p.parse_args(argv)
+    if any(k < 1 for k in a.replicates) and a.part in ("study", "growth", "study-dev"):
+        print(f"python -m kit.replicates: --replicates {a.replicates}: expected indexes > 0 (replicate 0 is the "
+              "committed run; --part study-r0 repeats it)", file=sys.stderr)
+        return 2
+    return run_part(a.part, Path(a.out), Path(a.seed), Path(a.runs_dir), a.scale, a.replicates, a.public_source,
+                    a.plan, a.arms)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

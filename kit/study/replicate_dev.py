@@ -1,0 +1,162 @@
+"""Development scoring of the study's replicates: the seed and each endpoint on development tasks and on the
+retention probes, never on the final tasks (plan: campaigns/medium-replicates-plan.json).
+
+The decision to know: the development tasks are the prepared `dev_tasks.jsonl` when the contract has
+`data.dev`, else drawn by the study pilot's rule (`dev_rule`) into `STUDY/replicates/dev_tasks.jsonl`; the
+retention probes are scored only when the contract draws them from records the exposure ledger already holds
+(`data.retention.exposed`), so nothing new is opened. Nothing is written to the ledger, the candidate freeze
+or the opening log. Records: docs/formats.md, "Study replicate development scores".
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from kit.digest import load_json_strict, sha256_file, write_canonical_json
+
+DEV_FORMAT = "kit.study.replicate-dev/1"
+TASKS_FORMAT = "kit.study.replicate-dev-tasks/1"
+FOLDER = "replicates"
+
+
+class ReplicateScoringRefused(ValueError):
+    pass
+
+
+def dev_rule(contract: dict) -> dict:
+    """The development role of a contract without `data.dev`: the study pilot's (campaigns/study_pilot.py)."""
+    f = contract["data"]["final_test"]
+    return {"count": f["count"], "role": "study-dev", "seed": f["seed"], "difficulty": f["difficulty"]}
+
+
+def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
+    """(the development task file, its sha256): the prepared one, or the one drawn by `dev_rule` (written
+    once, with its record `dev_tasks.json`, and checked against that record afterwards)."""
+    from kit.data.conversations import read_jsonl, write_jsonl
+    from kit.data.tasks import generate_set
+    from kit.study.prepare import (
+        DEV_FILE,
+        FILES,
+        PREPARED_DIR,
+        _seed_task_digests,
+        _task_conversation,
+        load_prepared,
+    )
+
+    study_dir = Path(study_dir)
+    prepared, contract, _ = load_prepared(study_dir, only=FILES)
+    if DEV_FILE in prepared["files"]:
+        return study_dir / PREPARED_DIR / DEV_FILE, prepared["files"][DEV_FILE]
+    out, record_path = study_dir / FOLDER / DEV_FILE, study_dir / FOLDER / "dev_tasks.json"
+    if record_path.is_file():
+        record = load_json_strict(record_path)
+        if sha256_file(out) != record["sha256"]:
+            raise ReplicateScoringRefused(f"{out}: sha256 differs from field 'sha256' of {record_path}")
+        return out, record["sha256"]
+    rule, d = dev_rule(contract.data), contract["data"]
+    seed_tasks, _ = _seed_task_digests(Path(prepared["seed"]["dir"]))
+    # as prepare_study excludes them (digests only: nothing is scored or exposed here): the seed's tasks, the
+    # training tasks (drawn again exactly as prepare drew them) and the final tasks
+    train = generate_set(d["tasks"]["count"], d["tasks"]["seed"], d["tasks"]["role"], d["tasks"]["difficulty"],
+                         exclude_digests=seed_tasks)
+    final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl", prepared["files"]["final_tasks.jsonl"])
+    excluded = seed_tasks | {t.digest for t in train} | {c.meta["digest"] for c in final}
+    tasks = generate_set(rule["count"], rule["seed"], rule["role"], rule["difficulty"], exclude_digests=excluded)
+    if len(tasks) != rule["count"]:
+        raise ReplicateScoringRefused(f"{study_dir}: drew {len(tasks)} of {rule['count']} development tasks")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out, [_task_conversation(t, True) for t in tasks])
+    sha = sha256_file(out)
+    write_canonical_json(record_path, {"format": TASKS_FORMAT, "rule": rule, "sha256": sha, "count": len(tasks),
+                                       "excluded_digests": len(excluded), "prepared_json": sha256_file(
+                                           study_dir / PREPARED_DIR / "prepared.json")})
+    return out, sha
+
+
+def parse_model(spec: str) -> dict:
+    """"seed" or "HOME:FULL_ROOT" as the record's `source`."""
+    if spec == "seed":
+        return {"seed": True}
+    home, _, root = spec.rpartition(":")
+    if not home or len(root) != 64:
+        raise ReplicateScoringRefused(f"model {spec!r}; expected 'seed' or 'HOME:FULL_ROOT' (a 64-hex root)")
+    return {"home": home, "full_root": root}
+
+
+def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, models: dict[str, str],
+                     device: str = "cpu") -> dict[str, dict]:
+    """Score each of `models` ({label: "seed" or "HOME:FULL_ROOT"}) on the development tasks and, when the
+    contract's probes are exposed records, the retention probes; {label: its record}, each also written to
+    STUDY/replicates/dev/<label>.json (reused when its source and files are unchanged)."""
+    from kit.data.chat import load_tokenizer
+    from kit.data.conversations import read_jsonl
+    from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+    from kit.inventory import parameter_digest
+    from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared
+
+    study_dir = Path(study_dir)
+    path, sha = dev_tasks(study_dir)
+    prepared, contract, _ = load_prepared(study_dir, only=("retention.jsonl",))
+    check_seed(prepared, seed_dir)
+    retention_sha = prepared["files"]["retention.jsonl"] if contract["data"]["retention"]["exposed"] else None
+    tasks = read_jsonl(path, sha)
+    probes = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl", retention_sha) if retention_sha else []
+    tokenizer = load_tokenizer(seed_dir)
+    nll_batch, answer_batch = eval_batch_sizes(device)
+    out_dir = study_dir / FOLDER / "dev"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = {}
+    for label, spec in models.items():
+        source = parse_model(spec)
+        if source.get("seed"):
+            source = {"seed_dir": str(seed_dir), "parameter_digest": parameter_digest(seed_dir)}
+        out = out_dir / f"{label}.json"
+        files = {"dev_tasks_sha256": sha, "retention_sha256": retention_sha}
+        if out.is_file():
+            old = load_json_strict(out)
+            if old["source"] == source and all(old[k] == v for k, v in files.items()):
+                records[label] = old  # scoring is deterministic: a rerun reuses it
+                continue
+        t0 = time.perf_counter()
+        model = (load_model(seed_dir=str(seed_dir), device=device) if "seed_dir" in source
+                 else load_model(home=source["home"], root=source["full_root"], device=device))
+        rec = {"format": DEV_FORMAT, "label": label, "source": source, **files,
+               "tasks": answer_tasks(model, tokenizer, tasks, contract["evaluation"]["max_new_tokens"],
+                                     batch_size=answer_batch),
+               "task_nll": score_nll(model, tokenizer, tasks, contract["data"]["max_tokens"], batch_size=nll_batch),
+               "retention": score_nll(model, tokenizer, probes, contract["data"]["max_tokens"], batch_size=nll_batch)
+               if probes else None,
+               "seconds": time.perf_counter() - t0}
+        if device != "cpu":
+            rec["device"] = device
+        write_canonical_json(out, rec)
+        records[label] = rec
+        del model
+    return records
+
+
+def dev_sidecars(candidate: dict, baseline: dict) -> dict:
+    """The sidecars of one replicate's development scores against the seed, in the shapes of the adaptive
+    development evaluation's (kit.adaptive.sidecars): {"accuracy_by_family": {family or "all": {n,
+    correct_/accuracy_ candidate and baseline}}, "nll_change": {"tasks" | "retention": {change_nats_per_token,
+    tokens, n}}} (retention None when the contract's probes are not exposed records)."""
+    from kit.adaptive.sidecars import accuracy_sidecars
+
+    base = {r["id"]: r for r in baseline["tasks"]}
+    if set(base) != {r["id"] for r in candidate["tasks"]}:
+        raise ReplicateScoringRefused("candidate and seed were scored on different development tasks")
+    paired = [{"family": r["family"], "cand_correct": r["correct"], "base_correct": base[r["id"]]["correct"]}
+              for r in candidate["tasks"]]
+
+    def change(cand_rows, base_rows):
+        if not cand_rows:
+            return None
+        tokens = sum(r["tokens"] for r in cand_rows)
+        return {"change_nats_per_token": (sum(r["nll_sum"] for r in cand_rows) - sum(r["nll_sum"] for r in base_rows))
+                / tokens, "tokens": tokens, "n": len(cand_rows)}
+
+    return {"accuracy_by_family": accuracy_sidecars({"tasks": paired})["accuracy_by_family"],
+            "nll_change": {"tasks": change(candidate["task_nll"], baseline["task_nll"]),
+                           "retention": change(candidate["retention"] or [], baseline["retention"] or [])}}
