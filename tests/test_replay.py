@@ -132,3 +132,15 @@ def test_every_data_location_is_the_replay_s_own_and_names_its_producer(tmp_path
     assert replayer._locations(curve)["LINEAGES['A2-control'][0]"] == "demo-out/seed"
     seed = replayer.records["demo-seed"][1]
     assert "MODE" not in replayer._locations(seed)  # 'build': a word that is also a data root's name
+
+
+def test_an_archived_run_is_named_by_its_old_path_and_replays(replayed, work):
+    """A run kept in an archived folder (runs/archive/) is named as before and replays like any run: the
+    superseded demo set of 2026-12-03 built the same seed, which this module's replay re-derived into `work`."""
+    from kit.evidence.archive import origin, resolve
+
+    archived = resolve(RUNS / "demo-superseded-2026-12-03-path-dependent-job-digest" / "demo-seed")
+    assert origin(archived) is not None and (archived / run_record.RUN_RECORD_NAME).is_file()
+    (seed,) = replay_runs([archived], work, log=lambda m: None)
+    assert seed["ok"], seed["mismatches"]
+    assert "input_digests['seed.parameter_digest']" in seed["compared"]
