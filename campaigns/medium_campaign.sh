@@ -55,6 +55,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=build/medium
+# Every step in the deterministic GPU mode (docs/engine.md, "Determinism"), not only the seed build: a run
+# record then states a mode in which it repeats bit for bit, and its replay runs in it (#47). Before
+# 2026-12-04 the trials ran without it; their records carry no mode and replay without the flag.
+export KIT_GPU_DETERMINISTIC=${KIT_GPU_DETERMINISTIC:-1} CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 # The campaign runs in a checkout of its own (a copy of the synced repository), because every device call
 # copies the local working tree anew over the device copy: a file the host committed (a frozen contract)
 # would vanish there, and a notebook being rewritten is briefly missing. Later calls never touch this folder.

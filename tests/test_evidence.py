@@ -189,7 +189,12 @@ def test_completed_run_writes_every_field(completed):
     assert set(on_disk) == {
         "format", "run_id", "notebook", "notebook_sha256", "executed_notebook", "executed_notebook_sha256",
         "parameters", "status", "reason", "error", "started_at", "ended_at", "duration_s", "git", "versions",
-        "device", "contract_digest", "input_digests", "checkpoint_roots", "metrics", "notes", "numeric_profile"}
+        "device", "contract_digest", "input_digests", "checkpoint_roots", "metrics", "notes", "numeric_profile",
+        "manifest", "materials", "ledger_events"}
+    # every file of the folder but run.json and kernel.log, pinned (docs/formats.md, "Run manifests")
+    assert on_disk["manifest"] == {p.relative_to(run_dir).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
+                                   for p in run_dir.rglob("*") if p.is_file() and p.name not in ("run.json", "kernel.log")}
+    assert "metrics/curve.json" in on_disk["manifest"] and on_disk["materials"] == on_disk["ledger_events"] == []
     assert on_disk["notebook"] == "study.ipynb"  # relative to the repository
     assert on_disk["notebook_sha256"] == sha256_file(completed["notebook"])
     assert on_disk["executed_notebook_sha256"] == sha256_file(run_dir / "study.ipynb")
@@ -229,7 +234,8 @@ def test_verify_evidence_passes_on_a_good_run(completed, capsys):
     assert report["ok"], report
     assert results == {"record": "pass", "executed_notebook": "pass", "parameters": "pass", "injected_cell": "pass",
                        "metric curve": "pass", "metric echo": "pass", f"root produced {completed['root'][:12]}": "pass",
-                       f"root used {'b' * 12}": "skipped", "git": "pass"}
+                       f"root used {'b' * 12}": "skipped", "git": "pass", "files": "pass", "copies": "pass",
+                       "materials": "pass", "ledger events": "pass"}
     assert "home absent" in next(c["detail"] for c in report["checks"] if c["check"].startswith("root used"))
     assert main(["verify-evidence", str(completed["repo"] / "runs")]) == 0
     assert "runs/ok-run: ok" in capsys.readouterr().out
@@ -272,7 +278,7 @@ def test_verify_evidence_fails_on_edited_parameters_sidecars_or_commit(completed
     obj["git"]["commit"] = "0" * 40
     write_canonical_json(run_dir / "run.json", obj)
     failed = {c["check"] for c in verify_evidence(run_dir)["checks"] if c["result"] == "fail"}
-    assert failed == {"parameters", "injected_cell", "metric curve", "git"}
+    assert failed == {"parameters", "injected_cell", "metric curve", "files", "git"}  # files: the manifest too
     (run_dir / "run.json").write_text(json.dumps(obj, indent=1))  # not canonical
     assert main(["verify-evidence", str(run_dir)]) == 1
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kit.digest import sha256_file
+from kit.evidence.ledger import read_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 CLONED = ("kit", "examples", "contracts", "data", "ledger", "pyproject.toml")  # what the scripts read
@@ -67,7 +68,7 @@ def test_adaptive_example_runs_from_a_bare_clone_with_its_own_ledger(clone, tmp_
     homes = [out / h for h in ("A2", "A3", "B", "G")]
     commits = [f"verified {h} {r.stem}" for h in homes for r in (h / "commits").glob("*.json")]
     assert len(commits) >= 8 and all(c in done.stdout for c in commits)  # every commit of the four homes
-    ledger = [json.loads(line) for line in (out / "ledger" / "exposed.jsonl").read_text().splitlines()]
+    ledger = read_ledger(out / "ledger" / "exposed.jsonl")
     assert len([e for e in ledger if e["kind"] == "final.task"]) == 96  # the three final scorings, once each
     assert sha256_file(root / "ledger" / "exposed.jsonl") == committed  # the committed ledger is untouched
     pj = json.loads((out / "prepared" / "prepared.json").read_text())

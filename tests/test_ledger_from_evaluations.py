@@ -34,7 +34,8 @@ def run_tool(ledger: Path, *pairs: str) -> subprocess.CompletedProcess:
 def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
     demo = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if e["run"].startswith("demo-")]
     ledger = tmp_path / "exposed.jsonl"
-    ledger.write_bytes(b"".join(json.dumps(e, sort_keys=True, separators=(",", ":")).encode() + b"\n" for e in demo))
+    ledger.write_bytes(b"".join(json.dumps({**e, "format": "kit-exposure/1"}, sort_keys=True,  # as /1 lines,
+                                           separators=(",", ":")).encode() + b"\n" for e in demo))  # either form
     pairs = [f"{OLD}/medium-adaptive-final-{x}={CAMPAIGN / f'final-{x}.json'}" for x in "ABG"]
     done = run_tool(ledger, *pairs)
     assert done.returncode == 0, done.stderr
@@ -61,7 +62,10 @@ def test_the_medium_finals_are_rebuilt_and_recorded_once_per_contract(tmp_path):
         return e["run"].startswith("medium-adaptive-") and e["contract_digest"] == old_contract
 
     committed = [e for e in read_ledger(REPO / "ledger" / "exposed.jsonl") if first_campaigns(e)]
-    assert committed == medium
+    def fields(rows):  # the same entries in either form (the committed ledger's /1 lines, the tool's /2 event)
+        return [{k: v for k, v in e.items() if k != "format"} for e in rows]
+
+    assert fields(committed) == fields(medium)
     # the other adaptive medium lines are the later campaigns' own scorings: the re-run on the seed d1749707
     # (its records now in runs/medium-superseded-seed-d1749707) and the one on af103c8d (runs/medium-adaptive-final-A)
     reruns = {json.loads((evidence_path(d, "medium-adaptive-final-A") / "run.json").read_text())["contract_digest"]
@@ -95,7 +99,7 @@ def test_an_evaluation_whose_ids_do_not_rebuild_its_roles_is_refused(tmp_path):
 @pytest.mark.parametrize("marker", [True, {"by": "tool"}, {"by": "tool", "evaluation": "e.json",
                                                            "evaluation_sha256": "not hex"}])
 def test_a_malformed_rebuilt_mark_is_refused_naming_the_line(marker, tmp_path):
-    line = json.loads((REPO / "ledger" / "exposed.jsonl").read_text().splitlines()[0])
+    line = {**read_ledger(REPO / "ledger" / "exposed.jsonl")[0], "format": "kit-exposure/1"}  # either form
     ledger = tmp_path / "exposed.jsonl"
     ledger.write_text(json.dumps(line) + "\n" + json.dumps({**line, "rebuilt": marker}) + "\n")
     with pytest.raises(LedgerError, match=re.escape(f"{ledger}:2: field 'rebuilt' is ") + ".*expected an object"):

@@ -91,8 +91,8 @@ def test_a_runs_folder_replays_its_cpu_runs_and_lists_the_others_as_not_replayed
                                                    whole_folder=True)}
     assert [results[name]["ok"] for name in CHAIN] == [True, True, True]  # compared again, not re-executed
     assert results["medium-seed"]["ok"] is None
-    assert results["medium-seed"]["not_replayed"].endswith("ran on a GPU host; replay re-derives CPU runs (GPU roots "
-                                                           "repeat only on the same layout and hardware, docs/engine.md "
+    assert results["medium-seed"]["not_replayed"].endswith("this host has 0 GPU(s); GPU roots repeat only on the same "
+                                                           "layout and hardware, in the recorded mode (docs/engine.md "
                                                            "'Determinism')")
     assert results["bench-update-2026-11-29"]["ok"] is None
     assert results["bench-update-2026-11-29"]["not_replayed"].startswith("no kit run record (a benchmark record")

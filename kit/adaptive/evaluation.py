@@ -61,6 +61,10 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
         open_final_roles(prepared_dir, selection, [cand_id] if not cand_id.startswith("seed:") else [],
                          purpose=f"final scoring of {cand_id} against {base_id}",
                          models={"candidate": cand_kw, "baseline": base_kw})
+    from kit.evidence.notebook import record_materials
+
+    record_materials("prepared", "file", [sha256_file(prepared_dir / "prepared.json")])
+    record_materials("scored", "commit", [kw["root"] for kw in (cand_kw, base_kw) if "root" in kw])
     tok = load_tokenizer(tokenizer_dir)
     data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
     if split == "final":

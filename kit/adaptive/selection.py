@@ -3,8 +3,11 @@
 Development checks may abort a run; they cannot select another endpoint. So the candidates are
 fixed in a selection record *before* any final scoring, and `open_final_roles` opens final roles
 only for exactly the candidates (and baselines) that a record listed in `selections.jsonl` binds.
-Every opening, allowed or refused, is appended to `final-access.jsonl`, which is also how a later
-`select` learns that scoring happened and refuses.
+Every opening, allowed or refused, is appended to `final-access.jsonl`. The authority is the exposure
+ledger's chain (kit.evidence.ledger_chain), outside the prepared folder: `select` appends a `selection`
+event, an allowed opening a `final-access` event; final roles open only for a selection whose event is in
+the chain, and never under another selection once the chain holds a final access for the job, and `select`
+refuses once it holds one. Editing or deleting the prepared folder's logs reopens nothing.
 Rules: docs/internals.md ("kit.adaptive.selection"); files: docs/formats.md, "Selection records".
 """
 
@@ -122,6 +125,20 @@ def access_entries(prepared_dir: str | os.PathLike, name: str = ACCESS_LOG) -> l
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def guard_ledger(prepared_dir: Path, pj: dict) -> Path:
+    """The ledger whose chain guards this job's final roles: the one its scorings record exposures into."""
+    from kit.evidence.ledger import ledger_path
+
+    return ledger_path(prepared_dir, pj.get("locations", {}).get("ledger"))
+
+
+def chained_accesses(prepared_dir: Path, pj: dict) -> list[dict]:
+    from kit.evidence.ledger import chain_events
+
+    digest = prepared_digest(prepared_dir)
+    return [e for e in chain_events(guard_ledger(prepared_dir, pj), "final-access") if e.get("prepared_digest") == digest]
+
+
 def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict], out: str | os.PathLike,
                     development: dict | None = None) -> dict:
     """candidates: {name: {"home": H, "root": full root}}; returns the record written to `out`."""
@@ -133,6 +150,11 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
         raise FinalRolesRefused(f"{prepared_dir / ACCESS_LOG}: final roles of this prepared job were already "
                                 f"opened ({len(scored)} time(s)); a selection made after final scoring is refused")
     pj, contract = prepared_contract(prepared_dir)
+    chained = chained_accesses(prepared_dir, pj)
+    if chained:
+        raise FinalRolesRefused(f"{guard_ledger(prepared_dir, pj)}: its chain holds {len(chained)} final access(es) "
+                                f"for this prepared job (run {chained[0].get('run')}); a selection made after final "
+                                "scoring is refused")
     bound = {}
     for name, c in sorted(candidates.items()):
         m = read_commit(c["home"], c["root"])  # recomputes both roots; refuses a tampered manifest
@@ -152,7 +174,17 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
                                     f"baseline') is not among the selected candidates {sorted(bound)}; select it too")
     record = {"format": SELECTION_FORMAT, "prepared_digest": prepared_digest(prepared_dir),
               "contract_digest": pj["contract"]["digest"], "candidates": bound, "development": development or {}}
-    _log(prepared_dir, {"selection": str(out), "sha256": write_canonical_json(out, record)}, SELECTIONS_LOG)
+    sha = write_canonical_json(out, record)
+    _log(prepared_dir, {"selection": str(out), "sha256": sha}, SELECTIONS_LOG)
+    from kit.evidence.ledger import append_guard_event
+    from kit.evidence.notebook import record_materials
+
+    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "selection", "job": pj["job_digest"],
+                                                        "prepared_digest": record["prepared_digest"],
+                                                        "selection_sha256": sha})
+    record_materials("prepared", "file", [record["prepared_digest"]])
+    record_materials("development", "evaluation", sorted(set((development or {}).get("dev_evaluations", {}).values())))
+    record_materials("candidate", "commit", sorted(c["full_root"] for c in bound.values()))
     return record
 
 
@@ -201,23 +233,42 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
         if models is not None:
             _check_models(prepared_dir, record, models, str(selection_path))
         actual = sha256_file(selection_path)
-        written = [e["sha256"] for e in access_entries(prepared_dir, SELECTIONS_LOG)]
-        if actual not in written:
-            raise FinalRolesRefused(f"{selection_path}: sha256 {actual} is not a selection record `kit adaptive select` "
-                                    f"wrote for {prepared_dir} (expected one of: {', '.join(written) or 'none'}, "
-                                    f"{SELECTIONS_LOG}); an edited, hand-made or copied record is refused")
-        used = sorted({e["selection_sha256"] for e in access_entries(prepared_dir) if e.get("allowed")})
-        if used and actual not in used:
-            raise FinalRolesRefused(f"{selection_path}: final roles were already opened under selection "
-                                    f"{', '.join(used)}; another selection after scoring is refused")
+        _check_chain(prepared_dir, str(selection_path), actual)
     except FinalRolesRefused as e:
         _log(prepared_dir, {**entry, "allowed": False, "reason": str(e)})
         raise
     except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:  # fail closed, and logged
         _log(prepared_dir, {**entry, "allowed": False, "reason": f"unreadable selection record: {e}"})
         raise FinalRolesRefused(f"{selection_path}: unreadable selection record: {e}") from None
-    _log(prepared_dir, {**entry, "allowed": True, "selection_sha256": sha256_file(selection_path)})
+    _log(prepared_dir, {**entry, "allowed": True, "selection_sha256": actual})
+    from kit.evidence.ledger import append_guard_event
+    from kit.evidence.notebook import record_materials
+
+    pj, _ = prepared_contract(prepared_dir)
+    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "final-access", "job": pj["job_digest"],
+                                                        "prepared_digest": record["prepared_digest"],
+                                                        "selection_sha256": actual, "roots": sorted(roots),
+                                                        "purpose": purpose})
+    record_materials("selection", "file", [actual])
     return record
+
+
+def _check_chain(prepared_dir: Path, source: str, actual: str) -> None:
+    """The selection's event is in the ledger chain, and no final access under another selection is."""
+    from kit.evidence.ledger import chain_events
+
+    pj, _ = prepared_contract(prepared_dir)
+    ledger, digest = guard_ledger(prepared_dir, pj), prepared_digest(prepared_dir)
+    written = [e["selection_sha256"] for e in chain_events(ledger, "selection") if e.get("prepared_digest") == digest]
+    if actual not in written:
+        raise FinalRolesRefused(f"{source}: sha256 {actual} is not a selection record `kit adaptive select` wrote for "
+                                f"{prepared_dir} (the selection events of {ledger} name: {', '.join(written) or 'none'}); "
+                                "an edited, hand-made or copied record is refused")
+    used = sorted({e["selection_sha256"] for e in chained_accesses(prepared_dir, pj)}
+                  | {e["selection_sha256"] for e in access_entries(prepared_dir) if e.get("allowed")})
+    if used and actual not in used:
+        raise FinalRolesRefused(f"{source}: final roles were already opened under selection {', '.join(used)} "
+                                f"({ledger}); another selection after scoring is refused")
 
 
 def _check_models(prepared_dir: Path, record: dict, models: dict, source: str) -> None:

@@ -107,11 +107,21 @@ def register_batch(sub) -> None:
 
 # --- kit verify-evidence --------------------------------------------------------------------
 def cmd_verify_evidence(a) -> int:
+    from kit.evidence.chain import Evidence, ledger_report
+    from kit.evidence.environment import evidence_base
     from kit.evidence.verify import expand_run_dirs, verify_evidence
 
     if a.replay:
         return _replay(expand_run_dirs(a.run_dirs), a)
-    reports = [verify_evidence(d) for d in expand_run_dirs(a.run_dirs)]
+    run_dirs = expand_run_dirs(a.run_dirs)
+    evidences: dict = {}  # one index of the committed evidence per repository
+    reports = []
+    for d in run_dirs:
+        base = evidence_base(Path(d).parent)
+        reports.append(verify_evidence(d, base, evidences.setdefault(base, Evidence(base, expand_run_dirs))))
+    # a folder given (`kit verify-evidence runs`): the repository's exposure ledger is checked as well
+    for base in sorted({evidence_base(Path(p)) for p in a.run_dirs if not (Path(p) / "run.json").exists()}):
+        reports.append(ledger_report(base))
     if a.json:
         print(json.dumps(reports, indent=1, sort_keys=True))
     else:

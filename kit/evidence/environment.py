@@ -208,6 +208,56 @@ def declared_numeric_profile() -> dict:
     return {"name": kit.NUMERIC_PROFILE, "environment": dict(kit.NUMERIC_ENV)}
 
 
+GPU_DETERMINISTIC_ENV = "KIT_GPU_DETERMINISTIC"
+# the attention probe's shape: the medium seed's heads (head dim 64), bf16 as the GPU runs compute, causal
+_SDPA_PROBE = """
+import os, sys, torch
+from torch.nn.attention import SDPBackend
+if os.environ.get("KIT_GPU_DETERMINISTIC") == "1":
+    torch.use_deterministic_algorithms(True)
+q = torch.zeros(2, 12, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+choice = torch._fused_sdp_choice(q, q, q, is_causal=True)
+print(SDPBackend(choice).name)
+"""
+
+
+def attention_backend(environment: dict | None = None) -> str | None:
+    """The scaled-dot-product attention backend torch dispatches on this GPU in the recorded mode (a probe in
+    a child process, so that this one makes no CUDA context): e.g. CUDNN_ATTENTION without the deterministic
+    flag and FLASH_ATTENTION with it on an H200. None when there is no GPU or the probe fails."""
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _SDPA_PROBE], capture_output=True, text=True, timeout=120,
+                              check=False, env={**os.environ, **(environment or {})})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def gpu_numeric_mode(found: list[dict] | None = None, probe=attention_backend) -> dict | None:
+    """What a GPU run's numbers depend on beyond the CPU profile (docs/engine.md, "Determinism"): the
+    deterministic flag, cuBLAS's workspace setting, the attention backend dispatched, compile and Inductor
+    settings, the driver and the GPU. None on a host without GPUs. A run record keeps it in
+    numeric_profile.gpu, and a GPU replay runs again under the same flag."""
+    found = gpus() if found is None else found
+    if not found:
+        return None
+    deterministic = os.environ.get(GPU_DETERMINISTIC_ENV) == "1"
+    return {
+        "deterministic": deterministic,
+        # kit.numerics.set_environment gives workers this value under the flag, unless one is set
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG") or (":4096:8" if deterministic else None),
+        "attention_backend": probe(),
+        # the engine compiles each block on CUDA (pipeline compile_blocks "auto", torch.compile's default
+        # mode); Inductor's deterministic flag follows torch.use_deterministic_algorithms
+        "compile": {"blocks": "torch.compile default mode (engine compile_blocks 'auto'; 'off' where a run says so)",
+                    "inductor_deterministic": deterministic,
+                    "inductor_environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TORCHINDUCTOR_")}},
+        "driver": found[0].get("driver"), "gpu": found[0].get("name"), "gpu_count": len(found),
+    }
+
+
 def roomiest_directory(*candidates: str | os.PathLike | None) -> Path:
     """Of the candidates that are existing directories (None skipped), the one with the most free disk:
     where a benchmark puts state too large for a small temporary filesystem (1.7B's is ~20 GB)."""

@@ -1,8 +1,10 @@
 """The exposure ledger (`ledger/exposed.jsonl` in the evidence): every final task and retention probe
 that a scored evaluation opened, by content digest, so that no later contract reuses it.
 
-Lines (docs/formats.md, "Exposure ledger") are appended, fsynced and never rewritten; an item already
-recorded for the same contract is not written twice. A line written after the fact, rebuilt from a scoring's
+Events (docs/formats.md, "Exposure ledger") are appended in the chained form of kit.evidence.ledger_chain,
+fsynced and never rewritten; the older one-line-per-record form is read too. An item already recorded for
+the same contract is not written twice; each event a run appends is named in its run record
+(`ledger_events`), so that verification finds it in the committed chain. A line written after the fact, rebuilt from a scoring's
 evaluation record rather than by the scoring itself, carries `rebuilt` (REBUILT_FIELDS) saying from what.
 Where (`ledger_path`): `--ledger`, then `$KIT_LEDGER`, then inside a `kit run` the `ledger/` beside the
 run's `runs/`, otherwise the command's own output folder's `ledger/exposed.jsonl`: the repository's
@@ -11,13 +13,12 @@ ledger is for the committed evidence only (docs/formats.md says which command us
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from kit.digest import canonical_json, sha256_file
+from kit.digest import sha256_file
 
-LEDGER_FORMAT = "kit-exposure/1"
+LEDGER_FORMAT = "kit-exposure/2"  # kit.evidence.ledger_chain; /1 lines are still read
 LEDGER_ENV = "KIT_LEDGER"
 LEDGER_RELATIVE = Path("ledger") / "exposed.jsonl"
 KINDS = ("final.task", "final.retention", "retention.probe")
@@ -46,12 +47,27 @@ def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
     """Consecutive whole lines of the ledger at `path` whose bytes have `sha256` (b"" for EMPTY_SHA256), the
     earliest such, or None. The ledger a run read is such a block of the committed one: the committed ledger
     is append-only, and a demo run from the repository root reads a ledger of its own whose lines are then
-    appended to it as one block (docs/formats.md, "Exposure ledger")."""
-    import hashlib
+    appended to it as one block (docs/formats.md, "Exposure ledger"); for a ledger read before the compaction,
+    the block is looked for in the compacted ledger's /1 view (ledger_chain.old_form_bytes)."""
 
     if sha256 == EMPTY_SHA256:
         return b""
-    lines = Path(path).read_bytes().splitlines(keepends=True) if Path(path).exists() else []
+    data = Path(path).read_bytes() if Path(path).exists() else b""
+    found = _block_with_digest(data.splitlines(keepends=True), sha256)
+    if found is None and data:
+        # a preparation made before the ledger was compacted read /1 lines: look in the ledger's /1 view
+        from kit.evidence.ledger_chain import ChainError, old_form_bytes, parse
+
+        try:
+            found = _block_with_digest(old_form_bytes(parse(path, data)).splitlines(keepends=True), sha256)
+        except ChainError:
+            return None  # not a ledger the kit wrote: only its own lines can hold the block
+    return found
+
+
+def _block_with_digest(lines: list[bytes], sha256: str) -> bytes | None:
+    import hashlib
+
     for i in range(len(lines)):
         h = hashlib.sha256()
         for j in range(i, len(lines)):
@@ -83,25 +99,21 @@ def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | 
 
 
 def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
-    """Every entry; a line that is not a ledger entry is an error naming the file and line."""
+    """Every exposure entry (both forms, one dict per record); a malformed line is an error naming the file
+    and line."""
+    from kit.evidence.ledger_chain import ChainError, exposure_entries, parse
+
     path = Path(path) if path is not None else ledger_path()
-    if not path.exists():
-        return []
-    out = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            e = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise LedgerError(f"{path}:{n}: not JSON ({err})") from None
-        if not isinstance(e, dict) or e.get("format") != LEDGER_FORMAT or e.get("kind") not in KINDS \
-                or not isinstance(e.get("digest"), str):
-            raise LedgerError(f"{path}:{n}: not a {LEDGER_FORMAT} entry with a kind in {list(KINDS)} and a digest")
+    try:
+        entries = exposure_entries(parse(path))
+    except ChainError as e:
+        raise LedgerError(str(e)) from None
+    for n, e in entries:
+        if e.get("kind") not in KINDS or not isinstance(e.get("digest"), str):
+            raise LedgerError(f"{path}:{n}: not an entry with a kind in {list(KINDS)} and a digest")
         if "rebuilt" in e:
             check_rebuilt(e["rebuilt"], f"{path}:{n}")
-        out.append(e)
-    return out
+    return [e for _, e in entries]
 
 
 def check_rebuilt(marker, source: str) -> dict:
@@ -192,26 +204,62 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
             raise LedgerError(f"exposure kind {kind!r}; expected one of {list(KINDS)}")
     if not items:
         return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
-        # Two scorings may record at once (the campaign's two trials share a host's ledger): under the
-        # lock, what is already recorded is read and the new block appended as one write, so lines never
-        # interleave and an item is never written twice for one contract.
+    from kit.evidence.ledger_chain import append_event
+
+    # Two scorings may record at once (the campaign's two trials share a host's ledger): under the lock,
+    # what is already recorded is read and the new event appended, chained to the bytes before it, so
+    # events never interleave and an item is never written twice for one contract.
+    new: list = []
+
+    def locked(f) -> None:
         _lock(f)
         seen = {(e["kind"], e["digest"]) for e in read_ledger(path) if e.get("contract_digest") == contract_digest}
-        lines = []
         for kind, digest, rid in items:
-            if (kind, digest) in seen:
-                continue
-            seen.add((kind, digest))
-            lines.append(canonical_json({"format": LEDGER_FORMAT, "kind": kind, "digest": digest, "id": rid,
-                                         "contract_digest": contract_digest, "job": job, "run": run,
-                                         "purpose": purpose, "time": now, **marker}) + b"\n")
-        if lines:
-            f.write(b"".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
-    return len(lines)
+            if (kind, digest) not in seen:
+                seen.add((kind, digest))
+                new.append([kind, digest, rid])
+        if not new:
+            raise _NothingNew
+
+    header = {"event": "exposure", "contract_digest": contract_digest, "job": job, "run": run, "purpose": purpose,
+              "time": now, **marker}
+    try:
+        event = append_event(path, header, new, lock=locked)
+    except _NothingNew:
+        return 0
+    note_event(event, path)
+    return len(new)
+
+
+def append_guard_event(path: str | os.PathLike, header: dict):
+    """Append a `selection` or `final-access` event (kit.adaptive.selection) under the ledger's lock and name
+    it in the current run's record; returns the event."""
+    from kit.evidence.ledger_chain import append_event
+
+    event = append_event(Path(path), {**header, "run": header.get("run", _run_id()), "time": _now()}, [], lock=_lock)
+    note_event(event, Path(path))
+    return event
+
+
+def chain_events(path: str | os.PathLike, kind: str) -> list[dict]:
+    """The headers of the chained events of `kind` in the ledger at `path` (none when it is absent)."""
+    from kit.evidence.ledger_chain import ChainError, parse
+
+    try:
+        return [ev.header for ev in parse(path).events if ev.header["event"] == kind]
+    except ChainError as e:
+        raise LedgerError(str(e)) from None
+
+
+class _NothingNew(Exception):
+    """Raised inside the lock when every item is already recorded: no event is appended."""
+
+
+def note_event(event, path: Path) -> None:
+    """Name an appended event in the current run's record (`ledger_events`), with the head it wrote."""
+    from kit.evidence.notebook import record_ledger_event
+
+    record_ledger_event(event.digest, event.head, event.header["event"])
 
 
 def _lock(f) -> None:

@@ -24,6 +24,8 @@ from kit.evidence.run_record import (
 RUN_DIR_ENV = "KIT_RUN_DIR"
 KERNEL_ROOTS_NAME = ".kernel-roots.json"  # written by record_roots, merged into run.json, then removed
 KERNEL_INPUTS_NAME = ".kernel-inputs.json"  # written by record_inputs, likewise
+KERNEL_CHAIN_NAME = ".kernel-chain.json"  # written by record_materials and record_ledger_event, likewise
+MATERIAL_KINDS = ("file", "evaluation", "commit")  # how verification finds a material (docs/formats.md)
 
 
 class ArmSignal(Exception):
@@ -173,3 +175,32 @@ def record_metric(name: str, obj: Any) -> Path | None:
     path = run_dir / METRICS_DIR_NAME / f"{name}.json"
     write_canonical_json(path, obj)
     return path
+
+
+def _add_to_chain(key: str, item: dict) -> Path | None:
+    run_dir = current_run_dir()
+    if run_dir is None:
+        return None
+    path = run_dir / KERNEL_CHAIN_NAME
+    old = load_json_strict(path) if path.exists() else {"materials": [], "ledger_events": []}
+    if item not in old[key]:
+        old[key].append(item)
+    write_canonical_json(path, old)
+    return path
+
+
+def record_materials(role: str, kind: str, digests) -> None:
+    """Name what this run consumed (docs/formats.md, "Materials"): `kind` "file" (the sha256 of a file some
+    committed run holds), "evaluation" (an evaluation record's sha256, pinned by a run's evaluation_file
+    sidecar) or "commit" (a full root some committed run produced); `role` says what it was for."""
+    if kind not in MATERIAL_KINDS:
+        raise RunRecordError(f"record_materials: kind {kind!r}; expected one of {list(MATERIAL_KINDS)}")
+    for digest in digests:
+        if not isinstance(digest, str) or not SHA256_RE.fullmatch(digest):
+            raise RunRecordError(f"record_materials({role!r}): {digest!r} is not a sha256 hex digest")
+        _add_to_chain("materials", {"role": role, "kind": kind, "digest": digest})
+
+
+def record_ledger_event(digest: str, head: str, event: str) -> None:
+    """Name an exposure-ledger event this run appended (its digest, and the head of the ledger it wrote)."""
+    _add_to_chain("ledger_events", {"event": event, "digest": digest, "head": head})

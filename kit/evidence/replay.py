@@ -71,8 +71,7 @@ def _replayable(record: RunRecord, run_dir: Path) -> None:
     if record.status != "completed":
         raise ReplayError(f"{run_dir}: status {record.status!r}; only completed runs are replayed")
     if record.device.get("gpu_count"):
-        raise ReplayError(f"{run_dir}: ran on a GPU host; replay re-derives CPU runs (GPU roots repeat only on "
-                          "the same layout and hardware, docs/engine.md 'Determinism')")
+        _gpu_replayable(record, run_dir)
     profile = record.numeric_profile.get("name")
     if profile != kit.NUMERIC_PROFILE:
         raise ReplayError(f"{run_dir}: field numeric_profile.name = {profile!r}; this kit computes under "
@@ -84,6 +83,34 @@ def _replayable(record: RunRecord, run_dir: Path) -> None:
     if torch_version != here:
         raise ReplayError(f"{run_dir}: field versions.torch = {torch_version!r}, installed {here!r}; the numeric "
                           "profile promises equal digests for one torch build (make test pins it)")
+
+
+def _gpu_replayable(record: RunRecord, run_dir: Path) -> None:
+    """A GPU run replays only on a host with as many GPUs of the recorded model (GPU roots repeat on the same
+    layout and hardware, in the same mode: docs/engine.md 'Determinism')."""
+    from kit.evidence.environment import gpus
+
+    here = gpus()
+    want = [g.get("name") for g in record.device.get("gpus") or []]
+    if len(here) < record.device["gpu_count"] or (want and here[0].get("name") != want[0]):
+        raise ReplayError(f"{run_dir}: ran on a GPU host ({record.device['gpu_count']} x {want[:1]}), this host has "
+                          f"{len(here)} GPU(s); GPU roots repeat only on the same layout and hardware, in the "
+                          "recorded mode (docs/engine.md 'Determinism')")
+
+
+def gpu_mode_environment(record: RunRecord, log=print) -> dict:
+    """The environment a GPU run is replayed under: its recorded deterministic flag (numeric_profile.gpu); a
+    record older than that field is replayed in this environment's mode, and the log says so."""
+    from kit.evidence.environment import GPU_DETERMINISTIC_ENV
+
+    mode = record.numeric_profile.get("gpu")
+    if not record.device.get("gpu_count"):
+        return {}
+    if mode is None:
+        log(f"{record.run_id}: its record states no GPU numeric mode; replaying with {GPU_DETERMINISTIC_ENV}="
+            f"{os.environ.get(GPU_DETERMINISTIC_ENV, '')!r} as this environment has it")
+        return {}
+    return {GPU_DETERMINISTIC_ENV: "1" if mode.get("deterministic") else "0"}  # "0": off (only "1" turns it on)
 
 
 class Replayer:
@@ -189,10 +216,11 @@ class Replayer:
             # every replayed run reads and records to the replay's own ledger, whatever $KIT_LEDGER names
             # outside: a replayed scoring must not write exposures into someone's ledger
             # in WORK/root (root()): the recorded relative data paths name the replay's data there
-            with temporary_environ({LEDGER_ENV: str(self.work / LEDGER_RELATIVE)}), contextlib.chdir(self.root()):
+            with temporary_environ({LEDGER_ENV: str(self.work / LEDGER_RELATIVE), **gpu_mode_environment(record, self.log)}), \
+                    contextlib.chdir(self.root()):
                 new = run_notebook(repository_root() / record.notebook, record.parameters, run_id,
                                    self.work / "runs")
-        result = compare(record, new, str(run_dir))
+        result = compare(record, new, str(run_dir), run_dir, self.work / "runs" / run_id)
         self.done[run_id] = result
         return result
 
@@ -222,7 +250,13 @@ class Replayer:
         target.write_bytes(block)
 
 
-def compare(committed: RunRecord, replayed: RunRecord, where: str) -> dict:
+def compare(committed: RunRecord, replayed: RunRecord, where: str, committed_dir: Path | None = None,
+            replayed_dir: Path | None = None) -> dict:
+    """Status, identity input digests and produced roots; with the two run folders also every metric sidecar
+    the replay recomputed, field by field (exactly: integers, strings, roots and, as the numeric profile
+    promises, floats), and the text of the notebook's outputs; timings excepted (kit.evidence.replay_fields)."""
+    from kit.evidence.replay_fields import compare_outputs, compare_sidecar
+
     mismatches, compared = [], []
 
     def check(field: str, old, new) -> None:
@@ -237,6 +271,15 @@ def compare(committed: RunRecord, replayed: RunRecord, where: str) -> dict:
     old_roots = [e["root"] for e in committed.checkpoint_roots["produced"]]
     new_roots = [e["root"] for e in replayed.checkpoint_roots["produced"]]
     check("checkpoint_roots.produced", old_roots, new_roots)
+    if committed_dir is not None and replayed_dir is not None and replayed.status == "completed":
+        for name in sorted(committed.metrics):
+            fields, found = compare_sidecar(Path(committed_dir), Path(replayed_dir), name)
+            compared += fields
+            mismatches += found
+        fields, found = compare_outputs(Path(committed_dir) / committed.executed_notebook,
+                                        Path(replayed_dir) / replayed.executed_notebook)
+        compared += fields
+        mismatches += found
     if replayed.status != "completed" and replayed.error:
         mismatches.append(f"{where}: the replay failed: {replayed.error['ename']}: "
                           f"{replayed.error['evalue'].splitlines()[0] if replayed.error['evalue'] else ''}")

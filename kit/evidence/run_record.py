@@ -19,7 +19,9 @@ from typing import Any
 from kit.digest import load_canonical_json, write_canonical_json
 from kit.evidence.environment import declared_numeric_profile
 
-RUN_FORMAT = "kit-run/2"  # /2 added numeric_profile
+RUN_FORMAT = "kit-run/3"  # /2 added numeric_profile; /3 the manifest, materials and ledger events
+READ_FORMATS = ("kit-run/2", RUN_FORMAT)
+CHAIN_FIELDS = ("manifest", "materials", "ledger_events")  # what /3 added (docs/formats.md, "Run records")
 STATUSES = ("completed", "failed", "aborted", "unavailable")
 RUN_RECORD_NAME = "run.json"
 METRICS_DIR_NAME = "metrics"
@@ -63,10 +65,18 @@ class RunRecord:
     notes: dict = field(default_factory=dict)  # free-form annotations from the caller
     # the numeric profile the kernel ran under (kit/numerics.py): name and the environment it set
     numeric_profile: dict = field(default_factory=declared_numeric_profile)
+    # every file of the run folder but run.json (and the ignored kernel.log): relative path -> {sha256, size}
+    manifest: dict = field(default_factory=dict)
+    materials: list = field(default_factory=list)  # what the run consumed: [{"role", "kind", "digest"}]
+    ledger_events: list = field(default_factory=list)  # ledger events it appended: [{"event", "digest", "head"}]
     format: str = RUN_FORMAT
 
     def to_json(self) -> dict:
-        return asdict(self)
+        obj = asdict(self)
+        if self.format != RUN_FORMAT:  # an older record keeps its own keys
+            for name in CHAIN_FIELDS:
+                del obj[name]
+        return obj
 
     @classmethod
     def from_json(cls, obj: Any, source: str) -> RunRecord:
@@ -92,11 +102,15 @@ def _check_sha(v: Any, source: str, name: str, nullable: bool = False) -> None:
 def validate_run_record(obj: Any, source: str) -> None:
     """Exact keys and types of a run record; errors name `source` and the field."""
     expected = {f for f in RunRecord.__dataclass_fields__}
+    if isinstance(obj, dict) and obj.get("format") != RUN_FORMAT:
+        expected -= set(CHAIN_FIELDS)
     if not isinstance(obj, dict) or set(obj) != expected:
         got = set(obj) if isinstance(obj, dict) else type(obj).__name__
         _fail(source, f"expected a run record object with keys {sorted(expected)}, got {got}")
-    if obj["format"] != RUN_FORMAT:
-        _fail(source, f"field 'format' = {obj['format']!r}, expected {RUN_FORMAT!r}")
+    if obj["format"] not in READ_FORMATS:
+        _fail(source, f"field 'format' = {obj['format']!r}, expected one of {list(READ_FORMATS)}")
+    if obj["format"] == RUN_FORMAT:
+        _validate_chain_fields(obj, source)
     if not isinstance(obj["run_id"], str) or not RUN_ID_RE.fullmatch(obj["run_id"]):
         _fail(source, f"field 'run_id' = {obj['run_id']!r} must match {RUN_ID_RE.pattern}")
     for name in ("notebook", "executed_notebook", "started_at", "ended_at"):
@@ -144,6 +158,22 @@ def validate_run_record(obj: Any, source: str) -> None:
             if not isinstance(entry, dict) or set(entry) != {"root", "home"} or not _is_str_or_none(entry["home"]):
                 _fail(source, f"checkpoint_roots.{role} entries must be {{'root', 'home'}} objects")
             check_root(entry["root"], f"{source}: checkpoint_roots.{role}")
+
+
+def _validate_chain_fields(obj: dict, source: str) -> None:
+    if not isinstance(obj["manifest"], dict):
+        _fail(source, "field 'manifest' must be an object of relative path -> {'sha256', 'size'}")
+    for name, entry in obj["manifest"].items():
+        if not isinstance(entry, dict) or set(entry) != {"sha256", "size"} or not isinstance(entry["size"], int):
+            _fail(source, f"field 'manifest[{name!r}]' must be {{'sha256', 'size'}} with an integer size")
+        _check_sha(entry["sha256"], source, f"manifest[{name!r}].sha256")
+    for key, fields in (("materials", {"role", "kind", "digest"}), ("ledger_events", {"event", "digest", "head"})):
+        if not isinstance(obj[key], list):
+            _fail(source, f"field {key!r} must be a list")
+        for i, item in enumerate(obj[key]):
+            if not isinstance(item, dict) or set(item) != fields:
+                _fail(source, f"field '{key}[{i}]' must be an object with keys {sorted(fields)}")
+            _check_sha(item["digest"], source, f"{key}[{i}].digest")
 
 
 def run_record_path(run_dir: str | os.PathLike) -> Path:

@@ -20,6 +20,7 @@ from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_fi
 from kit.environ import temporary_environ
 from kit.evidence import environment, run_record
 from kit.evidence.notebook import (
+    KERNEL_CHAIN_NAME,
     KERNEL_INPUTS_NAME,
     KERNEL_ROOTS_NAME,
     RUN_DIR_ENV,
@@ -155,6 +156,18 @@ def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, 
     return roots, inputs, metrics
 
 
+def _collect_chain(run_dir: Path) -> dict:
+    """The materials and ledger events the kernel recorded (kit.evidence.notebook.record_materials), and the
+    manifest of every file the run folder now holds (kit.evidence.manifest): run.json's chain fields."""
+    from kit.evidence.manifest import file_manifest
+
+    path = run_dir / KERNEL_CHAIN_NAME
+    chain = load_json_strict(path) if path.exists() else {"materials": [], "ledger_events": []}
+    path.unlink(missing_ok=True)
+    return {"materials": chain["materials"], "ledger_events": chain["ledger_events"],
+            "manifest": file_manifest(run_dir)}
+
+
 def _prepare_run_dir(run_dir: Path) -> None:
     if (run_dir / run_record.RUN_RECORD_NAME).exists():
         try:
@@ -233,7 +246,11 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
         git=git, versions=versions, device=device,
         contract_digest=inputs["contract_digest"], input_digests=inputs["input_digests"],
         checkpoint_roots=roots, metrics=metrics, notes=dict(extra.get("notes") or {}),
+        **_collect_chain(run_dir),
     )
+    gpu_mode = environment.gpu_numeric_mode(device.get("gpus") or [])
+    if gpu_mode is not None:  # a GPU host: the mode its numbers depend on (docs/engine.md, "Determinism")
+        record.numeric_profile["gpu"] = gpu_mode
     run_record.write_run_record(run_dir, record)
     if interrupted is not None:
         raise interrupted

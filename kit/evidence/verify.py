@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kit.digest import canonical_json, loads_strict, sha256_file
 from kit.evidence import environment, run_record
+from kit.evidence.manifest import files_check
 from kit.evidence.parameters import ParameterError, parse_assignments
 
 INJECTED_TAG = "injected-parameters"
@@ -145,7 +146,7 @@ def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> d
 BENCH_FORMAT = "kit-bench/1"
 
 
-def _bench_record(run_dir: Path) -> dict | None:
+def _bench_record(run_dir: Path, base: Path | None = None) -> dict | None:
     """A benchmark's run record (`kit-bench/1`, written by bench/*.py on a GPU host, no notebook):
     it must parse strictly, name its raw output files, which must exist, and a git commit that exists."""
     from kit.digest import load_json_strict
@@ -163,22 +164,29 @@ def _bench_record(run_dir: Path) -> dict | None:
     for name in names:
         f = run_dir / name
         checks.append(_check("raw_output", "pass" if f.is_file() else "fail", f"{f}: {'present' if f.is_file() else 'missing'}"))
-    checks.append(_git_check((rec.get("git") or {}).get("commit"), environment.evidence_base(run_dir.parent), run_dir))
+    base = base or environment.evidence_base(run_dir.parent)
+    checks.append(files_check(run_dir, base))
+    checks.append(_git_check((rec.get("git") or {}).get("commit"), base, run_dir))
     return {"run_dir": str(run_dir), "run_id": rec.get("run_id"), "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
 
 
-def verify_evidence(run_dir: str | os.PathLike) -> dict:
-    """{"run_dir", "run_id", "ok", "checks": [{"check", "result", "detail"}]} for one run directory."""
+def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None = None, evidence=None) -> dict:
+    """{"run_dir", "run_id", "ok", "checks": [{"check", "result", "detail"}]} for one run directory. `base`: the
+    repository the run belongs to (default: the one holding it; an archived run unpacked elsewhere names
+    it); `evidence`: a kit.evidence.chain.Evidence of that base, shared when many runs are checked."""
+    from kit.evidence.chain import Evidence, copies_check, ledger_events_check, materials_checks
+
     run_dir = Path(run_dir)
-    bench = _bench_record(run_dir)
+    base = Path(base) if base is not None else None
+    bench = _bench_record(run_dir, base)
     if bench is not None:
         return bench
     try:
         record = run_record.read_run_record(run_dir)
     except (FileNotFoundError, ValueError) as e:
         return {"run_dir": str(run_dir), "run_id": None, "ok": False, "checks": [_check("record", "fail", str(e))]}
-    base = environment.evidence_base(run_dir.parent)
+    base = base or environment.evidence_base(run_dir.parent)
     checks = [_check("record", "pass", f"status {record.status}")]
     executed = run_dir / record.executed_notebook
     if not executed.is_file():
@@ -190,6 +198,11 @@ def verify_evidence(run_dir: str | os.PathLike) -> dict:
             checks.append(_check("executed_notebook", "pass", "hashes to the recorded sha256"))
         checks += _parameters_checks(executed, record.parameters)
     checks += _metrics_checks(run_dir, record.metrics)
+    # every byte pinned (manifest or runs/MANIFESTS.json), and the chain to the runs it consumed
+    checks += [files_check(run_dir, base, record), copies_check(run_dir)]
+    if record.format == run_record.RUN_FORMAT:
+        checks += materials_checks(run_dir, record, evidence or Evidence(base, expand_run_dirs))
+        checks.append(ledger_events_check(run_dir, record, base))
     try:
         superseded = superseded_note(run_dir)
     except ValueError as e:

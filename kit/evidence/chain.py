@@ -1,0 +1,204 @@
+"""The chain between runs, and the exposure ledger's chain, as verification checks them.
+
+A run's materials (what it consumed: the prepared job, the development evaluations a selection read, the
+selection a final evaluation used, the commits it scored) must each be in the committed evidence with that
+digest; a run's `files/` copies must be the bytes its `*_file` sidecars pin; a final evaluation's commits must
+be the candidates and baselines of the selection it used; every ledger event a run appended must be in the
+committed ledger, whose chain must be whole and must still hold the head pinned in runs/MANIFESTS.json.
+Every function takes a run directory and the repository base (an unpacked archived run is checked alike).
+docs/formats.md ("Materials and the chain", "Exposure ledger") is the reference.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+
+from kit.digest import load_json_strict, sha256_file
+from kit.evidence.ledger import LEDGER_RELATIVE
+from kit.evidence.manifest import PINS_RELATIVE, read_pins
+
+FILES_DIR = "files"
+PREPARE_SUFFIX = "_prepare.ipynb"  # the notebooks that write a prepared job (its prepared.json is their product)
+
+
+def _check(name: str, problems: list[str], ok: str) -> dict:
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return {"check": name, "result": "fail", "detail": problems[0] + more}
+    return {"check": name, "result": "pass", "detail": ok}
+
+
+class Evidence:
+    """What the committed runs of a repository hold, by digest: file digests (kit-run/3 manifests, the pins of
+    older runs, `*_file` sidecars, preparations' prepared.json) and the roots runs produced."""
+
+    def __init__(self, base: str | os.PathLike, list_runs):
+        """`list_runs`: kit.evidence.verify.expand_run_dirs (passed in: verify imports this module), which
+        lists archived runs too once it is archive-aware."""
+        self.base = Path(base)
+        self._list_runs = list_runs
+
+    @cached_property
+    def records(self) -> list[tuple[Path, object]]:
+        from kit.evidence import run_record
+
+        dirs = self._list_runs([str(self.base / "runs")])
+        out = []
+        for d in dirs:
+            try:
+                out.append((Path(d), run_record.read_run_record(d)))
+            except (FileNotFoundError, ValueError):
+                continue
+        return out
+
+    @cached_property
+    def files(self) -> dict[str, list[str]]:
+        """sha256 -> where (a path, or a description) in the committed evidence."""
+        found: dict[str, list[str]] = {}
+
+        def add(digest, where):
+            if isinstance(digest, str):
+                found.setdefault(digest, []).append(where)
+
+        for d, rec in self.records:
+            for rel, entry in getattr(rec, "manifest", {}).items():
+                add(entry["sha256"], str(d / rel))
+            for sidecar in sorted((d / "metrics").glob("*_file.json")):
+                add(_load(sidecar).get("sha256"), f"{sidecar} field 'sha256'")
+            if rec.notebook.endswith(PREPARE_SUFFIX):
+                add(rec.input_digests.get("prepared.json"), f"{d / 'run.json'} input_digests['prepared.json']")
+        pins = read_pins(self.base) or {"runs": {}}
+        for key, entry in pins["runs"].items():
+            for rel, item in entry["files"].items():
+                add(item["sha256"], f"{self.base / key / rel}")
+        return found
+
+    @cached_property
+    def produced(self) -> set[str]:
+        return {e["root"] for _, rec in self.records for e in rec.checkpoint_roots["produced"]}
+
+    def file_with(self, digest: str) -> Path | None:
+        """A file of the evidence with these bytes (to read a selection a material names)."""
+        for where in self.files.get(digest, []):
+            p = Path(where)
+            if p.is_file() and sha256_file(p) == digest:
+                return p
+        return None
+
+
+def _load(path: Path) -> dict:
+    try:
+        obj = load_json_strict(path)
+    except (ValueError, OSError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def copies_check(run_dir: Path) -> dict:
+    """Each `files/` copy that a `*_file` sidecar names (its `path`'s file name) has the sidecar's sha256; and
+    a kept selection log lists the selection the run pinned."""
+    problems, n = [], 0
+    for sidecar in sorted((run_dir / "metrics").glob("*_file.json")):
+        meta = _load(sidecar)
+        if not isinstance(meta.get("path"), str) or not isinstance(meta.get("sha256"), str):
+            continue
+        copy = run_dir / FILES_DIR / Path(meta["path"]).name
+        if copy.is_file():
+            n += 1
+            if sha256_file(copy) != meta["sha256"]:
+                problems.append(f"{copy}: sha256 {sha256_file(copy)[:12]}; {sidecar} field 'sha256' pins "
+                                f"{meta['sha256'][:12]}")
+        log = run_dir / FILES_DIR / "selections.jsonl"
+        if sidecar.name == "selection_file.json" and log.is_file() and meta["sha256"] not in log.read_text():
+            problems.append(f"{log}: does not list the selection {meta['sha256'][:12]} of {sidecar}")
+    return _check("copies", problems, f"{n} kept cop{'y' if n == 1 else 'ies'} equal to the bytes their sidecars pin")
+
+
+def materials_checks(run_dir: Path, record, evidence: Evidence) -> list[dict]:
+    """For a kit-run/3 record: materials present in the evidence; for one that names materials, also its used
+    roots produced by a committed run, and a final evaluation's commits bound by the selection it used."""
+    problems = []
+    for m in record.materials:
+        if m["kind"] == "commit":
+            if m["digest"] not in evidence.produced:
+                problems.append(f"{run_dir / 'run.json'}: material {m['role']} commit {m['digest'][:12]} is produced "
+                                "by no committed run")
+        elif m["digest"] not in evidence.files:
+            problems.append(f"{run_dir / 'run.json'}: material {m['role']} {m['kind']} {m['digest'][:12]} is not in "
+                            "the committed evidence")
+    out = [_check("materials", problems, f"{len(record.materials)} material(s) in the committed evidence")]
+    if not record.materials:
+        return out  # a run that names no materials (a notebook outside the kit's steps) is not chained further
+    used = [e["root"] for e in record.checkpoint_roots["used"]]
+    stray = [r for r in used if r not in evidence.produced]
+    out.append(_check("roots used", [f"{run_dir / 'run.json'}: checkpoint_roots.used {r[:12]} is produced by no "
+                                     "committed run" for r in stray], f"{len(used)} used root(s) produced by runs"))
+    selections = [m["digest"] for m in record.materials if m["role"] == "selection"]
+    if selections:
+        out.append(_binding_check(run_dir, record, selections[0], evidence))
+    return out
+
+
+def _binding_check(run_dir: Path, record, selection: str, evidence: Evidence) -> dict:
+    path = evidence.file_with(selection)
+    if path is None:
+        return _check("selection binding", [f"{run_dir / 'run.json'}: selection {selection[:12]} not found"], "")
+    cands = _load(path).get("candidates") or {}
+    bound = {c.get("full_root") for c in cands.values()} | \
+        {(c.get("baseline") or {}).get("full_root") for c in cands.values()}
+    commits = [m["digest"] for m in record.materials if m["kind"] == "commit"] + \
+        [e["root"] for e in record.checkpoint_roots["used"]]
+    stray = [r for r in commits if r not in bound]
+    return _check("selection binding", [f"{run_dir / 'run.json'}: commit {r[:12]} is not bound by the selection "
+                                        f"{path}" for r in stray], f"its commits are bound by {path}")
+
+
+def ledger_events_check(run_dir: Path, record, base: Path) -> dict:
+    """Every ledger event the run appended is in the committed ledger (by event digest)."""
+    from kit.evidence.ledger_chain import ChainError, parse
+
+    path = base / LEDGER_RELATIVE
+    try:
+        have = {ev.digest for ev in parse(path).events}
+    except ChainError as e:
+        return _check("ledger events", [str(e)], "")
+    missing = [e for e in record.ledger_events if e["digest"] not in have]
+    return _check("ledger events", [f"{path}: lacks the {e['event']} event {e['digest'][:12]} that "
+                                    f"{run_dir / 'run.json'} records appending" for e in missing],
+                  f"{len(record.ledger_events)} event(s) in {path}")
+
+
+def ledger_report(base: str | os.PathLike) -> dict:
+    """The committed ledger as a report of its own: its chain whole, and the head runs/MANIFESTS.json pinned
+    still a prefix of it (so removing the last events, which breaks no later `prev`, fails too)."""
+    from kit.evidence.ledger_chain import ChainError, has_prefix, parse
+
+    base = Path(base)
+    path = base / LEDGER_RELATIVE
+    data = path.read_bytes() if path.is_file() else b""
+    checks = []
+    try:
+        ledger = parse(path, data)
+        checks.append(_check("ledger chain", ledger.broken, f"{len(ledger.events)} chained event(s) and "
+                                                             f"{len(ledger.old)} earlier line(s)"))
+    except ChainError as e:
+        checks.append(_check("ledger chain", [str(e)], ""))
+    try:
+        pinned = (read_pins(base) or {}).get("ledger")
+    except ValueError as e:
+        pinned, checks = None, checks + [_check("ledger head", [str(e)], "")]
+    if pinned is not None:
+        ok = has_prefix(data, pinned["size"], pinned["sha256"])
+        checks.append(_check("ledger head", [] if ok else [
+            (f"{path}: its first {pinned['size']} bytes do not hash to the head {pinned['sha256'][:12]} that "
+            f"{base / PINS_RELATIVE} pins (entries removed or edited)")], "holds the pinned head"))
+    elif data:
+        checks.append({"check": "ledger head", "result": "fail",
+                       "detail": f"{base / PINS_RELATIVE}: no pinned ledger head for {path} (not pinned: run "
+                                 "`python tools/pin_run_files.py` once)"})
+    else:
+        checks.append({"check": "ledger head", "result": "skipped", "detail": f"{path}: no ledger, none pinned"})
+    return {"run_dir": str(path), "run_id": None, "ok": all(c["result"] != "fail" for c in checks),
+            "checks": checks}
