@@ -65,6 +65,11 @@ class Num:
     integer: bool = False
 
 
+MAX_COUNT = 10**6  # the bound of an integer field that names none: counts of tasks, updates, tokens, steps
+SEED = Num(0, 2**63 - 1, integer=True)  # random seeds and byte sizes are integers beyond MAX_COUNT
+BYTES = Num(0, 2**60, integer=True)
+
+
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -121,8 +126,9 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
     if isinstance(spec, Num):
         if not _is_number(value) or (spec.integer and not isinstance(value, int)):
             raise ContractError(f"{where} = {value!r}; expected {'an integer' if spec.integer else 'a number'}")
-        if (spec.lo is not None and value < spec.lo) or (spec.hi is not None and value > spec.hi):
-            raise ContractError(f"{where} = {value!r}; expected within [{spec.lo}, {spec.hi}]")
+        hi = spec.hi if spec.hi is not None or not spec.integer else MAX_COUNT  # 10**12 tasks is not a count
+        if (spec.lo is not None and value < spec.lo) or (hi is not None and value > hi):
+            raise ContractError(f"{where} = {value!r}; expected within [{spec.lo}, {hi}]")
         return
     if spec is float:
         if not _is_number(value):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -81,23 +82,60 @@ def _refuse_constant(name: str, source: str):
     raise ValueError(f"{source}: non-finite number {name} is not allowed in canonical JSON")
 
 
+MAX_JSON_DEPTH = 64  # no file the kit reads nests deeper than 8; `[` * 100000 must be refused, not recursed into
+
+
+def _check_tree(obj: Any, source: str, overflowed: bool) -> None:
+    """Refuse nesting beyond MAX_JSON_DEPTH and (when the parser saw one) a number that overflowed
+    to infinity (`1e999`), naming the field."""
+    stack = [(obj, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{source}: field {path or '(top level)'!r} = {value}: the number overflows; "
+                             "expected a finite number")
+        if isinstance(value, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"{source}: field {path!r} is nested {depth} levels deep; expected at most "
+                                 f"{MAX_JSON_DEPTH}")
+            if isinstance(value, dict):
+                children = ((f"{path}.{k}" if path else k, v) for k, v in value.items())
+            else:
+                children = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+            stack.extend((v, where, depth + 1) for where, v in children if overflowed or isinstance(v, (dict, list)))
+
+
 def loads_strict(text: str | bytes, source: str = "<json>") -> Any:
-    """Parse JSON refusing duplicate keys and NaN/Infinity; errors name `source`."""
+    """Parse JSON refusing duplicate keys, NaN/Infinity, numbers that overflow (1e999) and nesting
+    deeper than MAX_JSON_DEPTH; errors name `source` (and the field)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"{source}: not UTF-8 ({e})") from None
+    overflowed = []
+
+    def parse_float(literal: str) -> float:
+        value = float(literal)
+        if math.isinf(value):
+            overflowed.append(literal)
+        return value
+
     try:
-        return json.loads(
+        obj = json.loads(
             text,
             object_pairs_hook=lambda pairs: _refuse_duplicates(pairs, source),
             parse_constant=lambda name: _refuse_constant(name, source),
+            parse_float=parse_float,
         )
     except json.JSONDecodeError as e:
         raise ValueError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except RecursionError:  # json's parser recurses per nesting level; a garbage file must still be a ValueError
-        raise ValueError(f"{source}: invalid JSON: nested too deeply to parse") from None
+        raise ValueError(f"{source}: invalid JSON: nested too deeply to parse; expected at most "
+                         f"{MAX_JSON_DEPTH} levels") from None
+    if isinstance(obj, (dict, list)) and (overflowed or text.count("[") + text.count("{") > MAX_JSON_DEPTH):
+        _check_tree(obj, source, bool(overflowed))
+    return obj
 
 
 def load_json_strict(path: str | os.PathLike) -> Any:

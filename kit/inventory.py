@@ -13,6 +13,7 @@ with dtype spelled as torch spells it without the `torch.` prefix.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import struct
@@ -37,6 +38,9 @@ SAFETENSORS_DTYPES = {
     "F8_E5M2": "float8_e5m2",
 }
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+ITEM_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+              "F8_E4M3": 1, "F8_E5M2": 1}
+MAX_DIMS = 8
 
 
 @dataclass(frozen=True)
@@ -71,16 +75,57 @@ def read_header(path: str | os.PathLike) -> list[TensorEntry]:
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype = SAFETENSORS_DTYPES[meta["dtype"]]
-            shape = tuple(int(d) for d in meta["shape"])
-            begin, end = (int(x) for x in meta["data_offsets"])
-        except KeyError as e:
-            raise ValueError(f"{path}: tensor {name!r} header lacks or has an unknown {e}") from None
-        if not 0 <= begin <= end or base + end > size:
-            raise ValueError(f"{path}: tensor {name!r} data_offsets {begin}..{end} outside the file")
-        entries.append(TensorEntry(name, dtype, shape, path, base + begin, base + end))
+        begin, end, shape = _check_entry(path, name, meta, size - base)
+        entries.append(TensorEntry(name, SAFETENSORS_DTYPES[meta["dtype"]], shape, path, base + begin, base + end))
+    # tensors must not share or overlap bytes: two names over one range would digest as two tensors
+    spans = sorted((e.begin, e.end, e.name) for e in entries if e.end > e.begin)
+    for (_, end_a, name_a), (begin_b, _, name_b) in itertools.pairwise(spans):
+        if begin_b < end_a:
+            raise ValueError(f"{path}: tensors {name_a!r} and {name_b!r} overlap in the data buffer; "
+                             "expected disjoint data_offsets")
     return entries
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_entry(path: Path, name: str, meta: object, buffer: int) -> tuple[int, int, tuple[int, ...]]:
+    """One header entry, validated completely before anything trusts it: (begin, end, shape)."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(meta, dict) or set(meta) != {"dtype", "shape", "data_offsets"}:
+        raise ValueError(f"{where}: expected an object with exactly dtype, shape and data_offsets, got {meta!r:.80}")
+    if meta["dtype"] not in ITEM_SIZES:
+        raise ValueError(f"{where}: dtype {meta['dtype']!r:.40}; expected one of {sorted(ITEM_SIZES)}")
+    shape, offsets = meta["shape"], meta["data_offsets"]
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(_is_count(d) for d in shape):
+        raise ValueError(f"{where}: shape {shape!r:.80}; expected a list of at most {MAX_DIMS} non-negative integers")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(x) for x in offsets) \
+            or offsets[0] > offsets[1] or offsets[1] > buffer:
+        raise ValueError(f"{where}: data_offsets {offsets!r:.80} outside the file; expected [begin, end] with "
+                         f"0 <= begin <= end <= {buffer} (the data buffer's size)")
+    nbytes = ITEM_SIZES[meta["dtype"]]
+    for d in shape:
+        nbytes *= d
+    if nbytes != offsets[1] - offsets[0]:
+        raise ValueError(f"{where}: {meta['dtype']}{shape} needs {nbytes} bytes but data_offsets "
+                         f"{offsets} span {offsets[1] - offsets[0]}")
+    return offsets[0], offsets[1], tuple(shape)
+
+
+def check_shapes(directory: str | os.PathLike, expected: dict[str, tuple[int, ...]]) -> None:
+    """Refuse a model directory whose tensors (read from the headers only) are not the ones `config`
+    implies, by name and shape, before any model is allocated for it (the messages of
+    `kit.model.shard.load_owned`, which checks the same after allocating)."""
+    inv = inventory(directory)
+    missing = sorted(expected.keys() - inv.keys())
+    if missing:
+        raise ValueError(f"{directory}: tensor {missing[0]!r} is missing from the safetensors files "
+                         f"({len(missing)} missing)")
+    for name, want in expected.items():
+        if inv[name].shape != want:
+            raise ValueError(f"{inv[name].file}: tensor {name!r} has shape {list(inv[name].shape)}; "
+                             f"expected {list(want)} from config.json")
 
 
 def inventory(directory: str | os.PathLike) -> dict[str, TensorEntry]:

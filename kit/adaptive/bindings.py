@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from kit.digest import load_json_strict
+from kit.paths import inside
 
 COHORTS = ("A", "B")
 
@@ -121,7 +122,8 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
 
     pj = load_json_strict(prepared / "prepared.json")
     info = pj["roles"]["B.replay_a"]
-    wanted = {c.id for c in read_jsonl(prepared / info["file"], info["sha256"])}
+    wanted = {c.id for c in read_jsonl(inside(prepared, info["file"], f"{prepared / 'prepared.json'} field "
+                                              "'roles.B.replay_a.file'"), info["sha256"])}
     seen = set()
     from kit.adaptive.lineage import lineage_rows
 

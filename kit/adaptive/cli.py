@@ -113,6 +113,7 @@ def register(sub) -> None:
         OutDir,
         OutFile,
         contract_file,
+        device,
         prepared_dir,
         seed_dir,
         store_dir,
@@ -145,7 +146,7 @@ def register(sub) -> None:
     s.add_argument("--selection", type=File("a selection record (JSON)", "kit adaptive select", fmt="json"),
                    help="final roles: the selection record")
     s.add_argument("--tokenizer", type=seed_dir(), help="seed directory with the tokenizer (default: the prepared seed)")
-    s.add_argument("--device", default="cpu", help="cpu (default) or cuda: where NLL and greedy answers are scored")
+    s.add_argument("--device", default="cpu", type=device, help="cpu (default) or cuda: where NLL and greedy answers are scored")
     s.add_argument("--out", required=True, type=OutFile("a path for the evaluation record"),
                    help="the evaluation record to write (JSON)")
     s.set_defaults(fn=cmd_evaluate)

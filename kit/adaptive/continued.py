@@ -23,6 +23,7 @@ from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the co
     job_contract,
     load_continued_contract,
 )
+from kit.paths import inside
 
 
 def continued_gates(evaluation: dict, contract: dict, exploratory: bool) -> dict:
@@ -220,7 +221,9 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     prep._check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
 
     ledger, ledger_info, exposed_tasks, exposed_convs = prep.ledger_exposure(ledger, contract.digest, out)
-    start_roles = {role: read_jsonl(start_dir / info["file"], info["sha256"]) for role, info in spj["roles"].items()}
+    where = f"{start_dir / 'prepared.json'} field"
+    start_roles = {role: read_jsonl(inside(start_dir, info["file"], f"{where} 'roles.{role}.file'"), info["sha256"])
+                   for role, info in spj["roles"].items()}
     tasks, final_skipped = _task_roles(c, spj, start_roles, exposed_tasks)
     fits = prep._Fits(seed_dir, c["training"]["max_tokens"])
     records = {role: prep._task_records(ex, role) for role, ex in tasks.items()}

@@ -6,7 +6,7 @@ read a continued job's contract without importing its preparation (no import cyc
 from __future__ import annotations
 
 from kit.adaptive.schema import training_schema
-from kit.contract import ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract
+from kit.contract import SEED, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract
 from kit.data.tasks import FAMILIES
 
 KIND = "continued-learning"
@@ -25,7 +25,7 @@ SCHEMA = {
     "start": {"from": OneOf("A.endpoint"), "contract_kind": OneOf("adaptive-shards"), "contract_digest": Opt(str),
               "comparison": str, "gates_must_pass": OneOf(True), "exploratory": bool},
     "growth": OneOf("forbidden"),
-    "data_seeds": {"tasks": Num(0, integer=True), "selection": Num(0, integer=True), "schedule": Num(0, integer=True)},
+    "data_seeds": {"tasks": SEED, "selection": SEED, "schedule": SEED},
     "tasks": {"families": Seq(OneOf(*FAMILIES), min_len=1), "difficulty": Num(1, 3, integer=True)},
     "cohort": {"name": OneOf(COHORT), "updates": Num(1, integer=True), "documents_per_update": Num(1, integer=True),
                "workers": Num(1, integer=True), "reference": OneOf("start"), "replay_every_update": OneOf(True),
@@ -47,7 +47,7 @@ SCHEMA = {
               "retention_upper_at_most": OneOf(RETENTION_UPPER_AT_MOST), "gain": OneOf("reported, not a gate"),
               "unit": OneOf("nats per assistant token"),
               "bound": OneOf("one-sided upper, paired bootstrap over examples")},
-    "bootstrap": {"resamples": Num(100, integer=True), "seed": Num(0, integer=True), "confidence": OneOf(0.95)},
+    "bootstrap": {"resamples": Num(100, integer=True), "seed": SEED, "confidence": OneOf(0.95)},
     "comparisons": MapOf({"cohort": OneOf(COHORT), "grown": OneOf(False), "baseline": OneOf("start")}),
 }
 

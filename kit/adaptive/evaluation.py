@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kit.adaptive.selection import open_final_roles
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.paths import inside
 
 DEV_ROLES = {"tasks": "dev.tasks", "retention": "dev.retention"}
 FINAL_ROLES = {"tasks": "final.tasks", "retention": "final.retention"}
@@ -30,7 +31,8 @@ def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
         info = prepared["roles"][role]
     except KeyError:
         raise ValueError(f"{prepared_dir / 'prepared.json'}: no role {role!r}") from None
-    return prepared_dir / info["file"], info["sha256"]
+    return inside(prepared_dir, info["file"], f"{prepared_dir / 'prepared.json'} field 'roles.{role}.file'"), \
+        info["sha256"]
 
 
 def model_spec(spec: str):

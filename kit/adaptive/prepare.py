@@ -27,7 +27,7 @@ from kit.data.conversations import (
 )
 from kit.data.tasks import FAMILIES, TaskExample, assert_disjoint, generate_set
 from kit.digest import sha256_file, sha256_json, write_canonical_json
-from kit.inventory import inventory, inventory_digest, parameter_digest
+from kit.inventory import check_shapes, inventory, inventory_digest, parameter_digest
 from kit.model.config import load_config
 from kit.provenance import input_commitments
 from kit.publish import publish_dir
@@ -142,6 +142,10 @@ def _seed_identity(c: dict, seed_dir: Path) -> tuple[dict, object, dict]:
     if blocks != set(range(shape.num_hidden_layers)):
         raise PrepareError(f"{seed_dir}: safetensors hold blocks {sorted(blocks)}; config.json says "
                            f"num_hidden_layers = {shape.num_hidden_layers}")
+    try:  # every tensor the config implies, with its shape (headers only), before the job is published
+        check_shapes(seed_dir, shape.parameter_shapes())
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
     if c["growth"]["copy_block"] >= shape.num_hidden_layers:
         raise PrepareError(f"contract field 'growth.copy_block' = {c['growth']['copy_block']}; the seed has blocks "
                            f"0..{shape.num_hidden_layers - 1}")

@@ -18,8 +18,10 @@ import os
 import re
 
 from kit.contract import (
+    BYTES,
     LR_SCHEDULE,
     PILOT,
+    SEED,
     Contract,
     ContractError,
     MapOf,
@@ -94,8 +96,8 @@ SCHEMA = {
         "retained_across_redistribution": bool,
         "retained_across_growth": bool,
     },
-    "data_seeds": {"tasks": Num(0, integer=True), "selection": Num(0, integer=True),
-                   "schedule": Num(0, integer=True)},
+    "data_seeds": {"tasks": SEED, "selection": SEED,
+                   "schedule": SEED},
     "tasks": {"families": Seq(OneOf(*FAMILIES), min_len=1), "difficulty": Num(1, 3, integer=True)},
     "inputs": {"replay_sha256": Opt(str), "dev_retention_sha256": Opt(str)},
     "conversation_replay": {"pool": OneOf("non-task", "all"), "cohort_B": OneOf("A.replay")},
@@ -129,13 +131,13 @@ SCHEMA = {
         "retention_upper_at_most": OneOf(RETENTION_UPPER_AT_MOST),
         "generated_max_net_lost": OneOf(GENERATED_MAX_NET_LOST),
     },
-    "bootstrap": {"resamples": Num(100, integer=True), "seed": Num(0, integer=True), "confidence": OneOf(CONFIDENCE)},
+    "bootstrap": {"resamples": Num(100, integer=True), "seed": SEED, "confidence": OneOf(CONFIDENCE)},
     # name -> the comparison's candidate endpoint (cohort, grown or not) and its baseline: "seed" (the seed,
     # by seed.parameter_digest or the digest prepare recorded) or the name of another comparison, whose
     # candidate endpoint is then the baseline. A selection record binds exactly these pairs.
     "comparisons": MapOf({"cohort": OneOf("A", "B"), "grown": bool, "baseline": str}),
-    "planner": {"regime": OneOf(*REGIMES), "reserve_bytes": Num(0, integer=True),
-                "worker_memory_bytes": Num(1, integer=True)},
+    "planner": {"regime": OneOf(*REGIMES), "reserve_bytes": BYTES,
+                "worker_memory_bytes": Num(1, 2**60, integer=True)},
 }
 
 

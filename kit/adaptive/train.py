@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_cohort, check_inputs
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
+from kit.paths import inside
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
 from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
 from kit.train.schedule import CONSTANT, lr_factor
@@ -99,7 +100,8 @@ def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[d
     """The cohort's scheduled updates, in replicate `replicate`'s order (the prepared order for 0; else each
     role's records reordered from the schedule's seed, every update keeping its count per role)."""
     pj = load_json_strict(Path(prepared) / "prepared.json")
-    schedule = load_json_strict(Path(prepared) / pj["schedule"]["file"])
+    where = f"{Path(prepared) / 'prepared.json'} field"
+    schedule = load_json_strict(inside(Path(prepared), pj["schedule"]["file"], f"{where} 'schedule.file'"))
     return reorder_steps(schedule["cohorts"][cohort]["steps"], schedule["seed"], replicate,
                          role_of=lambda e: e["role"], key=lambda e: e["id"])
 
@@ -107,7 +109,8 @@ def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[d
 def replicate_record(prepared: Path, cohort: str, replicate: int) -> dict:
     """What an attempt of replicate k > 0 records about its order (kit.replicate_order.describe)."""
     pj = load_json_strict(Path(prepared) / "prepared.json")
-    seed = load_json_strict(Path(prepared) / pj["schedule"]["file"])["seed"]
+    seed = load_json_strict(inside(Path(prepared), pj["schedule"]["file"], f"{Path(prepared) / 'prepared.json'} "
+                                   "field 'schedule.file'"))["seed"]
     return describe(seed, replicate, cohort_steps(prepared, cohort, replicate), key=lambda e: e["id"])
 
 
@@ -117,13 +120,14 @@ def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: i
     from kit.data.conversations import read_jsonl
 
     pj = load_json_strict(prepared / "prepared.json")
+    where = f"{prepared / 'prepared.json'} field"
     steps = cohort_steps(prepared, cohort, replicate)
     roles = {e["role"] for step in steps for e in step}
     tok = load_tokenizer(seed_dir)
     convs = {}
     for role in sorted(roles):
         info = pj["roles"][role]
-        for c in read_jsonl(prepared / info["file"], info["sha256"]):
+        for c in read_jsonl(inside(prepared, info["file"], f"{where} 'roles.{role}.file'"), info["sha256"]):
             convs[c.id] = c
     encoded = {}
     for cid, c in convs.items():

@@ -18,6 +18,7 @@ from kit.cli.args import (
     OutDir,
     Parser,
     add_renamed,
+    device,
     leaf_parsers,
     name_metavars,
     print_error,
@@ -85,7 +86,7 @@ def cmd_checkpoint(a) -> int:
     from kit.store import commits, export
 
     if a.action == "verify":
-        report = commits.verify_commit(a.home, a.root)
+        report = commits.verify_commit(a.home, a.root, check_model=True)
         _print_json(report)
     elif a.action == "show":
         print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
@@ -207,7 +208,7 @@ def _add_seed_commands(sub) -> None:
     s.add_argument("--test-size", action="store_true", help="an even smaller seed, for tests")
     s.add_argument("--scale", choices=("tiny", "small"), default="tiny",
                    help="tiny: the embedded default's ~1.75M CPU seed; small: the ~126M medium-scale seed (one GPU)")
-    s.add_argument("--device", default="cpu", help="small only: cuda (the real build) or cpu (test sizes)")
+    s.add_argument("--device", default="cpu", type=device, help="small only: cuda (the real build) or cpu (test sizes)")
     s.add_argument("--config", type=File("a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50}", fmt="json"),
                    help="small only: JSON object of SmallSeedConfig fields to override")
     s.add_argument("--public-source", type=public_source_file(),

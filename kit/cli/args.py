@@ -20,7 +20,19 @@ import re
 import sys
 from pathlib import Path
 
+from kit.digest import loads_strict
+
 ROOT_RE = re.compile(r"[0-9a-f]{64}")
+
+
+DEVICE_RE = re.compile(r"cpu|cuda(:[0-9]{1,3})?")
+
+
+def device(text: str) -> str:
+    """--device: cpu, cuda or cuda:N (torch's own refusal of `tpu:9` is a multi-line RuntimeError)."""
+    if not DEVICE_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected cpu, cuda or cuda:N")
+    return text
 
 
 def one_line(text: str) -> str:
@@ -89,7 +101,7 @@ def _made(made_by: str | None) -> str:
 def _json_problem(path: Path) -> str | None:
     """None when `path` parses as JSON, else why not (one line)."""
     try:
-        json.loads(path.read_bytes())
+        loads_strict(path.read_bytes(), str(path))
     except (ValueError, UnicodeDecodeError) as e:
         return f"not valid JSON ({one_line(e)})"
     except OSError as e:
@@ -103,7 +115,7 @@ def _jsonl_problem(path: Path) -> str | None:
         with path.open("rb") as f:
             for line in f:
                 if line.strip():
-                    if not isinstance(json.loads(line), dict):
+                    if not isinstance(loads_strict(line, str(path)), dict):
                         return "not JSON Lines (its first line is not a JSON object)"
                     return None
     except (ValueError, UnicodeDecodeError) as e:
@@ -132,7 +144,10 @@ class PathArg:
         raise NotImplementedError
 
     def __call__(self, text: str) -> str:
-        self.check(Path(text))
+        try:
+            self.check(Path(text))
+        except OSError as e:  # a name over 255 bytes, a path over 4096, a folder we may not read: one line
+            self.fail(Path(text), f"cannot be used ({e.strerror or e})")
         return text
 
     def fail(self, path: Path, problem: str):
@@ -367,7 +382,7 @@ class ContractFile(File):
 
     def check(self, path: Path) -> None:
         super().check(path)
-        obj = json.loads(path.read_bytes())
+        obj = loads_strict(path.read_bytes(), str(path))
         kind = obj.get("kind") if isinstance(obj, dict) else None
         if isinstance(kind, str) and kind in CONTRACT_COMMANDS and kind not in self.kinds:
             self.fail(path, f"is a contract of kind {kind} (its field 'kind'): give it to `{CONTRACT_COMMANDS[kind]}`")

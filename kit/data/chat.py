@@ -108,9 +108,27 @@ def _as_dicts(messages: Iterable[Message | Mapping]) -> list[dict]:
 def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool = False) -> str:
     if not messages and not add_generation_prompt:
         return ""  # templates may refuse an empty conversation; an empty prefix renders to nothing
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-    assert isinstance(text, str), type(text)
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    except (ArithmeticError, RecursionError, LookupError, TypeError) as e:  # OverflowError: range(10**9)
+        raise _template_refused(tokenizer, e) from None
+    except Exception as e:
+        from jinja2 import (
+            TemplateError,  # SecurityError (the sandbox held) and the template's own raise_exception
+        )
+
+        if isinstance(e, TemplateError):
+            raise _template_refused(tokenizer, e) from None
+        raise
+    if not isinstance(text, str):
+        raise _template_refused(tokenizer, TypeError(f"it rendered a {type(text).__name__}"))
     return text
+
+
+def _template_refused(tokenizer: PreTrainedTokenizerBase, e: Exception) -> ValueError:
+    reason = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())[:200]
+    return ValueError(f"{tokenizer.name_or_path}: its chat template does not render a conversation "
+                      f"({type(e).__name__}: {reason}); expected a template that renders messages to text")
 
 
 def assistant_target_spans(

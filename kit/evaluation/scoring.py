@@ -20,13 +20,12 @@ from kit.data.chat import encode_or_refuse, generation_prompt_ids
 from kit.data.conversations import Conversation
 from kit.data.tasks import normalize_answer
 from kit.model.cached_decode import greedy_cached
-from kit.model.config import load_config
 from kit.model.generate import greedy_batch
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
 from kit.store.objects import ObjectStore
 from kit.store.params import load_parameters
-from kit.store.start import start_from_commit
+from kit.store.start import start_from_commit, start_from_seed
 
 
 def _bar(iterable, desc: str, total: int | None = None):
@@ -52,7 +51,7 @@ def load_model(home: str | None = None, root: str | None = None, seed_dir: str |
     or of a seed directory, FP32, eval mode."""
     numerics.apply(device)  # scores are compared across machines and runs: the kit's numeric profile
     if seed_dir is not None:
-        model = LlamaCausalLM(load_config(seed_dir))
+        model = LlamaCausalLM(start_from_seed(seed_dir).shape)  # tensors checked against the config first
         load_owned(model, seed_dir)
         return model.to(device).eval()
     start = start_from_commit(home, root)

@@ -116,7 +116,9 @@ def parse(path: str | os.PathLike, data: bytes | None = None) -> Ledger:
 def _json(raw: bytes, where: str):
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise ChainError(f"{where}: not UTF-8 (byte {e.start}: {e.reason}); expected JSON lines of a ledger") from None
+    except json.JSONDecodeError as e:
         raise ChainError(f"{where}: not JSON ({e})") from None
 
 

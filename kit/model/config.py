@@ -22,6 +22,21 @@ class ConfigError(ValueError):
     pass
 
 
+# Upper bounds checked before anything is allocated (a config is input like any other: `vocab_size`
+# 2**31 or `num_hidden_layers` 1e9 must be refused, not tried). Each is far above any Llama released.
+LIMITS = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 1 << 16,
+    "intermediate_size": 1 << 18,
+    "num_hidden_layers": 1 << 10,
+    "num_attention_heads": 1 << 10,
+    "num_key_value_heads": 1 << 10,
+    "head_dim": 1 << 12,
+    "max_position_embeddings": 1 << 22,
+}
+MAX_PARAMETERS = 1 << 40  # about 1.1 trillion
+
+
 @dataclass(frozen=True)
 class RopeSpec:
     rope_type: str = "default"
@@ -107,6 +122,26 @@ class LlamaShape:
         bias = (self.num_attention_heads + 2 * self.num_key_value_heads) * d + h if self.attention_bias else 0
         bias += (2 * i + h) if self.mlp_bias else 0
         return q + kv + o + mlp + 2 * h + bias
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every trainable parameter's name (Hugging Face spelling, also the kit's) and shape; no torch."""
+        h, i, q, kv = self.hidden_size, self.intermediate_size, self.num_attention_heads * self.head_dim, \
+            self.num_key_value_heads * self.head_dim
+        shapes = {"model.embed_tokens.weight": (self.vocab_size, h), "model.norm.weight": (h,)}
+        if not self.tie_word_embeddings:
+            shapes["lm_head.weight"] = (self.vocab_size, h)
+        projections = {"self_attn.q_proj": (q, h), "self_attn.k_proj": (kv, h), "self_attn.v_proj": (kv, h),
+                       "self_attn.o_proj": (h, q), "mlp.gate_proj": (i, h), "mlp.up_proj": (i, h),
+                       "mlp.down_proj": (h, i)}
+        for layer in range(self.num_hidden_layers):
+            block = f"model.layers.{layer}"
+            shapes[f"{block}.input_layernorm.weight"] = (h,)
+            shapes[f"{block}.post_attention_layernorm.weight"] = (h,)
+            for name, (out, inp) in projections.items():
+                shapes[f"{block}.{name}.weight"] = (out, inp)
+                if self.attention_bias if name.startswith("self_attn") else self.mlp_bias:
+                    shapes[f"{block}.{name}.bias"] = (out,)
+        return shapes
 
     def param_count(self) -> int:
         emb = self.vocab_size * self.hidden_size
@@ -204,7 +239,7 @@ def parse_config(cfg: Any, source: str = "config.json") -> LlamaShape:
             f"num_attention_heads = {heads}"
         )
     dtype = cfg.get("torch_dtype", cfg.get("dtype", "float32")) or "float32"
-    return LlamaShape(
+    shape = LlamaShape(
         vocab_size=_get(cfg, "vocab_size", source, int, positive=True),
         hidden_size=hidden,
         intermediate_size=_get(cfg, "intermediate_size", source, int, positive=True),
@@ -223,6 +258,28 @@ def parse_config(cfg: Any, source: str = "config.json") -> LlamaShape:
         pad_token_id=cfg.get("pad_token_id"),
         torch_dtype=str(dtype),
     )
+    for key, limit in LIMITS.items():
+        if getattr(shape, key) > limit:
+            raise ConfigError(f"{source}: field {key!r} = {getattr(shape, key)}; expected at most {limit}")
+    if shape.param_count() > MAX_PARAMETERS:
+        raise ConfigError(f"{source}: the config implies {shape.param_count()} parameters; expected at most "
+                          f"{MAX_PARAMETERS}")
+    return shape
+
+
+def check_params_match_config(entries: list[dict], shape: LlamaShape, where: str, config_source: str) -> None:
+    """Refuse parameter entries ({"name", "shape", ...}) that are not exactly the config's parameters:
+    an extra entry would be dropped silently on loading, a missing one fail later, a wrong shape
+    contradict the config an export writes beside it."""
+    expected = shape.parameter_shapes()
+    have = {e["name"]: tuple(e["shape"]) for e in entries}
+    missing, extra = sorted(expected.keys() - have.keys()), sorted(have.keys() - expected.keys())
+    wrong = sorted(n for n in expected.keys() & have.keys() if have[n] != expected[n])
+    if missing or extra or wrong:
+        shapes = f"; {wrong[0]} has shape {list(have[wrong[0]])} but {list(expected[wrong[0]])} expected " \
+                 f"({len(wrong)} wrong)" if wrong else ""
+        raise ConfigError(f"{where}: parameters do not match {config_source}: missing {missing[:5]} "
+                          f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}){shapes}")
 
 
 def load_config(path: str | os.PathLike) -> LlamaShape:

@@ -45,6 +45,7 @@ from kit.seed.record import (  # noqa: F401  - re-exported: a seed directory's f
     write_record,
     write_seed_files,
 )
+from kit.store.start import start_from_seed
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
 
@@ -296,7 +297,7 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
 # --- inspection --------------------------------------------------------------------------------
 def load_seed_model(seed_dir: Path) -> LlamaCausalLM:
     """The full model of a seed directory, through the kit's own loader (FP32)."""
-    model = LlamaCausalLM(load_config(seed_dir))
+    model = LlamaCausalLM(start_from_seed(seed_dir).shape)  # tensors checked against the config first
     load_owned(model, seed_dir)
     return model.eval()
 

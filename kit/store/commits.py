@@ -15,8 +15,8 @@ import os
 import re
 from pathlib import Path
 
-from kit.digest import canonical_json, load_canonical_json, loads_strict
-from kit.model.config import parse_config
+from kit.digest import canonical_json, loads_strict
+from kit.model.config import check_params_match_config, parse_config
 from kit.store.head import _acquire_lock, _lock_is_stale, _read_lock, _release_lock, read_head
 from kit.store.manifest import (  # noqa: F401  - re-exported: the commit record API in one place
     COMMITS_DIR_NAME,
@@ -55,11 +55,13 @@ from kit.store.objects import (  # noqa: F401
     check_digest,
     install,
     new_temp_path,
+    read_regular,
     remove_stale_temps,
     write_durably,
 )
 from kit.store.params import IO_THREADS, _parallel, load_param_states, save_param_states  # noqa: F401
 
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024  # a 1.7B model's manifest is about 100 KB
 FAULT_ENV = "KIT_FAULT_POINT"
 FAULT_POINTS = ("objects_verified", "manifest_written", "before_head")
 
@@ -75,16 +77,24 @@ def _fault_point(name: str) -> None:
 
 
 def _check_objects(
-    store: ObjectStore, manifest: dict, fsync: bool, source: str, only: set[str] | None = None
+    store: ObjectStore, manifest: dict, fsync: bool, source: str, only: set[str] | None = None,
+    check_model: bool = False,
 ) -> tuple[list[str], int, int | None]:
     """Re-hash every named object (or those in `only`); returns (problems, bytes, num_layers from the
-    config object)."""
+    config object). `check_model`: the parameter entries must also be exactly the config's, by name
+    and shape (a store records any parameter set; readers that pair it with the config check this)."""
     problems: list[str] = []
     sizes: dict[str, int] = {}
+    expected_size: dict[str, int | None] = {}  # reads are bounded by the bytes the manifest implies
+    for entry in manifest["learned_state"]["params"]:
+        for field in TENSOR_FIELDS:
+            size = math.prod(entry["shape"]) * 4
+            expected_size[entry[field]] = size if expected_size.get(entry[field], size) == size else None
+
     def check(digest):
         try:
-            return digest, store.verify(digest, fsync=fsync), None
-        except (ObjectMissing, ObjectCorrupt) as e:
+            return digest, store.verify(digest, fsync=fsync, size=expected_size.get(digest)), None
+        except (StoreError, ObjectCorrupt) as e:
             return digest, None, str(e)
 
     named = object_digests(manifest)
@@ -110,8 +120,12 @@ def _check_objects(
         config_path = store.path(config_digest)
         try:
             config = loads_strict(store.get_bytes(config_digest), f"{config_path} (model config)")
-            num_layers = parse_config(config, str(config_path)).num_hidden_layers
+            shape = parse_config(config, str(config_path))
+            num_layers = shape.num_hidden_layers
             validate_layout(manifest["layout"], f"{source}layout", num_layers)
+            if check_model:
+                check_params_match_config(manifest["learned_state"]["params"], shape,
+                                          f"{source}learned_state.params", str(config_path))
         except ValueError as e:
             problems.append(str(e))
     return problems, sum(sizes.values()), num_layers
@@ -173,7 +187,11 @@ def _install(home: Path, manifest: dict, expected_head: str | None, lock_timeout
     root = manifest["full_root"]
     manifest_path = commits_dir(home) / f"{root}.json"
     data = canonical_json(manifest)
-    if not (manifest_path.is_file() and manifest_path.read_bytes() == data):
+    try:
+        same = read_regular(manifest_path, "a commit manifest", MAX_MANIFEST_BYTES) == data
+    except (FileNotFoundError, StoreError):
+        same = False  # absent, or something else under its name: replaced by the atomic rename below
+    if not same:
         temp = new_temp_path(home, "manifest")
         try:
             write_durably(temp, [data])
@@ -209,17 +227,22 @@ def read_commit(home: str | os.PathLike, root: str) -> dict:
     commits = commits_dir(Path(home))
     check_digest(root, f"{commits}: commit root")
     path = commits / f"{root}.json"
-    if not path.is_file():
-        raise CommitError(f"{path}: no manifest for commit {root}")
-    manifest = load_canonical_json(path)
+    try:
+        data = read_regular(path, "a commit manifest", MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        raise CommitError(f"{path}: no manifest for commit {root}") from None
+    manifest = loads_strict(data, str(path))
+    if canonical_json(manifest) != data:
+        raise CommitError(f"{path}: not in canonical JSON form (key order, spacing or trailing bytes differ)")
     validate_manifest(manifest, str(path))
     if manifest["full_root"] != root:
         raise CommitError(f"{path}: full_root {manifest['full_root']} differs from the file name")
     return manifest
 
 
-def verify_commit(home: str | os.PathLike, root: str | None = None) -> dict:
-    """Re-hash every object a commit (HEAD by default) names and recompute both roots; a report."""
+def verify_commit(home: str | os.PathLike, root: str | None = None, check_model: bool = False) -> dict:
+    """Re-hash every object a commit (HEAD by default) names and recompute both roots; a report.
+    `check_model` (`kit checkpoint verify`): its parameters must also be the ones its config implies."""
     home = Path(home)
     if root is None:
         root = read_head(home)
@@ -227,7 +250,8 @@ def verify_commit(home: str | os.PathLike, root: str | None = None) -> dict:
             raise CommitError(f"{home / HEAD_NAME}: no HEAD, so no commit to verify; name a root")
     manifest = read_commit(home, root)
     path = commits_dir(home) / f"{root}.json"
-    problems, total, num_layers = _check_objects(ObjectStore(home), manifest, fsync=False, source=f"{path}: ")
+    problems, total, num_layers = _check_objects(ObjectStore(home), manifest, fsync=False, source=f"{path}: ",
+                                                 check_model=check_model)
     if problems:
         raise CommitError(f"{path}: commit fails verification, {len(problems)} problem(s):\n" + "\n".join(problems))
     return {
@@ -263,7 +287,7 @@ def gc(home: str | os.PathLike, unreferenced_objects: bool = False, all_temporar
     home = Path(home)
     removed = remove_stale_temps(home, force=all_temporaries)
     lock = home / LOCK_NAME
-    if lock.exists() and _lock_is_stale(lock, _read_lock(lock)):
+    if os.path.lexists(lock) and _lock_is_stale(lock, _read_lock(lock)):  # unlink removes a link, never its target
         lock.unlink(missing_ok=True)
         removed.append(str(lock))
     if unreferenced_objects:

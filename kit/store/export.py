@@ -13,15 +13,17 @@ unexpected tensor would otherwise be silently re-initialised or dropped by the l
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from kit.digest import loads_strict
 from kit.inventory import parameter_digest
-from kit.model.config import LlamaShape, parse_config
+from kit.model.config import LlamaShape, check_params_match_config, parse_config
 from kit.store.commits import read_commit
 from kit.store.objects import ObjectStore, StoreError
 from kit.store.params import parameter_tensor
@@ -49,21 +51,7 @@ class ExportError(StoreError):
 
 def hf_parameter_names(shape: LlamaShape) -> set[str]:
     """The trainable parameter names of `LlamaForCausalLM` for this shape (no buffers)."""
-    names = {"model.embed_tokens.weight", "model.norm.weight"}
-    if not shape.tie_word_embeddings:
-        names.add("lm_head.weight")
-    for i in range(shape.num_hidden_layers):
-        block = f"model.layers.{i}"
-        names.update(f"{block}.{norm}.weight" for norm in ("input_layernorm", "post_attention_layernorm"))
-        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            names.add(f"{block}.self_attn.{proj}.weight")
-            if shape.attention_bias:
-                names.add(f"{block}.self_attn.{proj}.bias")
-        for proj in ("gate_proj", "up_proj", "down_proj"):
-            names.add(f"{block}.mlp.{proj}.weight")
-            if shape.mlp_bias:
-                names.add(f"{block}.mlp.{proj}.bias")
-    return names
+    return set(shape.parameter_shapes())
 
 
 def export_hf(
@@ -81,14 +69,10 @@ def export_hf(
     shape = parse_config(loads_strict(config_bytes, config_source), config_source)
 
     entries = manifest["learned_state"]["params"]
-    names = {e["name"] for e in entries}
-    expected = hf_parameter_names(shape)
-    if names != expected:
-        missing, unexpected = sorted(expected - names), sorted(names - expected)
-        raise ExportError(
-            f"commit {root}: parameters do not match {config_source}: missing {missing[:5]} "
-            f"({len(missing)}), unexpected {unexpected[:5]} ({len(unexpected)})"
-        )
+    try:  # names and shapes: an export must never write tensors that contradict its config.json
+        check_params_match_config(entries, shape, f"commit {root}", config_source)
+    except ValueError as e:
+        raise ExportError(str(e)) from None
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out}: export target must be a new or empty directory")
@@ -97,10 +81,24 @@ def export_hf(
         raise ExportError(f"{extra}: tokenizer source directory does not exist")
 
     tensors = {e["name"]: parameter_tensor(store, e) for e in entries}  # parameters only, no moments
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-    (out / CONFIG_FILE).write_bytes(config_bytes)
-    if extra is not None:
-        for name in tokenizer_files(extra):
+    written: list[Path] = []
+    try:
+        written.append(out / WEIGHTS_FILE)
+        save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+        written.append(out / CONFIG_FILE)
+        (out / CONFIG_FILE).write_bytes(config_bytes)
+        for name in tokenizer_files(extra) if extra is not None else ():
+            written.append(out / name)
             shutil.copyfile(extra / name, out / name)
+    except (OSError, SafetensorError) as e:  # a full disk (safetensors raises its own error): leave nothing half-written
+        for path in written:
+            path.unlink(missing_ok=True)
+        if created:
+            out.rmdir()
+        reason = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())[:300]
+        raise OSError(getattr(e, "errno", None) or errno.EIO,
+                      f"{written[-1]}: export failed while writing it ({type(e).__name__}: {reason}); "
+                      f"removed what the export wrote under {out}") from None
     return parameter_digest(out)

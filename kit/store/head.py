@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kit.digest import canonical_json, loads_strict
 from kit.store.manifest import HEAD_NAME, HEAD_RE, LOCK_NAME, CommitError, HeadLocked, _is_int, commits_dir
-from kit.store.objects import host_tag, new_temp_path, process_alive_here
+from kit.store.objects import StoreError, host_tag, new_temp_path, process_alive_here, read_regular
 
 UNREADABLE_LOCK_STALE_S = 60.0  # a lock file with no readable record older than this is a crashed writer's
 
@@ -21,8 +21,8 @@ UNREADABLE_LOCK_STALE_S = 60.0  # a lock file with no readable record older than
 
 def _read_lock(lock: Path) -> dict | None:
     try:
-        record = loads_strict(lock.read_bytes(), str(lock))
-    except (FileNotFoundError, ValueError):
+        record = loads_strict(read_regular(lock, "the writers' lock", 4096), str(lock))
+    except (FileNotFoundError, ValueError):  # StoreError (a link, a special file) is a ValueError
         return None
     if isinstance(record, dict) and isinstance(record.get("host"), str) and _is_int(record.get("pid")):
         return record
@@ -103,9 +103,11 @@ def read_head(home: str | os.PathLike) -> str | None:
     """The full root HEAD names (None when there is no HEAD yet); it must name an existing manifest."""
     head = Path(home) / HEAD_NAME
     try:
-        data = head.read_bytes()
+        data = read_regular(head, "HEAD", 4096)  # 64 hex digits and a newline; HEAD -> /dev/zero is refused
     except FileNotFoundError:
         return None
+    except StoreError as e:
+        raise CommitError(str(e)) from None
     if not HEAD_RE.fullmatch(data):
         raise CommitError(f"{head}: expected 64 lowercase hex characters and a newline, got {data[:80]!r}")
     root = data[:64].decode("ascii")

@@ -9,11 +9,13 @@ object path either does not exist or holds complete bytes. `ObjectStore.bytes_re
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
 import re
 import socket
+import stat
 import sys
 import threading
 import uuid
@@ -53,6 +55,52 @@ class ObjectMissing(StoreError):
 
 class ObjectCorrupt(DigestMismatch):
     """An object's bytes do not hash to its name (bit flip, truncation, substitution)."""
+
+
+class ObjectWrongSize(ObjectCorrupt, StoreError):
+    """An object's length is not the one its record implies; refused before a byte is read."""
+
+
+def open_regular(path: Path, what: str = "store file"):
+    """Open a file inside a store for reading, never through a symbolic link and never a special file.
+
+    A store copied from someone else may hold `HEAD -> /dev/zero`, an object that is a FIFO or a link
+    out of the store: O_NOFOLLOW refuses the link, O_NONBLOCK keeps a FIFO from blocking the open, and
+    fstat must say "regular file". FileNotFoundError passes through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(f"{path}: {what} is a symbolic link; expected a regular file "
+                             "(the kit never follows links inside a store)") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise StoreError(f"{path}: {what} is not a regular file (mode {stat.filemode(mode)}); expected a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: Path, what: str, limit: int) -> bytes:
+    """The bytes of a regular store file (see `open_regular`) of at most `limit` bytes."""
+    with open_regular(path, what) as f:
+        n = os.fstat(f.fileno()).st_size
+        if n > limit:
+            raise StoreError(f"{path}: {what} holds {n} bytes; expected at most {limit}")
+        return f.read(limit)
+
+
+def check_real_dir(path: Path, what: str) -> bool:
+    """Whether `path` is a directory (False when absent); a symbolic link or other file is refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise StoreError(f"{path}: {what} is {kind}; expected a directory (the kit never follows links inside a store)")
+    return True
 
 
 def check_digest(value: object, what: str) -> str:
@@ -111,20 +159,27 @@ def process_alive_here(host: str, pid: int) -> bool:
     return True
 
 
+TEMP_NAME_RE = re.compile(r"([a-z-]+)\.([A-Za-z0-9-]+)\.([0-9]+)\.[0-9a-f]{32}\.tmp")  # new_temp_path's names
+
+
 def remove_stale_temps(home: str | os.PathLike, force: bool = False) -> list[str]:
-    """Delete temporaries under `home/tmp/` whose writer is gone (all of them with `force`)."""
+    """Delete temporaries under `home/tmp/` whose writer is gone (all of them with `force`).
+
+    Only the kit's own temporaries are deleted, by exact name (`new_temp_path`'s pattern, a regular
+    file); anything else is left alone, and a `tmp` that is a link (e.g. `tmp -> ~`) is refused."""
     directory = Path(home) / TMP_DIR_NAME
     removed: list[str] = []
-    if not directory.is_dir():
+    if not check_real_dir(directory, "the temporaries folder"):
         return removed
     for path in sorted(directory.iterdir()):
-        parts = path.name.split(".")
-        live = (
-            len(parts) == 5
-            and parts[2].isdigit()
-            and process_alive_here(parts[1], int(parts[2]))
-        )
-        if live and not force:
+        match = TEMP_NAME_RE.fullmatch(path.name)
+        try:
+            regular = stat.S_ISREG(os.lstat(path).st_mode)
+        except FileNotFoundError:  # its writer installed or removed it meanwhile
+            continue
+        if match is None or not regular:
+            continue
+        if not force and process_alive_here(match[2], int(match[3])):
             continue
         path.unlink(missing_ok=True)
         removed.append(str(path))
@@ -174,9 +229,11 @@ class ObjectStore:
 
     def digests(self) -> Iterator[str]:
         """Names of every object file present, in sorted order."""
-        if not self.objects_dir.is_dir():
+        if not check_real_dir(self.objects_dir, "the objects folder"):
             return
         for sub in sorted(self.objects_dir.iterdir()):
+            if not re.fullmatch(r"[0-9a-f]{2}", sub.name) or not check_real_dir(sub, "an objects folder"):
+                continue
             for path in sorted(sub.iterdir()):
                 if DIGEST_RE.fullmatch(path.name) and path.name[:2] == sub.name:
                     yield path.name
@@ -213,8 +270,10 @@ class ObjectStore:
 
     def _open(self, digest: str):
         path = self.path(digest)
+        check_real_dir(self.objects_dir, "the objects folder")
+        check_real_dir(path.parent, "an objects folder")
         try:
-            return path, open(path, "rb")
+            return path, open_regular(path, f"object {digest}")
         except FileNotFoundError:
             raise ObjectMissing(f"{path}: object {digest} is missing from the store") from None
 
@@ -224,8 +283,18 @@ class ObjectStore:
             f"actual sha256 {actual} of its {size} bytes"
         )
 
-    def _read_verified(self, digest: str) -> bytearray:
+    @staticmethod
+    def _check_size(path: Path, f, digest: str, size: int | None, needs: str) -> None:
+        """Reads are bounded by the length the record implies: an object of another length is refused unread."""
+        actual = os.fstat(f.fileno()).st_size
+        if size is not None and actual != size:
+            f.close()
+            raise ObjectWrongSize(f"{path}: object holds {actual} bytes but {needs} needs {size} bytes "
+                                  f"(expected sha256 {digest}, its name; not read)")
+
+    def _read_verified(self, digest: str, size: int | None = None, needs: str = "") -> bytearray:
         path, f = self._open(digest)
+        self._check_size(path, f, digest, size, needs)
         with f:
             buf = bytearray(os.fstat(f.fileno()).st_size)
             view, filled = memoryview(buf), 0
@@ -253,18 +322,18 @@ class ObjectStore:
         tdtype = torch_dtype(dtype, f"{path}: requested")
         shape = tuple(int(d) for d in shape)
         needed = math.prod(shape) * tdtype.itemsize
-        buf = self._read_verified(digest)
-        if len(buf) != needed:
-            raise StoreError(
-                f"{path}: object holds {len(buf)} bytes but {dtype}{list(shape)} needs {needed} bytes"
-            )
+        buf = self._read_verified(digest, needed, f"{dtype}{list(shape)}")
+        if len(buf) != needed:  # it changed length while being read
+            raise ObjectWrongSize(f"{path}: object holds {len(buf)} bytes but {dtype}{list(shape)} needs {needed} bytes")
         if needed == 0:
             return torch.empty(shape, dtype=tdtype)
         return torch.frombuffer(buf, dtype=tdtype).reshape(shape)
 
-    def verify(self, digest: str, fsync: bool = False) -> int:
-        """Re-hash the object by streaming it (optionally fsync it first); returns its size."""
+    def verify(self, digest: str, fsync: bool = False, size: int | None = None) -> int:
+        """Re-hash the object by streaming it (optionally fsync it first); returns its size. With
+        `size` (what the manifest implies), an object of another length is refused unread."""
         path, f = self._open(digest)
+        self._check_size(path, f, digest, size, "the manifest")
         h, size = hashlib.sha256(), 0
         with f:
             if fsync:

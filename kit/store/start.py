@@ -6,11 +6,13 @@ for a commit, its manifest (its parameters: `kit.store.params.load_parameters`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import loads_strict
-from kit.model.config import LlamaShape, parse_config
+from kit.inventory import check_shapes
+from kit.model.config import LlamaShape, check_params_match_config, parse_config
 from kit.store import commits
 from kit.store.objects import ObjectStore
 
@@ -29,10 +31,13 @@ class Start:
         return 0 if self.manifest is None else int(self.manifest["learned_state"]["cursor"]["step"])
 
 
-def start_from_seed(seed_dir: str) -> Start:
+def start_from_seed(seed_dir: str | os.PathLike) -> Start:
+    """A seed directory whose tensors were checked (headers only) against its config.json."""
     path = Path(seed_dir) / "config.json"
     data = path.read_bytes()
-    return Start(parse_config(loads_strict(data, str(path)), str(path)), data, seed_dir=seed_dir)
+    shape = parse_config(loads_strict(data, str(path)), str(path))
+    check_shapes(seed_dir, shape.parameter_shapes())
+    return Start(shape, data, seed_dir=str(seed_dir))
 
 
 def start_from_commit(home: str, root: str) -> Start:
@@ -44,7 +49,11 @@ def start_from_manifest(home: str, manifest: dict) -> Start:
     and whose needed objects are in `home`'s store; the manifest is validated, never trusted."""
     commits.validate_manifest(manifest, f"manifest sent for {home}")
     store = ObjectStore(home)
+    source = f"{store.path(manifest['layout']['model_config'])} (model config)"
     data = store.get_bytes(manifest["layout"]["model_config"])
-    return Start(parse_config(loads_strict(data, "model config object"), f"{home} config object"), data,
-                 manifest=manifest)
+    shape = parse_config(loads_strict(data, source), source)
+    # a forged commit with an extra entry would resume dropping it, one missing an entry fail in a worker
+    check_params_match_config(manifest["learned_state"]["params"], shape, f"{home}: commit "
+                              f"{manifest['full_root']} learned_state.params", source)
+    return Start(shape, data, manifest=manifest)
 

@@ -75,6 +75,7 @@ def register(sub) -> None:
         OutFile,
         add_renamed,
         contract_file,
+        device,
         public_source_file,
         seed_dir,
         study_dir,
@@ -114,7 +115,7 @@ def register(sub) -> None:
     s = actions.add_parser("evaluate", help="freeze the candidates, then score final tasks and retention probes")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
     s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory the study was prepared from")
-    s.add_argument("--device", default="cpu", help="cpu (default) or cuda: where the final tasks are scored")
+    s.add_argument("--device", default="cpu", type=device, help="cpu (default) or cuda: where the final tasks are scored")
     s.set_defaults(fn=cmd_evaluate)
 
     s = actions.add_parser("screens", help="write STUDY/screens.json: every arm, every screen's inputs and verdict")

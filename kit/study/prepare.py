@@ -39,6 +39,7 @@ from kit.digest import (
 )
 from kit.evidence.environment import versions
 from kit.inventory import inventory_digest, parameter_digest
+from kit.paths import inside
 from kit.provenance import kit_package_dir, source_digest
 from kit.publish import publish_dir
 from kit.study.schema import load_study_contract
@@ -273,7 +274,7 @@ def load_prepared(study_dir: str | os.PathLike, only: tuple[str, ...] | None = N
     for name, want in prepared["files"].items():
         if only is not None and name not in only:
             continue
-        got = sha256_file(out / name)
+        got = sha256_file(inside(out, name, f"{path} field 'files'"))
         if got != want:
             raise PreparedError(f"{out / name}: sha256 {got} differs from {want} recorded in {path}")
     contract = load_study_contract(out / "contract.json")

@@ -16,6 +16,7 @@ import os
 from kit.contract import (
     LR_SCHEDULE,
     PILOT,
+    SEED,
     Contract,
     ContractError,
     Num,
@@ -36,7 +37,7 @@ _COUNT = Num(lo=1, integer=True)
 _NATURAL = Num(lo=0, integer=True)
 _POSITIVE = Num(lo=0)
 _PRICE = {"value": Num(lo=0), "unit": str, "source": str, "as_of": str, "note": str}
-_TASK_ROLE = {"count": _COUNT, "role": str, "seed": _NATURAL, "difficulty": OneOf(1, 2, 3)}
+_TASK_ROLE = {"count": _COUNT, "role": str, "seed": SEED, "difficulty": OneOf(1, 2, 3)}
 _SOURCE_RANGE = {"name": str, "sha256": str, "start": _NATURAL, "stop": _COUNT}
 
 SCHEMA = {
@@ -54,12 +55,12 @@ SCHEMA = {
     "schedule": {
         "updates": _COUNT,
         "documents_per_update": _COUNT,
-        "order_seed": _NATURAL,
+        "order_seed": SEED,
         "replica_split": OneOf("position-modulo-workers"),
     },
     "data": {
         "max_tokens": Num(lo=8, integer=True),
-        "tasks": {"count": _NATURAL, "role": str, "seed": _NATURAL, "difficulty": OneOf(1, 2, 3)},
+        "tasks": {"count": _NATURAL, "role": str, "seed": SEED, "difficulty": OneOf(1, 2, 3)},
         "replay": {"count": _NATURAL, "source": _SOURCE_RANGE, "loss": OneOf("ce")},
         "final_test": _TASK_ROLE,
         # optional, added after the committed contracts were frozen (an absent field leaves their digests):
@@ -84,7 +85,7 @@ SCHEMA = {
         "min_compression_numel": _NATURAL,
         "min_compression_rate": Num(lo=0),
         "warm_start": bool,
-        "seed": _NATURAL,
+        "seed": SEED,
         "orthogonalization_epsilon": Num(lo=1e-30),
         "error_feedback_device": OneOf("cpu"),
         "error_feedback_dtype": OneOf("float32"),
@@ -111,7 +112,7 @@ SCHEMA = {
         "cross_zone_traffic_billed": bool,
         "instance_price_usd_per_hour": _PRICE,
         "cross_zone_price_usd_per_gb_each_direction": _PRICE,
-        "bytes_per_gb": _COUNT,
+        "bytes_per_gb": Num(1, 2**60, integer=True),
         "deadline_hours": Num(lo=0),
         "bound_usd": Num(lo=0),
     },
