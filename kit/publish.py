@@ -19,6 +19,29 @@ def staging_path(out: Path) -> Path:
     return out.parent / f".{out.name}.staging-{os.getpid()}"
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this host (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Remove the staging siblings of `out` whose process is dead (a build killed with SIGKILL or by a
+    power cut leaves `.<name>.staging-<pid>`); a live process's staging folder is left alone."""
+    removed = []
+    for staging in out.parent.glob(f".{out.name}.staging-*"):
+        pid = staging.name.rpartition("-")[2]
+        if pid.isdigit() and staging.is_dir() and not staging.is_symlink() and not pid_alive(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+            removed.append(staging)
+    return removed
+
+
 @contextmanager
 def publish_dir(out: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
     """Yield a fresh staging folder; when the body returns it becomes `out` by one rename.
@@ -32,6 +55,7 @@ def publish_dir(out: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
         raise ValueError(f"{out}: already exists and is not an empty directory; choose a new output or remove it")
     staging = staging_path(out)
     shutil.rmtree(staging, ignore_errors=True)  # left by an earlier process with this pid that was killed
+    remove_stale_staging(out)
     staging.mkdir(parents=True)
     try:
         yield staging

@@ -60,7 +60,32 @@ def check_fresh_home(home: str, cohort: str, resume: str | None, resume_cursor: 
     if not continues and h.exists() and (not h.is_dir() or any(h.iterdir())):
         what = "starts from the seed" if resume is None else f"starts from {resume} (another cohort's endpoint)"
         raise TrainRefused(f"--home {h}: not empty; cohort {cohort} {what} and needs a fresh --home (a new or "
-                           "empty directory); only --resume within the same cohort continues in an existing home")
+                           "empty directory); only --resume within the same cohort continues in an existing home"
+                           + _earlier_attempts(h))
+
+
+def _earlier_attempts(home: Path) -> str:
+    """What an earlier attempt left in `home` and how to go on from it: resume from its HEAD, or, when it
+    committed nothing (interrupted before its first commit), remove the home and start again."""
+    from kit.store.commits import read_head
+
+    records = sorted(home.glob("attempts/*/attempt.json")) if home.is_dir() else []
+    if not records:
+        return ""
+    states = ", ".join(f"{p.parent.name} ({_state(p)})" for p in records)
+    head = read_head(home)
+    if head is None:
+        return (f"; it holds attempt(s) {states} that committed nothing: remove them with `rm -r {home}` and run "
+                "the same command again")
+    return f"; it holds attempt(s) {states}: resume the last with `--resume HEAD` (HEAD is {head})"
+
+
+def _state(record: Path) -> str:
+    try:
+        rec = load_json_strict(record)
+    except (OSError, ValueError):
+        return "unreadable record"
+    return " ".join(str(x) for x in (rec.get("status"), rec.get("signal")) if x)
 
 
 def a_endpoint_of(resume_home: str, resume: str, contract: dict, depth: int) -> str | None:
@@ -111,7 +136,10 @@ def check_reference(prepared: Path, pj: dict, contract: dict, reference: str, re
     if not any(job == pj["job_digest"] for _, job in made):
         found = ", ".join(f"{p} (prepared_job_digest {j})" for p, j in made) or "no completed attempt committed it"
         raise TrainRefused(f"--reference {ref_home}:{reference}: not committed by an attempt of this prepared job "
-                           f"({prepared / 'prepared.json'} field 'job_digest' = {pj['job_digest']}); found: {found}")
+                           f"({prepared / 'prepared.json'} field 'job_digest' = {pj['job_digest']}); found: {found}; "
+                           "if a cohort-A run of this job committed it and died before recording it, record it "
+                           f"with `kit adaptive train --prepared {prepared} --seed SEED --cohort A --home {ref_home} "
+                           f"--resume {reference}`, then run this command again")
     return manifest
 
 

@@ -159,11 +159,17 @@ def _run(group, r: CohortRequest, contract, pj, WorkerContext) -> list[dict]:
         record["hosts"] = [loads_strict(b, "rank report") for b in group.allgather_bytes(canonical_json(mine))]
         record.update(status="completed", commits=out["commits"], start_root=getattr(start, "root", None))
         return out["commits"]
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM from torchrun's agent (kit.interrupt)
+        from kit.interrupt import interruption
+
+        name = interruption(e)[0]
+        record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}")
+        raise
     except BaseException as e:
         record.update(status="failed", error=f"rank {rank} ({host_name()}): {type(e).__name__}: {e}")
         raise
     finally:
         record["ended_at"] = time.time()
-        if rank == 0 or record["status"] == "failed":
+        if rank == 0 or record["status"] in ("failed", "aborted"):
             name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
             write_canonical_json(attempt_dir / name, record)

@@ -12,6 +12,7 @@ Details: docs/internals.md ("kit.adaptive.train"); files: docs/formats.md, "Adap
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -232,9 +233,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         cohort_step += 1
         ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it
         if log is not None:
-            with open(log, "ab") as f:
-                f.write(canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
-                                        "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}) + b"\n")
+            _append_line(log, canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
+                                              "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}))
         if cohort_step in points:
             ctx.progress(phase="commit")
             full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
@@ -245,6 +245,15 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
 
     out["deterministic_algorithms"] = torch.are_deterministic_algorithms_enabled()
     return out
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    """Append one line to `path`; an OSError (a full disk) names the file."""
+    try:
+        with open(path, "ab") as f:
+            f.write(line + b"\n")
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 class _RankStats:
@@ -322,10 +331,18 @@ def attempt_record(request: CohortRequest, attempt: str, pj: dict) -> dict:
             "status": "running", "error": None, "commits": []}
 
 
+DISK_RESERVE_BYTES = 256 * 1024  # freed on a full disk so that the attempt's record can still be written
+
+
 def train(request: CohortRequest) -> list[dict]:
-    """The local driver: checks, attempt record, optional growth, launch, finalise. Returns commits."""
+    """The local driver: checks, attempt record, optional growth, launch, finalise. Returns commits.
+
+    The record is finalised whatever ends the attempt: `completed`, `failed` with the error (one line),
+    or `aborted` with the signal (SIGINT, SIGTERM: the workers are stopped first). An interruption is
+    re-raised as `Interrupted` whose `next_step` names the command that resumes or cleans up."""
     from kit.distributed.group import under_torchrun
-    from kit.distributed.launch import launch
+    from kit.distributed.launch import DISK_RESERVE_ENV, launch
+    from kit.store.in_use import held
 
     if under_torchrun():
         raise TrainRefused("this process runs under torchrun (RANK and WORLD_SIZE are set): call "
@@ -337,37 +354,88 @@ def train(request: CohortRequest) -> list[dict]:
                    r.reference_home)
     home_p = Path(r.home)
     home_p.mkdir(parents=True, exist_ok=True)
+    adopted = adoptable_endpoint(r, contract, pj)
     attempt = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     attempt_dir = home_p / "attempts" / attempt
     attempt_dir.mkdir(parents=True)
     record = attempt_record(r, attempt, pj)
     write_canonical_json(attempt_dir / "attempt.json", record)
+    if adopted is not None:  # nothing left to train: record the endpoint a crashed attempt committed
+        record.update(status="completed", commits=[adopted], adopted=True, ended_at=time.time())
+        write_canonical_json(attempt_dir / "attempt.json", record)
+        return [adopted]
+    reserve = attempt_dir / "disk-reserve"
+    reserve.write_bytes(os.urandom(DISK_RESERVE_BYTES))  # random: a compressing filesystem keeps it whole
     try:
-        if r.source_home:  # the lineage's update logs travel with the migrated state, by reference
-            from kit.adaptive.lineage import inherit_logs
+        with held(r.home):  # `kit checkpoint gc --objects` is refused while this run may commit
+            if r.source_home:  # the lineage's update logs travel with the migrated state, by reference
+                from kit.adaptive.lineage import inherit_logs
 
-            inherit_logs(r.source_home, attempt_dir)
-        if r.cohort == "B":
-            check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, contract["endpoints"]["A"])
-        start = r.start()
-        if r.grow:  # the grown commit is whole in `home`: nothing to migrate
-            start = CommitRef(r.home, grow_into(r.home, r.source_home, r.resume, contract))
-        layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
-            student_layers(r.seed_dir, None, None)
-        args = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
-        results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers",
-                         timeout_s=r.timeout_s, progress_total=r.until or contract["endpoints"][r.cohort],
-                         desc=f"cohort {r.cohort} ({r.workers} workers)")
+                inherit_logs(r.source_home, attempt_dir)
+            if r.cohort == "B":
+                check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, contract["endpoints"]["A"])
+            start = r.start()
+            if r.grow:  # the grown commit is whole in `home`: nothing to migrate
+                start = CommitRef(r.home, grow_into(r.home, r.source_home, r.resume, contract))
+            layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
+                student_layers(r.seed_dir, None, None)
+            args = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
+            results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers",
+                             timeout_s=r.timeout_s, progress_total=r.until or contract["endpoints"][r.cohort],
+                             desc=f"cohort {r.cohort} ({r.workers} workers)", env={DISK_RESERVE_ENV: str(reserve)})
         record.update(status="completed", commits=results[0]["commits"],
                       fetched_bytes=[res["fetched_bytes"] for res in results])
         return results[0]["commits"]
+    except KeyboardInterrupt as e:
+        from kit.interrupt import Interrupted, interruption
+
+        name, _ = interruption(e)
+        record.update(status="aborted", signal=name, error=f"interrupted by {name}")
+        raise Interrupted(getattr(e, "signum", signal.SIGINT), _after_abort(r, attempt_dir)) from None
     except BaseException as e:
-        record.update(status="aborted" if isinstance(e, KeyboardInterrupt) else "failed",
-                      error=f"{type(e).__name__}: {e}")
+        record.update(status="failed", error=" ".join(f"{type(e).__name__}: {e}".split()))
         raise
     finally:
+        reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the record is written into
         record["ended_at"] = time.time()
         write_canonical_json(attempt_dir / "attempt.json", record)
+
+
+def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:
+    """What an interrupted attempt tells the operator: where it is recorded and the command that goes on."""
+    from kit.store.commits import read_head
+
+    head = read_head(r.home)
+    said = f"attempt {attempt_dir} recorded as aborted, workers stopped"
+    if head is None:
+        return (f"{said}; nothing was committed: clean up with `rm -r {r.home}` (it holds only this attempt) and "
+                "run the same command again")
+    return f"{said}; resume with the same command and `--resume HEAD` (HEAD is {head})"
+
+
+def adoptable_endpoint(r: CohortRequest, contract: dict, pj: dict) -> dict | None:
+    """The commit entry of `--resume` when nothing is left to train from it (its cohort step is this
+    attempt's last) and it lies in `home`, verified whole, committed where an attempt of this prepared job
+    ran: a run that died after its endpoint commit but before its record. Else None (train as usual)."""
+    if r.resume is None or r.source_home or r.grow:
+        return None
+    from kit.store.commits import read_commit, verify_commit
+
+    manifest = read_commit(r.home, r.resume)
+    cursor = manifest["learned_state"]["cursor"]
+    cohort_idx = contract["cohort_order"].index(r.cohort)
+    last = min(r.until or contract["endpoints"][r.cohort], contract["endpoints"][r.cohort])
+    if cursor.get("cohort", 0) != cohort_idx or cursor.get("cohort_step", cursor["step"]) < last:
+        return None
+    ran_here = [p for p in sorted(Path(r.home).glob("attempts/*/attempt.json"))
+                if load_json_strict(p).get("prepared_job_digest") == pj["job_digest"]]
+    if not ran_here:
+        raise TrainRefused(f"--resume {r.resume}: its cohort step {cursor.get('cohort_step')} is the last of "
+                           f"cohort {r.cohort}, but no attempt of this prepared job ran in {r.home}; expected the "
+                           "home the endpoint was trained in")
+    verify_commit(r.home, r.resume)
+    return {"cohort": r.cohort, "cohort_step": cursor.get("cohort_step", cursor["step"]), "step": cursor["step"],
+            "full_root": manifest["full_root"], "learned_state_root": manifest["learned_state_root"]}
 
 
 def training_layout(prepared: Path, layers: int, workers: int):

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
+import threading
 from pathlib import Path
 
 from kit import numerics
@@ -21,6 +24,7 @@ from kit.cli.args import (
     device,
     leaf_parsers,
     name_metavars,
+    one_line,
     print_error,
     public_source_file,
     seed_dir,
@@ -333,10 +337,35 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a one-line error (2); in-process callers get the status
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     numerics.apply()  # every command computes under the kit's numeric profile (kit/numerics.py)
+    from kit.distributed.launch import WorkerFailure
+    from kit.interrupt import interruption, raise_on_signals
+
+    handlers = _current_handlers()
+    if threading.current_thread() is threading.main_thread():
+        raise_on_signals()  # SIGINT/SIGTERM unwind the command: records are finalised, workers stopped
     try:
         return int(args.fn(args) or 0)
     except (ValueError, OSError) as e:  # the kit's refusals (ValueError subclasses) and bad paths: no traceback
         return print_error(args._prog, e)
+    except WorkerFailure as e:  # a worker's refusal or failure: one line, its traceback is in the worker's log
+        print_error(args._prog, e)
+        return e.exit_code
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: one line naming what to run next, 128 + signal
+        name, code = interruption(e)
+        then = getattr(e, "next_step", None) or "nothing was recorded as done: run the same command again"
+        print(f"{args._prog}: interrupted by {name}; {one_line(then)}", file=sys.stderr)
+        return code
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: a handler not installed from Python, which cannot be put back
+                signal.signal(sig, handler)
+
+
+def _current_handlers() -> dict:
+    """SIGINT's and SIGTERM's handlers now, to put back after an in-process `main` call (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 if __name__ == "__main__":

@@ -3,13 +3,16 @@
 Each worker runs `python -m kit.distributed.launch ENTRY ARGS_JSON` with RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT set, calls `ENTRY(group, args, worker)` (ENTRY = "module:function") and writes its
 JSON result to `run_dir/result-<rank>.json`. Workers report progress (the step they are on) to
-`run_dir/status-<rank>.json`, so when one dies or raises, the launcher ends the whole run with an
-error naming the rank and the step, stops the others within a bounded grace period and never
-waits forever.
+`run_dir/status-<rank>.json`, so when one dies or raises, the launcher ends the whole run with one
+line naming the rank, the step and the error (`WorkerFailure`; the traceback stays in the worker's log),
+stops the others within a bounded grace period and never waits forever. A worker never outlives its
+driver: the kernel kills it when the driver dies (`PR_SET_PDEATHSIG`), and every step checks its parent.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import importlib
 import os
 import signal
@@ -28,10 +31,57 @@ PEER_ERROR_MARKERS = ("Connection closed", "Connection reset", "connection", "Br
                       "Timed out", "timed out", "timeout", "NCCL")
 
 
+DRIVER_PID_ENV = "KIT_DRIVER_PID"  # the launcher's pid: a worker whose parent is another process stops
+DISK_RESERVE_ENV = "KIT_DISK_RESERVE"  # a file a worker removes on ENOSPC so that its status can be written
+PAUSE_ENV = "KIT_FAULT_PAUSE"  # "POINT:FIFO": rank 0 blocks reading FIFO at a step or phase (fault tests)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# a raised error of one of these classes is a runtime failure (exit 1), not a refusal of the input (exit 2)
+RUNTIME_ERRORS = ("HeadMoved", "DriverGone")
+
+
 class WorkerFailure(RuntimeError):
-    def __init__(self, message: str, rank: int, step, reports: list[dict]):
+    """A worker failed; the message is one line naming the rank, step, phase and error. `exit_code` is 2
+    when the root cause was a refusal of the kit (a ValueError: bad shapes, a corrupt object, admission),
+    1 for a runtime failure (a crash, an OSError, a moved HEAD, a timeout)."""
+
+    def __init__(self, message: str, rank: int, step, reports: list[dict], exit_code: int = 1):
         super().__init__(message)
-        self.rank, self.step, self.reports = rank, step, reports
+        self.rank, self.step, self.reports, self.exit_code = rank, step, reports, exit_code
+
+
+class DriverGone(RuntimeError):
+    """This worker's driver died; the worker stops (its parent is no longer the launcher)."""
+
+
+def error_kind(e: BaseException) -> str:
+    """"refusal" for the kit's refusals (ValueError subclasses), "runtime" for everything else and for a
+    refusal caused by a runtime failure (a moved HEAD or an OSError, wrapped by the commit's thread)."""
+    if not isinstance(e, ValueError):
+        return "runtime"
+    seen, cause = 0, e
+    while cause is not None and seen < 16:
+        if isinstance(cause, OSError) or {c.__name__ for c in type(cause).__mro__} & set(RUNTIME_ERRORS) \
+                or any(f"{name}:" in str(cause) for name in RUNTIME_ERRORS) or "[Errno " in str(cause):
+            return "runtime"
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return "refusal"
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this worker when its driver dies, then check the driver did not die before
+    (a worker must never train on alone: its commits would race the next attempt's). Linux only; elsewhere
+    the per-step check in `WorkerContext.progress` still stops it."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    check_parent()
+
+
+def check_parent() -> None:
+    driver = os.environ.get(DRIVER_PID_ENV)
+    if driver and os.getppid() != int(driver):
+        raise DriverGone(f"the driver (pid {driver}) is gone; this worker's parent is now pid {os.getppid()}")
 
 
 @dataclass
@@ -43,12 +93,25 @@ class WorkerContext:
     phase: str = "start"
 
     def progress(self, step: int | None = None, phase: str | None = None) -> None:
+        check_parent()
         if step is not None:
             self.step = step
+            _pause_if_asked(self.rank, str(step))
         if phase is not None:
             self.phase = phase
+            _pause_if_asked(self.rank, phase)
         write_canonical_json(self.run_dir / f"status-{self.rank}.json",
                              {"rank": self.rank, "step": self.step, "phase": self.phase, "error": None})
+
+
+def _pause_if_asked(rank: int, point: str) -> None:
+    """The fault tests' hook (KIT_FAULT_PAUSE=POINT:FIFO, POINT a step or a phase such as "done"): rank 0
+    blocks there until the test has opened FIFO for writing and closed it, so that a test kills or fills a
+    disk at a known point without sleeping."""
+    spec = os.environ.get(PAUSE_ENV)
+    if rank == 0 and spec and spec.split(":", 1)[0] == point:
+        with open(spec.split(":", 1)[1], "rb") as f:
+            f.read()
 
 
 def free_port() -> int:
@@ -105,7 +168,7 @@ def launch(entry, args: dict, workers: int, run_dir: str | os.PathLike, timeout_
         penv = dict(os.environ)
         penv.update(env or {})
         penv.update(RANK=str(rank), WORLD_SIZE=str(workers), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(workers),
-                    MASTER_ADDR="127.0.0.1",
+                    MASTER_ADDR="127.0.0.1", **{DRIVER_PID_ENV: str(os.getpid())},
                     MASTER_PORT=str(port), KIT_RUN_DIR=str(run_dir), KIT_THREADS=str(threads),
                     OMP_NUM_THREADS=str(threads))
         log = open(run_dir / f"worker-{rank}.log", "wb")  # noqa: SIM115 (open while the worker runs; closed below)
@@ -153,11 +216,17 @@ def launch(entry, args: dict, workers: int, run_dir: str | os.PathLike, timeout_
     else:
         how = cause["error"] or f"exited with code {cause['code']}"
         msg = f"worker rank {cause['rank']} failed at step {cause['step']} ({cause['phase']}): {how}"
-    others = [f"rank {r['rank']}: {r['error'] or 'code ' + str(r['code'])}" for r in reports
+    others = [f"rank {r['rank']}: {_first_line(r['error'] or 'code ' + str(r['code']))}" for r in reports
               if r["rank"] != cause["rank"] and r["code"] != 0]
     if others:
         msg += "; then " + "; ".join(others)
-    raise WorkerFailure(msg + f" (logs in {run_dir})", cause["rank"], cause["step"], reports)
+    code = 2 if failed_at is not None and cause.get("kind") == "refusal" else 1
+    raise WorkerFailure(" ".join(msg.split()) + f" (tracebacks in {run_dir}/worker-<rank>.log)", cause["rank"],
+                        cause["step"], reports, code)
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else text
 
 
 def _report(run_dir: Path, rank: int, code: int | None) -> dict:
@@ -166,7 +235,7 @@ def _report(run_dir: Path, rank: int, code: int | None) -> dict:
     if code is not None and code < 0 and not status.get("error"):
         status["error"] = f"killed by signal {-code}"
     return {"rank": rank, "code": code, "step": status.get("step"), "phase": status.get("phase"),
-            "error": status.get("error"), "time": status.get("time")}
+            "error": status.get("error"), "time": status.get("time"), "kind": status.get("kind")}
 
 
 def _root_cause(reports: list[dict]) -> dict:
@@ -188,6 +257,7 @@ def _worker_main(entry: str, args_path: str) -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ctx = WorkerContext(rank, world, run_dir)
     try:
+        die_with_parent()
         ctx.progress(phase="join")
         args = load_json_strict(args_path)
         group = join(device=args.get("device"), timeout_s=float(args.get("timeout_s", 120)))
@@ -198,8 +268,12 @@ def _worker_main(entry: str, args_path: str) -> int:
         leave()
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure must leave a status naming rank and step
+        # rank 0's commit reports a full disk as text (kit/engine/session.py), other ranks as the OSError
+        no_space = getattr(e, "errno", None) == errno.ENOSPC or f"[Errno {errno.ENOSPC}]" in str(e)
+        if no_space and os.environ.get(DISK_RESERVE_ENV):
+            Path(os.environ[DISK_RESERVE_ENV]).unlink(missing_ok=True)  # room for this status and the record
         write_canonical_json(run_dir / f"status-{rank}.json", {
-            "rank": rank, "step": ctx.step, "phase": ctx.phase, "time": time.time(),
+            "rank": rank, "step": ctx.step, "phase": ctx.phase, "time": time.time(), "kind": error_kind(e),
             "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]})
         sys.stderr.write(traceback.format_exc())
         return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -204,6 +205,37 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
     if not run_record.RUN_ID_RE.fullmatch(run_id):
         raise ValueError(f"run id {run_id!r} must match {run_record.RUN_ID_RE.pattern}")
     ensure_runtime()
+    with run_id_lock(runs_dir, run_id):
+        return _run_locked(notebook, params, run_id, runs_dir, extra, kernel_name, log_output)
+
+
+class RunIdInUse(ValueError):
+    """Another `kit run` (or batch arm) with the same run id is running now."""
+
+
+@contextmanager
+def run_id_lock(runs_dir: Path, run_id: str):
+    """Hold run id `run_id` of `runs_dir` exclusively while the body runs: RUNS/.<run_id>.run-lock under an
+    exclusive `flock`, taken without waiting (the kernel releases it when the process ends, even by kill -9).
+    A second run with the same id is refused before it touches the first's folder. The file stays."""
+    import fcntl
+
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    lock = runs_dir / f".{run_id}.run-lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunIdInUse(f"{lock}: run id {run_id!r} is being run by another process now; wait for it to "
+                             "end or choose another --run-id") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra: dict, kernel_name: str,
+                log_output: bool) -> RunRecord:
     run_dir = runs_dir / run_id
     _prepare_run_dir(run_dir)
     base = environment.evidence_base(runs_dir)
@@ -216,10 +248,15 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
     with _kernel_environment(run_dir), quiet_kernels(run_dir / KERNEL_LOG_NAME), profiled_kernels():
         try:
             status, error = _execute(notebook, output, params, kernel_name, log_output)
-        except KeyboardInterrupt as e:  # record the arm as aborted by the operator, then stop
-            interrupted = e
+        except KeyboardInterrupt as e:  # record the arm as aborted by the operator (or SIGTERM), then stop
+            from kit.interrupt import Interrupted, interruption
+
+            name, _ = interruption(e)
+            interrupted = Interrupted(getattr(e, "signum", signal.SIGINT), f"run {run_id} recorded as aborted in "
+                                      f"{run_dir / run_record.RUN_RECORD_NAME}; run the same command again to "
+                                      "redo it (the aborted attempt is kept beside it)")
             status, error = "aborted", {"cell_index": None, "execution_count": None, "ename": "KeyboardInterrupt",
-                                        "evalue": "interrupted by the operator"}
+                                        "evalue": f"interrupted by the operator ({name})"}
     ended = environment.utc_now()
     if not output.exists():
         try:

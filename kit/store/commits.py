@@ -281,8 +281,8 @@ def gc(home: str | os.PathLike, unreferenced_objects: bool = False, all_temporar
     HEAD.lock and, with `unreferenced_objects`, objects named by no manifest. Returns the removed paths.
 
     Objects referenced by any manifest are never removed; if a manifest cannot be read, no object
-    is removed. Run object collection only while no writer is active: a worker's objects exist
-    before the manifest that names them.
+    is removed. Object collection is refused while a run holds the store (kit/store/in_use.py): a
+    worker's objects exist before the manifest that names them.
     """
     home = Path(home)
     removed = remove_stale_temps(home, force=all_temporaries)
@@ -291,12 +291,15 @@ def gc(home: str | os.PathLike, unreferenced_objects: bool = False, all_temporar
         lock.unlink(missing_ok=True)
         removed.append(str(lock))
     if unreferenced_objects:
-        referenced: set[str] = set()
-        for root in list_commits(home):
-            referenced.update(object_digests(read_commit(home, root)))
-        store = ObjectStore(home)
-        for digest in list(store.digests()):
-            if digest not in referenced:
-                store.path(digest).unlink()
-                removed.append(str(store.path(digest)))
+        from kit.store.in_use import exclusive
+
+        with exclusive(home, "kit checkpoint gc --objects"):  # a live run's next commit needs its objects
+            referenced: set[str] = set()
+            for root in list_commits(home):
+                referenced.update(object_digests(read_commit(home, root)))
+            store = ObjectStore(home)
+            for digest in list(store.digests()):
+                if digest not in referenced:
+                    store.path(digest).unlink()
+                    removed.append(str(store.path(digest)))
     return removed

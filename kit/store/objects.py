@@ -187,10 +187,13 @@ def remove_stale_temps(home: str | os.PathLike, force: bool = False) -> list[str
 
 
 def write_durably(temp: Path, chunks: Iterable) -> None:
-    with open(temp, "xb") as f:
-        f.writelines(chunks)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(temp, "xb") as f:
+            f.writelines(chunks)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:  # a write's error (a full disk) names no file by itself
+        raise OSError(e.errno, e.strerror, str(temp)) from e
 
 
 def install(temp: Path, final: Path) -> None:
