@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test lint chromium gpu-wheels general-text medium-bundle size
+.PHONY: demo test lint lab lab-serve chromium gpu-wheels general-text medium-bundle size
 # The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
 # in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
 # SOURCE: the pinned public conversation source (default: the repository's data/alpaca_5000.json,
@@ -40,6 +40,18 @@ test: $(VENV)/.installed chromium
 # build/gpu-wheels + build/bundle) against the device tool's 64,000,000 bytes (docs/gpu-hosts.md, "Sizes").
 size:
 	python3 tools/repo_size.py
+
+# JupyterLab on notebooks/ (README, "Notebooks in JupyterLab"): installs the `lab` extra into the venv, then
+# serves; the kit is importable in its kernels (the venv's editable install, and PYTHONPATH for a venv that
+# points at another checkout). As root (containers) Jupyter refuses to start without --allow-root.
+# LAB_FLAGS: more options for `jupyter lab`, e.g. LAB_FLAGS="--no-browser --port 8890".
+LAB_FLAGS ?=
+lab: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[lab]'
+	@$(MAKE) --no-print-directory lab-serve
+lab-serve:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m jupyterlab --ServerApp.root_dir=notebooks \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_FLAGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check kit tests

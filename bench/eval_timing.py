@@ -43,7 +43,7 @@ TARGET_S = 300.0
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--prepared", required=True, help="a prepared adaptive job (kit adaptive prepare --out)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "eval-timing"))

@@ -65,7 +65,7 @@ def cpu_model() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--updates", type=int, default=150, help="updates of the test-size seed build")
     a = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}

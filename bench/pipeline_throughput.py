@@ -228,7 +228,7 @@ def run_section(name: str, workers: int, layout: Layout, a, base: Path, memory_m
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="toy shape on CPU: checks the script")
     ap.add_argument("--micro", type=int, default=4, help="records per microbatch")
     ap.add_argument("--seq", type=int, default=None, help="tokens per record (default 2048; 32 with --tiny)")

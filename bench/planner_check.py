@@ -62,7 +62,7 @@ def campaign_rows(updates: list[dict], micro: int, label: str) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("records", nargs="+", help="run directories (pipeline records, or campaign record folders)")
     ap.add_argument("--campaign-microbatch", type=int, default=8,
                     help="documents per microbatch of the campaign's contract (its training.microbatch_size)")

@@ -83,7 +83,7 @@ def kit_pack(cfg, tokenizer, pad: int, inputs):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--config", help="a SmallSeedConfig JSON (campaigns/seed-probes/*.json); default: the defaults")
     ap.add_argument("--repeats", type=int, default=2, help="packs of each implementation, alternating")
     ap.add_argument("--out", required=True)

@@ -57,7 +57,7 @@ def _arm(study: Path, seed: str, arm: str, until: int, cache: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--seed", required=True)
     ap.add_argument("--contract", default=str(REPO / "contracts" / "shared-gradient.medium.json"))
     ap.add_argument("--source", default=str(REPO / "data" / "alpaca_5000.json"))

@@ -298,7 +298,7 @@ def write_sidecars(run_dir: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--rate", action="append", help="link rate: 1gbit, 100mbit, 50mbit, 10mbit or bits/s")
     ap.add_argument("--out", default=str(REPO / "runs"))
     ap.add_argument("--evaluate", action="store_true", help="also run kit study evaluate + screens in A's study")

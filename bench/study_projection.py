@@ -99,7 +99,7 @@ def full_bytes(contract) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="append", required=True, help="a study-netns run directory used by the fit")
     ap.add_argument("--validate", action="append", default=[], help="a study-netns run directory held out")
     ap.add_argument("--out", default=str(REPO / "runs"))

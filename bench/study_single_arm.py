@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     from kit import numerics
 
     numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="toy shape and a CPU copy of the contract: checks the script")
     ap.add_argument("--until", type=int, default=6, help="updates of the single arm (recorded partial)")
     ap.add_argument("--pair-arms", action="store_true",

@@ -596,7 +596,7 @@ def single_worker_estimate(shape: LlamaShape, micro: int, seq: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="toy shape: checks the script (CPU works)")
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--seq", type=int, default=None)

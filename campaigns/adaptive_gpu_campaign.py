@@ -701,7 +701,7 @@ def main(argv=None) -> int:
 
     numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="the campaign's record directory (small: bring it back as a tar)")
     ap.add_argument("--work", default=None, help="where the seed, prepared job and stores go (tens of GB at 1.7B; "
                                                    "default build/adaptive-gpu-campaign-work/<out name>)")

@@ -176,7 +176,7 @@ def adopt(pack: Path, campaign_folder: Path, runs: Path, ledger: Path, log=print
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("pack", type=Path, help="the unpacked medium-evidence.tgz (runs/, ledger/, work/)")
     ap.add_argument("--campaign-folder", type=Path, required=True, help="runs/medium-campaign-DATE (new)")
     ap.add_argument("--runs", type=Path, default=REPO / "runs")

@@ -110,7 +110,7 @@ def adopt(pack: Path, campaign_folder: Path, runs: Path, plan_file: Path = PLAN,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m campaigns.adopt_replicates", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m campaigns.adopt_replicates", description=__doc__.split("\n\n")[0])
     p.add_argument("pack", help="the unpacked medium-evidence.tgz")
     p.add_argument("--campaign-folder", required=True, help="runs/medium-replicates-DATE (created)")
     p.add_argument("--runs", default=str(REPO / "runs"))

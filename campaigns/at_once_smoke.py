@@ -54,7 +54,7 @@ def barrier_arms(notebook: Path, marks: Path) -> list[dict]:
 def main(argv=None) -> int:
     from kit.evidence.runner import run_notebooks_at_once
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True, help="a new folder for the notebook, marks, runs and logs")
     ap.add_argument("--cuda", action="store_true", help="each arm also multiplies two matrices on the GPU")
     ap.add_argument("--out", type=Path, help="also write the result here (JSON)")

@@ -50,7 +50,7 @@ def copy_nll(model, data, seg, dtype):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out")
     a = ap.parse_args()

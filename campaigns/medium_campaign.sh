@@ -222,7 +222,7 @@ build_seed() {  # the pinned seed at build/medium/pilot-work/seed, once per mach
     [ -f "$seed/config.json" ] && return 0
     echo "seed build started $(date -u +%FT%TZ)"
     CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$W/seed-build/time.txt" \
-        python3 -m kit seed build --scale small --device cuda --out "$seed" --no-progress \
+        python3 -m kit seed build --scale medium --device cuda --out "$seed" --no-progress \
         >"$W/seed-build/seed_build.json" 2>"$W/seed-build/stderr.txt" || true
     # the full build record too (greedy task samples, learning curve, disjointness), not only the summary
     cp "$seed/seed_build.json" "$W/seed-build/record.json" 2>/dev/null || true
@@ -357,7 +357,7 @@ probe_run() {  # `probe` in the foreground: does a seed recipe pass the positive
     cp "$config" "$d/seed-build/config.json"
     echo "probe $name: seed build started $(date -u +%FT%TZ)"
     CUBLAS_WORKSPACE_CONFIG=:4096:8 KIT_GPU_DETERMINISTIC=1 timed "$d/seed-build/time.txt" \
-        python3 -m kit seed build --scale small --device cuda --config "$config" --out "$d/seed" --no-progress \
+        python3 -m kit seed build --scale medium --device cuda --config "$config" --out "$d/seed" --no-progress \
         >"$d/seed-build/seed_build.json" 2>"$d/seed-build/stderr.txt" || true
     local digest
     digest=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['parameter_digest'])" \

@@ -215,7 +215,7 @@ def freeze(run_dir=None, adaptive_draft=None, study_draft=None, out_dir=None, st
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--pilot", help="the committed adaptive pilot run directory (campaigns/medium_pilot.py)")
     p.add_argument("--study-pilot", help="the committed study pilot run directory (campaigns/study_pilot.py)")
     p.add_argument("--study-from-adaptive-pilot", action="store_true",

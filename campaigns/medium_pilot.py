@@ -318,7 +318,7 @@ def main(argv=None) -> int:
 
     numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="the tiny contracts and seed (CPU-size check)")
     p.add_argument("--draft", help="the draft adaptive contract (default: the medium draft, or the tiny contract)")
     p.add_argument("--study-draft", help="the draft study contract, bound by digest for the freeze")

@@ -121,7 +121,7 @@ class PilotRun:
             seed = self.work / "seed"
             if seed.exists():
                 shutil.rmtree(seed)
-            scale = ["--scale", "small", "--device", self.a.device] if self.scale == "medium" else []
+            scale = ["--scale", "medium", "--device", self.a.device] if self.scale == "medium" else []
             r = self.run_module("seed", ["kit", "seed", "build", *scale, "--out", seed], "seed-build",
                                 deterministic=True)
             built = {"seconds": r["seconds"], "command": f"kit seed build {' '.join(scale)} --out DIR",

@@ -274,7 +274,7 @@ def main(argv=None) -> int:
 
     numerics.apply()  # this process hashes seeds and reads roots: under the kit's numeric profile
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="python -m campaigns.study_pilot", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m campaigns.study_pilot", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="the tiny study contract (CPU-size check)")
     p.add_argument("--draft", help="the draft study contract (default: the medium draft, or the tiny contract)")

@@ -22,6 +22,25 @@ class ContractError(ValueError):
     pass
 
 
+# One vocabulary of scales for contracts, seeds, the demo and the campaigns (docs/contracts.md, "Scales").
+SCALES = ("tiny", "medium", "full")
+OLD_SCALE_NAMES = {"small": "medium"}  # `kit seed build --scale small`, the notebook's SIZE "small": deprecated
+
+
+def scale_name(value: str, where: str = "scale") -> str:
+    """`value` as the kit's scale name: an old spelling maps to its new name with a DeprecationWarning
+    (attributed to the caller's caller: a notebook cell or the command line shows it); others pass as
+    they are, for the caller's own check of which scales it supports."""
+    if value in OLD_SCALE_NAMES:
+        import warnings
+
+        new = OLD_SCALE_NAMES[value]
+        warnings.warn(f"{where} {value!r} is deprecated; use {new!r} (the scales are {', '.join(SCALES)})",
+                      DeprecationWarning, stacklevel=3)
+        return new
+    return value
+
+
 @dataclass(frozen=True)
 class Seq:
     item: Any

@@ -63,7 +63,7 @@ SCALES = {
                   "kit demo: both tiny contracts end to end"),
     # shared/DESIGN.md, Scales: the trial's counts on the ~126M small seed, on one host with two GPUs
     "medium": Scale("medium", "contracts/adaptive-shards.medium.json", "contracts/shared-gradient.medium.json", None,
-                    {"MODE": "build", "SIZE": "small", "DEVICE": "cuda"}, "cuda",
+                    {"MODE": "build", "SIZE": "medium", "DEVICE": "cuda"}, "cuda",
                     "Medium scale: both trials' real counts on the small seed, two H200s", concurrent=True),
 }
 TINY = SCALES["tiny"]

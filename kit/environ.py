@@ -9,6 +9,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+PROGRESS_ENV = "KIT_PROGRESS"  # "0": no progress bar anywhere (`--no-progress` sets it for the command)
+
+
+def progress_on() -> bool:
+    """Whether progress bars are drawn (on stderr): not when KIT_PROGRESS=0. Notebook kernels always run
+    with it 0 (kit/evidence/runner.py), so no bar is ever part of an executed notebook."""
+    return os.environ.get(PROGRESS_ENV, "1") != "0"
+
 
 @contextmanager
 def temporary_environ(values: dict[str, str]) -> Iterator[None]:

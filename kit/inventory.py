@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +141,51 @@ def inventory(directory: str | os.PathLike) -> dict[str, TensorEntry]:
             if entry.name in out:
                 raise ValueError(f"{file}: tensor {entry.name!r} also stored in {out[entry.name].file}")
             out[entry.name] = entry
+    check_shards(directory, files, out)
     return out
+
+
+INDEX_NAME = "model.safetensors.index.json"  # transformers' index of a sharded model
+SHARD_RE = re.compile(r"(.+)-(\d+)-of-(\d+)\.safetensors")
+
+
+def check_shards(directory: Path, files: list[Path], inv: dict[str, TensorEntry]) -> None:
+    """A sharded model is whole: with an index, every shard it names is present and every tensor is in the
+    file the index says, and no tensor or file is outside it; without one, shards named NAME-i-of-N are all
+    there: a digest of a partial model would be pinned as if it were the model."""
+    index_path = directory / INDEX_NAME
+    if index_path.exists():
+        try:
+            weight_map = json.loads(index_path.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{index_path}: expected a JSON object with a 'weight_map' of tensor name -> "
+                             f"shard file ({type(e).__name__}: {e})") from None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index_path}: field 'weight_map' must be an object of tensor name -> shard file")
+        missing = sorted({f for f in weight_map.values() if not (directory / f).is_file()})
+        if missing:
+            raise ValueError(f"{index_path}: field 'weight_map' names shard(s) not in {directory}: "
+                             f"{', '.join(missing)}")
+        for name, file in sorted(weight_map.items()):
+            if name not in inv or inv[name].file.name != file:
+                where = inv[name].file.name if name in inv else "no shard"
+                raise ValueError(f"{index_path}: field 'weight_map' puts tensor {name!r} in {file}; found in {where}")
+        unlisted = sorted(set(inv) - set(weight_map))
+        if unlisted:
+            raise ValueError(f"{inv[unlisted[0]].file}: tensor {unlisted[0]!r} is not in {INDEX_NAME}'s weight_map "
+                             f"({len(unlisted)} such tensor(s))")
+        return
+    groups: dict[tuple[str, int], set[int]] = {}
+    for f in files:
+        m = SHARD_RE.fullmatch(f.name)
+        if m:
+            groups.setdefault((m.group(1), int(m.group(3))), set()).add(int(m.group(2)))
+    for (stem, total), seen in sorted(groups.items()):
+        absent = sorted(set(range(1, total + 1)) - seen)
+        if absent:
+            width = len(f"{total:05d}")
+            names = ", ".join(f"{stem}-{i:0{width}d}-of-{total:0{width}d}.safetensors" for i in absent)
+            raise ValueError(f"{directory}: shard(s) {names} missing (and no {INDEX_NAME})")
 
 
 def tensor_sha256(entry: TensorEntry) -> str:

@@ -275,7 +275,7 @@ def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "med
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kit.replicates", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m kit.replicates", description=__doc__.split("\n\n")[0])
     p.add_argument("--part", required=True, choices=PARTS)
     p.add_argument("--scale", default="medium", choices=sorted(SCALES))
     p.add_argument("--out", required=True, help="the campaign's work folder (OUT/study, OUT/adaptive)")

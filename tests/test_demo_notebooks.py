@@ -152,7 +152,7 @@ def test_medium_plan_is_the_demo_on_the_medium_contracts_with_gpu_scoring(tmp_pa
     assert len(load_plan(tmp_path / "plan.json")) == 22  # every name and type checked against its notebook
     by_id = {s.run_id: s.parameters for s in steps}
     assert by_id["medium-seed"] == {"SEED_DIR": by_id["medium-adaptive-prepare"]["SEED_DIR"], "MODE": "build",
-                                    "SIZE": "small", "DEVICE": "cuda"}
+                                    "SIZE": "medium", "DEVICE": "cuda"}
     assert by_id["medium-adaptive-prepare"]["CONTRACT"].endswith("contracts/adaptive-shards.medium.draft.json")
     assert by_id["medium-adaptive-migration"]["REQUIRE_EQUAL"] is False
     evaluations = [p for i, p in by_id.items() if "-dev-" in i or "-final-" in i] + [by_id["medium-study-evaluate"]]

@@ -130,3 +130,36 @@ def test_directory_without_safetensors_is_refused(tmp_path):
     result = kit("digest", str(tmp_path))
     assert result.returncode == 2
     assert f"{tmp_path}: no *.safetensors files" in result.stderr
+
+
+def test_partial_sharded_model_is_refused(tmp_path):
+    """Issue 52, item 6: `kit digest` printed a digest for a model with a missing shard, the digest the
+    own-model guide tells you to pin. Now the index and the shards must agree, one line naming the file."""
+    tensors = _tensors()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:2], "model-00002-of-00002.safetensors": names[2:]}
+    for file, part in shards.items():
+        save_file({n: tensors[n] for n in part}, str(tmp_path / file))
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = {n: f for f, part in shards.items() for n in part}
+    index.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))
+    whole = kit_digest(tmp_path)
+    assert whole == independent_digest(tmp_path)
+
+    def refused(*words):
+        result = kit("digest", str(tmp_path))
+        assert result.returncode == 2 and result.stdout == "", result.stdout
+        assert len(result.stderr.strip().splitlines()) == 1 and all(w in result.stderr for w in words), result.stderr
+
+    second = (tmp_path / "model-00002-of-00002.safetensors").read_bytes()
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    refused(str(index), "'weight_map' names shard(s) not in", "model-00002-of-00002.safetensors")
+    index.unlink()  # no index either: the shard names still say two files
+    refused("shard(s) model-00002-of-00002.safetensors missing")
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(second)
+    index.write_text(json.dumps({"weight_map": {n: f for n, f in weight_map.items() if n != "step"}}))
+    refused("model-00002-of-00002.safetensors: tensor 'step' is not in model.safetensors.index.json")
+    index.write_text(json.dumps({"weight_map": {**weight_map, "step": "model-00001-of-00002.safetensors"}}))
+    refused("puts tensor 'step' in model-00001-of-00002.safetensors; found in model-00002-of-00002.safetensors")
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    assert kit_digest(tmp_path) == whole

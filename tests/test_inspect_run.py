@@ -68,3 +68,32 @@ def test_the_notebook_inspects_a_committed_run_into_another_folder(run_id, tmp_p
     assert written == json.loads(json.dumps(inspect_run(RUNS, run_id)))
     assert json.loads((out / "inspect" / "metrics" / "inspected.json").read_text())["status"] == written["status"]
     assert not (RUNS / "inspect").exists()  # nothing written into the folder it read
+    if run_id == FAILED:  # every failed phase's cause in full, not cut by the table's column width
+        executed = json.loads((out / "inspect" / "90_inspect_failed_arm.ipynb").read_text())
+        shown = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+        for entry in json.loads((RUNS / FAILED / "run.json").read_text())["errors"]:
+            assert f"{entry['phase']} ({entry['status']}): {entry['error']}" in shown, entry
+
+
+def test_store_and_sidecar_draw_the_same_panels_in_the_same_order(tmp_path, monkeypatch):
+    """Issue 52, item 12: the curves read from a store (the sidecar writer's dict order) and from the committed
+    sidecar (canonical JSON, keys sorted) came out in different orders, so the panels moved."""
+    from kit.evidence.inspect import PANEL_ORDER
+
+    sidecar = json.loads((RUNS / COMPLETED / "metrics" / "loss_curves.json").read_text())
+    monkeypatch.chdir(tmp_path)
+    from_sidecar = inspect_run(RUNS, COMPLETED)
+    assert from_sidecar["curves_source"] == "sidecar"
+    # the run's store, where its parameters name it (relative to where it ran), holding the same updates
+    params = json.loads((RUNS / COMPLETED / "run.json").read_text())["parameters"]
+    log = tmp_path / params["HOME"] / "attempts" / "20261203T000000-00000000" / "updates.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(json.dumps({"cohort": params["COHORT"], "cohort_step": r["update"], "step": r["update"],
+                                       "ce_sum": 1.0, "tokens": 9, **{k: v for k, v in r.items() if k != "update"}},
+                                      sort_keys=True) + "\n" for r in sidecar))
+    from_store = inspect_run(RUNS, COMPLETED)
+    assert from_store["curves_source"] == "store"
+    assert from_store["curves"] == from_sidecar["curves"] == sidecar  # the same fields and values
+    order = [list(r) for r in from_store["curves"]]
+    assert order == [list(r) for r in from_sidecar["curves"]]
+    assert order[0] == [k for k in PANEL_ORDER if k in sidecar[0]] and order[0][:2] == ["update", "objective"]

@@ -7,6 +7,10 @@ show` on the export, which transformers loads with its tokenizer and chat templa
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -110,3 +114,34 @@ def test_own_bf16_sharded_model_prepares_trains_exports_and_loads(tmp_path, caps
     moved = [n for n, p in model.named_parameters()
              if not torch.equal(p, dict(seed.named_parameters())[n].float())]
     assert moved  # two updates changed the weights that transformers now loads
+
+
+def guide_blocks() -> list[str]:
+    """The ```bash blocks of docs/own-model.md, in order (other fences are illustration, not run)."""
+    return re.findall(r"^```bash\n(.*?)^```$", (REPO / "docs" / "own-model.md").read_text(), re.DOTALL | re.MULTILINE)
+
+
+def test_the_guide_runs_verbatim_from_an_empty_folder_outside_the_clone(tmp_path):
+    """Issue 52, item 11: every bash block of the guide, as written, in one shell, from an empty folder that
+    is not inside the clone; the kit found through the venv on PATH, as the guide asks."""
+    blocks = guide_blocks()
+    assert len(blocks) == 7 and all("$KIT_CLONE" in b or "KIT_CLONE" not in b for b in blocks)
+    assert not tmp_path.resolve().is_relative_to(REPO) and not list(tmp_path.iterdir())
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=str(REPO))
+    git = ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"]
+    before = subprocess.run(git, capture_output=True, text=True, check=False).stdout
+    done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(blocks)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    work = tmp_path / "my-kit-work"
+    digest = json.loads((work / "prepared" / "prepared.json").read_text())["seed"]["parameter_digest"]
+    assert json.loads((work / "my-contract.json").read_text())["seed"]["parameter_digest"] == digest
+    assert f"parameter digest: {digest}" in done.stdout and '"rope_parameters"' in done.stdout
+    first = json.loads((work / "my-replay.jsonl").read_text().splitlines()[0])
+    assert set(first) == {"id", "messages", "source", "index"}  # the fields the guide names, as written
+    head = (work / "A2" / "HEAD").read_text().strip()
+    assert f"HEAD {head} (cohort 0 step 2" in done.stdout and "last update 2: loss " in done.stdout
+    assert (work / "my-model-trained" / "chat_template.jinja").is_file() and "torch.float32" in done.stdout
+    after = subprocess.run(git, capture_output=True, text=True, check=False).stdout
+    assert after == before  # nothing written into the clone

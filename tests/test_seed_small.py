@@ -87,7 +87,7 @@ def test_build_record_and_determinism(tmp_path):
     b = _build(tmp_path / "b")
     assert a["parameter_digest"] == b["parameter_digest"]
     rec = json.loads((tmp_path / "a/seed_build.json").read_text())
-    assert rec["scale"] == "small" and rec["parameter_digest"] == a["parameter_digest"]
+    assert rec["scale"] == "medium" and rec["parameter_digest"] == a["parameter_digest"]
     gt = rec["data"]["general_text"]
     assert (gt["package"], gt["version"]) == ("python3.11-doc", "3.11.2-6+deb12u9")
     assert gt["package_sha256"] == general_text.PACKAGE_SHA256 and gt["text_sha256"] == general_text.TEXT_SHA256

@@ -40,13 +40,13 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compact")
+    c = sub.add_parser("compact", allow_abbrev=False)
     c.add_argument("ledger", nargs="?", type=Path, default=DEFAULT)
     c.add_argument("--out", type=Path)
-    ap = sub.add_parser("append")
+    ap = sub.add_parser("append", allow_abbrev=False)
     ap.add_argument("source", type=Path)
     ap.add_argument("--to", type=Path, default=DEFAULT)
-    v = sub.add_parser("verify")
+    v = sub.add_parser("verify", allow_abbrev=False)
     v.add_argument("ledger", nargs="?", type=Path, default=DEFAULT)
     a = p.parse_args(argv)
     try:

@@ -399,21 +399,21 @@ def smoke(out_dir: Path, target: Path | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="tools/gpu_wheels.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="tools/gpu_wheels.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="download the pinned wheels for a Python version (needs an index)")
+    b = sub.add_parser("build", allow_abbrev=False, help="download the pinned wheels for a Python version (needs an index)")
     b.add_argument("--python-version", default="3.12",
                    help="the host's Python, MAJOR.MINOR[.MICRO] (default 3.12; the GPU image has 3.12.3)")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"wheel folder (default {DEFAULT_OUT.relative_to(REPO)})")
     b.add_argument("--without-fallbacks", action="store_true",
                    help="leave the host-role wheels out too (3.5 MiB): the install then relies on the image's copies")
-    i = sub.add_parser("install", help="install a carried wheel set into TARGET without an index (on the host)")
+    i = sub.add_parser("install", allow_abbrev=False, help="install a carried wheel set into TARGET without an index (on the host)")
     i.add_argument("target", type=Path, help="the folder to install into (new or empty, or an earlier install)")
     i.add_argument("--wheels", type=Path, default=DEFAULT_OUT, help="the carried wheel folder (default build/gpu-wheels)")
-    s = sub.add_parser("smoke", help="execute and render a tiny notebook (PYTHONPATH/JUPYTER_PATH from TARGET/env.sh)")
+    s = sub.add_parser("smoke", allow_abbrev=False, help="execute and render a tiny notebook (PYTHONPATH/JUPYTER_PATH from TARGET/env.sh)")
     s.add_argument("out", type=Path, help="folder for smoke.ipynb, smoke.out.ipynb and smoke.html")
     s.add_argument("--target", type=Path, help="require papermill, nbconvert and the kernelspec to come from here")
-    u = sub.add_parser("_unmet")  # internal: run by install in the host's interpreter with TARGET on PYTHONPATH
+    u = sub.add_parser("_unmet", allow_abbrev=False)  # internal: run by install in the host's interpreter with TARGET on PYTHONPATH
     u.add_argument("target", type=Path)
     a = p.parse_args(argv)
     try:

@@ -107,7 +107,7 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--ledger", default=str(REPO / "ledger" / "exposed.jsonl"))
     p.add_argument("--public-source", default=str(REPO / "data" / "alpaca_5000.json"))
     p.add_argument("--run", action="append", required=True, metavar="RUN_DIR=EVALUATION_JSON")

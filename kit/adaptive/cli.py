@@ -13,7 +13,12 @@ def cmd_train(a) -> int:
     from kit.adaptive.torchrun import train_torchrun
     from kit.adaptive.train import CohortRequest, train
     from kit.distributed.group import exit_torchrun_worker, under_torchrun
+    from kit.store.commits import resolve_root
 
+    if a.resume:  # HEAD or a short root -> the full root, in the store that holds it
+        a.resume = resolve_root(a.source_home or a.home, a.resume, "--resume")
+    if a.reference:
+        a.reference = resolve_root(a.reference_home or a.source_home or a.home, a.reference, "--reference")
     torchrun = under_torchrun()
     run = train_torchrun if torchrun else train
     commits = run(CohortRequest(prepared=a.prepared, seed_dir=a.seed, home=a.home, cohort=a.cohort, workers=a.workers,
@@ -129,12 +134,15 @@ def register(sub) -> None:
     s.add_argument("--cohort", choices=["A", "B", "C"], default="A",
                    help="A: new data from the seed (default); B: from the A endpoint; C: a continued-learning job")
     s.add_argument("--workers", type=int, default=2, help="worker processes, one pipeline stage each (default 2)")
-    s.add_argument("--resume", metavar="ROOT", help="full root of a complete commit to continue from")
-    s.add_argument("--reference", metavar="ROOT", help="cohort B: full root of the committed phase-A endpoint")
+    s.add_argument("--resume", metavar="ROOT", help="a complete commit to continue from: HEAD, its full root or a unique prefix of "
+                        "at least 8 hex (in --source-home, else --home)")
+    s.add_argument("--reference", metavar="ROOT",
+                   help="cohort B: the committed phase-A endpoint (full root, unique prefix or HEAD)")
     s.add_argument("--reference-home", type=store_dir(), help="store holding --reference (default: --source-home or --home)")
     s.add_argument("--source-home", type=store_dir(), help="migrate: fetch assigned objects of --resume from this store")
     s.add_argument("--until", type=int, help="stop after this cohort step (default: the contract's endpoint)")
     s.add_argument("--grow", action="store_true", help="append the contract's blocks before training")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_train)
 
     s = sp.add_parser("evaluate", help="score a candidate against its baseline (dev roles by default)")

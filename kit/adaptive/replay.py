@@ -140,7 +140,7 @@ def register(sub) -> None:
                                         "ancestor) from the committed parent state and the prepared job")
     from kit.cli.args import store_dir
 
-    s.add_argument("root", help="full 64-hex root of the commit to recompute")
+    s.add_argument("root", help="the commit to recompute: its full root, a unique prefix of at least 8 hex, or HEAD")
     s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")
     s.add_argument("--from", dest="from_root", metavar="ROOT", help="an earlier ancestor of ROOT (default: its parent)")
     s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
@@ -148,7 +148,10 @@ def register(sub) -> None:
 
 
 def cmd_replay(a) -> int:
-    rec = replay(a.home, a.root, a.from_root, a.workers)
+    from kit.store.commits import resolve_root
+
+    rec = replay(a.home, resolve_root(a.home, a.root), a.from_root and resolve_root(a.home, a.from_root, "--from"),
+                 a.workers)
     print(json.dumps({k: rec[k] for k in ("root", "from", "cohort", "cohort_steps", "equal",
                                           "max_abs_parameter_difference")}, sort_keys=True))
     return 0 if rec["equal"] or rec["device"] != "cpu" else 1

@@ -232,6 +232,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         res = session.update(records)
         cohort_step += 1
         ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it
+        ctx.progress(done=cohort_step - out["start_cohort_step"], total=until - out["start_cohort_step"],
+                     loss=res.parts.objective, tokens_per_s=res.tokens / max(res.seconds, 1e-9))
         if log is not None:
             _append_line(log, canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                               "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -21,6 +22,7 @@ from kit.cli.args import (
     OutDir,
     Parser,
     add_renamed,
+    deprecated_scale,
     device,
     leaf_parsers,
     name_metavars,
@@ -56,11 +58,11 @@ def cmd_digest(a) -> int:
 def cmd_seed_build(a) -> int:
     from kit.seed.build import SeedBuildConfig, build_seed
 
-    if a.scale == "small":
+    if a.scale == "medium":
         from kit.seed.small import SmallSeedConfig, build_small_seed
 
         if a.test_size:
-            raise ValueError("--test-size is for --scale tiny; a short small build takes --config FILE "
+            raise ValueError("--test-size is for --scale tiny; a short medium build takes --config FILE "
                              "(a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50})")
         cfg = SmallSeedConfig.from_json(a.config) if a.config else SmallSeedConfig.small()
         repo = Path(__file__).resolve().parents[2]  # the defaults travel in the repository, whatever the cwd
@@ -72,9 +74,17 @@ def cmd_seed_build(a) -> int:
         return 0
     for flag, value, default in (("--config", a.config, None), ("--device", a.device, "cpu")):
         if value != default:
-            raise ValueError(f"{flag} {value}: only with --scale small (the tiny seed is built on the CPU with its own config)")
+            raise ValueError(f"{flag} {value}: only with --scale medium (the tiny seed is built on the CPU with its own config)")
     cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
     _print_json(build_seed(Path(a.out), cfg, progress=not a.no_progress))
+    return 0
+
+
+def cmd_status(a) -> int:
+    from kit.status import render, status
+
+    report = status(a.path)
+    print(json.dumps(report, indent=1, sort_keys=True) if a.json else render(report))
     return 0
 
 
@@ -90,7 +100,8 @@ def cmd_checkpoint(a) -> int:
     from kit.store import commits, export
 
     if a.action == "verify":
-        report = commits.verify_commit(a.home, a.root, check_model=True)
+        report = commits.verify_commit(a.home, commits.resolve_root(a.home, a.root) if a.root else None,
+                                       check_model=True)
         _print_json(report)
     elif a.action == "show":
         print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
@@ -110,7 +121,7 @@ def _root_or_head(a) -> str:
     """The commit a show or export names: ROOT when given, else the store's HEAD (as verify does)."""
     from kit.store import commits
 
-    root = a.root or commits.read_head(a.home)
+    root = commits.resolve_root(a.home, a.root) if a.root else commits.read_head(a.home)
     if root is None:
         raise ValueError(f"{a.home}: the store has no HEAD (no commit yet); name a commit root, or make "
                          "one with `kit adaptive train`")
@@ -210,17 +221,18 @@ def _add_seed_commands(sub) -> None:
     s = seed.add_parser("build", help="train the tiny seed (tokenizer + Llama) into DIR")
     s.add_argument("--out", required=True, type=OutDir("a folder for the seed"), help="the seed folder (created)")
     s.add_argument("--test-size", action="store_true", help="an even smaller seed, for tests")
-    s.add_argument("--scale", choices=("tiny", "small"), default="tiny",
-                   help="tiny: the embedded default's ~1.75M CPU seed; small: the ~126M medium-scale seed (one GPU)")
-    s.add_argument("--device", default="cpu", type=device, help="small only: cuda (the real build) or cpu (test sizes)")
+    s.add_argument("--scale", choices=("tiny", "medium"), default="tiny", type=deprecated_scale("--scale"),
+                   help="tiny: the embedded default's ~1.75M CPU seed; medium: the ~126M medium-scale seed (one "
+                        "GPU); small: deprecated name of medium")
+    s.add_argument("--device", default="cpu", type=device, help="medium only: cuda (the real build) or cpu (test sizes)")
     s.add_argument("--config", type=File("a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50}", fmt="json"),
-                   help="small only: JSON object of SmallSeedConfig fields to override")
+                   help="medium only: JSON object of SmallSeedConfig fields to override")
     s.add_argument("--public-source", type=public_source_file(),
-                   help="small only: the pinned conversations (default data/alpaca_5000.json in the repository)")
+                   help="medium only: the pinned conversations (default data/alpaca_5000.json in the repository)")
     s.add_argument("--general-text", type=File("the pinned general text, data/python3.11-doc.jsonl.xz (data/SOURCE.md)", fmt="xz"),
-                   help="small only: the pinned general text (default data/python3.11-doc.jsonl.xz in the repository)")
+                   help="medium only: the pinned general text (default data/python3.11-doc.jsonl.xz in the repository)")
     s.add_argument("--contracts", type=Dir("a folder of contracts whose dev/final task roles the seed must not train on"),
-                   help="small only: contracts whose dev/final task roles are excluded (default contracts/ in the repository)")
+                   help="medium only: contracts whose dev/final task roles are excluded (default contracts/ in the repository)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_seed_build)
     s = seed.add_parser("show", help="digest, shape and a sample reply of a seed directory")
@@ -239,7 +251,7 @@ def _add_checkpoint_commands(sub) -> None:
                               ("gc", "remove temporary files (and, with --objects, unreferenced objects)")):
         s = ck_sub.add_parser(action, help=help_text)
         if action in ("verify", "show", "export"):
-            s.add_argument("root", nargs="?", help="full 64-hex root of a commit (default: HEAD)")
+            s.add_argument("root", nargs="?", help="a commit: HEAD (default), its full root or a unique prefix of at least 8 hex")
         s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store folder")
         if action == "export":
             s.add_argument("--out", required=True, type=OutDir("a folder for the Hugging Face export"),
@@ -278,7 +290,7 @@ def _add_demo_command(sub) -> None:
                    help="where the rendered report goes")
     s.add_argument("--public-source", type=public_source_file(), help="local copy of the pinned public source (default data/alpaca_5000.json in the repository; its sha256 is checked before anything runs)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.add_argument("--scale", choices=("tiny", "medium"), default="tiny",
+    s.add_argument("--scale", choices=("tiny", "medium"), default="tiny", type=deprecated_scale("--scale"),
                    help="tiny (default): the embedded CPU demo; medium: the frozen medium contracts on a host "
                         "with two GPUs (docs/gpu-hosts.md, \"The medium campaign\"); run ids and the report "
                         "folder are named demo-* or medium-*")
@@ -304,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
                    help="a Hugging Face model folder (a seed or an exported checkpoint)")
     s.set_defaults(fn=cmd_digest)
+
+    s = sub.add_parser("status", help="HEAD, commits, attempts, last loss and elapsed time of a checkpoint home, "
+                                      "run folder, campaign folder or demo output")
+    s.add_argument("path", type=Dir("a checkpoint home, a run folder, a campaign folder or a demo output",
+                                    "kit adaptive train or kit run"), help="the folder to describe")
+    s.add_argument("--json", action="store_true", help="print the report as JSON (docs/formats.md, \"kit status\")")
+    s.set_defaults(fn=cmd_status)
 
     _add_seed_commands(sub)
     _add_checkpoint_commands(sub)
@@ -336,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a one-line error (2); in-process callers get the status
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    if getattr(args, "no_progress", False):  # for this command and every process it starts
+        from kit.environ import PROGRESS_ENV
+
+        os.environ[PROGRESS_ENV] = "0"
     numerics.apply()  # every command computes under the kit's numeric profile (kit/numerics.py)
     from kit.distributed.launch import WorkerFailure
     from kit.interrupt import interruption, raise_on_signals

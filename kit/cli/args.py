@@ -41,7 +41,11 @@ def one_line(text: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors naming the (sub)command; subparsers are Parsers too."""
+    """argparse with one-line errors naming the (sub)command; subparsers are Parsers too. No abbreviations:
+    a mistyped `--worker 2` must not run as `--workers 2` (tests/test_no_abbrev.py walks every parser)."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     def error(self, message: str):
         unknown = self._unknown_options()
@@ -92,6 +96,25 @@ def add_renamed(parser: argparse.ArgumentParser, name: str, *old: str, **kwargs)
     kwargs.setdefault("dest", name.lstrip("-").replace("-", "_"))
     kwargs["help"] = f"{kwargs.get('help', '')} ({', '.join(old)}: deprecated alias)".lstrip()
     return parser.add_argument(name, *old, action=Renamed, **kwargs)
+
+
+def deprecated_scale(flag: str):
+    """An argparse type for --scale: an old scale name (small) still works as its new one (medium), with
+    one warning line on stderr; the option's choices then check the new name."""
+    def convert(value: str) -> str:
+        import warnings
+
+        from kit.contract import scale_name
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            new = scale_name(value, flag)
+        for w in caught:
+            print(f"warning: {w.message}", file=sys.stderr)
+        return new
+
+    convert.__name__ = "scale"
+    return convert
 
 
 def _made(made_by: str | None) -> str:

@@ -77,6 +77,7 @@ def register_run(sub) -> None:
     s.add_argument("--input-digest", action="append", metavar="NAME=SHA256", help="a named input's digest")
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebook's output to stderr")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_run)
 
 
@@ -101,6 +102,7 @@ def register_batch(sub) -> None:
                    help="where each arm's run folder goes (default runs)")
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_batch)
 
 
@@ -170,6 +172,7 @@ def register_verify_evidence(sub) -> None:
                         "and compare its digests and roots with the committed ones (kit/evidence/replay.py)")
     s.add_argument("--work", type=OutDir("a work folder for the replay"), help="with --replay: the folder for the replayed runs and their data (default: a new "
                                   "temporary folder)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_verify_evidence)
 
 

@@ -91,8 +91,9 @@ class WorkerContext:
     run_dir: Path
     step: int | None = None
     phase: str = "start"
+    shown: dict | None = None  # what the launcher's bar shows: done, total, loss, tokens_per_s (rank 0)
 
-    def progress(self, step: int | None = None, phase: str | None = None) -> None:
+    def progress(self, step: int | None = None, phase: str | None = None, **shown) -> None:
         check_parent()
         if step is not None:
             self.step = step
@@ -100,8 +101,11 @@ class WorkerContext:
         if phase is not None:
             self.phase = phase
             _pause_if_asked(self.rank, phase)
+        if shown:
+            self.shown = {**(self.shown or {}), **shown}
         write_canonical_json(self.run_dir / f"status-{self.rank}.json",
-                             {"rank": self.rank, "step": self.step, "phase": self.phase, "error": None})
+                             {"rank": self.rank, "step": self.step, "phase": self.phase, "error": None,
+                              "shown": self.shown})
 
 
 def _pause_if_asked(rank: int, point: str) -> None:
@@ -122,7 +126,9 @@ def free_port() -> int:
 
 def _progress_bar(total: int | None, desc: str):
     """A tqdm bar over rank 0's reported step; off when KIT_PROGRESS=0 or no total is known."""
-    if not total or os.environ.get("KIT_PROGRESS", "1") == "0":
+    from kit.environ import progress_on
+
+    if not total or not progress_on():
         return None
     from tqdm import tqdm
 
@@ -130,12 +136,24 @@ def _progress_bar(total: int | None, desc: str):
 
 
 def _advance(bar, run_dir: Path, first_step: int) -> None:
+    """Move the bar to rank 0's last report: its finished updates of this run with the last update's loss
+    and tokens/s when the worker shows them (`ctx.progress(done=, total=, loss=, tokens_per_s=)`), else
+    the step it is on. tqdm adds the rate and the ETA."""
     try:
-        step = load_json_strict(run_dir / "status-0.json").get("step")
+        status = load_json_strict(run_dir / "status-0.json")
     except (FileNotFoundError, ValueError):
         return
-    if isinstance(step, int) and step - first_step > bar.n:
-        bar.update(step - first_step - bar.n)
+    shown = status.get("shown") or {}
+    if isinstance(shown.get("total"), int) and shown["total"] != bar.total:
+        bar.total = shown["total"]
+    done = shown.get("done") if isinstance(shown.get("done"), int) else status.get("step")
+    if isinstance(done, int) and "done" not in shown:
+        done -= first_step
+    if isinstance(done, int) and done > bar.n:
+        if isinstance(shown.get("loss"), float):
+            bar.set_postfix_str(f"loss {shown['loss']:.4f}, {shown.get('tokens_per_s') or 0:,.0f} tokens/s",
+                                refresh=False)
+        bar.update(done - bar.n)
 
 
 def entry_name(entry) -> str:

@@ -92,21 +92,33 @@ def _failed_cell(run_dir: Path, run) -> dict | None:
     return out
 
 
-def _store_curves(params: dict) -> tuple[list | None, str | None]:
-    """Per-update rows from the run's checkpoint store, when that store is on this machine."""
-    if params.get("HOME") and (Path(params["HOME"]) / "attempts").is_dir():
-        from kit.adaptive.compare import update_log
+# The order of the loss panels, whichever source the rows came from: the x key, then these, then any other
+# field by name. A store's rows (dict order of the sidecar writers) and a committed sidecar (canonical JSON:
+# keys sorted) then draw the same panels in the same places.
+PANEL_ORDER = ("update", "step", "objective", "ce_per_token", "kl_per_token", "grad_norm", "clip_factor", "seconds",
+               "gradient_bytes")
 
-        rows = [{"update": r["cohort_step"], **{k: v for k, v in r.items() if k != "cohort_step"}}
-                for r in update_log(params["HOME"], params.get("COHORT", "A"))]
-        return rows, params["HOME"]
+
+def panel_rows(rows: list[dict]) -> list[dict]:
+    rank = {k: i for i, k in enumerate(PANEL_ORDER)}
+    return [{k: r[k] for k in sorted(r, key=lambda k: (rank.get(k, len(rank)), k))} for r in rows]
+
+
+def _store_curves(params: dict) -> tuple[list | None, str | None]:
+    """Per-update rows from the run's checkpoint store, when that store is on this machine: the fields of
+    the loss_curves sidecar the arm's notebook writes from the same store (so both show the same panels)."""
+    if params.get("HOME") and (Path(params["HOME"]) / "attempts").is_dir():
+        from kit.adaptive.sidecars import loss_curves
+
+        return loss_curves(params["HOME"], params.get("COHORT", "A")), params["HOME"]
     if params.get("STUDY_DIR") and (Path(params["STUDY_DIR"]) / "arms").is_dir():
         from kit.study.arms import arm_dir, attempt_records
+        from kit.study.sidecars import CURVE_FIELDS
 
         arm = params.get("ARM", "single")
         replicate = int(params.get("REPLICATE", 0))
         attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
-        rows = [{"update": u["step"], "objective": u["objective"], "grad_norm": u["grad_norm"]}
+        rows = [{k: u[k] for k in CURVE_FIELDS if k in u}
                 for u in (attempts[-1] if attempts else {}).get("updates") or []]
         return rows, str(arm_dir(params["STUDY_DIR"], arm, replicate) / "home")
     return None, None
@@ -144,7 +156,8 @@ def _notebook(run_dir: Path, run) -> dict:
                     "device": f"{run.device.get('cpu')}, {run.device.get('gpu_count')} GPU(s)"},
         "error": _failed_cell(run_dir, run), "bound": bound,
         "contract_digest": run.contract_digest, "input_digests": dict(run.input_digests),
-        "curves": curves or None, "curves_source": source if curves else None, "curves_store": store,
+        "curves": panel_rows(curves) if curves else None, "curves_source": source if curves else None,
+        "curves_store": store,
         "sidecars": sidecars, "evaluation": evaluation,
         "last_commit": _last_commit(run_dir, run, _home(params), sidecars),
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from pathlib import Path
 
 import kit
@@ -317,7 +318,13 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
         found = replayer.records.get(Path(d).name)
         return (found[1].started_at if found else "", Path(d).name)
     results = []
+    bar = _runs_bar(len(run_dirs))
+    if bar is not None:  # the log's lines above the bar, not through it
+        replayer.log = lambda message: bar.write(str(message), file=sys.stderr)
     for d in sorted(run_dirs, key=ran_at):
+        if bar is not None:
+            bar.set_description(f"replay {Path(d).name}")
+            bar.update(0)
         reason = replayer.why_not_replayable(Path(d).name) if whole_folder else None
         if reason is None and whole_folder:
             try:  # a run whose input's producer did not replay is that run's mismatch; the others go on
@@ -329,4 +336,19 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
         else:
             results.append({"run_id": Path(d).name, "ok": None, "not_replayed": reason, "mismatches": [],
                             "compared": []})
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     return results
+
+
+def _runs_bar(total: int):
+    """A bar over the runs to replay on stderr (each run's cell bar below it); None when KIT_PROGRESS=0."""
+    from kit.environ import progress_on
+
+    if not progress_on():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="replay", unit="run", file=sys.stderr, dynamic_ncols=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
-from kit.environ import temporary_environ
+from kit.environ import PROGRESS_ENV, progress_on, temporary_environ
 from kit.evidence import environment, run_record
 from kit.evidence.notebook import (
     KERNEL_CHAIN_NAME,
@@ -75,7 +75,9 @@ def _check_extra(extra: dict, source: str) -> None:
 @contextmanager
 def _kernel_environment(run_dir: Path):
     """KIT_RUN_DIR and PYTHONPATH for the kernel papermill starts (it inherits os.environ)."""
-    with temporary_environ({RUN_DIR_ENV: str(run_dir.resolve()), "PYTHONPATH": kernel_pythonpath()}):
+    # KIT_PROGRESS=0: a bar drawn inside the kernel would be part of the executed notebook (the evidence)
+    with temporary_environ({RUN_DIR_ENV: str(run_dir.resolve()), "PYTHONPATH": kernel_pythonpath(),
+                            PROGRESS_ENV: "0"}):
         yield
 
 
@@ -104,16 +106,40 @@ def _source_cell_index(executed: Path, executed_index: int | None) -> tuple[int 
     return executed_index - shift, count
 
 
-def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_output: bool) -> tuple[str, dict | None]:
+@contextmanager
+def _cell_bar(run_id: str, on: bool):
+    """papermill's bar over cells, on stderr, described by the cell being executed ("RUN_ID cell 3:
+    session = ...") instead of papermill's "Executing"; None (no bar) when off or the output is streamed."""
+    if not on:
+        yield False
+        return
+    from papermill.engines import NotebookExecutionManager
+
+    def describe(manager, cell, escape_str="papermill_description="):
+        lines = [line for line in (cell.get("source") or "").splitlines() if line.strip()]
+        first = (lines[0].strip()[:40] if lines else "")
+        return f"{run_id} cell {manager.nb.cells.index(cell)}: {first}"
+
+    original = NotebookExecutionManager.get_cell_description
+    NotebookExecutionManager.get_cell_description = describe  # papermill asks it at each cell's start
+    try:
+        yield {"desc": run_id, "file": sys.stderr, "leave": False}
+    finally:
+        NotebookExecutionManager.get_cell_description = original
+
+
+def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_output: bool,
+             run_id: str = "", bar: bool = False) -> tuple[str, dict | None]:
     """Run papermill; returns (status, error) where error is None or the record's error object."""
     import papermill  # lazily: the rest of the kit never needs it
     from papermill.exceptions import PapermillExecutionError
 
     try:
-        papermill.execute_notebook(str(notebook), str(output), parameters=params, kernel_name=kernel_name,
-                                   progress_bar=False, log_output=log_output,
-                                   stdout_file=sys.stderr if log_output else None,
-                                   stderr_file=sys.stderr if log_output else None)
+        with _cell_bar(run_id or notebook.stem, bar and not log_output) as bar_args:
+            papermill.execute_notebook(str(notebook), str(output), parameters=params, kernel_name=kernel_name,
+                                       progress_bar=bar_args, log_output=log_output,
+                                       stdout_file=sys.stderr if log_output else None,
+                                       stderr_file=sys.stderr if log_output else None)
         return "completed", None
     except PapermillExecutionError as e:
         status = STATUS_OF_EXCEPTION_NAME.get(e.ename, "failed")
@@ -244,10 +270,11 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
     output = run_dir / notebook.name
     started = environment.utc_now()
     interrupted = None
+    bar = progress_on()  # read here: inside _kernel_environment KIT_PROGRESS is 0 (the kernel's)
     # warnings: run_dir/kernel.log; the kernel computes under the numeric profile from its start
     with _kernel_environment(run_dir), quiet_kernels(run_dir / KERNEL_LOG_NAME), profiled_kernels():
         try:
-            status, error = _execute(notebook, output, params, kernel_name, log_output)
+            status, error = _execute(notebook, output, params, kernel_name, log_output, run_id, bar)
         except KeyboardInterrupt as e:  # record the arm as aborted by the operator (or SIGTERM), then stop
             from kit.interrupt import Interrupted, interruption
 
@@ -387,7 +414,8 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
         plan = work / f"{arm['run_id']}.plan.json"
         plan.write_bytes(canonical_json([arm]))
         log = (work / f"{arm['run_id']}.log").open("wb")
-        cmd = [sys.executable, "-m", "kit", "batch", str(plan), "--runs-dir", str(runs_dir)]
+        # --no-progress: its console is a log file, where a bar's frames are only noise
+        cmd = [sys.executable, "-m", "kit", "batch", str(plan), "--runs-dir", str(runs_dir), "--no-progress"]
         started.append((arm, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
     missing = []
     for arm, log, process in started:

@@ -1,4 +1,5 @@
-"""The small seed (`kit seed build --scale small`): a ~126M-parameter Llama chat seed pretrained on one H200.
+"""The medium seed (`kit seed build --scale medium`, formerly `--scale small`): a ~126M-parameter Llama chat seed
+pretrained on one H200.
 
 A 12-layer, 768-wide Llama trained on general text, pinned public conversations and generated task
 conversations, through the kit's engine with bf16 autocast on CUDA. The decision to know: every
@@ -699,7 +700,7 @@ def _record(cfg: SmallSeedConfig, shape: LlamaShape, vocab_size: int, parts: dic
     trained, packed = parts["trained"], parts["packed"]
     return common_record(cfg, shape, vocab_size, trained.losses, cfg.learning_rate(packed.updates - 1, packed.updates),
                          profile, digest) | {
-        "scale": "small", "data": parts["data"], "disjointness": _disjointness_record(parts["inputs"].forbidden),
+        "scale": "medium", "data": parts["data"], "disjointness": _disjointness_record(parts["inputs"].forbidden),
         "heldout": parts["heldout"], "task_accuracy": parts["task_accuracy"],
         "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.curve_difficulty or cfg.dev_difficulty,
                            "per_family_n": cfg.curve_per_family, "points": trained.learning_curve,
@@ -759,7 +760,7 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         record = _record(cfg, shape, len(tokenizer), parts, dev, seconds, profile, digest)
         write_record(staging, record)
     accuracy = record["task_accuracy"]["per_family"]
-    return {"out": str(out), "scale": "small", "parameter_digest": digest, "params": shape.param_count(),
+    return {"out": str(out), "scale": "medium", "parameter_digest": digest, "params": shape.param_count(),
             "vocab_size": len(tokenizer), "updates": packed.updates, "tokens": packed.tokens,
             "loss_initial": round(trained.losses[0], 4), "loss_final": round(record["loss_final"], 4),
             "heldout_text_nll": record["heldout"]["general_text"]["nll_per_token"],

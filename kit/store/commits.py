@@ -275,6 +275,31 @@ def list_commits(home: str | os.PathLike) -> list[str]:
     return sorted(p.stem for p in commits.glob("*.json") if re.fullmatch(r"[0-9a-f]{64}", p.stem))
 
 
+MIN_PREFIX = 8  # hex characters of a short root, as git's short hashes (2^32 roots before a likely clash)
+
+
+def resolve_root(home: str | os.PathLike, ref: str, flag: str = "root") -> str:
+    """The full root a command line names: `HEAD`, a full 64-hex root (returned as given, the store is not
+    read: it may be another host's), or a prefix of at least 8 hex characters that exactly one manifest of
+    the store starts with. Anything else, or an ambiguous or unknown prefix, is one CommitError line."""
+    if ref == "HEAD":
+        head = read_head(home)
+        if head is None:
+            raise CommitError(f"{flag} HEAD: {home} has no HEAD (no commit yet); start without {flag}")
+        return head
+    if re.fullmatch(r"[0-9a-f]{64}", ref):
+        return ref
+    if not re.fullmatch(rf"[0-9a-f]{{{MIN_PREFIX},63}}", ref):
+        raise CommitError(f"{flag} {ref}: expected HEAD, a full 64-hex root or a unique prefix of at least "
+                          f"{MIN_PREFIX} lowercase hex characters")
+    found = [r for r in list_commits(home) if r.startswith(ref)]
+    if len(found) != 1:
+        what = "no commit" if not found else f"{len(found)} commits ({', '.join(r[:16] for r in found[:3])}...)"
+        raise CommitError(f"{flag} {ref}: {what} of {home} start(s) with it; give more characters or the full "
+                          "root (kit checkpoint list --home " + f"{home})")
+    return found[0]
+
+
 def gc(home: str | os.PathLike, unreferenced_objects: bool = False, all_temporaries: bool = False) -> list[str]:
     """Remove what no loader reads: temporaries of dead writers (of any writer with
     `all_temporaries`, e.g. ones from another host of a shared filesystem), a dead writer's

@@ -201,6 +201,14 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
         return {**_train_replica(group, args, ctx), "compile_cache": cache}
 
 
+def _show_progress(ctx, out: dict, until: int) -> None:
+    """The launcher's bar (kit/distributed/launch.py): updates done in this launch, the last one's objective
+    and target tokens per second."""
+    u = out["updates"][-1]
+    ctx.progress(done=u["step"] - out["start_step"], total=until - out["start_step"], loss=u["objective"],
+                 tokens_per_s=u["target_tokens"] / max(u["seconds"], 1e-9))
+
+
 def _train_replica(group: Group, args: dict, ctx) -> dict:
     t_setup = time.perf_counter()
     study = Path(args["study_dir"])
@@ -262,8 +270,7 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
             group.allreduce_sum_(parts)
             traffic.add_overhead(parts.numel() * parts.element_size())
         _sync(device)
-        seconds = time.perf_counter() - t0
-        active += seconds
+        active += (seconds := time.perf_counter() - t0)
         t_rec = traffic.end_update(step)
         ce, kl = (float(x) for x in parts.cpu())
         out["updates"].append({
@@ -273,6 +280,7 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
             "local_documents": len(mine), "grad_norm": res.grad_norm, "clip_factor": res.clip_factor,
             "seconds": seconds, "warmup": t_rec["warmup"], "gradient_bytes": t_rec["gradient_bytes"],
             "overhead_bytes": t_rec["overhead_bytes"]})
+        _show_progress(ctx, out, until)
         if step == until or (every and step % every == 0):
             ctx.progress(phase="commit")
             c = _commit(group, session, home, compressor, traffic)
@@ -419,7 +427,7 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
     try:
         results = launch(arm_worker, args, spec["workers"], run_dir,
                          timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S,
-                         threads=request.threads)
+                         threads=request.threads, progress_total=record["until"], desc=f"arm {arm_name}")
         status, reason = finished_status(record["until"], contract)
     except WorkerFailure as e:
         results, status, reason = None, "failed", str(e)

@@ -25,6 +25,11 @@ def cmd_arm(a) -> int:
     from kit.study.hosts import run_arm_torchrun
     from kit.study.measurement import arm_summary_json
 
+    if a.resume:  # HEAD or a short root -> the full root in this arm's store
+        from kit.store.commits import resolve_root
+        from kit.study.arms import arm_dir
+
+        a.resume = resolve_root(arm_dir(a.study, a.name) / "home", a.resume, "--resume")
     if under_torchrun():  # one process per host; rank 0 writes the records and prints
         record = run_arm_torchrun(ArmRequest(a.study, a.name, a.seed, resume=a.resume, until=a.until,
                                              seconds_per_update=a.seconds_per_update, compile_blocks=a.compile))
@@ -103,13 +108,15 @@ def register(sub) -> None:
                    help="the arm: single worker, dense gradient pair, or PowerSGD pair")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
     s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory the study was prepared from")
-    s.add_argument("--resume", metavar="ROOT", help="full root of a commit in this arm's store to continue from")
+    s.add_argument("--resume", metavar="ROOT", help="a commit in this arm's store to continue from: HEAD, its full root or a unique "
+                        "prefix of at least 8 hex")
     s.add_argument("--until", type=int, help="stop after this update (default: the contract's last; earlier "
                                              "stops are recorded as partial)")
     s.add_argument("--seconds-per-update", type=float,
                    help="a measured per-update time for the projection (default: the contract's estimate)")
     s.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     s.add_argument("--compile", choices=["auto", "off"], default="auto", help="torch.compile blocks on CUDA")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn=cmd_arm)
 
     s = actions.add_parser("evaluate", help="freeze the candidates, then score final tasks and retention probes")

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     from kit import numerics
 
     numerics.apply()  # digests and scores are compared across machines: the kit's numeric profile first
-    p = argparse.ArgumentParser(prog="python -m kit.study.dev", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m kit.study.dev", description=__doc__.split("\n\n")[0])
     p.add_argument("--study", required=True, help="the prepared study directory (its contract has data.dev)")
     p.add_argument("--seed", required=True, help="the seed directory the study was prepared from")
     p.add_argument("--home", help="checkpoint store of the commit to score (default: score the seed)")

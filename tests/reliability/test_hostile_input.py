@@ -464,7 +464,7 @@ def test_unreadable_folder_is_one_line(tmp_path, capsys, monkeypatch, command):
 
 
 def test_unknown_device_is_one_line(tmp_path, capsys):
-    refused(capsys, ["seed", "build", "--scale", "small", "--device", "tpu:9", "--out", str(tmp_path / "s")],
+    refused(capsys, ["seed", "build", "--scale", "medium", "--device", "tpu:9", "--out", str(tmp_path / "s")],
             "--device", "'tpu:9': expected cpu, cuda or cuda:N")
 
 

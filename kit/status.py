@@ -1,0 +1,204 @@
+"""`kit status PATH`: what a checkpoint home, a run folder, a campaign folder or a demo output holds, and
+how far a run in progress is, read from what the kit already writes (nothing is computed or locked).
+
+- a checkpoint home (HEAD, commits/, attempts/): HEAD with its cohort step, the commits, each attempt
+  (running, completed, aborted with its signal, failed with its one-line reason; elapsed time), the last
+  update's loss and tokens/s from the newest `attempts/*/updates.jsonl`;
+- a run folder (run.json): its status, reason, duration, produced roots, last loss and throughput from its
+  `metrics/`; a folder of `kit run` in progress (no run.json yet) is "running";
+- any other folder (a campaign's, a demo output, a runs folder): every home, run folder, study arm and
+  loose attempt folder below it, each as above.
+The `--json` form is documented in docs/formats.md ("kit status").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from kit.digest import load_json_strict
+
+MAX_DEPTH = 5  # a demo output's homes sit at OUT/adaptive/A2; a campaign's attempts at raw/ARM/ATTEMPT
+SKIP = {"objects", "commits", "workers", ".git", "__pycache__", ".ipynb_checkpoints"}
+SIGNALS = {"KeyboardInterrupt": "SIGINT"}  # how a driver records an operator's Ctrl-C in `error`
+
+
+def _read(path: Path) -> dict | list | None:
+    try:
+        return load_json_strict(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _last_line(path: Path) -> dict | None:
+    """The last complete JSON line of a log that may still be growing (only its tail is read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - (1 << 20)))
+            lines = [line for line in f.read().split(b"\n") if line.strip()]
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue  # a line being written
+    return None
+
+
+def attempt_summary(folder: Path, now: float) -> dict:
+    rec = _read(folder / "attempt.json") or {}
+    status, error = rec.get("status", "unknown"), rec.get("error")
+    started, ended = rec.get("started_at"), rec.get("ended_at")
+    out = {"attempt": rec.get("attempt", folder.name), "path": str(folder), "status": status,
+           "cohort": rec.get("cohort"), "workers": rec.get("workers"), "resume": rec.get("resume"),
+           "commits": len(rec.get("commits") or []), "elapsed_s": None, "reason": None, "signal": None}
+    if isinstance(started, (int, float)):
+        out["elapsed_s"] = round((ended if isinstance(ended, (int, float)) else now) - started, 1)
+    if error:
+        out["reason"] = str(error).splitlines()[0]
+    if status == "aborted":
+        out["signal"] = rec.get("signal") or SIGNALS.get(str(error or "").split(":")[0])
+    last = _last_line(folder / "updates.jsonl")
+    if last is not None:
+        out["last_update"] = {"cohort": last.get("cohort"), "cohort_step": last.get("cohort_step"),
+                              "step": last.get("step"), "loss": last.get("objective"),
+                              "ce_per_token": last.get("ce_per_token"),
+                              "tokens_per_s": _rate(last.get("tokens"), last.get("seconds"))}
+    return out
+
+
+def _rate(tokens, seconds) -> float | None:
+    if isinstance(tokens, (int, float)) and isinstance(seconds, (int, float)) and seconds > 0:
+        return round(tokens / seconds, 1)
+    return None
+
+
+def home_summary(home: Path, now: float) -> dict:
+    """A checkpoint home: HEAD, commits and attempts (oldest first), with the newest update's numbers."""
+    from kit.store import commits
+
+    try:
+        head = commits.read_head(home)
+        cursor = commits.read_commit(home, head)["learned_state"]["cursor"] if head else None
+    except ValueError as e:  # a damaged HEAD or manifest is part of the state being reported
+        head, cursor = f"unreadable: {str(e).splitlines()[0]}", None
+    attempts = [attempt_summary(p.parent, now) for p in sorted((home / "attempts").glob("*/attempt.json"))]
+    last = next((a["last_update"] for a in reversed(attempts) if a.get("last_update")), None)
+    return {"kind": "home", "path": str(home), "head": head, "head_cursor": cursor,
+            "commits": len(commits.list_commits(home)), "attempts": attempts, "last_update": last}
+
+
+def run_summary(run_dir: Path) -> dict:
+    """A run folder: its record, or "running" while `kit run` executes it (the record is written last)."""
+    rec = _read(run_dir / "run.json")
+    if not isinstance(rec, dict):
+        return {"kind": "run", "path": str(run_dir), "run_id": run_dir.name, "status": "running",
+                "reason": None, "elapsed_s": None, "produced": [], "last_update": None}
+    curves = _read(run_dir / "metrics" / "loss_curves.json")
+    throughput = _read(run_dir / "metrics" / "throughput.json")
+    last = None
+    if isinstance(curves, list) and curves and isinstance(curves[-1], dict):
+        last = {"update": curves[-1].get("update"), "loss": curves[-1].get("objective")}
+        if isinstance(throughput, dict):
+            last["tokens_per_s"] = throughput.get("assistant_tokens_per_s")
+    return {"kind": "run", "path": str(run_dir), "run_id": rec.get("run_id", run_dir.name),
+            "status": rec.get("status"), "reason": rec.get("reason"), "elapsed_s": rec.get("duration_s"),
+            "notebook": rec.get("notebook"),
+            "produced": [p.get("root") for p in (rec.get("checkpoint_roots") or {}).get("produced", [])],
+            "last_update": last}
+
+
+def arm_summary(arm_dir: Path) -> dict:
+    rec = _read(arm_dir / "arm.json") or {}
+    started, ended = rec.get("started_at"), rec.get("ended_at")
+    elapsed = round(ended - started, 1) if all(isinstance(x, (int, float)) for x in (started, ended)) else None
+    return {"kind": "arm", "path": str(arm_dir), "arm": rec.get("arm", arm_dir.name), "status": rec.get("status"),
+            "reason": rec.get("reason"), "elapsed_s": elapsed}
+
+
+def is_home(path: Path) -> bool:
+    return (path / "HEAD").is_file() or (path / "commits").is_dir() or (path / "attempts").is_dir()
+
+
+def status(path: str | Path, now: float | None = None) -> dict:
+    """{"path", "entries": [...]}: one entry for a home or a run folder, else every one found below it."""
+    path, now = Path(path), time.time() if now is None else now
+    if not path.is_dir():
+        raise ValueError(f"{path}: not a folder; expected a checkpoint home, a run folder, a campaign folder "
+                         "or a demo output")
+    entries: list[dict] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        if is_home(folder):
+            entries.append(home_summary(folder, now))
+            return  # its attempts are in its entry
+        if (folder / "run.json").is_file() or (folder / "kernel.log").is_file():
+            entries.append(run_summary(folder))
+        elif (folder / "arm.json").is_file():
+            entries.append(arm_summary(folder))
+        elif (folder / "attempt.json").is_file():  # a copied attempt (a campaign's raw/ARM/ATTEMPT)
+            entries.append({"kind": "attempt", **attempt_summary(folder, now)})
+            return
+        if depth < MAX_DEPTH:
+            for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
+                if child.name not in SKIP:
+                    walk(child, depth + 1)
+
+    walk(path, 0)
+    if not entries:
+        raise ValueError(f"{path}: no checkpoint home (HEAD, commits/ or attempts/), run folder (run.json), "
+                         "study arm (arm.json) or attempt (attempt.json) in it or below it")
+    return {"path": str(path), "entries": entries}
+
+
+# --- text -----------------------------------------------------------------------------------
+def _secs(s) -> str:
+    if not isinstance(s, (int, float)):
+        return "-"
+    s = round(s)
+    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _loss(last: dict | None) -> str:
+    if not last or not isinstance(last.get("loss"), (int, float)):
+        return "no update logged yet"
+    where = f"update {last.get('cohort_step') or last.get('update')}"
+    rate = last.get("tokens_per_s")
+    return f"last {where}: loss {last['loss']:.4f}" + (f", {rate:,.0f} tokens/s" if rate else "")
+
+
+def _attempt_line(a: dict) -> str:
+    state = a["status"] + (f" ({a['signal']})" if a.get("signal") else "")
+    reason = f": {a['reason']}" if a.get("reason") and a["status"] in ("failed", "aborted") else ""
+    return (f"    {a['attempt']}  {state}{reason}  cohort {a.get('cohort')}, {a.get('workers')} workers, "
+            f"{a['commits']} commit(s), {_secs(a['elapsed_s'])}")
+
+
+def render(report: dict) -> str:
+    lines = []
+    for e in report["entries"]:
+        if e["kind"] == "home":
+            cur = e["head_cursor"] or {}
+            head = e["head"] or "none (no commit yet)"
+            step = f" (cohort {cur.get('cohort', 0)} step {cur.get('cohort_step', cur.get('step'))}, step " \
+                   f"{cur.get('step')})" if cur else ""
+            lines += [f"home {e['path']}", f"  HEAD {head}{step}", f"  commits {e['commits']}",
+                      f"  attempts {len(e['attempts'])}"] + [_attempt_line(a) for a in e["attempts"]]
+            lines.append(f"  {_loss(e['last_update'])}")
+        elif e["kind"] == "run":
+            reason = f": {e['reason']}" if e.get("reason") else ""
+            lines += [f"run {e['run_id']}  {e['status']}{reason}  {_secs(e['elapsed_s'])}  ({e['path']})"]
+            if e.get("last_update"):
+                lines.append(f"  {_loss(e['last_update'])}")
+        elif e["kind"] == "arm":
+            reason = f": {e['reason']}" if e.get("reason") else ""
+            lines.append(f"arm {e['arm']}  {e['status']}{reason}  {_secs(e['elapsed_s'])}  ({e['path']})")
+        else:
+            lines += [f"attempt {e['path']}", _attempt_line(e)]
+            if e.get("last_update"):
+                lines.append(f"  {_loss(e['last_update'])}")
+    return "\n".join(lines)
