@@ -232,3 +232,35 @@ def test_spread_per_arm_and_comparison_and_each_verdict_against_it(tmp_path):
     v = verdicts[("adaptive: growth vs control", "final task accuracy difference")]
     assert v["effect"] == pytest.approx(0.014) and v["exceeds"] is False
     assert verdicts[("study: single vs seed", "final task accuracy gain over the seed")]["exceeds"] is True
+
+
+def test_the_medium_page_reads_each_verdict_against_the_committed_replicates(tmp_path):
+    """The noise section's replicate tables come from the committed replicate records: PowerSGD's committed
+    final gain over single (+3.4 points) against its two development replicates, which both fall the other
+    way; and an altered replicate record changes the reading."""
+    import re
+    import shutil
+
+    from support.models import REPO
+
+    from kit.evidence.report.noise import replicate_spread_html
+
+    def rows(runs):
+        text = re.sub(r"<[^>]+>", "|", replicate_spread_html(runs / "medium-*"))
+        return re.sub(r"\|+", "|", text)
+
+    page = rows(REPO / "runs")
+    assert "|study: powersgd vs single|final task accuracy difference|0.03418|" in page
+    assert "|study/powersgd vs single|1, 2|-2.9, -2.4|-2.7|0.3|" in page
+    assert re.search(r"\|study: powersgd vs single\|[^|]*\|0.03418\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|0 of 2\|", page)
+    assert "No replicate beyond the committed run has been scored yet for: adaptive/B-control, adaptive/B-growth" in page
+    runs = tmp_path / "runs"
+    for d in (REPO / "runs").glob("medium-*"):
+        if d.is_dir():
+            shutil.copytree(d, runs / d.name)
+    side = runs / "medium-study-dev-powersgd-r1" / "metrics" / "accuracy_by_family.json"
+    data = json.loads(side.read_text())
+    data["all"]["correct_candidate"] = 400  # 400 of 1,024: above single's 349
+    data["all"]["accuracy_candidate"] = 400 / 1024
+    side.write_text(json.dumps(data))
+    assert re.search(r"\|study: powersgd vs single\|[^|]*\|0.03418\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|1 of 2\|", rows(runs))

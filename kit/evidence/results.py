@@ -20,9 +20,13 @@ METRICS = ("correct", "n", "accuracy")
 
 
 def split_of(r: dict) -> str:
-    """Which split an evaluation run scored: its SPLIT parameter (adaptive dev/final), else the study's
-    evaluation (the screens' held-out items)."""
-    return str((r.get("parameters") or {}).get("SPLIT") or "study evaluation")
+    """Which split an evaluation run scored: its SPLIT parameter (adaptive dev/final); a study replicate's
+    development scoring (notebook 22: ARM and REPLICATE, no SPLIT) "dev"; else the study's evaluation (the
+    screens' held-out items)."""
+    params = r.get("parameters") or {}
+    if not params.get("SPLIT") and params.get("REPLICATE") is not None and params.get("ARM"):
+        return "dev"
+    return str(params.get("SPLIT") or "study evaluation")
 
 
 def _adaptive_model(spec: str, idx: dict) -> tuple[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import fmt, records_table
@@ -62,7 +63,66 @@ def family_sentence(runs_dir) -> str | None:
             "the family's mean accuracy) only beyond: " + "; ".join(parts) + "." if parts else None)
 
 
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}"
+
+
+def replicate_spread_html(runs_dir) -> str | None:
+    """The between-replicate spread (kit.evidence.replicates.replicate_spread, development roles only) and each
+    frozen verdict read against it; None when no replicate beyond the committed runs has been scored."""
+    from kit.evidence.replicates import replicate_spread
+    from kit.evidence.run_index import load_runs, split_selection
+
+    folder, pattern = split_selection(runs_dir)
+    prefix = (pattern or "").split("-")[0] or "medium"
+    spread = replicate_spread(load_runs(folder), prefix=prefix)
+    if not any(k != 0 for a in spread["arms"].values() for k in a["replicates"]):
+        return None
+    arms = [{"arm": name, "replicates": ", ".join(map(str, a["replicates"])), "runs": ", ".join(a["runs"]),
+             "pooled dev accuracy, values (%)": ", ".join(f"{100 * v:.1f}" for v in a["pooled_accuracy"]["values"]),
+             "mean (%)": f"{100 * a['pooled_accuracy']['mean']:.1f}",
+             "sd (points)": "n/a" if a["pooled_accuracy"]["sd"] is None else f"{100 * a['pooled_accuracy']['sd']:.1f}"}
+            for name, a in spread["arms"].items()]
+    comps = [{"comparison": name, "replicates": ", ".join(map(str, c["replicates"])),
+              "accuracy difference per replicate (points)": ", ".join(_pct(v) for v in c["accuracy_difference"]["values"]),
+              "mean": _pct(c["accuracy_difference"]["mean"]),
+              "sd": "n/a" if c["accuracy_difference"]["sd"] is None else f"{100 * c['accuracy_difference']['sd']:.1f}"}
+             for name, c in spread["comparisons"].items()]
+    same_sign = {name: c["accuracy_difference"]["values"] for name, c in spread["comparisons"].items()}
+    verdicts = []
+    for v in spread["verdicts"]:
+        reps = same_sign.get(v["spread_from"], [])
+        agree = ("n/a" if not reps or "difference" not in v["measure"]
+                 else f"{sum((x > 0) == (v['effect'] > 0) for x in reps if x)} of {sum(1 for x in reps if x)}")
+        verdicts.append({"verdict": v["verdict"], "measure": v["measure"], "committed effect": fmt(v["effect"]),
+                         "replicate sd": fmt(v["spread_sd"]), "from": v["spread_from"],
+                         "|effect| / sd": fmt(v["ratio"]),
+                         "beyond 2 sd": {True: "yes", False: "no", None: "no spread yet"}[v["exceeds"]],
+                         "replicates with the same sign": agree})
+    missing = [name for name, a in spread["arms"].items() if all(k == 0 for k in a["replicates"])]
+    compressors = {r["run_id"]: (r["dir"] / "metrics" / "powersgd_columns.json").is_file()
+                   for r in load_runs(folder) if re.fullmatch(rf"{prefix}-study-powersgd(-r\d+)?", r["run_id"])}
+    if len(set(compressors.values())) == 2:  # the compressor changed between the committed arm and its replicates
+        with_counters = sorted(k for k, v in compressors.items() if v)
+        without = sorted(k for k, v in compressors.items() if not v)
+        text_compressor = (f" The PowerSGD arms {', '.join(with_counters)} ran the Householder orthonormalisation (their "
+                           f"records carry the powersgd_columns sidecar); {', '.join(without)} ran the earlier "
+                           "Gram-Schmidt one, so PowerSGD's spread mixes training noise with that change.")
+    else:
+        text_compressor = ""
+    text = (f"Replicates are scored on development roles only ({spread['rule']}). The spread of two replicates is "
+            "itself uncertain: read it as the order of magnitude of training noise, not as a bound.")
+    if missing:
+        text += " No replicate beyond the committed run has been scored yet for: " + ", ".join(missing) + "."
+    text += text_compressor
+    return ("<h4>Replicates: the spread between training runs</h4><p>" + html.escape(text) + "</p>"
+            + records_table(arms) + records_table(comps) + records_table(verdicts))
+
+
 def replicate_html(runs_dir) -> str:
+    table = replicate_spread_html(runs_dir)
+    if table is not None:
+        return table
     idx = index(runs_dir)
     reps = [r for r in idx["runs"] if (r.get("parameters") or {}).get("REPLICATE") is not None]
     if reps:
