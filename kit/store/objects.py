@@ -148,15 +148,9 @@ def new_temp_path(home: str | os.PathLike, purpose: str) -> Path:
 
 def process_alive_here(host: str, pid: int) -> bool:
     """True if `pid` runs on this host (a process on another host is assumed alive)."""
-    if host != host_tag():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+    from kit.publish import pid_alive
+
+    return host != host_tag() or pid_alive(pid)
 
 
 TEMP_NAME_RE = re.compile(r"([a-z-]+)\.([A-Za-z0-9-]+)\.([0-9]+)\.[0-9a-f]{32}\.tmp")  # new_temp_path's names
