@@ -237,6 +237,15 @@ class EvidenceDir(Dir):
         return str(path)
 
 
+class RunsSelection(Dir):
+    """A runs folder, or a selection `DIR/GLOB` of its run ids (`'runs/medium-*'`): the folder must exist."""
+
+    def check(self, path: Path) -> None:
+        if any(ch in path.name for ch in "*?["):
+            path = path.parent
+        super().check(path)
+
+
 class File(PathArg):
     """An existing file; `fmt` "json" or "jsonl" also checks that it parses, "xz" that it is xz-compressed."""
 

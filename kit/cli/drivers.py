@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from kit.cli.args import Dir, EvidenceDir, File, OutDir, add_renamed
+from kit.cli.args import Dir, EvidenceDir, File, OutDir, OutFile, RunsSelection, add_renamed
 
 
 # --- kit run --------------------------------------------------------------------------------
@@ -225,8 +225,10 @@ def cmd_results(a) -> int:
 
 def register_results(sub) -> None:
     s = sub.add_parser("results", help="write every recorded task accuracy as one tidy table (kit.results)")
-    s.add_argument("runs_dir", metavar="RUNS", help="the runs folder (or a selection DIR/GLOB quoted, e.g. 'runs/medium-*')")
-    s.add_argument("--out", required=True, metavar="FILE", help="FILE.csv or FILE.parquet")
+    s.add_argument("runs_dir", metavar="RUNS", type=RunsSelection("a runs folder or a selection DIR/GLOB", "kit run"),
+                   help="the runs folder (or a selection DIR/GLOB quoted, e.g. 'runs/medium-*')")
+    s.add_argument("--out", required=True, metavar="FILE", type=OutFile("a .csv or .parquet file to write"),
+                   help="FILE.csv or FILE.parquet")
     s.set_defaults(fn=cmd_results)
 
 

@@ -70,6 +70,11 @@ def _code_cell(source: str):
     return cell
 
 
+# The sections shown open, in order: (heading, the show_* function called with the selection)
+LEAD_SECTIONS = (("Verdicts", "show_summary"), ("Accuracy by family", "show_accuracy"),
+                 ("What the seed knew", "show_seed"), ("Noise and power", "show_noise"), ("History", "show_history"))
+
+
 def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
@@ -110,16 +115,9 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
         f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then accuracy, what the seed knew, noise and power, "
         "and every seed's verdicts; pilots, verdict tables in full, runs, costs and traffic are collapsed below. "
         "Roots show 12 hex digits (hover for the full root); numbers to 4 significant digits; times in UTC."))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## Verdicts"))
-    nb.cells.append(_code_cell(imports + f"show_summary({sel!r})"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## Accuracy by family"))
-    nb.cells.append(_code_cell(f"show_accuracy({sel!r})"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## What the seed knew"))
-    nb.cells.append(_code_cell(f"show_seed({sel!r})"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## Noise and power"))
-    nb.cells.append(_code_cell(f"show_noise({sel!r})"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("## History"))
-    nb.cells.append(_code_cell(f"show_history({sel!r})"))
+    for i, (heading, call) in enumerate(LEAD_SECTIONS):  # the page's first screens, in the issue's order
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"## {heading}"))
+        nb.cells.append(_code_cell((imports if i == 0 else "") + f"{call}({sel!r})"))
     details: dict[str, str] = {}
 
     def collapsed(key: str, summary: str, heading: str):  # a <details> from this cell up to the next one (export_html)
