@@ -121,3 +121,13 @@ def test_the_report_draws_the_committed_tiny_curve_with_every_arm():
                         if r[at["arm"]] == arm and r[at["family"]] == "all")
         assert f"{arm} from " in alt and f"at update {pooled[-1][0]}" in alt
     assert dev_curve_figure({"columns": ["x"], "rows": []}, "t") is None  # another shape: no figure
+
+
+def test_the_curve_does_not_depend_on_the_order_of_the_lineages(lineage, tmp_path):
+    """A run record keeps LINEAGES as canonical JSON (sorted keys), so a replay passes the arms sorted: the curve
+    must come out the same bytes whatever order the dict had (a replay of the demo wrote A2-control first)."""
+    seed, (s0, _, s8) = lineage["seed"], lineage["specs"]
+    made = [dev_curve(lineage["p"], lineages, tmp_path / f"curve-{i}.json", str(seed), MAX_TOKENS, 4)
+            for i, lineages in enumerate(({"B": [s0, s8], "A": [s0]}, {"A": [s0], "B": [s0, s8]}))]
+    assert (tmp_path / "curve-0.json").read_bytes() == (tmp_path / "curve-1.json").read_bytes()
+    assert [p["arm"] for p in made[0]["points"]] == ["A", "B", "B"]

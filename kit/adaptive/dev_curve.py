@@ -53,7 +53,9 @@ def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], o
     prepared_dir = Path(prepared_dir)
     if not lineages or any(not isinstance(v, list) or not v for v in lineages.values()):
         raise ValueError(f"lineages {lineages!r}: expected {{arm: [model spec, ...]}} with at least one model per arm")
-    points = {arm: [_point(spec) for spec in specs] for arm, specs in lineages.items()}
+    # arms in name order: a run record keeps LINEAGES as canonical JSON (sorted keys), so a replay passes them
+    # sorted whatever order the first run's dict had; the curve must not depend on it
+    points = {arm: [_point(spec) for spec in lineages[arm]] for arm in sorted(lineages)}
     for arm, pts in points.items():
         steps = [p["step"] for p in pts]
         if steps != sorted(steps) or len(set(steps)) != len(steps):
