@@ -337,13 +337,13 @@ def test_bootstrap_figure_draws_recorded_resamples_with_the_threshold():
 
 
 def test_figures_are_palette_pngs_keeping_the_most_frequent_colours_exactly():
-    """png_bytes: the same figure gives the same bytes; the 256 most frequent colours of the figure on white are
+    """png_bytes: the same figure gives the same bytes; the PALETTE_COLOURS most frequent colours of the figure on white are
     kept exactly, and every other pixel gets the nearest of them (squared distance in RGB)."""
     import io
 
     from matplotlib.figure import Figure
 
-    from kit.evidence.report.format import png_bytes
+    from kit.evidence.report.format import PALETTE_COLOURS, png_bytes
 
     def figure():
         fig = Figure(figsize=(3, 2), dpi=90)
@@ -365,9 +365,9 @@ def test_figures_are_palette_pngs_keeping_the_most_frequent_colours_exactly():
                           .convert("RGB")).reshape(-1, 3).astype(int)
     got = np.asarray(out.convert("RGB")).reshape(-1, 3).astype(int)
     colours, counts = np.unique(on_white, axis=0, return_counts=True)
-    assert len(colours) > 256  # anti-aliasing makes more than a palette holds, so the mapping is exercised
+    assert len(colours) > PALETTE_COLOURS  # anti-aliasing makes more than a palette holds, so the mapping is exercised
     order = sorted(range(len(colours)), key=lambda i: (-counts[i], tuple(colours[i])))
-    kept = colours[order[:256]]
+    kept = colours[order[:PALETTE_COLOURS]]
     is_kept = (on_white[:, None, :] == kept[None, :, :]).all(axis=2).any(axis=1)
     assert (got[is_kept] == on_white[is_kept]).all()
     assert (got[(on_white == 255).all(axis=1)] == 255).all()  # the background stays white

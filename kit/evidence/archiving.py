@@ -100,8 +100,20 @@ def _run_entries(runs_dir: Path, folders: list[str]) -> list[dict]:
                         "member": d.relative_to(runs_dir).as_posix(), "folder": folder,
                         "produced_roots": sorted({e.get("root") for e in roots.get("produced") or []
                                                   if isinstance(e, dict) and e.get("root")}),
-                        "superseded_because": note["reason"] if note else None,
+                        "superseded_in": d.parent.relative_to(runs_dir).as_posix() if note else None,
                         "superseded_by": (note["replaced_by"].get(d.name) if note else None)})
+    return out
+
+
+def superseded_reasons(runs_dir: Path, runs: list[dict]) -> dict[str, str]:
+    """{folder: its superseded.json's reason} for the folders the runs name in `superseded_in` (stated once,
+    not per run)."""
+    from kit.evidence.verify import superseded_note
+
+    out = {}
+    for folder in sorted({r["superseded_in"] for r in runs if r["superseded_in"]}):
+        some_run = next(r for r in runs if r["superseded_in"] == folder)
+        out[folder] = superseded_note(runs_dir / some_run["member"])["reason"]
     return out
 
 
@@ -137,6 +149,7 @@ def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -
     entry = {"file": f"{sha}.tar.xz", "sha256": sha, "size": len(data), "tar_sha256": hashlib.sha256(raw).hexdigest(),
              "why": why, "folders": folders, "members": count, "unpacked_bytes": total,
              "references": [references[k] for k in sorted(references)], "runs": _run_entries(runs_dir, folders)}
+    entry["superseded_reasons"] = superseded_reasons(runs_dir, entry["runs"])
     adir = runs_dir / archive.ARCHIVE_DIR_NAME
     adir.mkdir(exist_ok=True)
     (adir / entry["file"]).write_bytes(data)
@@ -167,6 +180,7 @@ def index_markdown(index: dict) -> str:
                   (f"{a['members']} files, {a['unpacked_bytes']:,} bytes unpacked, {a['size']:,} bytes archived; "
                   f"{len(a.get('references') or [])} stored once as references to tracked files."), "",
                   "Folders: " + ", ".join(f"`{f}`" for f in a["folders"]), "",
+                  *[f"Superseded in `{f}`: {why}" + "\n" for f, why in (a.get("superseded_reasons") or {}).items()],
                   "| run | status | member | produced roots | superseded by |", "|---|---|---|---|---|"]
         for r in a["runs"]:
             roots = ", ".join(x[:12] for x in r["produced_roots"]) or "-"

@@ -169,7 +169,9 @@ def export_html(nb, title: str) -> str:
                             exclude_input_prompt=True, exclude_output_prompt=True)
     exporter.register_preprocessor(TagRemovePreprocessor(remove_input_tags=(REMOVE_INPUT_TAG,)), enabled=True)
     page, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
-    return collapse(page, nb.metadata.get("kit_details") or {})
+    from kit.evidence.report.css_prune import prune_page_styles
+
+    return prune_page_styles(collapse(page, nb.metadata.get("kit_details") or {}))
 
 
 def collapse(page: str, details: dict[str, str]) -> str:
