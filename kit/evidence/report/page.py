@@ -139,7 +139,21 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     nb.cells.append(_code_cell(f"show_runs({sel!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs that did not complete"))
     nb.cells.append(_code_cell(f"show_failures({sel!r})"))
-    rows = load_runs(runs_dir)
+    _run_sections(nb, runs_dir, sel, where, details)
+    nb.metadata["kit_details"] = details
+    return nb
+
+
+def _run_sections(nb, runs_dir, sel: str, where, details: dict) -> None:
+    """One collapsed section per current run of the selection (its header, then its sidecars); the archived
+    runs named in one paragraph (their sections would repeat what runs/archive/ keeps)."""
+    import nbformat
+
+    from kit.evidence.archive import origin
+
+    every = load_runs(runs_dir)
+    rows = [r for r in every if origin(r["dir"]) is None]  # archived runs: listed, their sections in the archive
+    archived = [r["run_id"] for r in every if origin(r["dir"]) is not None]
     for i, row in enumerate(rows):
         cell = nbformat.v4.new_markdown_cell(f"## {row['run_id']} ({row['status']})")
         if i == 0:
@@ -150,8 +164,11 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
         for name in sorted(row["metrics"]):
             nb.cells.append(nbformat.v4.new_markdown_cell(f"### {name}"))
             nb.cells.append(_code_cell(f"show_metric({where(row['dir'].resolve())!r}, {name!r})"))
-    nb.metadata["kit_details"] = details
-    return nb
+    if archived:
+        nb.cells.append(nbformat.v4.new_markdown_cell(
+            f"## Archived runs\n\n{len(archived)} run(s) of this selection lie in `runs/archive/` (listed in the run "
+            "table above; their records and sidecars: `runs/archive/index.md`, read in place by `kit verify-evidence`): "
+            + ", ".join(f"`{r}`" for r in archived) + "."))
 
 
 def external_resources(page: str) -> list[str]:
