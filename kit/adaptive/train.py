@@ -103,7 +103,10 @@ def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[d
     pj = load_json_strict(Path(prepared) / "prepared.json")
     where = f"{Path(prepared) / 'prepared.json'} field"
     schedule = load_json_strict(inside(Path(prepared), pj["schedule"]["file"], f"{where} 'schedule.file'"))
-    return reorder_steps(schedule["cohorts"][cohort]["steps"], schedule["seed"], replicate,
+    if replicate and not isinstance(schedule.get("seed"), int):
+        raise TrainRefused(f"{where} 'schedule.file': its field 'seed' must be an integer for replicate {replicate}'s "
+                           "derived order")
+    return reorder_steps(schedule["cohorts"][cohort]["steps"], schedule.get("seed") if replicate else 0, replicate,
                          role_of=lambda e: e["role"], key=lambda e: e["id"])
 
 

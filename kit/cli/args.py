@@ -233,8 +233,9 @@ class EvidenceDir(Dir):
             path = resolve(text)
         except ArchiveError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
-        self.check(path)
-        return str(path)
+        except OSError:  # a name too long, a folder that cannot be read: the checks below say so in one line
+            path = Path(text)
+        return super().__call__(str(path))
 
 
 class RunsSelection(Dir):

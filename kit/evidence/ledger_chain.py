@@ -115,7 +115,7 @@ def parse(path: str | os.PathLike, data: bytes | None = None) -> Ledger:
 
 def _json(raw: bytes, where: str):
     try:
-        return json.loads(raw)
+        return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ChainError(f"{where}: not UTF-8 (byte {e.start}: {e.reason}); expected JSON lines of a ledger") from None
     except json.JSONDecodeError as e:
