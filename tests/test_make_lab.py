@@ -42,7 +42,8 @@ def _server_environ(session: int) -> dict[str, str]:
         try:
             if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[3]) != session:
                 continue
-            if b"jupyterlab" in (proc / "cmdline").read_bytes():
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if argv[1:3] == [b"-m", b"jupyterlab"]:  # the server itself, not the shell make ran it in
                 pairs = (proc / "environ").read_bytes().split(b"\0")
                 return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
         except (OSError, ValueError, IndexError):

@@ -16,6 +16,7 @@ import math
 import re
 
 import pytest
+from support.evidence import evidence_path
 from support.study import FULL, TINY, make_study_env
 
 from campaigns import study_pilot
@@ -30,7 +31,7 @@ MEDIUM_DRAFT = TINY.parent / "shared-gradient.medium.draft.json"
 
 def test_committed_study_contracts_keep_their_digests_without_a_dev_role():
     for path in (TINY, FULL, MEDIUM_DRAFT,
-                 TINY.parents[1] / "runs/medium-superseded-seed-800112e3/contracts/shared-gradient.medium.json"):
+                 evidence_path("medium-superseded-seed-800112e3", "contracts", "shared-gradient.medium.json")):
         data = json.loads(path.read_text())
         assert "dev" not in data["data"]
         assert load_study_contract(path).digest == sha256_json(data)
