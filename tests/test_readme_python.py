@@ -16,13 +16,30 @@ import kit
 REPO = Path(__file__).resolve().parents[1]
 
 
-def readme_python_block() -> str:
+def readme_python_blocks() -> list[str]:
     text = (REPO / "README.md").read_text()
     section = re.search(r"^## From Python\n(.*?)(?=^## )", text, re.DOTALL | re.MULTILINE)
     assert section, "README.md has no '## From Python' section"
     blocks = re.findall(r"^```python\n(.*?)^```$", section.group(1), re.DOTALL | re.MULTILINE)
-    assert len(blocks) == 1, f"expected one python block in 'From Python', found {len(blocks)}"
-    return blocks[0]
+    assert len(blocks) == 2, f"expected two python blocks in 'From Python' (training, results), found {len(blocks)}"
+    return blocks
+
+
+def readme_python_block() -> str:
+    return readme_python_blocks()[0]
+
+
+def test_the_readme_results_example_prints_the_final_accuracies():
+    """The second block (kit.results) runs as written from the repository root and prints, per final
+    evaluation and model, an accuracy for every family."""
+    code = readme_python_blocks()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # pandas abbreviates the middle columns: 5 = the four families and `all`; one row per final run and model
+    assert "[4 rows x 5 columns]" in done.stdout and "sorting" in done.stdout
+    assert "medium-adaptive-final-A" in done.stdout
 
 
 def test_the_readme_python_example_runs_and_commits(tmp_path):
