@@ -166,15 +166,19 @@ def test_hand_made_or_copied_selection_is_refused_and_logged(selection, job, tmp
     write_canonical_json(made, {**record, "development": {"note": "chosen by hand"}})
     with pytest.raises(FinalRolesRefused, match=re.escape(str(made)) + r": sha256 [0-9a-f]{64} is not a selection"):
         open_final_roles(prepared, made, [root], "scoring")
-    other = tmp_path / "other-job"  # a job prepared elsewhere, with its own selection
+    other = tmp_path / "other-job"  # another job (its prepared.json differs), with its own selection
     shutil.copytree(job["out"], other)
+    pj = load_json_strict(other / "prepared.json")
+    write_canonical_json(other / "prepared.json", {**pj, "note": "prepared elsewhere"})
     copied = tmp_path / "from-other-job.json"
     write_selection(other, {"A": {"home": str(selection["home"]), "root": root}}, copied)
-    with pytest.raises(FinalRolesRefused, match="not a selection"):
+    with pytest.raises(FinalRolesRefused, match="binds prepared job"):
         open_final_roles(prepared, copied, [root], "scoring")
     log = access_entries(prepared)
     assert [e["allowed"] for e in log] == [False, False]
-    assert all("not a selection" in e["reason"] for e in log)
+    assert "not a selection" in log[0]["reason"] and "binds prepared job" in log[1]["reason"]
+    # a byte-identical copy of this job is this job: its selections are in the same ledger chain, and the
+    # chain allows one final access per prepared job whichever copy asks (test_no_second_selection_after_scoring)
 
 
 def test_no_second_selection_after_scoring(selection, tmp_path):
