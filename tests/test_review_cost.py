@@ -65,13 +65,17 @@ def test_measured_cost_is_gpu_seconds_at_the_hardware_that_ran_every_attempt_inc
                     "superseded (medium-campaign-2026-12-01/study-superseded)": {"single", "dense"},
                     "superseded (medium-campaign-2026-12-02/runs)": {"single", "dense", "powersgd"},
                     "superseded (medium-superseded-seed-800112e3)": first_campaign,
-                    "superseded (medium-superseded-seed-d1749707)": {"single", "dense", "powersgd"}}
+                    "superseded (medium-superseded-seed-d1749707)": {"single", "dense", "powersgd"},
+                    # the replicate block's committed-order arms, which failed on the host's full disk
+                    "superseded (medium-replicates-2026-12-04/failed)": {"single", "dense", "powersgd"}}
     assert {r["hardware"] for r in every if r["kept as"] == "superseded (medium-superseded-seed-800112e3)"} == {
         "NVIDIA H200 (a host of 2)"}  # the first campaign ran on two H200s
     assert {r["hardware"] for r in every if r["kept as"] == "superseded (medium-superseded-seed-d1749707)"} == {
         "NVIDIA H200 (a host of 1)"}
     totals = measured_totals(every)
-    assert totals["attempts"] == 14 == sum(len(v) for v in kept.values())
+    replicates = [r for r in every if r["run"].rsplit("-", 1)[-1] in ("r1", "r2")]  # the replicate block's arms
+    assert len(replicates) == 6 and all(r["kept as"] == "committed" for r in replicates)
+    assert totals["attempts"] == 23 == sum(len(v) for v in kept.values()) + len(replicates)
     assert totals["gpu_seconds_all_attempts"] == sum(r["gpu_seconds"] for r in every)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import records
-from kit.evidence.report.index import gpu_names, index, metric
+from kit.evidence.report.index import gpu_names, index, is_replicate, metric
 from kit.evidence.run_index import evidence_folders, kept_runs, logical_path, split_selection
 
 GIB = 2 ** 30
@@ -27,7 +27,8 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 def arm_attempts(runs_dir) -> list[dict]:
     """Every study arm run in the evidence, committed first, then the kept (superseded) ones."""
-    committed = [{**r, "kept_in": None} for r in index(runs_dir)["runs"] if (r.get("parameters") or {}).get("ARM")]
+    committed = [{**r, "kept_in": None} for r in index(runs_dir)["runs"] if (r.get("parameters") or {}).get("ARM")
+                 and not _replicate_scoring(r)]
     kept = [r for r in kept_runs(runs_dir) if (r.get("parameters") or {}).get("ARM")]
     return committed + kept
 
@@ -66,12 +67,17 @@ def _interfaces(runs_dir) -> dict[tuple, dict]:
     return out
 
 
+def _replicate_scoring(r: dict) -> bool:
+    """A replicate's development scoring (notebook 22): it names an ARM but trains nothing."""
+    return is_replicate(r) and "CANDIDATE" in (r.get("parameters") or {})
+
+
 def measured_cost_rows(runs_dir) -> list[dict]:
     """One row per attempt; ratios against the single arm of the same contract and sitting (the committed
     runs, or the same superseded folder)."""
     attempts = arm_attempts(runs_dir)
     singles = {(r.get("contract_digest"), r["kept_in"]): metric(r, "measurement") or {}
-               for r in attempts if r["parameters"]["ARM"] == "single"}
+               for r in attempts if r["parameters"]["ARM"] == "single" and not is_replicate(r)}
     wires = _interfaces(runs_dir)
     rows = []
     for r in attempts:

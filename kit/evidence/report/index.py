@@ -132,8 +132,15 @@ def is_cpu(row: dict) -> bool:
     return not dev.get("gpu_count") and not dev.get("gpus")
 
 
+def is_replicate(r: dict) -> bool:
+    """A replicate's run (issue 51: REPLICATE >= 1, its arm or its development scoring), not a frozen arm."""
+    return bool((r.get("parameters") or {}).get("REPLICATE"))
+
+
 def arm_runs(r: dict, idx: dict) -> dict[str, str]:
-    """{arm: run id} of the study arm runs that share the study folder of run `r`."""
+    """{arm: run id} of the study arm runs that share the study folder of run `r` (its frozen arms: replicates,
+    which share the folder, are read by the noise section)."""
     study_dir = (r.get("parameters") or {}).get("STUDY_DIR")
     return {x["parameters"]["ARM"]: x["run_id"] for x in idx["runs"]
-            if (x.get("parameters") or {}).get("ARM") and (x.get("parameters") or {}).get("STUDY_DIR") == study_dir}
+            if (x.get("parameters") or {}).get("ARM") and not is_replicate(x)
+            and (x.get("parameters") or {}).get("STUDY_DIR") == study_dir}

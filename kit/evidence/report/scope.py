@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from kit.evidence.report.format import fmt, is_number, short
-from kit.evidence.report.index import index, is_cpu, metric, run_contract
+from kit.evidence.report.index import index, is_cpu, is_replicate, metric, run_contract
 from kit.evidence.report.verdict_rows import verdict_rows
 from kit.evidence.results import split_of
 
@@ -84,7 +84,8 @@ def scope_paragraphs(runs_dir) -> list[str]:
                 migration_said = True
         elif is_study:
             speed = [v for v in mine if v["check"].startswith("speed")]
-            arms = [x for x in idx["runs"] if (x.get("parameters") or {}).get("ARM") and x.get("contract_digest") == digest]
+            arms = [x for x in idx["runs"] if (x.get("parameters") or {}).get("ARM") and not is_replicate(x)
+                    and x.get("contract_digest") == digest]
             cpu = all(is_cpu(x) for x in arms)
             if speed and speed[0].get("reason"):  # not measured (e.g. the workers shared one GPU): no ratio
                 text.append(html.escape(
