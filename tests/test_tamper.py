@@ -21,6 +21,7 @@ from kit.evidence.verify import verify_evidence
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs"
 SELECT, FINAL, PRODUCER = "demo-adaptive-select", "demo-adaptive-final-A", "demo-adaptive-A3-migrated"
+OLD = "medium-adaptive-select"  # a record made before run manifests: pinned in runs/MANIFESTS.json only
 
 
 def _tool(name: str):
@@ -32,9 +33,11 @@ def _tool(name: str):
 
 @pytest.fixture
 def base(tmp_path):
-    """A repository-like folder: three committed runs and the committed ledger, pinned by the tool."""
-    for name in (SELECT, FINAL, PRODUCER):
-        shutil.copytree(RUNS / name, tmp_path / "runs" / name)
+    """A repository-like folder: the committed demo runs (each kit-run/3 record's materials are other demo
+    runs), one run recorded before manifests existed (OLD) and the committed ledger, pinned by the tool."""
+    for run in [*sorted(RUNS.glob("demo-*")), RUNS / OLD]:
+        if run.is_dir():
+            shutil.copytree(run, tmp_path / "runs" / run.name)
     (tmp_path / "ledger").mkdir()
     shutil.copy(REPO / "ledger" / "exposed.jsonl", tmp_path / "ledger" / "exposed.jsonl")
     assert _tool("pin_run_files").pin(tmp_path, echo=lambda m: None) == 0
@@ -107,7 +110,8 @@ def test_an_added_or_removed_file_fails_and_an_unpinned_run_fails_loudly(base):
     (d / "files" / "final-evaluations.jsonl").unlink()
     assert any("final-evaluations.jsonl: removed" in f for f in _failed(verify_evidence(d, base)))
     (base / "runs" / "MANIFESTS.json").unlink()
-    assert any("not pinned" in f for f in _failed(verify_evidence(base / "runs" / SELECT, base)))
+    assert any("not pinned" in f for f in _failed(verify_evidence(base / "runs" / OLD, base)))
+    assert not any("not pinned" in f for f in _failed(verify_evidence(base / "runs" / SELECT, base)))  # kit-run/3
 
 
 def test_removing_the_last_ledger_line_fails_in_either_form(base):
