@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -292,6 +293,8 @@ def test_a_gpu_host_s_numeric_mode_is_stated_in_full(monkeypatch):
 
     h200 = [{"index": 0, "name": "NVIDIA H200", "memory_mib": 143771, "driver": "570.133.20"}]
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    for name in [k for k in os.environ if k.startswith("TORCHINDUCTOR_")]:  # an earlier compile in this worker
+        monkeypatch.delenv(name)
     monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     monkeypatch.setenv("KIT_GPU_DETERMINISTIC", "1")
     mode = gpu_numeric_mode(h200, probe=lambda: "FLASH_ATTENTION")
