@@ -56,12 +56,15 @@ def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
     found = _block_with_digest(data.splitlines(keepends=True), sha256)
     if found is None and data:
         # a preparation made before the ledger was compacted read /1 lines: look in the ledger's /1 view
-        from kit.evidence.ledger_chain import ChainError, old_form_bytes, parse
+        from kit.evidence.ledger_chain import ChainError, old_form_bytes, parse, rechained_block_with_digest
 
         try:
-            found = _block_with_digest(old_form_bytes(parse(path, data)).splitlines(keepends=True), sha256)
+            ledger = parse(path, data)
+            found = _block_with_digest(old_form_bytes(ledger).splitlines(keepends=True), sha256)
         except ChainError:
             return None  # not a ledger the kit wrote: only its own lines can hold the block
+        if found is None:  # a ledger of its own, begun empty, whose events were appended here (re-chained)
+            found = rechained_block_with_digest(ledger, sha256)
     return found
 
 

@@ -113,6 +113,21 @@ def parse(path: str | os.PathLike, data: bytes | None = None) -> Ledger:
     return out
 
 
+def rechained_block_with_digest(ledger: Ledger, sha256: str) -> bytes | None:
+    """Consecutive events of `ledger` that, chained again from an empty ledger, have bytes with `sha256`: the
+    ledger a run read when it began empty (a demo's own) and its events were appended here since, each `prev`
+    then recomputed for its new place (append_events). The earliest such block, or None."""
+    for i in range(len(ledger.events)):
+        running, out = hashlib.sha256(), []
+        for ev in ledger.events[i:]:
+            line = _header_line(ev.header, ev.records, running.hexdigest())
+            running.update(line)
+            out.append(line)
+            if running.hexdigest() == sha256:
+                return b"".join(out)
+    return None
+
+
 def _json(raw: bytes, where: str):
     try:
         return json.loads(raw.decode("utf-8"))
