@@ -8,6 +8,7 @@ drawn from this table, and each report folder carries it as results.csv (docs/fo
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from kit.evidence.report.format import is_number
@@ -15,7 +16,7 @@ from kit.evidence.report.index import arm_runs, index, metric, producer, run_con
 from kit.evidence.run_index import kept_runs
 
 COLUMNS = ["contract", "contract_digest", "seed", "kept_in", "split", "model", "model_root", "family", "metric",
-           "value", "run_id"]
+           "value", "run_id", "replicate"]
 METRICS = ("correct", "n", "accuracy")
 
 
@@ -83,6 +84,16 @@ def contract_digests(idx: dict) -> list[str | None]:
     return out
 
 
+def replicate_of(r: dict) -> int:
+    """Which replicate a run's scoring belongs to (issue 51): its REPLICATE parameter, else the `-r<k>` of its run
+    id (the growth pair's development scorings), else 0 (the frozen runs)."""
+    k = (r.get("parameters") or {}).get("REPLICATE")
+    if isinstance(k, int) and not isinstance(k, bool):
+        return k
+    m = re.search(r"-r(\d+)$", str(r.get("run_id") or ""))
+    return int(m.group(1)) if m else 0
+
+
 def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
     """The tidy rows of one runs folder (or selection `DIR/GLOB`), each marked `kept_in`."""
     idx = index(runs_dir)
@@ -97,7 +108,8 @@ def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
                 root = seed if m["model"] == "seed" and seed else m["root"]
                 rows += [{"contract": c.get("file") or "", "contract_digest": digest or "", "seed": seed,
                           "kept_in": kept_in, "split": m["split"], "model": m["model"], "model_root": root,
-                          "family": family, "metric": k, "value": values[k], "run_id": m["run"]} for k in METRICS]
+                          "family": family, "metric": k, "value": values[k], "run_id": m["run"],
+                          "replicate": replicate_of(idx["by_id"].get(m["run"]) or {})} for k in METRICS]
     return rows
 
 

@@ -16,7 +16,7 @@ from kit.evidence.results import results
 def accuracy_tables(runs_dir) -> list[dict]:
     """[{contract, digest, families, rows: [[split, model, run, (correct, n) per family]]}] from kit.results."""
     df = results(runs_dir)
-    df = df[df["kept_in"] == ""]
+    df = df[(df["kept_in"] == "") & (df["replicate"] == 0)]  # the frozen runs; replicates: the noise section
     out = []
     for digest in dict.fromkeys(df["contract_digest"]):
         mine = df[df["contract_digest"] == digest]
