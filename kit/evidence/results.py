@@ -85,7 +85,7 @@ def contract_digests(idx: dict) -> list[str | None]:
 
 
 def replicate_of(r: dict) -> int:
-    """Which replicate a run's scoring belongs to (issue 51): its REPLICATE parameter, else the `-r<k>` of its run
+    """Which replicate a run's scoring belongs to: its REPLICATE parameter, else the `-r<k>` of its run
     id (the growth pair's development scorings), else 0 (the frozen runs)."""
     k = (r.get("parameters") or {}).get("REPLICATE")
     if isinstance(k, int) and not isinstance(k, bool):

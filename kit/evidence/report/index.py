@@ -133,7 +133,7 @@ def is_cpu(row: dict) -> bool:
 
 
 def is_replicate(r: dict) -> bool:
-    """A replicate's run (issue 51: REPLICATE >= 1, its arm or its development scoring), not a frozen arm."""
+    """A replicate's run (REPLICATE >= 1: its arm or its development scoring), not a frozen arm."""
     return bool((r.get("parameters") or {}).get("REPLICATE"))
 
 
