@@ -8,9 +8,9 @@ drawn from this table, and each report folder carries it as results.csv (docs/fo
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
+from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import is_number
 from kit.evidence.report.index import arm_runs, index, metric, producer, run_contract
 from kit.evidence.run_index import kept_runs
@@ -84,16 +84,6 @@ def contract_digests(idx: dict) -> list[str | None]:
     return out
 
 
-def replicate_of(r: dict) -> int:
-    """Which replicate a run's scoring belongs to: its REPLICATE parameter, else the `-r<k>` of its run
-    id (the growth pair's development scorings), else 0 (the frozen runs)."""
-    k = (r.get("parameters") or {}).get("REPLICATE")
-    if isinstance(k, int) and not isinstance(k, bool):
-        return k
-    m = re.search(r"-r(\d+)$", str(r.get("run_id") or ""))
-    return int(m.group(1)) if m else 0
-
-
 def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
     """The tidy rows of one runs folder (or selection `DIR/GLOB`), each marked `kept_in`."""
     idx = index(runs_dir)
@@ -109,7 +99,7 @@ def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
                 rows += [{"contract": c.get("file") or "", "contract_digest": digest or "", "seed": seed,
                           "kept_in": kept_in, "split": m["split"], "model": m["model"], "model_root": root,
                           "family": family, "metric": k, "value": values[k], "run_id": m["run"],
-                          "replicate": replicate_of(idx["by_id"].get(m["run"]) or {})} for k in METRICS]
+                          "replicate": replicate_of(idx["by_id"].get(m["run"]) or {"run_id": m["run"]})} for k in METRICS]
     return rows
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kit.digest import load_json_strict, loads_strict, sha256_json
 from kit.evidence import records
+from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
 
 REPO = Path(__file__).resolve().parents[3]
@@ -133,8 +134,9 @@ def is_cpu(row: dict) -> bool:
 
 
 def is_replicate(r: dict) -> bool:
-    """A replicate's run (REPLICATE >= 1: its arm or its development scoring), not a frozen arm."""
-    return bool((r.get("parameters") or {}).get("REPLICATE"))
+    """A replicate's run (its arm or its development scoring; kit.evidence.replicates.replicate_of >= 1), not a
+    frozen arm."""
+    return replicate_of(r) > 0
 
 
 def arm_runs(r: dict, idx: dict) -> dict[str, str]:
