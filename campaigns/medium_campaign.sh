@@ -39,6 +39,10 @@
 #                                                  kit.replicates): prepare, study r1 r2 beside cohort A's endpoint,
 #                                                  the growth pair r1 beside the study's development scores, the
 #                                                  PowerSGD CUDA oracle when present, the committed-order study arms
+#   bash campaigns/medium_campaign.sh growth-replay DATE  issues 51 and 47, one H200, in the background: the seed
+#                                                  rebuilt, then `kit verify-evidence --replay` of
+#                                                  medium-adaptive-A2-to-step64 and medium-study-single beside
+#                                                  the replicates' prepare, cohort A's endpoint and growth pair r1
 #   bash campaigns/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
 #   bash campaigns/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
@@ -162,7 +166,7 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
              work/adaptive/*/attempts work/study/arms/*/arm.json work/study/arms/*/attempts \
              work/study/arms/*/attempts-rank* work/study/prepared/prepared.json \
              work/study/*.json work/study/evaluation work/at-once work/replicates-*.json work/study/replicates \
-             seed-build oracle; do
+             seed-build oracle replay/runs replay.log; do
         for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
     done
     [ ${#items[@]} -gt 0 ] && tar czf "$out/medium-evidence.tgz" -C "$W" "${items[@]}"
@@ -492,6 +496,51 @@ replicates_run() {  # `replicates` in the foreground: the most valuable first, s
     echo "replicates done $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
 }
 
+growth_replay() {  # issues 51 and 47, one H200, in the background: the growth pair r1 beside a GPU replay
+    sync_git
+    enter_checkout
+    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
+        echo "already running (pid $(cat "$W/campaign.pid"))"; return
+    fi
+    mkdir -p "$W"
+    ledger_prefix campaigns/medium-replicates-plan.json || exit 2  # before any device time goes to the seed
+    setsid nohup bash campaigns/medium_campaign.sh growth-replay-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
+    echo $! >"$W/campaign.pid"
+    echo "growth-replay started (pid $!), log $W/campaign.log"
+}
+
+growth_replay_run() {  # `growth-replay` in the foreground: two chains on the one GPU once the seed is rebuilt
+    local plan=campaigns/medium-replicates-plan.json t0=$SECONDS
+    runtime
+    build_seed
+    ledger_prefix "$plan"
+    local r=(python3 -m kit.replicates --scale medium --out "$W/work" --seed "$W/pilot-work/seed" --runs-dir "$W/runs"
+             --plan "$plan")
+    local committed=(env -u KIT_GPU_DETERMINISTIC -u CUBLAS_WORKSPACE_CONFIG)
+    local deterministic=(env KIT_GPU_DETERMINISTIC=1 CUBLAS_WORKSPACE_CONFIG=:4096:8)
+    # The replay (issue 47, item 7): `kit verify-evidence --replay` of a committed adaptive run and a study arm,
+    # re-deriving their preparations first. Their records state no GPU mode (made before it was recorded), so
+    # they replay as they ran, without the flag. The seed they name (build/medium/pilot-work/seed, which no
+    # committed run produces: the campaign built it) is present: the one just rebuilt to its pin.
+    # (hard links: the replay reads it as a plain folder of its own data root)
+    mkdir -p "$W/replay/data/build/medium/pilot-work"
+    [ -d "$W/replay/data/build/medium/pilot-work/seed" ] || cp -al "$W/pilot-work/seed" "$W/replay/data/build/medium/pilot-work/seed"
+    echo "growth-replay: replay of medium-adaptive-A2-to-step64 and medium-study-single $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    ( "${committed[@]}" python3 -m kit verify-evidence --replay runs/medium-adaptive-A2-to-step64 runs/medium-study-single \
+          --work "$W/replay" >"$W/replay.log" 2>&1; echo "growth-replay: replay rc $? $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+      tail -n 8 "$W/replay.log" ) &
+    local replay=$!
+    echo "growth-replay: prepare $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    "${committed[@]}" "${r[@]}" --part prepare || { echo "growth-replay: prepare failed"; wait $replay; return 1; }
+    echo "growth-replay: cohort A's endpoint $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    "${committed[@]}" "${r[@]}" --part a-endpoint || true
+    echo "growth-replay: growth pair r1 $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    df -h "$W" | tail -n 1
+    "${deterministic[@]}" "${r[@]}" --part growth --replicates 1 || true
+    wait $replay || true
+    echo "growth-replay done $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+}
+
 case "${1:-}" in
     pilot) pilot "${2:?DATE}" ;;
     pilots) pilots "${2:?DATE}" ;;
@@ -503,7 +552,9 @@ case "${1:-}" in
     resume-run) resume_run "${2:?PARTS}" ;;
     replicates) replicates "${2:?DATE}" ;;
     replicates-run) replicates_run "${2:?DATE}" ;;
+    growth-replay) growth_replay "${2:?DATE}" ;;
+    growth-replay-run) growth_replay_run "${2:?DATE}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
-    *) sed -n '2,47p' "$0"; exit 2 ;;
+    *) sed -n '2,50p' "$0"; exit 2 ;;
 esac
