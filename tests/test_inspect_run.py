@@ -11,9 +11,11 @@ import pytest
 
 from kit.evidence.inspect import InspectError, inspect_run
 from kit.evidence.verify import verify_evidence
+from support.evidence import evidence_path
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs"
+# FAILED is archived (runs/archive/): inspected and verified in its unpacked folder, as `kit inspect` reads it
 COMPLETED, FAILED, BENCH = "demo-adaptive-A2-control", "adaptive-gpu-campaign-x2-2026-11-30", "bench-update-2026-11-29"
 
 
@@ -38,9 +40,9 @@ def test_an_evaluation_run_shows_its_evaluation_sidecars():
 
 
 def test_the_failed_gpu_campaign_record_is_read_as_verify_evidence_reads_it():
-    assert verify_evidence(RUNS / FAILED)["ok"]  # accepted there, though not canonical JSON
+    assert verify_evidence(evidence_path(FAILED))["ok"]  # accepted there, though not canonical JSON
     found = inspect_run(RUNS, FAILED)
-    rec = json.loads((RUNS / FAILED / "run.json").read_text())
+    rec = json.loads((evidence_path(FAILED) / "run.json").read_text())
     assert (found["kind"], found["status"]) == ("benchmark", "failed")
     assert found["error"]["errors"] == rec["errors"] and found["reason"] == rec["errors"][0]["error"]
     assert found["summary"]["device"] == "2 x NVIDIA H200"
@@ -71,7 +73,7 @@ def test_the_notebook_inspects_a_committed_run_into_another_folder(run_id, tmp_p
     if run_id == FAILED:  # every failed phase's cause in full, not cut by the table's column width
         executed = json.loads((out / "inspect" / "90_inspect_failed_arm.ipynb").read_text())
         shown = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
-        for entry in json.loads((RUNS / FAILED / "run.json").read_text())["errors"]:
+        for entry in json.loads((evidence_path(FAILED) / "run.json").read_text())["errors"]:
             assert f"{entry['phase']} ({entry['status']}): {entry['error']}" in shown, entry
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import records
+from kit.evidence.archive import resolve
 
 # sidecars an evaluation run writes (notebooks/13, 21): shown as the run's evaluation, not as raw metrics
 EVALUATION_SIDECARS = ("gates", "gate_verdict", "nll_change_bounds", "accuracy_by_family", "evaluation_file",
@@ -30,7 +31,8 @@ def inspect_run(runs_dir: str | os.PathLike, run_id: str) -> dict:
     """Everything recorded about `runs_dir/run_id` (module docstring)."""
     if not run_id:
         raise InspectError("RUN_ID is empty; name a run folder of the runs folder to inspect")
-    run_dir = Path(runs_dir) / run_id
+    # an archived run (runs/archive/, kit/evidence/archive.py) is inspected in its unpacked folder
+    run_dir = resolve(Path(runs_dir) / run_id)
     path = run_dir / records.RUN_RECORD_NAME
     if not path.is_file():
         raise InspectError(f"{path}: no such run record (the runs folder read is {Path(runs_dir)}; "
