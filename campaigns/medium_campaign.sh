@@ -42,7 +42,8 @@
 #   bash campaigns/medium_campaign.sh growth-replay DATE  issues 51 and 47, one H200, in the background: the seed
 #                                                  rebuilt, then `kit verify-evidence --replay` of
 #                                                  medium-adaptive-A2-to-step64 and medium-study-single beside
-#                                                  the replicates' prepare, cohort A's endpoint and growth pair r1
+#                                                  the replicates' prepare, cohort A's endpoint and growth pair r1,
+#                                                  then growth pair r2 and a replay of medium-study-single-r1
 #   bash campaigns/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
 #   bash campaigns/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
@@ -166,7 +167,7 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
              work/adaptive/*/attempts work/study/arms/*/arm.json work/study/arms/*/attempts \
              work/study/arms/*/attempts-rank* work/study/prepared/prepared.json \
              work/study/*.json work/study/evaluation work/at-once work/replicates-*.json work/study/replicates \
-             seed-build oracle replay/runs replay.log; do
+             seed-build oracle replay/runs replay.log replay-r1.log; do
         for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
     done
     [ ${#items[@]} -gt 0 ] && tar czf "$out/medium-evidence.tgz" -C "$W" "${items[@]}"
@@ -538,6 +539,13 @@ growth_replay_run() {  # `growth-replay` in the foreground: two chains on the on
     df -h "$W" | tail -n 1
     "${deterministic[@]}" "${r[@]}" --part growth --replicates 1 || true
     wait $replay || true
+    # 2026-12-04 (block b): these two ran as separate calls on the warm machine with the device time left
+    echo "growth-replay: growth pair r2 $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    "${deterministic[@]}" "${r[@]}" --part growth --replicates 2 || true
+    echo "growth-replay: replay of medium-study-single-r1 in its recorded mode $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    env -u KIT_GPU_DETERMINISTIC -u CUBLAS_WORKSPACE_CONFIG python3 -m kit verify-evidence --replay \
+        runs/medium-study-single-r1 --work "$W/replay" >"$W/replay-r1.log" 2>&1 || true
+    tail -n 2 "$W/replay-r1.log"
     echo "growth-replay done $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
 }
 
@@ -556,5 +564,5 @@ case "${1:-}" in
     growth-replay-run) growth_replay_run "${2:?DATE}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
-    *) sed -n '2,50p' "$0"; exit 2 ;;
+    *) sed -n '2,51p' "$0"; exit 2 ;;
 esac

@@ -159,7 +159,7 @@ def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "mediu
         raise ValueError(f"part {part!r}; expected one of {', '.join(PARTS)}")
 
 
-def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1,)) -> dict:
+def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2)) -> dict:
     """The replicate plan (campaigns/medium-replicates-plan.json is `plan("medium")` plus its `inputs`): the
     runs, each replicate's derived order seed (recorded, kit/replicate_order.py) and the scoring rule."""
     from kit.adaptive.schema import load_adaptive_contract

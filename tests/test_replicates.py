@@ -253,7 +253,10 @@ def test_the_medium_page_reads_each_verdict_against_the_committed_replicates(tmp
     assert "|study: powersgd vs single|final task accuracy difference|0.03418|" in page
     assert "|study/powersgd vs single|1, 2|-2.9, -2.4|-2.7|0.3|" in page
     assert re.search(r"\|study: powersgd vs single\|[^|]*\|0.03418\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|0 of 2\|", page)
-    assert "No replicate beyond the committed run has been scored yet for: adaptive/B-control, adaptive/B-growth" in page
+    # the growth pair: the committed development scores (replicate 0) and replicates 1 and 2
+    assert "|adaptive/growth vs control|0, 1, 2|-2.1, +0.2, -2.5|-1.5|1.5|" in page
+    assert re.search(r"\|adaptive: growth vs control\|final task accuracy difference\|0.01367\|[^|]*\|"
+                     r"adaptive/growth vs control\|0.9245\|no\|1 of 3\|", page)
     runs = tmp_path / "runs"
     for d in (REPO / "runs").glob("medium-*"):
         if d.is_dir():
