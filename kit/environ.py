@@ -19,11 +19,15 @@ def progress_on() -> bool:
 
 
 @contextmanager
-def temporary_environ(values: dict[str, str]) -> Iterator[None]:
-    """Set `values` in os.environ for the block; afterwards each variable has its earlier value again,
-    or is unset if it was unset (also when the block raised)."""
+def temporary_environ(values: dict[str, str | None]) -> Iterator[None]:
+    """Set `values` in os.environ for the block (a None value: the variable is unset there); afterwards each
+    variable has its earlier value again, or is unset if it was unset (also when the block raised)."""
     saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     try:
         yield
     finally:

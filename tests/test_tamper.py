@@ -315,6 +315,34 @@ def test_a_gpu_run_replays_in_its_recorded_mode():
     assert rec.device["gpu_count"] and "gpu" not in rec.numeric_profile  # recorded before the mode was
     said = []
     assert gpu_mode_environment(rec, said.append) == {} and "states no GPU numeric mode" in said[0]
+    # its mode as runs/GPU_MODES.json states it: flag off and cuBLAS's workspace unset, as the campaign ran it
+    legacy = gpu_mode_environment(rec, said.append, RUNS / "medium-adaptive-A2-to-step64", RUNS.parent)
+    assert legacy == {"KIT_GPU_DETERMINISTIC": "0", "CUBLAS_WORKSPACE_CONFIG": None} and "GPU_MODES.json" in said[1]
     for flag, value in ((True, "1"), (False, "0")):
         rec.numeric_profile["gpu"] = {"deterministic": flag}
         assert gpu_mode_environment(rec) == {"KIT_GPU_DETERMINISTIC": value}
+
+
+def test_a_current_gpu_run_whose_mode_is_stated_nowhere_fails_verification(tmp_path):
+    """A GPU run record made before numeric_profile.gpu passes through its entry in runs/GPU_MODES.json; the
+    same record without that entry fails, naming the run and the index; an edited entry is refused."""
+    import shutil
+
+    from kit.evidence.gpu_mode import MODES_RELATIVE
+    from kit.evidence.verify import verify_evidence
+
+    def mode_check(base):
+        found = verify_evidence(base / "runs" / "medium-adaptive-select", base)
+        return next(c for c in found["checks"] if c["check"] == "gpu_mode")
+
+    here = mode_check(RUNS.parent)
+    assert here["result"] == "pass" and "deterministic flag off" in here["detail"]
+    base = tmp_path / "repo"
+    shutil.copytree(RUNS / "medium-adaptive-select", base / "runs" / "medium-adaptive-select")
+    missing = mode_check(base)
+    assert missing["result"] == "fail" and "'runs/medium-adaptive-select'" in missing["detail"]
+    modes = json.loads((RUNS.parent / MODES_RELATIVE).read_text())
+    modes["runs"]["runs/medium-adaptive-select"]["deterministic"] = "no"
+    (base / MODES_RELATIVE).write_text(json.dumps(modes))
+    edited = mode_check(base)
+    assert edited["result"] == "fail" and "field 'deterministic'" in edited["detail"]

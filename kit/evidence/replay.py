@@ -99,19 +99,30 @@ def _gpu_replayable(record: RunRecord, run_dir: Path) -> None:
                           "recorded mode (docs/engine.md 'Determinism')")
 
 
-def gpu_mode_environment(record: RunRecord, log=print) -> dict:
-    """The environment a GPU run is replayed under: its recorded deterministic flag (numeric_profile.gpu); a
-    record older than that field is replayed in this environment's mode, and the log says so."""
+def gpu_mode_environment(record: RunRecord, log=print, run_dir: Path | None = None, base: Path | None = None) -> dict:
+    """The environment a GPU run is replayed under: its recorded deterministic flag (numeric_profile.gpu, or
+    for a run recorded before that field its entry in runs/GPU_MODES.json, kit/evidence/gpu_mode.py, when
+    `run_dir` and `base` are given); a run whose mode is stated nowhere is replayed in this environment's mode,
+    and the log says so."""
     from kit.evidence.environment import GPU_DETERMINISTIC_ENV
+    from kit.evidence.gpu_mode import run_mode
 
-    mode = record.numeric_profile.get("gpu")
     if not record.device.get("gpu_count"):
         return {}
+    mode = record.numeric_profile.get("gpu")
+    if mode is None and run_dir is not None and base is not None:
+        mode, where = run_mode(run_dir, record, base)
+        if mode is not None:
+            log(f"{record.run_id}: replaying in the mode {where} states (deterministic flag "
+                f"{'on' if mode['deterministic'] else 'off'})")
     if mode is None:
         log(f"{record.run_id}: its record states no GPU numeric mode; replaying with {GPU_DETERMINISTIC_ENV}="
             f"{os.environ.get(GPU_DETERMINISTIC_ENV, '')!r} as this environment has it")
         return {}
-    return {GPU_DETERMINISTIC_ENV: "1" if mode.get("deterministic") else "0"}  # "0": off (only "1" turns it on)
+    env = {GPU_DETERMINISTIC_ENV: "1" if mode.get("deterministic") else "0"}  # "0": off (only "1" turns it on)
+    if "cublas_workspace_config" in mode:  # as recorded; None: unset, as the run had it
+        env["CUBLAS_WORKSPACE_CONFIG"] = mode["cublas_workspace_config"]
+    return env
 
 
 class Replayer:
@@ -217,7 +228,7 @@ class Replayer:
             # every replayed run reads and records to the replay's own ledger, whatever $KIT_LEDGER names
             # outside: a replayed scoring must not write exposures into someone's ledger
             # in WORK/root (root()): the recorded relative data paths name the replay's data there
-            with temporary_environ({LEDGER_ENV: str(self.work / LEDGER_RELATIVE), **gpu_mode_environment(record, self.log)}), \
+            with temporary_environ({LEDGER_ENV: str(self.work / LEDGER_RELATIVE), **gpu_mode_environment(record, self.log, run_dir, self.runs_dir.parent)}), \
                     contextlib.chdir(self.root()):
                 new = run_notebook(repository_root() / record.notebook, record.parameters, run_id,
                                    self.work / "runs")

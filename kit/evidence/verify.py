@@ -15,6 +15,7 @@ from pathlib import Path
 from kit.digest import canonical_json, loads_strict, sha256_file
 from kit.evidence import environment, run_record
 from kit.evidence.manifest import files_check
+from kit.evidence.gpu_mode import gpu_mode_check
 from kit.evidence.parameters import ParameterError, parse_assignments
 
 INJECTED_TAG = "injected-parameters"
@@ -209,6 +210,8 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
         superseded = None
         checks.append(_check("superseded", "fail", str(e)))
     checks += _roots_checks(record.checkpoint_roots, base, superseded)
+    mode = gpu_mode_check(run_dir, record, base, superseded)
+    checks += [mode] if mode is not None else []
     checks.append(_git_check(record.git["commit"], base, run_dir))
     return {"run_dir": str(run_dir), "run_id": record.run_id, "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
