@@ -39,7 +39,7 @@ def compare_repeats(folder: Path, runs_dir: Path) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="a campaign folder under runs/ with replay/ or repeat/ runs")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the committed runs are (runs)")
     p.add_argument("--write", action="store_true", help="also write FOLDER/repeats.json")
