@@ -487,7 +487,7 @@ def commit_bench(eng: StageEngine, shape: LlamaShape, micro: int, seq: int, repl
         sync(eng.device)
         # The pinned host buffers are allocated once per session and reused by every later commit:
         # allocate them outside the timed commit (reported apart) so that the stall is a steady-state one.
-        from kit.store.async_commit import AsyncCommitter
+        from kit.engine.commit import AsyncCommitter
 
         sess.committer = AsyncCommitter(sess.store)
         t0 = time.perf_counter()

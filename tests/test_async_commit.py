@@ -1,4 +1,4 @@
-"""Background commits (kit.store.async_commit): same roots as the synchronous commit, training goes on
+"""Background commits (kit.engine.commit): same roots as the synchronous commit, training goes on
 while the objects are written, errors surface naming the step, and a SIGKILL during the background
 write leaves HEAD on the previous commit with a store that verifies."""
 
@@ -22,10 +22,10 @@ from support.models import write_hf_llama
 from support.session import BATCHES, LAYERS, make_session, update
 
 from kit.distributed.group import Group
+from kit.engine.commit import AsyncCommitter
 from kit.engine.session import Session
 from kit.model.shard import even_layout
 from kit.store import commits
-from kit.store.async_commit import AsyncCommitter
 from kit.train.optim import GroupConfig
 
 TESTS = Path(__file__).resolve().parent
@@ -139,7 +139,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 import support.session as t
 from kit.store import commits
-from kit.store.async_commit import AsyncCommitter
+from kit.engine.commit import AsyncCommitter
 
 a = json.loads(sys.argv[1])
 s = t.make_session(a["student"], a["reference"], a["home"])

@@ -3,9 +3,9 @@
 `kit.distributed.pipeline.StageEngine.update`) and commits the sharded state with the other workers.
 
 The decision to know: each worker writes its own objects into its own home, rank 0 writes the commit
-(re-hashing every object, HEAD by compare-and-swap), and every worker learns the result. The profile
-is dropout-free, so RNG states are committed only for the full root.
-Commit protocol: docs/internals.md ("kit.engine.session"); format: docs/formats.md.
+(re-hashing every object, HEAD by compare-and-swap), and every worker learns the result, through the
+one commit protocol of kit.engine.commit. The profile is dropout-free, so RNG states are committed
+only for the full root. Commit protocol: docs/internals.md ("kit.engine.commit"); format: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -14,14 +14,12 @@ from dataclasses import replace
 
 import torch
 
-from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig, PendingUpdateResult
-from kit.engine.commit_transfer import adopt_shard, gather_objects
+from kit.engine.commit import AsyncCommitter, Commit
 from kit.engine.worker import build_worker
 from kit.model.shard import Layout
 from kit.store import commits
-from kit.store.async_commit import AsyncCommitter
 from kit.store.objects import ObjectStore
 from kit.store.start import Start
 from kit.train.optim import GroupConfig
@@ -70,49 +68,23 @@ class Session:
 
     def commit(self, extra_cursor: dict | None = None, background: bool = False) -> tuple[str, str] | None:
         """All workers together; returns (full_root, learned_state_root). With `background`, snapshots the
-        state and returns None at once; the commit completes during later updates (kit.store.async_commit)
+        state and returns None at once; the commit completes during later updates (kit.engine.commit)
         and `wait_commit` returns its roots. Either way a commit still in flight completes first."""
         self.wait_commit()
+        cursor = {"step": self.step, **(extra_cursor or {})}
+        rng = torch.get_rng_state().numpy().tobytes()
         if background:
-            self.committer = self.committer or AsyncCommitter(
-                self.store, transfer=lambda written: gather_objects(self.group, self.store, written),
-                adopt_shard=lambda manifest, parent, written: adopt_shard(self.group, self.home, manifest, parent,
-                                                                          written))
-            self.committer.start(self.step, {"step": self.step, **(extra_cursor or {})},
-                                 self.engine.optimizer.param_states(), torch.get_rng_state().numpy().tobytes(),
-                                 self.start.config_bytes)
+            self.committer = self.committer or AsyncCommitter(self.store)
+            self.committer.start(self, cursor, self.engine.optimizer.param_states(), rng, self.start.config_bytes)
             return None
-        entries = commits.save_param_states(self.store, {
+        objects = commits.save_commit_objects(self.store, {
             n: {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in s.items()}
-            for n, s in self.engine.optimizer.param_states().items()})
-        rng = self.store.put_bytes(torch.get_rng_state().numpy().tobytes())
-        config_digest = self.store.put_bytes(self.start.config_bytes)
-        written = [*commits.param_digests(entries), rng, config_digest]
-        # hosts without a shared mount: rank 0's store receives what it lacks (kit/engine/commit_transfer.py)
-        transfer = gather_objects(self.group, self.store, written)
-        mine = canonical_json({"entries": entries, "rng": rng})
-        gathered = [loads_strict(b, "commit entries") for b in self.group.allgather_bytes(mine)]
-        outcome = {"ok": True, "root": None, "error": None, "manifest": None}
-        if self.group.rank == 0:
-            try:
-                if transfer["errors"]:
-                    raise commits.CommitError(f"{len(transfer['errors'])} object(s) did not reach rank 0's store "
-                                              f"{self.home}, HEAD unchanged: " + "; ".join(transfer["errors"]))
-                params = sorted((e for g in gathered for e in g["entries"]), key=lambda e: e["name"])
-                cursor = {"step": self.step, **(extra_cursor or {})}
-                layout = {**self.layout.to_json(), "model_config": config_digest}
-                outcome["root"] = commits.write_commit(self.home, {"cursor": cursor, "params": params}, layout,
-                                                       self.parent, [g["rng"] for g in gathered])
-                outcome["manifest"] = commits.read_commit(self.home, outcome["root"])
-            except (ValueError, OSError) as e:  # OSError too (rank 0's disk): the others wait in the all-gather
-                outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}", "manifest": None}
-        result = loads_strict(self.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
-        if not result["ok"]:
-            raise commits.CommitError(f"rank 0 could not commit step {self.step}: {result['error']}")
-        adopt_shard(self.group, self.home, result["manifest"], self.parent, written)
-        self.transfers.append({"step": self.step, "full_root": result["root"], **transfer})
-        self.parent = result["root"]
-        return self.parent, result["manifest"]["learned_state_root"]
+            for n, s in self.engine.optimizer.param_states().items()}, rng, self.start.config_bytes)
+        # a rank that cannot write its objects raises here, as before the protocol's first collective
+        commit = Commit(self, self.step, cursor)
+        install = commit.agree_on_objects({"ok": True, "error": None, **objects})
+        full_root, manifest = commit.agree_on_root(install)
+        return full_root, manifest["learned_state_root"]
 
     def wait_commit(self) -> tuple[str, str] | None:
         """Complete the background commit in flight (all workers together); its roots, None if none was."""

@@ -161,6 +161,14 @@ def write_commit(
     return _install(home, manifest, parent, lock_timeout_s)
 
 
+def save_commit_objects(store: ObjectStore, states: dict[str, dict], rng: bytes, config_bytes: bytes,
+                        save_params=save_param_states) -> dict:
+    """Write one rank's objects of a commit (its parameters' tensors, its RNG bytes and the model config);
+    returns {"entries": learned-state entries, "rng": digest, "config": digest}, what `write_commit` names."""
+    entries = save_params(store, states)
+    return {"entries": entries, "rng": store.put_bytes(rng), "config": store.put_bytes(config_bytes)}
+
+
 def adopt_commit(home: str | os.PathLike, manifest: dict, expected_head: str | None = None,
                  shard: set[str] | None = None) -> str:
     """Install another store's manifest verbatim (migration: after every new owner fetched and
