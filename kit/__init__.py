@@ -35,6 +35,21 @@ API_NAMES = (  # grouped by what a notebook does: model, engine, refs, stores, s
     "prepare_study", "ArmRequest", "run_arm", "run_arm_torchrun", "evaluate_study", "freeze_candidates",
     "study_screens",
     "run_notebook", "run_batch", "RunRecord", "record_inputs", "record_metric", "record_roots", "results",
+    # what the notebooks of notebooks/ call beside the steps above (tests/test_notebook_imports.py holds them
+    # to this list): files and digests, the seed and its tasks, each step's sidecars and figures, the report
+    "load_json_strict", "write_canonical_json", "sha256_file", "parameter_digest", "scale_name", "repository_root",
+    "record_file", "ArmAborted", "ArmUnavailable", "LEDGER_INPUT", "ledger_digest",
+    "SEED_BUILD_FILE", "SEED_SAMPLE_ROLE", "TRAINED_CONVERSATIONS_FILE", "load_seed_model", "greedy_reply",
+    "load_tokenizer", "read_conversations", "TASK_FAMILIES", "generate_task_set", "check_answer",
+    "job_contract", "prepared_digest", "final_evaluation_evidence", "selection_evidence", "compare_adaptive",
+    "adaptive_dev_curve", "ownership_rows", "prepare_sidecars", "attempt_throughput", "commits_table",
+    "loss_curves", "comparison_summary", "trajectories", "accuracy_sidecars", "evaluation_file", "gate_sidecars",
+    "nll_change_sidecars", "commit_specs", "selection_sidecars", "continued_prepare_sidecars",
+    "dev_curve_sidecars",
+    "load_prepared_study", "read_arm_record", "arm_sidecars", "frozen_arms", "screens_sidecars", "cost_sidecars",
+    "replicate_dev_tasks", "parse_model_spec", "score_replicates", "replicate_dev_sidecars",
+    "curves_figure", "accuracy_figure", "bootstrap_figure", "dev_curve_figure", "render_report", "show_runs",
+    "show_failures", "inspect_run",
 )
 __all__ = ["NUMERIC_ENV", "NUMERIC_PROFILE", "__version__", "numerics"] + list(API_NAMES)
 _API = frozenset(API_NAMES)

@@ -275,7 +275,7 @@ def fixture_failed_run(runs: Path, home: Path) -> Path:
              "ids": ["x"]} for k in (1, 2, 3)]
     (attempt / "updates.jsonl").write_bytes(b"".join(canonical_json(r) + b"\n" for r in rows))
     source = nbformat.read(NOTEBOOKS / "11_adaptive_arm.ipynb", as_version=4)
-    train_cell = next(i for i, c in enumerate(source.cells) if c.source.startswith("commits = train("))
+    train_cell = next(i for i, c in enumerate(source.cells) if c.source.startswith("commits = train_cohort("))
     executed = nbformat.read(NOTEBOOKS / "11_adaptive_arm.ipynb", as_version=4)
     injected = nbformat.v4.new_code_cell(f"HOME = {str(home)!r}\n")
     injected.metadata["tags"] = ["injected-parameters"]
@@ -314,4 +314,4 @@ def test_inspect_failed_arm_notebook_on_a_fixture_run(tmp_path):
     assert (last["full_root"], last["parent"], last["workers"]) == (head, None, 1)
     text = executed_text(run_dir)
     assert f"WorkerFailure: {FAILURE}" in text
-    assert "commits = train(request)" in text  # the source of the cell where it happened
+    assert "commits = train_cohort(request)" in text  # the source of the cell where it happened

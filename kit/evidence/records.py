@@ -1,6 +1,8 @@
-"""The names notebooks and the report import as `kit.evidence.records`, from the three modules they now
-live in: `run_record` (the run.json schema), `notebook` (what notebook code calls inside its kernel)
-and `environment` (git, versions and devices). New code imports those modules directly.
+"""The names the executed notebooks committed under runs/ import as `kit.evidence.records` (kept so that
+they replay), and the report still takes from here, from the three modules they now live in: `run_record`
+(the run.json schema), `notebook` (what notebook code calls inside its kernel) and `environment` (git,
+versions and devices). New code imports those modules directly; the notebooks of notebooks/ import only
+`kit`'s public names (tests/test_notebook_imports.py).
 """
 
 from kit.evidence.environment import (  # noqa: F401
