@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDER = REPO / "runs" / "medium-replicates-2026-12-04-b"
 sys.path.insert(0, str(REPO / "tools"))
 
-from compare_repeats import compare_repeats  # noqa: E402
+from compare_repeats import compare_repeats
 
 
 def test_the_committed_repeats_equal_the_runs_they_repeat_as_repeats_json_says(monkeypatch):

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from support.evidence import evidence_path
 
 from kit.evidence.inspect import InspectError, inspect_run
 from kit.evidence.verify import verify_evidence
-from support.evidence import evidence_path
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs"

@@ -17,7 +17,8 @@ from kit.evidence.manifest import run_key
 
 MODES_RELATIVE = Path("runs") / "GPU_MODES.json"
 MODES_FORMAT = "kit-gpu-modes/1"
-_ENTRY_FIELDS = {"deterministic": bool, "cublas_workspace_config": (str, type(None)), "evidence": str}
+_ENTRY_FIELDS = {"deterministic": (bool, "true or false"), "cublas_workspace_config": ((str, type(None)), "a string or null"),
+                 "evidence": (str, "a string")}
 
 
 def read_modes(base: str | os.PathLike) -> dict:
@@ -29,9 +30,10 @@ def read_modes(base: str | os.PathLike) -> dict:
     if not isinstance(data, dict) or data.get("format") != MODES_FORMAT or not isinstance(data.get("runs"), dict):
         raise ValueError(f"{path}: field 'format' must be {MODES_FORMAT!r}, with an object 'runs'")
     for key, entry in data["runs"].items():
-        for field, kind in _ENTRY_FIELDS.items():
+        for field, (kind, words) in _ENTRY_FIELDS.items():
             if not isinstance(entry, dict) or not isinstance(entry.get(field), kind):
-                raise ValueError(f"{path}: runs[{key!r}] field {field!r} must be {kind}")
+                # ValueError, as every malformed-evidence refusal: verify-evidence reports it as a failed check
+                raise ValueError(f"{path}: runs[{key!r}] field {field!r} must be {words}")  # noqa: TRY004
     return data["runs"]
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from kit.digest import canonical_json, loads_strict, sha256_file
 from kit.evidence import environment, run_record
-from kit.evidence.manifest import files_check
 from kit.evidence.gpu_mode import gpu_mode_check
+from kit.evidence.manifest import files_check
 from kit.evidence.parameters import ParameterError, parse_assignments
 
 INJECTED_TAG = "injected-parameters"
