@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test lint lab lab-serve chromium gpu-wheels general-text medium-bundle size
+.PHONY: demo test test-fast lint lab lab-serve chromium gpu-wheels general-text medium-bundle size
 # The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
 # in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
 # SOURCE: the pinned public conversation source (default: the repository's data/alpaca_5000.json,
@@ -35,6 +35,11 @@ chromium:
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed chromium
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+
+# The unit tier only (tests/support/tiers.py: tiny models, no notebook executed, no committed evidence read),
+# the same way: the loop while changing kit/. No Chromium: the report tests read the evidence.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m unit tests
 
 # What the repository weighs (tracked files by folder) and what a GPU host call carries (tracked files +
 # build/gpu-wheels + build/bundle) against the device tool's 64,000,000 bytes (docs/gpu-hosts.md, "Sizes").

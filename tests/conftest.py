@@ -17,13 +17,42 @@ kit.numerics.apply()
 
 from support.models import PUBLIC_SOURCE, REPO, write_hf_llama  # noqa: F401 - re-exported names of the fixtures
 from support.schedule import longest_first, on_xdist_worker
+from support.tiers import NoTier, tier_of
+
+TESTS_DIR = Path(__file__).parent
+
+
+class _UntieredModule(pytest.Module):
+    """A test file without exactly one tier: collecting it is an error that names the file and the fix."""
+
+    untiered = ""
+
+    def collect(self):
+        raise self.CollectError(self.untiered)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    """A test file missing from support.tiers fails collection (with or without xdist), so no new file runs
+    untiered under `make test` and silently outside `make test-fast`."""
+    if not module_path.name.startswith("test_"):
+        return None
+    try:
+        tier_of(module_path, TESTS_DIR)
+    except NoTier as err:
+        module = _UntieredModule.from_parent(parent, path=module_path)
+        module.untiered = str(err)
+        return module
+    return None  # pytest's own module
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under `make test`'s xdist workers the longest files come first (support.schedule); both workers
-    compute the same order, as xdist requires."""
+    """Every test carries its file's tier marker (support.tiers), so `-m unit` selects by it. Under `make
+    test`'s xdist workers the longest files come first (support.schedule); both workers compute the same
+    order, as xdist requires."""
+    for item in items:
+        item.add_marker(tier_of(item.path, TESTS_DIR))
     if on_xdist_worker():
-        items[:] = longest_first(items, Path(__file__).parent)
+        items[:] = longest_first(items, TESTS_DIR)
 
 
 @pytest.fixture
