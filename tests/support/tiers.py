@@ -119,6 +119,7 @@ UNIT_FILES = (
     "test_lr_schedule.py",
     "test_nccl_schedule.py",
     "test_nccl_separate_homes.py",
+    "test_notebook_imports.py",
     "test_notebook_parameter_names.py",
     "test_notebooks_clean.py",
     "test_numeric_entry.py",
