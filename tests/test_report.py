@@ -22,6 +22,7 @@ from PIL import Image
 from kit.cli import main
 from kit.digest import sha256_file, write_canonical_json
 from kit.evidence import run_record
+from kit.evidence.archive import resolve
 from kit.evidence.report.format import fmt
 from kit.evidence.report.page import external_resources
 from kit.evidence.report.sidecars import metric_view
@@ -214,7 +215,7 @@ def demo_report(tmp_path_factory):
 def _sidecar(runs: Path, source: str):
     run, _, rest = source.partition("/")
     rest, _, row = rest.partition("#results/")
-    obj = json.loads((runs / run / rest).read_text())
+    obj = json.loads(resolve(runs / run / rest).read_text())  # an archived run read in its unpacked folder
     return obj["results"][int(row)] if row else obj  # a benchmark record's result row
 
 

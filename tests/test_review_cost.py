@@ -67,15 +67,21 @@ def test_measured_cost_is_gpu_seconds_at_the_hardware_that_ran_every_attempt_inc
                     "superseded (medium-superseded-seed-800112e3)": first_campaign,
                     "superseded (medium-superseded-seed-d1749707)": {"single", "dense", "powersgd"},
                     # the replicate block's committed-order arms, which failed on the host's full disk
-                    "superseded (medium-replicates-2026-12-04/failed)": {"single", "dense", "powersgd"}}
+                    "superseded (medium-replicates-2026-12-04/failed)": {"single", "dense", "powersgd"},
+                    # the GPU replays of medium-study-single and -single-r1 on a fresh host: GPU time, not attempts
+                    "GPU replay (medium-replicates-2026-12-04-b/replay)": {"single"}}
     assert {r["hardware"] for r in every if r["kept as"] == "superseded (medium-superseded-seed-800112e3)"} == {
         "NVIDIA H200 (a host of 2)"}  # the first campaign ran on two H200s
     assert {r["hardware"] for r in every if r["kept as"] == "superseded (medium-superseded-seed-d1749707)"} == {
         "NVIDIA H200 (a host of 1)"}
     totals = measured_totals(every)
-    replicates = [r for r in every if r["run"].rsplit("-", 1)[-1] in ("r1", "r2")]  # the replicate block's arms
-    assert len(replicates) == 6 and all(r["kept as"] == "committed" for r in replicates)
-    assert totals["attempts"] == 23 == sum(len(v) for v in kept.values()) + len(replicates)
+    # the replicate block's arms (the replay of single-r1 is counted with the replays)
+    replicates = [r for r in every if r["run"].rsplit("-", 1)[-1] in ("r1", "r2") and r["kept as"] == "committed"]
+    assert len(replicates) == 6
+    replays = [r for r in every if r["kept as"].startswith("GPU replay")]
+    assert sorted(r["run"] for r in replays) == ["medium-study-single", "medium-study-single-r1"]
+    assert totals["attempts"] == 25 == sum(len(v) for v in kept.values()) + len(replicates) + len(replays) - 1
+    assert totals["superseded_attempts"] == 25 - 3 - 6 - 2  # neither the committed, the replicates nor the replays
     assert totals["gpu_seconds_all_attempts"] == sum(r["gpu_seconds"] for r in every)
 
 

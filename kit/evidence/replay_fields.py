@@ -20,9 +20,13 @@ TIMING_FIELD = re.compile(r"seconds|(^|_)s$|_per_s($|_)|per_second|hours|usd|(^|
 # and of what holds that digest (a selection record: `selection_file`'s sha256); the job's identity is
 # its job_digest, compared where a sidecar records it
 NON_IDENTITY_FIELDS = frozenset({"prepared_sha256", "prepared_digest"})
-NON_IDENTITY_SIDECAR_FIELDS = {"selection_file": frozenset({"sha256"})}
+# and what a sidecar derives from throughput alone: the speed screen's ratio of two measured rates and the
+# verdict on it (its inputs, `*_per_s`, are timing fields already)
+NON_IDENTITY_SIDECAR_FIELDS = {"selection_file": frozenset({"sha256"}), "screen_speed": frozenset({"ratio", "verdict"})}
 # output text that carries the clock: time stamps, attempt ids, ISO instants, durations and rates, and a printed
 # mapping's item whose key is a timing field ('seconds': 177.17)
+# an absolute path into the run's own folder (`.../runs/<run id>/.kernel-inputs.json`): where it ran, not what
+RUN_FOLDER_TEXT = re.compile(r"(?<![\w.-])/[^\s'\"]*/runs/")
 TIMING_TEXT = re.compile(r"\d{8}T\d{6}\S*|\d{4}-\d\d-\d\dT[\d:.]+Z?|\d+(\.\d+)?\s*(s|ms|min|sec|seconds|tokens/s|it/s)\b"
                          r"|(['\"])\w*(seconds|_s|_per_s|hours|usd|_at|throughput|utilization|mfu)\3\s*:\s*[^,}\]\n]+")
 
@@ -95,7 +99,7 @@ def output_texts(notebook: Path) -> list[str]:
             if "text/html" in (o.get("data") or {}):
                 continue  # a displayed table (its timing columns unmasked in text); its rows are sidecar data
             parts.append("".join(text) if isinstance(text, list) else text or "")
-        texts.append(TIMING_TEXT.sub("<clock>", "".join(parts)))
+        texts.append(RUN_FOLDER_TEXT.sub("<runs>/", TIMING_TEXT.sub("<clock>", "".join(parts))))
     return texts
 
 

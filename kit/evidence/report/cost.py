@@ -72,6 +72,16 @@ def _replicate_scoring(r: dict) -> bool:
     return is_replicate(r) and "CANDIDATE" in (r.get("parameters") or {})
 
 
+def _kept_as(kept_in: str | None) -> str:
+    """Where an attempt's record is kept: the committed run; a GPU replay of it or a repeat (a campaign folder's
+    replay/ and repeat/, tools/compare_repeats.py), whose GPU time counts but which supersede nothing; else a
+    superseded attempt."""
+    if kept_in is None:
+        return "committed"
+    last = kept_in.rsplit("/", 1)[-1]
+    return {"replay": f"GPU replay ({kept_in})", "repeat": f"repeat ({kept_in})"}.get(last, f"superseded ({kept_in})")
+
+
 def measured_cost_rows(runs_dir) -> list[dict]:
     """One row per attempt; ratios against the single arm of the same contract and sitting (the committed
     runs, or the same superseded folder)."""
@@ -96,7 +106,7 @@ def measured_cost_rows(runs_dir) -> list[dict]:
         wire_bytes = (wire["tx_bytes"] + wire["rx_bytes"]) if wire else None
         rows.append({
             "run": r["run_id"], "arm": arm,
-            "kept as": "committed" if r["kept_in"] is None else f"superseded ({r['kept_in']})",
+            "kept as": _kept_as(r["kept_in"]),
             "status": r.get("status"), "hardware": _hardware(r), "workers": workers,
             "wall_s": m.get("wall_seconds"), "updates": m.get("updates"),
             "gpu_seconds": (m["wall_seconds"] * devices) if on_gpu and m.get("wall_seconds") and devices else None,
@@ -120,7 +130,7 @@ def measured_totals(rows: list[dict]) -> dict:
     ran = [r for r in rows if r["gpu_seconds"] is not None]
     return {"attempts": len(rows), "attempts_on_gpu": len(ran),
             "gpu_seconds_all_attempts": sum(r["gpu_seconds"] for r in ran) if ran else None,
-            "superseded_attempts": sum(1 for r in rows if r["kept as"] != "committed")}
+            "superseded_attempts": sum(1 for r in rows if r["kept as"].startswith("superseded"))}
 
 
 def projection_cost_rows(runs_dir) -> list[dict]:
@@ -132,7 +142,7 @@ def projection_cost_rows(runs_dir) -> list[dict]:
         c = metric(r, "cost")
         if isinstance(c, dict):
             rows.append({"run": r["run_id"], "arm": r["parameters"]["ARM"],
-                         "kept as": "committed" if r["kept_in"] is None else f"superseded ({r['kept_in']})",
+                         "kept as": _kept_as(r["kept_in"]),
                          **{k: c.get(k) for k in ("gpu_hours", "gpu_cost_usd", "cross_zone_bytes",
                                                   "cross_zone_cost_usd", "total_usd")}})
     return rows

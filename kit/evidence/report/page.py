@@ -168,7 +168,8 @@ def _run_sections(nb, runs_dir, sel: str, where, details: dict) -> None:
         nb.cells.append(nbformat.v4.new_markdown_cell(
             f"## Archived runs\n\n{len(archived)} run(s) of this selection lie in `runs/archive/` (listed in the run "
             "table above; their records and sidecars: `runs/archive/index.md`, read in place by `kit verify-evidence`): "
-            + ", ".join(f"`{r}`" for r in archived) + "."))
+            # each name carries its run's anchor, so a verdict or table citing an archived run links here
+            + ", ".join(f'<a id="run-{html.escape(r)}"></a>`{r}`' for r in archived) + "."))
 
 
 def external_resources(page: str) -> list[str]:
