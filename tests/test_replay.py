@@ -134,6 +134,22 @@ def test_every_data_location_is_the_replay_s_own_and_names_its_producer(tmp_path
     assert "MODE" not in replayer._locations(seed)  # 'build': a word that is also a data root's name
 
 
+def test_the_runs_that_made_the_roots_a_run_used_are_its_dependencies_too(tmp_path):
+    """A folder location names only its first writer (STUDY_DIR: the study preparation), so the study
+    evaluation replayed alone refused: 'arm single is not run'. The roots it used (checkpoint_roots.used) name
+    each arm exactly; the migration comparison's two trajectories the same way."""
+    from kit.evidence.replay import Replayer
+
+    replayer = Replayer(RUNS, tmp_path, log=lambda m: None)
+
+    def makers(run_id):
+        return [r.run_id for r in replayer._root_producers(replayer.records[run_id][1])]
+
+    assert makers("demo-study-evaluate") == ["demo-study-single", "demo-study-dense", "demo-study-powersgd"]
+    assert sorted(makers("demo-adaptive-migration")) == ["demo-adaptive-A2-control", "demo-adaptive-A3-migrated"]
+    assert makers("demo-study-single") == [] and makers("demo-seed") == []
+
+
 def test_an_archived_run_is_named_by_its_old_path_and_replays(replayed, work):
     """A run kept in an archived folder (runs/archive/) is named as before and replays like any run: the
     superseded demo set of 2026-12-03 built the same seed, which this module's replay re-derived into `work`."""

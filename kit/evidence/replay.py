@@ -162,6 +162,19 @@ class Replayer:
             walk(name, name, value)
         return found
 
+    def _root_producers(self, consumer: RunRecord) -> list[RunRecord]:
+        """The runs that produced the checkpoint roots `consumer` used (checkpoint_roots.used), each the earliest
+        to produce it: an evaluation's arms, a comparison's two trajectories. A location names a folder, which
+        several runs write into; a used root names exactly the commit read."""
+        out: dict[str, RunRecord] = {}
+        for used in consumer.checkpoint_roots.get("used") or []:
+            makers = [r for _, r in self.records.values() if r.run_id != consumer.run_id
+                      and any(p.get("root") == used.get("root") for p in r.checkpoint_roots.get("produced") or [])]
+            first = min(makers, key=lambda r: (r.started_at, r.run_id), default=None)
+            if first is not None and first.started_at <= consumer.started_at:
+                out.setdefault(first.run_id, first)
+        return sorted(out.values(), key=lambda r: (r.started_at, r.run_id))
+
     def _producer(self, location: str, consumer: RunRecord) -> RunRecord | None:
         named = [r for _, r in self.records.values() if location in self._locations(r).values()]
         first = min(named, key=lambda r: (r.started_at, r.run_id), default=None)
@@ -213,6 +226,11 @@ class Replayer:
                 if not dep["ok"]:
                     raise ReplayError(f"{run_dir}: its input {name} = {location!r} comes from "
                                       f"{producer.run_id}, whose replay did not match: {dep['mismatches'][0]}")
+        for producer in self._root_producers(record):
+            dep = self.replay(producer.run_id)
+            if not dep["ok"]:
+                raise ReplayError(f"{run_dir}: a checkpoint root it used comes from {producer.run_id}, whose "
+                                  f"replay did not match: {dep['mismatches'][0]}")
         from kit.evidence.runner import run_notebook
         from kit.evidence.runtime import repository_root
 
