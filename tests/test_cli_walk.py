@@ -1,6 +1,6 @@
 """Every subcommand of `kit`, discovered from the parser, with bad paths: one line, no traceback, exit 2.
 
-For each path-like option or positional (its argparse `type` is a kit.cli.args checker) the walk feeds
+For each path-like option or positional (its argparse `type` is a kit.args checker) the walk feeds
 (a) a missing path, (b) a file where a folder belongs (or a folder where a file belongs), (c) garbage
 JSON (a garbage file, and a folder whose marker file, e.g. prepared.json, is garbage), in process
 through `kit.cli.main`. A second check makes sure no path-like option escaped the checkers.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from kit.args import Dir, Named, PathArg, leaf_parsers
 from kit.cli import build_parser, main
-from kit.cli.args import Dir, Named, PathArg, leaf_parsers
 
 # Words in an option's name that say it takes a path (or HOME:ROOT / NAME=PATH holding one).
 PATHISH = ("dir", "home", "out", "prepared", "seed", "contract", "source", "study", "plan", "notebook", "config",
@@ -390,7 +390,7 @@ def test_a_contract_of_the_other_kind_names_the_right_command(words, contract, r
 
 def test_contract_kinds_are_the_schemas():
     from kit.adaptive import continued_schema, schema
-    from kit.cli.args import CONTRACT_COMMANDS
+    from kit.args import CONTRACT_COMMANDS
     from kit.study import schema as study_schema
 
     assert set(CONTRACT_COMMANDS) == {schema.KIND, continued_schema.KIND, study_schema.KIND}

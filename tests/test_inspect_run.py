@@ -5,12 +5,17 @@ campaign (a kit-bench/1 record, not canonical JSON, which verify-evidence accept
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from support.evidence import evidence_path
 
-from kit.evidence.inspect import InspectError, inspect_run
+from kit import (
+    inspect_run,  # the public name, as notebooks/90 calls it: it registers the experiments' readers
+)
+from kit.evidence.inspect import InspectError
 from kit.evidence.verify import verify_evidence
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,3 +104,17 @@ def test_store_and_sidecar_draw_the_same_panels_in_the_same_order(tmp_path, monk
     order = [list(r) for r in from_store["curves"]]
     assert order == [list(r) for r in from_sidecar["curves"]]
     assert order[0] == [k for k in PANEL_ORDER if k in sidecar[0]] and order[0][:2] == ["update", "objective"]
+
+
+def test_the_experiments_register_their_store_readers_and_evidence_imports_neither():
+    """kit/evidence stands below the experiments (tests/test_layers.py): the run inspection reads a store
+    through the readers kit.adaptive and kit.study register, asked in the order of their names."""
+    code = ("import sys, kit.evidence.inspect as i\n"
+            "try:\n    i._readers()\nexcept RuntimeError as e:\n    print('refused:', e)\n"
+            "assert not any(m.startswith(('kit.adaptive', 'kit.study')) for m in sys.modules)\n"
+            "import kit.study, kit.adaptive\n"
+            "print([r.name for r in i._readers()])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.splitlines() == [("refused: no experiment has registered its store reader: call kit.inspect_run, or "
+                                 "import kit.adaptive and kit.study before kit.evidence.inspect.inspect_run"),
+                                "['adaptive', 'study']"]

@@ -51,29 +51,35 @@ def _imports(path: Path):
     """Every module `path` imports, wherever the import is (module level or inside a function: ast.walk
     visits both), including relative imports, `importlib.import_module("kit....")` and launcher
     entries named as strings ("kit.x:function"), which are imports the interpreter makes later."""
+    for _line, name in _imports_with_lines(path):
+        yield name
+
+
+def _imports_with_lines(path: Path):
+    """(line, module) for each import `_imports` sees."""
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level > 0 and path.is_relative_to(KIT):
             base = _package_of(path).split(".")
             base = base[:len(base) - (node.level - 1)]
-            yield ".".join(base + ([node.module] if node.module else []))
+            yield node.lineno, ".".join(base + ([node.module] if node.module else []))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module" \
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            yield node.args[0].value
+            yield node.lineno, node.args[0].value
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and ENTRY_RE.match(node.value):
-            yield ENTRY_RE.match(node.value).group(1)
+            yield node.lineno, ENTRY_RE.match(node.value).group(1)
         if isinstance(node, ast.ImportFrom) and node.module == "torch" and node.level == 0:
             for a in node.names:  # `from torch import distributed`
                 if a.name == "distributed":
-                    yield "torch.distributed"
+                    yield node.lineno, "torch.distributed"
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch" \
                 and node.attr == "distributed":  # `torch.distributed.x` through `import torch`
-            yield "torch.distributed"
+            yield node.lineno, "torch.distributed"
         if isinstance(node, ast.Import):
             for a in node.names:
-                yield a.name
+                yield node.lineno, a.name
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
+            yield node.lineno, node.module
 
 
 def _module_name(path: Path) -> str:
@@ -142,27 +148,33 @@ def _kit_modules() -> dict[str, Path]:
 
 def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     """module -> the kit modules it imports (anywhere in the file); `from kit.a import b` is an edge to
-    kit.a.b when b is a module, else to kit.a. The implicit import of a parent package is not an edge."""
+    kit.a.b when b is a module, else to kit.a. The implicit import of a parent package is not an edge
+    (so a package's __init__ may import a submodule that does `from kit.a import c`, c a module)."""
+    return {mod: {target for _line, target in _kit_edges(mod, path, modules)} for mod, path in modules.items()}
+
+
+def _kit_edges(mod: str, path: Path, modules: dict[str, Path]):
+    """(line, kit module) for each import of a kit module in `path`, resolved as `_import_graph` says."""
     def resolve(name: str) -> str | None:
         while name and name not in modules:
             name = name.rpartition(".")[0]
         return name or None
 
-    graph = {}
-    for mod, path in modules.items():
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kit"):
-                for a in node.names:
-                    full = f"{node.module}.{a.name}"
-                    edges.add(full if full in modules else resolve(node.module))
-        edges.update(resolve(i) for i in _imports(path) if i.startswith("kit"))
-        edges.discard(None)
-        edges.discard(mod)
-        if mod == FACADE_EDGE[0]:
-            edges.discard(FACADE_EDGE[1])
-        graph[mod] = edges
-    return graph
+    edges, from_lists = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kit"):
+            # `from kit.a import b, c` is an edge to each of kit.a.b, kit.a.c that is a module and to kit.a
+            # only for a name it defines (kit.a runs first either way: the implicit parent import)
+            from_lists.add((node.lineno, node.module))
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                edges.add((node.lineno, full if full in modules else resolve(node.module)))
+    edges.update((line, resolve(i)) for line, i in _imports_with_lines(path)
+                 if i.startswith("kit") and (line, i) not in from_lists)
+    for line, target in sorted(edges, key=lambda e: (e[0], e[1] or "")):
+        if target is None or target == mod or (mod, target) == FACADE_EDGE:
+            continue
+        yield line, target
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -213,6 +225,88 @@ def test_no_import_cycles_among_kit_modules():
 def test_cycle_checker_catches_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# -- the order inside layer 5, package by package ---------------------------------------------------------
+
+# Layer 5's packages (a subpackage of kit/, or a module directly in kit/), lowest first. A package imports
+# only packages of its own tier or below, and no two packages import each other, however indirectly (a
+# cycle between packages that no module-level cycle shows: kit.adaptive.cli -> kit.cli.args while
+# kit.cli.drivers -> kit.adaptive.cli was one). docs/design.md, "Layers of kit/", draws the same order.
+PACKAGE_TIERS = (
+    ("engine", {"kit.engine", "kit.refs", "kit.replicate_order"}),
+    ("evaluation", {"kit.evaluation", "kit.seed"}),
+    ("evidence", {"kit.evidence", "kit.status", "kit.args"}),
+    ("experiments", {"kit.adaptive", "kit.study"}),
+    ("compositions", {"kit.demo", "kit.replicates"}),
+    ("entry points", {"kit.cli", "kit.api", "kit.__main__"}),
+)
+
+
+def package_of(module: str) -> str:
+    """kit.adaptive.cli -> kit.adaptive, kit.evidence.report.runs -> kit.evidence, kit.api -> kit.api."""
+    return ".".join(module.split(".")[:2])
+
+
+def tier_of(package: str) -> int:
+    return next(i for i, (_name, packages) in enumerate(PACKAGE_TIERS) if package in packages)
+
+
+def _package_edges(modules: dict[str, Path]):
+    """(importing module, its file:line, imported module) for each import between two layer-5 packages."""
+    for mod, path in modules.items():
+        if layer_of(mod) != 5:
+            continue
+        for line, target in _kit_edges(mod, path, modules):
+            if layer_of(target) == 5 and package_of(target) != package_of(mod):
+                yield mod, f"{path.relative_to(KIT.parent) if path.is_relative_to(KIT.parent) else path}:{line}", target
+
+
+def _package_problems(modules: dict[str, Path]) -> list[str]:
+    problems, graph, where = [], {}, {}
+    for mod in modules:
+        if layer_of(mod) == 5:
+            graph.setdefault(package_of(mod), set())
+    placed = {pkg for _name, packages in PACKAGE_TIERS for pkg in packages}
+    problems += [f"{pkg} is in layer 5 but not in PACKAGE_TIERS (tests/test_layers.py): give it a tier"
+                 for pkg in sorted(set(graph) - placed)]
+    for mod, at, target in _package_edges(modules):
+        a, b = package_of(mod), package_of(target)
+        graph[a].add(b)
+        where.setdefault((a, b), []).append(f"{at} ({mod} imports {target})")
+        if {a, b} <= placed and tier_of(b) > tier_of(a):
+            problems.append(f"{at}: {mod} (tier {PACKAGE_TIERS[tier_of(a)][0]}) imports {target} "
+                            f"(tier {PACKAGE_TIERS[tier_of(b)][0]}, above it)")
+    for cycle in _cycles(graph):
+        # one import per pair of packages names the place (the first by file and line), with how many more
+        edges = [f"{a} -> {b} at {where[(a, b)][0]}" + (f" and {len(where[(a, b)]) - 1} more" if len(where[(a, b)]) > 1
+                                                        else "") for a in cycle for b in cycle if (a, b) in where]
+        problems.append("package cycle " + " <-> ".join(cycle) + ": " + "; ".join(edges))
+    return problems
+
+
+def test_layer5_packages_import_only_their_tier_or_below_and_form_no_cycle():
+    problems = _package_problems(_kit_modules())
+    assert not problems, "\n".join(problems)
+
+
+def test_package_checker_catches_an_upward_import_a_package_cycle_and_an_unplaced_package(tmp_path):
+    files = {"kit.study.cli": "def f():\n    from kit.cli import build_parser\n",  # an experiment imports the CLI
+             "kit.cli": "import kit.study.cli\n",
+             "kit.evidence.ledger": "", "kit.adaptive.prepare": "from kit.evidence import ledger\n",
+             "kit.newpkg": "from kit.adaptive import prepare\n"}
+    modules = {}
+    for name, text in files.items():
+        modules[name] = tmp_path / f"{name}.py"
+        modules[name].write_text(text)
+    problems = _package_problems(modules)
+    assert problems == [
+        "kit.newpkg is in layer 5 but not in PACKAGE_TIERS (tests/test_layers.py): give it a tier",
+        f"{tmp_path}/kit.study.cli.py:2: kit.study.cli (tier experiments) imports kit.cli (tier entry points, above it)",
+        (f"package cycle kit.cli <-> kit.study: kit.cli -> kit.study at {tmp_path}/kit.cli.py:1 (kit.cli imports "
+         f"kit.study.cli); kit.study -> kit.cli at {tmp_path}/kit.study.cli.py:2 (kit.study.cli imports kit.cli)")]
+    assert package_of("kit.evidence.report.runs") == "kit.evidence" and package_of("kit.api") == "kit.api"
+    assert tier_of("kit.adaptive") > tier_of("kit.evidence") and tier_of("kit.cli") > tier_of("kit.study")
 
 
 def test_the_engine_is_constructed_in_one_function():

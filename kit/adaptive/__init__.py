@@ -9,3 +9,9 @@ source commitments (`adaptive-shards-inputs.json`) that training re-checks befor
 `train` runs a cohort arm with the local launcher; `torchrun` runs it as one rank of a torchrun group
 across hosts with nothing shared on disk.
 """
+
+from kit.adaptive import sidecars as _sidecars
+from kit.evidence.inspect import StoreReader, register_store_reader
+
+# the run inspection (kit/evidence/inspect.py) reads an adaptive run's store through this reader
+register_store_reader(StoreReader("adaptive", _sidecars.store_curves, _sidecars.store_home))

@@ -111,7 +111,7 @@ def cmd_compare(a) -> int:
 
 
 def register(sub) -> None:
-    from kit.cli.args import (
+    from kit.args import (
         File,
         HomeRoot,
         Named,
@@ -211,7 +211,7 @@ def cmd_prepare(a) -> int:
 
 
 def register_prepare(sub) -> None:
-    from kit.cli.args import File, OutDir, OutFile, contract_file, public_source_file, seed_dir
+    from kit.args import File, OutDir, OutFile, contract_file, public_source_file, seed_dir
 
     s = adaptive_subparsers(sub).add_parser(
         "prepare", help="write role files, schedule, ownership manifests, prepared.json and input commitments")

@@ -280,7 +280,7 @@ def cmd_prepare(a) -> int:
 
 
 def register(sub) -> None:
-    from kit.cli.args import (
+    from kit.args import (
         File,
         HomeRoot,
         OutDir,

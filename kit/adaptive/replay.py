@@ -138,7 +138,7 @@ def register(sub) -> None:
     group = next(x for x in ck._actions if isinstance(x, argparse._SubParsersAction))
     s = group.add_parser("replay", help="recompute the updates between a commit and its parent (or --from an "
                                         "ancestor) from the committed parent state and the prepared job")
-    from kit.cli.args import store_dir
+    from kit.args import store_dir
 
     s.add_argument("root", help="the commit to recompute: its full root, a unique prefix of at least 8 hex, or HEAD")
     s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")

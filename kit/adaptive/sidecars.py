@@ -106,6 +106,18 @@ def loss_curves(home: str, cohort: str) -> list[dict]:
             for r in update_log(home, cohort)]
 
 
+
+# --- the run inspection's view of an adaptive run's store (kit/evidence/inspect.py, StoreReader) ---------
+def store_curves(params: dict) -> tuple[list, str] | None:
+    """The loss curves of a run whose parameters name a checkpoint store (HOME) that is on this machine."""
+    if params.get("HOME") and (Path(params["HOME"]) / "attempts").is_dir():
+        return loss_curves(params["HOME"], params.get("COHORT", "A")), params["HOME"]
+    return None
+
+
+def store_home(params: dict) -> str | None:
+    return params.get("HOME") or None
+
 # --- a side-by-side comparison (notebook 12) ---------------------------------------------------
 def comparison_summary(result: dict, cohort: str) -> dict:
     """The `comparison` sidecar of compare()'s result: both learned-state roots and layouts, equality."""

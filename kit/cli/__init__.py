@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from kit import numerics
-from kit.cli.args import (
+from kit.args import (
     Dir,
     File,
     FileOrDir,

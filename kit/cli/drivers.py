@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from kit.cli.args import Dir, EvidenceDir, File, OutDir, OutFile, RunsSelection, add_renamed
+from kit.args import Dir, EvidenceDir, File, OutDir, OutFile, RunsSelection, add_renamed
 
 
 # --- kit run --------------------------------------------------------------------------------

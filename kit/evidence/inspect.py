@@ -6,12 +6,18 @@ record (`kit-bench/1`, not in canonical form).
 inspection"): kind and status, the recorded error with the cell it happened in, what the run was bound
 to, the loss curves and last commit from the store when it is on this machine, else from the committed
 sidecars. Nothing is written; an unreadable record is an error naming the file.
+
+Which store a notebook run used is the experiments' knowledge: each registers a `StoreReader` when its
+package is imported (kit.adaptive, kit.study; `kit.inspect_run` imports both through kit.api), so this
+module stands below the experiments and imports none of them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict
@@ -106,33 +112,52 @@ def panel_rows(rows: list[dict]) -> list[dict]:
     return [{k: r[k] for k in sorted(r, key=lambda k: (rank.get(k, len(rank)), k))} for r in rows]
 
 
+@dataclass(frozen=True)
+class StoreReader:
+    """How one experiment finds a run's checkpoint store from the run's parameters. The experiments register
+    theirs (kit/adaptive/__init__.py, kit/study/__init__.py): kit/evidence stands below them and never
+    imports them (tests/test_layers.py, PACKAGE_TIERS).
+
+    `curves(params)`: (per-update rows, the store they came from) when the parameters name this experiment's
+    store and it is on this machine, else None. `home(params)`: the store's folder when the parameters are
+    this experiment's, else None."""
+
+    name: str
+    curves: Callable[[dict], tuple[list, str] | None]
+    home: Callable[[dict], str | None]
+
+
+# name -> reader; asked in the order of their names, so the answer does not depend on which experiment
+# was imported first (adaptive's HOME before the study's STUDY_DIR, as before the registry)
+STORE_READERS: dict[str, StoreReader] = {}
+
+
+def register_store_reader(reader: StoreReader) -> None:
+    STORE_READERS[reader.name] = reader
+
+
+def _readers() -> list[StoreReader]:
+    if not STORE_READERS:  # without them every store would silently read as absent (curves from the sidecars)
+        raise RuntimeError("no experiment has registered its store reader: call kit.inspect_run, or import "
+                           "kit.adaptive and kit.study before kit.evidence.inspect.inspect_run")
+    return [STORE_READERS[name] for name in sorted(STORE_READERS)]
+
+
 def _store_curves(params: dict) -> tuple[list | None, str | None]:
     """Per-update rows from the run's checkpoint store, when that store is on this machine: the fields of
     the loss_curves sidecar the arm's notebook writes from the same store (so both show the same panels)."""
-    if params.get("HOME") and (Path(params["HOME"]) / "attempts").is_dir():
-        from kit.adaptive.sidecars import loss_curves
-
-        return loss_curves(params["HOME"], params.get("COHORT", "A")), params["HOME"]
-    if params.get("STUDY_DIR") and (Path(params["STUDY_DIR"]) / "arms").is_dir():
-        from kit.study.arms import arm_dir, attempt_records
-        from kit.study.sidecars import CURVE_FIELDS
-
-        arm = params.get("ARM", "single")
-        replicate = int(params.get("REPLICATE", 0))
-        attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
-        rows = [{k: u[k] for k in CURVE_FIELDS if k in u}
-                for u in (attempts[-1] if attempts else {}).get("updates") or []]
-        return rows, str(arm_dir(params["STUDY_DIR"], arm, replicate) / "home")
+    for reader in _readers():
+        found = reader.curves(params)
+        if found is not None:
+            return found
     return None, None
 
 
 def _home(params: dict) -> str | None:
-    if params.get("HOME"):
-        return params["HOME"]
-    if params.get("STUDY_DIR"):
-        from kit.study.arms import arm_dir
-
-        return str(arm_dir(params["STUDY_DIR"], params.get("ARM", "single"), int(params.get("REPLICATE", 0))) / "home")
+    for reader in _readers():
+        home = reader.home(params)
+        if home:
+            return home
     return None
 
 

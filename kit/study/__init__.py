@@ -12,6 +12,11 @@ pair over one common AdamW, with throughput, wire traffic, GPU cost and the qual
 docs/study.md explains the study; docs/formats.md ("Shared-gradient study records") its files.
 """
 
+from kit.evidence.inspect import StoreReader, register_store_reader
+from kit.study import sidecars as _sidecars
 from kit.study.cli import register
+
+# the run inspection (kit/evidence/inspect.py) reads an arm's store through this reader
+register_store_reader(StoreReader("study", _sidecars.store_curves, _sidecars.store_home))
 
 __all__ = ["register"]

@@ -75,7 +75,7 @@ def cmd_status(a) -> int:
 
 
 def register(sub) -> None:
-    from kit.cli.args import (
+    from kit.args import (
         OutDir,
         OutFile,
         add_renamed,

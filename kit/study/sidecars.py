@@ -5,6 +5,8 @@ draws the same sidecars (kit.evidence.report).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 CURVE_FIELDS = ("step", "objective", "grad_norm", "clip_factor", "seconds", "gradient_bytes")
 MEASURED = ("active_tokens_per_s", "wall_seconds", "active_seconds", "gpu_seconds_per_update")
 ARM_FIELDS = ("arm", "workers", "reduction", "status", "reason", "attempts")
@@ -64,3 +66,26 @@ def cost_sidecars(screens: dict) -> dict:
             for a in screens["arms"]]
     return {"arms": arms, "cost": screens["cost"]["rows"],
             "cost_total": {k: screens["cost"][k] for k in ("total_usd", "bound_usd", "within_bound")}}
+
+
+# --- the run inspection's view of an arm's store (kit/evidence/inspect.py, StoreReader) -----------------
+def store_curves(params: dict) -> tuple[list, str] | None:
+    """The last attempt's per-update rows of the arm a run's parameters name (STUDY_DIR, ARM, REPLICATE),
+    when the study folder is on this machine."""
+    if not (params.get("STUDY_DIR") and (Path(params["STUDY_DIR"]) / "arms").is_dir()):
+        return None
+    from kit.study.arms import attempt_records  # torch: only when a study's store is there to read
+
+    arm = params.get("ARM", "single")
+    replicate = int(params.get("REPLICATE", 0))
+    attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
+    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in (attempts[-1] if attempts else {}).get("updates") or []]
+    return rows, store_home(params)
+
+
+def store_home(params: dict) -> str | None:
+    if not params.get("STUDY_DIR"):
+        return None
+    from kit.study.arms import arm_dir  # torch: only for a study run
+
+    return str(arm_dir(params["STUDY_DIR"], params.get("ARM", "single"), int(params.get("REPLICATE", 0))) / "home")
