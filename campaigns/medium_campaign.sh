@@ -448,7 +448,8 @@ open(sys.argv[2], "wb").write(data)
 PY
 }
 
-replicates() {  # issue 51, in the background as resume: the seed, then the plan's replicates (docs/gpu-hosts.md)
+in_background() {  # in_background STAGE DATE: `STAGE-run DATE` in the background (setsid, as resume), its pid and
+    # log under $W; refused before any device time when the ledger prefix the replicate plan names is wrong
     sync_git
     enter_checkout
     if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
@@ -456,21 +457,27 @@ replicates() {  # issue 51, in the background as resume: the seed, then the plan
     fi
     mkdir -p "$W"
     ledger_prefix campaigns/medium-replicates-plan.json || exit 2  # before any device time goes to the seed
-    setsid nohup bash campaigns/medium_campaign.sh replicates-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
+    setsid nohup bash campaigns/medium_campaign.sh "$1-run" "$2" >>"$W/campaign.log" 2>&1 </dev/null &
     echo $! >"$W/campaign.pid"
-    echo "replicates started (pid $!), log $W/campaign.log"
+    echo "$1 started (pid $!), log $W/campaign.log"
 }
 
-replicates_run() {  # `replicates` in the foreground: the most valuable first, so a cut-off leaves complete records
-    local plan=campaigns/medium-replicates-plan.json t0=$SECONDS
+replicate_setup() {  # what every replicate stage starts with: the runtime, the seed at its pin, the ledger prefix,
+    # and (global) the kit.replicates command line `r` and the two GPU modes as env prefixes
+    plan=campaigns/medium-replicates-plan.json
     runtime
     build_seed
     ledger_prefix "$plan"
-    local r=(python3 -m kit.replicates --scale medium --out "$W/work" --seed "$W/pilot-work/seed" --runs-dir "$W/runs"
-             --plan "$plan")
+    r=(python3 -m kit.replicates --scale medium --out "$W/work" --seed "$W/pilot-work/seed" --runs-dir "$W/runs"
+       --plan "$plan")
     # the committed runs' mode: flag and workspace unset; the replicates' mode: deterministic
-    local committed=(env -u KIT_GPU_DETERMINISTIC -u CUBLAS_WORKSPACE_CONFIG)
-    local deterministic=(env KIT_GPU_DETERMINISTIC=1 CUBLAS_WORKSPACE_CONFIG=:4096:8)
+    committed=(env -u KIT_GPU_DETERMINISTIC -u CUBLAS_WORKSPACE_CONFIG)
+    deterministic=(env KIT_GPU_DETERMINISTIC=1 CUBLAS_WORKSPACE_CONFIG=:4096:8)
+}
+
+replicates_run() {  # `replicates` in the foreground: the most valuable first, so a cut-off leaves complete records
+    local t0=$SECONDS
+    replicate_setup
     echo "replicates: prepare $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
     "${committed[@]}" "${r[@]}" --part prepare || { echo "replicates: prepare failed"; return 1; }
     echo "replicates: study r1 r2 beside cohort A's endpoint $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
@@ -497,28 +504,9 @@ replicates_run() {  # `replicates` in the foreground: the most valuable first, s
     echo "replicates done $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
 }
 
-growth_replay() {  # issues 51 and 47, one H200, in the background: the growth pair r1 beside a GPU replay
-    sync_git
-    enter_checkout
-    if [ -f "$W/campaign.pid" ] && kill -0 "$(cat "$W/campaign.pid")" 2>/dev/null; then
-        echo "already running (pid $(cat "$W/campaign.pid"))"; return
-    fi
-    mkdir -p "$W"
-    ledger_prefix campaigns/medium-replicates-plan.json || exit 2  # before any device time goes to the seed
-    setsid nohup bash campaigns/medium_campaign.sh growth-replay-run "$1" >>"$W/campaign.log" 2>&1 </dev/null &
-    echo $! >"$W/campaign.pid"
-    echo "growth-replay started (pid $!), log $W/campaign.log"
-}
-
 growth_replay_run() {  # `growth-replay` in the foreground: two chains on the one GPU once the seed is rebuilt
-    local plan=campaigns/medium-replicates-plan.json t0=$SECONDS
-    runtime
-    build_seed
-    ledger_prefix "$plan"
-    local r=(python3 -m kit.replicates --scale medium --out "$W/work" --seed "$W/pilot-work/seed" --runs-dir "$W/runs"
-             --plan "$plan")
-    local committed=(env -u KIT_GPU_DETERMINISTIC -u CUBLAS_WORKSPACE_CONFIG)
-    local deterministic=(env KIT_GPU_DETERMINISTIC=1 CUBLAS_WORKSPACE_CONFIG=:4096:8)
+    local t0=$SECONDS
+    replicate_setup
     # The replay (issue 47, item 7): `kit verify-evidence --replay` of a committed adaptive run and a study arm,
     # re-deriving their preparations first. Their records state no GPU mode (made before it was recorded), so
     # they replay as they ran, without the flag. The seed they name (build/medium/pilot-work/seed, which no
@@ -558,9 +546,9 @@ case "${1:-}" in
     start) enter_checkout; start ;;
     resume) resume "${2:?PARTS}" ;;
     resume-run) resume_run "${2:?PARTS}" ;;
-    replicates) replicates "${2:?DATE}" ;;
+    replicates) in_background replicates "${2:?DATE}" ;;
     replicates-run) replicates_run "${2:?DATE}" ;;
-    growth-replay) growth_replay "${2:?DATE}" ;;
+    growth-replay) in_background growth-replay "${2:?DATE}" ;;
     growth-replay-run) growth_replay_run "${2:?DATE}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
