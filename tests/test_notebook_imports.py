@@ -10,6 +10,8 @@ import ast
 import json
 from pathlib import Path
 
+from support.notebooks import code_cells
+
 import kit
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -48,11 +50,8 @@ def private_imports(source: str) -> list[str]:
 
 def notebook_problems(path: Path) -> list[str]:
     """'NOTEBOOK: cell I (id ID): NAME is not kit's public API' for every private use in its code cells."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
     problems = []
-    for i, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
+    for i, cell in code_cells(path):
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         where = f"{path.name}: cell {i} (id {cell.get('id')})"
         try:

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import nbformat
+from support.notebooks import code_cells
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def notebook_problems(path: Path) -> list[str]:
     """Every code cell with outputs or an execution count, as 'file: cell i has ...' lines."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
     problems = []
-    for i, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
+    for i, cell in code_cells(path):
         if cell.get("outputs"):
             problems.append(f"{path}: cell {i} has {len(cell['outputs'])} output(s)")
         if cell.get("execution_count") is not None:

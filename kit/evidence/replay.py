@@ -18,6 +18,8 @@ from pathlib import Path
 
 import kit
 from kit.evidence import run_record
+from kit.evidence.environment import GPU_DETERMINISTIC_ENV
+from kit.evidence.gpu_mode import run_mode
 from kit.evidence.run_record import RunRecord
 
 # input digests that are not identities of the computation (docs/internals.md, "kit.evidence.replay"):
@@ -107,9 +109,6 @@ def gpu_mode_environment(record: RunRecord, log=print, run_dir: Path | None = No
     for a run recorded before that field its entry in runs/GPU_MODES.json, kit/evidence/gpu_mode.py, when
     `run_dir` and `base` are given); a run whose mode is stated nowhere is replayed in this environment's mode,
     and the log says so."""
-    from kit.evidence.environment import GPU_DETERMINISTIC_ENV
-    from kit.evidence.gpu_mode import run_mode
-
     if not record.device.get("gpu_count"):
         return {}
     mode = record.numeric_profile.get("gpu")

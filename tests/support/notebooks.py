@@ -1,7 +1,10 @@
-"""Fixture notebooks written with nbformat: a tagged parameters cell, then the given code cells."""
+"""Fixture notebooks written with nbformat (a tagged parameters cell, then the given code cells), and the
+code cells of a stored notebook as its JSON holds them."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -20,3 +23,12 @@ def write_notebook(path: Path, *cells: str, parameters: str | None = PARAMS_CELL
     nb.cells += [nbformat.v4.new_code_cell(src) for src in cells]
     nbformat.write(nb, path)
     return path
+
+
+def code_cells(path: Path) -> Iterator[tuple[int, dict]]:
+    """(index among all cells, cell) of each code cell of the notebook file, read as plain JSON (what is
+    stored, not what nbformat would normalise)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") == "code":
+            yield i, cell
