@@ -5,12 +5,20 @@ A schema is plain data: a dict from field to spec (a type, a nested dict, or `Se
 fields are errors, so a frozen contract says everything it means and nothing by accident; errors
 name the file and the dotted path. The digest is the sha256 of the file's canonical JSON, so
 reformatting does not change it and any change of value does.
+A validated contract is parsed once into frozen classes built from the same schema (`Contract.terms`), so
+the code reads `terms.training.max_grad_norm`, never a string key: a misspelt field is an AttributeError
+where it is written, not a KeyError deep inside a run, and nothing can edit a contract after its digest.
 Spec forms: docs/internals.md ("kit.contract").
 """
 
 from __future__ import annotations
 
+import dataclasses
+import keyword
 import os
+import sys
+import types
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +40,6 @@ def scale_name(value: str, where: str = "scale") -> str:
     (attributed to the caller's caller: a notebook cell or the command line shows it); others pass as
     they are, for the caller's own check of which scales it supports."""
     if value in OLD_SCALE_NAMES:
-        import warnings
-
         new = OLD_SCALE_NAMES[value]
         warnings.warn(f"{where} {value!r} is deprecated; use {new!r} (the scales are {', '.join(SCALES)})",
                       DeprecationWarning, stacklevel=3)
@@ -192,11 +198,112 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+class ContractKeyWarning(DeprecationWarning):
+    """A module of the kit read a contract field by string key; it reads attributes (`Contract.terms`).
+    The test suite turns this warning into an error (pyproject.toml), so no such read survives in kit/."""
+
+
+def field_name(key: str) -> str:
+    """The attribute of a contract field: its JSON key, with a trailing underscore where the key is a
+    Python keyword (`start.from` is `start.from_`)."""
+    return key + "_" if keyword.iskeyword(key) else key
+
+
+def _warn_if_kit_reads(key: str) -> None:
+    caller = sys._getframe(2).f_globals.get("__name__", "")  # the module that called __getitem__ or get
+    if caller == "kit" or caller.startswith("kit."):
+        warnings.warn(f"{caller} reads contract field {key!r} by key; read the attribute .{field_name(key)}",
+                      ContractKeyWarning, stacklevel=3)
+
+
+class Section:
+    """Base of the frozen classes that `parse` builds from a schema's objects: one attribute per field
+    (an omitted `Omittable` field reads as None; `"field" in section` tells omitted from present).
+    Item access (`section["field"]`, `get`) remains for the executed notebooks committed under runs/,
+    which replay unchanged and read `c["training"]["max_tokens"]`; from a kit module it warns."""
+
+    __slots__ = ()
+    _keys: tuple[str, ...] = ()  # the object's JSON keys, in schema order
+
+    def __contains__(self, key) -> bool:
+        return key in self._present  # type: ignore[attr-defined]
+
+    def __getitem__(self, key: str):
+        _warn_if_kit_reads(key)
+        if key not in self._present:  # type: ignore[attr-defined]
+            raise KeyError(key)
+        return getattr(self, field_name(key))
+
+    def get(self, key: str, default=None):
+        _warn_if_kit_reads(key)
+        return getattr(self, field_name(key)) if key in self._present else default  # type: ignore[attr-defined]
+
+    def to_json(self) -> dict:
+        """The object as the contract file wrote it (omitted fields stay omitted): a fresh plain dict."""
+        return {k: _to_json(getattr(self, field_name(k))) for k in self._keys if k in self._present}  # type: ignore[attr-defined]
+
+
+def _to_json(value):
+    if isinstance(value, Section):
+        return value.to_json()
+    if isinstance(value, types.MappingProxyType):
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_to_json(v) for v in value]
+    return value
+
+
+_CLASSES: dict[int, tuple[dict, type]] = {}  # id(schema object) -> (that object, its class)
+
+
+def _class_for(spec: dict, name: str) -> type:
+    # Keyed by the schema object itself (the check of identity guards against a reused id): schemas are
+    # module constants, and one spec object shared by two fields (an optimizer group) is one class.
+    hit = _CLASSES.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    fields = [(field_name(k), Any) for k in spec] + [("_present", frozenset, dataclasses.field(repr=False))]
+    cls = dataclasses.make_dataclass(name, fields, bases=(Section,), frozen=True, slots=True,
+                                     namespace={"_keys": tuple(spec)})
+    cls.__module__ = __name__  # make_dataclass names its caller's caller otherwise (3.12 has a keyword)
+    _CLASSES[id(spec)] = (spec, cls)
+    return cls
+
+
+def _camel(path: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in path.replace("-", "_").replace(".", "_").split("_"))
+
+
+def parse(value: Any, spec: Any, name: str) -> Any:
+    """A validated value as frozen data: schema objects become `Section` classes, maps read-only
+    mappings, lists tuples, scalars stay. `name` names the classes (the experiment, then the path)."""
+    if isinstance(spec, (Opt, Omittable)):
+        return None if value is None else parse(value, spec.spec, name)
+    if isinstance(spec, Either):
+        try:
+            validate(value, spec.first, "", name)
+            return parse(value, spec.first, name)
+        except ContractError:
+            return parse(value, spec.second, name)
+    if isinstance(spec, dict):
+        cls = _class_for(spec, _camel(name))
+        kw = {field_name(k): parse(value[k], sub, f"{name}.{k}") if k in value else None for k, sub in spec.items()}
+        return cls(**kw, _present=frozenset(value))
+    if isinstance(spec, MapOf):
+        return types.MappingProxyType({k: parse(v, spec.spec, name) for k, v in value.items()})
+    if isinstance(spec, Seq):
+        return tuple(parse(v, spec.item, name) for v in value)
+    return value
+
+
 @dataclass(frozen=True)
 class Contract:
+    """A loaded contract: `terms` is the typed, frozen reading the code uses; `data` the file's JSON as
+    loaded (what the digest covers, and what a record embeds); `contract["field"]` reads `data`."""
     path: Path
     data: dict
     digest: str
+    terms: Any = None
 
     def __getitem__(self, key):
         return self.data[key]
@@ -209,4 +316,4 @@ def load_contract(path: str | os.PathLike, schema: dict, kind: str) -> Contract:
     validate(data, schema, "", str(path))
     if data.get("kind") != kind:
         raise ContractError(f"{path}: field 'kind' = {data.get('kind')!r}; expected {kind!r}")
-    return Contract(path, data, sha256_json(data))
+    return Contract(path, data, sha256_json(data), parse(data, schema, kind + "-contract"))

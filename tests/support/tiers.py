@@ -98,6 +98,7 @@ UNIT_FILES = (
     "test_cli_readme.py",
     "test_cli_walk.py",
     "test_commit_transfer.py",
+    "test_contract_terms.py",
     "test_conversations.py",
     "test_css_prune.py",
     "test_device_clip.py",
