@@ -21,7 +21,6 @@ from kit import numerics
 from kit.distributed.group import Group
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
-from kit.model.weight_cache import WeightCache
 from kit.train.batch import TrainRecord, make_microbatches, validate_records
 from kit.train.device_clip import clip_on_device
 from kit.train.grad_norms import squared_norms
@@ -193,7 +192,9 @@ class StageEngine:
     """One worker's view of the pipeline: its student stage, its reference stage and its optimizer."""
 
     def __init__(self, group: Group, layout: Layout, student: LlamaCausalLM, reference: LlamaCausalLM | None,
-                 optimizer: ParamAdamW, canonical_names: list[str], cfg: EngineConfig):
+                 optimizer: ParamAdamW, canonical_names: list[str], cfg: EngineConfig, fast_paths=None):
+        """`fast_paths`: what kit/engine/fast_paths.py applied to the student and reference (its
+        `weight_cache`, `fused` and `engaged()`), or None: the model file's own forward."""
         if layout.workers != group.world:
             raise ValueError(f"layout has {layout.workers} workers but the group has {group.world}")
         if reference is not None:
@@ -221,14 +222,12 @@ class StageEngine:
         self.device = group.device
         self.loss_dtype = None if self.dtype == torch.float32 else self.dtype
         self._index_cache: dict[tuple[str, ...], torch.Tensor] = {}
-        self.fused = cfg.enabled("fused_elementwise", self.device)
         self.foreach_norm = cfg.enabled("foreach_norm", self.device)
-        self.weight_cache = (WeightCache(student, self.dtype)
-                             if cfg.enabled("weight_cache", self.device) and self.dtype != torch.float32 else None)
-        if cfg.compile_blocks == "auto" and self.device.type == "cuda":
-            student.compile_blocks()
-            if reference is not None:
-                reference.compile_blocks()
+        # The weight cache and the fused elementwise were applied to the modules before (build_worker);
+        # the engine engages them in its stage forward and refreshes the cache after each step.
+        self.fast_paths = fast_paths
+        self.fused = bool(fast_paths is not None and fast_paths.fused)
+        self.weight_cache = fast_paths.weight_cache if fast_paths is not None else None
         # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
         self.grad_reducer = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
@@ -238,6 +237,10 @@ class StageEngine:
         if self.dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _engaged(self):
+        """The applied fast paths, taken inside the stage forward only."""
+        return self.fast_paths.engaged() if self.fast_paths is not None else contextlib.nullcontext()
 
     # --- the update -------------------------------------------------------------------------
     def update(self, records: list[TrainRecord], total_targets: int | None = None) -> UpdateResult:
@@ -350,7 +353,7 @@ class StageEngine:
         act = self.dtype
         _, T = mb.shape
         R = mb.num_replay
-        with self._autocast():
+        with self._autocast(), self._engaged():
             if self.rank == 0:
                 # The lookup's output is a leaf for the blocks, so the blocks' backward can run early
                 # (1F1B memory) while the embedding's own backward waits for every head gradient.
@@ -366,11 +369,10 @@ class StageEngine:
                 th = inbox.pop(("ref", i), None)
                 h_in = h
             cos, sin = self.student.rope_tables(T, self.device, act)
-            low = self.weight_cache.blocks if self.weight_cache is not None else None
-            h_out = self.student.run_blocks(h.to(act), cos, sin, low, self.fused)
+            h_out = self.student.run_blocks(h.to(act), cos, sin)
             if R:
                 with torch.no_grad():  # the reference is already in the compute dtype: no copy to keep
-                    th = self.reference.run_blocks(th.to(act), cos, sin, fused=self.fused)
+                    th = self.reference.run_blocks(th.to(act), cos, sin)
         return h_in, h_out, th
 
     def _tick_receives(self, mbs: list[_Prepared], t: int) -> list:

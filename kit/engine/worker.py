@@ -5,7 +5,8 @@ arms, study replicas), the seed build, the benchmarks and the test workers.
 
 The order of the steps is fixed: admission first (refuse before allocating), then the student, its
 weights (a seed directory, a commit's objects, or already in a module the caller built), its optimizer
-groups and states, then the reference in the compute dtype.
+groups and states, then the reference in the compute dtype, then the engine's fast paths applied to
+both (kit/engine/fast_paths.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.engine.admission import admit_worker
+from kit.engine.fast_paths import apply_fast_paths
 from kit.engine.reference import load_reference
 from kit.model.shard import Layout, build_stage, canonical_names, load_owned
 from kit.store import commits
@@ -73,5 +75,6 @@ def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: 
         ref = reference
     else:
         ref = load_reference(group, layout, shape, reference, getattr(torch, engine_cfg.compute_dtype))
-    return Worker(StageEngine(group, layout, student, ref, opt, canonical_names(shape), engine_cfg), admitted)
+    paths = apply_fast_paths(student, ref, engine_cfg, group.device)  # weight cache, fused elementwise, compile
+    return Worker(StageEngine(group, layout, student, ref, opt, canonical_names(shape), engine_cfg, paths), admitted)
 

@@ -5,7 +5,8 @@ still save passes. The decision to know: the values are the unfused path's up to
 bounds are derived in tests/test_fused_paths.py): the norm's output is rounded once to the compute dtype
 (the unfused path leaves it FP32 for autocast to round inside the next matmul: the same bits), and
 SwiGLU's backward is written in closed form in FP32 and rounded once, where autograd rounds twice.
-`LlamaCausalLM.run_blocks(fused=True)` uses them; the unfused path (the CPU default) is untouched.
+kit/engine/fast_paths.py puts them into a built model's blocks; the model file's path (the CPU default) is
+untouched.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ blocks and the embedding it is the full model, checked against `transformers.Lla
 Names: `model.embed_tokens.weight`, `model.layers.{i}.input_layernorm.weight`,
 `model.layers.{i}.self_attn.{q,k,v,o}_proj.weight`, `model.layers.{i}.post_attention_layernorm.weight`,
 `model.layers.{i}.mlp.{gate,up,down}_proj.weight`, `model.norm.weight`, `lm_head.weight` (untied only).
+Plain math only: speed choices (weight cache, fused elementwise, compile) are kit/engine/fast_paths.py's.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.model import fused as fz
 from kit.model.config import LlamaShape, RopeSpec
-from kit.model.weight_cache import cached_linear
 
 
 class RMSNorm(nn.Module):
@@ -114,13 +113,11 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, nkv * hd, bias=shape.attention_bias)
         self.o_proj = nn.Linear(nh * hd, h, bias=shape.attention_bias)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, low: dict | None = None) -> torch.Tensor:
-        """`low`: the compute-dtype weight copies {"q_proj": ..., ...} (kit/model/weight_cache.py) or None."""
-        low = low or {}
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        q = cached_linear(x, self.q_proj, low.get("q_proj")).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = cached_linear(x, self.k_proj, low.get("k_proj")).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
-        v = cached_linear(x, self.v_proj, low.get("v_proj")).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         if self.n_kv != self.n_heads:
@@ -134,7 +131,7 @@ class Attention(nn.Module):
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, nh*hd)
-        return cached_linear(y, self.o_proj, low.get("o_proj"))
+        return self.o_proj(y)
 
 
 class MLP(nn.Module):
@@ -145,12 +142,10 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(h, i, bias=shape.mlp_bias)
         self.down_proj = nn.Linear(i, h, bias=shape.mlp_bias)
 
-    def forward(self, x: torch.Tensor, low: dict | None = None, fused: bool = False) -> torch.Tensor:
-        low = low or {}
-        gate = cached_linear(x, self.gate_proj, low.get("gate_proj"))
-        up = cached_linear(x, self.up_proj, low.get("up_proj"))
-        h = fz.swiglu(gate, up) if fused else F.silu(gate) * up  # SwiGLU
-        return cached_linear(h, self.down_proj, low.get("down_proj"))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.gate_proj(x)
+        up = self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)  # SwiGLU
 
 
 class Block(nn.Module):
@@ -161,19 +156,9 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.mlp = MLP(shape)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, low: dict | None = None,
-                fused: bool = False) -> torch.Tensor:
-        """`low`: this block's weight copies ({"self_attn": {...}, "mlp": {...}}) or None; `fused`: the
-        norms and SwiGLU of kit/model/fused.py instead of the modules' own (the same values up to bf16
-        rounding)."""
-        low = low or {}
-        if not fused:
-            x = x + self.self_attn(self.input_layernorm(x), cos, sin, low.get("self_attn"))
-            return x + self.mlp(self.post_attention_layernorm(x), low.get("mlp"))
-        n1, n2 = self.input_layernorm, self.post_attention_layernorm
-        x, h = fz.add_rms_norm(x, self.self_attn(fz.rms_norm(x, n1.weight, n1.eps), cos, sin, low.get("self_attn")),
-                               n2.weight, n2.eps)
-        return x + self.mlp(h, low.get("mlp"), fused=True)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class _Trunk(nn.Module):
@@ -206,13 +191,6 @@ class LlamaCausalLM(nn.Module):
                 self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
         self.rotary = Rotary(shape)
 
-    def compile_blocks(self, **options) -> None:
-        """`torch.compile` each block in place (parameter names unchanged). The blocks share one
-        compiled graph: parameters are graph inputs, so block 2..n reuse block 1's compilation.
-        Used on CUDA only (kit/distributed/pipeline.py); CPU runs stay eager and bit-exact."""
-        for block in self.model.layers.values():
-            block.compile(**options)
-
     # --- pieces used by the stage schedule -------------------------------------------------
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)  # (B, T, C)
@@ -220,12 +198,10 @@ class LlamaCausalLM(nn.Module):
     def rope_tables(self, seq_len: int, device: torch.device, dtype: torch.dtype):
         return self.rotary(seq_len, device, dtype)
 
-    def run_blocks(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, weights: dict | None = None,
-                   fused: bool = False) -> torch.Tensor:
-        """The owned blocks in order. `weights`: WeightCache.blocks (compute-dtype copies per block id) or
-        None (the modules' FP32 weights, cast by autocast); `fused`: kit/model/fused.py's elementwise."""
+    def run_blocks(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """The owned blocks in order."""
         for i in self.layer_ids:
-            h = self.model.layers[str(i)](h, cos, sin, (weights or {}).get(str(i)), fused)
+            h = self.model.layers[str(i)](h, cos, sin)
         return h
 
     def final_norm(self, h: torch.Tensor) -> torch.Tensor:

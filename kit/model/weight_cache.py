@@ -55,8 +55,8 @@ def _linears(module: nn.Module) -> dict[str, nn.Linear]:
 class WeightCache:
     """The compute-dtype copies of a stage's bias-free block linears and of its output head.
 
-    `blocks[block_id]` is `{"self_attn": {"q_proj": copy, ...}, "mlp": {...}}`, the argument
-    `LlamaCausalLM.run_blocks(weights=...)` takes; `head` is the head weight's copy (None without the
+    `blocks[block_id]` is `{"self_attn": {"q_proj": copy, ...}, "mlp": {...}}`, the copies
+    kit/engine/fast_paths.py hands to the blocks' linears; `head` is the head weight's copy (None without the
     embedding). `refresh()` rewrites every copy from its master; `ensure_fresh()` does so only when a
     master was changed in place since (its version counter moved: a loaded checkpoint, a migration)."""
 
