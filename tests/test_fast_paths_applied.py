@@ -84,3 +84,48 @@ def test_the_cpu_default_applies_nothing():
     paths = apply_fast_paths(model, ref, EngineConfig(2, 1.0, compute_dtype="bfloat16"), CPU)
     assert (paths.weight_cache, paths.fused) == (None, False)
     assert [type(m) for m in model.modules()] == kinds
+
+
+def test_compiled_engaged_blocks_share_one_graph_per_model():
+    """On CUDA the engine compiles each block; with the fast paths applied as module attributes (the weight
+    copies are plain tensor attributes now, no longer arguments) every block must still reuse one graph:
+    a recompilation per block would exhaust dynamo's cache limit and drop the later blocks to eager. Dynamo's
+    tracing does not depend on the device, so a recording backend on CPU sees the graphs CUDA gets; before the
+    move the same model traced to the same 2 graphs of 61 and 54 operations."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from kit.engine.fast_paths import compile_blocks
+
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(sum(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes))
+        return gm.forward
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = LlamaCausalLM(toy_shape(num_hidden_layers=4))
+    init_weights(model, 0)
+    ref = LlamaCausalLM(toy_shape(num_hidden_layers=4))
+    init_weights(ref, 1)
+    ref.to(BF).requires_grad_(False)
+    cfg = EngineConfig(2, 1.0, compute_dtype="bfloat16", weight_cache="on", fused_elementwise="on")
+    paths = apply_fast_paths(model, ref, cfg, CPU)
+    paths.weight_cache.refresh()
+    compile_blocks(model, backend=record)
+    compile_blocks(ref, backend=record)
+    try:
+        for step in range(2):
+            ids = torch.randint(0, model.shape.vocab_size, (2, 16), generator=torch.Generator().manual_seed(step))
+            with torch.autocast("cpu", dtype=BF), paths.engaged():
+                h = model.embed(ids)
+                cos, sin = model.rope_tables(16, h.device, BF)
+                out = model.run_blocks(h.to(BF), cos, sin)
+                with torch.no_grad():
+                    th = ref.run_blocks(ref.embed(ids).to(BF), cos, sin)
+            (out.float().pow(2).sum() + (out.float() * th.float()).sum()).backward()
+        assert graphs == [61, 54]  # the student's block (cached weights, fused) and the reference's block
+        assert not counters["recompiles"]
+    finally:
+        torch._dynamo.reset()
