@@ -5,8 +5,24 @@ A schema is plain data: a dict from field to spec (a type, a nested dict, or `Se
 fields are errors, so a frozen contract says everything it means and nothing by accident; errors
 name the file and the dotted path. The digest is the sha256 of the file's canonical JSON, so
 reformatting does not change it and any change of value does.
-Spec forms: docs/internals.md ("kit.contract").
+Spec forms: the notes below the docstring.
 """
+
+# Notes on kit.contract: how it works inside, and why (the module's reference notes).
+#
+# A schema is plain data: a dict mapping each field to its spec, where a spec is
+#   - a type: `int`, `float` (ints accepted), `str`, `bool`;
+#   - a dict: a nested object with exactly these fields;
+#   - `Seq(spec, min_len=0)`: a list whose items match `spec`;
+#   - `OneOf("a", "b")`: one of these literal values;
+#   - `Opt(spec)`: the value may be null (the field itself must still be present);
+#   - `Omittable(spec)`: the field may be absent (only for a field added after contracts were frozen:
+#     a required new field would change every existing contract's digest);
+#   - `MapOf(spec)`: an object with arbitrary string keys whose values match `spec`;
+#   - `Num(lo=None, hi=None, integer=False)`: a number within bounds; an integer field without `hi` is
+#     bounded by `MAX_COUNT` (10^6), and seeds and byte sizes use `SEED` and `BYTES`.
+# Every field is required and unknown fields are errors: a frozen contract says everything it means
+# and nothing by accident. Errors name the file and the dotted path of the field.
 
 from __future__ import annotations
 
