@@ -1,4 +1,4 @@
-"""Adopt a medium campaign's returned evidence into runs/ (docs/gpu-hosts.md, "At the end of a campaign").
+"""Adopt a medium campaign's returned evidence into runs/ (docs/gpu-hosts.md, "The medium campaign", "At the end").
 
     python -m campaigns.adopt_medium_evidence PACK --campaign-folder runs/medium-campaign-DATE
 
@@ -99,7 +99,7 @@ def seed_digest(run_dir: Path) -> str:
 
 
 def superseded_note(before: bytes | None, moved: list[str], steps: list[str], old_seed: str, new_seed: str) -> str:
-    """The superseded folder's superseded.json (docs/formats.md, "Superseded folders"), with the moved runs
+    """The superseded folder's superseded.json (docs/formats/verify-evidence.md, "Superseded folders"), with the moved runs
     named in replaced_by (by the pack's run of the same id, where there is one): the re-run writes into the
     same checkpoint homes under build/medium/, so where those homes exist (the GPU host) `kit verify-evidence`
     skips the moved runs' roots as superseded instead of failing them. An existing note keeps its fields and

@@ -158,7 +158,7 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
     mkdir -p "$out"
     local items=()
     # Besides the run records: what a verification of the finals needs (the prepared job's record, the
-    # selection log, the final-access log and the final-evaluation log, docs/formats.md) and every store's
+    # selection log, the final-access log and the final-evaluation log, docs/formats/selection-records.md) and every store's
     # attempt records (adaptive homes' attempts/, the study arms' arm.json and attempts), never the
     # checkpoint objects themselves.
     for p in runs reports ledger campaign.log oracle.log work/medium*-plan.json work/medium*-timing.json work/adaptive/*.json \

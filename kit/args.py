@@ -394,7 +394,7 @@ def study_dir() -> Dir:
 
 
 def store_dir() -> Dir:
-    # what `kit.store` writes first (objects/, then commits/ and HEAD; docs/formats.md, "Checkpoint store")
+    # what `kit.store` writes first (objects/, then commits/ and HEAD; docs/formats/checkpoint-store.md, "Checkpoint store")
     return Dir("a checkpoint store folder (objects/, commits/, HEAD)", "kit adaptive train or kit study arm",
                any_of=("HEAD", "commits", "objects"), not_this="not a checkpoint store")
 

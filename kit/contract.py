@@ -8,8 +8,24 @@ reformatting does not change it and any change of value does.
 A validated contract is parsed once into frozen classes built from the same schema (`Contract.terms`), so
 the code reads `terms.training.max_grad_norm`, never a string key: a misspelt field is an AttributeError
 where it is written, not a KeyError deep inside a run, and nothing can edit a contract after its digest.
-Spec forms: docs/internals.md ("kit.contract").
+Spec forms: the notes below the docstring.
 """
+
+# Notes on kit.contract: how it works inside, and why (the module's reference notes).
+#
+# A schema is plain data: a dict mapping each field to its spec, where a spec is
+#   - a type: `int`, `float` (ints accepted), `str`, `bool`;
+#   - a dict: a nested object with exactly these fields;
+#   - `Seq(spec, min_len=0)`: a list whose items match `spec`;
+#   - `OneOf("a", "b")`: one of these literal values;
+#   - `Opt(spec)`: the value may be null (the field itself must still be present);
+#   - `Omittable(spec)`: the field may be absent (only for a field added after contracts were frozen:
+#     a required new field would change every existing contract's digest);
+#   - `MapOf(spec)`: an object with arbitrary string keys whose values match `spec`;
+#   - `Num(lo=None, hi=None, integer=False)`: a number within bounds; an integer field without `hi` is
+#     bounded by `MAX_COUNT` (10^6), and seeds and byte sizes use `SEED` and `BYTES`.
+# Every field is required and unknown fields are errors: a frozen contract says everything it means
+# and nothing by accident. Errors name the file and the dotted path of the field.
 
 from __future__ import annotations
 

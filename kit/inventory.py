@@ -4,7 +4,7 @@ No tensor is materialised: a safetensors file is an 8-byte little-endian header 
 header `{name: {"dtype", "shape", "data_offsets": [begin, end]}}` and a byte buffer whose tensors
 are already little-endian and C-contiguous, so a tensor's digest is the sha256 of its byte range.
 
-Parameter digest (`kit digest DIR`, documented in docs/formats.md):
+Parameter digest (`kit digest DIR`, documented in docs/formats/parameter-digest.md):
     rows = sorted([name, dtype, shape, sha256(tensor bytes)] for every tensor of every *.safetensors)
     digest = sha256(json.dumps(rows, separators=(",", ":")))
 with dtype spelled as torch spells it without the `torch.` prefix.

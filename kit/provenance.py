@@ -4,7 +4,7 @@
 sha256, plus a digest of the kit's own source; `check_commitments` re-hashes them and raises
 `CommitmentMismatch` naming the file, the expected and the actual value. The decision to know: the
 source digest covers every regular file of the package except caches and hidden files, so an edit
-anywhere fails closed (docs/formats.md, "adaptive-shards-inputs.json").
+anywhere fails closed (docs/formats/adaptive-preparation.md, "adaptive-shards-inputs.json").
 Layer 0: stdlib and kit.digest only.
 """
 

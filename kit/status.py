@@ -8,7 +8,7 @@ how far a run in progress is, read from what the kit already writes (nothing is 
   `metrics/`; a folder of `kit run` in progress (no run.json yet) is "running";
 - any other folder (a campaign's, a demo output, a runs folder): every home, run folder, study arm and
   loose attempt folder below it, each as above.
-The `--json` form is documented in docs/formats.md ("kit status").
+The `--json` form is documented in docs/formats/kit-status.md ("kit status").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`kit digest DIR` equals an independent computation written from docs/formats.md alone.
+"""`kit digest DIR` equals an independent computation written from docs/formats/parameter-digest.md alone.
 
 The oracle below deliberately imports nothing from kit: struct + json + hashlib, exactly as the
 document describes the parameter digest.
@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-# docs/formats.md, "Parameter digest", step 2
+# docs/formats/parameter-digest.md, "Parameter digest", step 2
 DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
           "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
           "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}

@@ -1,7 +1,7 @@
 """Module docstrings stay short, and the kit's code carries no history: no issue numbers, no run ids.
 
 A module docstring says what the module is for and the one decision a reader must know, in at most
-12 lines; the longer explanations live in docs/ (docs/internals.md and the documents it names).
+12 lines; the longer explanations live in a notes comment below it and in docs/ (docs/design.md and the documents it names).
 Issue numbers and run ids belong in commit messages and docs, so no file under kit/ mentions them.
 """
 
@@ -59,7 +59,7 @@ def test_the_patterns_find_history_and_nothing_else():
     assert [len(history_mentions(t)) for t in history] == [1] * len(history)
     clean = ["color='#1f77b4'", "'#333'", "f'{n:#x}'", "an issue with the cache", "runs/demo-seed",
              "runs/medium-campaign-DATE", "medium-study-dense", "created 2026-11-30T10:00:00Z",
-             "docs/formats.md#checkpoint-store", "&#8212;", "step 17 of the issue", "# 1. the first step",
+             "docs/formats/checkpoint-store.md#objects", "&#8212;", "step 17 of the issue", "# 1. the first step",
              "color: #333;", "2 PRNG draws", "pr 0.5"]
     assert [t for t in clean if history_mentions(t)] == []
 

@@ -191,7 +191,7 @@ def test_completed_run_writes_every_field(completed):
         "parameters", "status", "reason", "error", "started_at", "ended_at", "duration_s", "git", "versions",
         "device", "contract_digest", "input_digests", "checkpoint_roots", "metrics", "notes", "numeric_profile",
         "manifest", "materials", "ledger_events"}
-    # every file of the folder but run.json and kernel.log, pinned (docs/formats.md, "Run manifests")
+    # every file of the folder but run.json and kernel.log, pinned (docs/formats/run-records.md, "Run manifests")
     assert on_disk["manifest"] == {p.relative_to(run_dir).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
                                    for p in run_dir.rglob("*") if p.is_file() and p.name not in ("run.json", "kernel.log")}
     assert "metrics/curve.json" in on_disk["manifest"] and on_disk["materials"] == on_disk["ledger_events"] == []

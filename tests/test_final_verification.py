@@ -1,4 +1,4 @@
-"""docs/formats.md's verification procedure of a final evaluation (kit/evidence/final_verification.py):
+"""docs/formats/selection-records.md's verification procedure of a final evaluation (kit/evidence/final_verification.py):
 it completes on a full set of files, fails at the step whose file was altered, completes on the committed
 demo evidence (the files its runs keep in files/) and fails there when one of them is altered or gone, and
 runs to its end on the committed medium evidence, naming what the repository does not hold."""

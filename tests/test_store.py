@@ -498,8 +498,8 @@ def test_export_loads_in_transformers_bit_exact(tmp_path):
 def test_docs_verifier_snippet_recomputes_the_roots(tmp_path):
     first = commit(tmp_path, seed=1, parent=None)
     commit(tmp_path, seed=2, parent=first)
-    text = (REPO / "docs" / "formats.md").read_text()
-    snippet = text.split("### Verifying a commit independently")[1].split("```python")[1].split("```")[0]
+    text = (REPO / "docs" / "formats" / "checkpoint-store.md").read_text()
+    snippet = text.split("## Verifying a commit independently")[1].split("```python")[1].split("```")[0]
     exec(snippet, {"HOME": str(tmp_path)})  # noqa: S102 -- the documented verifier, run as written
     path = ObjectStore(tmp_path).path(read_commit(tmp_path, read_head(tmp_path))["rng"][0])
     path.write_bytes(path.read_bytes() + b"!")

@@ -1,6 +1,6 @@
 """Evidence that cannot be edited unnoticed (#47): each attack of the issue, tried on copies of the committed
 runs and ledger, fails verification naming the file, or is refused; pins and the ledger chain are read by a
-verifier written here from docs/formats.md alone."""
+verifier written here from docs/formats/run-records.md and docs/formats/exposure-ledger.md alone."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_the_chained_ledger_fails_on_a_removed_edited_or_reordered_event(base, h
 
 
 def test_an_independent_reader_verifies_the_pins_and_the_chained_ledger(base):
-    """docs/formats.md ("Run manifests", "Exposure ledger") as the only guide, no kit code."""
+    """docs/formats/run-records.md ("Run manifests") and docs/formats/exposure-ledger.md as the only guide, no kit code."""
     events = _compacted(base)
     pins = json.loads((base / "runs" / "MANIFESTS.json").read_text())
     assert pins["format"] == "kit-run-pins/1"
@@ -287,7 +287,7 @@ def test_the_prepared_folder_s_logs_cannot_admit_a_forged_selection_or_reopen_fi
 
 
 def test_a_gpu_host_s_numeric_mode_is_stated_in_full(monkeypatch):
-    """What a GPU run record's numeric_profile.gpu holds (docs/formats.md, "Run records"), in both modes; a
+    """What a GPU run record's numeric_profile.gpu holds (docs/formats/run-records.md, "Run records"), in both modes; a
     host without GPUs records none. The attention backend comes from the probe (a child process on CUDA)."""
     from kit.evidence.environment import gpu_numeric_mode
 

@@ -1,4 +1,4 @@
-"""The exposure ledger in its compact chained form (`kit-exposure/2`, docs/formats.md "Exposure ledger"):
+"""The exposure ledger in its compact chained form (`kit-exposure/2`, docs/formats/exposure-ledger.md "Exposure ledger"):
 
     python tools/compact_ledger.py compact [LEDGER] [--out FILE]   # /1 lines -> chained events (lossless)
     python tools/compact_ledger.py append SOURCE [--to LEDGER]      # join another ledger's events, re-chained

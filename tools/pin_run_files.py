@@ -1,5 +1,5 @@
 """Pin, once, every file of the runs recorded before run manifests existed, and the exposure ledger's head,
-in `runs/MANIFESTS.json` (docs/formats.md, "Run manifests"), without rewriting any record:
+in `runs/MANIFESTS.json` (docs/formats/run-records.md, "Run manifests"), without rewriting any record:
 
     python tools/pin_run_files.py [--base REPO]
 

@@ -8,8 +8,21 @@ development result) it may inform an abort, never the choice of an endpoint.
 
 Scores come from kit.adaptive.evaluation's cached scorer with the same key, so the seed and the endpoints
 the development comparisons already scored are read back from the cache rather than scored twice.
-File: docs/formats.md, "Development curve".
+File: docs/formats/adaptive-evaluation.md, "Development curve".
 """
+
+# Notes on kit.adaptive.dev_curve: how it works inside, and why (the module's reference notes).
+#
+# An endpoint comparison says where a cohort ended, not how it got there. The development curve scores
+# the seed and every commit of each arm's lineage (the demo's `A3-migrated`, `A2-control`, `B-control`,
+# `B-growth`; each list in training order, refused otherwise) on the development roles, with the cached
+# scorer of kit.adaptive.evaluation under the same key, so the models the development comparisons scored
+# are read back, not scored again, and their points equal those comparisons' numbers. It never opens a
+# final role and, like every development result, may inform an abort, never the choice of an endpoint. The
+# demo runs it (notebooks/16_adaptive_dev_curve.ipynb) last in the adaptive part, after the three final
+# evaluations: nothing the selection or the finals use comes from it, and on a device block of fixed length
+# the verdicts should not wait behind a description of the path to them. The report draws its `dev_curve` sidecar as accuracy against updates since the seed, one
+# panel per family, one line per arm (docs/formats/adaptive-evaluation.md, "Development curve").
 
 from __future__ import annotations
 
@@ -21,7 +34,7 @@ from kit.digest import load_json_strict, sha256_file, write_canonical_json
 CURVE_FORMAT = "kit-adaptive-dev-curve/1"
 CURVE_COLUMNS = ["arm", "model", "step", "cohort", "cohort_step", "family", "n", "correct", "accuracy"]
 NLL_COLUMNS = ["arm", "model", "step", "cohort", "cohort_step", "task_nll_per_token", "retention_nll_per_token"]
-COHORT_NAMES = ("A", "B")  # a commit cursor's cohort index (docs/formats.md, "Learned state")
+COHORT_NAMES = ("A", "B")  # a commit cursor's cohort index (docs/formats/checkpoint-store.md, "Learned state")
 
 
 def _point(spec: str) -> dict:
@@ -43,7 +56,7 @@ def _point(spec: str) -> dict:
 def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], out: str | os.PathLike,
               tokenizer_dir: str, max_tokens: int, max_new_tokens: int, device: str = "cpu") -> dict:
     """Score every model of every lineage ({arm: ["seed:DIR" or "HOME:FULL_ROOT", ...]}, each list in
-    training order) on the development roles; write and return the curve record (docs/formats.md).
+    training order) on the development roles; write and return the curve record (docs/formats/adaptive-evaluation.md).
     A lineage must be in increasing `step` order, so that a curve is never drawn out of order."""
     from kit.adaptive.evaluation import DEV_ROLES, cached_scores, model_spec, role_file
     from kit.data.chat import load_tokenizer

@@ -4,7 +4,7 @@ A migrated or grown run continues a lineage begun in another home: its per-updat
 the B replay check that every `B.replay_a` record was trained in phase A) need the source home's update
 logs too. They used to be copied into every attempt folder (`inherited-<attempt>-updates.jsonl`), so a
 campaign's homes held the same megabytes several times. Now an attempt records them in
-`attempts/<attempt>/inherited.json` (docs/formats.md, "inherited.json"): per log, the source home relative
+`attempts/<attempt>/inherited.json` (docs/formats/adaptive-homes.md, "inherited.json"): per log, the source home relative
 to this home, the attempt and file names there, and the file's sha256 and size. Readers go through
 `lineage_logs`, which yields the same (name, text) sequence the copies gave, in the same order, resolving
 references recursively and refusing a referenced file whose bytes changed. Homes written before this

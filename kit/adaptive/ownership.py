@@ -1,7 +1,7 @@
 """Ownership manifests: which worker owns which blocks and tensors, as the capacity planner assigns
 them (contiguous blocks; the embedding owner also holds the tied head and the final norm), for every
 worker count the contract uses and for the grown depth. `kit adaptive prepare` writes them into the
-prepared job (`ownership.json`, docs/formats.md); training reads its layout back with `planned_layout`."""
+prepared job (`ownership.json`, docs/formats/adaptive-preparation.md); training reads its layout back with `planned_layout`."""
 
 from __future__ import annotations
 

@@ -8,8 +8,32 @@ ledger's chain (kit.evidence.ledger_chain), outside the prepared folder: `select
 event, an allowed opening a `final-access` event; final roles open only for a selection whose event is in
 the chain, and never under another selection once the chain holds a final access for the job, and `select`
 refuses once it holds one. Editing or deleting the prepared folder's logs reopens nothing.
-Rules: docs/internals.md ("kit.adaptive.selection"); files: docs/formats.md, "Selection records".
+Rules: the notes below the docstring; files: docs/formats/selection-records.md, "Selection records".
 """
+
+# Notes on kit.adaptive.selection: how it works inside, and why (the module's reference notes).
+#
+# - `select` writes `selection.json` binding the prepared job (sha256 of its prepared.json) and the
+#   candidates' checkpoint identities (full root and learned-state root per named candidate). It is
+#   refused once any final scoring of that prepared job has happened.
+# - `open_final_roles` is called before reading a final role file. It is refused without a selection
+#   record, when the record binds another prepared job, or when a candidate is not one the record
+#   binds. Every opening, allowed or refused, is appended to `final-access.jsonl` in the prepared
+#   directory (fsynced), which is also how a later `select` learns that scoring happened.
+# - `select` also appends the sha256 of every record it writes to `selections.jsonl` in the prepared
+#   directory, and final roles open only with a record whose bytes hash to one of those, and, once
+#   scoring happened, only with the record it happened under. An edited, hand-made or copied record
+#   (which could otherwise bind other candidates after scoring) is refused naming the digests expected.
+# - Each candidate is named by a comparison of the contract (field `comparisons`) and must be a commit at
+#   that comparison's endpoint (cursor cohort, cohort_step and step at the contract's endpoints; the
+#   grown depth exactly for a grown comparison): an intermediate or a wrong-cohort commit is refused.
+#   The record binds, per candidate, its baseline: the seed by parameter digest, or the full root of the
+#   candidate the contract names as baseline (which must then be selected as well).
+# - On final roles, `open_final_roles(..., models=...)` refuses a candidate that is not a bound commit
+#   (a `seed:DIR` candidate included), re-reads the candidate's commit and checks its endpoint again,
+#   and refuses a baseline other than the one bound: a `seed:DIR` baseline only when the directory's
+#   parameter digest is the contract's seed digest (for a tiny contract that records it at prepare: the
+#   prepared one), so an exported commit or a renamed directory cannot stand in for the seed.
 
 from __future__ import annotations
 
@@ -96,7 +120,7 @@ def prepared_digest(prepared_dir: str | os.PathLike) -> str:
 
 
 def selection_evidence(prepared_dir: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
-    """What a reader needs, beside a final evaluation's, to verify it (docs/formats.md, "Selection records"):
+    """What a reader needs, beside a final evaluation's, to verify it (docs/formats/selection-records.md, "Selection records"):
     the selection record, the prepared job's prepared.json and the selection ledger as it stands after `out`
     was written; the selection notebook copies them into its run directory (kit.evidence.notebook.record_file)."""
     p = Path(prepared_dir)

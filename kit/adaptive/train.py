@@ -6,8 +6,23 @@ creates an attempt record that survives every outcome, prepares the start state,
 workers and finalises the record; per-update numbers go to `attempts/<attempt>/updates.jsonl`.
 The decision to know: one global cursor (`step` since the seed, `cohort`, `cohort_step`), and
 cohort B continues the committed A endpoint with the same Adam state.
-Details: docs/internals.md ("kit.adaptive.train"); files: docs/formats.md, "Adaptive homes".
+Details: the notes below the docstring; files: docs/formats/adaptive-homes.md, "Adaptive homes".
 """
+
+# Notes on kit.adaptive.train: how it works inside, and why (the module's reference notes).
+#
+# The driver (this process) checks every input commitment, including the kit's own source, before
+# any worker starts; creates an attempt record in the home that survives every outcome; prepares the
+# start state (a seed, a commit to resume, a migration from another store, or the append transition);
+# launches the workers (local launcher, or this process is one torchrun worker); and finalises the
+# attempt record. Each update's CE, KL, token counts, gradient norm, clip factor, time and the ids of
+# its records go to `attempts/<attempt>/updates.jsonl` in the home; commits happen at the contract's
+# commit points and at the endpoint, and the driver prints one JSON line per commit with the step
+# and both roots.
+#
+# Global cursor: `step` counts updates since the seed (the Adam phase), `cohort` is 0 for A and 1
+# for B, `cohort_step` counts updates within the cohort; cohort B starts from the committed A
+# endpoint (cursor cohort 0 at its endpoint) and continues the same Adam state.
 
 from __future__ import annotations
 
@@ -328,7 +343,7 @@ def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
 
 
 def attempt_record(request: CohortRequest, attempt: str, pj: dict) -> dict:
-    """The attempt record as it starts (docs/formats.md, `attempt.json`): the request and the job's digest."""
+    """The attempt record as it starts (docs/formats/adaptive-homes.md, `attempt.json`): the request and the job's digest."""
     fields = {k: v for k, v in asdict(request).items() if k not in ("seed_dir", "home", "timeout_s", "replicate")}
     if request.replicate:  # only replicates carry it: a committed run's attempt record keeps its fields
         fields["replicate"] = replicate_record(Path(request.prepared), request.cohort, request.replicate)

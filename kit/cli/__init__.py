@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"kit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats.md)")
+    s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats/parameter-digest.md)")
     s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
                    help="a Hugging Face model folder (a seed or an exported checkpoint)")
     s.set_defaults(fn=cmd_digest)
@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "run folder, campaign folder or demo output")
     s.add_argument("path", type=Dir("a checkpoint home, a run folder, a campaign folder or a demo output",
                                     "kit adaptive train or kit run"), help="the folder to describe")
-    s.add_argument("--json", action="store_true", help="print the report as JSON (docs/formats.md, \"kit status\")")
+    s.add_argument("--json", action="store_true", help="print the report as JSON (docs/formats/kit-status.md, \"kit status\")")
     s.set_defaults(fn=cmd_status)
 
     _add_seed_commands(sub)

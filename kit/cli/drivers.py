@@ -277,7 +277,7 @@ def cmd_archive_evidence(a) -> int:
 
 def register_archive_evidence(sub) -> None:
     s = sub.add_parser("archive-evidence", help="move folders of runs/ that are no longer current into a "
-                                                "deterministic tar.xz under runs/archive/ (docs/formats.md)")
+                                                "deterministic tar.xz under runs/archive/ (docs/formats/archived-evidence.md)")
     s.add_argument("folders", nargs="+", type=Dir("a folder directly under a runs directory"),
                    help="superseded, campaign, pilot or probe folders of one runs directory")
     s.add_argument("--why", required=True, metavar="TEXT", help="why they are archived (kept in the index)")

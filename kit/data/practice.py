@@ -8,8 +8,24 @@ from the value), `count_kept` (filtering's comparisons, counted), `plus_minus` (
 subtraction), `kth` (one rank of a list instead of the ordered list). Their prompts share no word with the
 contracts' wordings and their digests carry their own family names, so none is, or rewords, a task of any
 role. Every example is a pure function of (family, seed, index, difficulty), drawn as kit.data.tasks draws.
-Details and the probes behind it: docs/internals.md ("kit.data.practice", "kit.seed.small").
+Details and the probes behind it: the notes below the docstring, "kit.seed.small").
 """
+
+# Notes on kit.data.practice: how it works inside, and why (the module's reference notes).
+#
+# Why: a seed for the medium trials must be able to retrieve and compute in context at the contracts' sizes
+# without having learned the four task families there. The practice families each exercise one family's
+# primitive in a computation that family never asks for: `which_key` (lookup's key-value binding, queried
+# from the value; values distinct so the answer is one letter), `count_kept` (filtering's comparisons and
+# parities, counted), `plus_minus` (multi-digit addition with one subtraction, never below zero) and `kth`
+# (one rank of a list of numbers or words, from either end). Sizes and ranges are kit.data.tasks `LEVELS`.
+# Draws, purity and exactness are kit.data.tasks': one PCG64 stream per (family, seed, index, difficulty,
+# generator "kit.data.practice/1"), rejection sampling, canonical answers checked by its `normalize_answer`.
+# `practice_set(count, seed, role, difficulty, exclude_digests, workers)` spreads the count evenly over the
+# families (the remainder to the first), in index order, skipping repeats and excluded digests; a process pool
+# (spawn) draws the large families, giving the same set. No prompt uses a word of the contracts' or the
+# rewording's templates (tests/test_practice.py), and every digest carries the practice family's name, so no
+# practice example is, or rewords, a task of any role.
 
 from __future__ import annotations
 

@@ -5,8 +5,29 @@ Why a sum: each replica's loss is already divided by the assistant-token count o
 batch, so the sum of the replicas' gradients is the single-worker gradient of the global objective.
 `DenseSumReducer` all-reduces sorted-name buckets; `PowerSGDSumReducer` wraps kit/train/powersgd.py.
 Both leave bitwise-identical gradients on every replica, which keeps the replicas' states identical.
-Details: docs/internals.md ("kit.distributed.grad_reduce").
+Details: the notes below the docstring.
 """
+
+# Notes on kit.distributed.grad_reduce: how it works inside, and why (the module's reference notes).
+#
+# Why a sum: each replica computes its share of the global batch's loss already divided by N, the
+# assistant-token count of the whole global batch (StageEngine.update(records, total_targets=N)),
+# so the gradient of the global objective is the sum of the replicas' gradients, exactly what a
+# single worker computes over the whole batch (up to float summation order).
+#
+# `DenseSumReducer`: one all-reduce SUM per bucket of FP32 gradients, buckets filled in sorted
+# name order (so every replica makes the same calls), each bucket at most `bucket_bytes`.
+#
+# `PowerSGDSumReducer`: calls kit/train/powersgd.py's compressor with a torch.distributed-backed
+# `allreduce_mean` (all-reduce SUM, then divide by the world size) and multiplies the returned
+# mean by the world size. With two replicas, dividing and multiplying by 2 is exact in floating
+# point, so the dense warm-up updates deliver exactly the dense sum. Error feedback stays inside
+# the compressor, local to the rank, FP32 on the CPU.
+#
+# Both install as `StageEngine.grad_reducer` (called with the engine's {name: Parameter}), both
+# count the logical bytes they hand to collectives in a kit/distributed/traffic.py `LogicalTraffic`, and
+# both leave bitwise-identical gradients on every replica (the all-reduce result is the same on
+# every rank), which is what keeps the replicas' learned states identical.
 
 from __future__ import annotations
 

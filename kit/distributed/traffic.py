@@ -5,8 +5,24 @@ The decision to know: these are two different quantities, reported side by side.
 what this rank hands to collectives (gradient reduction and overhead, `ring_wire_bytes` for the
 wire estimate); interface counters see everything the host sends, headers and other processes
 included, with loopback reported apart.
-Details: docs/internals.md ("kit.distributed.traffic").
+Details: the notes below the docstring.
 """
+
+# Notes on kit.distributed.traffic: how it works inside, and why (the module's reference notes).
+#
+# Two different quantities, reported side by side because they answer different questions:
+#
+# - **Logical bytes**: the bytes of the tensors this rank hands to collectives, per update, split
+#   into the gradient reduction (dense, or PowerSGD's dense part + P + Q) and the overhead (the
+#   loss-part sums every update, the exchanges at commits). Upstream PowerSGD figures count only the
+#   compressed gradient after warm-up; `LogicalTraffic.summary` gives that number and also the ones
+#   with warm-up and overhead included, since those bytes cross the wire too. A ring all-reduce
+#   over w ranks sends about 2 (w - 1) / w times the logical bytes from each rank
+#   (`ring_wire_bytes`): with two ranks, exactly the logical bytes.
+# - **Interface counters**: the kernel's per-interface receive/transmit byte counters, read before
+#   and after an arm. They see everything the host sends (other processes included, TCP/IP headers
+#   included) and nothing that stays on the loopback device is cross-host: two workers on one host
+#   talk over `lo`, so that delta is reported apart from the other interfaces.
 
 from __future__ import annotations
 

@@ -7,5 +7,5 @@
     verify       verify_evidence: parameters, pinned files, checkpoint roots and git commit of a run
     report       HTML reports over runs/
 
-docs/formats.md ("Run records") is the reference for run.json and the metric sidecars.
+docs/formats/run-records.md ("Run records") is the reference for run.json and the metric sidecars.
 """

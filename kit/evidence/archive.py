@@ -1,6 +1,6 @@
 """Archived evidence: folders of a runs directory that are no longer current (superseded run sets, campaign
 folders, pilots and probes no contract cites), kept as deterministic `tar.xz` files under `RUNS/archive/`,
-named by their sha256 and listed in `RUNS/archive/index.json` (docs/formats.md, "Archived evidence"; the
+named by their sha256 and listed in `RUNS/archive/index.json` (docs/formats/archived-evidence.md, "Archived evidence"; the
 writer: kit/evidence/archiving.py).
 
 Readers never unpack into the repository: `unpacked(runs_dir)` checks every archive against its name and

@@ -1,5 +1,5 @@
 """`kit archive-evidence`: turn folders of a runs directory that are no longer current into a deterministic
-archive (the reader, and why: kit/evidence/archive.py; the format: docs/formats.md, "Archived evidence").
+archive (the reader, and why: kit/evidence/archive.py; the format: docs/formats/archived-evidence.md, "Archived evidence").
 
 The tar holds regular files only, in sorted order, PAX format, mtime 0, owner and group 0 with no names,
 mode 0644, so that the same folders give the same tar bytes on any machine; it is compressed with xz at
@@ -172,7 +172,7 @@ def index_markdown(index: dict) -> str:
     """index.md: per archive, its folders and why, then one row per archived run."""
     lines = ["# Archived evidence", "",
              "Folders of `runs/` that are no longer current, kept as deterministic `tar.xz` archives named by",
-             "their sha256 (docs/formats.md, \"Archived evidence\"). `kit verify-evidence runs` checks the runs in",
+             "their sha256 (docs/formats/archived-evidence.md, \"Archived evidence\"). `kit verify-evidence runs` checks the runs in",
              "them; `kit verify-evidence --replay runs/<folder>/<run>` replays one. This page is generated from",
              "`index.json` by `kit archive-evidence`.", ""]
     for a in index["archives"]:

@@ -6,7 +6,7 @@ digest; a run's `files/` copies must be the bytes its `*_file` sidecars pin; a f
 be the candidates and baselines of the selection it used; every ledger event a run appended must be in the
 committed ledger, whose chain must be whole and must still hold the head pinned in runs/MANIFESTS.json.
 Every function takes a run directory and the repository base (an unpacked archived run is checked alike).
-docs/formats.md ("Materials and the chain", "Exposure ledger") is the reference.
+docs/formats/run-records.md ("Materials and the chain"), docs/formats/exposure-ledger.md is the reference.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 mode is stated once in the committed index `runs/GPU_MODES.json`, with the evidence for it (the campaign
 script's environment at the run's commit, and a replay on a fresh host that re-derived the run's roots in
 that mode). `kit verify-evidence` fails a current GPU run whose mode is in neither place, and a GPU replay
-runs under the mode found here. docs/formats.md ("GPU numeric modes") is the reference.
+runs under the mode found here. docs/formats/gpu-modes.md ("GPU numeric modes") is the reference.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 anything `kit verify-evidence` accepts, a notebook run (`run.json`, completed or not) or a benchmark
 record (`kit-bench/1`, not in canonical form).
 
-`inspect_run(runs_dir, run_id)` returns one JSON-able dict (its fields: docs/formats.md, "Run
+`inspect_run(runs_dir, run_id)` returns one JSON-able dict (its fields: docs/formats/run-inspection.md, "Run
 inspection"): kind and status, the recorded error with the cell it happened in, what the run was bound
 to, the loss curves and last commit from the store when it is on this machine, else from the committed
 sidecars. Nothing is written; an unreadable record is an error naming the file.

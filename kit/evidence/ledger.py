@@ -1,14 +1,14 @@
 """The exposure ledger (`ledger/exposed.jsonl` in the evidence): every final task and retention probe
 that a scored evaluation opened, by content digest, so that no later contract reuses it.
 
-Events (docs/formats.md, "Exposure ledger") are appended in the chained form of kit.evidence.ledger_chain,
+Events (docs/formats/exposure-ledger.md, "Exposure ledger") are appended in the chained form of kit.evidence.ledger_chain,
 fsynced and never rewritten; the older one-line-per-record form is read too. An item already recorded for
 the same contract is not written twice; each event a run appends is named in its run record
 (`ledger_events`), so that verification finds it in the committed chain. A line written after the fact, rebuilt from a scoring's
 evaluation record rather than by the scoring itself, carries `rebuilt` (REBUILT_FIELDS) saying from what.
 Where (`ledger_path`): `--ledger`, then `$KIT_LEDGER`, then inside a `kit run` the `ledger/` beside the
 run's `runs/`, otherwise the command's own output folder's `ledger/exposed.jsonl`: the repository's
-ledger is for the committed evidence only (docs/formats.md says which command uses which).
+ledger is for the committed evidence only (docs/formats/exposure-ledger.md says which command uses which).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
     """Consecutive whole lines of the ledger at `path` whose bytes have `sha256` (b"" for EMPTY_SHA256), the
     earliest such, or None. The ledger a run read is such a block of the committed one: the committed ledger
     is append-only, and a demo run from the repository root reads a ledger of its own whose lines are then
-    appended to it as one block (docs/formats.md, "Exposure ledger"); for a ledger read before the compaction,
+    appended to it as one block (docs/formats/exposure-ledger.md, "Exposure ledger"); for a ledger read before the compaction,
     the block is looked for in the compacted ledger's /1 view (ledger_chain.old_form_bytes)."""
 
     if sha256 == EMPTY_SHA256:

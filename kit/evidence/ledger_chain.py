@@ -1,4 +1,4 @@
-"""The exposure ledger's compact chained form, `kit-exposure/2` (docs/formats.md, "Exposure ledger").
+"""The exposure ledger's compact chained form, `kit-exposure/2` (docs/formats/exposure-ledger.md, "Exposure ledger").
 
 One header line per event (a scoring's exposures, a selection, a final-role opening), followed for an
 exposure event by one short line per record. Every header's `prev` is the sha256 of all the ledger's bytes

@@ -5,7 +5,7 @@ run.json itself and `kernel.log` (the kernel's warnings, ignored by git). Runs r
 once, without rewriting them, in `runs/MANIFESTS.json` (tools/pin_run_files.py): their files and their
 run.json, plus the head of the exposure ledger as it stood. The checks here take a run directory and the
 repository base, so an archived run unpacked under its old name elsewhere is checked alike (`run_key`).
-docs/formats.md ("Run manifests") is the reference.
+docs/formats/run-records.md ("Run manifests") is the reference.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ RUN_DIR_ENV = "KIT_RUN_DIR"
 KERNEL_ROOTS_NAME = ".kernel-roots.json"  # written by record_roots, merged into run.json, then removed
 KERNEL_INPUTS_NAME = ".kernel-inputs.json"  # written by record_inputs, likewise
 KERNEL_CHAIN_NAME = ".kernel-chain.json"  # written by record_materials and record_ledger_event, likewise
-MATERIAL_KINDS = ("file", "evaluation", "commit")  # how verification finds a material (docs/formats.md)
+MATERIAL_KINDS = ("file", "evaluation", "commit")  # how verification finds a material (docs/formats/run-records.md)
 
 
 class ArmSignal(Exception):
@@ -159,7 +159,7 @@ def record_file(path: str | os.PathLike, name: str | None = None) -> Path | None
 def record_metric(name: str, obj: Any) -> Path | None:
     """Write `obj` as the canonical-JSON sidecar runs/<run-id>/metrics/<name>.json (NaN is refused).
 
-    Shapes the report draws (docs/formats.md): a list of records with an "update" key -> curves;
+    Shapes the report draws (docs/formats/metric-sidecars.md): a list of records with an "update" key -> curves;
     other lists of records, {"columns", "rows"} or a dict of dicts -> a table; a flat dict -> a
     one-column table; anything else is shown as JSON.
     """
@@ -190,7 +190,7 @@ def _add_to_chain(key: str, item: dict) -> Path | None:
 
 
 def record_materials(role: str, kind: str, digests) -> None:
-    """Name what this run consumed (docs/formats.md, "Materials"): `kind` "file" (the sha256 of a file some
+    """Name what this run consumed (docs/formats/run-records.md, "Materials"): `kind` "file" (the sha256 of a file some
     committed run holds), "evaluation" (an evaluation record's sha256, pinned by a run's evaluation_file
     sidecar) or "commit" (a full root some committed run produced); `role` says what it was for."""
     if kind not in MATERIAL_KINDS:

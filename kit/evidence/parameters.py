@@ -4,8 +4,27 @@ papermill injects any name it is given and only warns about unknown ones, so a m
 would silently run the default. The decision to know: the cell is parsed with `ast` (only
 `NAME = literal` statements), and a value is refused when its name is not declared or its type does
 not match the default's; command-line values are parsed against the default.
-Type rules and parsing: docs/internals.md ("kit.evidence.parameters").
+Type rules and parsing: the notes below the docstring.
 """
+
+# Notes on kit.evidence.parameters: how it works inside, and why (the module's reference notes).
+#
+# papermill injects any name it is given and only warns about unknown ones; a misspelt parameter
+# then silently runs the default. Here the cell tagged `parameters` is parsed with `ast` (it must
+# hold only `NAME = literal` or `NAME: annotation = literal` statements and comments), and a given
+# value is refused when its name is not declared or its type does not match the default's:
+#
+#     default None             accepts any value
+#     bool                     bool only
+#     int                      int only (not bool)
+#     float                    float or int (not bool)
+#     str / list / dict        that type only; tuple accepts a list or a tuple
+# Elements of lists and dicts are not checked. Values must also be JSON (they go into run.json).
+#
+# Command-line values (`kit run -p NAME VALUE`) are parsed against the default: for a str default
+# the text is taken verbatim; otherwise it is read as JSON (`3`, `2.5`, `true`, `null`, `[1, 2]`,
+# `{"a": 1}`), then as a Python literal (`True`, `None`, `'x'`, `(1, 2)`), and else kept as a string
+# (so `-p lr 1e-3` is a float and `-p name abc` is the string "abc").
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ field, and the text of the executed notebook's outputs, leaving out what measure
 
 Exactness is the numeric profile's promise (equal bytes on any x86 CPU), so floats are compared exactly
 too; a GPU run replayed in its recorded mode repeats bit for bit as well (docs/engine.md). The list of what
-is left out, and why, is in docs/internals.md ("kit.evidence.replay"): keep the two in step.
+is left out, and why, is in the notes of kit/evidence/replay.py: keep the two in step.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Training noise as data: the between-replicate spread of the development scores, and each frozen verdict
-read against it (the runs: campaigns/medium-replicates-plan.json; docs/internals.md, "kit.evidence.replicates").
+read against it (the runs: campaigns/medium-replicates-plan.json; the notes in kit/replicates.py).
 
 One call, from the run rows of `kit.evidence.run_index.load_runs` (sidecars read from each row's dir/metrics/):
 

@@ -2,7 +2,7 @@
 contract x seed x model x split x family x metric (correct, n, accuracy), with the run that measured it and the
 root of the model it scored. Kept runs (superseded attempts, read through kit.evidence.run_index.kept_runs)
 carry the folder that keeps them in `kept_in`; the current runs have "". The report's accuracy tables are
-drawn from this table, and each report folder carries it as results.csv (docs/formats.md).
+drawn from this table, and each report folder carries it as results.csv (docs/formats/results-table.md).
 """
 
 from __future__ import annotations

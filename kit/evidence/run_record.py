@@ -5,7 +5,7 @@ A run record says what ran (notebook and its digest, parameters), where (git com
 flag, package versions, device), on what (contract and input digests, checkpoint roots used),
 what it produced (checkpoint roots, metric sidecars pinned by sha256) and how it ended (status,
 times, the failing cell). It is canonical JSON (kit.digest), so it has one byte form and can be
-pinned and compared. docs/formats.md ("Run records") is the reference.
+pinned and compared. docs/formats/run-records.md ("Run records") is the reference.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kit.evidence.environment import declared_numeric_profile
 
 RUN_FORMAT = "kit-run/3"  # /2 added numeric_profile; /3 the manifest, materials and ledger events
 READ_FORMATS = ("kit-run/2", RUN_FORMAT)
-CHAIN_FIELDS = ("manifest", "materials", "ledger_events")  # what /3 added (docs/formats.md, "Run records")
+CHAIN_FIELDS = ("manifest", "materials", "ledger_events")  # what /3 added (docs/formats/run-records.md, "Run records")
 STATUSES = ("completed", "failed", "aborted", "unavailable")
 RUN_RECORD_NAME = "run.json"
 METRICS_DIR_NAME = "metrics"

@@ -3,8 +3,23 @@
 The GPU hosts have neither papermill nor a package index, so `kit run` / `kit batch` look for missing
 packages in the repository's git-ignored `.whl/` folder (`.whl/site/` or `.whl/*.whl`) before
 failing at once with every missing module named. The other `kit` commands never import any of this.
-The tested route: docs/gpu-hosts.md; details: docs/internals.md ("kit.evidence.runtime").
+The tested route: docs/gpu-hosts.md; details: the notes below the docstring.
 """
+
+# Notes on kit.evidence.runtime: how it works inside, and why (the module's reference notes).
+#
+# The GPU hosts have neither papermill nor a package index. `kit run` / `kit batch` therefore look
+# for the missing packages in the repository's git-ignored `.whl/` folder before giving up:
+#
+#     .whl/site/      an unpacked install target: added to sys.path and to the kernel's PYTHONPATH
+#     .whl/*.whl      wheel files: each added as a zip-import path (works for pure-Python wheels only)
+#
+# The tested route is docs/gpu-hosts.md: `make gpu-wheels` builds the pinned wheels for the host's
+# Python (requirements/gpu-notebook.txt), and `python3 tools/gpu_wheels.py install TARGET` installs them
+# there without an index into a target folder that TARGET/env.sh puts on PYTHONPATH (and JUPYTER_PATH,
+# for the kernelspec and nbconvert's templates); `.whl/site` can be that TARGET. When
+# something is still missing, the commands fail at once, naming every missing module; the other
+# `kit` commands never import any of this.
 
 from __future__ import annotations
 

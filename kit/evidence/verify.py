@@ -1,7 +1,7 @@
 """`kit verify-evidence`: check that a run directory is what its run.json says it is.
 
 Each check (record, executed notebook, parameters, metrics, roots, git) gives `pass`, `fail` or
-`skipped`; the list and what each compares: docs/formats.md ("Checks of `kit verify-evidence`").
+`skipped`; the list and what each compares: docs/formats/verify-evidence.md ("Checks of `kit verify-evidence`").
 The decision to know: the recorded commit must be in the history the evidence is read from; a run
 kept in a superseded folder whose commit that folder names as unreachable is `skipped` with the
 folder's reason. Relative paths in a record are relative to the repository holding the runs.

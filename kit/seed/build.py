@@ -2,11 +2,33 @@
 
 The embedded default needs a seed that is small, built locally and still plausible: it speaks ChatML,
 stops at the end of its turn and has seen task-style conversations. `build_seed` writes an ordinary
-Hugging Face directory (docs/formats.md, "Seed directory"), so every later step treats it like a real
+Hugging Face directory (docs/formats/seed-directory.md, "Seed directory"), so every later step treats it like a real
 seed. The decision to know: it is trained by the kit's own engine under the numeric profile, so the
 same config gives the same parameter digest on any x86 CPU with the pinned torch build.
-Data, training and determinism: docs/internals.md ("kit.seed.build").
+Data, training and determinism: the notes below the docstring.
 """
+
+# Notes on kit.seed.build: how it works inside, and why (the module's reference notes).
+#
+#     config.json, generation_config.json       LlamaShape.to_hf_dict(); eos <|im_end|>, bos <|im_start|>,
+#                                                pad <|endoftext|>
+#     model.safetensors                          FP32, Hugging Face names, no lm_head.weight (tied)
+#     tokenizer.json, tokenizer_config.json,     byte-level BPE with the ChatML template
+#     special_tokens_map.json                    (kit/data/tokenizer_build.py)
+#     trained_conversations.jsonl                every conversation trained on, once each, in training
+#                                                order: update k used lines [k*B, (k+1)*B)
+#     seed_build.json                            how it was built (config, data counts and digests,
+#                                                hyperparameters, losses, seconds, versions, digest)
+#
+# Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of task conversations of
+# role "seed-train" (kit/data/tasks.py), so later roles can exclude them by content digest (each
+# task line of trained_conversations.jsonl carries its "digest"). One pass, no repeats; the order
+# is a permutation drawn from `numpy.random.default_rng(seed)`, then each update's batch is sorted by
+# token length (see `length_sorted_batches`).
+#
+# Training uses the kit's own engine (one worker built by kit.engine.worker.build_worker: a StageEngine with the
+# per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
+# warm-up then cosine decay of the learning rate.
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What every seed directory holds beside its tokenizer, written the same way at every scale.
 
 The weights and their configs (FP32, Hugging Face names, no lm_head.weight), every conversation trained
-on, and seed_build.json, whose common fields (docs/formats.md) each scale extends with its own.
+on, and seed_build.json, whose common fields (docs/formats/seed-directory.md) each scale extends with its own.
 """
 
 from __future__ import annotations

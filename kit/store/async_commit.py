@@ -5,7 +5,7 @@ the training thread and its objects are hashed, written and fsynced from a backg
 0's `write_commit` runs on one as well. The decision to know: nothing here runs a collective or knows
 a session; the engine's commit protocol (kit.engine.commit) decides what is written and when, and
 HEAD moves only inside `write_commit`, so a crash during a background write leaves HEAD on the
-previous commit. Threads and stages: docs/internals.md ("kit.engine.commit"); format: docs/formats.md.
+previous commit. Threads and stages: the notes in kit/engine/commit.py; format: docs/formats/checkpoint-store.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The decision to know: the learned-state root leaves out ownership and process RNG, so two runs that
 learned the same thing with different worker counts share it; the full root adds what a bit-exact
 resume needs. `write_commit` writes objects, re-hashes them, writes the manifest and moves HEAD by
-compare-and-swap, so a crash leaves HEAD on the previous complete commit (docs/formats.md,
+compare-and-swap, so a crash leaves HEAD on the previous complete commit (docs/formats/checkpoint-store.md,
 "Checkpoint store"). Records and roots are in `kit.store.manifest`, HEAD in `kit.store.head`,
 parameter I/O in `kit.store.params` (re-exported here, so `commits.read_head` keeps working).
 """

@@ -1,6 +1,6 @@
 """Commit records of the checkpoint store: validation of learned state, layout, RNG and manifests,
 and the two roots (learned-state root, full root). Pure functions over JSON records; no file is
-read or written here. docs/formats.md ("Checkpoint store") is the reference.
+read or written here. docs/formats/checkpoint-store.md ("Checkpoint store") is the reference.
 """
 
 from __future__ import annotations

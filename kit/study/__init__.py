@@ -9,7 +9,7 @@ pair over one common AdamW, with throughput, wire traffic, GPU cost and the qual
 - `screens`: freeze, scoring, paired changes, retention bound, quality and speed screens.
 - `cli`: `kit study prepare|arm|evaluate|screens|status` (`register(sub)`).
 
-docs/study.md explains the study; docs/formats.md ("Shared-gradient study records") its files.
+docs/study.md explains the study; docs/formats/study-records.md ("Shared-gradient study records") its files.
 """
 
 from kit.evidence.inspect import StoreReader, register_store_reader

@@ -3,10 +3,17 @@
 Resuming a compressed run from weights only would restart error feedback at zero and re-draw Q,
 which changes every later update. So at every commit of a PowerSGD arm each rank writes its error
 buffers and warm-start Q as objects of the same store, plus a record under
-`home/compression/<full_root>/` (docs/formats.md, "Compression-state record"). The decision to know:
+`home/compression/<full_root>/` (docs/formats/study-records.md, "Compression-state record"). The decision to know:
 the record is not part of the manifest, so a commit without it is a weights-only checkpoint, and
-resuming a PowerSGD arm from such a commit is refused. Details: docs/internals.md.
+resuming a PowerSGD arm from such a commit is refused. Details: the notes below the docstring.
 """
+
+# Notes on kit.study.compression_state: how it works inside, and why (the module's reference notes).
+#
+#     {"format": "kit.study.compression/1", "full_root": <commit it belongs to>, "rank": r,
+#      "world": w, "meta": <PowerSGDCompressor.state_meta(): step, config, compressed names,
+#      cumulative traffic counters>,
+#      "tensors": {"error/<name>" | "q/<name>": {"digest", "dtype": "float32", "shape"}}}
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ exposure ledger (development tasks are never final), and the candidate freeze is
 may still run after a development scoring. Run as `python -m kit.study.dev --study STUDY --seed SEED
 [--home HOME --root FULL_ROOT] --out FILE [--device cuda]`.
 
-The record (docs/formats.md, "Shared-gradient study records"): greedy answers and summed task NLL.
+The record (docs/formats/study-records.md, "Shared-gradient study records"): greedy answers and summed task NLL.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each host holds its own copy of the seed and of the prepared study (same `prepar
 ranks talk only over torchrun's group. The decision to know: rank 0 admits the arm and sends the
 decision and the deadline to every rank, so all of them stop at the same update, and a rank whose
 prepared copy differs is refused by name before anything trains.
-Steps: docs/study.md ("Across hosts"); failure records: docs/formats.md ("Arm record").
+Steps: docs/study.md ("Across hosts"); failure records: docs/formats/study-records.md ("Arm record").
 """
 
 from __future__ import annotations

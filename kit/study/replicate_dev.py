@@ -5,7 +5,7 @@ The decision to know: the development tasks are the prepared `dev_tasks.jsonl` w
 `data.dev`, else drawn by the study pilot's rule (`dev_rule`) into `STUDY/replicates/dev_tasks.jsonl`; the
 retention probes are scored only when the contract draws them from records the exposure ledger already holds
 (`data.retention.exposed`), so nothing new is opened. Nothing is written to the ledger, the candidate freeze
-or the opening log. Records: docs/formats.md, "Study replicate development scores".
+or the opening log. Records: docs/formats/replicates.md, "Study replicate development scores".
 """
 
 from __future__ import annotations

@@ -5,8 +5,31 @@ device idles until the next update (docs/performance.md). Here the same formula 
 the fused AdamW takes the factor as a device tensor, and a non-finite norm skips the step.
 The decision to know: the sum's order is the device reduction's, so GPU factors may differ from the
 host path's in the last bits; CPU runs keep the host path (EngineConfig.clip_on_device "auto").
-Details: docs/internals.md ("kit.train.device_clip").
+Details: the notes below the docstring.
 """
+
+# Notes on kit.train.device_clip: how it works inside, and why (the module's reference notes).
+#
+# With the factor computed on the host (kit.train.optim.clip_factor, the CPU path), every update
+# ends with a device-to-host copy of the squared norms: the host waits for the backward pass and the
+# all-reduce, computes the factor, then launches the optimizer step, and the device idles from the
+# end of the all-reduce until the next update's first kernels arrive (about 22 ms of a 240 ms update
+# on an H200, docs/performance.md). Here the same formula runs on the device:
+#
+#     norm   = sqrt(sum of the squared norms, in canonical positions)
+#     factor = min(1, max_norm / (norm + 1e-6))   (1 when max_norm is 0)
+#
+# and the optimizer takes the factor as a device tensor (the fused AdamW kernel's grad_scale = 1 /
+# factor). A non-finite norm sets `found_inf`, which makes the fused kernel skip the step (parameters
+# and moments untouched, as torch's gradient scaler does), and the error is raised when the update's
+# numbers are read. Those numbers (norm, factor, the loss sums) are copied to host memory
+# asynchronously, before the step is launched, and read only when asked for (`PendingStats.values`).
+#
+# Worker-count independence holds as on the host: after the all-reduce every rank holds the same
+# buffer (each squared norm in its canonical position), so every rank sums the same values in the
+# same kernel and gets the same factor, whatever the layout. The sum's order is the device
+# reduction's, not the host's left-to-right loop, so GPU results may differ from the host path's in
+# the last bits of the factor; CPU runs keep the host path (EngineConfig.clip_on_device "auto").
 
 from __future__ import annotations
 

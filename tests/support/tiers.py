@@ -102,6 +102,7 @@ UNIT_FILES = (
     "test_conversations.py",
     "test_css_prune.py",
     "test_device_clip.py",
+    "test_docs_reference.py",
     "test_docstrings.py",
     "test_evaluate.py",
     "test_fetch_over_group.py",

@@ -1,5 +1,5 @@
 """The report's Pilots section: each pilot record of the selection (the kit-bench/1 records of
-campaigns/medium_pilot.py, "adaptive", and campaigns/study_pilot.py, "study"; docs/formats.md) as its rule,
+campaigns/medium_pilot.py, "adaptive", and campaigns/study_pilot.py, "study"; docs/formats/benchmark-records.md) as its rule,
 one table row per candidate (failed and ineligible ones included: they are the evidence that the retention
 gate detects forgetting), the chosen candidate and, for an adaptive pilot, the positive control as a sentence.
 

@@ -1,6 +1,6 @@
 """One dispatch from a metric sidecar to its view on the page. A sidecar the reviewer knows by name
 (loss curves with the run's own updates marked, accuracy bars, the bootstrap bounds, a comparison,
-a cost) gets that view; any other is drawn by its shape (docs/formats.md, "Metric sidecars"):
+a cost) gets that view; any other is drawn by its shape (docs/formats/metric-sidecars.md, "Metric sidecars"):
     list of records with a numeric "update" (or "step") key      curves, one panel per numeric field
     dict of equal-length numeric lists (>= 2 points)             curves over the index
     {"columns": [...], "rows": [[...], ...]}, list of records   table
