@@ -99,9 +99,18 @@ class EngineConfig:
     weight_cache: str = "auto"
     fused_elementwise: str = "auto"
     foreach_norm: str = "auto"
+    # The issue-54 levers, OFF by default until a GPU record measures them (docs/performance.md, "Levers
+    # not yet measured"); "on" runs one anywhere, "auto" on CUDA only. compiled_loss: each loss chunk as
+    # one torch.compile'd function of static shape (kit/train/compiled_loss.py); adam_steps_on_device: the
+    # fused AdamW's step counts kept on the device (ParamAdamW.keep_steps_on_device); graph_capture: the
+    # compiled blocks as CUDA graphs (torch.compile mode "reduce-overhead"; only with compiled blocks).
+    compiled_loss: str = "off"
+    adam_steps_on_device: str = "off"
+    graph_capture: str = "off"
 
     def __post_init__(self):
-        for name in ("clip_on_device", "weight_cache", "fused_elementwise", "foreach_norm"):
+        for name in ("clip_on_device", "weight_cache", "fused_elementwise", "foreach_norm", "compiled_loss",
+                     "adam_steps_on_device", "graph_capture"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ValueError(f"engine {name} {getattr(self, name)!r}; expected 'auto', 'on' or 'off'")
         if self.compile_blocks not in ("auto", "off"):
@@ -225,14 +234,31 @@ class StageEngine:
         self.foreach_norm = cfg.enabled("foreach_norm", self.device)
         self.weight_cache = (WeightCache(student, self.dtype)
                              if cfg.enabled("weight_cache", self.device) and self.dtype != torch.float32 else None)
+        self.compiled_loss = cfg.enabled("compiled_loss", self.device)
+        if cfg.enabled("adam_steps_on_device", self.device):
+            optimizer.keep_steps_on_device()
+        self.graph_capture = False
         if cfg.compile_blocks == "auto" and self.device.type == "cuda":
-            student.compile_blocks()
-            if reference is not None:
-                reference.compile_blocks()
+            self.graph_capture = cfg.enabled("graph_capture", self.device)
+            self._compile_blocks(student, reference)
         # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
         self.grad_reducer = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
         self.last_grads: dict[str, torch.Tensor] = {}
+
+    def _compile_blocks(self, student, reference) -> None:
+        """torch.compile each block; with graph capture as CUDA graphs ("reduce-overhead"), the weight
+        cache's copies marked as static inputs (they are rewritten in place, so a graph may keep their
+        addresses instead of copying every weight into its own input buffer at each replay)."""
+        options = {"mode": "reduce-overhead"} if self.graph_capture else {}
+        if self.graph_capture and self.weight_cache is not None:
+            wc = self.weight_cache
+            for low in [t for e in wc.blocks.values() for part in e.values() for t in part.values()] + [wc.head]:
+                if low is not None:
+                    torch._dynamo.mark_static_address(low)
+        student.compile_blocks(**options)
+        if reference is not None:
+            reference.compile_blocks(**options)
 
     def _autocast(self):
         if self.dtype == torch.float32:
@@ -257,6 +283,8 @@ class StageEngine:
             raise ValueError("the batch declares replay records but no reference model was given")
         if self.weight_cache is not None:
             self.weight_cache.ensure_fresh()  # a no-op unless a master changed in place since the last step
+        if self.graph_capture:
+            torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last update's graph outputs are free
         mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id,
                                                              length_bucket=self.cfg.bucket_for(self.device))]
         parts = self._run_schedule(mbs, N)
@@ -405,14 +433,15 @@ class StageEngine:
             low = self.weight_cache.head if self.weight_cache is not None else None
             t = mb.new
             ce = cross_entropy_sum(x[t.row, t.pos], weight, t.token, t.weight, compute_dtype=self.loss_dtype,
-                                   weight_low=low)
+                                   weight_low=low, compiled=self.compiled_loss)
             kl = torch.zeros((), device=self.device)
             if mb.num_replay:
                 t = mb.replay
                 with torch.no_grad():
                     txr = self.reference.final_norm(thf)[t.local, t.pos]
                 kl = kl_sum(x[t.row, t.pos], weight, txr, self.reference.head_weight(), t.weight,
-                            self.cfg.distill, compute_dtype=self.loss_dtype, weight_low=low)
+                            self.cfg.distill, compute_dtype=self.loss_dtype, weight_low=low,
+                            compiled=self.compiled_loss)
         loss = update_objective(ce, kl, self.cfg.distill.weight, N)
         return loss, ce, kl
 
