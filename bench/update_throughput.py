@@ -31,6 +31,10 @@ else under --out). In ONE process, in this order, it measures
                      the headline row with ONE fast path off (its before/after against the headline);
   kit_sdpa           the headline row once per attention backend of --sdpa-backends (flash, cuDNN,
                      efficient), each compiled afresh under that backend;
+  kit_compiled_loss, kit_adam_device_steps, kit_graph_capture
+                     the headline row with ONE of issue 54's levers flipped (on when --levers is off, the
+                     default; off when it is on): row kit_equal_work_<lever>_<on|off>;
+  kit_levers         the headline row with every lever on (kit_equal_work_levers);
 
 all at 4 x 2048 tokens per microbatch and one microbatch per update (equal tokens per update).
 
@@ -83,11 +87,16 @@ REPO = Path(__file__).resolve().parents[1]
 PEAK_FLOPS = H200_BF16_PEAK_FLOPS  # bf16 dense, datasheet
 SECTIONS = ("ceiling", "baseline", "baseline_compiled", "kit", "commit", "checkpoint", "kit_mixed", "planner",
             "kit_eager", "kit_host_clip", "norm_check", "kit_before", "kit_no_weight_cache", "kit_unfused",
-            "kit_per_tensor_norm", "kit_sdpa")
+            "kit_per_tensor_norm", "kit_sdpa", "kit_compiled_loss", "kit_adam_device_steps", "kit_graph_capture",
+            "kit_levers")
 # The engine's GPU fast paths (EngineConfig, docs/performance.md "Fast paths") and the section that turns
 # each one off alone.
 FAST_PATHS = {"weight_cache": "kit_no_weight_cache", "fused_elementwise": "kit_unfused",
               "foreach_norm": "kit_per_tensor_norm"}
+# Issue 54's levers (EngineConfig, docs/performance.md "Levers not yet measured"), at --levers in the headline,
+# and the section that flips each one alone; `kit_levers` runs the headline with all of them on.
+LEVERS = {"compiled_loss": "kit_compiled_loss", "adam_steps_on_device": "kit_adam_device_steps",
+          "graph_capture": "kit_graph_capture"}
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
                  "math": "MATH"}
 GIB = 2**30
@@ -281,7 +290,8 @@ def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int
                 "objective_last": last.parts.objective, "grad_norm_last": last.grad_norm,
                 "clip_factor_last": last.clip_factor, "optimizer_fused": eng.optimizer.fused,
                 "weight_cache": eng.weight_cache is not None, "fused_elementwise": eng.fused,
-                "foreach_norm": eng.foreach_norm,
+                "foreach_norm": eng.foreach_norm, "compiled_loss": eng.compiled_loss,
+                "adam_steps_on_device": eng.optimizer.device_steps is not None, "graph_capture": eng.graph_capture,
                 "weight_cache_gib": round(eng.weight_cache.nbytes() / GIB, 3) if eng.weight_cache else None})
     return out
 
@@ -609,6 +619,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="with --profile: also its timeline (kit_trace.json.gz)")
     ap.add_argument("--fast-paths", choices=("auto", "on"), default="auto",
                     help="the engine's fast paths in the kit rows: auto (on CUDA only, the engine default) or on")
+    ap.add_argument("--levers", choices=("off", "on"), default="off",
+                    help="issue 54's levers (compiled loss, Adam steps on the device, graph capture) in the headline")
     ap.add_argument("--sdpa-backends", default="flash,cudnn,efficient",
                     help="kit_sdpa: comma list of " + ", ".join(SDPA_BACKENDS))
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "bench-update"))
@@ -626,6 +638,7 @@ def main(argv=None) -> int:
     if sorted(set(backends) - set(SDPA_BACKENDS)) or not backends:
         ap.error(f"--sdpa-backends: {a.sdpa_backends!r}; expected a comma list of {', '.join(SDPA_BACKENDS)}")
     fast = {k: a.fast_paths for k in FAST_PATHS}  # the headline's switches
+    fast.update({k: a.levers for k in LEVERS})
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results, status, errors = [], "completed", []
@@ -713,6 +726,13 @@ def main(argv=None) -> int:
             section(name, lambda piece=piece, name=name: kit_section(
                 "auto", name.replace("kit_", "kit_equal_work_", 1), every, switches={**fast, piece: "off"}))
         section("kit_sdpa", lambda: sdpa_rows(kit_section, backends, every, device))
+        # Issue 54's levers, each flipped alone against the headline, then all on, in this process.
+        flip = "on" if a.levers == "off" else "off"
+        for lever, name in LEVERS.items():
+            section(name, lambda lever=lever: kit_section("auto", f"kit_equal_work_{lever}_{flip}", every,
+                                                          switches={**fast, lever: flip}))
+        section("kit_levers", lambda: kit_section("auto", "kit_equal_work_levers", every,
+                                                  switches={**fast, **{k: "on" for k in LEVERS}}))
     ended = dt.datetime.now(dt.UTC)
     record = {
         "format": "kit-bench/1",
@@ -724,7 +744,7 @@ def main(argv=None) -> int:
                        "steps": a.steps, "sections": sections, "planner_microbatches": a.planner_microbatches,
                        "lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WEIGHT_DECAY,
                        "max_grad_norm": MAX_NORM, "peak_flops": PEAK_FLOPS, "tiny": a.tiny,
-                       "matmul_ceiling_flops": ceiling, "fast_paths": a.fast_paths, "sdpa_backends": backends,
+                       "matmul_ceiling_flops": ceiling, "fast_paths": a.fast_paths, "levers": a.levers, "sdpa_backends": backends,
                        "trace": a.trace},
         "git": code_state(),
         "versions": versions(runtime=True),

@@ -98,9 +98,18 @@ class EngineConfig:
     weight_cache: str = "auto"
     fused_elementwise: str = "auto"
     foreach_norm: str = "auto"
+    # The issue-54 levers, OFF by default until a GPU record measures them (docs/performance.md, "Levers
+    # not yet measured"); "on" runs one anywhere, "auto" on CUDA only. compiled_loss: each loss chunk as
+    # one torch.compile'd function of static shape (kit/train/compiled_loss.py); adam_steps_on_device: the
+    # fused AdamW's step counts kept on the device (ParamAdamW.keep_steps_on_device); graph_capture: the
+    # compiled blocks as CUDA graphs (torch.compile mode "reduce-overhead"; only with compiled blocks).
+    compiled_loss: str = "off"
+    adam_steps_on_device: str = "off"
+    graph_capture: str = "off"
 
     def __post_init__(self):
-        for name in ("clip_on_device", "weight_cache", "fused_elementwise", "foreach_norm"):
+        for name in ("clip_on_device", "weight_cache", "fused_elementwise", "foreach_norm", "compiled_loss",
+                     "adam_steps_on_device", "graph_capture"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ValueError(f"engine {name} {getattr(self, name)!r}; expected 'auto', 'on' or 'off'")
         if self.compile_blocks not in ("auto", "off"):
@@ -228,6 +237,10 @@ class StageEngine:
         self.fast_paths = fast_paths
         self.fused = bool(fast_paths is not None and fast_paths.fused)
         self.weight_cache = fast_paths.weight_cache if fast_paths is not None else None
+        self.graph_capture = bool(fast_paths is not None and fast_paths.graph_capture)
+        self.compiled_loss = cfg.enabled("compiled_loss", self.device)
+        if cfg.enabled("adam_steps_on_device", self.device):
+            optimizer.keep_steps_on_device()
         # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
         self.grad_reducer = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
@@ -260,6 +273,8 @@ class StageEngine:
             raise ValueError("the batch declares replay records but no reference model was given")
         if self.weight_cache is not None:
             self.weight_cache.ensure_fresh()  # a no-op unless a master changed in place since the last step
+        if self.graph_capture:
+            torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last update's graph outputs are free
         mbs = [self._prepare(mb) for mb in make_microbatches(records, self.cfg.microbatch_size, self.cfg.pad_id,
                                                              length_bucket=self.cfg.bucket_for(self.device))]
         parts = self._run_schedule(mbs, N)
@@ -407,14 +422,15 @@ class StageEngine:
             low = self.weight_cache.head if self.weight_cache is not None else None
             t = mb.new
             ce = cross_entropy_sum(x[t.row, t.pos], weight, t.token, t.weight, compute_dtype=self.loss_dtype,
-                                   weight_low=low)
+                                   weight_low=low, compiled=self.compiled_loss)
             kl = torch.zeros((), device=self.device)
             if mb.num_replay:
                 t = mb.replay
                 with torch.no_grad():
                     txr = self.reference.final_norm(thf)[t.local, t.pos]
                 kl = kl_sum(x[t.row, t.pos], weight, txr, self.reference.head_weight(), t.weight,
-                            self.cfg.distill, compute_dtype=self.loss_dtype, weight_low=low)
+                            self.cfg.distill, compute_dtype=self.loss_dtype, weight_low=low,
+                            compiled=self.compiled_loss)
         loss = update_objective(ce, kl, self.cfg.distill.weight, N)
         return loss, ce, kl
 

@@ -33,6 +33,7 @@ class FastPaths:
 
     weight_cache: WeightCache | None = None
     fused: bool = False
+    graph_capture: bool = False  # the compiled blocks as CUDA graphs (EngineConfig.graph_capture)
     active: bool = field(default=False, repr=False)
 
     @contextlib.contextmanager
@@ -105,9 +106,18 @@ def apply_fast_paths(student: LlamaCausalLM, reference: LlamaCausalLM | None, cf
                 _swap(block, _FusedBlock, paths)
                 _swap(block.mlp, _FusedMLP, paths)
     if cfg.compile_blocks == "auto" and device.type == "cuda":
-        compile_blocks(student)
+        paths.graph_capture = cfg.enabled("graph_capture", device)
+        options = {"mode": "reduce-overhead"} if paths.graph_capture else {}
+        if paths.graph_capture and paths.weight_cache is not None:
+            # the copies are rewritten in place, so a graph may keep their addresses instead of copying
+            # every weight into its own input buffer at each replay
+            wc = paths.weight_cache
+            for low in [t for e in wc.blocks.values() for part in e.values() for t in part.values()] + [wc.head]:
+                if low is not None:
+                    torch._dynamo.mark_static_address(low)
+        compile_blocks(student, **options)
         if reference is not None:
-            compile_blocks(reference)
+            compile_blocks(reference, **options)
     return paths
 
 

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kit.train import compiled_loss
+
 DEFAULT_CHUNK_ELEMENTS = 1 << 26  # positions x vocab per chunk (256 MiB of FP32 logits)
 
 
@@ -68,10 +70,20 @@ def _low(weight, weight_low, dtype):
     return weight_low
 
 
+def _step(vocab: int, chunk_elements: int) -> int:
+    return max(1, chunk_elements // max(1, vocab))
+
+
 def _chunks(n: int, vocab: int, chunk_elements: int):
-    step = max(1, chunk_elements // max(1, vocab))
+    step = _step(vocab, chunk_elements)
     for a in range(0, n, step):
         yield a, min(n, a + step)
+
+
+def _finish(ctx, x, weight, dx, dw, total):
+    ctx.save_for_backward(dx, dw)
+    ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
+    return total.float()
 
 
 def _grads_into(dx, dw, g, xc, w, a: int, b: int) -> None:
@@ -90,11 +102,15 @@ class _CrossEntropySum(torch.autograd.Function):
     """sum_i w_i * CE(x_i W^T, y_i), with d/dx and d/dW computed chunk by chunk in forward."""
 
     @staticmethod
-    def forward(ctx, x, weight, targets, token_w, chunk_elements, compute_dtype, weight_low):
+    def forward(ctx, x, weight, targets, token_w, chunk_elements, compute_dtype, weight_low, compiled=False):
         cd = compute_dtype or x.dtype
         w = _low(weight, weight_low, cd)  # once per call, not per chunk
         dx = torch.empty_like(x, dtype=torch.float32)
         dw = torch.zeros_like(weight, dtype=torch.float32)
+        if compiled:  # the same math, one compiled function per chunk (kit/train/compiled_loss.py)
+            total = compiled_loss.run_chunks("ce", x, w, dx, dw, token_w, _step(weight.shape[0], chunk_elements),
+                                             targets=targets)
+            return _finish(ctx, x, weight, dx, dw, total)
         total = torch.zeros((), dtype=torch.float64, device=x.device)
         for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
             xc = x[a:b].to(cd)
@@ -114,7 +130,7 @@ class _CrossEntropySum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         dx, dw = ctx.saved_tensors
-        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None, None
+        return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None, None, None
 
 
 def _scaled(z: torch.Tensor, T: float) -> torch.Tensor:
@@ -130,13 +146,18 @@ class _KLSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, ref_x, ref_weight, token_w, temperature, reverse, chunk_elements, compute_dtype,
-                weight_low):
+                weight_low, compiled=False):
         cd = compute_dtype or x.dtype
         w = _low(weight, weight_low, cd)
         rw = ref_weight.to(compute_dtype or ref_x.dtype)
         T = float(temperature)
         dx = torch.empty_like(x, dtype=torch.float32)
         dw = torch.zeros_like(weight, dtype=torch.float32)
+        if compiled:  # the same math, one compiled function per chunk (kit/train/compiled_loss.py)
+            t = torch.full((), T, dtype=torch.float32, device=x.device)  # a fill: no host-to-device copy
+            total = compiled_loss.run_chunks("kl_reverse" if reverse else "kl_forward", x, w, dx, dw, token_w,
+                                             _step(weight.shape[0], chunk_elements), ref_x=ref_x, ref_w=rw, T=t)
+            return _finish(ctx, x, weight, dx, dw, total * (T * T))
         total = torch.zeros((), dtype=torch.float64, device=x.device)
         for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
             xc = x[a:b].to(cd)
@@ -163,28 +184,30 @@ class _KLSum(torch.autograd.Function):
     def backward(ctx, grad_out):
         dx, dw = ctx.saved_tensors
         return ((dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype),
-                None, None, None, None, None, None, None, None)
+                None, None, None, None, None, None, None, None, None)
 
 
 def cross_entropy_sum(x, weight, targets, token_w, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-                      compute_dtype: torch.dtype | None = None, weight_low: torch.Tensor | None = None):
+                      compute_dtype: torch.dtype | None = None, weight_low: torch.Tensor | None = None,
+                      compiled: bool = False):
     """x: (n, C) final-normed hidden at target positions; weight: (V, C); targets: (n,); token_w: (n,).
     `compute_dtype` (e.g. torch.bfloat16): dtype of the matrix products; None: x's dtype. `weight_low`:
-    weight already in that dtype (the weight cache), used instead of casting it."""
+    weight already in that dtype (the weight cache), used instead of casting it. `compiled`: each chunk
+    as one torch.compile'd function (kit/train/compiled_loss.py; EngineConfig.compiled_loss)."""
     if x.shape[0] == 0:
         return (x.sum() * 0 + weight.sum() * 0).float()
-    return _CrossEntropySum.apply(x, weight, targets, token_w, chunk_elements, compute_dtype, weight_low)
+    return _CrossEntropySum.apply(x, weight, targets, token_w, chunk_elements, compute_dtype, weight_low, compiled)
 
 
 def kl_sum(x, weight, ref_x, ref_weight, token_w, cfg: DistillConfig, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-           compute_dtype: torch.dtype | None = None, weight_low: torch.Tensor | None = None):
+           compute_dtype: torch.dtype | None = None, weight_low: torch.Tensor | None = None, compiled: bool = False):
     if x.shape[0] == 0:
         return (x.sum() * 0 + weight.sum() * 0).float()
     if ref_x.shape != x.shape or ref_weight.shape != weight.shape:
         raise ValueError(f"reference shapes {tuple(ref_x.shape)}/{tuple(ref_weight.shape)} differ from the "
                          f"student's {tuple(x.shape)}/{tuple(weight.shape)}")
     return _KLSum.apply(x, weight, ref_x, ref_weight, token_w, cfg.temperature, cfg.direction == "reverse",
-                        chunk_elements, compute_dtype, weight_low)
+                        chunk_elements, compute_dtype, weight_low, compiled)
 
 
 def update_objective(ce_sum, kl_sum, kl_weight: float, total_targets: int):

@@ -70,6 +70,24 @@ class ParamAdamW:
         if fused and not fusable:
             raise ValueError("ParamAdamW(fused=True) needs every parameter to be an FP32 CUDA tensor")
         self.fused = fusable if fused is None else bool(fused)
+        # name -> 0-d FP32 view of one device buffer holding the parameter's age (keep_steps_on_device);
+        # None: the fused path builds each bucket's step values afresh (torch.full) every step
+        self.device_steps: dict[str, torch.Tensor] | None = None
+
+    def keep_steps_on_device(self) -> None:
+        """The fused path's step counts live on the device, one FP32 buffer for all parameters, advanced
+        by one multi-tensor add per step instead of one `torch.full` per (group, age) bucket. The kernel
+        reads the same values (the ages, exact in FP32 below 2^24), so the update is bit-identical. The
+        foreach path (CPU) has no step tensors: there it changes nothing."""
+        if self.fused:
+            self._load_device_steps()
+
+    def _load_device_steps(self) -> None:
+        """The device buffer from the host ages (at start and after a checkpoint load: one copy, not per step)."""
+        names = sorted(self.params)
+        device = self.params[names[0]].device
+        ages = torch.tensor([float(self.state[n]["age"]) for n in names], dtype=torch.float32)
+        self.device_steps = dict(zip(names, ages.to(device).unbind()))
 
     def zero_grad(self) -> None:
         for p in self.params.values():
@@ -104,6 +122,8 @@ class ParamAdamW:
             st = self.state[n]
             st["age"] += 1
             buckets.setdefault((st["group"], st["age"]), []).append(n)
+        if self.fused and self.device_steps is not None and buckets:
+            torch._foreach_add_([self.device_steps[n] for names in buckets.values() for n in names], 1.0)
         for (group, age), names in sorted(buckets.items()):
             g = self.groups[group]
             ps = [self.params[n] for n in names]
@@ -111,7 +131,8 @@ class ParamAdamW:
             m = [self.state[n]["exp_avg"] for n in names]
             v = [self.state[n]["exp_avg_sq"] for n in names]
             if self.fused:
-                self._fused_step(g, age, ps, grads, m, v, grad_scale, found_inf)
+                steps = [self.device_steps[n] for n in names] if self.device_steps is not None else None
+                self._fused_step(g, age, ps, grads, m, v, grad_scale, found_inf, steps)
                 continue
             if g.weight_decay:
                 torch._foreach_mul_(ps, 1 - g.lr * g.weight_decay)
@@ -127,10 +148,12 @@ class ParamAdamW:
             torch._foreach_addcdiv_(ps, m, denom, value=-step_size)
 
     @staticmethod
-    def _fused_step(g: GroupConfig, age: int, ps, grads, m, v, grad_scale, found_inf=None) -> None:
+    def _fused_step(g: GroupConfig, age: int, ps, grads, m, v, grad_scale, found_inf=None, steps=None) -> None:
         # The kernel reads each tensor's step from a device scalar (no host sync); one buffer of
-        # `age` values, unbound into per-parameter views, serves the whole bucket.
-        steps = torch.full((len(ps),), float(age), dtype=torch.float32, device=ps[0].device).unbind()
+        # `age` values, unbound into per-parameter views, serves the whole bucket (or the persistent
+        # per-parameter steps, keep_steps_on_device, which hold the same values).
+        if steps is None:
+            steps = torch.full((len(ps),), float(age), dtype=torch.float32, device=ps[0].device).unbind()
         torch._fused_adamw_(ps, grads, m, v, [], list(steps), amsgrad=False, lr=g.lr, beta1=g.beta1,
                             beta2=g.beta2, weight_decay=g.weight_decay, eps=g.eps, maximize=False,
                             grad_scale=grad_scale, found_inf=found_inf)
@@ -161,6 +184,8 @@ class ParamAdamW:
             st["exp_avg_sq"].copy_(s["exp_avg_sq"])
             st["age"] = int(s["age"])
             st["group"] = s["group"]
+        if self.device_steps is not None:
+            self._load_device_steps()
 
 
 # --- canonical clipping --------------------------------------------------------------------
