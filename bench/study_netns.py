@@ -142,8 +142,8 @@ def exposure_ledger(path: Path, contract) -> Path:
     from kit.data.conversations import instruction_source_range
     from kit.evidence.ledger import record
 
-    r = contract["data"]["retention"]["source"]
-    rng = instruction_source_range(SOURCE, r["sha256"], r["start"], r["stop"], r["name"])
+    r = contract.terms.data.retention.source
+    rng = instruction_source_range(SOURCE, r.sha256, r.start, r.stop, r.name)
     record([("retention.probe", c.digest, c.id) for c in rng.conversations], "cd" * 32, "ef" * 32,
            "stand-in for an earlier final scoring (bench/study_netns.py)", path)
     return path
@@ -209,7 +209,7 @@ def run_rate(label: str, rate: int, staging: Path, work: Path, out_root: Path, e
     def tput(arm):
         return rows[arm]["active_tokens_per_s"] if rows[arm]["status"] == "completed" else None
 
-    sc = contract["screens"]
+    sc = contract.terms.screens
     speed = {"powersgd_vs_single": speed_screen(tput("powersgd"), tput("single"), sc),
              "dense_vs_single": speed_screen(tput("dense"), tput("single"), sc),
              "powersgd_vs_dense_ratio": (tput("powersgd") / tput("dense")) if tput("powersgd") and tput("dense") else None}

@@ -90,10 +90,11 @@ def full_bytes(contract) -> tuple[int, int]:
     with torch.device("meta"):
         model = LlamaCausalLM(smollm2_17b())
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    updates = contract["schedule"]["updates"]
-    dense = projected_logical_bytes(contract, arm_spec(contract, "dense"), shapes, 0, 1)
-    warm = contract["powersgd"]["warmup_updates"]
-    compressed = projected_logical_bytes(contract, arm_spec(contract, "powersgd"), shapes, warm, warm + 1)
+    terms = contract.terms
+    updates = terms.schedule.updates
+    dense = projected_logical_bytes(terms, arm_spec(contract, "dense"), shapes, 0, 1)
+    warm = terms.powersgd.warmup_updates
+    compressed = projected_logical_bytes(terms, arm_spec(contract, "powersgd"), shapes, warm, warm + 1)
     assert compressed < dense and updates > warm
     return dense, compressed
 
@@ -129,12 +130,12 @@ def main(argv=None) -> int:
     scenarios = []
     for rate, rate_label in ((5e9, "5 Gbit/s"), (20e9, "20 Gbit/s")):
         for frac in (0.5, 1.0):
-            scenarios.append(project_study(contract.data, single_compute_s=2.0, pair_compute_fraction=frac,
+            scenarios.append(project_study(contract.terms, single_compute_s=2.0, pair_compute_fraction=frac,
                                            dense_bytes_per_update=dense_b, powersgd_bytes_per_update=psgd_b,
                                            wire_overhead=overhead, efficiency=eff, rate_bit=rate, rtt_s=1e-3,
                                            collectives=colls,
                                            label=f"L40S 2.0 s, pair x{frac}, {rate_label}, RTT 1 ms"))
-    scenarios.append(project_study(contract.data, single_compute_s=H200_SINGLE_S, pair_compute_fraction=0.5,
+    scenarios.append(project_study(contract.terms, single_compute_s=H200_SINGLE_S, pair_compute_fraction=0.5,
                                    dense_bytes_per_update=dense_b, powersgd_bytes_per_update=psgd_b,
                                    wire_overhead=overhead, efficiency=eff, rate_bit=5e9, rtt_s=1e-3,
                                    collectives=colls, label="H200-speed compute 1.48 s, pair x0.5, 5 Gbit/s, RTT 1 ms"))

@@ -80,11 +80,11 @@ def attempt_pair_arm(study: Path, contract, arm: str, seed_dir: Path, until: int
                      threads: int = 1) -> dict:
     """run_arm for a pair arm where availability() says it cannot run here (recorded unavailable, never
     launched); where it can, run it with `run_pairs` (--pair-arms), else leave it ("not attempted")."""
-    missing = availability(contract, arm_spec(contract, arm))
+    missing = availability(contract.terms, arm_spec(contract, arm))
     if missing is None and run_pairs:
         rec = run_arm(ArmRequest(study, arm, seed_dir, until=until, threads=threads))
         return {"arm": arm, "status": rec["status"], "reason": rec["reason"],
-                "results": single_results(rec, contract["schedule"]["updates"])}
+                "results": single_results(rec, contract.terms.schedule.updates)}
     if missing is None:
         return {"arm": arm, "status": "not attempted",
                 "reason": "this host can run it; bench/study_single_arm.py runs only the single arm "
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         single = run_arm(ArmRequest(study, "single", seed_dir, until=a.until, threads=a.threads))
         phases["single_arm_call"] = round(time.perf_counter() - t0, 2)
-        results["single"] = single_results(single, contract["schedule"]["updates"])
+        results["single"] = single_results(single, contract.terms.schedule.updates)
         if single["status"] != "partial" or len(single.get("updates") or []) != a.until:
             status = "failed"
             errors.append({"phase": "single", "error": f"status {single['status']!r}: {single['reason']}"})
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
                                if device.type == "cuda" else "loopback (gloo)")
         phases["pair_arm_calls"] = round(time.perf_counter() - t0, 3)
         results["arms"] = [{k: s[k] for k in ("arm", "workers", "reduction", "status", "reason", "attempts")}
-                           for s in arm_statuses(study, contract)]
+                           for s in arm_statuses(study, contract.terms)]
         for s in results["arms"]:  # arms run() refused stay visible with their reason, never as run
             ok = ("unavailable", "not run") + (("partial",) if a.pair_arms else ())
             if s["arm"] in PAIR_ARMS and s["status"] not in ok:
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
         "notebook": None,
         "command": " ".join(["python", "bench/study_single_arm.py", *(sys.argv[1:] if argv is None else argv)]),
         "parameters": {"contract": str(CONTRACT.relative_to(REPO)), "contract_digest": contract.digest,
-                       "contract_device": contract["device"],
+                       "contract_device": contract.terms.device,
                        "contract_changes": contract_changes, "until": a.until, "threads": a.threads,
                        "pair_arms": a.pair_arms,
                        "compile_blocks": "auto", "tiny": a.tiny,

@@ -194,7 +194,7 @@ def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2
     sc, root = SCALES[scale], repository_root()
     study = load_study_contract(root / sc.study_contract)
     adaptive = load_adaptive_contract(root / sc.adaptive_contract)
-    s_seed, a_seed = study["schedule"]["order_seed"], adaptive.data["data_seeds"]["schedule"]
+    s_seed, a_seed = study.terms.schedule.order_seed, adaptive.data["data_seeds"]["schedule"]
     lay_name = sc.name
     c = adaptive.data["migration"]
     return {

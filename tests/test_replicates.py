@@ -74,7 +74,7 @@ def test_study_replicate_zero_repeats_the_committed_roots_and_one_differs_determ
     assert r1_again["replicate"]["order_sha256"] == r1["replicate"]["order_sha256"]
     # the study's final scoring sees the contract's arms only: a replicate is never frozen or scored there
     assert [s["arm"] for s in arms.arm_statuses(again, __import__("kit.study.prepare", fromlist=["x"])
-                                                  .load_prepared(again)[1])] == ["single", "dense", "powersgd"]
+                                                  .load_prepared(again)[1].terms)] == ["single", "dense", "powersgd"]
 
 
 def test_study_replicate_is_scored_on_development_roles_without_touching_the_ledger(study, env):

@@ -7,6 +7,7 @@ three arms run in separate processes (gloo): single (1 worker), dense and powers
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,7 +31,7 @@ from kit.study.compression_state import (
 from kit.study.cost import project_arm
 from kit.study.measurement import COMPILE_CACHE
 from kit.study.prepare import PREPARED_DIR, prepare_study
-from kit.study.schema import ContractError, load_study_contract
+from kit.study.schema import ContractError, arm_spec, load_study_contract
 from kit.study.screens import (
     EvaluationRefused,
     build_screens,
@@ -231,8 +232,8 @@ def test_unavailable_arms_are_recorded_with_reason_never_run(env):
 
 
 def test_projection_numbers_and_bound():
-    c = load_study_contract(FULL).data
-    arm = {"name": "dense", "workers": 2, "reduction": "dense"}
+    full = load_study_contract(FULL)
+    c, arm = full.terms, arm_spec(full, "dense")
     gib = 2**30
     p = project_arm(c, arm, 128, 12.0, "contract", 50 * gib, 5, now=1000.0, clock_started_at=None, spent_usd=0.0)
     assert p["projected_seconds"] == 600 + 128 * 12 + 5 * 180
@@ -257,8 +258,8 @@ def test_tiny_contract_rank_compresses_the_tiny_seed_20x():
 
     with torch.device("meta"):
         shapes = {n: tuple(p.shape) for n, p in LlamaCausalLM(shape).named_parameters()}
-    dense = study_arms.projected_logical_bytes(c, {"workers": 2, "reduction": "dense"}, shapes, 2, 3)
-    compressed = study_arms.projected_logical_bytes(c, {"workers": 2, "reduction": "powersgd"}, shapes, 2, 3)
+    dense = study_arms.projected_logical_bytes(c.terms, arm_spec(c, "dense"), shapes, 2, 3)
+    compressed = study_arms.projected_logical_bytes(c.terms, arm_spec(c, "powersgd"), shapes, 2, 3)
     assert dense / compressed >= 20
 
 
@@ -282,8 +283,10 @@ def test_contract_rules_refuse_mismatched_fields(tmp_path, env):
 
 
 # --- pure screens at their boundaries -------------------------------------------------------
-SCREENS = {"min_task_gain": 0.10, "max_retention_upper_nats": 0.02, "noninferiority_margin": 0.03,
-           "normal_multiplier": 1.645, "min_speedup": 1.10}
+# the screens section of the contract terms, with these thresholds (the functions read attributes)
+SCREENS = dataclasses.replace(load_study_contract(FULL).terms.screens, min_task_gain=0.10,
+                              max_retention_upper_nats=0.02, noninferiority_margin=0.03, normal_multiplier=1.645,
+                              min_speedup=1.10)
 
 
 @pytest.mark.parametrize("gain, retention, lowers, verdict", [

@@ -3,12 +3,11 @@ validation sets predicted beside measured, and the projection of the full contra
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from support.models import REPO
 
 from kit.study.projection import fit_link, project_study, validate
+from kit.study.schema import load_study_contract
 
 
 def _points(c_dense=0.8, c_psgd=1.0, eff=0.9):
@@ -32,7 +31,7 @@ def test_fit_recovers_compute_and_efficiency_and_predicts_held_out_rate():
 
 
 def test_projection_of_the_full_contract_adds_up():
-    c = json.loads((REPO / "contracts" / "shared-gradient.json").read_text())
+    c = load_study_contract(REPO / "contracts" / "shared-gradient.json").terms
     dense_b, psgd_b = 1_711_376_384 * 4, 60_000_000
     sc = project_study(c, single_compute_s=2.0, pair_compute_fraction=0.5, dense_bytes_per_update=dense_b,
                        powersgd_bytes_per_update=psgd_b, wire_overhead=1.0, efficiency=1.0, rate_bit=5e9,

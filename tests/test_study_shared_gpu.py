@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from support.study import TINY
 
@@ -12,12 +14,14 @@ from kit.evidence.report.verdict_rows import _screen_rows
 from kit.study import arms as study_arms
 from kit.study.cost import arm_cost, gpu_hour_price
 from kit.study.measurement import shared_gpus, summarise
-from kit.study.schema import load_study_contract
+from kit.study.schema import arm_spec, load_study_contract
 from kit.study.screens import NOT_EVALUABLE, speed_screen
 
-CUDA = {"device": "cuda"}
-PAIR = {"name": "dense", "workers": 2, "reduction": "dense"}
-SCREENS = {"min_speedup": 1.1}
+# the tiny contract's terms (CPU), and the same on CUDA: the functions read the typed terms, never keys
+CPU = load_study_contract(TINY).terms
+CUDA = dataclasses.replace(CPU, device="cuda")
+PAIR = arm_spec(load_study_contract(TINY), "dense")
+SCREENS = dataclasses.replace(CPU.screens, min_speedup=1.1)
 
 
 def test_a_cuda_pair_arm_may_share_one_gpu_but_not_run_on_none():
@@ -25,14 +29,14 @@ def test_a_cuda_pair_arm_may_share_one_gpu_but_not_run_on_none():
     assert study_arms.availability(CUDA, PAIR, cuda_devices=2) is None
     assert study_arms.availability(CUDA, PAIR, cuda_devices=0) == (
         "contract device 'cuda' needs 1 GPU(s) for arm 'dense'; this host has torch.cuda.device_count() = 0")
-    assert study_arms.availability({"device": "cpu"}, PAIR, cuda_devices=0) is None
+    assert study_arms.availability(CPU, PAIR, cuda_devices=0) is None
     # what the admission expects: shared on one GPU, own GPUs on two, nothing shared on CPU
     expected = study_arms.expected_sharing(CUDA, PAIR, cuda_devices=1)
     assert {k: expected[k] for k in ("workers", "gpus", "transport")} == {
         "workers": 2, "gpus": 1, "transport": "gloo (host-staged)"}
     assert expected["source"].startswith("admission")
     assert study_arms.expected_sharing(CUDA, PAIR, cuda_devices=2) is None
-    assert study_arms.expected_sharing({"device": "cpu"}, PAIR, cuda_devices=0) is None
+    assert study_arms.expected_sharing(CPU, PAIR, cuda_devices=0) is None
 
 
 def test_the_staged_group_names_the_transport_the_record_uses():
@@ -66,20 +70,20 @@ def test_summarise_charges_the_gpus_the_workers_used(devices, gpus):
     record = {"workers": 2, "reduction": "dense", "status": "completed", "home": "H", "traffic": {},
               "shared_gpus": study_arms.expected_sharing(CUDA, PAIR, cuda_devices=1)}  # the admission's guess
     wall = 36.0
-    summarise(record, [_rank(r, d) for r, d in enumerate(devices)], wall, contract)
+    summarise(record, [_rank(r, d) for r, d in enumerate(devices)], wall, contract.terms)
     assert (record["shared_gpus"] or {}).get("source") == ("ranks" if gpus == 1 else None)
     m, c = record["measurement"], record["cost"]
     assert (m["workers"], m["devices"]) == (2, gpus)
     assert m["gpu_seconds_per_update"] == pytest.approx(wall * gpus / 3)
     assert m["active_gpu_seconds_per_update"] == pytest.approx(7.5 * gpus / 3)
     assert c["gpus"] == gpus and c["gpu_hours"] == pytest.approx(wall * gpus / 3600)
-    assert c["gpu_cost_usd"] == pytest.approx(wall * gpus / 3600 * gpu_hour_price(contract["cost"]))
+    assert c["gpu_cost_usd"] == pytest.approx(wall * gpus / 3600 * gpu_hour_price(contract.terms.cost))
     # the traffic is every rank's, whatever the GPUs
-    assert c["cross_zone_bytes"] == arm_cost(contract.data, wall, [1000, 1000])["cross_zone_bytes"]
+    assert c["cross_zone_bytes"] == arm_cost(contract.terms, wall, [1000, 1000])["cross_zone_bytes"]
 
 
 def test_arm_cost_counts_gpus_not_workers_and_refuses_more_gpus_than_workers():
-    contract = load_study_contract(TINY).data
+    contract = load_study_contract(TINY).terms
     own, shared = arm_cost(contract, 3600.0, [0, 0]), arm_cost(contract, 3600.0, [0, 0], gpus=1)
     assert (own["gpus"], own["gpu_hours"]) == (2, pytest.approx(2.0))
     assert (shared["gpus"], shared["gpu_hours"]) == (1, pytest.approx(1.0))

@@ -76,7 +76,14 @@ from kit.study.compression_state import (
 from kit.study.cost import arm_cost, project_arm
 from kit.study.measurement import devices_used, padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
-from kit.study.schema import arm_spec, engine_config, optimizer_groups, powersgd_config_dict
+from kit.study.schema import (
+    arm_spec,
+    engine_config,
+    lr_schedule,
+    optimizer_groups,
+    powersgd_config_dict,
+    study_terms,
+)
 from kit.train.batch import TrainRecord
 from kit.train.powersgd import FP32_BYTES, PowerSGDCompressor, PowerSGDConfig
 from kit.train.schedule import CONSTANT, lr_factor
@@ -227,7 +234,7 @@ def arm_worker(group: Group, args: dict, ctx) -> dict:
     not find the compile of an arm that ran on this host before).
 
     args: arm, reduction, study_dir, home, start (kit.refs JSON), until, commit_every,
-    contract (the study contract's data: engine and optimizer via kit.study.schema), compile_blocks,
+    contract (the study contract's JSON, read back as terms by kit.study.schema.study_terms), compile_blocks,
     powersgd {...}|None, max_tokens, deadline_at (epoch seconds), device, timeout_s."""
     with own_compile_cache() as cache:
         return {**_train_replica(group, args, ctx), "compile_cache": cache}
@@ -244,16 +251,17 @@ def _show_progress(ctx, out: dict, until: int) -> None:
 def _train_replica(group: Group, args: dict, ctx) -> dict:
     t_setup = time.perf_counter()
     study = Path(args["study_dir"])
+    terms = study_terms(args["contract"])
     rows = read_train_rows(study)
-    schedule = replicate_schedule(study, args["contract"], args.get("replicate", 0))
+    schedule = replicate_schedule(study, terms, args.get("replicate", 0))
     world, rank, device = group.world, group.rank, group.device
     home = args["home"]
     start = open_ref(ref_from_json(args["start"], "worker argument 'start'"))
     local = Group(0, 1, device, group.timeout_s)  # one pipeline stage: this replica holds the whole model
     layout = Layout(((0, start.shape.num_hidden_layers),))
-    engine_cfg = engine_config(args["contract"], compile_blocks=args["compile_blocks"])
+    engine_cfg = engine_config(terms, compile_blocks=args["compile_blocks"])
     bucket = engine_cfg.bucket_for(device)  # CUDA: lengths padded to multiples of 64; CPU: unchanged
-    session = Session(local, home, layout, start, engine_cfg, optimizer_groups(args["contract"]),
+    session = Session(local, home, layout, start, engine_cfg, optimizer_groups(terms),
                       admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"]],
                                  "microbatches": -(-max(-(-len(u) // world) for u in schedule)
                                                    // engine_cfg.microbatch_size)})
@@ -271,7 +279,7 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
                 raise ValueError(f"compression state of {start.manifest['full_root']} is at step "
                                  f"{compressor.step}, the commit at step {session.step}")
         session.engine.grad_reducer = PowerSGDSumReducer(compressor, world, traffic)
-    until, every = int(args["until"]), int(args["commit_every"])
+    until, every, schedule_lr = int(args["until"]), int(args["commit_every"]), lr_schedule(terms)
     # host, device and the group's transport as this rank saw them: the arm record's `shared_gpus` is
     # read from these (kit.study.measurement.shared_gpus), not from the admission's count
     out = {"rank": rank, "world": world, "arm": args["arm"], "device": str(device), "host": socket.gethostname(),
@@ -291,9 +299,8 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
         records = _records(batch)
         n_targets = sum(r.num_targets for r in records)  # N of the whole global batch
         mine = records[rank::world]
-        schedule_lr = args["contract"]["training"].get("lr_schedule", CONSTANT)
         if schedule_lr != CONSTANT:
-            session.set_lr_factor(lr_factor(schedule_lr, step - 1, args["contract"]["schedule"]["updates"]))
+            session.set_lr_factor(lr_factor(schedule_lr, step - 1, terms.schedule.updates))
         _sync(device)
         t0 = time.perf_counter()
         res = session.update(mine, total_targets=n_targets)
@@ -323,11 +330,11 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
     return out
 
 
-def replicate_schedule(study_dir: Path, contract: dict, replicate: int) -> list[list[str]]:
+def replicate_schedule(study_dir: Path, terms, replicate: int) -> list[list[str]]:
     """The prepared schedule's updates (ids), in replicate `replicate`'s order: the prepared order itself for 0,
-    else the same documents reordered from the contract's `schedule.order_seed` (kit/replicate_order.py)."""
+    else the same documents reordered from the contract terms' `schedule.order_seed` (kit/replicate_order.py)."""
     updates = load_json_strict(Path(study_dir) / PREPARED_DIR / "schedule.json")["updates"]
-    return reorder_steps(updates, contract["schedule"]["order_seed"], replicate)
+    return reorder_steps(updates, terms.schedule.order_seed, replicate)
 
 
 # --- driver ---------------------------------------------------------------------------------
@@ -346,12 +353,12 @@ def read_arm_record(study_dir: str | os.PathLike, arm: str, replicate: int = 0) 
     return load_json_strict(path) if path.exists() else None
 
 
-def arm_statuses(study_dir: str | os.PathLike, contract) -> list[dict]:
-    """Every contract arm with its latest status and reason ("not run" when it has no record)."""
+def arm_statuses(study_dir: str | os.PathLike, terms) -> list[dict]:
+    """Every arm of the contract terms with its latest status and reason ("not run" when it has no record)."""
     out = []
-    for spec in contract["arms"]:
-        rec = read_arm_record(study_dir, spec["name"])
-        out.append({"arm": spec["name"], "workers": spec["workers"], "reduction": spec["reduction"],
+    for spec in terms.arms:
+        rec = read_arm_record(study_dir, spec.name)
+        out.append({"arm": spec.name, "workers": spec.workers, "reduction": spec.reduction,
                     "status": rec["status"] if rec else "not run", "reason": rec["reason"] if rec else None,
                     "endpoint": rec.get("endpoint") if rec else None, "attempts": rec["attempts"] if rec else 0})
     return out
@@ -364,28 +371,29 @@ def _host_gpus(cuda_devices: int | None) -> int:
     return torch.cuda.device_count() if cuda_devices is None else cuda_devices
 
 
-def availability(contract, arm: dict, cuda_devices: int | None = None) -> str | None:
-    """Why this host cannot run `arm` (None when it can): the contract's device, counted here.
+def availability(terms, arm, cuda_devices: int | None = None) -> str | None:
+    """Why this host cannot run `arm` (an arm of the contract terms; None when it can): the contract's
+    device, counted here.
 
     A cuda arm needs one GPU, not one per worker: with more workers than GPUs the workers share them
     (kit.distributed.group.join then stages their messages through host memory over gloo), which
     the arm record says in `shared_gpus` and the speed screen reads as "not measured"."""
-    if contract["device"] == "cuda":
+    if terms.device == "cuda":
         n = _host_gpus(cuda_devices)
         if n < MIN_GPUS:
-            return (f"contract device 'cuda' needs {MIN_GPUS} GPU(s) for arm {arm['name']!r}; this host has "
+            return (f"contract device 'cuda' needs {MIN_GPUS} GPU(s) for arm {arm.name!r}; this host has "
                     f"torch.cuda.device_count() = {n}")
     return None
 
 
-def expected_sharing(contract, arm: dict, cuda_devices: int | None = None) -> dict | None:
+def expected_sharing(terms, arm, cuda_devices: int | None = None) -> dict | None:
     """The `shared_gpus` an admitted arm will have on this host (None: each worker has its own GPU, or
     CPU). The record keeps it only until the ranks report their own (kit.study.measurement.shared_gpus);
     a failed attempt, whose ranks reported nothing, keeps it, marked by its `source`."""
-    n = _host_gpus(cuda_devices) if contract["device"] == "cuda" else None
-    if n is None or arm["workers"] <= n:
+    n = _host_gpus(cuda_devices) if terms.device == "cuda" else None
+    if n is None or arm.workers <= n:
         return None
-    return {"workers": arm["workers"], "gpus": n, "transport": STAGED_BACKEND,
+    return {"workers": arm.workers, "gpus": n, "transport": STAGED_BACKEND,
             "source": "admission (this host's GPU count; the ranks reported nothing)"}
 
 
@@ -418,14 +426,14 @@ def named_shapes(ref: SeedRef | CommitRef) -> dict[str, tuple[int, ...]]:
     return {n: tuple(p.shape) for n, p in model.named_parameters()}
 
 
-def projected_logical_bytes(contract, arm: dict, shapes: dict, first_step: int, until: int) -> int:
+def projected_logical_bytes(terms, arm, shapes: dict, first_step: int, until: int) -> int:
     """Bytes each rank will hand to collectives for updates first_step+1..until (gradients only)."""
-    if arm["workers"] < 2:
+    if arm.workers < 2:
         return 0
     dense = sum(int(torch.Size(s).numel()) for s in shapes.values()) * FP32_BYTES
-    if arm["reduction"] == "dense":
+    if arm.reduction == "dense":
         return dense * (until - first_step)
-    cfg = PowerSGDConfig.from_dict({**powersgd_config_dict(contract), "warm_start": False})  # no Q draws
+    cfg = PowerSGDConfig.from_dict({**powersgd_config_dict(terms), "warm_start": False})  # no Q draws
     comp = PowerSGDCompressor(cfg, shapes)
     compressed = (sum(int(torch.Size(shapes[n]).numel()) for n in comp.dense_names)
                   + sum(m.r * (m.n + m.m) for m in comp.matrices.values())) * FP32_BYTES
@@ -457,10 +465,10 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
     started = time.time()
     record["started_at"] = started
     try:
-        results = launch(arm_worker, args, spec["workers"], run_dir,
+        results = launch(arm_worker, args, spec.workers, run_dir,
                          timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S,
                          threads=request.threads, progress_total=record["until"], desc=f"arm {arm_name}")
-        status, reason = finished_status(record["until"], contract)
+        status, reason = finished_status(record["until"], contract.terms)
     except WorkerFailure as e:
         results, status, reason = None, "failed", str(e)
     ended = time.time()
@@ -469,8 +477,8 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
                       counter_delta(before, after) if before and after else None)
 
 
-def finished_status(until: int, contract) -> tuple[str, str | None]:
-    updates = contract["schedule"]["updates"]
+def finished_status(until: int, terms) -> tuple[str, str | None]:
+    updates = terms.schedule.updates
     return ("completed", None) if until == updates else ("partial", f"stopped at update {until} of {updates} (--until)")
 
 
@@ -487,10 +495,10 @@ def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | No
     wall = ended - started
     spec = arm_spec(contract, record["arm"])
     if results is None:  # no rank reported: the admission's sharing stands (expected_sharing)
-        record["cost"] = arm_cost(contract.data, wall, [0] * spec["workers"], gpus=devices_used(record))
-        record["measurement"] = {"wall_seconds": wall, "workers": spec["workers"], "devices": devices_used(record)}
+        record["cost"] = arm_cost(contract.terms, wall, [0] * spec.workers, gpus=devices_used(record))
+        record["measurement"] = {"wall_seconds": wall, "workers": spec.workers, "devices": devices_used(record)}
         return _write_attempt(Path(study_dir), record)
-    summarise(record, results, wall, contract)
+    summarise(record, results, wall, contract.terms)
     return _write_attempt(Path(study_dir), record)
 
 
@@ -505,48 +513,49 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
     if (study_dir / FREEZE_FILE).exists():
         raise ArmRefused(f"{study_dir / FREEZE_FILE}: candidates were frozen for final-test scoring; no arm may "
                          "run after that")
+    terms = contract.terms
     spec = arm_spec(contract, arm_name)
     replicate = request.replicate
     last = read_arm_record(study_dir, arm_name, replicate)
     if last is not None and last["status"] == "completed":
         raise ArmRefused(f"{arm_dir(study_dir, arm_name, replicate) / 'arm.json'}: arm {arm_name!r} already "
                          f"completed at {last['endpoint']['full_root']}; its endpoint is fixed")
-    updates = contract["schedule"]["updates"]
+    updates = terms.schedule.updates
     until = updates if until is None else int(until)
     home = arm_dir(study_dir, arm_name, replicate) / "home"
-    record = {"format": ARM_FORMAT, "arm": arm_name, "workers": spec["workers"], "reduction": spec["reduction"],
-              "contract_digest": contract.digest, "prepared_digest": prepared_digest, "device": contract["device"],
+    record = {"format": ARM_FORMAT, "arm": arm_name, "workers": spec.workers, "reduction": spec.reduction,
+              "contract_digest": contract.digest, "prepared_digest": prepared_digest, "device": terms.device,
               "home": str(home), "resume_root": resume_root, "until": until, "status": None, "reason": None,
               "projection": None, "endpoint": None, "commits": [], "measurement": None, "traffic": None,
               "cost": None, "updates": None, "started_at": None, "ended_at": None, "shared_gpus": None}
     if replicate:  # only replicates carry it: a committed run's record keeps its bytes
-        record["replicate"] = describe(contract["schedule"]["order_seed"], replicate,
-                                       replicate_schedule(study_dir, contract.data, replicate))
+        record["replicate"] = describe(terms.schedule.order_seed, replicate,
+                                       replicate_schedule(study_dir, terms, replicate))
     if not 1 <= until <= updates:
         raise ArmRefused(f"--until {until}: expected 1..{updates} (contract field 'schedule.updates')")
-    missing = availability(contract, spec, cuda_devices)
+    missing = availability(terms, spec, cuda_devices)
     if missing:
         rec = {**record, "status": "unavailable", "reason": missing}
         return _write_attempt(study_dir, rec) if write else rec
-    record["shared_gpus"] = expected_sharing(contract, spec, cuda_devices)
+    record["shared_gpus"] = expected_sharing(terms, spec, cuda_devices)
     check_seed(prepared, seed_dir)
     check_source(prepared, study_dir / PREPARED_DIR / "prepared.json")
     start = request.start()
     first = open_ref(start).step if resume_root else 0
-    if resume_root and spec["reduction"] == "powersgd":
-        for rank in range(spec["workers"]):  # refused here, before any process starts
-            read_compression_record(home, resume_root, rank, spec["workers"])
+    if resume_root and spec.reduction == "powersgd":
+        for rank in range(spec.workers):  # refused here, before any process starts
+            read_compression_record(home, resume_root, rank, spec.workers)
     if first >= until:
         raise ArmRefused(f"resume root {resume_root} is at step {first}; nothing to run up to --until {until}")
     shapes = named_shapes(start)
     given = seconds_per_update is not None
-    spu = seconds_per_update if given else contract["projection"]["seconds_per_update"][arm_name]
-    every = contract["training"]["commit_every"]
+    spu = seconds_per_update if given else getattr(terms.projection.seconds_per_update, arm_name)
+    every = terms.training.commit_every
     n_commits = len({s for s in range(first + 1, until + 1) if every and s % every == 0} | {until})
     now = time.time() if now is None else now
     clock = _clock(study_dir)
-    proj = project_arm(contract.data, spec, until - first, spu, "measured (given)" if given else "contract",
-                       projected_logical_bytes(contract, spec, shapes, first, until), n_commits, now, clock,
+    proj = project_arm(terms, spec, until - first, spu, "measured (given)" if given else "contract",
+                       projected_logical_bytes(terms, spec, shapes, first, until), n_commits, now, clock,
                        spent_usd(study_dir), gpus=devices_used(record))
     record["projection"] = proj
     if not proj["fits"]:
@@ -556,10 +565,10 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
         write_canonical_json(study_dir / "arms" / "clock.json", {"started_at": now})
     deadline_at = proj["deadline_at"]
     home.mkdir(parents=True, exist_ok=True)
-    args = {"arm": arm_name, "reduction": spec["reduction"], "study_dir": str(study_dir), "home": str(home),
+    args = {"arm": arm_name, "reduction": spec.reduction, "study_dir": str(study_dir), "home": str(home),
             "start": start.to_json(), "until": until, "commit_every": every,
-            "contract": contract.data, "compile_blocks": request.compile_blocks, "max_tokens": contract["data"]["max_tokens"],
-            "powersgd": powersgd_config_dict(contract) if spec["reduction"] == "powersgd" else None,
-            "deadline_at": deadline_at, "device": contract["device"], "timeout_s": contract["collective_timeout_s"],
+            "contract": terms.to_json(), "compile_blocks": request.compile_blocks, "max_tokens": terms.data.max_tokens,
+            "powersgd": powersgd_config_dict(terms) if spec.reduction == "powersgd" else None,
+            "deadline_at": deadline_at, "device": terms.device, "timeout_s": terms.collective_timeout_s,
             "replicate": replicate}
     return {"record": record, "args": args, "contract": contract, "spec": spec}

@@ -69,7 +69,7 @@ def cmd_status(a) -> int:
     from kit.study.prepare import load_prepared
 
     _, contract, _ = load_prepared(a.study)
-    for s in arm_statuses(a.study, contract):
+    for s in arm_statuses(a.study, contract.terms):
         print(json.dumps({k: s[k] for k in ("arm", "status", "reason", "attempts")}, sort_keys=True))
     return 0
 

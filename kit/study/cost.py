@@ -35,87 +35,89 @@ from kit.distributed.traffic import ring_wire_bytes
 BILLED_DIRECTIONS = 2  # out of the sending zone and into the receiving one
 
 
-def gpu_hour_price(cost: dict) -> float:
-    gpus = {h["gpus"] for h in cost["hosts"]}
+def gpu_hour_price(cost) -> float:
+    """The price of one GPU-hour under the contract terms' `cost` section."""
+    gpus = {h.gpus for h in cost.hosts}
     if len(gpus) != 1:
         raise ValueError(f"contract field 'cost.hosts': hosts differ in GPU count {sorted(gpus)}; one price per "
                          "GPU-hour needs equal hosts")
-    return cost["instance_price_usd_per_hour"]["value"] / gpus.pop()
+    return cost.instance_price_usd_per_hour.value / gpus.pop()
 
 
-def cross_zone_bytes(cost: dict, sent_bytes_per_rank: list[int]) -> int:
+def cross_zone_bytes(cost, sent_bytes_per_rank: list[int]) -> int:
     """Bytes crossing zones (both directions together) for ranks that each sent these logical bytes."""
     world = len(sent_bytes_per_rank)
-    if world < 2 or not cost["cross_zone_traffic_billed"]:
+    if world < 2 or not cost.cross_zone_traffic_billed:
         return 0
     return sum(ring_wire_bytes(int(b), world) for b in sent_bytes_per_rank)
 
 
-def priced(cost: dict, seconds: float, gpus: int, crossing_bytes: int) -> dict:
+def priced(cost, seconds: float, gpus: int, crossing_bytes: int) -> dict:
     """GPU-hours (seconds x `gpus`, the GPUs charged), GPU cost, cross-zone bytes and cost, and their
     total, for one arm."""
     gpu_hours = seconds * gpus / 3600.0
     gpu_usd = gpu_hours * gpu_hour_price(cost)
-    gb = crossing_bytes / cost["bytes_per_gb"]
-    zone_usd = gb * cost["cross_zone_price_usd_per_gb_each_direction"]["value"] * BILLED_DIRECTIONS
+    gb = crossing_bytes / cost.bytes_per_gb
+    zone_usd = gb * cost.cross_zone_price_usd_per_gb_each_direction.value * BILLED_DIRECTIONS
     return {"gpus": gpus, "gpu_hours": gpu_hours, "gpu_cost_usd": gpu_usd, "cross_zone_bytes": int(crossing_bytes),
             "cross_zone_gb": gb, "cross_zone_cost_usd": zone_usd, "total_usd": gpu_usd + zone_usd}
 
 
-def project_arm(contract: dict, arm: dict, updates: int, seconds_per_update: float, seconds_source: str,
+def project_arm(terms, arm, updates: int, seconds_per_update: float, seconds_source: str,
                 logical_bytes_per_rank: int, commits: int, now: float, clock_started_at: float | None,
                 spent_usd: float, gpus: int | None = None) -> dict:
-    """Projected time and cost of running `updates` updates of `arm`, against the deadline and bound.
+    """Projected time and cost of running `updates` updates of `arm` (an arm of the contract terms), against the
+    deadline and bound.
 
     `logical_bytes_per_rank`: what each rank is expected to hand to collectives over those updates.
     `gpus`: the GPUs the workers will use (None: one each; fewer when they share a host's GPUs).
     Returns the inputs, the projection and `fits` with a `reason` when it does not.
     """
-    cost, proj = contract["cost"], contract["projection"]
-    workers = arm["workers"]
-    seconds = proj["startup_s"] + updates * seconds_per_update + commits * proj["checkpoint_s"]
+    cost, proj = terms.cost, terms.projection
+    workers = arm.workers
+    seconds = proj.startup_s + updates * seconds_per_update + commits * proj.checkpoint_s
     crossing = cross_zone_bytes(cost, [logical_bytes_per_rank] * workers)
     money = priced(cost, seconds, workers if gpus is None else gpus, crossing)
     start = now if clock_started_at is None else clock_started_at
-    deadline_at = start + cost["deadline_hours"] * 3600.0
+    deadline_at = start + cost.deadline_hours * 3600.0
     ends_at = now + seconds
     within_deadline = ends_at <= deadline_at
-    within_bound = spent_usd + money["total_usd"] <= cost["bound_usd"]
+    within_bound = spent_usd + money["total_usd"] <= cost.bound_usd
     reasons = []
     if not within_deadline:
-        reasons.append(f"projected to end {ends_at - deadline_at:.0f} s after the {cost['deadline_hours']} h stop "
+        reasons.append(f"projected to end {ends_at - deadline_at:.0f} s after the {cost.deadline_hours} h stop "
                        f"deadline ({seconds:.0f} s needed, {max(0.0, deadline_at - now):.0f} s left)")
     if not within_bound:
         reasons.append(f"projected cost ${money['total_usd']:.2f} plus ${spent_usd:.2f} already spent exceeds the "
-                       f"${cost['bound_usd']} bound")
+                       f"${cost.bound_usd} bound")
     return {
-        "arm": arm["name"], "workers": workers, "updates": updates, "commits": commits,
+        "arm": arm.name, "workers": workers, "updates": updates, "commits": commits,
         "seconds_per_update": seconds_per_update, "seconds_per_update_source": seconds_source,
-        "startup_s": proj["startup_s"], "checkpoint_s": proj["checkpoint_s"],
+        "startup_s": proj.startup_s, "checkpoint_s": proj.checkpoint_s,
         "logical_bytes_per_rank": int(logical_bytes_per_rank),
         "projected_seconds": seconds, **{f"projected_{k}": v for k, v in money.items()},
         "clock_started_at": clock_started_at, "deadline_at": deadline_at, "now": now,
-        "spent_usd_before": spent_usd, "bound_usd": cost["bound_usd"],
+        "spent_usd_before": spent_usd, "bound_usd": cost.bound_usd,
         "within_deadline": within_deadline, "within_bound": within_bound,
         "fits": within_deadline and within_bound, "reason": "; ".join(reasons) or None,
     }
 
 
-def arm_cost(contract: dict, wall_seconds: float, sent_bytes_per_rank: list[int], gpus: int | None = None) -> dict:
-    """What an arm that ran cost: its wall time on the GPUs it used and its traffic (one entry of
+def arm_cost(terms, wall_seconds: float, sent_bytes_per_rank: list[int], gpus: int | None = None) -> dict:
+    """What an arm that ran cost under the contract terms: its wall time on the GPUs it used and its traffic (one entry of
     `sent_bytes_per_rank` per worker). `gpus`: the GPUs the workers used (None: one per worker); workers
     that shared one GPU are charged that one GPU's wall time, not one each."""
-    cost = contract["cost"]
+    cost = terms.cost
     n = len(sent_bytes_per_rank) if gpus is None else gpus
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max(1, len(sent_bytes_per_rank)):
         raise ValueError(f"arm_cost: gpus = {gpus!r}; expected 1..{len(sent_bytes_per_rank)} (one per worker at most)")
     return priced(cost, wall_seconds, n, cross_zone_bytes(cost, sent_bytes_per_rank))
 
 
-def cost_table(contract: dict, arms: list[dict]) -> dict:
+def cost_table(terms, arms: list[dict]) -> dict:
     """One row per arm (every arm, whatever its status), summed over its attempts, and the study total
     against the bound. `arms`: [{"arm", "status", "reason", "costs": [cost of each attempt or None]}]."""
-    cost = contract["cost"]
+    cost = terms.cost
     keys = ("gpu_hours", "gpu_cost_usd", "cross_zone_bytes", "cross_zone_cost_usd", "total_usd")
     rows = []
     for arm in arms:
@@ -125,12 +127,12 @@ def cost_table(contract: dict, arms: list[dict]) -> dict:
                      **{k: sum(c[k] for c in paid) for k in keys}})
     total = sum(r["total_usd"] for r in rows)
     return {
-        "rows": rows, "total_usd": total, "bound_usd": cost["bound_usd"], "within_bound": total <= cost["bound_usd"],
+        "rows": rows, "total_usd": total, "bound_usd": cost.bound_usd, "within_bound": total <= cost.bound_usd,
         "prices": {"gpu_hour_usd": gpu_hour_price(cost),
-                   "instance_price_usd_per_hour": cost["instance_price_usd_per_hour"],
-                   "cross_zone_price_usd_per_gb_each_direction": cost["cross_zone_price_usd_per_gb_each_direction"],
-                   "bytes_per_gb": cost["bytes_per_gb"], "cross_zone_traffic_billed": cost["cross_zone_traffic_billed"]},
-        "hosts": cost["hosts"],
+                   "instance_price_usd_per_hour": cost.instance_price_usd_per_hour.to_json(),
+                   "cross_zone_price_usd_per_gb_each_direction": cost.cross_zone_price_usd_per_gb_each_direction.to_json(),
+                   "bytes_per_gb": cost.bytes_per_gb, "cross_zone_traffic_billed": cost.cross_zone_traffic_billed},
+        "hosts": [h.to_json() for h in cost.hosts],
         "rule": "gpu cost = wall s x GPUs used (one per worker, fewer when workers shared GPUs) / 3600 x "
                 "instance price / GPUs per host; cross-zone cost = bytes "
                 "crossing (ring all-reduce wire bytes of every rank) / bytes_per_gb x price x 2 directions; "

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from kit.digest import write_canonical_json
 
@@ -29,8 +30,8 @@ class DevScoringRefused(ValueError):
     pass
 
 
-def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, dict, dict]:
-    """(prepared/dev_tasks.jsonl, its sha256, the prepared contract's data, prepared.json) after checking the file against
+def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, Any, dict]:
+    """(prepared/dev_tasks.jsonl, its sha256, the prepared contract's terms, prepared.json) after checking the file against
     prepared.json and the contract against its recorded digest; refused when the study has no `data.dev`."""
     from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, load_prepared
 
@@ -41,7 +42,7 @@ def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, dict, dict]
         raise DevScoringRefused(str(e) + (hint if "field 'files' has no" in str(e) else "")) from None
     out = Path(study_dir) / PREPARED_DIR
     got = prepared["files"][DEV_FILE]
-    return out / DEV_FILE, got, contract.data, prepared
+    return out / DEV_FILE, got, contract.terms, prepared
 
 
 def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: str | os.PathLike,
@@ -55,7 +56,7 @@ def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: st
         raise DevScoringRefused(f"--home {home!r} --root {root!r}: give both (a commit) or neither (the seed)")
     from kit.study.prepare import check_seed
 
-    path, sha, contract, prepared = dev_tasks_file(study_dir)
+    path, sha, terms, prepared = dev_tasks_file(study_dir)
     check_seed(prepared, seed_dir)  # the tokenizer and the reference weights are the prepared ones
     tasks = read_jsonl(path)
     t0 = time.perf_counter()
@@ -71,9 +72,9 @@ def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: st
     nll_batch, answer_batch = eval_batch_sizes(device)
     record = {"format": DEV_EVAL_FORMAT, "label": "seed" if home is None else "commit", "source": source,
               "dev_tasks_sha256": sha,
-              "tasks": answer_tasks(model, tokenizer, tasks, contract["evaluation"]["max_new_tokens"],
+              "tasks": answer_tasks(model, tokenizer, tasks, terms.evaluation.max_new_tokens,
                                     batch_size=answer_batch),
-              "task_nll": score_nll(model, tokenizer, tasks, contract["data"]["max_tokens"], batch_size=nll_batch),
+              "task_nll": score_nll(model, tokenizer, tasks, terms.data.max_tokens, batch_size=nll_batch),
               "seconds": time.perf_counter() - t0}
     if device != "cpu":  # CPU records keep their bytes
         record["device"] = device

@@ -46,13 +46,13 @@ def run_arm_torchrun(request: ArmRequest) -> dict | None:
     world = int(os.environ["WORLD_SIZE"])
     _, contract, prepared_digest = load_prepared(study_dir)
     spec = arm_spec(contract, arm_name)
-    if world != spec["workers"]:
-        raise ArmRefused(f"arm {arm_name!r} has {spec['workers']} worker(s) (contract field 'arms'); torchrun "
+    if world != spec.workers:
+        raise ArmRefused(f"arm {arm_name!r} has {spec.workers} worker(s) (contract field 'arms'); torchrun "
                          f"started WORLD_SIZE={world} processes")
     if request.resume and world > 1:
         raise ArmRefused("--resume under torchrun across hosts: only rank 0's host holds the arm's commits; "
                          "run the resumed arm where every rank's home holds the root")
-    group = join(device=contract["device"], timeout_s=float(contract["collective_timeout_s"]))
+    group = join(device=contract.terms.device, timeout_s=float(contract.terms.collective_timeout_s))
     try:
         return _run(group, request, spec, contract, prepared_digest)
     finally:
@@ -64,7 +64,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     rank, world = group.rank, group.world
     host = socket.gethostname()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    gpus = torch.cuda.device_count() if contract["device"] == "cuda" else 0
+    gpus = torch.cuda.device_count() if contract.terms.device == "cuda" else 0
     peers = _gather(group, {"rank": rank, "host": host, "prepared_digest": prepared_digest, "gpus": gpus,
                             "local_world": local_world, "interfaces": group.interfaces}, "peer")
     wrong = [p for p in peers if p["prepared_digest"] != peers[0]["prepared_digest"]]
@@ -75,7 +75,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     # Availability across hosts: every rank needs a GPU of its own host, one per process, or shared with the
     # host's other ranks when it has fewer GPUs than ranks (the group is then host-staged; the arm
     # record's `shared_gpus` comes from what the ranks report, kit.study.measurement.shared_gpus).
-    cuda_devices = spec["workers"] if all(p["gpus"] >= p["local_world"] for p in peers) else \
+    cuda_devices = spec.workers if all(p["gpus"] >= p["local_world"] for p in peers) else \
         min(p["gpus"] for p in peers)
     decision = None
     if rank == 0:
@@ -122,7 +122,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     ctx.progress(phase="done")
     if rank != 0:
         return None
-    status, reason = finished_status(record["until"], contract)
+    status, reason = finished_status(record["until"], contract.terms)
     record["launcher"] = "torchrun"
     record["hosts"] = [{"rank": g["rank"], "host": g["host"], "started_at": g["started_at"],
                         "ended_at": g["ended_at"], "wall_seconds": g["ended_at"] - g["started_at"],

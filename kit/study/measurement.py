@@ -45,7 +45,8 @@ def devices_used(record: dict) -> int:
     return shared["gpus"] if shared else record["workers"]
 
 
-def summarise(record: dict, results: list[dict], wall: float, contract) -> None:
+def summarise(record: dict, results: list[dict], wall: float, terms) -> None:
+    """The ranks' results into the arm record; its cost priced under the contract terms."""
     r0 = results[0]
     record["shared_gpus"] = shared_gpus(results)  # what the ranks reported replaces the admission's count
     n = len(r0["updates"])
@@ -94,7 +95,7 @@ def summarise(record: dict, results: list[dict], wall: float, contract) -> None:
     }
     record["traffic"]["logical_per_rank"] = [r["traffic"] for r in results]
     record["traffic"]["powersgd_per_rank"] = [r["powersgd"] for r in results] if results[0]["powersgd"] else None
-    record["cost"] = arm_cost(contract.data, wall, [r["traffic"]["sent_bytes_total"] for r in results], gpus=devices)
+    record["cost"] = arm_cost(terms, wall, [r["traffic"]["sent_bytes_total"] for r in results], gpus=devices)
 
 
 def arm_summary_json(record: dict) -> str:

@@ -146,43 +146,42 @@ def _ledger_exposure(ledger, contract_digest: str, study_dir) -> tuple[Path, dic
             exposed_digests(CONVERSATION_KINDS, ledger))
 
 
-def _training_documents(d: dict, tokenizer, seed_tasks: set[str], source_path: Path) -> tuple:
-    """The generated tasks and the first replay records that fit max_tokens:
+def _training_documents(d, tokenizer, seed_tasks: set[str], source_path: Path) -> tuple:
+    """The generated tasks and the first replay records that fit max_tokens (`d`: the terms' data section):
     (tasks, task pairs, task stats, replay range, replay pairs, replay stats); a pair is (conversation, encoding)."""
-    tasks = generate_set(d["tasks"]["count"], d["tasks"]["seed"], d["tasks"]["role"], d["tasks"]["difficulty"],
-                         exclude_digests=seed_tasks)
+    tasks = generate_set(d.tasks.count, d.tasks.seed, d.tasks.role, d.tasks.difficulty, exclude_digests=seed_tasks)
     task_pairs, task_stats = _first_fitting(tokenizer, [_task_conversation(t, False) for t in tasks],
-                                            len(tasks), d["max_tokens"], "data.tasks")
-    rng = d["replay"]["source"]
-    replay_range = instruction_source_range(source_path, rng["sha256"], rng["start"], rng["stop"], rng["name"])
-    replay_pairs, replay_stats = _first_fitting(tokenizer, replay_range.conversations, d["replay"]["count"],
-                                                d["max_tokens"], "data.replay")
+                                            len(tasks), d.max_tokens, "data.tasks")
+    rng = d.replay.source
+    replay_range = instruction_source_range(source_path, rng.sha256, rng.start, rng.stop, rng.name)
+    replay_pairs, replay_stats = _first_fitting(tokenizer, replay_range.conversations, d.replay.count,
+                                                d.max_tokens, "data.replay")
     return tasks, task_pairs, task_stats, replay_range, replay_pairs, replay_stats
 
 
-def _retention_probes(d: dict, tokenizer, source_path: Path, train_pairs: list, exposed_convs: set[str],
+def _retention_probes(d, tokenizer, source_path: Path, train_pairs: list, exposed_convs: set[str],
                       ledger: Path) -> tuple[list, dict, int]:
     """The retention probes: records of their range that match no training document by normalised
     prompt or content digest; with `data.retention.exposed`, only records the ledger holds.
     Returns (pairs, stats, how many records were left out as not exposed)."""
     train_prompts = {normalize_text(c.prompt) for c, _ in train_pairs}
     train_digests = {c.digest for c, _ in train_pairs}
-    rng = d["retention"]["source"]
-    retention_range = instruction_source_range(source_path, rng["sha256"], rng["start"], rng["stop"], rng["name"])
+    rng = d.retention.source
+    retention_range = instruction_source_range(source_path, rng.sha256, rng.start, rng.stop, rng.name)
     probes = retention_range.conversations
     not_exposed = 0
-    if d["retention"]["exposed"]:  # "already exposed": the records some scoring really opened
+    if d.retention.exposed:  # "already exposed": the records some scoring really opened
         probes = [c for c in retention_range.conversations if c.digest in exposed_convs]
         not_exposed = len(retention_range.conversations) - len(probes)
-        if len(probes) < d["retention"]["count"]:
-            raise PreparedError(f"{ledger}: {len(probes)} records of data.retention.source [{rng['start']}, "
-                                f"{rng['stop']}) are in the exposure ledger; field 'data.retention.count' = "
-                                f"{d['retention']['count']} exposed probes needed (data.retention.exposed = true: "
+        if len(probes) < d.retention.count:
+            raise PreparedError(f"{ledger}: {len(probes)} records of data.retention.source [{rng.start}, "
+                                f"{rng.stop}) are in the exposure ledger; field 'data.retention.count' = "
+                                f"{d.retention.count} exposed probes needed (data.retention.exposed = true: "
                                 "probes some earlier scoring opened); give a ledger that holds such exposures "
                                 "with --ledger FILE (or $KIT_LEDGER), e.g. a copy of the repository's "
                                 "ledger/exposed.jsonl or the ledger of an adaptive run's final evaluation")
     pairs, stats = _first_fitting(
-        tokenizer, probes, d["retention"]["count"], d["max_tokens"], "data.retention",
+        tokenizer, probes, d.retention.count, d.max_tokens, "data.retention",
         skip=lambda c: normalize_text(c.prompt) in train_prompts or c.digest in train_digests)
     return pairs, stats, not_exposed
 
@@ -195,15 +194,15 @@ def _seed_record(seed_dir: Path, digest: str, seed_records_present: bool, seed_t
             "trained_tasks_excluded_by_digest": len(seed_tasks)}
 
 
-def _dev_tasks(d: dict, excluded: set[str]) -> list | None:
+def _dev_tasks(d, excluded: set[str]) -> list | None:
     """The development tasks of `data.dev` (None without it): drawn in their own role, excluding every seed,
     training and final task digest, so no development task is ever trained or final."""
-    if "dev" not in d:
+    dev = d.dev
+    if dev is None:
         return None
-    dev = d["dev"]
-    tasks = generate_set(dev["count"], dev["seed"], dev["role"], dev["difficulty"], exclude_digests=excluded)
-    if len(tasks) != dev["count"]:
-        raise PreparedError(f"data.dev: drew {len(tasks)} of {dev['count']} development tasks")
+    tasks = generate_set(dev.count, dev.seed, dev.role, dev.difficulty, exclude_digests=excluded)
+    if len(tasks) != dev.count:
+        raise PreparedError(f"data.dev: drew {len(tasks)} of {dev.count} development tasks")
     return tasks
 
 
@@ -211,7 +210,7 @@ def _write_files(staging: Path, contract, train_pairs: list, schedule: dict, fin
                  dev: list | None = None) -> None:
     """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes,
     and DEV_FILE when the contract has `data.dev`."""
-    write_canonical_json(staging / "contract.json", contract.data)
+    write_canonical_json(staging / "contract.json", contract.terms.to_json())
     lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
     write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
     write_canonical_json(staging / "schedule.json", schedule)
@@ -237,9 +236,10 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     out = study_dir / PREPARED_DIR
     if (out / "prepared.json").exists():
         raise PreparedError(f"{out / 'prepared.json'}: this study is already prepared; use a new study directory")
-    d = contract["data"]
+    terms = contract.terms
+    d = terms.data
     digest = parameter_digest(seed_dir)
-    want = contract["seed"]["parameter_digest"]
+    want = terms.seed.parameter_digest
     if want is not None and want != digest:
         raise PreparedError(f"{seed_dir}: parameter digest {digest}; the contract's field 'seed.parameter_digest' "
                             f"is {want}")
@@ -249,15 +249,15 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     tasks, task_pairs, task_stats, replay_range, replay_pairs, replay_stats = _training_documents(
         d, tokenizer, seed_tasks, source_path)
     train_pairs = task_pairs + replay_pairs
-    final, final_exposed = tasks_excluding(d["final_test"]["count"], d["final_test"]["seed"], d["final_test"]["role"],
-                                           d["final_test"]["difficulty"], seed_tasks | {t.digest for t in tasks},
+    final, final_exposed = tasks_excluding(d.final_test.count, d.final_test.seed, d.final_test.role,
+                                           d.final_test.difficulty, seed_tasks | {t.digest for t in tasks},
                                            exposed_tasks)
     dev = _dev_tasks(d, seed_tasks | {t.digest for t in tasks} | {t.digest for t in final})
     retention_pairs, retention_stats, not_exposed = _retention_probes(d, tokenizer, source_path, train_pairs,
                                                                       exposed_convs, ledger)
     ids = [c.id for c, _ in train_pairs]
-    order = np.random.default_rng(contract["schedule"]["order_seed"]).permutation(len(ids))
-    per = contract["schedule"]["documents_per_update"]
+    order = np.random.default_rng(terms.schedule.order_seed).permutation(len(ids))
+    per = terms.schedule.documents_per_update
     schedule = {"updates": [[ids[int(i)] for i in order[a:a + per]] for a in range(0, len(ids), per)]}
 
     # a previous preparation that never wrote prepared.json is replaced
@@ -267,7 +267,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
         names = FILES if dev is None else (*FILES, DEV_FILE)
         prepared = {
             "format": PREPARED_FORMAT,
-            "contract": {"path": str(contract.path), "digest": contract.digest, "name": contract["name"]},
+            "contract": {"path": str(contract.path), "digest": contract.digest, "name": terms.name},
             "seed": _seed_record(seed_dir, digest, seed_records_present, seed_tasks),
             "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
             "files": {n: sha256_file(staging / n) for n in names},

@@ -76,18 +76,18 @@ def validate(fit: dict, held_out: list[dict]) -> list[dict]:
     return rows
 
 
-def project_study(contract: dict, *, single_compute_s: float, pair_compute_fraction: float,
+def project_study(terms, *, single_compute_s: float, pair_compute_fraction: float,
                   dense_bytes_per_update: int, powersgd_bytes_per_update: int, wire_overhead: float,
                   efficiency: float, rate_bit: float, rtt_s: float, collectives: dict,
                   label: str) -> dict:
-    """The full study on the contract's hosts under one scenario. Returns per-arm rows (per-update
+    """The full study on the contract terms' hosts under one scenario. Returns per-arm rows (per-update
     seconds, arm hours, GPU cost, cross-zone bytes and cost) and the screens and bounds."""
-    sched, proj, cost = contract["schedule"], contract["projection"], contract["cost"]
-    updates, warm = sched["updates"], contract["powersgd"]["warmup_updates"]
-    every = contract["training"]["commit_every"]
+    sched, proj, cost = terms.schedule, terms.projection, terms.cost
+    updates, warm = sched.updates, terms.powersgd.warmup_updates
+    every = terms.training.commit_every
     commits = len({s for s in range(1, updates + 1) if every and s % every == 0} | {updates})
-    price_gpu_h = cost["instance_price_usd_per_hour"]["value"] / cost["hosts"][0]["gpus"]
-    price_gb = cost["cross_zone_price_usd_per_gb_each_direction"]["value"]
+    price_gpu_h = cost.instance_price_usd_per_hour.value / cost.hosts[0].gpus
+    price_gb = cost.cross_zone_price_usd_per_gb_each_direction.value
     pair_compute = single_compute_s * pair_compute_fraction
 
     def comm(nbytes, n):
@@ -103,25 +103,25 @@ def project_study(contract: dict, *, single_compute_s: float, pair_compute_fract
     for arm, workers in (("single", 1), ("dense", 2), ("powersgd", 2)):
         upd_s = (updates * per_update[arm] if arm != "powersgd"
                  else warm * per_update["powersgd_warmup"] + (updates - warm) * per_update["powersgd"])
-        wall = proj["startup_s"] + upd_s + commits * proj["checkpoint_s"]
-        crossing = sent[arm] * wire_overhead * workers if workers > 1 and cost["cross_zone_traffic_billed"] else 0
+        wall = proj.startup_s + upd_s + commits * proj.checkpoint_s
+        crossing = sent[arm] * wire_overhead * workers if workers > 1 and cost.cross_zone_traffic_billed else 0
         gpu_usd = wall * workers / 3600.0 * price_gpu_h
-        zone_usd = crossing / cost["bytes_per_gb"] * price_gb * BILLED_DIRECTIONS
+        zone_usd = crossing / cost.bytes_per_gb * price_gb * BILLED_DIRECTIONS
         rows.append({"arm": arm, "seconds_per_update": upd_s / updates, "arm_hours": wall / 3600.0,
                      "gpu_hours": wall * workers / 3600.0, "gpu_cost_usd": gpu_usd,
-                     "cross_zone_gb": crossing / cost["bytes_per_gb"], "cross_zone_cost_usd": zone_usd,
+                     "cross_zone_gb": crossing / cost.bytes_per_gb, "cross_zone_cost_usd": zone_usd,
                      "total_usd": gpu_usd + zone_usd})
     by = {r["arm"]: r for r in rows}
     hours = sum(r["arm_hours"] for r in rows)  # the arms run one after another
     usd = sum(r["total_usd"] for r in rows)
-    minimum = contract["screens"]["min_speedup"]
+    minimum = terms.screens.min_speedup
     speed = {arm: by["single"]["seconds_per_update"] / by[arm]["seconds_per_update"] for arm in ("dense", "powersgd")}
     return {"scenario": label, "rate_bit_per_s": rate_bit, "rtt_s": rtt_s, "rows": rows,
             "speed_ratio_vs_single": speed,
             "speed_screen": {arm: ("pass" if r >= minimum else "fail") for arm, r in speed.items()},
-            "study_hours": hours, "deadline_hours": cost["deadline_hours"],
-            "within_deadline": hours <= cost["deadline_hours"], "study_usd": usd, "bound_usd": cost["bound_usd"],
-            "within_bound": usd <= cost["bound_usd"]}
+            "study_hours": hours, "deadline_hours": cost.deadline_hours,
+            "within_deadline": hours <= cost.deadline_hours, "study_usd": usd, "bound_usd": cost.bound_usd,
+            "within_bound": usd <= cost.bound_usd}
 
 
 def ceil_div(a: int, b: int) -> int:

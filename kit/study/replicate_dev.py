@@ -25,10 +25,10 @@ class ReplicateScoringRefused(ValueError):
     pass
 
 
-def dev_rule(contract: dict) -> dict:
-    """The development role of a contract without `data.dev`: the study pilot's (campaigns/study_pilot.py)."""
-    f = contract["data"]["final_test"]
-    return {"count": f["count"], "role": "study-dev", "seed": f["seed"], "difficulty": f["difficulty"]}
+def dev_rule(terms) -> dict:
+    """The development role of contract terms without `data.dev`: the study pilot's (campaigns/study_pilot.py)."""
+    f = terms.data.final_test
+    return {"count": f.count, "role": "study-dev", "seed": f.seed, "difficulty": f.difficulty}
 
 
 def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
@@ -55,12 +55,11 @@ def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
         if sha256_file(out) != record["sha256"]:
             raise ReplicateScoringRefused(f"{out}: sha256 differs from field 'sha256' of {record_path}")
         return out, record["sha256"]
-    rule, d = dev_rule(contract.data), contract["data"]
+    rule, d = dev_rule(contract.terms), contract.terms.data
     seed_tasks, _ = _seed_task_digests(Path(prepared["seed"]["dir"]))
     # as prepare_study excludes them (digests only: nothing is scored or exposed here): the seed's tasks, the
     # training tasks (drawn again exactly as prepare drew them) and the final tasks
-    train = generate_set(d["tasks"]["count"], d["tasks"]["seed"], d["tasks"]["role"], d["tasks"]["difficulty"],
-                         exclude_digests=seed_tasks)
+    train = generate_set(d.tasks.count, d.tasks.seed, d.tasks.role, d.tasks.difficulty, exclude_digests=seed_tasks)
     final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl", prepared["files"]["final_tasks.jsonl"])
     excluded = seed_tasks | {t.digest for t in train} | {c.meta["digest"] for c in final}
     tasks = generate_set(rule["count"], rule["seed"], rule["role"], rule["difficulty"], exclude_digests=excluded)
@@ -99,8 +98,9 @@ def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, 
     study_dir = Path(study_dir)
     path, sha = dev_tasks(study_dir)
     prepared, contract, _ = load_prepared(study_dir, only=("retention.jsonl",))
+    terms = contract.terms
     check_seed(prepared, seed_dir)
-    retention_sha = prepared["files"]["retention.jsonl"] if contract["data"]["retention"]["exposed"] else None
+    retention_sha = prepared["files"]["retention.jsonl"] if terms.data.retention.exposed else None
     tasks = read_jsonl(path, sha)
     probes = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl", retention_sha) if retention_sha else []
     tokenizer = load_tokenizer(seed_dir)
@@ -123,10 +123,10 @@ def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, 
         model = (load_model(seed_dir=str(seed_dir), device=device) if "seed_dir" in source
                  else load_model(home=source["home"], root=source["full_root"], device=device))
         rec = {"format": DEV_FORMAT, "label": label, "source": source, **files,
-               "tasks": answer_tasks(model, tokenizer, tasks, contract["evaluation"]["max_new_tokens"],
+               "tasks": answer_tasks(model, tokenizer, tasks, terms.evaluation.max_new_tokens,
                                      batch_size=answer_batch),
-               "task_nll": score_nll(model, tokenizer, tasks, contract["data"]["max_tokens"], batch_size=nll_batch),
-               "retention": score_nll(model, tokenizer, probes, contract["data"]["max_tokens"], batch_size=nll_batch)
+               "task_nll": score_nll(model, tokenizer, tasks, terms.data.max_tokens, batch_size=nll_batch),
+               "retention": score_nll(model, tokenizer, probes, terms.data.max_tokens, batch_size=nll_batch)
                if probes else None,
                "seconds": time.perf_counter() - t0}
         if device != "cpu":

@@ -26,8 +26,9 @@ from kit.contract import (
     Seq,
     check_pilot,
     load_contract,
+    parse,
 )
-from kit.train.schedule import check_schedule
+from kit.train.schedule import CONSTANT, check_schedule
 
 KIND = "shared-gradient-study"
 ARM_NAMES = ("single", "dense", "powersgd")
@@ -200,34 +201,53 @@ def load_study_contract(path: str | os.PathLike) -> Contract:
     return contract
 
 
-def arm_spec(contract: Contract, name: str) -> dict:
-    for arm in contract["arms"]:
-        if arm["name"] == name:
+def study_terms(data: dict):
+    """The typed reading of a study contract's JSON that travelled as data (a worker's launch argument,
+    written from `Contract.terms.to_json()` of a validated contract): the same frozen sections as `terms`."""
+    return parse(data, SCHEMA, KIND + "-contract")
+
+
+def arm_spec(contract: Contract, name: str):
+    """The contract's arm `name` (its section: `.name`, `.workers`, `.reduction`)."""
+    for arm in contract.terms.arms:
+        if arm.name == name:
             return arm
     raise ValueError(f"{contract.path}: no arm named {name!r}; the contract lists "
-                     f"{[a['name'] for a in contract['arms']]}")
+                     f"{[a.name for a in contract.terms.arms]}")
 
 
-def powersgd_config_dict(contract: Contract) -> dict:
-    """The PowerSGDConfig fields of the contract (the dtype field is fixed: FP32 error feedback)."""
-    p = contract["powersgd"]
-    return {k: p[k] for k in ("rank", "warmup_updates", "min_compression_numel", "min_compression_rate",
-                              "warm_start", "seed", "orthogonalization_epsilon", "error_feedback_device")}
+POWERSGD_FIELDS = ("rank", "warmup_updates", "min_compression_numel", "min_compression_rate", "warm_start", "seed",
+                   "orthogonalization_epsilon", "error_feedback_device")
 
 
-def engine_config(contract, compile_blocks: str = "auto", pad_id: int = 0):
-    """The contract's training section as the engine's typed config: the one translation of a study
+def powersgd_config_dict(terms) -> dict:
+    """The PowerSGDConfig fields of the contract terms (the dtype field is fixed: FP32 error feedback), as the
+    plain JSON `PowerSGDConfig.from_dict` reads (it also reads worker arguments and records, not only contracts)."""
+    p = terms.powersgd
+    return {k: getattr(p, k) for k in POWERSGD_FIELDS}
+
+
+def engine_config(terms, compile_blocks: str = "auto", pad_id: int = 0):
+    """The contract terms' training section as the engine's typed config: the one translation of a study
     contract. `compile_blocks` is a run option (`kit study arm --compile-blocks`), not a contract field;
     the study's documents are pre-tokenised and padding is never a target, so `pad_id` stays 0."""
     from kit.distributed.pipeline import EngineConfig
 
-    t = contract["training"]
-    return EngineConfig(int(t["microbatch_size"]), float(t["max_grad_norm"]), compute_dtype=t["compute_dtype"],
+    t = terms.training
+    return EngineConfig(int(t.microbatch_size), float(t.max_grad_norm), compute_dtype=t.compute_dtype,
                         compile_blocks=compile_blocks, pad_id=pad_id)
 
 
-def optimizer_groups(contract) -> dict:
+def lr_schedule(terms):
+    """The terms' `training.lr_schedule` as kit.train.schedule reads it: "constant" when omitted, else the
+    string or the object as JSON (that module is a JSON reader shared with the adaptive experiment)."""
+    schedule = terms.training.lr_schedule
+    return CONSTANT if schedule is None else schedule if isinstance(schedule, str) else schedule.to_json()
+
+
+def optimizer_groups(terms) -> dict:
     """The study's one AdamW group ("default") as `kit.train.optim.GroupConfig`."""
     from kit.train.optim import GroupConfig
 
-    return {"default": GroupConfig(**contract["training"]["optimizer"])}
+    o = terms.training.optimizer
+    return {"default": GroupConfig(lr=o.lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps, weight_decay=o.weight_decay)}

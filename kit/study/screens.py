@@ -74,7 +74,7 @@ def freeze_candidates(study_dir: str | os.PathLike) -> dict:
     """Refuse unless every arm is settled; verify every endpoint; write (or re-check) freeze.json."""
     study_dir = Path(study_dir)
     _, contract, prepared_digest = load_prepared(study_dir)
-    statuses = arm_statuses(study_dir, contract)
+    statuses = arm_statuses(study_dir, contract.terms)
     unsettled = [s for s in statuses if s["status"] not in NON_RUN
                  and not (s["status"] == "completed" and s["endpoint"])]
     if unsettled:
@@ -107,7 +107,7 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     tokenizer = load_tokenizer(seed_dir)
     final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl")
     retention = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl")
-    ev = contract["evaluation"]
+    ev = contract.terms.evaluation
     models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared["seed"]["parameter_digest"]})]
     models += [(a["arm"], {"home": a["endpoint"]["home"], "full_root": a["endpoint"]["full_root"]})
                for a in freeze["arms"] if a["status"] == "completed"]
@@ -133,9 +133,9 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
         # CPU: the contract's batch sizes, as before; CUDA: larger batches (same per-row math)
         from kit.evaluation.scoring import eval_batch_sizes
 
-        nll_batch, answer_batch = (ev["batch_size"], 32) if device == "cpu" else eval_batch_sizes(device)
-        tasks = answer_tasks(model, tokenizer, final, ev["max_new_tokens"], batch_size=answer_batch)
-        nll = score_nll(model, tokenizer, retention, contract["data"]["max_tokens"], batch_size=nll_batch)
+        nll_batch, answer_batch = (ev.batch_size, 32) if device == "cpu" else eval_batch_sizes(device)
+        tasks = answer_tasks(model, tokenizer, final, ev.max_new_tokens, batch_size=answer_batch)
+        nll = score_nll(model, tokenizer, retention, contract.terms.data.max_tokens, batch_size=nll_batch)
         rec = {"format": EVAL_FORMAT, "label": label, "source": source, "tasks": tasks,
                "retention": nll, "seconds": time.perf_counter() - t0}
         if device != "cpu":
@@ -183,12 +183,13 @@ def retention_change(cand: list[dict], base: list[dict], multiplier: float) -> d
 
 
 def quality_screen(task_gain: float | None, retention_upper: float | None,
-                   noninferiority_lower: dict[str, float | None], screens: dict) -> dict:
-    """Pass only when every input is present and meets its threshold; missing inputs: not evaluable."""
-    margin = screens["noninferiority_margin"]
+                   noninferiority_lower: dict[str, float | None], screens) -> dict:
+    """Pass only when every input is present and meets its threshold (`screens`: the contract terms' section);
+    missing inputs: not evaluable."""
+    margin = screens.noninferiority_margin
     checks = {
-        "task_gain": None if task_gain is None else task_gain + GAIN_TOLERANCE >= screens["min_task_gain"],
-        "retention": None if retention_upper is None else retention_upper <= screens["max_retention_upper_nats"],
+        "task_gain": None if task_gain is None else task_gain + GAIN_TOLERANCE >= screens.min_task_gain,
+        "retention": None if retention_upper is None else retention_upper <= screens.max_retention_upper_nats,
         **{f"noninferior_to_{c}": None if lo is None else lo > -margin for c, lo in noninferiority_lower.items()},
     }
     missing = sorted(k for k, v in checks.items() if v is None)
@@ -196,9 +197,9 @@ def quality_screen(task_gain: float | None, retention_upper: float | None,
     return {"name": "quality", "verdict": verdict, "checks": checks, "missing_inputs": missing,
             "inputs": {"task_gain": task_gain, "retention_upper": retention_upper,
                        "noninferiority_lower": noninferiority_lower},
-            "thresholds": {"min_task_gain": screens["min_task_gain"],
-                           "max_retention_upper_nats": screens["max_retention_upper_nats"],
-                           "noninferiority_margin": margin, "normal_multiplier": screens["normal_multiplier"]},
+            "thresholds": {"min_task_gain": screens.min_task_gain,
+                           "max_retention_upper_nats": screens.max_retention_upper_nats,
+                           "noninferiority_margin": margin, "normal_multiplier": screens.normal_multiplier},
             "rule": "task_gain >= min_task_gain (1e-12 tolerance) and retention_upper <= max_retention_upper_nats "
                     "and, for every control, noninferiority lower bound > -margin"}
 
@@ -213,9 +214,10 @@ def shared_gpus_reason(shared: dict[str, dict]) -> str:
     return f"not measured: {where} ({arms}; throughput is not the method's)"
 
 
-def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens: dict,
+def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens,
                  shared_gpus: dict[str, dict | None] | None = None) -> dict:
-    """Candidate over baseline active throughput against min_speedup. `shared_gpus`: the candidate's and
+    """Candidate over baseline active throughput against min_speedup (`screens`: the contract terms'
+    section). `shared_gpus`: the candidate's and
     the baseline's arm records' `shared_gpus` by arm; when either shared GPUs the verdict is not
     evaluable with that `reason` (their throughputs stay in `inputs`: they are what ran)."""
     shared = {arm: s for arm, s in (shared_gpus or {}).items() if s}
@@ -226,11 +228,11 @@ def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: fl
         ratio = candidate_tokens_per_s / baseline_tokens_per_s
     else:
         reason = "not measured: the candidate's or the baseline's throughput is missing (see arms_not_completed)"
-    verdict = NOT_EVALUABLE if ratio is None else ("pass" if ratio >= screens["min_speedup"] else "fail")
+    verdict = NOT_EVALUABLE if ratio is None else ("pass" if ratio >= screens.min_speedup else "fail")
     return {"name": "speed", "verdict": verdict, "ratio": ratio, "reason": reason, "shared_gpus": shared,
             "inputs": {"candidate_active_tokens_per_s": candidate_tokens_per_s,
                        "baseline_active_tokens_per_s": baseline_tokens_per_s},
-            "thresholds": {"min_speedup": screens["min_speedup"]},
+            "thresholds": {"min_speedup": screens.min_speedup},
             "rule": "candidate active throughput / baseline active throughput >= min_speedup; GPU time and cost "
                     "are reported beside it, not in it"}
 
@@ -247,10 +249,11 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
     freeze_path = study_dir / FREEZE_FILE
     if not freeze_path.exists():
         raise EvaluationRefused(f"{freeze_path}: not found; run `kit study evaluate` first")
-    statuses = arm_statuses(study_dir, contract)
+    terms = contract.terms
+    statuses = arm_statuses(study_dir, terms)
     records = {s["arm"]: read_arm_record(study_dir, s["arm"]) for s in statuses}
-    sc = contract["screens"]
-    k, margin = sc["normal_multiplier"], sc["noninferiority_margin"]
+    sc = terms.screens
+    k, margin = sc.normal_multiplier, sc.noninferiority_margin
     evals = {}
     for label in ["seed"] + [s["arm"] for s in statuses if s["status"] == "completed"]:
         path = study_dir / "evaluation" / "models" / f"{label}.json"
@@ -263,23 +266,23 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
         if arm == "seed":
             continue
         paired[arm] = {ref: paired_task_change(evals[arm]["tasks"], evals[ref]["tasks"], margin, k)
-                       for ref in ["seed", *sc["controls"], sc["candidate"]] if ref in evals and ref != arm}
+                       for ref in ["seed", *sc.controls, sc.candidate] if ref in evals and ref != arm}
         retention[arm] = retention_change(evals[arm]["retention"], evals["seed"]["retention"], k)
-    cand = sc["candidate"]
+    cand = sc.candidate
     cand_paired = paired.get(cand, {})
     quality = quality_screen(
         cand_paired["seed"]["difference"] if "seed" in cand_paired else None,
         retention[cand]["upper"] if cand in retention else None,
-        {c: cand_paired[c]["noninferiority"]["lower"] if c in cand_paired else None for c in sc["controls"]}, sc)
+        {c: cand_paired[c]["noninferiority"]["lower"] if c in cand_paired else None for c in sc.controls}, sc)
 
     def tput(arm):
         rec = records.get(arm)
         return (rec.get("measurement") or {}).get("active_tokens_per_s") if rec and rec["status"] == "completed" \
             else None
 
-    speed = speed_screen(tput(cand), tput(sc["speed_baseline"]), sc,
-                         {a: (records.get(a) or {}).get("shared_gpus") for a in (cand, sc["speed_baseline"])})
-    for screen, needs in ((quality, [cand, *sc["controls"]]), (speed, [cand, sc["speed_baseline"]])):
+    speed = speed_screen(tput(cand), tput(sc.speed_baseline), sc,
+                         {a: (records.get(a) or {}).get("shared_gpus") for a in (cand, sc.speed_baseline)})
+    for screen, needs in ((quality, [cand, *sc.controls]), (speed, [cand, sc.speed_baseline])):
         screen["arms_not_completed"] = [{"arm": s["arm"], "status": s["status"], "reason": s["reason"]}
                                         for s in statuses if s["arm"] in needs and s["status"] != "completed"]
     arm_rows = []
@@ -293,12 +296,12 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
                          "shared_gpus": rec.get("shared_gpus"),
                          "logical_traffic_rank0": logical, "interfaces": t.get("interfaces")})
     out = {"format": SCREENS_FORMAT, "contract_digest": contract.digest, "prepared_digest": prepared_digest,
-           "study": contract["name"], "candidate": cand, "controls": sc["controls"], "arms": arm_rows,
+           "study": terms.name, "candidate": cand, "controls": list(sc.controls), "arms": arm_rows,
            "accuracy_by_family": accuracy, "paired_task_change": paired, "retention_change": retention,
            "screens": {"quality": quality, "speed": speed},
-           "cost": cost_table(contract.data, [{"arm": s["arm"], "status": s["status"], "reason": s["reason"],
+           "cost": cost_table(terms, [{"arm": s["arm"], "status": s["status"], "reason": s["reason"],
                                                "costs": [a.get("cost") for a in attempt_records(study_dir, s["arm"])]}
                                               for s in statuses]),
-           "counts": prepared["counts"], "retention_probes_exposed": contract["data"]["retention"]["exposed"]}
+           "counts": prepared["counts"], "retention_probes_exposed": terms.data.retention.exposed}
     write_canonical_json(study_dir / "screens.json", out)
     return out

@@ -141,6 +141,7 @@ UNIT_FILES = (
     "test_store.py",
     "test_study_projection.py",
     "test_study_shared_gpu.py",
+    "test_study_terms.py",
     "test_tasks.py",
     "test_test_layout.py",
     "test_tiers.py",
