@@ -12,9 +12,9 @@ import re
 
 from support.models import REPO
 
-# Issue 53 asks for 3,000 lines in all; the split and the logbook move reached 4,176. This ceiling is a
-# ratchet: lower it as the reference is condensed, never raise it.
-TOTAL_BUDGET = 4200
+# Issue 53 asks for 3,000 lines in all. This ceiling is a ratchet: lower it as the reference is condensed,
+# never raise it.
+TOTAL_BUDGET = 3_000
 FILE_BUDGET = 600
 FORMATS_FILE_BUDGET = 300
 SOURCES = ("kit", "tests", "tools", "campaigns", "bench", "notebooks", "examples", "README.md", "Makefile")
