@@ -8,13 +8,14 @@ and keep the paths they were written with.
 
 from __future__ import annotations
 
+import math
 import re
 
 from support.models import REPO
 
-# Issue 53 asks for 3,000 lines in all; the split and the logbook move reached 4,176. This ceiling is a
-# ratchet: lower it as the reference is condensed, never raise it.
-TOTAL_BUDGET = 4200
+# Issue 53 asks for 3,000 lines in all, counted as displayed at 120 columns (see displayed_lines); docs/ is not
+# there yet. This ceiling is a ratchet: lower it as the reference is condensed, never raise it.
+TOTAL_BUDGET = 3_600
 FILE_BUDGET = 600
 FORMATS_FILE_BUDGET = 300
 SOURCES = ("kit", "tests", "tools", "campaigns", "bench", "notebooks", "examples", "README.md", "Makefile")
@@ -22,8 +23,31 @@ DOCS_PATH = re.compile(r"docs/[a-z_/-]*\.md")
 SUFFIXES = {".py", ".md", ".sh", ".ipynb", ".json", ".txt", ".toml", ""}
 
 
+WIDTH = 120
+
+
+def displayed_lines(text: str) -> int:
+    """Lines as a reader sees them in a 120-column view: a source line counts ceil(len / 120), at least 1.
+
+    Counting source lines alone rewards joining a wrapped paragraph into one long line: the same words on fewer
+    lines. Counting what is displayed makes the budget measure the text, not its line breaks.
+    """
+    return sum(max(1, math.ceil(len(line) / WIDTH)) for line in text.splitlines())
+
+
+def long_prose_lines(text: str) -> list[int]:
+    """1-based numbers of prose or list lines wider than WIDTH; table rows and fenced code are exempt."""
+    found, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and not line.lstrip().startswith("|") and len(line) > WIDTH:
+            found.append(number)
+    return found
+
+
 def _lines(path) -> int:
-    return len(path.read_text().splitlines())
+    return displayed_lines(path.read_text())
 
 
 def _source_files():
@@ -52,6 +76,21 @@ def test_docs_line_budget():
             if n > (FORMATS_FILE_BUDGET if k.startswith("docs/formats/") else FILE_BUDGET)}
     assert over == {}, f"docs files over their budget ({FILE_BUDGET}; formats {FORMATS_FILE_BUDGET}): {over}"
     assert sum(counts.values()) <= TOTAL_BUDGET, f"docs/ holds {sum(counts.values())} lines, budget {TOTAL_BUDGET}"
+
+
+def test_docs_prose_is_wrapped():
+    long = {str(p.relative_to(REPO)): lines for p in sorted((REPO / "docs").rglob("*.md"))
+            if (lines := long_prose_lines(p.read_text()))}
+    assert long == {}, f"docs prose or list lines over {WIDTH} characters (file: line numbers): {long}"
+
+
+def test_the_measure_counts_what_is_displayed():
+    wrapped = "- " + "word " * 23 + "\n  " + "word " * 23 + "\n"
+    joined = "- " + "word " * 46 + "\n"
+    assert displayed_lines(wrapped) == 2 and displayed_lines(joined) == 2
+    assert displayed_lines("\n\nx" + "y" * 240 + "\n") == 2 + 3
+    table, fence = "| " + "a" * 130 + " |", "```\n" + "b" * 130 + "\n```"
+    assert long_prose_lines("\n".join([table, fence, "c" * 121, "d" * 120])) == [5]
 
 
 def test_every_named_docs_path_exists():
