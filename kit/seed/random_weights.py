@@ -37,14 +37,14 @@ TOY_POSITIONS = 2048  # the toy shape keeps the study's documents (1,024-token c
 def tokenizer_texts(contract, source: Path) -> list[str]:
     """Synthetic chat, generated tasks, and the public source's records between the replay range and
     the retention range of a study contract (neither range is used to train the tokenizer)."""
-    d = contract["data"]
-    rep, ret = d["replay"]["source"], d["retention"]["source"]
-    if rep["stop"] >= ret["start"]:
-        raise ValueError(f"{contract.path}: replay range ends at {rep['stop']}, retention starts at {ret['start']}; "
+    d = contract.terms.data
+    rep, ret = d.replay.source, d.retention.source
+    if rep.stop >= ret.start:
+        raise ValueError(f"{contract.path}: replay range ends at {rep.stop}, retention starts at {ret.start}; "
                          "expected a gap between them for the tokenizer's text")
-    between = instruction_source_range(source, rep["sha256"], rep["stop"], ret["start"], rep["name"])
+    between = instruction_source_range(source, rep.sha256, rep.stop, ret.start, rep.name)
     texts = [m.content for c in synthetic_conversations(TOKENIZER_SYNTHETIC, INIT_SEED) for m in c.messages]
-    texts += [t for ex in generate_set(TOKENIZER_TASKS, INIT_SEED, TOKENIZER_TASK_ROLE, d["tasks"]["difficulty"])
+    texts += [t for ex in generate_set(TOKENIZER_TASKS, INIT_SEED, TOKENIZER_TASK_ROLE, d.tasks.difficulty)
               for t in (ex.prompt, ex.answer)]
     texts += [m.content for c in between.conversations for m in c.messages]
     return texts
