@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main(argv=None) -> int:
     from kit.adaptive.evaluation import gates
+    from kit.adaptive.schema import KIND, SCHEMA
+    from kit.contract import parse
     from kit.digest import load_json_strict
     from kit.evidence.archive import resolve
     from kit.evidence.ledger import read_ledger
@@ -37,10 +39,11 @@ def main(argv=None) -> int:
         rec = read_run_record(resolve(run_dir))  # committed evidence, archived folders included
         ev = load_json_strict(resolve(evaluation))
         contract = recorded_contract(rec.contract_digest, (rec.git or {}).get("commit"), run_dir)
+        terms = parse(contract, SCHEMA, KIND + "-contract")  # the recorded JSON, read as the kit reads a contract
         earlier = {e["id"] for e in ledger
                    if e["contract_digest"] != rec.contract_digest and e["time"] < rec.started_at}
         kept = {part: [x for x in ev[part] if x["id"] not in earlier] for part in ("tasks", "retention")}
-        both = {"recorded": gates(ev, contract), "without_them": gates({**ev, **kept}, contract)}
+        both = {"recorded": gates(ev, terms), "without_them": gates({**ev, **kept}, terms)}
         out.append({"run": rec.run_id, "opened_before_by_another_contract": {
                         part: sorted(x["id"] for x in ev[part] if x["id"] in earlier) for part in ("tasks", "retention")},
                     "kept": {part: len(v) for part, v in kept.items()},

@@ -106,7 +106,7 @@ def candidate_contract(draft: dict, overrides: dict, after: str = "constant") ->
     return c
 
 
-def summarize(evaluation: dict, contract: dict) -> dict:
+def summarize(evaluation: dict, terms) -> dict:
     """Dev accuracy per family (candidate and seed), NLL changes with their bounds, eligibility."""
     from kit.adaptive.evaluation import nll_change_bounds
     from kit.stats import gate_retention
@@ -123,8 +123,8 @@ def summarize(evaluation: dict, contract: dict) -> dict:
         f["candidate_accuracy"] = f["candidate_correct"] / f["n"]
         f["seed_accuracy"] = f["seed_correct"] / f["n"]
     n = len(evaluation["tasks"])
-    bounds = nll_change_bounds(evaluation, contract)
-    threshold = contract["gates"]["retention_upper_at_most"]
+    bounds = nll_change_bounds(evaluation, terms)
+    threshold = terms.gates.retention_upper_at_most
     return {"accuracy_by_family": dict(sorted(fam.items())),
             "accuracy": sum(f["candidate_correct"] for f in fam.values()) / n,
             "seed_accuracy": sum(f["seed_correct"] for f in fam.values()) / n,
@@ -278,7 +278,7 @@ class Pilot(PilotRun):
         evaluation = load_json_strict(ev)
         (self.out / "evals").mkdir(exist_ok=True)
         shutil.copyfile(ev, self.out / "evals" / f"{name}.json")
-        self.save(row, dev=summarize(evaluation, contract.data), status="completed")
+        self.save(row, dev=summarize(evaluation, contract.terms), status="completed")
 
     def final_roles_check(self) -> dict:
         """What kit writes whenever final roles are opened (or refused) must be absent; the ledger unchanged."""

@@ -215,12 +215,12 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
     from kit.evidence.runtime import repository_root
 
     contract_path = repository_root() / scale.adaptive_contract
-    c = load_adaptive_contract(contract_path).data
-    two, three = c["migration"]["from_workers"], c["migration"]["to_workers"]
+    terms = load_adaptive_contract(contract_path).terms
+    two, three = terms.migration.from_workers, terms.migration.to_workers
     ad = out / "adaptive"
-    lay = _AdaptiveLayout(scale.name, seed, ad, shown_path(ad / "prepared"), two, three, c["migration"]["at_step"],
+    lay = _AdaptiveLayout(scale.name, seed, ad, shown_path(ad / "prepared"), two, three, terms.migration.at_step,
                           *(shown_path(ad / home) for home in (f"A{two}", f"A{three}", "B", "G")),
-                          c["cohorts"]["B"]["workers"], {} if scale.device == "cpu" else {"DEVICE": scale.device})
+                          terms.cohorts.B.workers, {} if scale.device == "cpu" else {"DEVICE": scale.device})
     yield Step(f"{lay.run}-adaptive-prepare", "10_adaptive_prepare.ipynb",
                {"CONTRACT": shown_path(contract_path), "SEED_DIR": seed,
                 "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": lay.prepared})
@@ -412,11 +412,10 @@ def _reusable(runs_dir: Path, step: Step) -> bool:
 
 def pinned_public_sha256(scale: Scale = TINY) -> str:
     """The sha256 the scale's adaptive contract pins for the public conversation source."""
-    from kit.digest import load_json_strict
+    from kit.adaptive.schema import load_adaptive_contract
     from kit.evidence.runtime import repository_root
 
-    contract = load_json_strict(repository_root() / scale.adaptive_contract)
-    return contract["evaluation"]["final"]["retention"]["sha256"]
+    return load_adaptive_contract(repository_root() / scale.adaptive_contract).terms.evaluation.final.retention.sha256
 
 
 def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path, scale: Scale = TINY,

@@ -81,10 +81,10 @@ class _Layout:
         self.study = shown_path(out / "study")
         self.ad = out / "adaptive"
         self.prepared = shown_path(self.ad / "prepared")
-        c = load_adaptive_contract(repository_root() / self.sc.adaptive_contract).data
-        self.two, self.three, self.at = (c["migration"]["from_workers"], c["migration"]["to_workers"],
-                                         c["migration"]["at_step"])
-        self.b_workers = c["cohorts"]["B"]["workers"]
+        terms = load_adaptive_contract(repository_root() / self.sc.adaptive_contract).terms
+        self.two, self.three, self.at = (terms.migration.from_workers, terms.migration.to_workers,
+                                         terms.migration.at_step)
+        self.b_workers = terms.cohorts.B.workers
         self.a_from, self.a_to = shown_path(self.ad / f"A{self.two}"), shown_path(self.ad / f"A{self.three}")
         self.device = {} if self.sc.device == "cpu" else {"DEVICE": self.sc.device}
         # the re-derived inputs carry the campaign's tag; the committed runs they repeat keep their own ids
@@ -194,9 +194,9 @@ def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2
     sc, root = SCALES[scale], repository_root()
     study = load_study_contract(root / sc.study_contract)
     adaptive = load_adaptive_contract(root / sc.adaptive_contract)
-    s_seed, a_seed = study.terms.schedule.order_seed, adaptive.data["data_seeds"]["schedule"]
+    s_seed, a_seed = study.terms.schedule.order_seed, adaptive.terms.data_seeds.schedule
     lay_name = sc.name
-    c = adaptive.data["migration"]
+    c = adaptive.terms.migration
     return {
         "format": PLAN_FORMAT, "scale": scale, "order_rule": RULE, "scoring_rule": SCORING_RULE,
         "study": {
@@ -212,10 +212,10 @@ def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2
         "adaptive": {
             "contract": sc.adaptive_contract, "contract_digest": adaptive.digest,
             "contract_seed": {"field": "data_seeds.schedule", "value": a_seed},
-            "start": {"runs": [f"{lay_name}-replicates-A{c['from_workers']}-to-step{c['at_step']}",
-                               f"{lay_name}-replicates-A{c['to_workers']}-migrated"],
-                      "repeats": [f"{lay_name}-adaptive-A{c['from_workers']}-to-step{c['at_step']}",
-                                  f"{lay_name}-adaptive-A{c['to_workers']}-migrated"],
+            "start": {"runs": [f"{lay_name}-replicates-A{c.from_workers}-to-step{c.at_step}",
+                               f"{lay_name}-replicates-A{c.to_workers}-migrated"],
+                      "repeats": [f"{lay_name}-adaptive-A{c.from_workers}-to-step{c.at_step}",
+                                  f"{lay_name}-adaptive-A{c.to_workers}-migrated"],
                       "mode": "the committed runs' (KIT_GPU_DETERMINISTIC unset): a replay of their roots"},
             "replicates": [{"index": k, "order_seed": replicate_seed(a_seed, k),
                             "runs": [_replicate_id(f"{lay_name}-adaptive-B-{a}", k) for a in ("control", "growth")],

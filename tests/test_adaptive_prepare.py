@@ -43,7 +43,7 @@ def test_full_contract_plans_a_1_7b_llama_on_its_workers():
                        max_position_embeddings=8192, tie_word_embeddings=True, rope=RopeSpec())
     names = ["model.embed_tokens.weight", "model.norm.weight"] + [
         f"model.layers.{i}.{p}.weight" for i in range(24) for p in ("self_attn.q_proj", "mlp.down_proj")]
-    o = prep.ownership_manifests(full, shape, dict.fromkeys(names), "0" * 64)
+    o = prep.ownership_manifests(load_adaptive_contract(FULL).terms, shape, dict.fromkeys(names), "0" * 64)
     assert [(x["workers"], x["grown"], x["num_hidden_layers"]) for x in o["layouts"]] == \
         [(2, False, 24), (3, False, 24), (3, True, 26)]
     assert all(x["peak_utilization"] <= 1 for x in o["layouts"])

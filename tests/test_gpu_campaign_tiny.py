@@ -18,6 +18,7 @@ import pytest
 
 from campaigns import adaptive_gpu_campaign as agc
 from campaigns.phases import run_process
+from kit.adaptive.continued_schema import adaptive_job_terms
 from kit.adaptive.schema import commit_points, load_adaptive_contract
 
 
@@ -29,7 +30,8 @@ def test_derived_contract_is_valid_and_lists_its_changes(scale, tmp_path):
     path.write_text(json.dumps(derived))
     c = load_adaptive_contract(path).data
     assert c["endpoints"] == {"A": 4, "B": 4} and c["migration"]["at_step"] == 2
-    assert commit_points(c, "A") == [2, 4] and commit_points(c, "B") == [2, 4]
+    job = adaptive_job_terms(c)  # the job view the drivers read (kit.adaptive.continued_schema.job_contract)
+    assert commit_points(job, "A") == [2, 4] and commit_points(job, "B") == [2, 4]
     changed = {x["field"] for x in changes}
     assert {"seed.parameter_digest", "endpoints.A", "endpoints.B", "migration.at_step"} <= changed
     assert all(x["why"] for x in changes)

@@ -348,7 +348,7 @@ def test_continued_learning_starts_only_from_a_passing_a_endpoint_unless_explora
     write_selection(p, {"A": {"home": str(a["home"]), "root": a["end"]}}, sel)
     ev_path = tmp_path / "final-A.json"
     ev = _final(p, a["seed"], f"{a['home']}:{a['end']}", f"seed:{a['seed']}", sel, ev_path)
-    passed = gates(ev, load_adaptive_contract(TINY).data)["passed"]
+    passed = gates(ev, load_adaptive_contract(TINY).terms)["passed"]
     args = (a["seed"], PUBLIC)
     edited = tmp_path / "final-A-edited.json"  # an edited evaluation (numbers changed) is not the bound one
     write_canonical_json(edited, {**ev, "tasks": [{**x, "cand_nll": x["cand_nll"] - 1.0} for x in ev["tasks"]]})
@@ -401,7 +401,7 @@ def test_continued_learning_starts_only_from_a_passing_a_endpoint_unless_explora
     commits = train(CohortRequest(str(out), str(a["seed"]), str(home), "C", 1, resume=a["end"], reference=a["end"],
                     source_home=str(a["home"]), until=1))
     assert commits[-1]["cohort_step"] == 1 and commits[-1]["step"] == 9
-    verdict = continued_gates(ev, load_continued_contract(exploratory).data, True)
+    verdict = continued_gates(ev, load_continued_contract(exploratory).terms, True)
     assert verdict["exploratory"] and verdict["note"].startswith("EXPLORATORY")
     assert verdict["gates"][0]["name"] == "generated"
 

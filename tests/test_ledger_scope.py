@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kit.adaptive import prepare as prep
+from kit.adaptive.schema import load_adaptive_contract
 from kit.data.conversations import instruction_source_range
 from kit.demo import demo_ledger
 from kit.digest import sha256_file
@@ -46,8 +47,8 @@ def test_kit_demo_never_uses_the_repositorys_ledger_unless_given(tmp_path, monke
 
 
 def test_a_ledger_that_empties_the_final_range_is_refused_naming_ledger_contract_and_option(tmp_path):
-    c = json.loads(TINY.read_text())
-    spec = c["evaluation"]["final"]["retention"]
+    terms = load_adaptive_contract(TINY).terms
+    spec = json.loads(TINY.read_text())["evaluation"]["final"]["retention"]
     rng = instruction_source_range(PUBLIC, sha256_file(PUBLIC), spec["start"], spec["stop"], spec["source_name"])
     ledger = tmp_path / "exposed.jsonl"
     exposer = "ab" * 32  # another contract's final scoring opened every record of the range
@@ -58,13 +59,13 @@ def test_a_ledger_that_empties_the_final_range_is_refused_naming_ledger_contract
            "its own final scoring", ledger, run="own-final")
     exposed = frozenset(x.digest for x in rng.conversations)
     with pytest.raises(prep.PrepareError) as err:
-        prep._final_retention(c, PUBLIC, {}, lambda conv: True, exposed, ledger, own)
+        prep._final_retention(terms, PUBLIC, {}, lambda conv: True, exposed, ledger, own)
     msg = str(err.value)
     assert own[:12] not in msg and "own-final" not in msg
     assert f"[{spec['start']}, {spec['stop']}) leave 0 eligible" in msg
     assert str(ledger) in msg and f"contract {exposer[:12]}" in msg and "medium-adaptive-final-A" in msg
     assert "--ledger FILE" in msg and LEDGER_ENV in msg
     # the same range against a ledger of one's own: every record eligible, the first `count` taken
-    taken, report = prep._final_retention(c, PUBLIC, {}, lambda conv: True, frozenset(), tmp_path / "own.jsonl")
+    taken, report = prep._final_retention(terms, PUBLIC, {}, lambda conv: True, frozenset(), tmp_path / "own.jsonl")
     assert [x.id for x in taken] == [x.id for x in rng.conversations[: spec["count"]]]
     assert report["excluded"]["ledger"] == 0

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from kit.adaptive.schema import load_adaptive_contract
-from kit.contract import ContractError
+from kit.contract import LR_SCHEDULE, ContractError, parse
 from kit.engine.session import Session
 from kit.study.schema import load_study_contract
 from kit.train.optim import GroupConfig
@@ -20,21 +20,26 @@ ROOT = Path(__file__).resolve().parents[1]
 WARM_COSINE = {"warmup_updates": 4, "after": "cosine", "floor_ratio": 0.1}
 
 
+def typed(schedule):
+    """A schedule as the drivers pass it: the contract's typed `training.lr_schedule` (kit.contract.parse)."""
+    return parse(schedule, LR_SCHEDULE, "lr_schedule")
+
+
 def test_constant_is_one_everywhere():
-    assert [lr_factor("constant", k, 8) for k in range(8)] == [1.0] * 8
+    assert [lr_factor(typed("constant"), k, 8) for k in range(8)] == [1.0] * 8
 
 
 def test_warmup_then_cosine_to_the_floor():
-    f = [lr_factor(WARM_COSINE, k, 12) for k in range(12)]
+    f = [lr_factor(typed(WARM_COSINE), k, 12) for k in range(12)]
     assert f[:4] == [0.25, 0.5, 0.75, 1.0]  # linear: (k + 1) / W
     assert f[4] == 1.0 and f[-1] == pytest.approx(0.1, abs=1e-15)  # cosine starts at the peak, ends at the floor
-    assert lr_factor(WARM_COSINE, 8, 13) == pytest.approx(0.55, abs=1e-15)  # half-way: the mean of peak and floor
+    assert lr_factor(typed(WARM_COSINE), 8, 13) == pytest.approx(0.55, abs=1e-15)  # half-way: the mean of peak and floor
     assert all(a >= b for a, b in itertools.pairwise(f[4:]))
 
 
 def test_warmup_then_constant():
     s = {"warmup_updates": 2, "after": "constant", "floor_ratio": 0.0}
-    assert [lr_factor(s, k, 5) for k in range(5)] == [0.5, 1.0, 1.0, 1.0, 1.0]
+    assert [lr_factor(typed(s), k, 5) for k in range(5)] == [0.5, 1.0, 1.0, 1.0, 1.0]
 
 
 def _with_schedule(tmp_path, name, schedule, study=False):

@@ -88,13 +88,13 @@ def _state(record: Path) -> str:
     return " ".join(str(x) for x in (rec.get("status"), rec.get("signal")) if x)
 
 
-def a_endpoint_of(resume_home: str, resume: str, contract: dict, depth: int) -> str | None:
+def a_endpoint_of(resume_home: str, resume: str, terms, depth: int) -> str | None:
     """The phase-A endpoint a cohort-B lineage continues: --resume itself at the B start, else the nearest
     ancestor (parent links in `resume_home`) at the A endpoint's cursor and the seed's depth (a growth
     commit keeps the A cursor with more blocks, so its parent is the one). None when the chain breaks."""
     from kit.store.commits import CommitError, read_commit
 
-    want = {"step": contract["endpoints"]["A"], "cohort": 0, "cohort_step": contract["endpoints"]["A"]}
+    want = {"step": terms.endpoints["A"], "cohort": 0, "cohort_step": terms.endpoints["A"]}
     root = resume
     for _ in range(100_000):
         try:
@@ -110,24 +110,24 @@ def a_endpoint_of(resume_home: str, resume: str, contract: dict, depth: int) -> 
     return None
 
 
-def check_reference(prepared: Path, pj: dict, contract: dict, reference: str, resume: str, ref_home: str,
+def check_reference(prepared: Path, pj: dict, terms, reference: str, resume: str, ref_home: str,
                     resume_home: str | None = None) -> dict:
     """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
     start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
     by an attempt of this prepared job."""
     from kit.store.commits import read_commit
 
-    endpoint = a_endpoint_of(resume_home or ref_home, resume, contract, pj["seed"]["num_hidden_layers"])
+    endpoint = a_endpoint_of(resume_home or ref_home, resume, terms, pj["seed"]["num_hidden_layers"])
     if reference != endpoint:
         raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
                            f"continues from --resume {resume}: {endpoint or 'none found along its parents'} "
-                           f"(contract field 'cohorts.B.reference' = {contract['cohorts']['B']['reference']!r})")
+                           f"(contract field 'cohorts.B.reference' = {terms.cohorts['B'].reference!r})")
     manifest = read_commit(ref_home, reference)
     cursor = manifest["learned_state"]["cursor"]
-    want = {"step": contract["endpoints"]["A"], "cohort": 0, "cohort_step": contract["endpoints"]["A"]}
+    want = {"step": terms.endpoints["A"], "cohort": 0, "cohort_step": terms.endpoints["A"]}
     if {k: cursor.get(k) for k in want} != want:
         raise TrainRefused(f"--reference {ref_home}:{reference}: cursor {cursor}; expected the phase-A endpoint "
-                           f"{want} (contract field 'endpoints.A' = {contract['endpoints']['A']})")
+                           f"{want} (contract field 'endpoints.A' = {terms.endpoints['A']})")
     made = []
     for path in sorted(Path(ref_home).glob("attempts/*/attempt.json")):
         rec = load_json_strict(path)
@@ -165,19 +165,19 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     return len(wanted)
 
 
-def check_cohort(pj: dict, contract: dict, cohort: str, resume: str | None, reference: str | None,
+def check_cohort(pj: dict, terms, cohort: str, resume: str | None, reference: str | None,
                  grow: bool) -> None:
-    order = contract["cohort_order"]
+    order = terms.cohort_order
     if cohort not in order:
         raise TrainRefused(f"--cohort {cohort!r}; this prepared job ({pj['contract']['kind']}) has cohorts {order}")
     if cohort != order[0] and (not reference or not resume):
         raise TrainRefused(f"cohort {cohort} needs --reference (the committed phase-A endpoint) and --resume")
-    if grow and contract["growth"].get("cohort") != cohort:
-        raise TrainRefused(f"--grow: the contract grows cohort {contract['growth'].get('cohort')!r} only "
+    if grow and terms.growth.cohort != cohort:
+        raise TrainRefused(f"--grow: the contract grows cohort {terms.growth.cohort!r} only "
                            f"(growth forbidden in cohort {cohort})")
 
 
-def check_bindings(prepared: Path, pj: dict, contract: dict, seed_dir: str, home: str, cohort: str,
+def check_bindings(prepared: Path, pj: dict, terms, seed_dir: str, home: str, cohort: str,
                    resume: str | None, reference: str | None, source_home: str | None,
                    reference_home: str | None) -> None:
     """Inputs bound to the prepared job, before anything is created: the seed, cohort B's reference, a
@@ -186,7 +186,7 @@ def check_bindings(prepared: Path, pj: dict, contract: dict, seed_dir: str, home
 
     check_seed(prepared, pj, seed_dir)
     if cohort == "B":
-        check_reference(prepared, pj, contract, reference, resume, reference_home or source_home or home,
+        check_reference(prepared, pj, terms, reference, resume, reference_home or source_home or home,
                         source_home or home)
     if cohort == "C":  # continued learning: the prepared job names its start endpoint
         want = pj["start"]["full_root"]
@@ -195,4 +195,4 @@ def check_bindings(prepared: Path, pj: dict, contract: dict, seed_dir: str, home
                 raise TrainRefused(f"{flag} {value}: {prepared / 'prepared.json'} field 'start.full_root' expects "
                                    f"{want} (the phase-A endpoint this continued job starts from)")
     cursor = read_commit(source_home or home, resume)["learned_state"]["cursor"] if resume else None
-    check_fresh_home(home, cohort, resume, cursor, contract["cohort_order"])
+    check_fresh_home(home, cohort, resume, cursor, terms.cohort_order)

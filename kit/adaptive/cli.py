@@ -38,9 +38,9 @@ def cmd_evaluate(a) -> int:
     from kit.digest import load_json_strict
 
     pj = load_json_strict(Path(a.prepared) / "prepared.json")
-    c = job_contract(pj)
+    terms = job_contract(pj)
     res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
-                   c["training"]["max_tokens"], c["evaluation"]["max_new_tokens"], a.selection, device=a.device)
+                   terms.training.max_tokens, terms.evaluation.max_new_tokens, a.selection, device=a.device)
     correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
     print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
                       "baseline_correct": correct[1]}, sort_keys=True))
@@ -85,8 +85,8 @@ def cmd_gates(a) -> int:
     for spec in a.eval:
         name, _, path = spec.partition("=")
         ev = load_json_strict(path)
-        verdict = (continued_gates(ev, contract.data, out["start"]["exploratory"]) if continued
-                   else gates(ev, contract.data))
+        verdict = (continued_gates(ev, contract.terms, out["start"]["exploratory"]) if continued
+                   else gates(ev, contract.terms))
         out["comparisons"][name] = {"evaluation": path, **verdict}
     out["all_passed"] = all(v["passed"] for v in out["comparisons"].values())
     write_canonical_json(a.out, out)

@@ -32,28 +32,29 @@ from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the co
     PREPARED_FORMAT,
     ROLES,
     ContinuedRefused,
+    adaptive_job_terms,
     job_contract,
     load_continued_contract,
 )
 from kit.paths import inside
 
 
-def continued_gates(evaluation: dict, contract: dict, exploratory: bool) -> dict:
+def continued_gates(evaluation: dict, terms, exploratory: bool) -> dict:
     """Generated answers first (net gained >= 1), retention as a guard, the NLL gain reported."""
     from kit.stats import accuracy_by_family, gained_lost, gate_retention, paired_bootstrap_upper
 
     if evaluation["split"] != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
-    boot, t, r = contract["bootstrap"], evaluation["tasks"], evaluation["retention"]
+    boot, t, r = terms.bootstrap, evaluation["tasks"], evaluation["retention"]
     gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
-                                  boot["confidence"], boot["resamples"], boot["seed"])
+                                  boot.confidence, boot.resamples, boot.seed)
     ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
-                                 boot["confidence"], boot["resamples"], boot["seed"])
+                                 boot.confidence, boot.resamples, boot.seed)
     gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
-    need = contract["gates"]["generated_min_net_gained"]
+    need = terms.gates.generated_min_net_gained
     generated = {"name": "generated", "passed": gl["gained"] - gl["lost"] >= need, "inputs": gl,
                  "rule": f"primary: generated answers improve, gained - lost >= {need}"}
-    verdicts = [generated, gate_retention(ret.upper, contract["gates"]["retention_upper_at_most"])]
+    verdicts = [generated, gate_retention(ret.upper, terms.gates.retention_upper_at_most)]
     fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
     return {"candidate": evaluation["candidate"], "baseline": evaluation["baseline"], "gain": gain.to_dict(),
             "retention": ret.to_dict(), "generated": gl, "gates": verdicts,
@@ -64,7 +65,7 @@ def continued_gates(evaluation: dict, contract: dict, exploratory: bool) -> dict
                          "baseline": fam("base_correct").to_dict(orient="records")}}
 
 
-def _start_endpoint(spj: dict, start_dir: Path, start_contract: dict, c: dict, home: str, root: str,
+def _start_endpoint(spj: dict, start_dir: Path, start_terms, terms, home: str, root: str,
                     evaluation: Path) -> dict:
     """The start endpoint's identity and its gates, recomputed from its bound final evaluation."""
     from kit.adaptive.evaluation import gates
@@ -78,13 +79,13 @@ def _start_endpoint(spj: dict, start_dir: Path, start_contract: dict, c: dict, h
     from kit.digest import load_json_strict, sha256_file
     from kit.store.commits import read_commit
 
-    name = c["start"]["comparison"]
+    name = terms.start.comparison
     m = read_commit(home, root)
     try:
-        check_endpoint(m, name, spj, start_contract, f"{home}:{root}")
+        check_endpoint(m, name, spj, start_terms, f"{home}:{root}")
     except FinalRolesRefused as e:
         raise ContinuedRefused(f"start endpoint: {e}") from None
-    if start_contract["comparisons"][name]["cohort"] != "A" or start_contract["comparisons"][name]["grown"]:
+    if start_terms.comparisons[name].cohort != "A" or start_terms.comparisons[name].grown:
         raise ContinuedRefused(f"contract field 'start.comparison' = {name!r}; expected the start contract's "
                                "fixed-depth phase-A comparison (the continued cohort forbids growth)")
     ev = load_json_strict(evaluation)
@@ -104,9 +105,9 @@ def _start_endpoint(spj: dict, start_dir: Path, start_contract: dict, c: dict, h
     if not opened:
         raise ContinuedRefused(f"{start_dir / ACCESS_LOG}: no allowed final-role opening for candidate {root} against "
                                f"{ev.get('baseline')}; the evaluation is not bound to a selection of the start job")
-    verdict = gates(ev, start_contract)
+    verdict = gates(ev, start_terms)
     passed = bool(verdict["passed"])
-    if not passed and not c["start"]["exploratory"]:
+    if not passed and not terms.start.exploratory:
         failed = [g["name"] for g in verdict["gates"] if not g["passed"]]
         raise ContinuedRefused(f"{evaluation}: the start endpoint's gates did not pass (failed: {failed}); contract "
                                "field 'start.exploratory' = false, so a continued run may start only from a passing "
@@ -118,9 +119,9 @@ def _start_endpoint(spj: dict, start_dir: Path, start_contract: dict, c: dict, h
             "gates_passed": passed, "exploratory": not passed}
 
 
-def _start_job(c: dict, start_dir: Path) -> tuple[dict, dict]:
-    """The start job's prepared.json and its contract (cohort order A, B), the contract's digest checked
-    against prepared.json and against the continued contract's pin."""
+def _start_job(terms, start_dir: Path) -> tuple:
+    """The start job's prepared.json and its contract's job view (cohort order A, B), the contract's digest
+    checked against prepared.json and against the continued contract's pin."""
     from kit.adaptive.schema import load_adaptive_contract
     from kit.digest import load_json_strict
 
@@ -129,14 +130,14 @@ def _start_job(c: dict, start_dir: Path) -> tuple[dict, dict]:
     if start_c.digest != spj["contract"]["digest"]:
         raise ContinuedRefused(f"{start_c.path}: digest {start_c.digest}; {start_dir / 'prepared.json'} field "
                                f"'contract.digest' expects {spj['contract']['digest']}")
-    pinned = c["start"]["contract_digest"]
+    pinned = terms.start.contract_digest
     if pinned is not None and pinned != start_c.digest:
         raise ContinuedRefused(f"{start_dir / 'prepared.json'}: start contract digest {start_c.digest}; contract field "
                                f"'start.contract_digest' = {pinned}")
-    return spj, {**start_c.data, "cohort_order": ["A", "B"]}
+    return spj, adaptive_job_terms(start_c.data)
 
 
-def _task_roles(c: dict, spj: dict, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
+def _task_roles(terms, spj: dict, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
     """C.new, dev.tasks and final.tasks, each excluding the seed's trained tasks, every start role and
     every earlier role; final.tasks also the ledger's exposed tasks. Returns (tasks, ledger-skipped finals)."""
     from kit.data.conversations import read_jsonl
@@ -146,33 +147,33 @@ def _task_roles(c: dict, spj: dict, start_roles: dict, exposed_tasks: frozenset)
     trained = read_jsonl(spj["locations"]["replay"])
     excluded = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
     excluded |= {x.meta["digest"] for convs in start_roles.values() for x in convs if "digest" in x.meta}
-    seeds, diff = c["data_seeds"], c["tasks"]["difficulty"]
+    seeds, diff = terms.data_seeds, terms.tasks.difficulty
     tasks = {}
-    for role, count in (("C.new", c["cohort"]["totals"]["new"]), ("dev.tasks", c["evaluation"]["dev"]["tasks"])):
-        tasks[role] = generate_set(count, seeds["tasks"], role, diff, excluded)
+    for role, count in (("C.new", terms.cohort.totals.new), ("dev.tasks", terms.evaluation.dev.tasks)):
+        tasks[role] = generate_set(count, seeds.tasks, role, diff, excluded)
         excluded |= {e.digest for e in tasks[role]}
-    tasks["final.tasks"], final_skipped = tasks_excluding(c["evaluation"]["final"]["tasks"], seeds["tasks"],
+    tasks["final.tasks"], final_skipped = tasks_excluding(terms.evaluation.final.tasks, seeds.tasks,
                                                           "final.tasks", diff, excluded, exposed_tasks)
     return tasks, final_skipped
 
 
-def _conversation_roles(c: dict, start_dir: Path, start_roles: dict, records: dict, public: Path, fits,
+def _conversation_roles(terms, start_dir: Path, start_roles: dict, records: dict, public: Path, fits,
                         exposed_convs: frozenset, ledger: Path, contract_digest: str) -> dict:
     """C.replay (from the start's A.replay), dev.retention (the start's) and final.retention (fresh
     public records, excluded against every role of both jobs and the ledger) into `records`; returns
     the final-retention report. `ledger` and `contract_digest` name the exposures in a refusal."""
     from kit.adaptive import prepare as prep
 
-    n_replay, n_dev = c["cohort"]["totals"]["replay_conv"], c["evaluation"]["dev"]["retention"]
+    n_replay, n_dev = terms.cohort.totals.replay_conv, terms.evaluation.dev.retention
     if n_replay > len(start_roles["A.replay"]) or n_dev > len(start_roles["dev.retention"]):
         raise ContinuedRefused(f"{start_dir}: A.replay has {len(start_roles['A.replay'])} and dev.retention "
                                f"{len(start_roles['dev.retention'])} records; contract fields 'cohort.totals.replay_conv' "
                                f"= {n_replay} and 'evaluation.dev.retention' = {n_dev} need at most that many")
     records["C.replay"] = [prep._labelled(x, "C.replay") for x in
-                           prep._rank(start_roles["A.replay"], c["data_seeds"]["selection"], "C.replay")[:n_replay]]
+                           prep._rank(start_roles["A.replay"], terms.data_seeds.selection, "C.replay")[:n_replay]]
     records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
     against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
-    final_ret, final_report = prep._final_retention(c, public, against, fits, exposed_convs, ledger,
+    final_ret, final_report = prep._final_retention(terms, public, against, fits, exposed_convs, ledger,
                                                     contract_digest)
     start_final = {x.digest for x in start_roles["final.retention"]}
     records["final.retention"] = final_ret
@@ -180,21 +181,21 @@ def _conversation_roles(c: dict, start_dir: Path, start_roles: dict, records: di
     return final_report
 
 
-def _schedule(c: dict, records: dict, contract_digest: str) -> dict:
+def _schedule(terms, records: dict, contract_digest: str) -> dict:
     """Cohort C's updates: per update its share of C.new and C.replay, in a seeded, version-proof order."""
     from kit.adaptive import prepare as prep
 
-    sched_seed, k = c["data_seeds"]["schedule"], c["cohort"]
+    sched_seed, k = terms.data_seeds.schedule, terms.cohort
     ranked = {role: prep._rank(records[role], sched_seed, f"schedule/C/{role}") for role in ("C.new", "C.replay")}
     steps = []
-    for i in range(k["updates"]):
+    for i in range(k.updates):
         chosen = [(role, conv) for role, part in (("C.new", "new"), ("C.replay", "replay_conv"))
-                  for conv in ranked[role][i * k["per_update"][part]:(i + 1) * k["per_update"][part]]]
+                  for conv in ranked[role][i * getattr(k.per_update, part):(i + 1) * getattr(k.per_update, part)]]
         chosen = prep._rank(chosen, sched_seed, f"schedule/C/{i + 1}", key=lambda rc: [rc[0], rc[1].id])
         steps.append([{"id": conv.id, "role": role, "replay": role == "C.replay", "digest": conv.digest}
                       for role, conv in chosen])
     return {"format": prep.SCHEDULE_FORMAT, "contract_digest": contract_digest, "seed": sched_seed,
-            "cohorts": {COHORT: {"updates": k["updates"], "reference": "start", "steps": steps}}}
+            "cohorts": {COHORT: {"updates": k.updates, "reference": "start", "steps": steps}}}
 
 
 def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: dict, public: Path, ledger_info: dict,
@@ -220,36 +221,36 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     from kit.publish import publish_dir
 
     contract = load_continued_contract(contract_path)
-    c = contract.data
+    terms = contract.terms
     start_dir, out = Path(start_prepared), Path(out_dir)
     prep._check_out_dir(out)
-    spj, start_contract = _start_job(c, start_dir)
-    start = _start_endpoint(spj, start_dir, start_contract, c, start_home, start_root, Path(start_evaluation))
+    spj, start_terms = _start_job(terms, start_dir)
+    start = _start_endpoint(spj, start_dir, start_terms, terms, start_home, start_root, Path(start_evaluation))
     seed_dir, public = Path(seed_dir), Path(public_source)
     actual = parameter_digest(seed_dir)
     if actual != spj["seed"]["parameter_digest"]:
         raise ContinuedRefused(f"--seed {seed_dir}: parameter digest {actual}; {start_dir / 'prepared.json'} field "
                                f"'seed.parameter_digest' expects {spj['seed']['parameter_digest']}")
-    prep._check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
+    prep._check_pinned(public, terms.evaluation.final.retention.sha256, "evaluation.final.retention.sha256")
 
     ledger, ledger_info, exposed_tasks, exposed_convs = prep.ledger_exposure(ledger, contract.digest, out)
     where = f"{start_dir / 'prepared.json'} field"
     start_roles = {role: read_jsonl(inside(start_dir, info["file"], f"{where} 'roles.{role}.file'"), info["sha256"])
                    for role, info in spj["roles"].items()}
-    tasks, final_skipped = _task_roles(c, spj, start_roles, exposed_tasks)
-    fits = prep._Fits(seed_dir, c["training"]["max_tokens"])
+    tasks, final_skipped = _task_roles(terms, spj, start_roles, exposed_tasks)
+    fits = prep._Fits(seed_dir, terms.training.max_tokens)
     records = {role: prep._task_records(ex, role) for role, ex in tasks.items()}
     prep.check_task_lengths(records, fits, ContinuedRefused)
-    final_report = _conversation_roles(c, start_dir, start_roles, records, public, fits, exposed_convs, ledger,
+    final_report = _conversation_roles(terms, start_dir, start_roles, records, public, fits, exposed_convs, ledger,
                                        contract.digest)
-    schedule = _schedule(c, records, contract.digest)
+    schedule = _schedule(terms, records, contract.digest)
 
     with publish_dir(out) as staging:
         roles = {role: prep._role_summary(records[role], write_jsonl(staging / prep.role_file(role), records[role]),
                                           role) for role in ROLES}
         prepared = {
             "format": PREPARED_FORMAT,
-            "contract": {"digest": contract.digest, "kind": KIND, "scale": c["scale"]},
+            "contract": {"digest": contract.digest, "kind": KIND, "scale": terms.scale},
             "start": start,
             "seed": {**spj["seed"], "parameter_digest": actual},
             "tokenizer": spj["tokenizer"],
@@ -258,7 +259,7 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                                                                     schedule)},
             "exclusions": {"final.retention": final_report,
                            "final.tasks": {"excluded": {"ledger": final_skipped}, "excluded_total": final_skipped,
-                                           "taken": c["evaluation"]["final"]["tasks"]}},
+                                           "taken": terms.evaluation.final.tasks}},
             "ledger": prep.ledger_record(ledger_info, exposed_tasks, exposed_convs),
         }
         prepared["job_digest"] = sha256_json(prepared)

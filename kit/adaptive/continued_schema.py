@@ -1,12 +1,13 @@
 """The continued-learning contract's schema and the one contract view the adaptive drivers use
-(`job_contract`), apart from kit/adaptive/continued.py so that selection, training and evaluation can
-read a continued job's contract without importing its preparation (no import cycle).
+(`job_contract`, typed terms like `Contract.terms`), apart from kit/adaptive/continued.py so that selection,
+training and evaluation can read a continued job's contract without importing its preparation (no import cycle).
 """
 
 from __future__ import annotations
 
+from kit.adaptive.schema import SCHEMA as ADAPTIVE_SCHEMA
 from kit.adaptive.schema import training_schema
-from kit.contract import SEED, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract
+from kit.contract import SEED, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract, parse
 from kit.data.tasks import FAMILIES
 
 KIND = "continued-learning"
@@ -84,10 +85,32 @@ def load_continued_contract(path):
     return contract
 
 
-def job_contract(pj: dict) -> dict:
-    """The contract of a prepared job (adaptive or continued), as one view for the drivers: the contract's
-    fields plus `cohort_order` (the cohort a cohort continues precedes it), `endpoints`, `growth.add_blocks`,
-    `seed.parameter_digest`. The contract file must still have the digest prepared.json records."""
+# The job view's schemas (what `job_contract` parses): the contract's fields plus the drivers' common ones.
+# The drivers look cohorts up by name (`terms.endpoints[cohort]`), so a view holds `endpoints` and `cohorts` as
+# read-only mappings keyed by cohort; a continued job's view states its cohorts as an adaptive job's does.
+_ORDER = Seq(str, min_len=2)
+ADAPTIVE_JOB_VIEW = {**ADAPTIVE_SCHEMA, "cohort_order": _ORDER, "endpoints": MapOf(Num(1, integer=True)),
+                     "cohorts": MapOf(ADAPTIVE_SCHEMA["cohorts"]["A"])}
+CONTINUED_JOB_VIEW = {
+    **SCHEMA, "cohort_order": _ORDER,
+    "endpoints": MapOf(Num(1, integer=True)),
+    "growth": {"add_blocks": OneOf(0), "cohort": Opt(str)},
+    "cohorts": MapOf({"documents_per_update": Num(1, integer=True)}),
+    "seed": {"parameter_digest": Opt(str), "description": str},
+    "start_step": Num(0, integer=True),
+}
+
+
+def adaptive_job_terms(data: dict):
+    """The job view of a loaded adaptive contract's JSON (`Contract.data`): its terms and `cohort_order` A, B."""
+    return parse({**data, "cohort_order": ["A", "B"]}, ADAPTIVE_JOB_VIEW, "adaptive-shards-job")
+
+
+def job_contract(pj: dict):
+    """The contract of a prepared job (adaptive or continued), as one typed view for the drivers
+    (`kit.contract.parse`: attributes, frozen): the contract's fields plus `cohort_order` (the cohort a
+    cohort continues precedes it), `endpoints`, `growth.add_blocks`, `seed.parameter_digest`, and for a
+    continued job `start_step`. The contract file must still have the digest prepared.json records."""
     from kit.adaptive.schema import load_adaptive_contract
 
     kind = pj["contract"].get("kind")
@@ -95,12 +118,13 @@ def job_contract(pj: dict) -> dict:
     if contract.digest != pj["contract"]["digest"]:
         raise ContractError(f"{contract.path}: contract digest {contract.digest}; prepared.json field "
                             f"'contract.digest' expects {pj['contract']['digest']}")
-    c = dict(contract.data)
     if kind != KIND:
-        return {**c, "cohort_order": ["A", "B"]}
-    return {**c, "cohort_order": ["A", COHORT], "endpoints": {"A": pj["start"]["cursor"]["cohort_step"],
-                                                              COHORT: c["cohort"]["updates"]},
+        return adaptive_job_terms(contract.data)
+    c = contract.terms
+    view = {**contract.data, "cohort_order": ["A", COHORT],
+            "endpoints": {"A": pj["start"]["cursor"]["cohort_step"], COHORT: c.cohort.updates},
             "growth": {"add_blocks": 0, "cohort": None},
-            "cohorts": {COHORT: {"documents_per_update": c["cohort"]["documents_per_update"]}},
+            "cohorts": {COHORT: {"documents_per_update": c.cohort.documents_per_update}},
             "seed": {"parameter_digest": pj["seed"]["parameter_digest"], "description": "the start job's seed"},
             "start_step": pj["start"]["cursor"]["step"]}
+    return parse(view, CONTINUED_JOB_VIEW, "continued-learning-job")

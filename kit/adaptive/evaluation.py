@@ -134,7 +134,7 @@ def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tok
     return scores
 
 
-def gates(evaluation: dict, contract: dict) -> dict:
+def gates(evaluation: dict, terms) -> dict:
     """The seed's three gates on a final evaluation record, with every input written out."""
     from kit.stats import (
         accuracy_by_family,
@@ -147,15 +147,15 @@ def gates(evaluation: dict, contract: dict) -> dict:
 
     if evaluation["split"] != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
-    g = contract["gates"]
-    boot = contract["bootstrap"]
+    g = terms.gates
+    boot = terms.bootstrap
     t, r = evaluation["tasks"], evaluation["retention"]
     gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
-                                  boot["confidence"], boot["resamples"], boot["seed"])
+                                  boot.confidence, boot.resamples, boot.seed)
     ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
-                                 boot["confidence"], boot["resamples"], boot["seed"])
+                                 boot.confidence, boot.resamples, boot.seed)
     gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
-    verdicts = [gate_gain(gain.upper, g["gain_upper_below"]), gate_retention(ret.upper, g["retention_upper_at_most"]),
+    verdicts = [gate_gain(gain.upper, g.gain_upper_below), gate_retention(ret.upper, g.retention_upper_at_most),
                 gate_generated(gl)]
     fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
     return {
@@ -167,19 +167,19 @@ def gates(evaluation: dict, contract: dict) -> dict:
     }
 
 
-def nll_change_bounds(evaluation: dict, contract: dict, normal_multiplier: float = 1.645) -> dict:
+def nll_change_bounds(evaluation: dict, terms, normal_multiplier: float = 1.645) -> dict:
     """Per part ("tasks", "retention"): the per-token NLL change with its one-sided paired-bootstrap
     upper bound (the contract's confidence, resamples and seed: the numbers `gates` judges on final
     roles) and the approximate delta-method normal bound beside it. Notebooks show these; they never
     compute a bound themselves."""
     from kit.stats import paired_bootstrap_upper, ratio_change_normal_upper
 
-    boot = contract["bootstrap"]
+    boot = terms.bootstrap
     bounds = {}
     for part in ("tasks", "retention"):
         rows = evaluation[part]
         b = paired_bootstrap_upper([x["cand_nll"] for x in rows], [x["base_nll"] for x in rows],
-                                   [x["tokens"] for x in rows], boot["confidence"], boot["resamples"], boot["seed"])
+                                   [x["tokens"] for x in rows], boot.confidence, boot.resamples, boot.seed)
         _, normal_upper = ratio_change_normal_upper([x["cand_nll"] - x["base_nll"] for x in rows],
                                                     [x["tokens"] for x in rows], normal_multiplier)
         bounds[part] = {"n": b.n, "tokens": int(sum(x["tokens"] for x in rows)), "change_nats_per_token": b.estimate,

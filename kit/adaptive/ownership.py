@@ -22,9 +22,9 @@ def _block_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def memory_model_of(c: dict) -> dict:
+def memory_model_of(terms) -> dict:
     """The contract's planner regime and reserve as kit.planner.MemoryModel fields (planning and admission)."""
-    return {**REGIMES[c["planner"]["regime"]], "reserve_bytes": c["planner"]["reserve_bytes"]}
+    return {**REGIMES[terms.planner.regime], "reserve_bytes": terms.planner.reserve_bytes}
 
 
 def planned_layout(prepared: Path, layers: int, workers: int):
@@ -44,17 +44,17 @@ def planned_layout(prepared: Path, layers: int, workers: int):
     return None
 
 
-def _layout_manifest(c: dict, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
+def _layout_manifest(terms, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
     """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
-    t = c["training"]
-    docs = max(c["cohorts"]["A"]["documents_per_update"], c["cohorts"]["B"]["documents_per_update"])
+    tr = terms.training
+    docs = max(terms.cohorts.A.documents_per_update, terms.cohorts.B.documents_per_update)
     # The plan counts every microbatch of an update in flight: an upper bound of what the tick schedule
     # keeps (min(M, 2W) on the embedding owner, less elsewhere; kit/distributed/pipeline.in_flight), kept so that
     # prepared manifests (and every digest downstream of them) stay as committed. Each worker's admission
     # (kit.engine.admission.worker_estimate) counts its own rank's exact terms before it allocates.
-    mb = MicrobatchShape(t["microbatch_size"], t["max_tokens"], -(-docs // t["microbatch_size"]))
-    model = MemoryModel(**memory_model_of(c))
-    capacity = c["planner"]["worker_memory_bytes"]
+    mb = MicrobatchShape(tr.microbatch_size, tr.max_tokens, -(-docs // tr.microbatch_size))
+    model = MemoryModel(**memory_model_of(terms))
+    capacity = terms.planner.worker_memory_bytes
     p = plan(shape, [WorkerCapacity(f"worker{i}", capacity) for i in range(workers)], mb, model)
     detail = []
     for rank, ((a, b), est) in enumerate(zip(p.ranges, p.estimates)):
@@ -67,7 +67,7 @@ def _layout_manifest(c: dict, shape: LlamaShape, names: dict[str, int], workers:
             "peak_utilization": p.peak_utilization, "per_worker": detail}
 
 
-def ownership_manifests(c: dict, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
+def ownership_manifests(terms, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
     """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth.
 
     Equal capacities (planner.worker_memory_bytes each): the assignment then minimises the largest
@@ -75,16 +75,16 @@ def ownership_manifests(c: dict, shape: LlamaShape, inv: dict, inv_digest: str) 
     the new block indices (kit/model/growth.py); they are not in the seed.
     """
     names = {n: _block_of(n) for n in inv}
-    g = c["growth"]
+    g = terms.growth
     grown_names = dict(names)
-    copied = [n for n, blk in names.items() if blk == g["copy_block"]]
-    for k in range(g["add_blocks"]):
+    copied = [n for n, blk in names.items() if blk == g.copy_block]
+    for k in range(g.add_blocks):
         new = shape.num_hidden_layers + k
-        grown_names |= {n.replace(f"model.layers.{g['copy_block']}.", f"model.layers.{new}.", 1): new for n in copied}
-    counts = sorted({c["cohorts"]["A"]["workers"], c["migration"]["to_workers"], c["cohorts"]["B"]["workers"]})
-    layouts = [_layout_manifest(c, shape, names, w, False) for w in counts]
-    layouts.append(_layout_manifest(c, shape_with_growth(shape, g["add_blocks"]), grown_names,
-                                    c["cohorts"]["B"]["workers"], True))
-    return {"format": OWNERSHIP_FORMAT, "seed_inventory_digest": inv_digest, "regime": c["planner"]["regime"],
-            "worker_memory_bytes": c["planner"]["worker_memory_bytes"],
-            "reserve_bytes": c["planner"]["reserve_bytes"], "layouts": layouts}
+        grown_names |= {n.replace(f"model.layers.{g.copy_block}.", f"model.layers.{new}.", 1): new for n in copied}
+    counts = sorted({terms.cohorts.A.workers, terms.migration.to_workers, terms.cohorts.B.workers})
+    layouts = [_layout_manifest(terms, shape, names, w, False) for w in counts]
+    layouts.append(_layout_manifest(terms, shape_with_growth(shape, g.add_blocks), grown_names,
+                                    terms.cohorts.B.workers, True))
+    return {"format": OWNERSHIP_FORMAT, "seed_inventory_digest": inv_digest, "regime": terms.planner.regime,
+            "worker_memory_bytes": terms.planner.worker_memory_bytes,
+            "reserve_bytes": terms.planner.reserve_bytes, "layouts": layouts}

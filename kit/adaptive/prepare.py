@@ -143,9 +143,9 @@ def _check_pinned(path: Path, expected: str | None, field: str) -> str:
     return actual
 
 
-def _seed_identity(c: dict, seed_dir: Path) -> tuple[dict, object, dict]:
+def _seed_identity(terms, seed_dir: Path) -> tuple[dict, object, dict]:
     """Header-only inventory and streamed parameter digest; refuses a seed the contract does not name."""
-    pinned = c["seed"]["parameter_digest"]
+    pinned = terms.seed.parameter_digest
     digest = parameter_digest(seed_dir)  # hashes each tensor's byte range; nothing is materialised
     if pinned is not None and digest != pinned:
         raise PrepareError(f"{seed_dir}: parameter digest {digest} does not match the contract's "
@@ -160,10 +160,10 @@ def _seed_identity(c: dict, seed_dir: Path) -> tuple[dict, object, dict]:
         check_shapes(seed_dir, shape.parameter_shapes())
     except ValueError as e:
         raise PrepareError(str(e)) from None
-    if c["growth"]["copy_block"] >= shape.num_hidden_layers:
-        raise PrepareError(f"contract field 'growth.copy_block' = {c['growth']['copy_block']}; the seed has blocks "
+    if terms.growth.copy_block >= shape.num_hidden_layers:
+        raise PrepareError(f"contract field 'growth.copy_block' = {terms.growth.copy_block}; the seed has blocks "
                            f"0..{shape.num_hidden_layers - 1}")
-    workers = max(c["migration"]["to_workers"], c["cohorts"]["A"]["workers"], c["cohorts"]["B"]["workers"])
+    workers = max(terms.migration.to_workers, terms.cohorts.A.workers, terms.cohorts.B.workers)
     if workers > shape.num_hidden_layers:
         raise PrepareError(f"the contract needs {workers} workers but the seed has only {shape.num_hidden_layers} "
                            "blocks (each worker owns at least one)")
@@ -179,37 +179,37 @@ def _seed_identity(c: dict, seed_dir: Path) -> tuple[dict, object, dict]:
     return identity, shape, inv
 
 
-def _generate_tasks(c: dict, seed_task_digests: set[str], exposed: frozenset[str] = frozenset(),
+def _generate_tasks(terms, seed_task_digests: set[str], exposed: frozenset[str] = frozenset(),
                     report: dict | None = None) -> dict[str, list[TaskExample]]:
     """A.new, B.new, dev.tasks, final.tasks; each excludes every earlier role and the seed's own tasks;
     final.tasks also every task digest of the exposure ledger (`exposed`), counted into `report`."""
     from kit.evidence.ledger import tasks_excluding
 
-    wanted = {"A.new": c["cohorts"]["A"]["totals"]["new"], "B.new": c["cohorts"]["B"]["totals"]["new"],
-              "dev.tasks": c["evaluation"]["dev"]["tasks"], "final.tasks": c["evaluation"]["final"]["tasks"]}
+    wanted = {"A.new": terms.cohorts.A.totals.new, "B.new": terms.cohorts.B.totals.new,
+              "dev.tasks": terms.evaluation.dev.tasks, "final.tasks": terms.evaluation.final.tasks}
     excluded = set(seed_task_digests)
     out = {}
     for role, count in wanted.items():
         if role == "final.tasks" and exposed:
-            out[role], skipped = tasks_excluding(count, c["data_seeds"]["tasks"], role, c["tasks"]["difficulty"],
+            out[role], skipped = tasks_excluding(count, terms.data_seeds.tasks, role, terms.tasks.difficulty,
                                                   excluded, exposed)
             if report is not None:
                 report["final.tasks"] = {"excluded": {"ledger": skipped}, "excluded_total": skipped,
                                          "taken": count}
         else:
-            out[role] = generate_set(count, c["data_seeds"]["tasks"], role, c["tasks"]["difficulty"], excluded)
+            out[role] = generate_set(count, terms.data_seeds.tasks, role, terms.tasks.difficulty, excluded)
         excluded |= {e.digest for e in out[role]}
     assert_disjoint(*out.values())
     return out
 
 
-def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
+def _final_retention(terms, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
                      exposed: frozenset[str] = frozenset(), ledger: Path | None = None,
                      contract_digest: str | None = None) -> tuple[list, dict]:
     """The first `count` records of the pinned range surviving exclusion against every prepared record
     and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened)."""
-    spec = c["evaluation"]["final"]["retention"]
-    rng = instruction_source_range(public, spec["sha256"], spec["start"], spec["stop"], spec["source_name"])
+    spec = terms.evaluation.final.retention
+    rng = instruction_source_range(public, spec.sha256, spec.start, spec.stop, spec.source_name)
     against = [conv for role, convs in records.items() for conv in convs]
     prompts = {m.content for conv in against for m in conv.messages if m.role == "user"}
     keys = {"prompt_exact": prompts, "prompt_normalized": {normalize_text(p) for p in prompts},
@@ -233,36 +233,36 @@ def _final_retention(c: dict, public: Path, records: dict[str, list[Conversation
             continue
         used.add(conv.digest)
         eligible.append(conv)
-    if len(eligible) < spec["count"]:
+    if len(eligible) < spec.count:
         from kit.evidence.ledger import exposure_hint
 
         hint = (f"; {counts['ledger']} of them because {exposure_hint(ledger, by_ledger, contract_digest)}"
                 if by_ledger and ledger else "")
-        raise PrepareError(f"{public}: records [{spec['start']}, {spec['stop']}) leave {len(eligible)} eligible "
-                           f"after exclusion {counts}; evaluation.final.retention.count = {spec['count']}{hint}")
-    report = {"source_name": spec["source_name"], "start": spec["start"], "stop": spec["stop"],
+        raise PrepareError(f"{public}: records [{spec.start}, {spec.stop}) leave {len(eligible)} eligible "
+                           f"after exclusion {counts}; evaluation.final.retention.count = {spec.count}{hint}")
+    report = {"source_name": spec.source_name, "start": spec.start, "stop": spec.stop,
               "skipped_empty_output": len(rng.skipped_empty_output), "excluded": counts,
-              "excluded_total": sum(counts.values()), "eligible": len(eligible), "taken": spec["count"],
+              "excluded_total": sum(counts.values()), "eligible": len(eligible), "taken": spec.count,
               "against_roles": sorted(records)}
-    return [_labelled(x, "final.retention") for x in eligible[: spec["count"]]], report
+    return [_labelled(x, "final.retention") for x in eligible[: spec.count]], report
 
 
-def _schedule(c: dict, records: dict[str, list[Conversation]]) -> dict:
-    seed = c["data_seeds"]["schedule"]
+def _schedule(terms, records: dict[str, list[Conversation]]) -> dict:
+    seed = terms.data_seeds.schedule
     cohorts = {}
     for cohort, parts in COHORT_PARTS.items():
-        spec = c["cohorts"][cohort]
+        spec = getattr(terms.cohorts, cohort)
         ranked = {role: _rank(records[role], seed, f"schedule/{cohort}/{role}") for role in parts}
         steps = []
-        for k in range(spec["updates"]):
+        for k in range(spec.updates):
             chosen = []
             for role, part in parts.items():
-                n = spec["per_update"][part]
+                n = getattr(spec.per_update, part)
                 chosen += [(role, conv) for conv in ranked[role][k * n:(k + 1) * n]]
             chosen = _rank(chosen, seed, f"schedule/{cohort}/{k + 1}", key=lambda rc: [rc[0], rc[1].id])
             steps.append([{"id": conv.id, "role": role, "replay": role not in ("A.new", "B.new"),
                            "digest": conv.digest} for role, conv in chosen])
-        cohorts[cohort] = {"updates": spec["updates"], "reference": spec["reference"], "steps": steps}
+        cohorts[cohort] = {"updates": spec.updates, "reference": spec.reference, "steps": steps}
     return {"format": SCHEDULE_FORMAT, "contract_digest": None, "seed": seed, "cohorts": cohorts}
 
 
@@ -299,11 +299,11 @@ def _role_summary(convs: list[Conversation], sha: str, role: str) -> dict:
             "content_digest": sha256_json(sorted(x.digest for x in convs))}
 
 
-def _conversation_roles(c: dict, pool: list[Conversation], dev_path: Path | None, replay_path: Path,
+def _conversation_roles(terms, pool: list[Conversation], dev_path: Path | None, replay_path: Path,
                         fits: _Fits) -> tuple[dict[str, list[Conversation]], dict]:
     """A.replay and dev.retention: disjoint in content; dev.retention from its file, else from the pool."""
-    sel, used, skipped, out = c["data_seeds"]["selection"], set(), {}, {}
-    n_dev, n_replay = c["evaluation"]["dev"]["retention"], c["cohorts"]["A"]["totals"]["replay_conv"]
+    sel, used, skipped, out = terms.data_seeds.selection, set(), {}, {}
+    n_dev, n_replay = terms.evaluation.dev.retention, terms.cohorts.A.totals.replay_conv
     if dev_path:  # the given exposed records first, in file order; replay then avoids their content
         out["dev.retention"], skipped["dev.retention"] = _take(read_jsonl(dev_path), n_dev, fits, used,
                                                                "dev.retention", str(dev_path))
@@ -315,38 +315,38 @@ def _conversation_roles(c: dict, pool: list[Conversation], dev_path: Path | None
     return {role: [_labelled(x, role) for x in convs] for role, convs in out.items()}, skipped
 
 
-def _cohort_b_replay(c: dict, records: dict[str, list[Conversation]]) -> None:
+def _cohort_b_replay(terms, records: dict[str, list[Conversation]]) -> None:
     """B.replay_conv from A.replay (conversation_replay.cohort_B), B.replay_a from what A's schedule trains."""
-    sel, totals = c["data_seeds"]["selection"], c["cohorts"]["B"]["totals"]
+    sel, totals = terms.data_seeds.selection, terms.cohorts.B.totals
     records["B.replay_conv"] = [_labelled(x, "B.replay_conv")
-                                for x in _rank(records["A.replay"], sel, "B.replay_conv")[:totals["replay_conv"]]]
-    a_step = _a_steps(_schedule(c, {**records, "B.new": [], "B.replay_a": [], "B.replay_conv": []}))
+                                for x in _rank(records["A.replay"], sel, "B.replay_conv")[:totals.replay_conv]]
+    a_step = _a_steps(_schedule(terms, {**records, "B.new": [], "B.replay_a": [], "B.replay_conv": []}))
     trained_in_a = _rank([x for x in records["A.new"] if x.id in a_step], sel, "B.replay_a")
     records["B.replay_a"] = [_labelled(x, "B.replay_a", trained_in="A.new", a_step=a_step[x.id])
-                             for x in trained_in_a[:totals["replay_a"]]]
+                             for x in trained_in_a[:totals.replay_a]]
 
 
-def _check_inputs(c: dict, seed_dir: Path, replay: Path, dev: Path | None, public: Path, out: Path) -> None:
+def _check_inputs(terms, seed_dir: Path, replay: Path, dev: Path | None, public: Path, out: Path) -> None:
     _check_out_dir(out)
     for path in (seed_dir / "config.json", replay, public, *([dev] if dev else [])):
         if not path.is_file():
             raise PrepareError(f"{path}: input file not found")
-    _check_pinned(public, c["evaluation"]["final"]["retention"]["sha256"], "evaluation.final.retention.sha256")
-    _check_pinned(replay, c["inputs"]["replay_sha256"], "inputs.replay_sha256")
+    _check_pinned(public, terms.evaluation.final.retention.sha256, "evaluation.final.retention.sha256")
+    _check_pinned(replay, terms.inputs.replay_sha256, "inputs.replay_sha256")
     if dev:
-        _check_pinned(dev, c["inputs"]["dev_retention_sha256"], "inputs.dev_retention_sha256")
+        _check_pinned(dev, terms.inputs.dev_retention_sha256, "inputs.dev_retention_sha256")
 
 
-def _replay_pool(c: dict, replay_path: Path, dev_path: Path | None) -> tuple[list, set[str], list]:
+def _replay_pool(terms, replay_path: Path, dev_path: Path | None) -> tuple[list, set[str], list]:
     """The seed's trained conversations, the digests of its own training tasks, and the replay pool
     (refused when it is smaller than the contract needs)."""
     trained = read_jsonl(replay_path)
     seed_task_digests = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
-    pool = [x for x in trained if c["conversation_replay"]["pool"] == "all" or "family" not in x.meta]
-    need_replay = c["cohorts"]["A"]["totals"]["replay_conv"]
-    need = need_replay + (0 if dev_path else c["evaluation"]["dev"]["retention"])
+    pool = [x for x in trained if terms.conversation_replay.pool == "all" or "family" not in x.meta]
+    need_replay = terms.cohorts.A.totals.replay_conv
+    need = need_replay + (0 if dev_path else terms.evaluation.dev.retention)
     if len(pool) < need:
-        raise PrepareError(f"{replay_path}: {len(pool)} {c['conversation_replay']['pool']} conversations; the contract "
+        raise PrepareError(f"{replay_path}: {len(pool)} {terms.conversation_replay.pool} conversations; the contract "
                            f"needs {need} (cohorts.A.totals.replay_conv = {need_replay}"
                            + ("" if dev_path else f" + evaluation.dev.retention = {need - need_replay}") + ")")
     return trained, seed_task_digests, pool
@@ -377,22 +377,22 @@ def check_task_lengths(records: dict[str, list[Conversation]], fits: _Fits, erro
             raise error(f"role {role!r} task {too_long!r} exceeds training.max_tokens = {fits.max_tokens}")
 
 
-def _select_roles(c: dict, seed_dir: Path, pool: list, seed_task_digests: set[str], dev_path: Path | None,
+def _select_roles(terms, seed_dir: Path, pool: list, seed_task_digests: set[str], dev_path: Path | None,
                   replay_path: Path, public: Path, exposed: tuple[Path, frozenset, frozenset],
                   contract_digest: str) -> tuple:
     """Every role's records, disjoint and checked: (records, task_report, final_report, selection skipped);
     `exposed` is (the ledger, its exposed task digests, its exposed conversation digests)."""
     ledger, exposed_tasks, exposed_convs = exposed
-    fits = _Fits(seed_dir, c["training"]["max_tokens"])
+    fits = _Fits(seed_dir, terms.training.max_tokens)
     task_report = {"final.tasks": {"excluded": {"ledger": 0}, "excluded_total": 0,
-                                   "taken": c["evaluation"]["final"]["tasks"]}}
+                                   "taken": terms.evaluation.final.tasks}}
     records = {role: _task_records(examples, role)
-               for role, examples in _generate_tasks(c, seed_task_digests, exposed_tasks, task_report).items()}
+               for role, examples in _generate_tasks(terms, seed_task_digests, exposed_tasks, task_report).items()}
     check_task_lengths(records, fits)
-    conversation_roles, skipped = _conversation_roles(c, pool, dev_path, replay_path, fits)
+    conversation_roles, skipped = _conversation_roles(terms, pool, dev_path, replay_path, fits)
     records |= conversation_roles
-    _cohort_b_replay(c, records)
-    records["final.retention"], final_report = _final_retention(c, public, dict(records), fits, exposed_convs,
+    _cohort_b_replay(terms, records)
+    records["final.retention"], final_report = _final_retention(terms, public, dict(records), fits, exposed_convs,
                                                                 ledger, contract_digest)
     _assert_roles(records, seed_task_digests)
     return records, task_report, final_report, skipped
@@ -422,29 +422,29 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     file with fewer usable conversations than the contract needs, an existing non-empty `out_dir`.
     """
     contract = load_adaptive_contract(contract_path)
-    c = contract.data
+    terms = contract.terms
     seed_dir, replay_path, public = Path(seed_dir), Path(replay_path), Path(public_source_path)
     dev_path = Path(dev_retention_path) if dev_retention_path is not None else None
     out = Path(out_dir)
-    _check_inputs(c, seed_dir, replay_path, dev_path, public, out)
-    identity, shape, inv = _seed_identity(c, seed_dir)
-    trained, seed_task_digests, pool = _replay_pool(c, replay_path, dev_path)
+    _check_inputs(terms, seed_dir, replay_path, dev_path, public, out)
+    identity, shape, inv = _seed_identity(terms, seed_dir)
+    trained, seed_task_digests, pool = _replay_pool(terms, replay_path, dev_path)
     ledger, ledger_info, exposed_tasks, exposed_convs = ledger_exposure(ledger, contract.digest, out)
     records, task_report, final_report, skipped = _select_roles(
-        c, seed_dir, pool, seed_task_digests, dev_path, replay_path, public, (ledger, exposed_tasks, exposed_convs),
+        terms, seed_dir, pool, seed_task_digests, dev_path, replay_path, public, (ledger, exposed_tasks, exposed_convs),
         contract.digest)
-    schedule = {**_schedule(c, records), "contract_digest": contract.digest}
+    schedule = {**_schedule(terms, records), "contract_digest": contract.digest}
 
     with publish_dir(out) as staging:
         roles = {role: _role_summary(records[role], write_jsonl(staging / role_file(role), records[role]), role)
                  for role in ROLES}
         prepared = {
             "format": PREPARED_FORMAT,
-            "contract": {"digest": contract.digest, "kind": c["kind"], "scale": c["scale"]},
+            "contract": {"digest": contract.digest, "kind": terms.kind, "scale": terms.scale},
             "seed": identity,
             "tokenizer": {f: sha256_file(seed_dir / f) for f in TOKENIZER_FILES if (seed_dir / f).is_file()},
             "sources": {"replay": {"sha256": sha256_file(replay_path), "records": len(trained),
-                                   "task_records": len(seed_task_digests), "pool": c["conversation_replay"]["pool"],
+                                   "task_records": len(seed_task_digests), "pool": terms.conversation_replay.pool,
                                    "pool_records": len(pool)},
                         "dev_retention": ({"sha256": sha256_file(dev_path)} if dev_path else
                                           {"sha256": None, "drawn_from": "replay"}),
@@ -452,7 +452,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             "roles": roles,
             "schedule": {"file": SCHEDULE_FILE, "sha256": write_canonical_json(staging / SCHEDULE_FILE, schedule)},
             "ownership": {"file": OWNERSHIP_FILE, "sha256": write_canonical_json(
-                staging / OWNERSHIP_FILE, ownership_manifests(c, shape, inv, identity["inventory_digest"]))},
+                staging / OWNERSHIP_FILE, ownership_manifests(terms, shape, inv, identity["inventory_digest"]))},
             "exclusions": {"final.retention": final_report, "final.tasks": task_report["final.tasks"],
                            "selection_skipped": skipped},
             "ledger": ledger_record(ledger_info, exposed_tasks, exposed_convs),

@@ -89,15 +89,15 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
     attempt = _attempt_of(h, root)
     prepared = Path(attempt["prepared"])
     pj = load_json_strict(prepared / "prepared.json")
-    contract = job_contract(pj)
-    order, cohort = contract["cohort_order"], attempt["cohort"]
+    terms = job_contract(pj)
+    order, cohort = terms.cohort_order, attempt["cohort"]
     tc, sc = target["learned_state"]["cursor"], start["learned_state"]["cursor"]
     idx = order.index(cohort)
     if tc.get("cohort", 0) != idx:
         raise ReplayRefused(f"commit {root}: cursor {tc} is not in cohort {cohort} of its attempt {attempt['_path']}")
     same = sc.get("cohort", 0) == idx
     from_prev_end = (sc.get("cohort", 0) == idx - 1 and idx > 0
-                     and sc.get("cohort_step") == contract["endpoints"][order[idx - 1]])
+                     and sc.get("cohort_step") == terms.endpoints[order[idx - 1]])
     if not (same or from_prev_end):
         raise ReplayRefused(f"--from {parent}: cursor {sc}; a window stays in cohort {cohort} or starts at the "
                             f"endpoint of cohort {order[idx - 1] if idx else '-'}")

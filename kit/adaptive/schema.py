@@ -264,28 +264,31 @@ def load_adaptive_contract(path: str | os.PathLike) -> Contract:
     return contract
 
 
-def commit_points(contract: dict, cohort: str) -> list[int]:
-    """Steps at which a cohort commits: every commit_every updates, and always the endpoint."""
-    every, end = contract["training"]["commit_every"], contract["endpoints"][cohort]
+def commit_points(terms, cohort: str) -> list[int]:
+    """Steps at which a cohort commits: every commit_every updates, and always the endpoint (`terms`: a
+    job's contract view, `kit.adaptive.continued_schema.job_contract`)."""
+    every, end = terms.training.commit_every, terms.endpoints[cohort]
     return sorted(set(range(every, end + 1, every)) | {end})
 
 
-def engine_config(contract: dict, pad_id: int = 0):
+def engine_config(terms, pad_id: int = 0):
     """The contract's training section as the engine's typed config (`kit.distributed.pipeline.EngineConfig`):
     the one translation of an adaptive contract. `pad_id` is the seed tokenizer's pad token (the
     contract does not name it); `compile_blocks` has no contract field and stays "auto"."""
     from kit.distributed.pipeline import EngineConfig
     from kit.train.loss import DistillConfig
 
-    tr = contract["training"]
-    d = tr["distillation"]
-    return EngineConfig(tr["microbatch_size"], tr["max_grad_norm"],
-                        DistillConfig(d["weight"], d["temperature"], d["direction"]), tr["compute_dtype"],
-                        pad_id=pad_id)
+    tr = terms.training
+    d = tr.distillation
+    return EngineConfig(tr.microbatch_size, tr.max_grad_norm, DistillConfig(d.weight, d.temperature, d.direction),
+                        tr.compute_dtype, pad_id=pad_id)
 
 
-def optimizer_groups(contract: dict) -> dict:
-    """The contract's optimizer groups ("default", "grown") as `kit.train.optim.GroupConfig`s."""
+def optimizer_groups(terms) -> dict:
+    """The contract's optimizer groups ("default", "grown") as `kit.train.optim.GroupConfig`s. The groups
+    cross as JSON (`to_json`): GroupConfig.from_json is the generic reader of an optimizer group's JSON, also of
+    the tests' worker arguments, and refuses unknown fields."""
     from kit.train.optim import GroupConfig
 
-    return {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in contract["training"]["optimizer"].items()}
+    groups = terms.training.optimizer.to_json()
+    return {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in groups.items()}

@@ -63,9 +63,9 @@ class FinalRolesRefused(PermissionError):
     pass
 
 
-def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[dict, dict]:
-    """(prepared.json, contract data) of a prepared job; the contract file must still have the digest
-    prepared.json records (else FinalRolesRefused naming both)."""
+def prepared_contract(prepared_dir: str | os.PathLike) -> tuple:
+    """(prepared.json, the job's contract view: `job_contract`) of a prepared job; the contract file must
+    still have the digest prepared.json records (else FinalRolesRefused naming both)."""
     from kit.adaptive.continued_schema import job_contract
     from kit.contract import ContractError
     from kit.digest import load_json_strict
@@ -78,41 +78,41 @@ def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[dict, dict]:
         raise FinalRolesRefused(f"{path}: {e}") from None
 
 
-def seed_digest(pj: dict, contract: dict) -> tuple[str, str]:
+def seed_digest(pj: dict, terms) -> tuple[str, str]:
     """(the seed's parameter digest, where it is stated): the contract's pin, else the prepared one."""
-    pinned = contract["seed"]["parameter_digest"]
+    pinned = terms.seed.parameter_digest
     if pinned is not None:
         return pinned, "contract field 'seed.parameter_digest'"
     return pj["seed"]["parameter_digest"], "prepared.json field 'seed.parameter_digest' (recorded at prepare)"
 
 
-def endpoint_cursor(contract: dict, cohort: str) -> dict:
+def endpoint_cursor(terms, cohort: str) -> dict:
     """The cursor of a cohort's contract endpoint: {"step", "cohort", "cohort_step"}."""
-    order = contract.get("cohort_order", COHORTS)
+    order = terms.cohort_order
     i = order.index(cohort)
-    return {"step": sum(contract["endpoints"][c] for c in order[: i + 1]), "cohort": i,
-            "cohort_step": contract["endpoints"][cohort]}
+    return {"step": sum(terms.endpoints[c] for c in order[: i + 1]), "cohort": i,
+            "cohort_step": terms.endpoints[cohort]}
 
 
-def check_endpoint(manifest: dict, name: str, pj: dict, contract: dict, source: str) -> None:
+def check_endpoint(manifest: dict, name: str, pj: dict, terms, source: str) -> None:
     """Refuse a commit that is not at comparison `name`'s endpoint (cursor and depth)."""
-    comps = contract["comparisons"]
+    comps = terms.comparisons
     if name not in comps:
         raise FinalRolesRefused(f"{source}: candidate name {name!r} is not a comparison of the contract (field "
                                 f"'comparisons'); expected one of {sorted(comps)}")
     comp = comps[name]
     cursor = manifest["learned_state"]["cursor"]
-    want = endpoint_cursor(contract, comp["cohort"])
+    want = endpoint_cursor(terms, comp.cohort)
     got = {k: cursor.get(k) for k in want}
     if got != want:
         raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has cursor {cursor}; "
-                                f"expected the endpoint of cohort {comp['cohort']} (contract field 'endpoints."
-                                f"{comp['cohort']}' = {contract['endpoints'][comp['cohort']]}): {want}")
+                                f"expected the endpoint of cohort {comp.cohort} (contract field 'endpoints."
+                                f"{comp.cohort}' = {terms.endpoints[comp.cohort]}): {want}")
     layers = max(b for _, b in manifest["layout"]["blocks"])
-    depth = pj["seed"]["num_hidden_layers"] + (contract["growth"]["add_blocks"] if comp["grown"] else 0)
+    depth = pj["seed"]["num_hidden_layers"] + (terms.growth.add_blocks if comp.grown else 0)
     if layers != depth:
         raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has {layers} blocks; "
-                                f"contract field 'comparisons.{name}.grown' = {comp['grown']} expects {depth}")
+                                f"contract field 'comparisons.{name}.grown' = {comp.grown} expects {depth}")
 
 
 def prepared_digest(prepared_dir: str | os.PathLike) -> str:
@@ -173,7 +173,7 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
     if scored:
         raise FinalRolesRefused(f"{prepared_dir / ACCESS_LOG}: final roles of this prepared job were already "
                                 f"opened ({len(scored)} time(s)); a selection made after final scoring is refused")
-    pj, contract = prepared_contract(prepared_dir)
+    pj, terms = prepared_contract(prepared_dir)
     chained = chained_accesses(prepared_dir, pj)
     if chained:
         raise FinalRolesRefused(f"{guard_ledger(prepared_dir, pj)}: its chain holds {len(chained)} final access(es) "
@@ -182,12 +182,12 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
     bound = {}
     for name, c in sorted(candidates.items()):
         m = read_commit(c["home"], c["root"])  # recomputes both roots; refuses a tampered manifest
-        check_endpoint(m, name, pj, contract, f"{c['home']}:{c['root']}")
+        check_endpoint(m, name, pj, terms, f"{c['home']}:{c['root']}")
         bound[name] = {"full_root": m["full_root"], "learned_state_root": m["learned_state_root"]}
     for name in sorted(bound):
-        base = contract["comparisons"][name]["baseline"]
+        base = terms.comparisons[name].baseline
         if base == "seed":
-            digest, _ = seed_digest(pj, contract)
+            digest, _ = seed_digest(pj, terms)
             bound[name]["baseline"] = {"kind": "seed", "parameter_digest": digest}
         elif base == "start":  # a continued-learning job: the phase-A endpoint it started from
             bound[name]["baseline"] = {"kind": "endpoint", "name": "start", "full_root": pj["start"]["full_root"]}
@@ -308,20 +308,20 @@ def _check_models(prepared_dir: Path, record: dict, models: dict, source: str) -
     if not names:
         raise FinalRolesRefused(f"{source}: candidate {cand['root']} is not bound by the selection record "
                                 "(field 'candidates')")
-    pj, contract = prepared_contract(prepared_dir)
+    pj, terms = prepared_contract(prepared_dir)
     name = names[0]
-    check_endpoint(read_commit(cand["home"], cand["root"]), name, pj, contract, f"{cand['home']}:{cand['root']}")
+    check_endpoint(read_commit(cand["home"], cand["root"]), name, pj, terms, f"{cand['home']}:{cand['root']}")
     bound = record["candidates"][name].get("baseline")
     if not isinstance(bound, dict):
         raise FinalRolesRefused(f"{source}: field 'candidates.{name}.baseline' missing; expected the baseline the "
                                 f"contract declares (comparisons.{name}.baseline)")
-    want_base = contract["comparisons"][name]["baseline"]
+    want_base = terms.comparisons[name].baseline
     if bound.get("kind") != ("seed" if want_base == "seed" else "endpoint") or \
             (want_base != "seed" and bound.get("name") != want_base):
         raise FinalRolesRefused(f"{source}: field 'candidates.{name}.baseline' = {bound}; the contract's "
                                 f"comparisons.{name}.baseline is {want_base!r}")
     if bound["kind"] == "seed":
-        digest, where = seed_digest(pj, contract)
+        digest, where = seed_digest(pj, terms)
         if "seed_dir" not in base:
             raise FinalRolesRefused(f"{source}: baseline {base.get('root')} for candidate {name!r}; field "
                                     f"'candidates.{name}.baseline' binds the seed (seed:DIR with parameter digest "

@@ -161,7 +161,7 @@ def accuracy_sidecars(ev: dict) -> dict:
     return {"accuracy_by_family": by_family, "generated_answers": answers}
 
 
-def nll_change_sidecars(ev: dict, contract: dict, normal_multiplier: float) -> dict:
+def nll_change_sidecars(ev: dict, terms, normal_multiplier: float) -> dict:
     """{"nll_change_bounds": the bootstrap and normal bounds the gates judge (evaluation.nll_change_bounds),
     "bootstrap_distribution": per part, a 40-bin histogram of the resampled statistic behind the bound
     (the same resamples: the contract's seed and count)}."""
@@ -170,7 +170,7 @@ def nll_change_sidecars(ev: dict, contract: dict, normal_multiplier: float) -> d
     from kit.adaptive.evaluation import nll_change_bounds
     from kit.stats import bootstrap_ratio_distribution
 
-    bounds = nll_change_bounds(ev, contract, normal_multiplier)
+    bounds = nll_change_bounds(ev, terms, normal_multiplier)
     hist = {}
     for part in ("tasks", "retention"):
         rows = ev[part]
@@ -182,7 +182,7 @@ def nll_change_sidecars(ev: dict, contract: dict, normal_multiplier: float) -> d
     return {"nll_change_bounds": bounds, "bootstrap_distribution": hist}
 
 
-def gate_sidecars(ev: dict, contract: dict, prepared: dict, comparison: str) -> dict:
+def gate_sidecars(ev: dict, terms, prepared: dict, comparison: str) -> dict:
     """The final roles' verdict as sidecars: {"gates": {name: passed, inputs, rule}, "gate_verdict"} and,
     for a continued-learning job (generated answers are its primary gate), "start_endpoint" with the note
     that says whether its start was exploratory. Refused on development roles: they may only abort."""
@@ -196,11 +196,11 @@ def gate_sidecars(ev: dict, contract: dict, prepared: dict, comparison: str) -> 
     out = {}
     if prepared["contract"]["kind"] == CONTINUED:
         start = prepared["start"]
-        verdict = continued_gates(ev, contract, start["exploratory"])
+        verdict = continued_gates(ev, terms, start["exploratory"])
         out["start_endpoint"] = {"full_root": start["full_root"], "gates_passed": start["gates_passed"],
                                  "exploratory": start["exploratory"], "note": verdict["note"]}
     else:
-        verdict = gates(ev, contract)
+        verdict = gates(ev, terms)
     out["gates"] = {g["name"]: {"passed": g["passed"], **g["inputs"], "rule": g["rule"]} for g in verdict["gates"]}
     out["gate_verdict"] = {"comparison": comparison, "passed": verdict["passed"], "candidate": verdict["candidate"],
                            "baseline": verdict["baseline"],

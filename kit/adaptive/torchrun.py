@@ -62,22 +62,22 @@ def train_torchrun(request: CohortRequest) -> list[dict]:
     world = int(os.environ["WORLD_SIZE"])
     if request.workers != world:
         raise TrainRefused(f"--workers {request.workers} but torchrun started WORLD_SIZE={world} processes")
-    request, contract, pj = checked_job(request)  # every rank, its own copy
+    request, terms, pj = checked_job(request)  # every rank, its own copy
     check_seed(Path(request.prepared), pj, request.seed_dir)
     group = join(timeout_s=min(float(request.timeout_s), WORKER_TIMEOUT_S))
     try:
-        return _run(group, request, contract, pj, WorkerContext)
+        return _run(group, request, terms, pj, WorkerContext)
     finally:
         leave()
 
 
-def _bind(group, r: CohortRequest, contract, pj) -> dict:
+def _bind(group, r: CohortRequest, terms, pj) -> dict:
     """Step 2: the holder's checks and facts, every rank's fresh-home check. Returns the holder's facts:
     {"holder", "cursor", "layers", "logs": {name: text}} (holder -1 for a seed start)."""
     prepared_p = Path(r.prepared)
     if r.resume is None:  # a seed start reads no commit: every rank checks its own bindings
         layers = _agree(group, "the bindings", lambda: (
-            check_bindings(prepared_p, pj, contract, r.seed_dir, r.home, r.cohort, None, r.reference, None, None),
+            check_bindings(prepared_p, pj, terms, r.seed_dir, r.home, r.cohort, None, r.reference, None, None),
             student_layers(r.seed_dir, None, None))[1])
         return {"holder": -1, "cursor": None, "layers": layers[0], "logs": {}}
     here = _store_of(r.resume, r.source_home, r.home)
@@ -90,10 +90,10 @@ def _bind(group, r: CohortRequest, contract, pj) -> dict:
         if group.rank != holder:
             return None
         src = here if here != r.home else None
-        check_bindings(prepared_p, pj, contract, r.seed_dir, r.home, r.cohort, r.resume, r.reference, src,
+        check_bindings(prepared_p, pj, terms, r.seed_dir, r.home, r.cohort, r.resume, r.reference, src,
                        r.reference_home)
         if r.cohort == "B":
-            check_a_trained(r.reference_home or src or r.home, prepared_p, contract["endpoints"]["A"])
+            check_a_trained(r.reference_home or src or r.home, prepared_p, terms.endpoints["A"])
         from kit.adaptive.lineage import portable_logs
         from kit.store.commits import read_commit
 
@@ -104,11 +104,11 @@ def _bind(group, r: CohortRequest, contract, pj) -> dict:
 
     facts = _agree(group, "the start commit's bindings", holder_facts)[holder]
     _agree(group, "a fresh --home", lambda: None if group.rank == holder else  # the holder checked it above
-           check_fresh_home(r.home, r.cohort, r.resume, facts["cursor"], contract["cohort_order"]))
+           check_fresh_home(r.home, r.cohort, r.resume, facts["cursor"], terms.cohort_order))
     return facts
 
 
-def _start_and_reference(group, r: CohortRequest, contract, facts) -> tuple:
+def _start_and_reference(group, r: CohortRequest, terms, facts) -> tuple:
     """Every rank's start and reference (kit.refs) and the student's depth, after step 3's growth."""
     rank = group.rank
     start, layers = SeedRef(r.seed_dir), facts["layers"]
@@ -117,10 +117,10 @@ def _start_and_reference(group, r: CohortRequest, contract, facts) -> tuple:
         start = PeerCommitRef(r.resume, source)
         if r.grow:  # step 3: the holder grows in its own home, which then holds the grown commit whole
             grown = _agree(group, "the append transition", lambda: grow_into(
-                r.home, source if source != r.home else None, r.resume, contract)
+                r.home, source if source != r.home else None, r.resume, terms)
                 if rank == facts["holder"] else None)[facts["holder"]]
             start = PeerCommitRef(grown, r.home if rank == facts["holder"] else None)
-            layers = facts["layers"] + contract["growth"]["add_blocks"]
+            layers = facts["layers"] + terms.growth.add_blocks
     reference = r.reference_ref()
     if r.cohort != "A":  # B and C train against a committed reference: fetched where a host lacks it
         ref_here = _store_of(r.reference, r.reference_home, r.source_home, r.home)
@@ -129,9 +129,9 @@ def _start_and_reference(group, r: CohortRequest, contract, facts) -> tuple:
     return start, reference, layers
 
 
-def _run(group, r: CohortRequest, contract, pj, WorkerContext) -> list[dict]:
+def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
     rank, world = group.rank, group.world
-    facts = _bind(group, r, contract, pj)
+    facts = _bind(group, r, terms, pj)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     attempt = f"torchrun-{run_id}-{os.environ.get('MASTER_PORT', '0')}"
     attempt_dir = Path(r.home) / "attempts" / attempt
@@ -143,7 +143,7 @@ def _run(group, r: CohortRequest, contract, pj, WorkerContext) -> list[dict]:
 
         write_portable_logs(facts["logs"], attempt_dir)
     try:
-        start, reference, layers = _start_and_reference(group, r, contract, facts)
+        start, reference, layers = _start_and_reference(group, r, terms, facts)
         args = worker_args(r, start, reference, layers, attempt_dir)
         group.barrier()
         before, started = interface_counters_or_none(), time.time()

@@ -183,15 +183,15 @@ def _open_reference(group, args: dict, layout) -> tuple:
     return reference_ref.to_json(), None
 
 
-def _start_cohort_step(contract: dict, cohort: str, manifest: dict | None) -> int:
+def _start_cohort_step(terms, cohort: str, manifest: dict | None) -> int:
     """The cohort step training resumes at: 0 for the first update of cohort B (or C), which must start
     from the committed endpoint of the cohort before it; else the start commit's own cohort step."""
-    order = contract["cohort_order"]
+    order = terms.cohort_order
     cursor = dict(manifest["learned_state"]["cursor"]) if manifest else {"step": 0}
     cohort_idx = order.index(cohort)
     if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
         if cursor.get("cohort", 0) + 1 != cohort_idx or cursor.get("cohort_step", cursor["step"]) != \
-                contract["endpoints"][order[cohort_idx - 1]]:
+                terms.endpoints[order[cohort_idx - 1]]:
             raise TrainRefused(f"cohort {cohort} must start from the committed endpoint of cohort "
                                f"{order[cohort_idx - 1]}; the start commit's cursor is {cursor}")
         return 0
@@ -213,28 +213,28 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         numerics.apply(group.device, deterministic_gpu=True, threads=int(os.environ.get("KIT_THREADS", "1")))
     ctx.progress(phase="check-inputs")
     check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
-    contract = job_contract(load_json_strict(prepared / "prepared.json"))
-    order = contract["cohort_order"]
-    tr = contract["training"]
+    terms = job_contract(load_json_strict(prepared / "prepared.json"))
+    order = terms.cohort_order
+    tr = terms.training
     cohort = args["cohort"]
     layout = Layout.from_json(args["layout"])
     start, fetched, fetch = _open_start(group, args, layout, ctx)
     reference, reference_fetch = _open_reference(group, args, layout)
-    data = records_for_cohort(prepared, cohort, args["seed_dir"], tr["max_tokens"], args.get("replicate", 0))
+    data = records_for_cohort(prepared, cohort, args["seed_dir"], tr.max_tokens, args.get("replicate", 0))
     from kit.adaptive.ownership import memory_model_of
 
-    docs = contract["cohorts"][cohort]["documents_per_update"]
+    docs = terms.cohorts[cohort].documents_per_update
     # a continued-learning contract has no planner section: admission then uses the device's default model
-    memory_model = memory_model_of(contract) if "planner" in contract else None
-    session = Session(group, args["home"], layout, start, engine_config(contract, pad_id=data["pad_id"]),
-                      optimizer_groups(contract), reference=reference,
-                      admission={"microbatch": (tr["microbatch_size"], tr["max_tokens"]),
-                                 "microbatches": -(-docs // tr["microbatch_size"]),
+    memory_model = memory_model_of(terms) if "planner" in terms else None
+    session = Session(group, args["home"], layout, start, engine_config(terms, pad_id=data["pad_id"]),
+                      optimizer_groups(terms), reference=reference,
+                      admission={"microbatch": (tr.microbatch_size, tr.max_tokens),
+                                 "microbatches": -(-docs // tr.microbatch_size),
                                  "memory_model": memory_model})
     cohort_idx = order.index(cohort)
-    cohort_step = _start_cohort_step(contract, cohort, start.manifest)
-    until = min(int(args.get("until") or contract["endpoints"][cohort]), contract["endpoints"][cohort])
-    points = set(commit_points(contract, cohort)) | {until}  # the contract's commit points, and where we stop
+    cohort_step = _start_cohort_step(terms, cohort, start.manifest)
+    until = min(int(args.get("until") or terms.endpoints[cohort]), terms.endpoints[cohort])
+    points = set(commit_points(terms, cohort)) | {until}  # the contract's commit points, and where we stop
     log = Path(args["attempt_dir"]) / "updates.jsonl" if group.rank == 0 else None
     out = {"rank": group.rank, "fetched_bytes": fetched, "commits": [], "start_cohort_step": cohort_step,
            "admission": session.admission, "device": str(group.device), "fetch": fetch,
@@ -245,8 +245,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         entries = data["steps"][cohort_step]
         records = [TrainRecord(e["id"], data["encoded"][e["id"]].input_ids, data["encoded"][e["id"]].target_mask,
                                1.0, bool(e["replay"])) for e in entries]
-        if tr["lr_schedule"] != CONSTANT:
-            session.set_lr_factor(lr_factor(tr["lr_schedule"], cohort_step, contract["cohorts"][cohort]["updates"]))
+        if tr.lr_schedule != CONSTANT:
+            session.set_lr_factor(lr_factor(tr.lr_schedule, cohort_step, terms.cohorts[cohort].updates))
         res = session.update(records)
         cohort_step += 1
         ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it
@@ -315,9 +315,9 @@ def checked_job(request: CohortRequest) -> tuple[CohortRequest, dict, dict]:
     prepared = Path(request.prepared)
     check_inputs(prepared)  # before anything else: source or input changes fail here, naming the file
     pj = load_json_strict(prepared / "prepared.json")
-    contract = job_contract(pj)
-    check_cohort(pj, contract, request.cohort, request.resume, request.reference, request.grow)
-    return request.for_job(pj), contract, pj
+    terms = job_contract(pj)
+    check_cohort(pj, terms, request.cohort, request.resume, request.reference, request.grow)
+    return request.for_job(pj), terms, pj
 
 
 def worker_args(request: CohortRequest, start: Ref, reference: Ref, layers: int, attempt_dir: Path) -> dict:
@@ -367,14 +367,14 @@ def train(request: CohortRequest) -> list[dict]:
     if under_torchrun():
         raise TrainRefused("this process runs under torchrun (RANK and WORLD_SIZE are set): call "
                            "kit.adaptive.torchrun.train_torchrun (the CLI does) instead of the local launcher")
-    request, contract, pj = checked_job(request)
+    request, terms, pj = checked_job(request)
     r = request
     prepared_p = Path(r.prepared)
-    check_bindings(prepared_p, pj, contract, r.seed_dir, r.home, r.cohort, r.resume, r.reference, r.source_home,
+    check_bindings(prepared_p, pj, terms, r.seed_dir, r.home, r.cohort, r.resume, r.reference, r.source_home,
                    r.reference_home)
     home_p = Path(r.home)
     home_p.mkdir(parents=True, exist_ok=True)
-    adopted = adoptable_endpoint(r, contract, pj)
+    adopted = adoptable_endpoint(r, terms, pj)
     attempt = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     attempt_dir = home_p / "attempts" / attempt
     attempt_dir.mkdir(parents=True)
@@ -393,15 +393,15 @@ def train(request: CohortRequest) -> list[dict]:
 
                 inherit_logs(r.source_home, attempt_dir)
             if r.cohort == "B":
-                check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, contract["endpoints"]["A"])
+                check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, terms.endpoints["A"])
             start = r.start()
             if r.grow:  # the grown commit is whole in `home`: nothing to migrate
-                start = CommitRef(r.home, grow_into(r.home, r.source_home, r.resume, contract))
+                start = CommitRef(r.home, grow_into(r.home, r.source_home, r.resume, terms))
             layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
                 student_layers(r.seed_dir, None, None)
             args = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
             results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers",
-                             timeout_s=r.timeout_s, progress_total=r.until or contract["endpoints"][r.cohort],
+                             timeout_s=r.timeout_s, progress_total=r.until or terms.endpoints[r.cohort],
                              desc=f"cohort {r.cohort} ({r.workers} workers)", env={DISK_RESERVE_ENV: str(reserve)})
         record.update(status="completed", commits=results[0]["commits"],
                       fetched_bytes=[res["fetched_bytes"] for res in results])
@@ -433,7 +433,7 @@ def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:
     return f"{said}; resume with the same command and `--resume HEAD` (HEAD is {head})"
 
 
-def adoptable_endpoint(r: CohortRequest, contract: dict, pj: dict) -> dict | None:
+def adoptable_endpoint(r: CohortRequest, terms, pj: dict) -> dict | None:
     """The commit entry of `--resume` when nothing is left to train from it (its cohort step is this
     attempt's last) and it lies in `home`, verified whole, committed where an attempt of this prepared job
     ran: a run that died after its endpoint commit but before its record. Else None (train as usual)."""
@@ -443,8 +443,8 @@ def adoptable_endpoint(r: CohortRequest, contract: dict, pj: dict) -> dict | Non
 
     manifest = read_commit(r.home, r.resume)
     cursor = manifest["learned_state"]["cursor"]
-    cohort_idx = contract["cohort_order"].index(r.cohort)
-    last = min(r.until or contract["endpoints"][r.cohort], contract["endpoints"][r.cohort])
+    cohort_idx = terms.cohort_order.index(r.cohort)
+    last = min(r.until or terms.endpoints[r.cohort], terms.endpoints[r.cohort])
     if cursor.get("cohort", 0) != cohort_idx or cursor.get("cohort_step", cursor["step"]) < last:
         return None
     ran_here = [p for p in sorted(Path(r.home).glob("attempts/*/attempt.json"))
@@ -467,15 +467,15 @@ def training_layout(prepared: Path, layers: int, workers: int):
     return planned_layout(prepared, layers, workers) or even_layout(layers, workers)
 
 
-def grow_into(home: str, source_home: str | None, root: str, contract: dict) -> str:
+def grow_into(home: str, source_home: str | None, root: str, terms) -> str:
     """Bring `root` into `home` (all objects: this store grows the whole model) and append blocks."""
     from kit.adaptive.growth import grow_commit
     from kit.store import commits
     from kit.store.objects import ObjectStore, fetch_objects
 
-    g = contract["growth"]
+    g = terms.growth
     if source_home and commits.read_head(home) != root:
         manifest = commits.read_commit(source_home, root)
         fetch_objects(ObjectStore(source_home), ObjectStore(home), commits.object_digests(manifest))
         commits.adopt_commit(home, manifest, expected_head=commits.read_head(home))
-    return grow_commit(home, root, g["add_blocks"], g["copy_block"], g["group"])
+    return grow_commit(home, root, g.add_blocks, g.copy_block, g.group)

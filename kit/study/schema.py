@@ -239,10 +239,10 @@ def engine_config(terms, compile_blocks: str = "auto", pad_id: int = 0):
 
 
 def lr_schedule(terms):
-    """The terms' `training.lr_schedule` as kit.train.schedule reads it: "constant" when omitted, else the
-    string or the object as JSON (that module is a JSON reader shared with the adaptive experiment)."""
+    """The terms' `training.lr_schedule` as kit.train.schedule.lr_factor reads it: "constant" when omitted
+    (the field is Omittable in the study's schema), else the string or the typed section."""
     schedule = terms.training.lr_schedule
-    return CONSTANT if schedule is None else schedule if isinstance(schedule, str) else schedule.to_json()
+    return CONSTANT if schedule is None else schedule
 
 
 def optimizer_groups(terms) -> dict:

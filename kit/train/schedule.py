@@ -15,11 +15,12 @@ CONSTANT = "constant"
 AFTER_WARMUP = ("constant", "cosine")
 
 
-def lr_factor(schedule: str | dict, update: int, updates: int) -> float:
-    """The multiplier of the peak learning rate at 0-based `update` of `updates`."""
+def lr_factor(schedule, update: int, updates: int) -> float:
+    """The multiplier of the peak learning rate at 0-based `update` of `updates`; `schedule` is the contract's
+    typed `training.lr_schedule` (kit.contract.parse: "constant" or a section with attributes)."""
     if schedule == CONSTANT:
         return 1.0
-    warmup, after, floor = schedule["warmup_updates"], schedule["after"], schedule["floor_ratio"]
+    warmup, after, floor = schedule.warmup_updates, schedule.after, schedule.floor_ratio
     if update < warmup:
         return (update + 1) / warmup
     if after == "constant":
@@ -30,7 +31,8 @@ def lr_factor(schedule: str | dict, update: int, updates: int) -> float:
 
 
 def check_schedule(schedule, updates: int, where: str) -> None:
-    """Refuse a schedule the structural schema cannot judge: a warm-up as long as the cohort itself."""
+    """Refuse a schedule the structural schema cannot judge: a warm-up as long as the cohort itself. A
+    contract's cross-field rules call it on the validated JSON, before the contract is parsed (a dict)."""
     if schedule == CONSTANT:
         return
     if schedule["warmup_updates"] >= updates:

@@ -89,6 +89,7 @@ E2E_FILES = (
 UNIT_FILES = (
     "test_adaptive_guards.py",
     "test_adaptive_prepare.py",
+    "test_adaptive_terms.py",
     "test_admission.py",
     "test_api.py",
     "test_async_commit.py",
