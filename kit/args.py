@@ -8,8 +8,8 @@ returns its argument unchanged (a string), so the handlers see what they saw bef
 
 `Parser` is the kit's argparse parser: its errors are one line (`kit adaptive train: error: ...`,
 followed by where the usage is), and every leaf subcommand records its full name (`_prog`) so that
-`kit.cli.main` names it for the kit's own refusals too (tests/test_cli_walk.py). It sits below `kit.cli`
-(tests/test_layers.py, PACKAGE_TIERS): the experiments' `register(sub)` use these checkers, kit.cli imports them.
+`kit.cli.main` names it for the kit's own refusals too (tests/test_cli_walk.py). Only kit/cli/ imports it
+(tests/test_layers.py, PACKAGE_TIERS: the command line's tier, above the experiments).
 """
 
 from __future__ import annotations

@@ -245,7 +245,7 @@ def test_cli_registration_adds_kit_adaptive_prepare(tmp_path):
 
     from support.models import write_hf_llama
 
-    from kit.adaptive import cli as adaptive_cli
+    from kit.cli import adaptive as adaptive_cli
 
     seed = write_hf_llama(tmp_path / "seed")
     (seed / "tokenizer.json").write_text("{}")  # the seed checker wants a fast tokenizer's file; parsing loads none

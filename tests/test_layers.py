@@ -232,14 +232,18 @@ def test_cycle_checker_catches_a_cycle():
 # Layer 5's packages (a subpackage of kit/, or a module directly in kit/), lowest first. A package imports
 # only packages of its own tier or below, and no two packages import each other, however indirectly (a
 # cycle between packages that no module-level cycle shows: kit.adaptive.cli -> kit.cli.args while
-# kit.cli.drivers -> kit.adaptive.cli was one). docs/design.md, "Layers of kit/", draws the same order.
+# kit.cli.drivers -> kit.adaptive.cli was one). The command line is on top, alone: every subcommand's
+# parser and handler is in kit/cli/, and kit.args (its checked arguments) is imported by nothing else,
+# so no experiment or composition knows the command line. docs/design.md, "Layers of kit/", draws the
+# same order.
 PACKAGE_TIERS = (
     ("engine", {"kit.engine", "kit.refs", "kit.replicate_order"}),
     ("evaluation", {"kit.evaluation", "kit.seed"}),
-    ("evidence", {"kit.evidence", "kit.status", "kit.args"}),
+    ("evidence", {"kit.evidence", "kit.status"}),
     ("experiments", {"kit.adaptive", "kit.study"}),
     ("compositions", {"kit.demo", "kit.replicates"}),
-    ("entry points", {"kit.cli", "kit.api", "kit.__main__"}),
+    ("public API", {"kit.api"}),
+    ("command line", {"kit.cli", "kit.args", "kit.__main__"}),
 )
 
 
@@ -302,11 +306,12 @@ def test_package_checker_catches_an_upward_import_a_package_cycle_and_an_unplace
     problems = _package_problems(modules)
     assert problems == [
         "kit.newpkg is in layer 5 but not in PACKAGE_TIERS (tests/test_layers.py): give it a tier",
-        f"{tmp_path}/kit.study.cli.py:2: kit.study.cli (tier experiments) imports kit.cli (tier entry points, above it)",
+        f"{tmp_path}/kit.study.cli.py:2: kit.study.cli (tier experiments) imports kit.cli (tier command line, above it)",
         (f"package cycle kit.cli <-> kit.study: kit.cli -> kit.study at {tmp_path}/kit.cli.py:1 (kit.cli imports "
          f"kit.study.cli); kit.study -> kit.cli at {tmp_path}/kit.study.cli.py:2 (kit.study.cli imports kit.cli)")]
     assert package_of("kit.evidence.report.runs") == "kit.evidence" and package_of("kit.api") == "kit.api"
     assert tier_of("kit.adaptive") > tier_of("kit.evidence") and tier_of("kit.cli") > tier_of("kit.study")
+    assert tier_of("kit.args") == tier_of("kit.cli") > tier_of("kit.api") > tier_of("kit.demo")
 
 
 def test_the_engine_is_constructed_in_one_function():

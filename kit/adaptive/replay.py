@@ -1,4 +1,5 @@
-"""`kit checkpoint replay --home H ROOT [--from PARENT]`: recompute an update window and compare roots.
+"""Replay (`kit checkpoint replay --home H ROOT [--from PARENT]`, kit/cli/adaptive.py): recompute an update
+window and compare roots.
 
 A hash names a state; it does not prove the updates that led to it were done. Replay runs the
 prepared job's updates from PARENT's committed state to ROOT's cohort step in a scratch store and
@@ -26,7 +27,6 @@ Details: the notes below the docstring.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -144,30 +144,3 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available() and os.environ.get("KIT_DEVICE", "cpu") != "cpu"
-
-
-def register(sub) -> None:
-    """`kit checkpoint replay` inside the existing `kit checkpoint` group."""
-    import argparse
-
-    ck = sub.choices["checkpoint"]
-    group = next(x for x in ck._actions if isinstance(x, argparse._SubParsersAction))
-    s = group.add_parser("replay", help="recompute the updates between a commit and its parent (or --from an "
-                                        "ancestor) from the committed parent state and the prepared job")
-    from kit.args import store_dir
-
-    s.add_argument("root", help="the commit to recompute: its full root, a unique prefix of at least 8 hex, or HEAD")
-    s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")
-    s.add_argument("--from", dest="from_root", metavar="ROOT", help="an earlier ancestor of ROOT (default: its parent)")
-    s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
-    s.set_defaults(fn=cmd_replay)
-
-
-def cmd_replay(a) -> int:
-    from kit.store.commits import resolve_root
-
-    rec = replay(a.home, resolve_root(a.home, a.root), a.from_root and resolve_root(a.home, a.from_root, "--from"),
-                 a.workers)
-    print(json.dumps({k: rec[k] for k in ("root", "from", "cohort", "cohort_steps", "equal",
-                                          "max_abs_parameter_difference")}, sort_keys=True))
-    return 0 if rec["equal"] or rec["device"] != "cpu" else 1

@@ -234,24 +234,20 @@ def register_results(sub) -> None:
 
 # --- kit adaptive ... ------------------------------------------------------------------------
 def register_adaptive(sub) -> None:
-    from kit.adaptive import cli as adaptive_cli
+    from kit.cli import adaptive
 
-    adaptive_cli.register_prepare(sub)
-    adaptive_cli.register(sub)
-    from kit.adaptive import continued
-
-    continued.register(sub)  # `kit continued prepare` (the continued-learning contract)
-    from kit.adaptive import replay
-
-    replay.register(sub)  # `kit checkpoint replay` (needs an adaptive home's attempt records)
+    adaptive.register_prepare(sub)
+    adaptive.register(sub)
+    adaptive.register_continued(sub)  # `kit continued prepare` (the continued-learning contract)
+    adaptive.register_replay(sub)  # `kit checkpoint replay` (needs an adaptive home's attempt records)
 
 
 
 # --- kit study ... ---------------------------------------------------------------------------
 def register_study(sub) -> None:
-    from kit.study import register
+    from kit.cli import study
 
-    register(sub)
+    study.register(sub)
 
 
 # --- kit archive-evidence -------------------------------------------------------------------

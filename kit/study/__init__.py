@@ -7,16 +7,13 @@ pair over one common AdamW, with throughput, wire traffic, GPU cost and the qual
 - `compression_state`: the PowerSGD state committed next to the weights.
 - `cost`: projection against the deadline and the bound; the cost table.
 - `screens`: freeze, scoring, paired changes, retention bound, quality and speed screens.
-- `cli`: `kit study prepare|arm|evaluate|screens|status` (`register(sub)`).
 
+kit/cli/study.py holds its commands (`kit study prepare|arm|evaluate|screens|status`);
 docs/study.md explains the study; docs/formats/study-records.md ("Shared-gradient study records") its files.
 """
 
 from kit.evidence.inspect import StoreReader, register_store_reader
 from kit.study import sidecars as _sidecars
-from kit.study.cli import register
 
 # the run inspection (kit/evidence/inspect.py) reads an arm's store through this reader
 register_store_reader(StoreReader("study", _sidecars.store_curves, _sidecars.store_home))
-
-__all__ = ["register"]

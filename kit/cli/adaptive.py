@@ -1,5 +1,7 @@
-"""`kit adaptive prepare | train | evaluate | select | gates | compare`: argument parsing only; the work is
-in kit/adaptive/prepare.py, train.py, evaluation.py, selection.py and compare.py."""
+"""`kit adaptive prepare | train | evaluate | select | gates | compare`, `kit continued prepare` and
+`kit checkpoint replay`: argument parsing only; the work is in kit/adaptive/ (prepare.py, train.py,
+evaluation.py, selection.py, compare.py, continued.py, replay.py). kit/cli/drivers.py registers them; the
+experiment imports nothing of the command line (tests/test_layers.py, PACKAGE_TIERS)."""
 
 from __future__ import annotations
 
@@ -232,3 +234,77 @@ def register_prepare(sub) -> None:
                    help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER, inside kit run the one "
                         "beside runs/, else OUT/ledger/exposed.jsonl)")
     s.set_defaults(fn=cmd_prepare)
+
+
+# --- kit continued prepare ---------------------------------------------------------------
+def cmd_continued_prepare(a) -> int:
+    from kit.adaptive.continued import prepare_continued
+    from kit.digest import canonical_json
+
+    home, _, root = a.start.rpartition(":")
+    summary = prepare_continued(a.contract, a.start_prepared, home, root, a.start_evaluation, a.seed,
+                                a.public_source, a.out, a.ledger)
+    print(canonical_json(summary).decode())
+    return 0
+
+
+def register_continued(sub) -> None:
+    """`kit continued prepare` (the continued-learning contract)."""
+    from kit.args import (
+        File,
+        HomeRoot,
+        OutDir,
+        OutFile,
+        contract_file,
+        prepared_dir,
+        public_source_file,
+        seed_dir,
+    )
+
+    p = sub.add_parser("continued", help="the continued-learning contract (prepare; then kit adaptive train --cohort C)")
+    sp = p.add_subparsers(dest="continued_command", required=True)
+    s = sp.add_parser("prepare", help="roles, schedule and commitments of the continued cohort from a passing A endpoint")
+    s.add_argument("--contract", required=True, type=contract_file(("continued-learning",)),
+                   help="contracts/continued-learning.json or .tiny.json")
+    s.add_argument("--start-prepared", required=True, type=prepared_dir(), help="the adaptive job's prepared directory")
+    s.add_argument("--start", required=True, type=HomeRoot(), help="HOME:FULL_ROOT of the selected phase-A endpoint")
+    s.add_argument("--start-evaluation", required=True,
+                   type=File("a final evaluation record (JSON)", "kit adaptive evaluate --split final", fmt="json"),
+                   help="its final evaluation record (kit adaptive evaluate)")
+    s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory (tokenizer; the start job's seed)")
+    s.add_argument("--public-source", required=True, type=public_source_file(),
+                   help="local copy of the pinned public source")
+    s.add_argument("--out", required=True, type=OutDir("a new or empty folder for the prepared job"),
+                   help="a new or empty directory")
+    s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"), help="exposure ledger (default: $KIT_LEDGER, inside kit run the one beside runs/, else "
+                   "OUT/ledger/exposed.jsonl)")
+    s.set_defaults(fn=cmd_continued_prepare)
+
+
+# --- kit checkpoint replay ---------------------------------------------------------------
+def register_replay(sub) -> None:
+    """`kit checkpoint replay` inside the existing `kit checkpoint` group."""
+    import argparse
+
+    ck = sub.choices["checkpoint"]
+    group = next(x for x in ck._actions if isinstance(x, argparse._SubParsersAction))
+    s = group.add_parser("replay", help="recompute the updates between a commit and its parent (or --from an "
+                                        "ancestor) from the committed parent state and the prepared job")
+    from kit.args import store_dir
+
+    s.add_argument("root", help="the commit to recompute: its full root, a unique prefix of at least 8 hex, or HEAD")
+    s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")
+    s.add_argument("--from", dest="from_root", metavar="ROOT", help="an earlier ancestor of ROOT (default: its parent)")
+    s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
+    s.set_defaults(fn=cmd_replay)
+
+
+def cmd_replay(a) -> int:
+    from kit.adaptive.replay import replay
+    from kit.store.commits import resolve_root
+
+    rec = replay(a.home, resolve_root(a.home, a.root), a.from_root and resolve_root(a.home, a.from_root, "--from"),
+                 a.workers)
+    print(json.dumps({k: rec[k] for k in ("root", "from", "cohort", "cohort_steps", "equal",
+                                          "max_abs_parameter_difference")}, sort_keys=True))
+    return 0 if rec["equal"] or rec["device"] != "cpu" else 1

@@ -1,7 +1,8 @@
 """`kit study ...` subcommands: prepare, arm, evaluate, screens, status.
 
 `register(sub)` adds them to kit's argparse subparsers (kit/cli/drivers.py calls it); every handler
-imports its driver lazily, so `kit --help` stays fast.
+imports its driver lazily, so `kit --help` stays fast. The work is in kit/study/; the experiment imports
+nothing of the command line (tests/test_layers.py, PACKAGE_TIERS).
 """
 
 from __future__ import annotations
