@@ -18,9 +18,12 @@ import argparse
 import json
 import re
 import sys
+import warnings
 from pathlib import Path
 
+from kit.contract import scale_name
 from kit.digest import loads_strict
+from kit.evidence.archive import ArchiveError, resolve
 
 ROOT_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -102,10 +105,6 @@ def deprecated_scale(flag: str):
     """An argparse type for --scale: an old scale name (small) still works as its new one (medium), with
     one warning line on stderr; the option's choices then check the new name."""
     def convert(value: str) -> str:
-        import warnings
-
-        from kit.contract import scale_name
-
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             new = scale_name(value, flag)
@@ -227,8 +226,6 @@ class EvidenceDir(Dir):
     (`runs/demo-superseded-X/demo-seed`) names that folder unpacked (kit/evidence/archive.py)."""
 
     def __call__(self, text: str) -> str:
-        from kit.evidence.archive import ArchiveError, resolve
-
         try:
             path = resolve(text)
         except ArchiveError as e:

@@ -64,8 +64,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.digest import write_canonical_json
-from kit.evidence.ledger import LEDGER_ENV
+from tqdm import tqdm
+
+from kit.adaptive.schema import load_adaptive_contract
+from kit.digest import sha256_file, write_canonical_json
+from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
+from kit.evidence.report import render_report
+from kit.evidence.run_record import read_run_record
+from kit.evidence.runner import run_notebook, run_notebooks_at_once
+from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
 
 ADAPTIVE_CONTRACT = "contracts/adaptive-shards.tiny.json"
 CONTINUED_CONTRACT = "contracts/continued-learning.tiny.json"
@@ -149,8 +156,6 @@ class RecordedRoots:
         self.runs_dir = Path(runs_dir)
 
     def endpoint(self, run_id: str) -> str:
-        from kit.evidence.run_record import read_run_record
-
         record = read_run_record(self.runs_dir / run_id)
         produced = record.checkpoint_roots["produced"]
         if record.status != "completed" or not produced:
@@ -160,8 +165,6 @@ class RecordedRoots:
 
     def produced(self, run_id: str) -> list[str]:
         """Every root the run committed, in training order (its endpoint last)."""
-        from kit.evidence.run_record import read_run_record
-
         self.endpoint(run_id)  # refuses an unfinished run as endpoint() does
         return [p["root"] for p in read_run_record(self.runs_dir / run_id).checkpoint_roots["produced"]]
 
@@ -211,9 +214,6 @@ class _AdaptiveLayout:
 
 def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Scale = TINY) -> Iterator[Step]:
     """examples/adaptive_tiny.sh, step by step."""
-    from kit.adaptive.schema import load_adaptive_contract
-    from kit.evidence.runtime import repository_root
-
     contract_path = repository_root() / scale.adaptive_contract
     terms = load_adaptive_contract(contract_path).terms
     two, three = terms.migration.from_workers, terms.migration.to_workers
@@ -323,8 +323,6 @@ def _evaluation_steps(lay: _AdaptiveLayout, a_end: str, b_end: str, g_end: str, 
 def _continued_steps(out: Path, seed: str, public_source: Path, start_prepared: str, a_home: str, a_end: str,
                      a_final: str, roots, contract: str = CONTINUED_CONTRACT) -> Iterator[Step]:
     """The continued-learning contract from the selected A endpoint: prepare -> cohort C -> dev -> select -> final."""
-    from kit.evidence.runtime import repository_root
-
     cd = out / "continued"
     prepared, home = shown_path(cd / "prepared"), shown_path(cd / "C")
     yield Step("demo-continued-prepare", "15_continued_prepare.ipynb",
@@ -350,8 +348,6 @@ def _continued_steps(out: Path, seed: str, public_source: Path, start_prepared: 
 
 def _study_steps(out: Path, seed: str, public_source: Path, scale: Scale = TINY) -> Iterator[Step]:
     """examples/gradient_study_tiny.sh, step by step."""
-    from kit.evidence.runtime import repository_root
-
     run = scale.name  # every run id starts with it
     study = shown_path(out / "study")
     yield Step(f"{run}-study-prepare", "19_study_prepare.ipynb",
@@ -394,8 +390,6 @@ def _current_names(parameters: dict) -> dict:
 
 def _reusable(runs_dir: Path, step: Step) -> bool:
     """True when the step's run id already completed with these parameters; refuses other parameters."""
-    from kit.evidence.run_record import read_run_record
-
     run_dir = runs_dir / step.run_id
     try:
         record = read_run_record(run_dir)
@@ -412,9 +406,6 @@ def _reusable(runs_dir: Path, step: Step) -> bool:
 
 def pinned_public_sha256(scale: Scale = TINY) -> str:
     """The sha256 the scale's adaptive contract pins for the public conversation source."""
-    from kit.adaptive.schema import load_adaptive_contract
-    from kit.evidence.runtime import repository_root
-
     return load_adaptive_contract(repository_root() / scale.adaptive_contract).terms.evaluation.final.retention.sha256
 
 
@@ -422,9 +413,6 @@ def check_demo_inputs(out: Path, public_source: Path, runs_dir: Path, scale: Sca
                       parts=PARTS, seed_dir: Path | None = None) -> None:
     """Refuse, before anything runs (the seed build takes minutes), a missing contract, a missing or
     different public source, or earlier runs of these steps without their data dir."""
-    from kit.digest import sha256_file
-    from kit.evidence.runtime import repository_root
-
     for contract in (scale.adaptive_contract, scale.study_contract):
         if not (repository_root() / contract).is_file():
             raise FileNotFoundError(f"{contract}: missing; the {scale.name} steps run on it (a medium contract is "
@@ -454,9 +442,6 @@ def demo_ledger(out: Path, runs_dir: Path) -> Path:
     repository's `ledger/exposed.jsonl` - it holds every committed campaign's exposures, which would empty
     the tiny finals, and the committed demo evidence was prepared against a ledger of the demo's own - so
     a demo whose runs folder is the repository's `runs/` uses OUT/ledger/exposed.jsonl."""
-    from kit.evidence.ledger import LEDGER_RELATIVE
-    from kit.evidence.runtime import repository_root
-
     if os.environ.get(LEDGER_ENV):
         return Path(os.environ[LEDGER_ENV])
     beside = Path(runs_dir).absolute().parent / LEDGER_RELATIVE
@@ -474,9 +459,6 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     contracts (two GPUs, the small seed built on the first); `seed_dir` inspects a seed built before instead
     of building one. Returns 0 when every step completed (or
     was reused), 1 when a step failed or the demo stopped."""
-    from kit.evidence.report import render_report
-    from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
-
     if scale not in SCALES:
         raise ValueError(f"scale {scale!r}; expected one of {sorted(SCALES)}")
     sc = SCALES[scale]
@@ -573,8 +555,6 @@ def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) ->
     """Run the steps of a chain that did not complete before, at the same time when there are several
     (each in its own process, kit.evidence.runner.run_notebooks_at_once); [(step, its RunRecord, or None
     when it was reused)] in the chain's order."""
-    from kit.evidence.runner import run_notebook, run_notebooks_at_once
-
     to_run = [step for step in chain if not _reusable(runs_dir, step)]
     if len(to_run) == 1:
         step = to_run[0]
@@ -590,6 +570,4 @@ def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) ->
 
 
 def _bar(show: bool, total: int):
-    from tqdm import tqdm
-
     return tqdm(total=total, unit="step", disable=not show, dynamic_ncols=True, file=sys.stderr)

@@ -30,7 +30,7 @@ _applied: dict | None = None
 
 def _mkl():
     """torch's statically linked MKL service functions, or None where the BLAS is not MKL."""
-    import torch
+    import torch  # noqa: PLC0415 - torch loads after set_environment() (module docstring)
 
     lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
     try:
@@ -65,7 +65,7 @@ def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dic
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"numeric profile threads = {threads!r}; expected a positive int")
     set_environment()  # before torch's first computation: ATen and MKL read these then
-    import torch
+    import torch  # noqa: PLC0415 - torch loads after set_environment() (module docstring)
 
     torch.set_num_threads(threads)
     torch.backends.mkldnn.enabled = False
@@ -123,7 +123,7 @@ def correctly_rounded_sqrt(tensors: list) -> list:
     root; the neighbour that rounds correctly is chosen exactly: a float32 midpoint has at most 25
     significant bits, so its square is exact in float64 and comparing it with x decides the rounding.
     Ties cannot occur (a midpoint's square is not a float32)."""
-    import torch
+    import torch  # noqa: PLC0415 - torch loads after set_environment() (module docstring)
 
     out = []
     for x in tensors:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import kit
 from kit.digest import canonical_json, sha256_bytes, sha256_file
 
 COMMITMENTS_FORMAT = "kit.adaptive-shards-inputs/1"
@@ -26,8 +27,6 @@ class CommitmentMismatch(ValueError):
 
 def kit_package_dir() -> Path:
     """The directory of the `kit` package that is running now (the source that will train)."""
-    import kit
-
     return Path(kit.__file__).resolve().parent
 
 

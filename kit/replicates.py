@@ -37,11 +37,14 @@ prepare, a-endpoint (cohort A's endpoint in the committed order), study, growth,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from kit.adaptive.schema import load_adaptive_contract
 from kit.demo import (
+    PUBLIC_SOURCE,
     SCALES,
     STUDY_ARMS,
     DemoStopped,
@@ -53,7 +56,12 @@ from kit.demo import (
     shown_path,
     step_chains,
 )
-from kit.digest import write_canonical_json
+from kit.digest import load_json_strict, write_canonical_json
+from kit.evidence.ledger import LEDGER_ENV
+from kit.evidence.runtime import ensure_runtime, repository_root
+from kit.replicate_order import RULE, replicate_seed
+from kit.study.arms import arm_dir
+from kit.study.schema import load_study_contract
 
 PLAN_FORMAT = "kit-replicate-plan/1"
 PARTS = ("prepare", "a-endpoint", "study", "growth", "study-dev", "study-r0")
@@ -72,9 +80,6 @@ class _Layout:
     """The folders and run ids of one replicate campaign at one scale (OUT is the campaign's work folder)."""
 
     def __init__(self, scale: str, out: Path, seed: Path):
-        from kit.adaptive.schema import load_adaptive_contract
-        from kit.evidence.runtime import repository_root
-
         self.sc = SCALES[scale]
         self.name = self.sc.name
         self.out, self.seed = out, shown_path(seed)
@@ -96,8 +101,6 @@ class _Layout:
 
 
 def _prepare(lay: _Layout, public_source: Path) -> Iterator[Step]:
-    from kit.evidence.runtime import repository_root
-
     root = repository_root()
     yield Step(f"{lay.name}-replicates-study-prepare", "19_study_prepare.ipynb",
                {"CONTRACT": shown_path(root / lay.sc.study_contract), "SEED_DIR": lay.seed,
@@ -123,8 +126,6 @@ def _study(lay: _Layout, replicates: list[int], arm_names) -> Iterator[Step]:
 
 
 def _study_dev(lay: _Layout, replicates: list[int], roots, arm_names) -> Iterator[Step]:
-    from kit.study.arms import arm_dir
-
     for k in replicates:  # one at a time: the first scores the seed, the others read its record back
         for name in arm_names:
             arm_run = _replicate_id(f"{lay.name}-study-{name}", k)
@@ -161,9 +162,6 @@ def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "mediu
                     public_source: Path | None = None, arms=STUDY_ARMS) -> Iterator[Step]:
     """The steps of one part (module docstring), in order; a generator, as kit.demo.demo_steps. `arms`: the
     study arms the study parts run (all three by default)."""
-    from kit.demo import PUBLIC_SOURCE
-    from kit.evidence.runtime import repository_root
-
     lay = _Layout(scale, Path(out), Path(seed))
     replicates = list(replicates)
     if part == "prepare":
@@ -186,11 +184,6 @@ def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "mediu
 def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2)) -> dict:
     """The replicate plan (campaigns/medium-replicates-plan.json is `plan("medium")` plus its `inputs`): the
     runs, each replicate's derived order seed (recorded, kit/replicate_order.py) and the scoring rule."""
-    from kit.adaptive.schema import load_adaptive_contract
-    from kit.evidence.runtime import repository_root
-    from kit.replicate_order import RULE, replicate_seed
-    from kit.study.schema import load_study_contract
-
     sc, root = SCALES[scale], repository_root()
     study = load_study_contract(root / sc.study_contract)
     adaptive = load_adaptive_contract(root / sc.adaptive_contract)
@@ -229,8 +222,6 @@ def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2
 def record_checks(plan_file: Path, out: Path, runs_dir: Path) -> dict:
     """Compare what the parts re-derived with the plan's `inputs` (the committed jobs and roots) and write
     OUT/replicates-checks.json: {name: {"expected", "actual", "equal"}} for each input present so far."""
-    from kit.digest import load_json_strict
-
     inputs = load_json_strict(plan_file)["inputs"]
     checks = {}
     adaptive = out / "adaptive" / "prepared" / "prepared.json"
@@ -258,11 +249,6 @@ def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "med
              public_source: Path | None = None, plan_file: Path | None = None, arms=STUDY_ARMS) -> int:
     """Run one part's steps (kit.demo's chains: steps marked concurrent start together); 0 when every step
     completed, 1 otherwise. The plan as executed and the steps' times go to OUT/replicates-<part>-*.json."""
-    import os
-
-    from kit.evidence.ledger import LEDGER_ENV
-    from kit.evidence.runtime import ensure_runtime, repository_root
-
     ensure_runtime()
     out, runs_dir = Path(out), Path(runs_dir)
     out.mkdir(parents=True, exist_ok=True)

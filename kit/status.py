@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from kit.digest import load_json_strict
+from kit.store import commits
 
 MAX_DEPTH = 5  # a demo output's homes sit at OUT/adaptive/A2; a campaign's attempts at raw/ARM/ATTEMPT
 SKIP = {"objects", "commits", "workers", ".git", "__pycache__", ".ipynb_checkpoints"}
@@ -79,8 +80,6 @@ def _rate(tokens, seconds) -> float | None:
 
 def home_summary(home: Path, now: float) -> dict:
     """A checkpoint home: HEAD, commits and attempts (oldest first), with the newest update's numbers."""
-    from kit.store import commits
-
     try:
         head = commits.read_head(home)
         cursor = commits.read_commit(home, head)["learned_state"]["cursor"] if head else None

@@ -246,6 +246,8 @@ def test_cli_registration_adds_kit_adaptive_prepare(tmp_path):
     from support.models import write_hf_llama
 
     from kit.cli import adaptive as adaptive_cli
+    from kit.cli import command_handler
+    from kit.cli.handlers import adaptive as handlers
 
     seed = write_hf_llama(tmp_path / "seed")
     (seed / "tokenizer.json").write_text("{}")  # the seed checker wants a fast tokenizer's file; parsing loads none
@@ -258,7 +260,8 @@ def test_cli_registration_adds_kit_adaptive_prepare(tmp_path):
     out = tmp_path / "out"
     a = parser.parse_args(["adaptive", "prepare", "--contract", str(TINY), "--seed", str(seed), "--replay", str(replay),
                            "--public-source", str(PUBLIC), "--out", str(out)])
-    assert (a.fn, a.dev_retention, str(a.out)) == (adaptive_cli.cmd_prepare, None, str(out))
+    assert (a.fn, a.dev_retention, str(a.out)) == ("cmd_prepare", None, str(out))
+    assert command_handler(argparse.Namespace(command="adaptive", fn=a.fn)) is handlers.cmd_prepare
 
 
 def test_tiny_contract_fits_the_tiny_seed():

@@ -14,13 +14,19 @@ a contract of another kind and of a folder that is not a checkpoint store, and e
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kit.args import Dir, Named, PathArg, leaf_parsers
-from kit.cli import build_parser, main
+from kit.cli import HANDLERS, build_parser, command_handler, main
+
+REPO = Path(__file__).resolve().parents[1]
 
 # Words in an option's name that say it takes a path (or HOME:ROOT / NAME=PATH holding one).
 PATHISH = ("dir", "home", "out", "prepared", "seed", "contract", "source", "study", "plan", "notebook", "config",
@@ -83,6 +89,35 @@ def test_the_walk_covers_every_subcommand():
     # every subcommand except those without a path argument
     assert leaves - walked == set(), leaves - walked
     assert len(WALK) >= 50
+
+
+def test_every_subcommand_names_a_handler_that_its_handler_module_defines():
+    """kit.cli.main imports a command's handler module only when it runs (kit.cli.HANDLERS): each leaf's
+    `fn` must be a function of the module listed for its command, or the command fails only when used."""
+    missing = []
+    for words, leaf in leaf_parsers(build_parser()):
+        fn = leaf.get_default("fn")
+        if not callable(getattr(importlib.import_module(HANDLERS[words[0]]), fn or "", None)):
+            missing.append(f"kit {' '.join(words)}: {HANDLERS[words[0]]}.{fn}")
+    assert not missing, missing
+    assert command_handler(argparse.Namespace(command="adaptive", fn="cmd_train")).__module__ == \
+        "kit.cli.handlers.adaptive"
+
+
+def test_help_and_the_parser_import_no_torch():
+    """`kit --help` and building the whole parser stay light: the handlers' drivers (torch, transformers,
+    the notebook runtime) are imported by the command that runs, not by the parser."""
+    code = ("import sys\nfrom kit.cli import build_parser, main\nbuild_parser()\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'papermill', 'nbconvert', 'matplotlib', 'pandas') "
+            "if m in sys.modules)\nprint(heavy, sorted(m for m in sys.modules if m.startswith('kit.cli.handlers')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.strip() == "[] []", done.stdout + done.stderr[-2000:]
+    helped = subprocess.run([sys.executable, "-X", "importtime", "-m", "kit", "--help"], capture_output=True, check=False,
+                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert helped.returncode == 0 and "usage: kit" in helped.stdout
+    imported = {line.split("|")[-1].strip() for line in helped.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "kit.cli.handlers" not in imported, sorted(imported)
 
 
 def test_every_path_like_argument_is_checked():

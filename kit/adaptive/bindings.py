@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.digest import load_json_strict
+from kit.adaptive.lineage import lineage_rows
+from kit.data.conversations import read_jsonl
+from kit.digest import load_json_strict, sha256_file
+from kit.inventory import parameter_digest
 from kit.paths import inside
+from kit.provenance import check_commitments
+from kit.store.commits import CommitError, read_commit, read_head
 
 COHORTS = ("A", "B")
 
@@ -21,8 +26,6 @@ class TrainRefused(ValueError):
 
 def check_inputs(prepared: Path) -> dict:
     """Every digest in adaptive-shards-inputs.json against what is on disk, and the kit's source."""
-    from kit.provenance import check_commitments
-
     commitments = load_json_strict(prepared / "adaptive-shards-inputs.json")
     check_commitments(commitments, lambda p: Path(p) if os.path.isabs(p) else prepared / p)
     return commitments
@@ -31,9 +34,6 @@ def check_inputs(prepared: Path) -> dict:
 def check_seed(prepared: Path, pj: dict, seed_dir: str) -> None:
     """--seed must be the prepared seed: its parameter digest, config.json and tokenizer files (the
     committed inputs pin the directory prepare read, not the one passed now)."""
-    from kit.digest import sha256_file
-    from kit.inventory import parameter_digest
-
     seed = Path(seed_dir)
     if not (seed / "config.json").is_file():
         raise TrainRefused(f"--seed {seed}: no config.json; expected the prepared seed directory")
@@ -67,8 +67,6 @@ def check_fresh_home(home: str, cohort: str, resume: str | None, resume_cursor: 
 def _earlier_attempts(home: Path) -> str:
     """What an earlier attempt left in `home` and how to go on from it: resume from its HEAD, or, when it
     committed nothing (interrupted before its first commit), remove the home and start again."""
-    from kit.store.commits import read_head
-
     records = sorted(home.glob("attempts/*/attempt.json")) if home.is_dir() else []
     if not records:
         return ""
@@ -92,8 +90,6 @@ def a_endpoint_of(resume_home: str, resume: str, terms, depth: int) -> str | Non
     """The phase-A endpoint a cohort-B lineage continues: --resume itself at the B start, else the nearest
     ancestor (parent links in `resume_home`) at the A endpoint's cursor and the seed's depth (a growth
     commit keeps the A cursor with more blocks, so its parent is the one). None when the chain breaks."""
-    from kit.store.commits import CommitError, read_commit
-
     want = {"step": terms.endpoints["A"], "cohort": 0, "cohort_step": terms.endpoints["A"]}
     root = resume
     for _ in range(100_000):
@@ -115,8 +111,6 @@ def check_reference(prepared: Path, pj: dict, terms, reference: str, resume: str
     """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
     start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
     by an attempt of this prepared job."""
-    from kit.store.commits import read_commit
-
     endpoint = a_endpoint_of(resume_home or ref_home, resume, terms, pj["seed"]["num_hidden_layers"])
     if reference != endpoint:
         raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
@@ -146,14 +140,11 @@ def check_reference(prepared: Path, pj: dict, terms, reference: str, resume: str
 def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     """Phase B replays examples *actually trained* in phase A: every B.replay_a id must appear in an
     update of A's logs at a step within A's endpoint. Returns how many were checked."""
-    from kit.data.conversations import read_jsonl
-
     pj = load_json_strict(prepared / "prepared.json")
     info = pj["roles"]["B.replay_a"]
     wanted = {c.id for c in read_jsonl(inside(prepared, info["file"], f"{prepared / 'prepared.json'} field "
                                               "'roles.B.replay_a.file'"), info["sha256"])}
     seen = set()
-    from kit.adaptive.lineage import lineage_rows
 
     for row in lineage_rows(a_home):  # own logs and the lineage's inherited ones
         if row["cohort"] == "A" and row["cohort_step"] <= a_endpoint:
@@ -182,8 +173,6 @@ def check_bindings(prepared: Path, pj: dict, terms, seed_dir: str, home: str, co
                    reference_home: str | None) -> None:
     """Inputs bound to the prepared job, before anything is created: the seed, cohort B's reference, a
     fresh home for a new cohort."""
-    from kit.store.commits import read_commit
-
     check_seed(prepared, pj, seed_dir)
     if cohort == "B":
         check_reference(prepared, pj, terms, reference, resume, reference_home or source_home or home,

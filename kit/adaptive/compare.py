@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from kit.adaptive.lineage import lineage_rows
 from kit.store import commits
 from kit.store.objects import ObjectStore
 from kit.store.params import parameter_tensor
@@ -21,7 +22,6 @@ from kit.store.params import parameter_tensor
 def update_log(home: str, cohort: str) -> list[dict]:
     """Per-update records of a home's attempts for one cohort, by cohort step (last attempt wins)."""
     rows: dict[int, dict] = {}
-    from kit.adaptive.lineage import lineage_rows
 
     for r in lineage_rows(home):  # own logs and the lineage's inherited ones (kit/adaptive/lineage.py)
         if r["cohort"] == cohort:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kit.adaptive import prepare as prep
 from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the contract's names in one place
     COHORT,
     KIND,
@@ -36,13 +37,29 @@ from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the co
     job_contract,
     load_continued_contract,
 )
+from kit.adaptive.evaluation import gates
+from kit.adaptive.schema import load_adaptive_contract
+from kit.adaptive.selection import (
+    ACCESS_LOG,
+    EVALUATIONS_LOG,
+    FinalRolesRefused,
+    access_entries,
+    check_endpoint,
+)
+from kit.data.conversations import read_jsonl, write_jsonl
+from kit.data.tasks import generate_set
+from kit.digest import load_json_strict, sha256_file, sha256_json, write_canonical_json
+from kit.evidence.ledger import tasks_excluding
+from kit.inventory import parameter_digest
 from kit.paths import inside
+from kit.provenance import input_commitments
+from kit.publish import publish_dir
+from kit.stats import accuracy_by_family, gained_lost, gate_retention, paired_bootstrap_upper
+from kit.store.commits import read_commit
 
 
 def continued_gates(evaluation: dict, terms, exploratory: bool) -> dict:
     """Generated answers first (net gained >= 1), retention as a guard, the NLL gain reported."""
-    from kit.stats import accuracy_by_family, gained_lost, gate_retention, paired_bootstrap_upper
-
     if evaluation["split"] != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
     boot, t, r = terms.bootstrap, evaluation["tasks"], evaluation["retention"]
@@ -68,17 +85,6 @@ def continued_gates(evaluation: dict, terms, exploratory: bool) -> dict:
 def _start_endpoint(spj: dict, start_dir: Path, start_terms, terms, home: str, root: str,
                     evaluation: Path) -> dict:
     """The start endpoint's identity and its gates, recomputed from its bound final evaluation."""
-    from kit.adaptive.evaluation import gates
-    from kit.adaptive.selection import (
-        ACCESS_LOG,
-        EVALUATIONS_LOG,
-        FinalRolesRefused,
-        access_entries,
-        check_endpoint,
-    )
-    from kit.digest import load_json_strict, sha256_file
-    from kit.store.commits import read_commit
-
     name = terms.start.comparison
     m = read_commit(home, root)
     try:
@@ -122,9 +128,6 @@ def _start_endpoint(spj: dict, start_dir: Path, start_terms, terms, home: str, r
 def _start_job(terms, start_dir: Path) -> tuple:
     """The start job's prepared.json and its contract's job view (cohort order A, B), the contract's digest
     checked against prepared.json and against the continued contract's pin."""
-    from kit.adaptive.schema import load_adaptive_contract
-    from kit.digest import load_json_strict
-
     spj = load_json_strict(start_dir / "prepared.json")
     start_c = load_adaptive_contract(spj["locations"]["contract"])
     if start_c.digest != spj["contract"]["digest"]:
@@ -140,10 +143,6 @@ def _start_job(terms, start_dir: Path) -> tuple:
 def _task_roles(terms, spj: dict, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
     """C.new, dev.tasks and final.tasks, each excluding the seed's trained tasks, every start role and
     every earlier role; final.tasks also the ledger's exposed tasks. Returns (tasks, ledger-skipped finals)."""
-    from kit.data.conversations import read_jsonl
-    from kit.data.tasks import generate_set
-    from kit.evidence.ledger import tasks_excluding
-
     trained = read_jsonl(spj["locations"]["replay"])
     excluded = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
     excluded |= {x.meta["digest"] for convs in start_roles.values() for x in convs if "digest" in x.meta}
@@ -162,8 +161,6 @@ def _conversation_roles(terms, start_dir: Path, start_roles: dict, records: dict
     """C.replay (from the start's A.replay), dev.retention (the start's) and final.retention (fresh
     public records, excluded against every role of both jobs and the ledger) into `records`; returns
     the final-retention report. `ledger` and `contract_digest` name the exposures in a refusal."""
-    from kit.adaptive import prepare as prep
-
     n_replay, n_dev = terms.cohort.totals.replay_conv, terms.evaluation.dev.retention
     if n_replay > len(start_roles["A.replay"]) or n_dev > len(start_roles["dev.retention"]):
         raise ContinuedRefused(f"{start_dir}: A.replay has {len(start_roles['A.replay'])} and dev.retention "
@@ -183,8 +180,6 @@ def _conversation_roles(terms, start_dir: Path, start_roles: dict, records: dict
 
 def _schedule(terms, records: dict, contract_digest: str) -> dict:
     """Cohort C's updates: per update its share of C.new and C.replay, in a seeded, version-proof order."""
-    from kit.adaptive import prepare as prep
-
     sched_seed, k = terms.data_seeds.schedule, terms.cohort
     ranked = {role: prep._rank(records[role], sched_seed, f"schedule/C/{role}") for role in ("C.new", "C.replay")}
     steps = []
@@ -213,13 +208,6 @@ def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: dict, public
 def prepare_continued(contract_path, start_prepared, start_home: str, start_root: str, start_evaluation,
                       seed_dir, public_source, out_dir, ledger=None) -> dict:
     """Prepare the continued cohort into `out_dir` (new or empty); see the module docstring."""
-    from kit.adaptive import prepare as prep
-    from kit.data.conversations import read_jsonl, write_jsonl
-    from kit.digest import sha256_json, write_canonical_json
-    from kit.inventory import parameter_digest
-    from kit.provenance import input_commitments
-    from kit.publish import publish_dir
-
     contract = load_continued_contract(contract_path)
     terms = contract.terms
     start_dir, out = Path(start_prepared), Path(out_dir)

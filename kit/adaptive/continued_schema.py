@@ -6,7 +6,7 @@ training and evaluation can read a continued job's contract without importing it
 from __future__ import annotations
 
 from kit.adaptive.schema import SCHEMA as ADAPTIVE_SCHEMA
-from kit.adaptive.schema import training_schema
+from kit.adaptive.schema import load_adaptive_contract, training_schema
 from kit.contract import SEED, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract, parse
 from kit.data.tasks import FAMILIES
 
@@ -111,8 +111,6 @@ def job_contract(pj: dict):
     (`kit.contract.parse`: attributes, frozen): the contract's fields plus `cohort_order` (the cohort a
     cohort continues precedes it), `endpoints`, `growth.add_blocks`, `seed.parameter_digest`, and for a
     continued job `start_step`. The contract file must still have the digest prepared.json records."""
-    from kit.adaptive.schema import load_adaptive_contract
-
     kind = pj["contract"].get("kind")
     contract = (load_continued_contract if kind == KIND else load_adaptive_contract)(pj["locations"]["contract"])
     if contract.digest != pj["contract"]["digest"]:

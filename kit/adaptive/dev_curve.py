@@ -29,7 +29,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kit.adaptive.evaluation import DEV_ROLES, cached_scores, model_spec, role_file
+from kit.data.chat import load_tokenizer
+from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.stats import accuracy_by_family
+from kit.store.commits import read_commit
 
 CURVE_FORMAT = "kit-adaptive-dev-curve/1"
 CURVE_COLUMNS = ["arm", "model", "step", "cohort", "cohort_step", "family", "n", "correct", "accuracy"]
@@ -40,9 +45,6 @@ COHORT_NAMES = ("A", "B")  # a commit cursor's cohort index (docs/formats/checkp
 def _point(spec: str) -> dict:
     """'seed:DIR' or 'HOME:FULL_ROOT' -> {"model", "step", "cohort", "cohort_step"} from the commit's cursor
     (the seed: step 0, no cohort)."""
-    from kit.adaptive.evaluation import model_spec
-    from kit.store.commits import read_commit
-
     kw, _ = model_spec(spec)
     if "seed_dir" in kw:
         return {"model": spec, "step": 0, "cohort": None, "cohort_step": 0}
@@ -58,11 +60,6 @@ def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], o
     """Score every model of every lineage ({arm: ["seed:DIR" or "HOME:FULL_ROOT", ...]}, each list in
     training order) on the development roles; write and return the curve record (docs/formats/adaptive-evaluation.md).
     A lineage must be in increasing `step` order, so that a curve is never drawn out of order."""
-    from kit.adaptive.evaluation import DEV_ROLES, cached_scores, model_spec, role_file
-    from kit.data.chat import load_tokenizer
-    from kit.data.conversations import read_jsonl
-    from kit.stats import accuracy_by_family
-
     prepared_dir = Path(prepared_dir)
     if not lineages or any(not isinstance(v, list) or not v for v in lineages.values()):
         raise ValueError(f"lineages {lineages!r}: expected {{arm: [model spec, ...]}} with at least one model per arm")

@@ -17,9 +17,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.adaptive.selection import open_final_roles
-from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.adaptive.selection import EVALUATIONS_LOG, _log, open_final_roles
+from kit.data.chat import load_tokenizer
+from kit.data.conversations import read_jsonl
+from kit.digest import load_json_strict, sha256_file, sha256_json, write_canonical_json
+from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.evidence.ledger import ledger_path, record_exposures
+from kit.evidence.notebook import record_materials
+from kit.inventory import parameter_digest
 from kit.paths import inside
+from kit.stats import (
+    accuracy_by_family,
+    gained_lost,
+    gate_gain,
+    gate_generated,
+    gate_retention,
+    paired_bootstrap_upper,
+    ratio_change_normal_upper,
+)
 
 DEV_ROLES = {"tasks": "dev.tasks", "retention": "dev.retention"}
 FINAL_ROLES = {"tasks": "final.tasks", "retention": "final.retention"}
@@ -51,8 +66,6 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     """Score candidate and baseline on `split` (NLL per assistant token, greedy answers) in batches on
     `device` ("cpu", or "cuda" for the 1.7B shape: FP32 weights either way; GPU scores may differ from
     CPU ones in the last bits, so the score cache keys them by device)."""
-    from kit.data.chat import load_tokenizer
-    from kit.data.conversations import read_jsonl
     prepared_dir = Path(prepared_dir)
     if split not in ("dev", "final"):
         raise ValueError(f"split {split!r}; expected 'dev' or 'final'")
@@ -63,15 +76,12 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
         open_final_roles(prepared_dir, selection, [cand_id] if not cand_id.startswith("seed:") else [],
                          purpose=f"final scoring of {cand_id} against {base_id}",
                          models={"candidate": cand_kw, "baseline": base_kw})
-    from kit.evidence.notebook import record_materials
 
     record_materials("prepared", "file", [sha256_file(prepared_dir / "prepared.json")])
     record_materials("scored", "commit", [kw["root"] for kw in (cand_kw, base_kw) if "root" in kw])
     tok = load_tokenizer(tokenizer_dir)
     data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
     if split == "final":
-        from kit.evidence.ledger import ledger_path, record_exposures
-
         pj = load_json_strict(prepared_dir / "prepared.json")
         record_exposures(data["tasks"], data["retention"], pj["contract"]["digest"], pj["job_digest"],
                          f"final scoring of {cand_id} against {base_id}",
@@ -98,8 +108,6 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
         result["device"] = device
     sha = write_canonical_json(out, result)
     if split == "final":  # the record's bytes, bound where the opening was logged (kit continued prepare reads it)
-        from kit.adaptive.selection import EVALUATIONS_LOG, _log
-
         _log(prepared_dir, {"evaluation": str(out), "sha256": sha, "candidate": cand_id, "baseline": base_id},
              EVALUATIONS_LOG)
     return result
@@ -109,17 +117,12 @@ def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tok
                   cache: Path, device: str = "cpu") -> dict:
     """A model's scores on the roles, cached by (weights identity, role file digests, settings): scoring
     is a deterministic function of those, and each endpoint is a candidate once and a baseline once."""
-    from kit.digest import sha256_json
-    from kit.evaluation.scoring import answer_tasks, load_model, score_nll
-    from kit.inventory import parameter_digest
-
     weights = parameter_digest(kw["seed_dir"]) if "seed_dir" in kw else ident
     key = sha256_json(["kit-adaptive-scores/1", weights, role_sha, max_tokens, max_new_tokens]
                       + ([] if device == "cpu" else [device]))
     path = cache / f"{key}.json"
     if path.exists():
         return load_json_strict(path)
-    from kit.evaluation.scoring import eval_batch_sizes
 
     model = load_model(**kw, device=device)
     nll_batch, answer_batch = eval_batch_sizes(device)
@@ -136,15 +139,6 @@ def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tok
 
 def gates(evaluation: dict, terms) -> dict:
     """The seed's three gates on a final evaluation record, with every input written out."""
-    from kit.stats import (
-        accuracy_by_family,
-        gained_lost,
-        gate_gain,
-        gate_generated,
-        gate_retention,
-        paired_bootstrap_upper,
-    )
-
     if evaluation["split"] != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
     g = terms.gates
@@ -172,8 +166,6 @@ def nll_change_bounds(evaluation: dict, terms, normal_multiplier: float = 1.645)
     upper bound (the contract's confidence, resamples and seed: the numbers `gates` judges on final
     roles) and the approximate delta-method normal bound beside it. Notebooks show these; they never
     compute a bound themselves."""
-    from kit.stats import paired_bootstrap_upper, ratio_change_normal_upper
-
     boot = terms.bootstrap
     bounds = {}
     for part in ("tasks", "retention"):

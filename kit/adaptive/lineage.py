@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from kit.digest import write_canonical_json
+from kit.digest import load_json_strict, write_canonical_json
 
 INHERITED_NAME = "inherited.json"
 INHERITED_FORMAT = "kit-inherited-logs/1"
@@ -39,7 +39,6 @@ def _referenced(attempt_dir: Path) -> list[tuple[str, Path, dict]]:
     path = attempt_dir / INHERITED_NAME
     if not path.is_file():
         return []
-    from kit.digest import load_json_strict
 
     rec = load_json_strict(path)
     if not isinstance(rec, dict) or rec.get("format") != INHERITED_FORMAT or not isinstance(rec.get("logs"), list):

@@ -11,6 +11,7 @@ from pathlib import Path
 from kit.adaptive.schema import REGIMES
 from kit.digest import load_json_strict
 from kit.model.config import LlamaShape
+from kit.model.shard import Layout
 from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
 
 OWNERSHIP_FORMAT = "kit.adaptive.ownership/1"
@@ -30,8 +31,6 @@ def memory_model_of(terms) -> dict:
 def planned_layout(prepared: Path, layers: int, workers: int):
     """The planner's layout for `workers` at depth `layers` from the prepared ownership manifest (verified
     by check_inputs before any worker starts), or None when the manifest has none for that pair."""
-    from kit.model.shard import Layout
-
     path = Path(prepared) / OWNERSHIP_FILE
     if not path.is_file():  # a job prepared without ownership manifests (kit continued prepare): even split
         return None

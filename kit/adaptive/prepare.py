@@ -31,6 +31,7 @@ from pathlib import Path
 
 from kit.adaptive.ownership import OWNERSHIP_FILE, _block_of, ownership_manifests
 from kit.adaptive.schema import load_adaptive_contract
+from kit.data.chat import encode_or_refuse, load_tokenizer
 from kit.data.conversations import (
     Conversation,
     conversation_from_json,
@@ -41,6 +42,15 @@ from kit.data.conversations import (
 )
 from kit.data.tasks import FAMILIES, TaskExample, assert_disjoint, generate_set
 from kit.digest import sha256_file, sha256_json, write_canonical_json
+from kit.evidence.ledger import (
+    CONVERSATION_KINDS,
+    TASK_KINDS,
+    exposed_digests,
+    exposure_hint,
+    ledger_path,
+    ledger_summary,
+    tasks_excluding,
+)
 from kit.inventory import check_shapes, inventory, inventory_digest, parameter_digest
 from kit.model.config import load_config
 from kit.provenance import input_commitments
@@ -97,8 +107,6 @@ class _Fits:
     """Whether a conversation encodes within max_tokens under the contract's "reject" policy."""
 
     def __init__(self, seed_dir: Path, max_tokens: int):
-        from kit.data.chat import encode_or_refuse, load_tokenizer
-
         self._encode = encode_or_refuse
         self.tokenizer = load_tokenizer(seed_dir)
         self.tokenizer.model_max_length = 1 << 62  # we only count tokens; silence the long-sequence warning
@@ -183,8 +191,6 @@ def _generate_tasks(terms, seed_task_digests: set[str], exposed: frozenset[str] 
                     report: dict | None = None) -> dict[str, list[TaskExample]]:
     """A.new, B.new, dev.tasks, final.tasks; each excludes every earlier role and the seed's own tasks;
     final.tasks also every task digest of the exposure ledger (`exposed`), counted into `report`."""
-    from kit.evidence.ledger import tasks_excluding
-
     wanted = {"A.new": terms.cohorts.A.totals.new, "B.new": terms.cohorts.B.totals.new,
               "dev.tasks": terms.evaluation.dev.tasks, "final.tasks": terms.evaluation.final.tasks}
     excluded = set(seed_task_digests)
@@ -234,8 +240,6 @@ def _final_retention(terms, public: Path, records: dict[str, list[Conversation]]
         used.add(conv.digest)
         eligible.append(conv)
     if len(eligible) < spec.count:
-        from kit.evidence.ledger import exposure_hint
-
         hint = (f"; {counts['ledger']} of them because {exposure_hint(ledger, by_ledger, contract_digest)}"
                 if by_ledger and ledger else "")
         raise PrepareError(f"{public}: records [{spec.start}, {spec.stop}) leave {len(eligible)} eligible "
@@ -356,14 +360,6 @@ def ledger_exposure(ledger, contract_digest: str, scope: Path) -> tuple[Path, di
     """(the ledger, its summary, task digests, conversation digests) exposed under any other contract: a
     later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself.
     `ledger` None: ledger_path(scope), the ledger scoped to the job being prepared into `scope`."""
-    from kit.evidence.ledger import (
-        CONVERSATION_KINDS,
-        TASK_KINDS,
-        exposed_digests,
-        ledger_path,
-        ledger_summary,
-    )
-
     ledger = Path(ledger) if ledger is not None else ledger_path(scope)
     return (ledger, ledger_summary(ledger), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
             frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract_digest)))

@@ -33,7 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from kit.adaptive.compare import compare
+from kit.adaptive.continued_schema import job_contract
+from kit.adaptive.train import CohortRequest, train
 from kit.digest import load_json_strict, write_canonical_json
+from kit.store.commits import read_commit
 
 REPLAY_FORMAT = "kit-replay/1"
 
@@ -53,8 +59,6 @@ def _attempt_of(home: Path, root: str) -> dict:
 
 def _lineage(home: Path, root: str, parent: str | None) -> tuple[list[dict], str]:
     """Manifests from ROOT back to PARENT (exclusive of PARENT), and PARENT (default: ROOT's parent)."""
-    from kit.store.commits import read_commit
-
     m = read_commit(home, root)
     if parent is None:
         if m["parent"] is None:
@@ -70,8 +74,6 @@ def _lineage(home: Path, root: str, parent: str | None) -> tuple[list[dict], str
 
 
 def _max_difference(a_home: str, a_root: str, b_home: str, b_root: str) -> float | None:
-    from kit.adaptive.compare import compare
-
     res = compare(a_home, a_root, b_home, b_root, "A")
     return res["max_abs_parameter_difference"]
 
@@ -79,10 +81,6 @@ def _max_difference(a_home: str, a_root: str, b_home: str, b_root: str) -> float
 def replay(home: str, root: str, parent: str | None = None, workers: int | None = None,
            scratch: str | None = None) -> dict:
     """Replay the window (PARENT, ROOT] of store `home`; returns and writes the replay record."""
-    from kit.adaptive.continued_schema import job_contract
-    from kit.adaptive.train import CohortRequest, train
-    from kit.store.commits import read_commit
-
     h = Path(home)
     chain, parent = _lineage(h, root, parent)
     target, start = chain[0], read_commit(h, parent)
@@ -141,6 +139,4 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
 
 
 def _cuda() -> bool:
-    import torch
-
     return torch.cuda.is_available() and os.environ.get("KIT_DEVICE", "cpu") != "cpu"

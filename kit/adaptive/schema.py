@@ -34,7 +34,10 @@ from kit.contract import (
     load_contract,
 )
 from kit.data.tasks import FAMILIES
+from kit.distributed.pipeline import EngineConfig
 from kit.planner import GPU_BF16
+from kit.train.loss import DistillConfig
+from kit.train.optim import GroupConfig
 from kit.train.schedule import check_schedule
 
 KIND = "adaptive-shards"
@@ -275,9 +278,6 @@ def engine_config(terms, pad_id: int = 0):
     """The contract's training section as the engine's typed config (`kit.distributed.pipeline.EngineConfig`):
     the one translation of an adaptive contract. `pad_id` is the seed tokenizer's pad token (the
     contract does not name it); `compile_blocks` has no contract field and stays "auto"."""
-    from kit.distributed.pipeline import EngineConfig
-    from kit.train.loss import DistillConfig
-
     tr = terms.training
     d = tr.distillation
     return EngineConfig(tr.microbatch_size, tr.max_grad_norm, DistillConfig(d.weight, d.temperature, d.direction),
@@ -288,7 +288,5 @@ def optimizer_groups(terms) -> dict:
     """The contract's optimizer groups ("default", "grown") as `kit.train.optim.GroupConfig`s. The groups
     cross as JSON (`to_json`): GroupConfig.from_json is the generic reader of an optimizer group's JSON, also of
     the tests' worker arguments, and refuses unknown fields."""
-    from kit.train.optim import GroupConfig
-
     groups = terms.training.optimizer.to_json()
     return {k: GroupConfig.from_json(v, f"training.optimizer.{k}") for k, v in groups.items()}

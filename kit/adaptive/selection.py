@@ -42,6 +42,8 @@ import os
 import time
 from pathlib import Path
 
+from kit.adaptive.continued_schema import job_contract
+from kit.contract import ContractError
 from kit.digest import (
     canonical_json,
     load_canonical_json,
@@ -49,6 +51,10 @@ from kit.digest import (
     sha256_file,
     write_canonical_json,
 )
+from kit.evidence.ledger import append_guard_event, chain_events, ledger_path
+from kit.evidence.notebook import record_materials
+from kit.inventory import parameter_digest
+from kit.store.commits import read_commit
 
 SELECTION_FORMAT = "kit-adaptive-selection/2"  # /2: every candidate binds its comparison's baseline
 ACCESS_LOG = "final-access.jsonl"
@@ -66,10 +72,6 @@ class FinalRolesRefused(PermissionError):
 def prepared_contract(prepared_dir: str | os.PathLike) -> tuple:
     """(prepared.json, the job's contract view: `job_contract`) of a prepared job; the contract file must
     still have the digest prepared.json records (else FinalRolesRefused naming both)."""
-    from kit.adaptive.continued_schema import job_contract
-    from kit.contract import ContractError
-    from kit.digest import load_json_strict
-
     path = Path(prepared_dir) / "prepared.json"
     pj = load_json_strict(path)
     try:
@@ -151,14 +153,10 @@ def access_entries(prepared_dir: str | os.PathLike, name: str = ACCESS_LOG) -> l
 
 def guard_ledger(prepared_dir: Path, pj: dict) -> Path:
     """The ledger whose chain guards this job's final roles: the one its scorings record exposures into."""
-    from kit.evidence.ledger import ledger_path
-
     return ledger_path(prepared_dir, pj.get("locations", {}).get("ledger"))
 
 
 def chained_accesses(prepared_dir: Path, pj: dict) -> list[dict]:
-    from kit.evidence.ledger import chain_events
-
     digest = prepared_digest(prepared_dir)
     return [e for e in chain_events(guard_ledger(prepared_dir, pj), "final-access") if e.get("prepared_digest") == digest]
 
@@ -166,8 +164,6 @@ def chained_accesses(prepared_dir: Path, pj: dict) -> list[dict]:
 def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict], out: str | os.PathLike,
                     development: dict | None = None) -> dict:
     """candidates: {name: {"home": H, "root": full root}}; returns the record written to `out`."""
-    from kit.store.commits import read_commit
-
     prepared_dir = Path(prepared_dir)
     scored = [e for e in access_entries(prepared_dir) if e.get("allowed")]
     if scored:
@@ -200,8 +196,6 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
               "contract_digest": pj["contract"]["digest"], "candidates": bound, "development": development or {}}
     sha = write_canonical_json(out, record)
     _log(prepared_dir, {"selection": str(out), "sha256": sha}, SELECTIONS_LOG)
-    from kit.evidence.ledger import append_guard_event
-    from kit.evidence.notebook import record_materials
 
     append_guard_event(guard_ledger(prepared_dir, pj), {"event": "selection", "job": pj["job_digest"],
                                                         "prepared_digest": record["prepared_digest"],
@@ -265,8 +259,6 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
         _log(prepared_dir, {**entry, "allowed": False, "reason": f"unreadable selection record: {e}"})
         raise FinalRolesRefused(f"{selection_path}: unreadable selection record: {e}") from None
     _log(prepared_dir, {**entry, "allowed": True, "selection_sha256": actual})
-    from kit.evidence.ledger import append_guard_event
-    from kit.evidence.notebook import record_materials
 
     pj, _ = prepared_contract(prepared_dir)
     append_guard_event(guard_ledger(prepared_dir, pj), {"event": "final-access", "job": pj["job_digest"],
@@ -279,8 +271,6 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
 
 def _check_chain(prepared_dir: Path, source: str, actual: str) -> None:
     """The selection's event is in the ledger chain, and no final access under another selection is."""
-    from kit.evidence.ledger import chain_events
-
     pj, _ = prepared_contract(prepared_dir)
     ledger, digest = guard_ledger(prepared_dir, pj), prepared_digest(prepared_dir)
     written = [e["selection_sha256"] for e in chain_events(ledger, "selection") if e.get("prepared_digest") == digest]
@@ -297,9 +287,6 @@ def _check_chain(prepared_dir: Path, source: str, actual: str) -> None:
 
 def _check_models(prepared_dir: Path, record: dict, models: dict, source: str) -> None:
     """The evaluated pair is a bound (candidate, baseline): see the module docstring."""
-    from kit.inventory import parameter_digest
-    from kit.store.commits import read_commit
-
     cand, base = models["candidate"], models["baseline"]
     if "root" not in cand:
         raise FinalRolesRefused(f"{source}: candidate seed:{cand.get('seed_dir')} on final roles; a candidate must be "

@@ -8,7 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
+from kit.adaptive.compare import update_log
+from kit.adaptive.continued import KIND as CONTINUED
+from kit.adaptive.continued import continued_gates
+from kit.adaptive.evaluation import gates, nll_change_bounds
+from kit.adaptive.prepare import OWNERSHIP_FILE
 from kit.digest import load_json_strict, sha256_file
+from kit.stats import accuracy_by_family, bootstrap_ratio_distribution, gained_lost
 
 COMMIT_COLUMNS = ["cohort", "cohort_step", "step", "full_root", "learned_state_root"]
 
@@ -31,8 +39,6 @@ def prepare_sidecars(summary: dict) -> dict:
 def ownership_rows(prepared_dir: str) -> list[dict]:
     """The `ownership` sidecar: one row per worker of every layout the planner wrote (ownership file of
     the prepared job), with its block range, embedding ownership, memory estimate and tensors."""
-    from kit.adaptive.prepare import OWNERSHIP_FILE
-
     ownership = load_json_strict(Path(prepared_dir) / OWNERSHIP_FILE)
     return [{"workers": lay["workers"], "layers": lay["num_hidden_layers"], "grown": lay["grown"],
              "rank": w["rank"], "blocks": f"[{w['blocks'][0]}, {w['blocks'][1]})",
@@ -100,8 +106,6 @@ def attempt_throughput(home: str, commits: list[dict], workers: int) -> dict:
 def loss_curves(home: str, cohort: str) -> list[dict]:
     """The `loss_curves` sidecar: per update of `cohort` along the lineage kept in `home` (inherited logs
     travel with migrated and grown states), keyed by "update" (the cohort step)."""
-    from kit.adaptive.compare import update_log
-
     return [{"update": r["cohort_step"], **{k: v for k, v in r.items() if k != "cohort_step"}}
             for r in update_log(home, cohort)]
 
@@ -150,8 +154,6 @@ def evaluation_file(ev: dict, comparison: str, split: str, out: str) -> dict:
 def accuracy_sidecars(ev: dict) -> dict:
     """{"accuracy_by_family": {family: {n, accuracy_/correct_ candidate and baseline}},
     "generated_answers": gained and lost correct answers, candidate against baseline}."""
-    from kit.stats import accuracy_by_family, gained_lost
-
     cand = accuracy_by_family([{"family": x["family"], "correct": x["cand_correct"]} for x in ev["tasks"]])
     base = accuracy_by_family([{"family": x["family"], "correct": x["base_correct"]} for x in ev["tasks"]])
     table = cand.merge(base, on=["family", "n"], suffixes=("_candidate", "_baseline")).set_index("family")
@@ -165,11 +167,6 @@ def nll_change_sidecars(ev: dict, terms, normal_multiplier: float) -> dict:
     """{"nll_change_bounds": the bootstrap and normal bounds the gates judge (evaluation.nll_change_bounds),
     "bootstrap_distribution": per part, a 40-bin histogram of the resampled statistic behind the bound
     (the same resamples: the contract's seed and count)}."""
-    import numpy as np
-
-    from kit.adaptive.evaluation import nll_change_bounds
-    from kit.stats import bootstrap_ratio_distribution
-
     bounds = nll_change_bounds(ev, terms, normal_multiplier)
     hist = {}
     for part in ("tasks", "retention"):
@@ -186,10 +183,6 @@ def gate_sidecars(ev: dict, terms, prepared: dict, comparison: str) -> dict:
     """The final roles' verdict as sidecars: {"gates": {name: passed, inputs, rule}, "gate_verdict"} and,
     for a continued-learning job (generated answers are its primary gate), "start_endpoint" with the note
     that says whether its start was exploratory. Refused on development roles: they may only abort."""
-    from kit.adaptive.continued import KIND as CONTINUED
-    from kit.adaptive.continued import continued_gates
-    from kit.adaptive.evaluation import gates
-
     if ev["split"] != "final":
         raise ValueError(f"evaluation of {comparison or 'this comparison'}: field split = {ev['split']!r}; "
                          "the gates apply to final roles only")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_fresh_home, check_seed
+from kit.adaptive.lineage import portable_logs, write_portable_logs
 from kit.adaptive.train import (
     WORKER_TIMEOUT_S,
     CohortRequest,
@@ -27,9 +28,13 @@ from kit.adaptive.train import (
     worker_args,
 )
 from kit.digest import canonical_json, loads_strict, write_canonical_json
+from kit.distributed.group import join, leave
+from kit.distributed.launch import WorkerContext
 from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.engine.fetch import holds_commit, host_name
+from kit.interrupt import interruption
 from kit.refs import CommitRef, PeerCommitRef, SeedRef
+from kit.store.commits import read_commit
 
 
 def _agree(group, what: str, fn) -> list:
@@ -56,9 +61,6 @@ def _store_of(root: str | None, *homes: str | None) -> str | None:
 def train_torchrun(request: CohortRequest) -> list[dict]:
     """This process is one rank of a torchrun group running one cohort arm (module docstring). Returns
     the commits (on every rank)."""
-    from kit.distributed.group import join, leave
-    from kit.distributed.launch import WorkerContext
-
     world = int(os.environ["WORLD_SIZE"])
     if request.workers != world:
         raise TrainRefused(f"--workers {request.workers} but torchrun started WORLD_SIZE={world} processes")
@@ -94,8 +96,6 @@ def _bind(group, r: CohortRequest, terms, pj) -> dict:
                        r.reference_home)
         if r.cohort == "B":
             check_a_trained(r.reference_home or src or r.home, prepared_p, terms.endpoints["A"])
-        from kit.adaptive.lineage import portable_logs
-        from kit.store.commits import read_commit
 
         # the lineage's update logs travel with the migrated state: referenced where rank 0's host holds them
         logs = portable_logs(src) if src else {}
@@ -139,7 +139,6 @@ def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
     (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)  # every host: its own status files
     if rank == 0:
         write_canonical_json(attempt_dir / "attempt.json", record)
-        from kit.adaptive.lineage import write_portable_logs
 
         write_portable_logs(facts["logs"], attempt_dir)
     try:
@@ -160,8 +159,6 @@ def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
         record.update(status="completed", commits=out["commits"], start_root=getattr(start, "root", None))
         return out["commits"]
     except KeyboardInterrupt as e:  # SIGINT, or SIGTERM from torchrun's agent (kit.interrupt)
-        from kit.interrupt import interruption
-
         name = interruption(e)[0]
         record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}")
         raise

@@ -33,11 +33,34 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import torch
+
+from kit import numerics
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_cohort, check_inputs
+from kit.adaptive.continued_schema import job_contract
+from kit.adaptive.growth import grow_commit
+from kit.adaptive.lineage import inherit_logs
+from kit.adaptive.ownership import memory_model_of, planned_layout
+from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
+from kit.data.chat import encode_or_refuse, load_tokenizer
+from kit.data.conversations import read_jsonl
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
+from kit.distributed.group import under_torchrun
+from kit.distributed.launch import DISK_RESERVE_ENV, launch
+from kit.engine.migration import open_start, open_start_over_group, reference_over_group
+from kit.engine.session import Session
+from kit.interrupt import Interrupted, interruption
+from kit.model.config import load_config
+from kit.model.shard import Layout, even_layout
 from kit.paths import inside
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
 from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
+from kit.store import commits
+from kit.store.commits import read_commit, read_head, verify_commit
+from kit.store.in_use import held
+from kit.store.objects import ObjectStore, fetch_objects
+from kit.store.start import start_from_commit
+from kit.train.batch import TrainRecord
 from kit.train.schedule import CONSTANT, lr_factor
 
 WORKER_TIMEOUT_S = 300  # the workers' collective timeout (a dead peer is an error within it)
@@ -135,9 +158,6 @@ def replicate_record(prepared: Path, cohort: str, replicate: int) -> dict:
 
 def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int, replicate: int = 0) -> dict:
     """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
-    from kit.data.chat import encode_or_refuse, load_tokenizer
-    from kit.data.conversations import read_jsonl
-
     pj = load_json_strict(prepared / "prepared.json")
     where = f"{prepared / 'prepared.json'} field"
     steps = cohort_steps(prepared, cohort, replicate)
@@ -158,8 +178,6 @@ def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: i
 def _open_start(group, args: dict, layout, ctx) -> tuple:
     """The start state this worker's blocks train from: (start, bytes fetched, the peer fetch record or None).
     A commit of another store is migrated first; over the group when hosts share no filesystem."""
-    from kit.engine.migration import open_start, open_start_over_group
-
     start_ref = ref_from_json(args["start"], "worker argument 'start'")
     fetch = None
     if isinstance(start_ref, PeerCommitRef):  # hosts without a shared filesystem (kit/adaptive/torchrun.py)
@@ -175,8 +193,6 @@ def _open_start(group, args: dict, layout, ctx) -> tuple:
 
 def _open_reference(group, args: dict, layout) -> tuple:
     """The frozen reference of the KL term, as the Session takes it, and the peer fetch record (or None)."""
-    from kit.engine.migration import reference_over_group
-
     reference_ref = ref_from_json(args["reference"], "worker argument 'reference'")
     if isinstance(reference_ref, PeerCommitRef):
         return reference_over_group(group, reference_ref.source, args["home"], layout, reference_ref.root)
@@ -200,16 +216,8 @@ def _start_cohort_step(terms, cohort: str, manifest: dict | None) -> int:
 
 def adaptive_worker(group, args: dict, ctx) -> dict:
     """Launcher/torchrun entry; `args` is `worker_args`' plan (start and reference as kit.refs JSON)."""
-    from kit.adaptive.continued_schema import job_contract
-    from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
-    from kit.engine.session import Session
-    from kit.model.shard import Layout
-    from kit.train.batch import TrainRecord
-
     prepared = Path(args["prepared"])
     if os.environ.get("KIT_GPU_DETERMINISTIC") == "1" and group.device.type == "cuda":
-        from kit import numerics
-
         numerics.apply(group.device, deterministic_gpu=True, threads=int(os.environ.get("KIT_THREADS", "1")))
     ctx.progress(phase="check-inputs")
     check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
@@ -221,7 +229,6 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
     start, fetched, fetch = _open_start(group, args, layout, ctx)
     reference, reference_fetch = _open_reference(group, args, layout)
     data = records_for_cohort(prepared, cohort, args["seed_dir"], tr.max_tokens, args.get("replicate", 0))
-    from kit.adaptive.ownership import memory_model_of
 
     docs = terms.cohorts[cohort].documents_per_update
     # a continued-learning contract has no planner section: admission then uses the device's default model
@@ -261,7 +268,6 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
             out["commits"].append({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                    "full_root": full, "learned_state_root": learned})
             stats.reset()  # the commit's traffic and buffers are not the next update's
-    import torch
 
     out["deterministic_algorithms"] = torch.are_deterministic_algorithms_enabled()
     return out
@@ -287,15 +293,11 @@ class _RankStats:
         self.reset()
 
     def reset(self) -> None:
-        import torch
-
         if self.group.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.group.device)
         self.sent = getattr(self.group, "bytes_sent", None)
 
     def gather(self) -> list[dict]:
-        import torch
-
         g = self.group
         peak = int(torch.cuda.max_memory_allocated(g.device)) if g.device.type == "cuda" else None
         sent = getattr(g, "bytes_sent", None)
@@ -310,8 +312,6 @@ def checked_job(request: CohortRequest) -> tuple[CohortRequest, dict, dict]:
     """Shared by the local and torchrun paths: every input commitment and the kit's source, the
     contract (adaptive or continued), the cohort name, and a later cohort's reference and resume.
     Returns (the request with the job's defaults, contract view, prepared.json)."""
-    from kit.adaptive.continued_schema import job_contract
-
     prepared = Path(request.prepared)
     check_inputs(prepared)  # before anything else: source or input changes fail here, naming the file
     pj = load_json_strict(prepared / "prepared.json")
@@ -334,10 +334,7 @@ def worker_args(request: CohortRequest, start: Ref, reference: Ref, layers: int,
 def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
     """The student's depth: commit `root`'s in `home` (a grown commit is deeper than the seed), else the seed's."""
     if root:
-        from kit.store.start import start_from_commit
-
         return start_from_commit(home, root).shape.num_hidden_layers
-    from kit.model.config import load_config
 
     return load_config(seed_dir).num_hidden_layers
 
@@ -360,10 +357,6 @@ def train(request: CohortRequest) -> list[dict]:
     The record is finalised whatever ends the attempt: `completed`, `failed` with the error (one line),
     or `aborted` with the signal (SIGINT, SIGTERM: the workers are stopped first). An interruption is
     re-raised as `Interrupted` whose `next_step` names the command that resumes or cleans up."""
-    from kit.distributed.group import under_torchrun
-    from kit.distributed.launch import DISK_RESERVE_ENV, launch
-    from kit.store.in_use import held
-
     if under_torchrun():
         raise TrainRefused("this process runs under torchrun (RANK and WORLD_SIZE are set): call "
                            "kit.adaptive.torchrun.train_torchrun (the CLI does) instead of the local launcher")
@@ -389,8 +382,6 @@ def train(request: CohortRequest) -> list[dict]:
     try:
         with held(r.home):  # `kit checkpoint gc --objects` is refused while this run may commit
             if r.source_home:  # the lineage's update logs travel with the migrated state, by reference
-                from kit.adaptive.lineage import inherit_logs
-
                 inherit_logs(r.source_home, attempt_dir)
             if r.cohort == "B":
                 check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, terms.endpoints["A"])
@@ -407,8 +398,6 @@ def train(request: CohortRequest) -> list[dict]:
                       fetched_bytes=[res["fetched_bytes"] for res in results])
         return results[0]["commits"]
     except KeyboardInterrupt as e:
-        from kit.interrupt import Interrupted, interruption
-
         name, _ = interruption(e)
         record.update(status="aborted", signal=name, error=f"interrupted by {name}")
         raise Interrupted(getattr(e, "signum", signal.SIGINT), _after_abort(r, attempt_dir)) from None
@@ -423,8 +412,6 @@ def train(request: CohortRequest) -> list[dict]:
 
 def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:
     """What an interrupted attempt tells the operator: where it is recorded and the command that goes on."""
-    from kit.store.commits import read_head
-
     head = read_head(r.home)
     said = f"attempt {attempt_dir} recorded as aborted, workers stopped"
     if head is None:
@@ -439,7 +426,6 @@ def adoptable_endpoint(r: CohortRequest, terms, pj: dict) -> dict | None:
     ran: a run that died after its endpoint commit but before its record. Else None (train as usual)."""
     if r.resume is None or r.source_home or r.grow:
         return None
-    from kit.store.commits import read_commit, verify_commit
 
     manifest = read_commit(r.home, r.resume)
     cursor = manifest["learned_state"]["cursor"]
@@ -461,18 +447,11 @@ def adoptable_endpoint(r: CohortRequest, terms, pj: dict) -> dict | None:
 def training_layout(prepared: Path, layers: int, workers: int):
     """The planner's layout from the prepared ownership manifest when it has one for (workers, depth),
     whatever split the planner chose; an even split otherwise (a worker count the contract never planned)."""
-    from kit.adaptive.ownership import planned_layout
-    from kit.model.shard import even_layout
-
     return planned_layout(prepared, layers, workers) or even_layout(layers, workers)
 
 
 def grow_into(home: str, source_home: str | None, root: str, terms) -> str:
     """Bring `root` into `home` (all objects: this store grows the whole model) and append blocks."""
-    from kit.adaptive.growth import grow_commit
-    from kit.store import commits
-    from kit.store.objects import ObjectStore, fetch_objects
-
     g = terms.growth
     if source_home and commits.read_head(home) != root:
         manifest = commits.read_commit(source_home, root)

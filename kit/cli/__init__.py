@@ -1,20 +1,23 @@
-"""`kit` command line. Each subcommand is a thin wrapper over a kit function; heavy modules
-(torch, transformers, papermill, nbconvert, matplotlib) are imported only by the subcommand that
-needs them, so `kit --help` and `kit digest` start fast and import on the GPU image as it is.
-The driver subcommands are registered from `kit.cli.drivers` (which never imports this module).
+"""`kit` command line. Each subcommand is a thin wrapper over a kit function. The parser (this module,
+kit/cli/drivers.py, adaptive.py, study.py and kit/args.py) imports nothing heavy; what a command runs is
+in a module of kit/cli/handlers/, imported by `main` only for the command being run (`HANDLERS`, the
+command line's one lazy import), so `kit --help`, a usage error and `kit digest` start fast and import
+on the GPU image as it is. The driver subcommands are registered from `kit.cli.drivers` (which never
+imports this module).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
-from kit import numerics
+from kit import __version__, numerics
 from kit.args import (
     Dir,
     File,
@@ -32,6 +35,12 @@ from kit.args import (
     seed_dir,
     store_dir,
 )
+from kit.cli.drivers import DRIVER_COMMANDS
+from kit.distributed.launch import WorkerFailure
+from kit.environ import PROGRESS_ENV
+from kit.interrupt import interruption, raise_on_signals
+from kit.planner import MemoryModel
+from kit.sizes import SizeError, parse_size
 
 WORKFLOW = """\
 workflow (README.md, "Command line", has every option; `kit COMMAND --help` for one):
@@ -43,114 +52,29 @@ workflow (README.md, "Command line", has every option; `kit COMMAND --help` for 
   demo: `kit demo` (or `make demo`) runs all of it on the embedded tiny contracts in a few minutes."""
 
 
-def _print_json(obj) -> None:
-    print(json.dumps(obj, sort_keys=True))
+# The command line's one lazy import: the module holding what each command runs. A handler module imports
+# its drivers (torch, transformers, the notebook runner) at module level, so importing them all would make
+# `kit --help` import torch; `main` imports the one of the parsed command, after the numeric profile is
+# applied. tests/test_cli_walk.py checks that every leaf subcommand's handler (`fn`) is found this way.
+HANDLERS = {
+    "digest": "kit.cli.handlers.core", "status": "kit.cli.handlers.core", "seed": "kit.cli.handlers.core",
+    "checkpoint": "kit.cli.handlers.core", "plan": "kit.cli.handlers.core", "demo": "kit.cli.handlers.core",
+    "run": "kit.cli.handlers.evidence", "batch": "kit.cli.handlers.evidence",
+    "verify-evidence": "kit.cli.handlers.evidence", "report": "kit.cli.handlers.evidence",
+    "results": "kit.cli.handlers.evidence", "archive-evidence": "kit.cli.handlers.evidence",
+    "adaptive": "kit.cli.handlers.adaptive", "continued": "kit.cli.handlers.adaptive",
+    "study": "kit.cli.handlers.study",
+}
 
 
-# --- digest / seed --------------------------------------------------------------------------
-def cmd_digest(a) -> int:
-    from kit.inventory import parameter_digest
-
-    print(parameter_digest(a.dir))
-    return 0
-
-
-def cmd_seed_build(a) -> int:
-    from kit.seed.build import SeedBuildConfig, build_seed
-
-    if a.scale == "medium":
-        from kit.seed.small import SmallSeedConfig, build_small_seed
-
-        if a.test_size:
-            raise ValueError("--test-size is for --scale tiny; a short medium build takes --config FILE "
-                             "(a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50})")
-        cfg = SmallSeedConfig.from_json(a.config) if a.config else SmallSeedConfig.small()
-        repo = Path(__file__).resolve().parents[2]  # the defaults travel in the repository, whatever the cwd
-        _print_json(build_small_seed(Path(a.out), cfg, device=a.device,
-                                     alpaca=Path(a.public_source or repo / "data" / "alpaca_5000.json"),
-                                     text=Path(a.general_text or repo / "data" / "python3.11-doc.jsonl.xz"),
-                                     contracts_dir=Path(a.contracts or repo / "contracts"),
-                                     progress=not a.no_progress))
-        return 0
-    for flag, value, default in (("--config", a.config, None), ("--device", a.device, "cpu")):
-        if value != default:
-            raise ValueError(f"{flag} {value}: only with --scale medium (the tiny seed is built on the CPU with its own config)")
-    cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
-    _print_json(build_seed(Path(a.out), cfg, progress=not a.no_progress))
-    return 0
-
-
-def cmd_status(a) -> int:
-    from kit.status import render, status
-
-    report = status(a.path)
-    print(json.dumps(report, indent=1, sort_keys=True) if a.json else render(report))
-    return 0
-
-
-def cmd_seed_show(a) -> int:
-    from kit.seed.build import describe_seed
-
-    print(describe_seed(Path(a.dir)))
-    return 0
-
-
-# --- checkpoints ----------------------------------------------------------------------------
-def cmd_checkpoint(a) -> int:
-    from kit.store import commits, export
-
-    if a.action == "verify":
-        report = commits.verify_commit(a.home, commits.resolve_root(a.home, a.root) if a.root else None,
-                                       check_model=True)
-        _print_json(report)
-    elif a.action == "show":
-        print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
-    elif a.action == "export":
-        print(export.export_hf(a.home, _root_or_head(a), a.out, extra_files_dir=a.tokenizer_from))
-    elif a.action == "gc":
-        for path in commits.gc(a.home, unreferenced_objects=a.objects):
-            print(path)
-    elif a.action == "list":
-        head = commits.read_head(a.home)
-        for root in commits.list_commits(a.home):
-            print(root, "HEAD" if root == head else "")
-    return 0
-
-
-def _root_or_head(a) -> str:
-    """The commit a show or export names: ROOT when given, else the store's HEAD (as verify does)."""
-    from kit.store import commits
-
-    root = commits.resolve_root(a.home, a.root) if a.root else commits.read_head(a.home)
-    if root is None:
-        raise ValueError(f"{a.home}: the store has no HEAD (no commit yet); name a commit root, or make "
-                         "one with `kit adaptive train`")
-    return root
+def command_handler(args: argparse.Namespace):
+    """The function that runs the parsed leaf subcommand: `args.fn` of the module HANDLERS names for it."""
+    return getattr(importlib.import_module(HANDLERS[args.command]), args.fn)
 
 
 # --- planner --------------------------------------------------------------------------------
-def cmd_plan(a) -> int:
-    from kit.model.config import load_config
-    from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
-
-    shape = load_config(a.config)
-    if a.grow:
-        shape = shape_with_growth(shape, a.grow)
-    workers = [WorkerCapacity(f"worker{i}", mem, speed) for i, (mem, speed) in enumerate(a.worker)]
-    model = MemoryModel(**a.memory_model) if a.memory_model else MemoryModel()
-    mb = MicrobatchShape(a.batch, a.seq_len, a.in_flight)
-    record = plan(shape, workers, mb, model).to_json()
-    if a.json:
-        print(json.dumps(record, indent=1, sort_keys=True))
-    else:
-        print(plan_table(record))
-    return 0
-
-
 def worker_spec(text: str) -> tuple[int, float]:
     """--worker SIZE[:SPEED] -> (bytes, relative speed); SIZE takes units (kit/sizes.py), a bare number is GiB."""
-    from kit.sizes import SizeError, parse_size
-
     size, _, speed = text.partition(":")
     try:
         memory = parse_size(size, bare_unit="GiB")
@@ -170,10 +94,6 @@ def worker_spec(text: str) -> tuple[int, float]:
 
 def memory_model_json(text: str) -> dict:
     """--memory-model JSON -> a dict of MemoryModel fields, each name checked before the planner sees it."""
-    import dataclasses
-
-    from kit.planner import MemoryModel
-
     fields = sorted(f.name for f in dataclasses.fields(MemoryModel))
     try:
         obj = json.loads(text)
@@ -186,33 +106,6 @@ def memory_model_json(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"unknown MemoryModel field(s) {', '.join(unknown)}; expected only "
                                          f"{', '.join(fields)} (docs/planner.md)")
     return obj
-
-
-def plan_table(record: dict) -> str:
-    """The plan for a person: one row per worker (sizes in GiB, 2^30 bytes), then the peak; --json has all."""
-    from kit.sizes import format_gib
-
-    rows = [("worker", "memory", "speed", "blocks", "embedding", "estimate", "utilisation")]
-    for w in record["workers"]:
-        est = w["estimate"]
-        rows.append((w["name"], format_gib(w["memory_bytes"]), f"{w['speed']:g}", f"[{w['blocks'][0]}, {w['blocks'][1]})",
-                     "yes" if est["owns_embedding"] else "no", format_gib(est["total"]), f"{w['utilization']:.2%}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows]
-    peak = max(record["workers"], key=lambda w: w["utilization"])["name"]
-    lines.append(f"peak utilisation {record['peak_utilization']:.2%} ({peak}); the embeddings on worker"
-                 f"{record['embedding_owner']}; GiB = 2^30 bytes; --json prints the whole record")
-    return "\n".join(lines)
-
-
-def cmd_demo(a) -> int:
-    from kit.demo import run_demo
-
-    return run_demo(Path(a.out), progress=not a.no_progress, runs_dir=Path(a.runs_dir),
-                    reports_dir=Path(a.reports_dir),
-                    public_source=Path(a.public_source) if a.public_source else None, scale=a.scale,
-                    parts=tuple(a.parts.split(",")), report=not a.no_report,
-                    seed_dir=Path(a.seed_dir) if a.seed_dir else None)
 
 
 def _add_seed_commands(sub) -> None:
@@ -234,10 +127,10 @@ def _add_seed_commands(sub) -> None:
     s.add_argument("--contracts", type=Dir("a folder of contracts whose dev/final task roles the seed must not train on"),
                    help="medium only: contracts whose dev/final task roles are excluded (default contracts/ in the repository)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn=cmd_seed_build)
+    s.set_defaults(fn="cmd_seed_build")
     s = seed.add_parser("show", help="digest, shape and a sample reply of a seed directory")
     s.add_argument("dir", type=seed_dir(), help="a seed folder (made by kit seed build)")
-    s.set_defaults(fn=cmd_seed_show)
+    s.set_defaults(fn="cmd_seed_show")
 
 
 def _add_checkpoint_commands(sub) -> None:
@@ -259,7 +152,7 @@ def _add_checkpoint_commands(sub) -> None:
             s.add_argument("--tokenizer-from", type=seed_dir(), help="copy tokenizer files from this seed directory")
         if action == "gc":
             s.add_argument("--objects", action="store_true", help="also remove objects no commit names")
-        s.set_defaults(fn=cmd_checkpoint, root=getattr(s, "root", None))
+        s.set_defaults(fn="cmd_checkpoint", root=getattr(s, "root", None))
 
 
 def _add_plan_command(sub) -> None:
@@ -277,7 +170,7 @@ def _add_plan_command(sub) -> None:
     s.add_argument("--grow", type=int, default=0, help="plan for this many appended blocks")
     s.add_argument("--memory-model", metavar="JSON", type=memory_model_json, help="JSON object of MemoryModel fields")
     s.add_argument("--json", action="store_true", help="print the whole plan record as JSON (default: a table)")
-    s.set_defaults(fn=cmd_plan)
+    s.set_defaults(fn="cmd_plan")
 
 
 def _add_demo_command(sub) -> None:
@@ -300,14 +193,13 @@ def _add_demo_command(sub) -> None:
     add_renamed(s, "--seed", "--seed-dir", dest="seed_dir", type=seed_dir(),
                 help="inspect this seed, built before (e.g. by the medium pilot on the same host), instead of "
                      "building one; the contracts' digest pin still decides")
-    s.set_defaults(fn=cmd_demo)
+    s.set_defaults(fn="cmd_demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="kit", description="kit: a research toolkit for adaptive sharded learning and the "
                                        "shared-gradient study, with run records and reports.",
                epilog=WORKFLOW, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from kit import __version__
 
     p.add_argument("--version", action="version", version=f"kit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -315,21 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats/parameter-digest.md)")
     s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
                    help="a Hugging Face model folder (a seed or an exported checkpoint)")
-    s.set_defaults(fn=cmd_digest)
+    s.set_defaults(fn="cmd_digest")
 
     s = sub.add_parser("status", help="HEAD, commits, attempts, last loss and elapsed time of a checkpoint home, "
                                       "run folder, campaign folder or demo output")
     s.add_argument("path", type=Dir("a checkpoint home, a run folder, a campaign folder or a demo output",
                                     "kit adaptive train or kit run"), help="the folder to describe")
     s.add_argument("--json", action="store_true", help="print the report as JSON (docs/formats/kit-status.md, \"kit status\")")
-    s.set_defaults(fn=cmd_status)
+    s.set_defaults(fn="cmd_status")
 
     _add_seed_commands(sub)
     _add_checkpoint_commands(sub)
     _add_plan_command(sub)
     _add_demo_command(sub)
-
-    from kit.cli.drivers import DRIVER_COMMANDS  # run, batch, verify-evidence, report, adaptive, study
 
     for register in DRIVER_COMMANDS:
         register(sub)
@@ -356,18 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a one-line error (2); in-process callers get the status
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     if getattr(args, "no_progress", False):  # for this command and every process it starts
-        from kit.environ import PROGRESS_ENV
-
         os.environ[PROGRESS_ENV] = "0"
     numerics.apply()  # every command computes under the kit's numeric profile (kit/numerics.py)
-    from kit.distributed.launch import WorkerFailure
-    from kit.interrupt import interruption, raise_on_signals
 
     handlers = _current_handlers()
     if threading.current_thread() is threading.main_thread():
         raise_on_signals()  # SIGINT/SIGTERM unwind the command: records are finalised, workers stopped
     try:
-        return int(args.fn(args) or 0)
+        return int(command_handler(args)(args) or 0)
     except (ValueError, OSError) as e:  # the kit's refusals (ValueError subclasses) and bad paths: no traceback
         return print_error(args._prog, e)
     except WorkerFailure as e:  # a worker's refusal or failure: one line, its traceback is in the worker's log

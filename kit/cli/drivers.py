@@ -1,66 +1,18 @@
-"""Driver subcommands of `kit`, registered into kit/cli.py's parser.
+"""Driver subcommands of `kit`, registered into kit/cli/__init__.py's parser.
 
 A flat list of small `register_*` functions, listed in `DRIVER_COMMANDS` at the end; each adds
-one subparser whose handler (`fn`) imports its driver lazily, so `kit --help` stays fast and needs
-neither papermill nor torch. Add new driver commands the same way, and list them in `DRIVER_COMMANDS`.
+one subparser that names its handler (`fn`), a function of kit/cli/handlers/ that `kit.cli.main` imports
+only when the command runs (kit.cli.HANDLERS), so `kit --help` stays fast and needs neither papermill nor
+torch. Add new driver commands the same way, and list them in `DRIVER_COMMANDS`.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
 from kit.args import Dir, EvidenceDir, File, OutDir, OutFile, RunsSelection, add_renamed
+from kit.cli import adaptive, study
 
 
 # --- kit run --------------------------------------------------------------------------------
-def cmd_run(a) -> int:
-    from kit.evidence.parameters import parse_cli_parameters
-    from kit.evidence.runner import batch_exit_status, run_notebook
-    from kit.evidence.runtime import ensure_runtime
-
-    params = parse_cli_parameters(a.notebook, [tuple(p) for p in a.parameter or []])
-    params = _inspection_parameters(Path(a.notebook), params, [p[0] for p in a.parameter or []], Path(a.runs_dir))
-    ensure_runtime()
-    extra = {"contract_digest": a.contract_digest, "input_digests": dict(_name_value(s) for s in a.input_digest or [])}
-    record = run_notebook(Path(a.notebook), params, a.run_id, Path(a.runs_dir), extra, kernel_name=a.kernel,
-                          log_output=a.log_output)
-    run_dir = Path(a.runs_dir) / record.run_id
-    print(f"{run_dir / 'run.json'}: {record.status}" + (f" ({record.reason})" if record.reason else ""))
-    return batch_exit_status([(record.run_id, record.status)])
-
-
-def _inspection_parameters(notebook: Path, params: dict, given: list[str], runs_dir: Path) -> dict:
-    """A notebook with RUN_ID and RUNS_DIR parameters (notebooks/90_inspect_failed_arm.ipynb) reads a run of
-    the folder RUNS_DIR (-p RUNS_DIR, default --runs-dir) and records into --runs-dir, so committed evidence
-    can be inspected without writing beside it. RUN_ID must name a run there, checked before anything is
-    written (no failed record)."""
-    from kit.evidence.parameters import notebook_defaults
-
-    defaults = notebook_defaults(notebook)
-    if not {"RUN_ID", "RUNS_DIR"} <= defaults.keys():
-        return params
-    read_dir = Path(params["RUNS_DIR"]) if "RUNS_DIR" in given else runs_dir
-    run_id = params.get("RUN_ID") or ""
-    if not run_id:
-        raise ValueError(f"{notebook}: name the run to inspect: -p RUN_ID <run id> (a folder of {read_dir})")
-    if not (read_dir / run_id / "run.json").is_file():
-        known = sorted(p.parent.name for p in read_dir.glob("*/run.json")) if read_dir.is_dir() else []
-        hint = (f"runs there: {', '.join(known[:5])}" + (", ..." if len(known) > 5 else "")) if known else \
-            "it holds no runs"
-        raise ValueError(f"{read_dir / run_id}: no such run (expected a run folder with run.json, made by `kit run` "
-                         f"or `kit demo`; {hint}; -p RUNS_DIR names the folder to read); nothing was written")
-    return {**params, "RUNS_DIR": str(read_dir)}
-
-
-def _name_value(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise ValueError(f"--input-digest {text!r}: expected NAME=SHA256")
-    return name, value
-
-
 def register_run(sub) -> None:
     s = sub.add_parser("run", help="execute a notebook with papermill into runs/<run-id>/ and write run.json")
     s.add_argument("notebook", type=File("a Jupyter notebook (.ipynb)", None, fmt="json"),
@@ -78,22 +30,11 @@ def register_run(sub) -> None:
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebook's output to stderr")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn=cmd_run)
+    s.set_defaults(fn="cmd_run")
 
 
 
 # --- kit batch ------------------------------------------------------------------------------
-def cmd_batch(a) -> int:
-    from kit.evidence.runner import batch_exit_status, run_batch
-
-    outcome = run_batch(a.plan, Path(a.runs_dir), kernel_name=a.kernel, log_output=a.log_output)
-    failed = [run_id for run_id, status in outcome if status == "failed"]
-    print(f"{len(outcome)} arm(s): " + ", ".join(f"{r} {s}" for r, s in outcome))
-    if failed:
-        print(f"failed: {', '.join(failed)}", file=sys.stderr)
-    return batch_exit_status(outcome)
-
-
 def register_batch(sub) -> None:
     s = sub.add_parser("batch", help="run a plan of notebook executions in order; skips completed run ids")
     s.add_argument("plan", type=File("a batch plan file (JSON or YAML)", None, fmt="json-if-suffix"),
@@ -103,65 +44,11 @@ def register_batch(sub) -> None:
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn=cmd_batch)
+    s.set_defaults(fn="cmd_batch")
 
 
 
 # --- kit verify-evidence --------------------------------------------------------------------
-def cmd_verify_evidence(a) -> int:
-    from kit.evidence.chain import Evidence, ledger_report
-    from kit.evidence.environment import evidence_base
-    from kit.evidence.verify import expand_run_dirs, verify_evidence
-
-    if a.replay:
-        return _replay(expand_run_dirs(a.run_dirs), a)
-    run_dirs = expand_run_dirs(a.run_dirs)
-    evidences: dict = {}  # one index of the committed evidence per repository
-    reports = []
-    for d in run_dirs:
-        base = evidence_base(Path(d).parent)
-        reports.append(verify_evidence(d, base, evidences.setdefault(base, Evidence(base, expand_run_dirs))))
-    # a folder given (`kit verify-evidence runs`): the repository's exposure ledger is checked as well
-    for base in sorted({evidence_base(Path(p)) for p in a.run_dirs if not (Path(p) / "run.json").exists()}):
-        reports.append(ledger_report(base))
-    if a.json:
-        print(json.dumps(reports, indent=1, sort_keys=True))
-    else:
-        for report in reports:
-            print(f"{report['run_dir']}: {'ok' if report['ok'] else 'FAILED'}")
-            for check in report["checks"]:
-                print(f"  {check['result']:7s} {check['check']}: {check['detail']}")
-    return 0 if reports and all(r["ok"] for r in reports) else 1
-
-
-def _replay(run_dirs, a) -> int:
-    import tempfile
-
-    from kit.evidence.replay import replay_runs
-
-    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="kit-replay-"))
-    # a folder given (a runs directory): its benchmark records and GPU runs are listed as not replayed;
-    # a run named on its own that cannot be replayed is refused
-    whole_folder = any(not (Path(p) / "run.json").exists() for p in a.run_dirs)
-    results = replay_runs(run_dirs, work, log=lambda m: print(m, file=sys.stderr), whole_folder=whole_folder)
-    if a.json:
-        print(json.dumps(results, indent=1, sort_keys=True))
-    for r in results:
-        if not a.json:
-            if r["ok"] is None:
-                print(f"{r['run_id']}: not replayed: {r['not_replayed']}")
-                continue
-            print(f"{r['run_id']}: {'replayed, equal' if r['ok'] else 'REPLAY MISMATCH'} "
-                  f"({len(r['compared'])} fields compared; work in {work})")
-        for m in r["mismatches"]:
-            print(f"  {m}", file=sys.stderr if a.json else sys.stdout)
-    replayed = [r for r in results if r["ok"] is not None]
-    if not a.json and whole_folder:
-        print(f"replay: {len(replayed)} run(s) replayed, {sum(r['ok'] for r in replayed)} equal; "
-              f"{len(results) - len(replayed)} not replayable here")
-    return 0 if replayed and all(r["ok"] for r in replayed) else 1
-
-
 def register_verify_evidence(sub) -> None:
     s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
     s.add_argument("run_dirs", nargs="+", type=EvidenceDir("a run folder (with run.json) or a runs folder", "kit run"),
@@ -173,21 +60,11 @@ def register_verify_evidence(sub) -> None:
     s.add_argument("--work", type=OutDir("a work folder for the replay"), help="with --replay: the folder for the replayed runs and their data (default: a new "
                                   "temporary folder)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn=cmd_verify_evidence)
+    s.set_defaults(fn="cmd_verify_evidence")
 
 
 
 # --- kit report -----------------------------------------------------------------------------
-def cmd_report(a) -> int:
-    from kit.evidence.report import render_report
-    from kit.evidence.runtime import KERNEL_LOG_NAME, REPORT_MODULES, ensure_runtime, quiet_kernels
-
-    ensure_runtime(("jupyter_client", *REPORT_MODULES), "render a report")
-    with quiet_kernels(Path(a.out) / KERNEL_LOG_NAME):  # kernel and library warnings: OUT/kernel.log
-        print(render_report(Path(a.runs_dir), Path(a.out), title=a.title, kernel_name=a.kernel, select=a.select))
-    return 0
-
-
 def register_report(sub) -> None:
     s = sub.add_parser("report", help="render an offline HTML report of every run into OUT/index.html")
     add_renamed(s, "--runs-dir", "--runs", default="runs",
@@ -198,44 +75,22 @@ def register_report(sub) -> None:
     s.add_argument("--title", metavar="TEXT", help="the report's title (default: one naming the runs directory)")
     s.add_argument("--select", metavar="GLOB", help="only the runs whose id matches, e.g. 'medium-*' (default all)")
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
-    s.set_defaults(fn=cmd_report)
+    s.set_defaults(fn="cmd_report")
 
 
 
 # --- kit results -----------------------------------------------------------------------------
-def cmd_results(a) -> int:
-    from kit.evidence.results import write_results
-    from kit.evidence.run_index import split_selection
-
-    folder, _ = split_selection(a.runs_dir)
-    if not folder.is_dir():
-        print(f"kit results: {folder}: runs directory not found", file=sys.stderr)
-        return 2
-    if Path(a.out).suffix not in (".csv", ".parquet"):
-        print(f"kit results: --out {a.out}: expected a file name ending in .csv or .parquet", file=sys.stderr)
-        return 2
-    try:
-        print(write_results(a.runs_dir, a.out))
-    except ImportError as e:  # Parquet needs pyarrow or fastparquet, which the kit does not require
-        print(f"kit results: {a.out}: Parquet needs pyarrow or fastparquet, neither is installed ({type(e).__name__}); "
-              "write a .csv instead", file=sys.stderr)
-        return 1
-    return 0
-
-
 def register_results(sub) -> None:
     s = sub.add_parser("results", help="write every recorded task accuracy as one tidy table (kit.results)")
     s.add_argument("runs_dir", metavar="RUNS", type=RunsSelection("a runs folder or a selection DIR/GLOB", "kit run"),
                    help="the runs folder (or a selection DIR/GLOB quoted, e.g. 'runs/medium-*')")
     s.add_argument("--out", required=True, metavar="FILE", type=OutFile("a .csv or .parquet file to write"),
                    help="FILE.csv or FILE.parquet")
-    s.set_defaults(fn=cmd_results)
+    s.set_defaults(fn="cmd_results")
 
 
 # --- kit adaptive ... ------------------------------------------------------------------------
 def register_adaptive(sub) -> None:
-    from kit.cli import adaptive
-
     adaptive.register_prepare(sub)
     adaptive.register(sub)
     adaptive.register_continued(sub)  # `kit continued prepare` (the continued-learning contract)
@@ -245,39 +100,17 @@ def register_adaptive(sub) -> None:
 
 # --- kit study ... ---------------------------------------------------------------------------
 def register_study(sub) -> None:
-    from kit.cli import study
-
     study.register(sub)
 
 
 # --- kit archive-evidence -------------------------------------------------------------------
-def cmd_archive_evidence(a) -> int:
-    from kit.evidence.archiving import archive_folders
-
-    folders = [Path(f) for f in a.folders]
-    parents = {f.resolve().parent for f in folders}
-    if len(parents) != 1:
-        print(f"kit archive-evidence: the folders must be in one runs directory; got {sorted(map(str, parents))}",
-              file=sys.stderr)
-        return 2
-    try:
-        entry = archive_folders(parents.pop(), [f.name for f in folders], a.why)
-    except ValueError as e:
-        print(f"kit archive-evidence: {e}", file=sys.stderr)
-        return 2
-    print(f"{entry['file']}: {len(entry['folders'])} folder(s), {len(entry['runs'])} run(s), {entry['members']} "
-          f"files ({entry['unpacked_bytes']:,} bytes) in {entry['size']:,} bytes; "
-          f"{len(entry['references'])} stored as references")
-    return 0
-
-
 def register_archive_evidence(sub) -> None:
     s = sub.add_parser("archive-evidence", help="move folders of runs/ that are no longer current into a "
                                                 "deterministic tar.xz under runs/archive/ (docs/formats/archived-evidence.md)")
     s.add_argument("folders", nargs="+", type=Dir("a folder directly under a runs directory"),
                    help="superseded, campaign, pilot or probe folders of one runs directory")
     s.add_argument("--why", required=True, metavar="TEXT", help="why they are archived (kept in the index)")
-    s.set_defaults(fn=cmd_archive_evidence)
+    s.set_defaults(fn="cmd_archive_evidence")
 
 
 DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_report, register_results,

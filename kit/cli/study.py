@@ -1,92 +1,26 @@
 """`kit study ...` subcommands: prepare, arm, evaluate, screens, status.
 
-`register(sub)` adds them to kit's argparse subparsers (kit/cli/drivers.py calls it); every handler
-imports its driver lazily, so `kit --help` stays fast. The work is in kit/study/; the experiment imports
-nothing of the command line (tests/test_layers.py, PACKAGE_TIERS).
+`register(sub)` adds them to kit's argparse subparsers (kit/cli/drivers.py calls it); their handlers are in
+kit/cli/handlers/study.py, imported only when a study command runs (kit.cli.HANDLERS), so `kit --help` stays
+fast. The work is in kit/study/; the experiment imports nothing of the command line (tests/test_layers.py,
+PACKAGE_TIERS).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-
-
-def cmd_prepare(a) -> int:
-    from kit.study.prepare import prepare_study
-
-    prepared = prepare_study(a.contract, a.seed, a.public_source, a.out, a.ledger)
-    print(json.dumps({"study": a.out, "counts": prepared["counts"], "contract_digest": prepared["contract"]["digest"]},
-                     sort_keys=True))
-    return 0
-
-
-def cmd_arm(a) -> int:
-    from kit.distributed.group import under_torchrun
-    from kit.study.arms import ArmRequest, run_arm
-    from kit.study.hosts import run_arm_torchrun
-    from kit.study.measurement import arm_summary_json
-
-    if a.resume:  # HEAD or a short root -> the full root in this arm's store
-        from kit.store.commits import resolve_root
-        from kit.study.arms import arm_dir
-
-        a.resume = resolve_root(arm_dir(a.study, a.name) / "home", a.resume, "--resume")
-    if under_torchrun():  # one process per host; rank 0 writes the records and prints
-        record = run_arm_torchrun(ArmRequest(a.study, a.name, a.seed, resume=a.resume, until=a.until,
-                                             seconds_per_update=a.seconds_per_update, compile_blocks=a.compile))
-        from kit.distributed.group import exit_torchrun_worker
-
-        if record is not None:
-            print(arm_summary_json(record))
-        exit_torchrun_worker(1 if record is not None and record["status"] == "failed" else 0)
-    record = run_arm(ArmRequest(a.study, a.name, a.seed, resume=a.resume, until=a.until,
-                                seconds_per_update=a.seconds_per_update, threads=a.threads, compile_blocks=a.compile))
-    print(arm_summary_json(record))
-    if record["status"] == "failed":
-        print(f"kit study arm: arm {a.name!r} failed: {record['reason']}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def cmd_evaluate(a) -> int:
-    from kit.study.screens import evaluate_study
-
-    print(json.dumps(evaluate_study(a.study, a.seed, device=a.device), sort_keys=True))
-    return 0
-
-
-def cmd_screens(a) -> int:
-    from kit.study.screens import build_screens
-
-    out = build_screens(a.study)
-    print(json.dumps({"quality": out["screens"]["quality"]["verdict"], "speed": out["screens"]["speed"]["verdict"],
-                      "arms": {r["arm"]: r["status"] for r in out["arms"]},
-                      "cost_usd": out["cost"]["total_usd"], "screens_json": f"{a.study}/screens.json"}, sort_keys=True))
-    return 0
-
-
-def cmd_status(a) -> int:
-    from kit.study.arms import arm_statuses
-    from kit.study.prepare import load_prepared
-
-    _, contract, _ = load_prepared(a.study)
-    for s in arm_statuses(a.study, contract.terms):
-        print(json.dumps({k: s[k] for k in ("arm", "status", "reason", "attempts")}, sort_keys=True))
-    return 0
+from kit.args import (
+    OutDir,
+    OutFile,
+    add_renamed,
+    contract_file,
+    device,
+    public_source_file,
+    seed_dir,
+    study_dir,
+)
 
 
 def register(sub) -> None:
-    from kit.args import (
-        OutDir,
-        OutFile,
-        add_renamed,
-        contract_file,
-        device,
-        public_source_file,
-        seed_dir,
-        study_dir,
-    )
-
     study = sub.add_parser("study", help="the shared-gradient study: prepare, arms, evaluation, screens")
     actions = study.add_subparsers(dest="action", required=True)
 
@@ -101,7 +35,7 @@ def register(sub) -> None:
     s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
                    help="exposure ledger read for final tasks and exposed probes (default: $KIT_LEDGER, inside "
                         "kit run the one beside runs/, else OUT/ledger/exposed.jsonl)")
-    s.set_defaults(fn=cmd_prepare)
+    s.set_defaults(fn="cmd_prepare")
 
     s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason "
                                        "(local processes, or one torchrun process per host)")
@@ -118,18 +52,18 @@ def register(sub) -> None:
     s.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     s.add_argument("--compile", choices=["auto", "off"], default="auto", help="torch.compile blocks on CUDA")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn=cmd_arm)
+    s.set_defaults(fn="cmd_arm")
 
     s = actions.add_parser("evaluate", help="freeze the candidates, then score final tasks and retention probes")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
     s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory the study was prepared from")
     s.add_argument("--device", default="cpu", type=device, help="cpu (default) or cuda: where the final tasks are scored")
-    s.set_defaults(fn=cmd_evaluate)
+    s.set_defaults(fn="cmd_evaluate")
 
     s = actions.add_parser("screens", help="write STUDY/screens.json: every arm, every screen's inputs and verdict")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
-    s.set_defaults(fn=cmd_screens)
+    s.set_defaults(fn="cmd_screens")
 
     s = actions.add_parser("status", help="every arm of the contract with its status and reason")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
-    s.set_defaults(fn=cmd_status)
+    s.set_defaults(fn="cmd_status")

@@ -76,10 +76,10 @@ def _tokenizer_class(seed_dir: Path):
     except (OSError, ValueError, AttributeError):
         named = None  # AutoTokenizer reports what is wrong with the files
     if named == "PreTrainedTokenizerFast":
-        from transformers import PreTrainedTokenizerFast
+        from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 - optional: transformers imports torch; only tokenizer loading needs it
 
         return PreTrainedTokenizerFast
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 - optional: transformers imports torch; only tokenizer loading needs it
 
     return AutoTokenizer
 
@@ -135,7 +135,7 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_genera
     except (ArithmeticError, RecursionError, LookupError, TypeError) as e:  # OverflowError: range(10**9)
         raise _template_refused(tokenizer, e) from None
     except Exception as e:
-        from jinja2 import (
+        from jinja2 import (  # noqa: PLC0415 - optional: transformers' template engine
             TemplateError,  # SecurityError (the sandbox held) and the template's own raise_exception
         )
 

@@ -29,6 +29,7 @@ Details and the probes behind it: the notes below the docstring, "kit.seed.small
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterable
 
 from kit.data.tasks import (
@@ -132,8 +133,6 @@ def practice_set(count: int, seed: int, role: str, difficulty: int, exclude_dige
     excluded, seen, out = frozenset(exclude_digests), set(), []
     pool = None
     if workers > 1 and base >= POOL_MIN:
-        import multiprocessing
-
         pool = multiprocessing.get_context("spawn").Pool(workers)  # spawn: the caller may hold CUDA threads
     try:
         for i, family in enumerate(PRACTICE_FAMILIES):

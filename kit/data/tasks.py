@@ -39,6 +39,7 @@ Details: the notes below the docstring.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -306,8 +307,6 @@ def _candidates(family: str, stream: int, wanted: int, difficulty: int, role: st
 def _pool(workers: int, counts: Mapping[str, int]):
     """A process pool when it pays (workers > 1 and some family of POOL_MIN or more), else None."""
     if workers > 1 and max(counts.values(), default=0) >= POOL_MIN:
-        import multiprocessing
-
         # spawn, not fork: the caller may hold CUDA or other threads that a forked child must not inherit
         return multiprocessing.get_context("spawn").Pool(workers)
     return None

@@ -219,8 +219,6 @@ def socket_interfaces(backend: str, environ=None) -> dict:
     """The socket interface settings for `backend`, completing NCCL_SOCKET_IFNAME from
     GLOO_SOCKET_IFNAME when only that one is set (NCCL ignores the gloo variable). Returns
     {"GLOO_SOCKET_IFNAME": v|None, "NCCL_SOCKET_IFNAME": v|None, "nccl_from_gloo": bool}."""
-    import sys
-
     environ = os.environ if environ is None else environ
     gloo, nccl = environ.get("GLOO_SOCKET_IFNAME"), environ.get("NCCL_SOCKET_IFNAME")
     derived = False

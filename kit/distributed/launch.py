@@ -24,7 +24,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
+from kit import numerics
 from kit.digest import load_json_strict, write_canonical_json
+from kit.environ import progress_on
 
 # Errors a healthy rank raises when a peer vanished; used to name the root cause, not a victim.
 PEER_ERROR_MARKERS = ("Connection closed", "Connection reset", "connection", "Broken pipe", "peer",
@@ -126,11 +130,8 @@ def free_port() -> int:
 
 def _progress_bar(total: int | None, desc: str):
     """A tqdm bar over rank 0's reported step; off when KIT_PROGRESS=0 or no total is known."""
-    from kit.environ import progress_on
-
     if not total or not progress_on():
         return None
-    from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="update", file=sys.stderr, dynamic_ncols=True)
 
@@ -265,11 +266,9 @@ def _root_cause(reports: list[dict]) -> dict:
 
 
 def _worker_main(entry: str, args_path: str) -> int:
-    from kit import numerics
-
     # first, before this worker imports torch: its roots must not depend on the CPU (kit/numerics.py)
     numerics.apply(threads=int(os.environ.get("KIT_THREADS", "1")))
-    from kit.distributed.group import join, leave
+    from kit.distributed.group import join, leave  # noqa: PLC0415 - torch loads after numerics.apply() above
 
     run_dir = Path(os.environ["KIT_RUN_DIR"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

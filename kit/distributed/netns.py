@@ -15,6 +15,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from kit.distributed.traffic import read_interface_counters
+
 
 def available() -> str | None:
     """Why two namespaces cannot be made here (None when they can)."""
@@ -92,8 +94,6 @@ class Link:
 
     def counters(self) -> dict:
         """{namespace: {interface: {rx_bytes, tx_bytes}}} read from each namespace's /proc/net/dev."""
-        from kit.distributed.traffic import read_interface_counters
-
         out = {}
         for ns in self.ns:
             text = _sh("ip", "netns", "exec", ns, "cat", "/proc/net/dev")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import torch
 
 from kit.distributed.group import Group
+from kit.distributed.pipeline import in_flight
 from kit.model.config import LlamaShape
 from kit.model.shard import Layout
+from kit.planner import GPU_BF16, MemoryModel, MicrobatchShape, admit, estimate_worker
 
 
 def free_memory_bytes(device: torch.device) -> int:
@@ -26,9 +28,6 @@ def worker_estimate(shape: LlamaShape, layout: Layout, rank: int, microbatch: tu
     """The planner's estimate for `rank` under the schedule that runs: its in-flight microbatches
     (kit/distributed/pipeline.in_flight), the head and loss buffers and, on the embedding owner, the
     deferred lookup gradients of every microbatch of the update; plus the memory model's reserve."""
-    from kit.distributed.pipeline import in_flight
-    from kit.planner import MemoryModel, MicrobatchShape, estimate_worker
-
     batch, seq_len = int(microbatch[0]), int(microbatch[1])
     owner = rank == layout.embedding_owner
     mb = MicrobatchShape(batch, seq_len, in_flight(layout.workers, microbatches, rank),
@@ -37,8 +36,6 @@ def worker_estimate(shape: LlamaShape, layout: Layout, rank: int, microbatch: tu
 
 
 def default_memory_model(device: torch.device) -> dict:
-    from kit.planner import GPU_BF16
-
     return {} if device.type == "cpu" else dict(GPU_BF16)
 
 
@@ -48,8 +45,6 @@ def admit_worker(group: Group, shape: LlamaShape, layout: Layout, microbatch: tu
 
     `microbatch` is (documents, max tokens) of one microbatch, `microbatches` how many an update has;
     `memory_model` the planner's MemoryModel fields, the contract's reserve included."""
-    from kit.planner import admit
-
     if memory_model is None:
         memory_model = default_memory_model(group.device)
     est = worker_estimate(shape, layout, group.rank, microbatch, microbatches, memory_model)

@@ -36,7 +36,7 @@ import torch
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.store import commits
-from kit.store.objects import ObjectStore
+from kit.store.objects import ObjectStore, fetch_objects
 
 
 class FetchError(RuntimeError):
@@ -91,8 +91,6 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
         mine.append(d)
     out = {"received": 0, "sent": 0, "objects": [], "errors": []}
     if group.rank == holder and mine:  # the holder's own needs: a local verified copy
-        from kit.store.objects import fetch_objects
-
         try:
             out["received"] += fetch_objects(ObjectStore(source_home), dest, mine)
             out["objects"] += mine

@@ -19,6 +19,7 @@ from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.engine.fetch import fetch_over_group, holds_commit, host_name, share_commit
 from kit.model.config import parse_config
+from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage
 from kit.store import commits
 from kit.store.objects import ObjectStore, fetch_objects
@@ -140,8 +141,6 @@ def reference_over_group(group: Group, ref_home: str | None, home: str, layout: 
     verified by hash, into its own store. Nothing is adopted and no HEAD moves: the reference is read
     from the manifest sent over the group. Returns (reference spec for `load_reference`, this rank's
     fetch report)."""
-    from kit.model.llama import LlamaCausalLM
-
     t0 = time.time()
     manifest, holder, peers = share_commit(group, ref_home, root)
     shape = _shared_config(group, ref_home, manifest, holder, peers)

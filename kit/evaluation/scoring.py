@@ -12,8 +12,12 @@ task family's normalising checker. Both are deterministic functions of the weigh
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from kit import numerics
 from kit.data.chat import encode_or_refuse, generation_prompt_ids
@@ -30,11 +34,6 @@ from kit.store.start import start_from_commit, start_from_seed
 
 def _bar(iterable, desc: str, total: int | None = None):
     """tqdm over evaluation batches; KIT_PROGRESS=0 turns every bar off."""
-    import os
-    import sys
-
-    from tqdm import tqdm
-
     return tqdm(iterable, desc=desc, total=total, unit="batch", file=sys.stderr, leave=False,
                 disable=os.environ.get("KIT_PROGRESS", "1") == "0")
 

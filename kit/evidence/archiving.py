@@ -23,6 +23,7 @@ from pathlib import Path
 
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence import archive, run_record
+from kit.evidence.verify import _run_dirs_under, superseded_note
 
 XZ_PRESET = 9 | lzma.PRESET_EXTREME
 
@@ -79,8 +80,6 @@ def tar_bytes(runs_dir: Path, folders: list[str], references: dict[str, dict]) -
 
 
 def _run_entries(runs_dir: Path, folders: list[str]) -> list[dict]:
-    from kit.evidence.verify import _run_dirs_under, superseded_note
-
     out = []
     for folder in sorted(folders):
         base = runs_dir / folder
@@ -108,8 +107,6 @@ def _run_entries(runs_dir: Path, folders: list[str]) -> list[dict]:
 def superseded_reasons(runs_dir: Path, runs: list[dict]) -> dict[str, str]:
     """{folder: its superseded.json's reason} for the folders the runs name in `superseded_in` (stated once,
     not per run)."""
-    from kit.evidence.verify import superseded_note
-
     out = {}
     for folder in sorted({r["superseded_in"] for r in runs if r["superseded_in"]}):
         some_run = next(r for r in runs if r["superseded_in"] == folder)

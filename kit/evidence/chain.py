@@ -16,7 +16,9 @@ from functools import cached_property
 from pathlib import Path
 
 from kit.digest import load_json_strict, sha256_file
+from kit.evidence import run_record
 from kit.evidence.ledger import LEDGER_RELATIVE
+from kit.evidence.ledger_chain import ChainError, has_prefix, parse
 from kit.evidence.manifest import PINS_RELATIVE, read_pins
 
 FILES_DIR = "files"
@@ -42,8 +44,6 @@ class Evidence:
 
     @cached_property
     def records(self) -> list[tuple[Path, object]]:
-        from kit.evidence import run_record
-
         dirs = self._list_runs([str(self.base / "runs")])
         out = []
         for d in dirs:
@@ -157,8 +157,6 @@ def _binding_check(run_dir: Path, record, selection: str, evidence: Evidence) ->
 
 def ledger_events_check(run_dir: Path, record, base: Path) -> dict:
     """Every ledger event the run appended is in the committed ledger (by event digest)."""
-    from kit.evidence.ledger_chain import ChainError, parse
-
     path = base / LEDGER_RELATIVE
     try:
         have = {ev.digest for ev in parse(path).events}
@@ -173,8 +171,6 @@ def ledger_events_check(run_dir: Path, record, base: Path) -> dict:
 def ledger_report(base: str | os.PathLike) -> dict:
     """The committed ledger as a report of its own: its chain whole, and the head runs/MANIFESTS.json pinned
     still a prefix of it (so removing the last events, which breaks no later `prev`, fails too)."""
-    from kit.evidence.ledger_chain import ChainError, has_prefix, parse
-
     base = Path(base)
     path = base / LEDGER_RELATIVE
     data = path.read_bytes() if path.is_file() else b""

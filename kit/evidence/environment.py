@@ -14,10 +14,14 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
+import torch
+
 import kit
+from kit.evidence.archive import origin
 from kit.provenance import kit_package_dir, source_digest
 
 VERSIONED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "papermill", "kit")
@@ -53,8 +57,6 @@ def evidence_base(runs_dir: Path) -> Path:
     """What paths in run records are relative to: the repository holding `runs_dir`, else its parent. For a
     folder unpacked from an archive (kit/evidence/archive.py), the repository holding the runs directory
     the archive belongs to."""
-    from kit.evidence.archive import origin
-
     stands_for = origin(runs_dir)
     if stands_for is not None:  # the archived folder's place in the runs directory, which no longer exists
         runs_dir = next(p for p in (stands_for, *stands_for.parents) if p.exists())
@@ -65,8 +67,6 @@ def relative_to_base(path: str | os.PathLike, base: Path) -> str:
     """`path` relative to `base` (POSIX form) when inside it, else absolute: records stay portable. A path
     inside an archived folder read unpacked (kit/evidence/archive.py) is named by its place in the runs
     directory."""
-    from kit.evidence.archive import origin
-
     path = origin(path) or Path(path).resolve()
     try:
         return path.relative_to(base.resolve()).as_posix()
@@ -115,8 +115,6 @@ def versions(runtime: bool = False) -> dict:
             out[name] = None
     out["gpu_reference_requirements_sha256"] = gpu_reference_requirements_sha256()
     if runtime:
-        import torch
-
         try:
             out["triton"] = metadata.version("triton")
         except metadata.PackageNotFoundError:
@@ -175,8 +173,6 @@ def device_info(torch_device=None) -> dict:
     info = {"host": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": found,
             "gpu_count": len(found)}
     if torch_device is not None:
-        import torch
-
         device = torch.device(torch_device)
         info["type"] = device.type
         if device.type == "cuda":
@@ -225,8 +221,6 @@ def attention_backend(environment: dict | None = None) -> str | None:
     """The scaled-dot-product attention backend torch dispatches on this GPU in the recorded mode (a probe in
     a child process, so that this one makes no CUDA context): e.g. CUDNN_ATTENTION without the deterministic
     flag and FLASH_ATTENTION with it on an H200. None when there is no GPU or the probe fails."""
-    import sys
-
     try:
         done = subprocess.run([sys.executable, "-c", _SDPA_PROBE], capture_output=True, text=True, timeout=120,
                               check=False, env={**os.environ, **(environment or {})})

@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 
 from kit.digest import load_json_strict
+from kit.evidence.notebook import FILES_DIR_NAME
+from kit.evidence.run_index import evidence_folders, load_runs, split_selection
 
 LOGS = ("selections.jsonl", "final-evaluations.jsonl", "final-access.jsonl")
 
@@ -110,9 +112,6 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
     selection run keep in `files/` (the logs as they stood after that evaluation), then anywhere under the
     evidence folders beside the runs (a campaign folder's files brought back from a GPU host): there, a log
     only when it names the record it must list (the selection's or the evaluation's sha256)."""
-    from kit.evidence.notebook import FILES_DIR_NAME
-    from kit.evidence.run_index import evidence_folders, load_runs, split_selection
-
     folder, _ = split_selection(runs_dir)
     rows = {r["run_id"]: r for r in load_runs(folder)}
     run = rows[run_id]

@@ -23,6 +23,7 @@ from pathlib import Path
 from kit.digest import load_json_strict
 from kit.evidence import records
 from kit.evidence.archive import resolve
+from kit.store.commits import read_head, verify_commit
 
 # sidecars an evaluation run writes (notebooks/13, 21): shown as the run's evaluation, not as raw metrics
 EVALUATION_SIDECARS = ("gates", "gate_verdict", "nll_change_bounds", "accuracy_by_family", "evaluation_file",
@@ -192,8 +193,6 @@ def _notebook(run_dir: Path, run) -> dict:
 
 def _last_commit(run_dir: Path, run, home: str | None, sidecars: list[str]) -> dict | None:
     if home and Path(home).is_dir():
-        from kit.store.commits import read_head, verify_commit
-
         head = read_head(home)
         if head is not None:
             report = verify_commit(home, head)

@@ -13,10 +13,24 @@ ledger is for the committed evidence only (docs/formats/exposure-ledger.md says 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
+from kit.data.tasks import family_counts_for, generate_set
 from kit.digest import sha256_file
+from kit.evidence.environment import iso_utc, utc_now
+from kit.evidence.ledger_chain import (
+    ChainError,
+    append_event,
+    exposure_entries,
+    old_form_bytes,
+    parse,
+    rechained_block_with_digest,
+)
+from kit.evidence.notebook import current_run_dir, record_ledger_event
+from kit.evidence.run_record import SHA256_RE
+from kit.evidence.runtime import repository_root
 
 LEDGER_FORMAT = "kit-exposure/2"  # kit.evidence.ledger_chain; /1 lines are still read
 LEDGER_ENV = "KIT_LEDGER"
@@ -56,7 +70,6 @@ def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
     found = _block_with_digest(data.splitlines(keepends=True), sha256)
     if found is None and data:
         # a preparation made before the ledger was compacted read /1 lines: look in the ledger's /1 view
-        from kit.evidence.ledger_chain import ChainError, old_form_bytes, parse, rechained_block_with_digest
 
         try:
             ledger = parse(path, data)
@@ -69,8 +82,6 @@ def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
 
 
 def _block_with_digest(lines: list[bytes], sha256: str) -> bytes | None:
-    import hashlib
-
     for i in range(len(lines)):
         h = hashlib.sha256()
         for j in range(i, len(lines)):
@@ -85,8 +96,6 @@ def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | 
     the command's own output folder (a prepared job, a study), whose ledger is used outside `kit run`;
     `prepared_against`, for a scoring, the ledger its preparation read (prepared.json), which outside
     `kit run` it records into, so that `--ledger` given at prepare time holds the job's exposures."""
-    from kit.evidence.notebook import current_run_dir
-
     if os.environ.get(LEDGER_ENV):
         return Path(os.environ[LEDGER_ENV])
     run_dir = current_run_dir()
@@ -96,7 +105,6 @@ def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | 
         return Path(prepared_against)
     if scope is not None:  # an ad-hoc command: its own folder, never the committed evidence's ledger
         return Path(scope) / LEDGER_RELATIVE
-    from kit.evidence.runtime import repository_root
 
     return repository_root() / LEDGER_RELATIVE
 
@@ -104,8 +112,6 @@ def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | 
 def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
     """Every exposure entry (both forms, one dict per record); a malformed line is an error naming the file
     and line."""
-    from kit.evidence.ledger_chain import ChainError, exposure_entries, parse
-
     path = Path(path) if path is not None else ledger_path()
     try:
         entries = exposure_entries(parse(path))
@@ -121,8 +127,6 @@ def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
 
 def check_rebuilt(marker, source: str) -> dict:
     """A rebuilt line's `rebuilt` field: {"by": tool, "evaluation": path, "evaluation_sha256": 64 hex}."""
-    from kit.evidence.run_record import SHA256_RE
-
     if not isinstance(marker, dict) or sorted(marker) != sorted(REBUILT_FIELDS) \
             or not all(isinstance(marker[k], str) and marker[k] for k in REBUILT_FIELDS) \
             or not SHA256_RE.fullmatch(marker["evaluation_sha256"]):
@@ -156,8 +160,6 @@ def tasks_excluding(count: int, seed: int, role: str, difficulty: int, excluded:
     """kit.data.tasks.generate_set(count, ..., excluded | exposed), and how many drawn examples the ledger
     excluded: per family the draw is in index order, so the ledger-free draw lists the same candidates,
     and the count is the exposed examples met before the family's quota of unexposed ones is reached."""
-    from kit.data.tasks import family_counts_for, generate_set
-
     skipped = 0
     for family, want in family_counts_for(count).items():
         k = want
@@ -181,14 +183,10 @@ def ledger_summary(path: str | os.PathLike | None = None) -> dict:
 
 
 def _now() -> str:
-    from kit.evidence.environment import iso_utc, utc_now
-
     return iso_utc(utc_now())
 
 
 def _run_id() -> str | None:
-    from kit.evidence.notebook import current_run_dir
-
     run_dir = current_run_dir()
     return run_dir.name if run_dir is not None else None
 
@@ -207,7 +205,6 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
             raise LedgerError(f"exposure kind {kind!r}; expected one of {list(KINDS)}")
     if not items:
         return 0
-    from kit.evidence.ledger_chain import append_event
 
     # Two scorings may record at once (the campaign's two trials share a host's ledger): under the lock,
     # what is already recorded is read and the new event appended, chained to the bytes before it, so
@@ -237,8 +234,6 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
 def append_guard_event(path: str | os.PathLike, header: dict):
     """Append a `selection` or `final-access` event (kit.adaptive.selection) under the ledger's lock and name
     it in the current run's record; returns the event."""
-    from kit.evidence.ledger_chain import append_event
-
     event = append_event(Path(path), {**header, "run": header.get("run", _run_id()), "time": _now()}, [], lock=_lock)
     note_event(event, Path(path))
     return event
@@ -246,8 +241,6 @@ def append_guard_event(path: str | os.PathLike, header: dict):
 
 def chain_events(path: str | os.PathLike, kind: str) -> list[dict]:
     """The headers of the chained events of `kind` in the ledger at `path` (none when it is absent)."""
-    from kit.evidence.ledger_chain import ChainError, parse
-
     try:
         return [ev.header for ev in parse(path).events if ev.header["event"] == kind]
     except ChainError as e:
@@ -260,15 +253,13 @@ class _NothingNew(Exception):
 
 def note_event(event, path: Path) -> None:
     """Name an appended event in the current run's record (`ledger_events`), with the head it wrote."""
-    from kit.evidence.notebook import record_ledger_event
-
     record_ledger_event(event.digest, event.head, event.header["event"])
 
 
 def _lock(f) -> None:
     """An exclusive advisory lock on the open ledger, released when it closes (POSIX; elsewhere none)."""
     try:
-        import fcntl
+        import fcntl  # noqa: PLC0415 - optional: POSIX only (below)
     except ImportError:  # not POSIX: one writer at a time is the caller's to ensure
         return
     fcntl.flock(f.fileno(), fcntl.LOCK_EX)

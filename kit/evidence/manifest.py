@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from kit.digest import load_json_strict, sha256_file
+from kit.evidence.archive import origin
 
 PINS_RELATIVE = Path("runs") / "MANIFESTS.json"
 PINS_FORMAT = "kit-run-pins/1"
@@ -39,8 +40,6 @@ def run_key(run_dir: str | os.PathLike, base: str | os.PathLike) -> str:
     """The run's name in runs/MANIFESTS.json: its path relative to the repository (`runs/<id>`, or deeper in a
     superseded or campaign folder); for a folder outside `base` (an archived run unpacked into a temporary
     folder under its old name) the part from its last `runs` component on."""
-    from kit.evidence.archive import origin
-
     run_dir = origin(run_dir) or Path(os.path.abspath(run_dir))  # an archived run: its place in runs/
     try:
         return run_dir.relative_to(Path(os.path.abspath(base))).as_posix()

@@ -98,13 +98,22 @@ import contextlib
 import os
 import re
 import sys
+from importlib import metadata
 from pathlib import Path
 
+from tqdm import tqdm
+
 import kit
+from kit.environ import progress_on, temporary_environ
 from kit.evidence import run_record
-from kit.evidence.environment import GPU_DETERMINISTIC_ENV
+from kit.evidence.archive import origin
+from kit.evidence.environment import GPU_DETERMINISTIC_ENV, gpus
 from kit.evidence.gpu_mode import run_mode
+from kit.evidence.ledger import LEDGER_ENV, LEDGER_INPUT, LEDGER_RELATIVE, lines_with_digest
+from kit.evidence.replay_fields import compare_outputs, compare_sidecar
 from kit.evidence.run_record import RunRecord
+from kit.evidence.runner import run_notebook
+from kit.evidence.runtime import repository_root
 
 # input digests that are not identities of the computation (the notes below the docstring:
 # prepared.json holds absolute locations and a creation time; a selection record holds prepared.json's
@@ -167,7 +176,6 @@ def _replayable(record: RunRecord, run_dir: Path) -> None:
         raise ReplayError(f"{run_dir}: field numeric_profile.name = {profile!r}; this kit computes under "
                           f"{kit.NUMERIC_PROFILE!r}, so its digests are not comparable")
     torch_version = record.versions.get("torch")
-    from importlib import metadata
 
     here = metadata.version("torch")
     if torch_version != here:
@@ -178,8 +186,6 @@ def _replayable(record: RunRecord, run_dir: Path) -> None:
 def _gpu_replayable(record: RunRecord, run_dir: Path) -> None:
     """A GPU run replays only on a host with as many GPUs of the recorded model (GPU roots repeat on the same
     layout and hardware, in the same mode: docs/engine.md 'Determinism')."""
-    from kit.evidence.environment import gpus
-
     here = gpus()
     want = [g.get("name") for g in record.device.get("gpus") or []]
     if len(here) < record.device["gpu_count"] or (want and here[0].get("name") != want[0]):
@@ -269,8 +275,6 @@ class Replayer:
         recorded relative parameters are replayed unchanged and name the replay's data, and what a run writes
         about them (an evaluation's `baseline: seed:demo-out/seed`, whose bytes the selection digests) is
         byte for byte what the committed run wrote."""
-        from kit.evidence.runtime import repository_root
-
         root = self.work / "root"
         if not root.is_dir():
             root.mkdir(parents=True)
@@ -314,8 +318,6 @@ class Replayer:
             if not dep["ok"]:
                 raise ReplayError(f"{run_dir}: a checkpoint root it used comes from {producer.run_id}, whose "
                                   f"replay did not match: {dep['mismatches'][0]}")
-        from kit.evidence.runner import run_notebook
-        from kit.evidence.runtime import repository_root
 
         earlier = self.work / "runs" / run_id
         before = run_record.read_run_record(earlier) if (earlier / run_record.RUN_RECORD_NAME).is_file() else None
@@ -324,9 +326,6 @@ class Replayer:
             # evidence): its record is compared again, nothing is re-executed; a failed one runs again
             new = before
         else:
-            from kit.environ import temporary_environ
-            from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
-
             self._restore_ledger(record, run_dir)
             self.log(f"replaying {run_id} ({record.notebook})")
             # every replayed run reads and records to the replay's own ledger, whatever $KIT_LEDGER names
@@ -346,8 +345,6 @@ class Replayer:
         was: the committed ledger's consecutive lines with that digest (lines_with_digest), written as the
         replay's own ledger (work/ledger/exposed.jsonl, which every replayed run is given as $KIT_LEDGER).
         Refused when no such lines exist."""
-        from kit.evidence.ledger import LEDGER_INPUT, LEDGER_RELATIVE, lines_with_digest
-
         want = record.input_digests.get(LEDGER_INPUT)
         if want is None:
             return  # recorded before preparations named their ledger: it runs on the replay's ledger as it is
@@ -371,8 +368,6 @@ def compare(committed: RunRecord, replayed: RunRecord, where: str, committed_dir
     """Status, identity input digests and produced roots; with the two run folders also every metric sidecar
     the replay recomputed, field by field (exactly: integers, strings, roots and, as the numeric profile
     promises, floats), and the text of the notebook's outputs; timings excepted (kit.evidence.replay_fields)."""
-    from kit.evidence.replay_fields import compare_outputs, compare_sidecar
-
     mismatches, compared = [], []
 
     def check(field: str, old, new) -> None:
@@ -411,8 +406,6 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
     runs came from a folder, `kit verify-evidence --replay runs`), such a run is listed instead, as
     {"run_id", "ok": None, "not_replayed": reason}: a runs directory also holds benchmark records and GPU
     runs, which say what they are but are no CPU computation to re-derive."""
-    from kit.evidence.archive import origin
-
     resolved = [Path(d).resolve() for d in run_dirs]
     # archived runs (unpacked from runs/archive/) are earlier attempts too when a whole folder is replayed;
     # named on their own they replay like any run
@@ -460,10 +453,7 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
 
 def _runs_bar(total: int):
     """A bar over the runs to replay on stderr (each run's cell bar below it); None when KIT_PROGRESS=0."""
-    from kit.environ import progress_on
-
     if not progress_on():
         return None
-    from tqdm import tqdm
 
     return tqdm(total=total, desc="replay", unit="run", file=sys.stderr, dynamic_ncols=True)

@@ -106,7 +106,7 @@ def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
 def results(runs_dir: str | os.PathLike = "runs"):
     """The tidy pandas DataFrame of every recorded task accuracy under `runs_dir` (a runs folder or a
     selection `DIR/GLOB`): the current runs, then the kept ones, in the columns COLUMNS."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     rows = result_rows(runs_dir)
     kept: dict[Path, str] = {}

@@ -8,13 +8,12 @@ import fnmatch
 import os
 from pathlib import Path
 
+from kit.digest import load_json_strict
 from kit.evidence import archive, run_record
 
 
 def _bench_row(run_dir: Path) -> dict | None:
     """A benchmark's record (`kit-bench/1`, bench/*.py on a GPU host): listed with its command."""
-    from kit.digest import load_json_strict
-
     try:
         rec = load_json_strict(run_dir / run_record.RUN_RECORD_NAME)
     except (FileNotFoundError, ValueError):

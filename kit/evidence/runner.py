@@ -25,8 +25,10 @@ Details: the notes below the docstring; formats: docs/formats/run-records.md, "R
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import os
 import signal
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +37,7 @@ from typing import Any
 from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
 from kit.environ import PROGRESS_ENV, progress_on, temporary_environ
 from kit.evidence import environment, run_record
+from kit.evidence.manifest import file_manifest
 from kit.evidence.notebook import (
     KERNEL_CHAIN_NAME,
     KERNEL_INPUTS_NAME,
@@ -52,6 +55,7 @@ from kit.evidence.runtime import (
     profiled_kernels,
     quiet_kernels,
 )
+from kit.interrupt import Interrupted, interruption
 
 EXTRA_KEYS = frozenset({"contract_digest", "input_digests", "notes"})
 PLAN_KEYS = frozenset({"notebook", "run_id", "parameters", "extra"})
@@ -128,7 +132,7 @@ def _cell_bar(run_id: str, on: bool):
     if not on:
         yield False
         return
-    from papermill.engines import NotebookExecutionManager
+    from papermill.engines import NotebookExecutionManager  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     def describe(manager, cell, escape_str="papermill_description="):
         lines = [line for line in (cell.get("source") or "").splitlines() if line.strip()]
@@ -146,8 +150,8 @@ def _cell_bar(run_id: str, on: bool):
 def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_output: bool,
              run_id: str = "", bar: bool = False) -> tuple[str, dict | None]:
     """Run papermill; returns (status, error) where error is None or the record's error object."""
-    import papermill  # lazily: the rest of the kit never needs it
-    from papermill.exceptions import PapermillExecutionError
+    import papermill  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py); lazily: the rest of the kit never needs it
+    from papermill.exceptions import PapermillExecutionError  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     try:
         with _cell_bar(run_id or notebook.stem, bar and not log_output) as bar_args:
@@ -169,7 +173,7 @@ def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_o
 
 def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_name: str) -> None:
     """When execution left no notebook (the kernel never started), keep the parameterised input."""
-    import papermill
+    import papermill  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     papermill.execute_notebook(str(notebook), str(output), parameters=params, kernel_name=kernel_name,
                                prepare_only=True, progress_bar=False)
@@ -201,8 +205,6 @@ def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, 
 def _collect_chain(run_dir: Path) -> dict:
     """The materials and ledger events the kernel recorded (kit.evidence.notebook.record_materials), and the
     manifest of every file the run folder now holds (kit.evidence.manifest): run.json's chain fields."""
-    from kit.evidence.manifest import file_manifest
-
     path = run_dir / KERNEL_CHAIN_NAME
     chain = load_json_strict(path) if path.exists() else {"materials": [], "ledger_events": []}
     path.unlink(missing_ok=True)
@@ -259,8 +261,6 @@ def run_id_lock(runs_dir: Path, run_id: str):
     """Hold run id `run_id` of `runs_dir` exclusively while the body runs: RUNS/.<run_id>.run-lock under an
     exclusive `flock`, taken without waiting (the kernel releases it when the process ends, even by kill -9).
     A second run with the same id is refused before it touches the first's folder. The file stays."""
-    import fcntl
-
     runs_dir.mkdir(parents=True, exist_ok=True)
     lock = runs_dir / f".{run_id}.run-lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -291,8 +291,6 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
         try:
             status, error = _execute(notebook, output, params, kernel_name, log_output, run_id, bar)
         except KeyboardInterrupt as e:  # record the arm as aborted by the operator (or SIGTERM), then stop
-            from kit.interrupt import Interrupted, interruption
-
             name, _ = interruption(e)
             interrupted = Interrupted(getattr(e, "signum", signal.SIGINT), f"run {run_id} recorded as aborted in "
                                       f"{run_dir / run_record.RUN_RECORD_NAME}; run the same command again to "
@@ -342,7 +340,7 @@ def load_plan(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
         try:
-            import yaml
+            import yaml  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
         except ImportError:
             raise ValueError(f"{path}: a YAML plan needs PyYAML, which is not importable; use JSON") from None
         try:
@@ -417,8 +415,6 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
     work/<run_id>.plan.json and work/<run_id>.log. A process that ends without a run record of its own (it
     crashed or was refused before writing one; an earlier attempt's record left in place does not count)
     raises RuntimeError naming its log, once every process has ended."""
-    import subprocess
-
     work, runs_dir = Path(work), Path(runs_dir)
     work.mkdir(parents=True, exist_ok=True)
     # an earlier unfinished or failed attempt's record may still lie where this attempt's goes (the child

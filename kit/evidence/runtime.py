@@ -26,8 +26,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import kit
@@ -123,7 +125,7 @@ def profiled_command(cmd: list[str]) -> list[str]:
 @contextlib.contextmanager
 def profiled_kernels():
     """Every Jupyter kernel started in the block applies the numeric profile before its first cell."""
-    from jupyter_client.provisioning import local_provisioner  # the launcher every local kernel goes through
+    from jupyter_client.provisioning import local_provisioner  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py); the launcher every local kernel goes through
 
     original = local_provisioner.launch_kernel
 
@@ -152,10 +154,7 @@ def quiet_kernels(log_path: str | os.PathLike):
       torch) are appended to `log_path` too.
     Progress bars of this process (tqdm on sys.stderr) and --log-output streaming are untouched.
     """
-    import logging
-    import warnings
-
-    from jupyter_client.provisioning import local_provisioner  # the launcher every local kernel goes through
+    from jupyter_client.provisioning import local_provisioner  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py); the launcher every local kernel goes through
 
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log:

@@ -12,11 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.digest import canonical_json, loads_strict, sha256_file
-from kit.evidence import environment, run_record
+from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
+from kit.evidence import archive, environment, run_record
+from kit.evidence.archive import ARCHIVE_DIR_NAME
+from kit.evidence.chain import Evidence, copies_check, ledger_events_check, materials_checks
 from kit.evidence.gpu_mode import gpu_mode_check
 from kit.evidence.manifest import files_check
 from kit.evidence.parameters import ParameterError, parse_assignments
+from kit.store.commits import verify_commit
+from kit.store.manifest import commits_dir
 
 INJECTED_TAG = "injected-parameters"
 
@@ -86,14 +90,12 @@ def _roots_checks(roots: dict, base: Path, superseded: dict | None = None) -> li
             if not home.is_dir():
                 out.append(_check(name, "skipped", f"home absent: {home}"))
                 continue
-            from kit.store.manifest import commits_dir
 
             manifest = commits_dir(home) / f"{entry['root']}.json"
             if superseded is not None and not manifest.is_file():
                 out.append(_check(name, "skipped", f"superseded: {manifest} absent; the run id was re-made "
                                                    "into the same home, which holds its replacement's commits"))
                 continue
-            from kit.store.commits import verify_commit  # lazily: torch only when a home is here
 
             try:
                 report = verify_commit(home, entry["root"])
@@ -111,8 +113,6 @@ SUPERSEDED_FORMAT = "kit-superseded/1"
 def superseded_note(run_dir: Path) -> dict | None:
     """The superseded.json of the folder holding `run_dir`, checked: {"format", "reason",
     "unreachable_commits": [sha], "replaced_by": {run name: replacement run name}}; None when absent."""
-    from kit.digest import load_json_strict
-
     path = run_dir.parent / SUPERSEDED_NAME
     if not path.is_file():
         return None
@@ -150,8 +150,6 @@ BENCH_FORMAT = "kit-bench/1"
 def _bench_record(run_dir: Path, base: Path | None = None) -> dict | None:
     """A benchmark's run record (`kit-bench/1`, written by bench/*.py on a GPU host, no notebook):
     it must parse strictly, name its raw output files, which must exist, and a git commit that exists."""
-    from kit.digest import load_json_strict
-
     path = run_dir / run_record.RUN_RECORD_NAME
     try:
         rec = load_json_strict(path)
@@ -176,8 +174,6 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
     """{"run_dir", "run_id", "ok", "checks": [{"check", "result", "detail"}]} for one run directory. `base`: the
     repository the run belongs to (default: the one holding it; an archived run unpacked elsewhere names
     it); `evidence`: a kit.evidence.chain.Evidence of that base, shared when many runs are checked."""
-    from kit.evidence.chain import Evidence, copies_check, ledger_events_check, materials_checks
-
     run_dir = Path(run_dir)
     base = Path(base) if base is not None else None
     bench = _bench_record(run_dir, base)
@@ -223,8 +219,6 @@ def expand_run_dirs(paths: list[str]) -> list[Path]:
     its superseded folders included, archived ones too (unpacked, kit/evidence/archive.py), so that
     `kit verify-evidence runs` checks every committed record; a path inside an archived folder names it there. A
     folder with none stays as given, so that its check fails with "no run record"."""
-    from kit.evidence import archive
-
     out: list[Path] = []
     for p in (archive.resolve(p) for p in paths):
         if (p / run_record.RUN_RECORD_NAME).exists() or not p.is_dir():
@@ -241,7 +235,6 @@ def _run_dirs_under(folder: Path) -> list[Path]:
     """Run directories (run_record.is_run_dir) at any depth under `folder`, not looking inside a run directory
     and not following symbolic links (a link back up would list runs twice)."""
     found: list[Path] = []
-    from kit.evidence.archive import ARCHIVE_DIR_NAME
 
     for child in sorted(c for c in folder.iterdir() if c.is_dir() and not c.is_symlink() and c.name != ARCHIVE_DIR_NAME):
         found.extend([child] if run_record.is_run_dir(child) else _run_dirs_under(child))

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from kit.inventory import inventory
 from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM
 
@@ -108,8 +109,6 @@ def load_owned(model: LlamaCausalLM, seed_dir: str | os.PathLike, dtype=torch.fl
     Only the owned names are opened (`safe_open(...).get_tensor(name)`), so no worker ever
     materialises a full model. A missing tensor or a shape mismatch is refused naming the file.
     """
-    from kit.inventory import inventory
-
     seed_dir = Path(seed_dir)
     inv = inventory(seed_dir)
     wanted = dict(model.named_parameters())

@@ -16,6 +16,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from tqdm import tqdm
 
 from kit.distributed.group import Group
 from kit.distributed.pipeline import EngineConfig
@@ -54,8 +56,6 @@ def _attention(device: torch.device):
     """Training attention on CUDA: SDPA's FLASH_ATTENTION backend (deterministic backward under the
     deterministic flag); a hook's cached decoding picks its own kernel. The CPU's default kernels elsewhere."""
     if device.type == "cuda":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
         return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
     return nullcontext()
 
@@ -71,8 +71,6 @@ def train_updates(model: LlamaCausalLM, rows: list[TrainRecord], device: torch.d
     """`updates` updates of `batch_size` consecutive rows each, the learning rate `learning_rate(k)` at
     update k. `after(k)` (it only reads the model) runs after update k when `every` divides k, and after
     the last update; its time is measured apart."""
-    from tqdm import tqdm
-
     engine = build_worker(Group(0, 1, device), even_layout(model.shape.num_hidden_layers, 1), None, engine_cfg,
                           {OPTIMIZER_GROUP: optimizer}, student=model).engine
     result = LoopResult([], 0.0, None, 0.0)

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import instruction_source_range, synthetic_conversations
@@ -62,8 +63,6 @@ def build_random_seed(seed_dir: Path, contract, source: Path, device: torch.devi
     """config.json, model.safetensors (random, bfloat16) and the tokenizer files in `seed_dir`; returns
     what was built. SmolLM2-1.7B's shape, or with `toy_layers` a toy shape of that many blocks with the
     same tokenizer (a script's check on a CPU)."""
-    from safetensors.torch import save_file
-
     t0 = time.perf_counter()
     full = smollm2_17b()
     build_tokenizer(tokenizer_texts(contract, source), full.vocab_size, seed_dir,

@@ -98,6 +98,7 @@ from kit.data.tasks import FAMILIES, TaskExample, generate_set, generate_twin_se
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json
 from kit.distributed.pipeline import EngineConfig
+from kit.evaluation.scoring import answer_tasks, score_nll
 from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
 from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM, init_weights
@@ -544,8 +545,6 @@ def _train(cfg: SmallSeedConfig, model: LlamaCausalLM, tokenizer, packed: _Packe
            curve_sample: list[TaskExample]) -> _Trained:
     """The seed's updates (kit.seed.loop), with the learning curve measured on `curve_sample` after every
     curve_every updates and after the last; it only reads the model."""
-    from kit.evaluation.scoring import answer_tasks
-
     learning_curve = []
 
     def curve(k: int) -> None:
@@ -578,7 +577,7 @@ def _train(cfg: SmallSeedConfig, model: LlamaCausalLM, tokenizer, packed: _Packe
 def _inductor_deterministic():
     """Inductor's deterministic flag where this torch has one (it follows torch.use_deterministic_algorithms)."""
     try:
-        import torch._inductor.config as inductor_config
+        import torch._inductor.config as inductor_config  # noqa: PLC0415 - optional: torch._inductor (triton), on the compile path only
     except ImportError:
         return None
     return getattr(inductor_config, "deterministic", None)
@@ -600,8 +599,6 @@ def heldout_text_loss(model, rows: Sequence[Sequence[int]], batch: int) -> dict:
 
 def _heldout(cfg: SmallSeedConfig, model, tokenizer, pad: int, inputs: _Inputs) -> dict:
     """The held-out losses: general text documents and public conversations none of the build trained on."""
-    from kit.evaluation.scoring import score_nll
-
     held_ids = tokenizer([d["text"] for d in inputs.docs_held], add_special_tokens=False)["input_ids"]
     held_rows = text_rows(held_ids, list(range(len(held_ids))), pad, cfg.seq_len)[:cfg.heldout_max_rows]
     held_text = {"documents": len(inputs.docs_held), "paths_digest": sha256_json([d["path"] for d in inputs.docs_held]),
@@ -619,8 +616,6 @@ def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[
     """Per-family greedy accuracy on a dev-role sample at the dev (and the seed's own task) difficulty, and,
     when the seed trained on reworded examples, on the same dev-difficulty sample in the reworded words, and,
     when it trained on practice examples, on a practice sample of its own (kit.data.practice, never trained on)."""
-    from kit.evaluation.scoring import answer_tasks
-
     def per_family(sample: list[TaskExample], families: Sequence[str] = FAMILIES) -> tuple[dict, list[dict]]:
         answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
                                batch_size=cfg.eval_batch)

@@ -18,6 +18,7 @@ from pathlib import Path
 from kit.digest import canonical_json, loads_strict
 from kit.model.config import check_params_match_config, parse_config
 from kit.store.head import _acquire_lock, _lock_is_stale, _read_lock, _release_lock, read_head
+from kit.store.in_use import exclusive
 from kit.store.manifest import (  # noqa: F401  - re-exported: the commit record API in one place
     COMMITS_DIR_NAME,
     ENTRY_KEYS,
@@ -324,8 +325,6 @@ def gc(home: str | os.PathLike, unreferenced_objects: bool = False, all_temporar
         lock.unlink(missing_ok=True)
         removed.append(str(lock))
     if unreferenced_objects:
-        from kit.store.in_use import exclusive
-
         with exclusive(home, "kit checkpoint gc --objects"):  # a live run's next commit needs its objects
             referenced: set[str] = set()
             for root in list_commits(home):

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from kit.digest import HASH_CHUNK, DigestMismatch, fsync_dir
+from kit.publish import pid_alive
 
 DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 TMP_DIR_NAME = "tmp"
@@ -148,8 +149,6 @@ def new_temp_path(home: str | os.PathLike, purpose: str) -> Path:
 
 def process_alive_here(host: str, pid: int) -> bool:
     """True if `pid` runs on this host (a process on another host is assumed alive)."""
-    from kit.publish import pid_alive
-
     return host != host_tag() or pid_alive(pid)
 
 

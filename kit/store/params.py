@@ -6,6 +6,7 @@ export and the frozen reference never need the Adam moments).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -29,7 +30,6 @@ def _parallel(fn, items: list) -> list:
     """`fn` over `items` on a few threads, results in input order (deterministic records)."""
     if len(items) < 2 or IO_THREADS == 1:
         return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(IO_THREADS) as pool:
         return list(pool.map(fn, items))

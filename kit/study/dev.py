@@ -21,7 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kit import numerics
+from kit.data.chat import load_tokenizer
+from kit.data.conversations import read_jsonl
 from kit.digest import write_canonical_json
+from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.inventory import parameter_digest
+from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, check_seed, load_prepared
 
 DEV_EVAL_FORMAT = "kit.study.dev-evaluation/1"
 
@@ -33,8 +39,6 @@ class DevScoringRefused(ValueError):
 def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, Any, dict]:
     """(prepared/dev_tasks.jsonl, its sha256, the prepared contract's terms, prepared.json) after checking the file against
     prepared.json and the contract against its recorded digest; refused when the study has no `data.dev`."""
-    from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, load_prepared
-
     try:
         prepared, contract, _ = load_prepared(study_dir, only=(DEV_FILE,))
     except PreparedError as e:
@@ -48,21 +52,14 @@ def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, Any, dict]:
 def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: str | os.PathLike,
               home: str | None = None, root: str | None = None, device: str = "cpu") -> dict:
     """Score the seed (no `home`) or the commit `home`:`root` on the development tasks; write `out`."""
-    from kit.data.chat import load_tokenizer
-    from kit.data.conversations import read_jsonl
-    from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
-
     if (home is None) != (root is None):
         raise DevScoringRefused(f"--home {home!r} --root {root!r}: give both (a commit) or neither (the seed)")
-    from kit.study.prepare import check_seed
 
     path, sha, terms, prepared = dev_tasks_file(study_dir)
     check_seed(prepared, seed_dir)  # the tokenizer and the reference weights are the prepared ones
     tasks = read_jsonl(path)
     t0 = time.perf_counter()
     if home is None:
-        from kit.inventory import parameter_digest
-
         source = {"seed_dir": str(seed_dir), "parameter_digest": parameter_digest(seed_dir)}
         model = load_model(seed_dir=str(seed_dir), device=device)
     else:
@@ -83,8 +80,6 @@ def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: st
 
 
 def main(argv=None) -> int:
-    from kit import numerics
-
     numerics.apply()  # digests and scores are compared across machines: the kit's numeric profile first
     p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m kit.study.dev", description=__doc__.split("\n\n")[0])
     p.add_argument("--study", required=True, help="the prepared study directory (its contract has data.dev)")

@@ -70,9 +70,17 @@ from kit.digest import (
     write_canonical_json,
 )
 from kit.evidence.environment import versions
+from kit.evidence.ledger import (
+    CONVERSATION_KINDS,
+    TASK_KINDS,
+    exposed_digests,
+    ledger_path,
+    ledger_summary,
+    tasks_excluding,
+)
 from kit.inventory import inventory_digest, parameter_digest
 from kit.paths import inside
-from kit.provenance import kit_package_dir, source_digest
+from kit.provenance import CommitmentMismatch, _check_source, kit_package_dir, source_digest
 from kit.publish import publish_dir
 from kit.study.schema import load_study_contract
 
@@ -133,14 +141,6 @@ def _ledger_exposure(ledger, contract_digest: str, study_dir) -> tuple[Path, dic
     """(the ledger, its summary, task digests another contract exposed, every exposed conversation digest):
     final-test tasks avoid the first; exposed retention probes are drawn from the second. `ledger` None:
     ledger_path(study_dir), the ledger scoped to this study."""
-    from kit.evidence.ledger import (
-        CONVERSATION_KINDS,
-        TASK_KINDS,
-        exposed_digests,
-        ledger_path,
-        ledger_summary,
-    )
-
     ledger = Path(ledger) if ledger is not None else ledger_path(study_dir)
     return (ledger, ledger_summary(ledger), exposed_digests(TASK_KINDS, ledger, other_than=contract_digest),
             exposed_digests(CONVERSATION_KINDS, ledger))
@@ -228,8 +228,6 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     every task digest another contract exposed (counted); with `data.retention.exposed` the probes are
     the records of the retention range whose content digest the ledger holds (really exposed), and
     preparation is refused when too few are."""
-    from kit.evidence.ledger import tasks_excluding
-
     contract = load_study_contract(contract_path)
     ledger, ledger_info, exposed_tasks, exposed_convs = _ledger_exposure(ledger, contract.digest, study_dir)
     seed_dir, source_path, study_dir = Path(seed_dir), Path(source_path), Path(study_dir)
@@ -320,8 +318,6 @@ def check_source(prepared: dict, path: str | os.PathLike = "prepared.json",
                  package_dir: str | os.PathLike | None = None) -> None:
     """Refuse to train with a kit whose source differs from the one that prepared (or a preparation
     that did not commit it); the refusal names the file and the expected digest."""
-    from kit.provenance import CommitmentMismatch, _check_source
-
     entry = prepared.get("kit_source")
     if not isinstance(entry, dict) or "digest" not in entry:
         raise PreparedError(f"{path}: field 'kit_source' missing; expected the kit source digest committed at "

@@ -14,7 +14,22 @@ import os
 import time
 from pathlib import Path
 
+from kit.adaptive.sidecars import accuracy_sidecars
+from kit.data.chat import load_tokenizer
+from kit.data.conversations import read_jsonl, write_jsonl
+from kit.data.tasks import generate_set
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.inventory import parameter_digest
+from kit.study.prepare import (
+    DEV_FILE,
+    FILES,
+    PREPARED_DIR,
+    _seed_task_digests,
+    _task_conversation,
+    check_seed,
+    load_prepared,
+)
 
 DEV_FORMAT = "kit.study.replicate-dev/1"
 TASKS_FORMAT = "kit.study.replicate-dev-tasks/1"
@@ -34,17 +49,6 @@ def dev_rule(terms) -> dict:
 def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
     """(the development task file, its sha256): the prepared one, or the one drawn by `dev_rule` (written
     once, with its record `dev_tasks.json`, and checked against that record afterwards)."""
-    from kit.data.conversations import read_jsonl, write_jsonl
-    from kit.data.tasks import generate_set
-    from kit.study.prepare import (
-        DEV_FILE,
-        FILES,
-        PREPARED_DIR,
-        _seed_task_digests,
-        _task_conversation,
-        load_prepared,
-    )
-
     study_dir = Path(study_dir)
     prepared, contract, _ = load_prepared(study_dir, only=FILES)
     if DEV_FILE in prepared["files"]:
@@ -89,12 +93,6 @@ def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, 
     """Score each of `models` ({label: "seed" or "HOME:FULL_ROOT"}) on the development tasks and, when the
     contract's probes are exposed records, the retention probes; {label: its record}, each also written to
     STUDY/replicates/dev/<label>.json (reused when its source and files are unchanged)."""
-    from kit.data.chat import load_tokenizer
-    from kit.data.conversations import read_jsonl
-    from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
-    from kit.inventory import parameter_digest
-    from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared
-
     study_dir = Path(study_dir)
     path, sha = dev_tasks(study_dir)
     prepared, contract, _ = load_prepared(study_dir, only=("retention.jsonl",))
@@ -142,8 +140,6 @@ def dev_sidecars(candidate: dict, baseline: dict) -> dict:
     development evaluation's (kit.adaptive.sidecars): {"accuracy_by_family": {family or "all": {n,
     correct_/accuracy_ candidate and baseline}}, "nll_change": {"tasks" | "retention": {change_nats_per_token,
     tokens, n}}} (retention None when the contract's probes are not exposed records)."""
-    from kit.adaptive.sidecars import accuracy_sidecars
-
     base = {r["id"]: r for r in baseline["tasks"]}
     if set(base) != {r["id"] for r in candidate["tasks"]}:
         raise ReplicateScoringRefused("candidate and seed were scored on different development tasks")

@@ -28,6 +28,8 @@ from kit.contract import (
     load_contract,
     parse,
 )
+from kit.distributed.pipeline import EngineConfig
+from kit.train.optim import GroupConfig
 from kit.train.schedule import CONSTANT, check_schedule
 
 KIND = "shared-gradient-study"
@@ -231,8 +233,6 @@ def engine_config(terms, compile_blocks: str = "auto", pad_id: int = 0):
     """The contract terms' training section as the engine's typed config: the one translation of a study
     contract. `compile_blocks` is a run option (`kit study arm --compile-blocks`), not a contract field;
     the study's documents are pre-tokenised and padding is never a target, so `pad_id` stays 0."""
-    from kit.distributed.pipeline import EngineConfig
-
     t = terms.training
     return EngineConfig(int(t.microbatch_size), float(t.max_grad_norm), compute_dtype=t.compute_dtype,
                         compile_blocks=compile_blocks, pad_id=pad_id)
@@ -247,7 +247,5 @@ def lr_schedule(terms):
 
 def optimizer_groups(terms) -> dict:
     """The study's one AdamW group ("default") as `kit.train.optim.GroupConfig`."""
-    from kit.train.optim import GroupConfig
-
     o = terms.training.optimizer
     return {"default": GroupConfig(lr=o.lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps, weight_decay=o.weight_decay)}

@@ -46,6 +46,8 @@ import numpy as np
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
+from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.evidence.ledger import ledger_path, record_exposures
 from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, ratio_change_normal_upper
 from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_statuses, attempt_records, read_arm_record
@@ -64,8 +66,6 @@ class EvaluationRefused(ValueError):
 
 # --- the scoring adapter (kit/evaluation/scoring.py) --------------------------------------------------
 def _scorer():
-    from kit.evaluation.scoring import answer_tasks, load_model, score_nll
-
     return load_model, score_nll, answer_tasks
 
 
@@ -116,7 +116,6 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     with open(study_dir / "evaluation" / "opened.jsonl", "ab") as log:
         log.write(canonical_json({"at": time.time(), "roles": ["final_tasks", "retention"],
                                   "models": [m[0] for m in models]}) + b"\n")
-    from kit.evidence.ledger import ledger_path, record_exposures
 
     record_exposures(final, retention, contract.digest, sha256_file(study_dir / PREPARED_DIR / "prepared.json"),
                      f"study final scoring of {', '.join(m[0] for m in models)}", retention_kind="retention.probe",
@@ -131,7 +130,6 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
         model = (load_model(seed_dir=str(seed_dir), device=device) if label == "seed"
                  else load_model(home=source["home"], root=source["full_root"], device=device))
         # CPU: the contract's batch sizes, as before; CUDA: larger batches (same per-row math)
-        from kit.evaluation.scoring import eval_batch_sizes
 
         nll_batch, answer_batch = (ev.batch_size, 32) if device == "cpu" else eval_batch_sizes(device)
         tasks = answer_tasks(model, tokenizer, final, ev.max_new_tokens, batch_size=answer_batch)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kit.study.arms import arm_dir, attempt_records
+
 CURVE_FIELDS = ("step", "objective", "grad_norm", "clip_factor", "seconds", "gradient_bytes")
 MEASURED = ("active_tokens_per_s", "wall_seconds", "active_seconds", "gpu_seconds_per_update")
 ARM_FIELDS = ("arm", "workers", "reduction", "status", "reason", "attempts")
@@ -74,7 +76,6 @@ def store_curves(params: dict) -> tuple[list, str] | None:
     when the study folder is on this machine."""
     if not (params.get("STUDY_DIR") and (Path(params["STUDY_DIR"]) / "arms").is_dir()):
         return None
-    from kit.study.arms import attempt_records  # torch: only when a study's store is there to read
 
     arm = params.get("ARM", "single")
     replicate = int(params.get("REPLICATE", 0))
@@ -86,6 +87,5 @@ def store_curves(params: dict) -> tuple[list, str] | None:
 def store_home(params: dict) -> str | None:
     if not params.get("STUDY_DIR"):
         return None
-    from kit.study.arms import arm_dir  # torch: only for a study run
 
     return str(arm_dir(params["STUDY_DIR"], params.get("ARM", "single"), int(params.get("REPLICATE", 0))) / "home")

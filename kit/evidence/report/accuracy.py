@@ -50,7 +50,7 @@ def accuracy_html(runs_dir) -> list[str]:
 
 
 def show_accuracy(runs_dir) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     tables = accuracy_html(runs_dir)
     display(HTML("".join(tables) if tables else "<p>No run of a contract with a gate or screen recorded "

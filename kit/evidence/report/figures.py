@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from kit.evidence.report.format import fmt, is_number, png_bytes
 
 
@@ -23,7 +25,7 @@ def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def accuracy_figure(obj, title: str) -> tuple[bytes, str] | None:
     """Bars per family and model (candidate vs baseline, or every study model) with 95% Wilson intervals."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     series: dict[str, dict[str, tuple[int, int]]] = {}
     if isinstance(obj, dict):
@@ -67,8 +69,7 @@ def bootstrap_figure(bounds: dict, gates: dict | None, dist: dict | None, title:
     With a bootstrap_distribution sidecar the histogram of the resampled statistic is drawn; without one
     (evidence recorded before the sidecar existed) the normal approximation the record states beside
     the bootstrap (its change and normal upper bound), labelled as such."""
-    import numpy as np
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     parts = [p for p in ("tasks", "retention") if isinstance(bounds.get(p), dict)]
     if not parts:
@@ -113,7 +114,7 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None,
     Per-update seconds are drawn on a log axis, labelled: the first update's one-time compile and set-up
     costs (tens of seconds against fractions of one) would flatten a linear panel. `overlay`: (name, curve) of another run drawn over this one
     in every panel (a migrated run's uninterrupted control)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     x_key = "update" if all(is_number(r.get("update")) for r in curve) else "step"
     if not all(is_number(r.get(x_key)) for r in curve):
@@ -168,8 +169,8 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None,
 
 def curves_png(x_name: str, x: list, series: dict[str, list], title: str) -> bytes:
     """PNG of one panel per series against x (Agg canvas through Figure: no GUI, no pyplot state)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     cols = min(3, len(series))
     rows = -(-len(series) // cols)
@@ -199,7 +200,7 @@ GROWTH_NOTE = ("The grown model has more blocks than its fixed-depth control, so
 def dev_curve_figure(table: dict, title: str) -> tuple[bytes, str] | None:
     """Development accuracy against updates since the seed: one panel per family ("all" first), one line
     per arm, from a `dev_curve` sidecar ({"columns", "rows"}, kit/adaptive/dev_curve.py)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     cols = table.get("columns") or []
     if not {"arm", "step", "family", "accuracy"} <= set(cols):

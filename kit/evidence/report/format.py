@@ -18,6 +18,8 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 TIME_KEYS = re.compile(r"(_at|^now)$")
 NONE = "\u2014"
@@ -154,8 +156,7 @@ def png_bytes(fig) -> bytes:
     the device tool's limit (docs/gpu-hosts.md, "Sizes"). The mapping is computed here, not by Pillow's
     palette conversion, which maps through a reduced-precision colour cache and moves even exact colours; no
     dithering and no PNG metadata: the same figure gives the same bytes."""
-    import numpy as np
-    from PIL import Image
+    from PIL import Image  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})

@@ -81,7 +81,7 @@ def kept_folder_rows(runs_dir) -> list[dict]:
 
 
 def show_history(runs_dir) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     rows = history_rows(runs_dir)
     if len(rows) <= 1:

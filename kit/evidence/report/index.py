@@ -14,6 +14,7 @@ from kit.digest import load_json_strict, loads_strict, sha256_json
 from kit.evidence import records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
+from kit.evidence.run_index import load_runs, split_selection
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -21,8 +22,6 @@ REPO = Path(__file__).resolve().parents[3]
 # --- the runs directory as an index ----------------------------------------------------------
 @functools.lru_cache(maxsize=8)
 def _index_cached(runs_dir: str, stamp: float) -> dict:
-    from kit.evidence.run_index import load_runs
-
     runs = load_runs(runs_dir)
     by_id = {r["run_id"]: r for r in runs}
     runs_by_root: dict[str, list[str]] = {}
@@ -44,8 +43,6 @@ def _index_cached(runs_dir: str, stamp: float) -> dict:
 
 
 def index(runs_dir) -> dict:
-    from kit.evidence.run_index import split_selection
-
     p, pattern = split_selection(runs_dir)
     spec = str(p.resolve() / pattern) if pattern else str(p.resolve())
     return _index_cached(spec, p.stat().st_mtime if p.exists() else 0.0)

@@ -8,10 +8,13 @@ import html
 import math
 import re
 
+from kit.evidence.replicates import replicate_spread
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import fmt, records_table
 from kit.evidence.report.index import index, metric, run_contract
 from kit.evidence.report.readings import summary_rows
+from kit.evidence.results import results
+from kit.evidence.run_index import load_runs, split_selection
 
 SAME_MATH = ("dense", "single")  # equal in exact math: dense averages two halves of single's batch
 
@@ -44,8 +47,6 @@ def family_sentence(runs_dir) -> str | None:
     """The smallest difference between two models of one family that is significant at 5% (two-sided, unpaired
     normal approximation at the family's mean accuracy over the trained models), per family of the study's
     evaluation: differences below it are within item sampling alone."""
-    from kit.evidence.results import results
-
     df = results(runs_dir)
     df = df[(df["kept_in"] == "") & (df["split"] == "study evaluation") & (df["family"] != "all") & (df["model"] != "seed")]
     parts = []
@@ -70,9 +71,6 @@ def _pct(x) -> str:
 def replicate_spread_html(runs_dir) -> str | None:
     """The between-replicate spread (kit.evidence.replicates.replicate_spread, development roles only) and each
     frozen verdict read against it; None when no replicate beyond the committed runs has been scored."""
-    from kit.evidence.replicates import replicate_spread
-    from kit.evidence.run_index import load_runs, split_selection
-
     folder, pattern = split_selection(runs_dir)
     prefix = (pattern or "").split("-")[0] or "medium"
     spread = replicate_spread(load_runs(folder), prefix=prefix)
@@ -145,7 +143,7 @@ def replicate_html(runs_dir) -> str:
 
 
 def show_noise(runs_dir) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     rows = [{"question": r["question"], "check": r["check"], "n": r["numbers"]["n"], "at 80% power": r["power"]}
             for r in summary_rows(runs_dir) if r["power"]]

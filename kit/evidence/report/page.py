@@ -17,7 +17,11 @@ from pathlib import Path
 
 from kit.environ import temporary_environ
 from kit.evidence import records
-from kit.evidence.run_index import load_runs
+from kit.evidence.archive import origin
+from kit.evidence.report.css_prune import prune_page_styles
+from kit.evidence.report.pilots import beside, pilot_records
+from kit.evidence.run_index import load_runs, split_selection
+from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
 
 REMOVE_INPUT_TAG = "remove_input"
 TEMPLATE_NAME = "kit_report.html.j2"
@@ -63,7 +67,7 @@ EXTERNAL_RE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\
 
 # --- building, executing and exporting the report notebook ----------------------------------
 def _code_cell(source: str):
-    import nbformat
+    import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["tags"] = [REMOVE_INPUT_TAG]
@@ -85,10 +89,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     the verdict tables in full with speed, costs and traffic; the pilots when the selection (or one beside it,
     pilots.PILOTS_BESIDE) holds pilot records; the run table and the runs that did not complete; one section per
     run (benchmark records included): its header with lineage, then its sidecars."""
-    import nbformat
-
-    from kit.evidence.report.pilots import beside, pilot_records
-    from kit.evidence.run_index import split_selection
+    import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     shown = str(runs_dir)
     folder, pattern = split_selection(runs_dir)
@@ -147,9 +148,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
 def _run_sections(nb, runs_dir, sel: str, where, details: dict) -> None:
     """One collapsed section per current run of the selection (its header, then its sidecars); the archived
     runs named in one paragraph (their sections would repeat what runs/archive/ keeps)."""
-    import nbformat
-
-    from kit.evidence.archive import origin
+    import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     every = load_runs(runs_dir)
     rows = [r for r in every if origin(r["dir"]) is None]  # archived runs: listed, their sections in the archive
@@ -178,16 +177,15 @@ def external_resources(page: str) -> list[str]:
 
 
 def export_html(nb, title: str) -> str:
-    import jinja2
-    from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import TagRemovePreprocessor
+    import jinja2  # noqa: PLC0415 - optional: transformers' template engine
+    from nbconvert import HTMLExporter  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
+    from nbconvert.preprocessors import TagRemovePreprocessor  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     exporter = HTMLExporter(template_name="lab", template_file=TEMPLATE_NAME,
                             extra_loaders=[jinja2.DictLoader({TEMPLATE_NAME: OFFLINE_TEMPLATE})],
                             exclude_input_prompt=True, exclude_output_prompt=True)
     exporter.register_preprocessor(TagRemovePreprocessor(remove_input_tags=(REMOVE_INPUT_TAG,)), enabled=True)
     page, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
-    from kit.evidence.report.css_prune import prune_page_styles
 
     return prune_page_styles(collapse(page, nb.metadata.get("kit_details") or {}))
 
@@ -219,11 +217,9 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
                   kernel_name: str = "python3", timeout_s: int = 600, select: str | None = None) -> Path:
     """Execute the report notebook over `runs_dir` (only the run ids matching the glob `select`, when
     given); write out_dir/report.ipynb and out_dir/index.html."""
-    from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
-
     ensure_runtime(("nbformat", "nbclient", "jupyter_client", "ipykernel", *REPORT_MODULES), "render a report")
-    import nbformat
-    from nbclient import NotebookClient
+    import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
+    from nbclient import NotebookClient  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     runs_dir, out_dir = Path(runs_dir), Path(out_dir)
     records.list_run_dirs(runs_dir)  # a missing runs directory is an error before anything is written
@@ -247,7 +243,9 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
                          f"e.g. {external[0]!r}; it must read offline")
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
-    from kit.evidence.results import write_results
+    # a cycle through this package's __init__: kit.evidence.results reads kit.evidence.report.format and .index,
+    # and importing either runs kit/evidence/report/__init__.py, which imports this module
+    from kit.evidence.results import write_results  # noqa: PLC0415 - the import cycle above
 
     write_results(runs_dir, out_dir / "results.csv")  # the page's accuracy tables, as data (kit.results)
     return index

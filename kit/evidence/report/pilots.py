@@ -362,7 +362,7 @@ def pilot_html(p: dict) -> str:
 
 def show_pilots(selection, also=()) -> None:
     """Every pilot record of `selection` and of the selections `also` (whose run sections this report lacks)."""
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     found = pilot_records(selection, also)
     if not found:

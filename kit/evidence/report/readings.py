@@ -12,8 +12,11 @@ import math
 from math import comb
 
 from kit.evidence.report.analysis import sign_test_p
+from kit.evidence.report.cost import retention_pairs
+from kit.evidence.report.evaluation_files import evaluation_items
 from kit.evidence.report.format import fmt, is_number, run_link
-from kit.evidence.report.index import index, metric
+from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.verdict_rows import direction_text, verdict_rows
 
 Z2 = 1.959963984540054  # two-sided 95%
@@ -195,8 +198,6 @@ def _estimate_passes(r: dict) -> bool:
 
 def baseline_sentence(idx: dict) -> str | None:
     """The retention NLL of the adaptive trial's seed baseline, from the final evaluation file that its run kept."""
-    from kit.evidence.report.evaluation_files import evaluation_items
-
     for r in idx["runs"]:
         if (r.get("parameters") or {}).get("SPLIT") == "final" and \
                 str((r.get("parameters") or {}).get("BASELINE", "")).startswith("seed:"):
@@ -213,9 +214,6 @@ def baseline_sentence(idx: dict) -> str | None:
 def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
     """Whether the study's retention probes come from a source its arms train on (the contract's data), and
     what the arms' retention changes against the seed then say."""
-    from kit.evidence.report.cost import retention_pairs
-    from kit.evidence.report.index import run_contract
-
     for r in idx["runs"]:
         changes = metric(r, "retention_change")
         c = run_contract(r) or {}
@@ -240,9 +238,7 @@ def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
 
 
 def show_summary(runs_dir) -> None:
-    from IPython.display import HTML, display
-
-    from kit.evidence.report.page import PAGE_CSS
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     said = reading_sentences(runs_dir)
     display(HTML(PAGE_CSS + summary_html(runs_dir)

@@ -26,7 +26,7 @@ def run_table(runs_dir: str | os.PathLike):
     Runs kept in the selection's evidence folders follow, with status "superseded" (a folder named so:
     superseded attempts and folders) or "kept" (another record a campaign kept, e.g. a seed's rebuild) and,
     in the reason, the folder and the status they ended with."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     rows = []
     kept = [{**r, "reason": f"kept in {r['kept_in']}/ (ended {r['status']})" + (f": {r['reason']}" if r["reason"] else ""),
@@ -54,7 +54,7 @@ def _styled_html(df, table_id: str) -> str:
 
 
 def show_runs(runs_dir: str | os.PathLike) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     df = run_table(runs_dir)
     counts = ", ".join(f"{n} {status}" for status, n in df["status"].value_counts().sort_index().items())
@@ -81,8 +81,8 @@ def show_runs(runs_dir: str | os.PathLike) -> None:
 
 def show_failures(runs_dir: str | os.PathLike) -> None:
     """Every run that did not complete: the cell, the exception and its full message."""
-    import pandas as pd
-    from IPython.display import HTML, display
+    import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     rows = []
     for r in load_runs(runs_dir):

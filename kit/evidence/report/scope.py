@@ -190,7 +190,7 @@ def migration_sentence(rows: list[dict], idx: dict) -> str | None:
 
 
 def show_scope(runs_dir) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     paras = scope_paragraphs(runs_dir)
     if not paras:

@@ -52,7 +52,7 @@ def lineage(row: dict, idx: dict) -> dict | None:
 
 def show_run(runs_dir, run_id: str) -> None:
     """The run's anchor and a one-table header: status, time, device, commit, contract, lineage."""
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     idx = index(runs_dir)
     row = idx["by_id"][run_id]

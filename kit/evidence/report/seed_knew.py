@@ -11,6 +11,7 @@ from pathlib import Path
 from kit.digest import load_json_strict
 from kit.evidence.report.format import fmt, records_table
 from kit.evidence.report.index import index, run_contract
+from kit.evidence.results import results
 from kit.evidence.run_index import kept_runs, split_selection
 
 BUILD_RECORD = "seed_build_record.json"
@@ -76,7 +77,6 @@ def training_mix(rec: dict) -> list[dict]:
 
 def seed_html(runs_dir) -> str:
     parts = []
-    from kit.evidence.results import results
 
     for digest in seed_digests(runs_dir):
         found = build_record(runs_dir, digest)
@@ -129,6 +129,6 @@ def seed_html(runs_dir) -> str:
 
 
 def show_seed(runs_dir) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     display(HTML(seed_html(runs_dir)))

@@ -43,7 +43,7 @@ GPU_COST_NOTE = ('<p class="kit-note">The contract\'s prices (the seed\'s L40S h
 
 def metric_view(obj: Any) -> tuple[str, Any]:
     """("curves", (x_name, x_values, {series: values})) | ("table", DataFrame) | ("json", obj)."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj):
         for x in CURVE_X_KEYS:
@@ -153,7 +153,7 @@ def _shape_view(obj: Any, title: str, rbr: dict) -> str:
         x_name, x, series = view
         return img_html(curves_png(x_name, x, series, title), curves_alt(x_name, x, series, title))
     if kind == "table":
-        import pandas as pd
+        import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
         show_index = not isinstance(view.index, pd.RangeIndex)  # row labels only where they mean something
         recs = view.reset_index().to_dict(orient="records") if show_index else view.to_dict(orient="records")
@@ -179,6 +179,6 @@ def sidecar_html(run_dir: str | os.PathLike, name: str) -> str:
 
 def show_metric(run_dir: str | os.PathLike, name: str) -> None:
     """Display sidecar_html(run_dir, name) (the report's cell for one sidecar)."""
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     display(HTML(sidecar_html(run_dir, name)))

@@ -186,7 +186,7 @@ def _retention_html(runs_dir) -> list[str]:
 
 
 def show_verdicts(runs_dir) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)

@@ -1,0 +1,115 @@
+"""What `kit adaptive prepare|train|evaluate|select|gates|compare` and `kit continued prepare` run (their
+parsers: kit/cli/adaptive.py); the work is in kit/adaptive/."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kit.adaptive.compare import compare
+from kit.adaptive.continued import KIND as CONTINUED
+from kit.adaptive.continued import continued_gates, load_continued_contract, prepare_continued
+from kit.adaptive.continued_schema import job_contract
+from kit.adaptive.evaluation import evaluate, gates
+from kit.adaptive.prepare import prepare
+from kit.adaptive.schema import load_adaptive_contract
+from kit.adaptive.selection import write_selection
+from kit.adaptive.torchrun import train_torchrun
+from kit.adaptive.train import CohortRequest, train
+from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
+from kit.distributed.group import exit_torchrun_worker, under_torchrun
+from kit.store.commits import resolve_root
+
+
+def cmd_train(a) -> int:
+    if a.resume:  # HEAD or a short root -> the full root, in the store that holds it
+        a.resume = resolve_root(a.source_home or a.home, a.resume, "--resume")
+    if a.reference:
+        a.reference = resolve_root(a.reference_home or a.source_home or a.home, a.reference, "--reference")
+    torchrun = under_torchrun()
+    run = train_torchrun if torchrun else train
+    commits = run(CohortRequest(prepared=a.prepared, seed_dir=a.seed, home=a.home, cohort=a.cohort, workers=a.workers,
+                                resume=a.resume, reference=a.reference, source_home=a.source_home, until=a.until,
+                                grow=a.grow, reference_home=a.reference_home))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 prints
+        for c in commits:
+            print(json.dumps(c, sort_keys=True), flush=True)
+    if torchrun:  # records written, group left (train_torchrun's finally)
+        exit_torchrun_worker(0)
+    return 0
+
+
+def cmd_evaluate(a) -> int:
+    pj = load_json_strict(Path(a.prepared) / "prepared.json")
+    terms = job_contract(pj)
+    res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
+                   terms.training.max_tokens, terms.evaluation.max_new_tokens, a.selection, device=a.device)
+    correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
+    print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
+                      "baseline_correct": correct[1]}, sort_keys=True))
+    return 0
+
+
+def cmd_select(a) -> int:
+    cands = {}
+    for spec in a.candidate:
+        name, _, loc = spec.partition("=")
+        home, _, root = loc.rpartition(":")
+        if not name or not home or len(root) != 64:
+            raise ValueError(f"--candidate {spec!r}: expected NAME=HOME:FULL_ROOT")
+        cands[name] = {"home": home, "root": root}
+    dev = {}
+    for path in a.dev_eval or []:
+        dev[Path(path).name] = sha256_file(path)
+    rec = write_selection(a.prepared, cands, a.out, {"dev_evaluations": dev})
+    print(json.dumps({"out": a.out, "candidates": rec["candidates"]}, sort_keys=True))
+    return 0
+
+
+def cmd_gates(a) -> int:
+    continued = load_json_strict(a.contract).get("kind") == CONTINUED
+    contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
+    out = {"contract_digest": contract.digest, "comparisons": {}}
+    if continued:  # the report says whether the start endpoint's gates passed (exploratory otherwise)
+        if not a.prepared:
+            raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
+        start = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
+        out["start"] = {k: start[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
+    for spec in a.eval:
+        name, _, path = spec.partition("=")
+        ev = load_json_strict(path)
+        verdict = (continued_gates(ev, contract.terms, out["start"]["exploratory"]) if continued
+                   else gates(ev, contract.terms))
+        out["comparisons"][name] = {"evaluation": path, **verdict}
+    out["all_passed"] = all(v["passed"] for v in out["comparisons"].values())
+    write_canonical_json(a.out, out)
+    print(json.dumps({n: {"passed": v["passed"], "gates": {g["name"]: g["passed"] for g in v["gates"]}}
+                      for n, v in out["comparisons"].items()}, sort_keys=True))
+    return 0
+
+
+def cmd_compare(a) -> int:
+    ah, _, ar = a.a.rpartition(":")
+    bh, _, br = a.b.rpartition(":")
+    res = compare(ah, ar, bh, br, a.cohort)
+    write_canonical_json(a.out, res)
+    print(json.dumps({k: res[k] for k in ("learned_state_equal", "parameters_differing",
+                                          "max_abs_parameter_difference")}, sort_keys=True))
+    if a.require_equal and not res["learned_state_equal"]:
+        return 1
+    return 0
+
+
+def cmd_prepare(a) -> int:
+    summary = prepare(a.contract, a.seed, a.replay, a.dev_retention, a.public_source, a.out, a.ledger)
+    print(canonical_json(summary).decode())
+    return 0
+
+
+def cmd_continued_prepare(a) -> int:
+    home, _, root = a.start.rpartition(":")
+    summary = prepare_continued(a.contract, a.start_prepared, home, root, a.start_evaluation, a.seed,
+                                a.public_source, a.out, a.ledger)
+    print(canonical_json(summary).decode())
+    return 0

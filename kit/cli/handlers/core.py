@@ -1,0 +1,134 @@
+"""What `kit digest`, `kit status`, `kit seed`, `kit checkpoint` (replay included), `kit plan` and `kit demo` run
+(their parsers: kit/cli/__init__.py, kit/cli/adaptive.py for `checkpoint replay`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kit.adaptive.replay import replay
+from kit.demo import run_demo
+from kit.inventory import parameter_digest
+from kit.model.config import load_config
+from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
+from kit.seed.build import SeedBuildConfig, build_seed, describe_seed
+from kit.seed.small import SmallSeedConfig, build_small_seed
+from kit.sizes import format_gib
+from kit.status import render, status
+from kit.store import commits, export
+from kit.store.commits import resolve_root
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, sort_keys=True))
+
+
+def cmd_digest(a) -> int:
+    print(parameter_digest(a.dir))
+    return 0
+
+
+def cmd_seed_build(a) -> int:
+    if a.scale == "medium":
+        if a.test_size:
+            raise ValueError("--test-size is for --scale tiny; a short medium build takes --config FILE "
+                             "(a JSON object of SmallSeedConfig fields, e.g. {\"max_updates\": 50})")
+        cfg = SmallSeedConfig.from_json(a.config) if a.config else SmallSeedConfig.small()
+        repo = Path(__file__).resolve().parents[3]  # the defaults travel in the repository, whatever the cwd
+        _print_json(build_small_seed(Path(a.out), cfg, device=a.device,
+                                     alpaca=Path(a.public_source or repo / "data" / "alpaca_5000.json"),
+                                     text=Path(a.general_text or repo / "data" / "python3.11-doc.jsonl.xz"),
+                                     contracts_dir=Path(a.contracts or repo / "contracts"),
+                                     progress=not a.no_progress))
+        return 0
+    for flag, value, default in (("--config", a.config, None), ("--device", a.device, "cpu")):
+        if value != default:
+            raise ValueError(f"{flag} {value}: only with --scale medium (the tiny seed is built on the CPU with its own config)")
+    cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
+    _print_json(build_seed(Path(a.out), cfg, progress=not a.no_progress))
+    return 0
+
+
+def cmd_status(a) -> int:
+    report = status(a.path)
+    print(json.dumps(report, indent=1, sort_keys=True) if a.json else render(report))
+    return 0
+
+
+def cmd_seed_show(a) -> int:
+    print(describe_seed(Path(a.dir)))
+    return 0
+
+
+def cmd_checkpoint(a) -> int:
+    if a.action == "verify":
+        report = commits.verify_commit(a.home, commits.resolve_root(a.home, a.root) if a.root else None,
+                                       check_model=True)
+        _print_json(report)
+    elif a.action == "show":
+        print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
+    elif a.action == "export":
+        print(export.export_hf(a.home, _root_or_head(a), a.out, extra_files_dir=a.tokenizer_from))
+    elif a.action == "gc":
+        for path in commits.gc(a.home, unreferenced_objects=a.objects):
+            print(path)
+    elif a.action == "list":
+        head = commits.read_head(a.home)
+        for root in commits.list_commits(a.home):
+            print(root, "HEAD" if root == head else "")
+    return 0
+
+
+def _root_or_head(a) -> str:
+    """The commit a show or export names: ROOT when given, else the store's HEAD (as verify does)."""
+    root = commits.resolve_root(a.home, a.root) if a.root else commits.read_head(a.home)
+    if root is None:
+        raise ValueError(f"{a.home}: the store has no HEAD (no commit yet); name a commit root, or make "
+                         "one with `kit adaptive train`")
+    return root
+
+
+def cmd_plan(a) -> int:
+    shape = load_config(a.config)
+    if a.grow:
+        shape = shape_with_growth(shape, a.grow)
+    workers = [WorkerCapacity(f"worker{i}", mem, speed) for i, (mem, speed) in enumerate(a.worker)]
+    model = MemoryModel(**a.memory_model) if a.memory_model else MemoryModel()
+    mb = MicrobatchShape(a.batch, a.seq_len, a.in_flight)
+    record = plan(shape, workers, mb, model).to_json()
+    if a.json:
+        print(json.dumps(record, indent=1, sort_keys=True))
+    else:
+        print(plan_table(record))
+    return 0
+
+
+def plan_table(record: dict) -> str:
+    """The plan for a person: one row per worker (sizes in GiB, 2^30 bytes), then the peak; --json has all."""
+    rows = [("worker", "memory", "speed", "blocks", "embedding", "estimate", "utilisation")]
+    for w in record["workers"]:
+        est = w["estimate"]
+        rows.append((w["name"], format_gib(w["memory_bytes"]), f"{w['speed']:g}", f"[{w['blocks'][0]}, {w['blocks'][1]})",
+                     "yes" if est["owns_embedding"] else "no", format_gib(est["total"]), f"{w['utilization']:.2%}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows]
+    peak = max(record["workers"], key=lambda w: w["utilization"])["name"]
+    lines.append(f"peak utilisation {record['peak_utilization']:.2%} ({peak}); the embeddings on worker"
+                 f"{record['embedding_owner']}; GiB = 2^30 bytes; --json prints the whole record")
+    return "\n".join(lines)
+
+
+def cmd_demo(a) -> int:
+    return run_demo(Path(a.out), progress=not a.no_progress, runs_dir=Path(a.runs_dir),
+                    reports_dir=Path(a.reports_dir),
+                    public_source=Path(a.public_source) if a.public_source else None, scale=a.scale,
+                    parts=tuple(a.parts.split(",")), report=not a.no_report,
+                    seed_dir=Path(a.seed_dir) if a.seed_dir else None)
+
+
+def cmd_replay(a) -> int:
+    rec = replay(a.home, resolve_root(a.home, a.root), a.from_root and resolve_root(a.home, a.from_root, "--from"),
+                 a.workers)
+    print(json.dumps({k: rec[k] for k in ("root", "from", "cohort", "cohort_steps", "equal",
+                                          "max_abs_parameter_difference")}, sort_keys=True))
+    return 0 if rec["equal"] or rec["device"] != "cpu" else 1
