@@ -11,21 +11,13 @@ where it is written, not a KeyError deep inside a run, and nothing can edit a co
 Spec forms: the notes below the docstring.
 """
 
-# Notes on kit.contract: how it works inside, and why (the module's reference notes).
+# Notes on kit.contract: the spec forms.
 #
-# A schema is plain data: a dict mapping each field to its spec, where a spec is
-#   - a type: `int`, `float` (ints accepted), `str`, `bool`;
-#   - a dict: a nested object with exactly these fields;
-#   - `Seq(spec, min_len=0)`: a list whose items match `spec`;
-#   - `OneOf("a", "b")`: one of these literal values;
-#   - `Opt(spec)`: the value may be null (the field itself must still be present);
-#   - `Omittable(spec)`: the field may be absent (only for a field added after contracts were frozen:
-#     a required new field would change every existing contract's digest);
-#   - `MapOf(spec)`: an object with arbitrary string keys whose values match `spec`;
-#   - `Num(lo=None, hi=None, integer=False)`: a number within bounds; an integer field without `hi` is
-#     bounded by `MAX_COUNT` (10^6), and seeds and byte sizes use `SEED` and `BYTES`.
-# Every field is required and unknown fields are errors: a frozen contract says everything it means
-# and nothing by accident. Errors name the file and the dotted path of the field.
+# A type (`float` accepts ints); a dict (a nested object with exactly these fields); `Seq(spec, min_len=0)`;
+# `OneOf(*literals)`; `Opt(spec)` (null allowed, the field still required); `Omittable(spec)` (the field may be absent:
+# only for fields added after contracts were frozen, since a new required field changes every existing digest);
+# `MapOf(spec)` (arbitrary string keys); `Num(lo, hi, integer)`: an integer field without `hi` is bounded by
+# `MAX_COUNT` (10^6); seeds and byte sizes use `SEED` and `BYTES`.
 
 from __future__ import annotations
 

@@ -8,52 +8,19 @@ other parameters: evidence is never overwritten.
 Steps, outputs and progress: the notes below the docstring; files: docs/formats/demo-plan.md, "Demo plan".
 """
 
-# Notes on kit.demo: how it works inside, and why (the module's reference notes).
+# Notes on kit.demo: what the plan guarantees, and why steps run at once only as they do.
 #
-# Every step is a notebook of `notebooks/` executed by kit.evidence.runner into `runs/demo-<step>/`, so the
-# demo leaves exactly the evidence a batch on a GPU host leaves (run records, executed notebooks, metric
-# sidecars, checkpoint roots), and `reports/demo/index.html` is rendered from it at the end:
-#
-#     seed (build)
-#     adaptive: prepare -> cohort A on 2 workers to the migration step -> the 3-worker continuation
-#       (migrated) -> the uninterrupted 2-worker control -> migration comparison -> cohort B fixed-depth
-#       control -> cohort B growth -> growth comparison -> dev evaluations -> selection -> final
-#       evaluations with the gates
-#     continued learning (contracts/continued-learning.tiny.json, exploratory): prepare from the selected A
-#       endpoint -> cohort C -> dev evaluation -> selection -> final evaluation with its gates
-#     gradient study: prepare -> single, dense, PowerSGD arms -> evaluation and screens
-#     report
-#
-# The sequence mirrors examples/adaptive_tiny.sh and examples/gradient_study_tiny.sh. A step's parameters
-# name the checkpoint roots of earlier steps, read from their run records (`checkpoint_roots.produced`), so
-# each run.json says exactly which commit it continued from. The plan as executed (literal roots included)
-# is written to OUT/demo-plan.json, a valid `kit batch` plan; step times go to OUT/demo-timing.json.
-#
-# Working data (seed, prepared jobs, checkpoint stores) goes under `out`, run records under `runs_dir`, the
-# report under `reports_dir`. A rerun reuses a run id already `completed` with the same parameters (as
-# `kit batch` skips it) and refuses one completed with other parameters: evidence is never overwritten.
-# The demo stops at the first failed step (a study arm's own outcome, e.g. `unavailable`, does not stop it)
-# and still renders the report, which lists the failure; notebooks/90_inspect_failed_arm.ipynb opens it.
-#
-# Steps at once (medium scale only, `Scale.concurrent`): a step marked `concurrent_with_next` starts together
-# with the step after it, and the demo waits for the whole chain before the generator reads any root of its
-# steps (`step_chains` groups them lazily; the plan's last step ends its chain whatever it says). The medium plan has two chains. The seed's inspection runs beside the first preparation when the seed
-# was built before (`--seed`, the campaign's case: the preparation reads the seed's files, not its run; a seed the
-# demo builds comes first). Cohort B's fixed-depth control, cohort B's growth and cohort A's 2-worker control run
-# at once after the migrated run (a migrated run copies the update logs of every attempt in its source home when
-# it starts, and the control writes its own there, so the control never runs beside it).
-# Each step of a chain runs as its own `python -m kit batch` process of a one-arm plan
-# (kit.evidence.runner.run_notebooks_at_once: run_notebook sets the kernel's environment in os.environ, which
-# threads would share), with the same environment and working directory, so its run record is the one a run in
-# the demo's own process would write; each run is deterministic on its own, so running beside others changes
-# its times, not its roots. A step's outcome is the record its own process wrote: an earlier failed
-# attempt's record that a refused or crashed process left in place is never taken for it (the chain raises,
-# naming that process's log). The evaluations stay one at a time (each endpoint is scored once, then read from
-# the score cache), and so do the finals, whose exposure-ledger lines keep the plan's order. The tiny demo runs
-# one step at a time, in the order its committed evidence was made.
-#
-# Progress: a bar over the steps on the console (tqdm), off with `progress=False` or KIT_PROGRESS=0.
-# Kernels always run with KIT_PROGRESS=0, so the executed notebooks kept as evidence hold no bar output.
+# The sequence mirrors examples/adaptive_tiny.sh and examples/gradient_study_tiny.sh; OUT/demo-plan.json, literal
+# roots included, is a valid `kit batch` plan. A study arm's own outcome (e.g. `unavailable`) does not stop the demo;
+# a failed step does, and the report is still rendered and lists it.
+# Steps at once (medium scale only): a step marked `concurrent_with_next` starts with the next, and no root of a chain
+# is read before the whole chain ends. The seed's inspection runs beside the first preparation only for a seed built
+# before; cohort A's 2-worker control never runs beside the migrated run, which copies its source home's update logs
+# when it starts (where the control writes its own). Each step of a chain is its own `python -m kit batch` process,
+# since run_notebook sets the kernel's environment in os.environ, which threads would share; a step's outcome is the
+# record its own process wrote, never one an earlier attempt left. Evaluations and finals stay one at a time (the
+# score cache; ledger lines in the plan's order); the tiny demo runs in the order its committed evidence was made.
+# Kernels run with KIT_PROGRESS=0, so the executed notebooks kept as evidence hold no progress bar.
 
 from __future__ import annotations
 

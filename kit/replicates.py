@@ -10,29 +10,16 @@ prepare, a-endpoint (cohort A's endpoint in the committed order), study, growth,
 (the committed-order arms again, for their development scores); the notes below the docstring.
 """
 
-# Notes on kit.replicates, kit.replicate_order, kit.study.replicate_dev, kit.evidence.replicates: how it works inside, and why (the module's reference notes).
+# Notes on kit.replicates, kit.replicate_order, kit.study.replicate_dev, kit.evidence.replicates.
 #
-# Replicates measure training noise the way Bouthillier et al. (2021) ask: the frozen arms again with one source
-# of variation randomised, the data order, and every other input (seed, contract, prepared job, schedule's
-# composition) the committed one. `kit.replicate_order` derives the order: seed = the first 8 bytes of
-# sha256(canonical_json(["kit-replicate/1", contract_seed, k])); each role's documents are ranked by
-# sha256_json([seed, "role", role, id]) and dealt to the updates in the committed per-role counts, then each
-# update is ranked by sha256_json([seed, "update", k, role, id]). Replicate 0 returns the committed steps
-# object itself, so a run with REPLICATE = 0 takes exactly the committed code path (roots equal, test).
-# The study arm (`ArmRequest.replicate`, kit.study.arms.replicate_schedule) and the adaptive cohort
-# (`CohortRequest.replicate`, kit.adaptive.train.cohort_steps) read their schedule through it; a study replicate
-# lives in `arms/<arm>-r<k>/`, which `arm_statuses` and hence the freeze never list, and an adaptive replicate's
-# attempt records its `replicate`, which `open_final_roles` reads (`replicate_index`) to refuse its commit.
-#
-# `kit.replicates` is the campaign's driver: the steps of one part at a time, through kit.demo's chains, so that
-# the campaign script can give each part its GPU mode (cohort A's endpoint and the committed-order arms in the
-# committed runs' mode, the replicates deterministic). The preparations are made again against the ledger as the
-# committed ones read it (the plan's `inputs.ledger` prefix), and `--plan` compares what was re-derived with the
-# committed jobs and roots (OUT/replicates-checks.json). `kit.study.replicate_dev` scores on development roles
-# (the study pilot's development rule when the contract has no `data.dev`) and never writes the ledger.
-# `kit.evidence.replicates.replicate_spread(rows)` turns the development runs into means and between-replicate
-# standard deviations, the dense-vs-single noise floor, and each committed verdict's effect against twice the
-# spread of its measure; the report's noise section calls it.
+# Replicates randomise one source of variation, the data order (kit/replicate_order.py `RULE`), as Bouthillier et al.
+# (2021) ask; every other input is the committed one. Replicate 0 returns the committed steps object itself, so
+# REPLICATE = 0 takes the committed code path (roots equal, tested).
+# Finals stay closed: a study replicate lives in `arms/<arm>-r<k>/`, which `arm_statuses` (hence the freeze) never
+# lists; an adaptive replicate's attempt records `replicate`, which `open_final_roles` reads to refuse its commit.
+# Preparations are made again against the ledger as the committed ones read it (the plan's `inputs.ledger`) and
+# `--plan` compares them with the committed jobs and roots (OUT/replicates-checks.json). `replicate_spread` sets each
+# committed verdict's effect against twice the between-replicate spread of its measure (the report's noise section).
 
 from __future__ import annotations
 

@@ -8,18 +8,11 @@ threshold, retention at most its threshold, as the seeds say.
 Details: the notes below the docstring. Layer 0: numpy and pandas only (scipy is the test oracle).
 """
 
-# Notes on kit.stats: how it works inside, and why (the module's reference notes).
+# Notes on kit.stats: the bootstrap bound.
 #
-# The NLL change is a token-weighted ratio: sum over examples of (candidate - baseline) summed
-# assistant-token NLL, divided by the sum of assistant tokens. Its uncertainty comes from resampling
-# EXAMPLES with replacement, the same indices for candidate and baseline (paired), recomputing the ratio
-# of sums each time. The one-sided upper bound at confidence c is the c-quantile of that bootstrap
-# distribution (percentile method), which equals the upper end of scipy's two-sided percentile interval
-# at confidence 2c - 1.
-#
-# Gates take their thresholds from the caller (the contract) and return a record stating the inputs,
-# the rule and the verdict, so a gates JSON can be checked by hand. Boundaries follow the seeds exactly:
-# gain needs the upper bound strictly below its threshold, retention at most its threshold.
+# Each resample recomputes the ratio of sums; the one-sided upper bound at confidence c is the c-quantile (percentile
+# method), which equals the upper end of scipy's two-sided percentile interval at confidence 2c - 1 (the tests'
+# oracle). A gate's record states its inputs, rule and verdict, so a gates JSON can be checked by hand.
 
 from __future__ import annotations
 

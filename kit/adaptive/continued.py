@@ -9,17 +9,11 @@ exposed elsewhere. The prepared directory has the adaptive layout, so the adapti
 Details: the notes below the docstring; fields: docs/contracts.md.
 """
 
-# Notes on kit.adaptive.continued: how it works inside, and why (the module's reference notes).
+# Notes on kit.adaptive.continued: what each refusal checks.
 #
-# One cohort `C` continues a committed phase-A endpoint of an adaptive job (its Adam state included),
-# with that endpoint as the frozen reference for replay KL, and no growth. `prepare_continued` refuses
-# before writing anything:
-# - an endpoint that is not the start job's phase-A endpoint (cursor, depth), or whose final evaluation
-#   is not bound to the start job (split, candidate, role digests, an allowed final-access line);
-# - an endpoint whose recomputed gates did not pass, unless the contract says `start.exploratory`, in
-#   which case prepared.json, the gates and every report say "exploratory";
-# - final tasks or final retention records exposed under another contract (the exposure ledger), or
-#   present in any role of the start job (excluded and counted, never reused).
+# "The phase-A endpoint" is checked by cursor and depth; "bound to the final evaluation" by split, candidate, role
+# digests and an allowed final-access line. With `start.exploratory`, prepared.json, the gates and every report say
+# "exploratory". Final records present in any role of the start job are excluded and counted, never reused.
 
 from __future__ import annotations
 

@@ -11,18 +11,13 @@ the development comparisons already scored are read back from the cache rather t
 File: docs/formats/adaptive-evaluation.md, "Development curve".
 """
 
-# Notes on kit.adaptive.dev_curve: how it works inside, and why (the module's reference notes).
+# Notes on kit.adaptive.dev_curve: lineages, and why it runs last.
 #
-# An endpoint comparison says where a cohort ended, not how it got there. The development curve scores
-# the seed and every commit of each arm's lineage (the demo's `A3-migrated`, `A2-control`, `B-control`,
-# `B-growth`; each list in training order, refused otherwise) on the development roles, with the cached
-# scorer of kit.adaptive.evaluation under the same key, so the models the development comparisons scored
-# are read back, not scored again, and their points equal those comparisons' numbers. It never opens a
-# final role and, like every development result, may inform an abort, never the choice of an endpoint. The
-# demo runs it (notebooks/16_adaptive_dev_curve.ipynb) last in the adaptive part, after the three final
-# evaluations: nothing the selection or the finals use comes from it, and on a device block of fixed length
-# the verdicts should not wait behind a description of the path to them. The report draws its `dev_curve` sidecar as accuracy against updates since the seed, one
-# panel per family, one line per arm (docs/formats/adaptive-evaluation.md, "Development curve").
+# Each lineage is a list in training order (refused otherwise): the demo's `A3-migrated`, `A2-control`, `B-control`,
+# `B-growth`. Through the shared score cache its points equal the development comparisons' numbers. The demo runs it
+# last in the adaptive part (notebooks/16_adaptive_dev_curve.ipynb), after the finals: nothing the selection or the
+# finals use comes from it, and on a device block of fixed length the verdicts should not wait behind it. The report
+# draws its `dev_curve` sidecar as accuracy against updates since the seed, a panel per family, a line per arm.
 
 from __future__ import annotations
 

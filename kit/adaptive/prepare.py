@@ -10,19 +10,12 @@ sibling and renamed into place, so a refusal or a crash leaves nothing half-prep
 Details: the notes below the docstring.
 """
 
-# Notes on kit.adaptive.prepare: how it works inside, and why (the module's reference notes).
+# Notes on kit.adaptive.prepare: seeds, order and disjointness.
 #
-# Why it never loads weights: the seed may be 1.7B parameters and preparation runs anywhere. The tensor
-# inventory comes from safetensors headers (kit.inventory) and the parameter digest from streamed bytes;
-# no tensor is built. A contract that pins the parameter digest refuses a different seed before anything
-# is written. Everything is assembled in a staging sibling and renamed into place at the end, so a
-# refusal or a crash leaves no half-prepared directory.
-#
-# Selection and order are pure functions of the contract's data seeds: records are ranked by
-# sha256(canonical_json([seed, label, id])), which no library upgrade can change (kit.data.tasks avoids
-# numpy's Generator methods for the same reason). Roles are disjoint by construction (task roles are
-# generated with every earlier role's digests, and the seed's own training tasks, excluded; conversation
-# roles skip content already used) and checked again by id and content digest before writing.
+# A contract that pins the parameter digest refuses another seed before anything is written. Records are ranked by
+# sha256(canonical_json([seed, label, id])), which no library upgrade can change (docs/design.md, "Determinism").
+# Roles are disjoint by construction (task roles exclude every earlier role's digests and the seed's training tasks;
+# conversation roles skip content already used) and checked again by id and content digest before writing.
 
 from __future__ import annotations
 

@@ -9,21 +9,14 @@ Every replay writes `H/replays/<ROOT>-from-<PARENT>.json` (docs/formats/adaptive
 Details: the notes below the docstring.
 """
 
-# Notes on kit.adaptive.replay: how it works inside, and why (the module's reference notes).
+# Notes on kit.adaptive.replay: the window and the refusals.
 #
-# A hash names a state; it does not prove the updates that led to it were done. Replay recomputes them:
-# from the committed state of PARENT (ROOT's parent by default, or an earlier ancestor in the same lineage)
-# it runs the prepared job's updates between PARENT's and ROOT's cohort steps (the schedule names every
-# record; the attempt that committed ROOT names the prepared job, the cohort, the worker count and the
-# reference) in a scratch store, then compares the learned-state root it reaches with ROOT's.
-#
-# - On CPU the roots must be equal (the kit's numeric profile makes CPU updates bit-identical across
-#   layouts); a difference is reported with the largest parameter difference, and the exit status is 1.
-# - On GPU, in the deterministic mode, the report gives equality or the maximum difference.
-# - What is refused before any update: a PARENT that is not an ancestor of ROOT (walking `parent` links),
-#   a window that crosses a cohort other than from the previous cohort's endpoint into its first update,
-#   a window that contains the append transition (a growth commit is replayed as its own window: the
-#   transition is checked by re-applying it), no completed attempt of H listing ROOT.
+# The attempt that committed ROOT names the prepared job, cohort, worker count and reference, and the schedule names
+# every record, so the window is recomputed exactly; PARENT may be any ancestor in the same lineage. On CPU a
+# difference fails (exit 1) naming the largest parameter difference. Refused before any update: a PARENT that is not
+# an ancestor (by `parent` links); a window crossing cohorts other than from the previous cohort's endpoint into its
+# first update; a window containing the append transition (a growth commit is its own window, checked by re-applying
+# the transition); no completed attempt of H listing ROOT.
 
 from __future__ import annotations
 

@@ -11,29 +11,17 @@ refuses once it holds one. Editing or deleting the prepared folder's logs reopen
 Rules: the notes below the docstring; files: docs/formats/selection-records.md, "Selection records".
 """
 
-# Notes on kit.adaptive.selection: how it works inside, and why (the module's reference notes).
+# Notes on kit.adaptive.selection: what the record binds and what each refusal protects.
 #
-# - `select` writes `selection.json` binding the prepared job (sha256 of its prepared.json) and the
-#   candidates' checkpoint identities (full root and learned-state root per named candidate). It is
-#   refused once any final scoring of that prepared job has happened.
-# - `open_final_roles` is called before reading a final role file. It is refused without a selection
-#   record, when the record binds another prepared job, or when a candidate is not one the record
-#   binds. Every opening, allowed or refused, is appended to `final-access.jsonl` in the prepared
-#   directory (fsynced), which is also how a later `select` learns that scoring happened.
-# - `select` also appends the sha256 of every record it writes to `selections.jsonl` in the prepared
-#   directory, and final roles open only with a record whose bytes hash to one of those, and, once
-#   scoring happened, only with the record it happened under. An edited, hand-made or copied record
-#   (which could otherwise bind other candidates after scoring) is refused naming the digests expected.
-# - Each candidate is named by a comparison of the contract (field `comparisons`) and must be a commit at
-#   that comparison's endpoint (cursor cohort, cohort_step and step at the contract's endpoints; the
-#   grown depth exactly for a grown comparison): an intermediate or a wrong-cohort commit is refused.
-#   The record binds, per candidate, its baseline: the seed by parameter digest, or the full root of the
-#   candidate the contract names as baseline (which must then be selected as well).
-# - On final roles, `open_final_roles(..., models=...)` refuses a candidate that is not a bound commit
-#   (a `seed:DIR` candidate included), re-reads the candidate's commit and checks its endpoint again,
-#   and refuses a baseline other than the one bound: a `seed:DIR` baseline only when the directory's
-#   parameter digest is the contract's seed digest (for a tiny contract that records it at prepare: the
-#   prepared one), so an exported commit or a renamed directory cannot stand in for the seed.
+# - `select` binds the prepared job (sha256 of prepared.json) and each candidate's full and learned-state roots, and
+#   appends the record's sha256 to `selections.jsonl`: an edited, hand-made or copied record (which could bind other
+#   candidates after scoring) matches no listed digest and is refused, naming the digests expected.
+# - A candidate is a commit at its comparison's endpoint (cursor cohort, cohort_step and step; the grown depth for a
+#   grown comparison): intermediate and wrong-cohort commits are refused. Its baseline is bound too: the seed by
+#   parameter digest, or the candidate the contract names as baseline (which must then be selected as well).
+# - On final roles a `seed:DIR` baseline passes only when the directory's parameter digest is the contract's seed
+#   digest (a tiny contract's: the one recorded at prepare), so an exported commit or a renamed directory cannot stand
+#   in for the seed. `final-access.jsonl` is fsynced line by line.
 
 from __future__ import annotations
 

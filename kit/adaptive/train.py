@@ -9,20 +9,13 @@ cohort B continues the committed A endpoint with the same Adam state.
 Details: the notes below the docstring; files: docs/formats/adaptive-homes.md, "Adaptive homes".
 """
 
-# Notes on kit.adaptive.train: how it works inside, and why (the module's reference notes).
+# Notes on kit.adaptive.train: the start states, the update log and the cursor.
 #
-# The driver (this process) checks every input commitment, including the kit's own source, before
-# any worker starts; creates an attempt record in the home that survives every outcome; prepares the
-# start state (a seed, a commit to resume, a migration from another store, or the append transition);
-# launches the workers (local launcher, or this process is one torchrun worker); and finalises the
-# attempt record. Each update's CE, KL, token counts, gradient norm, clip factor, time and the ids of
-# its records go to `attempts/<attempt>/updates.jsonl` in the home; commits happen at the contract's
-# commit points and at the endpoint, and the driver prints one JSON line per commit with the step
-# and both roots.
-#
-# Global cursor: `step` counts updates since the seed (the Adam phase), `cohort` is 0 for A and 1
-# for B, `cohort_step` counts updates within the cohort; cohort B starts from the committed A
-# endpoint (cursor cohort 0 at its endpoint) and continues the same Adam state.
+# The start state is a seed, a commit to resume, a migration from another store, or the append transition; the
+# driver launches the workers (local launcher) or is one torchrun worker. `updates.jsonl` holds each update's CE, KL,
+# token counts, gradient norm, clip factor, time and record ids; at each commit point and the endpoint the driver
+# prints one JSON line with the step and both roots. `step` counts Adam updates since the seed; `cohort` is 0 (A) or
+# 1 (B); cohort B starts from the committed A endpoint (cohort 0 at its endpoint).
 
 from __future__ import annotations
 

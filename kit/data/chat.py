@@ -7,27 +7,15 @@ prefixes, and a template that is not prefix-stable is refused rather than guesse
 How the mask is found: the notes below the docstring.
 """
 
-# Notes on kit.data.chat: how it works inside, and why (the module's reference notes).
+# Notes on kit.data.chat: what a target is, and how the mask is found.
 #
-# The trainer's loss at position i predicts `input_ids[i]` from positions < i, and only positions
-# whose `target_mask[i]` is True count. A target is an assistant-content token, or one of the
-# end-of-turn tokens that close an assistant turn (`<|im_end|>` in ChatML), so the model learns
-# both what to answer and when to stop. System and user text, role headers and the whitespace
-# after an end-of-turn token are context, never targets. Token 0 is never a target: nothing
-# precedes it.
-#
-# How the mask is found, for any Hugging Face chat template (ChatML is not assumed):
-# 1. Render the whole conversation with `apply_chat_template(tokenize=False)`.
-# 2. For each assistant message k, render the prefixes messages[:k] (with and without the
-#    generation prompt) and messages[:k+1]. The template must be prefix-stable (each rendered
-#    prefix is a prefix of the full text); otherwise the conversation is refused.
-# 3. The content is located after the generation prompt inside message k's rendered segment.
-#    The targets span [content start, end of the segment with trailing whitespace removed):
-#    the content plus the end-of-turn text, without the newline the template writes after it.
-# 4. The full text is tokenized once with `return_offsets_mapping=True` (fast tokenizers
-#    only); a token is a target when its character span overlaps a target span. Overlap, not
-#    containment: a token that straddles the header/content boundary in some template still
-#    carries content, so it is learned rather than dropped.
+# Never a target: system and user text, role headers, the whitespace after an end-of-turn token, token 0 (nothing
+# precedes it). The mask: render the whole conversation once; for assistant message k render messages[:k] (with and
+# without the generation prompt) and messages[:k+1], each of which must be a prefix of the full text (else refused).
+# The target span runs from the content's start (after the generation prompt) to the end of message k's segment
+# without trailing whitespace: content plus end-of-turn text, not the newline after it. The text is tokenized once
+# with offsets (fast tokenizers only), and a token is a target when its span overlaps a target span: overlap, not
+# containment, so a token straddling the header/content boundary still carries content and is learned, not dropped.
 
 from __future__ import annotations
 

@@ -8,17 +8,11 @@ hash-checked before a byte is parsed. `normalize_text` is the one normalisation 
 Details: the notes below the docstring.
 """
 
-# Notes on kit.data.conversations: how it works inside, and why (the module's reference notes).
+# Notes on kit.data.conversations: the record shapes.
 #
-# - `read_jsonl` / `write_jsonl`: one JSON object a line, `{"id", "messages": [{"role",
-#   "content"}, ...], ...}`. Readers refuse anything a trainer could silently mis-learn from
-#   (see `read_jsonl`), naming the file and the line; a pinned file is hash-checked before a
-#   single byte is parsed, so a wrong file never half-loads.
-# - `load_instruction_source` / `instruction_source_range`: a pinned public corpus of
-#   `{"instruction", "input", "output"}` records (Alpaca format) and an index range of it, each
-#   record becoming a user/assistant pair.
-# - `synthetic_conversations`: deterministic tiny chat that a few-million-parameter model can
-#   learn (greetings, short facts, echo and counting), labelled `source="synthetic"`.
+# A line is `{"id", "messages": [{"role", "content"}, ...], ...}`; an Alpaca record `{"instruction", "input",
+# "output"}` becomes one user/assistant pair. Synthetic chat (greetings, short facts, echo, counting) is sized for a
+# few-million-parameter model and labelled `source="synthetic"`.
 
 from __future__ import annotations
 

@@ -11,21 +11,14 @@ role. Every example is a pure function of (family, seed, index, difficulty), dra
 Details and the probes behind it: the notes below the docstring, "kit.seed.small").
 """
 
-# Notes on kit.data.practice: how it works inside, and why (the module's reference notes).
+# Notes on kit.data.practice: why, and how a set is drawn.
 #
-# Why: a seed for the medium trials must be able to retrieve and compute in context at the contracts' sizes
-# without having learned the four task families there. The practice families each exercise one family's
-# primitive in a computation that family never asks for: `which_key` (lookup's key-value binding, queried
-# from the value; values distinct so the answer is one letter), `count_kept` (filtering's comparisons and
-# parities, counted), `plus_minus` (multi-digit addition with one subtraction, never below zero) and `kth`
-# (one rank of a list of numbers or words, from either end). Sizes and ranges are kit.data.tasks `LEVELS`.
-# Draws, purity and exactness are kit.data.tasks': one PCG64 stream per (family, seed, index, difficulty,
-# generator "kit.data.practice/1"), rejection sampling, canonical answers checked by its `normalize_answer`.
-# `practice_set(count, seed, role, difficulty, exclude_digests, workers)` spreads the count evenly over the
-# families (the remainder to the first), in index order, skipping repeats and excluded digests; a process pool
-# (spawn) draws the large families, giving the same set. No prompt uses a word of the contracts' or the
-# rewording's templates (tests/test_practice.py), and every digest carries the practice family's name, so no
-# practice example is, or rewords, a task of any role.
+# Why (kit.seed.small): a medium seed must retrieve and compute in context at the contracts' sizes without having
+# learned the four families there. `which_key` values are distinct, so the answer is one letter; `plus_minus` never
+# goes below zero; `kth` counts from either end, over numbers or words. Draws use generator "kit.data.practice/1".
+# `practice_set` spreads the count evenly over the families (the remainder to the first), in index order, skipping
+# repeats and excluded digests; its spawn pool gives the same set. tests/test_practice.py checks that no prompt uses a
+# word of the contracts' or the rewording's templates.
 
 from __future__ import annotations
 

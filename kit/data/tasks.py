@@ -8,33 +8,16 @@ streams may change between numpy releases and would silently change committed se
 Details: the notes below the docstring.
 """
 
-# Notes on kit.data.tasks: how it works inside, and why (the module's reference notes).
+# Notes on kit.data.tasks: seeding, and the wordings.
 #
-# Why: the seeds train and test on generated tasks whose example sets for different roles (cohort A/B new
-# tasks, development tests, final tests, study sets, ...) must be disjoint both by construction and by
-# content, and whose answers are scored exactly from greedy-generated text. Everything here is a pure
-# function of its arguments, so a committed set is reproduced byte for byte from (family, seed, index,
-# difficulty) and is pinned by the content digest of each example.
-#
-# Randomness: every example has its own `numpy.random.PCG64` bit generator seeded with the sha256 of
-# canonical JSON of {family, seed, index, difficulty, generator}. Draws are taken from the bit generator's
-# raw 64-bit output by this module's own rejection sampling rather than through `numpy.random.Generator`
-# methods: numpy's stream policy (NEP 19) lets `Generator.integers`/`choice` change between releases,
-# which would silently change committed sets; the raw PCG64 stream and SeedSequence seeding are stable.
-#
-# Prompts are short and use lowercase letters, a few short words, digits and simple punctuation, so tiny
-# models with a small vocabulary can learn them. Difficulty 1..3 scales list lengths and number sizes.
-#
-# Wordings (`WORDINGS`): a `Wording` holds the words around a family's draws. Every role of every contract is
-# drawn in `CONTRACT_WORDING`; changing it would re-draw every committed set. `REWORDED` says the same
-# computations in other words, for example "put in increasing order: 79 92 47" for "sort ascending: 79 92 47".
-# Every wording consumes the same draws in the same order, so an example and its rewording share numbers,
-# items and answer. `generate_twin_sets` draws a set and its rewording together, in the pool's processes. It
-# selects on the contract-worded twins, so a reworded example is kept exactly when its twin is kept, and none
-# rewords an excluded example. A reworded example's id ends in "/reworded"; its digest is that of its own prompt.
-# Why this exists: a seed that learns the contracts' larger sizes in other words has the skill, while the
-# contracts' words at those sizes are still for a cohort to teach (kit.seed.small, probe p10). The seed recipe
-# no longer uses it (that seed already knew what cohort A teaches); kit.data.practice replaced it.
+# Each example has its own PCG64 seeded with the sha256 of canonical JSON {family, seed, index, difficulty,
+# generator}; numpy's stream policy (NEP 19) lets `Generator.integers` / `choice` change between releases, while the
+# raw PCG64 stream and SeedSequence seeding are stable (docs/design.md, "Determinism"). Prompts use lowercase letters,
+# a few short words, digits and simple punctuation, so tiny vocabularies can learn them.
+# Every role of every contract is drawn in `CONTRACT_WORDING`: changing it re-draws every committed set. A rewording
+# consumes the same draws in the same order, so twins share numbers, items and answer; `generate_twin_sets` selects
+# on the contract-worded twin, so no reworded example rewords an excluded one. It tests whether a seed has a skill in
+# other words; the seed recipe no longer uses it (kit.data.practice replaced it; kit.seed.small says why).
 
 from __future__ import annotations
 

@@ -7,18 +7,12 @@ trained with `tokenizers`. The decision to know: no normalizer, so offsets map 1
 Choices: the notes below the docstring.
 """
 
-# Notes on kit.data.tokenizer_build: how it works inside, and why (the module's reference notes).
+# Notes on kit.data.tokenizer_build: the choices, and why.
 #
-# Choices, and why:
-# - Byte-level alphabet (256 symbols) as the base vocabulary: every UTF-8 string encodes, so no
-#   unknown token exists and `decode(encode(text)) == text` for any text.
-# - No normalizer: what the data says is what the model sees; offsets map 1:1 to the text,
-#   which the assistant-token mask in `kit.data.chat` depends on.
-# - Digits split one by one before the byte-level split (as SmolLM2 does): arithmetic and
-#   counting tasks then see one token per digit instead of arbitrary merged numbers.
+# - A 256-symbol byte-level base: every UTF-8 string encodes, so no unknown token exists and decode(encode(t)) == t.
+# - Digits split one by one before the byte-level split (as SmolLM2): arithmetic sees one token per digit.
 # - The special tokens take ids 0, 1, 2 in SmolLM2's order, so ids in configs are predictable.
-# - Every file is written with sorted keys and fixed formatting, and BPE training on the same
-#   texts is deterministic, so two builds give byte-identical files (and one digest).
+# - Sorted keys, fixed formatting and deterministic BPE training: two builds give byte-identical files.
 
 from __future__ import annotations
 

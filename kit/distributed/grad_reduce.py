@@ -8,26 +8,12 @@ Both leave bitwise-identical gradients on every replica, which keeps the replica
 Details: the notes below the docstring.
 """
 
-# Notes on kit.distributed.grad_reduce: how it works inside, and why (the module's reference notes).
+# Notes on kit.distributed.grad_reduce: why the two reducers give the same sum on every replica.
 #
-# Why a sum: each replica computes its share of the global batch's loss already divided by N, the
-# assistant-token count of the whole global batch (StageEngine.update(records, total_targets=N)),
-# so the gradient of the global objective is the sum of the replicas' gradients, exactly what a
-# single worker computes over the whole batch (up to float summation order).
-#
-# `DenseSumReducer`: one all-reduce SUM per bucket of FP32 gradients, buckets filled in sorted
-# name order (so every replica makes the same calls), each bucket at most `bucket_bytes`.
-#
-# `PowerSGDSumReducer`: calls kit/train/powersgd.py's compressor with a torch.distributed-backed
-# `allreduce_mean` (all-reduce SUM, then divide by the world size) and multiplies the returned
-# mean by the world size. With two replicas, dividing and multiplying by 2 is exact in floating
-# point, so the dense warm-up updates deliver exactly the dense sum. Error feedback stays inside
-# the compressor, local to the rank, FP32 on the CPU.
-#
-# Both install as `StageEngine.grad_reducer` (called with the engine's {name: Parameter}), both
-# count the logical bytes they hand to collectives in a kit/distributed/traffic.py `LogicalTraffic`, and
-# both leave bitwise-identical gradients on every replica (the all-reduce result is the same on
-# every rank), which is what keeps the replicas' learned states identical.
+# The sum is a single worker's gradient over the whole batch up to float summation order. Dense buckets hold at most
+# `bucket_bytes`, filled in sorted name order so every replica makes the same calls. PowerSGD's `allreduce_mean` is an
+# all-reduce SUM divided by the world size, and the returned mean is multiplied back: with two replicas both steps are
+# exact, so the dense warm-up delivers exactly the dense sum. Both count their logical bytes in a `LogicalTraffic`.
 
 from __future__ import annotations
 

@@ -8,19 +8,13 @@ memory, and says so in `Group.backend`.
 Details: the notes below the docstring.
 """
 
-# Notes on kit.distributed.group: how it works inside, and why (the module's reference notes).
+# Notes on kit.distributed.group: interfaces, and more ranks than GPUs.
 #
-# NCCL ignores GLOO_SOCKET_IFNAME and reads NCCL_SOCKET_IFNAME for its bootstrap and socket transport.
-# When the group runs on NCCL and the user set only GLOO_SOCKET_IFNAME, `join` sets NCCL_SOCKET_IFNAME
-# to the same interface (before the communicator exists), says so on stderr, and records it in
-# `Group.interfaces` (the run records carry it): one interface setting for both backends.
-#
-# More ranks than GPUs on a host (three ranks on two GPUs, the 2 -> 3 migration on a two-GPU host):
-# NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected", since NCCL 2.5; its
-# topology search assumes one rank per device). Then the group runs on gloo and every message is
-# staged through host memory (`staged`): the tensors still live on the GPU, only the bytes on the wire
-# pass through the CPU. Slower, and said so in the run's records (`Group.backend`), but the same
-# schedule and the same values.
+# NCCL ignores GLOO_SOCKET_IFNAME; when only that is set, `join` copies it to NCCL_SOCKET_IFNAME before the
+# communicator exists, says so on stderr and records it in `Group.interfaces`: one setting for both backends. Two
+# ranks of one communicator on one GPU are refused by NCCL ("Duplicate GPU detected", since NCCL 2.5; its topology
+# search assumes one rank per device), so such a group runs on gloo, `staged` through host memory: the tensors stay
+# on the GPU, only the wire bytes pass the CPU; slower, with the same schedule and the same values.
 
 from __future__ import annotations
 

@@ -8,21 +8,13 @@ included, with loopback reported apart.
 Details: the notes below the docstring.
 """
 
-# Notes on kit.distributed.traffic: how it works inside, and why (the module's reference notes).
+# Notes on kit.distributed.traffic: what each count includes.
 #
-# Two different quantities, reported side by side because they answer different questions:
-#
-# - **Logical bytes**: the bytes of the tensors this rank hands to collectives, per update, split
-#   into the gradient reduction (dense, or PowerSGD's dense part + P + Q) and the overhead (the
-#   loss-part sums every update, the exchanges at commits). Upstream PowerSGD figures count only the
-#   compressed gradient after warm-up; `LogicalTraffic.summary` gives that number and also the ones
-#   with warm-up and overhead included, since those bytes cross the wire too. A ring all-reduce
-#   over w ranks sends about 2 (w - 1) / w times the logical bytes from each rank
-#   (`ring_wire_bytes`): with two ranks, exactly the logical bytes.
-# - **Interface counters**: the kernel's per-interface receive/transmit byte counters, read before
-#   and after an arm. They see everything the host sends (other processes included, TCP/IP headers
-#   included) and nothing that stays on the loopback device is cross-host: two workers on one host
-#   talk over `lo`, so that delta is reported apart from the other interfaces.
+# Upstream PowerSGD figures count only the compressed gradient after warm-up; `LogicalTraffic.summary` gives that and
+# also the totals with warm-up and overhead (loss-part sums every update, exchanges at commits), which cross the wire
+# too. A ring all-reduce over w ranks sends about 2 (w - 1) / w times the logical bytes per rank: with two, exactly
+# them. Interface counters include other processes and headers; two workers on one host talk over `lo`, which is
+# therefore reported apart.
 
 from __future__ import annotations
 

@@ -9,50 +9,19 @@ collective runs on the training thread, in the same order on every rank (NCCL's 
 storage layer is only handed what the engine decided. Threads and stages: the notes below the docstring.
 """
 
-# Notes on kit.engine.commit: how it works inside, and why (the module's reference notes).
+# Notes on kit.engine.commit: the background commit's threads and stages.
 #
-# One commit protocol for `Session.commit` and the background commit (`Commit`: two collective steps,
-# `agree_on_objects` and `agree_on_root`). The synchronous commit runs them back to back on the
-# training thread; `AsyncCommitter` runs one per poll. Storage (kit/store) only writes what it is
-# handed: `commits.save_commit_objects`, `commits.write_commit`, and for the background commit the host
-# snapshot and the threads of kit.store.async_commit; it never runs a collective or sees the session
-# (tests/test_layers.py).
-#
-# The background commit does it the way torch.distributed.checkpoint's `async_save` does (stage the
-# state dict to host memory, then write it from a background thread and hand back a future):
-#
-#     training thread (every rank, in order)         background thread (one per commit, this rank)
-#     ---------------------------------------         ----------------------------------------------
-#     commit(step): wait for the previous commit
-#       snapshot params + moments -> (pinned) host
-#       capture RNG bytes, cursor                ->   stage "objects": sha256 + write + fsync of this
-#       return; training goes on                       rank's objects (commits.save_param_states)
-#     update(): poll = all-gather of "done" flags
-#       all done -> agree_on_objects: all-gather      rank 0 only, stage "install": commits.write_commit
-#       entries; separate stores: rank 0              (re-hash + fsync of every object, manifest,
-#       receives what it lacks  ----------------->     HEAD by compare-and-swap); other ranks: nothing
-#     update(): poll again; all done -> agree_on_root:
-#       all-gather rank 0's outcome and manifest;
-#       separate stores adopt their shards; complete
-#
-# Unlike dcp.async_save, which plans and gathers metadata on the background thread (over its own
-# process group), the kit keeps every collective on the training thread; the "every rank finished?"
-# all-gather at update boundaries plays the part of nvidia-resiliency-ext's `finalize_async_save`.
-# Every collective runs on the training thread, at the same point on every rank: each poll is one
-# all-gather of every rank's flag, and every rank advances on the same gathered flags, so the
-# sequence of collectives is identical on all ranks. The background thread never touches the
-# process group, the model or the optimizer; it reads only the host snapshot, which nothing else
-# writes until the commit is complete (at most one commit is in flight: the next commit, `wait` and
-# the end of training wait for it).
-#
-# HEAD moves only inside `write_commit`, i.e. after every rank's objects are written and fsynced and
-# rank 0 has re-hashed all of them. A crash (SIGKILL) at any point of the background write leaves HEAD
-# on the previous commit: the objects written so far are unreferenced (gc removes them), the
-# temporaries belong to a dead writer (gc removes them), and the roots are those of the synchronous
-# commit because the objects are the same bytes of the same tensors (tests/test_async_commit.py).
-#
-# An error in the background (disk full, a corrupt object, HEAD moved) is reported to every rank at
-# the next poll (`update`), `commit` or `wait`, as CommitError naming the step.
+# As torch.distributed.checkpoint's `async_save`: snapshot to (pinned) host memory, write from a thread. Unlike it,
+# the thread never touches the process group, the model or the optimizer (dcp gathers metadata there over a group of
+# its own): an all-gather of "done" flags at each update's poll plays the part of nvidia-resiliency-ext's
+# `finalize_async_save`, and every rank advances on the same gathered flags, so all ranks run the same collectives.
+#     commit(step): snapshot params, moments, RNG bytes, cursor  ->  thread: hash, write, fsync this rank's objects
+#     poll, all done: `agree_on_objects` (rank 0 receives what it lacks)  ->  rank 0's thread: `write_commit`
+#     next poll, all done: `agree_on_root` (outcome and manifest gathered, shards adopted, parent moves)
+# At most one commit is in flight (the next commit, `wait` and the end of training wait for it), so nothing writes
+# the snapshot meanwhile. A SIGKILL anywhere in the background write leaves HEAD on the previous commit (orphans and
+# temporaries are gc's), and the roots equal the synchronous commit's (tests/test_async_commit.py). A background error
+# reaches every rank at the next poll, `commit` or `wait` as CommitError naming the step.
 
 from __future__ import annotations
 

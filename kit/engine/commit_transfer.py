@@ -9,12 +9,11 @@ Protocol and message order: the notes below the docstring; why the process
 group: docs/engine.md, "Across hosts without a shared filesystem".
 """
 
-# Notes on kit.engine.commit_transfer: how it works inside, and why (the module's reference notes).
+# Notes on kit.engine.commit_transfer: the message order.
 #
-# Order under NCCL's point-to-point rules (rendezvous sends, FIFO per pair, no tags): rank 0 posts its
-# receives in rank order and, per rank, in that rank's announced order; each sender sends in the same
-# order to rank 0 only, so the k-th send of a pair always meets the k-th receive. Why the process group
-# rather than an object server: docs/engine.md, "Across hosts without a shared filesystem".
+# Under NCCL's point-to-point rules (rendezvous sends, FIFO per pair, no tags) rank 0 posts its receives in rank order
+# and, per rank, in that rank's announced order; each sender sends in the same order to rank 0 only, so the k-th send
+# of a pair always meets the k-th receive.
 
 from __future__ import annotations
 

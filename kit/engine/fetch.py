@@ -8,21 +8,13 @@ adopts the manifest only when every rank's fetch succeeded.
 Protocol: the notes below the docstring; why the process group: docs/engine.md.
 """
 
-# Notes on kit.engine.fetch: how it works inside, and why (the module's reference notes).
+# Notes on kit.engine.fetch: the message order.
 #
-# Protocol (every rank calls `fetch_over_group` together, as it calls any collective):
-#
-#   1. every rank announces, by `allgather_bytes`, whether its host holds the source commit and which
-#      objects it still needs (objects it already holds intact are not asked for);
-#   2. the holder is the lowest rank that holds the commit; it sends the commit's manifest to every rank
-#      (each rank checks the manifest's name and roots, `validate_manifest`);
-#   3. for each requesting rank in rank order, for each object it asked for, in its order: the holder
-#      sends the object's size (int64; -1 when it cannot read it) and then its bytes as they are on its
-#      disk, point to point; the requester hashes what arrived and installs it only when the sha256 equals
-#      the object's name. A missing or corrupt object is recorded with its digest and the holder's rank
-#      and host, the remaining messages are still drained (so the two sides stay in step), and the
-#      requester reports failure;
-#   4. the bytes are counted on both sides: `received` on the requester, `sent` on the holder.
+# Ranks announce (`allgather_bytes`) whether they hold the commit and which objects they lack (intact ones are not
+# asked for); every rank checks the holder's manifest (`validate_manifest`). Then per requester in rank order, per
+# object in its order: the size (int64, -1 when unreadable), then the bytes as on the holder's disk, point to point.
+# A missing or corrupt object is recorded with its digest and the holder's rank and host, and the remaining messages
+# are still drained so both sides stay in step. Bytes are counted as `received` and `sent`.
 
 from __future__ import annotations
 

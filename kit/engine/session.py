@@ -8,22 +8,12 @@ one commit protocol of kit.engine.commit. The profile is dropout-free, so RNG st
 only for the full root. Commit protocol: the notes in kit/engine/commit.py; format: docs/formats/checkpoint-store.md.
 """
 
-# Notes on kit.engine.session: how it works inside, and why (the module's reference notes).
+# Notes on kit.engine.session: homes and RNG states.
 #
-# Commit protocol (every worker, then rank 0; kit.engine.commit, the same for a background commit):
-#   1. each worker writes its own parameters' objects (param, exp_avg, exp_avg_sq) and its RNG state
-#      into its own `--home` (one directory on one host, or one per host without a shared mount);
-#   2. the workers exchange their learned-state entries (canonical JSON over the process group);
-#   3. rank 0's store receives, over the process group, the objects it lacks (none when the homes are
-#      one directory; kit/engine/commit_transfer.py), each verified by hash;
-#   4. rank 0 writes the commit (`kit.store.commits.write_commit`): it re-hashes every object, writes
-#      the manifest, then moves HEAD by compare-and-swap from the parent; every worker learns the
-#      result (or rank 0's error) and the manifest, and a worker whose home is another store adopts it
-#      there as the shard of its own objects.
-#
-# The profile is dropout-free, so updates consume no random draws: RNG states are committed for
-# the full root, restored when the layout is unchanged and reseeded deterministically otherwise.
-# Migration before a session is `kit.engine.migration`.
+# A worker's `--home` is one directory on one host, or one per host without a shared mount; with one directory rank
+# 0's store lacks no object and nothing is transferred (kit/engine/commit_transfer.py). Updates consume no random
+# draws, so RNG states are restored when the layout is unchanged and reseeded deterministically otherwise. Migration
+# before a session is `kit.engine.migration`.
 
 from __future__ import annotations
 

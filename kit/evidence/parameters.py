@@ -7,24 +7,12 @@ not match the default's; command-line values are parsed against the default.
 Type rules and parsing: the notes below the docstring.
 """
 
-# Notes on kit.evidence.parameters: how it works inside, and why (the module's reference notes).
+# Notes on kit.evidence.parameters: the type rules.
 #
-# papermill injects any name it is given and only warns about unknown ones; a misspelt parameter
-# then silently runs the default. Here the cell tagged `parameters` is parsed with `ast` (it must
-# hold only `NAME = literal` or `NAME: annotation = literal` statements and comments), and a given
-# value is refused when its name is not declared or its type does not match the default's:
-#
-#     default None             accepts any value
-#     bool                     bool only
-#     int                      int only (not bool)
-#     float                    float or int (not bool)
-#     str / list / dict        that type only; tuple accepts a list or a tuple
-# Elements of lists and dicts are not checked. Values must also be JSON (they go into run.json).
-#
-# Command-line values (`kit run -p NAME VALUE`) are parsed against the default: for a str default
-# the text is taken verbatim; otherwise it is read as JSON (`3`, `2.5`, `true`, `null`, `[1, 2]`,
-# `{"a": 1}`), then as a Python literal (`True`, `None`, `'x'`, `(1, 2)`), and else kept as a string
-# (so `-p lr 1e-3` is a float and `-p name abc` is the string "abc").
+# A None default accepts anything; bool only bool; int only int (not bool); float a float or an int; str, list and
+# dict only that type; tuple a list or a tuple. Elements are not checked; values must be JSON (they go into run.json).
+# `-p NAME VALUE` text is taken verbatim for a str default, else read as JSON, then as a Python literal, else kept as
+# a string (`-p lr 1e-3` is a float, `-p name abc` the string "abc").
 
 from __future__ import annotations
 

@@ -8,89 +8,21 @@ exposure ledger reads again the committed ledger's lines it recorded reading (by
 How a run is replayed and compared: the notes below the docstring.
 """
 
-# Notes on kit.evidence.replay: how it works inside, and why (the module's reference notes).
+# Notes on kit.evidence.replay: the rules behind the replay and the comparison.
 #
-# How a run is replayed:
-# 1. Its notebook is executed again by the papermill runner with the recorded parameters, except that
-#    data locations are moved under the replay's work directory. The data roots are the first folders of
-#    the relative paths, outside the repository's own folders, that the runs' parameters named `*_DIR`,
-#    `HOME` or `*_HOME` hold (`demo-out`, `build`). A location is any parameter value below a data root
-#    (a root's bare name, like the seed notebook's `MODE = 'build'`, is a word), plain (`OUT`,
-#    `SELECTION`, `START_EVALUATION`) or as a model reference (`seed:PATH`, `PATH:ROOT`, whose prefix and
-#    root stay), also inside list and dict parameters (the selection's `DEV_EVALUATIONS`, the development
-#    curve's `LINEAGES`). Until 2026-12-03 only the folder-named parameters moved, so the evaluations and
-#    the continued preparation read their inputs relative to the working directory: without a `demo-out/`
-#    there the whole-folder replay failed at `demo-continued-C`, and with one it read the demo's files
-#    instead of the replay's.
-#    A run already replayed into the same work directory with the same parameters, and completed, is
-#    compared again from its record, not re-executed (so an interrupted replay resumes); a failed one
-#    runs again.
-# 2. A data location that an earlier run in the same runs directory also named (the earliest such run,
-#    by `started_at`) is that run's output: the producer is replayed first, into the same work
-#    directory (each run once per replay). So replaying an arm replays the seed build and the
-#    prepare it depends on.
-# 3. Every replayed run is given the replay's own exposure ledger (`WORK/ledger/exposed.jsonl`, as
-#    `$KIT_LEDGER` while it runs), so a replayed scoring never writes into another ledger. A preparation
-#    that recorded the ledger it read (input digest `exposure_ledger`: the sha256 of the bytes read;
-#    that of no bytes when the ledger was absent) reads it again. The replay writes the committed
-#    ledger's earliest run of consecutive whole lines with that sha256 as the replay's ledger, or no
-#    file for no bytes. Consecutive lines suffice because the committed ledger is append-only, and a
-#    demo run from the repository root reads a ledger of its own, whose lines are appended to it as one
-#    block. No such lines: the replay is refused, naming the run and the digest. A record made before
-#    the digest existed runs on the replay's ledger as earlier replays left it. Why it matters: the
-#    study's preparation draws its exposed retention probes from the ledger, so on an empty ledger its
-#    replay failed.
-# 4. The replayed record is compared field by field with the committed one: its status, every input
-#    digest that is an identity (not `prepared.json`, whose bytes hold absolute locations and a creation
-#    time; its identity is `prepared.job_digest`; nor a final's `selection.json`, which holds
-#    prepared.json's sha256 as `prepared_digest`: what the selection decided rests on the development
-#    evaluations' digests, `dev:*.json`, which the selection's own replay compares, and on the final's
-#    candidate root; nor the study evaluation's `screens.json`, which holds each arm's measured seconds and
-#    throughput, while the arms' endpoint roots are compared by the arms' own replays; nor a study model's
-#    evaluation file, `evaluation/models/<label>.json`, which holds its scoring's `seconds`, while its scores
-#    reach the sidecars compared below), and every produced
-#    checkpoint root, in order; then (kit/evidence/replay_fields.py) every metric sidecar the committed
-#    run pinned, field by field (dict keys, list items, and `{"columns", "rows"}` tables cell by cell under
-#    their column names), exactly and type included, floats too (the numeric profile promises equal bytes;
-#    a GPU run replayed in its recorded mode repeats bit for bit, docs/engine.md); and per code cell the text
-#    of the notebook's outputs (stdout streams, `text/plain` of results and displays, errors). Left out, as
-#    measures of the machine or the clock rather than of the computation:
-#    - sidecar fields (and everything under them) and table columns whose name matches `TIMING_FIELD`:
-#      `seconds` anywhere in the name, a `_s` ending or `_per_s`, `per_second`, `hours`, `usd` (costs are
-#      GPU time), `*_at` and `now` (instants), `deadline`, `utilization`, `throughput`, `mfu`, `clock_*`,
-#      and `attempt`/`attempts` (attempt ids are time-stamped); a sidecar whose name matches it
-#      (`throughput`) is left out whole;
-#    - in output text, the marks `TIMING_TEXT` masks: compact time stamps (`20261203T104234-…`), ISO
-#      instants, numbers followed by a time or rate unit (`12.3 s`, `ms`, `min`, `tokens/s`, `it/s`), and a
-#      printed mapping's item whose quoted key is a timing field (the seed notebook's `'seconds': 177.17`);
-#      stderr streams (warnings, progress bars), figures (PNG) and displayed tables (outputs with `text/html`:
-#      pandas frames, whose timing columns the text cannot mask; the notebooks display tables of the records and
-#      sidecars, which are compared field by field) are not compared;
-#    - fields that are digests of prepared.json (`prepared_sha256`, `prepared_digest`), as for the input
-#      digests above, and a `selection_file` sidecar's `sha256` (the selection record holds that digest);
-#    - the speed screen's `ratio` and `verdict` (`screen_speed`): a ratio of two measured throughputs;
-#    - in output text, an absolute path into a runs folder (`/…/runs/`, `RUN_FOLDER_TEXT`): where the run
-#      ran, not what it computed;
-#    - the ledger heads a run records (`ledger_events[].head`): each event's header holds its time, so the
-#      head differs on every run; the event itself is compared through the exposures it lists, which the
-#      final's sidecars and role digests determine.
-# A mismatch names the run, the file, the field, the committed value and the replayed one.
-# A GPU run (`device.gpu_count` > 0) is replayed only on a host with at least as many GPUs of the recorded model,
-# under its recorded `numeric_profile.gpu.deterministic` (as `KIT_GPU_DETERMINISTIC` "1" or "0"); a record
-# older than that field is replayed in the environment's mode, and the log says so. Its producers (the seed
-# build, the preparation) are replayed first like any run's. Not built yet: the replay of a GPU run whose
-# inputs were made on another host (a campaign folder's seed rebuild and `work/` preparation are not producers
-# the runs folder names), and the comparison of a GPU seed build's timing-free metrics; item 7 of #47.
-# 5. Given a runs folder (`kit verify-evidence --replay runs`), the runs that cannot be replayed here
-#    (benchmark records, which are no kit run record; GPU runs; runs not completed; another profile or
-#    torch build) are listed as `RUN: not replayed: REASON` (with `--json`: `{"run_id", "ok": null,
-#    "not_replayed": REASON, "mismatches": [], "compared": []}`) and the others replayed, in the order they
-#    ran (`started_at`: the study's evaluation reads its arms' stores under the `STUDY_DIR` that its
-#    preparation named, so no parameter traces them, and in name order it ran before two of them); the command
-#    exits 0 when at least one run was replayed and every replayed run matched. A run whose input's
-#    producer did not replay equal is a mismatch of its own (the refusal as its one line) and the folder's
-#    other runs go on; before 2026-12-03 the first such run stopped the whole replay. Named on its own, such
-#    a run is refused (ReplayError), as before.
+# - Data roots: the first folders (outside the repository's own) of relative paths in `*_DIR`, `HOME`, `*_HOME`
+#   parameters; every value below one (plain, `seed:PATH`, `PATH:ROOT`, in lists, dicts) moves under the work directory.
+# - The earliest run (by `started_at`) naming a data location is its producer, replayed first and once; a folder
+#   replays in `started_at` order (the study's evaluation reads arm stores no parameter names). A completed replay
+#   with the same parameters is compared from its record (an interrupted replay resumes).
+# - Replayed runs write the replay's own ledger (`WORK/ledger/exposed.jsonl` as `$KIT_LEDGER`), never another. A
+#   preparation that recorded the sha256 of the ledger it read gets the committed ledger's earliest block of
+#   consecutive whole lines with that digest (the ledger is append-only; a demo appends its lines as one block), or is
+#   refused: the study draws its retention probes from it.
+# - Compared exactly (floats too: the numeric profile promises equal bytes): status, identity input digests, roots in
+#   order, pinned sidecars field by field, per-cell output text. What is left out (`NON_IDENTITY_INPUTS`,
+#   `TIMING_FIELD`, `TIMING_TEXT`, ledger heads, stderr, figures, HTML tables) measures the machine, the clock or the
+#   place, not the computation. GPU runs replay in their recorded mode: docs/formats/gpu-modes.md.
 
 from __future__ import annotations
 

@@ -7,20 +7,13 @@ arm is checked first, a completed run id is skipped, a failed arm does not stop 
 Details: the notes below the docstring; formats: docs/formats/run-records.md, "Run records".
 """
 
-# Notes on kit.evidence.runner: how it works inside, and why (the module's reference notes).
+# Notes on kit.evidence.runner: statuses, environment and plans.
 #
-# `run_notebook` checks the parameters against the notebook's `parameters` cell before anything is
-# created, executes into `runs/<run-id>/<notebook name>` (papermill saves after every cell, so a
-# failure leaves the partial notebook), and writes `run.json` whatever happens: `completed`;
-# `failed` for a cell that raised, a kernel that died or did not start; `unavailable` / `aborted`
-# when the notebook raised ArmUnavailable / ArmAborted (`kit.ArmUnavailable`, `kit.ArmAborted`). The kernel gets
-# KIT_RUN_DIR (papermill starts it with this process's environment), through which notebook code
-# records checkpoint roots, input digests and metric sidecars; they are merged into run.json here.
-#
-# `run_batch` runs a plan (a JSON or YAML list of {"notebook", "run_id", "parameters", "extra"})
-# sequentially: every arm is checked before the first starts, a run id whose run.json says
-# `completed` is skipped, a failed arm does not stop the batch. Notebook paths in a plan are relative
-# to the current directory, like those given to `kit run`.
+# papermill saves after every cell, so a failure leaves the partial notebook. `failed`: a cell raised, or the kernel
+# died or did not start; `unavailable` / `aborted`: the notebook raised kit.ArmUnavailable / kit.ArmAborted. The kernel
+# inherits this process's environment, hence KIT_RUN_DIR; what notebook code records there is merged into run.json.
+# A plan is a JSON or YAML list of {"notebook", "run_id", "parameters", "extra"}; its notebook paths are relative to
+# the current directory, as for `kit run`.
 
 from __future__ import annotations
 

@@ -6,20 +6,12 @@ failing at once with every missing module named. The other `kit` commands never 
 The tested route: docs/gpu-hosts.md; details: the notes below the docstring.
 """
 
-# Notes on kit.evidence.runtime: how it works inside, and why (the module's reference notes).
+# Notes on kit.evidence.runtime: the two wheel forms and the tested route.
 #
-# The GPU hosts have neither papermill nor a package index. `kit run` / `kit batch` therefore look
-# for the missing packages in the repository's git-ignored `.whl/` folder before giving up:
-#
-#     .whl/site/      an unpacked install target: added to sys.path and to the kernel's PYTHONPATH
-#     .whl/*.whl      wheel files: each added as a zip-import path (works for pure-Python wheels only)
-#
-# The tested route is docs/gpu-hosts.md: `make gpu-wheels` builds the pinned wheels for the host's
-# Python (requirements/gpu-notebook.txt), and `python3 tools/gpu_wheels.py install TARGET` installs them
-# there without an index into a target folder that TARGET/env.sh puts on PYTHONPATH (and JUPYTER_PATH,
-# for the kernelspec and nbconvert's templates); `.whl/site` can be that TARGET. When
-# something is still missing, the commands fail at once, naming every missing module; the other
-# `kit` commands never import any of this.
+# `.whl/site/` is an unpacked install target (added to sys.path and the kernel's PYTHONPATH); `.whl/*.whl` files are
+# zip-import paths, which work for pure-Python wheels only. The tested route (docs/gpu-hosts.md): `make gpu-wheels`
+# builds the pinned wheels (requirements/gpu-notebook.txt) and `tools/gpu_wheels.py install TARGET` installs them
+# without an index; TARGET/env.sh sets PYTHONPATH and JUPYTER_PATH (kernelspec, nbconvert templates).
 
 from __future__ import annotations
 

@@ -8,27 +8,13 @@ same config gives the same parameter digest on any x86 CPU with the pinned torch
 Data, training and determinism: the notes below the docstring.
 """
 
-# Notes on kit.seed.build: how it works inside, and why (the module's reference notes).
+# Notes on kit.seed.build: the data and the training.
 #
-#     config.json, generation_config.json       LlamaShape.to_hf_dict(); eos <|im_end|>, bos <|im_start|>,
-#                                                pad <|endoftext|>
-#     model.safetensors                          FP32, Hugging Face names, no lm_head.weight (tied)
-#     tokenizer.json, tokenizer_config.json,     byte-level BPE with the ChatML template
-#     special_tokens_map.json                    (kit/data/tokenizer_build.py)
-#     trained_conversations.jsonl                every conversation trained on, once each, in training
-#                                                order: update k used lines [k*B, (k+1)*B)
-#     seed_build.json                            how it was built (config, data counts and digests,
-#                                                hyperparameters, losses, seconds, versions, digest)
-#
-# Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of task conversations of
-# role "seed-train" (kit/data/tasks.py), so later roles can exclude them by content digest (each
-# task line of trained_conversations.jsonl carries its "digest"). One pass, no repeats; the order
-# is a permutation drawn from `numpy.random.default_rng(seed)`, then each update's batch is sorted by
-# token length (see `length_sorted_batches`).
-#
-# Training uses the kit's own engine (one worker built by kit.engine.worker.build_worker: a StageEngine with the
-# per-parameter AdamW), so the seed is made by the same code path as every later update. Linear
-# warm-up then cosine decay of the learning rate.
+# Files: docs/formats/seed-directory.md (`trained_conversations.jsonl`: update k used lines [k*B, (k+1)*B)).
+# Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of role "seed-train" tasks, each line with its
+# "digest", so later roles exclude them by content. One pass, no repeats: a default_rng(seed) permutation, each
+# update's batch then sorted by token length. Training runs through kit.engine.worker.build_worker, so the seed is
+# made by the same code path as every later update; linear warm-up, then cosine decay.
 
 from __future__ import annotations
 

@@ -9,64 +9,21 @@ same hardware and software give the same digest.
 Data, disjointness and determinism: the notes below the docstring; files: docs/formats/seed-directory.md.
 """
 
-# Notes on kit.seed.small: how it works inside, and why (the module's reference notes).
+# Notes on kit.seed.small: the recipe, its reasons and what makes the digest repeat.
 #
-# The medium scale (shared/DESIGN.md, "Scales") needs a seed that can learn the tasks, so this build
-# trains a 12-layer, 768-wide Llama (12 heads, full multi-head attention, intermediate 3072, tied head,
-# 16,384-entry byte-level BPE with the tiny seed's ChatML template and special tokens) on:
-#
-# - general text: the Python 3.11 documentation from Debian's `python3.11-doc` (kit/data/general_text.py,
-#   data/SOURCE.md), packed into rows of `seq_len` tokens, documents separated by <|endoftext|>, every
-#   token a target, `general_text_epochs` passes in a fresh order each;
-# - the pinned public conversations `data/alpaca_5000.json`, records [0, 1948) only (inside the replay
-#   range 0-2047); records [1948, 2048) are held out for the held-out loss; records 2048-4999 (the
-#   contracts' final-retention ranges) are never read;
-# - the kit's synthetic conversations and generated task conversations of role "seed-train", packed
-#   several to a row with assistant-token targets (kit/data/chat.py). The recipe (the defaults; the probe that chose
-#   them: campaigns/logbook.md) is task-dominant:
-#   - 500,000 examples at difficulty 1, below the contracts' 2, packed `task_epochs` = 6 times;
-#   - `practice_tasks` = 524,288 practice examples (kit.data.practice, role "seed-train-practice", 131,072 per
-#     family) at the contracts' sizes and number ranges, packed once;
-#   - no example of the four families at difficulty 2, in the contracts' words (`dev_difficulty_tasks` = 0) or
-#     in any other (`reworded_tasks` = 0);
-#   - one epoch of general text and public conversations, and 2,000 synthetic ones;
-#   - 64 x 1,024 tokens per update in one microbatch, lr 1e-3 with 100 warm-up updates, then cosine to a tenth.
-#
-#   Why: the seed must be able to learn in context, and it must not already know what cohort A teaches.
-#   The seed answers 32, 32, 31 and 32 of 32 (lookup, filtering, arithmetic, sorting) at difficulty 1, and
-#   65.6% of its practice sample at difficulty 2's sizes, but at the contracts' difficulty only lookup (20 of
-#   32): filtering, arithmetic and sorting are 0 of 32. Cohort A then teaches them (+34.0 points in the pilot:
-#   sorting 0 -> 67 and filtering 5 -> 66 of 128). The recipes before it: p10 (`d1749707`) learned 524,288
-#   difficulty-2 examples in other words (kit.data.tasks `REWORDED`): 78.1% pooled in those words, so what
-#   cohort A taught it (+40.0) was mostly the contracts' wording; p8 (`e83d0af3`) packed 16,384 difficulty-2
-#   examples in the contracts' words, and its cohort A gained at most +4.5. Probes showed that one pass
-#   (earlier recipes, p0-p5) answers at most 5 of 128 difficulty-1 tasks, that several passes over the task
-#   examples do (p6-p8), and that difficulty 1 alone does not carry over to difficulty 2 (p6, p7, p9). The
-#   earlier seeds stay rebuildable from `campaigns/seed-recipes/`: `small-800112e3.json`, `small-e83d0af3.json`
-#   (p8) and `small-d1749707.json` (p10).
-#
-# Disjointness: task conversations are drawn under their own role (so disjoint by construction) while
-# excluding every digest of every development and final task role that the contracts in `contracts/`
-# define (the role's first 2 x count draws: a superset of what `kit adaptive prepare` keeps), and the
-# build then checks every trained task digest against those sets again and refuses, naming the task and
-# the role, before any tokenizer or model work. `trained_conversations.jsonl` lists every conversation
-# trained on (tasks with their "digest"), so later roles exclude them as they do for the tiny seed.
-#
-# Training uses the kit's engine (kit.engine.worker.build_worker: one StageEngine, the per-parameter
-# AdamW, the chunked loss), FP32 master weights with bf16 autocast compute on CUDA (FP32 on CPU, where
-# the test runs this path at test size). The blocks are compiled (`compile_blocks` "auto") under
-# `torch.use_deterministic_algorithms`, where Inductor's deterministic mode chooses no kernel by timing
-# (the record's `determinism.inductor_deterministic`); the engine's GPU fast paths stay off
-# (`fast_paths` "off"), since the pinned digest was built without them.
-#
-# Determinism (recorded in seed_build.json under "determinism"): the kit's numeric profile
-# (kit/numerics.py) with `deterministic_gpu=True`, i.e. `torch.use_deterministic_algorithms(True)`,
-# `CUBLAS_WORKSPACE_CONFIG=:4096:8`, cuDNN deterministic and not benchmarking, TF32 off; attention pinned
-# to SDPA's FLASH_ATTENTION backend (deterministic backward under the deterministic flag; cuDNN attention
-# is excluded by it); seeds: numpy PCG64 for every data order, per-name torch generators for the
-# initialisation, `torch.manual_seed(seed)`. The promise is that of docs/engine.md: the same digest on
-# the same hardware and software (one H200, the same torch/CUDA build), from a fresh machine.
-# The tiny seed (kit/seed/build.py) is untouched by this module.
+# Data: general text from Debian's `python3.11-doc` (data/SOURCE.md); `data/alpaca_5000.json` records [0, 1948)
+# trained and [1948, 2048) held out, never 2048-4999 (the contracts' final-retention ranges); task conversations of
+# role "seed-train", excluding each contract role's first 2 x count draws (a superset of what prepare keeps).
+# Why this recipe (the defaults; the probes: campaigns/logbook.md): the seed must learn in context, but must not
+# already know what cohort A teaches. So difficulty-1 tasks packed 6 times (one pass answers at most 5 of 128),
+# 524,288 practice examples at the contracts' sizes (kit.data.practice), and no difficulty-2 example of the four
+# families in any words: with reworded ones (p10) cohort A had only the wording left to teach, with 16,384 in the
+# contracts' words (p8) it gained at most +4.5 points. The result answers lookup 20 of 32 at the contracts' difficulty
+# and filtering, arithmetic and sorting 0; cohort A teaches them. Earlier recipes: `campaigns/seed-recipes/`.
+# Determinism: the numeric profile's `deterministic_gpu=True`, SDPA pinned to FLASH_ATTENTION (deterministic backward;
+# the flag excludes cuDNN attention), blocks compiled under Inductor's deterministic mode (no kernel chosen by timing),
+# the engine's fast paths off as when the pinned digest was built: the same digest on the same hardware and software
+# from a fresh machine (docs/engine.md).
 
 from __future__ import annotations
 

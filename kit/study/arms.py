@@ -9,37 +9,16 @@ gradients, so the replicas hold bitwise-identical learned states, which every co
 Details: docs/study.md and the notes below the docstring; records: docs/formats/study-records.md.
 """
 
-# Notes on kit.study.arms: how it works inside, and why (the module's reference notes).
+# Notes on kit.study.arms: how the replicas split a batch, commit, and share GPUs.
 #
-# One common recipe (seeds/004): the same seed, the same document schedule, the same clipping and
-# AdamW; only the communicated gradient differs. Update k's global batch is the schedule's k-th list
-# of documents; replica r of w takes positions r, r + w, r + 2w, ... of it. Every replica runs a
-# whole-model StageEngine on a LOCAL one-stage pipeline group `Group(0, 1, device)` and passes
-# `total_targets` = the assistant-token count of the whole global batch, so each replica's loss is
-# its share of the globally normalised objective; the gradient reducer (kit/distributed/grad_reduce.py,
-# over torch.distributed's default group that the launcher's `join()` created) sums the replicas'
-# gradients before the engine clips and steps. The replicas therefore hold bitwise-identical
-# learned states, which every commit checks (`replica_learned_state_roots`).
-#
-# Commits: replica 0 commits the weights and both Adam moments through kit/engine/session.py; every
-# replica hashes its own learned state the same way (without writing it) so the roots can be
-# compared; a PowerSGD arm's ranks then write their compression state (kit/study/compression_state.py).
-#
-# The driver (`run_arm`) writes `STUDY/arms/<arm>/attempts/<n>.json` for every attempt and copies
-# the latest to `STUDY/arms/<arm>/arm.json`, with one status: "completed" (endpoint committed at the
-# contract's last update), "partial" (stopped earlier by --until), "failed" (a worker failed or the
-# study deadline passed), "rejected" (the projection did not fit the deadline or the bound) or
-# "unavailable" (the resources it needs are absent: never run).
-#
-# A cuda arm needs one GPU, not one per worker (`availability`). With more workers than GPUs on the
-# host the workers share them: the launcher sets LOCAL_WORLD_SIZE to the workers, so `join()` puts
-# them on `cuda:(rank mod GPUs)` and stages every collective through host memory over gloo (NCCL
-# refuses two ranks on one device). Each rank reports its host, device and `Group.backend` in its
-# result; `kit.study.measurement.shared_gpus` reads the record's `shared_gpus` from those (GPUs =
-# distinct (host, device) pairs), replacing the admission's expectation (`expected_sharing`, from
-# `torch.cuda.device_count()`), which only a failed attempt keeps. The learned states are the same
-# computation either way (the replicas still sum the same gradients), so the quality results stand;
-# the throughput is two replicas time-slicing one GPU, so the speed screen is "not measured".
+# Replica r of w takes positions r, r + w, r + 2w, ... of update k's global batch (the schedule's k-th list). Replica
+# 0 commits the weights and both moments; every replica hashes its learned state without writing it, so the roots can
+# be compared (`replica_learned_state_roots`); a PowerSGD arm's ranks then write their compression state.
+# A cuda arm needs one GPU, not one per worker (`availability`): extra workers share the host's GPUs over gloo, staged
+# through host memory (kit.distributed.group). The record's `shared_gpus` counts the distinct (host, device) pairs
+# the ranks report, replacing the admission's `expected_sharing`, which only a failed attempt keeps. The learned
+# states are the same computation, so quality results stand; the throughput is replicas time-slicing one GPU, so the
+# speed screen says "not measured".
 
 from __future__ import annotations
 

@@ -8,12 +8,11 @@ the record is not part of the manifest, so a commit without it is a weights-only
 resuming a PowerSGD arm from such a commit is refused. Details: the notes below the docstring.
 """
 
-# Notes on kit.study.compression_state: how it works inside, and why (the module's reference notes).
+# Notes on kit.study.compression_state: the record.
 #
-#     {"format": "kit.study.compression/1", "full_root": <commit it belongs to>, "rank": r,
-#      "world": w, "meta": <PowerSGDCompressor.state_meta(): step, config, compressed names,
-#      cumulative traffic counters>,
-#      "tensors": {"error/<name>" | "q/<name>": {"digest", "dtype": "float32", "shape"}}}
+# Its commit's full root, rank and world, `PowerSGDCompressor.state_meta()` (step, config, compressed names,
+# cumulative traffic) and one object digest per "error/<name>" and "q/<name>" FP32 tensor; the fields:
+# docs/formats/study-records.md, "Compression-state record".
 
 from __future__ import annotations
 

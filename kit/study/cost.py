@@ -8,25 +8,16 @@ end is before the study deadline and the money spent plus its projected cost sta
 Formulas: the notes below the docstring.
 """
 
-# Notes on kit.study.cost: how it works inside, and why (the module's reference notes).
+# Notes on kit.study.cost: the formulas.
 #
-# The cost frame (contract field `cost`): single-GPU hosts in different zones (the seed: two
-# g6e.2xlarge, one L40S each, in us-east-1a and us-east-1b), an on-demand instance price per hour, a
-# cross-zone data price per GB in each direction, a stop deadline and a dollar bound, every price
-# with its source and date.
-#
-# - GPU cost = GPU-hours x (instance price / GPUs per host), GPU-hours = wall seconds x GPUs used /
-#   3600. The GPUs used are one per worker (an arm with two workers holds two hosts), or fewer when
-#   the workers shared a host's GPUs (`shared_gpus.gpus`: two workers on one GPU pay one GPU's wall
-#   time); the cost records it as `gpus`. A faster arm can still cost more GPU time, so both are
-#   reported.
-# - Cross-zone cost: with one worker per host, everything a rank sends to its peer crosses zones.
-#   Each rank sends `ring_wire_bytes(logical bytes, world)` (kit/distributed/traffic.py); a byte that
-#   crosses is billed once leaving its zone and once entering the other, so the cost is
-#   bytes / bytes_per_gb x price_each_direction x 2. Only when `cross_zone_traffic_billed`.
-# - Projection: time = startup + updates x seconds per update + commits x checkpoint seconds; the
-#   arm fits when it ends before the study deadline (clock started by the first arm that ran) and
-#   the money already spent plus its projected cost stays within the bound.
+# The cost frame (contract `cost`) carries every price with its source and date (the seed document's: two
+# g6e.2xlarge, one L40S each, in us-east-1a and us-east-1b).
+# - GPU cost = GPU-hours x instance price / GPUs per host; GPU-hours = wall seconds x GPUs used / 3600, recorded as
+#   `gpus` (two workers on one GPU pay one GPU's time). A faster arm can still cost more GPU time: both are reported.
+# - Cross-zone: with one worker per host all a rank sends crosses; each rank sends `ring_wire_bytes`, billed leaving
+#   and entering: bytes / bytes_per_gb x price_each_direction x 2, only when `cross_zone_traffic_billed`.
+# - Projection: startup + updates x seconds per update + commits x checkpoint seconds; the deadline's clock starts
+#   with the first arm that ran.
 
 from __future__ import annotations
 

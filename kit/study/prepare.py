@@ -10,37 +10,16 @@ exclude every seed, training and final task digest.
 Data selection: the notes below the docstring.
 """
 
-# Notes on kit.study.prepare: how it works inside, and why (the module's reference notes).
+# Notes on kit.study.prepare: the selection rules behind the counts in prepared.json.
 #
-#     contract.json       the contract, canonical JSON (its sha256 is the contract digest)
-#     train.jsonl         the training documents, encoded: {"id", "source", "family", "replay",
-#                         "input_ids", "target_mask", "conversation_digest"}, one canonical JSON a line
-#     schedule.json       {"updates": [[document id, ...] per update]}: the global batches in order
-#     final_tasks.jsonl   the final-test task conversations (meta: family, answer, digest, role)
-#     retention.jsonl     the exposed retention probes (public conversations)
-#     dev_tasks.jsonl     only with the optional `data.dev`: the development tasks (as final_tasks.jsonl)
-#     prepared.json       digests of all of the above and of the inputs (seed weights, tokenizer
-#                         files, public source), counts, exclusions, encoding statistics
-#
-# Training documents are the contract's generated tasks (four families, role `data.tasks.role`,
-# excluding by content digest any task the seed was trained on when the seed records them in
-# trained_conversations.jsonl) and the first `data.replay.count` public conversation-replay records
-# of the pinned source range that fit `data.max_tokens` (longer ones are rejected and counted, never
-# truncated). Replay documents are trained with cross entropy like the tasks (`data.replay.loss`
-# is "ce"; docs/study.md says why). Every document is trained exactly once: the schedule is a
-# permutation (numpy default_rng(schedule.order_seed)) cut into global batches.
-#
-# Final-test tasks come from another role's stream and exclude every training and seed task by
-# content digest, and every task another contract's scoring exposed (the exposure ledger, counted).
-# Retention probes come from another range of the public source, excluding any record whose normalised
-# prompt or content digest matches a training document (counted); when the contract says they are
-# exposed (`data.retention.exposed`), only records whose content digest is in the exposure ledger are
-# eligible, so "exposed" names the set that really was exposed.
-#
-# Development tasks (`data.dev`, optional) come from a role of their own (the schema refuses the training
-# or final role name) and exclude every seed, training and final task by content digest. They are drawn
-# after the final tasks, so adding `data.dev` changes no other file; `kit.study.dev` scores them reading
-# that one file (its digest checked against prepared.json), never the final ones, never the ledger.
+# Files and fields: docs/formats/study-records.md. Replay documents longer than `data.max_tokens` are rejected and
+# counted, never truncated, and train with cross entropy like the tasks (docs/study.md says why). The schedule is a
+# numpy default_rng(schedule.order_seed) permutation cut into global batches.
+# Retention probes exclude any record whose normalised prompt or content digest matches a training document; with
+# `data.retention.exposed` only records whose digest is in the exposure ledger are eligible, so "exposed" names the
+# set that really was exposed. Development tasks come from a role of their own (the schema refuses the training or
+# final role's name) and are drawn after the final tasks, so adding `data.dev` changes no other file; `kit.study.dev`
+# reads only their file (its digest checked), never the final ones or the ledger.
 
 from __future__ import annotations
 

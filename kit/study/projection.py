@@ -7,23 +7,13 @@ emulated link, but RTT cannot be measured here, so it is an ASSUMPTION of the pr
 `fit_link`, `predict`, `validate`, `project_study`; the model term by term: the notes below the docstring.
 """
 
-# Notes on kit.study.projection: how it works inside, and why (the module's reference notes).
+# Notes on kit.study.projection: where each term comes from.
 #
-# The model of one update of a pair arm (one rank per host, ring all-reduce over two ranks, so each
-# rank sends its logical bytes once and receives its peer's at the same time on a full-duplex link):
-#
-#     seconds = compute + collectives x RTT + logical bytes x wire overhead x 8 / (efficiency x rate)
-#
-# - `compute`: the arm's update time without communication;
-# - `wire overhead`: wire bytes / logical bytes, MEASURED on the emulated link's interface counters
-#   (TCP/IP headers, gloo framing, the per-update scalars);
-# - `efficiency`: the fraction of the link rate the transfer achieves, FITTED on the emulated link
-#   (with the pair arms' compute times) by least squares over every (arm, rate) measurement used;
-# - `RTT x collectives`: latency. NOT measurable here (the kernel has no netem; the veth's round trip
-#   is tens of microseconds), so it is 0 in the fit and an ASSUMPTION in the projection.
-#
-# `fit_link` fits it, `predict` evaluates it, `validate` sets predicted beside measured for runs the
-# fit did not use, and `project_study` applies it to the full contract with stated assumptions.
+# The pair is one rank per host, a ring all-reduce over two ranks on a full-duplex link: each rank sends its logical
+# bytes once while receiving its peer's. Wire overhead (TCP/IP headers, gloo framing, per-update scalars) is measured
+# on the emulated link's interface counters; efficiency is fitted by least squares over every (arm, rate) measurement,
+# with the pair arms' compute times. RTT is 0 in the fit: the kernel here has no netem and a veth's round trip is tens
+# of microseconds. `validate` sets predicted beside measured for runs the fit did not use.
 
 from __future__ import annotations
 

@@ -8,32 +8,16 @@ and the screens (pure functions of the contract's thresholds).
 Screens and the retention bound: docs/study.md and the notes below the docstring.
 """
 
-# Notes on kit.study.screens: how it works inside, and why (the module's reference notes).
+# Notes on kit.study.screens: the screens' rules and the retention bound.
 #
-# Order of operations (seeds/004: "all candidates must be committed before any test scoring"):
-# `freeze_candidates` refuses until every arm the contract lists has a committed endpoint
-# ("completed") or a recorded non-run status ("failed", "rejected", "unavailable"); it re-verifies
-# every endpoint commit and writes `STUDY/evaluation/freeze.json`, after which no arm may run
-# (kit/study/arms.py refuses). Only then does `evaluate_study` score the final-test tasks (greedy
-# answers, task checker) and the retention probes (summed assistant-token NLL) of the seed and of
-# every completed endpoint, one file per model, and append each opening to `opened.jsonl`.
-#
-# `build_screens` aggregates: accuracy by family per model; per candidate arm the paired change by
-# example against the seed and against each control (gained, lost, mean difference, the normal
-# noninferiority bound); the retention change in nats per assistant token against the seed with the
-# contract's approximate normal bound; the screens; measurement, traffic and cost tables; and every
-# arm's status and reason. The screen functions are pure and take the contract's thresholds:
-#
-# - quality: task gain (candidate accuracy - seed accuracy, all final tests) >= min_task_gain; the
-#   retention upper bound <= max_retention_upper_nats; and noninferiority to every control:
-#   mean paired difference - multiplier x sd / sqrt(n) > -margin (kit/stats.py). Gains are ratios
-#   of counts compared with a 1e-12 tolerance, so 0.6 - 0.5 counts as the 0.10 it is.
-# - speed: candidate active throughput / baseline active throughput >= min_speedup.
-#
-# Retention bound: the change is the token-weighted ratio R = sum(d_i) / sum(t_i) (d_i the probe's NLL
-# change, t_i its assistant tokens). Its approximate normal bound is the delta-method one, computed
-# by kit/stats.normal_upper_bound on z_i = R + (d_i - R t_i) / mean(t): mean(z) = R exactly and
-# sd(z) / sqrt(n) is the ratio's linearised standard error.
+# The order is the seed document's (seeds/004: "all candidates must be committed before any test scoring"); after
+# freeze.json kit/study/arms.py refuses to run, and every opening is appended to `opened.jsonl`.
+# - quality: task gain >= min_task_gain (ratios of counts compared with a 1e-12 tolerance, so 0.6 - 0.5 counts as the
+#   0.10 it is); retention upper bound <= max_retention_upper_nats; noninferiority to every control: mean paired
+#   difference - multiplier x sd / sqrt(n) > -margin. speed: active throughput ratio >= min_speedup.
+# - retention: R = sum(d_i) / sum(t_i) (d_i a probe's NLL change, t_i its assistant tokens); its bound is the
+#   delta-method one, kit/stats.normal_upper_bound on z_i = R + (d_i - R t_i) / mean(t): mean(z) = R exactly and
+#   sd(z) / sqrt(n) is the ratio's linearised standard error.
 
 from __future__ import annotations
 

@@ -8,28 +8,15 @@ host path's in the last bits; CPU runs keep the host path (EngineConfig.clip_on_
 Details: the notes below the docstring.
 """
 
-# Notes on kit.train.device_clip: how it works inside, and why (the module's reference notes).
+# Notes on kit.train.device_clip: the formula, the skipped step and the cost it removes.
 #
-# With the factor computed on the host (kit.train.optim.clip_factor, the CPU path), every update
-# ends with a device-to-host copy of the squared norms: the host waits for the backward pass and the
-# all-reduce, computes the factor, then launches the optimizer step, and the device idles from the
-# end of the all-reduce until the next update's first kernels arrive (about 22 ms of a 240 ms update
-# on an H200, docs/performance.md). Here the same formula runs on the device:
-#
-#     norm   = sqrt(sum of the squared norms, in canonical positions)
-#     factor = min(1, max_norm / (norm + 1e-6))   (1 when max_norm is 0)
-#
-# and the optimizer takes the factor as a device tensor (the fused AdamW kernel's grad_scale = 1 /
-# factor). A non-finite norm sets `found_inf`, which makes the fused kernel skip the step (parameters
-# and moments untouched, as torch's gradient scaler does), and the error is raised when the update's
-# numbers are read. Those numbers (norm, factor, the loss sums) are copied to host memory
-# asynchronously, before the step is launched, and read only when asked for (`PendingStats.values`).
-#
-# Worker-count independence holds as on the host: after the all-reduce every rank holds the same
-# buffer (each squared norm in its canonical position), so every rank sums the same values in the
-# same kernel and gets the same factor, whatever the layout. The sum's order is the device
-# reduction's, not the host's left-to-right loop, so GPU results may differ from the host path's in
-# the last bits of the factor; CPU runs keep the host path (EngineConfig.clip_on_device "auto").
+#     norm = sqrt(sum of the squared norms, in canonical positions);  factor = min(1, max_norm / (norm + 1e-6))
+# (1 when max_norm is 0); the fused AdamW takes grad_scale = 1 / factor. The host path's wait cost about 22 ms of a
+# 240 ms update on an H200 (docs/performance.md). A non-finite norm sets `found_inf`, so the fused kernel skips the
+# step (parameters and moments untouched, as torch's gradient scaler does) and the error is raised when the update's
+# numbers are read; they are copied to host asynchronously before the step and read only when asked for.
+# Worker-count independence holds as on the host: after the all-reduce every rank holds the same buffer, each squared
+# norm in its canonical position, and sums it in the same kernel.
 
 from __future__ import annotations
 

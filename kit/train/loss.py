@@ -8,32 +8,16 @@ same however the update is split across microbatches and workers (docs/engine.md
 KL directions, temperature and precision: the notes below the docstring.
 """
 
-# Notes on kit.train.loss: how it works inside, and why (the module's reference notes).
+# Notes on kit.train.loss: the objective, the KL and the precision.
 #
-# Only the positions that predict an assistant target token ever reach the output head: the
-# final hidden states are gathered at those positions first, and the head is applied in chunks of
-# positions inside a custom autograd function that computes the gradient in the same pass. So
-# full-vocabulary FP32 logits are never materialised for a whole microbatch (chunk x vocab at most).
-#
-# Objective of one update (all records of the update, over all microbatches and workers):
-#
-#     L = ( sum_{new targets}  w_d * CE(t)  +  kl_weight * sum_{replay targets} w_d * KL(t) ) / N
-#
-# where w_d is the document's weight and N is the **global** count of assistant target tokens of the
-# whole update (new and replay, unweighted). Because N is known before the first microbatch, the
-# sum of per-microbatch contributions is exactly L however the update is split.
-#
-# KL (default direction "forward", temperature 1):  forward = KL(p_ref || p_student),
-# reverse = KL(p_student || p_ref), both on softmax(logits / T) and scaled by T^2 (Hinton et al.) so
-# gradient magnitudes do not shrink with T.
-#
-# Precision: with `compute_dtype` bfloat16 the three matrix products of each chunk (logits, d/dx,
-# d/dW) run in bf16 with the head weight cast once per call, whatever autocast says; the logits,
-# softmax, loss sums and the accumulated gradients stay FP32. With FP32 inputs and no compute dtype
-# the code path is plain FP32 (the CPU bit-identity tests run it).
-#
-# Target positions are found on the host (`target_positions`, from CPU masks) so that gathering
-# them on a GPU needs no `nonzero` and hence no device-to-host synchronisation inside the update.
+#     L = ( sum_{new targets} w_d * CE(t)  +  kl_weight * sum_{replay targets} w_d * KL(t) ) / N
+# w_d the document's weight, N the update's global count of assistant targets (new and replay, unweighted).
+# KL (default "forward", T = 1): forward = KL(p_ref || p_student), reverse = KL(p_student || p_ref), both on
+# softmax(logits / T) and scaled by T^2 (Hinton et al.) so gradient magnitudes do not shrink with T.
+# With `compute_dtype` bfloat16 a chunk's three products (logits, d/dx, d/dW) run in bf16 whatever autocast says, the
+# head weight cast once per call; logits, softmax, loss sums and accumulated gradients stay FP32. Without it the path
+# is plain FP32 (the CPU bit-identity tests). Target positions come from CPU masks, so gathering them on a GPU needs
+# no `nonzero` and no device-to-host synchronisation inside the update.
 
 from __future__ import annotations
 

@@ -8,44 +8,21 @@ Q comes from a generator seeded by (seed, name), so ranks agree without communic
 The algorithm step by step: the notes below the docstring; docs/study.md, "PowerSGD".
 """
 
-# Notes on kit.train.powersgd: how it works inside, and why (the module's reference notes).
+# Notes on kit.train.powersgd: the step, the orthonormalisation and its numbers.
 #
-# Why this shape: the math (rank-r power iteration, orthogonalisation, error feedback, warm start)
-# is testable in one process, and the distributed layer only supplies
-# `allreduce_mean(tensors) -> None`, which averages a list of contiguous FP32 tensors in place and
-# must leave bitwise-identical values on every rank (ring all-reduces in gloo and NCCL do). In one
-# process the identity is a valid all-reduce. The compressor makes the same calls, in the same
-# order, on every rank, because every decision depends only on the shapes, the config and values
-# that were already all-reduced.
-#
-# Per call after the dense warm-up, each compressed gradient viewed as M (n, m) = (shape[0],
-# prod(rest)) is handled as in torch's `powerSGD_hook`:
-#     M += e;  Q = orth(Q);  P = M Q;  mean(P);  P = orth(P);  Q = M^T P;  mean(Q);
-#     sent = P Q^T;  e = M - sent (local to this rank)
-# with every P in one flat all-reduce and every Q in another, so a call makes one dense all-reduce
-# (vectors, small tensors) plus exactly two compressed ones (a list with nothing in it is skipped).
-# Orthonormalisation (`orthonormalize_`) is a batched Householder QR in FP32 written in
-# elementwise torch ops and sums of fixed order (no LAPACK or BLAS, so the bytes are the same on every
-# x86 CPU under the numeric profile): the batch is scaled by an exact power of two (largest entry in
-# [0.5, 1)), and a column whose residual |R_kk| is at most 2^-24 times the matrix's Frobenius norm is
-# dead: it comes out zero and takes no reflector, so later live columns keep all their signal. Live
-# columns are orthonormal to rounding at any rank or condition number, and there is no absolute
-# epsilon, so scaling every gradient by 10^k scales the output alike. Dead Q columns (a warm start
-# after a zero or low-rank gradient) are re-drawn from the seeded generator and Q is orthonormalised
-# again; the counts go to `stats()["columns"]`. The Gram-Schmidt this replaced (two passes, / (norm +
-# 1e-8)) normalised the rounding noise of dependent columns into directions the earlier ones held, and
-# its epsilon made small gradients lose accuracy (bench/powersgd_oracle.py prints both side by side;
-# tests/test_powersgd_oracle.py checks the kit against torch's `powerSGD_hook` through DDP on two gloo
-# processes). `orthogonalization_epsilon` stays a config field only because contracts carry it; nothing
-# reads it. Error buffers stay FP32 on the
-# error-feedback device (the CPU; pinned when CUDA is present). Dense tensors keep no error (their
-# mean is exact), and the warm-up accumulates none.
-# Q is warm-started from the previous call; its first value is drawn from a torch.Generator seeded
-# by sha256(seed, name), so every rank has the same Q without communication.
-#
-# Traffic is logical: the bytes of the tensors this rank hands to the all-reduce (FP32). A ring
-# all-reduce moves about 2 (w - 1) / w times that on the wire per rank; that, and the interface
-# counters, are the dist layer's business.
+# `allreduce_mean` averages contiguous FP32 tensors in place and must leave bitwise-identical values on every rank
+# (gloo's and NCCL's ring all-reduces do); in one process the identity is one. Per call after the warm-up, with M the
+# gradient as (shape[0], prod(rest)), as torch's `powerSGD_hook`:
+#     M += e;  Q = orth(Q);  P = M Q;  mean(P);  P = orth(P);  Q = M^T P;  mean(Q);  sent = P Q^T;  e = M - sent
+# every P in one flat all-reduce, every Q in another, plus one dense one for vectors and small tensors.
+# `orthonormalize_` is a batched Householder QR in elementwise ops and fixed-order sums (no LAPACK or BLAS: equal
+# bytes on every x86 CPU). The batch is scaled by a power of two; a column with |R_kk| <= 2^-24 x the Frobenius norm
+# is dead (zero, no reflector), and dead Q columns are re-drawn from the seeded generator. No absolute epsilon, so
+# gradients scaled by 10^k give outputs scaled alike; the Gram-Schmidt with `/ (norm + 1e-8)` it replaced turned
+# rounding noise into directions (bench/powersgd_oracle.py; tests/test_powersgd_oracle.py checks the kit against
+# `powerSGD_hook` through DDP). Nothing reads `orthogonalization_epsilon`: contracts carry it. Error buffers stay FP32
+# on the CPU (pinned with CUDA); dense tensors and the warm-up keep none. Traffic counts the FP32 bytes handed to the
+# all-reduce (wire bytes: kit/distributed/traffic.py).
 
 from __future__ import annotations
 
