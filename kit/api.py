@@ -62,8 +62,8 @@ from kit.evidence.notebook import (
     record_metric,
     record_roots,
 )
-from kit.evidence.report import render_report
 from kit.evidence.report.figures import accuracy_figure, bootstrap_figure, dev_curve_figure
+from kit.evidence.report.page import render_report
 from kit.evidence.report.runs import show_failures, show_runs
 from kit.evidence.report.sidecars import curves_figure
 from kit.evidence.results import results

@@ -188,16 +188,16 @@ PILOT = {"run_id": str, "record": str, "record_sha256": str, "draft": str, "draf
          "chosen": MapOf(Num(lo=0))}
 
 
-def check_pilot(data: dict, source: str) -> None:
-    """The `pilot` field: only at scale "medium", with 64-hex digests."""
-    pilot = data.get("pilot")
+def check_pilot(terms, source: str) -> None:
+    """The `pilot` field of a contract's terms: only at scale "medium", with 64-hex digests."""
+    pilot = terms.pilot
     if pilot is None:
         return
-    if data.get("scale") != "medium":
-        raise ContractError(f"{source}: field 'pilot' is present with scale = {data.get('scale')!r}; expected only "
+    if terms.scale != "medium":
+        raise ContractError(f"{source}: field 'pilot' is present with scale = {terms.scale!r}; expected only "
                             "at scale 'medium' (a medium contract frozen from its draft by campaigns/medium_freeze.py)")
     for field in ("record_sha256", "draft_digest"):
-        v = pilot[field]
+        v = getattr(pilot, field)
         if len(v) != 64 or any(ch not in "0123456789abcdef" for ch in v):
             raise ContractError(f"{source}: field 'pilot.{field}' = {v!r}; expected 64 lowercase hex digits")
 

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from kit.adaptive.schema import load_adaptive_contract
 from kit.digest import sha256_file, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
-from kit.evidence.report import render_report
+from kit.evidence.report.page import render_report
 from kit.evidence.run_record import read_run_record
 from kit.evidence.runner import run_notebook, run_notebooks_at_once
 from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root

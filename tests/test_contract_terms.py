@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kit.adaptive import schema as adaptive_rules
 from kit.adaptive.continued_schema import load_continued_contract
 from kit.adaptive.schema import load_adaptive_contract
-from kit.contract import ContractKeyWarning, Section, load_contract, parse
+from kit.contract import ContractError, ContractKeyWarning, Section, load_contract, parse
+from kit.study import schema as study_rules
 from kit.study.schema import load_study_contract
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,3 +81,40 @@ def test_key_reads_warn_from_kit_modules_only():
         exec(code, {"__name__": "kit.fake", "terms": terms})  # noqa: S102 -- code run as if a kit module's
     with pytest.warns(ContractKeyWarning, match=r"kit\.fake reads contract field 'b' by key"):
         exec(compile("value = terms.get('b')", "<kit module>", "exec"), {"__name__": "kit.fake", "terms": terms})  # noqa: S102
+
+
+def _refusal(loader, name: str, edit, tmp_path) -> str:
+    data = json.loads((REPO / "contracts" / name).read_text())
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    with pytest.raises(ContractError) as e:
+        loader(path)
+    return str(e.value).removeprefix(f"{path}: ")
+
+
+def test_cross_field_rules_read_the_terms_and_name_values_as_written(tmp_path):
+    """The experiments' cross-field rules run on `Contract.terms` (a key read from kit warns, an error under
+    pytest); a refused value is shown as the file wrote it (a list, not the terms' tuple)."""
+    adaptive = load_adaptive_contract(REPO / "contracts" / "adaptive-shards.tiny.json")
+    adaptive_rules.check_rules(adaptive.terms, "a.json")
+    adaptive_rules.check_comparisons(adaptive.terms, "a.json")
+    study_rules.check_rules(load_study_contract(REPO / "contracts" / "shared-gradient.tiny.json").terms, "s.json")
+
+    def dev_role(d):
+        d["data"]["dev"] = {"count": 2, "role": "study-train", "seed": 1, "difficulty": 1}
+
+    def baseline_cycle(d):
+        d["comparisons"]["A"]["baseline"] = "B"
+
+    def families(d):
+        d["tasks"]["families"] = d["tasks"]["families"][:1]
+
+    assert _refusal(load_study_contract, "shared-gradient.tiny.json", dev_role, tmp_path) == (
+        "field 'data.dev.role' = 'study-train'; expected a role name containing 'dev', so that seed builds "
+        "exclude its tasks")
+    assert _refusal(load_adaptive_contract, "adaptive-shards.tiny.json", baseline_cycle, tmp_path) == (
+        "field 'comparisons.A.baseline' = 'B'; expected a chain of baselines that ends at 'seed'")
+    first = json.loads((REPO / "contracts" / "adaptive-shards.tiny.json").read_text())["tasks"]["families"][0]
+    assert _refusal(load_adaptive_contract, "adaptive-shards.tiny.json", families, tmp_path).startswith(
+        f"field 'tasks.families' = [{first!r}]; expected exactly the four families [")

@@ -148,8 +148,10 @@ def _kit_modules() -> dict[str, Path]:
 
 def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     """module -> the kit modules it imports (anywhere in the file); `from kit.a import b` is an edge to
-    kit.a.b when b is a module, else to kit.a. The implicit import of a parent package is not an edge
-    (so a package's __init__ may import a submodule that does `from kit.a import c`, c a module)."""
+    kit.a.b when b is a module, else to kit.a. Importing kit.a.b.c runs kit/a/__init__.py and
+    kit/a/b/__init__.py first, so it is an edge to those packages too, except to a package the importing
+    module is itself inside (Python ran that __init__ before the importer; a package's __init__ may import
+    its own submodules)."""
     return {mod: {target for _line, target in _kit_edges(mod, path, modules)} for mod, path in modules.items()}
 
 
@@ -171,10 +173,20 @@ def _kit_edges(mod: str, path: Path, modules: dict[str, Path]):
                 edges.add((node.lineno, full if full in modules else resolve(node.module)))
     edges.update((line, resolve(i)) for line, i in _imports_with_lines(path)
                  if i.startswith("kit") and (line, i) not in from_lists)
+    edges.update((line, parent) for line, target in list(edges) if target
+                 for parent in _packages_run_by_importing(target, mod, modules))
     for line, target in sorted(edges, key=lambda e: (e[0], e[1] or "")):
         if target is None or target == mod or (mod, target) == FACADE_EDGE:
             continue
         yield line, target
+
+
+def _packages_run_by_importing(target: str, importer: str, modules: dict[str, Path]) -> list[str]:
+    """The packages whose __init__ an import of `target` runs first (kit.a, kit.a.b for kit.a.b.c), less
+    those `importer` is inside: they were imported before it."""
+    parts, mine = target.split("."), importer.split(".")
+    return [parent for n in range(1, len(parts)) if (parent := ".".join(parts[:n])) in modules
+            and parts[:n] != mine[:n]]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -225,6 +237,22 @@ def test_no_import_cycles_among_kit_modules():
 def test_cycle_checker_catches_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_cycle_checker_sees_a_cycle_through_a_package_init(tmp_path):
+    """kit.r imports kit.p.fmt, which runs kit/p/__init__.py, which imports kit.p.page, which imports kit.r:
+    a cycle no module imports whole. The package's own submodules importing each other are none."""
+    files = {"kit.p": "from kit.p.page import render\n", "kit.p.page": "from kit.p import fmt\nfrom kit.r import w\n",
+             "kit.p.fmt": "", "kit.r": "from kit.p.fmt import f\n", "kit.q": "from kit.p.fmt import f\n"}
+    modules = {}
+    for name, text in files.items():
+        modules[name] = tmp_path / f"{name}.py"
+        modules[name].write_text(text)
+    graph = _import_graph(modules)
+    assert graph["kit.r"] == {"kit.p", "kit.p.fmt"} and graph["kit.p.page"] == {"kit.p.fmt", "kit.r"}
+    assert _cycles(graph) == [["kit.p", "kit.p.page", "kit.r"]]
+    assert _packages_run_by_importing("kit.a.b.c", "kit.z", {"kit", "kit.a", "kit.a.b"}) == ["kit.a", "kit.a.b"]
+    assert _packages_run_by_importing("kit.a.b.c", "kit.a.d", {"kit", "kit.a", "kit.a.b"}) == ["kit.a.b"]
 
 
 # -- the order inside layer 5, package by package ---------------------------------------------------------

@@ -16,8 +16,8 @@ import pytest
 from support.evidence import evidence_path
 
 from kit.digest import load_json_strict
-from kit.evidence.report import render_report
 from kit.evidence.report.analysis import gate_analysis_rows, sign_test_p
+from kit.evidence.report.page import render_report
 from kit.evidence.run_index import load_runs, split_selection
 
 REPO = Path(__file__).resolve().parents[1]

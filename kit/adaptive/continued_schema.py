@@ -63,31 +63,28 @@ def _fail(source: str, field: str, value, expected: str) -> None:
 
 def load_continued_contract(path):
     contract = load_contract(path, SCHEMA, KIND)
-    c, source = contract.data, str(contract.path)
-    k = c["cohort"]
+    c, source = contract.terms, str(contract.path)
+    k = c.cohort
     for part in ("new", "replay_conv"):
-        if k["totals"][part] != k["updates"] * k["per_update"][part]:
-            _fail(source, f"cohort.totals.{part}", k["totals"][part],
-                  f"updates x per_update.{part} = {k['updates'] * k['per_update'][part]}")
-    if sum(k["per_update"].values()) != k["documents_per_update"]:
-        _fail(source, "cohort.documents_per_update", k["documents_per_update"],
-              f"the sum of per_update = {sum(k['per_update'].values())}")
-    if c["training"]["commit_every"] > k["updates"]:
-        _fail(source, "training.commit_every", c["training"]["commit_every"], "at most cohort.updates")
-    if set(c["comparisons"]) != {COHORT}:
-        _fail(source, "comparisons", sorted(c["comparisons"]), f"exactly {{'{COHORT}': C endpoint vs the start}}")
-    digest = c["start"]["contract_digest"]
-    if c["scale"] == "full" and digest is None:
+        if getattr(k.totals, part) != k.updates * getattr(k.per_update, part):
+            _fail(source, f"cohort.totals.{part}", getattr(k.totals, part),
+                  f"updates x per_update.{part} = {k.updates * getattr(k.per_update, part)}")
+    per_sum = k.per_update.new + k.per_update.replay_conv
+    if per_sum != k.documents_per_update:
+        _fail(source, "cohort.documents_per_update", k.documents_per_update, f"the sum of per_update = {per_sum}")
+    if c.training.commit_every > k.updates:
+        _fail(source, "training.commit_every", c.training.commit_every, "at most cohort.updates")
+    if set(c.comparisons) != {COHORT}:
+        _fail(source, "comparisons", sorted(c.comparisons), f"exactly {{'{COHORT}': C endpoint vs the start}}")
+    digest = c.start.contract_digest
+    if c.scale == "full" and digest is None:
         _fail(source, "start.contract_digest", digest, "the digest of the full adaptive contract it continues")
-    r = c["evaluation"]["final"]["retention"]
-    if r["stop"] <= r["start"] or r["count"] > r["stop"] - r["start"]:
-        _fail(source, "evaluation.final.retention", [r["start"], r["stop"], r["count"]], "start < stop, count <= stop - start")
+    r = c.evaluation.final.retention
+    if r.stop <= r.start or r.count > r.stop - r.start:
+        _fail(source, "evaluation.final.retention", [r.start, r.stop, r.count], "start < stop, count <= stop - start")
     return contract
 
 
-# The job view's schemas (what `job_contract` parses): the contract's fields plus the drivers' common ones.
-# The drivers look cohorts up by name (`terms.endpoints[cohort]`), so a view holds `endpoints` and `cohorts` as
-# read-only mappings keyed by cohort; a continued job's view states its cohorts as an adaptive job's does.
 _ORDER = Seq(str, min_len=2)
 ADAPTIVE_JOB_VIEW = {**ADAPTIVE_SCHEMA, "cohort_order": _ORDER, "endpoints": MapOf(Num(1, integer=True)),
                      "cohorts": MapOf(ADAPTIVE_SCHEMA["cohorts"]["A"])}

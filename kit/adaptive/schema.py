@@ -148,102 +148,106 @@ def _fail(source: str, field: str, value, expected: str) -> None:
     raise ContractError(f"{source}: field {field!r} = {value!r}; expected {expected}")
 
 
-def _check_cohort(c: dict, name: str, source: str) -> None:
-    cohort = c["cohorts"][name]
-    per, totals, updates = cohort["per_update"], cohort["totals"], cohort["updates"]
+def _check_cohort(c, name: str, source: str) -> None:
+    cohort = getattr(c.cohorts, name)
+    per, totals, updates = cohort.per_update, cohort.totals, cohort.updates
     for part in PART_NAMES:
-        if totals[part] != updates * per[part]:
-            _fail(source, f"cohorts.{name}.totals.{part}", totals[part],
-                  f"updates x per_update.{part} = {updates} x {per[part]} = {updates * per[part]}")
-    if sum(per.values()) != cohort["documents_per_update"]:
-        _fail(source, f"cohorts.{name}.documents_per_update", cohort["documents_per_update"],
-              f"the sum of per_update = {sum(per.values())}")
-    if cohort["replay_every_update"] is not True or per["replay_a"] + per["replay_conv"] < 1:
-        _fail(source, f"cohorts.{name}.replay_every_update", cohort["replay_every_update"],
+        if getattr(totals, part) != updates * getattr(per, part):
+            _fail(source, f"cohorts.{name}.totals.{part}", getattr(totals, part),
+                  f"updates x per_update.{part} = {updates} x {getattr(per, part)} = {updates * getattr(per, part)}")
+    per_sum = sum(getattr(per, part) for part in PART_NAMES)
+    if per_sum != cohort.documents_per_update:
+        _fail(source, f"cohorts.{name}.documents_per_update", cohort.documents_per_update,
+              f"the sum of per_update = {per_sum}")
+    if cohort.replay_every_update is not True or per.replay_a + per.replay_conv < 1:
+        _fail(source, f"cohorts.{name}.replay_every_update", cohort.replay_every_update,
               "true, with per_update.replay_a + per_update.replay_conv >= 1 (the seed: replay in every update)")
-    if per["new"] < 1:
-        _fail(source, f"cohorts.{name}.per_update.new", per["new"], "at least 1 new example per update")
-    if c["endpoints"][name] != updates:
-        _fail(source, f"endpoints.{name}", c["endpoints"][name], f"the cohort's last update {updates}")
+    if per.new < 1:
+        _fail(source, f"cohorts.{name}.per_update.new", per.new, "at least 1 new example per update")
+    if getattr(c.endpoints, name) != updates:
+        _fail(source, f"endpoints.{name}", getattr(c.endpoints, name), f"the cohort's last update {updates}")
 
 
-def check_rules(c: dict, source: str) -> None:
-    """Cross-field rules of a schema-valid contract; ContractError names the field."""
-    digest = c["seed"]["parameter_digest"]
+def check_rules(c, source: str) -> None:
+    """Cross-field rules of a schema-valid contract's terms (`Contract.terms`); ContractError names the field."""
+    digest = c.seed.parameter_digest
     if digest is not None and not _HEX64.match(digest):
         _fail(source, "seed.parameter_digest", digest, "64 lowercase hex digits or null (recorded at prepare)")
-    if c["scale"] in ("full", "medium") and digest is None:
-        _fail(source, "seed.parameter_digest", digest, f"the pinned digest of the {c['scale']}-scale seed")
+    if c.scale in ("full", "medium") and digest is None:
+        _fail(source, "seed.parameter_digest", digest, f"the pinned digest of the {c.scale}-scale seed")
     check_pilot(c, source)
     for cohort in ("A", "B"):
         try:
-            check_schedule(c["training"]["lr_schedule"], c["cohorts"][cohort]["updates"], "training.lr_schedule")
+            check_schedule(c.training.lr_schedule, getattr(c.cohorts, cohort).updates, "training.lr_schedule")
         except ValueError as e:
             raise ContractError(f"{source}: field {e} (cohort {cohort})") from None
     for field in ("new_phase_at_seed", "retained_across_cohorts", "retained_across_redistribution",
                   "retained_across_growth"):
-        if c["adam"][field] is not True:
-            _fail(source, f"adam.{field}", c["adam"][field], "true (the seed: one Adam phase, retained thereafter)")
-    if sorted(c["tasks"]["families"]) != sorted(FAMILIES) or len(c["tasks"]["families"]) != len(FAMILIES):
-        _fail(source, "tasks.families", c["tasks"]["families"], f"exactly the four families {list(FAMILIES)}")
+        if getattr(c.adam, field) is not True:
+            _fail(source, f"adam.{field}", getattr(c.adam, field), "true (the seed: one Adam phase, retained thereafter)")
+    families = list(c.tasks.families)  # a list, as the file wrote it (the message shows it)
+    if sorted(families) != sorted(FAMILIES) or len(families) != len(FAMILIES):
+        _fail(source, "tasks.families", families, f"exactly the four families {list(FAMILIES)}")
     for field in ("replay_sha256", "dev_retention_sha256"):
-        value = c["inputs"][field]
+        value = getattr(c.inputs, field)
         if value is not None and not _HEX64.match(value):
             _fail(source, f"inputs.{field}", value, "64 lowercase hex digits or null")
-    a, b = c["cohorts"]["A"], c["cohorts"]["B"]
+    a, b = c.cohorts.A, c.cohorts.B
     _check_cohort(c, "A", source)
     _check_cohort(c, "B", source)
-    if a["reference"] != "seed":
-        _fail(source, "cohorts.A.reference", a["reference"], "'seed' (the first cohort uses the seed reference)")
-    if b["reference"] != "A.endpoint":
-        _fail(source, "cohorts.B.reference", b["reference"], "'A.endpoint' (the committed phase-A endpoint)")
-    if a["per_update"]["replay_a"] != 0:
-        _fail(source, "cohorts.A.per_update.replay_a", a["per_update"]["replay_a"], "0 (nothing precedes phase A)")
-    if b["totals"]["replay_a"] > a["totals"]["new"]:
-        _fail(source, "cohorts.B.totals.replay_a", b["totals"]["replay_a"],
-              f"at most the {a['totals']['new']} examples trained in phase A")
-    if b["totals"]["replay_conv"] > a["totals"]["replay_conv"]:
-        _fail(source, "cohorts.B.totals.replay_conv", b["totals"]["replay_conv"],
-              f"at most the {a['totals']['replay_conv']} conversations of A.replay (conversation_replay.cohort_B)")
-    t = c["training"]
-    if t["microbatch_size"] > max(a["documents_per_update"], b["documents_per_update"]):
-        _fail(source, "training.microbatch_size", t["microbatch_size"], "at most documents_per_update")
-    if t["commit_every"] > min(a["updates"], b["updates"]):
-        _fail(source, "training.commit_every", t["commit_every"], "at most the updates of a cohort")
-    if c["growth"]["group"] not in t["optimizer"] or c["growth"]["group"] == "default":
-        _fail(source, "growth.group", c["growth"]["group"], "a non-default group of training.optimizer ('grown')")
-    m = c["migration"]
-    if m["from_workers"] != a["workers"]:
-        _fail(source, "migration.from_workers", m["from_workers"], f"cohorts.A.workers = {a['workers']}")
-    if m["to_workers"] == m["from_workers"]:
-        _fail(source, "migration.to_workers", m["to_workers"], "a worker count other than from_workers")
-    if not 0 < m["at_step"] < a["updates"] or m["at_step"] % t["commit_every"]:
-        _fail(source, "migration.at_step", m["at_step"],
-              f"a commit point strictly inside cohort A (a multiple of commit_every = {t['commit_every']} "
-              f"below {a['updates']})")
-    r = c["evaluation"]["final"]["retention"]
-    if not _HEX64.match(r["sha256"]):
-        _fail(source, "evaluation.final.retention.sha256", r["sha256"], "64 lowercase hex digits")
-    if r["stop"] <= r["start"]:
-        _fail(source, "evaluation.final.retention.stop", r["stop"], f"greater than start = {r['start']}")
-    if r["count"] > r["stop"] - r["start"]:
-        _fail(source, "evaluation.final.retention.count", r["count"], f"at most stop - start = {r['stop'] - r['start']}")
-    if sorted(r["exclusion_rules"]) != sorted(EXCLUSION_RULES):
-        _fail(source, "evaluation.final.retention.exclusion_rules", r["exclusion_rules"],
+    if a.reference != "seed":
+        _fail(source, "cohorts.A.reference", a.reference, "'seed' (the first cohort uses the seed reference)")
+    if b.reference != "A.endpoint":
+        _fail(source, "cohorts.B.reference", b.reference, "'A.endpoint' (the committed phase-A endpoint)")
+    if a.per_update.replay_a != 0:
+        _fail(source, "cohorts.A.per_update.replay_a", a.per_update.replay_a, "0 (nothing precedes phase A)")
+    if b.totals.replay_a > a.totals.new:
+        _fail(source, "cohorts.B.totals.replay_a", b.totals.replay_a,
+              f"at most the {a.totals.new} examples trained in phase A")
+    if b.totals.replay_conv > a.totals.replay_conv:
+        _fail(source, "cohorts.B.totals.replay_conv", b.totals.replay_conv,
+              f"at most the {a.totals.replay_conv} conversations of A.replay (conversation_replay.cohort_B)")
+    t = c.training
+    if t.microbatch_size > max(a.documents_per_update, b.documents_per_update):
+        _fail(source, "training.microbatch_size", t.microbatch_size, "at most documents_per_update")
+    if t.commit_every > min(a.updates, b.updates):
+        _fail(source, "training.commit_every", t.commit_every, "at most the updates of a cohort")
+    if c.growth.group not in t.optimizer or c.growth.group == "default":
+        _fail(source, "growth.group", c.growth.group, "a non-default group of training.optimizer ('grown')")
+    m = c.migration
+    if m.from_workers != a.workers:
+        _fail(source, "migration.from_workers", m.from_workers, f"cohorts.A.workers = {a.workers}")
+    if m.to_workers == m.from_workers:
+        _fail(source, "migration.to_workers", m.to_workers, "a worker count other than from_workers")
+    if not 0 < m.at_step < a.updates or m.at_step % t.commit_every:
+        _fail(source, "migration.at_step", m.at_step,
+              f"a commit point strictly inside cohort A (a multiple of commit_every = {t.commit_every} "
+              f"below {a.updates})")
+    r = c.evaluation.final.retention
+    if not _HEX64.match(r.sha256):
+        _fail(source, "evaluation.final.retention.sha256", r.sha256, "64 lowercase hex digits")
+    if r.stop <= r.start:
+        _fail(source, "evaluation.final.retention.stop", r.stop, f"greater than start = {r.start}")
+    if r.count > r.stop - r.start:
+        _fail(source, "evaluation.final.retention.count", r.count, f"at most stop - start = {r.stop - r.start}")
+    rules = list(r.exclusion_rules)  # a list, as the file wrote it (the message shows it)
+    if sorted(rules) != sorted(EXCLUSION_RULES):
+        _fail(source, "evaluation.final.retention.exclusion_rules", rules,
               f"every rule {list(EXCLUSION_RULES)} (the seed: prompt/document exclusion, exact and normalised)")
 
 
-def check_comparisons(c: dict, source: str) -> None:
-    """Each comparison's baseline is the seed or another comparison's endpoint; no cycles; growth only in B."""
-    comps = c["comparisons"]
+def check_comparisons(c, source: str) -> None:
+    """Each comparison's baseline is the seed or another comparison's endpoint; no cycles; growth only in B
+    (`c`: the contract's terms)."""
+    comps = c.comparisons
     if not comps:
-        _fail(source, "comparisons", comps, "at least one comparison (the seed: A vs the seed, B vs A, growth vs control)")
+        _fail(source, "comparisons", {}, "at least one comparison (the seed: A vs the seed, B vs A, growth vs control)")
     for name, comp in sorted(comps.items()):
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,31}", name) or name == "seed":
             _fail(source, f"comparisons.{name}", name, "a name [A-Za-z][A-Za-z0-9_-]* other than 'seed'")
-        if comp["grown"] and comp["cohort"] != c["growth"]["cohort"]:
-            _fail(source, f"comparisons.{name}.grown", True, f"only for cohort growth.cohort = {c['growth']['cohort']!r}")
-        base = comp["baseline"]
+        if comp.grown and comp.cohort != c.growth.cohort:
+            _fail(source, f"comparisons.{name}.grown", True, f"only for cohort growth.cohort = {c.growth.cohort!r}")
+        base = comp.baseline
         if base != "seed" and (base not in comps or base == name):
             _fail(source, f"comparisons.{name}.baseline", base,
                   f"'seed' or the name of another comparison ({sorted(set(comps) - {name})})")
@@ -251,10 +255,10 @@ def check_comparisons(c: dict, source: str) -> None:
         seen, at = set(), name
         while at != "seed":
             if at in seen:
-                _fail(source, f"comparisons.{name}.baseline", comps[name]["baseline"], "a chain of baselines that ends at 'seed'")
+                _fail(source, f"comparisons.{name}.baseline", comps[name].baseline, "a chain of baselines that ends at 'seed'")
             seen.add(at)
-            at = comps[at]["baseline"]
-    ends = [(x["cohort"], x["grown"]) for x in comps.values()]
+            at = comps[at].baseline
+    ends = [(x.cohort, x.grown) for x in comps.values()]
     if len(set(ends)) != len(ends):
         _fail(source, "comparisons", sorted(comps), "one comparison per candidate endpoint (cohort, grown)")
 
@@ -262,8 +266,8 @@ def check_comparisons(c: dict, source: str) -> None:
 def load_adaptive_contract(path: str | os.PathLike) -> Contract:
     """Load, validate against SCHEMA and the cross-field rules; the digest is of the canonical JSON."""
     contract = load_contract(path, SCHEMA, KIND)
-    check_rules(contract.data, str(contract.path))
-    check_comparisons(contract.data, str(contract.path))
+    check_rules(contract.terms, str(contract.path))
+    check_comparisons(contract.terms, str(contract.path))
     return contract
 
 

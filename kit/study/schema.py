@@ -125,73 +125,74 @@ SCHEMA = {
 ARM_SHAPES = {"single": (1, "none"), "dense": (2, "dense"), "powersgd": (2, "powersgd")}
 
 
-def check_rules(data: dict, source: str) -> None:
-    """Cross-field rules; every message names the file and the field."""
-    digest = data["seed"]["parameter_digest"]
-    if data["scale"] == "medium" and (digest is None or len(digest) != 64
-                                      or any(ch not in "0123456789abcdef" for ch in digest)):
+def check_rules(terms, source: str) -> None:
+    """Cross-field rules of a schema-valid contract's terms (`Contract.terms`); every message names the file
+    and the field."""
+    digest = terms.seed.parameter_digest
+    if terms.scale == "medium" and (digest is None or len(digest) != 64
+                                    or any(ch not in "0123456789abcdef" for ch in digest)):
         raise ContractError(f"{source}: field 'seed.parameter_digest' = {digest!r}; expected the pinned digest "
                             "(64 lowercase hex digits) of the medium-scale seed")
-    check_pilot(data, source)
-    arms = data["arms"]
-    names = [a["name"] for a in arms]
+    check_pilot(terms, source)
+    arms = terms.arms
+    names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise ContractError(f"{source}: field 'arms' lists an arm twice: {names}")
     for i, arm in enumerate(arms):
-        workers, reduction = ARM_SHAPES[arm["name"]]
-        if (arm["workers"], arm["reduction"]) != (workers, reduction):
-            raise ContractError(f"{source}: field 'arms[{i}]' ({arm['name']!r}) has workers={arm['workers']}, "
-                                f"reduction={arm['reduction']!r}; expected workers={workers}, "
+        workers, reduction = ARM_SHAPES[arm.name]
+        if (arm.workers, arm.reduction) != (workers, reduction):
+            raise ContractError(f"{source}: field 'arms[{i}]' ({arm.name!r}) has workers={arm.workers}, "
+                                f"reduction={arm.reduction!r}; expected workers={workers}, "
                                 f"reduction={reduction!r}")
-    sched, d = data["schedule"], data["data"]
+    sched, d = terms.schedule, terms.data
     try:
-        check_schedule(data["training"].get("lr_schedule", "constant"), sched["updates"], "training.lr_schedule")
+        check_schedule(lr_schedule(terms), sched.updates, "training.lr_schedule")
     except ValueError as e:
         raise ContractError(f"{source}: field {e}") from None
-    documents = d["tasks"]["count"] + d["replay"]["count"]
-    needed = sched["updates"] * sched["documents_per_update"]
+    documents = d.tasks.count + d.replay.count
+    needed = sched.updates * sched.documents_per_update
     if documents != needed:
         raise ContractError(f"{source}: field 'data': tasks.count + replay.count = {documents} documents, but "
                             f"schedule.updates x schedule.documents_per_update = {needed}; every document is "
                             "trained exactly once, so they must be equal")
     _check_dev_role(d, source)
     for i, arm in enumerate(arms):
-        if sched["documents_per_update"] < arm["workers"]:
+        if sched.documents_per_update < arm.workers:
             raise ContractError(f"{source}: field 'schedule.documents_per_update' = "
-                                f"{sched['documents_per_update']} is below arms[{i}].workers = {arm['workers']}")
+                                f"{sched.documents_per_update} is below arms[{i}].workers = {arm.workers}")
     for field in ("replay", "retention"):
-        rng = d[field]["source"]
-        if rng["start"] >= rng["stop"]:
-            raise ContractError(f"{source}: field 'data.{field}.source' range [{rng['start']}, {rng['stop']}) is empty")
-    if d["replay"]["count"] and d["retention"]["source"]["name"] == d["replay"]["source"]["name"]:
-        a, b = d["replay"]["source"], d["retention"]["source"]
-        if a["start"] < b["stop"] and b["start"] < a["stop"]:
-            raise ContractError(f"{source}: field 'data.retention.source' range [{b['start']}, {b['stop']}) "
-                                f"overlaps the replay range [{a['start']}, {a['stop']}) of the same source")
-    screens = data["screens"]
-    for field, value in (("candidate", [screens["candidate"]]), ("controls", screens["controls"]),
-                         ("speed_baseline", [screens["speed_baseline"]])):
+        rng = getattr(d, field).source
+        if rng.start >= rng.stop:
+            raise ContractError(f"{source}: field 'data.{field}.source' range [{rng.start}, {rng.stop}) is empty")
+    if d.replay.count and d.retention.source.name == d.replay.source.name:
+        a, b = d.replay.source, d.retention.source
+        if a.start < b.stop and b.start < a.stop:
+            raise ContractError(f"{source}: field 'data.retention.source' range [{b.start}, {b.stop}) "
+                                f"overlaps the replay range [{a.start}, {a.stop}) of the same source")
+    screens = terms.screens
+    for field, value in (("candidate", [screens.candidate]), ("controls", screens.controls),
+                         ("speed_baseline", [screens.speed_baseline])):
         missing = [v for v in value if v not in names]
         if missing:
             raise ContractError(f"{source}: field 'screens.{field}' names {missing}, which 'arms' does not list")
-    if screens["candidate"] in screens["controls"]:
-        raise ContractError(f"{source}: field 'screens.controls' contains the candidate {screens['candidate']!r}")
-    if data["powersgd"]["warmup_updates"] > sched["updates"]:
-        raise ContractError(f"{source}: field 'powersgd.warmup_updates' = {data['powersgd']['warmup_updates']} "
-                            f"exceeds schedule.updates = {sched['updates']}")
+    if screens.candidate in screens.controls:
+        raise ContractError(f"{source}: field 'screens.controls' contains the candidate {screens.candidate!r}")
+    if terms.powersgd.warmup_updates > sched.updates:
+        raise ContractError(f"{source}: field 'powersgd.warmup_updates' = {terms.powersgd.warmup_updates} "
+                            f"exceeds schedule.updates = {sched.updates}")
 
 
-def _check_dev_role(d: dict, source: str) -> None:
+def _check_dev_role(d, source: str) -> None:
     """`data.dev` is its own task role: another role name than the training and final roles, so its draw
     differs from theirs by construction (prepare also excludes their digests)."""
-    if "dev" not in d:
+    if d.dev is None:
         return
-    if "dev" not in d["dev"]["role"]:  # the seed builds find development and final roles by name (kit/seed/small.py)
-        raise ContractError(f"{source}: field 'data.dev.role' = {d['dev']['role']!r}; expected a role name containing "
+    if "dev" not in d.dev.role:  # the seed builds find development and final roles by name (kit/seed/small.py)
+        raise ContractError(f"{source}: field 'data.dev.role' = {d.dev.role!r}; expected a role name containing "
                             "'dev', so that seed builds exclude its tasks")
-    others = {"data.tasks.role": d["tasks"]["role"], "data.final_test.role": d["final_test"]["role"]}
+    others = {"data.tasks.role": d.tasks.role, "data.final_test.role": d.final_test.role}
     for field, role in others.items():
-        if d["dev"]["role"] == role:
+        if d.dev.role == role:
             raise ContractError(f"{source}: field 'data.dev.role' = {role!r} is also {field}; expected a role name "
                                 "of its own (development tasks are never trained and never final)")
 
@@ -199,7 +200,7 @@ def _check_dev_role(d: dict, source: str) -> None:
 def load_study_contract(path: str | os.PathLike) -> Contract:
     """Load, validate the structure and the cross-field rules; the digest is of the canonical JSON."""
     contract = load_contract(path, SCHEMA, KIND)
-    check_rules(contract.data, str(path))
+    check_rules(contract.terms, str(path))
     return contract
 
 

@@ -32,9 +32,9 @@ def lr_factor(schedule, update: int, updates: int) -> float:
 
 def check_schedule(schedule, updates: int, where: str) -> None:
     """Refuse a schedule the structural schema cannot judge: a warm-up as long as the cohort itself. A
-    contract's cross-field rules call it on the validated JSON, before the contract is parsed (a dict)."""
+    contract's cross-field rules call it on the parsed `training.lr_schedule` ("constant" or a section)."""
     if schedule == CONSTANT:
         return
-    if schedule["warmup_updates"] >= updates:
-        raise ValueError(f"{where}.warmup_updates = {schedule['warmup_updates']}; expected fewer than the "
+    if schedule.warmup_updates >= updates:
+        raise ValueError(f"{where}.warmup_updates = {schedule.warmup_updates}; expected fewer than the "
                          f"{updates} updates it applies to")

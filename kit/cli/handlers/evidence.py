@@ -13,7 +13,7 @@ from kit.evidence.chain import Evidence, ledger_report
 from kit.evidence.environment import evidence_base
 from kit.evidence.parameters import notebook_defaults, parse_cli_parameters
 from kit.evidence.replay import replay_runs
-from kit.evidence.report import render_report
+from kit.evidence.report.page import render_report
 from kit.evidence.results import write_results
 from kit.evidence.run_index import split_selection
 from kit.evidence.runner import batch_exit_status, run_batch, run_notebook

@@ -20,6 +20,7 @@ from kit.evidence import records
 from kit.evidence.archive import origin
 from kit.evidence.report.css_prune import prune_page_styles
 from kit.evidence.report.pilots import beside, pilot_records
+from kit.evidence.results import write_results
 from kit.evidence.run_index import load_runs, split_selection
 from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
 
@@ -243,9 +244,5 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
                          f"e.g. {external[0]!r}; it must read offline")
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
-    # a cycle through this package's __init__: kit.evidence.results reads kit.evidence.report.format and .index,
-    # and importing either runs kit/evidence/report/__init__.py, which imports this module
-    from kit.evidence.results import write_results  # noqa: PLC0415 - the import cycle above
-
     write_results(runs_dir, out_dir / "results.csv")  # the page's accuracy tables, as data (kit.results)
     return index
