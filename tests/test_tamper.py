@@ -244,6 +244,26 @@ def test_replay_compares_every_sidecar_field_and_the_output_text(tmp_path):
     assert same["ok"] and len(same["compared"]) > 20
 
 
+def test_replay_masks_the_printed_speed_verdict_but_not_the_quality_verdict(tmp_path):
+    """The speed screen's verdict is derived from two measured rates alone (its sidecar's `verdict` is left
+    out already); printed by notebooks/21 it must be masked too, while the quality verdict, which the scores
+    decide, still counts: a replay under load printed 'speed screen: pass' against a committed 'fail'."""
+    from kit.evidence.replay_fields import compare_outputs
+
+    def notebook(name, quality, speed):
+        cell = {"cell_type": "code", "source": [], "metadata": {}, "execution_count": 1,
+                "outputs": [{"output_type": "stream", "name": "stdout",
+                             "text": [f"quality screen: {quality}\n", f"speed screen: {speed}\n"]}]}
+        path = tmp_path / name
+        path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+        return path
+
+    committed = notebook("committed.ipynb", "fail", "fail")
+    assert compare_outputs(committed, notebook("speed.ipynb", "fail", "pass"))[1] == []
+    found = compare_outputs(committed, notebook("quality.ipynb", "pass", "fail"))[1]
+    assert len(found) == 1 and "quality screen: pass" in found[0]
+
+
 def _commit(tmp_path, seed, lr=1e-3):
     """A commit of the seed's weights at the tiny contract's cohort-A endpoint (`lr` makes another one)."""
     import torch

@@ -29,6 +29,9 @@ NON_IDENTITY_SIDECAR_FIELDS = {"selection_file": frozenset({"sha256"}), "screen_
 RUN_FOLDER_TEXT = re.compile(r"(?<![\w.-])/[^\s'\"]*/runs/")
 TIMING_TEXT = re.compile(r"\d{8}T\d{6}\S*|\d{4}-\d\d-\d\dT[\d:.]+Z?|\d+(\.\d+)?\s*(s|ms|min|sec|seconds|tokens/s|it/s)\b"
                          r"|(['\"])\w*(seconds|_s|_per_s|hours|usd|_at|throughput|utilization|mfu)\3\s*:\s*[^,}\]\n]+")
+# the speed screen's verdict printed as text (notebooks/21's "speed screen: pass"): derived from two measured
+# rates alone, like its sidecar's `verdict` above, so a replay on a busier or faster machine may print the other one
+SPEED_VERDICT_TEXT = re.compile(r"(speed screen: )[^\n]*")
 
 
 def _walk(old, new, path: str, out: list[str], fields: list[str], skip=NON_IDENTITY_FIELDS) -> None:
@@ -82,7 +85,8 @@ def compare_sidecar(committed_dir: Path, replayed_dir: Path, name: str) -> tuple
 
 def output_texts(notebook: Path) -> list[str]:
     """Per code cell, the text of its outputs (stdout streams, text/plain results and displays, errors), with
-    the clock's marks masked (TIMING_TEXT); figures and displayed tables (outputs with text/html) are left
+    the clock's marks masked (TIMING_TEXT), the run folder's absolute path and the speed screen's printed verdict
+    too; figures and displayed tables (outputs with text/html) are left
     out."""
     nb = json.loads(notebook.read_bytes())
     texts = []
@@ -99,7 +103,8 @@ def output_texts(notebook: Path) -> list[str]:
             if "text/html" in (o.get("data") or {}):
                 continue  # a displayed table (its timing columns unmasked in text); its rows are sidecar data
             parts.append("".join(text) if isinstance(text, list) else text or "")
-        texts.append(RUN_FOLDER_TEXT.sub("<runs>/", TIMING_TEXT.sub("<clock>", "".join(parts))))
+        text = TIMING_TEXT.sub("<clock>", "".join(parts))
+        texts.append(SPEED_VERDICT_TEXT.sub(r"\1<throughput>", RUN_FOLDER_TEXT.sub("<runs>/", text)))
     return texts
 
 
