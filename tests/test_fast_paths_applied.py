@@ -36,24 +36,30 @@ def test_the_model_file_has_no_fast_path_switches():
     assert "compile_blocks" not in {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
 
 
-def _pair():
-    model = LlamaCausalLM(toy_shape(num_hidden_layers=2))
+def _pair(layers: int = 2):
+    model = LlamaCausalLM(toy_shape(num_hidden_layers=layers))
     init_weights(model, 0)
-    ref = LlamaCausalLM(toy_shape(num_hidden_layers=2))
+    ref = LlamaCausalLM(toy_shape(num_hidden_layers=layers))
     init_weights(ref, 1)
     ref.to(BF).requires_grad_(False)
     return model, ref
 
 
-def _digest(model, ref, engaged) -> str:
-    ids = torch.randint(0, model.shape.vocab_size, (2, 11), generator=torch.Generator().manual_seed(5))
+def _forward_backward(model, ref, engaged, seq: int, seed: int):
+    """Student and reference blocks under autocast, then a backward through the student's."""
+    ids = torch.randint(0, model.shape.vocab_size, (2, seq), generator=torch.Generator().manual_seed(seed))
     with torch.autocast("cpu", dtype=BF), engaged():
         h = model.embed(ids)
-        cos, sin = model.rope_tables(11, h.device, BF)
+        cos, sin = model.rope_tables(seq, h.device, BF)
         out = model.run_blocks(h.to(BF), cos, sin)
         with torch.no_grad():
             th = ref.run_blocks(ref.embed(ids).to(BF), cos, sin)
     (out.float().pow(2).sum() + (out.float() * th.float()).sum()).backward()
+    return out, th
+
+
+def _digest(model, ref, engaged) -> str:
+    out, th = _forward_backward(model, ref, engaged, 11, 5)
     d = hashlib.sha256()
     for t in [out, th] + [p.grad for _, p in model.named_parameters() if p.grad is not None]:
         d.update(t.detach().float().contiguous().numpy().tobytes())
@@ -105,11 +111,7 @@ def test_compiled_engaged_blocks_share_one_graph_per_model():
 
     torch._dynamo.reset()
     counters.clear()
-    model = LlamaCausalLM(toy_shape(num_hidden_layers=4))
-    init_weights(model, 0)
-    ref = LlamaCausalLM(toy_shape(num_hidden_layers=4))
-    init_weights(ref, 1)
-    ref.to(BF).requires_grad_(False)
+    model, ref = _pair(layers=4)
     cfg = EngineConfig(2, 1.0, compute_dtype="bfloat16", weight_cache="on", fused_elementwise="on")
     paths = apply_fast_paths(model, ref, cfg, CPU)
     paths.weight_cache.refresh()
@@ -117,14 +119,7 @@ def test_compiled_engaged_blocks_share_one_graph_per_model():
     compile_blocks(ref, backend=record)
     try:
         for step in range(2):
-            ids = torch.randint(0, model.shape.vocab_size, (2, 16), generator=torch.Generator().manual_seed(step))
-            with torch.autocast("cpu", dtype=BF), paths.engaged():
-                h = model.embed(ids)
-                cos, sin = model.rope_tables(16, h.device, BF)
-                out = model.run_blocks(h.to(BF), cos, sin)
-                with torch.no_grad():
-                    th = ref.run_blocks(ref.embed(ids).to(BF), cos, sin)
-            (out.float().pow(2).sum() + (out.float() * th.float()).sum()).backward()
+            _forward_backward(model, ref, paths.engaged, 16, step)
         assert graphs == [61, 54]  # the student's block (cached weights, fused) and the reference's block
         assert not counters["recompiles"]
     finally:
