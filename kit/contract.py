@@ -314,6 +314,7 @@ class Contract:
     terms: Any = None
 
     def __getitem__(self, key):
+        _warn_if_kit_reads(key)  # the same rule as a section's: kit code reads `terms`
         return self.data[key]
 
 

@@ -79,6 +79,9 @@ def test_key_reads_warn_from_kit_modules_only():
     code = compile("value = terms['a']", "<kit module>", "exec")
     with pytest.warns(ContractKeyWarning, match=r"kit\.fake reads contract field 'a' by key; read the attribute \.a"):
         exec(code, {"__name__": "kit.fake", "terms": terms})  # noqa: S102 -- code run as if a kit module's
+    contract = load_adaptive_contract(REPO / "contracts/adaptive-shards.tiny.json")
+    with pytest.warns(ContractKeyWarning, match=r"kit\.fake reads contract field 'training' by key"):
+        exec(compile("value = contract['training']", "<kit module>", "exec"), {"__name__": "kit.fake", "contract": contract})  # noqa: S102
     with pytest.warns(ContractKeyWarning, match=r"kit\.fake reads contract field 'b' by key"):
         exec(compile("value = terms.get('b')", "<kit module>", "exec"), {"__name__": "kit.fake", "terms": terms})  # noqa: S102
 
