@@ -9,7 +9,8 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[1] / "kit"
 
 LAYER0 = {"kit.digest", "kit.inventory", "kit.paths", "kit.model.config", "kit.stats", "kit.planner", "kit.flops",
-          "kit.contract", "kit.provenance", "kit.environ", "kit.sizes", "kit.publish", "kit.interrupt"}
+          "kit.contract", "kit.provenance", "kit.environ", "kit.sizes", "kit.publish", "kit.interrupt",
+          "kit.replicate_stats"}
 
 
 def layer_of(module: str) -> int:

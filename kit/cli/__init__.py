@@ -63,7 +63,7 @@ HANDLERS = {
     "verify-evidence": "kit.cli.handlers.evidence", "report": "kit.cli.handlers.evidence",
     "results": "kit.cli.handlers.evidence", "archive-evidence": "kit.cli.handlers.evidence",
     "adaptive": "kit.cli.handlers.adaptive", "continued": "kit.cli.handlers.adaptive",
-    "study": "kit.cli.handlers.study",
+    "study": "kit.cli.handlers.study", "replicates": "kit.cli.handlers.replicates",
 }
 
 

@@ -9,7 +9,7 @@ torch. Add new driver commands the same way, and list them in `DRIVER_COMMANDS`.
 from __future__ import annotations
 
 from kit.args import Dir, EvidenceDir, File, OutDir, OutFile, RunsSelection, add_renamed
-from kit.cli import adaptive, study
+from kit.cli import adaptive, replicates, study
 
 
 # --- kit run --------------------------------------------------------------------------------
@@ -103,6 +103,10 @@ def register_study(sub) -> None:
     study.register(sub)
 
 
+def register_replicates(sub) -> None:
+    replicates.register(sub)
+
+
 # --- kit archive-evidence -------------------------------------------------------------------
 def register_archive_evidence(sub) -> None:
     s = sub.add_parser("archive-evidence", help="move folders of runs/ that are no longer current into a "
@@ -114,4 +118,5 @@ def register_archive_evidence(sub) -> None:
 
 
 DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_report, register_results,
-                   register_adaptive, register_study, register_archive_evidence]
+                   register_adaptive, register_study, register_archive_evidence,
+                   register_replicates]
