@@ -1,5 +1,8 @@
 """Replicate runs: the frozen study arms and cohort B's growth pair again on derived data orders, scored on
-development roles only (plan: campaigns/medium-replicates-plan.json, `plan()`; campaigns/logbook.md, "GPU hosts: Replicates").
+development roles only (plan: campaigns/medium-replicates-plan.json, `campaign_plan()`; campaigns/logbook.md, "GPU
+hosts: Replicates"). The design and the analysis, re-exported here as the library's entry points: `plan(sd,
+effect, margin=0, alpha=0.05, power=0.8, one_sided=False)` (kit/replicate_stats.py, `kit replicates plan`),
+`analyse(runs_dir, prefix)` and `robustness_by_question(runs_dir)` (kit/evidence/replicate_analysis.py).
 
 The decision to know: a replicate changes the data order alone (kit/replicate_order.py) and never opens a
 final role: it is scored by notebook 22 (study) or notebook 13 with SPLIT "dev" (growth pair), and the
@@ -18,8 +21,8 @@ prepare, a-endpoint (cohort A's endpoint in the committed order), study, growth,
 # Finals stay closed: a study replicate lives in `arms/<arm>-r<k>/`, which `arm_statuses` (hence the freeze) never
 # lists; an adaptive replicate's attempt records `replicate`, which `open_final_roles` reads to refuse its commit.
 # Preparations are made again against the ledger as the committed ones read it (the plan's `inputs.ledger`) and
-# `--plan` compares them with the committed jobs and roots (OUT/replicates-checks.json). `replicate_spread` sets each
-# committed verdict's effect against twice the between-replicate spread of its measure (the report's noise section).
+# `--plan` compares them with the committed jobs and roots (OUT/replicates-checks.json). `replicate_spread` describes the
+# development spreads; kit/evidence/replicate_analysis.py reads them (t intervals, readings; the report's section).
 
 from __future__ import annotations
 
@@ -45,12 +48,15 @@ from kit.demo import (
 )
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV
+from kit.evidence.replicate_analysis import analyse, robustness_by_question
 from kit.evidence.runtime import ensure_runtime, repository_root
 from kit.replicate_order import RULE, replicate_seed
+from kit.replicate_stats import plan, power
 from kit.study.arms import arm_dir
 from kit.study.schema import load_study_contract
 
 PLAN_FORMAT = "kit-replicate-plan/1"
+__all__ = ["analyse", "campaign_plan", "plan", "power", "replicate_steps", "robustness_by_question", "run_part"]
 PARTS = ("prepare", "a-endpoint", "study", "growth", "study-dev", "study-r0")
 SCORING_RULE = ("replicates are scored on development roles only: the study's on its development tasks (the prepared "
                 "data.dev, else the study pilot's rule) and its retention probes (records the exposure ledger already "
@@ -168,9 +174,10 @@ def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "mediu
         raise ValueError(f"part {part!r}; expected one of {', '.join(PARTS)}")
 
 
-def plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2)) -> dict:
-    """The replicate plan (campaigns/medium-replicates-plan.json is `plan("medium")` plus its `inputs`): the
-    runs, each replicate's derived order seed (recorded, kit/replicate_order.py) and the scoring rule."""
+def campaign_plan(scale: str = "medium", study_replicates=(1, 2), growth_replicates=(1, 2)) -> dict:
+    """The executed campaign's plan (campaigns/medium-replicates-plan.json is `campaign_plan("medium")` plus its
+    `inputs`): the runs, each replicate's derived order seed (recorded, kit/replicate_order.py) and the scoring
+    rule."""
     sc, root = SCALES[scale], repository_root()
     study = load_study_contract(root / sc.study_contract)
     adaptive = load_adaptive_contract(root / sc.adaptive_contract)

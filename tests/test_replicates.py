@@ -122,10 +122,10 @@ def test_cohort_steps_of_replicate_zero_are_the_prepared_ones_and_the_guard_refu
 # --- the committed plan, the campaign's steps, the adoption --------------------------------------------
 def test_the_committed_plan_is_the_code_s_plan_and_no_step_opens_a_final_role(tmp_path):
     from kit.demo import PlaceholderRoots
-    from kit.replicates import PARTS, plan, replicate_steps
+    from kit.replicates import PARTS, campaign_plan, replicate_steps
 
     committed = json.loads((REPO / "campaigns" / "medium-replicates-plan.json").read_text())
-    assert {k: committed[k] for k in plan("medium")} == plan("medium")
+    assert {k: committed[k] for k in campaign_plan("medium")} == campaign_plan("medium")
     ids = []
     for part in PARTS:
         for step in replicate_steps(part, tmp_path / "work", tmp_path / "seed", PlaceholderRoots()):

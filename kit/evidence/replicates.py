@@ -5,10 +5,11 @@ One call, from the run rows of `kit.evidence.run_index.load_runs` (sidecars read
 
     spread = replicate_spread(load_runs("runs"), prefix="medium")
 
-It returns {"format", "prefix", "rule", "arms", "comparisons", "noise_floor", "verdicts"}: per arm and per
-comparison the mean and between-replicate sd of pooled and per-family development accuracy and of the NLL
-change; the dense-vs-single comparison as the noise floor; and per frozen verdict (the committed final runs)
-its effect, the spread of its measure and whether the effect exceeds twice it (`RULE`). Fields: the function.
+It returns {"format", "prefix", "rule", "arms", "comparisons", "noise_floor"}: per arm and per comparison the
+mean and between-replicate sd of pooled and per-family development accuracy and of the NLL change, and the
+dense-vs-single comparison as the noise floor. Descriptive only: what the replicates say about each question
+(t intervals with k - 1 df, readings) is kit/evidence/replicate_analysis.py's; no final effect is read against
+these development spreads. Fields: the function.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from pathlib import Path
 
 from kit.digest import load_json_strict
 
-SPREAD_FORMAT = "kit-replicate-spread/1"
-RULE = ("exceeds: |effect| > 2 x the between-replicate sd of the same measure on development roles (the sd of "
-        "the paired difference across replicates for a comparison of two arms; of the arm's own score for a "
-        "comparison against a fixed baseline); 2 sd is about the range one more replicate falls in by noise alone")
+SPREAD_FORMAT = "kit-replicate-spread/2"
+RULE = ("descriptive: per arm and per paired comparison the development values of each replicate, their mean and "
+        "their sd (ddof 1); inference is kit.evidence.replicate_analysis's (t intervals with k - 1 df)")
 STUDY_ARMS = ("single", "dense", "powersgd")
 _SUFFIX = re.compile(r"-r(\d+)$")
 
@@ -103,57 +103,8 @@ def _collect(rows: list[dict], prefix: str) -> tuple[dict, dict, dict]:
     return arms, runs, growth
 
 
-def _verdicts(rows: list[dict], prefix: str, arm_stats: dict, comparisons: dict) -> list[dict]:
-    """Each frozen verdict's effect (the committed final runs) beside the replicate spread of its measure."""
-    by_id = {r["run_id"]: r for r in rows if r.get("status") == "completed"}
-    out = []
-
-    def add(verdict, measure, effect, stat, spread_from):
-        sd = (stat or {}).get("sd")
-        out.append({"verdict": verdict, "measure": measure, "effect": effect, "spread_sd": sd,
-                    "spread_from": spread_from, "ratio": None if not sd else abs(effect) / sd,
-                    "exceeds": None if sd is None else abs(effect) > 2 * sd})
-
-    study = by_id.get(f"{prefix}-study-evaluate")
-    paired = _sidecar(study, "paired_task_change") if study else None
-    for name, change in sorted((paired or {}).items()):
-        a, _, b = name.partition(" vs ")
-        if b == "seed":
-            add(f"study: {name}", "final task accuracy gain over the seed", change["difference"],
-                (arm_stats.get(f"study/{a}") or {}).get("pooled_accuracy"), f"study/{a} pooled accuracy")
-        elif a in STUDY_ARMS and b in STUDY_ARMS and STUDY_ARMS.index(a) > STUDY_ARMS.index(b):
-            key = f"study/{a} vs {b}"
-            add(f"study: {name}", "final task accuracy difference", change["difference"],
-                (comparisons.get(key) or {}).get("accuracy_difference"), key)
-    retention = _sidecar(study, "retention_change") if study else None
-    for arm, change in sorted((retention or {}).items()):
-        add(f"study: {arm} retention", "retention NLL change against the seed", change["change_nats_per_token"],
-            (arm_stats.get(f"study/{arm}") or {}).get("retention_nll_change"), f"study/{arm} retention NLL change")
-    growth = comparisons.get("adaptive/growth vs control") or {}
-    for run, label, key in ((f"{prefix}-adaptive-final-G", "growth vs control", None),
-                            (f"{prefix}-adaptive-final-B", "B vs A", "adaptive/B-control")):
-        row = by_id.get(run)
-        acc = _sidecar(row, "accuracy_by_family") if row else None
-        nll = (_sidecar(row, "nll_change_bounds") or {}) if row else {}
-        if not acc:
-            continue
-        diff = acc["all"]["accuracy_candidate"] - acc["all"]["accuracy_baseline"]
-        if key is None:
-            add(f"adaptive: {label}", "final task accuracy difference", diff, growth.get("accuracy_difference"),
-                "adaptive/growth vs control")
-            for part in ("task", "retention"):
-                effect = (nll.get("tasks" if part == "task" else "retention") or {}).get("change_nats_per_token")
-                if effect is not None:
-                    add(f"adaptive: {label}", f"{part} NLL change", effect, growth.get(f"{part}_nll_change"),
-                        "adaptive/growth vs control")
-        else:
-            add(f"adaptive: {label}", "final task accuracy difference", diff,
-                (arm_stats.get(key) or {}).get("pooled_accuracy"), f"{key} pooled accuracy")
-    return out
-
-
 def replicate_spread(rows: list[dict], prefix: str = "medium") -> dict:
-    """The spread of the replicates among `rows` (load_runs' rows) and the frozen verdicts against it.
+    """The spread of the replicates among `rows` (load_runs' rows).
 
     Counted: completed development scorings only, the study's notebook-22 runs `<prefix>-study-dev-<arm>-r<k>`
     (sidecars `accuracy_by_family`, `nll_change`) and the growth pair's notebook-13 runs
@@ -166,9 +117,7 @@ def replicate_spread(rows: list[dict], prefix: str = "medium") -> dict:
       (the study's changes against the seed, B's control's against A, the growth arm's against its control);
     - `comparisons`: {"study/<a> vs <b>": {"replicates", "accuracy_difference": S}, "adaptive/growth vs control":
       {..., "task_nll_change": S, "retention_nll_change": S}}, paired by replicate index;
-    - `noise_floor`: comparisons["study/dense vs single"] (the same update in exact arithmetic) or None;
-    - `verdicts`: [{"verdict", "measure", "effect", "spread_sd", "spread_from", "ratio", "exceeds"}] for the
-      committed `<prefix>-study-evaluate`, `-adaptive-final-G` and `-final-B`; `exceeds` None without a spread."""
+    - `noise_floor`: comparisons["study/dense vs single"] (the same update in exact arithmetic) or None."""
     arms, runs, growth = _collect(rows, prefix)
     arm_stats = {name: _arm_entry(by_k, runs[name]) for name, by_k in sorted(arms.items())}
     comparisons = {}
@@ -186,5 +135,4 @@ def replicate_spread(rows: list[dict], prefix: str = "medium") -> dict:
             **{part: _stat([growth[k][part] for k in ks if growth[k][part] is not None])
                for part in ("task_nll_change", "retention_nll_change")}}
     return {"format": SPREAD_FORMAT, "prefix": prefix, "rule": RULE, "arms": arm_stats, "comparisons": comparisons,
-            "noise_floor": comparisons.get("study/dense vs single"),
-            "verdicts": _verdicts(rows, prefix, arm_stats, comparisons)}
+            "noise_floor": comparisons.get("study/dense vs single")}

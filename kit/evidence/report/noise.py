@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import html
 import math
-import re
+from pathlib import Path
+from statistics import NormalDist
 
-from kit.evidence.replicates import replicate_spread
+from kit.digest import load_json_strict
+from kit.evidence.replicate_analysis import analyse
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import fmt, records_table
 from kit.evidence.report.index import index, metric, run_contract
 from kit.evidence.report.readings import summary_rows
 from kit.evidence.results import results
-from kit.evidence.run_index import load_runs, split_selection
+from kit.evidence.run_index import split_selection
 
 SAME_MATH = ("dense", "single")  # equal in exact math: dense averages two halves of single's batch
 
@@ -68,53 +70,87 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f}"
 
 
+def _num(x, scale: float, decimals: int) -> str:
+    return "n/a" if x is None else f"{scale * x:+.{decimals}f}"
+
+
+def _plan_of(folder, prefix: str) -> dict | None:
+    """The executed replicate plan beside the runs (campaigns/<prefix>-replicates-plan.json), for its amendments."""
+    path = Path(folder).resolve().parent / "campaigns" / f"{prefix}-replicates-plan.json"
+    return load_json_strict(path) if path.is_file() else None
+
+
+def training_noise_rows(questions: list[dict], level: float = 0.95, power: float = 0.8) -> list[dict]:
+    """Training noise in the verdicts' power (issue 59 item 2), per question whose replicates have a spread:
+    the item-only standard error of one run's difference (sqrt of the one-scoring item variance bound), the
+    replicates' sd of the difference, the false-pass rate of a single-run verdict read against the item-only
+    one-sided `level` bound when the true difference is 0, and the detectable effect at `power` item-only
+    beside item and training noise together (normal: (z_level + z_power) x the standard error)."""
+    z, zp = NormalDist().inv_cdf(level), NormalDist().inv_cdf(power)
+    out = []
+    for q in questions:
+        iv = q["interval"]
+        if not iv["estimable"] or not iv["item_variance"]:
+            continue
+        item_se, sd = math.sqrt(iv["item_variance"]), iv["sd"]
+        total = math.sqrt(sd ** 2 + iv["item_variance"])
+        d = 1 if q["scale"] == 100.0 else 4
+        out.append({"question": q["subject"], "k": iv["k"],
+                    "unit": q["unit"], "item-only se": _num(item_se, q["scale"], d).lstrip("+"),
+                    "replicate sd": _num(sd, q["scale"], d).lstrip("+"),
+                    "single-run false pass at no true effect": f"{100 * (1 - NormalDist().cdf(z * item_se / total)):.0f}%"
+                                                               f" (nominal {100 * (1 - level):.0f}%)",
+                    "detectable effect, item only": _num((z + zp) * item_se, q["scale"], d).lstrip("+"),
+                    "detectable effect, item and training noise": _num((z + zp) * total, q["scale"], d).lstrip("+")})
+    return out
+
+
 def replicate_spread_html(runs_dir) -> str | None:
-    """The between-replicate spread (kit.evidence.replicates.replicate_spread, development roles only) and each
-    frozen verdict read against it; None when no replicate beyond the committed runs has been scored."""
+    """The report's replicate section, from kit.evidence.replicate_analysis.analyse (development roles only): each
+    arm's replicate scores with their GPU mode and code, per question the paired differences, mean, t interval
+    with its df and the reading, the training noise in the power table, the missing replicate 0s and the plan's
+    amendments; None when no replicate beyond the committed runs has been scored."""
     folder, pattern = split_selection(runs_dir)
     prefix = (pattern or "").split("-")[0] or "medium"
-    spread = replicate_spread(load_runs(folder), prefix=prefix)
-    if not any(k != 0 for a in spread["arms"].values() for k in a["replicates"]):
+    result = analyse(folder, prefix, _plan_of(folder, prefix))
+    if not any(r["k"] != 0 for reps in result["arms"].values() for r in reps):
         return None
-    arms = [{"arm": name, "replicates": ", ".join(map(str, a["replicates"])), "runs": ", ".join(a["runs"]),
-             "pooled dev accuracy, values (%)": ", ".join(f"{100 * v:.1f}" for v in a["pooled_accuracy"]["values"]),
-             "mean (%)": f"{100 * a['pooled_accuracy']['mean']:.1f}",
-             "sd (points)": "n/a" if a["pooled_accuracy"]["sd"] is None else f"{100 * a['pooled_accuracy']['sd']:.1f}"}
-            for name, a in spread["arms"].items()]
-    comps = [{"comparison": name, "replicates": ", ".join(map(str, c["replicates"])),
-              "accuracy difference per replicate (points)": ", ".join(_pct(v) for v in c["accuracy_difference"]["values"]),
-              "mean": _pct(c["accuracy_difference"]["mean"]),
-              "sd": "n/a" if c["accuracy_difference"]["sd"] is None else f"{100 * c['accuracy_difference']['sd']:.1f}"}
-             for name, c in spread["comparisons"].items()]
-    same_sign = {name: c["accuracy_difference"]["values"] for name, c in spread["comparisons"].items()}
-    verdicts = []
-    for v in spread["verdicts"]:
-        reps = same_sign.get(v["spread_from"], [])
-        agree = ("n/a" if not reps or "difference" not in v["measure"]
-                 else f"{sum((x > 0) == (v['effect'] > 0) for x in reps if x)} of {sum(1 for x in reps if x)}")
-        verdicts.append({"verdict": v["verdict"], "measure": v["measure"], "committed effect": fmt(v["effect"]),
-                         "replicate sd": fmt(v["spread_sd"]), "from": v["spread_from"],
-                         "|effect| / sd": fmt(v["ratio"]),
-                         "beyond 2 sd": {True: "yes", False: "no", None: "no spread yet"}[v["exceeds"]],
-                         "replicates with the same sign": agree})
-    missing = [name for name, a in spread["arms"].items() if all(k == 0 for k in a["replicates"])]
-    compressors = {r["run_id"]: (r["dir"] / "metrics" / "powersgd_columns.json").is_file()
-                   for r in load_runs(folder) if re.fullmatch(rf"{prefix}-study-powersgd(-r\d+)?", r["run_id"])}
-    if len(set(compressors.values())) == 2:  # the compressor changed between the committed arm and its replicates
-        with_counters = sorted(k for k, v in compressors.items() if v)
-        without = sorted(k for k, v in compressors.items() if not v)
-        text_compressor = (f" The PowerSGD arms {', '.join(with_counters)} ran the Householder orthonormalisation (their "
-                           f"records carry the powersgd_columns sidecar); {', '.join(without)} ran the earlier "
-                           "Gram-Schmidt one, so PowerSGD's spread mixes training noise with that change.")
-    else:
-        text_compressor = ""
-    text = (f"Replicates are scored on development roles only ({spread['rule']}). The spread of two replicates is "
-            "itself uncertain: read it as the order of magnitude of training noise, not as a bound.")
-    if missing:
-        text += " No replicate beyond the committed run has been scored yet for: " + ", ".join(missing) + "."
-    text += text_compressor
-    return ("<h4>Replicates: the spread between training runs</h4><p>" + html.escape(text) + "</p>"
-            + records_table(arms) + records_table(comps) + records_table(verdicts))
+    arms = []
+    for name, reps in result["arms"].items():
+        for r in reps:
+            score = (f"{r['correct']}/{r['n']} ({100 * r['correct'] / r['n']:.1f}%)" if "correct" in r
+                     else f"{_pct(r['accuracy_difference'])} points vs its baseline")
+            t = r["training"]
+            arms.append({"arm": name, "replicate": r["k"], "development score": score, "scored by": r["scored_by"],
+                         "training run": t["run"] or "not in the evidence", "GPU mode": t["gpu_mode"] or "n/a",
+                         "code": (t["commit"] or "n/a")[:8]
+                         + (f", PowerSGD {t['powersgd_orthonormalisation']}" if t["powersgd_orthonormalisation"] else "")})
+    questions = []
+    for q in result["questions"]:
+        iv, d = q["interval"], (1 if q["scale"] == 100.0 else 4)
+        questions.append({
+            "question": q["subject"], "verdict key": " / ".join(q["key"]),
+            "replicates": ", ".join(map(str, q["replicates"])),
+            "difference per replicate": ", ".join(_num(v, q["scale"], d) for v in q["differences"]) + f" {q['unit']}",
+            "mean": _num(iv["mean"], q["scale"], d),
+            "95% t interval": (f"[{_num(iv['lower'], q['scale'], d)}, {_num(iv['upper'], q['scale'], d)}]"
+                               if iv["estimable"] else "not estimable"),
+            "df": iv["df"] if iv["estimable"] else "n/a",
+            "passes the committed check in": "n/a" if q["passes_in"] is None else f"{q['passes_in']} of {iv['k']}",
+            "reading": q["reading"]})
+    text = (f"Replicates are scored on {result['scope']}. Rule: {result['rule']}. Pairs are formed by replicate index "
+            "(the same data order in both arms); replicate 0 is the committed run, scored where the evidence holds "
+            "a development score of its endpoint.")
+    notes = [*result["missing"], *result["modes"]]
+    notes += [f"Plan amendment: {a}" for a in result["amendments"]]
+    noise = training_noise_rows(result["questions"])
+    return ("<h4>Replicates: what the training runs say (development roles only)</h4><p>" + html.escape(text) + "</p>"
+            + records_table(arms) + records_table(questions)
+            + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+            + ("<h4>Training noise in the verdicts' power</h4><p>" + html.escape(
+                "A single run's verdict reads its difference against item sampling only; with the replicates' spread "
+                "its false-pass rate at no true effect and its detectable effect (80% power, one-sided 5%) are these. "
+                "The spread of 2-3 replicates is itself uncertain.") + "</p>" + records_table(noise) if noise else ""))
 
 
 def replicate_html(runs_dir) -> str:
