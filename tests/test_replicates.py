@@ -187,7 +187,7 @@ def _acc(cand: dict, base: dict) -> dict:
     return {f: {"accuracy_candidate": cand[f], "accuracy_baseline": base[f], "n": 100} for f in cand}
 
 
-def test_spread_per_arm_and_comparison_and_each_verdict_against_it(tmp_path):
+def test_spread_per_arm_and_comparison_and_no_verdict_against_it(tmp_path):
     from kit.evidence.replicates import replicate_spread
 
     _run.rows = []  # type: ignore[attr-defined]
@@ -224,24 +224,17 @@ def test_spread_per_arm_and_comparison_and_each_verdict_against_it(tmp_path):
     growth = s["comparisons"]["adaptive/growth vs control"]
     assert growth["replicates"] == [0, 1] and growth["accuracy_difference"]["values"] == pytest.approx([0.02, -0.02])
     assert s["arms"]["adaptive/B-growth"]["runs"] == ["medium-adaptive-dev-G", "medium-adaptive-dev-G-r1"]
-    verdicts = {(v["verdict"], v["measure"]): v for v in s["verdicts"]}
-    v = verdicts[("study: powersgd vs single", "final task accuracy difference")]
-    assert v["spread_sd"] == pytest.approx(math.sqrt(2) * 0.01) and v["exceeds"] is True  # 0.034 > 2 x 0.0141
-    v = verdicts[("study: dense vs single", "final task accuracy difference")]
-    assert v["exceeds"] is False  # 0.0107 < 2 x sd(0.01, -0.02) = 0.0424
-    v = verdicts[("adaptive: growth vs control", "final task accuracy difference")]
-    assert v["effect"] == pytest.approx(0.014) and v["exceeds"] is False
-    assert verdicts[("study: single vs seed", "final task accuracy gain over the seed")]["exceeds"] is True
+    # issue 59: no final effect is read against a development spread, and no "2 sd" rule is left
+    assert "verdicts" not in s and "2 x" not in s["rule"] and s["format"] == "kit-replicate-spread/2"
 
 
-def test_the_medium_page_reads_each_verdict_against_the_committed_replicates(tmp_path):
-    """The noise section's replicate tables come from the committed replicate records: PowerSGD's committed
-    final gain over single (+3.4 points) against its two development replicates, which both fall the other
-    way; and an altered replicate record changes the reading."""
+def test_the_medium_page_reads_the_committed_replicates_with_t_intervals(tmp_path):
+    """The noise section's replicate tables come from the replicate analysis (issue 59): PowerSGD vs single
+    with its two development replicates, a t interval with 1 df and the contract's noninferiority rule failing
+    in both; the growth pair with replicate 0; single's replicate 0 (the pilot's c0, 294/1,024); no "2 sd";
+    and an altered replicate record changes the reading."""
     import re
     import shutil
-
-    from support.models import REPO
 
     from kit.evidence.report.noise import replicate_spread_html
 
@@ -250,13 +243,16 @@ def test_the_medium_page_reads_each_verdict_against_the_committed_replicates(tmp
         return re.sub(r"\|+", "|", text)
 
     page = rows(REPO / "runs")
-    assert "|study: powersgd vs single|final task accuracy difference|0.03418|" in page
-    assert "|study/powersgd vs single|1, 2|-2.9, -2.4|-2.7|0.3|" in page
-    assert re.search(r"\|study: powersgd vs single\|[^|]*\|0.03418\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|0 of 2\|", page)
-    # the growth pair: the committed development scores (replicate 0) and replicates 1 and 2
-    assert "|adaptive/growth vs control|0, 1, 2|-2.1, +0.2, -2.5|-1.5|1.5|" in page
-    assert re.search(r"\|adaptive: growth vs control\|final task accuracy difference\|0.01367\|[^|]*\|"
-                     r"adaptive/growth vs control\|0.9245\|no\|1 of 3\|", page)
+    assert "2 sd" not in page and "beyond" not in page and "|effect| / sd" not in page
+    assert re.search(r"\|study powersgd vs single \(development accuracy\)\|quality screen / noninferior_to_single\|1, 2\|"
+                     r"-2.9, -2.4 points\|-2.7\|\[-29.2, \+23.8\]\|1\|0 of 2\|", page)
+    assert "|study/single|0|294/1024 (28.7%)|runs/study-pilot-2026-12-03/evals/c0.json|medium-study-single|" in page
+    assert re.search(r"\|growth vs control \(development accuracy\)\|growth_vs_control / generated\|0, 1, 2\|"
+                     r"-2.1, \+0.2, -2.5 points\|-1.5\|", page)
+    assert "B vs A (development accuracy): beats in 3 of 3 replicates (+5.5, +4.1, +4.7 points)" in page
+    assert "deterministic (KIT_GPU_DETERMINISTIC=1)" in page and "KIT_GPU_DETERMINISTIC unset" in page
+    assert "Plan amendment: 2026-12-04, after it ran: the growth pair&#x27;s replicate 2" in page
+    assert re.search(r"\|growth vs control task NLL change \(development\)\|3\|nats/token\|0.0049\|0.0155\|31%", page)
     runs = tmp_path / "runs"
     for d in (REPO / "runs").glob("medium-*"):
         if d.is_dir():
@@ -266,4 +262,4 @@ def test_the_medium_page_reads_each_verdict_against_the_committed_replicates(tmp
     data["all"]["correct_candidate"] = 400  # 400 of 1,024: above single's 349
     data["all"]["accuracy_candidate"] = 400 / 1024
     side.write_text(json.dumps(data))
-    assert re.search(r"\|study: powersgd vs single\|[^|]*\|0.03418\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|1 of 2\|", rows(runs))
+    assert "|study powersgd vs single (development accuracy)|quality screen / noninferior_to_single|1, 2|+5.0, -2.4 points|" in rows(runs)

@@ -194,8 +194,8 @@ def _thresholds(rows: dict, prefix: str) -> dict:
         for check, ok in (s.get("checks") or {}).items():
             value = {"task_gain": t.get("min_task_gain"), "retention": t.get("max_retention_upper_nats")}.get(
                 check, t.get("noninferiority_margin"))
-            out[("quality", check)] = (value, ok)
-        out[("quality", "normal_multiplier")] = (t.get("normal_multiplier"), None)
+            out[("quality screen", check)] = (value, ok)
+        out[("quality screen", "normal_multiplier")] = (t.get("normal_multiplier"), None)
     for cohort in ("A", "B", "G"):
         row = rows.get(f"{prefix}-adaptive-final-{cohort}")
         gates, gv = (_sidecar(row, "gates"), _sidecar(row, "gate_verdict")) if row else (None, None)
@@ -224,13 +224,13 @@ def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
             for a, by in arms.items()}
     n_study = next((s["n"] for by in arms.values() for s in by.values()), 0)
     unpaired = "bound: unpaired one-scoring item variance (the replicates' per-item results are not committed)"
-    gain_t, _ = thresholds.get(("quality", "task_gain"), (None, None))
-    margin, _ = thresholds.get(("quality", "noninferior_to_single"), (None, None))
-    ret_t, _ = thresholds.get(("quality", "retention"), (None, None))
+    gain_t, _ = thresholds.get(("quality screen", "task_gain"), (None, None))
+    margin, _ = thresholds.get(("quality screen", "noninferior_to_single"), (None, None))
+    ret_t, _ = thresholds.get(("quality screen", "retention"), (None, None))
     for arm in STUDY_ARMS:
         vals = {k: acc[arm][k] - seed[arm][k] for k in acc[arm] if k in seed[arm]}
         if vals:
-            key = ("quality", "task_gain") if arm == "powersgd" else ("study", f"{arm}_gain")
+            key = ("quality screen", "task_gain") if arm == "powersgd" else ("study", f"{arm}_gain")
             questions.append(_question(
                 key, f"study {arm} vs the seed (development accuracy)", vals,
                 _binary_item_variance([(acc[arm][k], seed[arm][k]) for k in vals], n_study), unpaired,
@@ -239,7 +239,7 @@ def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
                 holds_rule="the screen's rule on the replicate's development gain: gain >= threshold"))
         ret = {k: s["retention"] for k, s in arms[arm].items() if s["retention"] is not None}
         if ret:
-            key = ("quality", "retention") if arm == "powersgd" else ("study", f"{arm}_retention")
+            key = ("quality screen", "retention") if arm == "powersgd" else ("study", f"{arm}_retention")
             questions.append(_question(
                 key, f"study {arm} retention NLL change vs the seed (probes already exposed)", ret, None,
                 "none: the per-probe NLL of the replicates is not committed (the spread holds the per-replicate part)",
@@ -252,10 +252,10 @@ def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
             ks = sorted(set(acc[a]) & set(acc[b]))
             if not ks:
                 continue
-            key = ("quality", f"noninferior_to_{b}") if a == "powersgd" else ("study", f"{a}_vs_{b}")
+            key = ("quality screen", f"noninferior_to_{b}") if a == "powersgd" else ("study", f"{a}_vs_{b}")
             ni = a == "powersgd" and margin is not None
             diffs = {k: acc[a][k] - acc[b][k] for k in ks}
-            z = thresholds.get(("quality", "normal_multiplier"), (None, None))[0] or 1.645
+            z = thresholds.get(("quality screen", "normal_multiplier"), (None, None))[0] or 1.645
             holds = {k: d - z * _binary_item_variance([(acc[a][k], acc[b][k])], n_study) ** 0.5 > -margin
                      for k, d in diffs.items()} if ni else None
             questions.append(_question(
@@ -322,8 +322,8 @@ def mode_sentences(arms: dict, adaptive: dict) -> list[str]:
 
 def robustness_by_question(runs_dir, prefix: str = "medium") -> dict[tuple[str, str], str]:
     """Per frozen verdict key of the report's verdict rows (kit/evidence/report/verdict_rows.py: the row's
-    (comparison, check), e.g. ("B_vs_A", "gain"), ("growth_vs_control", "retention"), ("quality",
-    "noninferior_to_single"), ("quality", "task_gain")): a short reading in words of the replicates,
+    (comparison, check), e.g. ("B_vs_A", "gain"), ("growth_vs_control", "retention"), ("quality screen",
+    "noninferior_to_single"), ("quality screen", "task_gain")): a short reading in words of the replicates,
     "passes in 3 of 3 replicates (committed verdict: pass; development roles; mean -0.0513 nats/token, 95% t
     interval [-0.0870, -0.0155], 2 df)": the committed check's rule applied to each replicate's development
     scoring (the question's `holds_rule`), then the t interval of the replicates' mean.
