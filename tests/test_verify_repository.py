@@ -39,7 +39,10 @@ def test_every_committed_run_verifies():
     failed = {r["run_dir"]: [c["detail"] for c in r["checks"] if c["result"] == "fail"] for r in reports if not r["ok"]}
     assert done.returncode == 0 and not failed, failed
     # every run directory under runs/ was checked, nested campaign and superseded folders included
-    runs = [r for r in reports if Path(r["run_dir"]).name != "exposed.jsonl"]  # the ledger's own report besides
+    designs = [r for r in reports if [c["check"] for c in r["checks"]] == ["replicate design"]]
+    assert [Path(r["run_dir"]).name for r in designs] == ["medium-replicate-design.json"]  # issue 59: checked too
+    # the ledger's own report and the replicate designs' besides
+    runs = [r for r in reports if Path(r["run_dir"]).name != "exposed.jsonl" and r not in designs]
     assert len(runs) == len(expand_run_dirs([str(REPO / "runs")])) > 50
     # a git check is skipped only for a run that a superseded folder names as replaced
     for r in runs:

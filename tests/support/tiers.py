@@ -42,6 +42,7 @@ EVIDENCE_FILES = (
     "test_planner_gpu_regime.py",
     "test_replay.py",
     "test_replicate_analysis.py",
+    "test_replicate_design_file.py",
     "test_replicates.py",
     "test_repo_size.py",
     "test_report.py",

@@ -13,6 +13,7 @@ from kit.evidence.chain import Evidence, ledger_report
 from kit.evidence.environment import evidence_base
 from kit.evidence.parameters import notebook_defaults, parse_cli_parameters
 from kit.evidence.replay import replay_runs
+from kit.evidence.replicate_design import design_reports
 from kit.evidence.report.page import render_report
 from kit.evidence.results import write_results
 from kit.evidence.run_index import split_selection
@@ -82,6 +83,7 @@ def cmd_verify_evidence(a) -> int:
     # a folder given (`kit verify-evidence runs`): the repository's exposure ledger is checked as well
     for base in sorted({evidence_base(Path(p)) for p in a.run_dirs if not (Path(p) / "run.json").exists()}):
         reports.append(ledger_report(base))
+        reports += design_reports(base)  # the repository's frozen replicate designs (kit/evidence/replicate_design.py)
     if a.json:
         print(json.dumps(reports, indent=1, sort_keys=True))
     else:

@@ -1,0 +1,221 @@
+"""A replicate design frozen before any of its replicates trains (`kit-replicate-design/1`,
+docs/formats/replicates.md): the arms and k per arm with the `plan` inputs that chose it, pairing by data
+order, the analysis, a stopping rule and a fresh final task set committed by digest; and its check, which
+`kit verify-evidence RUNS` runs on every design file of the repository (`design_reports`).
+
+The decisions to know: k is never typed in, it is recomputed: every `k_chosen_by` entry must equal
+kit.replicate_stats.plan of its inputs, and each arm's k the largest over the entries that name it. The fresh
+final set draws from a task stream (role, seed) that no contract and no exposure-ledger entry has used; what is
+committed is the digest of a *pool* (count plus a reserve, every exposed task digest of the ledger prefix it
+names excluded); the set opened is the pool's first `count` tasks that are not among the seed's trained tasks or
+the prepared jobs' sets (known only on the host), so the pool is fixed now and the set is a function of it.
+"Frozen" is checked against the evidence: no run whose id begins with the design's `run_prefix` may have
+started before `frozen.at`.
+
+Fields (JSON, indented): `format`, `name`, `scale`, `frozen` {`at` (UTC, YYYY-MM-DDTHH:MM:SSZ), `rule`},
+`contracts` {"study" | "adaptive": {`path`, `digest` = sha256 of the contract's canonical JSON}}, `run_prefix`,
+`k` {"study/<arm>": int >= 2}, `pairs` {"growth_vs_control": {`arms`, `k`, `start`}}, `k_chosen_by` [{`question`,
+`applies_to` (arms or "pairs.<name>"), `sd`, `effect`, `margin`, `alpha`, `power`, `one_sided` (the `kit replicates
+plan` inputs), `k`, `power_at_k`}], `replicates` {group: [0..k-1], `replicate_zero`: what replicate 0 is},
+`pairing`, `gpu_mode` {variable: value, `applies_to`}, `analysis` {`rule`, `level`, `questions`, `per_item`},
+`stopping_rule`, `final_sets` {name: {`role`, `seed`, `stream_seed` (role_stream_seed, as a string), `difficulty`,
+`families`, `count`, `reserve`, `pool_sha256` (sha256_json of the pool's task digests in order), `excluded`
+{"ledger": {`path`, `sha256`, `entries`}}, `opens`}}, `gpu_time` {`measured` {name: {`seconds` [low, high],
+`where`}}, `parts` {name: {`count`, `seconds`, `each`}}, `work_seconds`, `fixed_per_session_seconds`, `sessions`
+{`count`, `rule`}, `total_device_seconds`}, each [low, high].
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from kit.data.tasks import FAMILIES, generate_set, role_stream_seed
+from kit.digest import load_json_strict, sha256_file, sha256_json
+from kit.evidence.ledger import read_ledger
+from kit.replicate_stats import plan
+
+DESIGN_FORMAT = "kit-replicate-design/1"
+DESIGN_GLOB = "campaigns/*replicate*.json"
+REQUIRED = {"format": str, "name": str, "scale": str, "frozen": dict, "contracts": dict, "run_prefix": str,
+            "k": dict, "pairs": dict, "k_chosen_by": list, "replicates": dict, "pairing": str, "gpu_mode": dict,
+            "analysis": dict, "stopping_rule": str, "final_sets": dict, "gpu_time": dict}
+# the task roles an adaptive or continued-learning job draws from its contract's data_seeds.tasks
+# (kit/adaptive/prepare.py, kit/adaptive/continued.py); a study contract names (role, seed) in each set itself
+ADAPTIVE_ROLES = ("A.new", "B.new", "C.new", "dev.tasks", "final.tasks")
+PLAN_FIELDS = ("sd", "effect", "margin", "alpha", "power", "one_sided")
+_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+class DesignError(ValueError):
+    pass
+
+
+def load_design(path: str | os.PathLike) -> dict:
+    """The design file, its fields and their types checked (one line naming the file, the field and what was
+    expected)."""
+    path = Path(path)
+    try:
+        design = load_json_strict(path)
+    except (OSError, ValueError) as e:
+        raise DesignError(f"{path}: not a JSON file ({e}); expected a {DESIGN_FORMAT} design") from None
+    if not isinstance(design, dict):
+        raise DesignError(f"{path}: not a JSON object; expected a {DESIGN_FORMAT} design")
+    for field, kind in REQUIRED.items():
+        if not isinstance(design.get(field), kind):
+            raise DesignError(f"{path}: field {field!r} = {design.get(field)!r}; expected a {kind.__name__} "
+                              f"(docs/formats/replicates.md)")
+    if design["format"] != DESIGN_FORMAT:
+        raise DesignError(f"{path}: field 'format' = {design['format']!r}; expected {DESIGN_FORMAT!r}")
+    if not _TIME.match(str(design["frozen"].get("at"))):
+        raise DesignError(f"{path}: field 'frozen.at' = {design['frozen'].get('at')!r}; expected a UTC time "
+                          "YYYY-MM-DDTHH:MM:SSZ")
+    for name, k in [*design["k"].items(), *((f"pairs.{p}", v.get("k")) for p, v in design["pairs"].items())]:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise DesignError(f"{path}: field 'k' of {name!r} = {k!r}; expected an int >= 2")
+    for i, entry in enumerate(design["k_chosen_by"]):
+        missing = [f for f in (*PLAN_FIELDS, "k", "applies_to", "question") if f not in entry]
+        if missing:
+            raise DesignError(f"{path}: field 'k_chosen_by[{i}]' lacks {', '.join(missing)}; expected the plan "
+                              f"inputs {', '.join(PLAN_FIELDS)}, its k, applies_to and question")
+    return design
+
+
+def pool(spec: dict, ledger: str | os.PathLike) -> list:
+    """The fresh final set's pool: count + reserve tasks of the stream (role, seed), every task digest the
+    ledger exposed excluded (kit.data.tasks.generate_set, families spread over `families`)."""
+    families = spec.get("families") or list(FAMILIES)
+    total = spec["count"] + spec["reserve"]
+    base, extra = divmod(total, len(families))
+    counts = {f: base + (1 if i < extra else 0) for i, f in enumerate(families)}
+    exposed = {e["digest"] for e in read_ledger(ledger)}
+    return generate_set(counts, spec["seed"], spec["role"], spec["difficulty"], exclude_digests=exposed)
+
+
+def final_set_record(role: str, seed: int, difficulty: int, count: int, reserve: int, ledger: Path, base: Path,
+                     families=None) -> dict:
+    """A `final_sets` entry (docs/formats/replicates.md), its pool drawn now."""
+    spec = {"role": role, "seed": seed, "difficulty": difficulty, "count": count, "reserve": reserve,
+            "families": list(families or FAMILIES)}
+    tasks = pool(spec, ledger)
+    return {**spec, "stream_seed": str(role_stream_seed(seed, role)),
+            "pool_sha256": sha256_json([t.digest for t in tasks]),
+            "excluded": {"ledger": {"path": str(ledger.relative_to(base)), "sha256": sha256_file(ledger),
+                                    "entries": len(read_ledger(ledger))}},
+            "opens": "once, after every replicate of this design is committed: the pool's first `count` tasks not "
+                     "among the seed's trained tasks or the prepared jobs' task sets, through the final-role guard"}
+
+
+def _used_streams(base: Path) -> set[str]:
+    """Every task stream seed a contract of the repository or an entry of its ledger has used."""
+    used = set()
+    for path in sorted((base / "contracts").glob("*.json")):
+        data = load_json_strict(path)
+        stack = [data]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                seeds = node.get("data_seeds")
+                if isinstance(seeds, dict) and isinstance(seeds.get("tasks"), int):
+                    used |= {str(role_stream_seed(seeds["tasks"], r)) for r in ADAPTIVE_ROLES}
+                if isinstance(node.get("role"), str) and isinstance(node.get("seed"), int):
+                    used.add(str(role_stream_seed(node["seed"], node["role"])))
+                stack += list(node.values())
+            elif isinstance(node, list):
+                stack += node
+    ledger = base / "ledger" / "exposed.jsonl"
+    if ledger.is_file():
+        for e in read_ledger(ledger):
+            parts = str(e.get("id", "")).split("/")
+            if len(parts) >= 3:
+                used.add(parts[2])
+    return used
+
+
+def design_problems(path: str | os.PathLike, base: str | os.PathLike, runs_dir: str | os.PathLike | None = None,
+                    check_pool: bool = True) -> list[str]:
+    """What is wrong with the design at `path` in the repository `base` (empty: it holds): its fields, the
+    contracts' digests, every k recomputed by `plan`, the replicate indexes, each final set's stream unused and
+    pool digest, and no run of it started before it was frozen."""
+    path, base = Path(path), Path(base)
+    try:
+        d = load_design(path)
+    except DesignError as e:
+        return [str(e)]
+    out = []
+    for name, c in d["contracts"].items():
+        file = base / str(c.get("path"))
+        got = sha256_json(load_json_strict(file)) if file.is_file() else None
+        if got != c.get("digest"):
+            out.append(f"{path}: field 'contracts.{name}.digest' = {c.get('digest')!r}; the contract {file} "
+                       f"has {got!r}")
+    wanted: dict[str, int] = {}
+    for i, e in enumerate(d["k_chosen_by"]):
+        try:
+            k = plan(e["sd"], e["effect"], margin=e["margin"], alpha=e["alpha"], power=e["power"],
+                     one_sided=e["one_sided"])["k"]
+        except ValueError as err:
+            out.append(f"{path}: field 'k_chosen_by[{i}]': {err}")
+            continue
+        if k != e["k"]:
+            out.append(f"{path}: field 'k_chosen_by[{i}].k' = {e['k']}; plan of its inputs gives {k}")
+        for arm in e["applies_to"]:
+            wanted[arm] = max(wanted.get(arm, 0), k)
+    ks = {**d["k"], **{f"pairs.{p}": v["k"] for p, v in d["pairs"].items()}}
+    for arm, k in ks.items():
+        if arm not in wanted:
+            out.append(f"{path}: field 'k' of {arm!r}: no k_chosen_by entry applies to it; expected one")
+        elif wanted[arm] != k:
+            out.append(f"{path}: field 'k' of {arm!r} = {k}; the largest k of its k_chosen_by entries is {wanted[arm]}")
+    for group, indexes in d["replicates"].items():
+        if not isinstance(indexes, list):
+            continue
+        arms = [a for a in ks if a.startswith(f"{group}/") or a == f"pairs.{group}"]
+        need = max((ks[a] for a in arms), default=None)
+        if need is not None and indexes != list(range(need)):
+            out.append(f"{path}: field 'replicates.{group}' = {indexes}; expected 0..{need - 1} (k = {need})")
+    used = _used_streams(base)
+    for name, spec in d["final_sets"].items():
+        where = f"{path}: field 'final_sets.{name}"
+        stream = str(role_stream_seed(spec["seed"], spec["role"]))
+        if spec.get("stream_seed") != stream:
+            out.append(f"{where}.stream_seed' = {spec.get('stream_seed')!r}; (role, seed) gives {stream}")
+        if stream in used:
+            out.append(f"{where}': the stream of role {spec['role']!r}, seed {spec['seed']} is already used by a "
+                       "contract or the exposure ledger; expected a range no earlier set used")
+        ledger = base / spec["excluded"]["ledger"]["path"]
+        if check_pool and ledger.is_file():
+            if len(read_ledger(ledger)) < spec["excluded"]["ledger"]["entries"]:
+                out.append(f"{where}.excluded.ledger.entries' = {spec['excluded']['ledger']['entries']}; {ledger} "
+                           "holds fewer")
+            else:
+                got = sha256_json([t.digest for t in pool(spec, ledger)])
+                if got != spec["pool_sha256"]:
+                    out.append(f"{where}.pool_sha256' = {spec['pool_sha256'][:12]}...; the pool drawn again has "
+                               f"{got[:12]}... (the ledger changed the exclusions, or the generator)")
+    if runs_dir is not None and Path(runs_dir).is_dir():
+        for run in sorted(Path(runs_dir).glob(f"{d['run_prefix']}*/run.json")):
+            started = str(load_json_strict(run).get("started_at", ""))
+            if started < d["frozen"]["at"]:
+                out.append(f"{run}: started {started}, before the design {path} was frozen ({d['frozen']['at']})")
+    return out
+
+
+def design_reports(base: str | os.PathLike, runs_dir: str | os.PathLike | None = None) -> list[dict]:
+    """One verify-evidence report per design file of the repository (`DESIGN_GLOB` holding DESIGN_FORMAT)."""
+    base = Path(base)
+    reports = []
+    for path in sorted(base.glob(DESIGN_GLOB)):
+        try:
+            fmt = load_json_strict(path).get("format")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if fmt != DESIGN_FORMAT:
+            continue
+        problems = design_problems(path, base, runs_dir if runs_dir is not None else base / "runs")
+        reports.append({"run_dir": str(path), "ok": not problems, "checks": [
+            {"check": "replicate design", "result": "fail" if problems else "pass",
+             "detail": "; ".join(problems) or "frozen before its runs; k recomputed by plan; fresh final pools "
+                                               "drawn again equal"}]})
+    return reports

@@ -1,0 +1,64 @@
+"""The replicate design format (issue 59 items 4 and 7): the committed medium design is frozen, its k per arm
+recomputed by `plan`, its fresh final pools drawn again equal, and `kit verify-evidence runs` checks it; each
+kind of tampering is refused in one line naming the file and the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.models import REPO
+
+from kit.evidence.replicate_design import design_problems, design_reports, load_design
+
+DESIGN = REPO / "campaigns" / "medium-replicate-design.json"
+
+
+def _altered(tmp_path, change) -> str:
+    data = json.loads(DESIGN.read_text())
+    change(data)
+    path = tmp_path / "medium-replicate-design.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_the_medium_design_is_frozen_with_k_from_plan_and_fresh_finals():
+    d = load_design(DESIGN)
+    assert d["k"] == {"study/single": 10, "study/dense": 10, "study/powersgd": 10}
+    assert d["pairs"]["growth_vs_control"]["k"] == 6 and d["replicates"]["growth_vs_control"] == list(range(6))
+    assert {e["k"] for e in d["k_chosen_by"]} == {10, 9, 6}
+    assert design_problems(DESIGN, REPO, REPO / "runs") == []
+    low, high = d["gpu_time"]["total_device_seconds"]
+    assert 0 < low < high and d["gpu_time"]["sessions"]["count"][0] >= 2
+    [report] = design_reports(REPO)
+    assert report["ok"] and report["run_dir"].endswith("medium-replicate-design.json")
+
+
+@pytest.mark.parametrize("change,says", [
+    (lambda d: d["k"].update({"study/dense": 4}), "field 'k' of 'study/dense' = 4; the largest k"),
+    (lambda d: d["k_chosen_by"][2].update({"sd": 0.005}), "field 'k_chosen_by[2].k' = 6; plan of its inputs gives"),
+    (lambda d: d["replicates"].update({"study": [1, 2, 3]}), "field 'replicates.study' = [1, 2, 3]; expected 0..9"),
+    (lambda d: d["final_sets"]["study"].update({"role": "study-final", "seed": 4}), "already used by a contract"),
+    (lambda d: d["contracts"]["study"].update({"digest": "0" * 64}), "field 'contracts.study.digest'"),
+    (lambda d: d.pop("stopping_rule"), "field 'stopping_rule' = None; expected a str"),
+    (lambda d: d["frozen"].update({"at": "yesterday"}), "field 'frozen.at' = 'yesterday'"),
+])
+def test_each_tampering_is_refused_naming_the_field(change, says, tmp_path):
+    path = _altered(tmp_path, change)
+    problems = design_problems(path, REPO, None, check_pool=False)
+    assert any(says in p and p.startswith(path) for p in problems), problems
+
+
+def test_a_changed_pool_digest_is_refused(tmp_path):
+    path = _altered(tmp_path, lambda d: d["final_sets"]["growth"].update({"pool_sha256": "f" * 64}))
+    assert [p for p in design_problems(path, REPO) if "final_sets.growth.pool_sha256" in p]
+
+
+def test_a_run_of_the_design_started_before_it_was_frozen_is_refused(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "medium-confirm-study-single-r0").mkdir(parents=True)
+    (runs / "medium-confirm-study-single-r0" / "run.json").write_text(json.dumps({"started_at": "2026-12-01T00:00:00Z"}))
+    (runs / "medium-confirm-study-dense-r0").mkdir()
+    (runs / "medium-confirm-study-dense-r0" / "run.json").write_text(json.dumps({"started_at": "2026-12-31T00:00:00Z"}))
+    problems = design_problems(DESIGN, REPO, runs, check_pool=False)
+    assert len(problems) == 1 and "medium-confirm-study-single-r0" in problems[0] and "before the design" in problems[0]
