@@ -57,3 +57,12 @@ def test_the_replicate_parts_at_tiny_scale(tmp_path, monkeypatch):
     assert set(spread["arms"]) == {"study/single", "adaptive/B-control", "adaptive/B-growth"}
     assert spread["arms"]["study/single"]["replicates"] == [1]
     assert spread["comparisons"]["adaptive/growth vs control"]["replicates"] == [1]
+    # the replicate analysis over the same records (issue 59): one replicate per question is said to be not
+    # estimable, with its GPU mode and code disclosed, and the single arm's missing replicate 0 named
+    from kit.evidence.replicate_analysis import analyse
+
+    result = analyse(runs, prefix="demo")
+    growth = {tuple(q["key"]): q for q in result["questions"]}[("growth_vs_control", "gain")]
+    assert growth["replicates"] == [1] and growth["reading"].endswith("not estimable: 1 replicate (a spread needs at least 2).")
+    assert result["arms"]["study/single"][0]["training"]["run"] == "demo-study-single-r1"
+    assert any(m.startswith("study/single: replicate 0") for m in result["missing"])

@@ -50,7 +50,9 @@ def mode_of(row: dict | None) -> dict:
         return {"run": None, "commit": None, "gpu_mode": None, "powersgd_orthonormalisation": None}
     rec = _record(row)
     gpu = (rec.get("numeric_profile") or {}).get("gpu")
-    mode = ("deterministic (KIT_GPU_DETERMINISTIC=1)" if (gpu or {}).get("deterministic") else
+    on_gpu = bool((rec.get("device") or {}).get("gpus")) or gpu is not None
+    mode = ("CPU (no GPU in the run's device record)" if not on_gpu else
+            "deterministic (KIT_GPU_DETERMINISTIC=1)" if (gpu or {}).get("deterministic") else
             "default (KIT_GPU_DETERMINISTIC unset; no GPU profile recorded)" if gpu is None else "default")
     ortho = None
     if (rec.get("parameters") or {}).get("ARM") == "powersgd" or "-powersgd" in row["run_id"]:
