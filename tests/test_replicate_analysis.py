@@ -35,6 +35,13 @@ def test_analyse_prints_the_analysis_with_replicate_zero_modes_and_amendments(ca
     assert out["amendments"] == json.loads(PLAN.read_text())["amendments"]
     assert any("modes differ" in m and "study/single" in m for m in out["modes"])
     assert "2 sd" not in json.dumps(out)
+    # per-item results: committed where the evidence holds them (pinned by sha256), else said why not
+    growth_arm = out["arms"]["adaptive/growth_vs_control"]
+    assert growth_arm[0]["per_item"].startswith("committed: runs/medium-campaign-2026-12-03-block4/work/adaptive/dev-G.json")
+    assert growth_arm[1]["per_item"].startswith("not committed: the evaluation file build/medium/work/adaptive/dev-G-r1.json")
+    assert "cannot be re-derived without a GPU" in growth_arm[1]["per_item"]
+    assert single[0]["per_item"].startswith("committed: runs/study-pilot-2026-12-03/evals/c0.json")
+    assert single[1]["per_item"].startswith("not committed")
 
 
 def test_robustness_answers_the_report_s_verdict_keys():

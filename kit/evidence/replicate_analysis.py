@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kit.digest import load_json_strict
+from kit.digest import load_json_strict, sha256_file
 from kit.evidence import archive
 from kit.evidence.replicates import replicate_of
 from kit.evidence.run_index import load_runs
@@ -31,6 +31,7 @@ SCOPE = ("development roles only: the study's replicates on its development task
          "exposure ledger already held (exposed before any replicate ran), the growth pair's on the adaptive job's "
          "dev.tasks and dev.retention; no final item is scored, so no final effect is read against these spreads")
 PILOT_EVAL = "kit.study.dev-evaluation/1"
+FOLDER_NOTE = "STUDY/replicates/dev"
 _R = re.compile(r"-r(\d+)$")
 
 
@@ -86,6 +87,20 @@ def _pilot_scores(runs_dir: Path) -> list[tuple[Path, dict]]:
     return out
 
 
+def _committed_copy(runs_dir: Path, name: str, sha256: str) -> Path | None:
+    """A file named `name` with that sha256 among the runs folder's tracked or archived folders, else None."""
+    folders = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.is_dir() else []
+    try:
+        folders += archive.folder_paths(runs_dir)
+    except (archive.ArchiveError, OSError, ValueError):
+        pass
+    for folder in folders:
+        for path in sorted(folder.rglob(name)):
+            if path.is_file() and sha256_file(path) == sha256:
+                return path
+    return None
+
+
 def _shown(path: Path, runs_dir: Path) -> str:
     real = archive.origin(path) or path
     try:
@@ -111,7 +126,9 @@ def _study(rows: dict, runs_dir: Path, prefix: str) -> dict:
             "k": k, "scored_by": run_id, "n": acc["all"]["n"], "correct": acc["all"]["correct_candidate"],
             "seed_correct": acc["all"]["correct_baseline"],
             "retention": (nll.get("retention") or {}).get("change_nats_per_token"),
-            "training": mode_of(rows.get(f"{prefix}-study-{m.group(1)}-r{k}"))}
+            "training": mode_of(rows.get(f"{prefix}-study-{m.group(1)}-r{k}")),
+            "per_item": f"not committed: notebook 22 wrote them on the host only ({FOLDER_NOTE}/{m.group(1)}-r{k}.json, "
+                        "no digest recorded); re-deriving them needs the replicate's endpoint, i.e. a GPU re-run"}
     pilots = _pilot_scores(runs_dir) if dev_sha else []
     for arm in STUDY_ARMS:
         if 0 in arms[arm] or f"{prefix}-study-{arm}" not in rows:
@@ -128,13 +145,14 @@ def _study(rows: dict, runs_dir: Path, prefix: str) -> dict:
                     "correct": sum(bool(t["correct"]) for t in rec["tasks"]),
                     "seed_correct": sum(bool(t["correct"]) for t in seed["tasks"]) if seed else None,
                     "retention": None, "training": mode_of(committed),
+                    "per_item": f"committed: {_shown(path, runs_dir)} (correct bits, replies and per-item NLL)",
                     "note": f"the committed run's endpoint {root[:12]} scored on the same development tasks "
                             f"(sha256 {dev_sha[:12]}) by {_shown(path, runs_dir)}"}
                 break
     return arms
 
 
-def _adaptive(rows: dict, prefix: str) -> dict:
+def _adaptive(rows: dict, runs_dir: Path, prefix: str) -> dict:
     """{"B_vs_A" | "growth_vs_control": {k: scores}} of the growth pair's development comparisons."""
     out: dict[str, dict[int, dict]] = {"B_vs_A": {}, "growth_vs_control": {}}
     for run_id, row in rows.items():
@@ -143,6 +161,9 @@ def _adaptive(rows: dict, prefix: str) -> dict:
             continue
         acc, nll = _sidecar(row, "accuracy_by_family"), _sidecar(row, "nll_change_bounds") or {}
         gen = _sidecar(row, "generated_answers") or {}
+        ev = _sidecar(row, "evaluation_file") or {}
+        copy = (_committed_copy(runs_dir, Path(ev["path"]).name, ev["sha256"])
+                if ev.get("path") and ev.get("sha256") else None)
         if not acc:
             continue
         k = replicate_of(row)
@@ -162,7 +183,12 @@ def _adaptive(rows: dict, prefix: str) -> dict:
                         "accuracy_difference": (a["correct_candidate"] - a["correct_baseline"]) / a["n"],
                         "gained": gen.get("gained"), "lost": gen.get("lost"),
                         "task_nll": part("tasks"), "retention_nll": part("retention"),
-                        "training": mode_of(rows.get(train))}
+                        "training": mode_of(rows.get(train)),
+                        "per_item": (f"committed: {_shown(copy, runs_dir)} (the evaluation file its "
+                                     "evaluation_file sidecar pins by sha256)" if copy else
+                                     f"not committed: the evaluation file {ev.get('path')} (sha256 "
+                                     f"{str(ev.get('sha256'))[:12]}..., pinned by the run's evaluation_file sidecar) "
+                                     "stayed on the GPU host; its bytes cannot be re-derived without a GPU re-run")}
     return out
 
 
@@ -208,13 +234,14 @@ def _thresholds(rows: dict, prefix: str) -> dict:
 
 def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
     """The analysis (module docstring) as a JSON-ready dict: {"format", "prefix", "rule", "scope", "arms":
-    {arm: [{k, scored_by, n, correct, seed_correct, retention, training: mode_of(...), note?}]}, "missing":
+    {arm: [{k, scored_by, n, correct, seed_correct, retention, training: mode_of(...), per_item (committed or
+    why not), note?}]}, "missing":
     [sentences], "questions": [{key, subject, measure, unit, scale, replicates, differences, threshold,
     passes_in, holds_rule, interval (kit.replicate_stats.paired_interval), item_variance_basis, reading}], "modes":
     [sentences], "amendments": [the plan's]}."""
     runs_dir = Path(runs_dir)
     rows = {r["run_id"]: r for r in load_runs(runs_dir)}
-    arms, adaptive = _study(rows, runs_dir, prefix), _adaptive(rows, prefix)
+    arms, adaptive = _study(rows, runs_dir, prefix), _adaptive(rows, runs_dir, prefix)
     thresholds = _thresholds(rows, prefix)
     questions, missing = [], []
     for arm in STUDY_ARMS:

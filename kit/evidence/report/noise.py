@@ -124,7 +124,8 @@ def replicate_spread_html(runs_dir) -> str | None:
             arms.append({"arm": name, "replicate": r["k"], "development score": score, "scored by": r["scored_by"],
                          "training run": t["run"] or "not in the evidence", "GPU mode": t["gpu_mode"] or "n/a",
                          "code": (t["commit"] or "n/a")[:8]
-                         + (f", PowerSGD {t['powersgd_orthonormalisation']}" if t["powersgd_orthonormalisation"] else "")})
+                         + (f", PowerSGD {t['powersgd_orthonormalisation']}" if t["powersgd_orthonormalisation"] else ""),
+                         "per-item results": r.get("per_item", "n/a")})
     questions = []
     for q in result["questions"]:
         iv, d = q["interval"], (1 if q["scale"] == 100.0 else 4)
