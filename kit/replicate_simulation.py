@@ -82,7 +82,7 @@ def analysis_rule(direction: int = 1, level: float = 0.95, threshold: float = 0.
 
 
 def two_sd_rule(direction: int = 1) -> Callable[[np.ndarray], bool]:
-    """The rule issue 59 removed: pass when the mean difference exceeds twice the replicates' sd."""
+    """The rule the replicate analysis replaced: pass when the mean difference exceeds twice the replicates' sd."""
     def rule(x: np.ndarray) -> bool:
         d = x.mean(axis=1)
         return len(d) >= 2 and direction * d.mean() > 2 * d.std(ddof=1)

@@ -1,8 +1,7 @@
 """Replicate runs: the frozen study arms and cohort B's growth pair again on derived data orders, scored on
 development roles only (plan: campaigns/medium-replicates-plan.json, `campaign_plan()`; campaigns/logbook.md, "GPU
-hosts: Replicates"). The design and the analysis, re-exported here as the library's entry points: `plan(sd,
-effect, margin=0, alpha=0.05, power=0.8, one_sided=False)` (kit/replicate_stats.py, `kit replicates plan`),
-`analyse(runs_dir, prefix)` and `robustness_by_question(runs_dir)` (kit/evidence/replicate_analysis.py).
+hosts: Replicates"). Re-exported entry points: `plan(sd, effect, margin=0, alpha=0.05, power=0.8, one_sided=False)`
+(kit/replicate_stats.py), `analyse` and `robustness_by_question` (kit/evidence/replicate_analysis.py).
 
 The decision to know: a replicate changes the data order alone (kit/replicate_order.py) and never opens a
 final role: it is scored by notebook 22 (study) or notebook 13 with SPLIT "dev" (growth pair), and the

@@ -3,15 +3,13 @@ interval with k - 1 degrees of freedom and a reading in words (kit/replicate_sta
 GPU numeric mode and code beside the committed run's and the plan's amendments. The source of the report's
 replicate section (kit/evidence/report/noise.py) and of `kit replicates analyse PLAN`.
 
-    result = analyse("runs", prefix="medium", plan=load_json_strict("campaigns/medium-replicates-plan.json"))
-    words = robustness_by_question("runs")  # {(comparison, check): "holds in 2 of 3 replicates ..."}
+    result, words = analyse("runs", prefix="medium"), robustness_by_question("runs")
 
 The decisions to know: replicates are scored on development roles only (the study's retention probes are
 records the exposure ledger already holds), so every number here is a development number, never set
 against a final effect. Replicate 0 of an arm is its committed run: scored by a `-dev-` run where one exists,
 else by any committed development scoring of the same endpoint root on the same development tasks (the
-study pilot's candidate c0 is `medium-study-single`'s endpoint, scored on the replicates' 1,024 tasks), else
-said to be missing. Pairs are formed by replicate index (the same data order in both arms).
+study pilot's candidate c0 is `medium-study-single`'s endpoint), else said to be missing. Pairs: by index.
 """
 
 from __future__ import annotations
@@ -232,22 +230,9 @@ def _thresholds(rows: dict, prefix: str) -> dict:
     return out
 
 
-def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
-    """The analysis (module docstring) as a JSON-ready dict: {"format", "prefix", "rule", "scope", "arms":
-    {arm: [{k, scored_by, n, correct, seed_correct, retention, training: mode_of(...), per_item (committed or
-    why not), note?}]}, "missing":
-    [sentences], "questions": [{key, subject, measure, unit, scale, replicates, differences, threshold,
-    passes_in, holds_rule, interval (kit.replicate_stats.paired_interval), item_variance_basis, reading}], "modes":
-    [sentences], "amendments": [the plan's]}."""
-    runs_dir = Path(runs_dir)
-    rows = {r["run_id"]: r for r in load_runs(runs_dir)}
-    arms, adaptive = _study(rows, runs_dir, prefix), _adaptive(rows, runs_dir, prefix)
-    thresholds = _thresholds(rows, prefix)
-    questions, missing = [], []
-    for arm in STUDY_ARMS:
-        if arms[arm] and 0 not in arms[arm]:
-            missing.append(f"study/{arm}: replicate 0 (the committed run {prefix}-study-{arm}) has no development "
-                           "score in the evidence (no -dev- run and no pilot scoring of its endpoint root)")
+def _study_questions(arms: dict, thresholds: dict) -> list[dict]:
+    """The study's questions: each arm against the seed (gain, retention) and each pair of arms."""
+    questions = []
     acc = {a: {k: s["correct"] / s["n"] for k, s in by.items()} for a, by in arms.items()}
     seed = {a: {k: s["seed_correct"] / s["n"] for k, s in by.items() if s["seed_correct"] is not None}
             for a, by in arms.items()}
@@ -295,6 +280,12 @@ def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
                 holds_rule=f"the screen's rule on the replicate's development scoring: difference - {z} x its item "
                            "standard error > -margin (the unpaired item variance: the replicates' per-item results "
                            "are not committed)" if ni else None))
+    return questions
+
+
+def _adaptive_questions(adaptive: dict, thresholds: dict) -> list[dict]:
+    """The growth pair's questions: B vs A and growth vs control, answers and both NLL changes."""
+    questions = []
     for comp, by in adaptive.items():
         if not by:
             continue
@@ -322,6 +313,25 @@ def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
                 holds_rule=f"the gate's rule on the replicate's development scoring: its bootstrap upper bound "
                            f"{'<' if check == 'gain' else '<='} threshold",
                 lower="better (NLL down)", decimals=4))
+    return questions
+
+
+def analyse(runs_dir, prefix: str = "medium", plan: dict | None = None) -> dict:
+    """The analysis (module docstring) as a JSON-ready dict: {"format", "prefix", "rule", "scope", "arms":
+    {arm: [{k, scored_by, n, correct, seed_correct, retention, training: mode_of(...), per_item (committed or
+    why not), note?}]}, "missing": [sentences], "questions": [{key, subject, measure, unit, scale, replicates, differences, threshold,
+    passes_in, holds_rule, interval (kit.replicate_stats.paired_interval), item_variance_basis, reading}], "modes":
+    [sentences], "amendments": [the plan's]}."""
+    runs_dir = Path(runs_dir)
+    rows = {r["run_id"]: r for r in load_runs(runs_dir)}
+    arms, adaptive = _study(rows, runs_dir, prefix), _adaptive(rows, runs_dir, prefix)
+    thresholds = _thresholds(rows, prefix)
+    questions, missing = [], []
+    for arm in STUDY_ARMS:
+        if arms[arm] and 0 not in arms[arm]:
+            missing.append(f"study/{arm}: replicate 0 (the committed run {prefix}-study-{arm}) has no development "
+                           "score in the evidence (no -dev- run and no pilot scoring of its endpoint root)")
+    questions += _study_questions(arms, thresholds) + _adaptive_questions(adaptive, thresholds)
     return {"format": ANALYSIS_FORMAT, "prefix": prefix, "rule": ANALYSIS_RULE, "scope": SCOPE,
             "arms": {**{f"study/{a}": [arms[a][k] for k in sorted(arms[a])] for a in STUDY_ARMS},
                      **{f"adaptive/{c}": [adaptive[c][k] for k in sorted(adaptive[c])] for c in adaptive}},

@@ -1,29 +1,26 @@
-"""A replicate design frozen before any of its replicates trains (`kit-replicate-design/1`,
-docs/formats/replicates.md): the arms and k per arm with the `plan` inputs that chose it, pairing by data
-order, the analysis, a stopping rule and a fresh final task set committed by digest; and its check, which
-`kit verify-evidence RUNS` runs on every design file of the repository (`design_reports`).
+"""A replicate design frozen before any of its replicates trains (`kit-replicate-design/1`, docs/formats/replicates.md;
+the fields below): arms and k per arm with the `plan` inputs that chose it, pairing by data order, the analysis, a
+stopping rule and fresh final task sets committed by digest; `design_reports` is `kit verify-evidence RUNS`'s check.
 
-The decisions to know: k is never typed in, it is recomputed: every `k_chosen_by` entry must equal
-kit.replicate_stats.plan of its inputs, and each arm's k the largest over the entries that name it. The fresh
-final set draws from a task stream (role, seed) that no contract and no exposure-ledger entry has used; what is
-committed is the digest of a *pool* (count plus a reserve, every exposed task digest of the ledger prefix it
-names excluded); the set opened is the pool's first `count` tasks that are not among the seed's trained tasks or
-the prepared jobs' sets (known only on the host), so the pool is fixed now and the set is a function of it.
-"Frozen" is checked against the evidence: no run whose id begins with the design's `run_prefix` may have
-started before `frozen.at`.
-
-Fields (JSON, indented): `format`, `name`, `scale`, `frozen` {`at` (UTC, YYYY-MM-DDTHH:MM:SSZ), `rule`},
-`contracts` {"study" | "adaptive": {`path`, `digest` = sha256 of the contract's canonical JSON}}, `run_prefix`,
-`k` {"study/<arm>": int >= 2}, `pairs` {"growth_vs_control": {`arms`, `k`, `start`}}, `k_chosen_by` [{`question`,
-`applies_to` (arms or "pairs.<name>"), `sd`, `effect`, `margin`, `alpha`, `power`, `one_sided` (the `kit replicates
-plan` inputs), `k`, `power_at_k`}], `replicates` {group: [0..k-1], `replicate_zero`: what replicate 0 is},
-`pairing`, `gpu_mode` {variable: value, `applies_to`}, `analysis` {`rule`, `level`, `questions`, `per_item`},
-`stopping_rule`, `final_sets` {name: {`role`, `seed`, `stream_seed` (role_stream_seed, as a string), `difficulty`,
-`families`, `count`, `reserve`, `pool_sha256` (sha256_json of the pool's task digests in order), `excluded`
-{"ledger": {`path`, `sha256`, `entries`}}, `opens`}}, `gpu_time` {`measured` {name: {`seconds` [low, high],
-`where`}}, `parts` {name: {`count`, `seconds`, `each`}}, `work_seconds`, `fixed_per_session_seconds`, `sessions`
-{`count`, `rule`}, `total_device_seconds`}, each [low, high].
+The decisions to know: k is never typed in: every `k_chosen_by` entry must equal kit.replicate_stats.plan of its
+inputs, each arm's k the largest of the entries naming it. A fresh final set draws from a task stream (role, seed)
+no contract and no ledger entry has used; committed is the digest of a *pool* (count plus a reserve, every task the
+ledger prefix exposed excluded), and the set opened is the pool's first `count` tasks not among the seed's trained
+tasks or the prepared jobs' sets (known only on the host): fixed now, a function of the pool later. "Frozen" is
+checked against the evidence: no run whose id begins with `run_prefix` may have started before `frozen.at`.
 """
+
+# Fields (JSON, indented): `format`, `name`, `scale`, `frozen` {`at` (UTC, YYYY-MM-DDTHH:MM:SSZ), `rule`},
+# `contracts` {"study" | "adaptive": {`path`, `digest` = sha256 of the contract's canonical JSON}}, `run_prefix`,
+# `k` {"study/<arm>": int >= 2}, `pairs` {"growth_vs_control": {`arms`, `k`, `start`}}, `k_chosen_by` [{`question`,
+# `applies_to` (arms or "pairs.<name>"), `sd`, `effect`, `margin`, `alpha`, `power`, `one_sided` (the `kit replicates
+# plan` inputs), `k`, `power_at_k`}], `replicates` {group: [0..k-1], `replicate_zero`: what replicate 0 is},
+# `pairing`, `gpu_mode` {variable: value, `applies_to`}, `analysis` {`rule`, `level`, `questions`, `per_item`},
+# `stopping_rule`, `final_sets` {name: {`role`, `seed`, `stream_seed` (role_stream_seed, as a string), `difficulty`,
+# `families`, `count`, `reserve`, `pool_sha256` (sha256_json of the pool's task digests in order), `excluded`
+# {"ledger": {`path`, `sha256`, `entries`}}, `opens`}}, `gpu_time` {`measured` {name: {`seconds` [low, high],
+# `where`}}, `parts` {name: {`count`, `seconds`, `each`}}, `work_seconds`, `fixed_per_session_seconds`, `sessions`
+# {`count`, `rule`}, `total_device_seconds`}, each [low, high].
 
 from __future__ import annotations
 

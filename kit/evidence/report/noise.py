@@ -81,7 +81,7 @@ def _plan_of(folder, prefix: str) -> dict | None:
 
 
 def training_noise_rows(questions: list[dict], level: float = 0.95, power: float = 0.8) -> list[dict]:
-    """Training noise in the verdicts' power (issue 59 item 2), per question whose replicates have a spread:
+    """Training noise in the verdicts' power, per question whose replicates have a spread:
     the item-only standard error of one run's difference (sqrt of the one-scoring item variance bound), the
     replicates' sd of the difference, the false-pass rate of a single-run verdict read against the item-only
     one-sided `level` bound when the true difference is 0, and the detectable effect at `power` item-only
