@@ -62,3 +62,58 @@ def test_a_run_of_the_design_started_before_it_was_frozen_is_refused(tmp_path):
     (runs / "medium-confirm-study-dense-r0" / "run.json").write_text(json.dumps({"started_at": "2026-12-31T00:00:00Z"}))
     problems = design_problems(DESIGN, REPO, runs, check_pool=False)
     assert len(problems) == 1 and "medium-confirm-study-single-r0" in problems[0] and "before the design" in problems[0]
+
+
+def _tiny_design(tmp_path):
+    """A design of two study arms (k 2) and one growth pair (k 2) in a repository of its own, its pool drawn
+    against a ledger holding one exposed task of the same stream."""
+    from kit.data.tasks import generate_set
+    from kit.evidence.ledger import record
+    from kit.evidence.replicate_design import final_set_record
+
+    base = tmp_path / "repo"
+    (base / "ledger").mkdir(parents=True)
+    ledger = base / "ledger" / "exposed.jsonl"
+    first = generate_set({"lookup": 1}, 7, "tiny-replicate-final", 1)[0]
+    record([("final.task", first.digest, first.id)], "c" * 64, "job", "an earlier scoring", ledger)
+    data = json.loads(DESIGN.read_text())
+    data.update(run_prefix="tiny-confirm-", k={"study/single": 2, "study/dense": 2},
+                pairs={"growth_vs_control": {"arms": ["B-control", "B-growth"], "k": 2, "start": "A"}},
+                final_sets={"study": final_set_record("tiny-replicate-final", 7, 1, 6, 4, ledger, base, ["lookup"])})
+    path = base / "campaigns" / "tiny-replicate-design.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    return path, ledger, first
+
+
+def _complete(runs, run_id):
+    (runs / run_id).mkdir(parents=True)
+    (runs / run_id / "run.json").write_text(json.dumps({"status": "completed", "started_at": "2027-01-01T00:00:00Z"}))
+
+
+def test_a_fresh_final_set_opens_once_after_every_replicate(tmp_path):
+    from kit.evidence.ledger import read_ledger
+    from kit.evidence.replicate_design import DesignError, design_runs, load_design, open_final_set, pool
+
+    path, ledger, exposed = _tiny_design(tmp_path)
+    d = load_design(path)
+    runs = tmp_path / "runs"
+    assert design_runs(d) == ["tiny-confirm-study-dense-r0", "tiny-confirm-study-dense-r1", "tiny-confirm-study-single-r0",
+                              "tiny-confirm-study-single-r1", "tiny-confirm-adaptive-B-control-r0",
+                              "tiny-confirm-adaptive-B-growth-r0", "tiny-confirm-adaptive-B-control-r1",
+                              "tiny-confirm-adaptive-B-growth-r1"]
+    for run_id in design_runs(d)[:-1]:
+        _complete(runs, run_id)
+    with pytest.raises(DesignError, match="1 of the design's runs are not completed .*tiny-confirm-adaptive-B-growth-r1"):
+        open_final_set(path, "study", runs, ledger)
+    _complete(runs, design_runs(d)[-1])
+    drawn = pool(d["final_sets"]["study"], ledger)
+    assert exposed.digest not in {t.digest for t in drawn} and len(drawn) == 10
+    tasks = open_final_set(path, "study", runs, ledger, exclude_digests={drawn[0].digest})  # a seed-trained task
+    assert [t.digest for t in tasks] == [t.digest for t in drawn[1:7]]
+    opened = [e for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")]
+    assert {e["digest"] for e in opened} == {t.digest for t in tasks} and {e["kind"] for e in opened} == {"final.task"}
+    with pytest.raises(DesignError, match="opened already; a fresh set opens once"):
+        open_final_set(path, "study", runs, ledger)
+    # the pool stays what was frozen: the opening's own ledger entries do not move it
+    assert [t.digest for t in pool(d["final_sets"]["study"], ledger)] == [t.digest for t in drawn]

@@ -11,16 +11,17 @@ checked against the evidence: no run whose id begins with `run_prefix` may have 
 """
 
 # Fields (JSON, indented): `format`, `name`, `scale`, `frozen` {`at` (UTC, YYYY-MM-DDTHH:MM:SSZ), `rule`},
-# `contracts` {"study" | "adaptive": {`path`, `digest` = sha256 of the contract's canonical JSON}}, `run_prefix`,
-# `k` {"study/<arm>": int >= 2}, `pairs` {"growth_vs_control": {`arms`, `k`, `start`}}, `k_chosen_by` [{`question`,
-# `applies_to` (arms or "pairs.<name>"), `sd`, `effect`, `margin`, `alpha`, `power`, `one_sided` (the `kit replicates
-# plan` inputs), `k`, `power_at_k`}], `replicates` {group: [0..k-1], `replicate_zero`: what replicate 0 is},
-# `pairing`, `gpu_mode` {variable: value, `applies_to`}, `analysis` {`rule`, `level`, `questions`, `per_item`},
-# `stopping_rule`, `final_sets` {name: {`role`, `seed`, `stream_seed` (role_stream_seed, as a string), `difficulty`,
-# `families`, `count`, `reserve`, `pool_sha256` (sha256_json of the pool's task digests in order), `excluded`
-# {"ledger": {`path`, `sha256`, `entries`}}, `opens`}}, `gpu_time` {`measured` {name: {`seconds` [low, high],
-# `where`}}, `parts` {name: {`count`, `seconds`, `each`}}, `work_seconds`, `fixed_per_session_seconds`, `sessions`
-# {`count`, `rule`}, `total_device_seconds`}, each [low, high].
+# `contracts` {"study" | "adaptive": {`path`, `digest` = sha256 of the contract's canonical JSON}},
+# `run_prefix`, `k` {"study/<arm>": int >= 2}, `pairs` {"growth_vs_control": {`arms`, `k`, `start`}},
+# `k_chosen_by` [{`question`, `applies_to` (arms or "pairs.<name>"), `sd`, `effect`, `margin`, `alpha`,
+# `power`, `one_sided` (the `kit replicates plan` inputs), `k`, `power_at_k`}], `replicates` {group: [0..k-1],
+# `replicate_zero`: what replicate 0 is}, `pairing`, `gpu_mode` {variable: value, `applies_to`}, `analysis`
+# {`rule`, `level`, `questions`, `per_item`}, `stopping_rule`, `final_sets` {name: {`role`, `seed`,
+# `stream_seed` (role_stream_seed, as a string), `difficulty`, `families`, `count`, `reserve`, `pool_sha256`
+# (sha256_json of the pool's task digests in order), `excluded` {"ledger": {`path`, `entries`, `prefix_sha256`
+# (sha256_json of their [kind, digest] pairs)}}, `opens`}}, `gpu_time` {`measured` {name: {`seconds` [low,
+# high], `where`}}, `parts` {name: {`count`, `seconds`, `each`}}, `work_seconds`, `fixed_per_session_seconds`,
+# `sessions` {`count`, `rule`}, `total_device_seconds`}, each [low, high].
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ import re
 from pathlib import Path
 
 from kit.data.tasks import FAMILIES, generate_set, role_stream_seed
-from kit.digest import load_json_strict, sha256_file, sha256_json
-from kit.evidence.ledger import read_ledger
+from kit.digest import load_json_strict, sha256_json
+from kit.evidence.ledger import read_ledger, record
 from kit.replicate_stats import plan
 
 DESIGN_FORMAT = "kit-replicate-design/1"
@@ -80,13 +81,15 @@ def load_design(path: str | os.PathLike) -> dict:
 
 
 def pool(spec: dict, ledger: str | os.PathLike) -> list:
-    """The fresh final set's pool: count + reserve tasks of the stream (role, seed), every task digest the
-    ledger exposed excluded (kit.data.tasks.generate_set, families spread over `families`)."""
+    """The fresh final set's pool: count + reserve tasks of the stream (role, seed), every task digest of the
+    ledger's first `excluded.ledger.entries` entries excluded (kit.data.tasks.generate_set, spread over
+    `families`): later entries, the design's own opening included, do not move it."""
     families = spec.get("families") or list(FAMILIES)
     total = spec["count"] + spec["reserve"]
     base, extra = divmod(total, len(families))
     counts = {f: base + (1 if i < extra else 0) for i, f in enumerate(families)}
-    exposed = {e["digest"] for e in read_ledger(ledger)}
+    entries = read_ledger(ledger)[:(spec.get("excluded") or {}).get("ledger", {}).get("entries")]
+    exposed = {e["digest"] for e in entries}
     return generate_set(counts, spec["seed"], spec["role"], spec["difficulty"], exclude_digests=exposed)
 
 
@@ -98,10 +101,14 @@ def final_set_record(role: str, seed: int, difficulty: int, count: int, reserve:
     tasks = pool(spec, ledger)
     return {**spec, "stream_seed": str(role_stream_seed(seed, role)),
             "pool_sha256": sha256_json([t.digest for t in tasks]),
-            "excluded": {"ledger": {"path": str(ledger.relative_to(base)), "sha256": sha256_file(ledger),
-                                    "entries": len(read_ledger(ledger))}},
+            "excluded": {"ledger": {"path": str(ledger.relative_to(base)), "entries": len(read_ledger(ledger)),
+                                    "prefix_sha256": _prefix_sha(read_ledger(ledger))}},
             "opens": "once, after every replicate of this design is committed: the pool's first `count` tasks not "
                      "among the seed's trained tasks or the prepared jobs' task sets, through the final-role guard"}
+
+
+def _prefix_sha(entries: list[dict]) -> str:
+    return sha256_json([[e["kind"], e["digest"]] for e in entries])
 
 
 def _used_streams(base: Path) -> set[str]:
@@ -183,9 +190,10 @@ def design_problems(path: str | os.PathLike, base: str | os.PathLike, runs_dir: 
                        "contract or the exposure ledger; expected a range no earlier set used")
         ledger = base / spec["excluded"]["ledger"]["path"]
         if check_pool and ledger.is_file():
-            if len(read_ledger(ledger)) < spec["excluded"]["ledger"]["entries"]:
-                out.append(f"{where}.excluded.ledger.entries' = {spec['excluded']['ledger']['entries']}; {ledger} "
-                           "holds fewer")
+            n = spec["excluded"]["ledger"]["entries"]
+            if _prefix_sha(read_ledger(ledger)[:n]) != spec["excluded"]["ledger"].get("prefix_sha256"):
+                out.append(f"{where}.excluded.ledger.prefix_sha256': {ledger}'s first {n} entries differ from the "
+                           "ones the pool excluded (entries removed or edited)")
             else:
                 got = sha256_json([t.digest for t in pool(spec, ledger)])
                 if got != spec["pool_sha256"]:
@@ -216,3 +224,44 @@ def design_reports(base: str | os.PathLike, runs_dir: str | os.PathLike | None =
              "detail": "; ".join(problems) or "frozen before its runs; k recomputed by plan; fresh final pools "
                                                "drawn again equal"}]})
     return reports
+
+
+def design_runs(design: dict) -> list[str]:
+    """The training runs a design needs before its final sets open: `<run_prefix>study-<arm>-r<k>` for each
+    study arm and k < its k, `<run_prefix>adaptive-B-control-r<k>` and `-B-growth-r<k>` for k < the pairs' k."""
+    p = design["run_prefix"]
+    out = [f"{p}study-{arm.split('/', 1)[1]}-r{k}" for arm, n in sorted(design["k"].items()) for k in range(n)]
+    pairs = design["pairs"].get("growth_vs_control")
+    if pairs:
+        out += [f"{p}adaptive-B-{side}-r{k}" for k in range(pairs["k"]) for side in ("control", "growth")]
+    return out
+
+
+def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLike, ledger: str | os.PathLike,
+                   exclude_digests=frozenset(), base: str | os.PathLike | None = None) -> list:
+    """Open the design's fresh final set `name` once: refused unless every run of `design_runs` is completed in
+    `runs_dir` and the ledger records no earlier opening of it; the set is the pool's first `count` tasks not in
+    `exclude_digests` (the seed's trained tasks and the prepared jobs' sets, on the host), recorded in the
+    exposure ledger as final tasks under the contract the set belongs to; returns the tasks."""
+    path, runs_dir = Path(path), Path(runs_dir)
+    d = load_design(path)
+    spec = d["final_sets"].get(name)
+    if spec is None:
+        raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
+    missing = [r for r in design_runs(d) if not (runs_dir / r / "run.json").is_file()
+               or load_json_strict(runs_dir / r / "run.json").get("status") != "completed"]
+    if missing:
+        raise DesignError(f"{path}: final set {name!r} stays closed: {len(missing)} of the design's runs are not "
+                          f"completed in {runs_dir} (first: {missing[0]}); expected every replicate committed first")
+    purpose = f"replicate design {d['name']}: final set {name} (pool {spec['pool_sha256'][:16]})"
+    if any(e.get("purpose") == purpose for e in read_ledger(ledger)):
+        raise DesignError(f"{ledger}: final set {name!r} of {path} was opened already; a fresh set opens once")
+    base = Path(base) if base is not None else path.resolve().parents[1]
+    tasks = [t for t in pool(spec, base / spec["excluded"]["ledger"]["path"]) if t.digest not in set(exclude_digests)]
+    if len(tasks) < spec["count"]:
+        raise DesignError(f"{path}: final set {name!r}: {len(tasks)} pool tasks left after the exclusions, "
+                          f"{spec['count']} wanted; expected a larger `reserve` in a new design")
+    tasks = tasks[:spec["count"]]
+    contract = d["contracts"]["study" if name == "study" else "adaptive"]["digest"]
+    record([("final.task", t.digest, t.id) for t in tasks], contract, spec["pool_sha256"], purpose, ledger)
+    return tasks
