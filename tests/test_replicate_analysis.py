@@ -76,3 +76,11 @@ def test_the_analysis_changes_with_the_evidence(tmp_path):
     q = {tuple(x["key"]): x for x in analyse(runs)["questions"]}
     assert q[("growth_vs_control", "generated")]["passes_in"] == 1  # r1 alone now (r0 lost more than gained)
     assert analyse(runs)["arms"]["study/single"][0]["k"] == 1  # no pilot beside these runs: no replicate 0
+
+
+def test_the_noise_sentence_reads_no_effect_against_one_pair():
+    from kit.evidence.report.noise import noise_sentences
+
+    text = " ".join(noise_sentences(REPO / "runs" / "medium-*"))
+    assert "powersgd vs single: +3.42 points." in text
+    assert "that gap" not in text and "beyond" not in text and "the replicate section reads each question" in text
