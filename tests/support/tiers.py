@@ -152,6 +152,7 @@ UNIT_FILES = (
     "reliability/test_concurrent_commits.py",
     "reliability/test_crash_and_disk_full.py",
     "reliability/test_hostile_input.py",
+    "reliability/test_hostile_use.py",
     "reliability/test_no_pickle.py",
     "reliability/test_prepared_job_guards.py",
     "reliability/test_properties.py",
