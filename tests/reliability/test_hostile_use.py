@@ -50,7 +50,7 @@ def two_commits(tmp_path: Path) -> tuple[Path, str, str, set[str]]:
 
 
 def test_gc_objects_refuses_when_heads_manifest_is_missing(tmp_path, capsys):
-    home, first, second, before = two_commits(tmp_path)
+    home, _, second, before = two_commits(tmp_path)
     (home / "commits" / f"{second}.json").unlink()
     refused(capsys, ["checkpoint", "gc", "--home", str(home), "--objects"], str(home / "HEAD"), second,
             "does not exist", "refused")
@@ -88,3 +88,128 @@ def test_gc_objects_keeps_every_object_a_manifest_or_head_names(tmp_path, capsys
     assert set(ObjectStore(home).digests()) == before - stray and len(stray) == 1
     assert commits.verify_commit(home, first)["full_root"] == first
     assert commits.verify_commit(home)["full_root"] == second
+
+
+# -- 2. learning rate and weight decay bounded; nothing non-finite committed or exported ------------------
+
+CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
+
+
+def edited_contract(tmp_path: Path, name: str, edit) -> Path:
+    data = json.loads((CONTRACTS / name).read_text())
+    edit(data)
+    out = tmp_path / name
+    out.write_text(json.dumps(data))
+    return out
+
+
+def set_group(field: str, value: float):
+    def edit(data):
+        training = data["training"]
+        for group in training["optimizer"].values() if "default" in training["optimizer"] else [training["optimizer"]]:
+            group[field] = value
+    return edit
+
+
+def contract_loader(name: str):
+    from kit.adaptive.continued_schema import load_continued_contract
+    from kit.adaptive.schema import load_adaptive_contract
+    from kit.study.schema import load_study_contract
+
+    return {"adaptive": load_adaptive_contract, "continued": load_continued_contract,
+            "shared": load_study_contract}[name.split("-")[0]]
+
+
+@pytest.mark.parametrize("name", ["adaptive-shards.tiny.json", "continued-learning.tiny.json", "shared-gradient.tiny.json"])
+@pytest.mark.parametrize("field,value", [("lr", 1e308), ("lr", -0.0), ("lr", 5e-324), ("lr", 0), ("lr", 1e-11),
+                                         ("lr", 1.5), ("weight_decay", 1e308), ("weight_decay", -0.0),
+                                         ("weight_decay", -1e-9), ("weight_decay", 2.0)])
+def test_contract_refuses_learning_rate_and_weight_decay_out_of_bounds(tmp_path, name, field, value):
+    from kit.contract import ContractError
+
+    path = edited_contract(tmp_path, name, set_group(field, value))
+    with pytest.raises(ContractError) as e:
+        contract_loader(name)(path)
+    message = str(e.value)
+    assert str(path) in message and field in message and "expected within" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["adaptive-shards.tiny.json", "shared-gradient.tiny.json"])
+def test_contract_accepts_the_bounds_themselves(tmp_path, name):
+    from kit.contract import LR_MAX, LR_MIN, WEIGHT_DECAY_MAX
+
+    for field, value in (("lr", LR_MIN), ("lr", LR_MAX), ("weight_decay", 0), ("weight_decay", WEIGHT_DECAY_MAX)):
+        contract_loader(name)(edited_contract(tmp_path, name, set_group(field, value)))
+
+
+def test_every_committed_contract_loads_unchanged():
+    from kit.digest import sha256_json
+
+    for path in sorted(CONTRACTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        loader = {"adaptive-shards": "adaptive", "continued-learning": "continued",
+                  "shared-gradient-study": "shared"}[data["kind"]]
+        assert contract_loader(loader)(path).digest == sha256_json(data), path
+
+
+def test_optimizer_group_from_json_refuses_the_same_values():
+    from kit.train.optim import GroupConfig
+
+    for bad in ({"lr": 1e308}, {"lr": 5e-324}, {"lr": 1e-3, "weight_decay": 1e308}, {"lr": 1e-3, "weight_decay": -0.0},
+                {"lr": 1e-3, "eps": math.inf}):
+        with pytest.raises(ValueError, match="out of range"):
+            GroupConfig.from_json(bad, "training.optimizer.default")
+
+
+@pytest.fixture(scope="module")
+def seed_dir(tmp_path_factory):
+    return write_seed(tmp_path_factory.mktemp("hostile-use") / "seed", layers=2)
+
+
+def nan_session(home: Path, seed_dir: Path):
+    from support.engine import OPT
+    from support.engine_workers import engine_config
+
+    from kit.distributed.group import Group
+    from kit.engine.session import Session
+    from kit.model.shard import even_layout
+    from kit.store.start import start_from_commit
+    from kit.train.optim import GroupConfig
+
+    root = model_commit(home, seed_dir, workers=1, seed=1)
+    session = Session(Group(0, 1, torch.device("cpu")), str(home), even_layout(2, 1), start_from_commit(str(home), root),
+                      engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}), {"default": GroupConfig(**OPT)})
+    name, param = next(iter(session.engine.optimizer.params.items()))
+    with torch.no_grad():
+        param.view(-1)[0] = float("inf")  # what lr 1e308 makes of a weight after one update
+    return session, root, name
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_non_finite_parameter_is_never_committed(tmp_path, seed_dir, background):
+    home = tmp_path / "home"
+    session, root, name = nan_session(home, seed_dir)
+    before = set(ObjectStore(home).digests())
+    with pytest.raises(commits.CommitError) as e:
+        session.commit(background=background)
+        session.wait_commit()
+    assert "HEAD unchanged" in str(e.value) and name in str(e.value) and "not finite" in str(e.value)
+    assert commits.read_head(home) == root and commits.list_commits(home) == [root]
+    assert set(ObjectStore(home).digests()) == before  # refused before any object was written
+
+
+def test_export_refuses_non_finite_parameters(tmp_path, capsys, seed_dir):
+    from kit.store.params import save_param_states
+
+    home = tmp_path / "home"
+    states = random_states(3, {"x": (4,)})
+    states["x"]["param"][1] = float("nan")
+    with pytest.raises(ValueError, match="not finite"):
+        save_param_states(ObjectStore(home), states)  # the store refuses to hold it
+    out = tmp_path / "export"
+    shape = json.loads((seed_dir / "config.json").read_text())["hidden_size"]
+    nan = torch.full((shape,), float("nan")).numpy().tobytes()
+    bad = model_commit(tmp_path / "bad", seed_dir, workers=1, seed=2, replace_objects={"model.norm.weight.param": nan})
+    refused(capsys, ["checkpoint", "export", bad, "--home", str(tmp_path / "bad"), "--out", str(out)],
+            f"{bad}.json", "model.norm.weight", "not finite")
+    assert not out.exists()
