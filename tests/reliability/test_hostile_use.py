@@ -213,3 +213,82 @@ def test_export_refuses_non_finite_parameters(tmp_path, capsys, seed_dir):
     refused(capsys, ["checkpoint", "export", bad, "--home", str(tmp_path / "bad"), "--out", str(out)],
             f"{bad}.json", "model.norm.weight", "not finite")
     assert not out.exists()
+
+
+# -- 4. chat templates: failures named as such, output bounded before tokenizing -------------------------
+
+
+@pytest.fixture(scope="module")
+def prepare_base(tmp_path_factory):
+    """A seed with a tokenizer and the inputs the tiny contract prepares from (as tests/reliability/test_bad_data.py)."""
+    from support.adaptive import PUBLIC, distinct, make_seed, planted, seed_tasks
+
+    from kit.data.conversations import synthetic_conversations, write_jsonl
+
+    root = tmp_path_factory.mktemp("templates")
+    replay = distinct(synthetic_conversations(200, 11))[:29] + planted(PUBLIC) + seed_tasks()
+    seed = make_seed(root, replay)
+    dev = root / "dev_retention.jsonl"
+    write_jsonl(dev, distinct(synthetic_conversations(300, 12), {c.digest for c in replay})[:40])
+    return {"seed": seed, "replay": seed / "trained_conversations.jsonl", "dev": dev}
+
+
+def with_template(base_seed: Path, tmp_path: Path, template: str) -> Path:
+    seed = tmp_path / "seed"
+    shutil.copytree(base_seed, seed)
+    config = json.loads((seed / "tokenizer_config.json").read_text())
+    (seed / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    (seed / "chat_template.jinja").unlink(missing_ok=True)
+    return seed
+
+
+CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+HOSTILE_TEMPLATES = {
+    # fails on the task records only (their assistant answers are short): today "task ... exceeds max_tokens"
+    "raises on tasks": "{% for m in messages %}{% if m.role == 'assistant' and m.content|length < 12 %}"
+                       "{{ raise_exception('no short answers') }}{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                       "<|im_end|>\n{% endfor %}",
+    "undefined": "{{ messages[9].content.x }}" + CHATML,
+    "repeats a string": "{{ 'x' * 10**9 }}" + CHATML,
+    "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}xy{% endfor %}{% endfor %}" + CHATML,
+    "a huge power": "{{ 9 ** 99999999 }}" + CHATML,
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_TEMPLATES))
+def test_a_failing_chat_template_is_named_as_one(prepare_base, tmp_path, case):
+    from support.adaptive import PUBLIC, TINY
+
+    from kit.adaptive import prepare as prep
+
+    seed = with_template(prepare_base["seed"], tmp_path, HOSTILE_TEMPLATES[case])
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as e:
+        prep.prepare(TINY, seed, prepare_base["replay"], prepare_base["dev"], PUBLIC, out)
+    message = str(e.value)
+    assert message.startswith(f"{seed}: its chat template ") and "max_tokens" not in message, message
+    assert "\n" not in message and not out.exists()
+
+
+@pytest.mark.parametrize("case", ["repeats a string", "nested loops", "a huge power"])
+def test_unbounded_template_output_is_refused_before_the_tokenizer(prepare_base, tmp_path, monkeypatch, case):
+    from kit.data.chat import ChatTemplateError, encode_conversation, load_tokenizer
+    from kit.data.conversations import Conversation, Message
+
+    seed = with_template(prepare_base["seed"], tmp_path, HOSTILE_TEMPLATES[case])
+    tokenizer = load_tokenizer(seed)
+    called = []
+    monkeypatch.setattr(type(tokenizer), "__call__", lambda *a, **k: called.append(a) or pytest.fail("tokenized"))
+    conv = Conversation("c", (Message("user", "hi"), Message("assistant", "ok")), "synthetic")
+    with pytest.raises(ChatTemplateError, match="renders without bound"):
+        encode_conversation(tokenizer, conv, 64)
+    assert called == []
+
+
+def test_a_long_conversation_is_still_only_too_long(prepare_base, tmp_path):
+    from kit.data.chat import encode_conversation, load_tokenizer
+    from kit.data.conversations import Conversation, Message
+
+    tokenizer = load_tokenizer(with_template(prepare_base["seed"], tmp_path, CHATML))
+    conv = Conversation("c", (Message("user", "word " * 40000), Message("assistant", "ok")), "synthetic")
+    assert encode_conversation(tokenizer, conv, 64) is None  # over max_tokens, not a template failure
