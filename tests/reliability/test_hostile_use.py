@@ -292,3 +292,169 @@ def test_a_long_conversation_is_still_only_too_long(prepare_base, tmp_path):
     tokenizer = load_tokenizer(with_template(prepare_base["seed"], tmp_path, CHATML))
     conv = Conversation("c", (Message("user", "word " * 40000), Message("assistant", "ok")), "synthetic")
     assert encode_conversation(tokenizer, conv, 64) is None  # over max_tokens, not a template failure
+
+
+# -- 5. messages: a full disk, a busy home, CUDA on a CPU build, a report's title, a hostile run.json ---------
+
+
+def half_then_enospc(monkeypatch, victim: str):
+    """`open` (builtins and io, so pathlib and pandas too) writes half of what goes to a file whose name contains
+    `victim`, then raises ENOSPC: a disk that fills while the file is written, without root or a real full disk."""
+    import builtins
+    import io
+
+    real_open = io.open
+
+    class Filling:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            self.f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def fake_open(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return Filling(f) if "w" in mode and victim in Path(path).name else f
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(io, "open", fake_open)
+
+
+def test_results_on_a_full_disk_leave_nothing_and_name_the_file(tmp_path, capsys, monkeypatch):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out = tmp_path / "r.csv"
+    half_then_enospc(monkeypatch, "r.csv")
+    refused(capsys, ["results", str(runs), "--out", str(out)], str(out), "No space left on device", "disk is full")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no truncated r.csv, no temporary
+
+
+def test_report_on_a_full_disk_leaves_no_partial_output(tmp_path, capsys, monkeypatch):
+    import nbclient
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.html").write_text("the earlier page")
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", lambda self, **k: self.nb)  # no kernel: the writes matter
+    half_then_enospc(monkeypatch, "index.html")
+    refused(capsys, ["report", "--runs-dir", str(runs), "--out", str(out)], str(out / "index.html"), "disk is full")
+    assert sorted(p.name for p in out.iterdir() if p.name != "kernel.log") == ["index.html"]
+    assert (out / "index.html").read_text() == "the earlier page"  # what was there stays whole
+
+
+def test_report_title_is_escaped_in_the_page(tmp_path, capsys, monkeypatch):
+    import nbclient
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out = tmp_path / "report"
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", lambda self, **k: self.nb)
+    title = "<script>alert(1)</script> [x](javascript:alert(2)) <img src=x onerror=alert(3)>"
+    assert main(["report", "--runs-dir", str(runs), "--out", str(out), "--title", title]) == 0
+    page = (out / "index.html").read_text()
+    assert "<script>alert" not in page and "<img src=x" not in page and 'href="javascript' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def fake_papermill(monkeypatch, fail_record: bool = False):
+    """papermill that leaves a truncated executed notebook and raises ENOSPC (the disk filled while it wrote
+    it); its prepare-only call (the parameterised notebook) is the real one. No kernel starts."""
+    import papermill
+
+    real = papermill.execute_notebook
+
+    def execute(notebook, output, *args, prepare_only=False, **kwargs):
+        if prepare_only:
+            return real(notebook, output, *args, prepare_only=True, **kwargs)
+        Path(output).write_text('{"cells": [{"cell_type": "code", "source": "x = ')
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    if fail_record:
+        half_then_enospc(monkeypatch, "run.json")
+
+
+def test_kit_run_on_a_full_disk_names_it_and_records_the_run(tmp_path, capsys, monkeypatch):
+    from support.notebooks import write_notebook
+
+    nb = write_notebook(tmp_path / "nb.ipynb", "x = 1")
+    fake_papermill(monkeypatch)
+    capsys.readouterr()
+    assert main(["run", str(nb), "--runs-dir", str(tmp_path / "runs"), "--run-id", "r1", "--no-progress"]) == 1
+    out = capsys.readouterr()
+    assert "disk is full" in out.out and "invalid JSON" not in out.out + out.err, out
+    run_dir = tmp_path / "runs" / "r1"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed" and "disk is full" in record["reason"]
+    json.loads((run_dir / "nb.ipynb").read_text())  # the truncated notebook is gone: the parameterised one is there
+    assert not (run_dir / ".disk-reserve").exists() and ".disk-reserve" not in record["manifest"]
+
+
+def test_kit_run_leaves_no_notebook_without_a_record(tmp_path, capsys, monkeypatch):
+    from support.notebooks import write_notebook
+
+    nb = write_notebook(tmp_path / "nb.ipynb", "x = 1")
+    fake_papermill(monkeypatch, fail_record=True)
+    refused(capsys, ["run", str(nb), "--runs-dir", str(tmp_path / "runs"), "--run-id", "r1", "--no-progress"],
+            str(tmp_path / "runs" / "r1" / "run.json"), "disk is full", "removed")
+    assert not list((tmp_path / "runs" / "r1").glob("*.ipynb")) and not (tmp_path / "runs" / "r1" / "run.json").exists()
+
+
+def test_cuda_on_a_cpu_build_is_one_line(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: --device cuda is valid here")
+    refused(capsys, ["study", "evaluate", "--device", "cuda"], "--device", "'cuda'", "expected cpu")
+    refused(capsys, ["adaptive", "evaluate", "--device", "cuda:3"], "'cuda:3'", "expected cpu")
+
+
+def test_a_second_trainer_is_told_the_home_is_in_use_not_to_remove_it(tmp_path):
+    import subprocess
+    import sys
+
+    from kit.adaptive.bindings import TrainRefused, check_fresh_home
+
+    home = tmp_path / "home"
+    (home / "attempts" / "20260101T000000-aaaaaaaa").mkdir(parents=True)
+    (home / "attempts" / "20260101T000000-aaaaaaaa" / "attempt.json").write_text(json.dumps({"status": "running"}))
+    holder = subprocess.Popen([sys.executable, "-c", ("import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(home / 'in-use.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_SH)\nprint('held', flush=True)\ntime.sleep(60)")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TrainRefused) as e:
+            check_fresh_home(str(home), "A", None, None)
+        message = str(e.value)
+        assert "rm -r" not in message and "in use by" in message and "20260101T000000-aaaaaaaa" in message
+        assert f"pid {holder.pid}" in message or "a running training" in message
+    finally:
+        holder.kill()
+        holder.wait()
+    with pytest.raises(TrainRefused, match="rm -r"):  # the training ended without a commit: removing is right
+        check_fresh_home(str(home), "A", None, None)
+
+
+def test_status_prints_a_hostile_run_record_escaped(tmp_path, capsys):
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    hostile = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202eevil\rover"
+    (run / "run.json").write_text(json.dumps({"run_id": "r1" + hostile, "status": "failed", "reason": hostile,
+                                              "duration_s": 1.0}))
+    capsys.readouterr()
+    assert main(["status", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert not any(ch in out for ch in "\x1b\x07\x9b\u202e\r"), repr(out)
+    assert "\\x1b]0;pwned\\x07" in out and "\\u202eevil\\x0dover" in out
