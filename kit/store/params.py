@@ -5,6 +5,7 @@ export and the frozen reference never need the Adam moments).
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,10 +42,12 @@ class NonFiniteState(RecordError):
 
 def non_finite(tensor: torch.Tensor, what: str) -> str | None:
     """None when every value of `tensor` is finite, else "WHAT: N of M values are not finite (first: V)"."""
-    finite = torch.isfinite(tensor)
-    if bool(finite.all()):
+    if tensor.numel() == 0:
         return None
-    bad = tensor[~finite]
+    low, high = torch.aminmax(tensor)  # NaN propagates into both; no tensor-sized temporary on the passing path
+    if math.isfinite(low.item()) and math.isfinite(high.item()):
+        return None
+    bad = tensor[~torch.isfinite(tensor)]
     return f"{what}: {bad.numel()} of {tensor.numel()} values are not finite (first: {bad.flatten()[0].item()})"
 
 
