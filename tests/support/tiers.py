@@ -71,6 +71,7 @@ E2E_FILES = (
     "test_scales.py",
     "test_study_netns.py",
     "test_torchrun.py",
+    "reliability/test_full_disk_run.py",
     "reliability/test_locks_and_leftovers.py",
     "reliability/test_notebook_parameters.py",
     "reliability/test_signals.py",
