@@ -219,7 +219,7 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_genera
     if not isinstance(text, str):
         raise _template_refused(tokenizer, TypeError(f"it rendered a {type(text).__name__}"))
     if len(text) > limit:  # before any tokenizer sees it
-        raise _template_refused(tokenizer, _TooLong(f"{len(text)} characters"), f"its output has {len(text)} "
+        raise _template_refused(tokenizer, _TooLong(f"over {limit}"), f"its output has {len(text)} "
                                 f"characters for a conversation whose contents have "
                                 f"{sum(len(m['content']) for m in messages)}")
     return text
