@@ -458,3 +458,16 @@ def test_status_prints_a_hostile_run_record_escaped(tmp_path, capsys):
     out = capsys.readouterr().out
     assert not any(ch in out for ch in "\x1b\x07\x9b\u202e\r"), repr(out)
     assert "\\x1b]0;pwned\\x07" in out and "\\u202eevil\\x0dover" in out
+
+
+def test_rendered_length_is_checked_again_before_the_tokenizer(prepare_base, tmp_path, monkeypatch):
+    from kit.data import chat
+    from kit.data.conversations import Conversation, Message
+
+    monkeypatch.setattr(chat, "_bounded_template", lambda source: None)  # as without transformers' compiler
+    tokenizer = chat.load_tokenizer(with_template(prepare_base["seed"], tmp_path,
+                                                  "{% for i in range(100000) %}xy{% endfor %}" + CHATML))
+    monkeypatch.setattr(type(tokenizer), "__call__", lambda *a, **k: pytest.fail("tokenized"))
+    conv = Conversation("c", (Message("user", "hi"), Message("assistant", "ok")), "synthetic")
+    with pytest.raises(chat.ChatTemplateError, match="its output has 200"):
+        chat.encode_conversation(tokenizer, conv, 64)
