@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import warnings
@@ -35,6 +36,18 @@ def device(text: str) -> str:
     """--device: cpu, cuda or cuda:N (torch's own refusal of `tpu:9` is a multi-line RuntimeError)."""
     if not DEVICE_RE.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r}: expected cpu, cuda or cuda:N")
+    if text != "cpu":  # here, not as an AssertionError traceback from deep inside the first .to(device)
+        import torch  # noqa: PLC0415 - only when a GPU is asked for: the parser stays light otherwise
+
+        if torch.version.cuda is None:
+            raise argparse.ArgumentTypeError(f"{text!r}: this torch build ({torch.__version__}) has no CUDA; expected "
+                                             "cpu (on a GPU host, a CUDA build of torch: docs/gpu-hosts.md)")
+        count = torch.cuda.device_count()
+        index = int(text.partition(":")[2] or 0)
+        if index >= count:
+            raise argparse.ArgumentTypeError(f"{text!r}: {count} CUDA device(s) visible to this process "
+                                             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+                                             "; expected cpu" + (f" or cuda:0..{count - 1}" if count else ""))
     return text
 
 
@@ -445,5 +458,21 @@ def leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 
 
 def print_error(prog: str, message) -> int:
-    print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
+    print(f"{prog}: error: {printable(one_line(message))}", file=sys.stderr)
     return 2
+
+
+# C0 and C1 controls (ESC starts a terminal's control sequence, CSI is U+009B), DEL, and the bidirectional overrides
+# and isolates that reorder what a terminal shows ("Trojan source"); a tab is kept
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: each control or bidi character written as its Python escape
+    (`\\x1b`, `\\u202e`), so a record's text can neither move the cursor, retitle the window nor hide itself.
+    Applied line by line (the newlines between lines stay)."""
+    def escaped(m: re.Match) -> str:
+        code = ord(m.group(0))
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return "\n".join(_UNPRINTABLE.sub(escaped, line) for line in str(text).split("\n"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
+import math
 import os
 import sys
 import types
@@ -101,6 +102,14 @@ class Num:
 MAX_COUNT = 10**6  # the bound of an integer field that names none: counts of tasks, updates, tokens, steps
 SEED = Num(0, 2**63 - 1, integer=True)  # random seeds and byte sizes are integers beyond MAX_COUNT
 BYTES = Num(0, 2**60, integer=True)
+# An optimizer group's rates (docs/contracts.md, "Learning rate and weight decay"). lr: Adam moves a parameter by about
+# lr per update, and an FP32 parameter of magnitude 1e-2 does not change under a step below 2^-24 x 1e-2 (~6e-10), so
+# an lr under 1e-10 trains nothing (5e-324 is 0 in FP32; -0.0 is no rate); above 1 a single update moves every weight
+# by more than the weights' own scale. weight_decay: 0 is "no decay" (every committed contract); at most 1, so that
+# AdamW's factor 1 - lr x weight_decay stays in [0, 1) and never flips or grows a weight.
+LR_MIN, LR_MAX, WEIGHT_DECAY_MAX = 1e-10, 1.0, 1.0
+LR = Num(LR_MIN, LR_MAX)
+WEIGHT_DECAY = Num(0, WEIGHT_DECAY_MAX)
 
 
 def _is_number(v) -> bool:
@@ -162,6 +171,9 @@ def validate(value: Any, spec: Any, path: str, source: str) -> None:
         hi = spec.hi if spec.hi is not None or not spec.integer else MAX_COUNT  # 10**12 tasks is not a count
         if (spec.lo is not None and value < spec.lo) or (hi is not None and value > hi):
             raise ContractError(f"{where} = {value!r}; expected within [{spec.lo}, {hi}]")
+        if spec.lo is not None and spec.lo >= 0 and value == 0 and math.copysign(1.0, value) < 0:
+            raise ContractError(f"{where} = -0.0; expected within [{spec.lo}, {hi}] (a negative zero is not a "
+                                "non-negative number: write 0)")
         return
     if spec is float:
         if not _is_number(value):

@@ -7,6 +7,7 @@ file that parses has exactly one canonical form and therefore exactly one digest
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -172,6 +173,35 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         raise OSError(e.errno, e.strerror, str(path)) from e
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_files_atomic(files: dict[Path, bytes]) -> None:
+    """Write several files all or none: each to a temporary sibling (fsynced), and only when every one is
+    complete are they renamed into place. On an error (a full disk) every temporary is removed, the files
+    they would replace stay as they were, and the OSError names the file and the cause."""
+    done: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            done.append((tmp, path))
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                full = " (the disk is full)" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+                raise OSError(e.errno, f"{path}: could not write it: {e.strerror}{full}; removed what was written, "
+                              f"{len(files)} file(s) left as they were") from e
+    except BaseException:
+        for tmp, _ in done:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in done:
+        os.replace(tmp, path)
+    for directory in {path.parent for _, path in done}:
+        fsync_dir(directory)
 
 
 def fsync_dir(directory: str | os.PathLike) -> None:

@@ -16,6 +16,7 @@ from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import check_commitments
 from kit.store.commits import CommitError, read_commit, read_head
+from kit.store.in_use import IN_USE_NAME, in_use_by
 
 COHORTS = ("A", "B")
 
@@ -68,6 +69,12 @@ def _earlier_attempts(home: Path) -> str:
     """What an earlier attempt left in `home` and how to go on from it: resume from its HEAD, or, when it
     committed nothing (interrupted before its first commit), remove the home and start again."""
     records = sorted(home.glob("attempts/*/attempt.json")) if home.is_dir() else []
+    holder = in_use_by(home) if home.is_dir() else None
+    if holder is not None:  # never tell anyone to remove a home a training is writing
+        running = [p.parent.name for p in records if _state(p) == "running"]
+        return (f"; it is in use by {holder} ({home / IN_USE_NAME} is held"
+                + (f"; attempt {', '.join(running)} is running" if running else "")
+                + "): wait for that training to end, or choose another --home")
     if not records:
         return ""
     states = ", ".join(f"{p.parent.name} ({_state(p)})" for p in records)

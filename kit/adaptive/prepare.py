@@ -24,7 +24,7 @@ from pathlib import Path
 
 from kit.adaptive.ownership import OWNERSHIP_FILE, _block_of, ownership_manifests
 from kit.adaptive.schema import load_adaptive_contract
-from kit.data.chat import encode_or_refuse, load_tokenizer
+from kit.data.chat import ChatTemplateError, encode_or_refuse, load_tokenizer
 from kit.data.conversations import (
     Conversation,
     conversation_from_json,
@@ -108,6 +108,8 @@ class _Fits:
     def __call__(self, conv: Conversation) -> bool:
         try:
             return self._encode(self.tokenizer, conv, self.max_tokens) is not None
+        except ChatTemplateError as e:  # the template's failure, not the conversation's length: refused as such
+            raise PrepareError(str(e)) from None
         except ValueError:
             return False  # no learnable assistant token under this tokenizer: unusable like an over-long one
 

@@ -19,9 +19,11 @@ import re
 
 from kit.contract import (
     BYTES,
+    LR,
     LR_SCHEDULE,
     PILOT,
     SEED,
+    WEIGHT_DECAY,
     Contract,
     ContractError,
     MapOf,
@@ -65,8 +67,8 @@ _COHORT = {
     "per_update": _COUNTS,
     "totals": _COUNTS,
 }
-_GROUP = {"lr": Num(0), "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999), "eps": Num(1e-30),
-          "weight_decay": Num(0)}
+_GROUP = {"lr": LR, "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999), "eps": Num(1e-30),
+          "weight_decay": WEIGHT_DECAY}
 
 
 def training_schema(groups: tuple[str, ...]) -> dict:

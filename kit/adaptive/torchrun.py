@@ -35,6 +35,7 @@ from kit.engine.fetch import holds_commit, host_name
 from kit.interrupt import interruption
 from kit.refs import CommitRef, PeerCommitRef, SeedRef
 from kit.store.commits import read_commit
+from kit.store.in_use import held
 
 
 def _agree(group, what: str, fn) -> list:
@@ -141,32 +142,33 @@ def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
         write_canonical_json(attempt_dir / "attempt.json", record)
 
         write_portable_logs(facts["logs"], attempt_dir)
-    try:
-        start, reference, layers = _start_and_reference(group, r, terms, facts)
-        args = worker_args(r, start, reference, layers, attempt_dir)
-        group.barrier()
-        before, started = interface_counters_or_none(), time.time()
-        out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
-        after, ended = interface_counters_or_none(), time.time()
-        # every rank's own interface counters (its host), times, fetches and commit transfers, into rank 0's record
-        mine = {"rank": rank, "host": host_name(), "hostname": socket.gethostname(), "started_at": started,
-                "ended_at": ended, "wall_seconds": ended - started, "group_bytes_sent": group.bytes_sent,
-                "socket_interfaces": group.interfaces,
-                "interfaces": counter_delta(before, after) if before and after else None,
-                "fetch": out.get("fetch"), "reference_fetch": out.get("reference_fetch"),
-                "commit_transfers": out["commit_transfers"]}
-        record["hosts"] = [loads_strict(b, "rank report") for b in group.allgather_bytes(canonical_json(mine))]
-        record.update(status="completed", commits=out["commits"], start_root=getattr(start, "root", None))
-        return out["commits"]
-    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM from torchrun's agent (kit.interrupt)
-        name = interruption(e)[0]
-        record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}")
-        raise
-    except BaseException as e:
-        record.update(status="failed", error=f"rank {rank} ({host_name()}): {type(e).__name__}: {e}")
-        raise
-    finally:
-        record["ended_at"] = time.time()
-        if rank == 0 or record["status"] in ("failed", "aborted"):
-            name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
-            write_canonical_json(attempt_dir / name, record)
+    with held(r.home):  # as the local launcher: gc --objects is refused and a second trainer told who holds it
+        try:
+            start, reference, layers = _start_and_reference(group, r, terms, facts)
+            args = worker_args(r, start, reference, layers, attempt_dir)
+            group.barrier()
+            before, started = interface_counters_or_none(), time.time()
+            out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
+            after, ended = interface_counters_or_none(), time.time()
+            # every rank's own interface counters (its host), times, fetches and commit transfers, into rank 0's record
+            mine = {"rank": rank, "host": host_name(), "hostname": socket.gethostname(), "started_at": started,
+                    "ended_at": ended, "wall_seconds": ended - started, "group_bytes_sent": group.bytes_sent,
+                    "socket_interfaces": group.interfaces,
+                    "interfaces": counter_delta(before, after) if before and after else None,
+                    "fetch": out.get("fetch"), "reference_fetch": out.get("reference_fetch"),
+                    "commit_transfers": out["commit_transfers"]}
+            record["hosts"] = [loads_strict(b, "rank report") for b in group.allgather_bytes(canonical_json(mine))]
+            record.update(status="completed", commits=out["commits"], start_root=getattr(start, "root", None))
+            return out["commits"]
+        except KeyboardInterrupt as e:  # SIGINT, or SIGTERM from torchrun's agent (kit.interrupt)
+            name = interruption(e)[0]
+            record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}")
+            raise
+        except BaseException as e:
+            record.update(status="failed", error=f"rank {rank} ({host_name()}): {type(e).__name__}: {e}")
+            raise
+        finally:
+            record["ended_at"] = time.time()
+            if rank == 0 or record["status"] in ("failed", "aborted"):
+                name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
+                write_canonical_json(attempt_dir / name, record)

@@ -50,7 +50,7 @@ from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
 from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
 from kit.store import commits
 from kit.store.commits import read_commit, read_head, verify_commit
-from kit.store.in_use import held
+from kit.store.in_use import held, in_use_by
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.store.start import start_from_commit
 from kit.train.batch import TrainRecord
@@ -407,6 +407,9 @@ def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:
     """What an interrupted attempt tells the operator: where it is recorded and the command that goes on."""
     head = read_head(r.home)
     said = f"attempt {attempt_dir} recorded as aborted, workers stopped"
+    holder = in_use_by(r.home)
+    if head is None and holder is not None:  # another training holds the home: never suggest removing it
+        return f"{said}; nothing was committed; {r.home} is in use by {holder}, so leave it and use another --home"
     if head is None:
         return (f"{said}; nothing was committed: clean up with `rm -r {r.home}` (it holds only this attempt) and "
                 "run the same command again")

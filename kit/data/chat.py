@@ -19,8 +19,11 @@ How the mask is found: the notes below the docstring.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,9 +118,92 @@ def _as_dicts(messages: Iterable[Message | Mapping]) -> list[dict]:
     return out
 
 
+class ChatTemplateError(ValueError):
+    """The seed's chat template fails on a conversation (it raises, renders without bound, is not prefix-stable
+    or drops an assistant's content): a property of the tokenizer folder, not of the conversation's length."""
+
+
+# What a template may add around the messages' contents (characters): ChatML adds about 30 per message, a
+# system prompt with tool definitions a few thousand. A rendering is bounded by twice the contents (a template
+# may repeat them once) plus this, checked while it is produced and again before anything is tokenized: a
+# template of unbounded output is refused here instead of filling memory or aborting inside the tokenizer.
+TEMPLATE_EXTRA_CHARS = 1 << 16
+_LIMIT: ContextVar[int] = ContextVar("kit_chat_render_limit", default=TEMPLATE_EXTRA_CHARS)
+
+
+class _TooLong(Exception):
+    """A bounded rendering passed its limit (internal: `_render` turns it into a ChatTemplateError)."""
+
+
+def render_limit(messages: list[dict]) -> int:
+    """The most characters a rendering of `messages` may have (TEMPLATE_EXTRA_CHARS)."""
+    return 2 * sum(len(m["content"]) for m in messages) + TEMPLATE_EXTRA_CHARS
+
+
+def _bounded_binop(env):
+    """The sandbox's binary operators, with `*` on a string or list and `**` on integers refused before they
+    build a result longer than the rendering may be (`'x' * 10**10` would allocate it whole)."""
+    from jinja2.sandbox import SandboxedEnvironment  # noqa: PLC0415 - optional: transformers' template engine
+
+    def call_binop(context, operator, left, right):
+        limit = _LIMIT.get()
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > limit:
+                    raise _TooLong(f"'*' would build {len(seq) * n} items")
+        if operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
+                and right * math.log2(abs(left)) > 4 * limit:
+            raise _TooLong(f"{left} ** {right} has over {4 * limit} bits")
+        return SandboxedEnvironment.call_binop(env, context, operator, left, right)
+    return call_binop
+
+
+@functools.lru_cache(maxsize=8)
+def _bounded_template(source: str):
+    """`source` compiled in an overlay of transformers' own chat-template environment (same sandbox, filters,
+    globals, extensions) whose `*` and `**` are bounded; None when transformers' compiler is not reachable."""
+    try:
+        from transformers.utils.chat_template_utils import (  # noqa: PLC0415 - optional: transformers' template engine
+            _compile_jinja_template,
+        )
+
+        # the environment of an empty template: compiling `source` there would fold its constants (`9 ** 10**8`)
+        env = _compile_jinja_template("").environment.overlay()
+        env.intercepted_binops = frozenset({"*", "**"})
+        env.call_binop = _bounded_binop(env)
+        return env.from_string(source)
+    except Exception:  # noqa: BLE001 - a template that does not compile is refused by apply_chat_template itself
+        return None
+
+
+def _check_bounded(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool,
+                   limit: int) -> None:
+    """Render in a stream, stopping with ChatTemplateError once more than `limit` characters have come out."""
+    template = _bounded_template(tokenizer.chat_template) if isinstance(tokenizer.chat_template, str) else None
+    if template is None:
+        return
+    token = _LIMIT.set(limit)
+    total = 0
+    try:
+        for chunk in template.generate(messages=messages, tools=None, documents=None,
+                                       add_generation_prompt=add_generation_prompt, **tokenizer.special_tokens_map):
+            total += len(chunk)
+            if total > limit:
+                raise _TooLong(f"over {limit} came out")
+    except _TooLong as e:
+        raise _template_refused(tokenizer, e, f"a conversation whose contents have "
+                                f"{sum(len(m['content']) for m in messages)} characters may render to {limit}") from None
+    except Exception:  # noqa: BLE001 - every other failure is apply_chat_template's to report, below
+        return
+    finally:
+        _LIMIT.reset(token)
+
+
 def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool = False) -> str:
     if not messages and not add_generation_prompt:
         return ""  # templates may refuse an empty conversation; an empty prefix renders to nothing
+    limit = render_limit(messages)
+    _check_bounded(tokenizer, messages, add_generation_prompt, limit)
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
     except (ArithmeticError, RecursionError, LookupError, TypeError) as e:  # OverflowError: range(10**9)
@@ -132,13 +218,20 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_genera
         raise
     if not isinstance(text, str):
         raise _template_refused(tokenizer, TypeError(f"it rendered a {type(text).__name__}"))
+    if len(text) > limit:  # before any tokenizer sees it
+        raise _template_refused(tokenizer, _TooLong(f"over {limit}"), f"its output has {len(text)} "
+                                f"characters for a conversation whose contents have "
+                                f"{sum(len(m['content']) for m in messages)}")
     return text
 
 
-def _template_refused(tokenizer: PreTrainedTokenizerBase, e: Exception) -> ValueError:
+def _template_refused(tokenizer: PreTrainedTokenizerBase, e: Exception, what: str = "") -> ChatTemplateError:
+    if isinstance(e, _TooLong):
+        return ChatTemplateError(f"{tokenizer.name_or_path}: its chat template renders without bound ({what}; "
+                                 f"{e}); expected at most twice the contents plus {TEMPLATE_EXTRA_CHARS} characters")
     reason = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())[:200]
-    return ValueError(f"{tokenizer.name_or_path}: its chat template does not render a conversation "
-                      f"({type(e).__name__}: {reason}); expected a template that renders messages to text")
+    return ChatTemplateError(f"{tokenizer.name_or_path}: its chat template does not render a conversation "
+                             f"({type(e).__name__}: {reason}); expected a template that renders messages to text")
 
 
 def assistant_target_spans(
@@ -154,10 +247,10 @@ def assistant_target_spans(
         before = _render(tokenizer, messages[:k])
         through = _render(tokenizer, messages[: k + 1])
         if not (through.startswith(before) and full.startswith(through)):
-            raise ValueError(
-                f"conversation {conversation.id!r}: the chat template is not prefix-stable at message {k} "
-                "(rendering a prefix of the conversation is not a prefix of the full rendering); "
-                "assistant tokens cannot be located"
+            raise ChatTemplateError(
+                f"{tokenizer.name_or_path}: its chat template is not prefix-stable at message {k} of conversation "
+                f"{conversation.id!r} (rendering a prefix of the conversation is not a prefix of the full "
+                "rendering); assistant tokens cannot be located"
             )
         # Content starts after the generation prompt when the template has one that matches.
         header_end = len(before)
@@ -173,8 +266,9 @@ def assistant_target_spans(
                 content_end = content_start + len(candidate)
                 break
         if content_start < 0:
-            raise ValueError(
-                f"conversation {conversation.id!r}: assistant message {k} content not found in its rendered turn"
+            raise ChatTemplateError(
+                f"{tokenizer.name_or_path}: its chat template drops the content of assistant message {k} of "
+                f"conversation {conversation.id!r} (not found in its rendered turn); expected the content verbatim"
             )
         # End-of-turn text (e.g. "<|im_end|>") is a target; the whitespace after it is not.
         target_end = content_end + len(through[content_end:].rstrip())

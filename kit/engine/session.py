@@ -28,6 +28,7 @@ from kit.engine.worker import build_worker
 from kit.model.shard import Layout
 from kit.store import commits
 from kit.store.objects import ObjectStore
+from kit.store.params import NonFiniteState
 from kit.store.start import Start
 from kit.train.optim import GroupConfig
 
@@ -84,12 +85,16 @@ class Session:
             self.committer = self.committer or AsyncCommitter(self.store)
             self.committer.start(self, cursor, self.engine.optimizer.param_states(), rng, self.start.config_bytes)
             return None
-        objects = commits.save_commit_objects(self.store, {
-            n: {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in s.items()}
-            for n, s in self.engine.optimizer.param_states().items()}, rng, self.start.config_bytes)
-        # a rank that cannot write its objects raises here, as before the protocol's first collective
+        report = {"ok": True, "error": None}
+        try:
+            report.update(commits.save_commit_objects(self.store, {
+                n: {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in s.items()}
+                for n, s in self.engine.optimizer.param_states().items()}, rng, self.start.config_bytes))
+        except NonFiniteState as e:  # every rank refuses this commit together (HEAD unchanged)
+            report = {"ok": False, "error": f"{type(e).__name__}: {e}", "entries": None, "rng": None, "config": None}
+        # a rank that cannot write its objects (OSError) raises here, as before the protocol's first collective
         commit = Commit(self, self.step, cursor)
-        install = commit.agree_on_objects({"ok": True, "error": None, **objects})
+        install = commit.agree_on_objects(report)
         full_root, manifest = commit.agree_on_root(install)
         return full_root, manifest["learned_state_root"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kit.digest import write_files_atomic
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import is_number
 from kit.evidence.report.index import arm_runs, index, metric, producer, run_contract
@@ -120,11 +121,15 @@ def results(runs_dir: str | os.PathLike = "runs"):
 def write_results(runs_dir, out: str | os.PathLike) -> Path:
     """Write results(runs_dir) to `out`: CSV, or Parquet when the name ends in .parquet."""
     out = Path(out)
+    write_files_atomic({out: results_bytes(runs_dir, out)})  # a full disk leaves no truncated table behind
+    return out
+
+
+def results_bytes(runs_dir, out: Path) -> bytes:
+    """The bytes `write_results` writes to `out` (its suffix picks CSV or Parquet)."""
     df = results(runs_dir)
     if out.suffix == ".parquet":
-        df.to_parquet(out, index=False)
-    elif out.suffix == ".csv":
-        df.to_csv(out, index=False, lineterminator="\n")
-    else:
-        raise ValueError(f"{out}: expected a file name ending in .csv or .parquet")
-    return out
+        return df.to_parquet(None, index=False)
+    if out.suffix == ".csv":
+        return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
+    raise ValueError(f"{out}: expected a file name ending in .csv or .parquet")

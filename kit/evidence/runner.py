@@ -18,6 +18,7 @@ Details: the notes below the docstring; formats: docs/formats/run-records.md, "R
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import fcntl
 import os
 import signal
@@ -100,7 +101,10 @@ def _source_cell_index(executed: Path, executed_index: int | None) -> tuple[int 
     Papermill's injected cell has no source index (None)."""
     if not executed.exists():
         return None, None
-    nb = loads_strict(executed.read_bytes(), str(executed))
+    try:
+        nb = loads_strict(executed.read_bytes(), str(executed))
+    except ValueError:  # truncated (a full disk while papermill wrote it): no cell to name
+        return None, None
     cells = [c for c in nb["cells"] if ERROR_MARKER_TAG not in c.get("metadata", {}).get("tags", [])]
     if executed_index is None:
         started = [i for i, c in enumerate(cells)
@@ -160,8 +164,28 @@ def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_o
                         "ename": str(e.ename), "evalue": str(e.evalue)}
     except Exception as e:  # noqa: BLE001 - a dead kernel (DeadKernelError), a kernel that never started, a lost connection
         index, count = _source_cell_index(output, None)
+        evalue = str(e)
+        if disk_full(e):  # papermill could not write the executed notebook: say so, not what its truncation causes
+            evalue = f"the disk is full: {e} (writing {getattr(e, 'filename', None) or output})"
         return "failed", {"cell_index": index, "execution_count": count, "ename": type(e).__name__,
-                          "evalue": str(e)}
+                          "evalue": evalue}
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether `e` (or what it was raised from) is a full disk or an exhausted quota."""
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _readable_notebook(path: Path) -> bool:
+    try:
+        loads_strict(path.read_bytes(), str(path))
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_name: str) -> None:
@@ -245,6 +269,10 @@ def run_notebook(notebook: Path, params: dict, run_id: str | None, runs_dir: Pat
         return _run_locked(notebook, params, run_id, runs_dir, extra, kernel_name, log_output)
 
 
+DISK_RESERVE_NAME = ".disk-reserve"  # freed after the notebook ran, so that a full disk still takes the record
+DISK_RESERVE_BYTES = 256 * 1024
+
+
 class RunIdInUse(ValueError):
     """Another `kit run` (or batch arm) with the same run id is running now."""
 
@@ -272,6 +300,14 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
                 log_output: bool) -> RunRecord:
     run_dir = runs_dir / run_id
     _prepare_run_dir(run_dir)
+    reserve = run_dir / DISK_RESERVE_NAME
+    try:  # random: a compressing filesystem keeps it whole
+        reserve.write_bytes(os.urandom(DISK_RESERVE_BYTES))
+    except OSError as e:
+        reserve.unlink(missing_ok=True)
+        run_dir.rmdir()
+        raise OSError(e.errno, f"{run_dir}: cannot start the run: {e.strerror}"
+                      + (" (the disk is full)" if disk_full(e) else "")) from None
     base = environment.evidence_base(runs_dir)
     notebook_sha = sha256_file(notebook)
     git, versions, device = environment.git_state(notebook.resolve().parent), environment.versions(), environment.device_info()
@@ -291,6 +327,11 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
             status, error = "aborted", {"cell_index": None, "execution_count": None, "ename": "KeyboardInterrupt",
                                         "evalue": f"interrupted by the operator ({name})"}
     ended = environment.utc_now()
+    reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the notebook and record are written into
+    if output.exists() and status != "completed" and not _readable_notebook(output):
+        output.unlink()  # truncated by a full disk: the parameterised notebook takes its place below
+        error = {**error, "evalue": f"{error['evalue']}; {output.name} was left truncated and is replaced by the "
+                 "parameterised notebook"}
     if not output.exists():
         try:
             _write_prepared_notebook(notebook, output, params, kernel_name)
@@ -321,7 +362,13 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
     gpu_mode = environment.gpu_numeric_mode(device.get("gpus") or [])
     if gpu_mode is not None:  # a GPU host: the mode its numbers depend on (docs/engine.md, "Determinism")
         record.numeric_profile["gpu"] = gpu_mode
-    run_record.write_run_record(run_dir, record)
+    try:
+        run_record.write_run_record(run_dir, record)
+    except OSError as e:  # no executed notebook stays without the record that describes it
+        output.unlink(missing_ok=True)
+        raise OSError(e.errno, f"{run_dir / run_record.RUN_RECORD_NAME}: the run's record could not be written: "
+                      f"{e.strerror}" + (" (the disk is full)" if disk_full(e) else "")
+                      + f"; removed {output}, which no record would describe (run {run_id} {status})") from None
     if interrupted is not None:
         raise interrupted
     return record

@@ -54,6 +54,7 @@ from kit.store.objects import (  # noqa: F401
     ObjectStore,
     StoreError,
     check_digest,
+    check_real_dir,
     install,
     new_temp_path,
     read_regular,
@@ -279,7 +280,7 @@ def verify_commit(home: str | os.PathLike, root: str | None = None, check_model:
 def list_commits(home: str | os.PathLike) -> list[str]:
     """Full roots of every manifest file present (sorted; not validated, not only HEAD's ancestors)."""
     commits = commits_dir(Path(home))
-    if not commits.is_dir():
+    if not check_real_dir(commits, "the commits folder"):  # a linked commits/ is refused, as objects/ and tmp/
         return []
     return sorted(p.stem for p in commits.glob("*.json") if re.fullmatch(r"[0-9a-f]{64}", p.stem))
 
@@ -314,11 +315,14 @@ def gc(home: str | os.PathLike, unreferenced_objects: bool = False, all_temporar
     `all_temporaries`, e.g. ones from another host of a shared filesystem), a dead writer's
     HEAD.lock and, with `unreferenced_objects`, objects named by no manifest. Returns the removed paths.
 
-    Objects referenced by any manifest are never removed; if a manifest cannot be read, no object
-    is removed. Object collection is refused while a run holds the store (kit/store/in_use.py): a
+    Objects referenced by HEAD's commit or any manifest are never removed; if a manifest cannot be read,
+    if HEAD names a manifest that is missing, or if objects exist but no manifest does (commits/*.json
+    deleted), no object is removed (`referenced_objects`). A linked `commits/`, `objects/` or `tmp/` is
+    refused. Object collection is refused while a run holds the store (kit/store/in_use.py): a
     worker's objects exist before the manifest that names them.
     """
     home = Path(home)
+    check_real_dir(commits_dir(home), "the commits folder")  # before anything is removed
     removed = remove_stale_temps(home, force=all_temporaries)
     lock = home / LOCK_NAME
     if os.path.lexists(lock) and _lock_is_stale(lock, _read_lock(lock)):  # unlink removes a link, never its target
@@ -326,12 +330,34 @@ def gc(home: str | os.PathLike, unreferenced_objects: bool = False, all_temporar
         removed.append(str(lock))
     if unreferenced_objects:
         with exclusive(home, "kit checkpoint gc --objects"):  # a live run's next commit needs its objects
-            referenced: set[str] = set()
-            for root in list_commits(home):
-                referenced.update(object_digests(read_commit(home, root)))
             store = ObjectStore(home)
-            for digest in list(store.digests()):
+            present = list(store.digests())
+            referenced = referenced_objects(home, len(present))
+            for digest in present:
                 if digest not in referenced:
                     store.path(digest).unlink()
                     removed.append(str(store.path(digest)))
     return removed
+
+
+def referenced_objects(home: Path, present: int) -> set[str]:
+    """Every object HEAD's commit and every manifest of `home` name; CommitError (nothing may be collected)
+    when HEAD is unreadable or names a missing manifest, when any manifest is unreadable, or when `present`
+    objects exist but no manifest does: a store whose records are gone is damaged, not garbage."""
+    refused = "; kit checkpoint gc --objects refused: it would delete objects of commits it cannot read"
+    try:
+        head = read_head(home)  # refuses HEAD naming a missing manifest, a linked or malformed HEAD
+    except CommitError as e:
+        raise CommitError(f"{e}{refused} (restore the manifest, e.g. from a copy of the store)") from None
+    roots = list_commits(home)
+    if present and not roots:
+        raise CommitError(f"{commits_dir(home)}: holds no commit manifest but {present} object(s) are in "
+                          f"{home / 'objects'}{refused} (a store whose manifests are gone is damaged; a home that "
+                          "never committed can be deleted whole)")
+    referenced: set[str] = set()
+    for root in sorted({*roots, *([head] if head else [])}):
+        try:
+            referenced.update(object_digests(read_commit(home, root)))
+        except ValueError as e:
+            raise CommitError("; ".join(x.strip() for x in str(e).splitlines() if x.strip()) + refused) from None
+    return referenced

@@ -26,7 +26,7 @@ from kit.inventory import parameter_digest
 from kit.model.config import LlamaShape, check_params_match_config, parse_config
 from kit.store.commits import read_commit
 from kit.store.objects import ObjectStore, StoreError
-from kit.store.params import parameter_tensor
+from kit.store.params import non_finite, parameter_tensor
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -81,6 +81,11 @@ def export_hf(
         raise ExportError(f"{extra}: tokenizer source directory does not exist")
 
     tensors = {e["name"]: parameter_tensor(store, e) for e in entries}  # parameters only, no moments
+    bad = [problem for name, t in tensors.items() if (problem := non_finite(t, f"parameter {name}"))]
+    if bad:  # a model of NaN or infinities loads and answers garbage: refused before a file is written
+        raise ExportError(f"{Path(home) / 'commits' / (root + '.json')}: commit {root} holds non-finite "
+                          f"parameters, refusing to export them: {len(bad)} tensor(s), "
+                          + "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else ""))
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

@@ -36,6 +36,41 @@ def held(home: str | os.PathLike):
         os.close(fd)
 
 
+def in_use_by(home: str | os.PathLike) -> str | None:
+    """None when no run holds `home` (or it has no in-use.lock), else who holds it: "pid N[, M]" from the
+    kernel's lock table (/proc/locks) where readable, else "a running training". The lock file is only read."""
+    path = Path(home) / IN_USE_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            st = os.fstat(fd)
+            pids = _lock_holders(st.st_dev, st.st_ino)
+            return f"pid {', '.join(map(str, pids))}" if pids else "a running training"
+        return None  # free: released when the descriptor closes
+    finally:
+        os.close(fd)
+
+
+def _lock_holders(dev: int, ino: int) -> list[int]:
+    """Pids /proc/locks names for a FLOCK on the file (dev, ino); [] where the table is not readable."""
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    pids = set()
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want and fields[4].isdigit():
+            pids.add(int(fields[4]))
+    return sorted(pids)
+
+
 @contextmanager
 def exclusive(home: str | os.PathLike, what: str):
     """`home` held by no run while the body runs; else StoreInUse naming `what` was refused."""

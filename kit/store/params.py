@@ -5,6 +5,7 @@ export and the frozen reference never need the Adam moments).
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,6 +36,21 @@ def _parallel(fn, items: list) -> list:
         return list(pool.map(fn, items))
 
 
+class NonFiniteState(RecordError):
+    """A parameter or Adam moment holds NaN or an infinity: never committed, never exported."""
+
+
+def non_finite(tensor: torch.Tensor, what: str) -> str | None:
+    """None when every value of `tensor` is finite, else "WHAT: N of M values are not finite (first: V)"."""
+    if tensor.numel() == 0:
+        return None
+    low, high = torch.aminmax(tensor)  # NaN propagates into both; no tensor-sized temporary on the passing path
+    if math.isfinite(low.item()) and math.isfinite(high.item()):
+        return None
+    bad = tensor[~torch.isfinite(tensor)]
+    return f"{what}: {bad.numel()} of {tensor.numel()} values are not finite (first: {bad.flatten()[0].item()})"
+
+
 def save_param_states(store: ObjectStore, states: dict[str, dict]) -> list[dict]:
     """Write each parameter's FP32 tensors as objects; returns the learned-state entries, by name.
 
@@ -54,6 +70,11 @@ def save_param_states(store: ObjectStore, states: dict[str, dict]) -> list[dict]
                 raise RecordError(f"{where}.{field}: shape {list(tensor.shape)} differs from param shape {shape}")
         shapes[name] = shape
     jobs = [(name, field) for name in sorted(states) for field in TENSOR_FIELDS]
+    bad = [problem for problem in _parallel(lambda j: non_finite(states[j[0]][j[1]], f"{j[0]}.{j[1]}"), jobs)
+           if problem]
+    if bad:  # before any object is written: a commit never holds a NaN or an infinity
+        raise NonFiniteState(f"{len(bad)} tensor(s) hold non-finite values, refusing to commit them: "
+                             + "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else ""))
     digests = dict(zip(jobs, _parallel(lambda j: store.put_tensor(states[j[0]][j[1]]), jobs)))
     entries = [
         {

@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 
 from kit.contract import (
+    LR,
     LR_SCHEDULE,
     PILOT,
     SEED,
+    WEIGHT_DECAY,
     Contract,
     ContractError,
     Num,
@@ -76,8 +78,8 @@ SCHEMA = {
         "microbatch_size": _COUNT,
         "max_grad_norm": Num(lo=0),
         "compute_dtype": OneOf("float32", "bfloat16"),
-        "optimizer": {"lr": Num(lo=0), "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999),
-                      "eps": Num(lo=1e-12), "weight_decay": Num(lo=0)},
+        "optimizer": {"lr": LR, "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999),
+                      "eps": Num(lo=1e-12), "weight_decay": WEIGHT_DECAY},
         "commit_every": _NATURAL,  # 0: the endpoint only
         "lr_schedule": Omittable(LR_SCHEDULE),  # absent: "constant" (kit/train/schedule.py)
     },

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kit.contract import LR_MAX, LR_MIN, WEIGHT_DECAY_MAX
 from kit.numerics import correctly_rounded_sqrt
 
 
@@ -36,8 +37,10 @@ class GroupConfig:
         if "lr" not in obj:
             raise ValueError(f"{source}: optimizer group lacks 'lr'")
         g = GroupConfig(**{k: float(v) for k, v in obj.items()})
-        if not (g.lr >= 0 and 0 <= g.beta1 < 1 and 0 <= g.beta2 < 1 and g.eps > 0 and g.weight_decay >= 0):
-            raise ValueError(f"{source}: optimizer group {obj} out of range")
+        if not (LR_MIN <= g.lr <= LR_MAX and 0 <= g.beta1 < 1 and 0 <= g.beta2 < 1 and 0 < g.eps < math.inf
+                and 0 <= g.weight_decay <= WEIGHT_DECAY_MAX and math.copysign(1.0, g.weight_decay) > 0):
+            raise ValueError(f"{source}: optimizer group {obj} out of range; expected lr in [{LR_MIN}, {LR_MAX}], "
+                             f"beta1 and beta2 in [0, 1), eps > 0 and finite, weight_decay in [0, {WEIGHT_DECAY_MAX}]")
         return g
 
 

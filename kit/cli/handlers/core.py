@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from kit.adaptive.replay import replay
+from kit.args import printable
 from kit.demo import run_demo
 from kit.inventory import parameter_digest
 from kit.model.config import load_config
@@ -51,7 +52,7 @@ def cmd_seed_build(a) -> int:
 
 def cmd_status(a) -> int:
     report = status(a.path)
-    print(json.dumps(report, indent=1, sort_keys=True) if a.json else render(report))
+    print(json.dumps(report, indent=1, sort_keys=True) if a.json else printable(render(report)))  # a run.json's text, escaped
     return 0
 
 

@@ -15,12 +15,13 @@ import os
 import re
 from pathlib import Path
 
+from kit.digest import write_files_atomic
 from kit.environ import temporary_environ
 from kit.evidence import records
 from kit.evidence.archive import origin
 from kit.evidence.report.css_prune import prune_page_styles
 from kit.evidence.report.pilots import beside, pilot_records
-from kit.evidence.results import write_results
+from kit.evidence.results import results_bytes
 from kit.evidence.run_index import load_runs, split_selection
 from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
 
@@ -80,6 +81,12 @@ LEAD_SECTIONS = (("Verdicts", "show_summary"), ("Accuracy by family", "show_accu
                  ("What the seed knew", "show_seed"), ("Noise and power", "show_noise"), ("History", "show_history"))
 
 
+def heading_text(title: str) -> str:
+    """`title` as markdown text that renders as itself: no HTML (`<script>` shows as text), no link, one line."""
+    text = html.escape(" ".join(title.split()), quote=False)
+    return text.replace("[", "\\[").replace("]", "\\]")
+
+
 def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
@@ -114,7 +121,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
                "from kit.evidence.report.verdicts import show_verdicts\n")
     sel = where(runs_dir)
     nb.cells.append(nbformat.v4.new_markdown_cell(
-        f"# {title}\n\nThe evidence in `{shown}`: verdicts first, then accuracy, what the seed knew, noise and power, "
+        f"# {heading_text(title)}\n\nThe evidence in `{shown}`: verdicts first, then accuracy, what the seed knew, noise and power, "
         "and every seed's verdicts; pilots, verdict tables in full, runs, costs and traffic are collapsed below. "
         "Roots show 12 hex digits (hover for the full root); numbers to 4 significant digits; times in UTC."))
     for i, (heading, call) in enumerate(LEAD_SECTIONS):  # the page's first screens, in the issue's order
@@ -236,13 +243,16 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
     with temporary_environ({"PYTHONPATH": kernel_pythonpath()}):  # the kernel imports kit from this checkout
         NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s,
                        resources={"metadata": {"path": str(out_dir)}}).execute()
-    nbformat.write(nb, out_dir / "report.ipynb")
+    notebook = nbformat.writes(nb)
     page = export_html(nb, title)
     external = external_resources(page)
     if external:
         raise ValueError(f"{out_dir / 'index.html'}: the page would load {len(external)} external resource(s), "
                          f"e.g. {external[0]!r}; it must read offline")
     index = out_dir / "index.html"
-    index.write_text(page, encoding="utf-8")
-    write_results(runs_dir, out_dir / "results.csv")  # the page's accuracy tables, as data (kit.results)
+    # all three or none (a full disk leaves no truncated page or table; a report there before stays whole);
+    # the bytes nbformat.write and write_text wrote
+    write_files_atomic({out_dir / "report.ipynb": (notebook if notebook.endswith("\n") else notebook + "\n").encode("utf-8"),
+                        index: page.encode("utf-8"),
+                        out_dir / "results.csv": results_bytes(runs_dir, out_dir / "results.csv")})  # kit.results
     return index
