@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from kit.data.tasks import family_counts_for, generate_set
-from kit.digest import sha256_file
+from kit.digest import read_bounded, sha256_file
 from kit.evidence.environment import iso_utc, utc_now
 from kit.evidence.ledger_chain import (
     ChainError,
@@ -66,7 +66,7 @@ def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
 
     if sha256 == EMPTY_SHA256:
         return b""
-    data = Path(path).read_bytes() if Path(path).exists() else b""
+    data = read_bounded(path) if Path(path).exists() else b""
     found = _block_with_digest(data.splitlines(keepends=True), sha256)
     if found is None and data:
         # a preparation made before the ledger was compacted read /1 lines: look in the ledger's /1 view

@@ -11,13 +11,16 @@ docs/formats/run-records.md ("Run manifests") is the reference.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-from kit.digest import load_json_strict, sha256_file
+from kit.digest import load_json_strict, sha256_bytes, sha256_file
 from kit.evidence.archive import origin
 
 PINS_RELATIVE = Path("runs") / "MANIFESTS.json"
 PINS_FORMAT = "kit-run-pins/1"
+RECORD_PINS_RELATIVE = Path("runs") / "RECORD_PINS.json"
+RECORD_PINS_FORMAT = "kit-record-pins/1"
 RECORD_NAME = "run.json"
 UNPINNED = frozenset({RECORD_NAME, "kernel.log"})  # top-level names a manifest leaves out
 
@@ -60,6 +63,76 @@ def read_pins(base: str | os.PathLike) -> dict | None:
     return pins
 
 
+def _pin_ok(pin) -> bool:
+    return isinstance(pin, dict) and set(pin) == {"sha256", "size"} and isinstance(pin["sha256"], str) \
+        and isinstance(pin["size"], int) and not isinstance(pin["size"], bool)
+
+
+_CACHE: dict = {}
+
+
+def read_record_pins(base: str | os.PathLike) -> dict | None:
+    """Cached per file state (read_record_pins_now)."""
+    path = Path(base) / RECORD_PINS_RELATIVE
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = read_record_pins_now(base)
+    return _CACHE[key]
+
+
+def read_record_pins_now(base: str | os.PathLike) -> dict | None:
+    """runs/RECORD_PINS.json of the repository at `base`, checked, or None when absent: {"format",
+    "records": {run key: pin}, "notes": {path of a superseded.json relative to base: pin}, "gpu_modes": pin or
+    null}, a pin being {"sha256", "size"} of the file's bytes."""
+    path = Path(base) / RECORD_PINS_RELATIVE
+    if not path.exists() and not path.is_symlink():
+        return None
+    pins = load_json_strict(path, follow_links=False)
+    if not isinstance(pins, dict) or pins.get("format") != RECORD_PINS_FORMAT:
+        raise ValueError(f"{path}: field 'format' must be {RECORD_PINS_FORMAT!r}")
+    for field in ("records", "notes"):
+        if not isinstance(pins.get(field), dict) or not all(_pin_ok(p) for p in pins[field].values()):
+            raise ValueError(f"{path}: field {field!r} must be an object of path -> {{'sha256', 'size'}}")
+    places = pins.get("places", {})
+    if not isinstance(places, dict) or not all(isinstance(v, str) for v in places.values()):
+        raise ValueError(f"{path}: field 'places' must be an object of run key -> run_id")
+    if pins.get("gpu_modes") is not None and not _pin_ok(pins["gpu_modes"]):
+        raise ValueError(f"{path}: field 'gpu_modes' must be {{'sha256', 'size'}} or null")
+    return pins
+
+
+def pin_of(path: Path) -> dict | None:
+    """{"sha256", "size"} of a regular file (not followed through a link), None when absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return {"sha256": "not a regular file", "size": -1}
+    data = path.read_bytes()
+    return {"sha256": sha256_bytes(data), "size": len(data)}
+
+
+def record_pin_problem(run_dir: Path, key: str, base: Path) -> str | None:
+    """For a run's `files` check: its run.json against runs/RECORD_PINS.json (None: matches, or no such file)."""
+    rpins = read_record_pins(base)
+    if rpins is None:
+        return None
+    pinned, have = rpins["records"].get(key), pin_of(run_dir / "run.json")
+    if pinned is None:
+        return (f"{run_dir / 'run.json'}: not pinned: no entry {key!r} in {base / RECORD_PINS_RELATIVE} field "
+                "'records' (run `python tools/pin_run_files.py`)")
+    if have != pinned:
+        return (f"{run_dir / 'run.json'}: sha256 {(have or {}).get('sha256', 'absent')[:12]}; "
+                f"{base / RECORD_PINS_RELATIVE} records[{key!r}] pins {pinned['sha256'][:12]}")
+    return None
+
+
 def compare_manifest(run_dir: Path, want: dict, source: str) -> list[str]:
     """One line per changed, added or removed file of `run_dir` against the manifest `want`."""
     have = file_manifest(run_dir)
@@ -81,7 +154,13 @@ def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record=None
     run_dir, base = Path(run_dir), Path(base)
     if record is not None and getattr(record, "format", None) == "kit-run/3":
         problems = compare_manifest(run_dir, record.manifest, f"{run_dir / RECORD_NAME} field 'manifest'")
-        return _check(problems, f"{len(record.manifest)} file(s) match the record's manifest")
+        try:
+            pinned = record_pin_problem(run_dir, run_key(run_dir, base), base)
+        except ValueError as e:
+            pinned = str(e)
+        problems += [pinned] if pinned else []
+        return _check(problems, f"{len(record.manifest)} file(s) match the record's manifest; {RECORD_NAME} "
+                                f"{'pinned in ' + str(base / RECORD_PINS_RELATIVE) if (base / RECORD_PINS_RELATIVE).exists() else 'unpinned (no record pins here)'}")
     try:
         pins = read_pins(base)
     except ValueError as e:
