@@ -51,8 +51,8 @@ def register_batch(sub) -> None:
 # --- kit verify-evidence --------------------------------------------------------------------
 def register_verify_evidence(sub) -> None:
     s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
-    s.add_argument("run_dirs", nargs="+", type=EvidenceDir("a run folder (with run.json) or a runs folder", "kit run"),
-                   help="run directories, or a runs directory for all of its runs")
+    s.add_argument("run_dirs", nargs="*", type=EvidenceDir("a run folder (with run.json) or a runs folder", "kit run"),
+                   help="run directories, or a runs directory for all of its runs (default runs)")
     s.add_argument("--json", action="store_true", help="print the check reports as JSON")
     s.add_argument("--replay", action="store_true",
                    help="re-execute each completed CPU run (and the runs it depends on) from its recorded parameters "

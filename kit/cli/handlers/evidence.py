@@ -75,6 +75,10 @@ def cmd_batch(a) -> int:
 
 
 def cmd_verify_evidence(a) -> int:
+    if not a.run_dirs:  # `kit verify-evidence --at HEAD --root ...`: the repository's runs folder
+        if not Path("runs").is_dir():
+            raise ValueError("runs: runs directory not found; name the run or runs folders to verify")
+        a.run_dirs = ["runs"]
     if a.replay:
         return _replay(expand_run_dirs(a.run_dirs), a)
     run_dirs = expand_run_dirs(a.run_dirs)
