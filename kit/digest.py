@@ -98,7 +98,9 @@ def read_bounded(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_
             raise BoundedReadError(f"{path}: not a regular file (a device, FIFO or folder); expected a file")
         if st.st_size > cap:
             raise BoundedReadError(f"{path}: {st.st_size} bytes; at most {cap} are read from such a file")
-        data = f.read(cap + 1)
+        data = f.read(min(cap, st.st_size) + 1)  # one more byte than stated: a file still growing is seen
+        if len(data) > st.st_size:
+            data += f.read(cap + 1 - len(data))
     if len(data) > cap:
         raise BoundedReadError(f"{path}: grew past {cap} bytes while read; at most {cap} are read from such a file")
     return data

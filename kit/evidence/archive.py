@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from kit.digest import load_json_strict, read_bounded
+from kit.evidence.root import hash_regular
 
 ARCHIVE_DIR_NAME = "archive"
 INDEX_NAME = "index.json"
@@ -225,7 +226,7 @@ def _content_map(runs_dir: Path, root: Path) -> dict[str, Path]:
             for name in filenames:
                 p = Path(dirpath) / name
                 if stat.S_ISREG(os.lstat(p).st_mode):
-                    out.setdefault(hashlib.sha256(read_bounded(p, follow_links=False)).hexdigest(), p)
+                    out.setdefault(hash_regular(p)[1], p)  # streamed, links not followed, capped
     return out
 
 
