@@ -65,7 +65,7 @@ def register_verify_evidence(sub) -> None:
     s.add_argument("--at", metavar="COMMIT",
                    help="also fail where the evidence differs from COMMIT's (files named) or COMMIT's stated root "
                         "does not recompute; a tag signed with git's SSH signing is verified")
-    s.add_argument("--allowed-signers", metavar="FILE",
+    s.add_argument("--allowed-signers", type=File("an ssh-keygen allowed-signers file", fmt="allowed-signers"),
                    help="with --at TAG: the ssh-keygen allowed-signers file (default: git's gpg.ssh.allowedSignersFile)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn="cmd_verify_evidence")
@@ -76,7 +76,8 @@ def register_evidence_root(sub) -> None:
     s = sub.add_parser("evidence-root", help="print the Merkle root of every evidence file (runs folder and ledger)")
     s.add_argument("runs_dir", nargs="?", default="runs", metavar="RUNS", type=Dir("a runs folder", "kit run"),
                    help="the runs folder (default runs); its ledger is the folder `ledger` beside it")
-    s.add_argument("--ledger-dir", metavar="DIR", help="the exposure ledger's folder (default RUNS/../ledger)")
+    s.add_argument("--ledger-dir", type=Dir("the exposure ledger's folder"),
+                   help="the exposure ledger's folder (default RUNS/../ledger)")
     s.set_defaults(fn="cmd_evidence_root")
 
 
