@@ -106,6 +106,33 @@ def read_bounded(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_
     return data
 
 
+def sha256_regular(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_links: bool = False) -> tuple[int, str]:
+    """(size, sha256) of the regular file `path`, streamed, at most `cap` bytes; a link (unless follow_links), a
+    device or FIFO (never blocks) or a larger file is refused with BoundedReadError naming it."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: file not found") from None
+    except OSError as e:
+        if os.path.islink(path):
+            raise BoundedReadError(f"{path}: a symbolic link; expected the file itself (a link is not evidence)") from None
+        raise BoundedReadError(f"{path}: cannot be read ({e.strerror})") from None
+    h, n = hashlib.sha256(), 0
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise BoundedReadError(f"{path}: not a regular file (a device, FIFO or folder); expected a file")
+        if st.st_size > cap:
+            raise BoundedReadError(f"{path}: {st.st_size} bytes; at most {cap} are read from such a file")
+        while chunk := f.read(min(HASH_CHUNK, cap + 1 - n)):
+            n += len(chunk)
+            if n > cap:
+                raise BoundedReadError(f"{path}: grew past {cap} bytes while read")
+            h.update(chunk)
+    return n, h.hexdigest()
+
+
 def _refuse_duplicates(pairs: list[tuple[str, Any]], source: str) -> dict:
     out: dict = {}
     for key, value in pairs:

@@ -15,7 +15,7 @@ import os
 from functools import cached_property
 from pathlib import Path
 
-from kit.digest import load_json_strict, read_bounded, sha256_file
+from kit.digest import BoundedReadError, load_json_strict, read_bounded, sha256_regular
 from kit.evidence import run_record
 from kit.evidence.ledger import LEDGER_RELATIVE
 from kit.evidence.ledger_chain import ChainError, has_prefix, parse
@@ -83,14 +83,28 @@ class Evidence:
         """A file of the evidence with these bytes (to read a selection a material names)."""
         for where in self.files.get(digest, []):
             p = Path(where)
-            if p.is_file() and sha256_file(p) == digest:
+            if p.is_file() and _sha(p) == digest:
                 return p
         return None
 
 
+def _sha(path: Path) -> str:
+    try:
+        return sha256_regular(path)[1]
+    except (BoundedReadError, FileNotFoundError) as e:
+        return f"not read: {e}"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return read_bounded(path, follow_links=False).decode(errors="replace")
+    except (ValueError, OSError):
+        return ""
+
+
 def _load(path: Path) -> dict:
     try:
-        obj = load_json_strict(path)
+        obj = load_json_strict(path, follow_links=False)
     except (ValueError, OSError):
         return {}
     return obj if isinstance(obj, dict) else {}
@@ -107,11 +121,13 @@ def copies_check(run_dir: Path) -> dict:
         copy = run_dir / FILES_DIR / Path(meta["path"]).name
         if copy.is_file():
             n += 1
-            if sha256_file(copy) != meta["sha256"]:
-                problems.append(f"{copy}: sha256 {sha256_file(copy)[:12]}; {sidecar} field 'sha256' pins "
+            have = _sha(copy)
+            if have != meta["sha256"]:
+                problems.append(f"{copy}: sha256 {have[:12]}; {sidecar} field 'sha256' pins "
                                 f"{meta['sha256'][:12]}")
         log = run_dir / FILES_DIR / "selections.jsonl"
-        if sidecar.name == "selection_file.json" and log.is_file() and meta["sha256"] not in log.read_text():
+        if sidecar.name == "selection_file.json" and log.is_file() and \
+                meta["sha256"] not in _read_text(log):
             problems.append(f"{log}: does not list the selection {meta['sha256'][:12]} of {sidecar}")
     return _check("copies", problems, f"{n} kept cop{'y' if n == 1 else 'ies'} equal to the bytes their sidecars pin")
 

@@ -14,7 +14,13 @@ import os
 import stat
 from pathlib import Path
 
-from kit.digest import load_json_strict, sha256_bytes, sha256_file
+from kit.digest import (
+    MAX_EVIDENCE_BYTES,
+    BoundedReadError,
+    load_json_strict,
+    sha256_file,
+    sha256_regular,
+)
 from kit.evidence.archive import origin
 
 PINS_RELATIVE = Path("runs") / "MANIFESTS.json"
@@ -25,17 +31,27 @@ RECORD_NAME = "run.json"
 UNPINNED = frozenset({RECORD_NAME, "kernel.log"})  # top-level names a manifest leaves out
 
 
-def file_manifest(run_dir: str | os.PathLike) -> dict:
+def file_manifest(run_dir: str | os.PathLike, stated: dict | None = None) -> dict:
     """{relative POSIX path: {"sha256", "size"}} of every regular file under `run_dir` but UNPINNED (at its
-    top); links are listed as files of their own bytes would be refused: a link is not evidence."""
+    top); links are listed as files of their own bytes would be refused: a link is not evidence. Reads are
+    bounded: no link followed, no device or FIFO opened, and a file larger than `stated` (the manifest being
+    compared: its size) or MAX_EVIDENCE_BYTES is listed by its size, not read."""
     run_dir = Path(run_dir)
     out = {}
     for path in sorted(run_dir.rglob("*")):
         rel = path.relative_to(run_dir).as_posix()
         if rel in UNPINNED or path.is_dir() and not path.is_symlink():
             continue
-        out[rel] = {"sha256": "link" if path.is_symlink() else sha256_file(path),
-                    "size": -1 if path.is_symlink() else path.stat().st_size}
+        if path.is_symlink():
+            out[rel] = {"sha256": "link", "size": -1}
+            continue
+        cap = min(MAX_EVIDENCE_BYTES, (stated or {}).get(rel, {}).get("size", MAX_EVIDENCE_BYTES))
+        try:
+            size, sha = sha256_regular(path, max(cap, 0))
+        except BoundedReadError:
+            size, sha = os.lstat(path).st_size, "not read: " + ("not a regular file" if not stat.S_ISREG(
+                os.lstat(path).st_mode) else "larger than pinned")
+        out[rel] = {"sha256": sha, "size": size}
     return out
 
 
@@ -55,9 +71,9 @@ def run_key(run_dir: str | os.PathLike, base: str | os.PathLike) -> str:
 def read_pins(base: str | os.PathLike) -> dict | None:
     """runs/MANIFESTS.json of the repository at `base`, checked; None when absent."""
     path = Path(base) / PINS_RELATIVE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    pins = load_json_strict(path)
+    pins = load_json_strict(path, follow_links=False)
     if not isinstance(pins, dict) or pins.get("format") != PINS_FORMAT or not isinstance(pins.get("runs"), dict):
         raise ValueError(f"{path}: field 'format' must be {PINS_FORMAT!r}, with an object 'runs'")
     return pins
@@ -114,8 +130,11 @@ def pin_of(path: Path) -> dict | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return {"sha256": "not a regular file", "size": -1}
-    data = path.read_bytes()
-    return {"sha256": sha256_bytes(data), "size": len(data)}
+    try:
+        size, sha = sha256_regular(path)
+    except BoundedReadError as e:
+        return {"sha256": f"not read: {e}", "size": st.st_size}
+    return {"sha256": sha, "size": size}
 
 
 def record_pin_problem(run_dir: Path, key: str, base: Path) -> str | None:
@@ -135,7 +154,7 @@ def record_pin_problem(run_dir: Path, key: str, base: Path) -> str | None:
 
 def compare_manifest(run_dir: Path, want: dict, source: str) -> list[str]:
     """One line per changed, added or removed file of `run_dir` against the manifest `want`."""
-    have = file_manifest(run_dir)
+    have = file_manifest(run_dir, want)
     problems = []
     for rel in sorted(set(want) | set(have)):
         if rel not in have:
@@ -175,8 +194,8 @@ def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record=None
     source = f"{base / PINS_RELATIVE} runs[{key!r}]"
     problems = compare_manifest(run_dir, entry["files"], source + ".files")
     record_path = run_dir / RECORD_NAME
-    if record_path.is_file():
-        have = {"sha256": sha256_file(record_path), "size": record_path.stat().st_size}
+    if record_path.is_file() or record_path.is_symlink():
+        have = pin_of(record_path)
         if have != entry[RECORD_NAME]:
             problems.append(f"{record_path}: sha256 {have['sha256'][:12]}; {source}.{RECORD_NAME} pins "
                             f"{entry[RECORD_NAME]['sha256'][:12]}")

@@ -13,7 +13,14 @@ import os
 import re
 from pathlib import Path
 
-from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
+from kit.digest import (
+    BoundedReadError,
+    canonical_json,
+    load_json_strict,
+    loads_strict,
+    read_bounded,
+    sha256_regular,
+)
 from kit.evidence import archive, environment, run_record
 from kit.evidence.archive import ARCHIVE_DIR_NAME, origin
 from kit.evidence.chain import Evidence, copies_check, ledger_events_check, materials_checks
@@ -33,7 +40,7 @@ def _check(name: str, result: str, detail: str) -> dict:
 
 
 def _parameters_checks(executed: Path, recorded: dict) -> list[dict]:
-    nb = loads_strict(executed.read_bytes(), str(executed))
+    nb = loads_strict(read_bounded(executed, follow_links=False), str(executed))
     meta = (nb.get("metadata", {}).get("papermill") or {}).get("parameters") or {}
     out = []
     if canonical_json(meta) == canonical_json(recorded):
@@ -60,6 +67,15 @@ def _parameters_checks(executed: Path, recorded: dict) -> list[dict]:
     return out
 
 
+def _sha(path: Path) -> str:
+    """The sha256 of a file of the run, read bounded (no link, device or FIFO; MAX_EVIDENCE_BYTES): a refusal reads
+    as a digest that pins nothing, so the check fails naming the file."""
+    try:
+        return sha256_regular(path)[1]
+    except BoundedReadError as e:
+        return f"not read: {e}"
+
+
 def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
     metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     present = {p.stem: p for p in metrics_dir.glob("*.json")} if metrics_dir.is_dir() else {}
@@ -69,7 +85,7 @@ def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
             out.append(_check(f"metric {name}", "fail", f"{present[name]}: sidecar not pinned in run.json"))
         elif name not in present:
             out.append(_check(f"metric {name}", "fail", f"{run_record.metric_path(run_dir, name)}: pinned but missing"))
-        elif sha256_file(present[name]) != pinned[name]:
+        elif _sha(present[name]) != pinned[name]:
             out.append(_check(f"metric {name}", "fail", f"{present[name]}: bytes do not hash to the pinned digest"))
         else:
             out.append(_check(f"metric {name}", "pass", "hashes to the pinned digest"))
@@ -224,7 +240,7 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
     if not executed.is_file():
         checks.append(_check("executed_notebook", "fail", f"{executed}: missing"))
     else:
-        if record.executed_notebook_sha256 is not None and sha256_file(executed) != record.executed_notebook_sha256:
+        if record.executed_notebook_sha256 is not None and _sha(executed) != record.executed_notebook_sha256:
             checks.append(_check("executed_notebook", "fail", f"{executed}: does not hash to the recorded sha256"))
         else:
             checks.append(_check("executed_notebook", "pass", "hashes to the recorded sha256"))
