@@ -10,6 +10,7 @@ import importlib.util
 import io
 import json
 import lzma
+import os
 import shutil
 import subprocess
 import tarfile
@@ -319,7 +320,36 @@ def test_the_root_changes_with_any_added_deleted_moved_linked_or_edited_file(bas
     changed(lambda: (runs / "archive" / "index.md").write_text("edited"))
 
 
-def test_self_consistent_forgery_fails_root_and_at(base, capsys):
+def _forge_record(base: Path) -> None:
+    """A run's record edited and its pin recomputed (runs/RECORD_PINS.json re-made by the tool)."""
+    _edit_record(base / "runs" / LIVE[1], lambda o: o.update(notes={"forged": True}))
+    (base / "runs" / "RECORD_PINS.json").unlink()
+    _pin(base)
+
+
+def _forge_ledger(base: Path) -> None:
+    """A ledger event appended, chained, and the head re-pinned in runs/MANIFESTS.json."""
+    append_event(base / "ledger" / "exposed.jsonl", {"event": "selection", "job": "f" * 64,
+                                                      "selection_sha256": "f" * 64}, [])
+    pins = load_json_strict(base / "runs" / "MANIFESTS.json")
+    data = (base / "ledger" / "exposed.jsonl").read_bytes()
+    pins["ledger"].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    write_canonical_json(base / "runs" / "MANIFESTS.json", pins)
+
+
+def _forge_run(base: Path) -> None:
+    """A whole new run (a copy under its own run_id, its record re-made) and its pin added by the tool."""
+    new = base / "runs" / "demo-adaptive-dev-N"
+    shutil.copytree(base / "runs" / LIVE[0], new)
+    _edit_record(new, lambda o: o.update(run_id="demo-adaptive-dev-N"))
+    _pin(base)
+
+
+@pytest.mark.parametrize(("forge", "named"), [(_forge_record, "runs/RECORD_PINS.json: file sha256"),
+                                               (_forge_ledger, "ledger/exposed.jsonl: file sha256"),
+                                               (_forge_run, "runs/RECORD_PINS.json: file sha256")],
+                         ids=["record", "ledger", "new-run"])
+def test_self_consistent_forgery_passes_alone_and_fails_root_and_at(base, capsys, forge, named):
     _git(base, "init", "-q")
     _git(base, "add", "-A")
     _git(base, "commit", "-qm", "evidence")
@@ -327,18 +357,34 @@ def test_self_consistent_forgery_fails_root_and_at(base, capsys):
     assert main(["evidence-root", str(base / "runs")]) == 0 and capsys.readouterr().out.strip() == held
     assert root_report(base / "runs", None, held)["ok"]
     assert at_report(base / "runs", None, "HEAD")["ok"]
-    run = base / "runs" / LIVE[1]  # a forged metric, its record and every pin recomputed
-    _edit_record(run, lambda o: o.update(notes={"forged": True}))
-    (base / "runs" / "RECORD_PINS.json").unlink()
-    _pin(base)
-    assert _tree_failures(base) == {} and not {"files", "place"} & set(_run_failures(run, base))
+    forge(base)
+    assert _tree_failures(base) == {}  # every covering digest recomputed: no check without an anchor sees it
+    assert all(c["result"] != "fail" for c in ledger_report(base)["checks"])
     report = root_report(base / "runs", None, held)
     assert not report["ok"] and f"--root expects {held}" in report["checks"][0]["detail"]
     at = {c["check"]: c for c in at_report(base / "runs", None, "HEAD")["checks"]}
     assert at["at commit"]["result"] == "fail"
-    assert at["at commit"]["detail"].startswith("runs/RECORD_PINS.json: file sha256")  # the files named, sorted
-    assert at["at commit"]["detail"].endswith("(and 1 more)")  # runs/demo-adaptive-dev-B/run.json
+    assert named in at["at commit"]["detail"]
     assert main(["verify-evidence", str(base / "runs"), "--root", held]) == 1
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_a_single_edit_fails_the_command_naming_the_file(base, capsys):
+    _edit_record(base / "runs" / LIVE[0], lambda o: o.update(duration_s=o["duration_s"] + 1))
+    assert main(["verify-evidence", str(base / "runs")]) == 1
+    out = capsys.readouterr().out
+    assert f"runs/{LIVE[0]}: FAILED" in out and f"{LIVE[0]}/run.json: sha256" in out
+
+
+def test_a_fifo_in_place_of_a_sidecar_is_refused_without_blocking(base):
+    run = base / "runs" / LIVE[0]
+    sidecar = sorted((run / "metrics").glob("*.json"))[0]
+    sidecar.unlink()
+    os.mkfifo(sidecar)  # opening it to read would wait for a writer forever
+    failed = _run_failures(run, base)
+    assert f"{sidecar}: bytes do not hash" in failed[f"metric {sidecar.stem}"]
+    assert f"{sidecar}: sha256 not read: no" in failed["files"]
+    assert f"{sidecar.name}: neither a regular file nor a folder" in _tree_failures(base)["links"]
 
 
 def _git(repo: Path, *args: str, env=None) -> str:
