@@ -378,7 +378,7 @@ def test_a_single_edit_fails_the_command_naming_the_file(base, capsys):
 
 def test_a_fifo_in_place_of_a_sidecar_is_refused_without_blocking(base):
     run = base / "runs" / LIVE[0]
-    sidecar = sorted((run / "metrics").glob("*.json"))[0]
+    sidecar = min((run / "metrics").glob("*.json"))
     sidecar.unlink()
     os.mkfifo(sidecar)  # opening it to read would wait for a writer forever
     failed = _run_failures(run, base)
