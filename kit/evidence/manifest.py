@@ -138,9 +138,10 @@ def pin_of(path: Path) -> dict | None:
 
 
 def record_pin_problem(run_dir: Path, key: str, base: Path) -> str | None:
-    """For a run's `files` check: its run.json against runs/RECORD_PINS.json (None: matches, or no such file)."""
+    """For a run's `files` check: its run.json against runs/RECORD_PINS.json (None: matches, no such file, or a run
+    outside the repository's runs/, such as a demo's output, whose records the committed pins do not cover)."""
     rpins = read_record_pins(base)
-    if rpins is None:
+    if rpins is None or not key.startswith("runs/"):  # a runs folder other than the repository's (a demo's)
         return None
     pinned, have = rpins["records"].get(key), pin_of(run_dir / "run.json")
     if pinned is None:

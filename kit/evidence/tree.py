@@ -173,6 +173,8 @@ def note_pinned(note_path: Path, base: Path) -> bool:
         rel = Path(os.path.abspath(note_path)).relative_to(Path(os.path.abspath(base))).as_posix()
     except ValueError:
         return False
+    if not rel.startswith("runs/"):  # a runs folder other than the repository's (a demo's output)
+        return True
     return rpins["notes"].get(rel) is not None and rpins["notes"][rel] == pin_of(note_path)
 
 
