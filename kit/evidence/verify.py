@@ -138,7 +138,7 @@ def superseded_note(run_dir: Path, base: Path | None = None) -> dict | None:
     if not path.exists() and not path.is_symlink():
         return None
     where = origin(run_dir.parent) or Path(os.path.abspath(run_dir.parent))
-    if where.name == "runs" or base is not None and where == Path(os.path.abspath(base)) / "runs":
+    if where == Path(os.path.abspath(base)) / "runs" if base is not None else where.name == "runs":
         raise ValueError(f"{path}: a superseded note in the runs folder itself; notes hold only in a folder of "
                          "superseded runs (runs/superseded-DATE-WHY/)")
     if base is not None and not note_pinned(path, base):
