@@ -278,6 +278,11 @@ class File(PathArg):
             with open(path, "rb") as f:
                 if f.read(6) != b"\xfd7zXZ\x00":
                     problem = "not an xz file (its first bytes are not the xz magic)"
+        elif self.fmt == "allowed-signers":  # ssh-keygen ALLOWED SIGNERS: "principals [options] keytype key" lines
+            lines = [ln.split() for ln in path.read_text(errors="replace").splitlines() if ln.strip()
+                     and not ln.lstrip().startswith("#")]
+            if not lines or not all(any(w.startswith(("ssh-", "ecdsa-", "sk-")) for w in ln[1:]) for ln in lines):
+                problem = "not an ssh-keygen allowed-signers file (expected lines 'principal keytype key')"
         if problem:
             self.fail(path, f"is {problem}")
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from kit.digest import load_json_strict
+from kit.evidence.run_record import refuse_links
 from kit.store import commits
 
 MAX_DEPTH = 5  # a demo output's homes sit at OUT/adaptive/A2; a campaign's attempts at raw/ARM/ATTEMPT
@@ -93,6 +94,7 @@ def home_summary(home: Path, now: float) -> dict:
 
 def run_summary(run_dir: Path) -> dict:
     """A run folder: its record, or "running" while `kit run` executes it (the record is written last)."""
+    refuse_links(run_dir)  # a linked run folder or run.json is refused, as by every reader of runs
     rec = _read(run_dir / "run.json")
     if not isinstance(rec, dict):
         return {"kind": "run", "path": str(run_dir), "run_id": run_dir.name, "status": "running",

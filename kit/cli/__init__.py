@@ -61,6 +61,7 @@ HANDLERS = {
     "checkpoint": "kit.cli.handlers.core", "plan": "kit.cli.handlers.core", "demo": "kit.cli.handlers.core",
     "run": "kit.cli.handlers.evidence", "batch": "kit.cli.handlers.evidence",
     "verify-evidence": "kit.cli.handlers.evidence", "report": "kit.cli.handlers.evidence",
+    "evidence-root": "kit.cli.handlers.evidence",
     "results": "kit.cli.handlers.evidence", "archive-evidence": "kit.cli.handlers.evidence",
     "adaptive": "kit.cli.handlers.adaptive", "continued": "kit.cli.handlers.adaptive",
     "study": "kit.cli.handlers.study", "replicates": "kit.cli.handlers.replicates",

@@ -32,6 +32,7 @@ CAMPAIGN_FILES = (
 EVIDENCE_FILES = (
     "test_archive.py",
     "test_daily_use.py",
+    "test_evidence_anchor.py",
     "test_dev_curve.py",
     "test_exposure_sensitivity.py",
     "test_final_verification.py",
