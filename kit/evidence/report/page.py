@@ -54,7 +54,9 @@ details.kit-details > summary { font-size: 1.3em; font-weight: bold; cursor: poi
 @media (max-width: 700px) { .jp-RenderedHTMLCommon table.kit-table td { max-width: 60vw; overflow-wrap: break-word; } }
 .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
 small.kit-id { font-size: 10px; color: #666; font-family: monospace; }
-table.kit-questions { width: 100%; max-width: 1400px; } span.kit-q { font-weight: bold; }
+table.kit-questions { width: 100%; max-width: 1400px; table-layout: fixed; } span.kit-q { font-weight: bold; }
+table.kit-questions th:nth-child(1) { width: 27%; } table.kit-questions th:nth-child(2) { width: 8%; }
+table.kit-questions th:nth-child(3) { width: 25%; } table.kit-questions th:nth-child(4) { width: 22%; }
 .jp-RenderedHTMLCommon table.kit-questions td { max-width: 420px; overflow-wrap: break-word; }
 ul.kit-first-scope { margin: 2px 0 6px 0; max-width: 1100px; } ul.kit-first-scope li { margin: 0; }
 dl.kit-legend { font-size: 12px; max-width: 1100px; } dl.kit-legend dt { font-weight: bold; float: left; clear: left;
@@ -63,7 +65,7 @@ div.kit-first { display: flex; flex-direction: column; }
 p.kit-root { font-family: monospace; font-size: 12px; }
 @media (max-width: 700px) {
   div.kit-first ul.kit-first-scope { order: 2; } div.kit-first-table { order: 1; } ul.kit-readings { order: 3; }
-  dl.kit-legend { order: 4; } h1 { font-size: 1.3em; }
+  dl.kit-legend { order: 4; } .jp-RenderedHTMLCommon h1 { font-size: 1.4em; }
   table.kit-questions, table.kit-questions tbody, table.kit-questions tr, table.kit-questions td { display: block; }
   table.kit-questions thead { display: none; }
   table.kit-questions tr { border: 1px solid #bbb; border-radius: 6px; margin: 0 0 8px 0; padding: 4px 6px; }

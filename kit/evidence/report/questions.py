@@ -212,7 +212,10 @@ def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list
     history = seed_verdicts(runs_dir)
     context = _context(runs_dir, idx)
     out = []
-    for row in rows["adaptive"] + rows["study"]:
+    # the trial's questions first (the gates, then the study's screens), the mechanics (migration, growth's
+    # structure) after them
+    gates = [r for r in rows["adaptive"] if "_vs_" in r["comparison"]]
+    for row in gates + rows["study"] + [r for r in rows["adaptive"] if r not in gates]:
         x = numbers(row, idx)
         if row["check"] == "task_gain":
             x["lower_bound"] = _lower_bound(row, idx)
