@@ -100,17 +100,37 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
             continue
         rows = verdict_rows(d)
         seeds = {(run_contract(r) or {}).get("seed", {}).get("parameter_digest") for r in finals} - {None}
-        groups.append({"start": min(r["started_at"] for r in finals), "current": folder is None,
+        bodies = {}
+        for r in finals:
+            c = run_contract(r)
+            if c:
+                bodies[c.get("file")] = {k: v for k, v in c.items() if k not in ("seed", "file", "commit")}
+        groups.append({"start": min(r["started_at"] for r in finals), "current": folder is None, "bodies": bodies,
                        "seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
                        "contracts": contract_versions(finals),
                        "rows": rows["adaptive"] + rows["study"]})
-    now = next((g["contracts"] for g in groups if g["current"]), set())
+    now = next((g for g in groups if g["current"]), {"contracts": set(), "bodies": {}})
     out: dict[str, list[dict]] = {}
     for g in sorted(groups, key=lambda g: g["start"]):
+        differs = sorted({p for f, b in g["bodies"].items() for p in _differing(b, now["bodies"].get(f) or {})})
         for v in g["rows"]:
             out.setdefault(question_key(v), []).append(
                 {"seed": g["seed"], "verdict": str(v.get("verdict")), "current": g["current"],
-                 "same_contract": bool(g["contracts"] & now)})
+                 "same_contract": bool(g["contracts"] & now["contracts"]), "differs": differs})
+    return out
+
+
+def _differing(a: dict, b: dict, depth: int = 2, prefix: str = "") -> list[str]:
+    """The fields (dotted, at most `depth` deep) in which two contract bodies differ."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if x == y:
+            continue
+        if depth > 1 and isinstance(x, dict) and isinstance(y, dict):
+            out += _differing(x, y, depth - 1, f"{prefix}{k}.")
+        else:
+            out.append(prefix + k)
     return out
 
 
@@ -128,8 +148,7 @@ def seed_reading(entries: list[dict]) -> str:
     same = sum(e["verdict"] == now["verdict"] for e in earlier)
     word = {"pass": "passed", "fail": "failed"}.get(now["verdict"], now["verdict"])
     other = [e["verdict"] for e in earlier if e["verdict"] != now["verdict"]]
-    k = sum(not e["same_contract"] for e in earlier)
-    changed = f"; {k} of the earlier contracts differed beyond the seed" if k else ""
+    changed = ""  # whether the earlier contracts differed beyond the seed: said once (contracts_note)
     n = len(earlier)
     if same == n:
         return (f"{word} on all {n + 1} seeds" if seeds else f"{word} here and in all {n} {them}") + changed
@@ -137,6 +156,20 @@ def seed_reading(entries: list[dict]) -> str:
         return (f"{word} on {this} only ({', '.join(sorted(set(other)))} on the {n} earlier "
                 f"{'seeds' if seeds else them.replace('earlier ', '')}{changed})")
     return f"{word} on {this} and {same} of {n} {'earlier seeds' if seeds else them}{changed}"
+
+
+def contracts_note(history: dict[str, list[dict]]) -> str:
+    """One sentence for the whole table: how many earlier scorings ran under contracts that differ beyond the
+    seed (their verdicts are then not the same experiment's)."""
+    earlier = {e["seed"]: e for entries in history.values() for e in entries if not e["current"]}
+    differ = {s: e["differs"] for s, e in sorted(earlier.items()) if not e["same_contract"] and e["differs"]}
+    if not differ:
+        return ""
+    # what changes a result: not the contract's names and texts, nor the pilot's bookkeeping beside its choice
+    fields = sorted({f for fs in differ.values() for f in fs if f not in ("description", "name")
+                     and (not f.startswith("pilot.") or f == "pilot.chosen")})
+    return (f"The earlier finals on {', '.join(differ)} ran under contracts that differ from the current ones beyond "
+            f"the seed (in {', '.join(fields)}): their verdicts come from other settings, not repetitions.")
 
 
 def kept_folder_rows(runs_dir) -> list[dict]:

@@ -55,8 +55,9 @@ details.kit-details > summary { font-size: 1.3em; font-weight: bold; cursor: poi
 .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
 small.kit-id { font-size: 10px; color: #666; font-family: monospace; }
 table.kit-questions { width: 100%; max-width: 1400px; table-layout: fixed; } span.kit-q { font-weight: bold; }
-table.kit-questions th:nth-child(1) { width: 27%; } table.kit-questions th:nth-child(2) { width: 8%; }
-table.kit-questions th:nth-child(3) { width: 25%; } table.kit-questions th:nth-child(4) { width: 22%; }
+table.kit-questions { line-height: 1.25; }
+table.kit-questions th:nth-child(1) { width: 31%; } table.kit-questions th:nth-child(2) { width: 7%; }
+table.kit-questions th:nth-child(3) { width: 24%; } table.kit-questions th:nth-child(4) { width: 24%; }
 .jp-RenderedHTMLCommon table.kit-questions td { max-width: 420px; overflow-wrap: break-word; }
 ul.kit-first-scope { margin: 2px 0 6px 0; max-width: 1100px; } ul.kit-first-scope li { margin: 0; }
 dl.kit-legend { font-size: 12px; max-width: 1100px; } dl.kit-legend dt { font-weight: bold; float: left; clear: left;

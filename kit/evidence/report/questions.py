@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from kit.digest import load_json_strict
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import NONE, fmt, is_number, run_link
-from kit.evidence.report.history import question_key, seed_reading, seed_verdicts
+from kit.evidence.report.history import contracts_note, question_key, seed_reading, seed_verdicts
 from kit.evidence.report.index import REPO, index, is_cpu, metric, run_contract
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.readings import baseline_sentence, numbers, reading_sentences, tie_probability
@@ -68,7 +68,7 @@ def question_text(row: dict) -> str:
         if check == "generated":
             return f"Does {cand} answer at least as many final tasks right as {base}?"
         if check == "retention":
-            return f"Does {cand} keep {base}'s chat ability (forgetting at most {tv} nats/token)?"
+            return f"Does {cand} keep {base}'s chat ability?"
     if check.startswith("learned state equal"):
         what = comp.replace("migration, ", "").replace("GPU campaign ", "the GPU campaign's ")
         return f"Does a run moved between workers ({what}) end exactly where the uninterrupted run ends?"
@@ -80,7 +80,7 @@ def question_text(row: dict) -> str:
         margin = fmt(-t) if is_number(t) else ""
         return f"Is PowerSGD no worse than {check[len('noninferior_to_'):]} on task accuracy (margin {margin})?"
     if check == "retention":
-        return f"Does PowerSGD keep the seed's chat ability (forgetting at most {tv} nats/token)?"
+        return "Does PowerSGD keep the seed's chat ability?"
     if check == "quality screen (all parts)":
         return "Does PowerSGD pass the whole quality screen?"
     if check.startswith("speed"):
@@ -102,7 +102,7 @@ def tested(row: dict, x: dict) -> tuple[str, str]:
         lost, gained = (x["n"] - x["estimate"]) // 2, (x["n"] + x["estimate"]) // 2
         p = sign_test_p(gained, lost)
         text = (f"correct answers lost {_num(lost)} vs gained {_num(gained)}, sign test p = {_num(p)}; "
-                "passes when lost \u2264 gained")
+                "needs lost \u2264 gained")
         return (NOT_EVALUABLE if x["n"] == 0 else v), text
     if x["side"] == "equal":
         return v, f"largest |weight difference| {_num(x['estimate'])}; passes only at 0"
@@ -120,12 +120,12 @@ def tested(row: dict, x: dict) -> tuple[str, str]:
     lower = x["side"] == "above"
     if check == "task_gain":  # the screen compares the point estimate; its one-sided bound read from the pair
         b = x["lower_bound"]
-        return v, (f"accuracy gain {_num(est)} (95% lower bound {_num(b)}); the screen tests the gain itself: "
-                   f"needs {op}")
-    what = {"gain": "NLL change on the final tasks", "retention": "NLL change on the chat probes"}.get(
+        return v, (f"accuracy gain {_num(est)} (one-sided 95% lower bound {_num(b)}); the screen tests the gain "
+                   f"itself: needs {op}")
+    what = {"gain": "task NLL change", "retention": "chat NLL change"}.get(
         check, "accuracy difference" if check.startswith("noninferior") else check)
     side = "lower" if lower else "upper"
-    return v, (f"{what} {_num(est, unit)}, one-sided 95% {side} bound {_num(bound)}; the bound needs {op}"
+    return v, (f"{what} {_num(est, unit)}; one-sided 95% {side} bound {_num(bound)}, needs {op}"
                if is_number(t) else f"{what} {_num(est, unit)}")
 
 
@@ -167,7 +167,7 @@ def weight(row: dict, x: dict, context: dict) -> str:
                 parts.append(f"near its threshold: passes {100 * p_equal:.0f}% of the time if the arms are truly "
                              "equal")
         else:
-            parts.append(f"far from its threshold: the estimate lies {z:.0f} standard errors from it")
+            parts.append(f"far from its threshold ({z:.0f} standard errors)")
     if check == "retention" and row["experiment"] == "adaptive" and context.get("baseline"):
         parts.append(context["baseline"])
     if check == "retention" and row["experiment"] == "study" and context.get("in_distribution"):
@@ -255,8 +255,9 @@ def questions_html(runs_dir, replicates: Mapping[str, str] | None = None) -> str
         body.append(f'<tr data-source="{html.escape(r["source"])}" data-key="{html.escape(r["key"])}">'
                     + "".join(cells) + "</tr>")
     said = ", ".join(f"{n} {v}" for v, n in counts.items())
+    note = contracts_note(seed_verdicts(runs_dir))
     return (f"<p>{len(rows)} questions: {html.escape(said)}. Each bound is the one-sided 95% bound its rule tests "
-            "(the page's one interval convention).</p>"
+            f"(the page's one interval convention). {html.escape(note)}</p>"
             f'<table id="kit-verdict-summary" class="kit-table kit-questions"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
 
