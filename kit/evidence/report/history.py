@@ -14,6 +14,9 @@ from kit.evidence.report.verdict_rows import verdict_rows
 from kit.evidence.run_index import kept_runs
 
 COMPARISONS = ("A_vs_seed", "B_vs_A", "growth_vs_control")
+# the columns as a reviewer reads them (the contract's identifiers stay in the rows' keys)
+LABELS = {"A_vs_seed": "cohort A vs the seed", "B_vs_A": "cohort B vs cohort A",
+          "growth_vs_control": "growth vs its control", "contracts": "contract version"}
 
 
 def _cell(rows: list[dict]) -> str:
@@ -198,7 +201,7 @@ def show_history(runs_dir) -> None:
         return
     kept = sum(1 for r in rows if r["kept in"] != "current")
     held = {c: sorted({r[c].split(" ")[0] for r in rows}) for c in (*COMPARISONS, "study quality screen")}
-    varied = [c for c, v in held.items() if len(v) > 1]
+    varied = [LABELS.get(c, c) for c, v in held.items() if len(v) > 1]
     versions = len({r["contracts"] for r in rows})
     text = (f"Finals were scored {len(rows)} times, on {len({r['seed'] for r in rows})} seeds, under "
             + ("the same contracts" if versions == 1 else f"{versions} versions of the contracts") + f"; {kept} of those are superseded and kept as evidence. "
@@ -206,7 +209,7 @@ def show_history(runs_dir) -> None:
                else "Every verdict held across them."))
     folders = kept_folder_rows(runs_dir)
     # why each folder was superseded is the folder's own note (it names files and campaign steps): collapsed
-    shown = [{k: v for k, v in r.items() if k != "why superseded"} for r in rows]
+    shown = [{LABELS.get(k, k): v for k, v in r.items() if k != "why superseded"} for r in rows]
     why = [{"seed": r["seed"], "kept in": r["kept in"], "why superseded": r["why superseded"]} for r in rows
            if r["kept in"] != "current"]
     display(HTML(f"<p>{html.escape(text)}</p>" + records_table(shown, table_id="kit-history")

@@ -15,7 +15,7 @@ from kit.evidence.report.cost import retention_pairs
 from kit.evidence.report.evaluation_files import evaluation_items
 from kit.evidence.report.format import fmt, is_number
 from kit.evidence.report.index import index, metric, run_contract
-from kit.evidence.report.verdict_rows import direction_text, verdict_rows
+from kit.evidence.report.verdict_rows import direction_text, question_text, verdict_rows
 
 Z80 = 0.8416212335729143  # the one-sided normal quantile of 80% power
 
@@ -138,7 +138,7 @@ def summary_rows(runs_dir) -> list[dict]:
     out = []
     for row in rows["adaptive"] + rows["study"]:
         x = numbers(row, idx)
-        out.append({"question": row["comparison"], "check": row["check"], "verdict": str(row.get("verdict")),
+        out.append({"question": row["comparison"], "plain": question_text(row), "check": row["check"], "verdict": str(row.get("verdict")),
                     "estimate": x["estimate"], "bound": x["bound"], "threshold": row.get("threshold", ""),
                     "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
                     "power": power(row, x, idx), "source": row["source"], "runs": row["runs"],
@@ -156,14 +156,14 @@ def reading_sentences(runs_dir) -> list[str]:
         x, t = r["numbers"], r.get("threshold")
         bounded = x["side"] in ("below", "above") and is_number(x["estimate"]) and is_number(x["bound"])
         if r["reading"].startswith("inconclusive") or (bounded and r["verdict"] == "fail" and r["check"] == "gain"):
-            out.append(f"{r['question']} {r['check']} {'is inconclusive' if r['reading'].startswith('inc') else 'fails'}: "
+            out.append(f"\u201c{r['plain']}\u201d {'is inconclusive' if r['reading'].startswith('inc') else 'fails'}: "
                        f"estimate {fmt(x['estimate'])}, one-sided 95% bound {fmt(x['bound'])} against {t}"
                        f"{'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
                        f"and the gate {r['power']}.")
         if r["check"] == "retention" and x["lower"] is not None and (x["lower"] > 0 or x["upper"] < 0) \
                 and r["question"] != "quality screen":
             up = x["lower"] > 0
-            out.append(f"{r['question']}'s retention change is "
+            out.append(f"\u201c{r['plain']}\u201d The chat NLL change is "
                        f"{'positive (the candidate forgot)' if up else 'negative'} beyond chance: "
                        f"{x['estimate']:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
                        f"{fmt(x['lower'] if up else x['upper'])}"
