@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from kit.cli import main
+from kit.evidence.report.index import index
 from kit.evidence.report.page import build_report_notebook, evidence_root_line
 from kit.evidence.report.questions import NOT_EVALUABLE, question_rows, scope_sentences
 from kit.evidence.report.runs import failure_rows
+from kit.evidence.report.scope import accuracy_sentence
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -112,6 +114,10 @@ def test_the_scope_sentences_are_computed_from_the_evidence():
     medium = scope_sentences(REPO / "runs" / "medium-*")
     assert medium[0] == f"Model size: the seed {seed['parameter_digest'][:8]} has 126M parameters ({seed['params']:,})."
     assert medium[1].startswith("Training data: 85% of its ") and "1.7B seed, 14 times this one" in medium[2]
+    # the frozen contract's highest accuracy is a frozen run's, never a replicate's (the noise section reads those)
+    idx = index(REPO / "runs" / "medium-*")
+    said = [accuracy_sentence(idx, d) for d in {r.get("contract_digest") for r in idx["runs"]} - {None}]
+    assert all(s and not re.search(r"-r\d+,", s) for s in said), said
     demo = scope_sentences(REPO / "runs" / "demo-*")
     assert demo[0].startswith("This is a tiny CPU run of every mechanism") and "not meant to learn" in demo[0]
 
