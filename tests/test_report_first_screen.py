@@ -17,7 +17,7 @@ import pytest
 from kit.cli import main
 from kit.evidence.report.index import index
 from kit.evidence.report.page import build_report_notebook, evidence_root_line
-from kit.evidence.report.questions import NOT_EVALUABLE, question_rows, scope_sentences
+from kit.evidence.report.questions import NOT_EVALUABLE, question_rows, scope_sentences, what_sentence
 from kit.evidence.report.runs import failure_rows
 from kit.evidence.report.scope import accuracy_sentence
 
@@ -118,8 +118,10 @@ def test_the_scope_sentences_are_computed_from_the_evidence():
     idx = index(REPO / "runs" / "medium-*")
     said = [accuracy_sentence(idx, d) for d in {r.get("contract_digest") for r in idx["runs"]} - {None}]
     assert all(s and not re.search(r"-r\d+,", s) for s in said), said
-    demo = scope_sentences(REPO / "runs" / "demo-*")
-    assert demo[0].startswith("This is a tiny CPU run of every mechanism") and "not meant to learn" in demo[0]
+    demo = what_sentence(REPO / "runs" / "demo-*")
+    assert demo.startswith("This is a tiny CPU run of every mechanism") and "not meant to learn" in demo
+    assert what_sentence(REPO / "runs" / "medium-*") is None  # GPU runs of the medium contracts
+    assert scope_sentences(REPO / "runs" / "demo-*")[0].startswith("Model size: the seed ")
 
 
 def test_failed_runs_show_their_recorded_error_not_the_command():

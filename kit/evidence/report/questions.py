@@ -22,6 +22,7 @@ from kit.evidence.report.history import contracts_note, question_key, seed_readi
 from kit.evidence.report.index import REPO, index, is_cpu, metric, run_contract
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.readings import baseline_sentence, numbers, reading_sentences, tie_probability
+from kit.evidence.report.scope import accuracy_points
 from kit.evidence.report.seed_knew import build_record, seed_digests, training_mix
 from kit.evidence.report.verdict_rows import question_text, verdict_rows
 
@@ -252,18 +253,26 @@ def full_seed_size(contract: dict | None) -> tuple[float, str] | None:
     return float(m.group(1)) * (1e9 if m.group(2) == "B" else 1e6), full
 
 
+def what_sentence(runs_dir) -> str | None:
+    """What the evidence is, where its scale says so: a tiny CPU run of every mechanism (the scale is tiny and every
+    run of a contract ran on CPU), whose quality verdicts are not evidence about the methods."""
+    idx = index(runs_dir)
+    contract = next((c for c in (run_contract(r) for r in idx["runs"] if r.get("contract_digest")) if c), None)
+    ran = [r for r in idx["runs"] if r.get("contract_digest")]
+    if (contract or {}).get("scale") == "tiny" and ran and all(is_cpu(r) for r in ran):
+        return ("This is a tiny CPU run of every mechanism of both trials: its models are not meant to learn, so "
+                "its quality verdicts are not evidence about the methods; they show that every gate and screen is "
+                "computed from committed inputs.")
+    return None
+
+
 def scope_sentences(runs_dir) -> list[str]:
-    """The scope on the first screen: what the evidence is (a tiny CPU run where the scale is tiny and every run
-    ran on CPU), the seed's size, what it trained on, and its size against the full trial's seed."""
+    """The scope on the first screen: the seed's size, what it trained on, and its size against the full trial's
+    seed, one sentence each."""
     idx = index(runs_dir)
     contracts = [run_contract(r) for r in idx["runs"] if r.get("contract_digest")]
     contract = next((c for c in contracts if c), None)
-    scale = (contract or {}).get("scale")
     out = []
-    if scale == "tiny" and idx["runs"] and all(is_cpu(r) for r in idx["runs"] if r.get("contract_digest")):
-        out.append("This is a tiny CPU run of every mechanism of both trials: its models are not meant to learn, so "
-                   "its quality verdicts are not evidence about the methods; they show that every gate and screen is "
-                   "computed from committed inputs.")
     built = [s["parameter_digest"] for r in idx["runs"] if isinstance(s := metric(r, "seed_build"), dict)
              and s.get("parameter_digest")]
     for digest in seed_digests(runs_dir) or built:  # a tiny contract pins no seed: the one its runs built
@@ -277,9 +286,14 @@ def scope_sentences(runs_dir) -> list[str]:
             mix = [m for m in training_mix(found[0]) if "packed rows" not in m["kind"]]
             total = sum(m["packed"] for m in mix)
             fams = next((m for m in mix if m["kind"].startswith("task families")), None)
+            taught = set(((found[0].get("data") or {}).get("tasks") or {}).get("per_family") or {})
+            scored = {p["family"] for c in {r.get("contract_digest") for r in idx["runs"]} - {None}
+                      for p in accuracy_points(idx, c) if p["split"] == "final"} - {"all"}
+            same = (", the families the final tasks score" if taught and taught == scored else
+                    f"; the final tasks score {', '.join(sorted(scored))}" if scored else "")
             if total and fams:
                 out.append(f"Training data: {100 * fams['packed'] / total:.0f}% of its {total:,} training "
-                           f"conversations were {fams['kind']}, the families the final tasks score.")
+                           f"conversations were {fams['kind']}{same}.")
         else:
             out.append("Training data: this evidence keeps no build record of the seed's training mix.")
         full = full_seed_size(contract)
@@ -303,7 +317,9 @@ def first_screen_html(runs_dir, replicates: Mapping[str, str] | None = None) -> 
     said = reading_sentences(runs_dir)
     readings = ('<ul class="kit-readings">' + "".join(f"<li>{html.escape(t)}</li>" for t in said) + "</ul>"
                 if said else "")
-    return (PAGE_CSS + '<div class="kit-first">' + scope_html(runs_dir)
+    what = what_sentence(runs_dir)
+    return (PAGE_CSS + (f'<p class="kit-what"><b>{html.escape(what)}</b></p>' if what else "")
+            + '<div class="kit-first">' + scope_html(runs_dir)
             + f'<div class="kit-first-table">{questions_html(runs_dir, replicates)}</div>'
             + readings + legend_html() + "</div>")
 
