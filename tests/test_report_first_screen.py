@@ -127,7 +127,7 @@ def test_the_scope_sentences_are_computed_from_the_evidence():
 def test_failed_runs_show_their_recorded_error_not_the_command():
     rows = [r for r in failure_rows(REPO / "runs" / "medium-*") if r["run"] == "medium-pilot-2026-12-01-e83d0af3"]
     assert rows and all("exited 2: " in r["message"] and "leave 463 eligible" in r["message"] for r in rows)
-    assert all(not r["message"].startswith("benchmark: ") and r["cell"].startswith("candidate c") for r in rows)
+    assert all(not r["message"].startswith("benchmark: ") and r["failing cell or step"].startswith("candidate c") for r in rows)
 
 
 def test_the_header_holds_the_evidence_root_when_given(tmp_path):

@@ -105,12 +105,14 @@ def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
             for e in bench:
                 step = ", ".join(f"{k} {v}" for k, v in e.items() if k != "error" and not isinstance(v, (dict, list))
                                  and len(str(v)) < 40)
+                if "error" not in e:  # {"deadline": "... timed out"}: the step is the key
+                    step = step or ", ".join(e)
                 msg = e.get("error") or "; ".join(f"{k}: {v}" for k, v in e.items())
-                rows.append({"run": r["run_id"], "status": r["status"], "cell": step or None, "In [n]": None,
+                rows.append({"run": r["run_id"], "status": r["status"], "failing cell or step": step or None, "In [n]": None,
                              "exception": "", "message": str(msg)})
             continue
         reason = r["reason"] or ""
-        rows.append({"run": r["run_id"], "status": r["status"], "cell": error.get("cell_index"),
+        rows.append({"run": r["run_id"], "status": r["status"], "failing cell or step": error.get("cell_index"),
                      "In [n]": error.get("execution_count"), "exception": error.get("ename", ""),
                      "message": error.get("evalue", "" if reason.startswith("benchmark: ") else reason)
                      or "no error recorded"})
@@ -126,5 +128,5 @@ def show_failures(runs_dir: str | os.PathLike) -> None:
     if not rows:
         display(HTML("<p>Every run completed.</p>"))
         return
-    df = pd.DataFrame(rows).astype({"cell": "object", "In [n]": "object"})
+    df = pd.DataFrame(rows).astype({"failing cell or step": "object", "In [n]": "object"})
     display(HTML('<div class="kit-scroll">' + _styled_html(df, "kit-failures") + "</div>"))
