@@ -205,3 +205,22 @@ def compare_leaves(have: dict[str, dict], want: dict[str, dict], source: str) ->
             problems.append(f"{key}: {h['kind']} sha256 {h['sha256'][:12]}, size {h['size']}; at {source} "
                             f"{w['kind']} sha256 {w['sha256'][:12]}, size {w['size']}")
     return problems
+
+
+def root_and_commit(runs_dir: str | os.PathLike) -> tuple[str, str | None]:
+    """(the evidence root of `runs_dir` and its ledger, the commit whose evidence has that root): the commit is
+    the repository's HEAD when HEAD's runs and ledger folders give the same leaves (commit_leaves), else None
+    (the evidence is not HEAD's: uncommitted, or the runs folder is outside a repository, as a demo's is). A
+    report shows both, so a reviewer can recompute the root with `kit verify-evidence --at COMMIT --root ROOT`."""
+    runs_dir = Path(os.path.abspath(runs_dir))
+    have = evidence_leaves(runs_dir)
+    try:
+        base = Path(_git(runs_dir, "rev-parse", "--show-toplevel").decode().strip())
+        head = _git(base, "rev-parse", "HEAD").decode().strip()
+        rel = runs_dir.relative_to(base).as_posix()
+        ledger_rel = default_ledger_dir(runs_dir).relative_to(base).as_posix()
+        same = commit_leaves(base, head, rel, ledger_rel) == have
+    except (EvidenceRootError, ValueError, OSError):
+        return root_of(have), None
+    return root_of(have), head if same else None
+
