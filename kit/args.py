@@ -24,6 +24,7 @@ from pathlib import Path
 from kit.contract import scale_name
 from kit.digest import loads_strict
 from kit.evidence.archive import ArchiveError, resolve
+from kit.status import locate
 
 ROOT_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -233,6 +234,21 @@ class EvidenceDir(Dir):
         except OSError:  # a name too long, a folder that cannot be read: the checks below say so in one line
             path = Path(text)
         return super().__call__(str(path))
+
+
+class StatusDir(Dir):
+    """`kit status PATH`: as Dir, where PATH may also name an archived run (`runs/<archived folder>/...`) or a
+    bare run id of `runs/` (kit.status.locate); the text is kept, so the report names the place given."""
+
+    def __call__(self, text: str) -> str:
+        try:
+            path = locate(Path(text))
+        except ArchiveError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        except OSError:
+            path = Path(text)
+        super().__call__(str(path))
+        return text
 
 
 class RunsSelection(Dir):

@@ -22,6 +22,7 @@ from kit.adaptive.train import (
     CohortRequest,
     adaptive_worker,
     attempt_record,
+    logged_commits,
     checked_job,
     grow_into,
     student_layers,
@@ -160,10 +161,12 @@ def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
         return out["commits"]
     except KeyboardInterrupt as e:  # SIGINT, or SIGTERM from torchrun's agent (kit.interrupt)
         name = interruption(e)[0]
-        record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}")
+        record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}",
+                      commits=logged_commits(attempt_dir))
         raise
     except BaseException as e:
-        record.update(status="failed", error=f"rank {rank} ({host_name()}): {type(e).__name__}: {e}")
+        record.update(status="failed", error=f"rank {rank} ({host_name()}): {type(e).__name__}: {e}",
+                      commits=logged_commits(attempt_dir))
         raise
     finally:
         record["ended_at"] = time.time()

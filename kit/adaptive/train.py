@@ -250,8 +250,9 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         res = session.update(records)
         cohort_step += 1
         ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it
+        parts = res.parts.to_json()  # the bar: cross-entropy per new token, the objective beside it
         ctx.progress(done=cohort_step - out["start_cohort_step"], total=until - out["start_cohort_step"],
-                     loss=res.parts.objective, tokens_per_s=res.tokens / max(res.seconds, 1e-9))
+                     ce=parts["ce_per_token"], loss=res.parts.objective, tokens_per_s=res.tokens / max(res.seconds, 1e-9))
         if log is not None:
             _append_line(log, canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                               "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}))
@@ -260,6 +261,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
             full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
             out["commits"].append({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                    "full_root": full, "learned_state_root": learned})
+            if log is not None:  # as it happens: an attempt that is aborted or fails later still names it
+                _append_line(log.with_name(COMMITS_LOG), canonical_json(out["commits"][-1]))
             stats.reset()  # the commit's traffic and buffers are not the next update's
 
     out["deterministic_algorithms"] = torch.are_deterministic_algorithms_enabled()
@@ -341,6 +344,25 @@ def attempt_record(request: CohortRequest, attempt: str, pj: dict) -> dict:
             "status": "running", "error": None, "commits": []}
 
 
+COMMITS_LOG = "commits.jsonl"  # an attempt's commits, one line each as it makes them (rank 0)
+
+
+def logged_commits(attempt_dir: str | os.PathLike) -> list[dict]:
+    """The commits an attempt logged as it made them (`attempts/<attempt>/commits.jsonl`), oldest first; a
+    line cut short by the end of the process is left out."""
+    try:
+        lines = (Path(attempt_dir) / COMMITS_LOG).read_bytes().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(loads_strict(line, COMMITS_LOG))
+        except ValueError:
+            continue
+    return [c for c in out if isinstance(c, dict)]
+
+
 DISK_RESERVE_BYTES = 256 * 1024  # freed on a full disk so that the attempt's record can still be written
 
 
@@ -392,10 +414,12 @@ def train(request: CohortRequest) -> list[dict]:
         return results[0]["commits"]
     except KeyboardInterrupt as e:
         name, _ = interruption(e)
-        record.update(status="aborted", signal=name, error=f"interrupted by {name}")
+        record.update(status="aborted", signal=name, error=f"interrupted by {name}",
+                      commits=logged_commits(attempt_dir))
         raise Interrupted(getattr(e, "signum", signal.SIGINT), _after_abort(r, attempt_dir)) from None
     except BaseException as e:
-        record.update(status="failed", error=" ".join(f"{type(e).__name__}: {e}".split()))
+        record.update(status="failed", error=" ".join(f"{type(e).__name__}: {e}".split()),
+                      commits=logged_commits(attempt_dir))
         raise
     finally:
         reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the record is written into

@@ -24,6 +24,7 @@ from kit.args import (
     FileOrDir,
     OutDir,
     Parser,
+    StatusDir,
     add_renamed,
     deprecated_scale,
     device,
@@ -211,8 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="HEAD, commits, attempts, last loss and elapsed time of a checkpoint home, "
                                       "run folder, campaign folder or demo output")
-    s.add_argument("path", type=Dir("a checkpoint home, a run folder, a campaign folder or a demo output",
-                                    "kit adaptive train or kit run"), help="the folder to describe")
+    s.add_argument("path", type=StatusDir("a checkpoint home, a run folder, a study arm, a campaign folder or a "
+                                          "demo output", "kit adaptive train or kit run"),
+                   help="the folder to describe (an archived run is read in place: runs/<folder>/<run id>)")
     s.add_argument("--json", action="store_true", help="print the report as JSON (docs/formats/kit-status.md, \"kit status\")")
     s.set_defaults(fn="cmd_status")
 

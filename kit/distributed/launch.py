@@ -151,10 +151,18 @@ def _advance(bar, run_dir: Path, first_step: int) -> None:
     if isinstance(done, int) and "done" not in shown:
         done -= first_step
     if isinstance(done, int) and done > bar.n:
-        if isinstance(shown.get("loss"), float):
-            bar.set_postfix_str(f"loss {shown['loss']:.4f}, {shown.get('tokens_per_s') or 0:,.0f} tokens/s",
-                                refresh=False)
+        if isinstance(shown.get("loss"), (int, float)):
+            bar.set_postfix_str(postfix(shown), refresh=False)
         bar.update(done - bar.n)
+
+
+def postfix(shown: dict) -> str:
+    """The bar's numbers: cross-entropy per new token (`ce`, where the worker reports it) with the update's
+    objective beside it (its mean over every target, replay and KL included), and target tokens/s."""
+    rate = f"{shown.get('tokens_per_s') or 0:,.0f} tokens/s"
+    if isinstance(shown.get("ce"), (int, float)):
+        return f"ce/token {shown['ce']:.4f} (objective {shown['loss']:.4f}), {rate}"
+    return f"objective {shown['loss']:.4f}, {rate}"
 
 
 def entry_name(entry) -> str:

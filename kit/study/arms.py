@@ -223,7 +223,9 @@ def _show_progress(ctx, out: dict, until: int) -> None:
     """The launcher's bar (kit/distributed/launch.py): updates done in this launch, the last one's objective
     and target tokens per second."""
     u = out["updates"][-1]
+    # the study's objective is the cross-entropy per target token (no replay, no KL): the bar's ce/token too
     ctx.progress(done=u["step"] - out["start_step"], total=until - out["start_step"], loss=u["objective"],
+                 ce=u["objective"],
                  tokens_per_s=u["target_tokens"] / max(u["seconds"], 1e-9))
 
 
