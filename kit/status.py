@@ -153,10 +153,13 @@ def arm_summary(arm_dir: Path, now: float) -> dict:
         u = updates[-1]
         out["last_update"] = {"update": u.get("step"), "loss": u.get("objective"), "ce_per_token": u.get("objective"),
                               "tokens_per_s": _rate(u.get("target_tokens"), u.get("seconds"))}
-    launched = arm_dir / "run" / "launch-args.json"
-    recorded = arm_dir / "arm.json"
-    if launched.is_file() and (not recorded.is_file() or launched.stat().st_mtime > recorded.stat().st_mtime):
-        out.update(_unrecorded(arm_dir / "run", now))
+    launched, recorded = arm_dir / "run" / "launch-args.json", arm_dir / "arm.json"
+    if launched.is_file():
+        live = _unrecorded(arm_dir / "run", now)
+        if not recorded.is_file() or launched.stat().st_mtime > recorded.stat().st_mtime:
+            out.update(live)
+        elif out["last_update"] is None:  # a failed attempt records no updates: the launcher's last report
+            out["last_update"] = live["last_update"]
     return out
 
 
@@ -181,7 +184,7 @@ def _unrecorded(run_dir: Path, now: float) -> dict:
         age = None
     return {"status": "unrecorded", "reason": "no record yet: training, or stopped before writing one (Ctrl-C)",
             "elapsed_s": None, "phase": state.get("phase"), "step": state.get("step"), "last_report_s": age,
-            "last_update": last or None}
+            "attempt_commits": _lines(run_dir / COMMITS_LOG), "last_update": last or None}
 
 
 def is_arm(path: Path) -> bool:
@@ -270,8 +273,8 @@ def _loss(last: dict | None) -> str:
     number = next((last[k] for k in ("cohort_step", "update", "step") if isinstance(last.get(k), int)), None)
     where = f"update {number}" if number is not None else "update"
     rate, ce = last.get("tokens_per_s"), last.get("ce_per_token")
-    loss = f"ce/token {ce:.4f} (objective {last['loss']:.4f})" if isinstance(ce, (int, float)) else \
-        f"objective {last['loss']:.4f}"
+    beside = "the objective" if ce == last["loss"] else f"objective {last['loss']:.4f}"
+    loss = f"ce/token {ce:.4f} ({beside})" if isinstance(ce, (int, float)) else f"objective {last['loss']:.4f}"
     return f"last {where}: {loss}" + (f", {rate:,.0f} tokens/s" if rate else "")
 
 
@@ -306,8 +309,9 @@ def render(report: dict) -> str:
                       f"  commits {e['commits']}", f"  attempts {len(e['attempts'])}"]
             lines += [f"    {a['attempt']}  {a['status']}" + (f": {a['reason']}" if a.get("reason") else "")
                       + f"  {a['commits']} commit(s), {_secs(a['elapsed_s'])}" for a in e["attempts"]]
-            if e["status"] == "unrecorded" and e.get("last_report_s") is not None:
-                lines.append(f"  last report {_secs(e['last_report_s'])} ago ({e.get('phase')} at step {e.get('step')})")
+            if e["status"] == "unrecorded":
+                lines.append(f"    (this attempt)  {e.get('attempt_commits', 0)} commit(s) so far, last report "
+                             f"{_secs(e.get('last_report_s'))} ago ({e.get('phase')} at step {e.get('step')})")
             lines.append(f"  {_loss(e['last_update'])}")
         else:
             lines += [f"attempt {e['path']}", _attempt_line(e)]

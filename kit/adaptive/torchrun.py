@@ -22,9 +22,9 @@ from kit.adaptive.train import (
     CohortRequest,
     adaptive_worker,
     attempt_record,
-    logged_commits,
     checked_job,
     grow_into,
+    logged_commits,
     student_layers,
     worker_args,
 )

@@ -313,6 +313,11 @@ def checked_job(request: CohortRequest) -> tuple[CohortRequest, dict, dict]:
     pj = load_json_strict(prepared / "prepared.json")
     terms = job_contract(pj)
     check_cohort(pj, terms, request.cohort, request.resume, request.reference, request.grow)
+    endpoint = terms.endpoints[request.cohort]
+    if request.until is not None and request.until > endpoint:  # it trained to the endpoint, silently
+        raise TrainRefused(f"--until {request.until}: past cohort {request.cohort}'s endpoint, cohort step {endpoint} "
+                           f"(contract field 'endpoints.{request.cohort}'); give 1..{endpoint}, or leave it out to "
+                           "train to the endpoint")
     return request.for_job(pj), terms, pj
 
 
@@ -406,8 +411,10 @@ def train(request: CohortRequest) -> list[dict]:
             layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
                 student_layers(r.seed_dir, None, None)
             args = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
-            results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers",
-                             timeout_s=r.timeout_s, progress_total=r.until or terms.endpoints[r.cohort],
+            first_step, first_cohort_step = _resumed_at(start, terms, r.cohort)
+            results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers", timeout_s=r.timeout_s,
+                             progress_total=(r.until or terms.endpoints[r.cohort]) - first_cohort_step,
+                             progress_first_step=first_step,
                              desc=f"cohort {r.cohort} ({r.workers} workers)", env={DISK_RESERVE_ENV: str(reserve)})
         record.update(status="completed", commits=results[0]["commits"],
                       fetched_bytes=[res["fetched_bytes"] for res in results])
@@ -425,6 +432,18 @@ def train(request: CohortRequest) -> list[dict]:
         reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the record is written into
         record["ended_at"] = time.time()
         write_canonical_json(attempt_dir / "attempt.json", record)
+
+
+def _resumed_at(start: Ref, terms, cohort: str) -> tuple[int, int]:
+    """(step, cohort step) training starts from, for the bar before the workers report (0, 0 from the seed, or
+    where the start commit is not in a local store: the workers' own count replaces it)."""
+    if not isinstance(start, CommitRef):
+        return 0, 0
+    try:
+        manifest = read_commit(start.home, start.root)
+        return int(manifest["learned_state"]["cursor"]["step"]), _start_cohort_step(terms, cohort, manifest)
+    except (OSError, ValueError, KeyError, TypeError):  # TrainRefused too: the workers refuse it with its reason
+        return 0, 0
 
 
 def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:
