@@ -141,7 +141,7 @@ def _add_checkpoint_commands(sub) -> None:
     for action, help_text in (("verify", "re-hash every object of a commit (default HEAD) and recompute both roots"),
                               ("show", "print a commit's manifest (default HEAD)"),
                               ("export", "write a Hugging Face directory of a commit and print its kit digest"),
-                              ("list", "every commit of the store; HEAD marked"),
+                              ("list", "every commit of the store, oldest first: root, step, time written; HEAD marked"),
                               ("gc", "remove temporary files (and, with --objects, unreferenced objects)")):
         s = ck_sub.add_parser(action, help=help_text)
         if action in ("verify", "show", "export"):

@@ -214,6 +214,15 @@ def collapse(page: str, details: dict[str, str]) -> str:
     return "".join(out)
 
 
+def default_title(runs_dir: str | os.PathLike) -> str:
+    """The title `kit report` gives without --title: the runs folder it reads (`runs`, `demo-out/runs`), with
+    the selection (`runs/medium-*`), never the folder it writes."""
+    runs_dir = Path(runs_dir)
+    folder, glob = (runs_dir.parent, runs_dir.name) if any(ch in runs_dir.name for ch in "*?[") else (runs_dir, None)
+    name = folder.name or folder.resolve().name
+    return f"Evidence report: {name}" + (f"/{glob}" if glob else "")
+
+
 def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, title: str | None = None,
                   kernel_name: str = "python3", timeout_s: int = 600, select: str | None = None) -> Path:
     """Execute the report notebook over `runs_dir` (only the run ids matching the glob `select`, when
@@ -230,7 +239,7 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
         if not load_runs(runs_dir / select):
             raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
         runs_dir = runs_dir / select
-    title = title or f"Evidence report: {out_dir.name}"
+    title = title or default_title(runs_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = build_report_notebook(runs_dir, title, relative_to=out_dir)
     with temporary_environ({"PYTHONPATH": kernel_pythonpath()}):  # the kernel imports kit from this checkout
