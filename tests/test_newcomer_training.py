@@ -153,7 +153,7 @@ def test_status_on_a_study_arm_while_it_trains_when_stopped_and_completed(tmp_pa
     assert done.returncode == 0, done.stderr
     text = kit("status", study).stdout
     head = (arm / "home" / "HEAD").read_text().strip()
-    assert f"arm single  completed" in text and f"HEAD {head} (step 4)" in text and "  commits 2" in text, text
+    assert "arm single  completed" in text and f"HEAD {head} (step 4)" in text and "  commits 2" in text, text
     assert "last update 4: ce/token" in text and "None" not in text, text
 
 
