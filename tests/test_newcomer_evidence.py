@@ -61,3 +61,21 @@ def test_the_archive_index_page_is_its_generators_output():
     assert "(docs/formats/archived-evidence.md, \"Archived evidence\")" in page.split("\n## ")[0]
     old = "docs/" + "formats.md"  # now a folder; archived reasons below the header quote their own time
     assert old not in page.split("\n## ")[0]
+
+
+@pytest.mark.parametrize("selection", ["demo-*", "medium-*"])
+def test_results_have_one_split_vocabulary_and_one_kind_of_model(selection):
+    """The README's `df.split == "final"` keeps the study's finals (they were `"study evaluation"`), and `model` is
+    "seed" or the run that produced the scored commit for both experiments (the study's held arm names)."""
+    from kit import results
+    from kit.evidence.run_index import kept_runs, load_runs
+
+    df = results(REPO / "runs" / selection)
+    assert set(df["split"]) == {"dev", "final"}
+    finals = df[(df["kept_in"] == "") & (df["split"] == "final")]
+    prefix = selection.split("-")[0]
+    assert set(finals[finals["contract"].str.contains("shared-gradient")]["model"]) == \
+        {"seed", f"{prefix}-study-single", f"{prefix}-study-dense", f"{prefix}-study-powersgd"}
+    run_ids = {r["run_id"] for r in load_runs(REPO / "runs" / selection)} | \
+        {r["run_id"] for r in kept_runs(REPO / "runs" / selection)}
+    assert set(df["model"]) - {"seed"} <= run_ids, set(df["model"]) - {"seed"} - run_ids
