@@ -24,7 +24,6 @@ from pathlib import Path
 from kit.contract import scale_name
 from kit.digest import loads_strict
 from kit.evidence.archive import ArchiveError, resolve
-from kit.status import locate
 
 ROOT_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -241,6 +240,8 @@ class StatusDir(Dir):
     bare run id of `runs/` (kit.status.locate); the text is kept, so the report names the place given."""
 
     def __call__(self, text: str) -> str:
+        from kit.status import locate  # noqa: PLC0415 - the checkpoint store (torch) only for `kit status`
+
         try:
             path = locate(Path(text))
         except ArchiveError as e:

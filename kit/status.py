@@ -245,8 +245,8 @@ def _archived(path: Path) -> bool:
 
 def locate(path: Path) -> Path:
     """`path`, or where it is read: inside an archived folder of the runs folder above it, unpacked
-    (`runs/medium-pilot-2026-12-01-e83d0af3`, `runs/medium-campaign-2026-12-02/runs/medium-adaptive-B-growth`;
-    docs/formats/archived-evidence.md); a bare run id that is no path here is looked for in `runs/`."""
+    (`runs/FOLDER` or `runs/FOLDER/runs/RUN_ID`; docs/formats/archived-evidence.md); a bare run id that is no path
+    here is looked for in `runs/`."""
     if path.exists():
         return path
     found = resolve(path)

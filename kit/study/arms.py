@@ -305,16 +305,22 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
             ctx.progress(phase="commit")
             c = _commit(group, session, home, compressor, traffic)
             checkpoint += c["seconds"]
-            out["commits"].append(c)
-            if group.rank == 0:  # as it happens: an attempt that fails or is stopped later still names it
-                with open(Path(ctx.run_dir) / COMMITS_LOG, "ab") as f:
-                    f.write(canonical_json(c) + b"\n")
+            out["commits"].append(_logged(ctx, group, c))
     out.update(active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
                powersgd=compressor.stats() if compressor is not None else None)
     return out
 
 
 COMMITS_LOG = "commits.jsonl"  # the attempt's commits, one line each as rank 0 makes them (STUDY/arms/ARM/run/)
+
+
+def _logged(ctx, group: Group, commit: dict) -> dict:
+    """Rank 0 appends the commit to the attempt's log as it happens, so an attempt that fails or is stopped later
+    still names it (logged_commits); returns the commit."""
+    if group.rank == 0:
+        with open(Path(ctx.run_dir) / COMMITS_LOG, "ab") as f:
+            f.write(canonical_json(commit) + b"\n")
+    return commit
 
 
 def logged_commits(run_dir: Path) -> list[dict]:

@@ -61,7 +61,7 @@ def _inspection_parameters(notebook: Path, params: dict, given: list[str], runs_
 
 def archived_members(runs_dir: Path, run_id: str) -> list[str]:
     """Where the archive index of `runs_dir` lists a run `run_id` that is not a folder directly under it
-    (`medium-campaign-2026-12-02/runs/medium-adaptive-B-growth`): those members, for the one-line refusal."""
+    (`FOLDER/runs/RUN_ID`, a campaign's): those members, for the one-line refusal."""
     try:
         index = read_index(runs_dir) or {}
     except ValueError:
