@@ -248,6 +248,23 @@ class EvidenceDir(Dir):
         return super().__call__(str(path))
 
 
+class StatusDir(Dir):
+    """`kit status PATH`: as Dir, where PATH may also name an archived run (`runs/<archived folder>/...`) or a
+    bare run id of `runs/` (kit.status.locate); the text is kept, so the report names the place given."""
+
+    def __call__(self, text: str) -> str:
+        from kit.status import locate  # noqa: PLC0415 - the checkpoint store (torch) only for `kit status`
+
+        try:
+            path = locate(Path(text))
+        except ArchiveError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        except OSError:
+            path = Path(text)
+        super().__call__(str(path))
+        return text
+
+
 class RunsSelection(Dir):
     """A runs folder, or a selection `DIR/GLOB` of its run ids (`'runs/medium-*'`): the folder must exist."""
 

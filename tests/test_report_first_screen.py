@@ -133,7 +133,10 @@ def test_failed_runs_show_their_recorded_error_not_the_command():
 def test_the_header_holds_the_evidence_root_when_given(tmp_path):
     assert evidence_root_line(None) == ""
     line = evidence_root_line(("ab" * 32, "cd" * 20))
-    assert line == f'<p class="kit-root">Evidence root {"ab" * 32} computed at commit {"cd" * 20}</p>'
+    assert line.startswith(f'<p class="kit-root">Evidence root {"ab" * 32} computed at commit {"cd" * 20} ')
+    assert f"kit verify-evidence --at {'cd' * 6} --root {'ab' * 6}" in line  # how to hold the files to it
+    uncommitted = evidence_root_line(("ab" * 32, None))
+    assert f"Evidence root {'ab' * 32}, of evidence that no commit holds" in uncommitted
     nb = build_report_notebook(REPO / "runs" / "demo-*", "t", evidence_root=("ab" * 32, "cd" * 20))
     assert line in nb.cells[0].source
     with pytest.raises(ValueError, match="expected"):

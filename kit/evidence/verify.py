@@ -161,6 +161,10 @@ def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> d
         return _check("git", "pass", f"commit {commit} is in the history of HEAD")
     why = (f"commit {commit} exists but is not HEAD or an ancestor of HEAD in {base}" if exists
            else f"commit {commit} not found in the repository at {base}")
+    if not exists and environment.git_toplevel(base) is None:  # a runs folder outside any repository
+        why = (f"commit {commit} cannot be looked up: the runs folder is in no git repository ({base}, the folder "
+               "its records' paths are read from, is not in one); verify it inside a clone of the repository that "
+               "made it")
     try:
         note = superseded_note(run_dir, base) if run_dir is not None else None
     except ValueError as e:

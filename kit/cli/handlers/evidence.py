@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kit.evidence import archive, run_record
 from kit.evidence.anchor import at_report, root_report
+from kit.evidence.archive import read_index, resolve
 from kit.evidence.archiving import archive_folders
 from kit.evidence.chain import Evidence, ledger_report
 from kit.evidence.environment import evidence_base
@@ -50,13 +51,29 @@ def _inspection_parameters(notebook: Path, params: dict, given: list[str], runs_
     run_id = params.get("RUN_ID") or ""
     if not run_id:
         raise ValueError(f"{notebook}: name the run to inspect: -p RUN_ID <run id> (a folder of {read_dir})")
-    if not (read_dir / run_id / "run.json").is_file():
+    # an archived run (runs/archive/, docs/formats/archived-evidence.md) is read where inspect_run reads it
+    if not (resolve(read_dir / run_id) / "run.json").is_file():
         known = sorted(p.parent.name for p in read_dir.glob("*/run.json")) if read_dir.is_dir() else []
         hint = (f"runs there: {', '.join(known[:5])}" + (", ..." if len(known) > 5 else "")) if known else \
             "it holds no runs"
+        members = archived_members(read_dir, run_id)
+        if members:
+            hint = f"archived as {', '.join(members[:3])}: -p RUN_ID {members[0]}"
         raise ValueError(f"{read_dir / run_id}: no such run (expected a run folder with run.json, made by `kit run` "
                          f"or `kit demo`; {hint}; -p RUNS_DIR names the folder to read); nothing was written")
     return {**params, "RUNS_DIR": str(read_dir)}
+
+
+def archived_members(runs_dir: Path, run_id: str) -> list[str]:
+    """Where the archive index of `runs_dir` lists a run `run_id` that is not a folder directly under it
+    (`FOLDER/runs/RUN_ID`, a campaign's): those members, for the one-line refusal."""
+    try:
+        index = read_index(runs_dir) or {}
+    except ValueError:
+        return []
+    return sorted(str(r.get("member")) for a in index.get("archives", []) for r in a.get("runs", [])
+                  if isinstance(r, dict) and run_id in (r.get("run_id"), Path(str(r.get("member"))).name)
+                  and r.get("member") != run_id)
 
 
 def _name_value(text: str) -> tuple[str, str]:

@@ -65,7 +65,7 @@ ul.kit-first-scope { margin: 2px 0 6px 0; max-width: 1100px; } ul.kit-first-scop
 dl.kit-legend { font-size: 12px; max-width: 1100px; } dl.kit-legend dt { font-weight: bold; float: left; clear: left;
   margin-right: 6px; } dl.kit-legend dd { margin: 0 0 2px 0; }
 div.kit-first { display: flex; flex-direction: column; }
-p.kit-root { font-family: monospace; font-size: 12px; }
+p.kit-root { font-family: monospace; font-size: 12px; overflow-wrap: anywhere; }
 @media (max-width: 700px) {
   div.kit-first ul.kit-first-scope { order: 2; } div.kit-first-table { order: 1; } ul.kit-readings { order: 3; }
   dl.kit-legend { order: 4; } .jp-RenderedHTMLCommon h1 { font-size: 1.4em; }
@@ -260,6 +260,15 @@ def collapse(page: str, details: dict[str, str]) -> str:
     return "".join(out)
 
 
+def default_title(runs_dir: str | os.PathLike) -> str:
+    """The title `kit report` gives without --title: the runs folder it reads (`runs`, `demo-out/runs`), with
+    the selection (`runs/medium-*`), never the folder it writes."""
+    runs_dir = Path(runs_dir)
+    folder, glob = (runs_dir.parent, runs_dir.name) if any(ch in runs_dir.name for ch in "*?[") else (runs_dir, None)
+    name = folder.name or folder.resolve().name
+    return f"Evidence report: {name}" + (f"/{glob}" if glob else "")
+
+
 def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, title: str | None = None,
                   kernel_name: str = "python3", timeout_s: int = 600, select: str | None = None,
                   evidence_root: tuple[str, str | None] | None = None) -> Path:
@@ -278,7 +287,7 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
         if not load_runs(runs_dir / select):
             raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
         runs_dir = runs_dir / select
-    title = title or f"Evidence report: {out_dir.name}"
+    title = title or default_title(runs_dir)
     if evidence_root is None:  # the whole evidence the selection is part of, and the commit that holds it
         evidence_root = root_and_commit(split_selection(runs_dir)[0])
     out_dir.mkdir(parents=True, exist_ok=True)
