@@ -65,7 +65,7 @@ ul.kit-first-scope { margin: 2px 0 6px 0; max-width: 1100px; } ul.kit-first-scop
 dl.kit-legend { font-size: 12px; max-width: 1100px; } dl.kit-legend dt { font-weight: bold; float: left; clear: left;
   margin-right: 6px; } dl.kit-legend dd { margin: 0 0 2px 0; }
 div.kit-first { display: flex; flex-direction: column; }
-p.kit-root { font-family: monospace; font-size: 12px; overflow-wrap: anywhere; }
+p.kit-root { font-family: monospace; font-size: 11px; overflow-wrap: anywhere; margin: 2px 0; }
 @media (max-width: 700px) {
   div.kit-first ul.kit-first-scope { order: 2; } div.kit-first-table { order: 1; } ul.kit-readings { order: 3; }
   dl.kit-legend { order: 4; } .jp-RenderedHTMLCommon h1 { font-size: 1.4em; }
@@ -111,7 +111,8 @@ def heading_text(title: str) -> str:
 
 def evidence_root_line(evidence_root: tuple[str, str | None] | None) -> str:
     """The header's line naming the evidence root and the commit whose evidence it is (kit.evidence.root
-    .root_and_commit); "" when none is given. A commit of None: the evidence is not a commit's (a demo's)."""
+    .root_and_commit; the commit in 12 hex digits, whole on hover); "" when none is given. A commit of None:
+    the evidence is not a commit's (a demo's). `kit verify-evidence --at COMMIT --root ROOT` holds files to it."""
     if not evidence_root:
         return ""
     root, commit = evidence_root
@@ -119,10 +120,8 @@ def evidence_root_line(evidence_root: tuple[str, str | None] | None) -> str:
                                                                or re.fullmatch(r"[0-9a-f]{7,64}", commit))):
         raise ValueError(f"evidence_root {evidence_root!r}: expected (hex root, hex commit or None)")
     if commit is None:
-        return (f'<p class="kit-root">Evidence root {root}, of evidence that no commit holds '
-                "(<code>kit evidence-root</code> recomputes it)</p>")
-    return (f'<p class="kit-root">Evidence root {root} computed at commit {commit} '
-            f"(<code>kit verify-evidence --at {commit[:12]} --root {root[:12]}…</code> holds the files to it)</p>")
+        return f'<p class="kit-root">Evidence root {root}, of evidence that no commit holds</p>'
+    return f'<p class="kit-root">Evidence root {root} computed at commit <span title="{commit}">{commit[:12]}</span></p>'
 
 
 def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None,

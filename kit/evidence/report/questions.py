@@ -335,7 +335,7 @@ def replicate_readings(runs_dir) -> dict[str, str]:
     if not prefix:
         return {}
     return {f"{comparison}/{check}": text
-            for (comparison, check), text in robustness_by_question(directory, prefix).items()}
+            for (comparison, check), text in robustness_by_question(directory, prefix, brief=True).items()}
 
 
 def show_questions(runs_dir, replicates: Mapping[str, str] | None = None) -> None:
