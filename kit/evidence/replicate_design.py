@@ -243,7 +243,7 @@ def _design_ledgers(path: Path, spec: dict, ledger: Path, base: Path) -> list[Pa
     return [ledger] + ([own] if own.is_file() and own.resolve() != ledger.resolve() else [])
 
 
-def committed_problems(path: Path, d: dict, runs_dir: Path) -> list[str]:
+def committed_problems(d: dict, runs_dir: Path) -> list[str]:
     """Why the design's runs are not all committed in `runs_dir` (empty: every run of `design_runs` has a
     completed run.json that started after `frozen.at`)."""
     out = []
@@ -270,7 +270,7 @@ def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLi
     spec = d["final_sets"].get(name)
     if spec is None:
         raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
-    missing = committed_problems(path, d, runs_dir)
+    missing = committed_problems(d, runs_dir)
     if missing:
         raise DesignError(f"{path}: final set {name!r} stays closed: {len(missing)} of the design's runs are not "
                           f"completed in {runs_dir} (first: {missing[0]}); expected every replicate committed first")
