@@ -9,6 +9,7 @@ variance from the per-item results, recomputed here from the written-out formula
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def _item_variance(matrix) -> float:
     return max(0.0, (ms_items - ms_resid) / k) / n
 
 
-def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch):
+def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     from kit.demo import RecordedRoots
     from kit.evidence.ledger import read_ledger
     from kit.evidence.replicate_analysis import analyse, analyse_final
@@ -105,9 +106,12 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch):
     assert main(["--part", "study", *common, "--replicates", "0"]) == 2
     for part in ("study", "study-dev"):
         assert run_part(part, work, seed, runs, "tiny", [0, 1], arms=["single"]) == 0, part
-    with pytest.raises(DesignError, match=r"stays closed: 4 of the design's runs are not completed .*"
-                                          r"demo-adaptive-B-control-r0 not completed\); expected every replicate"):
-        open_final_set(design_path, "study", runs, ledger)  # the growth pair is not trained yet
+    finals = ["--part", "finals", *common, "--design", str(design_path)]
+    capsys.readouterr()
+    assert main(finals) == 2  # the growth pair is not trained yet: the guard keeps both sets closed
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(r"stays closed: 4 of the design's runs are not completed in runs \(first: "
+                                       r"demo-adaptive-B-control-r0 not completed\); expected every replicate", err[0])
     assert run_part("growth", work, seed, runs, "tiny", [0, 1]) == 0
     ids = sorted(p.name for p in runs.iterdir() if not p.name.startswith("."))  # not the run-id locks
     want = {f"demo-{r}-r{k}" for k in (0, 1) for r in ("study-single", "study-dev-single", "adaptive-B-control",
@@ -148,24 +152,27 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch):
     with pytest.raises(DesignError, match=r"models: 1 replicate\(s\) of final set 'study' .* not named"):
         score_final_set(design_path, "study", runs, ledger, dict(list(study_models.items())[:1]), score, "finals/study")
     assert ledger.read_bytes() == before  # a refused scoring opens nothing
+    assert main(finals) == 0  # both sets opened once, every replicate scored once (python -m kit.replicates)
+    scores = {name: {p.stem: load_json_strict(p) for p in sorted(Path("work/finals", name).glob("*.json"))}
+              for name in ("study", "growth")}
+    assert {lab: r["model"] for recs in scores.values() for lab, r in recs.items()} == models
     trained = _seed_task_digests(seed)[0]  # on the host: the seed's trained tasks never count as fresh
-    scores = {"study": score_final_set(design_path, "study", runs, ledger, study_models, score, "finals/study", trained),
-              "growth": score_final_set(design_path, "growth", runs, ledger, {r: m for r, m in models.items()
-                                                                             if "-adaptive-" in r}, score,
-                                        "finals/growth", trained)}
+    assert not {e["digest"] for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")} & trained
     opened = [e for e in read_ledger(ledger) if e["purpose"].startswith("replicate design tiny-replicates")]
     assert len(opened) == 24 and {e["kind"] for e in opened} == {"final.task"}
+    assert main(finals) == 2 and "was scored already" in capsys.readouterr().err  # the part run again
     for name in ("study", "growth"):
         with pytest.raises(DesignError, match="was opened already; a fresh set opens once"):
             open_final_set(design_path, name, runs, ledger)
         with pytest.raises(DesignError, match="was scored already; each replicate is scored on it once"):
-            score_final_set(design_path, name, runs, ledger, models, score, f"finals/{name}")
+            score_final_set(design_path, name, runs, ledger, models, score, f"work/finals/{name}")
         with pytest.raises(DesignError, match="was opened already"):  # a fresh output folder changes nothing
             score_final_set(design_path, name, runs, ledger, models, score, f"finals/{name}-again")
     assert len([e for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")]) == 24
     # the analysis: per question the k = 2 paired differences, t interval with 1 df over s^2 / k plus the shared
     # item variance of the per-item results (written out above), never a multiple of a spread
-    result = analyse_final(design, scores)
+    result = load_json_strict("work/replicates-final-analysis.json")
+    assert result == json.loads(json.dumps(analyse_final(design, scores)))
     by_key = {tuple(q["key"]): q for q in result["questions"]}
     pairs = {("study", "single_gain"): ("demo-study-single-r{}", "seed"),
              ("growth_vs_control", "final"): ("demo-adaptive-B-growth-r{}", "demo-adaptive-B-control-r{}")}

@@ -257,6 +257,14 @@ def committed_problems(d: dict, runs_dir: Path) -> list[str]:
     return out
 
 
+def check_committed(path: Path, d: dict, name: str, runs_dir: Path) -> None:
+    """The guard's first refusal: one line naming the first of the design's runs not committed."""
+    missing = committed_problems(d, runs_dir)
+    if missing:
+        raise DesignError(f"{path}: final set {name!r} stays closed: {len(missing)} of the design's runs are not "
+                          f"completed in {runs_dir} (first: {missing[0]}); expected every replicate committed first")
+
+
 def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLike, ledger: str | os.PathLike,
                    exclude_digests=frozenset(), base: str | os.PathLike | None = None) -> list:
     """Open the design's fresh final set `name` once: refused unless every run of `design_runs` is completed in
@@ -270,10 +278,7 @@ def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLi
     spec = d["final_sets"].get(name)
     if spec is None:
         raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
-    missing = committed_problems(d, runs_dir)
-    if missing:
-        raise DesignError(f"{path}: final set {name!r} stays closed: {len(missing)} of the design's runs are not "
-                          f"completed in {runs_dir} (first: {missing[0]}); expected every replicate committed first")
+    check_committed(path, d, name, runs_dir)
     purpose = f"replicate design {d['name']}: final set {name} (pool {spec['pool_sha256'][:16]})"
     base = Path(base) if base is not None else path.resolve().parents[1]
     ledgers = _design_ledgers(path, spec, ledger, base)
