@@ -27,6 +27,7 @@ once after every replicate is committed, each replicate scored on them once: `ru
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -34,7 +35,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kit.adaptive.schema import load_adaptive_contract
-from kit.data.conversations import read_jsonl
 from kit.demo import (
     PUBLIC_SOURCE,
     SCALES,
@@ -287,7 +287,11 @@ def _prepared_task_digests(out: Path) -> set[str]:
     """The task digests of the prepared jobs' files under OUT (study and adaptive): never part of a fresh set."""
     digests = set()
     for path in sorted([*(out / "study" / "prepared").glob("*.jsonl"), *(out / "adaptive" / "prepared").rglob("*.jsonl")]):
-        digests |= {c.meta["digest"] for c in read_jsonl(path) if (c.meta or {}).get("digest")}
+        for line in path.read_text(encoding="utf-8").splitlines():  # a digest excluded in excess only shrinks the pool
+            row = json.loads(line) if line.strip() else None
+            for holder in (row, row.get("meta")) if isinstance(row, dict) else ():
+                if isinstance(holder, dict) and isinstance(holder.get("digest"), str):
+                    digests.add(holder["digest"])
     return digests
 
 
