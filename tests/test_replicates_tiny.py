@@ -84,7 +84,7 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     from kit.evidence.run_index import load_runs
     from kit.evidence.run_record import read_run_record
     from kit.evidence.verify import verify_evidence
-    from kit.replicates import main, run_part
+    from kit.replicates import _prepared_task_digests, main, run_part
     from kit.study.arms import arm_dir
     from kit.study.prepare import _seed_task_digests
     from kit.study.replicate_dev import final_scorer
@@ -156,8 +156,12 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     scores = {name: {p.stem: load_json_strict(p) for p in sorted(Path("work/finals", name).glob("*.json"))}
               for name in ("study", "growth")}
     assert {lab: r["model"] for recs in scores.values() for lab, r in recs.items()} == models
-    trained = _seed_task_digests(seed)[0]  # on the host: the seed's trained tasks never count as fresh
-    assert not {e["digest"] for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")} & trained
+    # on the host: the seed's trained tasks and the prepared jobs' sets never count as fresh
+    trained, prepared_sets = _seed_task_digests(seed)[0], _prepared_task_digests(work)
+    final_tasks = [json.loads(line)["meta"]["digest"] for line in Path("work/study/prepared/final_tasks.jsonl").read_text().splitlines()]
+    assert trained and set(final_tasks) <= prepared_sets
+    assert not {e["digest"] for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")} & (
+        trained | prepared_sets)
     opened = [e for e in read_ledger(ledger) if e["purpose"].startswith("replicate design tiny-replicates")]
     assert len(opened) == 24 and {e["kind"] for e in opened} == {"final.task"}
     assert main(finals) == 2 and "was scored already" in capsys.readouterr().err  # the part run again
