@@ -8,9 +8,8 @@ final role: it is scored by notebook 22 (study) or notebook 13 with SPLIT "dev" 
 final-role guard refuses its commit. The steps come in parts, each its own process
 (`python -m kit.replicates --part PART`), because the parts differ in GPU mode (the campaign sets
 KIT_GPU_DETERMINISTIC per part); a part reads earlier parts' roots from their run records. Parts (`PARTS`):
-prepare, a-endpoint (cohort A's endpoint in the committed order), study, growth, study-dev, study-r0
-(the committed-order arms again, for their development scores), finals (a frozen design's fresh final sets, opened
-once after every replicate is committed, each replicate scored on them once: `run_finals`); the notes below.
+prepare, a-endpoint (cohort A's endpoint), study, growth, study-dev, study-r0 (the committed-order arms again,
+for their development scores), finals (a frozen design's fresh final sets: `run_finals`); the notes below.
 """
 
 # Notes on kit.replicates, kit.replicate_order, kit.study.replicate_dev, kit.evidence.replicates.
