@@ -158,7 +158,7 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     assert {lab: r["model"] for recs in scores.values() for lab, r in recs.items()} == models
     # on the host: the seed's trained tasks and the prepared jobs' sets never count as fresh
     trained, prepared_sets = _seed_task_digests(seed)[0], _prepared_task_digests(work)
-    final_tasks = [json.loads(line)["meta"]["digest"] for line in Path("work/study/prepared/final_tasks.jsonl").read_text().splitlines()]
+    final_tasks = [json.loads(line)["digest"] for line in Path("work/study/prepared/final_tasks.jsonl").read_text().splitlines()]
     assert trained and set(final_tasks) <= prepared_sets
     assert not {e["digest"] for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")} & (
         trained | prepared_sets)
