@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test test-fast lint lab lab-serve chromium gpu-wheels general-text medium-bundle size
+.PHONY: demo test test-fast lint lab lab-copies lab-serve chromium gpu-wheels general-text medium-bundle size
 # The demo's working data, runs and report go under demo-out/ (ignored), so the committed evidence
 # in runs/ and reports/ is never touched; `kit demo` from the repository root refreshes that evidence.
 # SOURCE: the pinned public conversation source (default: the repository's data/alpaca_5000.json,
@@ -46,16 +46,25 @@ test-fast: $(VENV)/.installed
 size:
 	python3 tools/repo_size.py
 
-# JupyterLab on notebooks/ (README, "Notebooks in JupyterLab"): installs the `lab` extra into the venv, then
-# serves; the kit is importable in its kernels (the venv's editable install, and PYTHONPATH for a venv that
+# JupyterLab on copies of notebooks/ (README, "Notebooks in JupyterLab"): installs the `lab` extra into the venv,
+# then serves; the kit is importable in its kernels (the venv's editable install, and PYTHONPATH for a venv that
 # points at another checkout). As root (containers) Jupyter refuses to start without --allow-root.
 # LAB_FLAGS: more options for `jupyter lab`, e.g. LAB_FLAGS="--no-browser --port 8890".
+# Lab rewrites a notebook it opens (cell ids, the kernel's metadata, its Python version) within minutes, unasked:
+# it serves LAB_DIR (ignored by git, beside notebooks/ so `../data/...` still resolves), where `lab-copies` copies
+# each committed notebook that has no copy yet; a copy already there is kept (your work), never overwritten. The
+# committed notebooks, inputs of the committed runs, are never opened, so `git status` stays clean.
 LAB_FLAGS ?=
+LAB_DIR ?= lab
 lab: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[lab]'
 	@$(MAKE) --no-print-directory lab-serve
-lab-serve:
-	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m jupyterlab --ServerApp.root_dir=notebooks \
+lab-copies:
+	@mkdir -p $(LAB_DIR); for nb in notebooks/*.ipynb; do copy="$(LAB_DIR)/$${nb#notebooks/}"; \
+		if [ ! -e "$$copy" ]; then cp "$$nb" "$$copy"; elif ! cmp -s "$$nb" "$$copy"; then \
+		echo "make lab: kept $$copy, which differs from $$nb (delete it to start again from the committed one)"; fi; done
+lab-serve: lab-copies
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m jupyterlab --ServerApp.root_dir=$(LAB_DIR) \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_FLAGS)
 
 lint: $(VENV)/.installed

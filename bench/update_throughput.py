@@ -32,8 +32,8 @@ else under --out). In ONE process, in this order, it measures
   kit_sdpa           the headline row once per attention backend of --sdpa-backends (flash, cuDNN,
                      efficient), each compiled afresh under that backend;
   kit_compiled_loss, kit_adam_device_steps, kit_graph_capture
-                     the headline row with ONE of issue 54's levers flipped (on when --levers is off, the
-                     default; off when it is on): row kit_equal_work_<lever>_<on|off>;
+                     the headline row with ONE of issue 54's levers flipped from its state in the headline
+                     (--levers default: as EngineConfig ships it): row kit_equal_work_<lever>_<on|off>;
   kit_levers         the headline row with every lever on (kit_equal_work_levers);
 
 all at 4 x 2048 tokens per microbatch and one microbatch per update (equal tokens per update).
@@ -71,7 +71,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from kit.digest import canonical_json  # noqa: E402
 from kit.distributed.group import Group
-from kit.distributed.pipeline import StageEngine
+from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.engine.worker import build_worker
 from kit.engine.workload import BETAS, EPS, LR, MAX_NORM, WEIGHT_DECAY, engine_config, optimizer_groups
 from kit.engine.workload import random_records as make_records
@@ -619,8 +619,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="with --profile: also its timeline (kit_trace.json.gz)")
     ap.add_argument("--fast-paths", choices=("auto", "on"), default="auto",
                     help="the engine's fast paths in the kit rows: auto (on CUDA only, the engine default) or on")
-    ap.add_argument("--levers", choices=("off", "on"), default="off",
-                    help="issue 54's levers (compiled loss, Adam steps on the device, graph capture) in the headline")
+    ap.add_argument("--levers", choices=("default", "off", "on"), default="default",
+                    help="issue 54's levers (compiled loss, Adam steps on the device, graph capture) in the headline: "
+                         "as EngineConfig ships them (default), all off or all on")
     ap.add_argument("--sdpa-backends", default="flash,cudnn,efficient",
                     help="kit_sdpa: comma list of " + ", ".join(SDPA_BACKENDS))
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "bench-update"))
@@ -638,7 +639,9 @@ def main(argv=None) -> int:
     if sorted(set(backends) - set(SDPA_BACKENDS)) or not backends:
         ap.error(f"--sdpa-backends: {a.sdpa_backends!r}; expected a comma list of {', '.join(SDPA_BACKENDS)}")
     fast = {k: a.fast_paths for k in FAST_PATHS}  # the headline's switches
-    fast.update({k: a.levers for k in LEVERS})
+    # --levers default: each lever as the engine ships it (compiled_loss "auto")
+    shipped = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    fast.update({k: shipped[k] if a.levers == "default" else a.levers for k in LEVERS})
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results, status, errors = [], "completed", []
@@ -727,10 +730,10 @@ def main(argv=None) -> int:
                 "auto", name.replace("kit_", "kit_equal_work_", 1), every, switches={**fast, piece: "off"}))
         section("kit_sdpa", lambda: sdpa_rows(kit_section, backends, every, device))
         # Issue 54's levers, each flipped alone against the headline, then all on, in this process.
-        flip = "on" if a.levers == "off" else "off"
-        for lever, name in LEVERS.items():
-            section(name, lambda lever=lever: kit_section("auto", f"kit_equal_work_{lever}_{flip}", every,
-                                                          switches={**fast, lever: flip}))
+        for lever, name in LEVERS.items():  # flipped from its state in the headline on this device
+            flip = "off" if fast[lever] == "on" or (fast[lever] == "auto" and device.type == "cuda") else "on"
+            section(name, lambda lever=lever, flip=flip: kit_section(
+                "auto", f"kit_equal_work_{lever}_{flip}", every, switches={**fast, lever: flip}))
         section("kit_levers", lambda: kit_section("auto", "kit_equal_work_levers", every,
                                                   switches={**fast, **{k: "on" for k in LEVERS}}))
     ended = dt.datetime.now(dt.UTC)

@@ -248,6 +248,23 @@ class EvidenceDir(Dir):
         return super().__call__(str(path))
 
 
+class StatusDir(Dir):
+    """`kit status PATH`: as Dir, where PATH may also name an archived run (`runs/<archived folder>/...`) or a
+    bare run id of `runs/` (kit.status.locate); the text is kept, so the report names the place given."""
+
+    def __call__(self, text: str) -> str:
+        from kit.status import locate  # noqa: PLC0415 - the checkpoint store (torch) only for `kit status`
+
+        try:
+            path = locate(Path(text))
+        except ArchiveError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        except OSError:
+            path = Path(text)
+        super().__call__(str(path))
+        return text
+
+
 class RunsSelection(Dir):
     """A runs folder, or a selection `DIR/GLOB` of its run ids (`'runs/medium-*'`): the folder must exist."""
 
@@ -278,6 +295,11 @@ class File(PathArg):
             with open(path, "rb") as f:
                 if f.read(6) != b"\xfd7zXZ\x00":
                     problem = "not an xz file (its first bytes are not the xz magic)"
+        elif self.fmt == "allowed-signers":  # ssh-keygen ALLOWED SIGNERS: "principals [options] keytype key" lines
+            lines = [ln.split() for ln in path.read_text(errors="replace").splitlines() if ln.strip()
+                     and not ln.lstrip().startswith("#")]
+            if not lines or not all(any(w.startswith(("ssh-", "ecdsa-", "sk-")) for w in ln[1:]) for ln in lines):
+                problem = "not an ssh-keygen allowed-signers file (expected lines 'principal keytype key')"
         if problem:
             self.fail(path, f"is {problem}")
 

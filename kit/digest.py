@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,69 @@ def sha256_file(path: str | os.PathLike) -> str:
         while chunk := f.read(HASH_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+# the most bytes a file of the evidence may hold when read whole (a record, an index, a ledger): a reader given a
+# link to /dev/zero or a file grown past it refuses in one line instead of reading without end
+MAX_EVIDENCE_BYTES = 256 << 20
+
+
+class BoundedReadError(ValueError):
+    """A file that may not be read: a link where none is allowed, not a regular file, or larger than its cap."""
+
+
+def read_bounded(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_links: bool = True) -> bytes:
+    """The bytes of the regular file `path`, read at most `cap` of them: a file that is not regular (a device,
+    a FIFO: never blocks), larger than `cap`, or (with follow_links=False) a symbolic link is refused with one
+    line naming it; FileNotFoundError as open's."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: file not found") from None
+    except OSError:
+        if not follow_links and os.path.islink(path):
+            raise BoundedReadError(f"{path}: a symbolic link; expected the file itself (a link is not evidence)") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise BoundedReadError(f"{path}: not a regular file (a device, FIFO or folder); expected a file")
+        if st.st_size > cap:
+            raise BoundedReadError(f"{path}: {st.st_size} bytes; at most {cap} are read from such a file")
+        data = f.read(min(cap, st.st_size) + 1)  # one more byte than stated: a file still growing is seen
+        if len(data) > st.st_size:
+            data += f.read(cap + 1 - len(data))
+    if len(data) > cap:
+        raise BoundedReadError(f"{path}: grew past {cap} bytes while read; at most {cap} are read from such a file")
+    return data
+
+
+def sha256_regular(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_links: bool = False) -> tuple[int, str]:
+    """(size, sha256) of the regular file `path`, streamed, at most `cap` bytes; a link (unless follow_links), a
+    device or FIFO (never blocks) or a larger file is refused with BoundedReadError naming it."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: file not found") from None
+    except OSError as e:
+        if os.path.islink(path):
+            raise BoundedReadError(f"{path}: a symbolic link; expected the file itself (a link is not evidence)") from None
+        raise BoundedReadError(f"{path}: cannot be read ({e.strerror})") from None
+    h, n = hashlib.sha256(), 0
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise BoundedReadError(f"{path}: not a regular file (a device, FIFO or folder); expected a file")
+        if st.st_size > cap:
+            raise BoundedReadError(f"{path}: {st.st_size} bytes; at most {cap} are read from such a file")
+        while chunk := f.read(min(HASH_CHUNK, cap + 1 - n)):
+            n += len(chunk)
+            if n > cap:
+                raise BoundedReadError(f"{path}: grew past {cap} bytes while read")
+            h.update(chunk)
+    return n, h.hexdigest()
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]], source: str) -> dict:
@@ -139,19 +203,15 @@ def loads_strict(text: str | bytes, source: str = "<json>") -> Any:
     return obj
 
 
-def load_json_strict(path: str | os.PathLike) -> Any:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: file not found") from None
-    return loads_strict(data, str(path))
+def load_json_strict(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_links: bool = True) -> Any:
+    """Strict JSON (loads_strict) of a regular file of at most `cap` bytes (read_bounded)."""
+    return loads_strict(read_bounded(path, cap, follow_links), str(path))
 
 
-def load_canonical_json(path: str | os.PathLike) -> Any:
+def load_canonical_json(path: str | os.PathLike, follow_links: bool = True) -> Any:
     """Load a file that must be byte-identical to its canonical serialisation (manifests, records)."""
     path = Path(path)
-    data = path.read_bytes()
+    data = read_bounded(path, MAX_EVIDENCE_BYTES, follow_links)
     obj = loads_strict(data, str(path))
     if canonical_json(obj) != data:
         raise ValueError(f"{path}: not in canonical JSON form (key order, spacing or trailing bytes differ)")

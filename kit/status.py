@@ -18,11 +18,15 @@ import time
 from pathlib import Path
 
 from kit.digest import load_json_strict
+from kit.evidence.archive import resolve
+from kit.evidence.run_record import refuse_links
 from kit.store import commits
 
 MAX_DEPTH = 5  # a demo output's homes sit at OUT/adaptive/A2; a campaign's attempts at raw/ARM/ATTEMPT
 SKIP = {"objects", "commits", "workers", ".git", "__pycache__", ".ipynb_checkpoints"}
 SIGNALS = {"KeyboardInterrupt": "SIGINT"}  # how a driver records an operator's Ctrl-C in `error`
+COMMITS_LOG = "commits.jsonl"  # an adaptive attempt's commits as it makes them (kit.adaptive.train.COMMITS_LOG)
+RUNS_DIR = "runs"  # where a bare run id is looked for, as `kit run --runs-dir` defaults
 
 
 def _read(path: Path) -> dict | list | None:
@@ -50,13 +54,22 @@ def _last_line(path: Path) -> dict | None:
     return None
 
 
+def _lines(path: Path) -> int:
+    """Complete lines of a small log (0 when absent)."""
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
 def attempt_summary(folder: Path, now: float) -> dict:
     rec = _read(folder / "attempt.json") or {}
     status, error = rec.get("status", "unknown"), rec.get("error")
     started, ended = rec.get("started_at"), rec.get("ended_at")
     out = {"attempt": rec.get("attempt", folder.name), "path": str(folder), "status": status,
            "cohort": rec.get("cohort"), "workers": rec.get("workers"), "resume": rec.get("resume"),
-           "commits": len(rec.get("commits") or []), "elapsed_s": None, "reason": None, "signal": None}
+           "commits": max(len(rec.get("commits") or []), _lines(folder / COMMITS_LOG)), "elapsed_s": None,
+           "reason": None, "signal": None}
     if isinstance(started, (int, float)):
         out["elapsed_s"] = round((ended if isinstance(ended, (int, float)) else now) - started, 1)
     if error:
@@ -93,6 +106,7 @@ def home_summary(home: Path, now: float) -> dict:
 
 def run_summary(run_dir: Path) -> dict:
     """A run folder: its record, or "running" while `kit run` executes it (the record is written last)."""
+    refuse_links(run_dir)  # a linked run folder or run.json is refused, as by every reader of runs
     rec = _read(run_dir / "run.json")
     if not isinstance(rec, dict):
         return {"kind": "run", "path": str(run_dir), "run_id": run_dir.name, "status": "running",
@@ -101,7 +115,9 @@ def run_summary(run_dir: Path) -> dict:
     throughput = _read(run_dir / "metrics" / "throughput.json")
     last = None
     if isinstance(curves, list) and curves and isinstance(curves[-1], dict):
-        last = {"update": curves[-1].get("update"), "loss": curves[-1].get("objective")}
+        row = curves[-1]  # an adaptive run's rows name the update `update`, a study arm's `step`
+        last = {"update": row.get("update", row.get("step")), "loss": row.get("objective"),
+                "ce_per_token": row.get("ce_per_token")}
         if isinstance(throughput, dict):
             last["tokens_per_s"] = throughput.get("assistant_tokens_per_s")
     return {"kind": "run", "path": str(run_dir), "run_id": rec.get("run_id", run_dir.name),
@@ -111,34 +127,98 @@ def run_summary(run_dir: Path) -> dict:
             "last_update": last}
 
 
-def arm_summary(arm_dir: Path) -> dict:
-    rec = _read(arm_dir / "arm.json") or {}
+def arm_summary(arm_dir: Path, now: float) -> dict:
+    """A study arm (STUDY/arms/<arm>): its last record (`arm.json`), the store in `home/` (HEAD, commits),
+    every attempt record (`attempts/NNN.json`) and, while an attempt has no record yet (it trains, or it
+    was stopped before writing one: Ctrl-C), that attempt as "unrecorded" with the launcher's last report."""
+    rec = _read(arm_dir / "arm.json")
+    rec = rec if isinstance(rec, dict) else {}
     started, ended = rec.get("started_at"), rec.get("ended_at")
     elapsed = round(ended - started, 1) if all(isinstance(x, (int, float)) for x in (started, ended)) else None
-    return {"kind": "arm", "path": str(arm_dir), "arm": rec.get("arm", arm_dir.name), "status": rec.get("status"),
-            "reason": rec.get("reason"), "elapsed_s": elapsed}
+    home = home_summary(arm_dir / "home", now) if is_home(arm_dir / "home") else None
+    attempts = []
+    for path in sorted((arm_dir / "attempts").glob("*.json")):
+        a = _read(path)
+        if isinstance(a, dict):
+            a_start, a_end = a.get("started_at"), a.get("ended_at")
+            attempts.append({"attempt": path.stem, "status": a.get("status"), "reason": a.get("reason"),
+                             "until": a.get("until"), "resume": a.get("resume_root"),
+                             "commits": len(a.get("commits") or []),
+                             "elapsed_s": round(a_end - a_start, 1) if all(isinstance(x, (int, float))
+                                                                           for x in (a_start, a_end)) else None})
+    out = {"kind": "arm", "path": str(arm_dir), "arm": rec.get("arm", arm_dir.name), "status": rec.get("status"),
+           "reason": rec.get("reason"), "elapsed_s": elapsed, "head": home and home["head"],
+           "head_cursor": home and home["head_cursor"], "commits": home["commits"] if home else 0,
+           "attempts": attempts, "last_update": None}
+    updates = rec.get("updates")
+    if isinstance(updates, list) and updates and isinstance(updates[-1], dict):
+        u = updates[-1]
+        out["last_update"] = {"update": u.get("step"), "loss": u.get("objective"), "ce_per_token": u.get("objective"),
+                              "tokens_per_s": _rate(u.get("target_tokens"), u.get("seconds"))}
+    launched, recorded = arm_dir / "run" / "launch-args.json", arm_dir / "arm.json"
+    if launched.is_file():
+        live = _unrecorded(arm_dir / "run", now)
+        if not recorded.is_file() or launched.stat().st_mtime > recorded.stat().st_mtime:
+            out.update(live)
+        elif out["last_update"] is None:  # a failed attempt records no updates: the launcher's last report
+            out["last_update"] = live["last_update"]
+    return out
+
+
+def _unrecorded(run_dir: Path, now: float) -> dict:
+    """The attempt the launcher in `run_dir` started and no record closes yet: its last report (rank 0's
+    `status-0.json`: the update it is on and what the bar shows)."""
+    args = _read(run_dir / "launch-args.json")
+    report = run_dir / "status-0.json"
+    state = _read(report)
+    state = state if isinstance(state, dict) else {}
+    shown = state.get("shown") if isinstance(state.get("shown"), dict) else {}
+    until = args.get("until") if isinstance(args, dict) else None
+    last = None
+    if isinstance(shown.get("loss"), (int, float)):
+        done, total = shown.get("done"), shown.get("total")
+        update = until - total + done if all(isinstance(x, int) for x in (until, total, done)) else None
+        last = {"update": update, "loss": shown["loss"], "ce_per_token": shown.get("ce"),
+                "tokens_per_s": shown.get("tokens_per_s")}
+    try:
+        age = round(now - report.stat().st_mtime, 1)
+    except OSError:
+        age = None
+    return {"status": "unrecorded", "reason": "no record yet: training, or stopped before writing one (Ctrl-C)",
+            "elapsed_s": None, "phase": state.get("phase"), "step": state.get("step"), "last_report_s": age,
+            "attempt_commits": _lines(run_dir / COMMITS_LOG), "last_update": last or None}
+
+
+def is_arm(path: Path) -> bool:
+    """A study arm's folder: its record, or (before the first record is written) its store and launcher folder."""
+    return (path / "arm.json").is_file() or ((path / "home").is_dir() and (path / "run").is_dir())
 
 
 def is_home(path: Path) -> bool:
-    return (path / "HEAD").is_file() or (path / "commits").is_dir() or (path / "attempts").is_dir()
+    """A checkpoint store: HEAD, commits/, or an adaptive attempt (`attempts/<attempt>/attempt.json`; a study
+    arm's `attempts/` holds records `NNN.json` and is not a store)."""
+    return (path / "HEAD").is_file() or (path / "commits").is_dir() or any((path / "attempts").glob("*/attempt.json"))
 
 
 def status(path: str | Path, now: float | None = None) -> dict:
-    """{"path", "entries": [...]}: one entry for a home or a run folder, else every one found below it."""
-    path, now = Path(path), time.time() if now is None else now
+    """{"path", "entries": [...]}: one entry for a home, a run folder or a study arm, else every one found
+    below it. An archived run is read in place (`locate`)."""
+    given, now = Path(path), time.time() if now is None else now
+    path = locate(given)
     if not path.is_dir():
         raise ValueError(f"{path}: not a folder; expected a checkpoint home, a run folder, a campaign folder "
                          "or a demo output")
     entries: list[dict] = []
 
     def walk(folder: Path, depth: int) -> None:
+        if is_arm(folder):
+            entries.append(arm_summary(folder, now))
+            return  # its store is in its entry
         if is_home(folder):
             entries.append(home_summary(folder, now))
             return  # its attempts are in its entry
         if (folder / "run.json").is_file() or (folder / "kernel.log").is_file():
             entries.append(run_summary(folder))
-        elif (folder / "arm.json").is_file():
-            entries.append(arm_summary(folder))
         elif (folder / "attempt.json").is_file():  # a copied attempt (a campaign's raw/ARM/ATTEMPT)
             entries.append({"kind": "attempt", **attempt_summary(folder, now)})
             return
@@ -151,7 +231,34 @@ def status(path: str | Path, now: float | None = None) -> dict:
     if not entries:
         raise ValueError(f"{path}: no checkpoint home (HEAD, commits/ or attempts/), run folder (run.json), "
                          "study arm (arm.json) or attempt (attempt.json) in it or below it")
+    if path != given:  # an archived folder is read unpacked, and named by its place in the runs folder
+        inner, outer = str(path), str(given if given.exists() or _archived(given) else Path(RUNS_DIR) / given)
+        for e in entries:
+            for item in [e, *e.get("attempts", [])]:
+                if isinstance(item.get("path"), str) and item["path"].startswith(inner):
+                    item["path"] = outer + item["path"][len(inner):]
+        return {"path": outer, "entries": entries}
     return {"path": str(path), "entries": entries}
+
+
+def _archived(path: Path) -> bool:
+    return resolve(path) != path
+
+
+def locate(path: Path) -> Path:
+    """`path`, or where it is read: inside an archived folder of the runs folder above it, unpacked
+    (`runs/FOLDER` or `runs/FOLDER/runs/RUN_ID`; docs/formats/archived-evidence.md); a bare run id that is no path
+    here is looked for in `runs/`."""
+    if path.exists():
+        return path
+    found = resolve(path)
+    if found.exists():
+        return found
+    if not path.is_absolute() and path.parts and path.parts[0] != RUNS_DIR:
+        found = resolve(Path(RUNS_DIR) / path)
+        if found.exists():
+            return found
+    return path
 
 
 # --- text -----------------------------------------------------------------------------------
@@ -165,9 +272,12 @@ def _secs(s) -> str:
 def _loss(last: dict | None) -> str:
     if not last or not isinstance(last.get("loss"), (int, float)):
         return "no update logged yet"
-    where = f"update {last.get('cohort_step') or last.get('update')}"
-    rate = last.get("tokens_per_s")
-    return f"last {where}: loss {last['loss']:.4f}" + (f", {rate:,.0f} tokens/s" if rate else "")
+    number = next((last[k] for k in ("cohort_step", "update", "step") if isinstance(last.get(k), int)), None)
+    where = f"update {number}" if number is not None else "update"
+    rate, ce = last.get("tokens_per_s"), last.get("ce_per_token")
+    beside = "the objective" if ce == last["loss"] else f"objective {last['loss']:.4f}"
+    loss = f"ce/token {ce:.4f} ({beside})" if isinstance(ce, (int, float)) else f"objective {last['loss']:.4f}"
+    return f"last {where}: {loss}" + (f", {rate:,.0f} tokens/s" if rate else "")
 
 
 def _attempt_line(a: dict) -> str:
@@ -196,6 +306,15 @@ def render(report: dict) -> str:
         elif e["kind"] == "arm":
             reason = f": {e['reason']}" if e.get("reason") else ""
             lines.append(f"arm {e['arm']}  {e['status']}{reason}  {_secs(e['elapsed_s'])}  ({e['path']})")
+            step = (e.get("head_cursor") or {}).get("step")
+            lines += [f"  HEAD {e['head'] or 'none (no commit yet)'}" + (f" (step {step})" if step is not None else ""),
+                      f"  commits {e['commits']}", f"  attempts {len(e['attempts'])}"]
+            lines += [f"    {a['attempt']}  {a['status']}" + (f": {a['reason']}" if a.get("reason") else "")
+                      + f"  {a['commits']} commit(s), {_secs(a['elapsed_s'])}" for a in e["attempts"]]
+            if e["status"] == "unrecorded":
+                lines.append(f"    (this attempt)  {e.get('attempt_commits', 0)} commit(s) so far, last report "
+                             f"{_secs(e.get('last_report_s'))} ago ({e.get('phase')} at step {e.get('step')})")
+            lines.append(f"  {_loss(e['last_update'])}")
         else:
             lines += [f"attempt {e['path']}", _attempt_line(e)]
             if e.get("last_update"):

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+from support.adaptive import private_job
 from support.engine_workers import engine_config
 
 from kit import provenance
@@ -23,9 +24,7 @@ from kit.train.optim import GroupConfig
 
 
 def _copy_prepared(prepared, tmp_path):
-    out = tmp_path / "prepared"
-    shutil.copytree(prepared["out"], out)
-    return out
+    return private_job(prepared["out"], tmp_path / "prepared")  # bound to this test's own ledger
 
 
 def test_changed_input_refused_before_training(prepared, tmp_path):

@@ -54,14 +54,15 @@ def test_training_bar_shows_update_loss_rate_and_eta(trained):
     frames = [f for f in err.replace("\r", "\n").splitlines() if f.startswith("cohort A (1 workers)")]
     assert frames, err
     last = frames[-1]
-    assert "2/2" in last and "loss " in last and "tokens/s" in last and "update" in last, last
+    assert "2/2" in last and "ce/token " in last and "tokens/s" in last and "update" in last, last
     assert any("<" in f for f in frames)  # tqdm's elapsed<remaining: the ETA
     logged = [json.loads(line) for line in
               min(trained["home"].glob("attempts/*/updates.jsonl")).read_text().splitlines()]
-    assert f"loss {logged[-1]['objective']:.4f}" in last
+    # cross-entropy per new token, the objective beside it (issue 64 item 6: "loss" was the objective alone)
+    assert f"ce/token {logged[-1]['ce_per_token']:.4f} (objective {logged[-1]['objective']:.4f})" in last
     assert [json.loads(line)["cohort_step"] for line in trained["first"].stdout.splitlines()] == [2]  # stdout: JSON only
     # --no-progress: no bar, the commits on stdout as before
-    assert "cohort A" not in trained["second"].stderr and "loss" not in trained["second"].stderr
+    assert "cohort A" not in trained["second"].stderr and "ce/token" not in trained["second"].stderr
     assert json.loads(trained["second"].stdout.splitlines()[-1])["cohort_step"] == 3
 
 
@@ -111,7 +112,8 @@ def test_status_of_a_home(trained, capsys):
     assert all(a["elapsed_s"] > 0 for a in entry["attempts"])
     text = kit_here(capsys, "status", home)[1]
     assert f"HEAD {second['full_root']} (cohort 0 step 3" in text
-    assert f"last update 3: loss {last['objective']:.4f}" in text and text.count("completed") == 2
+    assert f"last update 3: ce/token {last['ce_per_token']:.4f} (objective {last['objective']:.4f})" in text
+    assert text.count("completed") == 2
 
 
 def test_status_names_aborted_and_failed_attempts(trained, tmp_path, capsys):

@@ -235,7 +235,7 @@ def test_verify_evidence_passes_on_a_good_run(completed, capsys):
     assert results == {"record": "pass", "executed_notebook": "pass", "parameters": "pass", "injected_cell": "pass",
                        "metric curve": "pass", "metric echo": "pass", f"root produced {completed['root'][:12]}": "pass",
                        f"root used {'b' * 12}": "skipped", "git": "pass", "files": "pass", "copies": "pass",
-                       "materials": "pass", "ledger events": "pass"}
+                       "materials": "pass", "ledger events": "pass", "place": "pass"}
     assert "home absent" in next(c["detail"] for c in report["checks"] if c["check"].startswith("root used"))
     assert main(["verify-evidence", str(completed["repo"] / "runs")]) == 0
     assert "runs/ok-run: ok" in capsys.readouterr().out
@@ -250,6 +250,9 @@ def test_verify_evidence_takes_a_campaign_folder_for_the_runs_nested_in_it(compl
     (campaign / "study" / "screens.json").write_text("{}")
     (campaign / "study" / "loop").symlink_to("..")  # not followed: would list the run again
     assert expand_run_dirs([str(campaign)]) == [campaign / "superseded" / "ok-run"]
+    assert main(["verify-evidence", str(campaign)]) == 1  # but refused: a link is not evidence (issue 61)
+    assert "study/loop: a symbolic link (to ..)" in capsys.readouterr().out
+    (campaign / "study" / "loop").unlink()
     assert main(["verify-evidence", str(campaign)]) == 0
     assert "campaign-1/superseded/ok-run: ok" in capsys.readouterr().out
     crashed = campaign / "superseded" / "crashed-run"  # an executed notebook and no record: checked, fails

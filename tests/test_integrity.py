@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.adaptive import PUBLIC, TINY
+from support.adaptive import PUBLIC, TINY, private_job
 from support.engine_workers import engine_config
 
 from kit.adaptive import prepare as prep
@@ -36,9 +36,7 @@ MAX_TOKENS = 256
 
 
 def _job(prepared, tmp_path):
-    out = tmp_path / "prepared"
-    shutil.copytree(prepared["out"], out)
-    return out
+    return private_job(prepared["out"], tmp_path / "prepared")  # bound to this test's own ledger
 
 
 def _commit(seed, home, cursor, lr=1e-3):
@@ -342,8 +340,7 @@ def test_continued_learning_starts_only_from_a_passing_a_endpoint_unless_explora
     from kit.adaptive.schema import load_adaptive_contract
 
     a = a_endpoint
-    p = tmp_path / "start"
-    shutil.copytree(a["p"], p)
+    p = private_job(a["p"], tmp_path / "start")  # bound to this test's own ledger
     sel = tmp_path / "selection.json"
     write_selection(p, {"A": {"home": str(a["home"]), "root": a["end"]}}, sel)
     ev_path = tmp_path / "final-A.json"

@@ -59,7 +59,7 @@ def test_make_lab_installs_the_extra_then_serves():
     assert any("lab-serve" in line for line in lines[install:]), p.stdout
     serve = subprocess.run(["make", "-n", "lab-serve"], cwd=REPO, capture_output=True, text=True, check=False,
                            timeout=60).stdout
-    assert "-m jupyterlab --ServerApp.root_dir=notebooks" in serve and "--allow-root" in serve
+    assert "-m jupyterlab --ServerApp.root_dir=lab" in serve and "--allow-root" in serve
     assert f"PYTHONPATH={REPO}" in serve
 
 
@@ -71,7 +71,9 @@ def test_lab_serves_the_notebooks_headless():
     token = secrets.token_hex(16)
     flags = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token} --ServerApp.port_retries=0"
     venv = Path(sys.executable).parent.parent  # the interpreter running the tests is the venv's
-    proc = subprocess.Popen(["make", "--no-print-directory", "lab-serve", f"VENV={venv}", f"LAB_FLAGS={flags}"],
+    lab_dir = REPO / "build" / "lab-test-copies"
+    proc = subprocess.Popen(["make", "--no-print-directory", "lab-serve", f"VENV={venv}", f"LAB_FLAGS={flags}",
+                             f"LAB_DIR={lab_dir}"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(REPO / "build" / "lab-test-runtime")))
     log = []
@@ -91,7 +93,7 @@ def test_lab_serves_the_notebooks_headless():
         argv = specs["kernelspecs"]["python3"]["spec"]["argv"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=60) as r:
             listed = {item["name"] for item in json.loads(r.read())["content"]}
-        assert "11_adaptive_arm.ipynb" in listed and "kit" not in listed  # served from notebooks/
+        assert "11_adaptive_arm.ipynb" in listed and "kit" not in listed  # served from the copies in LAB_DIR
         # kernels inherit the server's environment: its PYTHONPATH starts with this checkout, and the kernel's
         # Python imports this checkout's kit with it
         server = _server_environ(proc.pid)
@@ -110,3 +112,47 @@ def test_lab_serves_the_notebooks_headless():
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
     assert proc.returncode is not None
+
+
+def _git_status(*paths) -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--", *map(str, paths)], cwd=REPO, capture_output=True,
+                          text=True, check=True, timeout=60).stdout
+
+
+def test_lab_opens_and_saves_copies_and_leaves_the_repository_clean(tmp_path):
+    """Issue 64 item 6: Lab rewrites every notebook it opens (cell ids, the kernel's metadata and Python
+    version) and the next `kit run` recorded `"dirty": true`. `make lab` serves copies in LAB_DIR: each
+    committed notebook is copied byte for byte, a save there the way Jupyter's contents manager saves (the
+    current nbformat, cell ids added, the kernel's language_info) rewrites only the copy, and a copy that
+    differs is kept, never overwritten."""
+    pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e '.[lab]')")
+    import nbformat
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    notebooks = sorted((REPO / "notebooks").glob("*.ipynb"))
+    before = {p.name: p.read_bytes() for p in notebooks}
+    status = _git_status(REPO / "notebooks")  # "" on a clean checkout; a notebook being edited stays as it is
+    lab = tmp_path / "lab"
+    copy = subprocess.run(["make", "--no-print-directory", "lab-copies", f"LAB_DIR={lab}"], cwd=REPO,
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert copy.returncode == 0, copy.stderr
+    assert {p.name: p.read_bytes() for p in sorted(lab.glob("*.ipynb"))} == before
+    manager = FileContentsManager(root_dir=str(lab))
+    for name in before:  # open and save each, as Lab does, with what a started kernel adds to the metadata
+        model = manager.get(name, content=True)
+        model["content"]["metadata"]["language_info"] = {"name": "python", "version": sys.version.split()[0]}
+        model["content"]["metadata"]["kernelspec"]["display_name"] = "Python 3 (ipykernel)"
+        manager.save(model, name)
+    saved = nbformat.read(lab / notebooks[0].name, as_version=4)
+    assert all(cell.get("id") for cell in saved.cells)  # the save rewrote the copy: cell ids
+    assert (lab / notebooks[0].name).read_bytes() != before[notebooks[0].name]
+    assert {p.name: p.read_bytes() for p in notebooks} == before  # the committed notebooks: not a byte
+    assert _git_status(REPO / "notebooks") == status
+    again = subprocess.run(["make", "--no-print-directory", "lab-copies", f"LAB_DIR={lab}"], cwd=REPO,
+                           capture_output=True, text=True, check=False, timeout=120)
+    assert again.returncode == 0 and f"kept {lab / notebooks[0].name}" in again.stdout, again.stdout
+    assert nbformat.read(lab / notebooks[0].name, as_version=4).cells[0].get("id")  # the saved copy was kept
+    # the default LAB_DIR is ignored by git: copies there never dirty a run's record
+    check = subprocess.run(["git", "check-ignore", "-q", "lab/11_adaptive_arm.ipynb"], cwd=REPO, check=False,
+                           timeout=60)
+    assert check.returncode == 0

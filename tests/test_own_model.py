@@ -141,7 +141,7 @@ def test_the_guide_runs_verbatim_from_an_empty_folder_outside_the_clone(tmp_path
     first = json.loads((work / "my-replay.jsonl").read_text().splitlines()[0])
     assert set(first) == {"id", "messages", "source", "index"}  # the fields the guide names, as written
     head = (work / "A2" / "HEAD").read_text().strip()
-    assert f"HEAD {head} (cohort 0 step 2" in done.stdout and "last update 2: loss " in done.stdout
+    assert f"HEAD {head} (cohort 0 step 2" in done.stdout and "last update 2: ce/token " in done.stdout
     assert (work / "my-model-trained" / "chat_template.jinja").is_file() and "torch.float32" in done.stdout
     after = subprocess.run(git, capture_output=True, text=True, check=False).stdout
     assert after == before  # nothing written into the clone

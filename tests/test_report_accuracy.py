@@ -33,10 +33,13 @@ def test_every_cell_is_the_sidecar_of_the_run_it_names():
     assert [m["run"] for m in finals if m["model"] == "demo-adaptive-A3-migrated"] == ["demo-adaptive-final-A"]
     study = next(r["contract_digest"] for r in idx["runs"] if r["run_id"] == "demo-study-evaluate")
     rows = accuracy_models(idx, study)
-    assert [m["model"] for m in rows] == ["seed", "single", "dense", "powersgd"]
+    # one kind of model: "seed" or the run that produced it (issue 64 item 6: the study's arm names)
+    assert [m["model"] for m in rows] == ["seed", "demo-study-single", "demo-study-dense", "demo-study-powersgd"]
+    assert {m["split"] for m in rows} == {"final"}
     for m in rows:
+        arm = m["model"].removeprefix("demo-study-")
         assert m["families"] == {x["family"]: (x["correct"], x["n"]) for x in _sidecar("demo-study-evaluate")
-                                 if x["model"] == m["model"]}
+                                 if x["model"] == arm}
 
 
 def test_one_table_per_contract_with_a_gate_or_screen_each_naming_its_contract():

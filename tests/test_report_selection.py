@@ -71,7 +71,7 @@ def test_failing_gates_are_analysed_from_their_bounds():
             bounds = load_json_strict(next((runs / f"medium-adaptive-final-{x}" / "metrics").glob("nll_change_bounds*")))
             assert (g["estimate"], g["bound"]) == (bounds["tasks"]["change_nats_per_token"], bounds["tasks"]["bootstrap_upper"])
             assert g["estimate"] > -0.001 and ("inconclusive: " in g["analysis"]
-                                               or "whole two-sided 95% interval" in g["analysis"]), g["analysis"]
+                                               or "are both on the failing side" in g["analysis"]), g["analysis"]
 
     # the committed medium trial (seed af103c8d) fails one adaptive check, growth's gain against its control,
     # and no part of the study's quality screen (its speed screen was not evaluable: the arms' workers shared
@@ -105,8 +105,10 @@ def test_failing_gates_are_analysed_from_their_bounds():
     g = rows[("growth_vs_control", "gain")]
     bounds = load_json_strict(next((OLD / "medium-adaptive-final-G" / "metrics").glob("nll_change_bounds*")))["tasks"]
     assert (g["estimate"], g["bound"]) == (bounds["change_nats_per_token"], bounds["bootstrap_upper"])
-    # the estimate and its whole two-sided interval (se from the recorded normal bound) on the failing side
-    assert g["estimate"] > -0.001 and "whole two-sided 95% interval [-0.0008260, -0.0001347]" in g["analysis"]
+    # the estimate and its opposite one-sided 95% bound (the estimate mirrored across the recorded bound) both on the
+    # failing side
+    opposite = g["estimate"] - (g["bound"] - g["estimate"])
+    assert g["estimate"] > opposite > -0.001 and f"opposite one-sided 95% bound ({fmt(opposite)}) are both" in g["analysis"]
     # an estimate on the passing side: the sample at which a bound of the same relative width clears it
     demo = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(RUNS / "demo-*")}
     a = demo[("A_vs_seed", "gain")]
@@ -131,13 +133,14 @@ def test_a_bound_analysis_reads_the_side_of_its_threshold():
     # noninferiority (a lower bound that must exceed -0.03): estimate -0.01, lower -0.05 -> half 0.04, margin 0.02
     assert "at about 400 examples (4.0\u00d7 the 100 scored)" in bound_text(
         -0.01, -0.05, -0.03, 100, upper=False)
-    # a failing estimate whose two-sided interval (se = 0.02 / 1.645) still reaches the passing side: inconclusive
+    # a failing estimate whose opposite one-sided bound (-0.04 + 0.02) still reaches the passing side: inconclusive
     assert "inconclusive" in bound_text(-0.04, -0.06, -0.03, 100, upper=False)
-    assert "[-0.06383, -0.01617] includes passing values" in bound_text(-0.04, -0.06, -0.03, 100, upper=False)
+    assert "opposite one-sided 95% bound (-0.02000) is on the passing side" in bound_text(-0.04, -0.06, -0.03, 100,
+                                                                                          upper=False)
     # an upper bound that must stay at or below 0.02: estimate 0.01, upper 0.03 -> half 0.02, margin 0.01
     assert "at about 400 examples" in bound_text(0.01, 0.03, 0.02, 100, upper=True)
-    assert "whole two-sided 95% interval [0.02617, 0.07383]" in bound_text(0.05, 0.07, 0.02, 100, upper=True)
-    assert "whole two-sided 95% interval [0.04762, 0.05238] are on the failing side of 0.02000" in bound_text(
+    assert "opposite one-sided 95% bound (0.03000) are both" in bound_text(0.05, 0.07, 0.02, 100, upper=True)
+    assert "opposite one-sided 95% bound (0.04800) are both on the failing side of 0.02000" in bound_text(
         0.05, 0.052, 0.02, 100, upper=True)
 
 

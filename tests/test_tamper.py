@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.adaptive import private_job
 
 from kit.digest import canonical_json, sha256_file, write_canonical_json
 from kit.evidence import run_record
@@ -198,6 +199,10 @@ def test_a_new_record_chains_to_what_it_consumed(base):
     used = run_record.read_run_record(d).checkpoint_roots["used"][0]["root"]
     _as_new_record(d, [{"role": "selection", "kind": "file", "digest": selection},
                        {"role": "scored", "kind": "commit", "digest": used}])
+    pins = json.loads((base / "runs" / "RECORD_PINS.json").read_text())  # the new record, pinned as committed
+    del pins["records"][f"runs/{FINAL}"]
+    write_canonical_json(base / "runs" / "RECORD_PINS.json", pins)
+    assert _tool("pin_run_files").pin(base, echo=lambda m: None) == 0
     assert _failed(verify_evidence(d, base)) == []
     path = d / run_record.RUN_RECORD_NAME
     obj = json.loads(path.read_text())
@@ -288,8 +293,7 @@ def test_the_prepared_folder_s_logs_cannot_admit_a_forged_selection_or_reopen_fi
     selections.jsonl by hand; final-access.jsonl moved away after a final scoring, then another selection."""
     from kit.adaptive.selection import SELECTIONS_LOG, FinalRolesRefused, open_final_roles, write_selection
 
-    p = tmp_path / "prepared"
-    shutil.copytree(prepared["out"], p)
+    p = private_job(prepared["out"], tmp_path / "prepared")  # bound to this test's own ledger
     home, root = _commit(tmp_path, prepared["seed"])
     write_selection(p, {"A": {"home": home, "root": root}}, tmp_path / "sel.json")
     forged = json.loads((tmp_path / "sel.json").read_text())

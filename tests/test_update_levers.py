@@ -148,9 +148,11 @@ def test_one_update_reads_the_host_only_where_the_design_says(student_reference,
         assert [r for r in _count_reads(out["result"].resolve)] == [("tolist", "values")]  # read once, on request
 
 
-def test_engine_switches_default_off_reach_loss_and_optimizer(student_reference):
+def test_engine_switches_as_the_gpu_record_decided_reach_loss_and_optimizer(student_reference):
     cfg = EngineConfig(2, 1.0)
-    assert (cfg.compiled_loss, cfg.adam_steps_on_device, cfg.graph_capture) == ("off", "off", "off")
+    # runs/bench-update-levers-2026-12-05: the compiled loss +5.7% on CUDA ("auto": the CPU keeps the eager loop
+    # and its digests); device step counts and graph capture within noise (off)
+    assert (cfg.compiled_loss, cfg.adam_steps_on_device, cfg.graph_capture) == ("auto", "off", "off")
     with pytest.raises(ValueError, match="engine graph_capture 'yes'; expected 'auto', 'on' or 'off'"):
         EngineConfig(2, 1.0, graph_capture="yes")
     off = _engine(student_reference)

@@ -41,8 +41,9 @@ def test_every_committed_run_verifies():
     # every run directory under runs/ was checked, nested campaign and superseded folders included
     designs = [r for r in reports if [c["check"] for c in r["checks"]] == ["replicate design"]]
     assert [Path(r["run_dir"]).name for r in designs] == ["medium-replicate-design.json"]  # issue 59: checked too
-    # the ledger's own report and the replicate designs' besides
-    runs = [r for r in reports if Path(r["run_dir"]).name != "exposed.jsonl" and r not in designs]
+    # the ledger's, the runs folder's own (kit/evidence/tree.py) and the replicate designs' reports besides
+    runs = [r for r in reports if Path(r["run_dir"]).name not in ("exposed.jsonl", "runs") and r not in designs]
+    assert [r["run_dir"] for r in reports if Path(r["run_dir"]).name == "runs"] == ["runs"]
     assert len(runs) == len(expand_run_dirs([str(REPO / "runs")])) > 50
     # a git check is skipped only for a run that a superseded folder names as replaced
     for r in runs:

@@ -43,7 +43,7 @@ from kit.adaptive.selection import (
 from kit.data.conversations import read_jsonl, write_jsonl
 from kit.data.tasks import generate_set
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_canonical_json
-from kit.evidence.ledger import tasks_excluding
+from kit.evidence.ledger import ledger_head, tasks_excluding
 from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import input_commitments
@@ -196,6 +196,7 @@ def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: dict, public
             "start_home": str(Path(start_home).absolute()),
             "start_prepared": str(start_dir.absolute()), "replay": spj["locations"]["replay"],
             "public_source": str(public.absolute()), "ledger": ledger_info["path"],
+            "ledger_head": ledger_head(ledger_info),
             "start_evaluation": str(Path(start_evaluation).absolute())}
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.adaptive.selection import EVALUATIONS_LOG, _log, open_final_roles
+from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
-from kit.evidence.ledger import ledger_path, record_exposures
+from kit.evidence.ledger import record_exposures
 from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
 from kit.paths import inside
@@ -85,7 +85,7 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
         pj = load_json_strict(prepared_dir / "prepared.json")
         record_exposures(data["tasks"], data["retention"], pj["contract"]["digest"], pj["job_digest"],
                          f"final scoring of {cand_id} against {base_id}",
-                         path=ledger_path(prepared_dir, pj.get("locations", {}).get("ledger")))
+                         path=guard_ledger(prepared_dir, pj))  # the ledger the job is bound to
     result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,
               "role_sha256": {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in roles.items()}}
     per_model = {}

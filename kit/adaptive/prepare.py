@@ -40,6 +40,7 @@ from kit.evidence.ledger import (
     TASK_KINDS,
     exposed_digests,
     exposure_hint,
+    ledger_head,
     ledger_path,
     ledger_summary,
     tasks_excluding,
@@ -452,7 +453,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
         prepared["locations"] = {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
                                  "replay": str(replay_path.absolute()), "public_source": str(public.absolute()),
                                  "dev_retention": str(dev_path.absolute()) if dev_path else None,
-                                 "ledger": ledger_info["path"]}
+                                 "ledger": ledger_info["path"], "ledger_head": ledger_head(ledger_info)}
         prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         prepared_sha = write_canonical_json(staging / PREPARED_FILE, prepared)
         inputs = seed_inputs(seed_dir)

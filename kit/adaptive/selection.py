@@ -39,7 +39,7 @@ from kit.digest import (
     sha256_file,
     write_canonical_json,
 )
-from kit.evidence.ledger import append_guard_event, chain_events, ledger_path
+from kit.evidence.ledger import LedgerError, append_guard_event, bound_guard_ledger, chain_events
 from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
 from kit.store.commits import read_commit
@@ -140,8 +140,13 @@ def access_entries(prepared_dir: str | os.PathLike, name: str = ACCESS_LOG) -> l
 
 
 def guard_ledger(prepared_dir: Path, pj: dict) -> Path:
-    """The ledger whose chain guards this job's final roles: the one its scorings record exposures into."""
-    return ledger_path(prepared_dir, pj.get("locations", {}).get("ledger"))
+    """The ledger whose chain guards this job's final roles: the one it was prepared against, bound by its
+    recorded head (kit.evidence.ledger.bound_guard_ledger; a job prepared before the head was recorded: the one
+    its scorings record exposures into, $KIT_LEDGER first)."""
+    try:
+        return bound_guard_ledger(prepared_dir, pj.get("locations", {}))
+    except LedgerError as e:
+        raise FinalRolesRefused(str(e)) from None
 
 
 def chained_accesses(prepared_dir: Path, pj: dict) -> list[dict]:

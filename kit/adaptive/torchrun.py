@@ -24,6 +24,7 @@ from kit.adaptive.train import (
     attempt_record,
     checked_job,
     grow_into,
+    logged_commits,
     student_layers,
     worker_args,
 )
@@ -162,10 +163,12 @@ def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
             return out["commits"]
         except KeyboardInterrupt as e:  # SIGINT, or SIGTERM from torchrun's agent (kit.interrupt)
             name = interruption(e)[0]
-            record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}")
+            record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}",
+                          commits=logged_commits(attempt_dir))
             raise
         except BaseException as e:
-            record.update(status="failed", error=f"rank {rank} ({host_name()}): {type(e).__name__}: {e}")
+            record.update(status="failed", error=f"rank {rank} ({host_name()}): {type(e).__name__}: {e}",
+                          commits=logged_commits(attempt_dir))
             raise
         finally:
             record["ended_at"] = time.time()

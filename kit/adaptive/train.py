@@ -250,8 +250,9 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
         res = session.update(records)
         cohort_step += 1
         ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it
+        parts = res.parts.to_json()  # the bar: cross-entropy per new token, the objective beside it
         ctx.progress(done=cohort_step - out["start_cohort_step"], total=until - out["start_cohort_step"],
-                     loss=res.parts.objective, tokens_per_s=res.tokens / max(res.seconds, 1e-9))
+                     ce=parts["ce_per_token"], loss=res.parts.objective, tokens_per_s=res.tokens / max(res.seconds, 1e-9))
         if log is not None:
             _append_line(log, canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                               "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}))
@@ -260,6 +261,8 @@ def adaptive_worker(group, args: dict, ctx) -> dict:
             full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
             out["commits"].append({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
                                    "full_root": full, "learned_state_root": learned})
+            if log is not None:  # as it happens: an attempt that is aborted or fails later still names it
+                _append_line(log.with_name(COMMITS_LOG), canonical_json(out["commits"][-1]))
             stats.reset()  # the commit's traffic and buffers are not the next update's
 
     out["deterministic_algorithms"] = torch.are_deterministic_algorithms_enabled()
@@ -310,6 +313,11 @@ def checked_job(request: CohortRequest) -> tuple[CohortRequest, dict, dict]:
     pj = load_json_strict(prepared / "prepared.json")
     terms = job_contract(pj)
     check_cohort(pj, terms, request.cohort, request.resume, request.reference, request.grow)
+    endpoint = terms.endpoints[request.cohort]
+    if request.until is not None and request.until > endpoint:  # it trained to the endpoint, silently
+        raise TrainRefused(f"--until {request.until}: past cohort {request.cohort}'s endpoint, cohort step {endpoint} "
+                           f"(contract field 'endpoints.{request.cohort}'); give 1..{endpoint}, or leave it out to "
+                           "train to the endpoint")
     return request.for_job(pj), terms, pj
 
 
@@ -339,6 +347,25 @@ def attempt_record(request: CohortRequest, attempt: str, pj: dict) -> dict:
         fields["replicate"] = replicate_record(Path(request.prepared), request.cohort, request.replicate)
     return {**fields, "attempt": attempt, "prepared_job_digest": pj["job_digest"], "started_at": time.time(),
             "status": "running", "error": None, "commits": []}
+
+
+COMMITS_LOG = "commits.jsonl"  # an attempt's commits, one line each as it makes them (rank 0)
+
+
+def logged_commits(attempt_dir: str | os.PathLike) -> list[dict]:
+    """The commits an attempt logged as it made them (`attempts/<attempt>/commits.jsonl`), oldest first; a
+    line cut short by the end of the process is left out."""
+    try:
+        lines = (Path(attempt_dir) / COMMITS_LOG).read_bytes().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(loads_strict(line, COMMITS_LOG))
+        except ValueError:
+            continue
+    return [c for c in out if isinstance(c, dict)]
 
 
 DISK_RESERVE_BYTES = 256 * 1024  # freed on a full disk so that the attempt's record can still be written
@@ -384,23 +411,39 @@ def train(request: CohortRequest) -> list[dict]:
             layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
                 student_layers(r.seed_dir, None, None)
             args = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
-            results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers",
-                             timeout_s=r.timeout_s, progress_total=r.until or terms.endpoints[r.cohort],
+            first_step, first_cohort_step = _resumed_at(start, terms, r.cohort)
+            results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers", timeout_s=r.timeout_s,
+                             progress_total=(r.until or terms.endpoints[r.cohort]) - first_cohort_step,
+                             progress_first_step=first_step,
                              desc=f"cohort {r.cohort} ({r.workers} workers)", env={DISK_RESERVE_ENV: str(reserve)})
         record.update(status="completed", commits=results[0]["commits"],
                       fetched_bytes=[res["fetched_bytes"] for res in results])
         return results[0]["commits"]
     except KeyboardInterrupt as e:
         name, _ = interruption(e)
-        record.update(status="aborted", signal=name, error=f"interrupted by {name}")
+        record.update(status="aborted", signal=name, error=f"interrupted by {name}",
+                      commits=logged_commits(attempt_dir))
         raise Interrupted(getattr(e, "signum", signal.SIGINT), _after_abort(r, attempt_dir)) from None
     except BaseException as e:
-        record.update(status="failed", error=" ".join(f"{type(e).__name__}: {e}".split()))
+        record.update(status="failed", error=" ".join(f"{type(e).__name__}: {e}".split()),
+                      commits=logged_commits(attempt_dir))
         raise
     finally:
         reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the record is written into
         record["ended_at"] = time.time()
         write_canonical_json(attempt_dir / "attempt.json", record)
+
+
+def _resumed_at(start: Ref, terms, cohort: str) -> tuple[int, int]:
+    """(step, cohort step) training starts from, for the bar before the workers report (0, 0 from the seed, or
+    where the start commit is not in a local store: the workers' own count replaces it)."""
+    if not isinstance(start, CommitRef):
+        return 0, 0
+    try:
+        manifest = read_commit(start.home, start.root)
+        return int(manifest["learned_state"]["cursor"]["step"]), _start_cohort_step(terms, cohort, manifest)
+    except (OSError, ValueError, KeyError, TypeError):  # TrainRefused too: the workers refuse it with its reason
+        return 0, 0
 
 
 def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:

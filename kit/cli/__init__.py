@@ -24,6 +24,7 @@ from kit.args import (
     FileOrDir,
     OutDir,
     Parser,
+    StatusDir,
     add_renamed,
     deprecated_scale,
     device,
@@ -61,6 +62,7 @@ HANDLERS = {
     "checkpoint": "kit.cli.handlers.core", "plan": "kit.cli.handlers.core", "demo": "kit.cli.handlers.core",
     "run": "kit.cli.handlers.evidence", "batch": "kit.cli.handlers.evidence",
     "verify-evidence": "kit.cli.handlers.evidence", "report": "kit.cli.handlers.evidence",
+    "evidence-root": "kit.cli.handlers.evidence",
     "results": "kit.cli.handlers.evidence", "archive-evidence": "kit.cli.handlers.evidence",
     "adaptive": "kit.cli.handlers.adaptive", "continued": "kit.cli.handlers.adaptive",
     "study": "kit.cli.handlers.study", "replicates": "kit.cli.handlers.replicates",
@@ -140,7 +142,7 @@ def _add_checkpoint_commands(sub) -> None:
     for action, help_text in (("verify", "re-hash every object of a commit (default HEAD) and recompute both roots"),
                               ("show", "print a commit's manifest (default HEAD)"),
                               ("export", "write a Hugging Face directory of a commit and print its kit digest"),
-                              ("list", "every commit of the store; HEAD marked"),
+                              ("list", "every commit of the store, oldest first: root, step, time written; HEAD marked"),
                               ("gc", "remove temporary files (and, with --objects, unreferenced objects)")):
         s = ck_sub.add_parser(action, help=help_text)
         if action in ("verify", "show", "export"):
@@ -211,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="HEAD, commits, attempts, last loss and elapsed time of a checkpoint home, "
                                       "run folder, campaign folder or demo output")
-    s.add_argument("path", type=Dir("a checkpoint home, a run folder, a campaign folder or a demo output",
-                                    "kit adaptive train or kit run"), help="the folder to describe")
+    s.add_argument("path", type=StatusDir("a checkpoint home, a run folder, a study arm, a campaign folder or a "
+                                          "demo output", "kit adaptive train or kit run"),
+                   help="the folder to describe (an archived run is read in place: runs/<folder>/<run id>)")
     s.add_argument("--json", action="store_true", help="print the report as JSON (docs/formats/kit-status.md, \"kit status\")")
     s.set_defaults(fn="cmd_status")
 

@@ -51,16 +51,34 @@ def register_batch(sub) -> None:
 # --- kit verify-evidence --------------------------------------------------------------------
 def register_verify_evidence(sub) -> None:
     s = sub.add_parser("verify-evidence", help="check run directories against their run.json")
-    s.add_argument("run_dirs", nargs="+", type=EvidenceDir("a run folder (with run.json) or a runs folder", "kit run"),
-                   help="run directories, or a runs directory for all of its runs")
+    s.add_argument("run_dirs", nargs="*", type=EvidenceDir("a run folder (with run.json) or a runs folder", "kit run"),
+                   help="run directories, or a runs directory for all of its runs (default runs)")
     s.add_argument("--json", action="store_true", help="print the check reports as JSON")
     s.add_argument("--replay", action="store_true",
                    help="re-execute each completed CPU run (and the runs it depends on) from its recorded parameters "
                         "and compare its digests and roots with the committed ones (kit/evidence/replay.py)")
     s.add_argument("--work", type=OutDir("a work folder for the replay"), help="with --replay: the folder for the replayed runs and their data (default: a new "
                                   "temporary folder)")
+    s.add_argument("--root", metavar="SHA256",
+                   help="also fail unless the evidence root of the runs folder and its ledger (`kit evidence-root`) "
+                        "is SHA256")
+    s.add_argument("--at", metavar="COMMIT",
+                   help="also fail where the evidence differs from COMMIT's (files named) or COMMIT's stated root "
+                        "does not recompute; a tag signed with git's SSH signing is verified")
+    s.add_argument("--allowed-signers", type=File("an ssh-keygen allowed-signers file", fmt="allowed-signers"),
+                   help="with --at TAG: the ssh-keygen allowed-signers file (default: git's gpg.ssh.allowedSignersFile)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
     s.set_defaults(fn="cmd_verify_evidence")
+
+
+# --- kit evidence-root ----------------------------------------------------------------------
+def register_evidence_root(sub) -> None:
+    s = sub.add_parser("evidence-root", help="print the Merkle root of every evidence file (runs folder and ledger)")
+    s.add_argument("runs_dir", nargs="?", default="runs", metavar="RUNS", type=Dir("a runs folder", "kit run"),
+                   help="the runs folder (default runs); its ledger is the folder `ledger` beside it")
+    s.add_argument("--ledger-dir", type=Dir("the exposure ledger's folder"),
+                   help="the exposure ledger's folder (default RUNS/../ledger)")
+    s.set_defaults(fn="cmd_evidence_root")
 
 
 
@@ -117,6 +135,5 @@ def register_archive_evidence(sub) -> None:
     s.set_defaults(fn="cmd_archive_evidence")
 
 
-DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_report, register_results,
-                   register_adaptive, register_study, register_archive_evidence,
-                   register_replicates]
+DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_evidence_root, register_report,
+                   register_results, register_adaptive, register_study, register_archive_evidence, register_replicates]

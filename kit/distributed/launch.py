@@ -145,16 +145,27 @@ def _advance(bar, run_dir: Path, first_step: int) -> None:
     except (FileNotFoundError, ValueError):
         return
     shown = status.get("shown") or {}
-    if isinstance(shown.get("total"), int) and shown["total"] != bar.total:
-        bar.total = shown["total"]
     done = shown.get("done") if isinstance(shown.get("done"), int) else status.get("step")
     if isinstance(done, int) and "done" not in shown:
         done -= first_step
+    if isinstance(shown.get("total"), int) and shown["total"] != bar.total:
+        # the worker's count is this launch's (a resumed run: the updates left), which replaces the
+        # driver's guess and the step count shown before the first update ended
+        bar.reset(total=shown["total"])
     if isinstance(done, int) and done > bar.n:
-        if isinstance(shown.get("loss"), float):
-            bar.set_postfix_str(f"loss {shown['loss']:.4f}, {shown.get('tokens_per_s') or 0:,.0f} tokens/s",
-                                refresh=False)
+        if isinstance(shown.get("loss"), (int, float)):
+            bar.set_postfix_str(postfix(shown), refresh=False)
         bar.update(done - bar.n)
+
+
+def postfix(shown: dict) -> str:
+    """The bar's numbers: cross-entropy per new token (`ce`, where the worker reports it) with the update's
+    objective beside it (its mean over every target, replay and KL included), and target tokens/s."""
+    rate = f"{shown.get('tokens_per_s') or 0:,.0f} tokens/s"
+    if isinstance(shown.get("ce"), (int, float)):
+        beside = "the objective" if shown["ce"] == shown["loss"] else f"objective {shown['loss']:.4f}"
+        return f"ce/token {shown['ce']:.4f} ({beside}), {rate}"
+    return f"objective {shown['loss']:.4f}, {rate}"
 
 
 def entry_name(entry) -> str:

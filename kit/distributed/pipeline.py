@@ -98,12 +98,13 @@ class EngineConfig:
     weight_cache: str = "auto"
     fused_elementwise: str = "auto"
     foreach_norm: str = "auto"
-    # The issue-54 levers, OFF by default until a GPU record measures them (docs/performance.md, "Levers
-    # not yet measured"); "on" runs one anywhere, "auto" on CUDA only. compiled_loss: each loss chunk as
-    # one torch.compile'd function of static shape (kit/train/compiled_loss.py); adam_steps_on_device: the
-    # fused AdamW's step counts kept on the device (ParamAdamW.keep_steps_on_device); graph_capture: the
-    # compiled blocks as CUDA graphs (torch.compile mode "reduce-overhead"; only with compiled blocks).
-    compiled_loss: str = "off"
+    # The issue-54 levers as the GPU record runs/bench-update-levers-2026-12-05 decided (docs/performance.md,
+    # "Levers measured"); "on" runs one anywhere, "auto" on CUDA only. compiled_loss: each loss chunk as
+    # one torch.compile'd function of static shape (kit/train/compiled_loss.py): +5.7% tokens/s, so "auto"
+    # (CPU keeps the eager loop and its digests); adam_steps_on_device: the fused AdamW's step counts kept on
+    # the device (ParamAdamW.keep_steps_on_device) and graph_capture: the compiled blocks as CUDA graphs
+    # (torch.compile mode "reduce-overhead"): each -0.5%, within noise, so off.
+    compiled_loss: str = "auto"
     adam_steps_on_device: str = "off"
     graph_capture: str = "off"
 

@@ -24,7 +24,8 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from kit.digest import load_json_strict
+from kit.digest import load_json_strict, read_bounded
+from kit.evidence.root import hash_regular
 
 ARCHIVE_DIR_NAME = "archive"
 INDEX_NAME = "index.json"
@@ -32,6 +33,11 @@ INDEX_FORMAT = "kit-evidence-archive/1"
 _HEX = set("0123456789abcdef")
 _TEMP_PREFIX = "kit-archived-"
 ORIGIN_MARKER = "kit-archive-origin"  # beside the unpacked tree: the runs directory it stands for
+
+
+# absolute caps on what an index may state, whatever it says: an archive of evidence is MB, not TB; a number past
+# these (10^30) is refused in one line before anything is read or allocated
+MAX_INDEX = {"size": 4 << 30, "unpacked_bytes": 16 << 30, "members": 1_000_000}
 
 
 class ArchiveError(ValueError):
@@ -51,9 +57,9 @@ def index_path(runs_dir: str | os.PathLike) -> Path:
 def read_index(runs_dir: str | os.PathLike) -> dict | None:
     """The checked index of `runs_dir`'s archives, or None when it has none."""
     path = index_path(runs_dir)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    index = load_json_strict(path)
+    index = load_json_strict(path, follow_links=False)
     if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT or not isinstance(index.get("archives"), list):
         raise ArchiveError(f"{path}: field 'format' must be {INDEX_FORMAT!r} with a list 'archives'")
     seen: set[str] = set()
@@ -65,8 +71,9 @@ def read_index(runs_dir: str | os.PathLike) -> dict | None:
         if not (isinstance(sha, str) and len(sha) == 64 and set(sha) <= _HEX) or a.get("file") != f"{sha}.tar.xz":
             raise ArchiveError(f"{where}: field 'file' must be '<sha256>.tar.xz' with 'sha256' its 64-hex digest")
         for field in ("size", "unpacked_bytes", "members"):
-            if not isinstance(a.get(field), int) or isinstance(a.get(field), bool) or a[field] < 0:
-                raise ArchiveError(f"{where}: field {field!r} must be a non-negative integer")
+            if not isinstance(a.get(field), int) or isinstance(a.get(field), bool) or not 0 <= a[field] <= MAX_INDEX[field]:
+                raise ArchiveError(f"{where}: field {field!r} is {str(a.get(field))[:40]}; expected an integer from 0 "
+                                   f"to {MAX_INDEX[field]}")
         folders = a.get("folders")
         if not isinstance(folders, list) or not folders or not all(_plain_name(f) for f in folders):
             raise ArchiveError(f"{where}: field 'folders' must be a non-empty list of plain folder names")
@@ -75,7 +82,8 @@ def read_index(runs_dir: str | os.PathLike) -> dict | None:
         seen |= set(folders)
         for j, ref in enumerate(a.get("references") or []):
             if not (isinstance(ref, dict) and _member_ok(ref.get("member"), folders) and _relative_ok(ref.get("path"))
-                    and isinstance(ref.get("sha256"), str) and isinstance(ref.get("size"), int)):
+                    and isinstance(ref.get("sha256"), str) and isinstance(ref.get("size"), int)
+                    and not isinstance(ref.get("size"), bool) and 0 <= ref["size"] <= MAX_INDEX["unpacked_bytes"]):
                 raise ArchiveError(f"{where}: references[{j}] needs member (inside its folders), path (relative, "
                                    "inside the runs directory), sha256 and size")
         if not isinstance(a.get("runs"), list):
@@ -105,8 +113,47 @@ def archived_folders(runs_dir: str | os.PathLike) -> list[str]:
     return sorted(f for a in (index or {}).get("archives", []) for f in a["folders"])
 
 
+class _BoundedXZ(io.RawIOBase):
+    """The decompressed bytes of an xz file, read as a stream: at most `limit` of them, never the whole at once."""
+
+    def __init__(self, f, limit: int, where: str):
+        self._f, self._limit, self._where, self._out = f, limit, where, 0
+        self._dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        want = min(len(buf), 1 << 20)
+        data = b""
+        while not data:
+            if self._dec.eof:
+                return 0
+            if self._dec.needs_input:
+                chunk = self._f.read(1 << 16)
+                if not chunk:
+                    raise ArchiveError(f"{self._where}: the xz stream ends early (truncated archive)")
+            else:
+                chunk = b""
+            try:
+                data = self._dec.decompress(chunk, max_length=want)
+            except lzma.LZMAError as e:
+                raise ArchiveError(f"{self._where}: not an xz stream ({e})") from None
+        self._out += len(data)
+        if self._out > self._limit:
+            raise ArchiveError(f"{self._where}: decompresses past the {self._limit} bytes its index allows")
+        buf[:len(data)] = data
+        return len(data)
+
+    @property
+    def eof(self) -> bool:
+        return self._dec.eof
+
+
 def _unpack_one(runs_dir: Path, entry: dict, root: Path) -> int:
-    """Check one archive and unpack its members (not its references) under `root`; returns their bytes."""
+    """Check one archive and unpack its members (not its references) under `root`; returns their bytes. The
+    file is hashed, then decompressed as a stream and unpacked member by member: no more than the index's
+    sizes (and the absolute caps read_index enforces) is ever read or held."""
     path = runs_dir / ARCHIVE_DIR_NAME / entry["file"]
     where = f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {entry['file']}"
     try:
@@ -115,40 +162,57 @@ def _unpack_one(runs_dir: Path, entry: dict, root: Path) -> int:
         raise ArchiveError(f"{where}: file {path} missing") from None
     if not stat.S_ISREG(st.st_mode) or st.st_size != entry["size"]:
         raise ArchiveError(f"{where}: {path} must be a regular file of {entry['size']} bytes")
-    data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-        raise ArchiveError(f"{where}: the bytes of {path} do not hash to its name")
-    budget, members = entry["unpacked_bytes"], 0
-    references = {r["member"]: r for r in entry.get("references") or []}
-    # a tar of the stated files is their bytes plus at most three 512-byte blocks each (header, PAX header,
-    # padding) and the end blocks: an archive that decompresses past that is refused, not unpacked
-    limit = entry["unpacked_bytes"] + 3 * 512 * (entry["members"] + 1) + 20 * 512
-    try:
-        dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
-        raw = dec.decompress(data, max_length=limit)
-    except lzma.LZMAError as e:
-        raise ArchiveError(f"{where}: not an xz stream ({e})") from None
-    if not dec.eof:
-        raise ArchiveError(f"{where}: decompresses past the {limit} bytes its index allows")
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-        for m in tar:
-            if not m.isreg():
-                raise ArchiveError(f"{where}: member {m.name!r} is not a regular file")
-            if not _member_ok(m.name, entry["folders"]) or m.name in references:
-                raise ArchiveError(f"{where}: member {m.name!r} is outside the folders the index names")
-            budget -= m.size
-            members += 1
-            if budget < 0:
-                raise ArchiveError(f"{where}: members hold more than the index's unpacked_bytes")
-            target = root / m.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(m)
-            with open(target, "xb") as out:
-                shutil.copyfileobj(src, out)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        h, n = hashlib.sha256(), 0
+        while chunk := f.read(1 << 20):
+            n += len(chunk)
+            if n > entry["size"]:
+                raise ArchiveError(f"{where}: {path} grew past the index's {entry['size']} bytes while read")
+            h.update(chunk)
+        if h.hexdigest() != entry["sha256"]:
+            raise ArchiveError(f"{where}: the bytes of {path} do not hash to its name")
+        f.seek(0)
+        budget, members = entry["unpacked_bytes"], 0
+        references = {r["member"]: r for r in entry.get("references") or []}
+        # a tar of the stated files is their bytes plus at most three 512-byte blocks each (header, PAX header,
+        # padding) and the end blocks: an archive that decompresses past that is refused, not unpacked
+        limit = entry["unpacked_bytes"] + 3 * 512 * (entry["members"] + 1) + 20 * 512
+        stream = _BoundedXZ(f, limit, where)
+        try:
+            with tarfile.open(fileobj=io.BufferedReader(stream, 1 << 16), mode="r|") as tar:
+                for m in tar:
+                    if not m.isreg():
+                        raise ArchiveError(f"{where}: member {m.name!r} is not a regular file")
+                    if not _member_ok(m.name, entry["folders"]) or m.name in references:
+                        raise ArchiveError(f"{where}: member {m.name!r} is outside the folders the index names")
+                    budget -= m.size
+                    members += 1
+                    if budget < 0 or members > entry["members"]:
+                        raise ArchiveError(f"{where}: members hold more than the index's unpacked_bytes or members")
+                    _write_member(tar, m, root, where)
+        except tarfile.TarError as e:
+            raise ArchiveError(f"{where}: not a tar archive ({e})") from None
     if members + len(references) != entry["members"]:
         raise ArchiveError(f"{where}: {members} member(s) and {len(references)} reference(s); the index states "
                            f"{entry['members']} files")
     return entry["unpacked_bytes"] - budget
+
+
+def _write_member(tar, m, root: Path, where: str) -> None:
+    """Write one member under `root`; a duplicate member or a failed write (a full TMPDIR) is one line naming the
+    member and the cause, not the temporary tree."""
+    target = root / m.name
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        src = tar.extractfile(m)
+        with open(target, "xb") as out:
+            shutil.copyfileobj(src, out)
+    except FileExistsError:
+        raise ArchiveError(f"{where}: member {m.name!r} appears twice in the archive; expected each file once") from None
+    except OSError as e:
+        raise ArchiveError(f"{where}: member {m.name!r} could not be unpacked into the temporary folder "
+                           f"({tempfile.gettempdir()}, TMPDIR): {e.strerror or e}; nothing was verified") from None
 
 
 def _content_map(runs_dir: Path, root: Path) -> dict[str, Path]:
@@ -162,7 +226,7 @@ def _content_map(runs_dir: Path, root: Path) -> dict[str, Path]:
             for name in filenames:
                 p = Path(dirpath) / name
                 if stat.S_ISREG(os.lstat(p).st_mode):
-                    out.setdefault(hashlib.sha256(p.read_bytes()).hexdigest(), p)
+                    out.setdefault(hash_regular(p)[1], p)  # streamed, links not followed, capped
     return out
 
 
@@ -190,8 +254,13 @@ def _materialise_references(runs_dir: Path, index: dict, root: Path, member_byte
                 left.append((a, ref))
                 continue
             target = root / ref["member"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(blob)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(blob)
+            except OSError as e:
+                raise ArchiveError(f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {a['file']}: reference "
+                                   f"{ref['member']!r} could not be written into the temporary folder "
+                                   f"({tempfile.gettempdir()}, TMPDIR): {e.strerror or e}") from None
             found.setdefault(ref["sha256"], target)
             member_bytes[a["file"]] += len(blob)
         if len(left) == len(pending):
@@ -211,15 +280,19 @@ def unpacked(runs_dir: str | os.PathLike) -> Path | None:
     index), or None when `runs_dir` has no archives."""
     runs_dir = Path(runs_dir).resolve()
     path = index_path(runs_dir)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(read_bounded(path, follow_links=False)).hexdigest()
     cached = _UNPACKED.get(runs_dir)
     if cached is not None and cached[0] == digest and cached[1].is_dir():
         return cached[1]
     index = read_index(runs_dir)
-    root = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX)) / runs_dir.name
-    root.mkdir()
+    try:
+        root = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX)) / runs_dir.name
+        root.mkdir()
+    except OSError as e:
+        raise ArchiveError(f"{path}: no temporary folder to unpack the archives into ({tempfile.gettempdir()}, "
+                           f"TMPDIR): {e.strerror or e}") from None
     atexit.register(shutil.rmtree, root.parent, True)
     try:
         member_bytes = {entry["file"]: _unpack_one(runs_dir, entry, root) for entry in index["archives"]}
@@ -230,7 +303,13 @@ def unpacked(runs_dir: str | os.PathLike) -> Path | None:
     _UNPACKED[runs_dir] = (digest, root)
     _ORIGIN[root] = runs_dir
     # another process given a path in this tree (a tool run by a test, a kernel) maps it back the same way
-    (root.parent / ORIGIN_MARKER).write_text(str(runs_dir))
+    try:
+        (root.parent / ORIGIN_MARKER).write_text(str(runs_dir))
+    except OSError as e:
+        shutil.rmtree(root.parent, ignore_errors=True)
+        _UNPACKED.pop(runs_dir, None)
+        raise ArchiveError(f"{path}: the unpacked archives' origin could not be written into the temporary folder "
+                           f"({tempfile.gettempdir()}, TMPDIR): {e.strerror or e}") from None
     return root
 
 

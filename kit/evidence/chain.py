@@ -15,7 +15,7 @@ import os
 from functools import cached_property
 from pathlib import Path
 
-from kit.digest import load_json_strict, sha256_file
+from kit.digest import BoundedReadError, load_json_strict, read_bounded, sha256_regular
 from kit.evidence import run_record
 from kit.evidence.ledger import LEDGER_RELATIVE
 from kit.evidence.ledger_chain import ChainError, has_prefix, parse
@@ -83,14 +83,28 @@ class Evidence:
         """A file of the evidence with these bytes (to read a selection a material names)."""
         for where in self.files.get(digest, []):
             p = Path(where)
-            if p.is_file() and sha256_file(p) == digest:
+            if p.is_file() and _sha(p) == digest:
                 return p
         return None
 
 
+def _sha(path: Path) -> str:
+    try:
+        return sha256_regular(path)[1]
+    except (BoundedReadError, FileNotFoundError) as e:
+        return f"not read: {e}"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return read_bounded(path, follow_links=False).decode(errors="replace")
+    except (ValueError, OSError):
+        return ""
+
+
 def _load(path: Path) -> dict:
     try:
-        obj = load_json_strict(path)
+        obj = load_json_strict(path, follow_links=False)
     except (ValueError, OSError):
         return {}
     return obj if isinstance(obj, dict) else {}
@@ -107,11 +121,13 @@ def copies_check(run_dir: Path) -> dict:
         copy = run_dir / FILES_DIR / Path(meta["path"]).name
         if copy.is_file():
             n += 1
-            if sha256_file(copy) != meta["sha256"]:
-                problems.append(f"{copy}: sha256 {sha256_file(copy)[:12]}; {sidecar} field 'sha256' pins "
+            have = _sha(copy)
+            if have != meta["sha256"]:
+                problems.append(f"{copy}: sha256 {have[:12]}; {sidecar} field 'sha256' pins "
                                 f"{meta['sha256'][:12]}")
         log = run_dir / FILES_DIR / "selections.jsonl"
-        if sidecar.name == "selection_file.json" and log.is_file() and meta["sha256"] not in log.read_text():
+        if sidecar.name == "selection_file.json" and log.is_file() and \
+                meta["sha256"] not in _read_text(log):
             problems.append(f"{log}: does not list the selection {meta['sha256'][:12]} of {sidecar}")
     return _check("copies", problems, f"{n} kept cop{'y' if n == 1 else 'ies'} equal to the bytes their sidecars pin")
 
@@ -159,8 +175,9 @@ def ledger_events_check(run_dir: Path, record, base: Path) -> dict:
     """Every ledger event the run appended is in the committed ledger (by event digest)."""
     path = base / LEDGER_RELATIVE
     try:
-        have = {ev.digest for ev in parse(path).events}
-    except ChainError as e:
+        data = read_bounded(path, follow_links=False) if path.exists() or path.is_symlink() else b""
+        have = {ev.digest for ev in parse(path, data).events}
+    except ValueError as e:  # ChainError, or a ledger that may not be read (a link, a device, too large)
         return _check("ledger events", [str(e)], "")
     missing = [e for e in record.ledger_events if e["digest"] not in have]
     return _check("ledger events", [f"{path}: lacks the {e['event']} event {e['digest'][:12]} that "
@@ -168,17 +185,36 @@ def ledger_events_check(run_dir: Path, record, base: Path) -> dict:
                   f"{len(record.ledger_events)} event(s) in {path}")
 
 
+def ledger_order_check(ledger) -> dict:
+    """The `ledger order` check: no `selection` event of a job after a `final-access` event of the same job (a
+    selection made after final scoring, which `kit adaptive select` refuses, cannot stand in the chain)."""
+    opened: dict[str, int] = {}
+    problems = []
+    for ev in ledger.events:
+        job = ev.header.get("job")
+        if ev.header["event"] == "final-access" and job is not None:
+            opened.setdefault(job, ev.line)
+        elif ev.header["event"] == "selection" and job in opened:
+            problems.append(f"{ledger.path}:{ev.line}: a selection event for job {str(job)[:12]} after its final "
+                            f"access at line {opened[job]} (a selection after final scoring)")
+    return _check("ledger order", problems, f"no selection after a final access of its job ({len(opened)} job(s))")
+
+
 def ledger_report(base: str | os.PathLike) -> dict:
     """The committed ledger as a report of its own: its chain whole, and the head runs/MANIFESTS.json pinned
     still a prefix of it (so removing the last events, which breaks no later `prev`, fails too)."""
     base = Path(base)
     path = base / LEDGER_RELATIVE
-    data = path.read_bytes() if path.is_file() else b""
     checks = []
+    try:
+        data = read_bounded(path, follow_links=False) if path.exists() or path.is_symlink() else b""
+    except ValueError as e:
+        data, checks = b"", [_check("ledger chain", [str(e)], "")]
     try:
         ledger = parse(path, data)
         checks.append(_check("ledger chain", ledger.broken, f"{len(ledger.events)} chained event(s) and "
                                                              f"{len(ledger.old)} earlier line(s)"))
+        checks.append(ledger_order_check(ledger))
     except ChainError as e:
         checks.append(_check("ledger chain", [str(e)], ""))
     try:

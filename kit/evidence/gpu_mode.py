@@ -24,9 +24,9 @@ _ENTRY_FIELDS = {"deterministic": (bool, "true or false"), "cublas_workspace_con
 def read_modes(base: str | os.PathLike) -> dict:
     """{run key: entry} of `base`/runs/GPU_MODES.json, checked; {} when absent."""
     path = Path(base) / MODES_RELATIVE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {}
-    data = load_json_strict(path)
+    data = load_json_strict(path, follow_links=False)
     if not isinstance(data, dict) or data.get("format") != MODES_FORMAT or not isinstance(data.get("runs"), dict):
         raise ValueError(f"{path}: field 'format' must be {MODES_FORMAT!r}, with an object 'runs'")
     for key, entry in data["runs"].items():

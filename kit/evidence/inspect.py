@@ -41,6 +41,7 @@ def inspect_run(runs_dir: str | os.PathLike, run_id: str) -> dict:
     # an archived run (runs/archive/, kit/evidence/archive.py) is inspected in its unpacked folder
     run_dir = resolve(Path(runs_dir) / run_id)
     path = run_dir / records.RUN_RECORD_NAME
+    records.refuse_links(run_dir)
     if not path.is_file():
         raise InspectError(f"{path}: no such run record (the runs folder read is {Path(runs_dir)}; "
                            "set RUNS_DIR to the folder that holds the run)")

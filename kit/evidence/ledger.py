@@ -18,12 +18,13 @@ import os
 from pathlib import Path
 
 from kit.data.tasks import family_counts_for, generate_set
-from kit.digest import sha256_file
+from kit.digest import read_bounded, sha256_file
 from kit.evidence.environment import iso_utc, utc_now
 from kit.evidence.ledger_chain import (
     ChainError,
     append_event,
     exposure_entries,
+    has_prefix,
     old_form_bytes,
     parse,
     rechained_block_with_digest,
@@ -66,7 +67,7 @@ def lines_with_digest(path: str | os.PathLike, sha256: str) -> bytes | None:
 
     if sha256 == EMPTY_SHA256:
         return b""
-    data = Path(path).read_bytes() if Path(path).exists() else b""
+    data = read_bounded(path) if Path(path).exists() else b""
     found = _block_with_digest(data.splitlines(keepends=True), sha256)
     if found is None and data:
         # a preparation made before the ledger was compacted read /1 lines: look in the ledger's /1 view
@@ -107,6 +108,38 @@ def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | 
         return Path(scope) / LEDGER_RELATIVE
 
     return repository_root() / LEDGER_RELATIVE
+
+
+def ledger_head(info: dict) -> dict:
+    """prepared.json's `locations.ledger_head` from a ledger_summary: {"size", "sha256"} of the bytes the
+    preparation read (size 0 and the empty sha256 when the ledger was absent). The final-role guard holds the
+    job to that ledger (bound_guard_ledger)."""
+    return {"size": info["size"], "sha256": read_digest(info["sha256"])}
+
+
+def bound_guard_ledger(prepared_dir: str | os.PathLike, locations: dict) -> Path:
+    """The ledger whose chain guards a prepared job's final roles (`kit adaptive select`, `evaluate --split
+    final`): the one recorded in prepared.json's `locations.ledger`, which must still begin with the bytes its
+    `locations.ledger_head` pins; ${LEDGER_ENV} naming another ledger is refused (LedgerError, one line). A job
+    prepared before `ledger_head` was recorded (the field absent) keeps the old rule: ledger_path(prepared_dir,
+    locations.ledger), where ${LEDGER_ENV} comes first."""
+    recorded, head = locations.get("ledger"), locations.get("ledger_head")
+    if recorded is None or head is None:
+        return ledger_path(prepared_dir, recorded)
+    source = f"{Path(prepared_dir) / 'prepared.json'} field 'locations.ledger'"
+    env = os.environ.get(LEDGER_ENV)
+    if env and os.path.realpath(env) != os.path.realpath(recorded):
+        raise LedgerError(f"${LEDGER_ENV}={env}: names another ledger than the one this job was prepared against "
+                          f"({source}: {recorded}); its final roles are guarded by that ledger only")
+    path = Path(recorded)
+    try:
+        data = read_bounded(path) if path.exists() else b""
+    except ValueError as e:
+        raise LedgerError(f"{source}: {e}") from None
+    if not has_prefix(data, head["size"], head["sha256"]):
+        raise LedgerError(f"{path}: does not begin with the {head['size']} bytes (sha256 {head['sha256'][:12]}) this "
+                          f"job was prepared against ({source}_head); the ledger was replaced or rewritten")
+    return path
 
 
 def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
@@ -174,11 +207,12 @@ def tasks_excluding(count: int, seed: int, role: str, difficulty: int, excluded:
 
 
 def ledger_summary(path: str | os.PathLike | None = None) -> dict:
-    """What a preparation read: {"path", "sha256" (null when absent), "entries", "digests": per kind}."""
+    """What a preparation read: {"path", "sha256" (null when absent), "size" (its bytes, 0 when absent),
+    "entries", "digests": per kind}."""
     path = Path(path) if path is not None else ledger_path()
     entries = read_ledger(path)
     return {"path": str(path.absolute()), "sha256": sha256_file(path) if path.exists() else None,
-            "entries": len(entries),
+            "size": path.stat().st_size if path.exists() else 0, "entries": len(entries),
             "digests": {k: len({e["digest"] for e in entries if e["kind"] == k}) for k in KINDS}}
 
 

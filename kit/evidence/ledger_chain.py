@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.digest import canonical_json
+from kit.digest import BoundedReadError, canonical_json, read_bounded
 
 CHAIN_FORMAT = "kit-exposure/2"
 OLD_FORMAT = "kit-exposure/1"
@@ -72,7 +72,10 @@ def parse(path: str | os.PathLike, data: bytes | None = None) -> Ledger:
     for exposures goes on)."""
     path = Path(path)
     if data is None:
-        data = path.read_bytes() if path.exists() else b""
+        try:
+            data = read_bounded(path) if path.exists() else b""  # a regular file of at most MAX_EVIDENCE_BYTES
+        except BoundedReadError as e:
+            raise ChainError(str(e)) from None
     out, running = Ledger(path), hashlib.sha256()
     lines = data.splitlines(keepends=True)
     n = 0

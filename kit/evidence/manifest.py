@@ -11,28 +11,47 @@ docs/formats/run-records.md ("Run manifests") is the reference.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-from kit.digest import load_json_strict, sha256_file
+from kit.digest import (
+    MAX_EVIDENCE_BYTES,
+    BoundedReadError,
+    load_json_strict,
+    sha256_file,
+    sha256_regular,
+)
 from kit.evidence.archive import origin
 
 PINS_RELATIVE = Path("runs") / "MANIFESTS.json"
 PINS_FORMAT = "kit-run-pins/1"
+RECORD_PINS_RELATIVE = Path("runs") / "RECORD_PINS.json"
+RECORD_PINS_FORMAT = "kit-record-pins/1"
 RECORD_NAME = "run.json"
 UNPINNED = frozenset({RECORD_NAME, "kernel.log"})  # top-level names a manifest leaves out
 
 
-def file_manifest(run_dir: str | os.PathLike) -> dict:
+def file_manifest(run_dir: str | os.PathLike, stated: dict | None = None) -> dict:
     """{relative POSIX path: {"sha256", "size"}} of every regular file under `run_dir` but UNPINNED (at its
-    top); links are listed as files of their own bytes would be refused: a link is not evidence."""
+    top); links are listed as files of their own bytes would be refused: a link is not evidence. Reads are
+    bounded: no link followed, no device or FIFO opened, and a file larger than `stated` (the manifest being
+    compared: its size) or MAX_EVIDENCE_BYTES is listed by its size, not read."""
     run_dir = Path(run_dir)
     out = {}
     for path in sorted(run_dir.rglob("*")):
         rel = path.relative_to(run_dir).as_posix()
         if rel in UNPINNED or path.is_dir() and not path.is_symlink():
             continue
-        out[rel] = {"sha256": "link" if path.is_symlink() else sha256_file(path),
-                    "size": -1 if path.is_symlink() else path.stat().st_size}
+        if path.is_symlink():
+            out[rel] = {"sha256": "link", "size": -1}
+            continue
+        cap = min(MAX_EVIDENCE_BYTES, (stated or {}).get(rel, {}).get("size", MAX_EVIDENCE_BYTES))
+        try:
+            size, sha = sha256_regular(path, max(cap, 0))
+        except BoundedReadError:
+            size, sha = os.lstat(path).st_size, "not read: " + ("not a regular file" if not stat.S_ISREG(
+                os.lstat(path).st_mode) else "larger than pinned")
+        out[rel] = {"sha256": sha, "size": size}
     return out
 
 
@@ -52,17 +71,91 @@ def run_key(run_dir: str | os.PathLike, base: str | os.PathLike) -> str:
 def read_pins(base: str | os.PathLike) -> dict | None:
     """runs/MANIFESTS.json of the repository at `base`, checked; None when absent."""
     path = Path(base) / PINS_RELATIVE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    pins = load_json_strict(path)
+    pins = load_json_strict(path, follow_links=False)
     if not isinstance(pins, dict) or pins.get("format") != PINS_FORMAT or not isinstance(pins.get("runs"), dict):
         raise ValueError(f"{path}: field 'format' must be {PINS_FORMAT!r}, with an object 'runs'")
     return pins
 
 
+def _pin_ok(pin) -> bool:
+    return isinstance(pin, dict) and set(pin) == {"sha256", "size"} and isinstance(pin["sha256"], str) \
+        and isinstance(pin["size"], int) and not isinstance(pin["size"], bool)
+
+
+_CACHE: dict = {}
+
+
+def read_record_pins(base: str | os.PathLike) -> dict | None:
+    """Cached per file state (read_record_pins_now)."""
+    path = Path(base) / RECORD_PINS_RELATIVE
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = read_record_pins_now(base)
+    return _CACHE[key]
+
+
+def read_record_pins_now(base: str | os.PathLike) -> dict | None:
+    """runs/RECORD_PINS.json of the repository at `base`, checked, or None when absent: {"format",
+    "records": {run key: pin}, "notes": {path of a superseded.json relative to base: pin}, "gpu_modes": pin or
+    null}, a pin being {"sha256", "size"} of the file's bytes."""
+    path = Path(base) / RECORD_PINS_RELATIVE
+    if not path.exists() and not path.is_symlink():
+        return None
+    pins = load_json_strict(path, follow_links=False)
+    if not isinstance(pins, dict) or pins.get("format") != RECORD_PINS_FORMAT:
+        raise ValueError(f"{path}: field 'format' must be {RECORD_PINS_FORMAT!r}")
+    for field in ("records", "notes"):
+        if not isinstance(pins.get(field), dict) or not all(_pin_ok(p) for p in pins[field].values()):
+            raise ValueError(f"{path}: field {field!r} must be an object of path -> {{'sha256', 'size'}}")
+    places = pins.get("places", {})
+    if not isinstance(places, dict) or not all(isinstance(v, str) for v in places.values()):
+        raise ValueError(f"{path}: field 'places' must be an object of run key -> run_id")
+    if pins.get("gpu_modes") is not None and not _pin_ok(pins["gpu_modes"]):
+        raise ValueError(f"{path}: field 'gpu_modes' must be {{'sha256', 'size'}} or null")
+    return pins
+
+
+def pin_of(path: Path) -> dict | None:
+    """{"sha256", "size"} of a regular file (not followed through a link), None when absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return {"sha256": "not a regular file", "size": -1}
+    try:
+        size, sha = sha256_regular(path)
+    except BoundedReadError as e:
+        return {"sha256": f"not read: {e}", "size": st.st_size}
+    return {"sha256": sha, "size": size}
+
+
+def record_pin_problem(run_dir: Path, key: str, base: Path) -> str | None:
+    """For a run's `files` check: its run.json against runs/RECORD_PINS.json (None: matches, no such file, or a run
+    outside the repository's runs/, such as a demo's output, whose records the committed pins do not cover)."""
+    rpins = read_record_pins(base)
+    if rpins is None or not key.startswith("runs/"):  # a runs folder other than the repository's (a demo's)
+        return None
+    pinned, have = rpins["records"].get(key), pin_of(run_dir / "run.json")
+    if pinned is None:
+        return (f"{run_dir / 'run.json'}: not pinned: no entry {key!r} in {base / RECORD_PINS_RELATIVE} field "
+                "'records' (run `python tools/pin_run_files.py`)")
+    if have != pinned:
+        return (f"{run_dir / 'run.json'}: sha256 {(have or {}).get('sha256', 'absent')[:12]}; "
+                f"{base / RECORD_PINS_RELATIVE} records[{key!r}] pins {pinned['sha256'][:12]}")
+    return None
+
+
 def compare_manifest(run_dir: Path, want: dict, source: str) -> list[str]:
     """One line per changed, added or removed file of `run_dir` against the manifest `want`."""
-    have = file_manifest(run_dir)
+    have = file_manifest(run_dir, want)
     problems = []
     for rel in sorted(set(want) | set(have)):
         if rel not in have:
@@ -81,7 +174,13 @@ def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record=None
     run_dir, base = Path(run_dir), Path(base)
     if record is not None and getattr(record, "format", None) == "kit-run/3":
         problems = compare_manifest(run_dir, record.manifest, f"{run_dir / RECORD_NAME} field 'manifest'")
-        return _check(problems, f"{len(record.manifest)} file(s) match the record's manifest")
+        try:
+            pinned = record_pin_problem(run_dir, run_key(run_dir, base), base)
+        except ValueError as e:
+            pinned = str(e)
+        problems += [pinned] if pinned else []
+        return _check(problems, f"{len(record.manifest)} file(s) match the record's manifest; {RECORD_NAME} "
+                                f"{'pinned in ' + str(base / RECORD_PINS_RELATIVE) if (base / RECORD_PINS_RELATIVE).exists() else 'unpinned (no record pins here)'}")
     try:
         pins = read_pins(base)
     except ValueError as e:
@@ -96,8 +195,8 @@ def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record=None
     source = f"{base / PINS_RELATIVE} runs[{key!r}]"
     problems = compare_manifest(run_dir, entry["files"], source + ".files")
     record_path = run_dir / RECORD_NAME
-    if record_path.is_file():
-        have = {"sha256": sha256_file(record_path), "size": record_path.stat().st_size}
+    if record_path.is_file() or record_path.is_symlink():
+        have = pin_of(record_path)
         if have != entry[RECORD_NAME]:
             problems.append(f"{record_path}: sha256 {have['sha256'][:12]}; {source}.{RECORD_NAME} pins "
                             f"{entry[RECORD_NAME]['sha256'][:12]}")

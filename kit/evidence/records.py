@@ -39,6 +39,7 @@ from kit.evidence.run_record import (  # noqa: F401
     list_run_dirs,
     metric_path,
     read_run_record,
+    refuse_links,
     run_record_path,
     superseded_attempt_dir,
     write_run_record,

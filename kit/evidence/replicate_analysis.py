@@ -362,24 +362,27 @@ def mode_sentences(arms: dict, adaptive: dict) -> list[str]:
     return out
 
 
-def robustness_by_question(runs_dir, prefix: str = "medium") -> dict[tuple[str, str], str]:
+def robustness_by_question(runs_dir, prefix: str = "medium", brief: bool = False) -> dict[tuple[str, str], str]:
     """Per frozen verdict key of the report's verdict rows (kit/evidence/report/verdict_rows.py: the row's
     (comparison, check), e.g. ("B_vs_A", "gain"), ("growth_vs_control", "retention"), ("quality screen",
     "noninferior_to_single"), ("quality screen", "task_gain")): a short reading in words of the replicates,
     "passes in 3 of 3 replicates (committed verdict: pass; development roles; mean -0.0513 nats/token, 95% t
     interval [-0.0870, -0.0155], 2 df)": the committed check's rule applied to each replicate's development
     scoring (the question's `holds_rule`), then the t interval of the replicates' mean.
-    A key without replicates is absent. Signature: robustness_by_question(runs_dir, prefix="medium") ->
-    {(comparison, check): str}; the numbers are analyse(runs_dir, prefix)'s."""
+    A key with fewer than 2 replicates is absent. Signature: robustness_by_question(runs_dir, prefix="medium") ->
+    {(comparison, check): str}; the numbers are analyse(runs_dir, prefix)'s; `brief`: the count alone."""
     out = {}
     runs_dir = Path(runs_dir)
     committed = _thresholds({r["run_id"]: r for r in load_runs(runs_dir)}, prefix)
     for q in analyse(runs_dir, prefix)["questions"]:
         key = tuple(q["key"])
-        if q["passes_in"] is None or key[0] == "study":
-            continue
         iv, scale, unit = q["interval"], q["scale"], q["unit"]
+        if q["passes_in"] is None or key[0] == "study" or iv["k"] < 2:  # one run is the verdict itself, not a spread
+            continue
         d = 1 if scale == 100.0 else 4
+        if brief:  # a verdict row's robustness column: the count; the interval is in the replicate section
+            out[key] = f"passes in {q['passes_in']} of {iv['k']} replicates (development items)"
+            continue
         verdict = {True: "pass", False: "fail"}.get(committed.get(key, (None, None))[1], "none")
         text = (f"passes in {q['passes_in']} of {iv['k']} replicates (committed verdict: {verdict}; development "
                 f"roles; mean {scale * iv['mean']:+.{d}f} {unit}")

@@ -21,14 +21,17 @@ COLUMNS = ["contract", "contract_digest", "seed", "kept_in", "split", "model", "
 METRICS = ("correct", "n", "accuracy")
 
 
+SPLITS = ("dev", "final")  # the one vocabulary of both experiments
+
+
 def split_of(r: dict) -> str:
-    """Which split an evaluation run scored: its SPLIT parameter (adaptive dev/final); a study replicate's
-    development scoring (notebook 22: ARM and REPLICATE, no SPLIT) "dev"; else the study's evaluation (the
-    screens' held-out items)."""
+    """Which split an evaluation run scored, "dev" or "final": its SPLIT parameter (adaptive dev/final); a study
+    replicate's development scoring (notebook 22: ARM and REPLICATE, no SPLIT) "dev"; else the study's evaluation,
+    which scores the final tasks (notebook 21, after the freeze)."""
     params = r.get("parameters") or {}
     if not params.get("SPLIT") and params.get("REPLICATE") is not None and params.get("ARM"):
         return "dev"
-    return str(params.get("SPLIT") or "study evaluation")
+    return str(params.get("SPLIT") or "final")
 
 
 def _adaptive_model(spec: str, idx: dict) -> tuple[str, str]:
@@ -47,7 +50,8 @@ def _arm_root(run_id: str | None, idx: dict) -> str:
 
 def accuracy_models(idx: dict, digest: str | None) -> list[dict]:
     """[{split, model, root, run, families: {family: (correct, n)}}] of the contract's runs: a model scored by
-    several runs on one split appears once, from the first run that scored it; the seed first within a split."""
+    several runs on one split appears once, from the first run that scored it; the seed first within a split.
+    `model` is "seed" or the run that produced the scored commit (an adaptive arm, a study arm), else its short root."""
     out, seen = [], set()
 
     def add(split, model, root, run, families):
@@ -71,8 +75,16 @@ def accuracy_models(idx: dict, digest: str | None) -> list[dict]:
                 fams = {x["family"]: (x.get("correct"), x.get("n")) for x in acc
                         if isinstance(x, dict) and x.get("model") == model and is_number(x.get("correct"))}
                 root = _arm_root(arms.get(str(model)), idx) if model != "seed" else ""
-                add(split, str(model), root, r["run_id"], fams)
+                # as for the adaptive models: the run that produced it (the arm's run), else its short root
+                name = "seed" if model == "seed" else arms.get(str(model)) or root[:12] or str(model)
+                add(split, name, root, r["run_id"], fams)
     return sorted(out, key=lambda m: (m["split"], m["model"] != "seed"))
+
+
+def study_evaluations(idx: dict) -> set[str]:
+    """Run ids of the study's evaluations (an `accuracy_by_family` per model: a list), as against the adaptive
+    comparisons (one per family: a dict); both score the "final" split."""
+    return {r["run_id"] for r in idx["runs"] if isinstance(metric(r, "accuracy_by_family"), list)}
 
 
 def contract_digests(idx: dict) -> list[str | None]:

@@ -8,14 +8,13 @@ import fnmatch
 import os
 from pathlib import Path
 
-from kit.digest import load_json_strict
 from kit.evidence import archive, run_record
 
 
 def _bench_row(run_dir: Path) -> dict | None:
     """A benchmark's record (`kit-bench/1`, bench/*.py on a GPU host): listed with its command."""
     try:
-        rec = load_json_strict(run_dir / run_record.RUN_RECORD_NAME)
+        rec = run_record.read_record_json(run_dir)
     except (FileNotFoundError, ValueError):
         return None
     if not isinstance(rec, dict) or rec.get("format") != "kit-bench/1":

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.digest import load_canonical_json, write_canonical_json
+from kit.digest import load_canonical_json, load_json_strict, write_canonical_json
 from kit.evidence.environment import declared_numeric_profile
 
 RUN_FORMAT = "kit-run/3"  # /2 added numeric_profile; /3 the manifest, materials and ledger events
@@ -188,11 +188,28 @@ def write_run_record(run_dir: str | os.PathLike, record: RunRecord) -> Path:
     return path
 
 
+def refuse_links(run_dir: str | os.PathLike) -> None:
+    """Every reader of a run (verify-evidence, the report, results, status, inspect) refuses a run folder or a
+    run.json that is a symbolic link: a link is not evidence, and a reader by path would read another run's."""
+    run_dir = Path(run_dir)
+    for path in (run_dir, run_dir / RUN_RECORD_NAME):
+        if path.is_symlink():
+            raise RunRecordError(f"{path}: a symbolic link (to {os.readlink(path)}); expected the run's own "
+                                 f"{'folder' if path == run_dir else 'record'} (a link is not evidence)")
+
+
+def read_record_json(run_dir: str | os.PathLike) -> Any:
+    """run.json of `run_dir` as strict JSON (any format: a benchmark's record too), links refused (refuse_links)."""
+    refuse_links(run_dir)
+    return load_json_strict(run_record_path(run_dir), follow_links=False)
+
+
 def read_run_record(run_dir: str | os.PathLike) -> RunRecord:
     path = run_record_path(run_dir)
+    refuse_links(run_dir)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no run record (is {run_dir} a run directory?)")
-    return RunRecord.from_json(load_canonical_json(path), str(path))
+    return RunRecord.from_json(load_canonical_json(path, follow_links=False), str(path))
 
 
 def metric_path(run_dir: str | os.PathLike, name: str) -> Path:
@@ -218,8 +235,9 @@ def superseded_attempt_dir(run_dir: Path) -> Path:
 
 
 def list_run_dirs(runs_dir: str | os.PathLike) -> list[Path]:
-    """Directories directly under `runs_dir` that look like runs (`is_run_dir`)."""
+    """Directories directly under `runs_dir` that look like runs (`is_run_dir`), and links to folders, listed so
+    that their readers refuse them by name (refuse_links) rather than read them or leave them out unsaid."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise FileNotFoundError(f"{runs_dir}: runs directory not found")
-    return sorted(p for p in runs_dir.iterdir() if is_run_dir(p))
+    return sorted(p for p in runs_dir.iterdir() if is_run_dir(p) or p.is_symlink() and p.is_dir())

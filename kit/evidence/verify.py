@@ -10,15 +10,24 @@ folder's reason. Relative paths in a record are relative to the repository holdi
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-from kit.digest import canonical_json, load_json_strict, loads_strict, sha256_file
+from kit.digest import (
+    BoundedReadError,
+    canonical_json,
+    load_json_strict,
+    loads_strict,
+    read_bounded,
+    sha256_regular,
+)
 from kit.evidence import archive, environment, run_record
-from kit.evidence.archive import ARCHIVE_DIR_NAME
+from kit.evidence.archive import ARCHIVE_DIR_NAME, origin
 from kit.evidence.chain import Evidence, copies_check, ledger_events_check, materials_checks
 from kit.evidence.gpu_mode import gpu_mode_check
-from kit.evidence.manifest import files_check
+from kit.evidence.manifest import RECORD_PINS_RELATIVE, files_check, read_record_pins, run_key
 from kit.evidence.parameters import ParameterError, parse_assignments
+from kit.evidence.tree import note_pinned
 from kit.store.commits import verify_commit
 from kit.store.manifest import commits_dir
 
@@ -31,7 +40,7 @@ def _check(name: str, result: str, detail: str) -> dict:
 
 
 def _parameters_checks(executed: Path, recorded: dict) -> list[dict]:
-    nb = loads_strict(executed.read_bytes(), str(executed))
+    nb = loads_strict(read_bounded(executed, follow_links=False), str(executed))
     meta = (nb.get("metadata", {}).get("papermill") or {}).get("parameters") or {}
     out = []
     if canonical_json(meta) == canonical_json(recorded):
@@ -58,6 +67,15 @@ def _parameters_checks(executed: Path, recorded: dict) -> list[dict]:
     return out
 
 
+def _sha(path: Path) -> str:
+    """The sha256 of a file of the run, read bounded (no link, device or FIFO; MAX_EVIDENCE_BYTES): a refusal reads
+    as a digest that pins nothing, so the check fails naming the file."""
+    try:
+        return sha256_regular(path)[1]
+    except BoundedReadError as e:
+        return f"not read: {e}"
+
+
 def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
     metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     present = {p.stem: p for p in metrics_dir.glob("*.json")} if metrics_dir.is_dir() else {}
@@ -67,7 +85,7 @@ def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
             out.append(_check(f"metric {name}", "fail", f"{present[name]}: sidecar not pinned in run.json"))
         elif name not in present:
             out.append(_check(f"metric {name}", "fail", f"{run_record.metric_path(run_dir, name)}: pinned but missing"))
-        elif sha256_file(present[name]) != pinned[name]:
+        elif _sha(present[name]) != pinned[name]:
             out.append(_check(f"metric {name}", "fail", f"{present[name]}: bytes do not hash to the pinned digest"))
         else:
             out.append(_check(f"metric {name}", "pass", "hashes to the pinned digest"))
@@ -110,13 +128,23 @@ SUPERSEDED_NAME = "superseded.json"
 SUPERSEDED_FORMAT = "kit-superseded/1"
 
 
-def superseded_note(run_dir: Path) -> dict | None:
+def superseded_note(run_dir: Path, base: Path | None = None) -> dict | None:
     """The superseded.json of the folder holding `run_dir`, checked: {"format", "reason",
-    "unreachable_commits": [sha], "replaced_by": {run name: replacement run name}}; None when absent."""
+    "unreachable_commits": [sha], "replaced_by": {run name: replacement run name}}; None when absent. A note
+    counts only in a folder of the runs folder (never in the runs folder itself, where it would cover live
+    runs) and, given `base`, only as recorded when superseding: pinned in runs/RECORD_PINS.json (an archived
+    folder's note is its archive's bytes); a note that is not raises ValueError naming it."""
     path = run_dir.parent / SUPERSEDED_NAME
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    note = load_json_strict(path)
+    where = origin(run_dir.parent) or Path(os.path.abspath(run_dir.parent))
+    if where == Path(os.path.abspath(base)) / "runs" if base is not None else where.name == "runs":
+        raise ValueError(f"{path}: a superseded note in the runs folder itself; notes hold only in a folder of "
+                         "superseded runs (runs/superseded-DATE-WHY/)")
+    if base is not None and not note_pinned(path, base):
+        raise ValueError(f"{path}: not pinned in {base / RECORD_PINS_RELATIVE} field 'notes' as it stands; a note "
+                         "counts only as recorded when superseding (`python tools/pin_run_files.py`)")
+    note = load_json_strict(path, follow_links=False)
     for field, kind in (("format", str), ("reason", str), ("unreachable_commits", list), ("replaced_by", dict)):
         if not isinstance(note.get(field), kind):
             raise ValueError(f"{path}: field {field!r} must be a {kind.__name__}")  # noqa: TRY004 (bad input file)
@@ -133,8 +161,12 @@ def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> d
         return _check("git", "pass", f"commit {commit} is in the history of HEAD")
     why = (f"commit {commit} exists but is not HEAD or an ancestor of HEAD in {base}" if exists
            else f"commit {commit} not found in the repository at {base}")
+    if not exists and environment.git_toplevel(base) is None:  # a runs folder outside any repository
+        why = (f"commit {commit} cannot be looked up: the runs folder is in no git repository ({base}, the folder "
+               "its records' paths are read from, is not in one); verify it inside a clone of the repository that "
+               "made it")
     try:
-        note = superseded_note(run_dir) if run_dir is not None else None
+        note = superseded_note(run_dir, base) if run_dir is not None else None
     except ValueError as e:
         return _check("git", "fail", f"{why}; {e}")
     if note is not None and commit in note["unreachable_commits"]:
@@ -145,19 +177,42 @@ def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> d
 
 
 BENCH_FORMAT = "kit-bench/1"
+ATTEMPT_RE = re.compile(r"attempt-[0-9]+")
+
+
+def place_check(run_dir: Path, run_id, base: Path) -> dict:
+    """The `place` check: a run's folder is named by its record's run_id (`runs/<id>`), the run_id is the folder's
+    path under runs/ (a benchmark kept in a probe folder), or the folder is an attempt kept when the id ran again
+    (`<id>.superseded/attempt-<n>/`); else only where runs/RECORD_PINS.json field 'places' states that folder's
+    run_id (records written before the check, named once). A reader by path then reads that run."""
+    name, parent = run_dir.name, run_dir.parent.name
+    key = run_key(run_dir, base)
+    if name == run_id or key == f"runs/{run_id}" \
+            or ATTEMPT_RE.fullmatch(name) and parent == f"{run_id}{run_record.SUPERSEDED_ATTEMPTS_SUFFIX}":
+        return _check("place", "pass", f"folder {name} is named by the record's run_id")
+    try:
+        stated = (read_record_pins(base) or {}).get("places", {}).get(key)
+    except ValueError as e:
+        return _check("place", "fail", str(e))
+    if stated == run_id:
+        return _check("place", "pass", f"{base / RECORD_PINS_RELATIVE} field 'places' states {key} holds {run_id}")
+    return _check("place", "fail", f"{run_dir / run_record.RUN_RECORD_NAME}: field 'run_id' is {run_id!r}; its folder "
+                                   f"is named {name!r} (expected {run_id!r}, or attempt-<n> under "
+                                   f"{run_id}{run_record.SUPERSEDED_ATTEMPTS_SUFFIX})")
 
 
 def _bench_record(run_dir: Path, base: Path | None = None) -> dict | None:
     """A benchmark's run record (`kit-bench/1`, written by bench/*.py on a GPU host, no notebook):
     it must parse strictly, name its raw output files, which must exist, and a git commit that exists."""
-    path = run_dir / run_record.RUN_RECORD_NAME
     try:
-        rec = load_json_strict(path)
+        rec = run_record.read_record_json(run_dir)
     except (FileNotFoundError, ValueError):
         return None
     if not isinstance(rec, dict) or rec.get("format") != BENCH_FORMAT:
         return None
-    checks = [_check("record", "pass", f"benchmark record, status {rec.get('status')}")]
+    base = base or environment.evidence_base(run_dir.parent)
+    checks = [_check("record", "pass", f"benchmark record, status {rec.get('status')}"),
+              place_check(run_dir, rec.get("run_id"), base)]
     raw = rec.get("raw_output")
     names = raw if isinstance(raw, list) else [raw] if isinstance(raw, str) else []
     for name in names:
@@ -184,12 +239,12 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
     except (FileNotFoundError, ValueError) as e:
         return {"run_dir": str(run_dir), "run_id": None, "ok": False, "checks": [_check("record", "fail", str(e))]}
     base = base or environment.evidence_base(run_dir.parent)
-    checks = [_check("record", "pass", f"status {record.status}")]
+    checks = [_check("record", "pass", f"status {record.status}"), place_check(run_dir, record.run_id, base)]
     executed = run_dir / record.executed_notebook
     if not executed.is_file():
         checks.append(_check("executed_notebook", "fail", f"{executed}: missing"))
     else:
-        if record.executed_notebook_sha256 is not None and sha256_file(executed) != record.executed_notebook_sha256:
+        if record.executed_notebook_sha256 is not None and _sha(executed) != record.executed_notebook_sha256:
             checks.append(_check("executed_notebook", "fail", f"{executed}: does not hash to the recorded sha256"))
         else:
             checks.append(_check("executed_notebook", "pass", "hashes to the recorded sha256"))
@@ -201,7 +256,7 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
         checks += materials_checks(run_dir, record, evidence or Evidence(base, expand_run_dirs))
         checks.append(ledger_events_check(run_dir, record, base))
     try:
-        superseded = superseded_note(run_dir)
+        superseded = superseded_note(run_dir, base)
     except ValueError as e:
         superseded = None
         checks.append(_check("superseded", "fail", str(e)))

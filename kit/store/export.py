@@ -29,6 +29,13 @@ from kit.store.objects import ObjectStore, StoreError
 from kit.store.params import non_finite, parameter_tensor
 
 WEIGHTS_FILE = "model.safetensors"
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 CONFIG_FILE = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt",
@@ -92,6 +99,7 @@ def export_hf(
     try:
         written.append(out / WEIGHTS_FILE)
         save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+        os.chmod(out / WEIGHTS_FILE, 0o666 & ~_umask())  # safetensors writes 0600: as any other file written here
         written.append(out / CONFIG_FILE)
         (out / CONFIG_FILE).write_bytes(config_bytes)
         for name in tokenizer_files(extra) if extra is not None else ():

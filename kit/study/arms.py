@@ -223,7 +223,9 @@ def _show_progress(ctx, out: dict, until: int) -> None:
     """The launcher's bar (kit/distributed/launch.py): updates done in this launch, the last one's objective
     and target tokens per second."""
     u = out["updates"][-1]
+    # the study's objective is the cross-entropy per target token (no replay, no KL): the bar's ce/token too
     ctx.progress(done=u["step"] - out["start_step"], total=until - out["start_step"], loss=u["objective"],
+                 ce=u["objective"],
                  tokens_per_s=u["target_tokens"] / max(u["seconds"], 1e-9))
 
 
@@ -303,9 +305,38 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
             ctx.progress(phase="commit")
             c = _commit(group, session, home, compressor, traffic)
             checkpoint += c["seconds"]
-            out["commits"].append(c)
+            out["commits"].append(_logged(ctx, group, c))
     out.update(active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
                powersgd=compressor.stats() if compressor is not None else None)
+    return out
+
+
+COMMITS_LOG = "commits.jsonl"  # the attempt's commits, one line each as rank 0 makes them (STUDY/arms/ARM/run/)
+
+
+def _logged(ctx, group: Group, commit: dict) -> dict:
+    """Rank 0 appends the commit to the attempt's log as it happens, so an attempt that fails or is stopped later
+    still names it (logged_commits); returns the commit."""
+    if group.rank == 0:
+        with open(Path(ctx.run_dir) / COMMITS_LOG, "ab") as f:
+            f.write(canonical_json(commit) + b"\n")
+    return commit
+
+
+def logged_commits(run_dir: Path) -> list[dict]:
+    """The commits the attempt launched in `run_dir` logged as it made them; a line cut short is left out."""
+    try:
+        lines = (run_dir / COMMITS_LOG).read_bytes().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            c = loads_strict(line, COMMITS_LOG)
+        except ValueError:
+            continue
+        if isinstance(c, dict):
+            out.append(c)
     return out
 
 
@@ -440,13 +471,15 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
     record, args, contract = admitted["record"], admitted["args"], admitted["contract"]
     study_dir, arm_name, spec = Path(request.study_dir), request.arm, admitted["spec"]
     run_dir = arm_dir(study_dir, arm_name, request.replicate) / "run"
+    (run_dir / COMMITS_LOG).unlink(missing_ok=True)  # an earlier attempt's
     before = interface_counters_or_none()
     started = time.time()
     record["started_at"] = started
     try:
         results = launch(arm_worker, args, spec.workers, run_dir,
                          timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S,
-                         threads=request.threads, progress_total=record["until"], desc=f"arm {arm_name}")
+                         threads=request.threads, progress_total=record["until"] - admitted["first_step"],
+                         progress_first_step=admitted["first_step"], desc=f"arm {arm_name}")
         status, reason = finished_status(record["until"], contract.terms)
     except WorkerFailure as e:
         results, status, reason = None, "failed", str(e)
@@ -474,6 +507,7 @@ def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | No
     wall = ended - started
     spec = arm_spec(contract, record["arm"])
     if results is None:  # no rank reported: the admission's sharing stands (expected_sharing)
+        record["commits"] = logged_commits(Path(record["home"]).parent / "run")
         record["cost"] = arm_cost(contract.terms, wall, [0] * spec.workers, gpus=devices_used(record))
         record["measurement"] = {"wall_seconds": wall, "workers": spec.workers, "devices": devices_used(record)}
         return _write_attempt(Path(study_dir), record)
@@ -550,4 +584,4 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
             "powersgd": powersgd_config_dict(terms) if spec.reduction == "powersgd" else None,
             "deadline_at": deadline_at, "device": terms.device, "timeout_s": terms.collective_timeout_s,
             "replicate": replicate}
-    return {"record": record, "args": args, "contract": contract, "spec": spec}
+    return {"record": record, "args": args, "contract": contract, "spec": spec, "first_step": first}

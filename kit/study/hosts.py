@@ -22,6 +22,7 @@ from kit.distributed.group import join, leave
 from kit.distributed.launch import WorkerContext
 from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.study.arms import (
+    COMMITS_LOG,
     ArmRefused,
     ArmRequest,
     admit_arm,
@@ -100,6 +101,8 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     args["deadline_at"] = decision["deadline_at"]  # rank 0's clock governs every rank
     run_dir = arm_dir(study_dir, arm_name, request.replicate) / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        (run_dir / COMMITS_LOG).unlink(missing_ok=True)  # an earlier attempt's (kit.study.arms.logged_commits)
     ctx = WorkerContext(rank, world, run_dir)
     before = interface_counters_or_none()
     started = time.time()

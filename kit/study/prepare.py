@@ -221,6 +221,9 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
         raise PreparedError(f"{seed_dir}: parameter digest {digest}; the contract's field 'seed.parameter_digest' "
                             f"is {want}")
     tokenizer = load_tokenizer(seed_dir)
+    # documents are only counted here, and over-long ones refused by the contract's max_tokens: without this,
+    # transformers warns about the seed's model_max_length before a one-line refusal (as kit.adaptive.prepare)
+    tokenizer.model_max_length = 1 << 62
     seed_tasks, seed_records_present = _seed_task_digests(seed_dir)
 
     tasks, task_pairs, task_stats, replay_range, replay_pairs, replay_stats = _training_documents(

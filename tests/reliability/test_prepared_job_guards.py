@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.adaptive import PUBLIC, TINY, distinct, make_seed, planted, seed_tasks
+from support.adaptive import PUBLIC, TINY, distinct, make_seed, planted, private_job, seed_tasks
 from support.reliability import corrupt, model_commit, run_python
 
 from kit.adaptive import prepare as prep
@@ -123,8 +123,7 @@ def test_damaged_prepared_file_is_refused_before_training(job, tmp_path, restore
 def selection(job, tmp_path):
     """A selection record written by `kit adaptive select` (write_selection) for a tiny commit, in a
     private copy of the prepared job (so the access log starts empty)."""
-    prepared = tmp_path / "prepared"
-    shutil.copytree(job["out"], prepared)
+    prepared = private_job(job["out"], tmp_path / "prepared")  # bound to this test's own ledger
     home = tmp_path / "store"
     root = model_commit(home, job["seed"], 2, seed=1, cursor=A_END)  # at the contract's A endpoint
     path = tmp_path / "selection.json"
@@ -166,8 +165,7 @@ def test_hand_made_or_copied_selection_is_refused_and_logged(selection, job, tmp
     write_canonical_json(made, {**record, "development": {"note": "chosen by hand"}})
     with pytest.raises(FinalRolesRefused, match=re.escape(str(made)) + r": sha256 [0-9a-f]{64} is not a selection"):
         open_final_roles(prepared, made, [root], "scoring")
-    other = tmp_path / "other-job"  # another job (its prepared.json differs), with its own selection
-    shutil.copytree(job["out"], other)
+    other = private_job(job["out"], tmp_path / "other-job")  # another job (prepared.json differs), own selection
     pj = load_json_strict(other / "prepared.json")
     write_canonical_json(other / "prepared.json", {**pj, "note": "prepared elsewhere"})
     copied = tmp_path / "from-other-job.json"

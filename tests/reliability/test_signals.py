@@ -74,7 +74,8 @@ def test_sigterm_to_the_driver_stops_workers_and_resume_reaches_the_endpoint(job
     assert head == job["clean"][0]["full_root"] and list_commits(home) == sorted([head])  # nothing after
     assert "interrupted by SIGTERM" in line and "--resume HEAD" in line and head in line, line
     [rec] = attempts(home)
-    assert (rec["status"], rec["signal"], rec["commits"]) == ("aborted", "SIGTERM", []), rec
+    # the commit it made before the signal is named (issue 64 item 6: it said none, though it was HEAD)
+    assert (rec["status"], rec["signal"], [c["full_root"] for c in rec["commits"]]) == ("aborted", "SIGTERM", [head]), rec
     rc, stdout, err = finish(kit_process(train_args(job, home, "--resume", head), tmp_path)[0])
     assert rc == 0, err[-3000:]
     assert json.loads(stdout.splitlines()[-1]) == job["clean"][-1]  # the uninterrupted run's endpoint

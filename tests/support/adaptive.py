@@ -92,3 +92,28 @@ def prepare_tiny(root: Path) -> dict:
             mp.setattr(mod, name, refuse)
         summary = prep.prepare(TINY, seed, seed / "trained_conversations.jsonl", dev, PUBLIC, root / "out")
     return {"root": root, "seed": seed, "dev": dev, "out": root / "out", "summary": summary, "replay": replay}
+
+
+def private_job(prepared_out: Path, dest: Path) -> Path:
+    """A copy of a shared prepared job bound to this test's own exposure ledger ($KIT_LEDGER, tests/conftest.py).
+
+    A prepared job's final roles are guarded by the ledger it was prepared against (prepared.json
+    `locations.ledger` and `locations.ledger_head`; kit.evidence.ledger.bound_guard_ledger), and `select` refuses
+    a $KIT_LEDGER naming another. The shared preparation read the session's empty ledger; its copy is re-bound
+    to the test's ledger, as a preparation against that (empty) ledger would have written it, and prepared.json's
+    commitment re-pinned, so that each test's selections and final accesses stay in its own ledger."""
+    import os
+    import shutil
+
+    from kit.digest import load_json_strict, write_canonical_json
+
+    shutil.copytree(prepared_out, dest)
+    pj_path = dest / "prepared.json"
+    pj = load_json_strict(pj_path)
+    assert pj["locations"]["ledger_head"]["size"] == 0, "the shared preparation read an empty ledger"
+    pj["locations"]["ledger"] = str(Path(os.environ["KIT_LEDGER"]).absolute())
+    sha = write_canonical_json(pj_path, pj)
+    commitments = load_json_strict(dest / "adaptive-shards-inputs.json")
+    commitments["prepared"]["prepared"].update(sha256=sha, bytes=pj_path.stat().st_size)
+    write_canonical_json(dest / "adaptive-shards-inputs.json", commitments)
+    return dest

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from kit.adaptive.replay import replay
@@ -74,10 +75,28 @@ def cmd_checkpoint(a) -> int:
         for path in commits.gc(a.home, unreferenced_objects=a.objects):
             print(path)
     elif a.action == "list":
-        head = commits.read_head(a.home)
-        for root in commits.list_commits(a.home):
-            print(root, "HEAD" if root == head else "")
+        for line in commit_lines(a.home):
+            print(line)
     return 0
+
+
+def commit_lines(home) -> list[str]:
+    """`kit checkpoint list`: one line per commit, oldest first: its full root, its step (and cohort step where
+    the cursor has one), when its manifest was written (UTC) and HEAD marked."""
+    head = commits.read_head(home)
+    rows = []
+    for root in commits.list_commits(home):
+        path = commits.commits_dir(Path(home)) / f"{root}.json"
+        try:
+            cursor = commits.read_commit(home, root)["learned_state"]["cursor"]
+            step = f"step {cursor.get('step')}" + (f" (cohort step {cursor['cohort_step']})"
+                                                    if "cohort_step" in cursor else "")
+        except (ValueError, KeyError, TypeError) as e:  # a damaged manifest is listed, with why
+            cursor, step = {}, f"unreadable: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        mtime = path.stat().st_mtime
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(mtime))
+        rows.append(((cursor.get("step", -1), mtime), f"{root}  {step}  {when}" + ("  HEAD" if root == head else "")))
+    return [line for _, line in sorted(rows, key=lambda r: r[0])]
 
 
 def _root_or_head(a) -> str:

@@ -8,6 +8,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kit.evidence import archive, run_record
+from kit.evidence.anchor import at_report, root_report
+from kit.evidence.archive import read_index, resolve
 from kit.evidence.archiving import archive_folders
 from kit.evidence.chain import Evidence, ledger_report
 from kit.evidence.environment import evidence_base
@@ -16,9 +19,11 @@ from kit.evidence.replay import replay_runs
 from kit.evidence.replicate_design import design_reports
 from kit.evidence.report.page import render_report
 from kit.evidence.results import write_results
+from kit.evidence.root import evidence_root
 from kit.evidence.run_index import split_selection
 from kit.evidence.runner import batch_exit_status, run_batch, run_notebook
 from kit.evidence.runtime import KERNEL_LOG_NAME, REPORT_MODULES, ensure_runtime, quiet_kernels
+from kit.evidence.tree import tree_report
 from kit.evidence.verify import expand_run_dirs, verify_evidence
 
 
@@ -46,13 +51,29 @@ def _inspection_parameters(notebook: Path, params: dict, given: list[str], runs_
     run_id = params.get("RUN_ID") or ""
     if not run_id:
         raise ValueError(f"{notebook}: name the run to inspect: -p RUN_ID <run id> (a folder of {read_dir})")
-    if not (read_dir / run_id / "run.json").is_file():
+    # an archived run (runs/archive/, docs/formats/archived-evidence.md) is read where inspect_run reads it
+    if not (resolve(read_dir / run_id) / "run.json").is_file():
         known = sorted(p.parent.name for p in read_dir.glob("*/run.json")) if read_dir.is_dir() else []
         hint = (f"runs there: {', '.join(known[:5])}" + (", ..." if len(known) > 5 else "")) if known else \
             "it holds no runs"
+        members = archived_members(read_dir, run_id)
+        if members:
+            hint = f"archived as {', '.join(members[:3])}: -p RUN_ID {members[0]}"
         raise ValueError(f"{read_dir / run_id}: no such run (expected a run folder with run.json, made by `kit run` "
                          f"or `kit demo`; {hint}; -p RUNS_DIR names the folder to read); nothing was written")
     return {**params, "RUNS_DIR": str(read_dir)}
+
+
+def archived_members(runs_dir: Path, run_id: str) -> list[str]:
+    """Where the archive index of `runs_dir` lists a run `run_id` that is not a folder directly under it
+    (`FOLDER/runs/RUN_ID`, a campaign's): those members, for the one-line refusal."""
+    try:
+        index = read_index(runs_dir) or {}
+    except ValueError:
+        return []
+    return sorted(str(r.get("member")) for a in index.get("archives", []) for r in a.get("runs", [])
+                  if isinstance(r, dict) and run_id in (r.get("run_id"), Path(str(r.get("member"))).name)
+                  and r.get("member") != run_id)
 
 
 def _name_value(text: str) -> tuple[str, str]:
@@ -72,6 +93,10 @@ def cmd_batch(a) -> int:
 
 
 def cmd_verify_evidence(a) -> int:
+    if not a.run_dirs:  # `kit verify-evidence --at HEAD --root ...`: the repository's runs folder
+        if not Path("runs").is_dir():
+            raise ValueError("runs: runs directory not found; name the run or runs folders to verify")
+        a.run_dirs = ["runs"]
     if a.replay:
         return _replay(expand_run_dirs(a.run_dirs), a)
     run_dirs = expand_run_dirs(a.run_dirs)
@@ -80,10 +105,19 @@ def cmd_verify_evidence(a) -> int:
     for d in run_dirs:
         base = evidence_base(Path(d).parent)
         reports.append(verify_evidence(d, base, evidences.setdefault(base, Evidence(base, expand_run_dirs))))
-    # a folder given (`kit verify-evidence runs`): the repository's exposure ledger is checked as well
-    for base in sorted({evidence_base(Path(p)) for p in a.run_dirs if not (Path(p) / "run.json").exists()}):
+    # a folder given (`kit verify-evidence runs`): the repository's exposure ledger is checked as well, and
+    # the folder as a whole (kit/evidence/tree.py: pins of missing runs, names, links, keys, notes, order)
+    folders = [Path(p) for p in a.run_dirs if not (Path(p) / "run.json").exists()]
+    for base in sorted({evidence_base(p) for p in folders}):
         reports.append(ledger_report(base))
         reports += design_reports(base)  # the repository's frozen replicate designs (kit/evidence/replicate_design.py)
+    reports += [tree_report(p, evidence_base(p)) for p in folders
+                if archive.origin(p) is None and not run_record.is_run_dir(p)]
+    runs_for_anchor = _anchored_runs(a)
+    if a.root:
+        reports.append(root_report(runs_for_anchor, None, a.root))
+    if a.at:
+        reports.append(at_report(runs_for_anchor, None, a.at, a.allowed_signers))
     if a.json:
         print(json.dumps(reports, indent=1, sort_keys=True))
     else:
@@ -92,6 +126,21 @@ def cmd_verify_evidence(a) -> int:
             for check in report["checks"]:
                 print(f"  {check['result']:7s} {check['check']}: {check['detail']}")
     return 0 if reports and all(r["ok"] for r in reports) else 1
+
+
+def _anchored_runs(a) -> Path:
+    """The runs folder `--root` and `--at` hold to their anchor: the one folder given (a run folder's runs folder)."""
+    if not (a.root or a.at):
+        return Path()
+    folders = {Path(p) if not run_record.is_run_dir(Path(p)) else Path(p).parent for p in a.run_dirs}
+    if len(folders) != 1:
+        raise ValueError(f"--root/--at: name one runs folder (got {', '.join(sorted(map(str, folders)))})")
+    return folders.pop()
+
+
+def cmd_evidence_root(a) -> int:
+    print(evidence_root(Path(a.runs_dir), a.ledger_dir))
+    return 0
 
 
 def _replay(run_dirs, a) -> int:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import html
 
-from kit.evidence.report.format import fmt, run_link, table_html
-from kit.evidence.report.index import index
+from kit.evidence.report.figures import accuracy_figure, dev_curve_figure
+from kit.evidence.report.format import fmt, img_html, run_link, table_html
+from kit.evidence.report.index import index, metric
 from kit.evidence.results import results
 
 
@@ -49,9 +50,35 @@ def accuracy_html(runs_dir) -> list[str]:
     return out
 
 
+def figures_html(runs_dir) -> list[str]:
+    """The figures shown by default: each contract's final accuracy by family and model (from the same table), or
+    the sentence saying why there is none; and the development accuracy over updates where a dev curve was
+    recorded."""
+    out = []
+    for t in accuracy_tables(runs_dir):
+        final = [r for r in t["rows"] if r[0] == "final"]
+        if not final:
+            continue
+        recs = [{"model": model, "family": f, "correct": c, "n": n} for _, model, _, *cells in final
+                for f, (c, n) in zip(t["families"], cells) if c is not None and n]
+        title = f"{t['contract'] or 'contract'}: final task accuracy by family"
+        fig = accuracy_figure(recs, title)
+        out.append(img_html(*fig) if fig else f'<p class="kit-note">{html.escape(title)}: no chart, since every '
+                   f"model answered none of the {fmt(int(max(r['n'] for r in recs)))} final tasks correctly.</p>")
+        break  # one figure: the first contract with finals
+    for r in index(runs_dir)["runs"]:
+        curve = metric(r, "dev_curve")
+        if isinstance(curve, dict):
+            fig = dev_curve_figure(curve, f"{r['run_id']}: development accuracy over updates")
+            if fig:
+                out.append(img_html(*fig))
+                break
+    return out
+
+
 def show_accuracy(runs_dir) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     tables = accuracy_html(runs_dir)
-    display(HTML("".join(tables) if tables else "<p>No run of a contract with a gate or screen recorded "
-                                                   "accuracy by family.</p>"))
+    display(HTML("".join(tables) + "".join(figures_html(runs_dir)) if tables else
+                 "<p>No run of a contract with a gate or screen recorded accuracy by family.</p>"))

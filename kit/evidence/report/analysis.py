@@ -27,8 +27,9 @@ def sign_test_p(gained: int, lost: int) -> float:
 def bound_text(estimate: float, bound: float, threshold: float, n: int, upper: bool, multiplier: float = 1.645) -> str:
     """A bound that failed its threshold: whether the estimate itself passes and, if it does, the number
     of examples at which a bound of the same relative width would clear it (half-width taken to shrink as
-    1/sqrt(n), the behaviour of a bound on a mean); if it does not, whether the two-sided 95% interval
-    (standard error recovered from the one-sided bound and its multiplier) still holds passing values."""
+    1/sqrt(n), the behaviour of a bound on a mean); if it does not, whether the opposite one-sided 95% bound (the
+    estimate mirrored across the recorded bound: the page's one interval convention) still lies on the passing
+    side (inconclusive) or not (a detected failure)."""
     half = abs(bound - estimate)
     margin = (threshold - estimate) if upper else (estimate - threshold)
     if margin > 0:
@@ -36,12 +37,11 @@ def bound_text(estimate: float, bound: float, threshold: float, n: int, upper: b
         return (f"the estimate passes; the bound's half-width {fmt(half)} exceeds the margin {fmt(margin)}. "
                 f"A bound of this relative width clears the threshold at about {need:,.0f} examples "
                 f"({need / n:.1f}\u00d7 the {n:,} scored).")
-    se = half / multiplier
-    lo, hi = estimate - 1.959963984540054 * se, estimate + 1.959963984540054 * se
-    if lo < threshold < hi:
+    opposite = estimate - half if upper else estimate + half
+    if (opposite < threshold) if upper else (opposite > threshold):
         return (f"inconclusive: the estimate ({fmt(estimate)}) is on the failing side of {fmt(threshold)}, but its "
-                f"two-sided 95% interval [{fmt(lo)}, {fmt(hi)}] includes passing values; no detectable change.")
-    return (f"the estimate ({fmt(estimate)}) and its whole two-sided 95% interval [{fmt(lo)}, {fmt(hi)}] are on the "
+                f"opposite one-sided 95% bound ({fmt(opposite)}) is on the passing side; no detectable change.")
+    return (f"the estimate ({fmt(estimate)}) and its opposite one-sided 95% bound ({fmt(opposite)}) are both on the "
             f"failing side of {fmt(threshold)}.")
 
 

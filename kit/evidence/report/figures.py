@@ -11,8 +11,25 @@ import numpy as np
 
 from kit.evidence.report.format import fmt, is_number, png_bytes
 
-
 # --- metric views a reviewer expects ---------------------------------------------------------
+UNITS = (("tokens_per_s", "tokens/s"), ("per_token", "nats/token"), ("loss", "nats/token"), ("nll", "nats/token"),
+         ("seconds", "seconds"), ("_s", "seconds"), ("tokens", "tokens"), ("bytes", "bytes"), ("lr", "learning rate"),
+         ("grad_norm", "L2 norm"), ("accuracy", "fraction correct"), ("objective", "nats/token"),
+         ("clip_factor", "ratio, 1 = not clipped"))
+
+
+def axis_unit(key: str) -> str | None:
+    return next((u for k, u in UNITS if k in key), None)
+
+
+def axis_label(keys: list[str]) -> str:
+    """A y-axis label naming what is drawn and its unit, from the sidecar's field names."""
+    name = "cross entropy and KL" if set(keys) == {"ce_per_token", "kl_per_token"} else ", ".join(keys)
+    if name == "objective":
+        name = "training loss, objective"
+    units = {axis_unit(k) for k in keys}
+    unit = units.pop() if len(units) == 1 else None
+    return f"{name} ({unit})" if unit and unit != name else name
 def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     if not n:
         return 0.0, 0.0
@@ -23,8 +40,10 @@ def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, c - h), min(1.0, c + h)
 
 
-def accuracy_figure(obj, title: str) -> tuple[bytes, str] | None:
-    """Bars per family and model (candidate vs baseline, or every study model) with 95% Wilson intervals."""
+def accuracy_figure(obj, title: str, names: dict[str, str] | None = None) -> tuple[bytes, str] | None:
+    """Bars per family and model (candidate vs baseline, or every study model) with 95% Wilson intervals; the
+    legend names each model (`names`: baseline/candidate -> its name). None when there is nothing to draw or
+    every model answered none correctly (the caller says so in a sentence)."""
     from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     series: dict[str, dict[str, tuple[int, int]]] = {}
@@ -37,7 +56,7 @@ def accuracy_figure(obj, title: str) -> tuple[bytes, str] | None:
         for r in obj:
             if {"model", "family", "correct", "n"} <= set(r):
                 series.setdefault(str(r["model"]), {})[r["family"]] = (r["correct"], r["n"])
-    if not series:
+    if not series or not any(k for s in series.values() for k, _ in s.values()):
         return None
     fams = list(dict.fromkeys(f for s in series.values() for f in s))
     fig = Figure(figsize=(min(12, 2 + 1.6 * len(fams)), 3.2), dpi=90, layout="constrained")
@@ -49,13 +68,14 @@ def accuracy_figure(obj, title: str) -> tuple[bytes, str] | None:
         ks = [s.get(f, (0, 0)) for f in fams]
         acc = [k / n if n else 0 for k, n in ks]
         lo_hi = [_wilson(k, n) for k, n in ks]
-        ax.bar(xs, acc, width, label=who)
+        ax.bar(xs, acc, width, label=(names or {}).get(who, who))
         ax.errorbar(xs, acc, yerr=[[a - lo for a, (lo, _) in zip(acc, lo_hi)], [hi - a for a, (_, hi) in zip(acc, lo_hi)]],
                     fmt="none", ecolor="black", capsize=3, linewidth=1)
         desc.append(f"{who}: " + ", ".join(f"{f} {k}/{n}" for f, (k, n) in zip(fams, ks)))
     ax.set_xticks(range(len(fams)), fams)
     ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy (95% Wilson interval)")
+    ax.set_ylabel("accuracy (fraction, 95% CI)")
+    ax.set_xlabel("task family")
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
@@ -97,9 +117,18 @@ def bootstrap_figure(bounds: dict, gates: dict | None, dist: dict | None, title:
         ax.axvline(upper, color="tab:orange", label=f"95% upper {fmt(upper)}")
         g = (gates or {}).get(gate_of[part])
         thr = g.get("threshold") if isinstance(g, dict) else None
-        if is_number(thr):
+        lo, hi = ax.get_xlim()  # zoomed to the data: a threshold far from it is marked at the axis's edge
+        if is_number(thr) and lo <= thr <= hi:
             ax.axvline(thr, color="tab:red", linestyle="--", label=f"threshold {fmt(thr)}")
-        ax.set_title(f"{part}: NLL change (nats/token)", fontsize=10)
+        elif is_number(thr):
+            right = thr > hi
+            ax.annotate(f"threshold {fmt(thr)} \u2192" if right else f"\u2190 threshold {fmt(thr)}",
+                        xy=(0.99 if right else 0.01, 0.92), xycoords="axes fraction", color="tab:red", fontsize=8,
+                        ha="right" if right else "left")
+            ax.set_xlim(lo, hi)
+        ax.set_title(f"{part}: NLL change", fontsize=10)
+        ax.set_xlabel("NLL change, candidate minus baseline (nats/token)")
+        ax.set_ylabel("bootstrap resamples (count)" if "histogram" in how else "density (normal approximation)")
         ax.set_yticks([])
         ax.legend(fontsize=7)
         desc.append(f"{part}: {how}, change {fmt(est)}, 95% bootstrap upper bound {fmt(upper)}"
@@ -151,6 +180,7 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None,
         if overlay and i == 0:
             ax.legend(fontsize=7)
         ax.set_xlabel(x_key)
+        ax.set_ylabel(axis_label(keys))
         ax.set_title(ptitle, fontsize=10)
         if len(keys) > 1:
             ax.legend(fontsize=7)
@@ -167,22 +197,45 @@ def learning_figure(curve: list[dict], title: str, own: tuple[int, int] | None,
     return png_bytes(fig), alt
 
 
-def curves_png(x_name: str, x: list, series: dict[str, list], title: str) -> bytes:
-    """PNG of one panel per series against x (Agg canvas through Figure: no GUI, no pyplot state)."""
+def curves_png(x_name: str, x: list, series: dict[str, list], title: str, names: dict[str, str] | None = None) -> bytes:
+    """PNG of one panel per series against x (Agg canvas through Figure: no GUI, no pyplot state). A candidate_K and
+    control_K pair shares one panel (one y-scale), its lines named by `names` (candidate/control -> a run's name);
+    a difference series says its sign (candidate minus control)."""
     from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
     from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    cols = min(3, len(series))
-    rows = -(-len(series) // cols)
+    panels: list[tuple[str, list[tuple[str, str]]]] = []
+    for name in series:
+        if name.startswith("control_") and "candidate_" + name[len("control_"):] in series:
+            continue  # drawn with its candidate
+        if name.startswith("candidate_") and "control_" + name[len("candidate_"):] in series:
+            k = name[len("candidate_"):]
+            panels.append((k, [(name, (names or {}).get("candidate", "candidate")),
+                               ("control_" + k, (names or {}).get("control", "control"))]))
+        else:
+            panels.append((name, [(name, name)]))
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
     fig = Figure(figsize=(4.2 * cols, 3.0 * rows), dpi=90, layout="constrained")
     fig.suptitle(title)
-    for i, (name, values) in enumerate(series.items()):
+    for i, (name, lines) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
-        ax.plot(x, values, marker="." if len(x) <= 64 else None, linewidth=1.2)
+        for key, label in lines:
+            ax.plot(x, series[key], marker="." if len(x) <= 64 else None, linewidth=1.2, label=label,
+                    linestyle=":" if key.startswith("control_") else "-")
         ax.set_xlabel(x_name)
+        if name.endswith("_difference"):
+            what = name[:-len("_difference")]
+            ax.set_ylabel(f"candidate \u2212 control ({axis_unit(what) or what})")
+            ax.axhline(0, color="gray", linewidth=0.8)
+            ax.set_title(f"{what}: candidate \u2212 control (> 0: candidate higher)", fontsize=9)
+        else:
+            ax.set_ylabel(axis_label([name]))
+            ax.set_title(name)
+        if len(lines) > 1:
+            ax.legend(fontsize=7)
         if all(isinstance(v, int) for v in x):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(name)
         ax.grid(alpha=0.3)
     return png_bytes(fig)
 
@@ -220,6 +273,7 @@ def dev_curve_figure(table: dict, title: str) -> tuple[bytes, str] | None:
         for arm, pts in series[family].items():
             ax.plot(*zip(*sorted(pts)), marker=".", linewidth=1.2, label=arm)
         ax.set_xlabel("updates since the seed")
+        ax.set_ylabel("accuracy (fraction correct)")
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(f"{family}: development accuracy", fontsize=10)
         ax.grid(alpha=0.3)

@@ -7,13 +7,16 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from kit.digest import load_json_strict
+from kit.digest import load_json_strict, sha256_json
 from kit.evidence.report.format import fmt, fmt_iso, is_number, records_table
 from kit.evidence.report.index import index, metric, run_contract
 from kit.evidence.report.verdict_rows import verdict_rows
 from kit.evidence.run_index import kept_runs
 
 COMPARISONS = ("A_vs_seed", "B_vs_A", "growth_vs_control")
+# the columns as a reviewer reads them (the contract's identifiers stay in the rows' keys)
+LABELS = {"A_vs_seed": "cohort A vs the seed", "B_vs_A": "cohort B vs cohort A",
+          "growth_vs_control": "growth vs its control", "contracts": "contract version"}
 
 
 def _cell(rows: list[dict]) -> str:
@@ -38,8 +41,8 @@ def _why(folder: Path) -> str:
         return ""
 
 
-def history_rows(runs_dir) -> list[dict]:
-    """One row per folder of finals: the current selection, then each kept folder, oldest finals first."""
+def _final_groups(runs_dir) -> list[tuple[str, object, Path | None]]:
+    """(kept in, folder, kept folder or None) of the current selection and every kept folder holding finals."""
     groups = [("current", runs_dir, None)]
     seen = set()
     for r in kept_runs(runs_dir):
@@ -47,21 +50,129 @@ def history_rows(runs_dir) -> list[dict]:
         if d not in seen and ("gates" in (r.get("metrics") or {}) or "screen_quality" in (r.get("metrics") or {})):
             seen.add(d)
             groups.append((r["kept_in"], d, d))
+    return groups
+
+
+def history_rows(runs_dir) -> list[dict]:
+    """One row per folder of finals: the current selection, then each kept folder, oldest finals first."""
     out = []
-    for where, d, folder in groups:
+    for where, d, folder in _final_groups(runs_dir):
         idx, rows = index(d), verdict_rows(d)
         finals = [r for r in idx["runs"] if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
         if not finals:
             continue
         seeds = {(run_contract(r) or {}).get("seed", {}).get("parameter_digest") for r in finals} - {None}
         quality = [r for r in rows["study"] if r["comparison"] == "quality screen" and r["check"] != "quality screen (all parts)"]
+        contracts = contract_versions(finals)
         out.append({"seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded", "kept in": where,
+                    "contracts": ", ".join(sorted(contracts)),
                     "finals from": fmt_iso(min(r["started_at"] for r in finals)),
                     "commit": ", ".join(sorted({(r.get("git") or {}).get("commit", "")[:8] for r in finals})),
                     **{c: _cell([r for r in rows["adaptive"] if r["comparison"] == c]) for c in COMPARISONS},
                     "study quality screen": _cell(quality),
                     "why superseded": "current" if folder is None else (_why(folder) or "not recorded")})
     return sorted(out, key=lambda r: r["finals from"])
+
+
+def contract_versions(finals: list[dict]) -> set[str]:
+    """The versions of the contracts behind some finals, each the digest (8 hex digits) of the contract without its
+    seed: two seeds scored under otherwise equal contracts share a version."""
+    out = set()
+    for r in finals:
+        c = run_contract(r)
+        if c:
+            out.add(sha256_json({k: v for k, v in c.items() if k not in ("seed", "file", "commit")})[:8])
+    return out
+
+
+def question_key(row: dict) -> str:
+    """The key of one verdict row's question, shared by the first screen and the readings keyed by question:
+    "<comparison>/<check>", e.g. "A_vs_seed/gain" or "quality screen/noninferior_to_dense"."""
+    return f"{row['comparison']}/{row['check']}"
+
+
+def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
+    """Per question key, the verdict on every seed whose finals this evidence keeps, oldest finals first:
+    {seed, verdict, current (the selection's own finals), same_contract (the contracts of those finals are the
+    current ones)}."""
+    groups = []
+    for where, d, folder in _final_groups(runs_dir):
+        idx = index(d)
+        finals = [r for r in idx["runs"] if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
+        if not finals:
+            continue
+        rows = verdict_rows(d)
+        seeds = {(run_contract(r) or {}).get("seed", {}).get("parameter_digest") for r in finals} - {None}
+        bodies = {}
+        for r in finals:
+            c = run_contract(r)
+            if c:
+                bodies[c.get("file")] = {k: v for k, v in c.items() if k not in ("seed", "file", "commit")}
+        groups.append({"start": min(r["started_at"] for r in finals), "current": folder is None, "bodies": bodies,
+                       "seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
+                       "contracts": contract_versions(finals),
+                       "rows": rows["adaptive"] + rows["study"]})
+    now = next((g for g in groups if g["current"]), {"contracts": set(), "bodies": {}})
+    out: dict[str, list[dict]] = {}
+    for g in sorted(groups, key=lambda g: g["start"]):
+        differs = sorted({p for f, b in g["bodies"].items() for p in _differing(b, now["bodies"].get(f) or {})})
+        for v in g["rows"]:
+            out.setdefault(question_key(v), []).append(
+                {"seed": g["seed"], "verdict": str(v.get("verdict")), "current": g["current"],
+                 "same_contract": bool(g["contracts"] & now["contracts"]), "differs": differs})
+    return out
+
+
+def _differing(a: dict, b: dict, depth: int = 2, prefix: str = "") -> list[str]:
+    """The fields (dotted, at most `depth` deep) in which two contract bodies differ."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if x == y:
+            continue
+        if depth > 1 and isinstance(x, dict) and isinstance(y, dict):
+            out += _differing(x, y, depth - 1, f"{prefix}{k}.")
+        else:
+            out.append(prefix + k)
+    return out
+
+
+def seed_reading(entries: list[dict]) -> str:
+    """One question's verdicts across seeds in words: "passed on this seed only (fail on the 2 earlier seeds)";
+    where the contracts pin no seed, across the earlier scorings of the finals."""
+    now = next((e for e in entries if e["current"]), None)
+    earlier = [e for e in entries if not e["current"]]
+    if now is None:
+        return ""
+    seeds = all(e["seed"] != "unrecorded" for e in entries)
+    this, them = ("this seed", "seeds") if seeds else ("these finals", "earlier scorings of the finals")
+    if not earlier:
+        return f"one {'seed' if seeds else 'scoring of the finals'}: nothing earlier to compare"
+    same = sum(e["verdict"] == now["verdict"] for e in earlier)
+    word = {"pass": "passed", "fail": "failed"}.get(now["verdict"], now["verdict"])
+    other = [e["verdict"] for e in earlier if e["verdict"] != now["verdict"]]
+    changed = ""  # whether the earlier contracts differed beyond the seed: said once (contracts_note)
+    n = len(earlier)
+    if same == n:
+        return (f"{word} on all {n + 1} seeds" if seeds else f"{word} here and in all {n} {them}") + changed
+    if same == 0:
+        return (f"{word} on {this} only ({', '.join(sorted(set(other)))} on the {n} earlier "
+                f"{'seeds' if seeds else them.replace('earlier ', '')}{changed})")
+    return f"{word} on {this} and {same} of {n} {'earlier seeds' if seeds else them}{changed}"
+
+
+def contracts_note(history: dict[str, list[dict]]) -> str:
+    """One sentence for the whole table: how many earlier scorings ran under contracts that differ beyond the
+    seed (their verdicts are then not the same experiment's)."""
+    earlier = {e["seed"]: e for entries in history.values() for e in entries if not e["current"]}
+    differ = {s: e["differs"] for s, e in sorted(earlier.items()) if not e["same_contract"] and e["differs"]}
+    if not differ:
+        return ""
+    # what changes a result: not the contract's names and texts, nor the pilot's bookkeeping beside its choice
+    fields = sorted({f for fs in differ.values() for f in fs if f not in ("description", "name")
+                     and (not f.startswith("pilot.") or f == "pilot.chosen")})
+    return (f"The earlier finals on {', '.join(differ)} ran under contracts that differ from the current ones beyond "
+            f"the seed (in {', '.join(fields)}): their verdicts come from other settings, not repetitions.")
 
 
 def kept_folder_rows(runs_dir) -> list[dict]:
@@ -90,12 +201,19 @@ def show_history(runs_dir) -> None:
         return
     kept = sum(1 for r in rows if r["kept in"] != "current")
     held = {c: sorted({r[c].split(" ")[0] for r in rows}) for c in (*COMPARISONS, "study quality screen")}
-    varied = [c for c, v in held.items() if len(v) > 1]
-    text = (f"The same contracts were scored on finals {len(rows)} times, on {len({r['seed'] for r in rows})} seeds; "
-            f"{kept} of those are superseded and kept as evidence. "
+    varied = [LABELS.get(c, c) for c, v in held.items() if len(v) > 1]
+    versions = len({r["contracts"] for r in rows})
+    text = (f"Finals were scored {len(rows)} times, on {len({r['seed'] for r in rows})} seeds, under "
+            + ("the same contracts" if versions == 1 else f"{versions} versions of the contracts") + f"; {kept} of those are superseded and kept as evidence. "
             + (f"Verdicts that did not hold across them: {', '.join(varied)}." if varied
                else "Every verdict held across them."))
     folders = kept_folder_rows(runs_dir)
-    display(HTML(f"<p>{html.escape(text)}</p>" + records_table(rows, table_id="kit-history")
+    # why each folder was superseded is the folder's own note (it names files and campaign steps): collapsed
+    shown = [{LABELS.get(k, k): v for k, v in r.items() if k != "why superseded"} for r in rows]
+    why = [{"seed": r["seed"], "kept in": r["kept in"], "why superseded": r["why superseded"]} for r in rows
+           if r["kept in"] != "current"]
+    display(HTML(f"<p>{html.escape(text)}</p>" + records_table(shown, table_id="kit-history")
+                 + ('<details class="kit-why"><summary>Why each earlier seed was superseded</summary>'
+                    + records_table(why, table_id="kit-history-why") + "</details>" if why else "")
                  + (f"<p>Every kept attempt, by the folder that keeps it ({sum(f['runs'] for f in folders)} runs):</p>"
                     + records_table(folders, table_id="kit-kept-folders") if folders else "")))

@@ -15,7 +15,7 @@ from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import fmt, records_table
 from kit.evidence.report.index import index, metric, run_contract
 from kit.evidence.report.readings import summary_rows
-from kit.evidence.results import results
+from kit.evidence.results import results, study_evaluations
 from kit.evidence.run_index import split_selection
 
 SAME_MATH = ("dense", "single")  # equal in exact math: dense averages two halves of single's batch
@@ -50,7 +50,8 @@ def family_sentence(runs_dir) -> str | None:
     normal approximation at the family's mean accuracy over the trained models), per family of the study's
     evaluation: differences below it are within item sampling alone."""
     df = results(runs_dir)
-    df = df[(df["kept_in"] == "") & (df["split"] == "study evaluation") & (df["family"] != "all") & (df["model"] != "seed")]
+    df = df[(df["kept_in"] == "") & (df["split"] == "final") & df["run_id"].isin(study_evaluations(index(runs_dir)))
+            & (df["family"] != "all") & (df["model"] != "seed")]
     parts = []
     for family in sorted(set(df["family"])):
         mine = df[df["family"] == family]

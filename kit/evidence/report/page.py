@@ -22,6 +22,7 @@ from kit.evidence.archive import origin
 from kit.evidence.report.css_prune import prune_page_styles
 from kit.evidence.report.pilots import beside, pilot_records
 from kit.evidence.results import results_bytes
+from kit.evidence.root import root_and_commit
 from kit.evidence.run_index import load_runs, split_selection
 from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
 
@@ -54,6 +55,27 @@ img.kit-figure { max-width: 100%; height: auto; }
 details.kit-details > summary { font-size: 1.3em; font-weight: bold; cursor: pointer; margin: 12px 0; }
 @media (max-width: 700px) { .jp-RenderedHTMLCommon table.kit-table td { max-width: 60vw; overflow-wrap: break-word; } }
 .jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
+small.kit-id { font-size: 10px; color: #666; font-family: monospace; }
+table.kit-questions { width: 100%; max-width: 1400px; table-layout: fixed; } span.kit-q { font-weight: bold; }
+table.kit-questions { line-height: 1.25; }
+table.kit-questions th:nth-child(1) { width: 31%; } table.kit-questions th:nth-child(2) { width: 7%; }
+table.kit-questions th:nth-child(3) { width: 24%; } table.kit-questions th:nth-child(4) { width: 24%; }
+.jp-RenderedHTMLCommon table.kit-questions td { max-width: 420px; overflow-wrap: break-word; }
+ul.kit-first-scope { margin: 2px 0 6px 0; max-width: 1100px; } ul.kit-first-scope li { margin: 0; }
+dl.kit-legend { font-size: 12px; max-width: 1100px; } dl.kit-legend dt { font-weight: bold; float: left; clear: left;
+  margin-right: 6px; } dl.kit-legend dd { margin: 0 0 2px 0; }
+div.kit-first { display: flex; flex-direction: column; }
+p.kit-root { font-family: monospace; font-size: 11px; overflow-wrap: anywhere; margin: 2px 0; }
+@media (max-width: 700px) {
+  div.kit-first ul.kit-first-scope { order: 2; } div.kit-first-table { order: 1; } ul.kit-readings { order: 3; }
+  dl.kit-legend { order: 4; } .jp-RenderedHTMLCommon h1 { font-size: 1.4em; }
+  table.kit-questions, table.kit-questions tbody, table.kit-questions tr, table.kit-questions td { display: block; }
+  table.kit-questions thead { display: none; }
+  table.kit-questions tr { border: 1px solid #bbb; border-radius: 6px; margin: 0 0 8px 0; padding: 4px 6px; }
+  .jp-RenderedHTMLCommon table.kit-questions td { border: 0; max-width: none; padding: 1px 0; white-space: normal; }
+  table.kit-questions td::before { content: attr(data-label) ": "; font-weight: bold; color: #555; }
+  table.kit-questions td[data-label="question"]::before { content: none; }
+}
 </style>"""
 DETAILS_PREFIX = "kit-details-"
 # Opening a collapsed section when a link points into it (run links, roots): inline, no network.
@@ -77,7 +99,7 @@ def _code_cell(source: str):
 
 
 # The sections shown open, in order: (heading, the show_* function called with the selection)
-LEAD_SECTIONS = (("Verdicts", "show_summary"), ("Accuracy by family", "show_accuracy"),
+LEAD_SECTIONS = (("Verdicts", "show_questions"), ("Accuracy by family", "show_accuracy"),
                  ("What the seed knew", "show_seed"), ("Noise and power", "show_noise"), ("History", "show_history"))
 
 
@@ -87,11 +109,27 @@ def heading_text(title: str) -> str:
     return text.replace("[", "\\[").replace("]", "\\]")
 
 
-def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None):
+def evidence_root_line(evidence_root: tuple[str, str | None] | None) -> str:
+    """The header's line naming the evidence root and the commit whose evidence it is (kit.evidence.root
+    .root_and_commit; the commit in 12 hex digits, whole on hover); "" when none is given. A commit of None:
+    the evidence is not a commit's (a demo's). `kit verify-evidence --at COMMIT --root ROOT` holds files to it."""
+    if not evidence_root:
+        return ""
+    root, commit = evidence_root
+    if not (re.fullmatch(r"[0-9a-f]{16,128}", root or "") and (commit is None
+                                                               or re.fullmatch(r"[0-9a-f]{7,64}", commit))):
+        raise ValueError(f"evidence_root {evidence_root!r}: expected (hex root, hex commit or None)")
+    if commit is None:
+        return f'<p class="kit-root">Evidence root {root}, of evidence that no commit holds</p>'
+    return f'<p class="kit-root">Evidence root {root} computed at commit <span title="{commit}">{commit[:12]}</span></p>'
+
+
+def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None,
+                          evidence_root: tuple[str, str] | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
-    Order: the verdicts screen (readings.show_summary: every verdict with its estimate, bound, threshold, passing
-    side and reading, then the readings the table alone would hide), accuracy by family (accuracy.show_accuracy,
+    Order: the verdicts screen (questions.show_questions: the scope in three sentences, one row per question with
+    what its verdict weighs, the readings the table alone would hide, a legend), accuracy by family (accuracy.show_accuracy,
     drawn from kit.results), what the seed knew (seed_knew.show_seed), noise and power (noise.show_noise) and
     every seed's verdicts (history.show_history). Then, each collapsed in a <details> (export_html): the scope and
     the verdict tables in full with speed, costs and traffic; the pilots when the selection (or one beside it,
@@ -114,16 +152,16 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
                "from kit.evidence.report.noise import show_noise\n"
                "from kit.evidence.report.runs import show_failures, show_runs\n"
                "from kit.evidence.report.pilots import show_pilots\n"
-               "from kit.evidence.report.readings import show_summary\n"
+               "from kit.evidence.report.questions import show_questions\n"
                "from kit.evidence.report.scope import show_scope\nfrom kit.evidence.report.sections import show_run\n"
                "from kit.evidence.report.seed_knew import show_seed\n"
                "from kit.evidence.report.sidecars import show_metric\n"
                "from kit.evidence.report.verdicts import show_verdicts\n")
     sel = where(runs_dir)
     nb.cells.append(nbformat.v4.new_markdown_cell(
-        f"# {heading_text(title)}\n\nThe evidence in `{shown}`: verdicts first, then accuracy, what the seed knew, noise and power, "
-        "and every seed's verdicts; pilots, verdict tables in full, runs, costs and traffic are collapsed below. "
-        "Roots show 12 hex digits (hover for the full root); numbers to 4 significant digits; times in UTC."))
+        f"# {heading_text(title)}\n\n" + evidence_root_line(evidence_root)
+        + f"\n\nThe evidence in `{shown}`: each question answered first, then accuracy, what the seed knew, noise and "
+        "power, and every seed's verdicts; the rest is collapsed below. Numbers to 4 significant digits; times in UTC."))
     for i, (heading, call) in enumerate(LEAD_SECTIONS):  # the page's first screens, in the issue's order
         nb.cells.append(nbformat.v4.new_markdown_cell(f"## {heading}"))
         nb.cells.append(_code_cell((imports if i == 0 else "") + f"{call}({sel!r})"))
@@ -221,10 +259,21 @@ def collapse(page: str, details: dict[str, str]) -> str:
     return "".join(out)
 
 
+def default_title(runs_dir: str | os.PathLike) -> str:
+    """The title `kit report` gives without --title: the runs folder it reads (`runs`, `demo-out/runs`), with
+    the selection (`runs/medium-*`), never the folder it writes."""
+    runs_dir = Path(runs_dir)
+    folder, glob = (runs_dir.parent, runs_dir.name) if any(ch in runs_dir.name for ch in "*?[") else (runs_dir, None)
+    name = folder.name or folder.resolve().name
+    return f"Evidence report: {name}" + (f"/{glob}" if glob else "")
+
+
 def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, title: str | None = None,
-                  kernel_name: str = "python3", timeout_s: int = 600, select: str | None = None) -> Path:
+                  kernel_name: str = "python3", timeout_s: int = 600, select: str | None = None,
+                  evidence_root: tuple[str, str | None] | None = None) -> Path:
     """Execute the report notebook over `runs_dir` (only the run ids matching the glob `select`, when
-    given); write out_dir/report.ipynb and out_dir/index.html."""
+    given); write out_dir/report.ipynb and out_dir/index.html. `evidence_root`: (root, commit or None), shown in the
+    header; by default the root of the runs folder and its ledger with the commit that holds them."""
     ensure_runtime(("nbformat", "nbclient", "jupyter_client", "ipykernel", *REPORT_MODULES), "render a report")
     import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
     from nbclient import NotebookClient  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
@@ -237,9 +286,11 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
         if not load_runs(runs_dir / select):
             raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
         runs_dir = runs_dir / select
-    title = title or f"Evidence report: {out_dir.name}"
+    title = title or default_title(runs_dir)
+    if evidence_root is None:  # the whole evidence the selection is part of, and the commit that holds it
+        evidence_root = root_and_commit(split_selection(runs_dir)[0])
     out_dir.mkdir(parents=True, exist_ok=True)
-    nb = build_report_notebook(runs_dir, title, relative_to=out_dir)
+    nb = build_report_notebook(runs_dir, title, relative_to=out_dir, evidence_root=evidence_root)
     with temporary_environ({"PYTHONPATH": kernel_pythonpath()}):  # the kernel imports kit from this checkout
         NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s,
                        resources={"metadata": {"path": str(out_dir)}}).execute()

@@ -1,25 +1,22 @@
-"""The verdicts screen that opens the report, and what each verdict's numbers say: per verdict row, its estimate,
-its bound, its two-sided 95% interval (from the recorded normal multiplier and bound: se = (bound - estimate) /
-multiplier) and a one-line reading computed from them (pass, fail, or inconclusive where the two-sided interval
-straddles the threshold), with the smallest true effect that passes (or fails) with 80% probability at the n
-used. Reads only the sidecars the verdict rows read.
+"""What each verdict's numbers say: per verdict row, its estimate, its bound (the one-sided 95% bound its rule
+tests, the page's one interval convention), the opposite one-sided bound where a reading needs it (from the recorded
+normal multiplier and bound: se = (bound - estimate) / multiplier) and a one-line reading computed from them (pass,
+fail, or inconclusive where the estimate passes and its bound does not), with the smallest true effect that passes
+(or fails) with 80% probability at the n used. Reads only the sidecars the verdict rows read.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from math import comb
 
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.cost import retention_pairs
 from kit.evidence.report.evaluation_files import evaluation_items
-from kit.evidence.report.format import fmt, is_number, run_link
+from kit.evidence.report.format import fmt, is_number
 from kit.evidence.report.index import index, metric, run_contract
-from kit.evidence.report.page import PAGE_CSS
-from kit.evidence.report.verdict_rows import direction_text, verdict_rows
+from kit.evidence.report.verdict_rows import direction_text, question_text, verdict_rows
 
-Z2 = 1.959963984540054  # two-sided 95%
 Z80 = 0.8416212335729143  # the one-sided normal quantile of 80% power
 
 
@@ -60,8 +57,9 @@ def numbers(row: dict, idx: dict) -> dict:
             r = (metric(run, "retention_change") or {}).get("powersgd") or {}
             out.update(estimate=r.get("change_nats_per_token"), n=r.get("n"), side="below", mult=r.get("multiplier"),
                        se=_se(r.get("change_nats_per_token"), r.get("upper"), r.get("multiplier")))
-    if is_number(out["estimate"]) and is_number(out["se"]):
-        out["lower"], out["upper"] = out["estimate"] - Z2 * out["se"], out["estimate"] + Z2 * out["se"]
+    m = out["mult"] if is_number(out["mult"]) and out["mult"] else 1.645
+    if is_number(out["estimate"]) and is_number(out["se"]):  # the one-sided 95% bounds on either side
+        out["lower"], out["upper"] = out["estimate"] - m * out["se"], out["estimate"] + m * out["se"]
     else:
         out["lower"] = out["upper"] = None
     return out
@@ -73,33 +71,43 @@ def tie_probability(d: int) -> float:
 
 
 def reading(row: dict, x: dict) -> str:
-    """One line computed from the row's numbers: pass, fail, or inconclusive (the two-sided interval straddles
-    the threshold)."""
+    """One line computed from the row's numbers: pass, fail, inconclusive (the estimate passes, its one-sided 95%
+    bound does not) or not evaluable (a count of changed answers with none changed)."""
     v, t = row.get("verdict"), row.get("threshold_value")
     if x["side"] == "count":
-        p = sign_test_p((x["estimate"] + x["n"]) // 2, (x["n"] - x["estimate"]) // 2)
+        gained, lost = (x["estimate"] + x["n"]) // 2, (x["n"] - x["estimate"]) // 2
+        if not x["n"]:
+            return f"not evaluable ({v} by its rule): no discordant answers"
+        p = sign_test_p(gained, lost)
         within = "within" if p >= 0.05 else "beyond"
-        return f"{v}: net {x['estimate']:+d} of {x['n']} discordant answers, sign test p = {fmt(p)} ({within} chance)"
+        return (f"{v}: lost {lost} vs gained {gained} of {x['n']} discordant answers, sign test p = {fmt(p)} "
+                f"({within} chance)")
     if row["check"] == "quality screen (all parts)":
         return f"{v}: {'every part passes' if v == 'pass' else 'a part does not pass'}"
     if x["side"] == "equal":
         return f"{v}: max |parameter difference| {fmt(x['estimate'])}"
-    if x["lower"] is None or not is_number(t):
+    est = x["estimate"]
+    bound = x["bound"] if is_number(x["bound"]) else (x["lower"] if x["side"] == "above" else x["upper"])
+    if not (is_number(est) and is_number(bound) and is_number(t)):
         return f"{v}: {row.get('reason') or row.get('statistic') or ''}".rstrip(": ")
-    lo, hi = x["lower"], x["upper"]
-    interval = f"95% interval [{fmt(lo)}, {fmt(hi)}]"
-    if lo < t < hi:
-        return f"inconclusive ({v} by its rule): the two-sided {interval} straddles {fmt(t)}"
-    good = hi < t if x["side"] == "below" else lo > t
-    side = ("below" if good else "above") if x["side"] == "below" else ("above" if good else "below")
-    return f"{'pass' if good else 'fail'}: the two-sided {interval} lies {side} {fmt(t)}"
+    below = x["side"] == "below"
+    est_ok, bound_ok = (est < t, bound < t) if below else (est > t, bound > t)
+    where = ("below" if bound_ok else "above") if below else ("above" if bound_ok else "below")
+    if est_ok and not bound_ok:
+        return (f"inconclusive ({v} by its rule): the estimate {fmt(est)} passes {fmt(t)}, its one-sided 95% bound "
+                f"{fmt(bound)} does not")
+    if bound_ok:
+        return f"pass: the one-sided 95% bound {fmt(bound)} lies {where} {fmt(t)}"
+    return f"fail: the estimate {fmt(est)} and its one-sided 95% bound {fmt(bound)} lie {where} {fmt(t)}"
 
 
 def power(row: dict, x: dict, idx: dict) -> str:
     """The minimum detectable effect of one verdict at its n (80% power), or the pass rate under no change."""
     t, se = row.get("threshold_value"), x.get("se")
     mult = x.get("mult")
-    if x["side"] == "count" and x["n"]:
+    if x["side"] == "count" and not x["n"]:
+        return "not evaluable: no discordant answers"
+    if x["side"] == "count":
         return (f"{100 * (0.5 + tie_probability(x['n']) / 2):.0f}% chance to pass under no change at "
                 f"{x['n']} discordant answers (no sampling tolerance)")
     if not (is_number(t) and is_number(se) and is_number(mult)) or se <= 0:
@@ -130,7 +138,7 @@ def summary_rows(runs_dir) -> list[dict]:
     out = []
     for row in rows["adaptive"] + rows["study"]:
         x = numbers(row, idx)
-        out.append({"question": row["comparison"], "check": row["check"], "verdict": str(row.get("verdict")),
+        out.append({"question": row["comparison"], "plain": question_text(row), "check": row["check"], "verdict": str(row.get("verdict")),
                     "estimate": x["estimate"], "bound": x["bound"], "threshold": row.get("threshold", ""),
                     "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
                     "power": power(row, x, idx), "source": row["source"], "runs": row["runs"],
@@ -138,54 +146,27 @@ def summary_rows(runs_dir) -> list[dict]:
     return out
 
 
-def summary_html(runs_dir) -> str:
-    rows = summary_rows(runs_dir)
-    if not rows:
-        return "<p>No gate or screen has been computed in this runs directory.</p>"
-    counts = {}
-    for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    head = "".join(f"<th>{c}</th>" for c in SUMMARY_COLUMNS)
-    body = []
-    for r in rows:
-        cells = []
-        for c in SUMMARY_COLUMNS:
-            v = r[c]
-            if c == "verdict":
-                cells.append(f'<td class="verdict verdict-{html.escape(v)}">{html.escape(v)}</td>')
-            elif c in ("estimate", "bound"):
-                data = f' data-value="{html.escape(repr(v))}"' if is_number(v) else ""
-                cells.append(f'<td class="num"{data}>{html.escape(fmt(v))}</td>')
-            elif c == "question":
-                cells.append(f"<td>{html.escape(v)} ({run_link(r['source'].split('/')[0])})</td>")
-            else:
-                cells.append(f"<td>{html.escape(str(v))}</td>")
-        body.append(f'<tr data-source="{html.escape(r["source"])}">{"".join(cells)}</tr>')
-    said = ", ".join(f"{n} {v}" for v, n in counts.items())
-    return (f"<p>{len(rows)} verdict rows: {html.escape(said)}. Estimates and bounds as recorded; the reading's "
-            "two-sided 95% interval is the estimate \u00b1 1.96 standard errors, the standard error recovered from the "
-            "recorded bound and its multiplier.</p>"
-            f'<div class="kit-scroll"><table id="kit-verdict-summary" class="kit-table kit-verdicts"><thead><tr>{head}'
-            f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
-
-
 def reading_sentences(runs_dir) -> list[str]:
     """The readings the verdict table alone would hide, each computed from the rows' numbers: an inconclusive
-    gate with its interval and detectable effect, a retention change whose two-sided interval excludes 0, the
-    retention baseline, the study's in-distribution retention probes and the contract's scope caveat."""
+    or failing gate with its estimate, bound and the effect it would need to pass, a retention change beyond its
+    one-sided 95% bounds, the retention baseline and the study's in-distribution retention probes."""
     idx = index(runs_dir)
     out = []
     for r in summary_rows(runs_dir):
         x, t = r["numbers"], r.get("threshold")
-        if r["reading"].startswith("inconclusive"):
-            out.append(f"{r['question']} {r['check']} is inconclusive: estimate {fmt(x['estimate'])}, two-sided 95% "
-                       f"interval [{fmt(x['lower'])}, {fmt(x['upper'])}], which holds values on both sides of the "
-                       f"threshold ({t}){'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
+        bounded = x["side"] in ("below", "above") and is_number(x["estimate"]) and is_number(x["bound"])
+        if r["reading"].startswith("inconclusive") or (bounded and r["verdict"] == "fail" and r["check"] == "gain"):
+            out.append(f"\u201c{r['plain']}\u201d {'is inconclusive' if r['reading'].startswith('inc') else 'fails'}: "
+                       f"estimate {fmt(x['estimate'])}, one-sided 95% bound {fmt(x['bound'])} against {t}"
+                       f"{'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
                        f"and the gate {r['power']}.")
         if r["check"] == "retention" and x["lower"] is not None and (x["lower"] > 0 or x["upper"] < 0) \
                 and r["question"] != "quality screen":
-            out.append(f"{r['question']}'s retention change is significantly {'positive (the candidate forgot)' if x['lower'] > 0 else 'negative'}: "
-                       f"{x['estimate']:+.3g} nats/token, two-sided 95% interval [{fmt(x['lower'])}, {fmt(x['upper'])}]"
+            up = x["lower"] > 0
+            out.append(f"\u201c{r['plain']}\u201d The chat NLL change is "
+                       f"{'positive (the candidate forgot)' if up else 'negative'} beyond chance: "
+                       f"{x['estimate']:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
+                       f"{fmt(x['lower'] if up else x['upper'])}"
                        f"{', within the allowance ' + t if r['verdict'] == 'pass' else ''}.")
     out += [s for s in (baseline_sentence(idx), in_distribution_sentence(runs_dir, idx)) if s]
     return out
@@ -224,8 +205,8 @@ def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
         arms = "; ".join(f"{a} {fmt(v.get('change_nats_per_token'))}" for a, v in changes.items() if isinstance(v, dict))
         where = f"{ps.get('name')} rows {ps.get('start')}\u2013{ps.get('stop')}"
         if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
-            pairs = "; ".join(f"{p['comparison']} {fmt(p['change_nats_per_token'])} [{fmt(p['lower_95'])}, "
-                              f"{fmt(p['upper_95'])}]" for p in retention_pairs(runs_dir))
+            pairs = "; ".join(f"{p['comparison']} {fmt(p['change_nats_per_token'])} ({p['reading']})"
+                              for p in retention_pairs(runs_dir))
             return (f"The study's retention probes ({probes.get('count')} records of {where}) are in-distribution: every "
                     f"arm trains on {replay.get('count')} records of the same source ({rs.get('name')} rows "
                     f"{rs.get('start')}\u2013{rs.get('stop')}), and every arm lowers retention NLL against the seed "
@@ -235,12 +216,3 @@ def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
         return (f"The study's retention probes ({probes.get('count')} records of {where}) come from a source the arms "
                 f"do not train on ({rs.get('name') or 'no replay'}); the arms' changes against the seed: {arms}.")
     return None
-
-
-def show_summary(runs_dir) -> None:
-    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
-
-    said = reading_sentences(runs_dir)
-    display(HTML(PAGE_CSS + summary_html(runs_dir)
-                 + ("<ul class=\"kit-readings\">" + "".join(f"<li>{html.escape(t)}</li>" for t in said) + "</ul>"
-                    if said else "")))

@@ -9,7 +9,10 @@ from __future__ import annotations
 import html
 import math
 import os
+from pathlib import Path
 
+from kit.digest import load_json_strict
+from kit.evidence import records
 from kit.evidence.report.format import fmt, fmt_iso, root_html, run_link
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.run_index import kept_runs, load_runs
@@ -79,21 +82,51 @@ def show_runs(runs_dir: str | os.PathLike) -> None:
                  + f'<tbody>{"".join(body)}</tbody></table></div>'))
 
 
-def show_failures(runs_dir: str | os.PathLike) -> None:
-    """Every run that did not complete: the cell, the exception and its full message."""
-    import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
-    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
+def _bench_errors(row: dict) -> list[dict]:
+    """A benchmark record's recorded errors (kit-bench/1 `errors`: one object per failing step)."""
+    try:
+        rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
+    except (FileNotFoundError, ValueError):
+        return []
+    errs = rec.get("errors")
+    return [e for e in errs if isinstance(e, dict)] if isinstance(errs, list) else []
 
+
+def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
+    """Every run that did not complete, with its recorded error: a notebook's failing cell, exception and message;
+    a benchmark record's failing step and error, never its command."""
     rows = []
     for r in load_runs(runs_dir):
         if r["status"] == "completed":
             continue
         error = r["error"] or {}
-        rows.append({"run": r["run_id"], "status": r["status"], "cell": error.get("cell_index"),
+        bench = _bench_errors(r) if r.get("notebook") == "(benchmark script)" else []
+        if bench:
+            for e in bench:
+                step = ", ".join(f"{k} {v}" for k, v in e.items() if k != "error" and not isinstance(v, (dict, list))
+                                 and len(str(v)) < 40)
+                if "error" not in e:  # {"deadline": "... timed out"}: the step is the key
+                    step = step or ", ".join(e)
+                msg = e.get("error") or "; ".join(f"{k}: {v}" for k, v in e.items())
+                rows.append({"run": r["run_id"], "status": r["status"], "failing cell or step": step or None, "In [n]": None,
+                             "exception": "", "message": str(msg)})
+            continue
+        reason = r["reason"] or ""
+        rows.append({"run": r["run_id"], "status": r["status"], "failing cell or step": error.get("cell_index"),
                      "In [n]": error.get("execution_count"), "exception": error.get("ename", ""),
-                     "message": error.get("evalue", r["reason"] or "")})
+                     "message": error.get("evalue", "" if reason.startswith("benchmark: ") else reason)
+                     or "no error recorded"})
+    return rows
+
+
+def show_failures(runs_dir: str | os.PathLike) -> None:
+    """Every run that did not complete: the cell, the exception and its full message (failure_rows)."""
+    import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
+    from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
+
+    rows = failure_rows(runs_dir)
     if not rows:
         display(HTML("<p>Every run completed.</p>"))
         return
-    df = pd.DataFrame(rows).astype({"cell": "object", "In [n]": "object"})
+    df = pd.DataFrame(rows).astype({"failing cell or step": "object", "In [n]": "object"})
     display(HTML('<div class="kit-scroll">' + _styled_html(df, "kit-failures") + "</div>"))

@@ -106,10 +106,11 @@ def scope_paragraphs(runs_dir) -> list[str]:
 
 def accuracy_points(idx: dict, digest: str | None) -> list[dict]:
     """Every per-family task accuracy recorded by a run of the contract `digest`: {run, split, model,
-    family, accuracy, correct, n}; the "all" row included (family "all")."""
+    family, accuracy, correct, n}; the "all" row included (family "all"). Replicates' runs are read by the noise
+    section, not here: the frozen contract's numbers are its frozen runs'."""
     out = []
     for r in idx["runs"]:
-        if r.get("contract_digest") != digest:
+        if r.get("contract_digest") != digest or is_replicate(r):
             continue
         acc = metric(r, "accuracy_by_family")
         split = split_of(r)

@@ -11,7 +11,7 @@ from pathlib import Path
 from kit.digest import load_json_strict
 from kit.evidence.report.format import fmt, records_table
 from kit.evidence.report.index import index, run_contract
-from kit.evidence.results import results
+from kit.evidence.results import results, study_evaluations
 from kit.evidence.run_index import kept_runs, split_selection
 
 BUILD_RECORD = "seed_build_record.json"
@@ -105,7 +105,8 @@ def seed_html(runs_dir) -> str:
                 [{"difficulty": x.get("difficulty"), "prompt": x.get("prompt"), "reply": x.get("reply"),
                   "correct": x.get("correct")} for x in ex[:4]]))
         df = results(runs_dir)
-        df = df[(df["kept_in"] == "") & (df["seed"] == digest) & (df["split"] == "final") & (df["metric"] == "accuracy")]
+        df = df[(df["kept_in"] == "") & (df["seed"] == digest) & (df["split"] == "final") & (df["metric"] == "accuracy")
+                & ~df["run_id"].isin(study_evaluations(index(runs_dir)))]  # what the cohorts teach: adaptive finals
         if not df.empty:
             run = df["run_id"].iloc[0]
             mine = df[df["run_id"] == run]

@@ -30,7 +30,7 @@ from kit.evidence.report.figures import (
     learning_figure,
 )
 from kit.evidence.report.format import img_html, is_number, kv_table, records_table, table_html
-from kit.evidence.report.index import index, is_cpu, metric
+from kit.evidence.report.index import index, is_cpu, metric, producer
 from kit.evidence.report.sections import lineage
 
 CURVE_X_KEYS = ("update", "step")
@@ -93,6 +93,20 @@ def _control_curve(row: dict, idx: dict, lin: dict | None) -> tuple[str, list] |
     return None
 
 
+def _model_names(row: dict, idx: dict) -> dict[str, str]:
+    """The legend's names of a gate run's two models: the seed, or the run that produced the root it scored."""
+    p = row.get("parameters") or {}
+    out = {}
+    for side, key in (("baseline", "BASELINE"), ("candidate", "CANDIDATE")):
+        spec = str(p.get(key) or "")
+        if spec.startswith("seed:"):
+            out[side] = f"{side}: the seed"
+        elif spec:  # HOME:root
+            root = spec.rsplit(":", 1)[-1]
+            out[side] = f"{side}: {producer(root, idx) or root[:12]}"
+    return out
+
+
 def _named_view(row: dict, idx: dict, name: str, obj: Any, title: str) -> str | None:
     """The reviewer's view of a sidecar known by its name; None when the name (or its shape) has none."""
     rbr = idx["runs_by_root"]
@@ -101,15 +115,29 @@ def _named_view(row: dict, idx: dict, name: str, obj: Any, title: str) -> str | 
         fig = learning_figure(obj, title, lin["own_updates"] if lin else None, overlay=_control_curve(row, idx, lin))
         if fig:
             return img_html(*fig)
-    if name == "accuracy_by_family":
-        fig = accuracy_figure(obj, title)
+    if name == "accuracy_by_family" and isinstance(obj, (dict, list)) and obj:
+        fig = accuracy_figure(obj, title, _model_names(row, idx))
+        recs = [{"family": f, **v} for f, v in obj.items()] if isinstance(obj, dict) else obj
         if fig:
-            recs = [{"family": f, **v} for f, v in obj.items()] if isinstance(obj, dict) else obj
             return img_html(*fig) + records_table(recs, runs_by_root=rbr)
+        return ('<p class="kit-note">No chart: every model answered none of these tasks correctly, so every bar '
+                "would be empty.</p>" + records_table(recs, runs_by_root=rbr))
     if name == "nll_change_bounds" and isinstance(obj, dict):
         fig = bootstrap_figure(obj, metric(row, "gates"), metric(row, "bootstrap_distribution"), title)
         recs = [{"part": k, **v} for k, v in obj.items() if isinstance(v, dict)]
         return (img_html(*fig) if fig else "") + records_table(recs, runs_by_root=rbr)
+    if name == "trajectories" and isinstance(obj, list) and obj:
+        kind, view = metric_view(obj)
+        if kind == "curves":
+            comp = metric(row, "comparison") or {}
+            names = {side: f"{side}: {run}" for side, run in (
+                ("candidate", producer(comp.get("candidate_learned_state_root") or "", idx)),
+                ("control", producer(comp.get("control_learned_state_root") or "", idx))) if run}
+            x_name, x, series = view
+            alt = curves_alt(x_name, x, series, title) + (
+                "; each *_difference is candidate minus control" if any(k.endswith("_difference") for k in series)
+                else "")
+            return img_html(curves_png(x_name, x, series, title, names), alt)
     if name == "bootstrap_distribution":
         return "<p>Drawn with nll_change_bounds above.</p>"
     if name == "dev_curve" and isinstance(obj, dict):

@@ -155,6 +155,50 @@ def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[dict]:
     return out
 
 
+# Who is compared in each of the adaptive trial's comparisons (the contract's identifiers), in a reviewer's words
+WHO = {"seed": "the seed", "A": "cohort A", "B": "cohort B", "C": "the continued-learning cohort C",
+       "growth": "the grown model", "control": "its fixed-depth control"}
+
+def _who(name: str) -> str:
+    return WHO.get(name, f"cohort {name}" if len(name) == 1 else name)
+
+
+def _pair(comparison: str) -> tuple[str, str]:
+    cand, _, base = comparison.partition("_vs_")
+    return _who(cand), _who(base)
+
+
+def question_text(row: dict) -> str:
+    """The question a verdict row answers, in a reviewer's words; its thresholds read from the row."""
+    check, comp, t = row["check"], row["comparison"], row.get("threshold_value")
+    tv = fmt(t) if is_number(t) else ""
+    if row["experiment"] == "adaptive" and "_vs_" in comp:
+        cand, base = _pair(comp)
+        if check == "gain":
+            return f"Does {cand} beat {base} on the final tasks?"
+        if check == "generated":
+            return f"Does {cand} answer at least as many final tasks right as {base}?"
+        if check == "retention":
+            return f"Does {cand} keep {base}'s chat ability?"
+    if check.startswith("learned state equal"):
+        what = comp.replace("migration, ", "").replace("GPU campaign ", "the GPU campaign's ")
+        return f"Does a run moved between workers ({what}) end exactly where the uninterrupted run ends?"
+    if check.startswith("structure vs"):
+        return "Can the grown model be compared weight by weight with its control?"
+    if check == "task_gain":
+        return f"Does PowerSGD raise task accuracy over the seed by at least {tv}?"
+    if check.startswith("noninferior_to_"):
+        margin = fmt(-t) if is_number(t) else ""
+        return f"Is PowerSGD no worse than {check[len('noninferior_to_'):]} on task accuracy (margin {margin})?"
+    if check == "retention":
+        return "Does PowerSGD keep the seed's chat ability?"
+    if check == "quality screen (all parts)":
+        return "Does PowerSGD pass the whole quality screen?"
+    if check.startswith("speed"):
+        return f"Is PowerSGD at least {tv}\u00d7 as fast as one worker?"
+    return f"{comp}: {check}?"
+
+
 VERDICT_COLUMNS = ["comparison", "check", "statistic", "value", "threshold", "which side passes", "verdict", "runs"]
 
 
