@@ -8,8 +8,8 @@ final role: it is scored by notebook 22 (study) or notebook 13 with SPLIT "dev" 
 final-role guard refuses its commit. The steps come in parts, each its own process
 (`python -m kit.replicates --part PART`), because the parts differ in GPU mode (the campaign sets
 KIT_GPU_DETERMINISTIC per part); a part reads earlier parts' roots from their run records. Parts (`PARTS`):
-prepare, a-endpoint (cohort A's endpoint in the committed order), study, growth, study-dev, study-r0
-(the committed-order arms again, for their development scores); the notes below the docstring.
+prepare, a-endpoint (cohort A's endpoint), study, growth, study-dev, study-r0 (the committed-order arms again,
+for their development scores), finals (a frozen design's fresh final sets: `run_finals`); the notes below.
 """
 
 # Notes on kit.replicates, kit.replicate_order, kit.study.replicate_dev, kit.evidence.replicates.
@@ -26,7 +26,9 @@ prepare, a-endpoint (cohort A's endpoint in the committed order), study, growth,
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,16 +49,19 @@ from kit.demo import (
 )
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV
-from kit.evidence.replicate_analysis import analyse, robustness_by_question
+from kit.evidence.replicate_analysis import analyse, analyse_final, robustness_by_question
+from kit.evidence.replicate_design import DesignError, check_committed, load_design, score_final_set, set_runs
 from kit.evidence.runtime import ensure_runtime, repository_root
 from kit.replicate_order import RULE, replicate_seed
 from kit.replicate_stats import plan, power
 from kit.study.arms import arm_dir
+from kit.study.prepare import _seed_task_digests
+from kit.study.replicate_dev import final_scorer
 from kit.study.schema import load_study_contract
 
 PLAN_FORMAT = "kit-replicate-plan/1"
 __all__ = ["analyse", "campaign_plan", "plan", "power", "replicate_steps", "robustness_by_question", "run_part"]
-PARTS = ("prepare", "a-endpoint", "study", "growth", "study-dev", "study-r0")
+PARTS = ("prepare", "a-endpoint", "study", "growth", "study-dev", "study-r0", "finals")
 SCORING_RULE = ("replicates are scored on development roles only: the study's on its development tasks (the prepared "
                 "data.dev, else the study pilot's rule) and its retention probes (records the exposure ledger already "
                 "holds), through notebook 22; the growth pair on the adaptive job's dev.tasks and dev.retention through "
@@ -169,7 +174,7 @@ def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "mediu
     elif part == "study-r0":
         yield from _study(lay, [0], arms)
         yield from _study_dev(lay, [0], roots, arms)
-    else:
+    elif part != "finals":  # finals runs no notebook: `run_finals` opens the design's sets and scores them
         raise ValueError(f"part {part!r}; expected one of {', '.join(PARTS)}")
 
 
@@ -277,6 +282,56 @@ def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "med
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
 
 
+def _prepared_task_digests(out: Path) -> set[str]:
+    """The task digests of the prepared jobs' files under OUT (study and adaptive): never part of a fresh set."""
+    digests = set()
+    for path in sorted([*(out / "study" / "prepared").glob("*.jsonl"), *(out / "adaptive" / "prepared").rglob("*.jsonl")]):
+        for line in path.read_text(encoding="utf-8").splitlines():  # a digest excluded in excess only shrinks the pool
+            row = json.loads(line) if line.strip() else None
+            for holder in (row, row.get("meta")) if isinstance(row, dict) else ():
+                if isinstance(holder, dict) and isinstance(holder.get("digest"), str):
+                    digests.add(holder["digest"])
+    return digests
+
+
+def _final_home(lay: _Layout, run_id: str) -> Path:
+    """The home a design's replicate run committed into (this layout's folders; the run id's tail names it)."""
+    study = re.search(r"study-(\w+)-r(\d+)$", run_id)
+    if study:
+        return arm_dir(lay.study, study.group(1), int(study.group(2))) / "home"
+    pair = re.search(r"adaptive-B-(control|growth)-r(\d+)$", run_id)
+    return lay.ad / f"{'B' if pair.group(1) == 'control' else 'G'}-r{pair.group(2)}"
+
+
+def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: str = "medium") -> dict:
+    """The design's fresh final sets (kit/evidence/replicate_design.py): refused until every replicate run is
+    committed in RUNS; then each set opened once through `score_final_set`, every replicate's endpoint (and the
+    seed, the study's baseline) scored on it once into OUT/finals/<set>/<label>.json, and the analysis
+    (`analyse_final`) written to OUT/replicates-final-analysis.json and returned."""
+    out, runs_dir, seed = Path(out), Path(runs_dir), Path(seed)
+    lay, d = _Layout(scale, out, seed), load_design(design_path)
+    ledger = demo_ledger(out, runs_dir)
+    check_committed(Path(design_path), d, ", ".join(d["final_sets"]), runs_dir)
+    roots, root = RecordedRoots(runs_dir), repository_root()
+    study = load_study_contract(root / lay.sc.study_contract).terms
+    adaptive = load_adaptive_contract(root / lay.sc.adaptive_contract).terms
+    excluded = _seed_task_digests(seed)[0] | _prepared_task_digests(out)
+    device = lay.device.get("DEVICE", "cpu")
+    scores = {}
+    for name in d["final_sets"]:
+        models = {r: f"{shown_path(_final_home(lay, r))}:{roots.endpoint(r)}" for r in set_runs(d, name)}
+        if name == "study":
+            models["seed"] = "seed"
+            score = final_scorer(seed, study.data.max_tokens, study.evaluation.max_new_tokens, device)
+        else:
+            score = final_scorer(seed, adaptive.training.max_tokens, adaptive.evaluation.max_new_tokens, device)
+        scores[name] = score_final_set(design_path, name, runs_dir, ledger, models, score, out / "finals" / name,
+                                       excluded)
+    result = analyse_final(d, scores)
+    write_canonical_json(out / "replicates-final-analysis.json", result)
+    return result
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m kit.replicates", description=__doc__.split("\n\n")[0])
     p.add_argument("--part", required=True, choices=PARTS)
@@ -288,7 +343,21 @@ def main(argv=None) -> int:
     p.add_argument("--public-source", help="the pinned public source (default data/alpaca_5000.json)")
     p.add_argument("--arms", nargs="+", choices=STUDY_ARMS, default=list(STUDY_ARMS), help="the study arms (all)")
     p.add_argument("--plan", help="the committed plan whose `inputs` the re-derived jobs and roots are checked against")
+    p.add_argument("--design", help="--part finals: the frozen replicate design (kit-replicate-design/1) whose fresh "
+                                    "final sets open")
     a = p.parse_args(argv)
+    if a.part == "finals":
+        if not a.design:
+            print("python -m kit.replicates --part finals: --design missing; expected the frozen design's path",
+                  file=sys.stderr)
+            return 2
+        try:
+            result = run_finals(Path(a.design), Path(a.out), Path(a.seed), Path(a.runs_dir), a.scale)
+        except (DesignError, DemoStopped, ValueError) as e:
+            print(f"python -m kit.replicates --part finals: {e}", file=sys.stderr)
+            return 2
+        print("\n".join(q["reading"] for q in result["questions"]))
+        return 0
     if any(k < 1 for k in a.replicates) and a.part in ("study", "growth", "study-dev"):
         print(f"python -m kit.replicates: --replicates {a.replicates}: expected indexes > 0 (replicate 0 is the "
               "committed run; --part study-r0 repeats it)", file=sys.stderr)

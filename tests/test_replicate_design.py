@@ -100,3 +100,38 @@ def test_shared_item_variance_recovers_the_item_component():
     x = rng.normal(0, 0.1, (k, 1)) + h + rng.normal(0, omega, (k, n))
     assert shared_item_variance(x) * n == pytest.approx(tau ** 2, rel=0.15)
     assert shared_item_variance(x[:, :1]) == 0.0
+
+
+def test_the_final_set_analysis_is_a_t_interval_over_the_paired_replicates_not_a_multiple_of_a_spread():
+    """analyse_final over per-item score records (score_final_set's): per pair of arms, k = 3 paired differences,
+    the t interval with 2 df over sqrt(s^2 / k + the shared item variance); a "2 sd" rule fails here."""
+    from kit.evidence.replicate_analysis import analyse_final
+
+    rng = np.random.default_rng(7)
+    n, k = 200, 3
+    items = rng.normal(0, 1, n)
+    design = {"name": "t", "run_prefix": "x-", "k": {"study/a": k, "study/b": k}, "pairs": {}}
+
+    def rec(shift):
+        nll = 20 + items + shift + rng.normal(0, 0.5, n)
+        return {"tasks_sha256": "s", "rows": [{"id": f"t{i}", "correct": bool(v > 20), "nll_sum": float(v),
+                                                "tokens": 10} for i, v in enumerate(nll)]}
+
+    scores = {"study": {f"x-study-{arm}-r{r}": rec(0.3 * (arm == "a") + rng.normal(0, 0.2)) for arm in "ab"
+                        for r in range(k)}}
+    result = analyse_final(design, scores)
+    q = {tuple(q["key"]): q for q in result["questions"]}[("study", "a_vs_b", "NLL per token")]
+    x = np.array([[(a["nll_sum"] - b["nll_sum"]) / 10 for a, b in zip(scores["study"][f"x-study-a-r{r}"]["rows"],
+                                                                       scores["study"][f"x-study-b-r{r}"]["rows"])]
+                  for r in range(k)])
+    d = x.mean(axis=1)
+    resid = x - x.mean(axis=1, keepdims=True) - x.mean(axis=0) + x.mean()
+    v_items = max(0.0, x.mean(axis=0).var(ddof=1) - (resid ** 2).sum() / ((k - 1) * (n - 1)) / k) / n
+    se = math.sqrt(d.var(ddof=1) / k + v_items)
+    iv = q["interval"]
+    assert iv["df"] == 2 and q["differences"] == pytest.approx(list(d))
+    assert (iv["lower"], iv["upper"]) == pytest.approx((d.mean() - stats.t.ppf(0.975, 2) * se,
+                                                        d.mean() + stats.t.ppf(0.975, 2) * se))
+    assert "(t, 2 df" in q["reading"] and ("item sampling added" in q["reading"]) == (v_items > 0)
+    with pytest.raises(ValueError, match="no record of x-study-b-r2"):
+        analyse_final(design, {"study": {lab: r for lab, r in scores["study"].items() if lab != "x-study-b-r2"}})

@@ -117,3 +117,46 @@ def test_a_fresh_final_set_opens_once_after_every_replicate(tmp_path):
         open_final_set(path, "study", runs, ledger)
     # the pool stays what was frozen: the opening's own ledger entries do not move it
     assert [t.digest for t in pool(d["final_sets"]["study"], ledger)] == [t.digest for t in drawn]
+
+
+def test_an_opening_racing_another_is_refused_under_the_ledger_lock(tmp_path, monkeypatch):
+    """Two openings at once: the second passed the first check before the first recorded; under the lock it sees
+    the opening and is refused, so the set is recorded once. A run started before the freeze keeps the set closed,
+    and a pool task exposed after the freeze is refused as not fresh."""
+    from kit.evidence import replicate_design as rd
+    from kit.evidence.ledger import read_ledger, record
+
+    path, ledger, _ = _tiny_design(tmp_path)
+    d = rd.load_design(path)
+    runs = tmp_path / "runs"
+    for run_id in rd.design_runs(d):
+        _complete(runs, run_id)
+    early = runs / rd.design_runs(d)[0] / "run.json"
+    early.write_text(json.dumps({"status": "completed", "started_at": "2026-01-01T00:00:00Z"}))
+    with pytest.raises(rd.DesignError, match="stays closed: 1 of .*started 2026-01-01T00:00:00Z, before the design was frozen"):
+        rd.open_final_set(path, "study", runs, ledger)
+    early.write_text(json.dumps({"status": "completed", "started_at": "2027-01-01T00:00:00Z"}))
+    real_pool, raced = rd.pool, []
+    spec = d["final_sets"]["study"]
+    purpose = f"replicate design {d['name']}: final set study (pool {spec['pool_sha256'][:16]})"
+
+    def racing_pool(spec, at):
+        tasks = real_pool(spec, at)
+        if not raced:  # another process opens the set between this opener's first check and its record
+            raced.append(tasks[:spec["count"]])
+            record([("final.task", t.digest, t.id) for t in raced[0]], d["contracts"]["study"]["digest"],
+                   spec["pool_sha256"], purpose, ledger)
+        return tasks
+
+    monkeypatch.setattr(rd, "pool", racing_pool)
+    with pytest.raises(rd.DesignError, match="was opened already; a fresh set opens once"):
+        rd.open_final_set(path, "study", runs, ledger)
+    opened = [e for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")]
+    assert len(opened) == spec["count"] == len(raced[0])
+    monkeypatch.setattr(rd, "pool", real_pool)
+    # a design whose pool task was exposed after it froze (another scoring) is not opened as fresh
+    path2, ledger2, _ = _tiny_design(tmp_path / "second")
+    task = real_pool(rd.load_design(path2)["final_sets"]["study"], ledger2)[0]
+    record([("final.task", task.digest, task.id)], "d" * 64, "job", "a later scoring", ledger2)
+    with pytest.raises(rd.DesignError, match=f"task {task.id} of final set 'study' .* exposed after the design froze"):
+        rd.open_final_set(path2, "study", runs, ledger2)

@@ -227,10 +227,11 @@ def _run_id() -> str | None:
 
 def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, purpose: str,
            path: str | os.PathLike | None = None, *, run: str | None = None, time: str | None = None,
-           rebuilt: dict | None = None) -> int:
+           rebuilt: dict | None = None, check=None) -> int:
     """Append (kind, digest, id) items not yet in the ledger for this contract; returns how many were new.
     `run` and `time` default to the current run and now; tools/ledger_from_evaluations.py gives a past
-    scoring's, and `rebuilt` (check_rebuilt), which every line it writes carries."""
+    scoring's, and `rebuilt` (check_rebuilt), which every line it writes carries. `check(entries)`, when
+    given, runs under the lock on the ledger's entries before anything is written; what it raises stops it."""
     path = Path(path) if path is not None else ledger_path()
     now, run = time or _now(), run or _run_id()
     marker = {} if rebuilt is None else {"rebuilt": check_rebuilt(rebuilt, "record(rebuilt=...)")}
@@ -247,7 +248,10 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
 
     def locked(f) -> None:
         _lock(f)
-        seen = {(e["kind"], e["digest"]) for e in read_ledger(path) if e.get("contract_digest") == contract_digest}
+        entries = read_ledger(path)
+        if check is not None:
+            check(entries)
+        seen = {(e["kind"], e["digest"]) for e in entries if e.get("contract_digest") == contract_digest}
         for kind, digest, rid in items:
             if (kind, digest) not in seen:
                 seen.add((kind, digest))

@@ -17,11 +17,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import archive
+from kit.evidence.replicate_design import design_runs
 from kit.evidence.replicates import replicate_of
 from kit.evidence.run_index import load_runs
-from kit.replicate_stats import ANALYSIS_RULE, paired_interval, reading
+from kit.replicate_stats import ANALYSIS_RULE, paired_interval, reading, shared_item_variance
 
 ANALYSIS_FORMAT = "kit-replicate-analysis/1"
 STUDY_ARMS = ("single", "dense", "powersgd")
@@ -389,3 +392,62 @@ def robustness_by_question(runs_dir, prefix: str = "medium", brief: bool = False
             text += f"; {iv['why']})"
         out[key] = text
     return out
+
+
+FINAL_SCOPE = ("the design's fresh final set, opened once after every replicate was committed (kit.evidence."
+               "replicate_design.open_final_set) and every replicate scored on it once; the k replicates share its "
+               "items, so the shared item-sampling variance comes from the per-item results (two-way decomposition)")
+
+
+def _per_item(records: dict, a: str, b: str, measure: str):
+    """[per-item differences a - b] of two score records on one opened set, the row mean equal to the
+    aggregate difference: correct bits for accuracy, NLL sums over the mean tokens for NLL per token."""
+    ra, rb = records[a]["rows"], records[b]["rows"]
+    if [r["id"] for r in ra] != [r["id"] for r in rb] or records[a]["tasks_sha256"] != records[b]["tasks_sha256"]:
+        raise ValueError(f"final scores {a!r} and {b!r}: different tasks (field 'tasks_sha256'); expected one opened set")
+    if measure == "accuracy":
+        return [float(x["correct"]) - float(y["correct"]) for x, y in zip(ra, rb)]
+    mean_tokens = sum(x["tokens"] for x in ra) / len(ra)
+    return [(x["nll_sum"] - y["nll_sum"]) / mean_tokens for x, y in zip(ra, rb)]
+
+
+def analyse_final(design: dict, scores: dict) -> dict:
+    """The replicate analysis on a design's fresh final sets (kit/evidence/replicate_design.py, `score_final_set`'s
+    records): {"format", "design", "rule", "scope", "questions"} with one question per pair of study arms and for
+    growth vs control (and per study arm against the seed where "seed" was scored), each on accuracy and NLL per
+    token: the k paired differences (pairs by replicate index), a
+    t interval with k - 1 df plus the shared item variance from the per-item results, and the reading.
+    `scores`: {set name: {label: record}}, labels the design's run ids."""
+    p = design["run_prefix"]
+    runs = set(design_runs(design))
+    comparisons = []  # (set, subject, key, {k: (a label, b label)})
+    arms = sorted(a.split("/", 1)[1] for a in design["k"])
+    if "seed" in (scores.get("study") or {}):  # the seed scored once on the set: each replicate's gain over it
+        comparisons += [("study", f"study {a} vs the seed", ("study", f"{a}_gain"),
+                         {k: (f"{p}study-{a}-r{k}", "seed") for k in range(design["k"][f"study/{a}"])}) for a in arms]
+    for i, a in enumerate(arms):
+        for b in arms[i + 1:]:
+            ks = range(min(design["k"][f"study/{a}"], design["k"][f"study/{b}"]))
+            comparisons.append(("study", f"study {a} vs {b}", ("study", f"{a}_vs_{b}"),
+                                {k: (f"{p}study-{a}-r{k}", f"{p}study-{b}-r{k}") for k in ks}))
+    pair = design["pairs"].get("growth_vs_control")
+    if pair:
+        comparisons.append(("growth", "growth vs control", ("growth_vs_control", "final"),
+                            {k: (f"{p}adaptive-B-growth-r{k}", f"{p}adaptive-B-control-r{k}") for k in range(pair["k"])}))
+    questions = []
+    for name, subject, key, by_k in comparisons:
+        records = scores.get(name) or {}
+        lacking = [lab for ab in by_k.values() for lab in ab if lab not in records and lab in runs]
+        if lacking:
+            raise ValueError(f"final scores of set {name!r}: no record of {lacking[0]}; expected every replicate scored")
+        for measure, unit, scale, decimals, higher, lower in (
+                ("accuracy", "points", 100.0, 1, "beats", "trails"),
+                ("NLL per token", "nats/token", 1.0, 4, "worse (NLL up)", "better (NLL down)")):
+            matrix = np.array([_per_item(records, a, b, measure) for a, b in by_k.values()])
+            values = {k: float(row.mean()) for k, row in zip(by_k, matrix)}
+            questions.append(_question(
+                (*key, measure), f"{subject} on the fresh final set ({measure})", values,
+                shared_item_variance(matrix), "the per-item results: two-way replicates x items decomposition",
+                f"{measure} difference", unit, scale, higher=higher, lower=lower, decimals=decimals))
+    return {"format": ANALYSIS_FORMAT, "design": design["name"], "rule": ANALYSIS_RULE, "scope": FINAL_SCOPE,
+            "questions": questions}

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from kit.data.tasks import FAMILIES, generate_set, role_stream_seed
-from kit.digest import load_json_strict, sha256_json
+from kit.digest import load_json_strict, sha256_json, write_canonical_json
 from kit.evidence.ledger import read_ledger, record
 from kit.replicate_stats import plan
 
@@ -237,31 +237,118 @@ def design_runs(design: dict) -> list[str]:
     return out
 
 
+def _design_ledgers(path: Path, spec: dict, ledger: Path, base: Path) -> list[Path]:
+    """The ledgers an opening is looked for in: the one it records to and the design's own (its pool's)."""
+    own = base / spec["excluded"]["ledger"]["path"]
+    return [ledger] + ([own] if own.is_file() and own.resolve() != ledger.resolve() else [])
+
+
+def committed_problems(d: dict, runs_dir: Path) -> list[str]:
+    """Why the design's runs are not all committed in `runs_dir` (empty: every run of `design_runs` has a
+    completed run.json that started after `frozen.at`)."""
+    out = []
+    for r in design_runs(d):
+        rec = runs_dir / r / "run.json"
+        data = load_json_strict(rec) if rec.is_file() else {}
+        if data.get("status") != "completed":
+            out.append(f"{r} not completed")
+        elif str(data.get("started_at", "")) < d["frozen"]["at"]:
+            out.append(f"{r} started {data.get('started_at')}, before the design was frozen ({d['frozen']['at']})")
+    return out
+
+
+def check_committed(path: Path, d: dict, name: str, runs_dir: Path) -> None:
+    """The guard's first refusal: one line naming the first of the design's runs not committed."""
+    missing = committed_problems(d, runs_dir)
+    if missing:
+        raise DesignError(f"{path}: final set {name!r} stays closed: {len(missing)} of the design's runs are not "
+                          f"completed in {runs_dir} (first: {missing[0]}); expected every replicate committed first")
+
+
 def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLike, ledger: str | os.PathLike,
                    exclude_digests=frozenset(), base: str | os.PathLike | None = None) -> list:
     """Open the design's fresh final set `name` once: refused unless every run of `design_runs` is completed in
-    `runs_dir` and the ledger records no earlier opening of it; the set is the pool's first `count` tasks not in
-    `exclude_digests` (the seed's trained tasks and the prepared jobs' sets, on the host), recorded in the
-    exposure ledger as final tasks under the contract the set belongs to; returns the tasks."""
-    path, runs_dir = Path(path), Path(runs_dir)
+    `runs_dir` (started after the design froze) and neither `ledger` nor the design's own ledger records an earlier
+    opening of it; the set is the pool's first `count` tasks not in `exclude_digests` (the seed's trained tasks
+    and the prepared jobs' sets, on the host), recorded in the exposure ledger as final tasks under the contract
+    the set belongs to, the check and the record under the ledger's lock (two openings at once: one wins);
+    returns the tasks. Scoring on the set goes through `score_final_set`, which opens it here."""
+    path, runs_dir, ledger = Path(path), Path(runs_dir), Path(ledger)
     d = load_design(path)
     spec = d["final_sets"].get(name)
     if spec is None:
         raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
-    missing = [r for r in design_runs(d) if not (runs_dir / r / "run.json").is_file()
-               or load_json_strict(runs_dir / r / "run.json").get("status") != "completed"]
-    if missing:
-        raise DesignError(f"{path}: final set {name!r} stays closed: {len(missing)} of the design's runs are not "
-                          f"completed in {runs_dir} (first: {missing[0]}); expected every replicate committed first")
+    check_committed(path, d, name, runs_dir)
     purpose = f"replicate design {d['name']}: final set {name} (pool {spec['pool_sha256'][:16]})"
-    if any(e.get("purpose") == purpose for e in read_ledger(ledger)):
-        raise DesignError(f"{ledger}: final set {name!r} of {path} was opened already; a fresh set opens once")
     base = Path(base) if base is not None else path.resolve().parents[1]
+    ledgers = _design_ledgers(path, spec, ledger, base)
+
+    def refuse_if_opened(entries=None) -> None:
+        for each in ledgers:
+            held = entries if entries is not None and each == ledger else read_ledger(each)
+            if any(e.get("purpose") == purpose for e in held):
+                raise DesignError(f"{each}: final set {name!r} of {path} was opened already; a fresh set opens once")
+
+    refuse_if_opened()
     tasks = [t for t in pool(spec, base / spec["excluded"]["ledger"]["path"]) if t.digest not in set(exclude_digests)]
     if len(tasks) < spec["count"]:
         raise DesignError(f"{path}: final set {name!r}: {len(tasks)} pool tasks left after the exclusions, "
                           f"{spec['count']} wanted; expected a larger `reserve` in a new design")
     tasks = tasks[:spec["count"]]
     contract = d["contracts"]["study" if name == "study" else "adaptive"]["digest"]
-    record([("final.task", t.digest, t.id) for t in tasks], contract, spec["pool_sha256"], purpose, ledger)
+
+    def check(entries) -> None:  # under the ledger's lock: no opening can pass between this check and the record
+        refuse_if_opened(entries)
+        seen = {e["digest"]: e for e in entries}
+        exposed = [t for t in tasks if t.digest in seen]
+        if exposed:
+            raise DesignError(f"{ledger}: task {exposed[0].id} of final set {name!r} of {path} was exposed after the "
+                              f"design froze (purpose {seen[exposed[0].digest].get('purpose')!r}); expected a fresh set")
+
+    record([("final.task", t.digest, t.id) for t in tasks], contract, spec["pool_sha256"], purpose, ledger,
+           check=check)
     return tasks
+
+
+SCORES_FORMAT = "kit-replicate-final-scores/1"
+
+
+def set_runs(design: dict, name: str) -> list[str]:
+    """The replicate runs scored on the final set `name`: the study's arms for "study", the growth pairs else."""
+    return [r for r in design_runs(design) if ("-study-" in r) == (name == "study")]
+
+
+def score_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLike, ledger: str | os.PathLike,
+                    models: dict, score, out_dir: str | os.PathLike, exclude_digests=frozenset(),
+                    base: str | os.PathLike | None = None) -> dict[str, dict]:
+    """Score every replicate of the design's set `name` on its fresh final tasks, once: `models` {run id of
+    `set_runs` (every one; a baseline such as "seed" may be added): what `score` loads}; refused before anything
+    opens when one is missing or a score file of the set exists in `out_dir`; then the set is opened through
+    `open_final_set` (the guard) and `score(tasks, model)` -> per-item rows [{id, correct, nll_sum, tokens}] runs
+    once per model. Each record {format, design, set, pool_sha256, tasks_sha256, label, model, rows} goes to
+    OUT_DIR/<label>.json; returns {label: record}."""
+    path, out_dir = Path(path), Path(out_dir)
+    d = load_design(path)
+    if name not in d["final_sets"]:
+        raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
+    lacking = [r for r in set_runs(d, name) if r not in models]
+    if lacking:
+        raise DesignError(f"models: {len(lacking)} replicate(s) of final set {name!r} of {path} not named (first: "
+                          f"{lacking[0]}); expected every replicate scored in the one opening")
+    done = sorted(out_dir.glob("*.json")) if out_dir.is_dir() else []
+    if done:
+        raise DesignError(f"{done[0]}: final set {name!r} was scored already; each replicate is scored on it once")
+    tasks = open_final_set(path, name, runs_dir, ledger, exclude_digests, base)
+    tasks_sha = sha256_json([t.digest for t in tasks])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = {}
+    for label, model in models.items():
+        rows = score(tasks, model)
+        if [r["id"] for r in rows] != [t.id for t in tasks]:
+            raise DesignError(f"score({label!r}): rows for other tasks than the opened set; expected one per task, "
+                              "in order")
+        rec = {"format": SCORES_FORMAT, "design": d["name"], "set": name, "pool_sha256": d["final_sets"][name][
+            "pool_sha256"], "tasks_sha256": tasks_sha, "label": label, "model": model, "rows": rows}
+        write_canonical_json(out_dir / f"{label}.json", rec)
+        records[label] = rec
+    return records

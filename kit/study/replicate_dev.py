@@ -156,3 +156,23 @@ def dev_sidecars(candidate: dict, baseline: dict) -> dict:
     return {"accuracy_by_family": accuracy_sidecars({"tasks": paired})["accuracy_by_family"],
             "nll_change": {"tasks": change(candidate["task_nll"], baseline["task_nll"]),
                            "retention": change(candidate["retention"] or [], baseline["retention"] or [])}}
+
+
+def final_scorer(seed_dir: str | os.PathLike, max_tokens: int, max_new_tokens: int, device: str = "cpu"):
+    """A `score(tasks, model)` for kit.evidence.replicate_design.score_final_set: `model` "HOME:FULL_ROOT" or
+    "seed"; each generated task (kit.data.tasks) answered greedily and its answer's NLL scored, rows [{id,
+    family, correct, nll_sum, tokens}] in the tasks' order. The tokenizer is the seed's."""
+    tokenizer = load_tokenizer(seed_dir)
+    nll_batch, answer_batch = eval_batch_sizes(device)
+
+    def score(tasks, model_spec: str) -> list[dict]:
+        source = parse_model(model_spec)
+        model = (load_model(seed_dir=str(seed_dir), device=device) if source.get("seed")
+                 else load_model(home=source["home"], root=source["full_root"], device=device))
+        convs = [_task_conversation(t, True) for t in tasks]
+        answers = answer_tasks(model, tokenizer, convs, max_new_tokens, batch_size=answer_batch)
+        nll = {r["id"]: r for r in score_nll(model, tokenizer, convs, max_tokens, batch_size=nll_batch)}
+        return [{"id": a["id"], "family": a["family"], "correct": bool(a["correct"]),
+                 "nll_sum": nll[a["id"]]["nll_sum"], "tokens": nll[a["id"]]["tokens"]} for a in answers]
+
+    return score

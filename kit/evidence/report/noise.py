@@ -127,19 +127,7 @@ def replicate_spread_html(runs_dir) -> str | None:
                          "code": (t["commit"] or "n/a")[:8]
                          + (f", PowerSGD {t['powersgd_orthonormalisation']}" if t["powersgd_orthonormalisation"] else ""),
                          "per-item results": r.get("per_item", "n/a")})
-    questions = []
-    for q in result["questions"]:
-        iv, d = q["interval"], (1 if q["scale"] == 100.0 else 4)
-        questions.append({
-            "question": q["subject"], "verdict key": " / ".join(q["key"]),
-            "replicates": ", ".join(map(str, q["replicates"])),
-            "difference per replicate": ", ".join(_num(v, q["scale"], d) for v in q["differences"]) + f" {q['unit']}",
-            "mean": _num(iv["mean"], q["scale"], d),
-            "95% t interval": (f"[{_num(iv['lower'], q['scale'], d)}, {_num(iv['upper'], q['scale'], d)}]"
-                               if iv["estimable"] else "not estimable"),
-            "df": iv["df"] if iv["estimable"] else "n/a",
-            "passes the committed check in": "n/a" if q["passes_in"] is None else f"{q['passes_in']} of {iv['k']}",
-            "reading": q["reading"]})
+    questions = _question_rows(result["questions"])
     text = (f"Replicates are scored on {result['scope']}. Rule: {result['rule']}. Pairs are formed by replicate index "
             "(the same data order in both arms); replicate 0 is the committed run, scored where the evidence holds "
             "a development score of its endpoint.")
@@ -153,6 +141,33 @@ def replicate_spread_html(runs_dir) -> str | None:
                 "A single run's verdict reads its difference against item sampling only; with the replicates' spread "
                 "its false-pass rate at no true effect and its detectable effect (80% power, one-sided 5%) are these. "
                 "The spread of 2-3 replicates is itself uncertain.") + "</p>" + records_table(noise) if noise else ""))
+
+
+def _question_rows(questions: list[dict]) -> list[dict]:
+    rows = []
+    for q in questions:
+        iv, d = q["interval"], (1 if q["scale"] == 100.0 else 4)
+        rows.append({
+            "question": q["subject"], "verdict key": " / ".join(q["key"]),
+            "replicates": ", ".join(map(str, q["replicates"])),
+            "difference per replicate": ", ".join(_num(v, q["scale"], d) for v in q["differences"]) + f" {q['unit']}",
+            "mean": _num(iv["mean"], q["scale"], d),
+            "95% t interval": (f"[{_num(iv['lower'], q['scale'], d)}, {_num(iv['upper'], q['scale'], d)}]"
+                               if iv["estimable"] else "not estimable"),
+            "df": iv["df"] if iv["estimable"] else "n/a",
+            "passes the committed check in": "n/a" if q["passes_in"] is None else f"{q['passes_in']} of {iv['k']}",
+            "reading": q["reading"]})
+    return rows
+
+
+def replicate_final_html(result: dict) -> str:
+    """The replicate section's part on a design's fresh final set, from
+    kit.evidence.replicate_analysis.analyse_final: per question the paired differences, mean, t interval with its
+    df (item sampling from the per-item results) and the reading."""
+    text = (f"Design {result['design']}: replicates scored on {result['scope']}. Rule: {result['rule']}. Pairs are "
+            "formed by replicate index (the same data order in both arms).")
+    return (f"<h4>Replicates on the fresh final set ({html.escape(result['design'])})</h4><p>" + html.escape(text)
+            + "</p>" + records_table(_question_rows(result["questions"])))
 
 
 def replicate_html(runs_dir) -> str:
