@@ -98,12 +98,11 @@ class EngineConfig:
     weight_cache: str = "auto"
     fused_elementwise: str = "auto"
     foreach_norm: str = "auto"
-    # The issue-54 levers as the GPU record runs/bench-update-levers-2026-12-05 decided (docs/performance.md,
-    # "Levers measured"); "on" runs one anywhere, "auto" on CUDA only. compiled_loss: each loss chunk as
-    # one torch.compile'd function of static shape (kit/train/compiled_loss.py): +5.7% tokens/s, so "auto"
-    # (CPU keeps the eager loop and its digests); adam_steps_on_device: the fused AdamW's step counts kept on
-    # the device (ParamAdamW.keep_steps_on_device) and graph_capture: the compiled blocks as CUDA graphs
-    # (torch.compile mode "reduce-overhead"): each -0.5%, within noise, so off.
+    # The update's levers as the one-GPU benchmark record decided (docs/performance.md, "Levers measured");
+    # "on" runs one anywhere, "auto" on CUDA only. compiled_loss: each loss chunk as one torch.compile'd
+    # function of static shape (kit/train/compiled_loss.py), +5.7% tokens/s, so "auto" (the CPU keeps the eager
+    # loop and its digests). adam_steps_on_device (the fused AdamW's step counts kept on the device) and
+    # graph_capture (compiled blocks as CUDA graphs, mode "reduce-overhead"): -0.5% each, noise, so off.
     compiled_loss: str = "auto"
     adam_steps_on_device: str = "off"
     graph_capture: str = "off"

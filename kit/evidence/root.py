@@ -7,11 +7,9 @@ superseded folders with their notes, `archive/` with the archives and their inde
 head `MANIFESTS.json` pins), but the files git ignores there (IGNORED_NAMES: `kernel.log`, run-id locks,
 caches). Each is a leaf keyed by its path, `runs/...` or `ledger/...` whatever the folders are called, and
 the root is the Merkle tree hash of RFC 6962 over the leaves in sorted path order, so any added, deleted,
-moved, linked or edited file changes it. A symbolic link is a leaf of its own (its target, never followed);
-a file that is neither a regular file nor a link (a FIFO, a device) is refused.
-
-The same leaves are read from a git commit (`commit_leaves`: its tree's blobs, links as git stores them), so
-`kit verify-evidence --at COMMIT` compares the working tree with that commit file by file.
+moved, linked or edited file changes it. A symbolic link is a leaf (its target, never followed); a FIFO or a
+device is refused. `commit_leaves` reads the same leaves from a git commit, so `kit verify-evidence --at
+COMMIT` compares the working tree with that commit file by file.
 """
 
 from __future__ import annotations
