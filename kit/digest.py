@@ -7,6 +7,7 @@ file that parses has exactly one canonical form and therefore exactly one digest
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -80,27 +81,35 @@ class BoundedReadError(ValueError):
     """A file that may not be read: a link where none is allowed, not a regular file, or larger than its cap."""
 
 
-def read_bounded(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_links: bool = True) -> bytes:
-    """The bytes of the regular file `path`, read at most `cap` of them: a file that is not regular (a device,
-    a FIFO: never blocks), larger than `cap`, or (with follow_links=False) a symbolic link is refused with one
-    line naming it; FileNotFoundError as open's."""
+@contextlib.contextmanager
+def _open_regular(path: str | os.PathLike, cap: int, follow_links: bool):
+    """The regular file `path` opened for reading (never blocking on a FIFO, never following a link unless
+    follow_links) with its size checked against `cap`; BoundedReadError naming it otherwise."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: file not found") from None
-    except OSError:
+    except OSError as e:
         if not follow_links and os.path.islink(path):
             raise BoundedReadError(f"{path}: a symbolic link; expected the file itself (a link is not evidence)") from None
-        raise
+        raise BoundedReadError(f"{path}: cannot be read ({e.strerror})") from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise BoundedReadError(f"{path}: not a regular file (a device, FIFO or folder); expected a file")
         if st.st_size > cap:
             raise BoundedReadError(f"{path}: {st.st_size} bytes; at most {cap} are read from such a file")
-        data = f.read(min(cap, st.st_size) + 1)  # one more byte than stated: a file still growing is seen
-        if len(data) > st.st_size:
+        yield f, st.st_size
+
+
+def read_bounded(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_links: bool = True) -> bytes:
+    """The bytes of the regular file `path`, read at most `cap` of them: a file that is not regular (a device,
+    a FIFO: never blocks), larger than `cap`, or (with follow_links=False) a symbolic link is refused with one
+    line naming it; FileNotFoundError as open's."""
+    with _open_regular(path, cap, follow_links) as (f, size):
+        data = f.read(min(cap, size) + 1)  # one more byte than stated: a file still growing is seen
+        if len(data) > size:
             data += f.read(cap + 1 - len(data))
     if len(data) > cap:
         raise BoundedReadError(f"{path}: grew past {cap} bytes while read; at most {cap} are read from such a file")
@@ -110,22 +119,8 @@ def read_bounded(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_
 def sha256_regular(path: str | os.PathLike, cap: int = MAX_EVIDENCE_BYTES, follow_links: bool = False) -> tuple[int, str]:
     """(size, sha256) of the regular file `path`, streamed, at most `cap` bytes; a link (unless follow_links), a
     device or FIFO (never blocks) or a larger file is refused with BoundedReadError naming it."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: file not found") from None
-    except OSError as e:
-        if os.path.islink(path):
-            raise BoundedReadError(f"{path}: a symbolic link; expected the file itself (a link is not evidence)") from None
-        raise BoundedReadError(f"{path}: cannot be read ({e.strerror})") from None
     h, n = hashlib.sha256(), 0
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise BoundedReadError(f"{path}: not a regular file (a device, FIFO or folder); expected a file")
-        if st.st_size > cap:
-            raise BoundedReadError(f"{path}: {st.st_size} bytes; at most {cap} are read from such a file")
+    with _open_regular(path, cap, follow_links) as (f, _):
         while chunk := f.read(min(HASH_CHUNK, cap + 1 - n)):
             n += len(chunk)
             if n > cap:

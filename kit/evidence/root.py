@@ -21,7 +21,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from kit.digest import canonical_json
+from kit.digest import BoundedReadError, canonical_json, sha256_regular
 
 RUNS_KEY, LEDGER_KEY = "runs", "ledger"
 # what git ignores under runs/ and ledger/ (.gitignore): never evidence, so never in the root
@@ -73,22 +73,9 @@ def root_of(leaves: dict[str, dict]) -> str:
 def hash_regular(path: Path, cap: int = MAX_FILE_BYTES) -> tuple[int, str]:
     """(size, sha256) of the regular file `path`, opened without following a link and read at most `cap` bytes."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise EvidenceRootError(f"{path}: cannot be opened as a regular file ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise EvidenceRootError(f"{path}: not a regular file; expected a file of the evidence")
-        if st.st_size > cap:
-            raise EvidenceRootError(f"{path}: {st.st_size} bytes; an evidence file holds at most {cap}")
-        h, n = hashlib.sha256(), 0
-        while chunk := f.read(_CHUNK):
-            n += len(chunk)
-            if n > cap:
-                raise EvidenceRootError(f"{path}: grows past {cap} bytes while read; expected a file of the evidence")
-            h.update(chunk)
-    return n, h.hexdigest()
+        return sha256_regular(path, cap, follow_links=False)
+    except (BoundedReadError, OSError) as e:
+        raise EvidenceRootError(f"{e}; expected a file of the evidence") from None
 
 
 def _walk(top: Path, key: str, out: dict[str, dict]) -> None:

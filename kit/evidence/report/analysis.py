@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from math import comb
 
-from kit.evidence.report.format import fmt, is_number
+from kit.evidence.report.format import NOT_EVALUABLE, fmt, is_number
 from kit.evidence.report.index import arm_runs, index, metric
 from kit.evidence.report.verdict_rows import SPEED_CHECK, verdict_rows
 
@@ -162,7 +162,6 @@ def _ratio_to(reference: dict):
     return ratio
 
 
-NOT_EVALUABLE = "not evaluable"  # kit.study.screens.NOT_EVALUABLE (the report reads records, not the study code)
 
 
 def speed_reason(runs_dir, evaluation: str) -> str | None:

@@ -23,6 +23,7 @@ import numpy as np
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 TIME_KEYS = re.compile(r"(_at|^now)$")
 NONE = "\u2014"
+NOT_EVALUABLE = "not evaluable"  # a verdict whose test has no data (kit.study.screens.NOT_EVALUABLE)
 
 
 # --- formatting ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from kit.digest import load_json_strict
 from kit.evidence.replicate_analysis import robustness_by_question
 from kit.evidence.report.analysis import sign_test_p
-from kit.evidence.report.format import NONE, fmt, is_number, run_link
+from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, run_link
 from kit.evidence.report.history import contracts_note, question_key, seed_reading, seed_verdicts
 from kit.evidence.report.index import REPO, index, is_cpu, metric, run_contract
 from kit.evidence.report.page import PAGE_CSS
@@ -28,7 +28,6 @@ from kit.evidence.report.seed_knew import build_record, seed_digests, training_m
 from kit.evidence.report.verdict_rows import question_text, verdict_rows
 from kit.evidence.run_index import split_selection
 
-NOT_EVALUABLE = "not evaluable"
 NEAR_SE = 3.0  # an estimate within this many standard errors of its threshold: the verdict may go either way
 COLUMNS = ("question", "verdict", "what was tested", "what the verdict weighs", "on other seeds and replicates")
 
@@ -185,7 +184,7 @@ def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list
         rep = (replicates or {}).get(key)
         robust = "; ".join(s for s in (seeds, rep) if s) or NONE
         out.append({"key": key, "question": question_text(row), "id": f"{row['comparison']} \u00b7 {row['check']}",
-                    "verdict": verdict, "recorded": str(row.get("verdict")), "tested": text,
+                    "verdict": verdict, "recorded": str(row.get("recorded", row.get("verdict"))), "tested": text,
                     "weighs": weight(row, x, context), "robustness": robust, "source": row["source"],
                     "runs": row["runs"], "numbers": x})
     return out

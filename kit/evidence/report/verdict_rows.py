@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import records
-from kit.evidence.report.format import NONE, fmt, is_number, kv_table, records_table, run_link
+from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, kv_table, records_table, run_link
 from kit.evidence.report.index import arm_runs, index, metric, producer
 
 
@@ -43,6 +43,8 @@ def verdict_rows(runs_dir) -> dict[str, list[dict]]:
                 elif "lost" in g:
                     row.update(statistic="correct generated answers lost", value=g["lost"],
                                threshold=f"\u2264 gained ({g.get('gained')})", threshold_value=g.get("gained"))
+                    if not g["lost"] and not g.get("gained"):  # no discordant answer: the rule's pass weighs nothing
+                        row.update(verdict=NOT_EVALUABLE, recorded=row["verdict"])
                 else:
                     num = {k: v for k, v in g.items() if is_number(v)}
                     k, v = next(iter(num.items()), (None, None))
