@@ -134,8 +134,8 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     capsys.readouterr()
     for argv, wanted in (
             (["--part", "study", "--replicates", "2"], "field 'replicates.study' = [0, 1]; replicate 2 is not among"),
-            (["--part", "growth", "--replicates", "0"], "field 'gpu_mode.CUBLAS_WORKSPACE_CONFIG' = ':4096:8'; the "
-                                                        "environment has None"),
+            (["--part", "growth", "--replicates", "0"], ("field 'gpu_mode.CUBLAS_WORKSPACE_CONFIG' = ':4096:8'; the "
+                                                        "environment has None")),
             (["--part", "study-r0"], "part 'study-r0' has no place in a design's campaign")):
         assert replicates_main([*common, *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
