@@ -25,7 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kit.demo import demo_ledger
 from kit.digest import load_json_strict, write_canonical_json
+from kit.evidence.ledger import LEDGER_ENV
 from kit.evidence.replicate_design import DesignError, committed_problems, load_design
 from kit.study.arms import arm_dir
 
@@ -195,8 +197,12 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
           "--design", str(design_path)]
     made = Path(out) / "rederived-runs" if block["finals"] else runs_dir  # a finals block's own runs directory
     base = [*py, "--runs-dir", str(made), "--fixed", fixed]
-    mode = {v: w for v, w in design["gpu_mode"].items() if v != "applies_to"}
-    replay = dict.fromkeys(mode)  # the re-derived inputs replay the committed runs' mode: unset
+    # one ledger for every part, the one beside the committed runs (kit.demo.demo_ledger): a finals block's own runs
+    # folder would otherwise give its preparations another, and the re-derived jobs (and roots) would differ
+    ledger = {LEDGER_ENV: str(demo_ledger(out, runs_dir).absolute())}
+    mode = {**ledger, **{v: w for v, w in design["gpu_mode"].items() if v != "applies_to"}}
+    replay = {**ledger, **dict.fromkeys(set(mode) - set(ledger))}  # the re-derived inputs replay the committed
+    # runs' mode: unset
     arms = ["--arms", *study_arms(design)]
     p = design["run_prefix"]
     cmds = [(replay, [*base, "--part", "prepare"])]

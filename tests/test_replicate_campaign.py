@@ -92,6 +92,7 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     from kit.replicates import main as replicates_main
     from kit.study.arms import arm_dir
 
+    monkeypatch.delenv("KIT_LEDGER", raising=False)
     ledger = exposed_ledger(tmp_path / "ledger" / "exposed.jsonl", PUBLIC, 4000, 4100)
     path = _design(tmp_path, ledger)
     design = load_json_strict(path)
@@ -121,6 +122,8 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     for (changes, argv), (part, _) in zip(calls, parts):
         assert argv[1:3] == ["-m", "kit.replicates"] and argv[argv.index("--design") + 1] == str(path)
         assert argv[argv.index("--fixed") + 1] == "demo-confirm-s2" and argv[argv.index("--runs-dir") + 1] == str(runs)
+        changes = dict(changes)
+        assert changes.pop("KIT_LEDGER") == str(ledger.absolute())  # every part the ledger beside the runs
         assert changes == (dict.fromkeys(MODE) if part in ("prepare", "a-endpoint") else MODE), part
     assert parts[2][1][-5:] == ["1", "--arms", "dense", "powersgd", "single"] and parts[4][1][-1] == "1"
     record = load_json_strict(out / "confirm-block-1.json")
