@@ -29,6 +29,7 @@ from kit.demo import demo_ledger
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV
 from kit.evidence.replicate_design import DesignError, committed_problems, load_design
+from kit.replicates import _Layout
 from kit.study.arms import arm_dir
 
 SESSION_S, CALL_S = 1800, 600
@@ -69,6 +70,14 @@ def index_runs(design: dict, group: str, k: int) -> list[str]:
     if group == "study":
         return [f"{p}study{kind}-{arm}-r{k}" for arm in study_arms(design) for kind in ("", "-dev")]
     return [f"{p}adaptive-{r}-r{k}" for r in ("B-control", "B-growth", "dev-B", "dev-G")]
+
+
+def trained(design: dict, runs_dir: Path | None, group: str, k: int) -> list[str]:
+    """The training runs of index k already completed in `runs_dir` (the rest of the index not): a host of a later
+    session lacks their checkpoint homes, which their development scorings read, so the block re-derives them."""
+    if runs_dir is None:
+        return []
+    return [r for r in index_runs(design, group, k) if "-dev-" not in r and _done(runs_dir, r, design["frozen"]["at"])]
 
 
 def pending(design: dict, runs_dir: Path | None) -> dict[str, list[int]]:
@@ -161,7 +170,13 @@ def plan_blocks(design: dict, path: Path, runs_dir: Path | None = None, scores_d
     m = measured(design, path)
     arms = study_arms(design)
     todo = pending(design, runs_dir)
-    blocks = _pack(_units(m, arms, todo["study"], todo["growth"], False, False), m, session_s, False)
+    units = _units(m, arms, todo["study"], todo["growth"], False, False)
+    for u in units:  # an index cut off between its training and its scorings: the training re-derived first
+        if any(trained(design, runs_dir, "study" if u["kind"] == "study" else "growth", k) for k in u["indexes"]):
+            again = m["six_study_arms_side_by_side"] if u["kind"] == "study" else m["growth_pair_side_by_side"]
+            u["seconds"] = _add(u["seconds"], again)
+            u["what"] += " (the committed trainings re-derived first)"
+    blocks = _pack(units, m, session_s, False)
     left = finals_pending(design, scores_dir)
     blocks += _pack(_units(m, arms, left["study"], left["growth"], True, bool(left["seed"])), m, session_s, True)
     for i, b in enumerate(blocks, 1):
@@ -191,8 +206,8 @@ def _homes(design: dict, out: Path, block: dict) -> list[Path]:
 
 def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed: Path, runs_dir: Path,
                   scale: str, fixed: str, scores_dir: Path) -> list[tuple[dict, list[str]]]:
-    """The block's steps in order: (environment changes {var: value, or None: unset}, argv), or ({}, ["rm",
-    paths...]) for the homes a finals block removes once scored."""
+    """The block's steps in order: (environment changes {var: value, or None: unset}, argv), ({}, ["rm",
+    paths...]) for the homes a finals block removes once scored, or ({}, ["copy", into, run folders...])."""
     py = [sys.executable, "-m", "kit.replicates", "--scale", scale, "--out", str(out), "--seed", str(seed),
           "--design", str(design_path)]
     made = Path(out) / "rederived-runs" if block["finals"] else runs_dir  # a finals block's own runs directory
@@ -208,6 +223,22 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
     cmds = [(replay, [*base, "--part", "prepare"])]
     if block["growth"]:
         cmds.append((replay, [*base, "--part", "a-endpoint"]))
+    # a training block: indexes cut off between training and scoring get their committed trainings re-derived (same
+    # parts and mode) into a runs folder of their own, which first receives this session's re-derived inputs
+    redo = Path(out) / "rederived-runs"
+    half = {} if block["finals"] else {
+        (g, k): trained(design, runs_dir, g, k) for g in ("study", "growth") for k in block[g]}
+    half = {gk: runs for gk, runs in half.items() if runs}
+    for (g, k), runs in half.items():
+        if g == "growth" and len(runs) != 2:
+            raise DesignError(f"{runs_dir / runs[0]}: completed, the other side of growth pair r{k} not; expected "
+                              "both sides completed or neither (re-deriving one side alone is not supported)")
+    if half:
+        lay = _Layout(scale, Path(out), Path(seed), design["run_prefix"], fixed)
+        inputs = [f"{fixed}-study-prepare", f"{fixed}-adaptive-prepare"] + ([lay.a_mid, lay.a_end]
+                                                                            if block["growth"] else [])
+        cmds.append(({}, ["copy", str(redo), *(str(Path(runs_dir) / r) for r in inputs)]))
+    again = [*py, "--runs-dir", str(redo), "--fixed", fixed]
     finals = [*py, "--runs-dir", str(runs_dir), "--part", "finals", "--scores", str(scores_dir), "--rederived",
               str(made), "--labels"]
     if block["finals"] and block["seed"] and not block["study"]:
@@ -215,6 +246,10 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
     per_wave = max(1, SIDE_BY_SIDE // max(1, len(study_arms(design))))
     for i in range(0, len(block["study"]), per_wave):
         ks = block["study"][i:i + per_wave]
+        for k in ks:
+            done = [r.rsplit("-r", 1)[0].rsplit("-", 1)[1] for r in half.get(("study", k), [])]
+            if done:
+                cmds.append((mode, [*again, "--part", "study", "--replicates", str(k), "--arms", *done]))
         cmds.append((mode, [*base, "--part", "study", "--replicates", *map(str, ks), *arms]))
         if block["finals"]:
             labels = [f"{p}study-{a}-r{k}" for k in ks for a in study_arms(design)]
@@ -223,6 +258,8 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
         else:
             cmds.append((mode, [*base, "--part", "study-dev", "--replicates", *map(str, ks), *arms]))
     for k in block["growth"]:
+        if ("growth", k) in half:
+            cmds.append((mode, [*again, "--part", "growth", "--replicates", str(k), "--train-only"]))
         cmds.append((mode, [*base, "--part", "growth", "--replicates", str(k),
                             *(["--train-only"] if block["finals"] else [])]))
         if block["finals"]:
@@ -271,6 +308,14 @@ def run_block(design_path: Path, number: int, out: Path, seed: Path, runs_dir: P
         print(f"step: {shown}", flush=True)
         if dry_run:
             got = None
+        elif argv[0] == "copy":
+            missing = [src for src in argv[2:] if not Path(src).is_dir()]
+            for src in map(Path, argv[2:]):
+                if src.is_dir():
+                    shutil.copytree(src, Path(argv[1]) / src.name, dirs_exist_ok=True)
+            if missing:
+                print(f"{missing[0]}: no such run folder; expected this session's re-derived input", file=sys.stderr)
+            got = 1 if missing else 0
         elif argv[0] == "rm":
             for home in map(Path, argv[1:]):
                 if Path(out).resolve() not in home.resolve().parents:

@@ -106,19 +106,29 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     _commit(runs, *index_runs(design, "study", 0), *index_runs(design, "growth", 0))
     _commit(runs, *(r for r in index_runs(design, "study", 1) if "-dev-" not in r))
     _commit(runs, "demo-confirm-adaptive-B-control-r1", status="failed")
-    _commit(runs, *index_runs(design, "growth", 1)[1:], at="2026-12-04T23:59:59Z")  # before the freeze: not its
+    _commit(runs, "demo-confirm-adaptive-B-growth-r1", at="2026-12-04T23:59:59Z")  # before the freeze: not its
     left = plan_blocks(design, path, runs)
     assert [(b["study"], b["growth"]) for b in left] == [([1], [1]), ([0, 1], [0]), ([], [1])]
 
     calls = []
 
-    def execute(changes, argv):
+    def execute(changes, argv):  # the re-derived inputs' records appear as the parts would commit them
         calls.append((changes, argv))
+        if "--fixed" not in argv:  # a finals scoring
+            return 0
+        fixed, part, where = (argv[argv.index(f) + 1] for f in ("--fixed", "--part", "--runs-dir"))
+        made = {"prepare": ["study-prepare", "adaptive-prepare"], "a-endpoint": ["A2-to-step4", "A3-migrated"]}
+        _commit(Path(where), *(f"{fixed}-{r}" for r in made.get(part, [])), at="2026-12-05T01:00:00Z")
         return 0
 
     assert run_block(path, 1, out, tmp_path / "seed", runs, execute=execute, tag="s2") == 0
     parts = [(argv[argv.index("--part") + 1], argv) for _, argv in calls]
-    assert [p for p, _ in parts] == ["prepare", "a-endpoint", "study", "study-dev", "growth"]
+    assert [p for p, _ in parts] == ["prepare", "a-endpoint", "study", "study", "study-dev", "growth"]
+    # r1's committed trainings re-derived first (their homes are not on a new host), in a runs folder of their own
+    redo = parts.pop(2)[1]
+    assert redo[redo.index("--runs-dir") + 1] == str(out / "rederived-runs") and redo[-5:] == [
+        "1", "--arms", "dense", "powersgd", "single"]
+    calls.pop(2)
     for (changes, argv), (part, _) in zip(calls, parts):
         assert argv[1:3] == ["-m", "kit.replicates"] and argv[argv.index("--design") + 1] == str(path)
         assert argv[argv.index("--fixed") + 1] == "demo-confirm-s2" and argv[argv.index("--runs-dir") + 1] == str(runs)
@@ -127,7 +137,10 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
         assert changes == (dict.fromkeys(MODE) if part in ("prepare", "a-endpoint") else MODE), part
     assert parts[2][1][-5:] == ["1", "--arms", "dense", "powersgd", "single"] and parts[4][1][-1] == "1"
     record = load_json_strict(out / "confirm-block-1.json")
-    assert [s["rc"] for s in record["steps"]] == [0] * 5 and record["block"]["study"] == [1]
+    assert [s["rc"] for s in record["steps"]] == [0] * 7 and record["block"]["study"] == [1]
+    assert record["steps"][2]["argv"] == ["copy", str(out / "rederived-runs"), str(runs / "demo-confirm-s2-study-prepare"),
+                                          str(runs / "demo-confirm-s2-adaptive-prepare"),
+                                          str(runs / "demo-confirm-s2-A2-to-step4"), str(runs / "demo-confirm-s2-A3-migrated")]
     assert run_block(path, 1, out, tmp_path / "seed", runs, dry_run=True) == 0 and len(calls) == 5  # runs nothing
 
     # kit.replicates under the design: the stopping rule, the design's mode and scale (one line each, before work)
@@ -149,6 +162,14 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     # the finals block stays closed while a replicate is missing
     assert run_block(path, 2, out, tmp_path / "seed", runs, execute=execute) == 2
     assert "the fresh final sets stay closed: 2 of the design's runs" in capsys.readouterr().err
+    # growth pair r1 trained, not scored: the pair re-derived (training only) before its development scorings
+    _commit(runs, *(r for r in index_runs(design, "study", 1) if "-dev-" in r), "demo-confirm-adaptive-B-control-r1",
+            "demo-confirm-adaptive-B-growth-r1", at="2026-12-05T02:00:00Z")
+    calls.clear()
+    assert run_block(path, 1, out, tmp_path / "seed", runs, execute=execute, tag="s3") == 0
+    assert [(argv[argv.index("--runs-dir") + 1], argv[argv.index("--part") + 1:]) for _, argv in calls][2:] == [
+        (str(out / "rederived-runs"), ["growth", "--replicates", "1", "--train-only"]),
+        (str(runs), ["growth", "--replicates", "1"])]
     # every index done: the finals blocks alone are left, the first with the seed's scoring
     _commit(runs, *(r for k in (0, 1) for g in ("study", "growth") for r in index_runs(design, g, k)),
             at="2026-12-05T02:00:00Z")
