@@ -1,19 +1,22 @@
 """The campaign of a frozen replicate design (kit-replicate-design/1) in blocks: one block is one device session
-(a fresh machine, at most `SESSION_S` device seconds, device calls of at most `CALL_S` each), planned from the
-design's measured durations (`gpu_time.measured`); one block runs per invocation and resumes from committed runs.
+(a fresh machine, at most `SESSION_S` device seconds, calls of at most `CALL_S`), planned from the design's measured
+durations (`gpu_time.measured`); one block runs per invocation and resumes from committed runs.
 
-    python -m kit.replicate_campaign plan --design D [--runs-dir runs]      the block plan (what is left), printed
-    python -m kit.replicate_campaign run --design D --block N --out W --seed S --runs-dir R [--dry-run]
+    python -m kit.replicate_campaign plan --design D [--runs-dir runs] [--scores DIR]   the blocks left, printed
+    python -m kit.replicate_campaign run --design D --block N --out W --seed S --runs-dir R [--scores DIR] [--dry-run]
 
-The decisions to know: a block's replicate indexes are fixed by the plan over what is *not yet completed* in the
-runs directory (a replicate index counts as done when its training runs and their development scorings all
-completed, started after the design froze), so a block cut off midway is planned again with only its missing
-indexes; nothing beyond the design's `replicates` ever runs (kit.replicates --design refuses it). Every part runs
-as its own `python -m kit.replicates --design` process: replicates and scorings with the design's `gpu_mode`
-variables set, the re-derived inputs (prepare, cohort A's endpoint: replays of committed runs) with them unset.
-The fresh final sets open only in the finals block, planned once every replicate is committed, through
-kit.replicates.run_finals (open_final_set's guard).
+The decision to know: the plan is made over what is *not yet completed* (a replicate index is done when its trainings
+and their development scorings all completed after the design froze; a final label when its score file exists), so a
+block cut off midway is planned again with only what is missing, and nothing beyond the design's indexes ever runs.
 """
+
+# Notes. Each part runs as its own `python -m kit.replicates --design` process (which refuses an index beyond k, another
+# GPU mode or scale): replicates and scorings with the design's `gpu_mode` set, the re-derived inputs (prepare, cohort
+# A's endpoint: replays of committed runs) with it unset, every part on the ledger beside the committed runs. A host
+# keeps no checkpoint of an earlier session, so a training committed but not scored is re-derived (same parts and mode,
+# into OUT/rederived-runs) before its scoring, and the finals blocks, planned once every replicate is committed,
+# re-derive the endpoints they score; the fresh final sets open at the first batch (open_final_set's guard) and are read
+# back at the later ones (`score_final_set(batch=True)`), each label scored once.
 
 from __future__ import annotations
 
