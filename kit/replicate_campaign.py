@@ -202,7 +202,7 @@ def render(design: dict, blocks: list[dict]) -> str:
 
 
 def _homes(design: dict, out: Path, block: dict) -> list[Path]:
-    """The checkpoint homes a finals block's re-derivation fills (removed once scored: a host's disk holds few)."""
+    """The checkpoint homes a block's units fill (removed once scored: a host's disk holds few)."""
     homes = [arm_dir(out / "study", arm, k) / "home" for k in block["study"] for arm in study_arms(design)]
     return homes + [out / "adaptive" / f"{h}-r{k}" for k in block["growth"] for h in ("B", "G")]
 
@@ -258,8 +258,9 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
             labels = [f"{p}study-{a}-r{k}" for k in ks for a in study_arms(design)]
             cmds.append((mode, [*finals, *labels, *(["seed"] if block["seed"] and i == 0 else [])]))
             cmds.append(({}, ["rm", *map(str, _homes(design, out, {"study": ks, "growth": []}))]))
-        else:
+        else:  # then the homes go: nothing later reads them, and a host's disk holds about six
             cmds.append((mode, [*base, "--part", "study-dev", "--replicates", *map(str, ks), *arms]))
+            cmds.append(({}, ["rm", *map(str, _homes(design, out, {"study": ks, "growth": []}))]))
     for k in block["growth"]:
         if ("growth", k) in half:
             cmds.append((mode, [*again, "--part", "growth", "--replicates", str(k), "--train-only"]))
@@ -267,7 +268,7 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
                             *(["--train-only"] if block["finals"] else [])]))
         if block["finals"]:
             cmds.append((mode, [*finals, *(f"{p}adaptive-B-{s}-r{k}" for s in ("control", "growth"))]))
-            cmds.append(({}, ["rm", *map(str, _homes(design, out, {"study": [], "growth": [k]}))]))
+        cmds.append(({}, ["rm", *map(str, _homes(design, out, {"study": [], "growth": [k]}))]))
     return cmds
 
 

@@ -137,7 +137,8 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
         assert changes == (dict.fromkeys(MODE) if part in ("prepare", "a-endpoint") else MODE), part
     assert parts[2][1][-5:] == ["1", "--arms", "dense", "powersgd", "single"] and parts[4][1][-1] == "1"
     record = load_json_strict(out / "confirm-block-1.json")
-    assert [s["rc"] for s in record["steps"]] == [0] * 7 and record["block"]["study"] == [1]
+    assert [s["argv"][0] for s in record["steps"] if s["argv"][0] in ("copy", "rm")] == ["copy", "rm", "rm"]
+    assert [s["rc"] for s in record["steps"]] == [0] * 9 and record["block"]["study"] == [1]
     assert record["steps"][2]["argv"] == ["copy", str(out / "rederived-runs"), str(runs / "demo-confirm-s2-study-prepare"),
                                           str(runs / "demo-confirm-s2-adaptive-prepare"),
                                           str(runs / "demo-confirm-s2-A2-to-step4"), str(runs / "demo-confirm-s2-A3-migrated")]
