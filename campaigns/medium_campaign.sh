@@ -44,6 +44,11 @@
 #                                                  medium-adaptive-A2-to-step64 and medium-study-single beside
 #                                                  the replicates' prepare, cohort A's endpoint and growth pair r1,
 #                                                  then growth pair r2 and a replay of medium-study-single-r1
+#   bash campaigns/medium_campaign.sh confirm TAG      issue 63, one H200, in the background: the seed rebuilt, then the
+#                                                  next block of campaigns/medium-replicate-design.json's campaign
+#                                                  over the committed medium-confirm-* runs and fresh-final scores
+#                                                  (python -m kit.replicate_campaign run --block 1; TAG: this
+#                                                  session's, naming its re-derived inputs' runs)
 #   bash campaigns/medium_campaign.sh follow SECONDS   calls 2..n: follow the campaign for up to SECONDS, then pack the
 #                                                  run records, evaluation records and report into $OUT
 #   bash campaigns/medium_campaign.sh sync             only the first step of pilot and resume: the host's git to the
@@ -167,6 +172,7 @@ pack() {  # at most 8 files come back: one archive of the evidence, the log besi
              work/adaptive/*/attempts work/study/arms/*/arm.json work/study/arms/*/attempts \
              work/study/arms/*/attempts-rank* work/study/prepared/prepared.json \
              work/study/*.json work/study/evaluation work/at-once work/replicates-*.json work/study/replicates \
+             work/confirm-block-*.json finals \
              seed-build oracle replay/runs replay.log replay-r1.log; do
         for q in $W/$p; do [ -e "$q" ] && items+=("${q#"$W"/}"); done
     done
@@ -537,6 +543,19 @@ growth_replay_run() {  # `growth-replay` in the foreground: two chains on the on
     echo "growth-replay done $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
 }
 
+confirm_run() {  # `confirm TAG` in the foreground: the next block of the confirmatory design (docs/gpu-hosts.md)
+    local t0=$SECONDS design=campaigns/medium-replicate-design.json
+    replicate_setup
+    # the plan is made over what is committed: the design's runs and the fresh-final scores of earlier sessions
+    mkdir -p "$W/runs" "$W/finals"
+    for d in runs/medium-confirm-*; do [ -d "$d" ] && [ ! -e "$W/$d" ] && cp -r "$d" "$W/runs/"; done
+    [ -d campaigns/medium-confirm-finals ] && cp -rn campaigns/medium-confirm-finals/. "$W/finals/"
+    echo "confirm: block of $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+    python3 -m kit.replicate_campaign run --design "$design" --block 1 --tag "$1" --out "$W/work" \
+        --seed "$W/pilot-work/seed" --runs-dir "$W/runs" --scores "$W/finals" || true
+    echo "confirm done $(date -u +%FT%TZ) (+$((SECONDS - t0)) s)"
+}
+
 case "${1:-}" in
     pilot) pilot "${2:?DATE}" ;;
     pilots) pilots "${2:?DATE}" ;;
@@ -549,8 +568,10 @@ case "${1:-}" in
     replicates) in_background replicates "${2:?DATE}" ;;
     replicates-run) replicates_run "${2:?DATE}" ;;
     growth-replay) in_background growth-replay "${2:?DATE}" ;;
+    confirm) in_background confirm "${2:?TAG}" ;;
+    confirm-run) confirm_run "${2:?TAG}" ;;
     growth-replay-run) growth_replay_run "${2:?DATE}" ;;
     follow) follow "${2:?SECONDS}" ;;  # reads files only: no runtime needed
     sync) sync_git ;;
-    *) sed -n '2,51p' "$0"; exit 2 ;;
+    *) sed -n '2,56p' "$0"; exit 2 ;;
 esac

@@ -26,6 +26,7 @@ for their development scores), finals (a frozen design's fresh final sets: `run_
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -76,9 +77,14 @@ def _replicate_id(run_id: str, k: int) -> str:
 class _Layout:
     """The folders and run ids of one replicate campaign at one scale (OUT is the campaign's work folder)."""
 
-    def __init__(self, scale: str, out: Path, seed: Path):
+    def __init__(self, scale: str, out: Path, seed: Path, run_prefix: str | None = None, fixed: str | None = None):
         self.sc = SCALES[scale]
         self.name = self.sc.name
+        # replicate run ids begin with `run` (a frozen design's `run_prefix`; else "<scale name>-"), the
+        # re-derived inputs' (preparations, cohort A's endpoint) with `fixed` (a design's campaign names one per
+        # session: a fresh host re-derives them, and a completed record of another host's would be reused)
+        self.run = run_prefix if run_prefix is not None else f"{self.name}-"
+        self.fixed = fixed if fixed is not None else f"{self.name}-replicates"
         self.out, self.seed = out, shown_path(seed)
         self.study = shown_path(out / "study")
         self.ad = out / "adaptive"
@@ -90,8 +96,8 @@ class _Layout:
         self.a_from, self.a_to = shown_path(self.ad / f"A{self.two}"), shown_path(self.ad / f"A{self.three}")
         self.device = {} if self.sc.device == "cpu" else {"DEVICE": self.sc.device}
         # the re-derived inputs carry the campaign's tag; the committed runs they repeat keep their own ids
-        self.a_mid = f"{self.name}-replicates-A{self.two}-to-step{self.at}"
-        self.a_end = f"{self.name}-replicates-A{self.three}-migrated"
+        self.a_mid = f"{self.fixed}-A{self.two}-to-step{self.at}"
+        self.a_end = f"{self.fixed}-A{self.three}-migrated"
 
     def arm(self, **parameters) -> dict:
         return {"PREPARED_DIR": self.prepared, "SEED_DIR": self.seed, **parameters}
@@ -99,10 +105,10 @@ class _Layout:
 
 def _prepare(lay: _Layout, public_source: Path) -> Iterator[Step]:
     root = repository_root()
-    yield Step(f"{lay.name}-replicates-study-prepare", "19_study_prepare.ipynb",
+    yield Step(f"{lay.fixed}-study-prepare", "19_study_prepare.ipynb",
                {"CONTRACT": shown_path(root / lay.sc.study_contract), "SEED_DIR": lay.seed,
                 "PUBLIC_SOURCE": shown_path(public_source), "STUDY_DIR": lay.study}, concurrent_with_next=True)
-    yield Step(f"{lay.name}-replicates-adaptive-prepare", "10_adaptive_prepare.ipynb",
+    yield Step(f"{lay.fixed}-adaptive-prepare", "10_adaptive_prepare.ipynb",
                {"CONTRACT": shown_path(root / lay.sc.adaptive_contract), "SEED_DIR": lay.seed,
                 "PUBLIC_SOURCE": shown_path(public_source), "OUT_DIR": lay.prepared})
 
@@ -117,7 +123,7 @@ def _a_endpoint(lay: _Layout, roots) -> Iterator[Step]:
 def _study(lay: _Layout, replicates: list[int], arm_names) -> Iterator[Step]:
     arms = [(name, k) for k in replicates for name in arm_names]
     for i, (name, k) in enumerate(arms):  # all at once: the arms leave the GPU mostly idle
-        yield Step(_replicate_id(f"{lay.name}-study-{name}", k), "20_study_arm.ipynb",
+        yield Step(_replicate_id(f"{lay.run}study-{name}", k), "20_study_arm.ipynb",
                    {"STUDY_DIR": lay.study, "SEED_DIR": lay.seed, "ARM": name, "REPLICATE": k},
                    may_fail=True, concurrent_with_next=i + 1 < len(arms))
 
@@ -125,41 +131,44 @@ def _study(lay: _Layout, replicates: list[int], arm_names) -> Iterator[Step]:
 def _study_dev(lay: _Layout, replicates: list[int], roots, arm_names) -> Iterator[Step]:
     for k in replicates:  # one at a time: the first scores the seed, the others read its record back
         for name in arm_names:
-            arm_run = _replicate_id(f"{lay.name}-study-{name}", k)
+            arm_run = _replicate_id(f"{lay.run}study-{name}", k)
             home = shown_path(arm_dir(lay.study, name, k) / "home")
             try:
                 endpoint = roots.endpoint(arm_run)
             except DemoStopped as e:  # an arm that did not complete has no score; the others still get theirs
                 print(f"{arm_run}: no development score: {e}", flush=True)
                 continue
-            yield Step(_replicate_id(f"{lay.name}-study-dev-{name}", k), "22_study_replicate_dev.ipynb",
+            yield Step(_replicate_id(f"{lay.run}study-dev-{name}", k), "22_study_replicate_dev.ipynb",
                        {"STUDY_DIR": lay.study, "SEED_DIR": lay.seed, "ARM": name, "REPLICATE": k,
                         "CANDIDATE": f"{home}:{endpoint}", **lay.device}, may_fail=True)
 
 
-def _growth(lay: _Layout, replicates: list[int], roots) -> Iterator[Step]:
+def _growth(lay: _Layout, replicates: list[int], roots, train_only: bool = False) -> Iterator[Step]:
     a_end = roots.endpoint(lay.a_end)
     for k in replicates:
         b_home, g_home = shown_path(lay.ad / f"B-r{k}"), shown_path(lay.ad / f"G-r{k}")
         b = lay.arm(COHORT="B", WORKERS=lay.b_workers, RESUME=a_end, REFERENCE=a_end, SOURCE_HOME=lay.a_to,
                     REPLICATE=k)
-        control, growth = (_replicate_id(f"{lay.name}-adaptive-B-{arm}", k) for arm in ("control", "growth"))
+        control, growth = (_replicate_id(f"{lay.run}adaptive-B-{arm}", k) for arm in ("control", "growth"))
         yield Step(control, "11_adaptive_arm.ipynb", {**b, "HOME": b_home}, concurrent_with_next=True)
         yield Step(growth, "11_adaptive_arm.ipynb", {**b, "HOME": g_home, "REFERENCE_HOME": lay.a_to, "GROW": True})
+        if train_only:  # a re-derivation of the pair's endpoints for the fresh final sets: no development scoring
+            continue
         b_end, g_end = roots.endpoint(control), roots.endpoint(growth)
         # the committed development comparisons, on this replicate's pair: B against A, growth against its control
         for name, cand, base, label in (("B", f"{b_home}:{b_end}", f"{lay.a_to}:{a_end}", "B_vs_A"),
                                         ("G", f"{g_home}:{g_end}", f"{b_home}:{b_end}", "growth_vs_control")):
-            yield Step(_replicate_id(f"{lay.name}-adaptive-dev-{name}", k), "13_adaptive_evaluate.ipynb",
+            yield Step(_replicate_id(f"{lay.run}adaptive-dev-{name}", k), "13_adaptive_evaluate.ipynb",
                        {"PREPARED_DIR": lay.prepared, "CANDIDATE": cand, "BASELINE": base, "SPLIT": "dev",
                         "COMPARISON": label, "OUT": shown_path(lay.ad / f"dev-{name}-r{k}.json"), **lay.device})
 
 
 def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "medium", replicates=(1, 2),
-                    public_source: Path | None = None, arms=STUDY_ARMS) -> Iterator[Step]:
+                    public_source: Path | None = None, arms=STUDY_ARMS, run_prefix: str | None = None,
+                    fixed: str | None = None, train_only: bool = False) -> Iterator[Step]:
     """The steps of one part (module docstring), in order; a generator, as kit.demo.demo_steps. `arms`: the
-    study arms the study parts run (all three by default)."""
-    lay = _Layout(scale, Path(out), Path(seed))
+    study arms the study parts run (all three by default); `run_prefix`, `fixed`: the run ids' (`_Layout`)."""
+    lay = _Layout(scale, Path(out), Path(seed), run_prefix, fixed)
     replicates = list(replicates)
     if part == "prepare":
         yield from _prepare(lay, Path(public_source) if public_source else repository_root() / PUBLIC_SOURCE)
@@ -168,7 +177,7 @@ def replicate_steps(part: str, out: Path, seed: Path, roots, scale: str = "mediu
     elif part == "study":
         yield from _study(lay, replicates, arms)
     elif part == "growth":
-        yield from _growth(lay, replicates, roots)
+        yield from _growth(lay, replicates, roots, train_only)
     elif part == "study-dev":
         yield from _study_dev(lay, replicates, roots, arms)
     elif part == "study-r0":
@@ -244,7 +253,8 @@ def record_checks(plan_file: Path, out: Path, runs_dir: Path) -> dict:
 
 
 def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "medium", replicates=(1, 2),
-             public_source: Path | None = None, plan_file: Path | None = None, arms=STUDY_ARMS) -> int:
+             public_source: Path | None = None, plan_file: Path | None = None, arms=STUDY_ARMS,
+             run_prefix: str | None = None, fixed: str | None = None, train_only: bool = False) -> int:
     """Run one part's steps (kit.demo's chains: steps marked concurrent start together); 0 when every step
     completed, 1 otherwise. The plan as executed and the steps' times go to OUT/replicates-<part>-*.json."""
     ensure_runtime()
@@ -262,7 +272,8 @@ def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "med
         def update(self):
             pass
 
-    steps = replicate_steps(part, out, seed, RecordedRoots(runs_dir), scale, replicates, public_source, arms)
+    steps = replicate_steps(part, out, seed, RecordedRoots(runs_dir), scale, replicates, public_source, arms,
+                            run_prefix, fixed, train_only)
     try:
         for chain in step_chains(steps):
             plan += [{"notebook": shown_path(notebooks / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
@@ -303,13 +314,56 @@ def _final_home(lay: _Layout, run_id: str) -> Path:
     return lay.ad / f"{'B' if pair.group(1) == 'control' else 'G'}-r{pair.group(2)}"
 
 
-def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: str = "medium") -> dict:
+def design_part_problem(design: dict, path: Path, part: str, replicates, arms) -> str | None:
+    """Why a design's part may not run these replicates (None: it may): the stopping rule's indexes only
+    (`replicates`: 0..k-1 per group, none beyond k), the design's study arms only, and the design's GPU mode set
+    in this process's environment (its `gpu_mode` variables; the re-derived inputs, prepare and a-endpoint,
+    replay the committed runs' mode and are exempt)."""
+    group = {"study": "study", "study-dev": "study", "growth": "growth_vs_control"}.get(part)
+    if part in ("study-r0", "finals"):
+        return f"{path}: part {part!r} has no place in a design's campaign; expected study/study-dev with index 0"
+    if group is None:
+        return None
+    allowed = design["replicates"].get(group)
+    beyond = [k for k in replicates if not isinstance(allowed, list) or k not in allowed]
+    if beyond:
+        return (f"{path}: field 'replicates.{group}' = {allowed}; replicate {beyond[0]} is not among them (the "
+                "stopping rule: no replicate beyond k)")
+    if group == "study":
+        named = {a.split("/", 1)[1] for a in design["k"] if a.startswith("study/")}
+        extra = [a for a in arms if a not in named]
+        if extra:
+            return f"{path}: field 'k' has no 'study/{extra[0]}'; expected the design's arms {sorted(named)}"
+    for var, want in design["gpu_mode"].items():
+        if var != "applies_to" and os.environ.get(var) != want:
+            return (f"{path}: field 'gpu_mode.{var}' = {want!r}; the environment has {os.environ.get(var)!r} "
+                    "(every replicate and scoring runs in the design's mode)")
+    return None
+
+
+def _final_labels(d: dict, name: str) -> list[str]:
+    """The labels scored on the design's set `name`: its replicate runs, and the seed on the study's set."""
+    return set_runs(d, name) + (["seed"] if name == "study" else [])
+
+
+def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: str = "medium", labels=None,
+               rederived: Path | None = None, scores_dir: Path | None = None) -> dict:
     """The design's fresh final sets (kit/evidence/replicate_design.py): refused until every replicate run is
     committed in RUNS; then each set opened once through `score_final_set`, every replicate's endpoint (and the
     seed, the study's baseline) scored on it once into OUT/finals/<set>/<label>.json, and the analysis
-    (`analyse_final`) written to OUT/replicates-final-analysis.json and returned."""
+    (`analyse_final`) written to OUT/replicates-final-analysis.json and returned.
+
+    `labels`: score only these (a batch: the endpoints re-derived on this host; the set opens at the first batch
+    and is read back at the later ones); `rederived`: the runs directory that re-derived them, each endpoint root
+    checked equal to the committed run's before it is scored. The analysis follows the batch that scores the
+    last label; before it, {"scored": n, "of": total, "questions": []} is returned. `scores_dir` (default
+    OUT/finals): where the score files go (the campaign's committed folder), pinned by its SHA256SUMS (`sha256sum -c`
+    format), written again after every batch."""
     out, runs_dir, seed = Path(out), Path(runs_dir), Path(seed)
-    lay, d = _Layout(scale, out, seed), load_design(design_path)
+    scores_dir = Path(scores_dir) if scores_dir is not None else out / "finals"
+    scores_dir.mkdir(parents=True, exist_ok=True)
+    d = load_design(design_path)
+    lay = _Layout(scale, out, seed, d["run_prefix"])
     ledger = demo_ledger(out, runs_dir)
     check_committed(Path(design_path), d, ", ".join(d["final_sets"]), runs_dir)
     roots, root = RecordedRoots(runs_dir), repository_root()
@@ -317,16 +371,38 @@ def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: 
     adaptive = load_adaptive_contract(root / lay.sc.adaptive_contract).terms
     excluded = _seed_task_digests(seed)[0] | _prepared_task_digests(out)
     device = lay.device.get("DEVICE", "cpu")
-    scores = {}
+    unknown = sorted(set(labels or ()) - {lab for n in d["final_sets"] for lab in _final_labels(d, n)})
+    if unknown:
+        raise DesignError(f"{design_path}: label {unknown[0]!r} is no run of its final sets; expected a replicate run "
+                          "id of the design or 'seed'")
     for name in d["final_sets"]:
-        models = {r: f"{shown_path(_final_home(lay, r))}:{roots.endpoint(r)}" for r in set_runs(d, name)}
+        wanted = [lab for lab in _final_labels(d, name) if labels is None or lab in labels]
+        if not wanted:
+            continue
+        models = {}
+        for r in wanted:
+            if r == "seed":
+                models[r] = "seed"
+                continue
+            committed = roots.endpoint(r)
+            if rederived is not None and RecordedRoots(Path(rederived)).endpoint(r) != committed:
+                raise DesignError(f"{Path(rederived) / r}: endpoint root {RecordedRoots(Path(rederived)).endpoint(r)}; "
+                                  f"expected the committed {committed} ({runs_dir / r}): not re-derived bit for bit")
+            models[r] = f"{shown_path(_final_home(lay, r))}:{committed}"
         if name == "study":
-            models["seed"] = "seed"
             score = final_scorer(seed, study.data.max_tokens, study.evaluation.max_new_tokens, device)
         else:
             score = final_scorer(seed, adaptive.training.max_tokens, adaptive.evaluation.max_new_tokens, device)
-        scores[name] = score_final_set(design_path, name, runs_dir, ledger, models, score, out / "finals" / name,
-                                       excluded)
+        score_final_set(design_path, name, runs_dir, ledger, models, score, scores_dir / name, excluded,
+                        batch=labels is not None)
+    files = {name: sorted((scores_dir / name).glob("*.json")) for name in d["final_sets"]}
+    (scores_dir / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {name}/{p.name}\n"
+                                                   for name, ps in files.items() for p in ps), encoding="utf-8")
+    scores = {name: {p.stem: load_json_strict(p) for p in ps} for name, ps in files.items()}
+    total = sum(len(_final_labels(d, n)) for n in d["final_sets"])
+    scored = sum(len(v) for v in scores.values())
+    if scored < total:
+        return {"scored": scored, "of": total, "questions": []}
     result = analyse_final(d, scores)
     write_canonical_json(out / "replicates-final-analysis.json", result)
     return result
@@ -343,8 +419,16 @@ def main(argv=None) -> int:
     p.add_argument("--public-source", help="the pinned public source (default data/alpaca_5000.json)")
     p.add_argument("--arms", nargs="+", choices=STUDY_ARMS, default=list(STUDY_ARMS), help="the study arms (all)")
     p.add_argument("--plan", help="the committed plan whose `inputs` the re-derived jobs and roots are checked against")
-    p.add_argument("--design", help="--part finals: the frozen replicate design (kit-replicate-design/1) whose fresh "
-                                    "final sets open")
+    p.add_argument("--design", help="the frozen replicate design (kit-replicate-design/1): its run prefix names the "
+                                    "runs, its indexes bound --replicates, its GPU mode is required; --part finals: "
+                                    "whose fresh final sets open")
+    p.add_argument("--labels", nargs="+", help="--part finals: score only these (run ids, 'seed'): a batch")
+    p.add_argument("--scores", help="--part finals: the score files' folder (default OUT/finals)")
+    p.add_argument("--rederived", help="--part finals: the runs directory that re-derived the batch's endpoints")
+    p.add_argument("--train-only", action="store_true", help="--part growth: the pair only, no development scoring "
+                                                             "(a finals block re-deriving endpoints)")
+    p.add_argument("--fixed", help="with --design: the run-id stem of the re-derived inputs (prepare, a-endpoint), "
+                                   "one per session (default: the design's run_prefix + 'inputs')")
     a = p.parse_args(argv)
     if a.part == "finals":
         if not a.design:
@@ -352,12 +436,30 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         try:
-            result = run_finals(Path(a.design), Path(a.out), Path(a.seed), Path(a.runs_dir), a.scale)
+            result = run_finals(Path(a.design), Path(a.out), Path(a.seed), Path(a.runs_dir), a.scale, a.labels,
+                                Path(a.rederived) if a.rederived else None, a.scores)
         except (DesignError, DemoStopped, ValueError) as e:
             print(f"python -m kit.replicates --part finals: {e}", file=sys.stderr)
             return 2
+        if not result["questions"]:
+            print(f"final scores: {result['scored']} of {result['of']}; the analysis follows the last")
         print("\n".join(q["reading"] for q in result["questions"]))
         return 0
+    if a.design:
+        try:
+            design = load_design(a.design)
+        except DesignError as e:
+            print(f"python -m kit.replicates: {e}", file=sys.stderr)
+            return 2
+        problem = (f"{a.design}: field 'scale' = {design['scale']!r}; expected --scale {a.scale!r}"
+                   if design["scale"] != a.scale else
+                   design_part_problem(design, Path(a.design), a.part, a.replicates, a.arms))
+        if problem:
+            print(f"python -m kit.replicates --part {a.part}: {problem}", file=sys.stderr)
+            return 2
+        return run_part(a.part, Path(a.out), Path(a.seed), Path(a.runs_dir), a.scale, a.replicates, a.public_source,
+                        a.plan, a.arms, design["run_prefix"], a.fixed or f"{design['run_prefix']}inputs",
+                        a.train_only)
     if any(k < 1 for k in a.replicates) and a.part in ("study", "growth", "study-dev"):
         print(f"python -m kit.replicates: --replicates {a.replicates}: expected indexes > 0 (replicate 0 is the "
               "committed run; --part study-r0 repeats it)", file=sys.stderr)

@@ -151,6 +151,7 @@ if [ "$1" = -m ] && [ "$2" != json ]; then
             mkdir -p "$out" && echo '{}' >"$out/config.json" && echo '{"record": "full"}' >"$out/seed_build.json"
             if [ -n "$config" ]; then echo '{"parameter_digest": "b0b0"}'; else echo '{"parameter_digest": "a0a0"}'; fi ;;
         campaigns.medium_pilot|campaigns.study_pilot) mkdir -p "$out" && echo '{"status": "completed"}' >"$out/run.json" ;;
+        kit.replicate_campaign) ;;  # a block of the confirmatory campaign: its command line is what is checked
         campaigns.medium_freeze)  # FAKE_FREEZE=1: the positive control held
             [ "${FAKE_FREEZE:-0}" = 1 ] || exit 1
             if [ -n "$study" ]; then echo '{}' >contracts/shared-gradient.medium.json
@@ -356,3 +357,33 @@ def test_pilots_refuse_before_any_work_when_a_contract_is_already_frozen(tmp_pat
     assert "trials started" not in done.stdout and "campaign started" in done.stdout
     assert _git(host, "log", "-1", "--format=%s").startswith("Adaptive medium contract frozen")
     # (`start`, the adaptive trial alone, runs its demo in the background; its command is start()'s own)
+
+
+def test_confirm_runs_the_next_block_over_the_committed_runs_and_final_scores(tmp_path):
+    """`confirm TAG` on a fresh machine: the seed rebuilt to its pin, the committed `medium-confirm-*` runs and
+    fresh-final scores brought into the campaign's folders (the plan is made over them), then block 1 of the plan
+    (the next one) run by kit.replicate_campaign with this session's tag."""
+    import hashlib
+
+    plan = {"inputs": {"ledger": {"carried": "build/none.jsonl", "file": "ledger/exposed.jsonl", "entries": 0,
+                                  "sha256": hashlib.sha256(b"").hexdigest()}}}
+    host, env = _pilots_host(tmp_path, "confirm", {
+        "ledger/exposed.jsonl": "", "campaigns/medium-replicates-plan.json": json.dumps(plan),
+        "runs/medium-confirm-study-single-r0/run.json": '{"status": "completed"}\n',
+        "runs/medium-study-single/run.json": '{"status": "completed"}\n',
+        "campaigns/medium-confirm-finals/study/seed.json": "{}\n"})
+    (tmp_path / "nbrt").mkdir()
+    (tmp_path / "nbrt" / "env.sh").write_text("")
+    env.update({"NBRT": str(tmp_path / "nbrt")})
+    done = subprocess.run(["bash", str(host / "campaigns" / "medium_campaign.sh"), "confirm-run", "s7"], cwd=host,
+                          env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = [c for c in Path(env["FAKE_LOG"]).read_text().splitlines() if c.startswith("-m ")]
+    assert [" ".join(c.split()[1:3]) for c in calls] == ["kit seed", "kit.replicate_campaign run"]
+    assert calls[1].split()[3:] == ["--design", "campaigns/medium-replicate-design.json", "--block", "1", "--tag", "s7",
+                                    "--out", "build/medium/work", "--seed", "build/medium/pilot-work/seed",
+                                    "--runs-dir", "build/medium/runs", "--scores", "build/medium/finals"]
+    w = host / "build" / "medium"
+    assert (w / "runs" / "medium-confirm-study-single-r0" / "run.json").is_file()
+    assert not (w / "runs" / "medium-study-single").exists()  # only the design's runs
+    assert (w / "finals" / "study" / "seed.json").is_file()

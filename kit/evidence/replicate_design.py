@@ -310,6 +310,31 @@ def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLi
     return tasks
 
 
+def opened_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLike, ledger: str | os.PathLike,
+                     exclude_digests=frozenset(), base: str | os.PathLike | None = None) -> list:
+    """The design's final set `name` as its one opening recorded it, for scoring it in batches: refused unless
+    every run is committed and `ledger` (or the design's own) records exactly that opening, the set derived again
+    (pool less `exclude_digests`) having the recorded tasks' digests in order; records nothing."""
+    path, runs_dir, ledger = Path(path), Path(runs_dir), Path(ledger)
+    d = load_design(path)
+    spec = d["final_sets"].get(name)
+    if spec is None:
+        raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
+    check_committed(path, d, name, runs_dir)
+    purpose = f"replicate design {d['name']}: final set {name} (pool {spec['pool_sha256'][:16]})"
+    base = Path(base) if base is not None else path.resolve().parents[1]
+    recorded = [e["digest"] for each in _design_ledgers(path, spec, ledger, base) for e in read_ledger(each)
+                if e.get("purpose") == purpose]
+    if not recorded:
+        raise DesignError(f"{ledger}: final set {name!r} of {path} was not opened; expected its one opening first")
+    tasks = [t for t in pool(spec, base / spec["excluded"]["ledger"]["path"]) if t.digest not in set(exclude_digests)]
+    tasks = tasks[:spec["count"]]
+    if [t.digest for t in tasks] != recorded[:spec["count"]]:
+        raise DesignError(f"{ledger}: final set {name!r} of {path}: the tasks derived again differ from the ones its "
+                          "opening recorded; expected the same exclusions (seed, prepared jobs) as at the opening")
+    return tasks
+
+
 SCORES_FORMAT = "kit-replicate-final-scores/1"
 
 
@@ -320,25 +345,38 @@ def set_runs(design: dict, name: str) -> list[str]:
 
 def score_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLike, ledger: str | os.PathLike,
                     models: dict, score, out_dir: str | os.PathLike, exclude_digests=frozenset(),
-                    base: str | os.PathLike | None = None) -> dict[str, dict]:
+                    base: str | os.PathLike | None = None, batch: bool = False) -> dict[str, dict]:
     """Score every replicate of the design's set `name` on its fresh final tasks, once: `models` {run id of
     `set_runs` (every one; a baseline such as "seed" may be added): what `score` loads}; refused before anything
     opens when one is missing or a score file of the set exists in `out_dir`; then the set is opened through
     `open_final_set` (the guard) and `score(tasks, model)` -> per-item rows [{id, correct, nll_sum, tokens}] runs
     once per model. Each record {format, design, set, pool_sha256, tasks_sha256, label, model, rows} goes to
-    OUT_DIR/<label>.json; returns {label: record}."""
+    OUT_DIR/<label>.json; returns {label: record}.
+
+    `batch`: the models are a part of the set's (a campaign whose endpoints cannot all be on one host at once):
+    the set opens through `open_final_set` when it was never opened, else it is read back (`opened_final_set`,
+    nothing recorded); a label with a score file in `out_dir` is refused (scored once, never again)."""
     path, out_dir = Path(path), Path(out_dir)
     d = load_design(path)
     if name not in d["final_sets"]:
         raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
     lacking = [r for r in set_runs(d, name) if r not in models]
-    if lacking:
+    if lacking and not batch:
         raise DesignError(f"models: {len(lacking)} replicate(s) of final set {name!r} of {path} not named (first: "
                           f"{lacking[0]}); expected every replicate scored in the one opening")
     done = sorted(out_dir.glob("*.json")) if out_dir.is_dir() else []
+    if batch:
+        done = [p for p in done if p.stem in models]
     if done:
         raise DesignError(f"{done[0]}: final set {name!r} was scored already; each replicate is scored on it once")
-    tasks = open_final_set(path, name, runs_dir, ledger, exclude_digests, base)
+    try:
+        tasks = opened_final_set(path, name, runs_dir, ledger, exclude_digests, base) if batch else None
+    except DesignError as e:
+        if "was not opened" not in str(e):
+            raise
+        tasks = None
+    if tasks is None:
+        tasks = open_final_set(path, name, runs_dir, ledger, exclude_digests, base)
     tasks_sha = sha256_json([t.digest for t in tasks])
     out_dir.mkdir(parents=True, exist_ok=True)
     records = {}

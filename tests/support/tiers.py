@@ -72,6 +72,7 @@ E2E_FILES = (
     "test_numeric_profile.py",
     "test_own_model.py",
     "test_readme_python.py",
+    "test_replicate_campaign.py",
     "test_replicates_tiny.py",
     "test_run_at_once.py",
     "test_scales.py",
