@@ -270,7 +270,7 @@ PACKAGE_TIERS = (
     ("evaluation", {"kit.evaluation", "kit.seed"}),
     ("evidence", {"kit.evidence", "kit.status"}),
     ("experiments", {"kit.adaptive", "kit.study"}),
-    ("compositions", {"kit.demo", "kit.replicates"}),
+    ("compositions", {"kit.demo", "kit.replicates", "kit.replicate_campaign"}),
     ("public API", {"kit.api"}),
     ("command line", {"kit.cli", "kit.args", "kit.__main__"}),
 )

@@ -37,9 +37,10 @@ def test_the_readme_results_example_prints_the_final_accuracies():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    # pandas abbreviates the middle columns: 5 = the four families and `all`; one row per final run and model
-    assert "[4 rows x 5 columns]" in done.stdout and "sorting" in done.stdout
-    assert "medium-adaptive-final-A" in done.stdout
+    # pandas abbreviates the middle columns: 5 = the four families and `all`; one row per final run and model:
+    # the adaptive trial's 4 and the study's evaluation of the seed and its 3 arms (split "final" too)
+    assert "[8 rows x 5 columns]" in done.stdout and "sorting" in done.stdout
+    assert "medium-adaptive-final-A" in done.stdout and "medium-study-evaluate" in done.stdout
 
 
 def test_the_readme_python_example_runs_and_commits(tmp_path):

@@ -507,7 +507,8 @@ def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | No
     wall = ended - started
     spec = arm_spec(contract, record["arm"])
     if results is None:  # no rank reported: the admission's sharing stands (expected_sharing)
-        record["commits"] = logged_commits(Path(record["home"]).parent / "run")
+        if record.get("home"):  # a home was made: the commits it logged before the failure (none before one)
+            record["commits"] = logged_commits(Path(record["home"]).parent / "run")
         record["cost"] = arm_cost(contract.terms, wall, [0] * spec.workers, gpus=devices_used(record))
         record["measurement"] = {"wall_seconds": wall, "workers": spec.workers, "devices": devices_used(record)}
         return _write_attempt(Path(study_dir), record)
