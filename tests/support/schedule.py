@@ -19,6 +19,9 @@ from pathlib import Path
 LONGEST_FIRST = (
     "test_replay.py",                   # ~195: replays demo-seed, the tiny prepare and an arm
     "test_examples.py",                 # ~190: both examples/*.sh end to end
+    "test_replicates_tiny.py",          # ~150: the tiny replicate path, plan to fresh finals (2026-12-05, loaded)
+    "test_newcomer_training.py",        # ~70: resume, an aborted attempt, a study arm while it trains
+    "test_report_first_screen.py",      # ~60: the medium page in headless Chromium at two widths
     "test_adaptive_netns.py",           # ~50: two network namespaces
     "test_report.py",                   # ~50: the report over runs/, in headless Chromium
     "test_checkpoint_training.py",      # ~50: multi-process resume, migration, kills
