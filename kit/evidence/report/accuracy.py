@@ -62,7 +62,7 @@ def figures_html(runs_dir) -> list[str]:
         recs = [{"model": model, "family": f, "correct": c, "n": n} for _, model, _, *cells in final
                 for f, (c, n) in zip(t["families"], cells) if c is not None and n]
         title = f"{t['contract'] or 'contract'}: final task accuracy by family"
-        fig = accuracy_figure(recs, title)
+        fig = accuracy_figure(recs, title, skip_empty=True)
         out.append(img_html(*fig) if fig else f'<p class="kit-note">{html.escape(title)}: no chart, since every '
                    f"model answered none of the {fmt(int(max(r['n'] for r in recs)))} final tasks correctly.</p>")
         break  # one figure: the first contract with finals

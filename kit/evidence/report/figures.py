@@ -40,10 +40,12 @@ def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, c - h), min(1.0, c + h)
 
 
-def accuracy_figure(obj, title: str, names: dict[str, str] | None = None) -> tuple[bytes, str] | None:
+def accuracy_figure(obj, title: str, names: dict[str, str] | None = None,
+                    skip_empty: bool = False) -> tuple[bytes, str] | None:
     """Bars per family and model (candidate vs baseline, or every study model) with 95% Wilson intervals; the
-    legend names each model (`names`: baseline/candidate -> its name). None when there is nothing to draw or
-    every model answered none correctly (the caller says so in a sentence)."""
+    legend names each model (`names`: baseline/candidate -> its name). None when there is nothing to draw, or
+    with `skip_empty` (the report, which says why in a sentence) when every model answered none correctly;
+    notebook 13 draws that chart too, so its committed outputs replay unchanged."""
     from matplotlib.figure import Figure  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     series: dict[str, dict[str, tuple[int, int]]] = {}
@@ -56,7 +58,7 @@ def accuracy_figure(obj, title: str, names: dict[str, str] | None = None) -> tup
         for r in obj:
             if {"model", "family", "correct", "n"} <= set(r):
                 series.setdefault(str(r["model"]), {})[r["family"]] = (r["correct"], r["n"])
-    if not series or not any(k for s in series.values() for k, _ in s.values()):
+    if not series or (skip_empty and not any(k for s in series.values() for k, _ in s.values())):
         return None
     fams = list(dict.fromkeys(f for s in series.values() for f in s))
     fig = Figure(figsize=(min(12, 2 + 1.6 * len(fams)), 3.2), dpi=90, layout="constrained")

@@ -116,7 +116,7 @@ def _named_view(row: dict, idx: dict, name: str, obj: Any, title: str) -> str | 
         if fig:
             return img_html(*fig)
     if name == "accuracy_by_family" and isinstance(obj, (dict, list)) and obj:
-        fig = accuracy_figure(obj, title, _model_names(row, idx))
+        fig = accuracy_figure(obj, title, _model_names(row, idx), skip_empty=True)
         recs = [{"family": f, **v} for f, v in obj.items()] if isinstance(obj, dict) else obj
         if fig:
             return img_html(*fig) + records_table(recs, runs_by_root=rbr)
