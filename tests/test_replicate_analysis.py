@@ -38,7 +38,7 @@ def test_analyse_prints_the_analysis_with_replicate_zero_modes_and_amendments(ca
     # per-item results: committed where the evidence holds them (pinned by sha256), else said why not
     growth_arm = out["arms"]["adaptive/growth_vs_control"]
     assert growth_arm[0]["per_item"].startswith("committed: runs/medium-campaign-2026-12-03-block4/work/adaptive/dev-G.json")
-    assert growth_arm[1]["per_item"].startswith("not committed: the evaluation file build/medium/work/adaptive/dev-G-r1.json")
+    assert growth_arm[1]["per_item"].startswith("not committed: the evaluation file dev-G-r1.json (sha256 ")
     assert "cannot be re-derived without a GPU" in growth_arm[1]["per_item"]
     assert single[0]["per_item"].startswith("committed: runs/study-pilot-2026-12-03/evals/c0.json")
     assert single[1]["per_item"].startswith("not committed")

@@ -187,7 +187,7 @@ def _adaptive(rows: dict, runs_dir: Path, prefix: str) -> dict:
                         "training": mode_of(rows.get(train)),
                         "per_item": (f"committed: {_shown(copy, runs_dir)} (the evaluation file its "
                                      "evaluation_file sidecar pins by sha256)" if copy else
-                                     f"not committed: the evaluation file {ev.get('path')} (sha256 "
+                                     f"not committed: the evaluation file {Path(str(ev.get('path'))).name} (sha256 "
                                      f"{str(ev.get('sha256'))[:12]}..., pinned by the run's evaluation_file sidecar) "
                                      "stayed on the GPU host; its bytes cannot be re-derived without a GPU re-run")}
     return out
