@@ -340,11 +340,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m kit.replicate_campaign",
                                 description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    pl = sub.add_parser("plan", help="print the block plan over what the runs directory holds")
+    pl = sub.add_parser("plan", allow_abbrev=False, help="print the block plan over what the runs directory holds")
     pl.add_argument("--design", required=True)
     pl.add_argument("--runs-dir", help="the committed runs (default: every index left)")
     pl.add_argument("--scores", help="the committed fresh-final score files (default: none scored)")
-    r = sub.add_parser("run", help="run one block of the plan")
+    r = sub.add_parser("run", allow_abbrev=False, help="run one block of the plan")
     r.add_argument("--design", required=True)
     r.add_argument("--block", type=int, default=1, help="the block of the plan over --runs-dir (1: the next)")
     r.add_argument("--out", required=True)

@@ -49,6 +49,7 @@ from kit.demo import (
     step_chains,
 )
 from kit.digest import load_json_strict, write_canonical_json
+from kit.environ import temporary_environ
 from kit.evidence.ledger import LEDGER_ENV
 from kit.evidence.replicate_analysis import analyse, analyse_final, robustness_by_question
 from kit.evidence.replicate_design import DesignError, check_committed, load_design, score_final_set, set_runs
@@ -260,8 +261,15 @@ def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "med
     ensure_runtime()
     out, runs_dir = Path(out), Path(runs_dir)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ[LEDGER_ENV] = str(demo_ledger(out, runs_dir).absolute())  # a ledger of the campaign's own
-    os.environ["KIT_PROGRESS"] = "0"  # no bars in executed notebooks
+    # a ledger of the campaign's own, and no bars in executed notebooks: for this part only (a caller in the
+    # same process, a test, keeps its environment)
+    with temporary_environ({LEDGER_ENV: str(demo_ledger(out, runs_dir).absolute()), "KIT_PROGRESS": "0"}):
+        return _run_steps(part, out, seed, runs_dir, scale, replicates, public_source, plan_file, arms, run_prefix,
+                          fixed, train_only)
+
+
+def _run_steps(part: str, out: Path, seed: Path, runs_dir: Path, scale: str, replicates, public_source,
+               plan_file, arms, run_prefix, fixed, train_only) -> int:
     notebooks = repository_root() / "notebooks"
     plan, timing, stopped = [], [], None
 
