@@ -248,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a one-line error (2); in-process callers get the status
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    if getattr(args, "no_progress", False):  # for this command and every process it starts
-        os.environ[PROGRESS_ENV] = "0"
+    saved_progress = os.environ.get(PROGRESS_ENV)
+    if getattr(args, "no_progress", False):  # for this command and every process it starts (put back below:
+        os.environ[PROGRESS_ENV] = "0"       # an in-process caller, a test, keeps its bars)
     numerics.apply()  # every command computes under the kit's numeric profile (kit/numerics.py)
 
     handlers = _current_handlers()
@@ -271,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         for sig, handler in handlers.items():
             if handler is not None:  # None: a handler not installed from Python, which cannot be put back
                 signal.signal(sig, handler)
+        if saved_progress is None:
+            os.environ.pop(PROGRESS_ENV, None)
+        else:
+            os.environ[PROGRESS_ENV] = saved_progress
 
 
 def _current_handlers() -> dict:
