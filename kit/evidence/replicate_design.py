@@ -265,6 +265,18 @@ def check_committed(path: Path, d: dict, name: str, runs_dir: Path) -> None:
                           f"completed in {runs_dir} (first: {missing[0]}); expected every replicate committed first")
 
 
+def _committed_set(path: Path, name: str, runs_dir: Path, base) -> tuple[dict, dict, str, Path]:
+    """(design, the final set's spec, its ledger purpose, the repository base) once every run of the design is
+    committed (check_committed); DesignError naming the field for a set the design does not have."""
+    d = load_design(path)
+    spec = d["final_sets"].get(name)
+    if spec is None:
+        raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
+    check_committed(path, d, name, runs_dir)
+    purpose = f"replicate design {d['name']}: final set {name} (pool {spec['pool_sha256'][:16]})"
+    return d, spec, purpose, Path(base) if base is not None else path.resolve().parents[1]
+
+
 def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLike, ledger: str | os.PathLike,
                    exclude_digests=frozenset(), base: str | os.PathLike | None = None) -> list:
     """Open the design's fresh final set `name` once: refused unless every run of `design_runs` is completed in
@@ -274,13 +286,7 @@ def open_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.PathLi
     the set belongs to, the check and the record under the ledger's lock (two openings at once: one wins);
     returns the tasks. Scoring on the set goes through `score_final_set`, which opens it here."""
     path, runs_dir, ledger = Path(path), Path(runs_dir), Path(ledger)
-    d = load_design(path)
-    spec = d["final_sets"].get(name)
-    if spec is None:
-        raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
-    check_committed(path, d, name, runs_dir)
-    purpose = f"replicate design {d['name']}: final set {name} (pool {spec['pool_sha256'][:16]})"
-    base = Path(base) if base is not None else path.resolve().parents[1]
+    d, spec, purpose, base = _committed_set(path, name, runs_dir, base)
     ledgers = _design_ledgers(path, spec, ledger, base)
 
     def refuse_if_opened(entries=None) -> None:
@@ -316,13 +322,7 @@ def opened_final_set(path: str | os.PathLike, name: str, runs_dir: str | os.Path
     every run is committed and `ledger` (or the design's own) records exactly that opening, the set derived again
     (pool less `exclude_digests`) having the recorded tasks' digests in order; records nothing."""
     path, runs_dir, ledger = Path(path), Path(runs_dir), Path(ledger)
-    d = load_design(path)
-    spec = d["final_sets"].get(name)
-    if spec is None:
-        raise DesignError(f"{path}: field 'final_sets' has no {name!r}; expected one of {sorted(d['final_sets'])}")
-    check_committed(path, d, name, runs_dir)
-    purpose = f"replicate design {d['name']}: final set {name} (pool {spec['pool_sha256'][:16]})"
-    base = Path(base) if base is not None else path.resolve().parents[1]
+    _, spec, purpose, base = _committed_set(path, name, runs_dir, base)
     recorded = [e["digest"] for each in _design_ledgers(path, spec, ledger, base) for e in read_ledger(each)
                 if e.get("purpose") == purpose]
     if not recorded:
