@@ -22,8 +22,6 @@ Spec forms: the notes below the docstring.
 from __future__ import annotations
 
 import dataclasses
-import keyword
-import math
 import os
 import sys
 import types
@@ -33,11 +31,22 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
-
-
-class ContractError(ValueError):
-    pass
-
+from kit.record import (  # noqa: F401  (the spec forms: schemas import them from here)
+    BYTES,
+    MAX_COUNT,
+    SEED,
+    ContractError,
+    Either,
+    MapOf,
+    Num,
+    Omittable,
+    OneOf,
+    Opt,
+    Seq,
+    _join,
+    field_name,
+    validate,
+)
 
 # One vocabulary of scales for contracts, seeds, the demo and the campaigns (docs/contracts.md, "Scales").
 SCALES = ("tiny", "medium", "full")
@@ -56,52 +65,6 @@ def scale_name(value: str, where: str = "scale") -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Seq:
-    item: Any
-    min_len: int = 0
-
-
-@dataclass(frozen=True)
-class OneOf:
-    values: tuple
-
-    def __init__(self, *values):
-        object.__setattr__(self, "values", tuple(values))
-
-
-@dataclass(frozen=True)
-class Opt:
-    spec: Any
-
-
-@dataclass(frozen=True)
-class Omittable:
-    spec: Any
-
-
-@dataclass(frozen=True)
-class Either:
-    """The value matches the first spec, or else the second (the error names both)."""
-    first: Any
-    second: Any
-
-
-@dataclass(frozen=True)
-class MapOf:
-    spec: Any
-
-
-@dataclass(frozen=True)
-class Num:
-    lo: float | None = None
-    hi: float | None = None
-    integer: bool = False
-
-
-MAX_COUNT = 10**6  # the bound of an integer field that names none: counts of tasks, updates, tokens, steps
-SEED = Num(0, 2**63 - 1, integer=True)  # random seeds and byte sizes are integers beyond MAX_COUNT
-BYTES = Num(0, 2**60, integer=True)
 # An optimizer group's rates (docs/contracts.md, "Learning rate and weight decay"). lr: Adam moves a parameter by about
 # lr per update, and an FP32 parameter of magnitude 1e-2 does not change under a step below 2^-24 x 1e-2 (~6e-10), so
 # an lr under 1e-10 trains nothing (5e-324 is 0 in FP32; -0.0 is no rate); above 1 a single update moves every weight
@@ -110,84 +73,6 @@ BYTES = Num(0, 2**60, integer=True)
 LR_MIN, LR_MAX, WEIGHT_DECAY_MAX = 1e-10, 1.0, 1.0
 LR = Num(LR_MIN, LR_MAX)
 WEIGHT_DECAY = Num(0, WEIGHT_DECAY_MAX)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def validate(value: Any, spec: Any, path: str, source: str) -> None:
-    where = f"{source}: field {path!r}" if path else source
-    if isinstance(spec, Omittable):
-        return validate(value, spec.spec, path, source)
-    if isinstance(spec, Opt):
-        if value is None:
-            return
-        return validate(value, spec.spec, path, source)
-    if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
-        unknown = sorted(set(value) - set(spec))
-        if unknown:
-            raise ContractError(f"{source}: unknown field {_join(path, unknown[0])!r}; "
-                                f"expected only {sorted(spec)}")
-        missing = sorted(k for k in set(spec) - set(value) if not isinstance(spec[k], Omittable))
-        if missing:
-            raise ContractError(f"{source}: missing field {_join(path, missing[0])!r}")
-        for k, sub in spec.items():
-            if k in value:
-                validate(value[k], sub, _join(path, k), source)
-        return
-    if isinstance(spec, Either):
-        try:
-            return validate(value, spec.first, path, source)
-        except ContractError as first:
-            try:
-                return validate(value, spec.second, path, source)
-            except ContractError as second:
-                raise ContractError(f"{second}; or else: {first}") from None
-    if isinstance(spec, MapOf):
-        if not isinstance(value, dict):
-            raise ContractError(f"{where}: expected an object, got {type(value).__name__}")
-        for k, v in value.items():
-            validate(v, spec.spec, _join(path, k), source)
-        return
-    if isinstance(spec, Seq):
-        if not isinstance(value, list):
-            raise ContractError(f"{where}: expected a list, got {type(value).__name__}")
-        if len(value) < spec.min_len:
-            raise ContractError(f"{where}: expected at least {spec.min_len} items, got {len(value)}")
-        for i, v in enumerate(value):
-            validate(v, spec.item, f"{path}[{i}]", source)
-        return
-    if isinstance(spec, OneOf):
-        # `in` compares with ==, and True == 1: a JSON boolean must not pass for a numeric literal
-        if not any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in spec.values):
-            raise ContractError(f"{where} = {value!r}; expected one of {list(spec.values)}")
-        return
-    if isinstance(spec, Num):
-        if not _is_number(value) or (spec.integer and not isinstance(value, int)):
-            raise ContractError(f"{where} = {value!r}; expected {'an integer' if spec.integer else 'a number'}")
-        hi = spec.hi if spec.hi is not None or not spec.integer else MAX_COUNT  # 10**12 tasks is not a count
-        if (spec.lo is not None and value < spec.lo) or (hi is not None and value > hi):
-            raise ContractError(f"{where} = {value!r}; expected within [{spec.lo}, {hi}]")
-        if spec.lo is not None and spec.lo >= 0 and value == 0 and math.copysign(1.0, value) < 0:
-            raise ContractError(f"{where} = -0.0; expected within [{spec.lo}, {hi}] (a negative zero is not a "
-                                "non-negative number: write 0)")
-        return
-    if spec is float:
-        if not _is_number(value):
-            raise ContractError(f"{where} = {value!r}; expected a number")
-        return
-    if spec is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ContractError(f"{where} = {value!r}; expected an integer")
-        return
-    if spec in (str, bool):
-        if not isinstance(value, spec):
-            raise ContractError(f"{where} = {value!r}; expected {spec.__name__}")
-        return
-    raise TypeError(f"unknown schema spec {spec!r} at {path}")
 
 
 # A medium-scale contract is frozen from a draft by campaigns/medium_freeze.py, which records the committed
@@ -214,19 +99,9 @@ def check_pilot(terms, source: str) -> None:
             raise ContractError(f"{source}: field 'pilot.{field}' = {v!r}; expected 64 lowercase hex digits")
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
 class ContractKeyWarning(DeprecationWarning):
     """A module of the kit read a contract field by string key; it reads attributes (`Contract.terms`).
     The test suite turns this warning into an error (pyproject.toml), so no such read survives in kit/."""
-
-
-def field_name(key: str) -> str:
-    """The attribute of a contract field: its JSON key, with a trailing underscore where the key is a
-    Python keyword (`start.from` is `start.from_`)."""
-    return key + "_" if keyword.iskeyword(key) else key
 
 
 def _warn_if_kit_reads(key: str) -> None:
