@@ -31,8 +31,8 @@ else under --out). In ONE process, in this order, it measures
                      the headline row with ONE fast path off (its before/after against the headline);
   kit_sdpa           the headline row once per attention backend of --sdpa-backends (flash, cuDNN,
                      efficient), each compiled afresh under that backend;
-  kit_compiled_loss, kit_adam_device_steps, kit_graph_capture
-                     the headline row with ONE of issue 54's levers flipped from its state in the headline
+  kit_compiled_loss, kit_adam_device_steps, kit_graph_capture, kit_adam_writes_cache
+                     the headline row with ONE of the levers flipped from its state in the headline
                      (--levers default: as EngineConfig ships it): row kit_equal_work_<lever>_<on|off>;
   kit_levers         the headline row with every lever on (kit_equal_work_levers);
 
@@ -88,7 +88,7 @@ PEAK_FLOPS = H200_BF16_PEAK_FLOPS  # bf16 dense, datasheet
 SECTIONS = ("ceiling", "baseline", "baseline_compiled", "kit", "commit", "checkpoint", "kit_mixed", "planner",
             "kit_eager", "kit_host_clip", "norm_check", "kit_before", "kit_no_weight_cache", "kit_unfused",
             "kit_per_tensor_norm", "kit_sdpa", "kit_compiled_loss", "kit_adam_device_steps", "kit_graph_capture",
-            "kit_levers")
+            "kit_adam_writes_cache", "kit_levers")
 # The engine's GPU fast paths (EngineConfig, docs/performance.md "Fast paths") and the section that turns
 # each one off alone.
 FAST_PATHS = {"weight_cache": "kit_no_weight_cache", "fused_elementwise": "kit_unfused",
@@ -96,7 +96,7 @@ FAST_PATHS = {"weight_cache": "kit_no_weight_cache", "fused_elementwise": "kit_u
 # Issue 54's levers (EngineConfig, docs/performance.md "Levers not yet measured"), at --levers in the headline,
 # and the section that flips each one alone; `kit_levers` runs the headline with all of them on.
 LEVERS = {"compiled_loss": "kit_compiled_loss", "adam_steps_on_device": "kit_adam_device_steps",
-          "graph_capture": "kit_graph_capture"}
+          "graph_capture": "kit_graph_capture", "adam_writes_cache": "kit_adam_writes_cache"}
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
                  "math": "MATH"}
 GIB = 2**30
@@ -292,6 +292,7 @@ def run_kit(name: str, eng: StageEngine, shape: LlamaShape, micro: int, seq: int
                 "weight_cache": eng.weight_cache is not None, "fused_elementwise": eng.fused,
                 "foreach_norm": eng.foreach_norm, "compiled_loss": eng.compiled_loss,
                 "adam_steps_on_device": eng.optimizer.device_steps is not None, "graph_capture": eng.graph_capture,
+                "adam_writes_cache": eng.adam_writes_cache,
                 "weight_cache_gib": round(eng.weight_cache.nbytes() / GIB, 3) if eng.weight_cache else None})
     return out
 

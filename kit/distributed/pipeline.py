@@ -106,10 +106,14 @@ class EngineConfig:
     compiled_loss: str = "auto"
     adam_steps_on_device: str = "off"
     graph_capture: str = "off"
+    # adam_writes_cache: the AdamW step writes the weight cache's copies in the same compiled pass
+    # (kit/train/adam_cache.py), instead of the cache re-reading every master after the step. Changes a GPU run's
+    # bits (inductor's rounding, not the fused kernel's): off until a benchmark record decides.
+    adam_writes_cache: str = "off"
 
     def __post_init__(self):
         for name in ("clip_on_device", "weight_cache", "fused_elementwise", "foreach_norm", "compiled_loss",
-                     "adam_steps_on_device", "graph_capture"):
+                     "adam_steps_on_device", "graph_capture", "adam_writes_cache"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ValueError(f"engine {name} {getattr(self, name)!r}; expected 'auto', 'on' or 'off'")
         if self.compile_blocks not in ("auto", "off"):
@@ -241,6 +245,10 @@ class StageEngine:
         self.compiled_loss = cfg.enabled("compiled_loss", self.device)
         if cfg.enabled("adam_steps_on_device", self.device):
             optimizer.keep_steps_on_device()
+        # The optimizer writes the cache's copies: the cache's own refresh after the step is then left out.
+        self.adam_writes_cache = self.weight_cache is not None and cfg.enabled("adam_writes_cache", self.device)
+        if self.adam_writes_cache:
+            optimizer.write_copies(self.weight_cache.copies_of(optimizer.params))
         # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
         self.grad_reducer = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
@@ -301,7 +309,9 @@ class StageEngine:
         that every block and microbatch of the next update reads."""
         self.optimizer.step(grad_factor=factor, found_inf=found_inf)
         self.optimizer.zero_grad()
-        if self.weight_cache is not None:
+        if self.adam_writes_cache:
+            self.weight_cache.mark_fresh()  # a parameter without a gradient kept its value, and so its copy
+        elif self.weight_cache is not None:
             self.weight_cache.refresh()
 
     def _run_schedule(self, mbs: list[_Prepared], N: int) -> torch.Tensor:

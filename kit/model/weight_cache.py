@@ -85,6 +85,16 @@ class WeightCache:
         torch._foreach_copy_([c for _, c in self._pairs], masters)  # one multi-tensor cast, in place
         self._versions = [m._version for m in masters]
 
+    def copies_of(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """name -> compute-dtype copy, for the named parameters that are cached masters (by identity)."""
+        by_master = {id(m): c for m, c in self._pairs}
+        return {n: by_master[id(p)] for n, p in params.items() if id(p) in by_master}
+
+    def mark_fresh(self) -> None:
+        """Every copy was just written from its master by another pass (the optimizer's, `adam_writes_cache`):
+        record the masters' version counters without copying."""
+        self._versions = [m._version for m, _ in self._pairs]
+
     def ensure_fresh(self) -> None:
         if self._versions is None or any(m._version != v for (m, _), v in zip(self._pairs, self._versions)):
             self.refresh()

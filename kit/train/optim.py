@@ -18,6 +18,7 @@ import torch
 
 from kit.contract import LR_MAX, LR_MIN, WEIGHT_DECAY_MAX
 from kit.numerics import correctly_rounded_sqrt
+from kit.train.adam_cache import adamw_and_cast
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,17 @@ class ParamAdamW:
         # name -> 0-d FP32 view of one device buffer holding the parameter's age (keep_steps_on_device);
         # None: the fused path builds each bucket's step values afresh (torch.full) every step
         self.device_steps: dict[str, torch.Tensor] | None = None
+        # name -> the weight cache's compute-dtype copy that the step writes (write_copies); None: the cache
+        # refreshes itself after the step
+        self.copies: dict[str, torch.Tensor] | None = None
+
+    def write_copies(self, copies: dict[str, torch.Tensor]) -> None:
+        """The step writes each named parameter's new value into its compute-dtype copy too, in the same compiled
+        pass (kit/train/adam_cache.py, `EngineConfig.adam_writes_cache`)."""
+        unknown = sorted(set(copies) - set(self.params))
+        if unknown:
+            raise ValueError(f"weight copies for parameters the optimizer does not hold: {unknown[:5]}")
+        self.copies = dict(copies)
 
     def keep_steps_on_device(self) -> None:
         """The fused path's step counts live on the device, one FP32 buffer for all parameters, advanced
@@ -129,6 +141,10 @@ class ParamAdamW:
             torch._foreach_add_([self.device_steps[n] for names in buckets.values() for n in names], 1.0)
         for (group, age), names in sorted(buckets.items()):
             g = self.groups[group]
+            if self.copies is not None:
+                names = self._step_writing_copies(g, age, names, grad_factor, found_inf)
+                if not names:
+                    continue
             ps = [self.params[n] for n in names]
             grads = [p.grad for p in ps]
             m = [self.state[n]["exp_avg"] for n in names]
@@ -149,6 +165,19 @@ class ParamAdamW:
             torch._foreach_div_(denom, bc2_sqrt)
             torch._foreach_add_(denom, g.eps)
             torch._foreach_addcdiv_(ps, m, denom, value=-step_size)
+
+    def _step_writing_copies(self, g: GroupConfig, age: int, names: list[str], grad_factor, found_inf) -> list[str]:
+        """The bucket's parameters that have a compute-dtype copy stepped by the compiled pass that writes it; the
+        others' names returned for the usual step. The foreach path scaled the gradients and checked `found_inf`
+        on the host already; the fused path leaves both to the step."""
+        cached = [n for n in names if n in self.copies]
+        if cached:
+            ps = [self.params[n] for n in cached]
+            adamw_and_cast(ps, [p.grad for p in ps], [self.state[n]["exp_avg"] for n in cached],
+                           [self.state[n]["exp_avg_sq"] for n in cached], [self.copies[n] for n in cached], age=age,
+                           lr=g.lr, beta1=g.beta1, beta2=g.beta2, eps=g.eps, weight_decay=g.weight_decay,
+                           factor=grad_factor if self.fused else 1.0, found_inf=found_inf if self.fused else None)
+        return [n for n in names if n not in self.copies]
 
     @staticmethod
     def _fused_step(g: GroupConfig, age: int, ps, grads, m, v, grad_scale, found_inf=None, steps=None) -> None:

@@ -160,6 +160,7 @@ UNIT_FILES = (
     "test_tiers.py",
     "test_tracked_links.py",
     "test_update_levers.py",
+    "test_adam_writes_cache.py",
     "reliability/test_bad_data.py",
     "reliability/test_concurrent_commits.py",
     "reliability/test_crash_and_disk_full.py",
