@@ -57,7 +57,7 @@ def _foreach_adamw(ps, grads, ms, vs, *, age, lr, beta1, beta2, eps, weight_deca
     torch._foreach_addcdiv_(ps, ms, denom, value=-lr / (1 - beta1**age))
 
 
-RATES = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+RATES = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -88,7 +88,7 @@ def test_a_skipped_step_changes_nothing():
 def _engines(dirs):
     cfg = replace(engine_config({"microbatch_size": 2, "max_grad_norm": 1.0}), compute_dtype="bfloat16",
                   weight_cache="on")
-    make = lambda c: build_engine(Group(0, 1, CPU), str(dirs[0]), str(dirs[1]), even_layout(3, 1), c,  # noqa: E731
+    make = lambda c: build_engine(Group(0, 1, CPU), str(dirs[0]), str(dirs[1]), even_layout(3, 1), c,
                                   {"default": GroupConfig(**OPT)})
     return make(cfg), make(replace(cfg, adam_writes_cache="on"))
 

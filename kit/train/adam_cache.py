@@ -56,7 +56,7 @@ def adamw_and_cast(ps, grads, ms, vs, lows, *, age: int, lr: float, beta1: float
     the compiled one)."""
     device = ps[0].device
     scalar = lambda x: x.to(device=device, dtype=torch.float32) if torch.is_tensor(x) else \
-        torch.full((), float(x), dtype=torch.float32, device=device)  # noqa: E731
+        torch.full((), float(x), dtype=torch.float32, device=device)
     step_size = scalar(lr / (1 - beta1**age))
     bc2_sqrt = scalar((1 - beta2**age) ** 0.5)
     skip = (found_inf.to(device) != 0) if found_inf is not None else torch.zeros((), dtype=torch.bool, device=device)
