@@ -107,9 +107,10 @@ class EngineConfig:
     adam_steps_on_device: str = "off"
     graph_capture: str = "off"
     # adam_writes_cache: the AdamW step writes the weight cache's copies in the same compiled pass
-    # (kit/train/adam_cache.py), instead of the cache re-reading every master after the step. Changes a GPU run's
-    # bits (inductor's rounding, not the fused kernel's): off until a benchmark record decides.
-    adam_writes_cache: str = "off"
+    # (kit/train/adam_cache.py), instead of the cache re-reading every master after the step: +2.6% tokens/s
+    # (runs/bench-update-adam-cache-2026-12-06), so "auto"; a GPU run's bits differ with it (inductor's rounding,
+    # not the fused kernel's), the CPU keeps the foreach AdamW and its digests.
+    adam_writes_cache: str = "auto"
 
     def __post_init__(self):
         for name in ("clip_on_device", "weight_cache", "fused_elementwise", "foreach_norm", "compiled_loss",
