@@ -1,5 +1,5 @@
 """What `kit digest`, `kit status`, `kit seed`, `kit checkpoint` (replay included), `kit plan` and `kit demo` run
-(their parsers: kit/cli/__init__.py, kit/cli/adaptive.py for `checkpoint replay`)."""
+(their parsers: kit/cli/__init__.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from kit.adaptive.replay import replay
-from kit.args import printable
+from kit.cli.args import printable
 from kit.demo import run_demo
 from kit.inventory import parameter_digest
 from kit.model.config import load_config
@@ -62,21 +62,31 @@ def cmd_seed_show(a) -> int:
     return 0
 
 
-def cmd_checkpoint(a) -> int:
-    if a.action == "verify":
-        report = commits.verify_commit(a.home, commits.resolve_root(a.home, a.root) if a.root else None,
-                                       check_model=True)
-        _print_json(report)
-    elif a.action == "show":
-        print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
-    elif a.action == "export":
-        print(export.export_hf(a.home, _root_or_head(a), a.out, extra_files_dir=a.tokenizer_from))
-    elif a.action == "gc":
-        for path in commits.gc(a.home, unreferenced_objects=a.objects):
-            print(path)
-    elif a.action == "list":
-        for line in commit_lines(a.home):
-            print(line)
+def cmd_checkpoint_verify(a) -> int:
+    _print_json(commits.verify_commit(a.home, commits.resolve_root(a.home, a.root) if a.root else None,
+                                      check_model=True))
+    return 0
+
+
+def cmd_checkpoint_show(a) -> int:
+    print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
+    return 0
+
+
+def cmd_checkpoint_export(a) -> int:
+    print(export.export_hf(a.home, _root_or_head(a), a.out, extra_files_dir=a.tokenizer_from))
+    return 0
+
+
+def cmd_checkpoint_gc(a) -> int:
+    for path in commits.gc(a.home, unreferenced_objects=a.objects):
+        print(path)
+    return 0
+
+
+def cmd_checkpoint_list(a) -> int:
+    for line in commit_lines(a.home):
+        print(line)
     return 0
 
 
@@ -146,7 +156,7 @@ def cmd_demo(a) -> int:
                     seed_dir=Path(a.seed_dir) if a.seed_dir else None)
 
 
-def cmd_replay(a) -> int:
+def cmd_checkpoint_replay(a) -> int:
     rec = replay(a.home, resolve_root(a.home, a.root), a.from_root and resolve_root(a.home, a.from_root, "--from"),
                  a.workers)
     print(json.dumps({k: rec[k] for k in ("root", "from", "cohort", "cohort_steps", "equal",
