@@ -1,17 +1,14 @@
-"""The chunked loss's one chunk loop and its chunk math, run eagerly (the default, the CPU evidence) or with
-each chunk's math as one `torch.compile`d function of static shapes (CUDA lever, EngineConfig.compiled_loss).
+"""The chunked loss's one chunk loop and its chunk math: eager (the default, the CPU evidence) or each chunk's
+math as one `torch.compile`d function of static shapes (CUDA lever, EngineConfig.compiled_loss).
 
-kit.train.loss's autograd functions hand every chunk here. Eager, a chunk is its rows as they come
-(`step` rows, the last one ragged): the products, then logsumexp/softmax/KL, the gradient w.r.t. the
-logits and the two products of the backward, each pass its own kernel (on the H200 profile, the FP32
-`sub`/`add_` and the `.float()` copies of the KL chunk are the 4.3 ms of FP32 adds and 4.4 ms of copies).
-Compiled, one function per loss kind does a whole chunk, so Inductor fuses those passes.
+Eager, each pass of a chunk (products, logsumexp/softmax/KL, the gradient w.r.t. the logits, the two
+products of the backward) is its own kernel (on the H200 profile, the FP32 `sub`/`add_` and `.float()`
+copies of the KL chunk are 4.3 ms of adds and 4.4 ms of copies); compiled, Inductor fuses them.
 The decision to know: compiled, every chunk has the same number of rows (the last one padded with zero
-rows of token weight 0, whose gradient rows are exactly 0 and whose loss terms are exactly 0), so one
-graph serves every chunk of every microbatch; the values equal the eager loop's up to the order of FP32
-reductions (tests/test_compiled_loss.py bounds the difference, and pins the eager bits). Eager, the same
-functions give the bits of the eager loop that was written before the lever (temperature 1 skips its
-divide and multiply, exactly; each chunk's KL sum is scaled by T^2 before it is added).
+rows of token weight 0, whose gradient rows and loss terms are exactly 0), so one graph serves every
+chunk; the values equal the eager loop's up to the order of FP32 reductions. Eager, the same functions
+give the bits of the eager loop before the lever (T = 1 skips its divide and multiply; each chunk's KL
+sum is scaled by T^2 before it is added): tests/test_compiled_loss.py bounds the one and pins the other.
 """
 
 from __future__ import annotations
