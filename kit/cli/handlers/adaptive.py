@@ -11,7 +11,7 @@ from kit.adaptive.compare import compare
 from kit.adaptive.continued import KIND as CONTINUED
 from kit.adaptive.continued import continued_gates, load_continued_contract, prepare_continued
 from kit.adaptive.continued_schema import job_contract
-from kit.adaptive.evaluation import evaluate, gates
+from kit.adaptive.evaluation import EvaluateRequest, evaluate, gates
 from kit.adaptive.prepare import prepare
 from kit.adaptive.schema import load_adaptive_contract
 from kit.adaptive.selection import write_selection
@@ -43,8 +43,11 @@ def cmd_train(a) -> int:
 def cmd_evaluate(a) -> int:
     pj = load_json_strict(Path(a.prepared) / "prepared.json")
     terms = job_contract(pj)
-    res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
-                   terms.training.max_tokens, terms.evaluation.max_new_tokens, a.selection, device=a.device)
+    res = evaluate(EvaluateRequest(prepared=a.prepared, candidate=a.candidate, baseline=a.baseline, split=a.split,
+                                   out=a.out, tokenizer_dir=a.tokenizer or pj["locations"]["seed"],
+                                   max_tokens=terms.training.max_tokens,
+                                   max_new_tokens=terms.evaluation.max_new_tokens, selection=a.selection,
+                                   device=a.device))
     correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
     print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
                       "baseline_correct": correct[1]}, sort_keys=True))
