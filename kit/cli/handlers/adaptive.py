@@ -73,22 +73,26 @@ def cmd_select(a) -> int:
 def cmd_gates(a) -> int:
     continued = load_json_strict(a.contract).get("kind") == CONTINUED
     contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
-    out = {"contract_digest": contract.digest, "comparisons": {}}
-    if continued:  # the report says whether the start endpoint's gates passed (exploratory otherwise)
+    start = None  # continued learning: whether the start endpoint's gates passed (exploratory otherwise)
+    if continued:
         if not a.prepared:
             raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
-        start = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
-        out["start"] = {k: start[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
+        recorded = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
+        start = {k: recorded[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
+    comparisons = {}
     for spec in a.eval:
         name, _, path = spec.partition("=")
         ev = load_json_strict(path)
-        verdict = (continued_gates(ev, contract.terms, out["start"]["exploratory"]) if continued
+        verdict = (continued_gates(ev, contract.terms, recorded["exploratory"]) if continued
                    else gates(ev, contract.terms))
-        out["comparisons"][name] = {"evaluation": path, **verdict}
-    out["all_passed"] = all(v["passed"] for v in out["comparisons"].values())
+        comparisons[name] = {"evaluation": path, **verdict}
+    all_passed = all(v["passed"] for v in comparisons.values())
+    out = {"contract_digest": contract.digest, "comparisons": comparisons, "all_passed": all_passed}
+    if start is not None:
+        out = {**out, "start": start}  # canonical JSON sorts the keys: the bytes are those of before
     write_canonical_json(a.out, out)
     print(json.dumps({n: {"passed": v["passed"], "gates": {g["name"]: g["passed"] for g in v["gates"]}}
-                      for n, v in out["comparisons"].items()}, sort_keys=True))
+                      for n, v in comparisons.items()}, sort_keys=True))
     return 0
 
 

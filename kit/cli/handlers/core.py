@@ -12,7 +12,7 @@ from kit.cli.args import printable
 from kit.demo import run_demo
 from kit.inventory import parameter_digest
 from kit.model.config import load_config
-from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
+from kit.planner import MemoryModel, MicrobatchShape, Plan, WorkerCapacity, plan, shape_with_growth
 from kit.seed.build import SeedBuildConfig, build_seed, describe_seed
 from kit.seed.small import SmallSeedConfig, build_small_seed
 from kit.sizes import format_gib
@@ -125,26 +125,25 @@ def cmd_plan(a) -> int:
     workers = [WorkerCapacity(f"worker{i}", mem, speed) for i, (mem, speed) in enumerate(a.worker)]
     model = MemoryModel(**a.memory_model) if a.memory_model else MemoryModel()
     mb = MicrobatchShape(a.batch, a.seq_len, a.in_flight)
-    record = plan(shape, workers, mb, model).to_json()
+    planned = plan(shape, workers, mb, model)
     if a.json:
-        print(json.dumps(record, indent=1, sort_keys=True))
+        print(json.dumps(planned.to_json(), indent=1, sort_keys=True))
     else:
-        print(plan_table(record))
+        print(plan_table(planned))
     return 0
 
 
-def plan_table(record: dict) -> str:
+def plan_table(planned: Plan) -> str:
     """The plan for a person: one row per worker (sizes in GiB, 2^30 bytes), then the peak; --json has all."""
     rows = [("worker", "memory", "speed", "blocks", "embedding", "estimate", "utilisation")]
-    for w in record["workers"]:
-        est = w["estimate"]
-        rows.append((w["name"], format_gib(w["memory_bytes"]), f"{w['speed']:g}", f"[{w['blocks'][0]}, {w['blocks'][1]})",
-                     "yes" if est["owns_embedding"] else "no", format_gib(est["total"]), f"{w['utilization']:.2%}"))
+    for w, (start, stop), est, used in zip(planned.workers, planned.ranges, planned.estimates, planned.utilizations):
+        rows.append((w.name, format_gib(w.memory_bytes), f"{w.speed:g}", f"[{start}, {stop})",
+                     "yes" if est.owns_embedding else "no", format_gib(est.total), f"{used:.2%}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows]
-    peak = max(record["workers"], key=lambda w: w["utilization"])["name"]
-    lines.append(f"peak utilisation {record['peak_utilization']:.2%} ({peak}); the embeddings on worker"
-                 f"{record['embedding_owner']}; GiB = 2^30 bytes; --json prints the whole record")
+    peak = max(zip(planned.workers, planned.utilizations), key=lambda wu: wu[1])[0].name
+    lines.append(f"peak utilisation {planned.peak_utilization:.2%} ({peak}); the embeddings on worker"
+                 f"{planned.embedding_owner}; GiB = 2^30 bytes; --json prints the whole record")
     return "\n".join(lines)
 
 
