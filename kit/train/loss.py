@@ -5,19 +5,19 @@ autograd function, so full-vocabulary logits are never materialised for a whole 
 The decision to know: the update's loss is divided by N, the GLOBAL count of assistant targets of the
 whole update, known before the first microbatch, so the sum of per-microbatch contributions is the
 same however the update is split across microbatches and workers (docs/engine.md, "Loss").
-KL directions, temperature and precision: the notes below the docstring.
-"""
+KL directions, temperature and precision: the notes below.
 
-# Notes on kit.train.loss: the objective, the KL and the precision.
-#
-#     L = ( sum_{new targets} w_d * CE(t)  +  kl_weight * sum_{replay targets} w_d * KL(t) ) / N
-# w_d the document's weight, N the update's global count of assistant targets (new and replay, unweighted).
-# KL (default "forward", T = 1): forward = KL(p_ref || p_student), reverse = KL(p_student || p_ref), both on
-# softmax(logits / T) and scaled by T^2 (Hinton et al.) so gradient magnitudes do not shrink with T.
-# With `compute_dtype` bfloat16 a chunk's three products (logits, d/dx, d/dW) run in bf16 whatever autocast says, the
-# head weight cast once per call; logits, softmax, loss sums and accumulated gradients stay FP32. Without it the path
-# is plain FP32 (the CPU bit-identity tests). Target positions come from CPU masks, so gathering them on a GPU needs
-# no `nonzero` and no device-to-host synchronisation inside the update.
+Notes: the objective, the KL and the precision.
+
+    L = ( sum_{new targets} w_d * CE(t)  +  kl_weight * sum_{replay targets} w_d * KL(t) ) / N
+w_d the document's weight, N the update's global count of assistant targets (new and replay, unweighted).
+KL (default "forward", T = 1): forward = KL(p_ref || p_student), reverse = KL(p_student || p_ref), both on
+softmax(logits / T) and scaled by T^2 (Hinton et al.) so gradient magnitudes do not shrink with T.
+With `compute_dtype` bfloat16 a chunk's three products (logits, d/dx, d/dW) run in bf16 whatever autocast says, the
+head weight cast once per call; logits, softmax, loss sums and accumulated gradients stay FP32. Without it the path
+is plain FP32 (the CPU bit-identity tests). Target positions come from CPU masks, so gathering them on a GPU needs
+no `nonzero` and no device-to-host synchronisation inside the update.
+"""
 
 from __future__ import annotations
 
