@@ -36,10 +36,11 @@ TEST_WORKERS ?= 2
 test: $(VENV)/.installed chromium
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
-# The unit tier only (tests/support/tiers.py: tiny models, no notebook executed, no committed evidence read),
-# the same way: the loop while changing kit/. No Chromium: the report tests read the evidence.
+# The unit tier without the tests marked slow (tests/support/tiers.py: tiny models, no notebook executed, no
+# committed evidence read; the engine against the oracle at 1 and 2 workers included), the same way: the loop
+# while changing kit/. No Chromium: the report tests read the evidence.
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m unit tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "unit and not slow" tests
 
 # What the repository weighs (tracked files by folder) and what a GPU host call carries (tracked files +
 # build/gpu-wheels + build/bundle) against the device tool's 64,000,000 bytes (docs/gpu-hosts.md, "Sizes").

@@ -14,6 +14,7 @@ from kit.adaptive.continued import continued_gates, job_contract, prepare_contin
 from kit.adaptive.continued_schema import load_continued_contract
 from kit.adaptive.dev_curve import curve_sidecars as dev_curve_sidecars
 from kit.adaptive.dev_curve import dev_curve as adaptive_dev_curve
+from kit.adaptive.evaluation import EvaluateRequest
 from kit.adaptive.evaluation import evaluate as evaluate_adaptive
 from kit.adaptive.evaluation import gates as adaptive_gates
 from kit.adaptive.prepare import prepare as prepare_adaptive

@@ -8,16 +8,16 @@ reformatting does not change it and any change of value does.
 A validated contract is parsed once into frozen classes built from the same schema (`Contract.terms`), so
 the code reads `terms.training.max_grad_norm`, never a string key: a misspelt field is an AttributeError
 where it is written, not a KeyError deep inside a run, and nothing can edit a contract after its digest.
-Spec forms: the notes below the docstring.
-"""
+Spec forms: the notes below.
 
-# Notes on kit.contract: the spec forms.
-#
-# A type (`float` accepts ints); a dict (a nested object with exactly these fields); `Seq(spec, min_len=0)`;
-# `OneOf(*literals)`; `Opt(spec)` (null allowed, the field still required); `Omittable(spec)` (the field may be absent:
-# only for fields added after contracts were frozen, since a new required field changes every existing digest);
-# `MapOf(spec)` (arbitrary string keys); `Num(lo, hi, integer)`: an integer field without `hi` is bounded by
-# `MAX_COUNT` (10^6); seeds and byte sizes use `SEED` and `BYTES`.
+Notes: the spec forms.
+
+A type (`float` accepts ints); a dict (a nested object with exactly these fields); `Seq(spec, min_len=0)`;
+`OneOf(*literals)`; `Opt(spec)` (null allowed, the field still required); `Omittable(spec)` (the field may be absent:
+only for fields added after contracts were frozen, since a new required field changes every existing digest);
+`MapOf(spec)` (arbitrary string keys); `Num(lo, hi, integer)`: an integer field without `hi` is bounded by
+`MAX_COUNT` (10^6); seeds and byte sizes use `SEED` and `BYTES`.
+"""
 
 from __future__ import annotations
 

@@ -5,22 +5,22 @@ the demo leaves exactly the evidence a batch on a GPU host leaves, and the repor
 at the end. The decision to know: a step's parameters name earlier steps' checkpoint roots read from
 their run records, and a rerun reuses a completed run with the same parameters but refuses one with
 other parameters: evidence is never overwritten.
-Steps, outputs and progress: the notes below the docstring; files: docs/formats/demo-plan.md, "Demo plan".
-"""
+Steps, outputs and progress: the notes below; files: docs/formats/demo-plan.md, "Demo plan".
 
-# Notes on kit.demo: what the plan guarantees, and why steps run at once only as they do.
-#
-# The sequence mirrors examples/adaptive_tiny.sh and examples/gradient_study_tiny.sh; OUT/demo-plan.json, literal
-# roots included, is a valid `kit batch` plan. A study arm's own outcome (e.g. `unavailable`) does not stop the demo;
-# a failed step does, and the report is still rendered and lists it.
-# Steps at once (medium scale only): a step marked `concurrent_with_next` starts with the next, and no root of a chain
-# is read before the whole chain ends. The seed's inspection runs beside the first preparation only for a seed built
-# before; cohort A's 2-worker control never runs beside the migrated run, which copies its source home's update logs
-# when it starts (where the control writes its own). Each step of a chain is its own `python -m kit batch` process,
-# since run_notebook sets the kernel's environment in os.environ, which threads would share; a step's outcome is the
-# record its own process wrote, never one an earlier attempt left. Evaluations and finals stay one at a time (the
-# score cache; ledger lines in the plan's order); the tiny demo runs in the order its committed evidence was made.
-# Kernels run with KIT_PROGRESS=0, so the executed notebooks kept as evidence hold no progress bar.
+Notes: what the plan guarantees, and why steps run at once only as they do.
+
+The sequence mirrors examples/adaptive_tiny.sh and examples/gradient_study_tiny.sh; OUT/demo-plan.json, literal
+roots included, is a valid `kit batch` plan. A study arm's own outcome (e.g. `unavailable`) does not stop the demo;
+a failed step does, and the report is still rendered and lists it.
+Steps at once (medium scale only): a step marked `concurrent_with_next` starts with the next, and no root of a chain
+is read before the whole chain ends. The seed's inspection runs beside the first preparation only for a seed built
+before; cohort A's 2-worker control never runs beside the migrated run, which copies its source home's update logs
+when it starts (where the control writes its own). Each step of a chain is its own `python -m kit batch` process,
+since run_notebook sets the kernel's environment in os.environ, which threads would share; a step's outcome is the
+record its own process wrote, never one an earlier attempt left. Evaluations and finals stay one at a time (the
+score cache; ledger lines in the plan's order); the tiny demo runs in the order its committed evidence was made.
+Kernels run with KIT_PROGRESS=0, so the executed notebooks kept as evidence hold no progress bar.
+"""
 
 from __future__ import annotations
 

@@ -10,18 +10,18 @@ final-role guard refuses its commit. The steps come in parts, each its own proce
 KIT_GPU_DETERMINISTIC per part); a part reads earlier parts' roots from their run records. Parts (`PARTS`):
 prepare, a-endpoint (cohort A's endpoint), study, growth, study-dev, study-r0 (the committed-order arms again,
 for their development scores), finals (a frozen design's fresh final sets: `run_finals`); the notes below.
-"""
 
-# Notes on kit.replicates, kit.replicate_order, kit.study.replicate_dev, kit.evidence.replicates.
-#
-# Replicates randomise one source of variation, the data order (kit/replicate_order.py `RULE`), as Bouthillier et al.
-# (2021) ask; every other input is the committed one. Replicate 0 returns the committed steps object itself, so
-# REPLICATE = 0 takes the committed code path (roots equal, tested).
-# Finals stay closed: a study replicate lives in `arms/<arm>-r<k>/`, which `arm_statuses` (hence the freeze) never
-# lists; an adaptive replicate's attempt records `replicate`, which `open_final_roles` reads to refuse its commit.
-# Preparations are made again against the ledger as the committed ones read it (the plan's `inputs.ledger`) and
-# `--plan` compares them with the committed jobs and roots (OUT/replicates-checks.json). `replicate_spread` describes the
-# development spreads; kit/evidence/replicate_analysis.py reads them (t intervals, readings; the report's section).
+Notes: , kit.replicate_order, kit.study.replicate_dev, kit.evidence.replicates.
+
+Replicates randomise one source of variation, the data order (kit/replicate_order.py `RULE`), as Bouthillier et al.
+(2021) ask; every other input is the committed one. Replicate 0 returns the committed steps object itself, so
+REPLICATE = 0 takes the committed code path (roots equal, tested).
+Finals stay closed: a study replicate lives in `arms/<arm>-r<k>/`, which `arm_statuses` (hence the freeze) never
+lists; an adaptive replicate's attempt records `replicate`, which `open_final_roles` reads to refuse its commit.
+Preparations are made again against the ledger as the committed ones read it (the plan's `inputs.ledger`) and
+`--plan` compares them with the committed jobs and roots (OUT/replicates-checks.json). `replicate_spread` describes the
+development spreads; kit/evidence/replicate_analysis.py reads them (t intervals, readings; the report's section).
+"""
 
 from __future__ import annotations
 

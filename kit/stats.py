@@ -5,14 +5,14 @@ The NLL change is a token-weighted ratio of sums; its upper bound resamples EXAM
 indices for candidate and baseline (paired) and takes the percentile. Gates take thresholds from the
 caller and return a record of inputs, rule and verdict; gain needs the bound strictly below its
 threshold, retention at most its threshold, as the seeds say.
-Details: the notes below the docstring. Layer 0: numpy and pandas only (scipy is the test oracle).
-"""
+Details: the notes below. Layer 0: numpy and pandas only (scipy is the test oracle).
 
-# Notes on kit.stats: the bootstrap bound.
-#
-# Each resample recomputes the ratio of sums; the one-sided upper bound at confidence c is the c-quantile (percentile
-# method), which equals the upper end of scipy's two-sided percentile interval at confidence 2c - 1 (the tests'
-# oracle). A gate's record states its inputs, rule and verdict, so a gates JSON can be checked by hand.
+Notes: the bootstrap bound.
+
+Each resample recomputes the ratio of sums; the one-sided upper bound at confidence c is the c-quantile (percentile
+method), which equals the upper end of scipy's two-sided percentile interval at confidence 2c - 1 (the tests'
+oracle). A gate's record states its inputs, rule and verdict, so a gates JSON can be checked by hand.
+"""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ kit.numerics.apply()
 
 from support.models import PUBLIC_SOURCE, REPO, write_hf_llama  # noqa: F401 - re-exported names of the fixtures
 from support.schedule import longest_first, on_xdist_worker
-from support.tiers import NoTier, tier_of
+from support.tiers import SLOW, NoTier, is_slow, tier_of
 
 TESTS_DIR = Path(__file__).parent
 
@@ -46,11 +46,13 @@ def pytest_pycollect_makemodule(module_path, parent):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test carries its file's tier marker (support.tiers), so `-m unit` selects by it. Under `make
-    test`'s xdist workers the longest files come first (support.schedule); both workers compute the same
-    order, as xdist requires."""
+    """Every test carries its file's tier marker and, where support.tiers lists it, `slow`, so `-m "unit and
+    not slow"` (make test-fast) selects by them. Under `make test`'s xdist workers the longest files come
+    first (support.schedule); both workers compute the same order, as xdist requires."""
     for item in items:
         item.add_marker(tier_of(item.path, TESTS_DIR))
+        if is_slow(item.path, getattr(item, "originalname", item.name), TESTS_DIR):
+            item.add_marker(SLOW)
     if on_xdist_worker():
         items[:] = longest_first(items, TESTS_DIR)
 

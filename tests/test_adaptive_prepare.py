@@ -260,8 +260,8 @@ def test_cli_registration_adds_kit_adaptive_prepare(tmp_path):
     out = tmp_path / "out"
     a = parser.parse_args(["adaptive", "prepare", "--contract", str(TINY), "--seed", str(seed), "--replay", str(replay),
                            "--public-source", str(PUBLIC), "--out", str(out)])
-    assert (a.fn, a.dev_retention, str(a.out)) == ("cmd_prepare", None, str(out))
-    assert command_handler(argparse.Namespace(command="adaptive", fn=a.fn)) is handlers.cmd_prepare
+    assert (a.handler, a.dev_retention, str(a.out)) == ("kit.cli.handlers.adaptive:cmd_prepare", None, str(out))
+    assert command_handler(argparse.Namespace(handler=a.handler)) is handlers.cmd_prepare
 
 
 def test_tiny_contract_fits_the_tiny_seed():

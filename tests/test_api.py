@@ -24,12 +24,14 @@ def test_all_names_the_api_and_each_name_resolves_to_its_definition():
     for name in kit.api.__all__:
         assert getattr(kit, name) is getattr(kit.api, name), name
     # what the issue asks a notebook author to find there
+    from kit.adaptive.evaluation import EvaluateRequest, evaluate
     from kit.adaptive.train import CohortRequest, train
     from kit.engine.session import Session
     from kit.study.arms import ArmRequest, run_arm
 
     assert (kit.Session, kit.train_cohort, kit.CohortRequest, kit.run_arm, kit.ArmRequest) == \
         (Session, train, CohortRequest, run_arm, ArmRequest)
+    assert (kit.evaluate_adaptive, kit.EvaluateRequest) == (evaluate, EvaluateRequest)
     with pytest.raises(AttributeError, match="no attribute 'Sesion'"):
         kit.Sesion  # noqa: B018 - a typo is an AttributeError, not a silent import
 

@@ -6,8 +6,8 @@ import argparse
 import re
 from pathlib import Path
 
-from kit.args import leaf_parsers
 from kit.cli import build_parser
+from kit.cli.args import leaf_parsers
 from kit.cli.reference import command_reference, readme_block
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -1,6 +1,6 @@
 """Every subcommand of `kit`, discovered from the parser, with bad paths: one line, no traceback, exit 2.
 
-For each path-like option or positional (its argparse `type` is a kit.args checker) the walk feeds
+For each path-like option or positional (its argparse `type` is a kit.cli.args checker) the walk feeds
 (a) a missing path, (b) a file where a folder belongs (or a folder where a file belongs), (c) garbage
 JSON (a garbage file, and a folder whose marker file, e.g. prepared.json, is garbage), in process
 through `kit.cli.main`. A second check makes sure no path-like option escaped the checkers.
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from kit.args import Dir, Named, PathArg, leaf_parsers
-from kit.cli import HANDLERS, build_parser, command_handler, main
+from kit.cli import build_parser, command_handler, main
+from kit.cli.args import Dir, Named, PathArg, leaf_parsers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,15 +92,17 @@ def test_the_walk_covers_every_subcommand():
 
 
 def test_every_subcommand_names_a_handler_that_its_handler_module_defines():
-    """kit.cli.main imports a command's handler module only when it runs (kit.cli.HANDLERS): each leaf's
-    `fn` must be a function of the module listed for its command, or the command fails only when used."""
+    """kit.cli.main imports a command's handler module only when it runs (kit.cli.command_handler): each
+    leaf's `handler` ("module:function") must name a function that module defines, or the command fails only
+    when used."""
     missing = []
     for words, leaf in leaf_parsers(build_parser()):
-        fn = leaf.get_default("fn")
-        if not callable(getattr(importlib.import_module(HANDLERS[words[0]]), fn or "", None)):
-            missing.append(f"kit {' '.join(words)}: {HANDLERS[words[0]]}.{fn}")
+        module, _, function = (leaf.get_default("handler") or "").partition(":")
+        if not module.startswith("kit.cli.handlers.") or \
+                not callable(getattr(importlib.import_module(module), function, None)):
+            missing.append(f"kit {' '.join(words)}: {leaf.get_default('handler')!r}")
     assert not missing, missing
-    assert command_handler(argparse.Namespace(command="adaptive", fn="cmd_train")).__module__ == \
+    assert command_handler(argparse.Namespace(handler="kit.cli.handlers.adaptive:cmd_train")).__module__ == \
         "kit.cli.handlers.adaptive"
 
 
@@ -425,7 +427,7 @@ def test_a_contract_of_the_other_kind_names_the_right_command(words, contract, r
 
 def test_contract_kinds_are_the_schemas():
     from kit.adaptive import continued_schema, schema
-    from kit.args import CONTRACT_COMMANDS
+    from kit.cli.args import CONTRACT_COMMANDS
     from kit.study import schema as study_schema
 
     assert set(CONTRACT_COMMANDS) == {schema.KIND, continued_schema.KIND, study_schema.KIND}

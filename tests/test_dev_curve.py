@@ -10,7 +10,7 @@ import torch
 from support.engine_workers import engine_config
 
 from kit.adaptive.dev_curve import CURVE_FORMAT, curve_sidecars, dev_curve
-from kit.adaptive.evaluation import evaluate
+from kit.adaptive.evaluation import EvaluateRequest, evaluate
 from kit.adaptive.sidecars import accuracy_sidecars
 from kit.digest import load_json_strict
 from kit.distributed.group import Group
@@ -61,8 +61,9 @@ def test_each_point_is_what_a_development_comparison_of_that_model_records(linea
     points = record["points"]
     assert [(p["step"], p["cohort"], p["cohort_step"]) for p in points] == [(0, None, 0), (4, "A", 4), (8, "A", 8)]
     # the independent path: a development comparison of the endpoint against the seed, in another folder
-    ev = evaluate(lineage["p"], s8, s0, "dev", lineage["tmp"] / "other" / "dev.json", str(seed), MAX_TOKENS, 4,
-                  progress=False)
+    ev = evaluate(EvaluateRequest(prepared=lineage["p"], candidate=s8, baseline=s0, split="dev",
+                                  out=lineage["tmp"] / "other" / "dev.json", tokenizer_dir=str(seed),
+                                  max_tokens=MAX_TOKENS, max_new_tokens=4))
     acc = accuracy_sidecars(ev)["accuracy_by_family"]
     for point, side in ((points[2], "candidate"), (points[0], "baseline")):
         assert {f: (a["n"], a["correct"]) for f, a in point["accuracy"].items()} == \
@@ -84,7 +85,8 @@ def test_each_point_is_what_a_development_comparison_of_that_model_records(linea
 def test_scores_are_shared_with_the_development_comparisons_through_their_cache(lineage):
     seed, (s0, _, s8) = lineage["seed"], lineage["specs"]
     work = lineage["tmp"] / "work"
-    evaluate(lineage["p"], s8, s0, "dev", work / "dev-A.json", str(seed), MAX_TOKENS, 4, progress=False)
+    evaluate(EvaluateRequest(prepared=lineage["p"], candidate=s8, baseline=s0, split="dev", out=work / "dev-A.json",
+                             tokenizer_dir=str(seed), max_tokens=MAX_TOKENS, max_new_tokens=4))
     cached = set((work / "score-cache").iterdir())
     assert len(cached) == 2
     dev_curve(lineage["p"], {"A": [s0, s8]}, work / "dev-curve.json", str(seed), MAX_TOKENS, 4)

@@ -36,14 +36,32 @@ def _launch(tmp_path, dirs, workers, batches, max_norm, name):
     return results, grads, state, ages
 
 
-@pytest.mark.parametrize("max_norm, clipping", [(0.05, True), (1e6, False)])
-def test_workers_match_oracle_and_each_other(tmp_path, dirs, max_norm, clipping):
-    """1, 2 and 3 workers against the float64 oracle, within the float32 error bound derived in
-    tests/support/engine_oracle.py (run_oracle64's argument), and bit-identical to each other."""
-    batches = make_batches()
-    history, oracle_state = run_oracle64(*dirs, batches, OPT["lr"], (OPT["beta1"], OPT["beta2"]), OPT["eps"],
-                                         OPT["weight_decay"], max_norm)
-    runs = {w: _launch(tmp_path, dirs, w, batches, max_norm, "clip" if clipping else "noclip") for w in (1, 2, 3)}
+CLIPPING = [(0.05, True), (1e6, False)]
+
+
+@pytest.fixture(scope="module")
+def oracle_and_runs(tmp_path_factory, dirs):
+    """(max_norm, workers) -> (the float64 oracle's history and state, the launched run), each computed once
+    per module: the 1-worker run is the reference of both the 2- and the 3-worker test."""
+    oracles, runs = {}, {}
+
+    def get(max_norm: float, workers: int):
+        batches = make_batches()
+        if max_norm not in oracles:
+            oracles[max_norm] = run_oracle64(*dirs, batches, OPT["lr"], (OPT["beta1"], OPT["beta2"]), OPT["eps"],
+                                             OPT["weight_decay"], max_norm)
+        if (max_norm, workers) not in runs:
+            runs[max_norm, workers] = _launch(tmp_path_factory.mktemp("engine"), dirs, workers, batches, max_norm,
+                                              f"norm{max_norm:g}")
+        return oracles[max_norm], runs[max_norm, workers]
+
+    return get
+
+
+def _check_against_oracle_and_one_worker(oracle_and_runs, workers: int, max_norm: float, clipping: bool) -> None:
+    """`workers` workers against the float64 oracle, within the float32 error bound derived in
+    tests/support/engine_oracle.py (run_oracle64's argument), and bit-identical to 1 worker."""
+    (history, oracle_state), (results, grads, state, ages) = oracle_and_runs(max_norm, workers)
     first = history[0]
     assert (first["grad_norm"] > max_norm) == clipping
     bounds = first["bounds"]
@@ -51,33 +69,45 @@ def test_workers_match_oracle_and_each_other(tmp_path, dirs, max_norm, clipping)
     # dropped, doubled or put on the wrong side of the replay split cannot hide inside it.
     for key in ("ce_sum", "kl_sum"):
         assert bounds[key] < min(first["per_record"][key]), (key, bounds[key], first["per_record"][key])
-    for w, (results, grads, state, ages) in runs.items():
-        upd = results[0]["updates"][0]
-        for key in ("objective", "ce_sum", "kl_sum", "grad_norm"):
-            assert abs(upd[key] - first[key]) <= bounds[key], (w, key, upd[key], first[key], bounds[key])
-        assert upd["kl_sum"] > 0 and upd["replay_tokens"] > 0 and upd["new_tokens"] > 0
-        assert (upd["clip_factor"] < 1.0) == clipping
-        assert set(grads) == set(first["grads"])
-        for n, g in first["grads"].items():
-            excess = (grads[n].double() - g).abs() - bounds["grads"][n]
-            assert excess.max().item() <= 0, (w, n, excess.max().item())
-        # every rank reports the same global loss parts
-        def _losses(res):
-            return [{k: v for k, v in u.items() if k != "seconds"} for u in res["updates"]]
+    upd = results[0]["updates"][0]
+    for key in ("objective", "ce_sum", "kl_sum", "grad_norm"):
+        assert abs(upd[key] - first[key]) <= bounds[key], (workers, key, upd[key], first[key], bounds[key])
+    assert upd["kl_sum"] > 0 and upd["replay_tokens"] > 0 and upd["new_tokens"] > 0
+    assert (upd["clip_factor"] < 1.0) == clipping
+    assert set(grads) == set(first["grads"])
+    for n, g in first["grads"].items():
+        excess = (grads[n].double() - g).abs() - bounds["grads"][n]
+        assert excess.max().item() <= 0, (workers, n, excess.max().item())
 
-        assert all(_losses(r) == _losses(results[0]) for r in results)
-        for n, st in oracle_state.items():
-            assert ages[n] == st["age"] == len(batches)
-            for key in ("param", "exp_avg", "exp_avg_sq"):
-                excess = (state[f"{key}/{n}"].double() - st[key]).abs() - st["bounds"][key]
-                assert excess.max().item() <= 0, (w, n, key, excess.max().item())
+    # every rank reports the same global loss parts
+    def _losses(res):
+        return [{k: v for k, v in u.items() if k != "seconds"} for u in res["updates"]]
+
+    assert all(_losses(r) == _losses(results[0]) for r in results)
+    for n, st in oracle_state.items():
+        assert ages[n] == st["age"] == len(make_batches())
+        for key in ("param", "exp_avg", "exp_avg_sq"):
+            excess = (state[f"{key}/{n}"].double() - st[key]).abs() - st["bounds"][key]
+            assert excess.max().item() <= 0, (workers, n, key, excess.max().item())
     # bit-identical learned state across worker counts
-    base = runs[1][2]
-    for w in (2, 3):
-        assert set(runs[w][2]) == set(base)
-        for k, t in base.items():
-            assert torch.equal(runs[w][2][k], t), (w, k)
-        assert runs[w][3] == runs[1][3]
+    _, (_, _, base_state, base_ages) = oracle_and_runs(max_norm, 1)
+    assert set(state) == set(base_state)
+    for k, t in base_state.items():
+        assert torch.equal(state[k], t), (workers, k)
+    assert ages == base_ages
+
+
+@pytest.mark.parametrize("max_norm, clipping", CLIPPING)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_one_and_two_workers_match_oracle_and_each_other(oracle_and_runs, workers, max_norm, clipping):
+    """In `make test-fast`: the engine against the oracle at 1 and 2 workers (tests/support/tiers.py)."""
+    _check_against_oracle_and_one_worker(oracle_and_runs, workers, max_norm, clipping)
+
+
+@pytest.mark.parametrize("max_norm, clipping", CLIPPING)
+def test_three_workers_match_oracle_and_one_worker(oracle_and_runs, max_norm, clipping):
+    """Marked slow (tests/support/tiers.py): a third process adds time, not a new kind of check."""
+    _check_against_oracle_and_one_worker(oracle_and_runs, 3, max_norm, clipping)
 
 
 def test_no_worker_holds_a_full_model(tmp_path, dirs):

@@ -17,7 +17,7 @@ from support.engine_workers import engine_config
 
 from kit.adaptive import prepare as prep
 from kit.adaptive.bindings import TrainRefused
-from kit.adaptive.evaluation import evaluate
+from kit.adaptive.evaluation import EvaluateRequest, evaluate
 from kit.adaptive.selection import SELECTIONS_LOG, FinalRolesRefused, access_entries, write_selection
 from kit.adaptive.train import CohortRequest, train
 from kit.data.conversations import read_jsonl
@@ -50,8 +50,9 @@ def _commit(seed, home, cursor, lr=1e-3):
 
 
 def _final(p, seed, cand, base, sel, out):
-    return evaluate(p, cand, base, "final", out, str(seed), MAX_TOKENS, 4, str(sel) if sel else None,
-                    progress=False)
+    return evaluate(EvaluateRequest(prepared=p, candidate=cand, baseline=base, split="final", out=out,
+                                    tokenizer_dir=str(seed), max_tokens=MAX_TOKENS, max_new_tokens=4,
+                                    selection=str(sel) if sel else None))
 
 
 @pytest.fixture

@@ -261,15 +261,16 @@ def test_pilot_never_opens_final_roles(pilot_run):
         e = json.loads(ev.read_text())
         assert e["split"] == "dev" and set(e["roles"].values()) == {"dev.tasks", "dev.retention"}
     # the guard the pilot relies on: final scoring without a selection record is refused
-    from kit.adaptive.evaluation import evaluate
+    from kit.adaptive.evaluation import EvaluateRequest, evaluate
     from kit.adaptive.selection import FinalRolesRefused
 
     copy = pilot_run["work"] / "guard-copy"
     shutil.copytree(pilot_run["work"] / "c0" / "prepared", copy)
     c = rec["results"]["candidates"][0]
     with pytest.raises(FinalRolesRefused, match="selection"):
-        evaluate(copy, f"{pilot_run['work'] / 'c0' / 'home'}:{c['commit']['full_root']}",
-                 f"seed:{pilot_run['seed']}", "final", copy.parent / "x.json", str(pilot_run["seed"]), 256)
+        evaluate(EvaluateRequest(prepared=copy, candidate=f"{pilot_run['work'] / 'c0' / 'home'}:{c['commit']['full_root']}",
+                                 baseline=f"seed:{pilot_run['seed']}", split="final", out=copy.parent / "x.json",
+                                 tokenizer_dir=str(pilot_run["seed"]), max_tokens=256))
 
 
 def test_pilot_records_the_positive_control(pilot_run):

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from support.tiers import TIER_NAMES, TIERS, UNIT, NoTier, tier_of
+from support.tiers import SLOW, SLOW_FILES, SLOW_TESTS, TIER_NAMES, TIERS, UNIT, NoTier, tier_of
 
 TESTS = Path(__file__).resolve().parent
 
@@ -27,10 +27,10 @@ def test_every_test_file_has_exactly_one_tier_and_the_table_lists_no_other_file(
     assert {name: tiers for name, tiers in TIERS.items() if len(tiers) != 1} == {}
 
 
-def test_the_four_tiers_are_the_markers_pyproject_registers():
+def test_the_four_tiers_and_slow_are_the_markers_pyproject_registers():
     config = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     registered = [line.split(":")[0] for line in config["markers"]]
-    assert registered == list(TIER_NAMES)
+    assert registered == [*TIER_NAMES, SLOW]
     assert {t for tiers in TIERS.values() for t in tiers} == set(TIER_NAMES)  # no tier left empty
 
 
@@ -62,3 +62,21 @@ def test_a_file_without_exactly_one_tier_is_refused_naming_the_file_and_the_fix(
 
 def test_collection_marks_each_test_with_its_files_tier(request):
     assert [m.name for m in request.node.iter_markers() if m.name in TIER_NAMES] == [UNIT]
+
+
+def test_every_slow_entry_names_a_test_file_or_function_that_exists():
+    """A renamed file or test would silently drop out of `slow` and into `make test-fast`."""
+    assert sorted(set(SLOW_FILES) - set(TIERS)) == []
+    for entry in SLOW_TESTS:
+        name, _, function = entry.partition("::")
+        assert name in TIERS and f"def {function}(" in (TESTS / name).read_text(), entry
+
+
+def test_the_fast_selection_holds_the_engine_oracle_at_one_and_two_workers_only():
+    """`make test-fast` (-m "unit and not slow") includes the 1- and 2-worker engine-against-oracle test."""
+    from support.tiers import is_slow
+
+    engine = TESTS / "test_engine.py"
+    assert TIERS["test_engine.py"] == [UNIT]
+    assert not is_slow(engine, "test_one_and_two_workers_match_oracle_and_each_other", TESTS)
+    assert is_slow(engine, "test_three_workers_match_oracle_and_one_worker", TESTS)

@@ -6,14 +6,14 @@ The decision to know: `prepare_continued` refuses before writing anything unless
 the start job's phase-A endpoint, bound to that job's final evaluation, with passing gates (or the
 contract says `start.exploratory`, which every record then repeats), and unless no final record was
 exposed elsewhere. The prepared directory has the adaptive layout, so the adaptive drivers run it.
-Details: the notes below the docstring; fields: docs/contracts.md.
-"""
+Details: the notes below; fields: docs/contracts.md.
 
-# Notes on kit.adaptive.continued: what each refusal checks.
-#
-# "The phase-A endpoint" is checked by cursor and depth; "bound to the final evaluation" by split, candidate, role
-# digests and an allowed final-access line. With `start.exploratory`, prepared.json, the gates and every report say
-# "exploratory". Final records present in any role of the start job are excluded and counted, never reused.
+Notes: what each refusal checks.
+
+"The phase-A endpoint" is checked by cursor and depth; "bound to the final evaluation" by split, candidate, role
+digests and an allowed final-access line. With `start.exploratory`, prepared.json, the gates and every report say
+"exploratory". Final records present in any role of the start job are excluded and counted, never reused.
+"""
 
 from __future__ import annotations
 

@@ -9,15 +9,15 @@ development result) it may inform an abort, never the choice of an endpoint.
 Scores come from kit.adaptive.evaluation's cached scorer with the same key, so the seed and the endpoints
 the development comparisons already scored are read back from the cache rather than scored twice.
 File: docs/formats/adaptive-evaluation.md, "Development curve".
-"""
 
-# Notes on kit.adaptive.dev_curve: lineages, and why it runs last.
-#
-# Each lineage is a list in training order (refused otherwise): the demo's `A3-migrated`, `A2-control`, `B-control`,
-# `B-growth`. Through the shared score cache its points equal the development comparisons' numbers. The demo runs it
-# last in the adaptive part (notebooks/16_adaptive_dev_curve.ipynb), after the finals: nothing the selection or the
-# finals use comes from it, and on a device block of fixed length the verdicts should not wait behind it. The report
-# draws its `dev_curve` sidecar as accuracy against updates since the seed, a panel per family, a line per arm.
+Notes: lineages, and why it runs last.
+
+Each lineage is a list in training order (refused otherwise): the demo's `A3-migrated`, `A2-control`, `B-control`,
+`B-growth`. Through the shared score cache its points equal the development comparisons' numbers. The demo runs it
+last in the adaptive part (notebooks/16_adaptive_dev_curve.ipynb), after the finals: nothing the selection or the
+finals use comes from it, and on a device block of fixed length the verdicts should not wait behind it. The report
+draws its `dev_curve` sidecar as accuracy against updates since the seed, a panel per family, a line per arm.
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ Development roles may abort a run; they never select another endpoint.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
@@ -60,13 +61,29 @@ def model_spec(spec: str):
     return {"home": home, "root": root}, root
 
 
-def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, split: str, out: str | os.PathLike,
-             tokenizer_dir: str, max_tokens: int, max_new_tokens: int = 32, selection: str | None = None,
-             progress: bool = True, device: str = "cpu") -> dict:
-    """Score candidate and baseline on `split` (NLL per assistant token, greedy answers) in batches on
-    `device` ("cpu", or "cuda" for the 1.7B shape: FP32 weights either way; GPU scores may differ from
-    CPU ones in the last bits, so the score cache keys them by device)."""
-    prepared_dir = Path(prepared_dir)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluateRequest:
+    """One scoring of a candidate against its baseline: what `kit adaptive evaluate` and notebook 13 ask for.
+    The token limits are the job's contract's (`training.max_tokens`, `evaluation.max_new_tokens`)."""
+
+    prepared: str | os.PathLike  # the prepared job whose role files are scored
+    candidate: str  # "HOME:FULL_ROOT" or "seed:DIR"
+    baseline: str  # "HOME:FULL_ROOT" or "seed:DIR"
+    split: str = "dev"  # "dev" or "final" (final needs `selection`)
+    out: str | os.PathLike  # the evaluation record to write (JSON); its folder holds the score cache
+    tokenizer_dir: str  # a seed folder with the tokenizer (the prepared job's seed)
+    max_tokens: int  # tokens per scored conversation
+    max_new_tokens: int = 32  # greedy answer length
+    selection: str | None = None  # final roles: the selection record binding the pair
+    device: str = "cpu"  # "cpu", or "cuda" for the 1.7B shape
+
+
+def evaluate(request: EvaluateRequest) -> dict:
+    """Score candidate and baseline on the request's split (NLL per assistant token, greedy answers) in
+    batches on its device ("cpu", or "cuda" for the 1.7B shape: FP32 weights either way; GPU scores may
+    differ from CPU ones in the last bits, so the score cache keys them by device)."""
+    prepared_dir, split, out, device = Path(request.prepared), request.split, request.out, request.device
+    candidate, baseline, selection = request.candidate, request.baseline, request.selection
     if split not in ("dev", "final"):
         raise ValueError(f"split {split!r}; expected 'dev' or 'final'")
     cand_kw, cand_id = model_spec(candidate)
@@ -79,7 +96,7 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
 
     record_materials("prepared", "file", [sha256_file(prepared_dir / "prepared.json")])
     record_materials("scored", "commit", [kw["root"] for kw in (cand_kw, base_kw) if "root" in kw])
-    tok = load_tokenizer(tokenizer_dir)
+    tok = load_tokenizer(request.tokenizer_dir)
     data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
     if split == "final":
         pj = load_json_strict(prepared_dir / "prepared.json")
@@ -91,8 +108,8 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     per_model = {}
     cache = Path(out).parent / "score-cache"
     for name, kw, ident in (("candidate", cand_kw, cand_id), ("baseline", base_kw, base_id)):
-        per_model[name] = cached_scores(kw, ident, tok, data, result["role_sha256"], max_tokens, max_new_tokens,
-                                        cache, device)
+        per_model[name] = cached_scores(kw, ident, tok, data, result["role_sha256"], request.max_tokens,
+                                        request.max_new_tokens, cache, device)
     c, b = per_model["candidate"], per_model["baseline"]
     result["tasks"] = [
         {"id": x["id"], "family": x.get("family"), "tokens": x["tokens"], "cand_nll": x["nll_sum"],

@@ -7,15 +7,15 @@ The decision to know: preparation never loads a tensor (the seed may be 1.7B par
 runs anywhere): the inventory comes from safetensors headers and the digest from streamed bytes.
 Selection and order are pure functions of the contract's data seeds, and everything is staged in a
 sibling and renamed into place, so a refusal or a crash leaves nothing half-prepared.
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.adaptive.prepare: seeds, order and disjointness.
-#
-# A contract that pins the parameter digest refuses another seed before anything is written. Records are ranked by
-# sha256(canonical_json([seed, label, id])), which no library upgrade can change (docs/design.md, "Determinism").
-# Roles are disjoint by construction (task roles exclude every earlier role's digests and the seed's training tasks;
-# conversation roles skip content already used) and checked again by id and content digest before writing.
+Notes: seeds, order and disjointness.
+
+A contract that pins the parameter digest refuses another seed before anything is written. Records are ranked by
+sha256(canonical_json([seed, label, id])), which no library upgrade can change (docs/design.md, "Determinism").
+Roles are disjoint by construction (task roles exclude every earlier role's digests and the seed's training tasks;
+conversation roles skip content already used) and checked again by id and content digest before writing.
+"""
 
 from __future__ import annotations
 

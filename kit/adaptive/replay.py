@@ -6,17 +6,17 @@ prepared job's updates from PARENT's committed state to ROOT's cohort step in a 
 compares the learned-state root it reaches with ROOT's: equal on CPU (the numeric profile), equal or
 the largest difference on GPU. Windows that cross cohorts or the growth transition are refused.
 Every replay writes `H/replays/<ROOT>-from-<PARENT>.json` (docs/formats/adaptive-homes.md, "Replay records").
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.adaptive.replay: the window and the refusals.
-#
-# The attempt that committed ROOT names the prepared job, cohort, worker count and reference, and the schedule names
-# every record, so the window is recomputed exactly; PARENT may be any ancestor in the same lineage. On CPU a
-# difference fails (exit 1) naming the largest parameter difference. Refused before any update: a PARENT that is not
-# an ancestor (by `parent` links); a window crossing cohorts other than from the previous cohort's endpoint into its
-# first update; a window containing the append transition (a growth commit is its own window, checked by re-applying
-# the transition); no completed attempt of H listing ROOT.
+Notes: the window and the refusals.
+
+The attempt that committed ROOT names the prepared job, cohort, worker count and reference, and the schedule names
+every record, so the window is recomputed exactly; PARENT may be any ancestor in the same lineage. On CPU a
+difference fails (exit 1) naming the largest parameter difference. Refused before any update: a PARENT that is not
+an ancestor (by `parent` links); a window crossing cohorts other than from the previous cohort's endpoint into its
+first update; a window containing the append transition (a growth commit is its own window, checked by re-applying
+the transition); no completed attempt of H listing ROOT.
+"""
 
 from __future__ import annotations
 

@@ -8,20 +8,20 @@ ledger's chain (kit.evidence.ledger_chain), outside the prepared folder: `select
 event, an allowed opening a `final-access` event; final roles open only for a selection whose event is in
 the chain, and never under another selection once the chain holds a final access for the job, and `select`
 refuses once it holds one. Editing or deleting the prepared folder's logs reopens nothing.
-Rules: the notes below the docstring; files: docs/formats/selection-records.md, "Selection records".
-"""
+Rules: the notes below; files: docs/formats/selection-records.md, "Selection records".
 
-# Notes on kit.adaptive.selection: what the record binds and what each refusal protects.
-#
-# - `select` binds the prepared job (sha256 of prepared.json) and each candidate's full and learned-state roots, and
-#   appends the record's sha256 to `selections.jsonl`: an edited, hand-made or copied record (which could bind other
-#   candidates after scoring) matches no listed digest and is refused, naming the digests expected.
-# - A candidate is a commit at its comparison's endpoint (cursor cohort, cohort_step and step; the grown depth for a
-#   grown comparison): intermediate and wrong-cohort commits are refused. Its baseline is bound too: the seed by
-#   parameter digest, or the candidate the contract names as baseline (which must then be selected as well).
-# - On final roles a `seed:DIR` baseline passes only when the directory's parameter digest is the contract's seed
-#   digest (a tiny contract's: the one recorded at prepare), so an exported commit or a renamed directory cannot stand
-#   in for the seed. `final-access.jsonl` is fsynced line by line.
+Notes: what the record binds and what each refusal protects.
+
+- `select` binds the prepared job (sha256 of prepared.json) and each candidate's full and learned-state roots, and
+  appends the record's sha256 to `selections.jsonl`: an edited, hand-made or copied record (which could bind other
+  candidates after scoring) matches no listed digest and is refused, naming the digests expected.
+- A candidate is a commit at its comparison's endpoint (cursor cohort, cohort_step and step; the grown depth for a
+  grown comparison): intermediate and wrong-cohort commits are refused. Its baseline is bound too: the seed by
+  parameter digest, or the candidate the contract names as baseline (which must then be selected as well).
+- On final roles a `seed:DIR` baseline passes only when the directory's parameter digest is the contract's seed
+  digest (a tiny contract's: the one recorded at prepare), so an exported commit or a renamed directory cannot stand
+  in for the seed. `final-access.jsonl` is fsynced line by line.
+"""
 
 from __future__ import annotations
 

@@ -6,16 +6,16 @@ creates an attempt record that survives every outcome, prepares the start state,
 workers and finalises the record; per-update numbers go to `attempts/<attempt>/updates.jsonl`.
 The decision to know: one global cursor (`step` since the seed, `cohort`, `cohort_step`), and
 cohort B continues the committed A endpoint with the same Adam state.
-Details: the notes below the docstring; files: docs/formats/adaptive-homes.md, "Adaptive homes".
-"""
+Details: the notes below; files: docs/formats/adaptive-homes.md, "Adaptive homes".
 
-# Notes on kit.adaptive.train: the start states, the update log and the cursor.
-#
-# The start state is a seed, a commit to resume, a migration from another store, or the append transition; the
-# driver launches the workers (local launcher) or is one torchrun worker. `updates.jsonl` holds each update's CE, KL,
-# token counts, gradient norm, clip factor, time and record ids; at each commit point and the endpoint the driver
-# prints one JSON line with the step and both roots. `step` counts Adam updates since the seed; `cohort` is 0 (A) or
-# 1 (B); cohort B starts from the committed A endpoint (cohort 0 at its endpoint).
+Notes: the start states, the update log and the cursor.
+
+The start state is a seed, a commit to resume, a migration from another store, or the append transition; the
+driver launches the workers (local launcher) or is one torchrun worker. `updates.jsonl` holds each update's CE, KL,
+token counts, gradient norm, clip factor, time and record ids; at each commit point and the endpoint the driver
+prints one JSON line with the step and both roots. `step` counts Adam updates since the seed; `cohort` is 0 (A) or
+1 (B); cohort B starts from the committed A endpoint (cohort 0 at its endpoint).
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """`kit` command line. Each subcommand is a thin wrapper over a kit function. The parser (this module,
-kit/cli/drivers.py, adaptive.py, study.py and kit/args.py) imports nothing heavy; what a command runs is
-in a module of kit/cli/handlers/, imported by `main` only for the command being run (`HANDLERS`, the
-command line's one lazy import), so `kit --help`, a usage error and `kit digest` start fast and import
+kit/cli/drivers.py, adaptive.py, study.py, replicates.py and args.py) imports nothing heavy; what a command
+runs is a function of a module of kit/cli/handlers/, named by its leaf parser (`handler="module:function"`)
+and imported by `main` only for the command being run (`command_handler`, the command line's one lazy
+import), so `kit --help`, a usage error and `kit digest` start fast and import
 on the GPU image as it is. The driver subcommands are registered from `kit.cli.drivers` (which never
 imports this module).
 """
@@ -16,9 +17,10 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from kit import __version__, numerics
-from kit.args import (
+from kit.cli.args import (
     Dir,
     File,
     FileOrDir,
@@ -53,25 +55,15 @@ workflow (README.md, "Command line", has every option; `kit COMMAND --help` for 
   demo: `kit demo` (or `make demo`) runs all of it on the embedded tiny contracts in a few minutes."""
 
 
-# The command line's one lazy import: the module holding what each command runs. A handler module imports
-# its drivers (torch, transformers, the notebook runner) at module level, so importing them all would make
-# `kit --help` import torch; `main` imports the one of the parsed command, after the numeric profile is
-# applied. tests/test_cli_walk.py checks that every leaf subcommand's handler (`fn`) is found this way.
-HANDLERS = {
-    "digest": "kit.cli.handlers.core", "status": "kit.cli.handlers.core", "seed": "kit.cli.handlers.core",
-    "checkpoint": "kit.cli.handlers.core", "plan": "kit.cli.handlers.core", "demo": "kit.cli.handlers.core",
-    "run": "kit.cli.handlers.evidence", "batch": "kit.cli.handlers.evidence",
-    "verify-evidence": "kit.cli.handlers.evidence", "report": "kit.cli.handlers.evidence",
-    "evidence-root": "kit.cli.handlers.evidence",
-    "results": "kit.cli.handlers.evidence", "archive-evidence": "kit.cli.handlers.evidence",
-    "adaptive": "kit.cli.handlers.adaptive", "continued": "kit.cli.handlers.adaptive",
-    "study": "kit.cli.handlers.study", "replicates": "kit.cli.handlers.replicates",
-}
-
-
-def command_handler(args: argparse.Namespace):
-    """The function that runs the parsed leaf subcommand: `args.fn` of the module HANDLERS names for it."""
-    return getattr(importlib.import_module(HANDLERS[args.command]), args.fn)
+# The command line's one lazy import: each leaf parser names what runs it, `handler="module:function"`, a
+# function of kit/cli/handlers/. A handler module imports its drivers (torch, transformers, the notebook
+# runner) at module level, so importing them all would make `kit --help` import torch; `main` imports the
+# module of the parsed command only, after the numeric profile is applied. tests/test_cli_walk.py checks
+# that every leaf's handler is found this way.
+def command_handler(args: argparse.Namespace) -> Callable[[argparse.Namespace], int | None]:
+    """The function that runs the parsed leaf subcommand: the one its `handler` ("module:function") names."""
+    module, _, function = args.handler.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 # --- planner --------------------------------------------------------------------------------
@@ -129,21 +121,26 @@ def _add_seed_commands(sub) -> None:
     s.add_argument("--contracts", type=Dir("a folder of contracts whose dev/final task roles the seed must not train on"),
                    help="medium only: contracts whose dev/final task roles are excluded (default contracts/ in the repository)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn="cmd_seed_build")
+    s.set_defaults(handler="kit.cli.handlers.core:cmd_seed_build")
     s = seed.add_parser("show", help="digest, shape and a sample reply of a seed directory")
     s.add_argument("dir", type=seed_dir(), help="a seed folder (made by kit seed build)")
-    s.set_defaults(fn="cmd_seed_show")
+    s.set_defaults(handler="kit.cli.handlers.core:cmd_seed_show")
 
 
 def _add_checkpoint_commands(sub) -> None:
-    """`kit checkpoint verify|show|export|list|gc` of a store."""
-    ck = sub.add_parser("checkpoint", help="verify, show, export, list or gc commits of a store")
+    """`kit checkpoint verify|show|export|list|gc|replay` of a store, each run by its own handler."""
+    ck = sub.add_parser("checkpoint", help="verify, show, export, list, gc or replay commits of a store")
     ck_sub = ck.add_subparsers(dest="action", required=True)
-    for action, help_text in (("verify", "re-hash every object of a commit (default HEAD) and recompute both roots"),
-                              ("show", "print a commit's manifest (default HEAD)"),
-                              ("export", "write a Hugging Face directory of a commit and print its kit digest"),
-                              ("list", "every commit of the store, oldest first: root, step, time written; HEAD marked"),
-                              ("gc", "remove temporary files (and, with --objects, unreferenced objects)")):
+    core = "kit.cli.handlers.core"
+    for action, handler, help_text in (
+            ("verify", f"{core}:cmd_checkpoint_verify",
+             "re-hash every object of a commit (default HEAD) and recompute both roots"),
+            ("show", f"{core}:cmd_checkpoint_show", "print a commit's manifest (default HEAD)"),
+            ("export", f"{core}:cmd_checkpoint_export",
+             "write a Hugging Face directory of a commit and print its kit digest"),
+            ("list", f"{core}:cmd_checkpoint_list",
+             "every commit of the store, oldest first: root, step, time written; HEAD marked"),
+            ("gc", f"{core}:cmd_checkpoint_gc", "remove temporary files (and, with --objects, unreferenced objects)")):
         s = ck_sub.add_parser(action, help=help_text)
         if action in ("verify", "show", "export"):
             s.add_argument("root", nargs="?", help="a commit: HEAD (default), its full root or a unique prefix of at least 8 hex")
@@ -154,7 +151,15 @@ def _add_checkpoint_commands(sub) -> None:
             s.add_argument("--tokenizer-from", type=seed_dir(), help="copy tokenizer files from this seed directory")
         if action == "gc":
             s.add_argument("--objects", action="store_true", help="also remove objects no commit names")
-        s.set_defaults(fn="cmd_checkpoint", root=getattr(s, "root", None))
+        s.set_defaults(handler=handler, root=getattr(s, "root", None))
+    # replay needs an adaptive home's attempt records (kit/adaptive/replay.py), but it is a command of the store
+    s = ck_sub.add_parser("replay", help="recompute the updates between a commit and its parent (or --from an "
+                                         "ancestor) from the committed parent state and the prepared job")
+    s.add_argument("root", help="the commit to recompute: its full root, a unique prefix of at least 8 hex, or HEAD")
+    s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")
+    s.add_argument("--from", dest="from_root", metavar="ROOT", help="an earlier ancestor of ROOT (default: its parent)")
+    s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
+    s.set_defaults(handler="kit.cli.handlers.core:cmd_checkpoint_replay")
 
 
 def _add_plan_command(sub) -> None:
@@ -172,7 +177,7 @@ def _add_plan_command(sub) -> None:
     s.add_argument("--grow", type=int, default=0, help="plan for this many appended blocks")
     s.add_argument("--memory-model", metavar="JSON", type=memory_model_json, help="JSON object of MemoryModel fields")
     s.add_argument("--json", action="store_true", help="print the whole plan record as JSON (default: a table)")
-    s.set_defaults(fn="cmd_plan")
+    s.set_defaults(handler="kit.cli.handlers.core:cmd_plan")
 
 
 def _add_demo_command(sub) -> None:
@@ -195,7 +200,7 @@ def _add_demo_command(sub) -> None:
     add_renamed(s, "--seed", "--seed-dir", dest="seed_dir", type=seed_dir(),
                 help="inspect this seed, built before (e.g. by the medium pilot on the same host), instead of "
                      "building one; the contracts' digest pin still decides")
-    s.set_defaults(fn="cmd_demo")
+    s.set_defaults(handler="kit.cli.handlers.core:cmd_demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("digest", help="parameter digest of a Hugging Face directory (docs/formats/parameter-digest.md)")
     s.add_argument("dir", type=Dir("a Hugging Face model folder (*.safetensors)", "kit checkpoint export or kit seed build"),
                    help="a Hugging Face model folder (a seed or an exported checkpoint)")
-    s.set_defaults(fn="cmd_digest")
+    s.set_defaults(handler="kit.cli.handlers.core:cmd_digest")
 
     s = sub.add_parser("status", help="HEAD, commits, attempts, last loss and elapsed time of a checkpoint home, "
                                       "run folder, campaign folder or demo output")
@@ -217,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "demo output", "kit adaptive train or kit run"),
                    help="the folder to describe (an archived run is read in place: runs/<folder>/<run id>)")
     s.add_argument("--json", action="store_true", help="print the report as JSON (docs/formats/kit-status.md, \"kit status\")")
-    s.set_defaults(fn="cmd_status")
+    s.set_defaults(handler="kit.cli.handlers.core:cmd_status")
 
     _add_seed_commands(sub)
     _add_checkpoint_commands(sub)

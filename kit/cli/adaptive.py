@@ -1,14 +1,14 @@
-"""`kit adaptive prepare | train | evaluate | select | gates | compare`, `kit continued prepare` and
-`kit checkpoint replay`: argument parsing only; their handlers are in kit/cli/handlers/adaptive.py (replay's
-in handlers/core.py, with the other checkpoint commands), and the work in kit/adaptive/ (prepare.py,
-train.py, evaluation.py, selection.py, compare.py, continued.py, replay.py). kit/cli/drivers.py registers
+"""`kit adaptive prepare | train | evaluate | select | gates | compare` and `kit continued prepare`: argument
+parsing only; their handlers are in kit/cli/handlers/adaptive.py, and the work in kit/adaptive/ (prepare.py,
+train.py, evaluation.py, selection.py, compare.py, continued.py). `kit checkpoint replay` is parsed with
+the other checkpoint commands (kit/cli/__init__.py). kit/cli/drivers.py registers
 them; the experiment imports nothing of the command line (tests/test_layers.py, PACKAGE_TIERS)."""
 
 from __future__ import annotations
 
 import argparse
 
-from kit.args import (
+from kit.cli.args import (
     File,
     HomeRoot,
     Named,
@@ -43,7 +43,7 @@ def register(sub) -> None:
     s.add_argument("--until", type=int, help="stop after this cohort step (default: the contract's endpoint)")
     s.add_argument("--grow", action="store_true", help="append the contract's blocks before training")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn="cmd_train")
+    s.set_defaults(handler="kit.cli.handlers.adaptive:cmd_train")
 
     s = sp.add_parser("evaluate", help="score a candidate against its baseline (dev roles by default)")
     s.add_argument("--prepared", required=True, type=prepared_dir(), help="the prepared job")
@@ -57,7 +57,7 @@ def register(sub) -> None:
     s.add_argument("--device", default="cpu", type=device, help="cpu (default) or cuda: where NLL and greedy answers are scored")
     s.add_argument("--out", required=True, type=OutFile("a path for the evaluation record"),
                    help="the evaluation record to write (JSON)")
-    s.set_defaults(fn="cmd_evaluate")
+    s.set_defaults(handler="kit.cli.handlers.adaptive:cmd_evaluate")
 
     s = sp.add_parser("select", help="bind the prepared job and the candidate roots before final scoring")
     s.add_argument("--prepared", required=True, type=prepared_dir(), help="the prepared job")
@@ -68,7 +68,7 @@ def register(sub) -> None:
                    help="development evaluations the decision read (recorded by sha256), once each")
     s.add_argument("--out", required=True, type=OutFile("a path for the selection record"),
                    help="the selection record to write (JSON)")
-    s.set_defaults(fn="cmd_select")
+    s.set_defaults(handler="kit.cli.handlers.adaptive:cmd_select")
 
     s = sp.add_parser("compare", help="two committed runs side by side (migration vs uninterrupted, growth vs control)")
     s.add_argument("--a", required=True, type=HomeRoot(), help="HOME:FULL_ROOT of the first run")
@@ -77,7 +77,7 @@ def register(sub) -> None:
     s.add_argument("--require-equal", action="store_true", help="exit 1 unless the learned-state roots are equal")
     s.add_argument("--out", required=True, type=OutFile("a path for the comparison record"),
                    help="the comparison record to write (JSON)")
-    s.set_defaults(fn="cmd_compare")
+    s.set_defaults(handler="kit.cli.handlers.adaptive:cmd_compare")
 
     s = sp.add_parser("gates", help="the seed's gates on final evaluations")
     s.add_argument("--contract", required=True, type=contract_file(("adaptive-shards", "continued-learning")),
@@ -89,7 +89,7 @@ def register(sub) -> None:
                    help="continued-learning: the prepared job (its start endpoint and gates)")
     s.add_argument("--out", required=True, type=OutFile("a path for the gates record"),
                    help="the gates record to write (JSON)")
-    s.set_defaults(fn="cmd_gates")
+    s.set_defaults(handler="kit.cli.handlers.adaptive:cmd_gates")
 
 
 def adaptive_subparsers(sub):
@@ -118,7 +118,7 @@ def register_prepare(sub) -> None:
     s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
                    help="exposure ledger whose finals and probes are excluded (default: $KIT_LEDGER, inside kit run the one "
                         "beside runs/, else OUT/ledger/exposed.jsonl)")
-    s.set_defaults(fn="cmd_prepare")
+    s.set_defaults(handler="kit.cli.handlers.adaptive:cmd_prepare")
 
 
 # --- kit continued prepare ---------------------------------------------------------------
@@ -141,21 +141,4 @@ def register_continued(sub) -> None:
                    help="a new or empty directory")
     s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"), help="exposure ledger (default: $KIT_LEDGER, inside kit run the one beside runs/, else "
                    "OUT/ledger/exposed.jsonl)")
-    s.set_defaults(fn="cmd_continued_prepare")
-
-
-# --- kit checkpoint replay ---------------------------------------------------------------
-def register_replay(sub) -> None:
-    """`kit checkpoint replay` inside the existing `kit checkpoint` group."""
-    ck = sub.choices["checkpoint"]
-    group = next(x for x in ck._actions if isinstance(x, argparse._SubParsersAction))
-    s = group.add_parser("replay", help="recompute the updates between a commit and its parent (or --from an "
-                                        "ancestor) from the committed parent state and the prepared job")
-
-    s.add_argument("root", help="the commit to recompute: its full root, a unique prefix of at least 8 hex, or HEAD")
-    s.add_argument("--home", required=True, type=store_dir(), help="the checkpoint store holding ROOT")
-    s.add_argument("--from", dest="from_root", metavar="ROOT", help="an earlier ancestor of ROOT (default: its parent)")
-    s.add_argument("--workers", type=int, help="worker count (default: the committing attempt's)")
-    s.set_defaults(fn="cmd_replay")
-
-
+    s.set_defaults(handler="kit.cli.handlers.adaptive:cmd_continued_prepare")

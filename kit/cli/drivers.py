@@ -1,15 +1,15 @@
 """Driver subcommands of `kit`, registered into kit/cli/__init__.py's parser.
 
 A flat list of small `register_*` functions, listed in `DRIVER_COMMANDS` at the end; each adds
-one subparser that names its handler (`fn`), a function of kit/cli/handlers/ that `kit.cli.main` imports
-only when the command runs (kit.cli.HANDLERS), so `kit --help` stays fast and needs neither papermill nor
+one subparser that names its handler (`handler="module:function"`), a function of kit/cli/handlers/ that
+`kit.cli.main` imports only when the command runs (kit.cli.command_handler), so `kit --help` stays fast and needs neither papermill nor
 torch. Add new driver commands the same way, and list them in `DRIVER_COMMANDS`.
 """
 
 from __future__ import annotations
 
-from kit.args import Dir, EvidenceDir, File, OutDir, OutFile, RunsSelection, add_renamed
 from kit.cli import adaptive, replicates, study
+from kit.cli.args import Dir, EvidenceDir, File, OutDir, OutFile, RunsSelection, add_renamed
 
 
 # --- kit run --------------------------------------------------------------------------------
@@ -30,7 +30,7 @@ def register_run(sub) -> None:
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebook's output to stderr")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn="cmd_run")
+    s.set_defaults(handler="kit.cli.handlers.evidence:cmd_run")
 
 
 
@@ -44,7 +44,7 @@ def register_batch(sub) -> None:
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
     s.add_argument("--log-output", action="store_true", help="stream the notebooks' output to stderr")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn="cmd_batch")
+    s.set_defaults(handler="kit.cli.handlers.evidence:cmd_batch")
 
 
 
@@ -68,7 +68,7 @@ def register_verify_evidence(sub) -> None:
     s.add_argument("--allowed-signers", type=File("an ssh-keygen allowed-signers file", fmt="allowed-signers"),
                    help="with --at TAG: the ssh-keygen allowed-signers file (default: git's gpg.ssh.allowedSignersFile)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn="cmd_verify_evidence")
+    s.set_defaults(handler="kit.cli.handlers.evidence:cmd_verify_evidence")
 
 
 # --- kit evidence-root ----------------------------------------------------------------------
@@ -78,7 +78,7 @@ def register_evidence_root(sub) -> None:
                    help="the runs folder (default runs); its ledger is the folder `ledger` beside it")
     s.add_argument("--ledger-dir", type=Dir("the exposure ledger's folder"),
                    help="the exposure ledger's folder (default RUNS/../ledger)")
-    s.set_defaults(fn="cmd_evidence_root")
+    s.set_defaults(handler="kit.cli.handlers.evidence:cmd_evidence_root")
 
 
 
@@ -93,7 +93,7 @@ def register_report(sub) -> None:
     s.add_argument("--title", metavar="TEXT", help="the report's title (default: one naming the runs directory)")
     s.add_argument("--select", metavar="GLOB", help="only the runs whose id matches, e.g. 'medium-*' (default all)")
     s.add_argument("--kernel", default="python3", metavar="NAME", help="Jupyter kernel name")
-    s.set_defaults(fn="cmd_report")
+    s.set_defaults(handler="kit.cli.handlers.evidence:cmd_report")
 
 
 
@@ -104,7 +104,7 @@ def register_results(sub) -> None:
                    help="the runs folder (or a selection DIR/GLOB quoted, e.g. 'runs/medium-*')")
     s.add_argument("--out", required=True, metavar="FILE", type=OutFile("a .csv or .parquet file to write"),
                    help="FILE.csv or FILE.parquet")
-    s.set_defaults(fn="cmd_results")
+    s.set_defaults(handler="kit.cli.handlers.evidence:cmd_results")
 
 
 # --- kit adaptive ... ------------------------------------------------------------------------
@@ -112,7 +112,6 @@ def register_adaptive(sub) -> None:
     adaptive.register_prepare(sub)
     adaptive.register(sub)
     adaptive.register_continued(sub)  # `kit continued prepare` (the continued-learning contract)
-    adaptive.register_replay(sub)  # `kit checkpoint replay` (needs an adaptive home's attempt records)
 
 
 
@@ -132,7 +131,7 @@ def register_archive_evidence(sub) -> None:
     s.add_argument("folders", nargs="+", type=Dir("a folder directly under a runs directory"),
                    help="superseded, campaign, pilot or probe folders of one runs directory")
     s.add_argument("--why", required=True, metavar="TEXT", help="why they are archived (kept in the index)")
-    s.set_defaults(fn="cmd_archive_evidence")
+    s.set_defaults(handler="kit.cli.handlers.evidence:cmd_archive_evidence")
 
 
 DRIVER_COMMANDS = [register_run, register_batch, register_verify_evidence, register_evidence_root, register_report,

@@ -1,5 +1,5 @@
 """`kit replicates ...` subcommands: plan (how many replicates a question needs) and analyse (what the committed
-replicates say). Their handlers are in kit/cli/handlers/replicates.py (kit.cli.HANDLERS); the statistics in
+replicates say). Their handlers are in kit/cli/handlers/replicates.py (each leaf names its `handler`); the statistics in
 kit/replicate_stats.py, the analysis in kit/evidence/replicate_analysis.py.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from kit.args import EvidenceDir, File, OutFile
+from kit.cli.args import EvidenceDir, File, OutFile
 
 
 def _number(kind: str):
@@ -41,7 +41,7 @@ def register(sub) -> None:
     s.add_argument("--one-sided", action="store_true", help="a one-sided test at ALPHA (default two-sided)")
     s.add_argument("--json", action="store_true", help="print the whole plan record as JSON")
     s.add_argument("--out", type=OutFile("a file for the plan record (JSON)"), help="also write the record here")
-    s.set_defaults(fn="cmd_plan")
+    s.set_defaults(handler="kit.cli.handlers.replicates:cmd_plan")
 
     s = actions.add_parser("analyse", help="the replicate analysis of committed runs (JSON): per question the "
                                            "paired differences, a t interval with k - 1 df and a reading")
@@ -50,4 +50,4 @@ def register(sub) -> None:
                    help="the replicate plan whose runs are analysed (its scale names the runs' prefix)")
     s.add_argument("--runs-dir", default="runs", type=EvidenceDir("a runs folder", "kit run"),
                    help="the committed runs (default runs)")
-    s.set_defaults(fn="cmd_analyse")
+    s.set_defaults(handler="kit.cli.handlers.replicates:cmd_analyse")

@@ -1,14 +1,14 @@
 """`kit study ...` subcommands: prepare, arm, evaluate, screens, status.
 
 `register(sub)` adds them to kit's argparse subparsers (kit/cli/drivers.py calls it); their handlers are in
-kit/cli/handlers/study.py, imported only when a study command runs (kit.cli.HANDLERS), so `kit --help` stays
+kit/cli/handlers/study.py, imported only when a study command runs (each leaf names its `handler`), so `kit --help` stays
 fast. The work is in kit/study/; the experiment imports nothing of the command line (tests/test_layers.py,
 PACKAGE_TIERS).
 """
 
 from __future__ import annotations
 
-from kit.args import (
+from kit.cli.args import (
     OutDir,
     OutFile,
     add_renamed,
@@ -35,7 +35,7 @@ def register(sub) -> None:
     s.add_argument("--ledger", default=None, type=OutFile("an exposure ledger file (JSONL)"),
                    help="exposure ledger read for final tasks and exposed probes (default: $KIT_LEDGER, inside "
                         "kit run the one beside runs/, else OUT/ledger/exposed.jsonl)")
-    s.set_defaults(fn="cmd_prepare")
+    s.set_defaults(handler="kit.cli.handlers.study:cmd_prepare")
 
     s = actions.add_parser("arm", help="project, then run or refuse one arm; records its status and reason "
                                        "(local processes, or one torchrun process per host)")
@@ -52,18 +52,18 @@ def register(sub) -> None:
     s.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     s.add_argument("--compile", choices=["auto", "off"], default="auto", help="torch.compile blocks on CUDA")
     s.add_argument("--no-progress", action="store_true", help="no progress bars (also KIT_PROGRESS=0)")
-    s.set_defaults(fn="cmd_arm")
+    s.set_defaults(handler="kit.cli.handlers.study:cmd_arm")
 
     s = actions.add_parser("evaluate", help="freeze the candidates, then score final tasks and retention probes")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
     s.add_argument("--seed", required=True, type=seed_dir(), help="the seed directory the study was prepared from")
     s.add_argument("--device", default="cpu", type=device, help="cpu (default) or cuda: where the final tasks are scored")
-    s.set_defaults(fn="cmd_evaluate")
+    s.set_defaults(handler="kit.cli.handlers.study:cmd_evaluate")
 
     s = actions.add_parser("screens", help="write STUDY/screens.json: every arm, every screen's inputs and verdict")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
-    s.set_defaults(fn="cmd_screens")
+    s.set_defaults(handler="kit.cli.handlers.study:cmd_screens")
 
     s = actions.add_parser("status", help="every arm of the contract with its status and reason")
     s.add_argument("--study", required=True, type=study_dir(), help="the prepared study directory")
-    s.set_defaults(fn="cmd_status")
+    s.set_defaults(handler="kit.cli.handlers.study:cmd_status")

@@ -4,18 +4,18 @@ A target is an assistant-content token or an end-of-turn token closing an assist
 model learns both what to answer and when to stop; everything else is context. The decision to
 know: the mask is found for any Hugging Face chat template (ChatML is not assumed) by rendering
 prefixes, and a template that is not prefix-stable is refused rather than guessed.
-How the mask is found: the notes below the docstring.
-"""
+How the mask is found: the notes below.
 
-# Notes on kit.data.chat: what a target is, and how the mask is found.
-#
-# Never a target: system and user text, role headers, the whitespace after an end-of-turn token, token 0 (nothing
-# precedes it). The mask: render the whole conversation once; for assistant message k render messages[:k] (with and
-# without the generation prompt) and messages[:k+1], each of which must be a prefix of the full text (else refused).
-# The target span runs from the content's start (after the generation prompt) to the end of message k's segment
-# without trailing whitespace: content plus end-of-turn text, not the newline after it. The text is tokenized once
-# with offsets (fast tokenizers only), and a token is a target when its span overlaps a target span: overlap, not
-# containment, so a token straddling the header/content boundary still carries content and is learned, not dropped.
+Notes: what a target is, and how the mask is found.
+
+Never a target: system and user text, role headers, the whitespace after an end-of-turn token, token 0 (nothing
+precedes it). The mask: render the whole conversation once; for assistant message k render messages[:k] (with and
+without the generation prompt) and messages[:k+1], each of which must be a prefix of the full text (else refused).
+The target span runs from the content's start (after the generation prompt) to the end of message k's segment
+without trailing whitespace: content plus end-of-turn text, not the newline after it. The text is tokenized once
+with offsets (fast tokenizers only), and a token is a target when its span overlaps a target span: overlap, not
+containment, so a token straddling the header/content boundary still carries content and is learned, not dropped.
+"""
 
 from __future__ import annotations
 

@@ -5,14 +5,14 @@ metadata), from `read_jsonl`, from a pinned Alpaca-format source (`load_instruct
 `instruction_source_range`) or from `synthetic_conversations`. The decision to know: readers refuse
 anything a trainer could silently mis-learn from, naming the file and line, and a pinned file is
 hash-checked before a byte is parsed. `normalize_text` is the one normalisation for exclusions.
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.data.conversations: the record shapes.
-#
-# A line is `{"id", "messages": [{"role", "content"}, ...], ...}`; an Alpaca record `{"instruction", "input",
-# "output"}` becomes one user/assistant pair. Synthetic chat (greetings, short facts, echo, counting) is sized for a
-# few-million-parameter model and labelled `source="synthetic"`.
+Notes: the record shapes.
+
+A line is `{"id", "messages": [{"role", "content"}, ...], ...}`; an Alpaca record `{"instruction", "input",
+"output"}` becomes one user/assistant pair. Synthetic chat (greetings, short facts, echo, counting) is sized for a
+few-million-parameter model and labelled `source="synthetic"`.
+"""
 
 from __future__ import annotations
 

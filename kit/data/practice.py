@@ -8,17 +8,17 @@ from the value), `count_kept` (filtering's comparisons, counted), `plus_minus` (
 subtraction), `kth` (one rank of a list instead of the ordered list). Their prompts share no word with the
 contracts' wordings and their digests carry their own family names, so none is, or rewords, a task of any
 role. Every example is a pure function of (family, seed, index, difficulty), drawn as kit.data.tasks draws.
-Details and the probes behind it: the notes below the docstring, "kit.seed.small").
-"""
+Details and the probes behind it: the notes below, "kit.seed.small").
 
-# Notes on kit.data.practice: why, and how a set is drawn.
-#
-# Why (kit.seed.small): a medium seed must retrieve and compute in context at the contracts' sizes without having
-# learned the four families there. `which_key` values are distinct, so the answer is one letter; `plus_minus` never
-# goes below zero; `kth` counts from either end, over numbers or words. Draws use generator "kit.data.practice/1".
-# `practice_set` spreads the count evenly over the families (the remainder to the first), in index order, skipping
-# repeats and excluded digests; its spawn pool gives the same set. tests/test_practice.py checks that no prompt uses a
-# word of the contracts' or the rewording's templates.
+Notes: why, and how a set is drawn.
+
+Why (kit.seed.small): a medium seed must retrieve and compute in context at the contracts' sizes without having
+learned the four families there. `which_key` values are distinct, so the answer is one letter; `plus_minus` never
+goes below zero; `kth` counts from either end, over numbers or words. Draws use generator "kit.data.practice/1".
+`practice_set` spreads the count evenly over the families (the remainder to the first), in index order, skipping
+repeats and excluded digests; its spawn pool gives the same set. tests/test_practice.py checks that no prompt uses a
+word of the contracts' or the rewording's templates.
+"""
 
 from __future__ import annotations
 

@@ -5,19 +5,19 @@ scored exactly from greedy text; every example is a pure function of (family, se
 difficulty), pinned by its content digest. The decision to know: draws come from the raw PCG64
 stream through this module's own rejection sampling, never `numpy.random.Generator` methods, whose
 streams may change between numpy releases and would silently change committed sets.
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.data.tasks: seeding, and the wordings.
-#
-# Each example has its own PCG64 seeded with the sha256 of canonical JSON {family, seed, index, difficulty,
-# generator}; numpy's stream policy (NEP 19) lets `Generator.integers` / `choice` change between releases, while the
-# raw PCG64 stream and SeedSequence seeding are stable (docs/design.md, "Determinism"). Prompts use lowercase letters,
-# a few short words, digits and simple punctuation, so tiny vocabularies can learn them.
-# Every role of every contract is drawn in `CONTRACT_WORDING`: changing it re-draws every committed set. A rewording
-# consumes the same draws in the same order, so twins share numbers, items and answer; `generate_twin_sets` selects
-# on the contract-worded twin, so no reworded example rewords an excluded one. It tests whether a seed has a skill in
-# other words; the seed recipe no longer uses it (kit.data.practice replaced it; kit.seed.small says why).
+Notes: seeding, and the wordings.
+
+Each example has its own PCG64 seeded with the sha256 of canonical JSON {family, seed, index, difficulty,
+generator}; numpy's stream policy (NEP 19) lets `Generator.integers` / `choice` change between releases, while the
+raw PCG64 stream and SeedSequence seeding are stable (docs/design.md, "Determinism"). Prompts use lowercase letters,
+a few short words, digits and simple punctuation, so tiny vocabularies can learn them.
+Every role of every contract is drawn in `CONTRACT_WORDING`: changing it re-draws every committed set. A rewording
+consumes the same draws in the same order, so twins share numbers, items and answer; `generate_twin_sets` selects
+on the contract-worded twin, so no reworded example rewords an excluded one. It tests whether a seed has a skill in
+other words; the seed recipe no longer uses it (kit.data.practice replaced it; kit.seed.small says why).
+"""
 
 from __future__ import annotations
 

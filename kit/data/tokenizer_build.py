@@ -4,15 +4,15 @@ The tiny seed must look like any local Hugging Face seed: `AutoTokenizer` loads 
 fast tokenizer and `apply_chat_template` renders ChatML like SmolLM2's. So it is a byte-level BPE
 trained with `tokenizers`. The decision to know: no normalizer, so offsets map 1:1 to the text
 (the assistant mask in `kit.data.chat` depends on it), and two builds give byte-identical files.
-Choices: the notes below the docstring.
-"""
+Choices: the notes below.
 
-# Notes on kit.data.tokenizer_build: the choices, and why.
-#
-# - A 256-symbol byte-level base: every UTF-8 string encodes, so no unknown token exists and decode(encode(t)) == t.
-# - Digits split one by one before the byte-level split (as SmolLM2): arithmetic sees one token per digit.
-# - The special tokens take ids 0, 1, 2 in SmolLM2's order, so ids in configs are predictable.
-# - Sorted keys, fixed formatting and deterministic BPE training: two builds give byte-identical files.
+Notes: the choices, and why.
+
+- A 256-symbol byte-level base: every UTF-8 string encodes, so no unknown token exists and decode(encode(t)) == t.
+- Digits split one by one before the byte-level split (as SmolLM2): arithmetic sees one token per digit.
+- The special tokens take ids 0, 1, 2 in SmolLM2's order, so ids in configs are predictable.
+- Sorted keys, fixed formatting and deterministic BPE training: two builds give byte-identical files.
+"""
 
 from __future__ import annotations
 

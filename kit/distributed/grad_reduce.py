@@ -5,15 +5,15 @@ Why a sum: each replica's loss is already divided by the assistant-token count o
 batch, so the sum of the replicas' gradients is the single-worker gradient of the global objective.
 `DenseSumReducer` all-reduces sorted-name buckets; `PowerSGDSumReducer` wraps kit/train/powersgd.py.
 Both leave bitwise-identical gradients on every replica, which keeps the replicas' states identical.
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.distributed.grad_reduce: why the two reducers give the same sum on every replica.
-#
-# The sum is a single worker's gradient over the whole batch up to float summation order. Dense buckets hold at most
-# `bucket_bytes`, filled in sorted name order so every replica makes the same calls. PowerSGD's `allreduce_mean` is an
-# all-reduce SUM divided by the world size, and the returned mean is multiplied back: with two replicas both steps are
-# exact, so the dense warm-up delivers exactly the dense sum. Both count their logical bytes in a `LogicalTraffic`.
+Notes: why the two reducers give the same sum on every replica.
+
+The sum is a single worker's gradient over the whole batch up to float summation order. Dense buckets hold at most
+`bucket_bytes`, filled in sorted name order so every replica makes the same calls. PowerSGD's `allreduce_mean` is an
+all-reduce SUM divided by the world size, and the returned mean is multiplied back: with two replicas both steps are
+exact, so the dense warm-up delivers exactly the dense sum. Both count their logical bytes in a `LogicalTraffic`.
+"""
 
 from __future__ import annotations
 

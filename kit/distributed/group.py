@@ -5,16 +5,16 @@ the local launcher only sets the same variables; gloo on CPU, NCCL on CUDA. The 
 every collective and receive has a bounded timeout, so a dead or hung peer becomes an error.
 With more ranks than GPUs on a host the group falls back to gloo with messages staged through host
 memory, and says so in `Group.backend`.
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.distributed.group: interfaces, and more ranks than GPUs.
-#
-# NCCL ignores GLOO_SOCKET_IFNAME; when only that is set, `join` copies it to NCCL_SOCKET_IFNAME before the
-# communicator exists, says so on stderr and records it in `Group.interfaces`: one setting for both backends. Two
-# ranks of one communicator on one GPU are refused by NCCL ("Duplicate GPU detected", since NCCL 2.5; its topology
-# search assumes one rank per device), so such a group runs on gloo, `staged` through host memory: the tensors stay
-# on the GPU, only the wire bytes pass the CPU; slower, with the same schedule and the same values.
+Notes: interfaces, and more ranks than GPUs.
+
+NCCL ignores GLOO_SOCKET_IFNAME; when only that is set, `join` copies it to NCCL_SOCKET_IFNAME before the
+communicator exists, says so on stderr and records it in `Group.interfaces`: one setting for both backends. Two
+ranks of one communicator on one GPU are refused by NCCL ("Duplicate GPU detected", since NCCL 2.5; its topology
+search assumes one rank per device), so such a group runs on gloo, `staged` through host memory: the tensors stay
+on the GPU, only the wire bytes pass the CPU; slower, with the same schedule and the same values.
+"""
 
 from __future__ import annotations
 

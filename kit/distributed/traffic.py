@@ -5,16 +5,16 @@ The decision to know: these are two different quantities, reported side by side.
 what this rank hands to collectives (gradient reduction and overhead, `ring_wire_bytes` for the
 wire estimate); interface counters see everything the host sends, headers and other processes
 included, with loopback reported apart.
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.distributed.traffic: what each count includes.
-#
-# Upstream PowerSGD figures count only the compressed gradient after warm-up; `LogicalTraffic.summary` gives that and
-# also the totals with warm-up and overhead (loss-part sums every update, exchanges at commits), which cross the wire
-# too. A ring all-reduce over w ranks sends about 2 (w - 1) / w times the logical bytes per rank: with two, exactly
-# them. Interface counters include other processes and headers; two workers on one host talk over `lo`, which is
-# therefore reported apart.
+Notes: what each count includes.
+
+Upstream PowerSGD figures count only the compressed gradient after warm-up; `LogicalTraffic.summary` gives that and
+also the totals with warm-up and overhead (loss-part sums every update, exchanges at commits), which cross the wire
+too. A ring all-reduce over w ranks sends about 2 (w - 1) / w times the logical bytes per rank: with two, exactly
+them. Interface counters include other processes and headers; two workers on one host talk over `lo`, which is
+therefore reported apart.
+"""
 
 from __future__ import annotations
 

@@ -6,22 +6,22 @@ their shards and every rank's parent becomes the new root. `Session.commit` runs
 back; `AsyncCommitter` runs the same steps at the polls of later updates while the object writes and
 rank 0's install run on a background thread (kit.store.async_commit). The decision to know: every
 collective runs on the training thread, in the same order on every rank (NCCL's rules), and the
-storage layer is only handed what the engine decided. Threads and stages: the notes below the docstring.
-"""
+storage layer is only handed what the engine decided. Threads and stages: the notes below.
 
-# Notes on kit.engine.commit: the background commit's threads and stages.
-#
-# As torch.distributed.checkpoint's `async_save`: snapshot to (pinned) host memory, write from a thread. Unlike it,
-# the thread never touches the process group, the model or the optimizer (dcp gathers metadata there over a group of
-# its own): an all-gather of "done" flags at each update's poll plays the part of nvidia-resiliency-ext's
-# `finalize_async_save`, and every rank advances on the same gathered flags, so all ranks run the same collectives.
-#     commit(step): snapshot params, moments, RNG bytes, cursor  ->  thread: hash, write, fsync this rank's objects
-#     poll, all done: `agree_on_objects` (rank 0 receives what it lacks)  ->  rank 0's thread: `write_commit`
-#     next poll, all done: `agree_on_root` (outcome and manifest gathered, shards adopted, parent moves)
-# At most one commit is in flight (the next commit, `wait` and the end of training wait for it), so nothing writes
-# the snapshot meanwhile. A SIGKILL anywhere in the background write leaves HEAD on the previous commit (orphans and
-# temporaries are gc's), and the roots equal the synchronous commit's (tests/test_async_commit.py). A background error
-# reaches every rank at the next poll, `commit` or `wait` as CommitError naming the step.
+Notes: the background commit's threads and stages.
+
+As torch.distributed.checkpoint's `async_save`: snapshot to (pinned) host memory, write from a thread. Unlike it,
+the thread never touches the process group, the model or the optimizer (dcp gathers metadata there over a group of
+its own): an all-gather of "done" flags at each update's poll plays the part of nvidia-resiliency-ext's
+`finalize_async_save`, and every rank advances on the same gathered flags, so all ranks run the same collectives.
+    commit(step): snapshot params, moments, RNG bytes, cursor  ->  thread: hash, write, fsync this rank's objects
+    poll, all done: `agree_on_objects` (rank 0 receives what it lacks)  ->  rank 0's thread: `write_commit`
+    next poll, all done: `agree_on_root` (outcome and manifest gathered, shards adopted, parent moves)
+At most one commit is in flight (the next commit, `wait` and the end of training wait for it), so nothing writes
+the snapshot meanwhile. A SIGKILL anywhere in the background write leaves HEAD on the previous commit (orphans and
+temporaries are gc's), and the roots equal the synchronous commit's (tests/test_async_commit.py). A background error
+reaches every rank at the next poll, `commit` or `wait` as CommitError naming the step.
+"""
 
 from __future__ import annotations
 

@@ -5,15 +5,15 @@ Before rank 0 writes a commit, every rank announces the objects it wrote, rank 0
 its store lacks and installs each only when its sha256 is its name; then rank 0 writes the commit as
 always and every other rank adopts the manifest as a shard. The decision to know: HEAD moves only
 after every object is durable in the committing store, so a failed transfer means no commit.
-Protocol and message order: the notes below the docstring; why the process
+Protocol and message order: the notes below; why the process
 group: docs/engine.md, "Across hosts without a shared filesystem".
-"""
 
-# Notes on kit.engine.commit_transfer: the message order.
-#
-# Under NCCL's point-to-point rules (rendezvous sends, FIFO per pair, no tags) rank 0 posts its receives in rank order
-# and, per rank, in that rank's announced order; each sender sends in the same order to rank 0 only, so the k-th send
-# of a pair always meets the k-th receive.
+Notes: the message order.
+
+Under NCCL's point-to-point rules (rendezvous sends, FIFO per pair, no tags) rank 0 posts its receives in rank order
+and, per rank, in that rank's announced order; each sender sends in the same order to rank 0 only, so the k-th send
+of a pair always meets the k-th receive.
+"""
 
 from __future__ import annotations
 

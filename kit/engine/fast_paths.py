@@ -46,8 +46,9 @@ class FastPaths:
             self.active = before
 
 
-class _CachedLinear(nn.Linear):
-    """A bias-free linear that, engaged, multiplies by its weight's compute-dtype copy `_low`."""
+class _WeightCopyLinear(nn.Linear):
+    """A bias-free linear that, engaged, multiplies by its weight's compute-dtype copy `_low` (through
+    kit/model/weight_cache.py's autograd function `_CachedLinear`)."""
 
     _paths: FastPaths
     _low: torch.Tensor
@@ -98,7 +99,7 @@ def apply_fast_paths(student: LlamaCausalLM, reference: LlamaCausalLM | None, cf
             block = student.model.layers[bid]
             for part, copies in parts.items():
                 for name, low in copies.items():
-                    _swap(block.get_submodule(f"{part}.{name}"), _CachedLinear, paths, _low=low)
+                    _swap(block.get_submodule(f"{part}.{name}"), _WeightCopyLinear, paths, _low=low)
     if cfg.enabled("fused_elementwise", device):
         paths.fused = True
         for model in (student, reference):

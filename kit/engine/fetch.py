@@ -5,16 +5,16 @@ Every rank calls `fetch_over_group` together; the holder (lowest rank holding th
 manifest and then each requested object, and a requester installs an object only when its sha256
 equals its name. The decision to know: nothing here moves HEAD; the caller (kit/engine/migration.py)
 adopts the manifest only when every rank's fetch succeeded.
-Protocol: the notes below the docstring; why the process group: docs/engine.md.
-"""
+Protocol: the notes below; why the process group: docs/engine.md.
 
-# Notes on kit.engine.fetch: the message order.
-#
-# Ranks announce (`allgather_bytes`) whether they hold the commit and which objects they lack (intact ones are not
-# asked for); every rank checks the holder's manifest (`validate_manifest`). Then per requester in rank order, per
-# object in its order: the size (int64, -1 when unreadable), then the bytes as on the holder's disk, point to point.
-# A missing or corrupt object is recorded with its digest and the holder's rank and host, and the remaining messages
-# are still drained so both sides stay in step. Bytes are counted as `received` and `sent`.
+Notes: the message order.
+
+Ranks announce (`allgather_bytes`) whether they hold the commit and which objects they lack (intact ones are not
+asked for); every rank checks the holder's manifest (`validate_manifest`). Then per requester in rank order, per
+object in its order: the size (int64, -1 when unreadable), then the bytes as on the holder's disk, point to point.
+A missing or corrupt object is recorded with its digest and the holder's rank and host, and the remaining messages
+are still drained so both sides stay in step. Bytes are counted as `received` and `sent`.
+"""
 
 from __future__ import annotations
 

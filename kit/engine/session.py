@@ -6,14 +6,14 @@ The decision to know: each worker writes its own objects into its own home, rank
 (re-hashing every object, HEAD by compare-and-swap), and every worker learns the result, through the
 one commit protocol of kit.engine.commit. The profile is dropout-free, so RNG states are committed
 only for the full root. Commit protocol: the notes in kit/engine/commit.py; format: docs/formats/checkpoint-store.md.
-"""
 
-# Notes on kit.engine.session: homes and RNG states.
-#
-# A worker's `--home` is one directory on one host, or one per host without a shared mount; with one directory rank
-# 0's store lacks no object and nothing is transferred (kit/engine/commit_transfer.py). Updates consume no random
-# draws, so RNG states are restored when the layout is unchanged and reseeded deterministically otherwise. Migration
-# before a session is `kit.engine.migration`.
+Notes: homes and RNG states.
+
+A worker's `--home` is one directory on one host, or one per host without a shared mount; with one directory rank
+0's store lacks no object and nothing is transferred (kit/engine/commit_transfer.py). Updates consume no random
+draws, so RNG states are restored when the layout is unchanged and reseeded deterministically otherwise. Migration
+before a session is `kit.engine.migration`.
+"""
 
 from __future__ import annotations
 

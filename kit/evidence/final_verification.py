@@ -5,16 +5,16 @@ prepared directory.
 `verify_final_scoring(files)` runs the procedure's five steps over named files, each pass, fail or
 missing; `final_scoring_files(runs_dir, run)` finds, for a committed final-evaluation run, the files it
 needs by content or name in the evidence folders beside the runs.
-The steps: the notes below the docstring.
-"""
+The steps: the notes below.
 
-# Notes on kit.evidence.final_verification: the five steps.
-#
-# (1) the selection record hashes to the sha256 the run recorded and is listed in `selections.jsonl`; (2) its
-# `prepared_digest` is the sha256 of the prepared job's `prepared.json`; (3) the evaluation record hashes to the run's
-# recorded sha256 and is listed in `final-evaluations.jsonl`; (4) the evaluated candidate's full root is among the
-# selection's candidates and its baseline is the one the selection bound; (5) `final-access.jsonl` holds an allowed
-# line with that selection's sha256.
+Notes: the five steps.
+
+(1) the selection record hashes to the sha256 the run recorded and is listed in `selections.jsonl`; (2) its
+`prepared_digest` is the sha256 of the prepared job's `prepared.json`; (3) the evaluation record hashes to the run's
+recorded sha256 and is listed in `final-evaluations.jsonl`; (4) the evaluated candidate's full root is among the
+selection's candidates and its baseline is the one the selection bound; (5) `final-access.jsonl` holds an allowed
+line with that selection's sha256.
+"""
 
 from __future__ import annotations
 

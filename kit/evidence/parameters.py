@@ -4,15 +4,15 @@ papermill injects any name it is given and only warns about unknown ones, so a m
 would silently run the default. The decision to know: the cell is parsed with `ast` (only
 `NAME = literal` statements), and a value is refused when its name is not declared or its type does
 not match the default's; command-line values are parsed against the default.
-Type rules and parsing: the notes below the docstring.
-"""
+Type rules and parsing: the notes below.
 
-# Notes on kit.evidence.parameters: the type rules.
-#
-# A None default accepts anything; bool only bool; int only int (not bool); float a float or an int; str, list and
-# dict only that type; tuple a list or a tuple. Elements are not checked; values must be JSON (they go into run.json).
-# `-p NAME VALUE` text is taken verbatim for a str default, else read as JSON, then as a Python literal, else kept as
-# a string (`-p lr 1e-3` is a float, `-p name abc` the string "abc").
+Notes: the type rules.
+
+A None default accepts anything; bool only bool; int only int (not bool); float a float or an int; str, list and
+dict only that type; tuple a list or a tuple. Elements are not checked; values must be JSON (they go into run.json).
+`-p NAME VALUE` text is taken verbatim for a str default, else read as JSON, then as a Python literal, else kept as
+a string (`-p lr 1e-3` is a float, `-p name abc` the string "abc").
+"""
 
 from __future__ import annotations
 

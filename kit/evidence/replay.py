@@ -5,24 +5,24 @@ again from the recorded parameters on this machine, produces the same digests an
 CPU, through the kit's numeric profile). The decision to know: a run's data paths are moved under the
 replay's work directory, and the runs that produced them are replayed first; a preparation that read the
 exposure ledger reads again the committed ledger's lines it recorded reading (by digest).
-How a run is replayed and compared: the notes below the docstring.
-"""
+How a run is replayed and compared: the notes below.
 
-# Notes on kit.evidence.replay: the rules behind the replay and the comparison.
-#
-# - Data roots: the first folders (outside the repository's own) of relative paths in `*_DIR`, `HOME`, `*_HOME`
-#   parameters; every value below one (plain, `seed:PATH`, `PATH:ROOT`, in lists, dicts) moves under the work directory.
-# - The earliest run (by `started_at`) naming a data location is its producer, replayed first and once; a folder
-#   replays in `started_at` order (the study's evaluation reads arm stores no parameter names). A completed replay
-#   with the same parameters is compared from its record (an interrupted replay resumes).
-# - Replayed runs write the replay's own ledger (`WORK/ledger/exposed.jsonl` as `$KIT_LEDGER`), never another. A
-#   preparation that recorded the sha256 of the ledger it read gets the committed ledger's earliest block of
-#   consecutive whole lines with that digest (the ledger is append-only; a demo appends its lines as one block), or is
-#   refused: the study draws its retention probes from it.
-# - Compared exactly (floats too: the numeric profile promises equal bytes): status, identity input digests, roots in
-#   order, pinned sidecars field by field, per-cell output text. What is left out (`NON_IDENTITY_INPUTS`,
-#   `TIMING_FIELD`, `TIMING_TEXT`, ledger heads, stderr, figures, HTML tables) measures the machine, the clock or the
-#   place, not the computation. GPU runs replay in their recorded mode: docs/formats/gpu-modes.md.
+Notes: the rules behind the replay and the comparison.
+
+- Data roots: the first folders (outside the repository's own) of relative paths in `*_DIR`, `HOME`, `*_HOME`
+  parameters; every value below one (plain, `seed:PATH`, `PATH:ROOT`, in lists, dicts) moves under the work directory.
+- The earliest run (by `started_at`) naming a data location is its producer, replayed first and once; a folder
+  replays in `started_at` order (the study's evaluation reads arm stores no parameter names). A completed replay
+  with the same parameters is compared from its record (an interrupted replay resumes).
+- Replayed runs write the replay's own ledger (`WORK/ledger/exposed.jsonl` as `$KIT_LEDGER`), never another. A
+  preparation that recorded the sha256 of the ledger it read gets the committed ledger's earliest block of
+  consecutive whole lines with that digest (the ledger is append-only; a demo appends its lines as one block), or is
+  refused: the study draws its retention probes from it.
+- Compared exactly (floats too: the numeric profile promises equal bytes): status, identity input digests, roots in
+  order, pinned sidecars field by field, per-cell output text. What is left out (`NON_IDENTITY_INPUTS`,
+  `TIMING_FIELD`, `TIMING_TEXT`, ledger heads, stderr, figures, HTML tables) measures the machine, the clock or the
+  place, not the computation. GPU runs replay in their recorded mode: docs/formats/gpu-modes.md.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from kit.evidence.run_record import RunRecord
 from kit.evidence.runner import run_notebook
 from kit.evidence.runtime import repository_root
 
-# input digests that are not identities of the computation (the notes below the docstring:
+# input digests that are not identities of the computation (the module docstring's notes:
 # prepared.json holds absolute locations and a creation time; a selection record holds prepared.json's
 # sha256 (`prepared_digest`), so its bytes change with them, while what it decides rests on the
 # development evaluations' digests, which the selection's own replay compares; the study's screens.json

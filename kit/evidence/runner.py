@@ -4,16 +4,16 @@
 `run.json` whatever happens (`completed`, `failed`, `unavailable`, `aborted`); notebook code records
 roots, digests and metric sidecars through KIT_RUN_DIR. `run_batch` runs a plan sequentially: every
 arm is checked first, a completed run id is skipped, a failed arm does not stop the batch.
-Details: the notes below the docstring; formats: docs/formats/run-records.md, "Run records".
-"""
+Details: the notes below; formats: docs/formats/run-records.md, "Run records".
 
-# Notes on kit.evidence.runner: statuses, environment and plans.
-#
-# papermill saves after every cell, so a failure leaves the partial notebook. `failed`: a cell raised, or the kernel
-# died or did not start; `unavailable` / `aborted`: the notebook raised kit.ArmUnavailable / kit.ArmAborted. The kernel
-# inherits this process's environment, hence KIT_RUN_DIR; what notebook code records there is merged into run.json.
-# A plan is a JSON or YAML list of {"notebook", "run_id", "parameters", "extra"}; its notebook paths are relative to
-# the current directory, as for `kit run`.
+Notes: statuses, environment and plans.
+
+papermill saves after every cell, so a failure leaves the partial notebook. `failed`: a cell raised, or the kernel
+died or did not start; `unavailable` / `aborted`: the notebook raised kit.ArmUnavailable / kit.ArmAborted. The kernel
+inherits this process's environment, hence KIT_RUN_DIR; what notebook code records there is merged into run.json.
+A plan is a JSON or YAML list of {"notebook", "run_id", "parameters", "extra"}; its notebook paths are relative to
+the current directory, as for `kit run`.
+"""
 
 from __future__ import annotations
 

@@ -3,15 +3,15 @@
 The GPU hosts have neither papermill nor a package index, so `kit run` / `kit batch` look for missing
 packages in the repository's git-ignored `.whl/` folder (`.whl/site/` or `.whl/*.whl`) before
 failing at once with every missing module named. The other `kit` commands never import any of this.
-The tested route: docs/gpu-hosts.md; details: the notes below the docstring.
-"""
+The tested route: docs/gpu-hosts.md; details: the notes below.
 
-# Notes on kit.evidence.runtime: the two wheel forms and the tested route.
-#
-# `.whl/site/` is an unpacked install target (added to sys.path and the kernel's PYTHONPATH); `.whl/*.whl` files are
-# zip-import paths, which work for pure-Python wheels only. The tested route (docs/gpu-hosts.md): `make gpu-wheels`
-# builds the pinned wheels (requirements/gpu-notebook.txt) and `tools/gpu_wheels.py install TARGET` installs them
-# without an index; TARGET/env.sh sets PYTHONPATH and JUPYTER_PATH (kernelspec, nbconvert templates).
+Notes: the two wheel forms and the tested route.
+
+`.whl/site/` is an unpacked install target (added to sys.path and the kernel's PYTHONPATH); `.whl/*.whl` files are
+zip-import paths, which work for pure-Python wheels only. The tested route (docs/gpu-hosts.md): `make gpu-wheels`
+builds the pinned wheels (requirements/gpu-notebook.txt) and `tools/gpu_wheels.py install TARGET` installs them
+without an index; TARGET/env.sh sets PYTHONPATH and JUPYTER_PATH (kernelspec, nbconvert templates).
+"""
 
 from __future__ import annotations
 

@@ -5,16 +5,16 @@ stops at the end of its turn and has seen task-style conversations. `build_seed`
 Hugging Face directory (docs/formats/seed-directory.md, "Seed directory"), so every later step treats it like a real
 seed. The decision to know: it is trained by the kit's own engine under the numeric profile, so the
 same config gives the same parameter digest on any x86 CPU with the pinned torch build.
-Data, training and determinism: the notes below the docstring.
-"""
+Data, training and determinism: the notes below.
 
-# Notes on kit.seed.build: the data and the training.
-#
-# Files: docs/formats/seed-directory.md (`trained_conversations.jsonl`: update k used lines [k*B, (k+1)*B)).
-# Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of role "seed-train" tasks, each line with its
-# "digest", so later roles exclude them by content. One pass, no repeats: a default_rng(seed) permutation, each
-# update's batch then sorted by token length. Training runs through kit.engine.worker.build_worker, so the seed is
-# made by the same code path as every later update; linear warm-up, then cosine decay.
+Notes: the data and the training.
+
+Files: docs/formats/seed-directory.md (`trained_conversations.jsonl`: update k used lines [k*B, (k+1)*B)).
+Data: synthetic chat (kit/data/conversations.py) plus a `task_share` of role "seed-train" tasks, each line with its
+"digest", so later roles exclude them by content. One pass, no repeats: a default_rng(seed) permutation, each
+update's batch then sorted by token length. Training runs through kit.engine.worker.build_worker, so the seed is
+made by the same code path as every later update; linear warm-up, then cosine decay.
+"""
 
 from __future__ import annotations
 

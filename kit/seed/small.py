@@ -6,24 +6,24 @@ conversations, through the kit's engine with bf16 autocast on CUDA. The decision
 trained task digest is checked against every development and final role of the contracts before
 any model work, and the build runs in the deterministic GPU mode with `torch.compile` off, so the
 same hardware and software give the same digest.
-Data, disjointness and determinism: the notes below the docstring; files: docs/formats/seed-directory.md.
-"""
+Data, disjointness and determinism: the notes below; files: docs/formats/seed-directory.md.
 
-# Notes on kit.seed.small: the recipe, its reasons and what makes the digest repeat.
-#
-# Data: general text from Debian's `python3.11-doc` (data/SOURCE.md); `data/alpaca_5000.json` records [0, 1948)
-# trained and [1948, 2048) held out, never 2048-4999 (the contracts' final-retention ranges); task conversations of
-# role "seed-train", excluding each contract role's first 2 x count draws (a superset of what prepare keeps).
-# Why this recipe (the defaults; the probes: campaigns/logbook.md): the seed must learn in context, but must not
-# already know what cohort A teaches. So difficulty-1 tasks packed 6 times (one pass answers at most 5 of 128),
-# 524,288 practice examples at the contracts' sizes (kit.data.practice), and no difficulty-2 example of the four
-# families in any words: with reworded ones (p10) cohort A had only the wording left to teach, with 16,384 in the
-# contracts' words (p8) it gained at most +4.5 points. The result answers lookup 20 of 32 at the contracts' difficulty
-# and filtering, arithmetic and sorting 0; cohort A teaches them. Earlier recipes: `campaigns/seed-recipes/`.
-# Determinism: the numeric profile's `deterministic_gpu=True`, SDPA pinned to FLASH_ATTENTION (deterministic backward;
-# the flag excludes cuDNN attention), blocks compiled under Inductor's deterministic mode (no kernel chosen by timing),
-# the engine's fast paths off as when the pinned digest was built: the same digest on the same hardware and software
-# from a fresh machine (docs/engine.md).
+Notes: the recipe, its reasons and what makes the digest repeat.
+
+Data: general text from Debian's `python3.11-doc` (data/SOURCE.md); `data/alpaca_5000.json` records [0, 1948)
+trained and [1948, 2048) held out, never 2048-4999 (the contracts' final-retention ranges); task conversations of
+role "seed-train", excluding each contract role's first 2 x count draws (a superset of what prepare keeps).
+Why this recipe (the defaults; the probes: campaigns/logbook.md): the seed must learn in context, but must not
+already know what cohort A teaches. So difficulty-1 tasks packed 6 times (one pass answers at most 5 of 128),
+524,288 practice examples at the contracts' sizes (kit.data.practice), and no difficulty-2 example of the four
+families in any words: with reworded ones (p10) cohort A had only the wording left to teach, with 16,384 in the
+contracts' words (p8) it gained at most +4.5 points. The result answers lookup 20 of 32 at the contracts' difficulty
+and filtering, arithmetic and sorting 0; cohort A teaches them. Earlier recipes: `campaigns/seed-recipes/`.
+Determinism: the numeric profile's `deterministic_gpu=True`, SDPA pinned to FLASH_ATTENTION (deterministic backward;
+the flag excludes cuDNN attention), blocks compiled under Inductor's deterministic mode (no kernel chosen by timing),
+the engine's fast paths off as when the pinned digest was built: the same digest on the same hardware and software
+from a fresh machine (docs/engine.md).
+"""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ class SmallSeedConfig:
     # Practice families (kit.data.practice) at dev_difficulty's sizes, each example packed practice_epochs
     # times: the four families' skills in computations none of them asks for, so that the seed has the
     # capacity without having learned the cohorts' tasks in any words (probe q1, the seed af103c8d;
-    # the notes below the docstring.
+    # the module docstring's notes.
     practice_tasks: int = 524288
     practice_epochs: int = 1
     retrieval_docs: int = 0  # key-value recall and repetition documents (kit/data/retrieval.py), plain text

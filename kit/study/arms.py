@@ -6,19 +6,19 @@ differs. The decision to know: each replica runs a whole-model engine on a local
 normalises by the whole global batch's target count, and the gradient reducer sums the replicas'
 gradients, so the replicas hold bitwise-identical learned states, which every commit checks.
 `run_arm` records every attempt with one status (completed, partial, failed, rejected, unavailable).
-Details: docs/study.md and the notes below the docstring; records: docs/formats/study-records.md.
-"""
+Details: docs/study.md and the notes below; records: docs/formats/study-records.md.
 
-# Notes on kit.study.arms: how the replicas split a batch, commit, and share GPUs.
-#
-# Replica r of w takes positions r, r + w, r + 2w, ... of update k's global batch (the schedule's k-th list). Replica
-# 0 commits the weights and both moments; every replica hashes its learned state without writing it, so the roots can
-# be compared (`replica_learned_state_roots`); a PowerSGD arm's ranks then write their compression state.
-# A cuda arm needs one GPU, not one per worker (`availability`): extra workers share the host's GPUs over gloo, staged
-# through host memory (kit.distributed.group). The record's `shared_gpus` counts the distinct (host, device) pairs
-# the ranks report, replacing the admission's `expected_sharing`, which only a failed attempt keeps. The learned
-# states are the same computation, so quality results stand; the throughput is replicas time-slicing one GPU, so the
-# speed screen says "not measured".
+Notes: how the replicas split a batch, commit, and share GPUs.
+
+Replica r of w takes positions r, r + w, r + 2w, ... of update k's global batch (the schedule's k-th list). Replica
+0 commits the weights and both moments; every replica hashes its learned state without writing it, so the roots can
+be compared (`replica_learned_state_roots`); a PowerSGD arm's ranks then write their compression state.
+A cuda arm needs one GPU, not one per worker (`availability`): extra workers share the host's GPUs over gloo, staged
+through host memory (kit.distributed.group). The record's `shared_gpus` counts the distinct (host, device) pairs
+the ranks report, replacing the admission's `expected_sharing`, which only a failed attempt keeps. The learned
+states are the same computation, so quality results stand; the throughput is replicas time-slicing one GPU, so the
+speed screen says "not measured".
+"""
 
 from __future__ import annotations
 

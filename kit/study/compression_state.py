@@ -5,14 +5,14 @@ which changes every later update. So at every commit of a PowerSGD arm each rank
 buffers and warm-start Q as objects of the same store, plus a record under
 `home/compression/<full_root>/` (docs/formats/study-records.md, "Compression-state record"). The decision to know:
 the record is not part of the manifest, so a commit without it is a weights-only checkpoint, and
-resuming a PowerSGD arm from such a commit is refused. Details: the notes below the docstring.
-"""
+resuming a PowerSGD arm from such a commit is refused. Details: the notes below.
 
-# Notes on kit.study.compression_state: the record.
-#
-# Its commit's full root, rank and world, `PowerSGDCompressor.state_meta()` (step, config, compressed names,
-# cumulative traffic) and one object digest per "error/<name>" and "q/<name>" FP32 tensor; the fields:
-# docs/formats/study-records.md, "Compression-state record".
+Notes: the record.
+
+Its commit's full root, rank and world, `PowerSGDCompressor.state_meta()` (step, config, compressed names,
+cumulative traffic) and one object digest per "error/<name>" and "q/<name>" FP32 tensor; the fields:
+docs/formats/study-records.md, "Compression-state record".
+"""
 
 from __future__ import annotations
 

@@ -5,19 +5,19 @@ GPU cost is GPU-hours times the per-GPU price, GPU-hours counting the GPUs the w
 than the workers when they shared GPUs); cross-zone cost bills each byte a rank sends once leaving
 and once entering a zone. The decision to know: an arm is admitted only when its projected
 end is before the study deadline and the money spent plus its projected cost stays within the bound.
-Formulas: the notes below the docstring.
-"""
+Formulas: the notes below.
 
-# Notes on kit.study.cost: the formulas.
-#
-# The cost frame (contract `cost`) carries every price with its source and date (the seed document's: two
-# g6e.2xlarge, one L40S each, in us-east-1a and us-east-1b).
-# - GPU cost = GPU-hours x instance price / GPUs per host; GPU-hours = wall seconds x GPUs used / 3600, recorded as
-#   `gpus` (two workers on one GPU pay one GPU's time). A faster arm can still cost more GPU time: both are reported.
-# - Cross-zone: with one worker per host all a rank sends crosses; each rank sends `ring_wire_bytes`, billed leaving
-#   and entering: bytes / bytes_per_gb x price_each_direction x 2, only when `cross_zone_traffic_billed`.
-# - Projection: startup + updates x seconds per update + commits x checkpoint seconds; the deadline's clock starts
-#   with the first arm that ran.
+Notes: the formulas.
+
+The cost frame (contract `cost`) carries every price with its source and date (the seed document's: two
+g6e.2xlarge, one L40S each, in us-east-1a and us-east-1b).
+- GPU cost = GPU-hours x instance price / GPUs per host; GPU-hours = wall seconds x GPUs used / 3600, recorded as
+  `gpus` (two workers on one GPU pay one GPU's time). A faster arm can still cost more GPU time: both are reported.
+- Cross-zone: with one worker per host all a rank sends crosses; each rank sends `ring_wire_bytes`, billed leaving
+  and entering: bytes / bytes_per_gb x price_each_direction x 2, only when `cross_zone_traffic_billed`.
+- Projection: startup + updates x seconds per update + commits x checkpoint seconds; the deadline's clock starts
+  with the first arm that ran.
+"""
 
 from __future__ import annotations
 

@@ -7,19 +7,19 @@ optional `data.dev`, prepared.json; docs/formats/study-records.md,
 seeded permutation, and final tasks and retention probes exclude every training and seed task and
 every item another contract's scoring exposed, all by content digest and counted; development tasks
 exclude every seed, training and final task digest.
-Data selection: the notes below the docstring.
-"""
+Data selection: the notes below.
 
-# Notes on kit.study.prepare: the selection rules behind the counts in prepared.json.
-#
-# Files and fields: docs/formats/study-records.md. Replay documents longer than `data.max_tokens` are rejected and
-# counted, never truncated, and train with cross entropy like the tasks (docs/study.md says why). The schedule is a
-# numpy default_rng(schedule.order_seed) permutation cut into global batches.
-# Retention probes exclude any record whose normalised prompt or content digest matches a training document; with
-# `data.retention.exposed` only records whose digest is in the exposure ledger are eligible, so "exposed" names the
-# set that really was exposed. Development tasks come from a role of their own (the schema refuses the training or
-# final role's name) and are drawn after the final tasks, so adding `data.dev` changes no other file; `kit.study.dev`
-# reads only their file (its digest checked), never the final ones or the ledger.
+Notes: the selection rules behind the counts in prepared.json.
+
+Files and fields: docs/formats/study-records.md. Replay documents longer than `data.max_tokens` are rejected and
+counted, never truncated, and train with cross entropy like the tasks (docs/study.md says why). The schedule is a
+numpy default_rng(schedule.order_seed) permutation cut into global batches.
+Retention probes exclude any record whose normalised prompt or content digest matches a training document; with
+`data.retention.exposed` only records whose digest is in the exposure ledger are eligible, so "exposed" names the
+set that really was exposed. Development tasks come from a role of their own (the schema refuses the training or
+final role's name) and are drawn after the final tasks, so adding `data.dev` changes no other file; `kit.study.dev`
+reads only their file (its digest checked), never the final ones or the ledger.
+"""
 
 from __future__ import annotations
 

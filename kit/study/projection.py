@@ -4,16 +4,16 @@ from measurements on an emulated link (pure functions: numpy only, no torch).
 One update of a pair arm costs compute + collectives x RTT + logical bytes x wire overhead x 8 /
 (efficiency x rate). The decision to know: wire overhead is measured and efficiency fitted on the
 emulated link, but RTT cannot be measured here, so it is an ASSUMPTION of the projection.
-`fit_link`, `predict`, `validate`, `project_study`; the model term by term: the notes below the docstring.
-"""
+`fit_link`, `predict`, `validate`, `project_study`; the model term by term: the notes below.
 
-# Notes on kit.study.projection: where each term comes from.
-#
-# The pair is one rank per host, a ring all-reduce over two ranks on a full-duplex link: each rank sends its logical
-# bytes once while receiving its peer's. Wire overhead (TCP/IP headers, gloo framing, per-update scalars) is measured
-# on the emulated link's interface counters; efficiency is fitted by least squares over every (arm, rate) measurement,
-# with the pair arms' compute times. RTT is 0 in the fit: the kernel here has no netem and a veth's round trip is tens
-# of microseconds. `validate` sets predicted beside measured for runs the fit did not use.
+Notes: where each term comes from.
+
+The pair is one rank per host, a ring all-reduce over two ranks on a full-duplex link: each rank sends its logical
+bytes once while receiving its peer's. Wire overhead (TCP/IP headers, gloo framing, per-update scalars) is measured
+on the emulated link's interface counters; efficiency is fitted by least squares over every (arm, rate) measurement,
+with the pair arms' compute times. RTT is 0 in the fit: the kernel here has no netem and a veth's round trip is tens
+of microseconds. `validate` sets predicted beside measured for runs the fit did not use.
+"""
 
 from __future__ import annotations
 

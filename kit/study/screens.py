@@ -5,19 +5,19 @@ refuses until every arm has a committed endpoint or a recorded non-run status, r
 endpoint and writes `evaluation/freeze.json`, after which no arm may run; only then does
 `evaluate_study` score. `build_screens` aggregates accuracies, paired changes, the retention bound
 and the screens (pure functions of the contract's thresholds).
-Screens and the retention bound: docs/study.md and the notes below the docstring.
-"""
+Screens and the retention bound: docs/study.md and the notes below.
 
-# Notes on kit.study.screens: the screens' rules and the retention bound.
-#
-# The order is the seed document's (seeds/004: "all candidates must be committed before any test scoring"); after
-# freeze.json kit/study/arms.py refuses to run, and every opening is appended to `opened.jsonl`.
-# - quality: task gain >= min_task_gain (ratios of counts compared with a 1e-12 tolerance, so 0.6 - 0.5 counts as the
-#   0.10 it is); retention upper bound <= max_retention_upper_nats; noninferiority to every control: mean paired
-#   difference - multiplier x sd / sqrt(n) > -margin. speed: active throughput ratio >= min_speedup.
-# - retention: R = sum(d_i) / sum(t_i) (d_i a probe's NLL change, t_i its assistant tokens); its bound is the
-#   delta-method one, kit/stats.normal_upper_bound on z_i = R + (d_i - R t_i) / mean(t): mean(z) = R exactly and
-#   sd(z) / sqrt(n) is the ratio's linearised standard error.
+Notes: the screens' rules and the retention bound.
+
+The order is the seed document's (seeds/004: "all candidates must be committed before any test scoring"); after
+freeze.json kit/study/arms.py refuses to run, and every opening is appended to `opened.jsonl`.
+- quality: task gain >= min_task_gain (ratios of counts compared with a 1e-12 tolerance, so 0.6 - 0.5 counts as the
+  0.10 it is); retention upper bound <= max_retention_upper_nats; noninferiority to every control: mean paired
+  difference - multiplier x sd / sqrt(n) > -margin. speed: active throughput ratio >= min_speedup.
+- retention: R = sum(d_i) / sum(t_i) (d_i a probe's NLL change, t_i its assistant tokens); its bound is the
+  delta-method one, kit/stats.normal_upper_bound on z_i = R + (d_i - R t_i) / mean(t): mean(z) = R exactly and
+  sd(z) / sqrt(n) is the ratio's linearised standard error.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
-"""The chunked loss with each chunk's math as one `torch.compile`d function of static shapes (CUDA lever).
+"""The chunked loss's one chunk loop and its chunk math: eager (the default, the CPU evidence) or each chunk's
+math as one `torch.compile`d function of static shapes (CUDA lever, EngineConfig.compiled_loss).
 
-kit.train.loss runs a chunk eagerly: the products, then logsumexp/softmax/KL, the gradient w.r.t. the
-logits and the two products of the backward, each pass its own kernel (on the H200 profile, the FP32
-`sub`/`add_` and the `.float()` copies of `_KLSum` are the 4.3 ms of FP32 adds and 4.4 ms of copies).
-Here one compiled function per loss kind does a whole chunk, so Inductor fuses those passes.
-The decision to know: every chunk has the same number of rows (the last one padded with zero rows of
-token weight 0, whose gradient rows are exactly 0 and whose loss terms are exactly 0), so one graph serves
-every chunk of every microbatch; the values equal the eager loop's up to the order of FP32 reductions
-(tests/test_compiled_loss.py bounds the difference). Off by default (EngineConfig.compiled_loss); the CPU
-evidence never runs it.
+Eager, each pass of a chunk (products, logsumexp/softmax/KL, the gradient w.r.t. the logits, the two
+products of the backward) is its own kernel (on the H200 profile, the FP32 `sub`/`add_` and `.float()`
+copies of the KL chunk are 4.3 ms of adds and 4.4 ms of copies); compiled, Inductor fuses them.
+The decision to know: compiled, every chunk has the same number of rows (the last one padded with zero
+rows of token weight 0, whose gradient rows and loss terms are exactly 0), so one graph serves every
+chunk; the values equal the eager loop's up to the order of FP32 reductions. Eager, the same functions
+give the bits of the eager loop before the lever (T = 1 skips its divide and multiply; each chunk's KL
+sum is scaled by T^2 before it is added): tests/test_compiled_loss.py bounds the one and pins the other.
 """
 
 from __future__ import annotations
@@ -18,43 +18,58 @@ import torch
 _COMPILED: dict[str, object] = {}  # loss kind -> its compiled chunk function (one per process)
 
 
-def _products(g, xc, w):
-    """(dx chunk, dw contribution) as kit.train.loss._grads_into computes them: FP32 operands stay FP32,
-    else the products run in w's dtype and are widened to FP32."""
+def _products(g, xl, w):
+    """(dx chunk, dw contribution): FP32 operands stay FP32, else the products run in w's (compute) dtype
+    and are widened to FP32. `xl` is the chunk's input already in w's dtype."""
     if w.dtype == torch.float32:
-        return g @ w, g.t() @ xc.float()
+        return g @ w, g.t() @ xl
     gc = g.to(w.dtype)
-    return (gc @ w).float(), (gc.t() @ xc.to(w.dtype)).float()
+    return (gc @ w).float(), (gc.t() @ xl).float()
+
+
+def _scaled(z: torch.Tensor, T) -> torch.Tensor:
+    """z / T; eager at T = 1.0 (a Python float) z itself, exactly, without a pass over chunk x vocab."""
+    return z if isinstance(T, float) and T == 1.0 else z / T
+
+
+def _times(T, z: torch.Tensor) -> torch.Tensor:
+    return z if isinstance(T, float) and T == 1.0 else T * z  # likewise exact
 
 
 def ce_chunk(xc, w, targets, token_w, dw):
-    """One chunk of kit.train.loss._CrossEntropySum: returns (sum_i w_i CE_i in FP64, dx rows); adds the
-    chunk's d/dW into `dw` in place."""
-    logits = (xc.to(w.dtype) @ w.t()).float()
+    """One chunk of sum_i w_i * CE(x_i W^T, y_i): returns (the sum in FP64, dx rows); adds the chunk's d/dW
+    into `dw` in place."""
+    xl = xc.to(w.dtype)
+    logits = (xl @ w.t()).float()  # (n, V)
     lse = torch.logsumexp(logits, dim=-1)
     tgt = logits.gather(1, targets[:, None]).squeeze(1)
     total = (token_w * (lse - tgt)).double().sum()
-    onehot = torch.arange(logits.shape[1], device=logits.device)[None, :] == targets[:, None]
-    g = (torch.softmax(logits, dim=-1) - onehot.float()) * token_w[:, None]  # p - 1 exactly where p[t] -= 1
-    dx, dwc = _products(g, xc, w)
+    g = torch.softmax(logits, dim=-1)  # d CE / d logits = softmax - onehot
+    del logits
+    g[torch.arange(g.shape[0], device=g.device), targets] -= 1.0
+    g *= token_w[:, None]
+    dx, dwc = _products(g, xl, w)
     dw.add_(dwc)
     return total, dx
 
 
 def _kl_chunk(xc, w, rxc, rw, token_w, T, dw, reverse: bool):
-    s = torch.log_softmax((xc.to(w.dtype) @ w.t()).float() / T, dim=-1)  # z / 1 == z: T = 1 is exact
-    r = torch.log_softmax((rxc.to(rw.dtype) @ rw.t()).float() / T, dim=-1)
+    xl = xc.to(w.dtype)
+    s = torch.log_softmax(_scaled((xl @ w.t()).float(), T), dim=-1)  # student log-probs
+    r = torch.log_softmax(_scaled((rxc.to(rw.dtype) @ rw.t()).float(), T), dim=-1)  # reference
     if not reverse:  # KL(ref || student); d/dz_s = T * (q_s - p_r)
         pr = r.exp()
         kl = (pr * (r - s)).sum(-1)
-        g = T * (s.exp() - pr)
+        g = _times(T, s.exp() - pr)
     else:  # KL(student || ref); d/dz_s = T * q_s * (log q_s - log p_r - KL)
         qs = s.exp()
         diff = s - r
         kl = (qs * diff).sum(-1)
-        g = (T * qs) * (diff - kl[:, None])
-    total = (token_w * kl).double().sum()  # the caller multiplies by T^2, as the eager loop does
-    dx, dwc = _products(g * token_w[:, None], xc, w)
+        g = _times(T, qs) * (diff - kl[:, None])
+    total = (token_w * kl).double().sum()  # the loop multiplies by T^2
+    del s, r
+    g *= token_w[:, None]
+    dx, dwc = _products(g, xl, w)
     dw.add_(dwc)
     return total, dx
 
@@ -95,22 +110,30 @@ def _pad(t: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([t, pad])
 
 
-def run_chunks(kind: str, x, w, dx, dw, token_w, step: int, *, targets=None, ref_x=None, ref_w=None, T=None,
-               compiled: bool = True) -> torch.Tensor:
-    """Every chunk of `step` rows through the chunk function; fills dx, adds into dw, returns the FP64 sum.
-    Padding rows have x = 0 (and the reference's x = 0), target 0 and token weight 0: their loss terms and
-    gradient rows are 0 * (finite) = 0 exactly, and they add only zeros to dw's products."""
+def run_chunks(kind: str, x, w, dx, dw, token_w, step: int, *, targets=None, ref_x=None, ref_w=None,
+               T: float = 1.0, compiled: bool = False) -> torch.Tensor:
+    """Every chunk of at most `step` rows through the chunk function of `kind` ("ce", "kl_forward",
+    "kl_reverse"); fills dx, adds into dw, returns the FP64 sum (a KL chunk's scaled by T^2). Compiled,
+    every chunk has `padded_rows` rows: padding rows have x = 0 (and the reference's x = 0), target 0 and
+    token weight 0, so their loss terms and gradient rows are 0 * (finite) = 0 exactly, and they add only
+    zeros to dw's products; T goes in as a tensor (a fill: no host-to-device copy, one graph whatever T)."""
     fn = chunk_function(kind, compiled)
     n = x.shape[0]
-    rows = padded_rows(n, step)
+    rows = padded_rows(n, step) if compiled else step
+
+    def fit(t: torch.Tensor) -> torch.Tensor:
+        return _pad(t, rows) if compiled else t
+
+    t = torch.full((), T, dtype=torch.float32, device=x.device) if compiled else T
     total = torch.zeros((), dtype=torch.float64, device=x.device)
     for a in range(0, n, rows):
         b = min(n, a + rows)
-        xc, tw = _pad(x[a:b], rows), _pad(token_w[a:b], rows)
+        xc, tw = fit(x[a:b]), fit(token_w[a:b])
         if kind == "ce":
-            part, dxc = fn(xc, w, _pad(targets[a:b], rows), tw, dw)
+            part, dxc = fn(xc, w, fit(targets[a:b]), tw, dw)
         else:
-            part, dxc = fn(xc, w, _pad(ref_x[a:b], rows), ref_w, tw, T, dw)
+            part, dxc = fn(xc, w, fit(ref_x[a:b]), ref_w, tw, t, dw)
+            part = part * (T * T)  # per chunk, as the eager loop always did (T = 1: exact)
         total += part
         dx[a:b] = dxc[: b - a]
     return total

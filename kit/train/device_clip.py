@@ -5,18 +5,18 @@ device idles until the next update (docs/performance.md). Here the same formula 
 the fused AdamW takes the factor as a device tensor, and a non-finite norm skips the step.
 The decision to know: the sum's order is the device reduction's, so GPU factors may differ from the
 host path's in the last bits; CPU runs keep the host path (EngineConfig.clip_on_device "auto").
-Details: the notes below the docstring.
-"""
+Details: the notes below.
 
-# Notes on kit.train.device_clip: the formula, the skipped step and the cost it removes.
-#
-#     norm = sqrt(sum of the squared norms, in canonical positions);  factor = min(1, max_norm / (norm + 1e-6))
-# (1 when max_norm is 0); the fused AdamW takes grad_scale = 1 / factor. The host path's wait cost about 22 ms of a
-# 240 ms update on an H200 (docs/performance.md). A non-finite norm sets `found_inf`, so the fused kernel skips the
-# step (parameters and moments untouched, as torch's gradient scaler does) and the error is raised when the update's
-# numbers are read; they are copied to host asynchronously before the step and read only when asked for.
-# Worker-count independence holds as on the host: after the all-reduce every rank holds the same buffer, each squared
-# norm in its canonical position, and sums it in the same kernel.
+Notes: the formula, the skipped step and the cost it removes.
+
+    norm = sqrt(sum of the squared norms, in canonical positions);  factor = min(1, max_norm / (norm + 1e-6))
+(1 when max_norm is 0); the fused AdamW takes grad_scale = 1 / factor. The host path's wait cost about 22 ms of a
+240 ms update on an H200 (docs/performance.md). A non-finite norm sets `found_inf`, so the fused kernel skips the
+step (parameters and moments untouched, as torch's gradient scaler does) and the error is raised when the update's
+numbers are read; they are copied to host asynchronously before the step and read only when asked for.
+Worker-count independence holds as on the host: after the all-reduce every rank holds the same buffer, each squared
+norm in its canonical position, and sums it in the same kernel.
+"""
 
 from __future__ import annotations
 

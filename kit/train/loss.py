@@ -5,19 +5,19 @@ autograd function, so full-vocabulary logits are never materialised for a whole 
 The decision to know: the update's loss is divided by N, the GLOBAL count of assistant targets of the
 whole update, known before the first microbatch, so the sum of per-microbatch contributions is the
 same however the update is split across microbatches and workers (docs/engine.md, "Loss").
-KL directions, temperature and precision: the notes below the docstring.
-"""
+KL directions, temperature and precision: the notes below.
 
-# Notes on kit.train.loss: the objective, the KL and the precision.
-#
-#     L = ( sum_{new targets} w_d * CE(t)  +  kl_weight * sum_{replay targets} w_d * KL(t) ) / N
-# w_d the document's weight, N the update's global count of assistant targets (new and replay, unweighted).
-# KL (default "forward", T = 1): forward = KL(p_ref || p_student), reverse = KL(p_student || p_ref), both on
-# softmax(logits / T) and scaled by T^2 (Hinton et al.) so gradient magnitudes do not shrink with T.
-# With `compute_dtype` bfloat16 a chunk's three products (logits, d/dx, d/dW) run in bf16 whatever autocast says, the
-# head weight cast once per call; logits, softmax, loss sums and accumulated gradients stay FP32. Without it the path
-# is plain FP32 (the CPU bit-identity tests). Target positions come from CPU masks, so gathering them on a GPU needs
-# no `nonzero` and no device-to-host synchronisation inside the update.
+Notes: the objective, the KL and the precision.
+
+    L = ( sum_{new targets} w_d * CE(t)  +  kl_weight * sum_{replay targets} w_d * KL(t) ) / N
+w_d the document's weight, N the update's global count of assistant targets (new and replay, unweighted).
+KL (default "forward", T = 1): forward = KL(p_ref || p_student), reverse = KL(p_student || p_ref), both on
+softmax(logits / T) and scaled by T^2 (Hinton et al.) so gradient magnitudes do not shrink with T.
+With `compute_dtype` bfloat16 a chunk's three products (logits, d/dx, d/dW) run in bf16 whatever autocast says, the
+head weight cast once per call; logits, softmax, loss sums and accumulated gradients stay FP32. Without it the path
+is plain FP32 (the CPU bit-identity tests). Target positions come from CPU masks, so gathering them on a GPU needs
+no `nonzero` and no device-to-host synchronisation inside the update.
+"""
 
 from __future__ import annotations
 
@@ -58,58 +58,24 @@ def _step(vocab: int, chunk_elements: int) -> int:
     return max(1, chunk_elements // max(1, vocab))
 
 
-def _chunks(n: int, vocab: int, chunk_elements: int):
-    step = _step(vocab, chunk_elements)
-    for a in range(0, n, step):
-        yield a, min(n, a + step)
-
-
 def _finish(ctx, x, weight, dx, dw, total):
     ctx.save_for_backward(dx, dw)
     ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
     return total.float()
 
 
-def _grads_into(dx, dw, g, xc, w, a: int, b: int) -> None:
-    """dx[a:b] = g W and dw += g^T x for one chunk; FP32 operands stay FP32, else the products run in
-    w's (compute) dtype and are accumulated in FP32."""
-    if w.dtype == torch.float32:
-        dx[a:b] = g @ w
-        dw += g.t() @ xc.float()
-    else:
-        gc = g.to(w.dtype)
-        dx[a:b] = (gc @ w).float()
-        dw += (gc.t() @ xc.to(w.dtype)).float()
-
-
 class _CrossEntropySum(torch.autograd.Function):
-    """sum_i w_i * CE(x_i W^T, y_i), with d/dx and d/dW computed chunk by chunk in forward."""
+    """sum_i w_i * CE(x_i W^T, y_i), with d/dx and d/dW computed chunk by chunk in forward (the chunk loop
+    and its math: kit/train/compiled_loss.py, eager or compiled)."""
 
     @staticmethod
     def forward(ctx, x, weight, targets, token_w, chunk_elements, compute_dtype, weight_low, compiled=False):
-        cd = compute_dtype or x.dtype
-        w = _low(weight, weight_low, cd)  # once per call, not per chunk
+        w = _low(weight, weight_low, compute_dtype or x.dtype)  # once per call, not per chunk
         dx = torch.empty_like(x, dtype=torch.float32)
         dw = torch.zeros_like(weight, dtype=torch.float32)
-        if compiled:  # the same math, one compiled function per chunk (kit/train/compiled_loss.py)
-            total = compiled_loss.run_chunks("ce", x, w, dx, dw, token_w, _step(weight.shape[0], chunk_elements),
-                                             targets=targets)
-            return _finish(ctx, x, weight, dx, dw, total)
-        total = torch.zeros((), dtype=torch.float64, device=x.device)
-        for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
-            xc = x[a:b].to(cd)
-            logits = (xc @ w.t()).float()  # (n, V)
-            lse = torch.logsumexp(logits, dim=-1)
-            tgt = logits.gather(1, targets[a:b, None]).squeeze(1)
-            total += (token_w[a:b] * (lse - tgt)).double().sum()
-            g = torch.softmax(logits, dim=-1)  # d CE / d logits = softmax - onehot
-            del logits
-            g[torch.arange(b - a, device=x.device), targets[a:b]] -= 1.0
-            g *= token_w[a:b, None]
-            _grads_into(dx, dw, g, xc, w, a, b)
-        ctx.save_for_backward(dx, dw)
-        ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
-        return total.float()
+        total = compiled_loss.run_chunks("ce", x, w, dx, dw, token_w, _step(weight.shape[0], chunk_elements),
+                                         targets=targets, compiled=compiled)
+        return _finish(ctx, x, weight, dx, dw, total)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -117,52 +83,21 @@ class _CrossEntropySum(torch.autograd.Function):
         return (dx * grad_out).to(ctx.x_dtype), (dw * grad_out).to(ctx.w_dtype), None, None, None, None, None, None
 
 
-def _scaled(z: torch.Tensor, T: float) -> torch.Tensor:
-    return z if T == 1.0 else z / T  # z / 1.0 == z exactly: skip a pass over chunk x vocab
-
-
-def _times(T: float, z: torch.Tensor) -> torch.Tensor:
-    return z if T == 1.0 else T * z  # likewise exact
-
-
 class _KLSum(torch.autograd.Function):
-    """sum_i w_i * T^2 * KL between softmax(student/T) and softmax(reference/T) at each position."""
+    """sum_i w_i * T^2 * KL between softmax(student/T) and softmax(reference/T) at each position (the chunk
+    loop and its math: kit/train/compiled_loss.py, eager or compiled)."""
 
     @staticmethod
     def forward(ctx, x, weight, ref_x, ref_weight, token_w, temperature, reverse, chunk_elements, compute_dtype,
                 weight_low, compiled=False):
-        cd = compute_dtype or x.dtype
-        w = _low(weight, weight_low, cd)
+        w = _low(weight, weight_low, compute_dtype or x.dtype)
         rw = ref_weight.to(compute_dtype or ref_x.dtype)
-        T = float(temperature)
         dx = torch.empty_like(x, dtype=torch.float32)
         dw = torch.zeros_like(weight, dtype=torch.float32)
-        if compiled:  # the same math, one compiled function per chunk (kit/train/compiled_loss.py)
-            t = torch.full((), T, dtype=torch.float32, device=x.device)  # a fill: no host-to-device copy
-            total = compiled_loss.run_chunks("kl_reverse" if reverse else "kl_forward", x, w, dx, dw, token_w,
-                                             _step(weight.shape[0], chunk_elements), ref_x=ref_x, ref_w=rw, T=t)
-            return _finish(ctx, x, weight, dx, dw, total * (T * T))
-        total = torch.zeros((), dtype=torch.float64, device=x.device)
-        for a, b in _chunks(x.shape[0], weight.shape[0], chunk_elements):
-            xc = x[a:b].to(cd)
-            s = torch.log_softmax(_scaled((xc @ w.t()).float(), T), dim=-1)  # student log-probs
-            r = torch.log_softmax(_scaled((ref_x[a:b].to(rw.dtype) @ rw.t()).float(), T), dim=-1)  # reference
-            if not reverse:  # KL(ref || student); d/dz_s = T * (q_s - p_r)
-                pr = r.exp()
-                kl = (pr * (r - s)).sum(-1)
-                g = _times(T, s.exp() - pr)
-            else:  # KL(student || ref); d/dz_s = T * q_s * (log q_s - log p_r - KL)
-                qs = s.exp()
-                diff = s - r
-                kl = (qs * diff).sum(-1)
-                g = _times(T, qs) * (diff - kl[:, None])
-            total += (token_w[a:b] * kl).double().sum() * (T * T)
-            del s, r
-            g *= token_w[a:b, None]
-            _grads_into(dx, dw, g, xc, w, a, b)
-        ctx.save_for_backward(dx, dw)
-        ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
-        return total.float()
+        total = compiled_loss.run_chunks("kl_reverse" if reverse else "kl_forward", x, w, dx, dw, token_w,
+                                         _step(weight.shape[0], chunk_elements), ref_x=ref_x, ref_w=rw,
+                                         T=float(temperature), compiled=compiled)
+        return _finish(ctx, x, weight, dx, dw, total)
 
     @staticmethod
     def backward(ctx, grad_out):

@@ -5,24 +5,24 @@ The math (rank-r power iteration, orthogonalisation, error feedback, warm start,
 `allreduce_mean(tensors)`. The decision to know: every decision depends only on shapes, the config
 and already all-reduced values, so every rank makes the same calls in the same order, and the first
 Q comes from a generator seeded by (seed, name), so ranks agree without communication.
-The algorithm step by step: the notes below the docstring; docs/study.md, "PowerSGD".
-"""
+The algorithm step by step: the notes below; docs/study.md, "PowerSGD".
 
-# Notes on kit.train.powersgd: the step, the orthonormalisation and its numbers.
-#
-# `allreduce_mean` averages contiguous FP32 tensors in place and must leave bitwise-identical values on every rank
-# (gloo's and NCCL's ring all-reduces do); in one process the identity is one. Per call after the warm-up, with M the
-# gradient as (shape[0], prod(rest)), as torch's `powerSGD_hook`:
-#     M += e;  Q = orth(Q);  P = M Q;  mean(P);  P = orth(P);  Q = M^T P;  mean(Q);  sent = P Q^T;  e = M - sent
-# every P in one flat all-reduce, every Q in another, plus one dense one for vectors and small tensors.
-# `orthonormalize_` is a batched Householder QR in elementwise ops and fixed-order sums (no LAPACK or BLAS: equal
-# bytes on every x86 CPU). The batch is scaled by a power of two; a column with |R_kk| <= 2^-24 x the Frobenius norm
-# is dead (zero, no reflector), and dead Q columns are re-drawn from the seeded generator. No absolute epsilon, so
-# gradients scaled by 10^k give outputs scaled alike; the Gram-Schmidt with `/ (norm + 1e-8)` it replaced turned
-# rounding noise into directions (bench/powersgd_oracle.py; tests/test_powersgd_oracle.py checks the kit against
-# `powerSGD_hook` through DDP). Nothing reads `orthogonalization_epsilon`: contracts carry it. Error buffers stay FP32
-# on the CPU (pinned with CUDA); dense tensors and the warm-up keep none. Traffic counts the FP32 bytes handed to the
-# all-reduce (wire bytes: kit/distributed/traffic.py).
+Notes: the step, the orthonormalisation and its numbers.
+
+`allreduce_mean` averages contiguous FP32 tensors in place and must leave bitwise-identical values on every rank
+(gloo's and NCCL's ring all-reduces do); in one process the identity is one. Per call after the warm-up, with M the
+gradient as (shape[0], prod(rest)), as torch's `powerSGD_hook`:
+    M += e;  Q = orth(Q);  P = M Q;  mean(P);  P = orth(P);  Q = M^T P;  mean(Q);  sent = P Q^T;  e = M - sent
+every P in one flat all-reduce, every Q in another, plus one dense one for vectors and small tensors.
+`orthonormalize_` is a batched Householder QR in elementwise ops and fixed-order sums (no LAPACK or BLAS: equal
+bytes on every x86 CPU). The batch is scaled by a power of two; a column with |R_kk| <= 2^-24 x the Frobenius norm
+is dead (zero, no reflector), and dead Q columns are re-drawn from the seeded generator. No absolute epsilon, so
+gradients scaled by 10^k give outputs scaled alike; the Gram-Schmidt with `/ (norm + 1e-8)` it replaced turned
+rounding noise into directions (bench/powersgd_oracle.py; tests/test_powersgd_oracle.py checks the kit against
+`powerSGD_hook` through DDP). Nothing reads `orthogonalization_epsilon`: contracts carry it. Error buffers stay FP32
+on the CPU (pinned with CUDA); dense tensors and the warm-up keep none. Traffic counts the FP32 bytes handed to the
+all-reduce (wire bytes: kit/distributed/traffic.py).
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,19 @@
-"""The tier of every test file: which of the four pytest markers (pyproject.toml) its tests carry.
+"""The tier of every test file (which of four pytest markers its tests carry) and the tests marked `slow`.
 
 One table, filename -> tier, applied by tests/conftest.py at collection, so a file's tier is decided here
 and reviewed in one place. A test file missing from the table stops collection with a line that names it
-(tests/test_tiers.py checks the table against the files on disk). Each file has exactly one tier; where
-more than one fits, the first that applies wins:
+(tests/test_tiers.py checks the table against the files on disk). Each file has exactly one tier, by what
+it is, not by how long it takes; where more than one fits, the first that applies wins:
 
 - campaign: its subject is a script of the GPU campaigns (campaigns/, bench/, tools/ that run or prepare
   them), even where it reads earlier campaigns' committed records;
 - evidence: it reads the committed runs/, reports/ or ledger/, even if fast: it changes with every re-run;
-- e2e: it executes notebooks, the demo, the examples or `kit`/torchrun/JupyterLab in subprocesses end to end,
-  or it is a multi-process run too slow for the unit loop (the second group of E2E_FILES);
-- unit: the rest: tiny models, no notebook executed, no committed run or report read; `make test-fast`.
+- e2e: it executes notebooks, the demo, the examples or `kit`/torchrun/JupyterLab in subprocesses end to end;
+- unit: the rest: tiny models, no notebook executed, no committed run or report read.
+
+Speed is the second marker, `slow`, whatever the tier: the files of SLOW_FILES and the test functions of
+SLOW_TESTS, real multi-process training or a seed build too slow for the edit loop. `make test-fast` runs
+`-m "unit and not slow"` (the 1- and 2-worker engine-against-oracle test included); `make test` runs all.
 """
 
 from __future__ import annotations
@@ -82,16 +85,7 @@ E2E_FILES = (
     "reliability/test_locks_and_leftovers.py",
     "reliability/test_notebook_parameters.py",
     "reliability/test_signals.py",
-    # real multi-process training or a seed build, too slow for the unit loop (worker seconds under
-    # `pytest -n 2` on 2 shared cores): together ~590 s of the unit tier's ~1,030 s
-    "test_digest.py",  # ~143: `kit digest` on built seeds and sharded directories
-    "test_checkpoint_training.py",  # ~118
-    "test_engine.py",  # ~115: 1, 2 and 3 workers against the oracle
-    "test_integrity.py",  # ~109
-    "reliability/test_rank_faults.py",  # ~104
-    "test_seed.py",  # ~57: builds the test-size seed
-    "test_study.py",  # ~45: three arms in separate processes
-    "test_worker_faults.py",  # ~45
+    "test_digest.py",  # `kit digest` in subprocesses, on built seeds and sharded directories
 )
 
 UNIT_FILES = (
@@ -104,6 +98,7 @@ UNIT_FILES = (
     "test_bench_flops.py",
     "test_cached_decode.py",
     "test_chat.py",
+    "test_checkpoint_training.py",
     "test_cli_readme.py",
     "test_cli_walk.py",
     "test_commit_transfer.py",
@@ -114,16 +109,17 @@ UNIT_FILES = (
     "test_device_clip.py",
     "test_docs_reference.py",
     "test_docstrings.py",
+    "test_engine.py",
     "test_evaluate.py",
+    "test_fast_paths_applied.py",
     "test_fetch_over_group.py",
     "test_function_length.py",
-    "test_fast_paths_applied.py",
     "test_fused_paths.py",
     "test_gradient_oracle.py",
     "test_growth.py",
     "test_install_pins.py",
+    "test_integrity.py",
     "test_layers.py",
-    "test_newcomer.py",
     "test_ledger_concurrency.py",
     "test_ledger_replay.py",
     "test_ledger_scope.py",
@@ -133,6 +129,7 @@ UNIT_FILES = (
     "test_lr_schedule.py",
     "test_nccl_schedule.py",
     "test_nccl_separate_homes.py",
+    "test_newcomer.py",
     "test_notebook_imports.py",
     "test_notebook_parameter_names.py",
     "test_notebooks_clean.py",
@@ -144,14 +141,16 @@ UNIT_FILES = (
     "test_process_start.py",
     "test_provenance.py",
     "test_publish.py",
-    "test_report_figure_axes.py",
-    "test_report_notebook_sidecars.py",
     "test_replicate_calibration.py",
     "test_replicate_design.py",
+    "test_report_figure_axes.py",
+    "test_report_notebook_sidecars.py",
     "test_retrieval_docs.py",
+    "test_seed.py",
     "test_sizes.py",
     "test_stats.py",
     "test_store.py",
+    "test_study.py",
     "test_study_projection.py",
     "test_study_shared_gpu.py",
     "test_study_terms.py",
@@ -161,6 +160,7 @@ UNIT_FILES = (
     "test_tracked_links.py",
     "test_update_levers.py",
     "test_adam_writes_cache.py",
+    "test_worker_faults.py",
     "reliability/test_bad_data.py",
     "reliability/test_concurrent_commits.py",
     "reliability/test_crash_and_disk_full.py",
@@ -169,8 +169,36 @@ UNIT_FILES = (
     "reliability/test_no_pickle.py",
     "reliability/test_prepared_job_guards.py",
     "reliability/test_properties.py",
+    "reliability/test_rank_faults.py",
     "reliability/test_store_integrity.py",
 )
+
+
+SLOW = "slow"
+
+# Marked `slow` (worker seconds under `pytest -n 2` on 2 shared cores, tests/support/schedule.py has the
+# longest): real multi-process runs or a seed build. A file's every test, or one test function of a file.
+SLOW_FILES = (
+    "test_digest.py",  # ~143: `kit digest` on built seeds and sharded directories
+    "test_checkpoint_training.py",  # ~118
+    "test_integrity.py",  # ~109
+    "reliability/test_rank_faults.py",  # ~104
+    "test_seed.py",  # ~57: builds the test-size seed
+    "test_study.py",  # ~45: three arms in separate processes
+    "test_worker_faults.py",  # ~45
+    "test_adam_writes_cache.py",  # ~45: CPU inductor compiles the AdamW pass
+)
+SLOW_TESTS = (
+    # 3 workers against the oracle and the 1-worker run; the 1- and 2-worker test stays in `make test-fast`
+    "test_engine.py::test_three_workers_match_oracle_and_one_worker",
+    "test_engine.py::test_no_worker_holds_a_full_model",  # 3 worker processes
+)
+
+
+def is_slow(path: Path, function: str, tests_dir: Path) -> bool:
+    """Whether the test `function` of the file `path` (under `tests_dir`) is marked slow."""
+    rel = Path(path).resolve().relative_to(Path(tests_dir).resolve()).as_posix()
+    return rel in SLOW_FILES or f"{rel}::{function}" in SLOW_TESTS
 
 
 def _table() -> dict[str, list[str]]:

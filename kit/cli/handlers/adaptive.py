@@ -11,7 +11,7 @@ from kit.adaptive.compare import compare
 from kit.adaptive.continued import KIND as CONTINUED
 from kit.adaptive.continued import continued_gates, load_continued_contract, prepare_continued
 from kit.adaptive.continued_schema import job_contract
-from kit.adaptive.evaluation import evaluate, gates
+from kit.adaptive.evaluation import EvaluateRequest, evaluate, gates
 from kit.adaptive.prepare import prepare
 from kit.adaptive.schema import load_adaptive_contract
 from kit.adaptive.selection import write_selection
@@ -43,8 +43,11 @@ def cmd_train(a) -> int:
 def cmd_evaluate(a) -> int:
     pj = load_json_strict(Path(a.prepared) / "prepared.json")
     terms = job_contract(pj)
-    res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
-                   terms.training.max_tokens, terms.evaluation.max_new_tokens, a.selection, device=a.device)
+    res = evaluate(EvaluateRequest(prepared=a.prepared, candidate=a.candidate, baseline=a.baseline, split=a.split,
+                                   out=a.out, tokenizer_dir=a.tokenizer or pj["locations"]["seed"],
+                                   max_tokens=terms.training.max_tokens,
+                                   max_new_tokens=terms.evaluation.max_new_tokens, selection=a.selection,
+                                   device=a.device))
     correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
     print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
                       "baseline_correct": correct[1]}, sort_keys=True))
@@ -70,22 +73,26 @@ def cmd_select(a) -> int:
 def cmd_gates(a) -> int:
     continued = load_json_strict(a.contract).get("kind") == CONTINUED
     contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
-    out = {"contract_digest": contract.digest, "comparisons": {}}
-    if continued:  # the report says whether the start endpoint's gates passed (exploratory otherwise)
+    start = None  # continued learning: whether the start endpoint's gates passed (exploratory otherwise)
+    if continued:
         if not a.prepared:
             raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
-        start = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
-        out["start"] = {k: start[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
+        recorded = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
+        start = {k: recorded[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
+    comparisons = {}
     for spec in a.eval:
         name, _, path = spec.partition("=")
         ev = load_json_strict(path)
-        verdict = (continued_gates(ev, contract.terms, out["start"]["exploratory"]) if continued
+        verdict = (continued_gates(ev, contract.terms, recorded["exploratory"]) if continued
                    else gates(ev, contract.terms))
-        out["comparisons"][name] = {"evaluation": path, **verdict}
-    out["all_passed"] = all(v["passed"] for v in out["comparisons"].values())
+        comparisons[name] = {"evaluation": path, **verdict}
+    all_passed = all(v["passed"] for v in comparisons.values())
+    out = {"contract_digest": contract.digest, "comparisons": comparisons, "all_passed": all_passed}
+    if start is not None:
+        out = {**out, "start": start}  # canonical JSON sorts the keys: the bytes are those of before
     write_canonical_json(a.out, out)
     print(json.dumps({n: {"passed": v["passed"], "gates": {g["name"]: g["passed"] for g in v["gates"]}}
-                      for n, v in out["comparisons"].items()}, sort_keys=True))
+                      for n, v in comparisons.items()}, sort_keys=True))
     return 0
 
 

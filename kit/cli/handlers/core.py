@@ -1,5 +1,5 @@
 """What `kit digest`, `kit status`, `kit seed`, `kit checkpoint` (replay included), `kit plan` and `kit demo` run
-(their parsers: kit/cli/__init__.py, kit/cli/adaptive.py for `checkpoint replay`)."""
+(their parsers: kit/cli/__init__.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 from kit.adaptive.replay import replay
-from kit.args import printable
+from kit.cli.args import printable
 from kit.demo import run_demo
 from kit.inventory import parameter_digest
 from kit.model.config import load_config
-from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
+from kit.planner import MemoryModel, MicrobatchShape, Plan, WorkerCapacity, plan, shape_with_growth
 from kit.seed.build import SeedBuildConfig, build_seed, describe_seed
 from kit.seed.small import SmallSeedConfig, build_small_seed
 from kit.sizes import format_gib
@@ -46,8 +46,8 @@ def cmd_seed_build(a) -> int:
     for flag, value, default in (("--config", a.config, None), ("--device", a.device, "cpu")):
         if value != default:
             raise ValueError(f"{flag} {value}: only with --scale medium (the tiny seed is built on the CPU with its own config)")
-    cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
-    _print_json(build_seed(Path(a.out), cfg, progress=not a.no_progress))
+    tiny = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
+    _print_json(build_seed(Path(a.out), tiny, progress=not a.no_progress))
     return 0
 
 
@@ -62,21 +62,31 @@ def cmd_seed_show(a) -> int:
     return 0
 
 
-def cmd_checkpoint(a) -> int:
-    if a.action == "verify":
-        report = commits.verify_commit(a.home, commits.resolve_root(a.home, a.root) if a.root else None,
-                                       check_model=True)
-        _print_json(report)
-    elif a.action == "show":
-        print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
-    elif a.action == "export":
-        print(export.export_hf(a.home, _root_or_head(a), a.out, extra_files_dir=a.tokenizer_from))
-    elif a.action == "gc":
-        for path in commits.gc(a.home, unreferenced_objects=a.objects):
-            print(path)
-    elif a.action == "list":
-        for line in commit_lines(a.home):
-            print(line)
+def cmd_checkpoint_verify(a) -> int:
+    _print_json(commits.verify_commit(a.home, commits.resolve_root(a.home, a.root) if a.root else None,
+                                      check_model=True))
+    return 0
+
+
+def cmd_checkpoint_show(a) -> int:
+    print(json.dumps(commits.read_commit(a.home, _root_or_head(a)), indent=1, sort_keys=True))
+    return 0
+
+
+def cmd_checkpoint_export(a) -> int:
+    print(export.export_hf(a.home, _root_or_head(a), a.out, extra_files_dir=a.tokenizer_from))
+    return 0
+
+
+def cmd_checkpoint_gc(a) -> int:
+    for path in commits.gc(a.home, unreferenced_objects=a.objects):
+        print(path)
+    return 0
+
+
+def cmd_checkpoint_list(a) -> int:
+    for line in commit_lines(a.home):
+        print(line)
     return 0
 
 
@@ -115,26 +125,25 @@ def cmd_plan(a) -> int:
     workers = [WorkerCapacity(f"worker{i}", mem, speed) for i, (mem, speed) in enumerate(a.worker)]
     model = MemoryModel(**a.memory_model) if a.memory_model else MemoryModel()
     mb = MicrobatchShape(a.batch, a.seq_len, a.in_flight)
-    record = plan(shape, workers, mb, model).to_json()
+    planned = plan(shape, workers, mb, model)
     if a.json:
-        print(json.dumps(record, indent=1, sort_keys=True))
+        print(json.dumps(planned.to_json(), indent=1, sort_keys=True))
     else:
-        print(plan_table(record))
+        print(plan_table(planned))
     return 0
 
 
-def plan_table(record: dict) -> str:
+def plan_table(planned: Plan) -> str:
     """The plan for a person: one row per worker (sizes in GiB, 2^30 bytes), then the peak; --json has all."""
     rows = [("worker", "memory", "speed", "blocks", "embedding", "estimate", "utilisation")]
-    for w in record["workers"]:
-        est = w["estimate"]
-        rows.append((w["name"], format_gib(w["memory_bytes"]), f"{w['speed']:g}", f"[{w['blocks'][0]}, {w['blocks'][1]})",
-                     "yes" if est["owns_embedding"] else "no", format_gib(est["total"]), f"{w['utilization']:.2%}"))
+    for w, (start, stop), est, used in zip(planned.workers, planned.ranges, planned.estimates, planned.utilizations):
+        rows.append((w.name, format_gib(w.memory_bytes), f"{w.speed:g}", f"[{start}, {stop})",
+                     "yes" if est.owns_embedding else "no", format_gib(est.total), f"{used:.2%}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows]
-    peak = max(record["workers"], key=lambda w: w["utilization"])["name"]
-    lines.append(f"peak utilisation {record['peak_utilization']:.2%} ({peak}); the embeddings on worker"
-                 f"{record['embedding_owner']}; GiB = 2^30 bytes; --json prints the whole record")
+    peak = max(zip(planned.workers, planned.utilizations), key=lambda wu: wu[1])[0].name
+    lines.append(f"peak utilisation {planned.peak_utilization:.2%} ({peak}); the embeddings on worker"
+                 f"{planned.embedding_owner}; GiB = 2^30 bytes; --json prints the whole record")
     return "\n".join(lines)
 
 
@@ -146,7 +155,7 @@ def cmd_demo(a) -> int:
                     seed_dir=Path(a.seed_dir) if a.seed_dir else None)
 
 
-def cmd_replay(a) -> int:
+def cmd_checkpoint_replay(a) -> int:
     rec = replay(a.home, resolve_root(a.home, a.root), a.from_root and resolve_root(a.home, a.from_root, "--from"),
                  a.workers)
     print(json.dumps({k: rec[k] for k in ("root", "from", "cohort", "cohort_steps", "equal",

@@ -21,6 +21,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from kit.contract import scale_name
 from kit.digest import loads_strict
@@ -51,7 +52,7 @@ def device(text: str) -> str:
     return text
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     """An error message on one line (continuation lines joined with '; ')."""
     return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
@@ -60,8 +61,9 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line errors naming the (sub)command; subparsers are Parsers too. No abbreviations:
     a mistyped `--worker 2` must not run as `--workers 2` (tests/test_no_abbrev.py walks every parser)."""
 
-    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
-        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         unknown = self._unknown_options()
