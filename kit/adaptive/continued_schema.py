@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kit.adaptive.schema import (
+    AdaptiveContract,
     AdaptiveJob,
     Bootstrap,
     DataSeeds,
@@ -168,6 +169,8 @@ class ContinuedJob(ContinuedTerms):
 
 # The contract of a prepared job, as the adaptive drivers read it (`job_contract`).
 JobTerms = AdaptiveJob | ContinuedJob
+# Any terms of the adaptive family, a contract's or a job's (what reads only the fields they share: `bootstrap`).
+AdaptiveFamilyTerms = AdaptiveContract | ContinuedTerms
 
 
 class ContinuedRefused(ValueError):
