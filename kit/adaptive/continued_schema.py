@@ -13,12 +13,11 @@ from kit.adaptive.schema import (
     AdaptiveContract,
     AdaptiveJob,
     Bootstrap,
+    ContinuedTraining,
     DataSeeds,
     DevEvaluation,
-    OptimizerGroup,
     SeedPin,
     Tasks,
-    Training,
     load_adaptive_contract,
 )
 from kit.contract import Contract, ContractError, MapOf, Num, OneOf, Opt, Record, Seq, load_contract
@@ -62,16 +61,6 @@ class ContinuedCohort(Record):
     replay_every_update: bool = spec_field(OneOf(True))
     per_update: ContinuedCounts = spec_field(ContinuedCounts)
     totals: ContinuedCounts = spec_field(ContinuedCounts)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContinuedOptimizer(Record):
-    default: OptimizerGroup = spec_field(OptimizerGroup)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContinuedTraining(Training):
-    optimizer: ContinuedOptimizer = spec_field(ContinuedOptimizer, doc="one group: growth is forbidden")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

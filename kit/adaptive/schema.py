@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kit.contract import (
     BYTES,
@@ -47,9 +47,6 @@ from kit.record import spec_field
 from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig
 from kit.train.schedule import check_schedule
-
-if TYPE_CHECKING:
-    from kit.adaptive.continued_schema import JobTerms
 
 KIND = "adaptive-shards"
 PART_NAMES = ("new", "replay_a", "replay_conv")
@@ -220,6 +217,26 @@ class Training(Record):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdaptiveTraining(Training):
     optimizer: AdaptiveOptimizer = spec_field(AdaptiveOptimizer)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedOptimizer(Record):
+    default: OptimizerGroup = spec_field(OptimizerGroup)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedTraining(Training):
+    """The continued-learning contract's `training` (kit/adaptive/continued_schema.py)."""
+    optimizer: ContinuedOptimizer = spec_field(ContinuedOptimizer, doc="one group: growth is forbidden")
+
+
+class TrainedTerms(Protocol):
+    """What the translations below read of a job's terms (kit.adaptive.continued_schema.JobTerms: an adaptive
+    or a continued job), stated here so that this module needs nothing of the continued contract's."""
+    @property
+    def training(self) -> AdaptiveTraining | ContinuedTraining: ...
+    @property
+    def endpoints(self) -> Mapping[str, int]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -469,14 +486,14 @@ def load_adaptive_contract(path: str | os.PathLike) -> Contract[AdaptiveContract
     return contract
 
 
-def commit_points(terms: JobTerms, cohort: str) -> list[int]:
+def commit_points(terms: TrainedTerms, cohort: str) -> list[int]:
     """Steps at which a cohort commits: every commit_every updates, and always the endpoint (`terms`: a
     job's contract view, `kit.adaptive.continued_schema.job_contract`)."""
     every, end = terms.training.commit_every, terms.endpoints[cohort]
     return sorted(set(range(every, end + 1, every)) | {end})
 
 
-def engine_config(terms: JobTerms, pad_id: int = 0) -> EngineConfig:
+def engine_config(terms: TrainedTerms, pad_id: int = 0) -> EngineConfig:
     """The contract's training section as the engine's typed config (`kit.distributed.pipeline.EngineConfig`):
     the one translation of an adaptive contract. `pad_id` is the seed tokenizer's pad token (the
     contract does not name it); `compile_blocks` has no contract field and stays "auto"."""
@@ -486,7 +503,7 @@ def engine_config(terms: JobTerms, pad_id: int = 0) -> EngineConfig:
                         tr.compute_dtype, pad_id=pad_id)
 
 
-def optimizer_groups(terms: JobTerms) -> dict[str, GroupConfig]:
+def optimizer_groups(terms: TrainedTerms) -> dict[str, GroupConfig]:
     """The contract's optimizer groups ("default", "grown") as `kit.train.optim.GroupConfig`s. The groups
     cross as JSON (`to_json`): GroupConfig.from_json is the generic reader of an optimizer group's JSON, also of
     the tests' worker arguments, and refuses unknown fields."""
