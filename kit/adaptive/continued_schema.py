@@ -211,13 +211,14 @@ def job_contract(pj: dict) -> JobTerms:
     (`AdaptiveJob` or `ContinuedJob`: attributes, frozen): the contract's fields plus `cohort_order` (the cohort a
     cohort continues precedes it), `endpoints`, `growth.add_blocks`, `seed.parameter_digest`, and for a
     continued job `start_step`. The contract file must still have the digest prepared.json records."""
-    kind, location = pj["contract"].get("kind"), pj["locations"]["contract"]
-    if kind != KIND:
+    recorded, location = pj["contract"], pj["locations"]["contract"]  # prepared.json's contract kind and digest
+    expected = recorded["digest"]
+    if recorded.get("kind") != KIND:
         adaptive = load_adaptive_contract(location)
-        _check_prepared_digest(adaptive, pj["contract"]["digest"])
+        _check_prepared_digest(adaptive, expected)
         return adaptive_job_terms(adaptive.data)
     contract = load_continued_contract(location)
-    _check_prepared_digest(contract, pj["contract"]["digest"])
+    _check_prepared_digest(contract, expected)
     c = contract.terms
     view = {**contract.data, "cohort_order": ["A", COHORT],
             "endpoints": {"A": pj["start"]["cursor"]["cohort_step"], COHORT: c.cohort.updates},
