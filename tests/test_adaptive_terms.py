@@ -64,6 +64,7 @@ def test_continued_job_view_states_its_cohorts_like_an_adaptive_one():
     assert t.cohort_order == ("A", "C")
     assert dict(t.endpoints) == {"A": 8, "C": data["cohort"]["updates"]}
     assert t.cohorts["C"].documents_per_update == data["cohort"]["documents_per_update"]
+    assert t.cohorts["C"].updates == data["cohort"]["updates"]  # the schedule's span (kit/adaptive/train.py)
     assert (t.growth.add_blocks, t.growth.cohort) == (0, None)
     assert t.seed.parameter_digest == "ab" * 32 and t.start_step == 8
     assert t.start.from_ == data["start"]["from"]

@@ -1,6 +1,8 @@
-"""The continued-learning contract's schema and the one contract view the adaptive drivers use
-(`job_contract`, typed terms like `Contract.terms`), apart from kit/adaptive/continued.py so that selection,
-training and evaluation can read a continued job's contract without importing its preparation (no import cycle).
+"""The continued-learning contract (`ContinuedContract`) and the one contract view the adaptive drivers use
+(`job_contract`: an `AdaptiveJob` or a `ContinuedJob`, `JobTerms`), apart from kit/adaptive/continued.py so that
+selection, training and evaluation can read a continued job's contract without importing its preparation (no import
+cycle). A job view states a continued job's cohorts as an adaptive job's are (`cohort_order`, `endpoints` and
+`cohorts` by name), so one driver serves both.
 """
 
 from __future__ import annotations
@@ -140,7 +142,9 @@ class JobGrowth(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobCohort(Record):
+    """Cohort C as the drivers read a cohort: its batch and its length (the learning-rate schedule's span)."""
     documents_per_update: int = spec_field(_COUNT)
+    updates: int = spec_field(_COUNT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,7 +227,7 @@ def job_contract(pj: dict) -> JobTerms:
     view = {**contract.data, "cohort_order": ["A", COHORT],
             "endpoints": {"A": pj["start"]["cursor"]["cohort_step"], COHORT: c.cohort.updates},
             "growth": {"add_blocks": 0, "cohort": None},
-            "cohorts": {COHORT: {"documents_per_update": c.cohort.documents_per_update}},
+            "cohorts": {COHORT: {"documents_per_update": c.cohort.documents_per_update, "updates": c.cohort.updates}},
             "seed": {"parameter_digest": pj["seed"]["parameter_digest"], "description": "the start job's seed"},
             "start_step": pj["start"]["cursor"]["step"]}
     return build(view, ContinuedJob)
