@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(seed_dir)
     data = {k: read_jsonl(*role_file(prepared, r)) for k, r in FINAL_ROLES.items()}
-    max_tokens, max_new = c["training"]["max_tokens"], c["evaluation"]["max_new_tokens"]
+    max_tokens, max_new = c.training.max_tokens, c.evaluation.max_new_tokens
     nll_batch, answer_batch = eval_batch_sizes(a.device)
     timings = {}
     t0 = time.perf_counter()

@@ -23,13 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main(argv=None) -> int:
     from kit.adaptive.evaluation import gates
-    from kit.adaptive.schema import KIND, SCHEMA
-    from kit.contract import parse
+    from kit.adaptive.schema import AdaptiveContract
     from kit.digest import load_json_strict
     from kit.evidence.archive import resolve
     from kit.evidence.ledger import read_ledger
     from kit.evidence.report.index import recorded_contract
     from kit.evidence.run_record import read_run_record
+    from kit.record import build
 
     argv = sys.argv[1:] if argv is None else argv
     ledger = read_ledger(REPO / "ledger" / "exposed.jsonl")
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
         rec = read_run_record(resolve(run_dir))  # committed evidence, archived folders included
         ev = load_json_strict(resolve(evaluation))
         contract = recorded_contract(rec.contract_digest, (rec.git or {}).get("commit"), run_dir)
-        terms = parse(contract, SCHEMA, KIND + "-contract")  # the recorded JSON, read as the kit reads a contract
+        terms = build(contract, AdaptiveContract)  # the recorded JSON, read as the kit reads a contract
         earlier = {e["id"] for e in ledger
                    if e["contract_digest"] != rec.contract_digest and e["time"] < rec.started_at}
         kept = {part: [x for x in ev[part] if x["id"] not in earlier] for part in ("tasks", "retention")}

@@ -180,7 +180,7 @@ def freeze(run_dir=None, adaptive_draft=None, study_draft=None, out_dir=None, st
             rec, sha = read_pilot(run, record_kind)
             draft = loaders[kind](drafts[kind])
             transferred = kind == "study" and record_kind == "adaptive"
-            if transferred and "dev" in draft["data"]:
+            if transferred and "dev" in draft.terms.data:
                 raise FreezeRefused(f"{drafts[kind]}: field 'data.dev' is present: a study draft with its own "
                                     "development role is frozen from its own pilot (--study-pilot)")
             bound = (rec["parameters"]["drafts"][kind] if record_kind == "adaptive" else rec["parameters"]["draft"])

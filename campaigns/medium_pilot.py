@@ -206,8 +206,8 @@ class Pilot(PilotRun):
                 "scale": self.scale, "rule": RULE, "until": a.until, "device": a.device,
                 "drafts": {"adaptive": {"path": repo_relative(draft_path), "digest": self.draft.digest},
                            "study": {"path": repo_relative(study_path), "digest": study.digest}},
-                "candidates": candidate_overrides(a.lr, a.microbatch_size or [self.draft["training"]["microbatch_size"]],
-                                                  a.max_tokens or [self.draft["training"]["max_tokens"]], a.warmup),
+                "candidates": candidate_overrides(a.lr, a.microbatch_size or [self.draft.terms.training.microbatch_size],
+                                                  a.max_tokens or [self.draft.terms.training.max_tokens], a.warmup),
                 "schedule_after": a.schedule_after, "parallel": a.parallel,
                 "ledger": {"path": str(self.ledger), "sha256_before": sha256_or_none(self.ledger)},
                 "public_source": repo_relative(SOURCE),
@@ -245,7 +245,7 @@ class Pilot(PilotRun):
         with self.lock:
             row["seconds"]["prepare"] = r["seconds"]
             self.save(row, dev_role_sha256={k: roles[k]["sha256"] for k in ("dev.tasks", "dev.retention")})
-        workers = self.a.workers or contract["cohorts"]["A"]["workers"]
+        workers = self.a.workers or contract.terms.cohorts.A.workers
         r = self.step("train", ["adaptive", "train", "--prepared", prepared, "--seed", seed, "--home", home,
                                 "--cohort", "A", "--workers", workers, "--until", self.a.until], f"{name}-train")
         with self.lock:
@@ -264,8 +264,8 @@ class Pilot(PilotRun):
 
         # The seed's cache entry depends on the dev role files and the scoring settings (kit/adaptive/evaluation.py
         # `cached_scores`); the first evaluation of each such key runs alone, so concurrent candidates read its entry.
-        key = json.dumps([row["dev_role_sha256"], contract["training"]["max_tokens"],
-                          contract["evaluation"]["max_new_tokens"]], sort_keys=True)
+        key = json.dumps([row["dev_role_sha256"], contract.terms.training.max_tokens,
+                          contract.terms.evaluation.max_new_tokens], sort_keys=True)
         with self.gate(key):
             scored = key in self.seed_scored
             if not scored:
@@ -290,7 +290,7 @@ class Pilot(PilotRun):
         self.run_candidates(self.a.parallel)
         self.settle(lambda c: json.dumps(c["dev_role_sha256"], sort_keys=True) if c.get("dev_role_sha256") else None)
         res["positive_control"] = positive_control(res["candidates"], self.a.until,
-                                                   self.draft["cohorts"]["A"]["updates"])
+                                                   self.draft.terms.cohorts.A.updates)
         if self.record["status"] == "completed":
             best = choose(res["candidates"])
             res["chosen"] = None if best is None else {"candidate": best["name"], "values": best["overrides"],

@@ -129,7 +129,7 @@ class PilotRun:
             if (seed / "seed_build.json").exists():
                 shutil.copyfile(seed / "seed_build.json", self.out / "seed_build.json")
         digest = parameter_digest(seed)
-        pinned = self.draft["seed"]["parameter_digest"]
+        pinned = self.draft.terms.seed.parameter_digest
         self.record["results"]["seed"] = {"dir": str(seed), "parameter_digest": digest, "pinned": pinned,
                                           "matches_pin": None if pinned is None else digest == pinned, "built": built,
                                           "seconds": round(time.perf_counter() - t0, 2)}

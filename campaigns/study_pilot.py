@@ -172,7 +172,7 @@ class StudyPilot(PilotRun):
                 "scale": self.scale, "rule": RULE, "until": a.until, "device": a.device, "arm": "single",
                 "parallel": a.parallel,
                 "draft": {"path": repo_relative(draft_path), "digest": self.draft.digest},
-                "dev_added": None if "dev" in self.draft["data"] else default_dev(self.draft.data),
+                "dev_added": None if "dev" in self.draft.terms.data else default_dev(self.draft.data),
                 "candidates": candidate_values(a.lr, a.warmup),
                 "ledger": {"path": str(self.ledger), "sha256_before": sha256_or_none(self.ledger)},
                 "public_source": repo_relative(self.source),
@@ -259,7 +259,7 @@ class StudyPilot(PilotRun):
 
 def check_arguments(a, draft) -> None:
     """Refusals that need the draft: every warm-up shorter than the arm's updates, --until inside them."""
-    updates = draft["schedule"]["updates"]
+    updates = draft.terms.schedule.updates
     if not 1 <= a.until <= updates:
         raise SystemExit(f"study_pilot: --until {a.until}: expected 1..{updates} ({draft.path}: field "
                          "'schedule.updates')")

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 from pathlib import Path
 
 import pytest
 
-from kit.adaptive.continued_schema import job_contract, load_continued_contract
+from kit.adaptive.continued_schema import ContinuedJob, job_contract, load_continued_contract
 from kit.adaptive.evaluation import gates, nll_change_bounds
 from kit.adaptive.ownership import memory_model_of
-from kit.adaptive.schema import commit_points, engine_config, load_adaptive_contract, optimizer_groups
-from kit.contract import ContractError, ContractKeyWarning, Section
+from kit.adaptive.schema import (
+    AdaptiveContract,
+    AdaptiveJob,
+    commit_points,
+    engine_config,
+    load_adaptive_contract,
+    optimizer_groups,
+)
+from kit.contract import ContractError
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "contracts/adaptive-shards.tiny.json"
@@ -36,7 +42,8 @@ def _continued_job() -> dict:
 def test_adaptive_job_view_reads_attributes_and_cohorts_by_name():
     data = json.loads(TINY.read_text())
     t = job_contract(_adaptive_job())
-    assert isinstance(t, Section)
+    assert isinstance(t, AdaptiveJob) and isinstance(t, AdaptiveContract)  # `terms: AdaptiveContract` accepts it
+    assert t.to_json() == {**data, "cohort_order": ["A", "B"]}
     assert t.training.max_tokens == data["training"]["max_tokens"]
     assert t.evaluation.max_new_tokens == data["evaluation"]["max_new_tokens"]
     assert t.cohort_order == ("A", "B")
@@ -53,9 +60,11 @@ def test_adaptive_job_view_reads_attributes_and_cohorts_by_name():
 def test_continued_job_view_states_its_cohorts_like_an_adaptive_one():
     data = json.loads(CONTINUED.read_text())
     t = job_contract(_continued_job())
+    assert isinstance(t, ContinuedJob)
     assert t.cohort_order == ("A", "C")
     assert dict(t.endpoints) == {"A": 8, "C": data["cohort"]["updates"]}
     assert t.cohorts["C"].documents_per_update == data["cohort"]["documents_per_update"]
+    assert t.cohorts["C"].updates == data["cohort"]["updates"]  # the schedule's span (kit/adaptive/train.py)
     assert (t.growth.add_blocks, t.growth.cohort) == (0, None)
     assert t.seed.parameter_digest == "ab" * 32 and t.start_step == 8
     assert t.start.from_ == data["start"]["from"]
@@ -78,29 +87,27 @@ def test_the_drivers_translations_read_the_view():
 
 
 def test_gates_read_terms_without_key_reads():
-    """A final evaluation judged through the kit's gates: no kit module reads a contract field by key."""
+    """A final evaluation judged through the kit's gates, on the job view and on a contract's terms."""
     rows = [{"cand_nll": 1.0 + i / 10, "base_nll": 1.2 + i / 10, "tokens": 5, "family": "arithmetic", "id": str(i),
              "cand_correct": True, "base_correct": i % 2 == 0} for i in range(6)]
     ev = {"split": "final", "candidate": "c", "baseline": "b", "tasks": rows,
           "retention": [{k: r[k] for k in ("id", "cand_nll", "base_nll", "tokens")} for r in rows]}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ContractKeyWarning)
-        verdict = gates(ev, job_contract(_adaptive_job()))
-        bounds = nll_change_bounds(ev, load_adaptive_contract(TINY).terms)
+    verdict = gates(ev, job_contract(_adaptive_job()))
+    bounds = nll_change_bounds(ev, load_adaptive_contract(TINY).terms)
     assert [g["name"] for g in verdict["gates"]] == ["gain", "retention", "generated"]
     assert bounds["tasks"]["resamples"] == json.loads(TINY.read_text())["bootstrap"]["resamples"]
 
 
-def test_a_notebook_cell_still_reads_the_view_by_key():
-    """Executed notebooks under runs/ read c["training"]["max_tokens"] from job_contract: it still works there."""
-    cell = 'max_tokens, max_new = c["training"]["max_tokens"], c["evaluation"]["max_new_tokens"]'
+def test_a_notebook_cell_reads_the_view_by_attribute():
+    """Notebooks read c.training.max_tokens from job_contract; a key read is refused (an executed notebook
+    committed before the contracts were declared re-runs at the commit its record names)."""
     scope = {"__name__": "__main__", "c": job_contract(_adaptive_job())}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        exec(compile(cell, "<cell>", "exec"), scope)  # noqa: S102 -- a notebook cell's code, run as a kernel would
+    exec(compile("max_tokens, max_new = c.training.max_tokens, c.evaluation.max_new_tokens", "<cell>", "exec"), scope)  # noqa: S102
     data = json.loads(TINY.read_text())
     assert (scope["max_tokens"], scope["max_new"]) == (data["training"]["max_tokens"],
                                                        data["evaluation"]["max_new_tokens"])
+    with pytest.raises(TypeError):
+        exec(compile('c["training"]', "<cell>", "exec"), scope)  # noqa: S102
 
 
 def test_a_changed_contract_file_is_refused(tmp_path):

@@ -1,10 +1,11 @@
-"""Contracts parsed once into frozen typed sections (kit.contract.parse, Contract.terms)."""
+"""Contracts read once into their declared frozen classes (kit.record.Record, Contract.terms)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ import pytest
 from kit.adaptive import schema as adaptive_rules
 from kit.adaptive.continued_schema import load_continued_contract
 from kit.adaptive.schema import load_adaptive_contract
-from kit.contract import ContractError, ContractKeyWarning, Section, load_contract, parse
+from kit.contract import ContractError, Record, load_contract
+from kit.digest import sha256_json
+from kit.record import Omittable, build, spec_field
 from kit.study import schema as study_rules
 from kit.study.schema import load_study_contract
 
@@ -32,9 +35,10 @@ def _committed_contracts():
 def test_every_committed_contract_parses_and_writes_back_its_file(path, loader):
     contract = loader(path)
     terms = contract.terms
-    assert isinstance(terms, Section)
+    assert isinstance(terms, Record)
     # the typed reading loses nothing: written back, it is the file's JSON (hence the same digest)
     assert terms.to_json() == contract.data == json.loads(path.read_text())
+    assert sha256_json(terms.to_json()) == contract.digest
     assert terms.kind == contract.data["kind"]
     assert terms.training.max_grad_norm == contract.data["training"]["max_grad_norm"]
 
@@ -54,36 +58,73 @@ def test_keyword_field_reads_with_trailing_underscore():
     assert terms.start.from_ == json.loads((REPO / "contracts/continued-learning.tiny.json").read_text())["start"]["from"]
 
 
-def test_omitted_field_reads_none_and_is_not_contained(tmp_path):
-    from kit.contract import Omittable
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Extra(Record):
+    x: float = spec_field(float)
 
-    schema = {"kind": str, "n": int, "extra": Omittable({"x": float})}
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Probe(Record):
+    kind: str = spec_field(str)
+    n: int = spec_field(int)
+    extra: _Extra | None = spec_field(Omittable(_Extra))
+
+
+def test_omitted_field_reads_none_and_is_not_contained(tmp_path):
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"kind": "k", "n": 3}))
-    terms = load_contract(f, schema, "k").terms
+    terms = load_contract(f, _Probe, "k").terms
     assert terms.extra is None and "extra" not in terms and "n" in terms
     assert terms.to_json() == {"kind": "k", "n": 3}  # omitted stays omitted
-    with pytest.raises(KeyError):
-        terms["extra"]
     f.write_text(json.dumps({"kind": "k", "n": 3, "extra": {"x": 1.5}}))
-    terms = load_contract(f, schema, "k").terms
+    terms = load_contract(f, _Probe, "k").terms
     assert terms.extra.x == 1.5 and "extra" in terms
 
 
-def test_key_reads_warn_from_kit_modules_only():
-    terms = parse({"a": 1, "b": {"c": 2}}, {"a": int, "b": {"c": int}}, "probe")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert terms.get("b").get("c") == 2 and terms.get("z", 7) == 7
-        assert terms["b"]["c"] == 2  # a notebook cell or a test: the committed notebooks' reads still work
-    code = compile("value = terms['a']", "<kit module>", "exec")
-    with pytest.warns(ContractKeyWarning, match=r"kit\.fake reads contract field 'a' by key; read the attribute \.a"):
-        exec(code, {"__name__": "kit.fake", "terms": terms})  # noqa: S102 -- code run as if a kit module's
+def test_terms_have_no_key_access():
+    """Code reads attributes: a contract, its terms and their objects have no item access by field name (the
+    type checker follows attributes; a string key would fail only when its line runs)."""
     contract = load_adaptive_contract(REPO / "contracts/adaptive-shards.tiny.json")
-    with pytest.warns(ContractKeyWarning, match=r"kit\.fake reads contract field 'training' by key"):
-        exec(compile("value = contract['training']", "<kit module>", "exec"), {"__name__": "kit.fake", "contract": contract})  # noqa: S102
-    with pytest.warns(ContractKeyWarning, match=r"kit\.fake reads contract field 'b' by key"):
-        exec(compile("value = terms.get('b')", "<kit module>", "exec"), {"__name__": "kit.fake", "terms": terms})  # noqa: S102
+    for value in (contract, contract.terms, contract.terms.training):
+        with pytest.raises(TypeError):
+            value["training"]  # the read itself is the test
+    assert not hasattr(contract.terms, "get")
+
+
+def _every_committed_contract_version():
+    """Every version of contracts/*.json the history holds (a run records its contract by digest and finds it in
+    contracts/ now or at its commit: kit.evidence.report.index.contract_for)."""
+    log = subprocess.run(["git", "-C", str(REPO), "log", "--format=", "--raw", "--no-abbrev", "--", "contracts/*.json"],
+                         capture_output=True, text=True, check=True).stdout
+    blobs = sorted({line.split()[3] for line in log.splitlines() if line.startswith(":")} - {"0" * 40})
+    for blob in blobs:
+        text = subprocess.run(["git", "-C", str(REPO), "cat-file", "blob", blob], capture_output=True, text=True,
+                              check=True).stdout
+        yield blob, json.loads(text)
+
+
+def test_every_committed_contract_version_reads_back_to_its_digest():
+    """Each contract version ever committed reads into its class and writes back the same JSON (hence the same
+    digest a run recorded); one of an earlier schema, which today's class refuses, still reads losslessly (the
+    reading of kit/record.py's `build`, as campaigns/exposure_sensitivity.py reads a recorded contract)."""
+    from kit.adaptive.continued_schema import ContinuedContract
+    from kit.adaptive.schema import AdaptiveContract
+    from kit.study.schema import StudyContract
+
+    classes = {"adaptive-shards": AdaptiveContract, "continued-learning": ContinuedContract,
+               "shared-gradient-study": StudyContract}
+    validated = 0
+    for blob, data in _every_committed_contract_version():
+        cls = classes.get(data.get("kind"))
+        if cls is None:
+            continue
+        try:
+            terms = cls.from_json(data, blob)
+            validated += 1
+        except ContractError:
+            terms = build(data, cls)
+        assert sha256_json(terms.to_json()) == sha256_json(data), blob
+    assert validated >= len(list(_committed_contracts()))
 
 
 def _refusal(loader, name: str, edit, tmp_path) -> str:

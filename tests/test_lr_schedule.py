@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from kit.adaptive.schema import load_adaptive_contract
-from kit.contract import LR_SCHEDULE, ContractError, parse
+from kit.contract import LR_SCHEDULE, ContractError
 from kit.engine.session import Session
+from kit.record import build
 from kit.study.schema import load_study_contract
 from kit.train.optim import GroupConfig
 from kit.train.schedule import lr_factor
@@ -21,8 +22,8 @@ WARM_COSINE = {"warmup_updates": 4, "after": "cosine", "floor_ratio": 0.1}
 
 
 def typed(schedule):
-    """A schedule as the drivers pass it: the contract's typed `training.lr_schedule` (kit.contract.parse)."""
-    return parse(schedule, LR_SCHEDULE, "lr_schedule")
+    """A schedule as the drivers pass it: the contract's typed `training.lr_schedule` (kit.contract.LrWarmup)."""
+    return build(schedule, LR_SCHEDULE)
 
 
 def test_constant_is_one_everywhere():
@@ -52,12 +53,12 @@ def _with_schedule(tmp_path, name, schedule, study=False):
 
 def test_contracts_accept_a_schedule(tmp_path):
     c = _with_schedule(tmp_path, "adaptive-shards.tiny.json", WARM_COSINE)
-    assert c["training"]["lr_schedule"] == WARM_COSINE
+    assert c.terms.training.lr_schedule.to_json() == WARM_COSINE
     s = _with_schedule(tmp_path, "shared-gradient.tiny.json", WARM_COSINE, study=True)
-    assert s["training"]["lr_schedule"] == WARM_COSINE
+    assert s.terms.training.lr_schedule.to_json() == WARM_COSINE
     # the committed contracts are unchanged: constant (adaptive) or absent (study)
-    assert load_adaptive_contract(ROOT / "contracts/adaptive-shards.tiny.json")["training"]["lr_schedule"] == "constant"
-    assert "lr_schedule" not in load_study_contract(ROOT / "contracts/shared-gradient.tiny.json")["training"]
+    assert load_adaptive_contract(ROOT / "contracts/adaptive-shards.tiny.json").terms.training.lr_schedule == "constant"
+    assert "lr_schedule" not in load_study_contract(ROOT / "contracts/shared-gradient.tiny.json").terms.training
 
 
 @pytest.mark.parametrize("schedule, message", [

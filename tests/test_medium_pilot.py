@@ -281,8 +281,8 @@ def test_pilot_records_the_positive_control(pilot_run):
     assert pc["seed_pooled_dev_accuracy"] == cands[0]["dev"]["seed_accuracy"] == 0.0
     assert (pc["seed_in_band"], pc["at_cohort_endpoint"], pc["holds"]) == (False, False, False)
     assert pc["best_eligible_gain"] == max(c["dev"]["accuracy"] for c in cands) - 0.0
-    assert pc["cohort_A_updates"] == load_adaptive_contract(REPO / "contracts" / "adaptive-shards.tiny.json")[
-        "cohorts"]["A"]["updates"]
+    assert pc["cohort_A_updates"] == load_adaptive_contract(
+        REPO / "contracts" / "adaptive-shards.tiny.json").terms.cohorts.A.updates
 
 
 def test_positive_control_needs_the_band_the_endpoint_and_the_gain():
@@ -309,7 +309,7 @@ def test_warmup_candidates_set_the_schedule_and_old_candidates_keep_the_drafts(t
         "warmup_updates": 16, "after": "cosine", "floor_ratio": 0.1}
     path = tmp_path / "c.json"
     path.write_text(json.dumps(medium_pilot.candidate_contract(draft, new[3], "cosine")))
-    assert load_adaptive_contract(path)["training"]["lr_schedule"]["warmup_updates"] == 16  # passes the schema
+    assert load_adaptive_contract(path).terms.training.lr_schedule.warmup_updates == 16  # passes the schema
     with pytest.raises(SystemExit):
         medium_pilot.main(["--tiny", "--device", "cpu", "--seed", "x", "--warmup", "4", "--until", "2", "--out", "y"])
 

@@ -34,9 +34,9 @@ def test_every_scale_option_speaks_the_vocabulary():
     assert set(found) == {"kit seed build", "kit demo"}
     for name, action in found.items():
         assert set(action.choices) <= set(SCALES), (name, action.choices)
-    from kit.adaptive.schema import SCHEMA
+    from kit.adaptive.schema import AdaptiveContract
 
-    assert set(SCHEMA["scale"].values) == set(SCALES)
+    assert set(AdaptiveContract.spec()["scale"].values) == set(SCALES)
     for path in sorted((REPO / "contracts").glob("*.json")):
         assert json.loads(path.read_text())["scale"] in SCALES, path
 

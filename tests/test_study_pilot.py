@@ -93,8 +93,8 @@ def test_pilot_keeps_every_candidate_and_chooses_by_its_rule(pilot):
     for c in cands:
         assert c["status"] == "completed" and c["commit"]["step"] == 2 and len(c["updates"]) == 2
         contract = load_study_contract(pilot["out"] / "contracts" / f"{c['name']}.json")
-        assert contract.digest == c["contract_digest"] and contract["training"]["optimizer"]["lr"] == 1e-2
-        assert contract["training"]["lr_schedule"] == study_pilot.schedule_for(c["values"]["warmup_updates"])
+        assert contract.digest == c["contract_digest"] and contract.terms.training.optimizer.lr == 1e-2
+        assert contract.data["training"]["lr_schedule"] == study_pilot.schedule_for(c["values"]["warmup_updates"])
         assert set(c["dev"]["accuracy_by_family"]) == {"lookup", "filtering", "arithmetic", "sorting"}
     # the warm-up really changed training: the step-2 commits differ
     assert cands[0]["commit"]["full_root"] != cands[1]["commit"]["full_root"]

@@ -1,7 +1,6 @@
 """The study reads its contract as typed terms (Contract.terms), never by string key: the worker's reading of
 the contract it was launched with, the learning-rate schedule handed to kit.train.schedule, and the pure
-functions of cost, projection, screens and development tasks on the terms. A key read from kit/ would raise
-kit.contract.ContractKeyWarning, an error under pytest (pyproject.toml)."""
+functions of cost, projection, screens and development tasks on the terms (kit.study.schema.StudyContract)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import json
 import pytest
 from support.study import FULL, TINY
 
-from kit.contract import Section
+from kit.contract import LrWarmup, Record
 from kit.digest import canonical_json
 from kit.study import arms as study_arms
 from kit.study.cost import arm_cost, cost_table, project_arm
@@ -48,7 +47,7 @@ def test_lr_schedule_is_constant_when_omitted_and_the_typed_section_when_given(t
         path = tmp_path / "c.json"
         path.write_text(json.dumps(data))
         got = lr_schedule(load_study_contract(path).terms)
-        assert got == given if isinstance(given, str) else (isinstance(got, Section) and got.to_json() == given)
+        assert got == given if isinstance(given, str) else (isinstance(got, LrWarmup) and got.to_json() == given)
     assert [lr_factor(got, u, 5) for u in (0, 1)] == [0.5, 1.0]
 
 
@@ -61,7 +60,7 @@ def test_engine_optimizer_and_powersgd_configs_come_from_the_terms():
     assert dataclasses.asdict(optimizer_groups(t)["default"]) == data["training"]["optimizer"]
     psgd = powersgd_config_dict(t)
     assert psgd == {k: v for k, v in data["powersgd"].items() if k != "error_feedback_dtype"}
-    assert all(not isinstance(v, Section) for v in psgd.values())  # a plain dict: written into launch-args.json
+    assert all(not isinstance(v, Record) for v in psgd.values())  # a plain dict: written into launch-args.json
 
 
 def test_cost_table_writes_the_contract_prices_and_hosts_as_json():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kit.adaptive.continued_schema import JobTerms
 from kit.adaptive.lineage import lineage_rows
 from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file
@@ -93,7 +94,7 @@ def _state(record: Path) -> str:
     return " ".join(str(x) for x in (rec.get("status"), rec.get("signal")) if x)
 
 
-def a_endpoint_of(resume_home: str, resume: str, terms, depth: int) -> str | None:
+def a_endpoint_of(resume_home: str, resume: str, terms: JobTerms, depth: int) -> str | None:
     """The phase-A endpoint a cohort-B lineage continues: --resume itself at the B start, else the nearest
     ancestor (parent links in `resume_home`) at the A endpoint's cursor and the seed's depth (a growth
     commit keeps the A cursor with more blocks, so its parent is the one). None when the chain breaks."""
@@ -113,7 +114,7 @@ def a_endpoint_of(resume_home: str, resume: str, terms, depth: int) -> str | Non
     return None
 
 
-def check_reference(prepared: Path, pj: dict, terms, reference: str, resume: str, ref_home: str,
+def check_reference(prepared: Path, pj: dict, terms: JobTerms, reference: str, resume: str, ref_home: str,
                     resume_home: str | None = None) -> dict:
     """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
     start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
@@ -163,7 +164,7 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     return len(wanted)
 
 
-def check_cohort(pj: dict, terms, cohort: str, resume: str | None, reference: str | None,
+def check_cohort(pj: dict, terms: JobTerms, cohort: str, resume: str | None, reference: str | None,
                  grow: bool) -> None:
     order = terms.cohort_order
     if cohort not in order:
@@ -175,7 +176,7 @@ def check_cohort(pj: dict, terms, cohort: str, resume: str | None, reference: st
                            f"(growth forbidden in cohort {cohort})")
 
 
-def check_bindings(prepared: Path, pj: dict, terms, seed_dir: str, home: str, cohort: str,
+def check_bindings(prepared: Path, pj: dict, terms: JobTerms, seed_dir: str, home: str, cohort: str,
                    resume: str | None, reference: str | None, source_home: str | None,
                    reference_home: str | None) -> None:
     """Inputs bound to the prepared job, before anything is created: the seed, cohort B's reference, a

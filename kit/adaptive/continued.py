@@ -26,13 +26,15 @@ from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the co
     KIND,
     PREPARED_FORMAT,
     ROLES,
+    ContinuedContract,
     ContinuedRefused,
+    ContinuedTerms,
     adaptive_job_terms,
     job_contract,
     load_continued_contract,
 )
 from kit.adaptive.evaluation import gates
-from kit.adaptive.schema import load_adaptive_contract
+from kit.adaptive.schema import AdaptiveJob, load_adaptive_contract
 from kit.adaptive.selection import (
     ACCESS_LOG,
     EVALUATIONS_LOG,
@@ -52,7 +54,7 @@ from kit.stats import accuracy_by_family, gained_lost, gate_retention, paired_bo
 from kit.store.commits import read_commit
 
 
-def continued_gates(evaluation: dict, terms, exploratory: bool) -> dict:
+def continued_gates(evaluation: dict, terms: ContinuedTerms, exploratory: bool) -> dict:
     """Generated answers first (net gained >= 1), retention as a guard, the NLL gain reported."""
     if evaluation["split"] != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
@@ -76,7 +78,7 @@ def continued_gates(evaluation: dict, terms, exploratory: bool) -> dict:
                          "baseline": fam("base_correct").to_dict(orient="records")}}
 
 
-def _start_endpoint(spj: dict, start_dir: Path, start_terms, terms, home: str, root: str,
+def _start_endpoint(spj: dict, start_dir: Path, start_terms: AdaptiveJob, terms: ContinuedContract, home: str, root: str,
                     evaluation: Path) -> dict:
     """The start endpoint's identity and its gates, recomputed from its bound final evaluation."""
     name = terms.start.comparison
@@ -119,7 +121,7 @@ def _start_endpoint(spj: dict, start_dir: Path, start_terms, terms, home: str, r
             "gates_passed": passed, "exploratory": not passed}
 
 
-def _start_job(terms, start_dir: Path) -> tuple:
+def _start_job(terms: ContinuedContract, start_dir: Path) -> tuple:
     """The start job's prepared.json and its contract's job view (cohort order A, B), the contract's digest
     checked against prepared.json and against the continued contract's pin."""
     spj = load_json_strict(start_dir / "prepared.json")
@@ -134,7 +136,7 @@ def _start_job(terms, start_dir: Path) -> tuple:
     return spj, adaptive_job_terms(start_c.data)
 
 
-def _task_roles(terms, spj: dict, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
+def _task_roles(terms: ContinuedContract, spj: dict, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
     """C.new, dev.tasks and final.tasks, each excluding the seed's trained tasks, every start role and
     every earlier role; final.tasks also the ledger's exposed tasks. Returns (tasks, ledger-skipped finals)."""
     trained = read_jsonl(spj["locations"]["replay"])
@@ -150,7 +152,7 @@ def _task_roles(terms, spj: dict, start_roles: dict, exposed_tasks: frozenset) -
     return tasks, final_skipped
 
 
-def _conversation_roles(terms, start_dir: Path, start_roles: dict, records: dict, public: Path, fits,
+def _conversation_roles(terms: ContinuedContract, start_dir: Path, start_roles: dict, records: dict, public: Path, fits,
                         exposed_convs: frozenset, ledger: Path, contract_digest: str) -> dict:
     """C.replay (from the start's A.replay), dev.retention (the start's) and final.retention (fresh
     public records, excluded against every role of both jobs and the ledger) into `records`; returns
@@ -172,7 +174,7 @@ def _conversation_roles(terms, start_dir: Path, start_roles: dict, records: dict
     return final_report
 
 
-def _schedule(terms, records: dict, contract_digest: str) -> dict:
+def _schedule(terms: ContinuedContract, records: dict, contract_digest: str) -> dict:
     """Cohort C's updates: per update its share of C.new and C.replay, in a seeded, version-proof order."""
     sched_seed, k = terms.data_seeds.schedule, terms.cohort
     ranked = {role: prep._rank(records[role], sched_seed, f"schedule/C/{role}") for role in ("C.new", "C.replay")}

@@ -1,14 +1,29 @@
-"""The continued-learning contract's schema and the one contract view the adaptive drivers use
-(`job_contract`, typed terms like `Contract.terms`), apart from kit/adaptive/continued.py so that selection,
-training and evaluation can read a continued job's contract without importing its preparation (no import cycle).
+"""The continued-learning contract (`ContinuedContract`) and the one contract view the adaptive drivers use
+(`job_contract`: an `AdaptiveJob` or a `ContinuedJob`, `JobTerms`), apart from kit/adaptive/continued.py so that
+selection, training and evaluation can read a continued job's contract without importing its preparation (no import
+cycle). A job view states a continued job's cohorts as an adaptive job's are (`cohort_order`, `endpoints` and
+`cohorts` by name), so one driver serves both.
 """
 
 from __future__ import annotations
 
-from kit.adaptive.schema import SCHEMA as ADAPTIVE_SCHEMA
-from kit.adaptive.schema import load_adaptive_contract, training_schema
-from kit.contract import SEED, ContractError, MapOf, Num, OneOf, Opt, Seq, load_contract, parse
-from kit.data.tasks import FAMILIES
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kit.adaptive.schema import (
+    AdaptiveContract,
+    AdaptiveJob,
+    Bootstrap,
+    ContinuedTraining,
+    DataSeeds,
+    DevEvaluation,
+    SeedPin,
+    Tasks,
+    load_adaptive_contract,
+)
+from kit.contract import Contract, ContractError, MapOf, Num, OneOf, Opt, Record, Seq, load_contract
+from kit.record import build, spec_field
 
 KIND = "continued-learning"
 PREPARED_FORMAT = "kit.continued.prepared/1"
@@ -16,41 +31,139 @@ COHORT = "C"
 ROLES = ("C.new", "C.replay", "dev.tasks", "dev.retention", "final.tasks", "final.retention")
 GENERATED_MIN_NET_GAINED = 1  # "generated-answer improvement": at least one more correct case, net
 RETENTION_UPPER_AT_MOST = 0.02
-_COUNTS = {"new": Num(1, integer=True), "replay_conv": Num(1, integer=True)}
+_COUNT = Num(1, integer=True)
 
-SCHEMA = {
-    "kind": OneOf(KIND),
-    "version": OneOf(1),
-    "scale": OneOf("full", "tiny"),
-    "description": str,
-    "start": {"from": OneOf("A.endpoint"), "contract_kind": OneOf("adaptive-shards"), "contract_digest": Opt(str),
-              "comparison": str, "gates_must_pass": OneOf(True), "exploratory": bool},
-    "growth": OneOf("forbidden"),
-    "data_seeds": {"tasks": SEED, "selection": SEED, "schedule": SEED},
-    "tasks": {"families": Seq(OneOf(*FAMILIES), min_len=1), "difficulty": Num(1, 3, integer=True)},
-    "cohort": {"name": OneOf(COHORT), "updates": Num(1, integer=True), "documents_per_update": Num(1, integer=True),
-               "workers": Num(1, integer=True), "reference": OneOf("start"), "replay_every_update": OneOf(True),
-               "per_update": _COUNTS, "totals": _COUNTS},
-    "training": training_schema(("default",)),
-    "evaluation": {
-        "dev": {"tasks": Num(1, integer=True), "retention": Num(1, integer=True)},
-        "final": {
-            "tasks": Num(1, integer=True),
-            "excluded": OneOf("the exposure ledger and every record of the start job"),
-            "retention": {"source_name": str, "sha256": str, "start": Num(0, integer=True), "stop": Num(1, integer=True),
-                          "count": Num(1, integer=True),
-                          "exclusion_rules": Seq(OneOf("prompt_exact", "prompt_normalized", "document_normalized")),
-                          "excluded_against": OneOf("every prepared training and development record")},
-        },
-        "max_new_tokens": Num(1, integer=True),
-    },
-    "gates": {"primary": OneOf("generated"), "generated_min_net_gained": OneOf(GENERATED_MIN_NET_GAINED),
-              "retention_upper_at_most": OneOf(RETENTION_UPPER_AT_MOST), "gain": OneOf("reported, not a gate"),
-              "unit": OneOf("nats per assistant token"),
-              "bound": OneOf("one-sided upper, paired bootstrap over examples")},
-    "bootstrap": {"resamples": Num(100, integer=True), "seed": SEED, "confidence": OneOf(0.95)},
-    "comparisons": MapOf({"cohort": OneOf(COHORT), "grown": OneOf(False), "baseline": OneOf("start")}),
-}
+
+# The objects of the continued-learning contract (docs/contracts.md), those it shares with the adaptive one
+# declared in kit/adaptive/schema.py.
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Start(Record):
+    from_: str = spec_field(OneOf("A.endpoint"), doc="JSON key `from`")
+    contract_kind: str = spec_field(OneOf("adaptive-shards"))
+    contract_digest: str | None = spec_field(Opt(str))
+    comparison: str = spec_field(str)
+    gates_must_pass: bool = spec_field(OneOf(True))
+    exploratory: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedCounts(Record):
+    new: int = spec_field(_COUNT)
+    replay_conv: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedCohort(Record):
+    name: str = spec_field(OneOf(COHORT))
+    updates: int = spec_field(_COUNT)
+    documents_per_update: int = spec_field(_COUNT)
+    workers: int = spec_field(_COUNT)
+    reference: str = spec_field(OneOf("start"))
+    replay_every_update: bool = spec_field(OneOf(True))
+    per_update: ContinuedCounts = spec_field(ContinuedCounts)
+    totals: ContinuedCounts = spec_field(ContinuedCounts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedRetention(Record):
+    source_name: str = spec_field(str)
+    sha256: str = spec_field(str)
+    start: int = spec_field(Num(0, integer=True))
+    stop: int = spec_field(_COUNT)
+    count: int = spec_field(_COUNT)
+    exclusion_rules: tuple[str, ...] = spec_field(
+        Seq(OneOf("prompt_exact", "prompt_normalized", "document_normalized")))
+    excluded_against: str = spec_field(OneOf("every prepared training and development record"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedFinal(Record):
+    tasks: int = spec_field(_COUNT)
+    excluded: str = spec_field(OneOf("the exposure ledger and every record of the start job"))
+    retention: ContinuedRetention = spec_field(ContinuedRetention)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedEvaluation(Record):
+    dev: DevEvaluation = spec_field(DevEvaluation)
+    final: ContinuedFinal = spec_field(ContinuedFinal)
+    max_new_tokens: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedGates(Record):
+    primary: str = spec_field(OneOf("generated"))
+    generated_min_net_gained: int = spec_field(OneOf(GENERATED_MIN_NET_GAINED))
+    retention_upper_at_most: float = spec_field(OneOf(RETENTION_UPPER_AT_MOST))
+    gain: str = spec_field(OneOf("reported, not a gate"))
+    unit: str = spec_field(OneOf("nats per assistant token"))
+    bound: str = spec_field(OneOf("one-sided upper, paired bootstrap over examples"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedComparison(Record):
+    cohort: str = spec_field(OneOf(COHORT))
+    grown: bool = spec_field(OneOf(False))
+    baseline: str = spec_field(OneOf("start"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedTerms(Record):
+    """The fields a continued-learning contract and its job view share (all but `growth`)."""
+    kind: str = spec_field(OneOf(KIND))
+    version: int = spec_field(OneOf(1))
+    scale: str = spec_field(OneOf("full", "tiny"))
+    description: str = spec_field(str)
+    start: Start = spec_field(Start)
+    data_seeds: DataSeeds = spec_field(DataSeeds)
+    tasks: Tasks = spec_field(Tasks)
+    cohort: ContinuedCohort = spec_field(ContinuedCohort)
+    training: ContinuedTraining = spec_field(ContinuedTraining)
+    evaluation: ContinuedEvaluation = spec_field(ContinuedEvaluation)
+    gates: ContinuedGates = spec_field(ContinuedGates)
+    bootstrap: Bootstrap = spec_field(Bootstrap)
+    comparisons: Mapping[str, ContinuedComparison] = spec_field(MapOf(ContinuedComparison))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedContract(ContinuedTerms):
+    """A continued-learning contract (contracts/continued-learning*.json): `load_continued_contract` reads it."""
+    FORMAT = KIND
+    growth: str = spec_field(OneOf("forbidden"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobGrowth(Record):
+    """A continued job's growth, stated as an adaptive job's is: none."""
+    add_blocks: int = spec_field(OneOf(0))
+    cohort: str | None = spec_field(Opt(str))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCohort(Record):
+    """Cohort C as the drivers read a cohort: its batch and its length (the learning-rate schedule's span)."""
+    documents_per_update: int = spec_field(_COUNT)
+    updates: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedJob(ContinuedTerms):
+    """The adaptive drivers' view of a continued job's contract (`job_contract`): the contract's fields, its
+    cohorts stated as an adaptive job's are (`cohort_order`, `endpoints`, `cohorts` by name, `growth`), the start
+    job's seed, and the step it starts at."""
+    growth: JobGrowth = spec_field(JobGrowth)
+    cohort_order: tuple[str, ...] = spec_field(Seq(str, min_len=2))
+    endpoints: Mapping[str, int] = spec_field(MapOf(_COUNT))
+    cohorts: Mapping[str, JobCohort] = spec_field(MapOf(JobCohort))
+    seed: SeedPin = spec_field(SeedPin)
+    start_step: int = spec_field(Num(0, integer=True))
+
+
+# The contract of a prepared job, as the adaptive drivers read it (`job_contract`).
+JobTerms = AdaptiveJob | ContinuedJob
+# Any terms of the adaptive family, a contract's or a job's (what reads only the fields they share: `bootstrap`).
+AdaptiveFamilyTerms = AdaptiveContract | ContinuedTerms
 
 
 class ContinuedRefused(ValueError):
@@ -61,14 +174,15 @@ def _fail(source: str, field: str, value, expected: str) -> None:
     raise ContractError(f"{source}: field {field!r} = {value!r}; expected {expected}")
 
 
-def load_continued_contract(path):
-    contract = load_contract(path, SCHEMA, KIND)
+def load_continued_contract(path: str | os.PathLike) -> Contract[ContinuedContract]:
+    """Load, validate against `ContinuedContract` and the cross-field rules."""
+    contract = load_contract(path, ContinuedContract, KIND)
     c, source = contract.terms, str(contract.path)
     k = c.cohort
-    for part in ("new", "replay_conv"):
-        if getattr(k.totals, part) != k.updates * getattr(k.per_update, part):
-            _fail(source, f"cohort.totals.{part}", getattr(k.totals, part),
-                  f"updates x per_update.{part} = {k.updates * getattr(k.per_update, part)}")
+    for part, total, per_part in (("new", k.totals.new, k.per_update.new),
+                                  ("replay_conv", k.totals.replay_conv, k.per_update.replay_conv)):
+        if total != k.updates * per_part:
+            _fail(source, f"cohort.totals.{part}", total, f"updates x per_update.{part} = {k.updates * per_part}")
     per_sum = k.per_update.new + k.per_update.replay_conv
     if per_sum != k.documents_per_update:
         _fail(source, "cohort.documents_per_update", k.documents_per_update, f"the sum of per_update = {per_sum}")
@@ -85,41 +199,35 @@ def load_continued_contract(path):
     return contract
 
 
-_ORDER = Seq(str, min_len=2)
-ADAPTIVE_JOB_VIEW = {**ADAPTIVE_SCHEMA, "cohort_order": _ORDER, "endpoints": MapOf(Num(1, integer=True)),
-                     "cohorts": MapOf(ADAPTIVE_SCHEMA["cohorts"]["A"])}
-CONTINUED_JOB_VIEW = {
-    **SCHEMA, "cohort_order": _ORDER,
-    "endpoints": MapOf(Num(1, integer=True)),
-    "growth": {"add_blocks": OneOf(0), "cohort": Opt(str)},
-    "cohorts": MapOf({"documents_per_update": Num(1, integer=True)}),
-    "seed": {"parameter_digest": Opt(str), "description": str},
-    "start_step": Num(0, integer=True),
-}
-
-
-def adaptive_job_terms(data: dict):
+def adaptive_job_terms(data: dict) -> AdaptiveJob:
     """The job view of a loaded adaptive contract's JSON (`Contract.data`): its terms and `cohort_order` A, B."""
-    return parse({**data, "cohort_order": ["A", "B"]}, ADAPTIVE_JOB_VIEW, "adaptive-shards-job")
+    return build({**data, "cohort_order": ["A", "B"]}, AdaptiveJob)
 
 
-def job_contract(pj: dict):
+def _check_prepared_digest(contract: Contract, expected: str) -> None:
+    if contract.digest != expected:
+        raise ContractError(f"{contract.path}: contract digest {contract.digest}; prepared.json field "
+                            f"'contract.digest' expects {expected}")
+
+
+def job_contract(pj: dict) -> JobTerms:
     """The contract of a prepared job (adaptive or continued), as one typed view for the drivers
-    (`kit.contract.parse`: attributes, frozen): the contract's fields plus `cohort_order` (the cohort a
+    (`AdaptiveJob` or `ContinuedJob`: attributes, frozen): the contract's fields plus `cohort_order` (the cohort a
     cohort continues precedes it), `endpoints`, `growth.add_blocks`, `seed.parameter_digest`, and for a
     continued job `start_step`. The contract file must still have the digest prepared.json records."""
-    kind = pj["contract"].get("kind")
-    contract = (load_continued_contract if kind == KIND else load_adaptive_contract)(pj["locations"]["contract"])
-    if contract.digest != pj["contract"]["digest"]:
-        raise ContractError(f"{contract.path}: contract digest {contract.digest}; prepared.json field "
-                            f"'contract.digest' expects {pj['contract']['digest']}")
-    if kind != KIND:
-        return adaptive_job_terms(contract.data)
+    recorded, location = pj["contract"], pj["locations"]["contract"]  # prepared.json's contract kind and digest
+    expected = recorded["digest"]
+    if recorded.get("kind") != KIND:
+        adaptive = load_adaptive_contract(location)
+        _check_prepared_digest(adaptive, expected)
+        return adaptive_job_terms(adaptive.data)
+    contract = load_continued_contract(location)
+    _check_prepared_digest(contract, expected)
     c = contract.terms
     view = {**contract.data, "cohort_order": ["A", COHORT],
             "endpoints": {"A": pj["start"]["cursor"]["cohort_step"], COHORT: c.cohort.updates},
             "growth": {"add_blocks": 0, "cohort": None},
-            "cohorts": {COHORT: {"documents_per_update": c.cohort.documents_per_update}},
+            "cohorts": {COHORT: {"documents_per_update": c.cohort.documents_per_update, "updates": c.cohort.updates}},
             "seed": {"parameter_digest": pj["seed"]["parameter_digest"], "description": "the start job's seed"},
             "start_step": pj["start"]["cursor"]["step"]}
-    return parse(view, CONTINUED_JOB_VIEW, "continued-learning-job")
+    return build(view, ContinuedJob)

@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.adaptive.continued_schema import AdaptiveFamilyTerms
+from kit.adaptive.schema import AdaptiveContract
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
@@ -154,7 +156,7 @@ def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tok
     return scores
 
 
-def gates(evaluation: dict, terms) -> dict:
+def gates(evaluation: dict, terms: AdaptiveContract) -> dict:
     """The seed's three gates on a final evaluation record, with every input written out."""
     if evaluation["split"] != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
@@ -178,7 +180,7 @@ def gates(evaluation: dict, terms) -> dict:
     }
 
 
-def nll_change_bounds(evaluation: dict, terms, normal_multiplier: float = 1.645) -> dict:
+def nll_change_bounds(evaluation: dict, terms: AdaptiveFamilyTerms, normal_multiplier: float = 1.645) -> dict:
     """Per part ("tasks", "retention"): the per-token NLL change with its one-sided paired-bootstrap
     upper bound (the contract's confidence, resamples and seed: the numbers `gates` judges on final
     roles) and the approximate delta-method normal bound beside it. Notebooks show these; they never

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kit.adaptive.schema import REGIMES
+from kit.adaptive.schema import REGIMES, AdaptiveContract
 from kit.digest import load_json_strict
 from kit.model.config import LlamaShape
 from kit.model.shard import Layout
@@ -23,7 +23,7 @@ def _block_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def memory_model_of(terms) -> dict:
+def memory_model_of(terms: AdaptiveContract) -> dict:
     """The contract's planner regime and reserve as kit.planner.MemoryModel fields (planning and admission)."""
     return {**REGIMES[terms.planner.regime], "reserve_bytes": terms.planner.reserve_bytes}
 
@@ -43,7 +43,7 @@ def planned_layout(prepared: Path, layers: int, workers: int):
     return None
 
 
-def _layout_manifest(terms, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
+def _layout_manifest(terms: AdaptiveContract, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
     """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
     tr = terms.training
     docs = max(terms.cohorts.A.documents_per_update, terms.cohorts.B.documents_per_update)
@@ -66,7 +66,7 @@ def _layout_manifest(terms, shape: LlamaShape, names: dict[str, int], workers: i
             "peak_utilization": p.peak_utilization, "per_worker": detail}
 
 
-def ownership_manifests(terms, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
+def ownership_manifests(terms: AdaptiveContract, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
     """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth.
 
     Equal capacities (planner.worker_memory_bytes each): the assignment then minimises the largest

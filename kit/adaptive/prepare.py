@@ -22,8 +22,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kit.adaptive.continued_schema import ContinuedContract
 from kit.adaptive.ownership import OWNERSHIP_FILE, _block_of, ownership_manifests
-from kit.adaptive.schema import load_adaptive_contract
+from kit.adaptive.schema import AdaptiveContract, load_adaptive_contract
 from kit.data.chat import ChatTemplateError, encode_or_refuse, load_tokenizer
 from kit.data.conversations import (
     Conversation,
@@ -147,7 +148,7 @@ def _check_pinned(path: Path, expected: str | None, field: str) -> str:
     return actual
 
 
-def _seed_identity(terms, seed_dir: Path) -> tuple[dict, object, dict]:
+def _seed_identity(terms: AdaptiveContract, seed_dir: Path) -> tuple[dict, object, dict]:
     """Header-only inventory and streamed parameter digest; refuses a seed the contract does not name."""
     pinned = terms.seed.parameter_digest
     digest = parameter_digest(seed_dir)  # hashes each tensor's byte range; nothing is materialised
@@ -183,7 +184,7 @@ def _seed_identity(terms, seed_dir: Path) -> tuple[dict, object, dict]:
     return identity, shape, inv
 
 
-def _generate_tasks(terms, seed_task_digests: set[str], exposed: frozenset[str] = frozenset(),
+def _generate_tasks(terms: AdaptiveContract, seed_task_digests: set[str], exposed: frozenset[str] = frozenset(),
                     report: dict | None = None) -> dict[str, list[TaskExample]]:
     """A.new, B.new, dev.tasks, final.tasks; each excludes every earlier role and the seed's own tasks;
     final.tasks also every task digest of the exposure ledger (`exposed`), counted into `report`."""
@@ -205,7 +206,7 @@ def _generate_tasks(terms, seed_task_digests: set[str], exposed: frozenset[str] 
     return out
 
 
-def _final_retention(terms, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
+def _final_retention(terms: AdaptiveContract | ContinuedContract, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
                      exposed: frozenset[str] = frozenset(), ledger: Path | None = None,
                      contract_digest: str | None = None) -> tuple[list, dict]:
     """The first `count` records of the pinned range surviving exclusion against every prepared record
@@ -247,7 +248,7 @@ def _final_retention(terms, public: Path, records: dict[str, list[Conversation]]
     return [_labelled(x, "final.retention") for x in eligible[: spec.count]], report
 
 
-def _schedule(terms, records: dict[str, list[Conversation]]) -> dict:
+def _schedule(terms: AdaptiveContract, records: dict[str, list[Conversation]]) -> dict:
     seed = terms.data_seeds.schedule
     cohorts = {}
     for cohort, parts in COHORT_PARTS.items():
@@ -299,7 +300,7 @@ def _role_summary(convs: list[Conversation], sha: str, role: str) -> dict:
             "content_digest": sha256_json(sorted(x.digest for x in convs))}
 
 
-def _conversation_roles(terms, pool: list[Conversation], dev_path: Path | None, replay_path: Path,
+def _conversation_roles(terms: AdaptiveContract, pool: list[Conversation], dev_path: Path | None, replay_path: Path,
                         fits: _Fits) -> tuple[dict[str, list[Conversation]], dict]:
     """A.replay and dev.retention: disjoint in content; dev.retention from its file, else from the pool."""
     sel, used, skipped, out = terms.data_seeds.selection, set(), {}, {}
@@ -315,7 +316,7 @@ def _conversation_roles(terms, pool: list[Conversation], dev_path: Path | None, 
     return {role: [_labelled(x, role) for x in convs] for role, convs in out.items()}, skipped
 
 
-def _cohort_b_replay(terms, records: dict[str, list[Conversation]]) -> None:
+def _cohort_b_replay(terms: AdaptiveContract, records: dict[str, list[Conversation]]) -> None:
     """B.replay_conv from A.replay (conversation_replay.cohort_B), B.replay_a from what A's schedule trains."""
     sel, totals = terms.data_seeds.selection, terms.cohorts.B.totals
     records["B.replay_conv"] = [_labelled(x, "B.replay_conv")
@@ -326,7 +327,7 @@ def _cohort_b_replay(terms, records: dict[str, list[Conversation]]) -> None:
                              for x in trained_in_a[:totals.replay_a]]
 
 
-def _check_inputs(terms, seed_dir: Path, replay: Path, dev: Path | None, public: Path, out: Path) -> None:
+def _check_inputs(terms: AdaptiveContract, seed_dir: Path, replay: Path, dev: Path | None, public: Path, out: Path) -> None:
     _check_out_dir(out)
     for path in (seed_dir / "config.json", replay, public, *([dev] if dev else [])):
         if not path.is_file():
@@ -337,7 +338,7 @@ def _check_inputs(terms, seed_dir: Path, replay: Path, dev: Path | None, public:
         _check_pinned(dev, terms.inputs.dev_retention_sha256, "inputs.dev_retention_sha256")
 
 
-def _replay_pool(terms, replay_path: Path, dev_path: Path | None) -> tuple[list, set[str], list]:
+def _replay_pool(terms: AdaptiveContract, replay_path: Path, dev_path: Path | None) -> tuple[list, set[str], list]:
     """The seed's trained conversations, the digests of its own training tasks, and the replay pool
     (refused when it is smaller than the contract needs)."""
     trained = read_jsonl(replay_path)
@@ -369,7 +370,7 @@ def check_task_lengths(records: dict[str, list[Conversation]], fits: _Fits, erro
             raise error(f"role {role!r} task {too_long!r} exceeds training.max_tokens = {fits.max_tokens}")
 
 
-def _select_roles(terms, seed_dir: Path, pool: list, seed_task_digests: set[str], dev_path: Path | None,
+def _select_roles(terms: AdaptiveContract, seed_dir: Path, pool: list, seed_task_digests: set[str], dev_path: Path | None,
                   replay_path: Path, public: Path, exposed: tuple[Path, frozenset, frozenset],
                   contract_digest: str) -> tuple:
     """Every role's records, disjoint and checked: (records, task_report, final_report, selection skipped);

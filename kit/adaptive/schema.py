@@ -1,7 +1,7 @@
 """The adaptive-shards contract: its schema and the cross-field rules a frozen trial must satisfy.
 
-`SCHEMA` is plain data for `kit.contract.validate` (every field required, unknown fields refused,
-errors name the dotted field). The structural schema cannot say that 6,144 = 128 x 48 or that the
+`AdaptiveContract` declares the file, one class per object (kit.record.Record: every field required, unknown
+fields refused, errors name the dotted field). The structural schema cannot say that 6,144 = 128 x 48 or that the
 migration happens at a commit point, so `check_rules` adds those checks, each raising ContractError
 naming the field, the value and the rule. The gate thresholds and the bootstrap confidence are the
 seed's own numbers and are fixed here: a contract cannot loosen a gate.
@@ -16,21 +16,26 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
 from kit.contract import (
     BYTES,
     LR,
     LR_SCHEDULE,
-    PILOT,
     SEED,
     WEIGHT_DECAY,
     Contract,
     ContractError,
+    LrSchedule,
     MapOf,
     Num,
     Omittable,
     OneOf,
     Opt,
+    Pilot,
+    Record,
     Seq,
     check_pilot,
     load_contract,
@@ -38,6 +43,7 @@ from kit.contract import (
 from kit.data.tasks import FAMILIES
 from kit.distributed.pipeline import EngineConfig
 from kit.planner import GPU_BF16
+from kit.record import spec_field
 from kit.train.loss import DistillConfig
 from kit.train.optim import GroupConfig
 from kit.train.schedule import check_schedule
@@ -56,108 +62,312 @@ REGIMES = {
     "gpu-bf16": dict(GPU_BF16),  # a copy: a caller that edits its regime must not change the planner's
 }
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-_COUNTS = {"new": Num(0, integer=True), "replay_a": Num(0, integer=True), "replay_conv": Num(0, integer=True)}
-_COHORT = {
-    "updates": Num(1, integer=True),
-    "documents_per_update": Num(1, integer=True),
-    "workers": Num(1, integer=True),
-    "reference": OneOf("seed", "A.endpoint"),
-    "replay_every_update": bool,
-    "per_update": _COUNTS,
-    "totals": _COUNTS,
-}
-_GROUP = {"lr": LR, "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999), "eps": Num(1e-30),
-          "weight_decay": WEIGHT_DECAY}
+_COUNT = Num(1, integer=True)
+_NATURAL = Num(0, integer=True)
 
 
-def training_schema(groups: tuple[str, ...]) -> dict:
-    """The `training` section of an adaptive-family contract (adaptive, continued learning): the same
-    fields everywhere; only the optimizer groups differ (continued learning forbids growth: no "grown")."""
-    return {
-        "optimizer": {g: _GROUP for g in groups},
-        "lr_schedule": LR_SCHEDULE,
-        "max_grad_norm": Num(0),
-        "distillation": {"weight": Num(0), "temperature": Num(1e-6), "direction": OneOf("forward", "reverse"),
-                         "applies_to": OneOf("replay")},
-        "microbatch_size": Num(1, integer=True),
-        "max_tokens": Num(2, integer=True),
-        "over_long": OneOf("reject"),
-        "compute_dtype": OneOf("float32", "bfloat16"),
-        "commit_every": Num(1, integer=True),
-    }
+# The objects of the adaptive-shards contract (docs/contracts.md, "adaptive-shards: fields"), leaves first. The
+# ones the continued-learning contract shares (kit/adaptive/continued_schema.py) are declared once, here.
 
-SCHEMA = {
-    "kind": OneOf(KIND),
-    "version": OneOf(1),
-    "scale": OneOf("full", "medium", "tiny"),
-    "description": str,
-    "pilot": Omittable(PILOT),  # medium only: the pilot run a frozen medium contract was fixed by
-    "seed": {"parameter_digest": Opt(str), "description": str},
-    "adam": {
-        "phase": str,
-        "new_phase_at_seed": bool,
-        "retained_across_cohorts": bool,
-        "retained_across_redistribution": bool,
-        "retained_across_growth": bool,
-    },
-    "data_seeds": {"tasks": SEED, "selection": SEED,
-                   "schedule": SEED},
-    "tasks": {"families": Seq(OneOf(*FAMILIES), min_len=1), "difficulty": Num(1, 3, integer=True)},
-    "inputs": {"replay_sha256": Opt(str), "dev_retention_sha256": Opt(str)},
-    "conversation_replay": {"pool": OneOf("non-task", "all"), "cohort_B": OneOf("A.replay")},
-    "cohorts": {"A": _COHORT, "B": _COHORT},
-    "training": training_schema(("default", "grown")),
-    "endpoints": {"A": Num(1, integer=True), "B": Num(1, integer=True)},
-    "migration": {"cohort": OneOf("A"), "from_workers": Num(1, integer=True), "to_workers": Num(1, integer=True),
-                  "at_step": Num(1, integer=True), "control": OneOf("uninterrupted")},
-    "growth": {"cohort": OneOf("B"), "at_step": OneOf(0), "add_blocks": Num(1, integer=True),
-               "copy_block": Num(0, integer=True), "group": str, "control": OneOf("fixed-depth")},
-    "evaluation": {
-        "dev": {"tasks": Num(1, integer=True), "retention": Num(1, integer=True)},
-        "final": {
-            "tasks": Num(1, integer=True),
-            "retention": {
-                "source_name": str,
-                "sha256": str,
-                "start": Num(0, integer=True),
-                "stop": Num(1, integer=True),
-                "count": Num(1, integer=True),
-                "exclusion_rules": Seq(OneOf(*EXCLUSION_RULES), min_len=1),
-                "excluded_against": OneOf("every prepared training and development record"),
-            },
-        },
-        "max_new_tokens": Num(1, integer=True),
-    },
-    "gates": {
-        "unit": OneOf("nats per assistant token"),
-        "bound": OneOf("one-sided upper, paired bootstrap over examples"),
-        "gain_upper_below": OneOf(GAIN_UPPER_BELOW),
-        "retention_upper_at_most": OneOf(RETENTION_UPPER_AT_MOST),
-        "generated_max_net_lost": OneOf(GENERATED_MAX_NET_LOST),
-    },
-    "bootstrap": {"resamples": Num(100, integer=True), "seed": SEED, "confidence": OneOf(CONFIDENCE)},
-    # name -> the comparison's candidate endpoint (cohort, grown or not) and its baseline: "seed" (the seed,
-    # by seed.parameter_digest or the digest prepare recorded) or the name of another comparison, whose
-    # candidate endpoint is then the baseline. A selection record binds exactly these pairs.
-    "comparisons": MapOf({"cohort": OneOf("A", "B"), "grown": bool, "baseline": str}),
-    "planner": {"regime": OneOf(*REGIMES), "reserve_bytes": BYTES,
-                "worker_memory_bytes": Num(1, 2**60, integer=True)},
-}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedPin(Record):
+    parameter_digest: str | None = spec_field(Opt(str), doc="64 hex, or null: recorded at prepare")
+    description: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Adam(Record):
+    phase: str = spec_field(str)
+    new_phase_at_seed: bool = spec_field(bool)
+    retained_across_cohorts: bool = spec_field(bool)
+    retained_across_redistribution: bool = spec_field(bool)
+    retained_across_growth: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataSeeds(Record):
+    tasks: int = spec_field(SEED, doc="stream seed of each generated role")
+    selection: int = spec_field(SEED, doc="replay and retention draws")
+    schedule: int = spec_field(SEED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tasks(Record):
+    families: tuple[str, ...] = spec_field(Seq(OneOf(*FAMILIES), min_len=1))
+    difficulty: int = spec_field(Num(1, 3, integer=True))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inputs(Record):
+    replay_sha256: str | None = spec_field(Opt(str))
+    dev_retention_sha256: str | None = spec_field(Opt(str))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationReplay(Record):
+    pool: str = spec_field(OneOf("non-task", "all"))
+    cohort_B: str = spec_field(OneOf("A.replay"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Counts(Record):
+    """Examples of each role (PART_NAMES) per update, or over the cohort."""
+    new: int = spec_field(_NATURAL)
+    replay_a: int = spec_field(_NATURAL)
+    replay_conv: int = spec_field(_NATURAL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cohort(Record):
+    updates: int = spec_field(_COUNT)
+    documents_per_update: int = spec_field(_COUNT)
+    workers: int = spec_field(_COUNT, doc="workers at the cohort's start")
+    reference: str = spec_field(OneOf("seed", "A.endpoint"))
+    replay_every_update: bool = spec_field(bool)
+    per_update: Counts = spec_field(Counts)
+    totals: Counts = spec_field(Counts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortPair(Record, Mapping[str, Cohort]):
+    """`cohorts`: A and B. Also a read-only mapping by cohort name, as the drivers look a cohort up by the name
+    they were given (`terms.cohorts[cohort]`, the same for a continued job's cohorts)."""
+    A: Cohort = spec_field(Cohort)
+    B: Cohort = spec_field(Cohort)
+
+    def __getitem__(self, name: str) -> Cohort:
+        if name == "A":
+            return self.A
+        if name == "B":
+            return self.B
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("A", "B"))
+
+    def __contains__(self, name: object) -> bool:  # both required: always present
+        return name in ("A", "B")
+
+    def __len__(self) -> int:
+        return 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointPair(Record, Mapping[str, int]):
+    """`endpoints`: the last update of A and of B; a read-only mapping by cohort name, as `CohortPair`."""
+    A: int = spec_field(_COUNT)
+    B: int = spec_field(_COUNT)
+
+    def __getitem__(self, name: str) -> int:
+        if name == "A":
+            return self.A
+        if name == "B":
+            return self.B
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("A", "B"))
+
+    def __contains__(self, name: object) -> bool:  # both required: always present
+        return name in ("A", "B")
+
+    def __len__(self) -> int:
+        return 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OptimizerGroup(Record):
+    """An AdamW group's rates (kit.train.optim.GroupConfig; the bounds: kit/contract.py)."""
+    lr: float = spec_field(LR)
+    beta1: float = spec_field(Num(0, 0.999999))
+    beta2: float = spec_field(Num(0, 0.999999))
+    eps: float = spec_field(Num(1e-30))
+    weight_decay: float = spec_field(WEIGHT_DECAY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveOptimizer(Record):
+    default: OptimizerGroup = spec_field(OptimizerGroup)
+    grown: OptimizerGroup = spec_field(OptimizerGroup, doc="the appended blocks' group")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Distillation(Record):
+    weight: float = spec_field(Num(0))
+    temperature: float = spec_field(Num(1e-6))
+    direction: str = spec_field(OneOf("forward", "reverse"))
+    applies_to: str = spec_field(OneOf("replay"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Training(Record):
+    """The `training` section of an adaptive-family contract (adaptive, continued learning): the same fields
+    everywhere; only the optimizer groups differ (`AdaptiveTraining`, `ContinuedTraining`: continued learning
+    forbids growth, so has no "grown" group)."""
+    lr_schedule: LrSchedule = spec_field(LR_SCHEDULE)
+    max_grad_norm: float = spec_field(Num(0))
+    distillation: Distillation = spec_field(Distillation)
+    microbatch_size: int = spec_field(_COUNT)
+    max_tokens: int = spec_field(Num(2, integer=True))
+    over_long: str = spec_field(OneOf("reject"))
+    compute_dtype: str = spec_field(OneOf("float32", "bfloat16"))
+    commit_every: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveTraining(Training):
+    optimizer: AdaptiveOptimizer = spec_field(AdaptiveOptimizer)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedOptimizer(Record):
+    default: OptimizerGroup = spec_field(OptimizerGroup)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedTraining(Training):
+    """The continued-learning contract's `training` (kit/adaptive/continued_schema.py)."""
+    optimizer: ContinuedOptimizer = spec_field(ContinuedOptimizer, doc="one group: growth is forbidden")
+
+
+class TrainedTerms(Protocol):
+    """What the translations below read of a job's terms (kit.adaptive.continued_schema.JobTerms: an adaptive
+    or a continued job), stated here so that this module needs nothing of the continued contract's."""
+    @property
+    def training(self) -> AdaptiveTraining | ContinuedTraining: ...
+    @property
+    def endpoints(self) -> Mapping[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration(Record):
+    cohort: str = spec_field(OneOf("A"))
+    from_workers: int = spec_field(_COUNT)
+    to_workers: int = spec_field(_COUNT)
+    at_step: int = spec_field(_COUNT, doc="a commit point strictly inside cohort A")
+    control: str = spec_field(OneOf("uninterrupted"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Growth(Record):
+    cohort: str = spec_field(OneOf("B"))
+    at_step: int = spec_field(OneOf(0))
+    add_blocks: int = spec_field(_COUNT)
+    copy_block: int = spec_field(_NATURAL)
+    group: str = spec_field(str, doc="the optimizer group of the appended blocks")
+    control: str = spec_field(OneOf("fixed-depth"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevEvaluation(Record):
+    tasks: int = spec_field(_COUNT)
+    retention: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalRetention(Record):
+    source_name: str = spec_field(str)
+    sha256: str = spec_field(str)
+    start: int = spec_field(_NATURAL)
+    stop: int = spec_field(_COUNT)
+    count: int = spec_field(_COUNT)
+    exclusion_rules: tuple[str, ...] = spec_field(Seq(OneOf(*EXCLUSION_RULES), min_len=1))
+    excluded_against: str = spec_field(OneOf("every prepared training and development record"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalEvaluation(Record):
+    tasks: int = spec_field(_COUNT)
+    retention: FinalRetention = spec_field(FinalRetention)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evaluation(Record):
+    dev: DevEvaluation = spec_field(DevEvaluation)
+    final: FinalEvaluation = spec_field(FinalEvaluation)
+    max_new_tokens: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gates(Record):
+    unit: str = spec_field(OneOf("nats per assistant token"))
+    bound: str = spec_field(OneOf("one-sided upper, paired bootstrap over examples"))
+    gain_upper_below: float = spec_field(OneOf(GAIN_UPPER_BELOW))
+    retention_upper_at_most: float = spec_field(OneOf(RETENTION_UPPER_AT_MOST))
+    generated_max_net_lost: int = spec_field(OneOf(GENERATED_MAX_NET_LOST))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bootstrap(Record):
+    resamples: int = spec_field(Num(100, integer=True))
+    seed: int = spec_field(SEED)
+    confidence: float = spec_field(OneOf(CONFIDENCE))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison(Record):
+    """A comparison's candidate endpoint (cohort, grown or not) and its baseline: "seed" (the seed, by
+    seed.parameter_digest or the digest prepare recorded) or the name of another comparison, whose candidate
+    endpoint is then the baseline. A selection record binds exactly these pairs."""
+    cohort: str = spec_field(OneOf("A", "B"))
+    grown: bool = spec_field(bool)
+    baseline: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planner(Record):
+    regime: str = spec_field(OneOf(*REGIMES))
+    reserve_bytes: int = spec_field(BYTES)
+    worker_memory_bytes: int = spec_field(Num(1, 2**60, integer=True))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveContract(Record):
+    """An adaptive-shards contract (contracts/adaptive-shards*.json): `load_adaptive_contract` reads it."""
+    FORMAT = KIND
+    kind: str = spec_field(OneOf(KIND))
+    version: int = spec_field(OneOf(1))
+    scale: str = spec_field(OneOf("full", "medium", "tiny"))
+    description: str = spec_field(str)
+    pilot: Pilot | None = spec_field(Omittable(Pilot), doc="medium only: the pilot run it was fixed by")
+    seed: SeedPin = spec_field(SeedPin)
+    adam: Adam = spec_field(Adam)
+    data_seeds: DataSeeds = spec_field(DataSeeds)
+    tasks: Tasks = spec_field(Tasks)
+    inputs: Inputs = spec_field(Inputs)
+    conversation_replay: ConversationReplay = spec_field(ConversationReplay)
+    cohorts: CohortPair = spec_field(CohortPair)
+    training: AdaptiveTraining = spec_field(AdaptiveTraining)
+    endpoints: EndpointPair = spec_field(EndpointPair)
+    migration: Migration = spec_field(Migration)
+    growth: Growth = spec_field(Growth)
+    evaluation: Evaluation = spec_field(Evaluation)
+    gates: Gates = spec_field(Gates)
+    bootstrap: Bootstrap = spec_field(Bootstrap)
+    comparisons: Mapping[str, Comparison] = spec_field(MapOf(Comparison), doc="name -> comparison")
+    planner: Planner = spec_field(Planner)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveJob(AdaptiveContract):
+    """The adaptive drivers' view of an adaptive job's contract (kit.adaptive.continued_schema.job_contract):
+    the contract's terms and the order of its cohorts. A parameter annotated `AdaptiveContract` accepts both."""
+    cohort_order: tuple[str, ...] = spec_field(Seq(str, min_len=2), doc="a cohort's predecessor precedes it")
 
 
 def _fail(source: str, field: str, value, expected: str) -> None:
     raise ContractError(f"{source}: field {field!r} = {value!r}; expected {expected}")
 
 
-def _check_cohort(c, name: str, source: str) -> None:
-    cohort = getattr(c.cohorts, name)
+def _check_cohort(c: AdaptiveContract, name: str, source: str) -> None:
+    cohort = c.cohorts[name]
     per, totals, updates = cohort.per_update, cohort.totals, cohort.updates
-    for part in PART_NAMES:
-        if getattr(totals, part) != updates * getattr(per, part):
-            _fail(source, f"cohorts.{name}.totals.{part}", getattr(totals, part),
-                  f"updates x per_update.{part} = {updates} x {getattr(per, part)} = {updates * getattr(per, part)}")
-    per_sum = sum(getattr(per, part) for part in PART_NAMES)
+    for part, total, per_part in (("new", totals.new, per.new), ("replay_a", totals.replay_a, per.replay_a),
+                                  ("replay_conv", totals.replay_conv, per.replay_conv)):
+        if total != updates * per_part:
+            _fail(source, f"cohorts.{name}.totals.{part}", total,
+                  f"updates x per_update.{part} = {updates} x {per_part} = {updates * per_part}")
+    per_sum = per.new + per.replay_a + per.replay_conv
     if per_sum != cohort.documents_per_update:
         _fail(source, f"cohorts.{name}.documents_per_update", cohort.documents_per_update,
               f"the sum of per_update = {per_sum}")
@@ -166,11 +376,11 @@ def _check_cohort(c, name: str, source: str) -> None:
               "true, with per_update.replay_a + per_update.replay_conv >= 1 (the seed: replay in every update)")
     if per.new < 1:
         _fail(source, f"cohorts.{name}.per_update.new", per.new, "at least 1 new example per update")
-    if getattr(c.endpoints, name) != updates:
-        _fail(source, f"endpoints.{name}", getattr(c.endpoints, name), f"the cohort's last update {updates}")
+    if c.endpoints[name] != updates:
+        _fail(source, f"endpoints.{name}", c.endpoints[name], f"the cohort's last update {updates}")
 
 
-def check_rules(c, source: str) -> None:
+def check_rules(c: AdaptiveContract, source: str) -> None:
     """Cross-field rules of a schema-valid contract's terms (`Contract.terms`); ContractError names the field."""
     digest = c.seed.parameter_digest
     if digest is not None and not _HEX64.match(digest):
@@ -180,18 +390,21 @@ def check_rules(c, source: str) -> None:
     check_pilot(c, source)
     for cohort in ("A", "B"):
         try:
-            check_schedule(c.training.lr_schedule, getattr(c.cohorts, cohort).updates, "training.lr_schedule")
+            check_schedule(c.training.lr_schedule, c.cohorts[cohort].updates, "training.lr_schedule")
         except ValueError as e:
             raise ContractError(f"{source}: field {e} (cohort {cohort})") from None
-    for field in ("new_phase_at_seed", "retained_across_cohorts", "retained_across_redistribution",
-                  "retained_across_growth"):
-        if getattr(c.adam, field) is not True:
-            _fail(source, f"adam.{field}", getattr(c.adam, field), "true (the seed: one Adam phase, retained thereafter)")
+    adam = c.adam
+    for field, kept in (("new_phase_at_seed", adam.new_phase_at_seed),
+                        ("retained_across_cohorts", adam.retained_across_cohorts),
+                        ("retained_across_redistribution", adam.retained_across_redistribution),
+                        ("retained_across_growth", adam.retained_across_growth)):
+        if kept is not True:
+            _fail(source, f"adam.{field}", kept, "true (the seed: one Adam phase, retained thereafter)")
     families = list(c.tasks.families)  # a list, as the file wrote it (the message shows it)
     if sorted(families) != sorted(FAMILIES) or len(families) != len(FAMILIES):
         _fail(source, "tasks.families", families, f"exactly the four families {list(FAMILIES)}")
-    for field in ("replay_sha256", "dev_retention_sha256"):
-        value = getattr(c.inputs, field)
+    for field, value in (("replay_sha256", c.inputs.replay_sha256),
+                         ("dev_retention_sha256", c.inputs.dev_retention_sha256)):
         if value is not None and not _HEX64.match(value):
             _fail(source, f"inputs.{field}", value, "64 lowercase hex digits or null")
     a, b = c.cohorts.A, c.cohorts.B
@@ -238,7 +451,7 @@ def check_rules(c, source: str) -> None:
               f"every rule {list(EXCLUSION_RULES)} (the seed: prompt/document exclusion, exact and normalised)")
 
 
-def check_comparisons(c, source: str) -> None:
+def check_comparisons(c: AdaptiveContract, source: str) -> None:
     """Each comparison's baseline is the seed or another comparison's endpoint; no cycles; growth only in B
     (`c`: the contract's terms)."""
     comps = c.comparisons
@@ -265,22 +478,22 @@ def check_comparisons(c, source: str) -> None:
         _fail(source, "comparisons", sorted(comps), "one comparison per candidate endpoint (cohort, grown)")
 
 
-def load_adaptive_contract(path: str | os.PathLike) -> Contract:
-    """Load, validate against SCHEMA and the cross-field rules; the digest is of the canonical JSON."""
-    contract = load_contract(path, SCHEMA, KIND)
+def load_adaptive_contract(path: str | os.PathLike) -> Contract[AdaptiveContract]:
+    """Load, validate against `AdaptiveContract` and the cross-field rules; the digest is of the canonical JSON."""
+    contract = load_contract(path, AdaptiveContract, KIND)
     check_rules(contract.terms, str(contract.path))
     check_comparisons(contract.terms, str(contract.path))
     return contract
 
 
-def commit_points(terms, cohort: str) -> list[int]:
+def commit_points(terms: TrainedTerms, cohort: str) -> list[int]:
     """Steps at which a cohort commits: every commit_every updates, and always the endpoint (`terms`: a
     job's contract view, `kit.adaptive.continued_schema.job_contract`)."""
     every, end = terms.training.commit_every, terms.endpoints[cohort]
     return sorted(set(range(every, end + 1, every)) | {end})
 
 
-def engine_config(terms, pad_id: int = 0):
+def engine_config(terms: TrainedTerms, pad_id: int = 0) -> EngineConfig:
     """The contract's training section as the engine's typed config (`kit.distributed.pipeline.EngineConfig`):
     the one translation of an adaptive contract. `pad_id` is the seed tokenizer's pad token (the
     contract does not name it); `compile_blocks` has no contract field and stays "auto"."""
@@ -290,7 +503,7 @@ def engine_config(terms, pad_id: int = 0):
                         tr.compute_dtype, pad_id=pad_id)
 
 
-def optimizer_groups(terms) -> dict:
+def optimizer_groups(terms: TrainedTerms) -> dict[str, GroupConfig]:
     """The contract's optimizer groups ("default", "grown") as `kit.train.optim.GroupConfig`s. The groups
     cross as JSON (`to_json`): GroupConfig.from_json is the generic reader of an optimizer group's JSON, also of
     the tests' worker arguments, and refuses unknown fields."""

@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path
 
-from kit.adaptive.continued_schema import job_contract
+from kit.adaptive.continued_schema import JobTerms, job_contract
 from kit.contract import ContractError
 from kit.digest import (
     canonical_json,
@@ -68,7 +68,7 @@ def prepared_contract(prepared_dir: str | os.PathLike) -> tuple:
         raise FinalRolesRefused(f"{path}: {e}") from None
 
 
-def seed_digest(pj: dict, terms) -> tuple[str, str]:
+def seed_digest(pj: dict, terms: JobTerms) -> tuple[str, str]:
     """(the seed's parameter digest, where it is stated): the contract's pin, else the prepared one."""
     pinned = terms.seed.parameter_digest
     if pinned is not None:
@@ -76,7 +76,7 @@ def seed_digest(pj: dict, terms) -> tuple[str, str]:
     return pj["seed"]["parameter_digest"], "prepared.json field 'seed.parameter_digest' (recorded at prepare)"
 
 
-def endpoint_cursor(terms, cohort: str) -> dict:
+def endpoint_cursor(terms: JobTerms, cohort: str) -> dict:
     """The cursor of a cohort's contract endpoint: {"step", "cohort", "cohort_step"}."""
     order = terms.cohort_order
     i = order.index(cohort)
@@ -84,7 +84,7 @@ def endpoint_cursor(terms, cohort: str) -> dict:
             "cohort_step": terms.endpoints[cohort]}
 
 
-def check_endpoint(manifest: dict, name: str, pj: dict, terms, source: str) -> None:
+def check_endpoint(manifest: dict, name: str, pj: dict, terms: JobTerms, source: str) -> None:
     """Refuse a commit that is not at comparison `name`'s endpoint (cursor and depth)."""
     comps = terms.comparisons
     if name not in comps:

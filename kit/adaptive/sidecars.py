@@ -13,6 +13,7 @@ import numpy as np
 from kit.adaptive.compare import update_log
 from kit.adaptive.continued import KIND as CONTINUED
 from kit.adaptive.continued import continued_gates
+from kit.adaptive.continued_schema import AdaptiveFamilyTerms, JobTerms
 from kit.adaptive.evaluation import gates, nll_change_bounds
 from kit.adaptive.prepare import OWNERSHIP_FILE
 from kit.digest import load_json_strict, sha256_file
@@ -163,7 +164,7 @@ def accuracy_sidecars(ev: dict) -> dict:
     return {"accuracy_by_family": by_family, "generated_answers": answers}
 
 
-def nll_change_sidecars(ev: dict, terms, normal_multiplier: float) -> dict:
+def nll_change_sidecars(ev: dict, terms: AdaptiveFamilyTerms, normal_multiplier: float) -> dict:
     """{"nll_change_bounds": the bootstrap and normal bounds the gates judge (evaluation.nll_change_bounds),
     "bootstrap_distribution": per part, a 40-bin histogram of the resampled statistic behind the bound
     (the same resamples: the contract's seed and count)}."""
@@ -179,7 +180,7 @@ def nll_change_sidecars(ev: dict, terms, normal_multiplier: float) -> dict:
     return {"nll_change_bounds": bounds, "bootstrap_distribution": hist}
 
 
-def gate_sidecars(ev: dict, terms, prepared: dict, comparison: str) -> dict:
+def gate_sidecars(ev: dict, terms: JobTerms, prepared: dict, comparison: str) -> dict:
     """The final roles' verdict as sidecars: {"gates": {name: passed, inputs, rule}, "gate_verdict"} and,
     for a continued-learning job (generated answers are its primary gate), "start_endpoint" with the note
     that says whether its start was exploratory. Refused on development roles: they may only abort."""

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_fresh_home, check_seed
+from kit.adaptive.continued_schema import JobTerms
 from kit.adaptive.lineage import portable_logs, write_portable_logs
 from kit.adaptive.train import (
     WORKER_TIMEOUT_S,
@@ -75,7 +76,7 @@ def train_torchrun(request: CohortRequest) -> list[dict]:
         leave()
 
 
-def _bind(group, r: CohortRequest, terms, pj) -> dict:
+def _bind(group, r: CohortRequest, terms: JobTerms, pj) -> dict:
     """Step 2: the holder's checks and facts, every rank's fresh-home check. Returns the holder's facts:
     {"holder", "cursor", "layers", "logs": {name: text}} (holder -1 for a seed start)."""
     prepared_p = Path(r.prepared)
@@ -110,7 +111,7 @@ def _bind(group, r: CohortRequest, terms, pj) -> dict:
     return facts
 
 
-def _start_and_reference(group, r: CohortRequest, terms, facts) -> tuple:
+def _start_and_reference(group, r: CohortRequest, terms: JobTerms, facts) -> tuple:
     """Every rank's start and reference (kit.refs) and the student's depth, after step 3's growth."""
     rank = group.rank
     start, layers = SeedRef(r.seed_dir), facts["layers"]
@@ -131,7 +132,7 @@ def _start_and_reference(group, r: CohortRequest, terms, facts) -> tuple:
     return start, reference, layers
 
 
-def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
+def _run(group, r: CohortRequest, terms: JobTerms, pj, WorkerContext) -> list[dict]:
     rank, world = group.rank, group.world
     facts = _bind(group, r, terms, pj)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")

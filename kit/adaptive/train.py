@@ -30,7 +30,7 @@ import torch
 
 from kit import numerics
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_cohort, check_inputs
-from kit.adaptive.continued_schema import job_contract
+from kit.adaptive.continued_schema import JobTerms, job_contract
 from kit.adaptive.growth import grow_commit
 from kit.adaptive.lineage import inherit_logs
 from kit.adaptive.ownership import memory_model_of, planned_layout
@@ -192,7 +192,7 @@ def _open_reference(group, args: dict, layout) -> tuple:
     return reference_ref.to_json(), None
 
 
-def _start_cohort_step(terms, cohort: str, manifest: dict | None) -> int:
+def _start_cohort_step(terms: JobTerms, cohort: str, manifest: dict | None) -> int:
     """The cohort step training resumes at: 0 for the first update of cohort B (or C), which must start
     from the committed endpoint of the cohort before it; else the start commit's own cohort step."""
     order = terms.cohort_order
@@ -304,7 +304,7 @@ class _RankStats:
         return rows
 
 
-def checked_job(request: CohortRequest) -> tuple[CohortRequest, dict, dict]:
+def checked_job(request: CohortRequest) -> tuple[CohortRequest, JobTerms, dict]:
     """Shared by the local and torchrun paths: every input commitment and the kit's source, the
     contract (adaptive or continued), the cohort name, and a later cohort's reference and resume.
     Returns (the request with the job's defaults, contract view, prepared.json)."""
@@ -434,7 +434,7 @@ def train(request: CohortRequest) -> list[dict]:
         write_canonical_json(attempt_dir / "attempt.json", record)
 
 
-def _resumed_at(start: Ref, terms, cohort: str) -> tuple[int, int]:
+def _resumed_at(start: Ref, terms: JobTerms, cohort: str) -> tuple[int, int]:
     """(step, cohort step) training starts from, for the bar before the workers report (0, 0 from the seed, or
     where the start commit is not in a local store: the workers' own count replaces it)."""
     if not isinstance(start, CommitRef):
@@ -459,7 +459,7 @@ def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:
     return f"{said}; resume with the same command and `--resume HEAD` (HEAD is {head})"
 
 
-def adoptable_endpoint(r: CohortRequest, terms, pj: dict) -> dict | None:
+def adoptable_endpoint(r: CohortRequest, terms: JobTerms, pj: dict) -> dict | None:
     """The commit entry of `--resume` when nothing is left to train from it (its cohort step is this
     attempt's last) and it lies in `home`, verified whole, committed where an attempt of this prepared job
     ran: a run that died after its endpoint commit but before its record. Else None (train as usual)."""
@@ -489,7 +489,7 @@ def training_layout(prepared: Path, layers: int, workers: int):
     return planned_layout(prepared, layers, workers) or even_layout(layers, workers)
 
 
-def grow_into(home: str, source_home: str | None, root: str, terms) -> str:
+def grow_into(home: str, source_home: str | None, root: str, terms: JobTerms) -> str:
     """Bring `root` into `home` (all objects: this store grows the whole model) and append blocks."""
     g = terms.growth
     if source_home and commits.read_head(home) != root:

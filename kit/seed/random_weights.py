@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from kit.contract import Contract
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import instruction_source_range, synthetic_conversations
 from kit.data.tasks import generate_set
@@ -35,7 +36,7 @@ WEIGHTS_DTYPE = torch.bfloat16
 TOY_POSITIONS = 2048  # the toy shape keeps the study's documents (1,024-token cap) whole
 
 
-def tokenizer_texts(contract, source: Path) -> list[str]:
+def tokenizer_texts(contract: Contract, source: Path) -> list[str]:
     """Synthetic chat, generated tasks, and the public source's records between the replay range and
     the retention range of a study contract (a loaded Contract; neither range is used to train the tokenizer)."""
     d = contract.terms.data
@@ -58,7 +59,7 @@ def seeded_normal(name: str, shape: tuple[int, ...], device: torch.device) -> to
     return torch.randn(shape, generator=gen, device=device) * INIT_STD
 
 
-def build_random_seed(seed_dir: Path, contract, source: Path, device: torch.device,
+def build_random_seed(seed_dir: Path, contract: Contract, source: Path, device: torch.device,
                       toy_layers: int | None = None) -> dict:
     """config.json, model.safetensors (random, bfloat16) and the tokenizer files in `seed_dir`; returns
     what was built. SmolLM2-1.7B's shape, or with `toy_layers` a toy shape of that many blocks with the

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from kit.contract import Contract
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 from kit.distributed.grad_reduce import DenseSumReducer, PowerSGDSumReducer
 from kit.distributed.group import STAGED_BACKEND, Group
@@ -56,6 +57,7 @@ from kit.study.cost import arm_cost, project_arm
 from kit.study.measurement import devices_used, padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import (
+    StudyContract,
     arm_spec,
     engine_config,
     lr_schedule,
@@ -340,7 +342,7 @@ def logged_commits(run_dir: Path) -> list[dict]:
     return out
 
 
-def replicate_schedule(study_dir: Path, terms, replicate: int) -> list[list[str]]:
+def replicate_schedule(study_dir: Path, terms: StudyContract, replicate: int) -> list[list[str]]:
     """The prepared schedule's updates (ids), in replicate `replicate`'s order: the prepared order itself for 0,
     else the same documents reordered from the contract terms' `schedule.order_seed` (kit/replicate_order.py)."""
     updates = load_json_strict(Path(study_dir) / PREPARED_DIR / "schedule.json")["updates"]
@@ -363,7 +365,7 @@ def read_arm_record(study_dir: str | os.PathLike, arm: str, replicate: int = 0) 
     return load_json_strict(path) if path.exists() else None
 
 
-def arm_statuses(study_dir: str | os.PathLike, terms) -> list[dict]:
+def arm_statuses(study_dir: str | os.PathLike, terms: StudyContract) -> list[dict]:
     """Every arm of the contract terms with its latest status and reason ("not run" when it has no record)."""
     out = []
     for spec in terms.arms:
@@ -381,7 +383,7 @@ def _host_gpus(cuda_devices: int | None) -> int:
     return torch.cuda.device_count() if cuda_devices is None else cuda_devices
 
 
-def availability(terms, arm, cuda_devices: int | None = None) -> str | None:
+def availability(terms: StudyContract, arm, cuda_devices: int | None = None) -> str | None:
     """Why this host cannot run `arm` (an arm of the contract terms; None when it can): the contract's
     device, counted here.
 
@@ -396,7 +398,7 @@ def availability(terms, arm, cuda_devices: int | None = None) -> str | None:
     return None
 
 
-def expected_sharing(terms, arm, cuda_devices: int | None = None) -> dict | None:
+def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None) -> dict | None:
     """The `shared_gpus` an admitted arm will have on this host (None: each worker has its own GPU, or
     CPU). The record keeps it only until the ranks report their own (kit.study.measurement.shared_gpus);
     a failed attempt, whose ranks reported nothing, keeps it, marked by its `source`."""
@@ -436,7 +438,7 @@ def named_shapes(ref: SeedRef | CommitRef) -> dict[str, tuple[int, ...]]:
     return {n: tuple(p.shape) for n, p in model.named_parameters()}
 
 
-def projected_logical_bytes(terms, arm, shapes: dict, first_step: int, until: int) -> int:
+def projected_logical_bytes(terms: StudyContract, arm, shapes: dict, first_step: int, until: int) -> int:
     """Bytes each rank will hand to collectives for updates first_step+1..until (gradients only)."""
     if arm.workers < 2:
         return 0
@@ -489,12 +491,12 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
                       counter_delta(before, after) if before and after else None)
 
 
-def finished_status(until: int, terms) -> tuple[str, str | None]:
+def finished_status(until: int, terms: StudyContract) -> tuple[str, str | None]:
     updates = terms.schedule.updates
     return ("completed", None) if until == updates else ("partial", f"stopped at update {until} of {updates} (--until)")
 
 
-def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | None, status: str, reason: str | None,
+def finish_arm(study_dir: Path, record: dict, contract: Contract[StudyContract], results: list[dict] | None, status: str, reason: str | None,
                started: float, ended: float, interfaces: dict | None, per_rank_interfaces: list | None = None) -> dict:
     """Summarise the ranks' results into the record and write the attempt (the launcher's rank 0 or the
     local driver). `interfaces` is this host's counter delta; `per_rank_interfaces` every rank's own

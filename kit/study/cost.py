@@ -22,6 +22,7 @@ g6e.2xlarge, one L40S each, in us-east-1a and us-east-1b).
 from __future__ import annotations
 
 from kit.distributed.traffic import ring_wire_bytes
+from kit.study.schema import StudyContract
 
 BILLED_DIRECTIONS = 2  # out of the sending zone and into the receiving one
 
@@ -54,7 +55,7 @@ def priced(cost, seconds: float, gpus: int, crossing_bytes: int) -> dict:
             "cross_zone_gb": gb, "cross_zone_cost_usd": zone_usd, "total_usd": gpu_usd + zone_usd}
 
 
-def project_arm(terms, arm, updates: int, seconds_per_update: float, seconds_source: str,
+def project_arm(terms: StudyContract, arm, updates: int, seconds_per_update: float, seconds_source: str,
                 logical_bytes_per_rank: int, commits: int, now: float, clock_started_at: float | None,
                 spent_usd: float, gpus: int | None = None) -> dict:
     """Projected time and cost of running `updates` updates of `arm` (an arm of the contract terms), against the
@@ -94,7 +95,7 @@ def project_arm(terms, arm, updates: int, seconds_per_update: float, seconds_sou
     }
 
 
-def arm_cost(terms, wall_seconds: float, sent_bytes_per_rank: list[int], gpus: int | None = None) -> dict:
+def arm_cost(terms: StudyContract, wall_seconds: float, sent_bytes_per_rank: list[int], gpus: int | None = None) -> dict:
     """What an arm that ran cost under the contract terms: its wall time on the GPUs it used and its traffic (one entry of
     `sent_bytes_per_rank` per worker). `gpus`: the GPUs the workers used (None: one per worker); workers
     that shared one GPU are charged that one GPU's wall time, not one each."""
@@ -105,7 +106,7 @@ def arm_cost(terms, wall_seconds: float, sent_bytes_per_rank: list[int], gpus: i
     return priced(cost, wall_seconds, n, cross_zone_bytes(cost, sent_bytes_per_rank))
 
 
-def cost_table(terms, arms: list[dict]) -> dict:
+def cost_table(terms: StudyContract, arms: list[dict]) -> dict:
     """One row per arm (every arm, whatever its status), summed over its attempts, and the study total
     against the bound. `arms`: [{"arm", "status", "reason", "costs": [cost of each attempt or None]}]."""
     cost = terms.cost

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from kit.contract import Contract
 from kit.digest import canonical_json, loads_strict, write_canonical_json
 from kit.distributed.group import join, leave
 from kit.distributed.launch import WorkerContext
@@ -33,7 +34,7 @@ from kit.study.arms import (
     record_replicate,
 )
 from kit.study.prepare import load_prepared
-from kit.study.schema import arm_spec
+from kit.study.schema import StudyContract, arm_spec
 
 
 def _gather(group, obj: dict, what: str) -> list[dict]:
@@ -60,7 +61,7 @@ def run_arm_torchrun(request: ArmRequest) -> dict | None:
         leave()
 
 
-def _run(group, request: ArmRequest, spec, contract, prepared_digest):
+def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], prepared_digest):
     study_dir, arm_name = Path(request.study_dir), request.arm
     rank, world = group.rank, group.world
     host = socket.gethostname()
@@ -138,7 +139,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
                         {"unavailable": "/proc/net/dev could not be read on this host"})} for g in gathered])
 
 
-def _write_failure(study_dir, arm_name, record, contract, rank, error, tb, started, ended, delta) -> None:
+def _write_failure(study_dir, arm_name, record, contract: Contract[StudyContract], rank, error, tb, started, ended, delta) -> None:
     if rank == 0:
         finish_arm(study_dir, {**record, "launcher": "torchrun"}, contract, None, "failed", error, started, ended,
                    delta)

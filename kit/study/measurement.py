@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from kit.study.cost import arm_cost
+from kit.study.schema import StudyContract
 
 # Recorded in each arm's measurement: how its first update's compile was paid (kit.study.arms.own_compile_cache;
 # records without it shared the host's default cache, so an arm's first update depended on the arms before it).
@@ -45,7 +46,7 @@ def devices_used(record: dict) -> int:
     return shared["gpus"] if shared else record["workers"]
 
 
-def summarise(record: dict, results: list[dict], wall: float, terms) -> None:
+def summarise(record: dict, results: list[dict], wall: float, terms: StudyContract) -> None:
     """The ranks' results into the arm record; its cost priced under the contract terms."""
     r0 = results[0]
     record["shared_gpus"] = shared_gpus(results)  # what the ranks reported replaces the admission's count

@@ -61,7 +61,7 @@ from kit.inventory import inventory_digest, parameter_digest
 from kit.paths import inside
 from kit.provenance import CommitmentMismatch, _check_source, kit_package_dir, source_digest
 from kit.publish import publish_dir
-from kit.study.schema import load_study_contract
+from kit.study.schema import StudyContract, load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
 PREPARED_DIR = "prepared"
@@ -185,7 +185,7 @@ def _dev_tasks(d, excluded: set[str]) -> list | None:
     return tasks
 
 
-def _write_files(staging: Path, contract, train_pairs: list, schedule: dict, final: list, retention_pairs: list,
+def _write_files(staging: Path, contract: Contract[StudyContract], train_pairs: list, schedule: dict, final: list, retention_pairs: list,
                  dev: list | None = None) -> None:
     """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes,
     and DEV_FILE when the contract has `data.dev`."""

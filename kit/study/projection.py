@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kit.study.schema import StudyContract
+
 BILLED_DIRECTIONS = 2
 
 
@@ -66,7 +68,7 @@ def validate(fit: dict, held_out: list[dict]) -> list[dict]:
     return rows
 
 
-def project_study(terms, *, single_compute_s: float, pair_compute_fraction: float,
+def project_study(terms: StudyContract, *, single_compute_s: float, pair_compute_fraction: float,
                   dense_bytes_per_update: int, powersgd_bytes_per_update: int, wire_overhead: float,
                   efficiency: float, rate_bit: float, rtt_s: float, collectives: dict,
                   label: str) -> dict:

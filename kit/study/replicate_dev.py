@@ -30,6 +30,7 @@ from kit.study.prepare import (
     check_seed,
     load_prepared,
 )
+from kit.study.schema import StudyContract
 
 DEV_FORMAT = "kit.study.replicate-dev/1"
 TASKS_FORMAT = "kit.study.replicate-dev-tasks/1"
@@ -40,7 +41,7 @@ class ReplicateScoringRefused(ValueError):
     pass
 
 
-def dev_rule(terms) -> dict:
+def dev_rule(terms: StudyContract) -> dict:
     """The development role of contract terms without `data.dev`: the study pilot's (campaigns/study_pilot.py)."""
     f = terms.data.final_test
     return {"count": f.count, "role": "study-dev", "seed": f.seed, "difficulty": f.difficulty}

@@ -3,7 +3,7 @@
 A contract (`contracts/shared-gradient.json`, full scale; `contracts/shared-gradient.tiny.json`,
 2 CPU cores) freezes every number of seeds/004_c2816a6b0f4864c9.txt plus the choices the seed
 leaves open (learning rate, microbatch size, token cap, prices). The structural schema below is
-checked by kit/contract.py (unknown or missing fields are errors naming the field); the rules the
+declared by `StudyContract` (kit/record.py: unknown or missing fields are errors naming the field); the rules the
 structure cannot express (the schedule consumes exactly the prepared documents, the arms are the
 three the seed names, the screens name existing arms) are checked in `check_rules`, naming the
 file and the field as well.
@@ -12,25 +12,28 @@ file and the field as well.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from kit.contract import (
     LR,
     LR_SCHEDULE,
-    PILOT,
     SEED,
     WEIGHT_DECAY,
     Contract,
     ContractError,
+    LrSchedule,
     Num,
     Omittable,
     OneOf,
     Opt,
+    Pilot,
+    Record,
     Seq,
     check_pilot,
     load_contract,
-    parse,
 )
 from kit.distributed.pipeline import EngineConfig
+from kit.record import spec_field
 from kit.train.optim import GroupConfig
 from kit.train.schedule import CONSTANT, check_schedule
 
@@ -41,93 +44,209 @@ REDUCTIONS = ("none", "dense", "powersgd")
 _COUNT = Num(lo=1, integer=True)
 _NATURAL = Num(lo=0, integer=True)
 _POSITIVE = Num(lo=0)
-_PRICE = {"value": Num(lo=0), "unit": str, "source": str, "as_of": str, "note": str}
-_TASK_ROLE = {"count": _COUNT, "role": str, "seed": SEED, "difficulty": OneOf(1, 2, 3)}
-_SOURCE_RANGE = {"name": str, "sha256": str, "start": _NATURAL, "stop": _COUNT}
 
-SCHEMA = {
-    "kind": OneOf(KIND),
-    "name": str,
-    "scale": OneOf("full", "medium", "tiny"),
-    "seed_document": str,
-    "pilot": Omittable(PILOT),  # medium only: the pilot run a frozen medium contract was fixed by
-    "seed": {
-        "description": str,
-        "parameter_digest": Opt(str),  # prepare refuses a seed directory with another digest
-    },
-    "device": OneOf("cpu", "cuda"),
-    "collective_timeout_s": Num(lo=1),
-    "schedule": {
-        "updates": _COUNT,
-        "documents_per_update": _COUNT,
-        "order_seed": SEED,
-        "replica_split": OneOf("position-modulo-workers"),
-    },
-    "data": {
-        "max_tokens": Num(lo=8, integer=True),
-        "tasks": {"count": _NATURAL, "role": str, "seed": SEED, "difficulty": OneOf(1, 2, 3)},
-        "replay": {"count": _NATURAL, "source": _SOURCE_RANGE, "loss": OneOf("ce")},
-        "final_test": _TASK_ROLE,
-        # optional, added after the committed contracts were frozen (an absent field leaves their digests):
-        # the development tasks a study pilot scores (campaigns/study_pilot.py); never trained, never final
-        "dev": Omittable(_TASK_ROLE),
-        "retention": {"count": Num(lo=2, integer=True), "source": _SOURCE_RANGE, "exposed": bool},
-    },
-    "training": {
-        "parameters": OneOf("all"),
-        "microbatch_size": _COUNT,
-        "max_grad_norm": Num(lo=0),
-        "compute_dtype": OneOf("float32", "bfloat16"),
-        "optimizer": {"lr": LR, "beta1": Num(0, 0.999999), "beta2": Num(0, 0.999999),
-                      "eps": Num(lo=1e-12), "weight_decay": WEIGHT_DECAY},
-        "commit_every": _NATURAL,  # 0: the endpoint only
-        "lr_schedule": Omittable(LR_SCHEDULE),  # absent: "constant" (kit/train/schedule.py)
-    },
-    "arms": Seq({"name": OneOf(*ARM_NAMES), "workers": _COUNT, "reduction": OneOf(*REDUCTIONS)}, min_len=1),
-    "powersgd": {
-        "rank": _COUNT,
-        "warmup_updates": _NATURAL,
-        "min_compression_numel": _NATURAL,
-        "min_compression_rate": Num(lo=0),
-        "warm_start": bool,
-        "seed": SEED,
-        "orthogonalization_epsilon": Num(lo=1e-30),
-        "error_feedback_device": OneOf("cpu"),
-        "error_feedback_dtype": OneOf("float32"),
-    },
-    "evaluation": {"max_new_tokens": _COUNT, "batch_size": _COUNT},
-    "screens": {
-        "candidate": OneOf(*ARM_NAMES),
-        "controls": Seq(OneOf(*ARM_NAMES), min_len=1),
-        "speed_baseline": OneOf(*ARM_NAMES),
-        "normal_multiplier": Num(lo=0),
-        "min_task_gain": Num(0, 1),
-        "max_retention_upper_nats": float,
-        "noninferiority_margin": Num(0, 1),
-        "min_speedup": Num(lo=0),
-    },
-    "projection": {
-        "seconds_per_update": {name: _POSITIVE for name in ARM_NAMES},
-        "startup_s": _POSITIVE,
-        "checkpoint_s": _POSITIVE,
-        "note": str,
-    },
-    "cost": {
-        "hosts": Seq({"name": str, "instance_type": str, "gpu": str, "gpus": _COUNT, "zone": str}, min_len=1),
-        "cross_zone_traffic_billed": bool,
-        "instance_price_usd_per_hour": _PRICE,
-        "cross_zone_price_usd_per_gb_each_direction": _PRICE,
-        "bytes_per_gb": Num(1, 2**60, integer=True),
-        "deadline_hours": Num(lo=0),
-        "bound_usd": Num(lo=0),
-    },
-}
+
+# The objects of the study contract (docs/contracts.md, "shared-gradient-study: fields"), leaves first.
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Price(Record):
+    value: float = spec_field(Num(lo=0))
+    unit: str = spec_field(str)
+    source: str = spec_field(str)
+    as_of: str = spec_field(str)
+    note: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRole(Record):
+    """Generated tasks of one role (kit.data.tasks), drawn from their own seed."""
+    count: int = spec_field(_COUNT)
+    role: str = spec_field(str)
+    seed: int = spec_field(SEED)
+    difficulty: int = spec_field(OneOf(1, 2, 3))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingTasks(Record):
+    """The trained tasks: as `TaskRole`, but a study may train none."""
+    count: int = spec_field(_NATURAL)
+    role: str = spec_field(str)
+    seed: int = spec_field(SEED)
+    difficulty: int = spec_field(OneOf(1, 2, 3))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceRange(Record):
+    """Records [start, stop) of a pinned public source (shared/data/SOURCE.md)."""
+    name: str = spec_field(str)
+    sha256: str = spec_field(str)
+    start: int = spec_field(_NATURAL)
+    stop: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudySeed(Record):
+    description: str = spec_field(str)
+    parameter_digest: str | None = spec_field(Opt(str), doc="prepare refuses a seed directory with another digest")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule(Record):
+    updates: int = spec_field(_COUNT)
+    documents_per_update: int = spec_field(_COUNT)
+    order_seed: int = spec_field(SEED)
+    replica_split: str = spec_field(OneOf("position-modulo-workers"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replay(Record):
+    count: int = spec_field(_NATURAL)
+    source: SourceRange = spec_field(SourceRange)
+    loss: str = spec_field(OneOf("ce"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retention(Record):
+    count: int = spec_field(Num(lo=2, integer=True))
+    source: SourceRange = spec_field(SourceRange)
+    exposed: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyData(Record):
+    max_tokens: int = spec_field(Num(lo=8, integer=True))
+    tasks: TrainingTasks = spec_field(TrainingTasks)
+    replay: Replay = spec_field(Replay)
+    final_test: TaskRole = spec_field(TaskRole)
+    # optional, added after the committed contracts were frozen (an absent field leaves their digests): the
+    # development tasks a study pilot scores (campaigns/study_pilot.py); never trained, never final
+    dev: TaskRole | None = spec_field(Omittable(TaskRole))
+    retention: Retention = spec_field(Retention)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyOptimizer(Record):
+    lr: float = spec_field(LR)
+    beta1: float = spec_field(Num(0, 0.999999))
+    beta2: float = spec_field(Num(0, 0.999999))
+    eps: float = spec_field(Num(lo=1e-12))
+    weight_decay: float = spec_field(WEIGHT_DECAY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyTraining(Record):
+    parameters: str = spec_field(OneOf("all"))
+    microbatch_size: int = spec_field(_COUNT)
+    max_grad_norm: float = spec_field(Num(lo=0))
+    compute_dtype: str = spec_field(OneOf("float32", "bfloat16"))
+    optimizer: StudyOptimizer = spec_field(StudyOptimizer)
+    commit_every: int = spec_field(_NATURAL, doc="0: the endpoint only")
+    # absent: "constant" (kit/train/schedule.py), added after the first contracts were frozen
+    lr_schedule: LrSchedule | None = spec_field(Omittable(LR_SCHEDULE))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arm(Record):
+    name: str = spec_field(OneOf(*ARM_NAMES))
+    workers: int = spec_field(_COUNT)
+    reduction: str = spec_field(OneOf(*REDUCTIONS))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PowerSGD(Record):
+    rank: int = spec_field(_COUNT)
+    warmup_updates: int = spec_field(_NATURAL)
+    min_compression_numel: int = spec_field(_NATURAL)
+    min_compression_rate: float = spec_field(Num(lo=0))
+    warm_start: bool = spec_field(bool)
+    seed: int = spec_field(SEED)
+    orthogonalization_epsilon: float = spec_field(Num(lo=1e-30))
+    error_feedback_device: str = spec_field(OneOf("cpu"))
+    error_feedback_dtype: str = spec_field(OneOf("float32"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyEvaluation(Record):
+    max_new_tokens: int = spec_field(_COUNT)
+    batch_size: int = spec_field(_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Screens(Record):
+    candidate: str = spec_field(OneOf(*ARM_NAMES))
+    controls: tuple[str, ...] = spec_field(Seq(OneOf(*ARM_NAMES), min_len=1))
+    speed_baseline: str = spec_field(OneOf(*ARM_NAMES))
+    normal_multiplier: float = spec_field(Num(lo=0))
+    min_task_gain: float = spec_field(Num(0, 1))
+    max_retention_upper_nats: float = spec_field(float)
+    noninferiority_margin: float = spec_field(Num(0, 1))
+    min_speedup: float = spec_field(Num(lo=0))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SecondsPerUpdate(Record):
+    """The projected seconds per update of each arm (ARM_NAMES)."""
+    single: float = spec_field(_POSITIVE)
+    dense: float = spec_field(_POSITIVE)
+    powersgd: float = spec_field(_POSITIVE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Projection(Record):
+    seconds_per_update: SecondsPerUpdate = spec_field(SecondsPerUpdate)
+    startup_s: float = spec_field(_POSITIVE)
+    checkpoint_s: float = spec_field(_POSITIVE)
+    note: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Host(Record):
+    name: str = spec_field(str)
+    instance_type: str = spec_field(str)
+    gpu: str = spec_field(str)
+    gpus: int = spec_field(_COUNT)
+    zone: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cost(Record):
+    hosts: tuple[Host, ...] = spec_field(Seq(Host, min_len=1))
+    cross_zone_traffic_billed: bool = spec_field(bool)
+    instance_price_usd_per_hour: Price = spec_field(Price)
+    cross_zone_price_usd_per_gb_each_direction: Price = spec_field(Price)
+    bytes_per_gb: int = spec_field(Num(1, 2**60, integer=True))
+    deadline_hours: float = spec_field(Num(lo=0))
+    bound_usd: float = spec_field(Num(lo=0))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyContract(Record):
+    """A shared-gradient study contract (contracts/shared-gradient*.json): `load_study_contract` reads it."""
+    FORMAT = KIND
+    kind: str = spec_field(OneOf(KIND))
+    name: str = spec_field(str)
+    scale: str = spec_field(OneOf("full", "medium", "tiny"))
+    seed_document: str = spec_field(str)
+    pilot: Pilot | None = spec_field(Omittable(Pilot), doc="medium only: the pilot run it was fixed by")
+    seed: StudySeed = spec_field(StudySeed)
+    device: str = spec_field(OneOf("cpu", "cuda"))
+    collective_timeout_s: float = spec_field(Num(lo=1))
+    schedule: Schedule = spec_field(Schedule)
+    data: StudyData = spec_field(StudyData)
+    training: StudyTraining = spec_field(StudyTraining)
+    arms: tuple[Arm, ...] = spec_field(Seq(Arm, min_len=1))
+    powersgd: PowerSGD = spec_field(PowerSGD)
+    evaluation: StudyEvaluation = spec_field(StudyEvaluation)
+    screens: Screens = spec_field(Screens)
+    projection: Projection = spec_field(Projection)
+    cost: Cost = spec_field(Cost)
+
 
 # The reduction each arm name stands for, and its worker count (the seed: 1 GPU; 2 GPUs; 2 GPUs).
 ARM_SHAPES = {"single": (1, "none"), "dense": (2, "dense"), "powersgd": (2, "powersgd")}
 
 
-def check_rules(terms, source: str) -> None:
+def check_rules(terms: StudyContract, source: str) -> None:
     """Cross-field rules of a schema-valid contract's terms (`Contract.terms`); every message names the file
     and the field."""
     digest = terms.seed.parameter_digest
@@ -162,8 +281,7 @@ def check_rules(terms, source: str) -> None:
         if sched.documents_per_update < arm.workers:
             raise ContractError(f"{source}: field 'schedule.documents_per_update' = "
                                 f"{sched.documents_per_update} is below arms[{i}].workers = {arm.workers}")
-    for field in ("replay", "retention"):
-        rng = getattr(d, field).source
+    for field, rng in (("replay", d.replay.source), ("retention", d.retention.source)):
         if rng.start >= rng.stop:
             raise ContractError(f"{source}: field 'data.{field}.source' range [{rng.start}, {rng.stop}) is empty")
     if d.replay.count and d.retention.source.name == d.replay.source.name:
@@ -184,7 +302,7 @@ def check_rules(terms, source: str) -> None:
                             f"exceeds schedule.updates = {sched.updates}")
 
 
-def _check_dev_role(d, source: str) -> None:
+def _check_dev_role(d: StudyData, source: str) -> None:
     """`data.dev` is its own task role: another role name than the training and final roles, so its draw
     differs from theirs by construction (prepare also excludes their digests)."""
     if d.dev is None:
@@ -199,20 +317,21 @@ def _check_dev_role(d, source: str) -> None:
                                 "of its own (development tasks are never trained and never final)")
 
 
-def load_study_contract(path: str | os.PathLike) -> Contract:
+def load_study_contract(path: str | os.PathLike) -> Contract[StudyContract]:
     """Load, validate the structure and the cross-field rules; the digest is of the canonical JSON."""
-    contract = load_contract(path, SCHEMA, KIND)
+    contract = load_contract(path, StudyContract, KIND)
     check_rules(contract.terms, str(path))
     return contract
 
 
-def study_terms(data: dict):
+def study_terms(data: dict, source: str = "launch argument 'contract'") -> StudyContract:
     """The typed reading of a study contract's JSON that travelled as data (a worker's launch argument,
-    written from `Contract.terms.to_json()` of a validated contract): the same frozen sections as `terms`."""
-    return parse(data, SCHEMA, KIND + "-contract")
+    written from `Contract.terms.to_json()` of a validated contract): the same frozen value as `terms`, checked
+    again at the process boundary."""
+    return StudyContract.from_json(data, source)
 
 
-def arm_spec(contract: Contract, name: str):
+def arm_spec(contract: Contract[StudyContract], name: str) -> Arm:
     """The contract's arm `name` (its section: `.name`, `.workers`, `.reduction`)."""
     for arm in contract.terms.arms:
         if arm.name == name:
@@ -225,14 +344,13 @@ POWERSGD_FIELDS = ("rank", "warmup_updates", "min_compression_numel", "min_compr
                    "orthogonalization_epsilon", "error_feedback_device")
 
 
-def powersgd_config_dict(terms) -> dict:
+def powersgd_config_dict(terms: StudyContract) -> dict:
     """The PowerSGDConfig fields of the contract terms (the dtype field is fixed: FP32 error feedback), as the
     plain JSON `PowerSGDConfig.from_dict` reads (it also reads worker arguments and records, not only contracts)."""
-    p = terms.powersgd
-    return {k: getattr(p, k) for k in POWERSGD_FIELDS}
+    return {k: v for k, v in terms.powersgd.to_json().items() if k in POWERSGD_FIELDS}
 
 
-def engine_config(terms, compile_blocks: str = "auto", pad_id: int = 0):
+def engine_config(terms: StudyContract, compile_blocks: str = "auto", pad_id: int = 0) -> EngineConfig:
     """The contract terms' training section as the engine's typed config: the one translation of a study
     contract. `compile_blocks` is a run option (`kit study arm --compile-blocks`), not a contract field;
     the study's documents are pre-tokenised and padding is never a target, so `pad_id` stays 0."""
@@ -241,14 +359,14 @@ def engine_config(terms, compile_blocks: str = "auto", pad_id: int = 0):
                         compile_blocks=compile_blocks, pad_id=pad_id)
 
 
-def lr_schedule(terms):
+def lr_schedule(terms: StudyContract) -> LrSchedule:
     """The terms' `training.lr_schedule` as kit.train.schedule.lr_factor reads it: "constant" when omitted
     (the field is Omittable in the study's schema), else the string or the typed section."""
     schedule = terms.training.lr_schedule
     return CONSTANT if schedule is None else schedule
 
 
-def optimizer_groups(terms) -> dict:
+def optimizer_groups(terms: StudyContract) -> dict[str, GroupConfig]:
     """The study's one AdamW group ("default") as `kit.train.optim.GroupConfig`."""
     o = terms.training.optimizer
     return {"default": GroupConfig(lr=o.lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps, weight_decay=o.weight_decay)}

@@ -17,7 +17,7 @@ AFTER_WARMUP = ("constant", "cosine")
 
 def lr_factor(schedule, update: int, updates: int) -> float:
     """The multiplier of the peak learning rate at 0-based `update` of `updates`; `schedule` is the contract's
-    typed `training.lr_schedule` (kit.contract.parse: "constant" or a section with attributes)."""
+    typed `training.lr_schedule` (kit.contract.LrSchedule: "constant" or an `LrWarmup`)."""
     if schedule == CONSTANT:
         return 1.0
     warmup, after, floor = schedule.warmup_updates, schedule.after, schedule.floor_ratio
@@ -32,7 +32,7 @@ def lr_factor(schedule, update: int, updates: int) -> float:
 
 def check_schedule(schedule, updates: int, where: str) -> None:
     """Refuse a schedule the structural schema cannot judge: a warm-up as long as the cohort itself. A
-    contract's cross-field rules call it on the parsed `training.lr_schedule` ("constant" or a section)."""
+    contract's cross-field rules call it on the typed `training.lr_schedule` ("constant" or an `LrWarmup`)."""
     if schedule == CONSTANT:
         return
     if schedule.warmup_updates >= updates:

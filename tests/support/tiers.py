@@ -114,6 +114,7 @@ UNIT_FILES = (
     "test_fast_paths_applied.py",
     "test_fetch_over_group.py",
     "test_function_length.py",
+    "test_format_docs_contracts.py",
     "test_fused_paths.py",
     "test_gradient_oracle.py",
     "test_growth.py",
