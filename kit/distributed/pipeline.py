@@ -108,8 +108,8 @@ class EngineConfig:
     graph_capture: str = "off"
     # adam_writes_cache: the AdamW step writes the weight cache's copies in the same compiled pass
     # (kit/train/adam_cache.py), instead of the cache re-reading every master after the step: +2.6% tokens/s
-    # (runs/bench-update-adam-cache-2026-12-06), so "auto"; a GPU run's bits differ with it (inductor's rounding,
-    # not the fused kernel's), the CPU keeps the foreach AdamW and its digests.
+    # (docs/performance.md, "The AdamW step writes the weight cache"), so "auto"; a GPU run's bits differ with
+    # it (inductor's rounding, not the fused kernel's), the CPU keeps the foreach AdamW and its digests.
     adam_writes_cache: str = "auto"
 
     def __post_init__(self):

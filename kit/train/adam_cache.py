@@ -2,7 +2,7 @@
 
 With the weight cache (kit/model/weight_cache.py) an update ends with two passes over every cached weight: the fused
 AdamW kernel reads and writes the FP32 master, then `WeightCache.refresh` reads the master again to write its bf16
-copy (the 3.8 ms `_foreach_copy_` of the one-GPU profile, runs/bench-update-levers-2026-12-05). Here one compiled
+copy (the 3.8 ms `_foreach_copy_` of the one-GPU profile, docs/performance.md). Here one compiled
 function per (group, bucket size) does both: each parameter's new value is computed once, stored into the master and,
 rounded, into its copy, so the second read of 4 bytes a parameter goes.
 
@@ -10,7 +10,7 @@ The decision to know: this is not torch's fused kernel. It computes the same Ada
 the same order: decay, lerp of the first moment, the second moment, sqrt / bias correction + eps, addcdiv) but
 inductor's generated code need not round like `_fused_adamw_`, so with the lever on a GPU run's bits differ from the
 same run with it off: a GPU lever like `compiled_loss`, "auto" (CUDA only: +2.6% tokens/s on one H100,
-runs/bench-update-adam-cache-2026-12-06), never on the CPU by default ("on" runs it anywhere, which the CPU test does).
+docs/performance.md), never on the CPU by default ("on" runs it anywhere, which the CPU test does).
 A skipped step (a non-finite clip: `found_inf`) leaves masters, moments and copies untouched.
 """
 
