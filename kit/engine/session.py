@@ -18,6 +18,7 @@ only for the full root. Commit protocol: the notes in kit/engine/commit.py; form
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -85,7 +86,7 @@ class Session:
             self.committer = self.committer or AsyncCommitter(self.store)
             self.committer.start(self, cursor, self.engine.optimizer.param_states(), rng, self.start.config_bytes)
             return None
-        report = {"ok": True, "error": None}
+        report: dict[str, Any] = {"ok": True, "error": None}
         try:
             report.update(commits.save_commit_objects(self.store, {
                 n: {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in s.items()}
@@ -103,5 +104,7 @@ class Session:
         if self.committer is None or self.committer.inflight is None:
             return None
         self.committer.poll(self, block=True)
-        return self.committer.last["full_root"], self.committer.last["learned_state_root"]
+        last = self.committer.last
+        assert last is not None, "a blocking poll completes the commit in flight"
+        return last["full_root"], last["learned_state_root"]
 

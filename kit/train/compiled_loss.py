@@ -13,9 +13,12 @@ evidence never runs it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-_COMPILED: dict[str, object] = {}  # loss kind -> its compiled chunk function (one per process)
+_COMPILED: dict[str, Callable[..., Any]] = {}  # loss kind -> its compiled chunk function (one per process)
 
 
 def _products(g, xc, w):
@@ -67,7 +70,7 @@ def kl_reverse_chunk(xc, w, rxc, rw, token_w, T, dw):
     return _kl_chunk(xc, w, rxc, rw, token_w, T, dw, reverse=True)
 
 
-CHUNK_FUNCTIONS = {"ce": ce_chunk, "kl_forward": kl_forward_chunk, "kl_reverse": kl_reverse_chunk}
+CHUNK_FUNCTIONS: dict[str, Callable[..., Any]] = {"ce": ce_chunk, "kl_forward": kl_forward_chunk, "kl_reverse": kl_reverse_chunk}
 
 
 def chunk_function(kind: str, compiled: bool = True):

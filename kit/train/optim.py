@@ -13,6 +13,7 @@ import fnmatch
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -117,7 +118,7 @@ class ParamAdamW:
             grad_scale = (1.0 / grad_factor).to(torch.float32)
         elif self.fused and grad_factor < 1.0:
             device = next(iter(self.params.values())).device
-            grad_scale = torch.full((), 1.0 / grad_factor, dtype=torch.float32, device=device)
+            grad_scale = torch.full((), 1.0 / float(grad_factor), dtype=torch.float32, device=device)  # not a tensor here
         buckets: dict[tuple[str, int], list[str]] = {}
         for n in sorted(self.params):
             if self.params[n].grad is None:
@@ -129,8 +130,8 @@ class ParamAdamW:
             torch._foreach_add_([self.device_steps[n] for names in buckets.values() for n in names], 1.0)
         for (group, age), names in sorted(buckets.items()):
             g = self.groups[group]
-            ps = [self.params[n] for n in names]
-            grads = [p.grad for p in ps]
+            ps: list[torch.Tensor] = [self.params[n] for n in names]
+            grads = cast(list[torch.Tensor], [p.grad for p in ps])  # a bucket holds only parameters with a grad
             m = [self.state[n]["exp_avg"] for n in names]
             v = [self.state[n]["exp_avg_sq"] for n in names]
             if self.fused:
