@@ -51,7 +51,7 @@ def device(text: str) -> str:
     return text
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     """An error message on one line (continuation lines joined with '; ')."""
     return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
@@ -61,7 +61,7 @@ class Parser(argparse.ArgumentParser):
     a mistyped `--worker 2` must not run as `--workers 2` (tests/test_no_abbrev.py walks every parser)."""
 
     def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
-        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+        super().__init__(*args, **{**kwargs, "allow_abbrev": allow_abbrev})
 
     def error(self, message: str):
         unknown = self._unknown_options()

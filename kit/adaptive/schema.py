@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from kit.contract import (
     BYTES,
@@ -87,7 +88,7 @@ def training_schema(groups: tuple[str, ...]) -> dict:
         "commit_every": Num(1, integer=True),
     }
 
-SCHEMA = {
+SCHEMA: dict[str, Any] = {
     "kind": OneOf(KIND),
     "version": OneOf(1),
     "scale": OneOf("full", "medium", "tiny"),

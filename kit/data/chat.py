@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # importing transformers' tokenizer classes also imports torc
 OVERFLOW_POLICIES = ("reject", "truncate")
 
 
-def load_tokenizer(seed_dir: str | Path) -> PreTrainedTokenizerBase:
+def load_tokenizer(seed_dir: str | os.PathLike) -> PreTrainedTokenizerBase:
     """Load the seed directory's tokenizer from local files; refuse one without a chat template."""
     seed_dir = Path(seed_dir)
     if not seed_dir.is_dir():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -243,7 +244,7 @@ class StageEngine:
         if cfg.enabled("adam_steps_on_device", self.device):
             optimizer.keep_steps_on_device()
         # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
-        self.grad_reducer = None
+        self.grad_reducer: Callable[[dict[str, torch.nn.Parameter]], None] | None = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
         self.last_grads: dict[str, torch.Tensor] = {}
 

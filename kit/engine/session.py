@@ -18,7 +18,7 @@ only for the full root. Commit protocol: the notes in kit/engine/commit.py; form
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
@@ -74,6 +74,12 @@ class Session:
         # on their way): a non-finite gradient norm then raises on all ranks at this update. A rank that did
         # not read would go on into the next update's collectives and wait there for ranks that stopped.
         return res.resolve() if isinstance(res, PendingUpdateResult) else res
+
+    @overload
+    def commit(self, extra_cursor: dict | None = None, background: Literal[False] = False) -> tuple[str, str]: ...
+
+    @overload
+    def commit(self, extra_cursor: dict | None = None, background: bool = False) -> tuple[str, str] | None: ...
 
     def commit(self, extra_cursor: dict | None = None, background: bool = False) -> tuple[str, str] | None:
         """All workers together; returns (full_root, learned_state_root). With `background`, snapshots the

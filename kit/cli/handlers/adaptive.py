@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from kit.adaptive.compare import compare
 from kit.adaptive.continued import KIND as CONTINUED
@@ -70,7 +71,7 @@ def cmd_select(a) -> int:
 def cmd_gates(a) -> int:
     continued = load_json_strict(a.contract).get("kind") == CONTINUED
     contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
-    out = {"contract_digest": contract.digest, "comparisons": {}}
+    out: dict[str, Any] = {"contract_digest": contract.digest, "comparisons": {}}
     if continued:  # the report says whether the start endpoint's gates passed (exploratory otherwise)
         if not a.prepared:
             raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
