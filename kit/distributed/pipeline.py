@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import cast
 
 import torch

@@ -429,7 +429,7 @@ def spent_usd(study_dir: str | os.PathLike) -> float:
 def open_ref(ref: Ref) -> Start:
     """The engine's start state for a seed or a commit of this host's store."""
     if isinstance(ref, PeerCommitRef):
-        raise ValueError(f"{ref.root}: a study arm starts from a seed or a commit of this host's store, not a peer's")
+        raise TypeError(f"{ref.root}: a study arm starts from a seed or a commit of this host's store, not a peer's")
     return start_from_commit(ref.home, ref.root) if isinstance(ref, CommitRef) else start_from_seed(ref.seed_dir)
 
 
