@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from kit.data.conversations import Conversation, Message
 
@@ -325,6 +325,16 @@ def encode_conversation(
         conversation_digest=conversation.digest,
         truncated=truncated,
     )
+
+
+@overload
+def encode_or_refuse(tokenizer: PreTrainedTokenizerBase, conversation: Conversation, max_tokens: int,
+                     refuse: type[Exception], what: str = "record") -> EncodedExample: ...
+
+
+@overload
+def encode_or_refuse(tokenizer: PreTrainedTokenizerBase, conversation: Conversation, max_tokens: int,
+                     refuse: None = None, what: str = "record") -> EncodedExample | None: ...
 
 
 def encode_or_refuse(
