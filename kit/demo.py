@@ -37,7 +37,7 @@ from kit.adaptive.schema import load_adaptive_contract
 from kit.digest import sha256_file, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
 from kit.evidence.report.page import render_report
-from kit.evidence.run_record import read_run_record
+from kit.evidence.run_record import RunRecord, read_run_record
 from kit.evidence.runner import run_notebook, run_notebooks_at_once
 from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
 
@@ -185,8 +185,9 @@ def _adaptive_steps(out: Path, seed: str, public_source: Path, roots, scale: Sca
     terms = load_adaptive_contract(contract_path).terms
     two, three = terms.migration.from_workers, terms.migration.to_workers
     ad = out / "adaptive"
+    a_from, a_to, b_home, g_home = (shown_path(ad / home) for home in (f"A{two}", f"A{three}", "B", "G"))
     lay = _AdaptiveLayout(scale.name, seed, ad, shown_path(ad / "prepared"), two, three, terms.migration.at_step,
-                          *(shown_path(ad / home) for home in (f"A{two}", f"A{three}", "B", "G")),
+                          a_from, a_to, b_home, g_home,
                           terms.cohorts.B.workers, {} if scale.device == "cpu" else {"DEVICE": scale.device})
     yield Step(f"{lay.run}-adaptive-prepare", "10_adaptive_prepare.ipynb",
                {"CONTRACT": shown_path(contract_path), "SEED_DIR": seed,
@@ -445,7 +446,9 @@ def run_demo(out: Path, progress: bool = True, *, runs_dir: Path = Path("runs"),
     saved = os.environ.get("KIT_PROGRESS")
     bar = _bar(progress and saved != "0", total)
     os.environ["KIT_PROGRESS"] = "0"  # kernels inherit it: no bars in the executed notebooks kept as evidence
-    plan, timing, stopped = [], [], None
+    plan: list[dict] = []
+    timing: list[dict] = []
+    stopped = None
     t0 = time.perf_counter()
     try:
         for chain in step_chains(demo_steps(out, public_source, RecordedRoots(runs_dir), sc, parts, seed_dir)):
@@ -500,7 +503,7 @@ def step_chains(steps: Iterable[Step]) -> Iterator[list[Step]]:
         yield chain
 
 
-def _note_outcomes(outcomes: list[tuple[Step, object]], timing: list[dict], bar, runs_dir: Path):
+def _note_outcomes(outcomes: list[tuple[Step, RunRecord | None]], timing: list[dict], bar, runs_dir: Path):
     """Append each step's timing entry and console line; returns (run id, why) of the first step whose
     failure stops the demo, or None."""
     stopped = None
@@ -518,7 +521,7 @@ def _note_outcomes(outcomes: list[tuple[Step, object]], timing: list[dict], bar,
     return stopped
 
 
-def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) -> list[tuple[Step, object]]:
+def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) -> list[tuple[Step, RunRecord | None]]:
     """Run the steps of a chain that did not complete before, at the same time when there are several
     (each in its own process, kit.evidence.runner.run_notebooks_at_once); [(step, its RunRecord, or None
     when it was reused)] in the chain's order."""

@@ -22,7 +22,7 @@ __all__ = ["NumericProfileError", "apply", "correctly_rounded_sqrt", "describe",
 
 MKL_CBWR_BRANCH = 1  # mkl_service.h: the query for the current branch
 MKL_CBWR_COMPATIBLE = 3
-_MKL_BRANCH_NAMES = {0: "off", 1: "branch off", 2: "auto", 3: "compatible", 4: "sse2", 9: "avx2"}
+_MKL_BRANCH_NAMES: dict[int | None, str] = {0: "off", 1: "branch off", 2: "auto", 3: "compatible", 4: "sse2", 9: "avx2"}
 
 
 _applied: dict | None = None
@@ -68,7 +68,7 @@ def apply(device=None, deterministic_gpu: bool = False, threads: int = 1) -> dic
     import torch  # noqa: PLC0415 - torch loads after set_environment() (module docstring)
 
     torch.set_num_threads(threads)
-    torch.backends.mkldnn.enabled = False
+    torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # torch's stubs type the flag as its descriptor
     mkl = _mkl()
     branch = None
     if mkl is not None:

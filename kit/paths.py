@@ -18,7 +18,7 @@ def inside(folder: str | os.PathLike, name: object, source: str) -> Path:
     regular file inside `folder`; a missing file passes (its reader says it is missing)."""
     folder = Path(folder)
     parts = PurePosixPath(name).parts if isinstance(name, str) else ()
-    if not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name or "\0" in name:
+    if not isinstance(name, str) or not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name or "\0" in name:
         raise ValueError(f"{source} = {name!r}: expected a relative file name inside {folder} (no '..', "
                          "not absolute)")
     path = folder / name

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from typing import Any
 
 from kit.model.config import LlamaShape
 
@@ -175,7 +176,7 @@ class MemoryModel:
 # mid-block residual's norm input) and 3 intermediate-sized ones (gate, up, SiLU(gate)*up) in bf16;
 # per microbatch the bf16 casts of the block's seven matmul weights. The compiled graph recomputes
 # nothing of the weights, and no FP32 compute copy of the masters exists (compute_copy_bytes 0).
-GPU_BF16 = {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2, "act_mlp_coeff": 3.0,
+GPU_BF16: dict[str, Any] = {"compute_copy_bytes": 0, "reference_bytes": 2, "activation_bytes": 2, "act_mlp_coeff": 3.0,
             "saved_weight_bytes": 2}
 
 
@@ -313,7 +314,7 @@ def _min_sum_smallest_cuts(costs: list[list], caps: list[int], n_layers: int) ->
     n_workers = len(caps)
     inf = None
     # best[w][i]: minimal cost for workers w.. covering blocks [i, n_layers); None when impossible
-    best = [[inf] * (n_layers + 1) for _ in range(n_workers + 1)]
+    best: list[list[Fraction | None]] = [[inf] * (n_layers + 1) for _ in range(n_workers + 1)]
     best[n_workers][n_layers] = Fraction(0)
     for w in range(n_workers - 1, -1, -1):
         for i in range(n_layers):
@@ -339,7 +340,7 @@ def _min_sum_smallest_cuts(costs: list[list], caps: list[int], n_layers: int) ->
 
 def plan(
     shape: LlamaShape,
-    workers: list[WorkerCapacity],
+    workers: list[WorkerCapacity] | tuple[WorkerCapacity, ...],
     mb: MicrobatchShape,
     model: MemoryModel,
     embedding_owner: int = 0,

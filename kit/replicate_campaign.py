@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from kit.demo import demo_ledger
 from kit.digest import load_json_strict, write_canonical_json
@@ -142,7 +143,7 @@ def _units(m: dict, arms: list[str], study: list[int], growth: list[int], finals
 def _pack(units: list[dict], m: dict, session_s: float, finals: bool) -> list[dict]:
     fixed = _add(_add(m["machine_start"], m["seed_rebuild"]), m["prepare_both_jobs"])
     blocks: list[dict] = []
-    cur = None
+    cur: dict[str, Any] | None = None
     for u in units:
         a_end = m["cohort_a_endpoint"] if u["kind"] == "growth" and (cur is None or not cur["growth"]) else [0, 0]
         if cur is None or cur["seconds"][1] + a_end[1] + u["seconds"][1] > session_s:
@@ -296,7 +297,7 @@ def run_block(design_path: Path, number: int, out: Path, seed: Path, runs_dir: P
     cmds = part_commands(design_path, design, block, Path(out), Path(seed), Path(runs_dir), scale or design["scale"],
                          fixed, scores_dir)
     print(render(design, [block]), flush=True)
-    record = {"block": block, "fixed": fixed, "steps": []}
+    record: dict[str, Any] = {"block": block, "fixed": fixed, "steps": []}
 
     def subprocess_execute(changes: dict, argv: list[str]) -> int:
         env = {k: v for k, v in os.environ.items() if k not in changes or changes[k] is not None}

@@ -55,12 +55,13 @@ def reorder_steps(steps: Sequence[Sequence], contract_seed: int, replicate: int,
     for step in steps:
         for entry in step:
             pools.setdefault(role_of(entry), []).append(entry)
-    ranked = {role: iter(sorted(pool, key=lambda e, r=role: sha256_json([seed, "role", r, key(e)])))
+    # sorted() calls each key function before the next iteration, so the lambdas read this iteration's values
+    ranked = {role: iter(sorted(pool, key=lambda e: sha256_json([seed, "role", role, key(e)])))
               for role, pool in pools.items()}
     out = []
     for k, step in enumerate(steps, start=1):
         dealt = [next(ranked[role_of(entry)]) for entry in step]  # the committed step's roles, one each
-        out.append(sorted(dealt, key=lambda e, k=k: sha256_json([seed, "update", k, role_of(e), key(e)])))
+        out.append(sorted(dealt, key=lambda e: sha256_json([seed, "update", k, role_of(e), key(e)])))
     return out
 
 

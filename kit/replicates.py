@@ -271,7 +271,9 @@ def run_part(part: str, out: Path, seed: Path, runs_dir: Path, scale: str = "med
 def _run_steps(part: str, out: Path, seed: Path, runs_dir: Path, scale: str, replicates, public_source,
                plan_file, arms, run_prefix, fixed, train_only) -> int:
     notebooks = repository_root() / "notebooks"
-    plan, timing, stopped = [], [], None
+    plan: list[dict] = []
+    timing: list[dict] = []
+    stopped = None
 
     class _Quiet:
         def write(self, line):
@@ -319,6 +321,7 @@ def _final_home(lay: _Layout, run_id: str) -> Path:
     if study:
         return arm_dir(lay.study, study.group(1), int(study.group(2))) / "home"
     pair = re.search(r"adaptive-B-(control|growth)-r(\d+)$", run_id)
+    assert pair is not None, f"{run_id}: a replicate run id names a study arm or a cohort B pair"
     return lay.ad / f"{'B' if pair.group(1) == 'control' else 'G'}-r{pair.group(2)}"
 
 

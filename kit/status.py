@@ -63,7 +63,8 @@ def _lines(path: Path) -> int:
 
 
 def attempt_summary(folder: Path, now: float) -> dict:
-    rec = _read(folder / "attempt.json") or {}
+    found = _read(folder / "attempt.json")
+    rec = found if isinstance(found, dict) else {}  # an attempt record is an object
     status, error = rec.get("status", "unknown"), rec.get("error")
     started, ended = rec.get("started_at"), rec.get("ended_at")
     out = {"attempt": rec.get("attempt", folder.name), "path": str(folder), "status": status,
@@ -127,6 +128,13 @@ def run_summary(run_dir: Path) -> dict:
             "last_update": last}
 
 
+def _elapsed(started: object, ended: object) -> float | None:
+    """Seconds from `started` to `ended` (one decimal) where both are recorded numbers, else None."""
+    if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
+        return round(ended - started, 1)
+    return None
+
+
 def arm_summary(arm_dir: Path, now: float) -> dict:
     """A study arm (STUDY/arms/<arm>): its last record (`arm.json`), the store in `home/` (HEAD, commits),
     every attempt record (`attempts/NNN.json`) and, while an attempt has no record yet (it trains, or it
@@ -134,7 +142,7 @@ def arm_summary(arm_dir: Path, now: float) -> dict:
     rec = _read(arm_dir / "arm.json")
     rec = rec if isinstance(rec, dict) else {}
     started, ended = rec.get("started_at"), rec.get("ended_at")
-    elapsed = round(ended - started, 1) if all(isinstance(x, (int, float)) for x in (started, ended)) else None
+    elapsed = _elapsed(started, ended)
     home = home_summary(arm_dir / "home", now) if is_home(arm_dir / "home") else None
     attempts = []
     for path in sorted((arm_dir / "attempts").glob("*.json")):
@@ -144,8 +152,7 @@ def arm_summary(arm_dir: Path, now: float) -> dict:
             attempts.append({"attempt": path.stem, "status": a.get("status"), "reason": a.get("reason"),
                              "until": a.get("until"), "resume": a.get("resume_root"),
                              "commits": len(a.get("commits") or []),
-                             "elapsed_s": round(a_end - a_start, 1) if all(isinstance(x, (int, float))
-                                                                           for x in (a_start, a_end)) else None})
+                             "elapsed_s": _elapsed(a_start, a_end)})
     out = {"kind": "arm", "path": str(arm_dir), "arm": rec.get("arm", arm_dir.name), "status": rec.get("status"),
            "reason": rec.get("reason"), "elapsed_s": elapsed, "head": home and home["head"],
            "head_cursor": home and home["head_cursor"], "commits": home["commits"] if home else 0,
@@ -172,12 +179,13 @@ def _unrecorded(run_dir: Path, now: float) -> dict:
     report = run_dir / "status-0.json"
     state = _read(report)
     state = state if isinstance(state, dict) else {}
-    shown = state.get("shown") if isinstance(state.get("shown"), dict) else {}
+    shown = found if isinstance(found := state.get("shown"), dict) else {}
     until = args.get("until") if isinstance(args, dict) else None
     last = None
     if isinstance(shown.get("loss"), (int, float)):
         done, total = shown.get("done"), shown.get("total")
-        update = until - total + done if all(isinstance(x, int) for x in (until, total, done)) else None
+        update = (until - total + done if isinstance(until, int) and isinstance(total, int) and isinstance(done, int)
+                  else None)
         last = {"update": update, "loss": shown["loss"], "ce_per_token": shown.get("ce"),
                 "tokens_per_s": shown.get("tokens_per_s")}
     try:
@@ -306,8 +314,8 @@ def render(report: dict) -> str:
         elif e["kind"] == "arm":
             reason = f": {e['reason']}" if e.get("reason") else ""
             lines.append(f"arm {e['arm']}  {e['status']}{reason}  {_secs(e['elapsed_s'])}  ({e['path']})")
-            step = (e.get("head_cursor") or {}).get("step")
-            lines += [f"  HEAD {e['head'] or 'none (no commit yet)'}" + (f" (step {step})" if step is not None else ""),
+            head_step = (e.get("head_cursor") or {}).get("step")
+            lines += [f"  HEAD {e['head'] or 'none (no commit yet)'}" + (f" (step {head_step})" if head_step is not None else ""),
                       f"  commits {e['commits']}", f"  attempts {len(e['attempts'])}"]
             lines += [f"    {a['attempt']}  {a['status']}" + (f": {a['reason']}" if a.get("reason") else "")
                       + f"  {a['commits']} commit(s), {_secs(a['elapsed_s'])}" for a in e["attempts"]]

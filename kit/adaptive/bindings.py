@@ -183,6 +183,7 @@ def check_bindings(prepared: Path, pj: dict, terms: JobTerms, seed_dir: str, hom
     fresh home for a new cohort."""
     check_seed(prepared, pj, seed_dir)
     if cohort == "B":
+        assert reference is not None and resume is not None, "check_cohort refuses cohort B without both"
         check_reference(prepared, pj, terms, reference, resume, reference_home or source_home or home,
                         source_home or home)
     if cohort == "C":  # continued learning: the prepared job names its start endpoint

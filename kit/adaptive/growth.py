@@ -21,6 +21,7 @@ def grow_commit(home: str, root: str, add: int, copy_from: int, group: str, layo
     unless a layout is given. Returns the new full root."""
     start = start_from_commit(home, root)
     m = start.manifest
+    assert m is not None, "a start from a commit carries its manifest"
     store = ObjectStore(home)
     zero_cache: dict[tuple, str] = {}
 

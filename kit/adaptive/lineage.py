@@ -67,7 +67,7 @@ def _read_checked(path: Path, entry: dict, where: Path) -> str:
     return data.decode()
 
 
-def lineage_logs(home: str | os.PathLike) -> Iterator[tuple[str, str, Path]]:
+def lineage_logs(home: str | os.PathLike) -> Iterator[tuple[str, str, str]]:
     """(attempt, log name, text) of every update log a home holds or references, in the order a sorted glob
     of `attempts/*/*updates.jsonl` gave when inherited logs were copies: attempts by name, and inside an
     attempt the logs by name (an inherited one is named `inherited-<its attempt>-<its name>`)."""
@@ -75,7 +75,7 @@ def lineage_logs(home: str | os.PathLike) -> Iterator[tuple[str, str, Path]]:
     if not attempts.is_dir():
         return
     for attempt_dir in sorted(p for p in attempts.iterdir() if p.is_dir() and not p.is_symlink()):
-        items: list[tuple[str, object]] = [(name, path) for name, path in _own_logs(attempt_dir)]
+        items: list[tuple[str, Path | tuple[Path, dict]]] = [(name, path) for name, path in _own_logs(attempt_dir)]
         items += [(name, (path, entry)) for name, path, entry in _referenced(attempt_dir)]
         for name, what in sorted(items, key=lambda x: x[0]):
             if isinstance(what, Path):
@@ -96,7 +96,7 @@ def _sources(source_home: Path) -> list[dict]:
     """The logs a new attempt inherits from `source_home`: its own logs and, transitively, the ones it
     references, each resolved to the home that holds the bytes."""
     attempts = source_home / "attempts"
-    out = []
+    out: list[dict] = []
     if not attempts.is_dir():
         return out
     for attempt_dir in sorted(p for p in attempts.iterdir() if p.is_dir() and not p.is_symlink()):

@@ -43,7 +43,7 @@ def planned_layout(prepared: Path, layers: int, workers: int):
     return None
 
 
-def _layout_manifest(terms: AdaptiveContract, shape: LlamaShape, names: dict[str, int], workers: int, grown: bool) -> dict:
+def _layout_manifest(terms: AdaptiveContract, shape: LlamaShape, names: dict[str, int | None], workers: int, grown: bool) -> dict:
     """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
     tr = terms.training
     docs = max(terms.cohorts.A.documents_per_update, terms.cohorts.B.documents_per_update)

@@ -47,7 +47,7 @@ from kit.evidence.ledger import (
     tasks_excluding,
 )
 from kit.inventory import check_shapes, inventory, inventory_digest, parameter_digest
-from kit.model.config import load_config
+from kit.model.config import LlamaShape, load_config
 from kit.provenance import input_commitments
 from kit.publish import publish_dir
 
@@ -118,7 +118,8 @@ class _Fits:
 
 def _take(candidates, count: int, fits: _Fits, used: set[str], role: str, source: str) -> tuple[list, dict]:
     """The first `count` candidates that fit and whose content is not used yet; counts what was skipped."""
-    taken, skipped = [], {"over_max_tokens": 0, "content_used": 0}
+    taken: list[Conversation] = []
+    skipped = {"over_max_tokens": 0, "content_used": 0}
     for conv in candidates:
         if len(taken) == count:
             break
@@ -148,7 +149,7 @@ def _check_pinned(path: Path, expected: str | None, field: str) -> str:
     return actual
 
 
-def _seed_identity(terms: AdaptiveContract, seed_dir: Path) -> tuple[dict, object, dict]:
+def _seed_identity(terms: AdaptiveContract, seed_dir: Path) -> tuple[dict, LlamaShape, dict]:
     """Header-only inventory and streamed parameter digest; refuses a seed the contract does not name."""
     pinned = terms.seed.parameter_digest
     digest = parameter_digest(seed_dir)  # hashes each tensor's byte range; nothing is materialised
@@ -303,7 +304,10 @@ def _role_summary(convs: list[Conversation], sha: str, role: str) -> dict:
 def _conversation_roles(terms: AdaptiveContract, pool: list[Conversation], dev_path: Path | None, replay_path: Path,
                         fits: _Fits) -> tuple[dict[str, list[Conversation]], dict]:
     """A.replay and dev.retention: disjoint in content; dev.retention from its file, else from the pool."""
-    sel, used, skipped, out = terms.data_seeds.selection, set(), {}, {}
+    sel = terms.data_seeds.selection
+    used: set[str] = set()
+    skipped: dict[str, dict] = {}
+    out: dict[str, list[Conversation]] = {}
     n_dev, n_replay = terms.evaluation.dev.retention, terms.cohorts.A.totals.replay_conv
     if dev_path:  # the given exposed records first, in file order; replay then avoids their content
         out["dev.retention"], skipped["dev.retention"] = _take(read_jsonl(dev_path), n_dev, fits, used,

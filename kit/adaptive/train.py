@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -125,6 +126,7 @@ class CohortRequest:
         """What the KL term compares against: the seed for cohort A, else the committed `reference`."""
         if self.cohort == "A":
             return SeedRef(self.seed_dir)
+        assert self.reference is not None, "check_cohort refuses cohorts B and C without --reference"
         return CommitRef(self.reference_home or self.source_home or self.home, self.reference)
 
 
@@ -196,7 +198,7 @@ def _start_cohort_step(terms: JobTerms, cohort: str, manifest: dict | None) -> i
     """The cohort step training resumes at: 0 for the first update of cohort B (or C), which must start
     from the committed endpoint of the cohort before it; else the start commit's own cohort step."""
     order = terms.cohort_order
-    cursor = dict(manifest["learned_state"]["cursor"]) if manifest else {"step": 0}
+    cursor: dict[str, Any] = dict(manifest["learned_state"]["cursor"]) if manifest else {"step": 0}
     cohort_idx = order.index(cohort)
     if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
         if cursor.get("cohort", 0) + 1 != cohort_idx or cursor.get("cohort_step", cursor["step"]) != \
@@ -335,6 +337,7 @@ def worker_args(request: CohortRequest, start: Ref, reference: Ref, layers: int,
 def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
     """The student's depth: commit `root`'s in `home` (a grown commit is deeper than the seed), else the seed's."""
     if root:
+        assert home is not None, "a commit is read from its store"
         return start_from_commit(home, root).shape.num_hidden_layers
 
     return load_config(seed_dir).num_hidden_layers
@@ -407,6 +410,7 @@ def train(request: CohortRequest) -> list[dict]:
                 check_a_trained(r.reference_home or r.source_home or r.home, prepared_p, terms.endpoints["A"])
             start = r.start()
             if r.grow:  # the grown commit is whole in `home`: nothing to migrate
+                assert r.resume is not None, "--grow is a later cohort's, which check_cohort refuses without --resume"
                 start = CommitRef(r.home, grow_into(r.home, r.source_home, r.resume, terms))
             layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
                 student_layers(r.seed_dir, None, None)

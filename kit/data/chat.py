@@ -22,11 +22,12 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from kit.data.conversations import Conversation, Message
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # importing transformers' tokenizer classes also imports torc
 OVERFLOW_POLICIES = ("reject", "truncate")
 
 
-def load_tokenizer(seed_dir: str | Path) -> PreTrainedTokenizerBase:
+def load_tokenizer(seed_dir: str | os.PathLike) -> PreTrainedTokenizerBase:
     """Load the seed directory's tokenizer from local files; refuse one without a chat template."""
     seed_dir = Path(seed_dir)
     if not seed_dir.is_dir():
@@ -324,6 +325,16 @@ def encode_conversation(
         conversation_digest=conversation.digest,
         truncated=truncated,
     )
+
+
+@overload
+def encode_or_refuse(tokenizer: PreTrainedTokenizerBase, conversation: Conversation, max_tokens: int,
+                     refuse: type[Exception], what: str = "record") -> EncodedExample: ...
+
+
+@overload
+def encode_or_refuse(tokenizer: PreTrainedTokenizerBase, conversation: Conversation, max_tokens: int,
+                     refuse: None = None, what: str = "record") -> EncodedExample | None: ...
 
 
 def encode_or_refuse(

@@ -55,7 +55,9 @@ def documents_from_deb(deb_path: str | Path) -> list[dict]:
         for member in tar.getmembers():
             path = member.name.removeprefix("./")
             if member.isfile() and path.startswith(SOURCES_PREFIX) and path.endswith(".rst.txt"):
-                text = tar.extractfile(member).read().decode("utf-8")
+                data = tar.extractfile(member)
+                assert data is not None, "a regular file member (isfile above) has data"
+                text = data.read().decode("utf-8")
                 docs.append({"path": path[len(SOURCES_PREFIX):], "text": text})
     if not docs:
         raise ValueError(f"{deb_path}: no {SOURCES_PREFIX}*.rst.txt files")

@@ -45,7 +45,9 @@ class DenseSumReducer:
         self.world, self.traffic, self.bucket_bytes = world, traffic, int(bucket_bytes)
 
     def _buckets(self, names: list[str], grads: list[torch.Tensor]) -> list[list[int]]:
-        buckets, current, size = [], [], 0
+        buckets: list[list[int]] = []
+        current: list[int] = []
+        size = 0
         for i, g in enumerate(grads):
             nbytes = g.numel() * FP32_BYTES
             if current and size + nbytes > self.bucket_bytes:

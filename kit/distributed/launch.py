@@ -62,7 +62,8 @@ def error_kind(e: BaseException) -> str:
     refusal caused by a runtime failure (a moved HEAD or an OSError, wrapped by the commit's thread)."""
     if not isinstance(e, ValueError):
         return "runtime"
-    seen, cause = 0, e
+    seen = 0
+    cause: BaseException | None = e
     while cause is not None and seen < 16:
         if isinstance(cause, OSError) or {c.__name__ for c in type(cause).__mro__} & set(RUNTIME_ERRORS) \
                 or any(f"{name}:" in str(cause) for name in RUNTIME_ERRORS) or "[Errno " in str(cause):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -248,10 +250,10 @@ class StageEngine:
             optimizer.keep_steps_on_device()
         # The optimizer writes the cache's copies: the cache's own refresh after the step is then left out.
         self.adam_writes_cache = self.weight_cache is not None and cfg.enabled("adam_writes_cache", self.device)
-        if self.adam_writes_cache:
+        if self.adam_writes_cache and self.weight_cache is not None:
             optimizer.write_copies(self.weight_cache.copies_of(optimizer.params))
         # Data-parallel replicas (the gradient study) reduce gradients here, before clipping.
-        self.grad_reducer = None
+        self.grad_reducer: Callable[[dict[str, torch.nn.Parameter]], None] | None = None
         self.capture_grads = False  # tests compare pre-clipping gradients with the oracle's
         self.last_grads: dict[str, torch.Tensor] = {}
 
@@ -265,7 +267,8 @@ class StageEngine:
         return self.fast_paths.engaged() if self.fast_paths is not None else contextlib.nullcontext()
 
     # --- the update -------------------------------------------------------------------------
-    def update(self, records: list[TrainRecord], total_targets: int | None = None) -> UpdateResult:
+    def update(self, records: list[TrainRecord], total_targets: int | None = None
+               ) -> UpdateResult | PendingUpdateResult:
         """One update over `records`. With data parallelism (the gradient study) each replica passes
         its share of the global batch and `total_targets`, the global batch's target count, so the
         objective keeps the global normalisation; `grad_reducer` then sums gradients across replicas."""
@@ -310,7 +313,7 @@ class StageEngine:
         that every block and microbatch of the next update reads."""
         self.optimizer.step(grad_factor=factor, found_inf=found_inf)
         self.optimizer.zero_grad()
-        if self.adam_writes_cache:
+        if self.adam_writes_cache and self.weight_cache is not None:
             self.weight_cache.mark_fresh()  # a parameter without a gradient kept its value, and so its copy
         elif self.weight_cache is not None:
             self.weight_cache.refresh()
@@ -388,6 +391,7 @@ class StageEngine:
                 h_in = (emb, h)
                 th = None
                 if R:
+                    assert self.reference is not None, "update refuses replay records without a reference"
                     with torch.no_grad():
                         th = self.reference.embed(mb.replay_ids)
             else:
@@ -397,6 +401,7 @@ class StageEngine:
             cos, sin = self.student.rope_tables(T, self.device, act)
             h_out = self.student.run_blocks(h.to(act), cos, sin)
             if R:
+                assert self.reference is not None and th is not None, "replay records: the reference's input"
                 with torch.no_grad():  # the reference is already in the compute dtype: no copy to keep
                     th = self.reference.run_blocks(th.to(act), cos, sin)
         return h_in, h_out, th
@@ -436,6 +441,7 @@ class StageEngine:
                                    weight_low=low, compiled=self.compiled_loss)
             kl = torch.zeros((), device=self.device)
             if mb.num_replay:
+                assert self.reference is not None, "update refuses replay records without a reference"
                 t = mb.replay
                 with torch.no_grad():
                     txr = self.reference.final_norm(thf)[t.local, t.pos]
@@ -463,7 +469,8 @@ class StageEngine:
         # canonical order (each tensor's norm depends on it alone, so the order only fixes the buffer's layout)
         names = sorted((n_ for n_ in self.params if self.params[n_].grad is not None), key=self.index.__getitem__)
         if names:
-            local = squared_norms([self.params[n_].grad for n_ in names], self.foreach_norm)
+            # `names` holds only parameters with a gradient
+            local = squared_norms(cast(list[torch.Tensor], [self.params[n_].grad for n_ in names]), self.foreach_norm)
             buf[self._canonical_index(names)] = local
         buf[n:] = parts
         # each squared norm is non-zero on exactly one rank and the loss sums only on rank 0: the sum is exact

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kit.digest import canonical_json, loads_strict
 from kit.engine.commit_transfer import adopt_shard, gather_objects
@@ -83,9 +84,10 @@ class Commit:
         outcome, the other stores adopt their shards, and the session's parent becomes the new root.
         Returns (full_root, manifest); CommitError on every rank when rank 0 could not commit."""
         s = self.session
-        outcome = {"ok": True, "root": None, "error": None, "manifest": None}
+        outcome: dict[str, Any] = {"ok": True, "root": None, "error": None, "manifest": None}
         try:
             if s.group.rank == 0:
+                assert install is not None, "rank 0 always installs (agree_on_objects)"
                 outcome["root"] = install()
                 outcome["manifest"] = commits.read_commit(s.home, outcome["root"])
         except Exception as e:  # noqa: BLE001 -- OSError too (rank 0's disk): the others wait in the all-gather
@@ -95,6 +97,7 @@ class Commit:
             how = " (background)" if self.background else ""
             raise commits.CommitError(f"rank 0 could not commit step {self.step}{how}: {result['error']}")
         manifest = result["manifest"]  # rank 0's: another rank's store may not hold it yet
+        assert self.transfer is not None, "agree_on_objects, which every rank ran first, set it"
         adopt_shard(s.group, s.home, manifest, s.parent, self.written)
         s.transfers.append({"step": self.step, "full_root": result["root"], **self.transfer})
         s.parent = result["root"]
@@ -163,14 +166,15 @@ class AsyncCommitter:
 
     def _advance(self) -> None:
         f = self.inflight
+        assert f is not None, "poll advances only a commit in flight"
         if f.stage == "objects":
-            report = {"ok": True, "error": None, "entries": None, "rng": None, "config": None}
+            report: dict[str, Any] = {"ok": True, "error": None, "entries": None, "rng": None, "config": None}
             try:
                 report.update(f.job.result())
             except Exception as e:  # noqa: BLE001 -- every rank learns it from the all-gather below
                 report = {"ok": False, "error": f"{type(e).__name__}: {e}", "entries": None, "rng": None,
                           "config": None}
-            f.timings["objects_s"] = round(f.job.finished - f.job.started, 4)
+            f.timings["objects_s"] = round(f.job.seconds(), 4)
             try:
                 install = f.commit.agree_on_objects(report)
             except commits.CommitError:
@@ -179,7 +183,7 @@ class AsyncCommitter:
             f.job = Background(install, f"kit-install-{f.step}") if install is not None else finished_job()
             f.stage = "install"
             return
-        f.timings["install_s"] = round(f.job.finished - f.job.started, 4)
+        f.timings["install_s"] = round(f.job.seconds(), 4)
         self.inflight = None
         root, manifest = f.commit.agree_on_root(f.job.result)
         self.last = {"step": f.step, "full_root": root, "learned_state_root": manifest["learned_state_root"],

@@ -18,6 +18,7 @@ of a pair always meets the k-th receive.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
@@ -33,8 +34,8 @@ def gather_objects(group: Group, store: ObjectStore, written: list[str]) -> dict
     "received_objects", "seconds", "errors"} (errors only on rank 0; they name the object and the
     sending host). Every rank calls it together."""
     t0 = time.time()
-    out = {"rank": group.rank, "host": host_name(), "sent_bytes": 0, "sent_objects": 0, "received_bytes": 0,
-           "received_objects": 0, "seconds": 0.0, "errors": []}
+    out: dict[str, Any] = {"rank": group.rank, "host": host_name(), "sent_bytes": 0, "sent_objects": 0,
+                           "received_bytes": 0, "received_objects": 0, "seconds": 0.0, "errors": []}
     if not group.distributed:
         return out
     me = {"rank": group.rank, "host": out["host"], "written": list(dict.fromkeys(written))}

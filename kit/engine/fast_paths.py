@@ -60,6 +60,8 @@ class _WeightCopyLinear(nn.Linear):
 
 
 class _FusedMLP(MLP):
+    _paths: FastPaths
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self._paths.active:
             return super().forward(x)
@@ -69,6 +71,8 @@ class _FusedMLP(MLP):
 class _FusedBlock(Block):
     """The norms written with their residual add (the same values as the modules' up to bf16 rounding:
     tests/test_fused_paths.py derives the bounds)."""
+
+    _paths: FastPaths
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if not self._paths.active:
@@ -82,8 +86,8 @@ def _swap(module: nn.Module, cls: type, paths: FastPaths, **attrs) -> None:
     if type(module) not in (cls, cls.__mro__[1]):
         raise TypeError(f"{type(module).__name__} cannot take the fast path {cls.__name__}")
     module.__class__ = cls
-    module._paths = paths  # a plain attribute: not a submodule, parameter or buffer, so no name changes
-    for k, v in attrs.items():
+    # plain attributes: not a submodule, parameter or buffer, so no name changes
+    for k, v in {"_paths": paths, **attrs}.items():
         setattr(module, k, v)
 
 
@@ -105,7 +109,7 @@ def apply_fast_paths(student: LlamaCausalLM, reference: LlamaCausalLM | None, cf
         for model in (student, reference):
             for block in (model.model.layers.values() if model is not None else ()):
                 _swap(block, _FusedBlock, paths)
-                _swap(block.mlp, _FusedMLP, paths)
+                _swap(block.get_submodule("mlp"), _FusedMLP, paths)
     if cfg.compile_blocks == "auto" and device.type == "cuda":
         paths.graph_capture = cfg.enabled("graph_capture", device)
         options = {"mode": "reduce-overhead"} if paths.graph_capture else {}
@@ -113,9 +117,9 @@ def apply_fast_paths(student: LlamaCausalLM, reference: LlamaCausalLM | None, cf
             # the copies are rewritten in place, so a graph may keep their addresses instead of copying
             # every weight into its own input buffer at each replay
             wc = paths.weight_cache
-            for low in [t for e in wc.blocks.values() for part in e.values() for t in part.values()] + [wc.head]:
-                if low is not None:
-                    torch._dynamo.mark_static_address(low)
+            for copy in [t for e in wc.blocks.values() for part in e.values() for t in part.values()] + [wc.head]:
+                if copy is not None:
+                    torch._dynamo.mark_static_address(copy)
         compile_blocks(student, **options)
         if reference is not None:
             compile_blocks(reference, **options)

@@ -22,6 +22,7 @@ import hashlib
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -41,7 +42,13 @@ def host_name() -> str:
 
 
 def holds_commit(source_home: str | None, root: str) -> bool:
-    return bool(source_home) and (commits.commits_dir(Path(source_home)) / f"{root}.json").is_file()
+    return bool(source_home and (commits.commits_dir(Path(source_home)) / f"{root}.json").is_file())
+
+
+def holder_home(source_home: str | None) -> str:
+    """The holder's store: the holder is a rank whose holds_commit was true, which a None home never is."""
+    assert source_home is not None, "only the holder of the commit reads its source store"
+    return source_home
 
 
 def _dev(group: Group):
@@ -58,7 +65,7 @@ def share_commit(group: Group, source_home: str | None, root: str) -> tuple[dict
         raise FetchError(f"no rank holds commit {root}: " + ", ".join(f"rank {p['rank']} ({p['host']})"
                                                                      for p in peers))
     holder = holders[0]
-    payload = canonical_json(commits.read_commit(source_home, root)) if group.rank == holder else b""
+    payload = canonical_json(commits.read_commit(holder_home(source_home), root)) if group.rank == holder else b""
     manifest = loads_strict(group.allgather_bytes(payload)[holder], "manifest")
     commits.validate_manifest(manifest, f"manifest of {root} from rank {holder} ({peers[holder]['host']})")
     if manifest["full_root"] != root:
@@ -81,10 +88,10 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
             except ValueError:  # missing (StoreError) or damaged (ObjectCorrupt): fetched again
                 pass
         mine.append(d)
-    out = {"received": 0, "sent": 0, "objects": [], "errors": []}
+    out: dict[str, Any] = {"received": 0, "sent": 0, "objects": [], "errors": []}
     if group.rank == holder and mine:  # the holder's own needs: a local verified copy
         try:
-            out["received"] += fetch_objects(ObjectStore(source_home), dest, mine)
+            out["received"] += fetch_objects(ObjectStore(holder_home(source_home)), dest, mine)
             out["objects"] += mine
         except (ValueError, OSError) as e:  # StoreError, ObjectCorrupt (a DigestMismatch): recorded, not raised,
             # so every rank still reaches the report and learns it
@@ -94,7 +101,7 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
     asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
     holder_host = peers[holder]["host"]
     if group.rank == holder:
-        src = ObjectStore(source_home)
+        src = ObjectStore(holder_home(source_home))
         for r, ask in enumerate(asks):
             if r == holder:
                 continue

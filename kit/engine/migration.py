@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from typing import Any
 
 import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
-from kit.engine.fetch import fetch_over_group, holds_commit, host_name, share_commit
+from kit.engine.fetch import fetch_over_group, holder_home, holds_commit, host_name, share_commit
 from kit.model.config import parse_config
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage
@@ -53,7 +54,7 @@ def migrate(group: Group, source_home: str, home: str, root: str, layout: Layout
     layout.validate(shape.num_hidden_layers)
     with torch.device("meta"):
         names = {n for n, _ in build_stage(shape, layout, group.rank).named_parameters()}
-    status = {"rank": group.rank, "ok": True, "bytes": 0, "error": None}
+    status: dict[str, Any] = {"rank": group.rank, "ok": True, "bytes": 0, "error": None}
     try:
         status["bytes"] = fetch_objects(ObjectStore(source_home), ObjectStore(home),
                                         assigned_objects(manifest, names, group.rank))
@@ -66,7 +67,7 @@ def migrate(group: Group, source_home: str, home: str, root: str, layout: Layout
     if failed:
         raise MigrationError("migration preparation incomplete, HEAD unchanged: "
                              + "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed))
-    adopted = {"ok": True, "error": None}
+    adopted: dict[str, Any] = {"ok": True, "error": None}
     if group.rank == 0 and commits.read_head(home) != root:
         try:
             commits.adopt_commit(home, manifest, expected_head=commits.read_head(home))
@@ -100,7 +101,7 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
     wanted = list(dict.fromkeys([manifest["layout"]["model_config"], *wanted, *own_rng]))
     got = fetch_over_group(group, source_home, home, holder, peers, wanted)
     _all_fetched(group, got, "migration preparation incomplete, HEAD unchanged")
-    adopted = {"rank": group.rank, "ok": True, "error": None}
+    adopted: dict[str, Any] = {"rank": group.rank, "ok": True, "error": None}
     if commits.read_head(home) != root:
         try:
             commits.adopt_commit(home, manifest, expected_head=commits.read_head(home), shard=set(wanted))
@@ -117,7 +118,7 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
 def _shared_config(group: Group, source_home: str | None, manifest: dict, holder: int, peers: list[dict]):
     """The commit's model config on every rank, sent by the holder and checked against its digest."""
     digest = manifest["layout"]["model_config"]
-    config = ObjectStore(source_home).get_bytes(digest) if group.rank == holder else b""
+    config = ObjectStore(holder_home(source_home)).get_bytes(digest) if group.rank == holder else b""
     config = group.allgather_bytes(config)[holder]
     if hashlib.sha256(config).hexdigest() != digest:
         raise MigrationError(f"model config object {digest} from rank {holder} ({peers[holder]['host']}): wrong "

@@ -17,7 +17,8 @@ from kit.store.params import load_parameters
 from kit.store.start import start_from_commit, start_from_manifest, start_from_seed
 
 
-def _reference_stage(group: Group, layout: Layout, student_shape: LlamaShape, ref_shape: LlamaShape, source: str):
+def _reference_stage(group: Group, layout: Layout, student_shape: LlamaShape, ref_shape: LlamaShape,
+                     source: str) -> LlamaCausalLM:
     """The reference's blocks among this worker's: the same as the student's, except that after growth
     the reference is shallower and the appended blocks have no counterpart (the worker then only
     forwards the reference activations it receives)."""
@@ -31,7 +32,7 @@ def _reference_stage(group: Group, layout: Layout, student_shape: LlamaShape, re
         return LlamaCausalLM(ref_shape, ids, with_embedding=group.rank == layout.embedding_owner)
 
 
-def load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict | None, dtype) -> torch.nn.Module | None:
+def load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict | None, dtype) -> LlamaCausalLM | None:
     """The frozen reference's stage: from a seed directory, or from a commit (its `param` objects only)."""
     if spec is None:
         return None
@@ -44,6 +45,7 @@ def load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict |
         start = start_from_manifest(spec["home"], spec["manifest"]) if "manifest" in spec else \
             start_from_commit(spec["home"], spec["root"])
         ref = _reference_stage(group, layout, shape, start.shape, f"reference commit {spec['root']}")
+        assert start.manifest is not None, "a start from a commit carries its manifest"
         load_parameters(ObjectStore(spec["home"]), start.manifest["learned_state"]["params"], ref,
                         f"reference commit {spec['root']}")
     ref.requires_grad_(False)

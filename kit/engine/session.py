@@ -18,6 +18,7 @@ before a session is `kit.engine.migration`.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Literal, overload
 
 import torch
 
@@ -74,6 +75,12 @@ class Session:
         # not read would go on into the next update's collectives and wait there for ranks that stopped.
         return res.resolve() if isinstance(res, PendingUpdateResult) else res
 
+    @overload
+    def commit(self, extra_cursor: dict | None = None, background: Literal[False] = False) -> tuple[str, str]: ...
+
+    @overload
+    def commit(self, extra_cursor: dict | None = None, background: bool = False) -> tuple[str, str] | None: ...
+
     def commit(self, extra_cursor: dict | None = None, background: bool = False) -> tuple[str, str] | None:
         """All workers together; returns (full_root, learned_state_root). With `background`, snapshots the
         state and returns None at once; the commit completes during later updates (kit.engine.commit)
@@ -85,7 +92,7 @@ class Session:
             self.committer = self.committer or AsyncCommitter(self.store)
             self.committer.start(self, cursor, self.engine.optimizer.param_states(), rng, self.start.config_bytes)
             return None
-        report = {"ok": True, "error": None}
+        report: dict[str, Any] = {"ok": True, "error": None}
         try:
             report.update(commits.save_commit_objects(self.store, {
                 n: {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in s.items()}
@@ -103,5 +110,7 @@ class Session:
         if self.committer is None or self.committer.inflight is None:
             return None
         self.committer.poll(self, block=True)
-        return self.committer.last["full_root"], self.committer.last["learned_state_root"]
+        last = self.committer.last
+        assert last is not None, "a blocking poll completes the commit in flight"
+        return last["full_root"], last["learned_state_root"]
 

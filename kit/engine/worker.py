@@ -20,6 +20,7 @@ from kit.distributed.pipeline import EngineConfig, StageEngine
 from kit.engine.admission import admit_worker
 from kit.engine.fast_paths import apply_fast_paths
 from kit.engine.reference import load_reference
+from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage, canonical_names, load_owned
 from kit.store import commits
 from kit.store.objects import ObjectStore
@@ -35,8 +36,8 @@ class Worker:
 
 def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: EngineConfig,
                  groups: dict[str, GroupConfig], *, home: str | None = None, group_rules=(),
-                 reference: dict | torch.nn.Module | None = None, admission: dict | None = None,
-                 student: torch.nn.Module | None = None) -> Worker:
+                 reference: dict | LlamaCausalLM | None = None, admission: dict | None = None,
+                 student: LlamaCausalLM | None = None) -> Worker:
     """One worker's engine.
 
     start       a seed directory or a commit (`kit.store.start`) whose objects are in the store `home`;
@@ -48,7 +49,11 @@ def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: 
                 to admit against the memory free now (kit/engine/admission.py counts what the schedule
                 keeps in flight); None skips admission (callers that own the whole device)
     """
-    shape = start.shape if start is not None else student.shape
+    if start is not None:
+        shape = start.shape
+    else:
+        assert student is not None, "without a start, the student holds the weights"
+        shape = student.shape
     layout.validate(shape.num_hidden_layers)
     admitted = None
     if admission is not None:
@@ -61,6 +66,7 @@ def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: 
     manifest = start.manifest if start is not None else None
     if manifest is None:
         if start is not None:
+            assert start.seed_dir is not None, "a start without a manifest is a seed directory's"
             load_owned(student, start.seed_dir)
         group_of = assign_groups(params, group_rules)
     else:
@@ -68,11 +74,12 @@ def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: 
         group_of = {n: entries[n]["group"] for n in params}
     opt = ParamAdamW(params, groups, group_of)
     if manifest is not None:
+        assert home is not None, "a commit start's objects are in the store `home`"
         states = commits.load_param_states(ObjectStore(home), manifest["learned_state"]["params"], set(params))
         opt.load_param_states({n: {k: (v.to(group.device) if torch.is_tensor(v) else v) for k, v in s.items()}
                                for n, s in states.items()}, f"commit {manifest['full_root']}")
     if isinstance(reference, torch.nn.Module):
-        ref = reference
+        ref: LlamaCausalLM | None = reference
     else:
         ref = load_reference(group, layout, shape, reference, getattr(torch, engine_cfg.compute_dtype))
     paths = apply_fast_paths(student, ref, engine_cfg, group.device)  # weight cache, fused elementwise, compile

@@ -53,8 +53,11 @@ def load_model(home: str | None = None, root: str | None = None, seed_dir: str |
         model = LlamaCausalLM(start_from_seed(seed_dir).shape)  # tensors checked against the config first
         load_owned(model, seed_dir)
         return model.to(device).eval()
+    if home is None or root is None:
+        raise ValueError("load_model: give a seed directory, or a commit's home and root")
     start = start_from_commit(home, root)
     model = LlamaCausalLM(start.shape)
+    assert start.manifest is not None, "a start from a commit carries its manifest"
     load_parameters(ObjectStore(home), start.manifest["learned_state"]["params"], model, f"commit {root} in {home}")
     return model.to(device).eval()
 

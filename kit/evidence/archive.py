@@ -287,6 +287,7 @@ def unpacked(runs_dir: str | os.PathLike) -> Path | None:
     if cached is not None and cached[0] == digest and cached[1].is_dir():
         return cached[1]
     index = read_index(runs_dir)
+    assert index is not None, "the index file exists (checked above)"
     try:
         root = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX)) / runs_dir.name
         root.mkdir()
@@ -352,6 +353,8 @@ def resolve(path: str | os.PathLike) -> Path:
         if index_path(runs_dir).is_file():
             rel = absolute.relative_to(runs_dir)
             if rel.parts and rel.parts[0] in archived_folders(runs_dir):
-                return unpacked(runs_dir) / rel
+                folder = unpacked(runs_dir)
+                assert folder is not None, "archived folders come from an index, so there are archives"
+                return folder / rel
             return path
     return path

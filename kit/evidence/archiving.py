@@ -20,6 +20,7 @@ import shutil
 import stat
 import tarfile
 from pathlib import Path
+from typing import Any
 
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence import archive, run_record
@@ -90,15 +91,15 @@ def _run_entries(runs_dir: Path, folders: list[str]) -> list[dict]:
             except (FileNotFoundError, ValueError):
                 rec = {}
             rec = rec if isinstance(rec, dict) else {}
-            roots = rec.get("checkpoint_roots") if isinstance(rec.get("checkpoint_roots"), dict) else {}
+            roots = found if isinstance(found := rec.get("checkpoint_roots"), dict) else {}
             try:
                 note = superseded_note(d)
             except ValueError:
                 note = None
             out.append({"run_id": rec.get("run_id", d.name), "status": rec.get("status", "unrecorded"),
                         "member": d.relative_to(runs_dir).as_posix(), "folder": folder,
-                        "produced_roots": sorted({e.get("root") for e in roots.get("produced") or []
-                                                  if isinstance(e, dict) and e.get("root")}),
+                        "produced_roots": sorted({root for e in roots.get("produced") or []
+                                                  if isinstance(e, dict) and (root := e.get("root"))}),
                         "superseded_in": d.parent.relative_to(runs_dir).as_posix() if note else None,
                         "superseded_by": (note["replaced_by"].get(d.name) if note else None)})
     return out
@@ -110,7 +111,9 @@ def superseded_reasons(runs_dir: Path, runs: list[dict]) -> dict[str, str]:
     out = {}
     for folder in sorted({r["superseded_in"] for r in runs if r["superseded_in"]}):
         some_run = next(r for r in runs if r["superseded_in"] == folder)
-        out[folder] = superseded_note(runs_dir / some_run["member"])["reason"]
+        note = superseded_note(runs_dir / some_run["member"])
+        assert note is not None, "a folder the runs name in superseded_in holds superseded.json"
+        out[folder] = note["reason"]
     return out
 
 
@@ -143,7 +146,7 @@ def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -
     assert members + len(references) == count and member_bytes + sum(r["size"] for r in references.values()) == total
     data = lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET)
     sha = hashlib.sha256(data).hexdigest()
-    entry = {"file": f"{sha}.tar.xz", "sha256": sha, "size": len(data), "tar_sha256": hashlib.sha256(raw).hexdigest(),
+    entry: dict[str, Any] = {"file": f"{sha}.tar.xz", "sha256": sha, "size": len(data), "tar_sha256": hashlib.sha256(raw).hexdigest(),
              "why": why, "folders": folders, "members": count, "unpacked_bytes": total,
              "references": [references[k] for k in sorted(references)], "runs": _run_entries(runs_dir, folders)}
     entry["superseded_reasons"] = superseded_reasons(runs_dir, entry["runs"])
@@ -156,6 +159,7 @@ def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -
     (adir / "index.md").write_text(index_markdown(index))
     # read back before removing anything: every file must come out with its bytes
     root = archive.unpacked(runs_dir)
+    assert root is not None, "the index was just written"
     for folder in folders:
         for p in _files(runs_dir / folder):
             if (root / p.relative_to(runs_dir)).read_bytes() != p.read_bytes():

@@ -43,7 +43,7 @@ class Evidence:
         self._list_runs = list_runs
 
     @cached_property
-    def records(self) -> list[tuple[Path, object]]:
+    def records(self) -> list[tuple[Path, run_record.RunRecord]]:
         dirs = self._list_runs([str(self.base / "runs")])
         out = []
         for d in dirs:

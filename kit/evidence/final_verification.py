@@ -61,6 +61,7 @@ def verify_final_scoring(files: dict) -> dict:
         steps.append(_step("selection listed", "fail", f"{sel}: sha256 {sel_sha} is not the run's recorded "
                                                        f"{files.get('selection_sha256')}"))
     else:
+        assert sel_sha is not None, "sel is not None here, so it has a digest"
         ok = any(x.get("sha256") == sel_sha for x in _lines(listed))
         steps.append(_step("selection listed", "pass" if ok else "fail",
                            f"{listed}: {'lists' if ok else 'does not list'} {sel_sha[:12]}"))

@@ -17,8 +17,9 @@ from kit.evidence.manifest import run_key
 
 MODES_RELATIVE = Path("runs") / "GPU_MODES.json"
 MODES_FORMAT = "kit-gpu-modes/1"
-_ENTRY_FIELDS = {"deterministic": (bool, "true or false"), "cublas_workspace_config": ((str, type(None)), "a string or null"),
-                 "evidence": (str, "a string")}
+_ENTRY_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "deterministic": (bool, "true or false"), "cublas_workspace_config": ((str, type(None)), "a string or null"),
+    "evidence": (str, "a string")}
 
 
 def read_modes(base: str | os.PathLike) -> dict:

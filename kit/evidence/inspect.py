@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kit.digest import load_json_strict
 from kit.evidence import records
@@ -83,7 +84,7 @@ def _failed_cell(run_dir: Path, run) -> dict | None:
     error = run.error or {}
     if not error and run.status == "completed":
         return None
-    out = {"ename": error.get("ename"), "evalue": error.get("evalue"), "cell_index": error.get("cell_index"),
+    out: dict[str, Any] = {"ename": error.get("ename"), "evalue": error.get("evalue"), "cell_index": error.get("cell_index"),
            "cell_source": None, "traceback_tail": []}
     executed = run_dir / run.executed_notebook if run.executed_notebook else None
     if executed is None or not executed.is_file():

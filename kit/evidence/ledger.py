@@ -148,8 +148,8 @@ def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
     path = Path(path) if path is not None else ledger_path()
     try:
         entries = exposure_entries(parse(path))
-    except ChainError as e:
-        raise LedgerError(str(e)) from None
+    except ChainError as err:
+        raise LedgerError(str(err)) from None
     for n, e in entries:
         if e.get("kind") not in KINDS or not isinstance(e.get("digest"), str):
             raise LedgerError(f"{path}:{n}: not an entry with a kind in {list(KINDS)} and a digest")
@@ -179,7 +179,7 @@ def exposure_hint(path: str | os.PathLike, digests, other_than: str | None = Non
     runs) exposed the excluded ones (not `other_than`, the preparing contract, whose own exposures do
     not exclude), and how to choose another ledger."""
     digests = set(digests)
-    by = {}
+    by: dict[str, set[str]] = {}
     for e in read_ledger(path):
         if e["digest"] in digests and e.get("contract_digest") != other_than:
             by.setdefault(e.get("contract_digest") or "?", set()).add(e.get("run") or "no run")

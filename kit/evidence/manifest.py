@@ -197,6 +197,7 @@ def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record=None
     record_path = run_dir / RECORD_NAME
     if record_path.is_file() or record_path.is_symlink():
         have = pin_of(record_path)
+        assert have is not None, "the record exists (checked above): it has a pin"
         if have != entry[RECORD_NAME]:
             problems.append(f"{record_path}: sha256 {have['sha256'][:12]}; {source}.{RECORD_NAME} pins "
                             f"{entry[RECORD_NAME]['sha256'][:12]}")

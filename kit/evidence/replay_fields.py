@@ -77,7 +77,8 @@ def compare_sidecar(committed_dir: Path, replayed_dir: Path, name: str) -> tuple
     old_path, new_path = committed_dir / "metrics" / f"{name}.json", replayed_dir / "metrics" / f"{name}.json"
     if not new_path.is_file():
         return [], [f"{old_path}: the replay recorded no sidecar {name!r}"]
-    out, fields = [], []
+    out: list[str] = []
+    fields: list[str] = []
     _walk(json.loads(old_path.read_bytes()), json.loads(new_path.read_bytes()), "", out, fields,
           NON_IDENTITY_FIELDS | NON_IDENTITY_SIDECAR_FIELDS.get(name, frozenset()))
     return [f"metrics/{name}.json{f}" for f in fields], [f"{old_path}: field {m}" for m in out]

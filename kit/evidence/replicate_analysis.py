@@ -138,7 +138,7 @@ def _study(rows: dict, runs_dir: Path, prefix: str) -> dict:
         root = _final_root(committed)
         for path, rec in pilots:
             source = rec.get("source") or {}
-            if root and source.get("full_root") == root and rec.get("dev_tasks_sha256") == dev_sha:
+            if root and dev_sha and source.get("full_root") == root and rec.get("dev_tasks_sha256") == dev_sha:
                 seed = next((r for p, r in pilots if p.parent == path.parent and "parameter_digest" in
                              (r.get("source") or {}) and r.get("dev_tasks_sha256") == dev_sha), None)
                 arms[arm][0] = {

@@ -145,8 +145,8 @@ def design_problems(path: str | os.PathLike, base: str | os.PathLike, runs_dir: 
     path, base = Path(path), Path(base)
     try:
         d = load_design(path)
-    except DesignError as e:
-        return [str(e)]
+    except DesignError as error:
+        return [str(error)]
     out = []
     for name, c in d["contracts"].items():
         file = base / str(c.get("path"))

@@ -30,7 +30,7 @@ _SUFFIX = re.compile(r"-r(\d+)$")
 def _stat(values: list[float]) -> dict:
     n = len(values)
     mean = sum(values) / n if n else None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n >= 2 else None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n >= 2 and mean is not None else None
     return {"values": values, "n": n, "mean": mean, "sd": sd}
 
 
@@ -99,6 +99,7 @@ def _collect(rows: list[dict], prefix: str) -> tuple[dict, dict, dict]:
                 runs.setdefault(f"adaptive/{name}", {})[k] = row["run_id"]
             if m.group(1) == "G" and s:
                 base = _scores(row, "baseline", "nll_change_bounds")
+                assert base is not None, "the scoring that gave the candidate's scores gives the baseline's"
                 growth[k] = {**s, "difference": s["pooled"] - base["pooled"]}
     return arms, runs, growth
 

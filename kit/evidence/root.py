@@ -168,12 +168,12 @@ def commit_leaves(base: str | os.PathLike, commit: str, runs_rel: str = "runs", 
         return out
     blobs = _git(base, "cat-file", "--batch", data=b"".join(o.encode() + b"\n" for _, _, o in items))
     pos = 0
-    for key, kind, _ in items:
+    for key, leaf_kind, _ in items:
         nl = blobs.index(b"\n", pos)
         size = int(blobs[pos:nl].split(b" ")[2])
         body = blobs[nl + 1:nl + 1 + size]
         pos = nl + 1 + size + 1
-        out[key] = leaf(key, kind, size, hashlib.sha256(body).hexdigest())
+        out[key] = leaf(key, leaf_kind, size, hashlib.sha256(body).hexdigest())
     return out
 
 

@@ -86,7 +86,7 @@ def kept_runs(runs_dir) -> list[dict]:
     """Run rows kept under the selection's evidence folders (superseded attempts, rebuilt seeds), each with
     `kept_in`: the folder, relative to the runs directory."""
     folder, _ = split_selection(runs_dir)
-    out = []
+    out: list[dict] = []
 
     def walk(d: Path):
         subs = [c for c in sorted(d.iterdir()) if c.is_dir() and not c.is_symlink()]

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kit.digest import load_canonical_json, load_json_strict, write_canonical_json
 from kit.evidence.environment import declared_numeric_profile
@@ -84,7 +84,7 @@ class RunRecord:
         return cls(**obj)
 
 
-def _fail(source: str, what: str) -> None:
+def _fail(source: str, what: str) -> NoReturn:
     raise RunRecordError(f"{source}: {what}")
 
 

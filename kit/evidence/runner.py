@@ -171,7 +171,7 @@ def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_o
                           "evalue": evalue}
 
 
-def disk_full(e: BaseException) -> bool:
+def disk_full(e: BaseException | None) -> bool:
     """Whether `e` (or what it was raised from) is a full disk or an exhausted quota."""
     while e is not None:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -198,7 +198,7 @@ def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_
 
 def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, dict, dict]:
     """(checkpoint_roots, inputs, metrics) from what the notebook recorded and what the caller passed."""
-    roots = {"produced": [], "used": []}
+    roots: dict[str, list[dict]] = {"produced": [], "used": []}
     roots_path = run_dir / KERNEL_ROOTS_NAME
     if roots_path.exists():
         kernel_roots = load_json_strict(roots_path)
@@ -330,6 +330,7 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
     reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the notebook and record are written into
     if output.exists() and status != "completed" and not _readable_notebook(output):
         output.unlink()  # truncated by a full disk: the parameterised notebook takes its place below
+        assert error is not None, "a run that did not complete has its error"
         error = {**error, "evalue": f"{error['evalue']}; {output.name} was left truncated and is replaced by the "
                  "parameterised notebook"}
     if not output.exists():
@@ -344,9 +345,10 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
         status, error = "failed", {"cell_index": None, "execution_count": None, "ename": "EvidenceConflict",
                                    "evalue": str(e)}
     reason = None
-    if status in ("unavailable", "aborted"):
+    assert status == "completed" or error is not None, "a run that did not complete has its error"
+    if status in ("unavailable", "aborted") and error is not None:
         reason = error["evalue"]
-    elif status == "failed":
+    elif status == "failed" and error is not None:
         reason = f"{error['ename']}: {error['evalue']}".splitlines()[0] if error["evalue"] else error["ename"]
     record = RunRecord(
         run_id=run_id, notebook=environment.relative_to_base(notebook, base), notebook_sha256=notebook_sha,

@@ -23,6 +23,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import kit
 
@@ -121,8 +122,8 @@ def profiled_kernels():
 
     original = local_provisioner.launch_kernel
 
-    def launch_kernel(cmd, **kw):
-        return original(profiled_command(cmd), **kw)
+    def launch_kernel(cmd: list[str], *args: Any, **kw: Any) -> Any:
+        return original(profiled_command(cmd), *args, **kw)
 
     local_provisioner.launch_kernel = launch_kernel
     try:
@@ -152,10 +153,10 @@ def quiet_kernels(log_path: str | os.PathLike):
     with open(log_path, "a", encoding="utf-8") as log:
         original = local_provisioner.launch_kernel
 
-        def launch_kernel(cmd, **kw):
+        def launch_kernel(cmd: list[str], *args: Any, **kw: Any) -> Any:  # jupyter_client passes the rest by keyword
             kw["stdout"] = log if kw.get("stdout") is None else kw["stdout"]
             kw["stderr"] = log if kw.get("stderr") is None else kw["stderr"]
-            return original(cmd, **kw)
+            return original(cmd, *args, **kw)
 
         def show(message, category, filename, lineno, file=None, line=None):
             log.write(warnings.formatwarning(message, category, filename, lineno, line))

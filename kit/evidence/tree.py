@@ -48,12 +48,14 @@ def _links(top: Path, label: Path) -> list[str]:
     return out
 
 
-def _archive_checks(runs_dir: Path) -> tuple[list[dict], set[str], set[str]]:
+def _archive_checks(runs_dir: Path) -> tuple[list[dict], set[str], set[str | None]]:
     """(checks, archived folder names, archived run keys relative to runs_dir)."""
     adir = runs_dir / archive.ARCHIVE_DIR_NAME
     files = sorted(p.name for p in adir.iterdir()) if adir.is_dir() and not adir.is_symlink() else []
     tars = [n for n in files if n.endswith(".tar.xz")]
-    problems, folders, members = [], set(), set()
+    problems: list[str] = []
+    folders: set[str] = set()
+    members: set[str | None] = set()  # as the index lists them (a run entry without a member: None)
     try:
         index = archive.read_index(runs_dir)
     except ValueError as e:

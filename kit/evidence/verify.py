@@ -169,7 +169,7 @@ def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> d
         note = superseded_note(run_dir, base) if run_dir is not None else None
     except ValueError as e:
         return _check("git", "fail", f"{why}; {e}")
-    if note is not None and commit in note["unreachable_commits"]:
+    if note is not None and run_dir is not None and commit in note["unreachable_commits"]:
         after = note["replaced_by"].get(run_dir.name)
         return _check("git", "skipped", f"superseded: {why}; {note['reason']}"
                                         + (f"; replaced by {after}" if after else ""))

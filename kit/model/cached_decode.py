@@ -15,6 +15,7 @@ equality in float64).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -52,13 +53,14 @@ def _block_step(block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ca
 
 
 @torch.no_grad()
-def _decode_equal_length(model: LlamaCausalLM, prompts: torch.Tensor, max_new_tokens: int, stop: set[int]):
+def _decode_equal_length(model: LlamaCausalLM, prompts: torch.Tensor, max_new_tokens: int,
+                         stop: frozenset[int]) -> list[list[int]]:
     """Greedy replies for prompts of one length (B, T0)."""
     B, T0 = prompts.shape
     shape = model.shape
     total = min(T0 + max_new_tokens, shape.max_position_embeddings)
     steps = total - T0
-    out = [[] for _ in range(B)]
+    out: list[list[int]] = [[] for _ in range(B)]
     if steps <= 0:
         return out
     dev = prompts.device
@@ -110,4 +112,4 @@ def greedy_cached(model: LlamaCausalLM, prompts: list[list[int]], max_new_tokens
                     out[i] = reply
     finally:
         model.train(was_training)
-    return out
+    return cast(list[list[int]], out)  # every prompt is in one length group, so every row was filled

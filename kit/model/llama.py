@@ -72,6 +72,8 @@ def rope_inv_freq(rope: RopeSpec, head_dim: int) -> torch.Tensor:
 class Rotary(nn.Module):
     """cos/sin tables for positions 0..T-1, computed in FP32 (a non-persistent buffer, not a parameter)."""
 
+    inv_freq: torch.Tensor  # the buffer, declared for the type checker (nn.Module's __getattr__ is untyped)
+
     def __init__(self, shape: LlamaShape):
         super().__init__()
         inv_freq = (torch.empty(len(range(0, shape.head_dim, 2))) if _building_on_meta()
@@ -163,6 +165,12 @@ class Block(nn.Module):
 
 class _Trunk(nn.Module):
     """Holds `embed_tokens`, `layers` and `norm` so that names read `model.<...>` as in Hugging Face."""
+
+    # declared for the type checker (nn.Module's __getattr__ says only "Tensor | Module"); a stage without the
+    # embedding has no embed_tokens and norm
+    embed_tokens: nn.Embedding
+    layers: nn.ModuleDict
+    norm: RMSNorm
 
 
 class LlamaCausalLM(nn.Module):

@@ -49,7 +49,7 @@ def cached_linear(x: torch.Tensor, layer: nn.Linear, low: torch.Tensor | None) -
 
 
 def _linears(module: nn.Module) -> dict[str, nn.Linear]:
-    return {n: m for n, m in module.named_children() if isinstance(m, nn.Linear) and m.bias is None}
+    return {n: m for n, m in module.named_children() if isinstance(m, nn.Linear) if m.bias is None}
 
 
 class WeightCache:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -56,6 +57,9 @@ from kit.seed.record import (  # noqa: F401  - re-exported: a seed directory's f
 from kit.store.start import start_from_seed
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
+
+if TYPE_CHECKING:  # the tokenizer class, for annotations only (kit.data.chat loads it)
+    from transformers import PreTrainedTokenizerBase
 
 SEED_TRAIN_ROLE = "seed-train"  # task conversations the seed was trained on
 SEED_SAMPLE_ROLE = "seed-sample"  # the per-family sample questions shown after the build
@@ -194,7 +198,7 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[int]:
 @dataclass
 class _Encoded:
     """The build's training data, tokenized and in training order (each batch length-sorted)."""
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     shape: LlamaShape
     conversations: list[Conversation]
     records: list[TrainRecord]
@@ -208,12 +212,14 @@ def _tokenize(cfg: SeedBuildConfig, conversations: list[Conversation], staging: 
     build_tokenizer([m.content for c in conversations for m in c.messages], cfg.vocab_size, staging,
                     model_max_length=cfg.max_position_embeddings)
     tokenizer = load_tokenizer(staging)
-    encoded = [encode_or_refuse(tokenizer, c, cfg.max_tokens) for c in conversations]
-    too_long = sum(e is None for e in encoded)
+    fitting = [encode_or_refuse(tokenizer, c, cfg.max_tokens) for c in conversations]
+    too_long = sum(e is None for e in fitting)
     if too_long:
         raise ValueError(f"seed build: {too_long} conversations exceed max_tokens = "
                          f"{cfg.max_tokens}; raise max_tokens (up to max_position_embeddings)")
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
+    encoded = [e for e in fitting if e is not None]  # every one, past the check above
+    # one token (a str) converts to one id
+    ids = {t: cast(int, tokenizer.convert_tokens_to_ids(t)) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
     shape = cfg.shape(len(tokenizer), ids[BOS_TOKEN], ids[EOS_TOKEN], ids[PAD_TOKEN])
     order = length_sorted_batches([e.num_tokens for e in encoded], cfg.batch_size)
     conversations, encoded = [conversations[i] for i in order], [encoded[i] for i in order]
@@ -222,6 +228,7 @@ def _tokenize(cfg: SeedBuildConfig, conversations: list[Conversation], staging: 
 
 
 def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord], show: bool) -> list[float]:
+    assert model.shape.pad_token_id is not None, "the seed's tokenizer has a pad token (_tokenize)"
     return train_updates(model, records, torch.device("cpu"),
                          EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=model.shape.pad_token_id),
                          GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay), cfg.learning_rate,

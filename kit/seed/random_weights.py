@@ -16,6 +16,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -70,7 +71,7 @@ def build_random_seed(seed_dir: Path, contract: Contract, source: Path, device: 
                     model_max_length=full.max_position_embeddings)
     tokenizer_vocab = len(load_tokenizer(seed_dir))  # also checks the chat template and the fast tokenizer
     t_tok = time.perf_counter() - t0
-    ids = {"bos_token_id": SPECIAL_TOKEN_IDS["<|im_start|>"], "eos_token_id": SPECIAL_TOKEN_IDS["<|im_end|>"],
+    ids: dict[str, Any] = {"bos_token_id": SPECIAL_TOKEN_IDS["<|im_start|>"], "eos_token_id": SPECIAL_TOKEN_IDS["<|im_end|>"],
            "pad_token_id": SPECIAL_TOKEN_IDS["<|endoftext|>"]}
     base = full if toy_layers is None else toy_shape(full.vocab_size, toy_layers, TOY_POSITIONS)
     shape = replace(base, **ids)

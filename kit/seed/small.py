@@ -42,7 +42,7 @@ import torch
 
 from kit import numerics
 from kit.data import general_text
-from kit.data.chat import encode_or_refuse, encode_single_turns, load_tokenizer
+from kit.data.chat import EncodedExample, encode_or_refuse, encode_single_turns, load_tokenizer
 from kit.data.conversations import (
     Conversation,
     conversation_from_json,
@@ -295,7 +295,7 @@ def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> tuple[list[Tas
     if cfg.practice_tasks:  # other families (kit.data.practice): no digest can be a task of any role
         tasks += practice_set(cfg.practice_tasks, cfg.seed, PRACTICE_ROLE, cfg.dev_difficulty,
                               set(excluded) | {t.digest for t in tasks}, workers)
-    twins = []
+    twins: list[TaskExample] = []
     if cfg.reworded_tasks:
         twins, reworded = generate_twin_sets(cfg.reworded_tasks, cfg.seed, REWORDED_ROLE, cfg.dev_difficulty,
                                              set(excluded) | {t.digest for t in tasks}, workers, "reworded")
@@ -329,7 +329,9 @@ def conversation_rows(encoded: list, order: list[int], pad: int,
                       seq_len: int) -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
     """Encoded conversations in `order`, packed whole into rows of seq_len (right-padded, pad not a target).
     The rows are extended in place: a row rebuilt at every conversation cost a third of a build's packing."""
-    rows, ids, mask = [], [], []
+    rows: list[tuple[tuple[int, ...], tuple[bool, ...]]] = []
+    ids: list[int] = []
+    mask: list[bool] = []
 
     def close() -> None:
         rows.append((tuple(ids) + (pad,) * (seq_len - len(ids)), tuple(mask) + (False,) * (seq_len - len(mask))))
@@ -401,7 +403,7 @@ def _train_tokenizer(cfg: SmallSeedConfig, inputs: _Inputs, staging: Path):
 def _encode_conversations(cfg: SmallSeedConfig, tokenizer, convs: list[Conversation]) -> list:
     """Each conversation encoded within seq_len, or None (over-long ones are skipped, never cut)."""
     single = [i for i, c in enumerate(convs) if [m.role for m in c.messages] == ["user", "assistant"]]
-    encoded = [None] * len(convs)
+    encoded: list[EncodedExample | None] = [None] * len(convs)
     for i, e in zip(single, encode_single_turns(tokenizer, [convs[i] for i in single], cfg.seq_len)):
         encoded[i] = e
     rest = set(range(len(convs))) - set(single)
@@ -515,6 +517,7 @@ def _train(cfg: SmallSeedConfig, model: LlamaCausalLM, tokenizer, packed: _Packe
             print(f"learning curve: {learning_curve[-1]}", flush=True)
 
     t_train = time.perf_counter()
+    assert model.shape.pad_token_id is not None, "the seed's tokenizer has a pad token"
     run = train_updates(model, packed.rows, device, _engine_config(cfg, device, model.shape.pad_token_id),
                         GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay),
                         lambda k: cfg.learning_rate(k, packed.updates), cfg.batch_rows, packed.updates, "small seed",

@@ -47,6 +47,12 @@ class Background:
     def done(self) -> bool:
         return not self._thread.is_alive()
 
+    def seconds(self) -> float:
+        """How long the job ran (waits for it to end)."""
+        self._thread.join()
+        assert self.finished is not None, "_run sets it before its thread ends"
+        return self.finished - self.started
+
     def result(self) -> Any:
         self._thread.join()
         if self._error is not None:

@@ -102,9 +102,10 @@ def export_hf(
         os.chmod(out / WEIGHTS_FILE, 0o666 & ~_umask())  # safetensors writes 0600: as any other file written here
         written.append(out / CONFIG_FILE)
         (out / CONFIG_FILE).write_bytes(config_bytes)
-        for name in tokenizer_files(extra) if extra is not None else ():
-            written.append(out / name)
-            shutil.copyfile(extra / name, out / name)
+        if extra is not None:
+            for name in tokenizer_files(extra):
+                written.append(out / name)
+                shutil.copyfile(extra / name, out / name)
     except (OSError, SafetensorError) as e:  # a full disk (safetensors raises its own error): leave nothing half-written
         for path in written:
             path.unlink(missing_ok=True)

@@ -260,7 +260,7 @@ class ObjectStore:
         _require_little_endian()
         dtype_name(tensor.dtype)
         flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        return self.put_bytes(memoryview(flat.view(torch.uint8).numpy()))
+        return self.put_bytes(flat.view(torch.uint8).numpy().data)  # the array's buffer, as a memoryview
 
     # -- reading ------------------------------------------------------------------------------
 

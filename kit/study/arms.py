@@ -31,6 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,10 +45,10 @@ from kit.engine.session import Session
 from kit.environ import temporary_environ
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
-from kit.refs import CommitRef, SeedRef, ref_from_json
+from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
 from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
 from kit.store import commits
-from kit.store.start import start_from_commit, start_from_seed
+from kit.store.start import Start, start_from_commit, start_from_seed
 from kit.study.compression_state import (
     load_compression_state,
     read_compression_record,
@@ -139,7 +140,7 @@ class ArmRequest:
 def _tensor_digest(t: torch.Tensor) -> str:
     """sha256 of the raw bytes ObjectStore.put_tensor would store, without storing them."""
     flat = t.detach().to("cpu").contiguous().reshape(-1)
-    return hashlib.sha256(memoryview(flat.view(torch.uint8).numpy())).hexdigest()
+    return hashlib.sha256(flat.view(torch.uint8).numpy().data).hexdigest()  # the array's buffer, a memoryview
 
 
 def learned_state_root_of(session: Session) -> str:
@@ -165,7 +166,7 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
     """Replica 0 commits; every replica compares its learned-state root; PowerSGD ranks save their state."""
     t0 = time.perf_counter()
     mine = learned_state_root_of(session)
-    outcome = {"rank": group.rank, "learned": mine, "full": None, "error": None}
+    outcome: dict[str, Any] = {"rank": group.rank, "learned": mine, "full": None, "error": None}
     if group.rank == 0:
         try:
             full, learned = session.commit()
@@ -427,8 +428,10 @@ def spent_usd(study_dir: str | os.PathLike) -> float:
     return total
 
 
-def open_ref(ref: SeedRef | CommitRef):
+def open_ref(ref: Ref) -> Start:
     """The engine's start state for a seed or a commit of this host's store."""
+    if isinstance(ref, PeerCommitRef):
+        raise TypeError(f"{ref.root}: a study arm starts from a seed or a commit of this host's store, not a peer's")
     return start_from_commit(ref.home, ref.root) if isinstance(ref, CommitRef) else start_from_seed(ref.seed_dir)
 
 
@@ -565,7 +568,8 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
         raise ArmRefused(f"resume root {resume_root} is at step {first}; nothing to run up to --until {until}")
     shapes = named_shapes(start)
     given = seconds_per_update is not None
-    spu = seconds_per_update if given else getattr(terms.projection.seconds_per_update, arm_name)
+    spu = seconds_per_update if seconds_per_update is not None else getattr(terms.projection.seconds_per_update,
+                                                                            arm_name)
     every = terms.training.commit_every
     n_commits = len({s for s in range(first + 1, until + 1) if every and s % every == 0} | {until})
     now = time.time() if now is None else now

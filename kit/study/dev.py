@@ -60,7 +60,7 @@ def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: st
     tasks = read_jsonl(path)
     t0 = time.perf_counter()
     if home is None:
-        source = {"seed_dir": str(seed_dir), "parameter_digest": parameter_digest(seed_dir)}
+        source: dict[str, Any] = {"seed_dir": str(seed_dir), "parameter_digest": parameter_digest(seed_dir)}
         model = load_model(seed_dir=str(seed_dir), device=device)
     else:
         source = {"home": str(home), "full_root": root}

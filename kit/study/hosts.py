@@ -14,6 +14,7 @@ import socket
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -79,7 +80,7 @@ def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], pr
     # record's `shared_gpus` comes from what the ranks report, kit.study.measurement.shared_gpus).
     cuda_devices = spec.workers if all(p["gpus"] >= p["local_world"] for p in peers) else \
         min(p["gpus"] for p in peers)
-    decision = None
+    decision: dict[str, Any] | None = None
     if rank == 0:
         try:
             admitted = admit_arm(request, cuda_devices=cuda_devices)

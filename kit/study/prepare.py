@@ -24,7 +24,9 @@ reads only their file (its digest checked), never the final ones or the ledger.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +94,8 @@ def _seed_task_digests(seed_dir: Path) -> tuple[set[str], bool]:
 
 def _first_fitting(tokenizer, conversations, count: int, max_tokens: int, what: str, skip=None):
     """The first `count` conversations that encode within max_tokens (and `skip` does not exclude)."""
-    chosen, rejected, excluded = [], 0, 0
+    chosen: list[tuple[Conversation, Any]] = []  # (conversation, its encoding)
+    rejected, excluded = 0, 0
     for c in conversations:
         if len(chosen) == count:
             break
@@ -147,7 +150,7 @@ def _retention_probes(d, tokenizer, source_path: Path, train_pairs: list, expose
     train_digests = {c.digest for c, _ in train_pairs}
     rng = d.retention.source
     retention_range = instruction_source_range(source_path, rng.sha256, rng.start, rng.stop, rng.name)
-    probes = retention_range.conversations
+    probes: Sequence[Conversation] = retention_range.conversations
     not_exposed = 0
     if d.retention.exposed:  # "already exposed": the records some scoring really opened
         probes = [c for c in retention_range.conversations if c.digest in exposed_convs]

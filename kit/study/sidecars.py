@@ -81,7 +81,9 @@ def store_curves(params: dict) -> tuple[list, str] | None:
     replicate = int(params.get("REPLICATE", 0))
     attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
     rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in (attempts[-1] if attempts else {}).get("updates") or []]
-    return rows, store_home(params)
+    home = store_home(params)
+    assert home is not None, "STUDY_DIR is set (checked above)"
+    return rows, home
 
 
 def store_home(params: dict) -> str | None:

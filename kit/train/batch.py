@@ -42,7 +42,8 @@ class Microbatch:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return tuple(self.ids.shape)
+        rows, columns = self.ids.shape  # ids is 2-D: (rows, columns)
+        return rows, columns
 
     @property
     def num_replay(self) -> int:

@@ -13,9 +13,12 @@ sum is scaled by T^2 before it is added): tests/test_compiled_loss.py bounds the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-_COMPILED: dict[str, object] = {}  # loss kind -> its compiled chunk function (one per process)
+_COMPILED: dict[str, Callable[..., Any]] = {}  # loss kind -> its compiled chunk function (one per process)
 
 
 def _products(g, xl, w):
@@ -82,7 +85,7 @@ def kl_reverse_chunk(xc, w, rxc, rw, token_w, T, dw):
     return _kl_chunk(xc, w, rxc, rw, token_w, T, dw, reverse=True)
 
 
-CHUNK_FUNCTIONS = {"ce": ce_chunk, "kl_forward": kl_forward_chunk, "kl_reverse": kl_reverse_chunk}
+CHUNK_FUNCTIONS: dict[str, Callable[..., Any]] = {"ce": ce_chunk, "kl_forward": kl_forward_chunk, "kl_reverse": kl_reverse_chunk}
 
 
 def chunk_function(kind: str, compiled: bool = True):

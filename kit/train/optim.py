@@ -13,6 +13,7 @@ import fnmatch
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -129,7 +130,7 @@ class ParamAdamW:
             grad_scale = (1.0 / grad_factor).to(torch.float32)
         elif self.fused and grad_factor < 1.0:
             device = next(iter(self.params.values())).device
-            grad_scale = torch.full((), 1.0 / grad_factor, dtype=torch.float32, device=device)
+            grad_scale = torch.full((), 1.0 / float(grad_factor), dtype=torch.float32, device=device)  # not a tensor here
         buckets: dict[tuple[str, int], list[str]] = {}
         for n in sorted(self.params):
             if self.params[n].grad is None:
@@ -145,8 +146,8 @@ class ParamAdamW:
                 names = self._step_writing_copies(g, age, names, grad_factor, found_inf)
                 if not names:
                     continue
-            ps = [self.params[n] for n in names]
-            grads = [p.grad for p in ps]
+            ps: list[torch.Tensor] = [self.params[n] for n in names]
+            grads = cast(list[torch.Tensor], [p.grad for p in ps])  # a bucket holds only parameters with a grad
             m = [self.state[n]["exp_avg"] for n in names]
             v = [self.state[n]["exp_avg_sq"] for n in names]
             if self.fused:
@@ -170,14 +171,16 @@ class ParamAdamW:
         """The bucket's parameters that have a compute-dtype copy stepped by the compiled pass that writes it; the
         others' names returned for the usual step. The foreach path scaled the gradients and checked `found_inf`
         on the host already; the fused path leaves both to the step."""
-        cached = [n for n in names if n in self.copies]
+        copies = self.copies
+        assert copies is not None  # the caller steps this way only with copies to write
+        cached = [n for n in names if n in copies]
         if cached:
             ps = [self.params[n] for n in cached]
             adamw_and_cast(ps, [p.grad for p in ps], [self.state[n]["exp_avg"] for n in cached],
-                           [self.state[n]["exp_avg_sq"] for n in cached], [self.copies[n] for n in cached], age=age,
+                           [self.state[n]["exp_avg_sq"] for n in cached], [copies[n] for n in cached], age=age,
                            lr=g.lr, beta1=g.beta1, beta2=g.beta2, eps=g.eps, weight_decay=g.weight_decay,
                            factor=grad_factor if self.fused else 1.0, found_inf=found_inf if self.fused else None)
-        return [n for n in names if n not in self.copies]
+        return [n for n in names if n not in copies]
 
     @staticmethod
     def _fused_step(g: GroupConfig, age: int, ps, grads, m, v, grad_scale, found_inf=None, steps=None) -> None:

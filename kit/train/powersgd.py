@@ -30,6 +30,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import torch
 
@@ -416,7 +417,7 @@ class PowerSGDCompressor:
 
     def stats(self) -> dict:
         """Cumulative logical traffic (with and without warm-up), ratios and the last call's record."""
-        t = dict(self.traffic)
+        t: dict[str, Any] = dict(self.traffic)
         after = t["compressed_bytes_after_warmup"]
         t["compression_ratio_after_warmup"] = t["dense_equivalent_bytes_after_warmup"] / after if after else None
         t["compression_ratio_overall"] = (

@@ -81,6 +81,7 @@ E2E_FILES = (
     "test_scales.py",
     "test_study_netns.py",
     "test_torchrun.py",
+    "test_type_check.py",  # mypy over kit/ (~50 CPU s on a cold cache; `make test` runs it after make lint)
     "reliability/test_full_disk_run.py",
     "reliability/test_locks_and_leftovers.py",
     "reliability/test_notebook_parameters.py",

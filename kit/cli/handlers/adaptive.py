@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from kit.adaptive.compare import compare
 from kit.adaptive.continued import KIND as CONTINUED
@@ -73,7 +74,7 @@ def cmd_select(a) -> int:
 def cmd_gates(a) -> int:
     continued = load_json_strict(a.contract).get("kind") == CONTINUED
     contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
-    start = None  # continued learning: whether the start endpoint's gates passed (exploratory otherwise)
+    start: dict | None = None  # continued learning: whether the start endpoint's gates passed (exploratory otherwise)
     if continued:
         if not a.prepared:
             raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")

@@ -46,8 +46,8 @@ def cmd_seed_build(a) -> int:
     for flag, value, default in (("--config", a.config, None), ("--device", a.device, "cpu")):
         if value != default:
             raise ValueError(f"{flag} {value}: only with --scale medium (the tiny seed is built on the CPU with its own config)")
-    tiny = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
-    _print_json(build_seed(Path(a.out), tiny, progress=not a.no_progress))
+    tiny_cfg = SeedBuildConfig.tiny() if not a.test_size else SeedBuildConfig.test()
+    _print_json(build_seed(Path(a.out), tiny_cfg, progress=not a.no_progress))
     return 0
 
 

@@ -76,7 +76,7 @@ def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
     part = "tasks" if row["check"] == "gain" else "retention"
     b = (metric(run, "nll_change_bounds") or {}).get(part) or {}
     est, upper, t, n = b.get("change_nats_per_token"), b.get("bootstrap_upper"), row["threshold_value"], b.get("n")
-    if None in (est, upper, t, n):
+    if est is None or upper is None or t is None or n is None:
         return []
     return [{**base, "estimate": est, "bound": upper, "threshold": row["threshold"],
              "analysis": bound_text(est, upper, t, n, upper=True, multiplier=b.get("normal_multiplier") or 1.645)}]
@@ -92,7 +92,7 @@ def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:
         if not c or t is None:
             return []
         n = c["n"]
-        controls = {a: changes.get(f"{a} vs seed") for a in CONTROLS if changes.get(f"{a} vs seed")}
+        controls = {a: ch for a in CONTROLS if (ch := changes.get(f"{a} vs seed"))}
         text = (f"the screen compares the point difference in accuracy with {fmt(t)}, not a bound: PowerSGD "
                 f"{c['candidate_correct']}/{n:,} against the seed's {c['reference_correct']}/{n:,} misses it by "
                 f"{fmt(t - c['difference'])} ({c['gained']} gained, {c['lost']} lost; exact sign test "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def measured_cost_rows(runs_dir) -> list[dict]:
         single = singles.get((r.get("contract_digest"), r["kept_in"])) or {}
         m = metric(r, "measurement") or {}
         traffic = metric(r, "traffic_per_rank") or []
-        logical = [t.get("sent_bytes_total") for t in traffic if isinstance(t, dict)]
+        logical: list[Any] = [t.get("sent_bytes_total") for t in traffic if isinstance(t, dict)]  # recorded JSON
         on_gpu = bool(gpu_names(r))
         # devices: the GPUs the workers used (fewer than the workers when they shared GPUs); records made
         # before `workers` was measured had one device per worker

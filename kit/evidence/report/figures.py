@@ -134,7 +134,8 @@ def bootstrap_figure(bounds: dict, gates: dict | None, dist: dict | None, title:
         ax.set_yticks([])
         ax.legend(fontsize=7)
         desc.append(f"{part}: {how}, change {fmt(est)}, 95% bootstrap upper bound {fmt(upper)}"
-                    + (f", threshold {fmt(thr)} ({'passes' if g.get('passed') else 'fails'})" if is_number(thr) else ""))
+                    + (f", threshold {fmt(thr)} ({'passes' if (g or {}).get('passed') else 'fails'})"
+                       if is_number(thr) else ""))
     fig.suptitle(title)
     return png_bytes(fig), f"{title}: distribution of the paired per-token NLL change. " + "; ".join(desc)
 

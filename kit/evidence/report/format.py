@@ -16,7 +16,7 @@ import io
 import json
 import math
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -27,7 +27,7 @@ NOT_EVALUABLE = "not evaluable"  # a verdict whose test has no data (kit.study.s
 
 
 # --- formatting ------------------------------------------------------------------------------
-def is_number(v: Any) -> bool:
+def is_number(v: Any) -> TypeGuard[float]:  # the type checker then reads a value that passed as a number
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 

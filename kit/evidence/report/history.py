@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
 from kit.evidence.report.format import fmt, fmt_iso, is_number, records_table
@@ -43,7 +44,7 @@ def _why(folder: Path) -> str:
 
 def _final_groups(runs_dir) -> list[tuple[str, object, Path | None]]:
     """(kept in, folder, kept folder or None) of the current selection and every kept folder holding finals."""
-    groups = [("current", runs_dir, None)]
+    groups: list[tuple[str, object, Path | None]] = [("current", runs_dir, None)]
     seen = set()
     for r in kept_runs(runs_dir):
         d = Path(r["dir"]).parent
@@ -95,7 +96,7 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
     """Per question key, the verdict on every seed whose finals this evidence keeps, oldest finals first:
     {seed, verdict, current (the selection's own finals), same_contract (the contracts of those finals are the
     current ones)}."""
-    groups = []
+    groups: list[dict[str, Any]] = []
     for where, d, folder in _final_groups(runs_dir):
         idx = index(d)
         finals = [r for r in idx["runs"] if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
@@ -112,7 +113,7 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
                        "seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
                        "contracts": contract_versions(finals),
                        "rows": rows["adaptive"] + rows["study"]})
-    now = next((g for g in groups if g["current"]), {"contracts": set(), "bodies": {}})
+    now: dict[str, Any] = next((g for g in groups if g["current"]), {"contracts": set(), "bodies": {}})
     out: dict[str, list[dict]] = {}
     for g in sorted(groups, key=lambda g: g["start"]):
         differs = sorted({p for f, b in g["bodies"].items() for p in _differing(b, now["bodies"].get(f) or {})})

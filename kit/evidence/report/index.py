@@ -9,6 +9,7 @@ import functools
 import html
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from kit.digest import load_json_strict, loads_strict, sha256_json
 from kit.evidence import records
@@ -120,7 +121,7 @@ def run_contract(row: dict) -> dict | None:
     return contract_for(digest, (row.get("git") or {}).get("commit"))
 
 
-def gpu_names(row: dict) -> list[str]:
+def gpu_names(row: dict) -> list[Any]:  # the names as recorded (a record's JSON strings)
     """The names of the GPUs a run record's `device` lists (one per device the run saw), [] on CPU."""
     return [g.get("name") for g in (row.get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
 

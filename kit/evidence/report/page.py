@@ -125,7 +125,7 @@ def evidence_root_line(evidence_root: tuple[str, str | None] | None) -> str:
 
 
 def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None,
-                          evidence_root: tuple[str, str] | None = None):
+                          evidence_root: tuple[str, str | None] | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
     Order: the verdicts screen (questions.show_questions: the scope in three sentences, one row per question with

@@ -309,8 +309,8 @@ def final_roles_sentence(rec: dict) -> str:
     if not isinstance(fr, dict):
         return "Final roles: no check recorded."
     opened = "opened" if fr.get("opened") else "not opened"
-    ledger = {True: "exposure ledger unchanged", False: "exposure ledger changed"}.get(fr.get("ledger_unchanged"),
-                                                                                        "ledger not checked")
+    ledger_text: dict[bool | None, str] = {True: "exposure ledger unchanged", False: "exposure ledger changed"}
+    ledger = ledger_text.get(fr.get("ledger_unchanged"), "ledger not checked")
     return f"Final roles: {opened}; {ledger}."
 
 

@@ -114,14 +114,17 @@ def weight(row: dict, x: dict, context: dict) -> str:
                 parts.append(f"near its threshold: passes 80% of the time only if the true gain is "
                              f"\u2265 {fmt(t + z80 * se)}")
             elif x["side"] == "below" and check == "gain":
+                assert is_number(mult), "a bounded gate's numbers carry its normal multiplier"
                 parts.append(("the estimate passes, its bound does not: too few examples to tell; "
                               if passes_est and v != "pass" else "")
                              + f"near its threshold: passes 80% of the time only if the true change is "
                              f"\u2264 {fmt(t - (mult + z80) * se)} nats/token")
             elif x["side"] == "below":
+                assert is_number(mult), "a bounded gate's numbers carry its normal multiplier"
                 parts.append(f"near its threshold: fails 80% of the time only if the true change is "
                              f"\u2265 {fmt(t - (mult - z80) * se)} nats/token")
             else:
+                assert is_number(mult), "a bounded gate's numbers carry its normal multiplier"
                 p_equal = 0.5 * (1 + math.erf((-t / se - mult) / math.sqrt(2)))
                 parts.append(f"near its threshold: passes {100 * p_equal:.0f}% of the time if the arms are truly "
                              "equal")
@@ -235,7 +238,7 @@ def _seed_size(idx: dict, digest: str) -> int | None:
     return None
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
 
 

@@ -6,6 +6,7 @@ evidence, each naming the runs it stands on.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from kit.evidence.report.format import fmt, is_number, short
 from kit.evidence.report.index import index, is_cpu, is_replicate, metric, run_contract
@@ -46,7 +47,7 @@ def scope_paragraphs(runs_dir) -> list[str]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
-    experiments = []
+    experiments: list[tuple[Any, Any, dict]] = []  # (contract file or digest, its contract or None, its run)
     for r in idx["runs"]:
         if metric(r, "gates") is not None or metric(r, "screen_quality") is not None:
             c = run_contract(r)
@@ -61,13 +62,13 @@ def scope_paragraphs(runs_dir) -> list[str]:
         where = f" at commit {c['commit'][:10]}" if c and c.get("commit") else ""
         is_study = metric(r, "screen_quality") is not None
         exp = "study" if is_study else "adaptive"
-        text = [f"<b>{html.escape(name)}</b>{where}: " + (SCALE_TEXT.get(scale) or
+        text = [f"<b>{html.escape(name)}</b>{where}: " + (SCALE_TEXT.get(str(scale)) or
                                                           f"scale {html.escape(str(scale))} (not described).")]
         text += [html.escape(t) for t in (seed_sentence(idx, digest), accuracy_sentence(idx, digest)) if t]
         mine = [v for v in rows[exp] if row_contract_digest(v, idx) == digest]
         passed = sum(1 for v in mine if v["verdict"] == "pass")
         failed = sum(1 for v in mine if v["verdict"] == "fail")
-        other = {}
+        other: dict[str, int] = {}
         for v in mine:
             if v["verdict"] not in ("pass", "fail"):
                 other[str(v["verdict"])] = other.get(str(v["verdict"]), 0) + 1

@@ -74,7 +74,8 @@ def curves_figure(obj: Any, title: str) -> bytes:
     if kind != "curves":
         raise ValueError(f"{title}: a sidecar shaped as {kind}, expected curves (records with a numeric "
                          "'update' or 'step' key, or equal-length numeric lists)")
-    return curves_png(*view, title)
+    x_name, x, series = view
+    return curves_png(x_name, x, series, title)
 
 
 def _control_curve(row: dict, idx: dict, lin: dict | None) -> tuple[str, list] | None:
