@@ -10,6 +10,7 @@ from pathlib import Path
 from kit.digest import load_json_strict, sha256_json
 from kit.evidence.report.format import fmt, fmt_iso, is_number, records_table
 from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.verdict_rows import verdict_rows
 from kit.evidence.run_index import kept_runs
 
@@ -191,10 +192,11 @@ def kept_folder_rows(runs_dir) -> list[dict]:
              "last started": fmt_iso(max(v["starts"])) if v["starts"] else "\u2014"} for k, v in sorted(out.items())]
 
 
-def show_history(runs_dir) -> None:
+def show_history(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    rows = history_rows(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    rows = history_rows(selection)
     if len(rows) <= 1:
         display(HTML("<p>Every final of this evidence ran on one seed: no superseded verdicts.</p>"
                      + (records_table(rows) if rows else "")))
@@ -207,7 +209,7 @@ def show_history(runs_dir) -> None:
             + ("the same contracts" if versions == 1 else f"{versions} versions of the contracts") + f"; {kept} of those are superseded and kept as evidence. "
             + (f"Verdicts that did not hold across them: {', '.join(varied)}." if varied
                else "Every verdict held across them."))
-    folders = kept_folder_rows(runs_dir)
+    folders = kept_folder_rows(selection)
     # why each folder was superseded is the folder's own note (it names files and campaign steps): collapsed
     shown = [{LABELS.get(k, k): v for k, v in r.items() if k != "why superseded"} for r in rows]
     why = [{"seed": r["seed"], "kept in": r["kept in"], "why superseded": r["why superseded"]} for r in rows

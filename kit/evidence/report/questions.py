@@ -25,8 +25,8 @@ from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.readings import baseline_sentence, numbers, reading_sentences, tie_probability
 from kit.evidence.report.scope import accuracy_points
 from kit.evidence.report.seed_knew import build_record, seed_digests, training_mix
+from kit.evidence.report.selection import GLOB_CHARACTERS, Selected, Selection
 from kit.evidence.report.verdict_rows import question_text, verdict_rows
-from kit.evidence.run_index import split_selection
 
 NEAR_SE = 3.0  # an estimate within this many standard errors of its threshold: the verdict may go either way
 COLUMNS = ("question", "verdict", "what was tested", "what the verdict weighs", "on other seeds and replicates")
@@ -325,21 +325,22 @@ def first_screen_html(runs_dir, replicates: Mapping[str, str] | None = None) -> 
             + readings + legend_html() + "</div>")
 
 
-def replicate_readings(runs_dir) -> dict[str, str]:
+def replicate_readings(runs_dir: Selected) -> dict[str, str]:
     """The replicate analysis's reading per question (kit.evidence.replicate_analysis.robustness_by_question),
     keyed as the question rows are ("<comparison>/<check>"), for the selection's prefix (`runs/medium-*`:
     "medium"); empty where the selection names no prefix or its runs hold no replicates."""
-    directory, pattern = split_selection(runs_dir)
-    prefix = (pattern or "").split("-")[0].strip("*?[")
+    selection = Selection.of(runs_dir)
+    prefix = (selection.pattern or "").split("-")[0].strip(GLOB_CHARACTERS)
     if not prefix:
         return {}
     return {f"{comparison}/{check}": text
-            for (comparison, check), text in robustness_by_question(directory, prefix, brief=True).items()}
+            for (comparison, check), text in robustness_by_question(selection.runs_dir, prefix, brief=True).items()}
 
 
-def show_questions(runs_dir, replicates: Mapping[str, str] | None = None) -> None:
+def show_questions(runs_dir: Selected, replicates: Mapping[str, str] | None = None) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
     if replicates is None:
-        replicates = replicate_readings(runs_dir)
-    display(HTML(first_screen_html(runs_dir, replicates)))
+        replicates = replicate_readings(selection)
+    display(HTML(first_screen_html(selection, replicates)))

@@ -9,6 +9,7 @@ import html
 
 from kit.evidence.report.format import fmt, is_number, short
 from kit.evidence.report.index import index, is_cpu, is_replicate, metric, run_contract
+from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.verdict_rows import verdict_rows
 from kit.evidence.results import split_of
 
@@ -190,10 +191,11 @@ def migration_sentence(rows: list[dict], idx: dict) -> str | None:
             + "; ".join(parts) + ". No other scale was measured.")
 
 
-def show_scope(runs_dir) -> None:
+def show_scope(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    paras = scope_paragraphs(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    paras = scope_paragraphs(selection)
     if not paras:
         paras = ["No gate or screen was computed: this directory holds runs without a final comparison."]
     display(HTML("".join(f'<p class="kit-scope">{p}</p>' for p in paras)))

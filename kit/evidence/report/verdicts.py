@@ -25,6 +25,7 @@ from kit.evidence.report.cost import (
 )
 from kit.evidence.report.format import fmt, is_number, records_table
 from kit.evidence.report.index import gpu_names, index, run_contract
+from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.verdict_rows import projection_html, verdict_rows, verdict_table_html
 
 
@@ -185,21 +186,22 @@ def _retention_html(runs_dir) -> list[str]:
             + records_table(pairs)]
 
 
-def show_verdicts(runs_dir) -> None:
+def show_verdicts(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    idx = index(runs_dir)
-    rows = verdict_rows(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    idx = index(selection)
+    rows = verdict_rows(selection)
     parts = []
     if rows["adaptive"] or rows["study"]:
-        parts.append("<h3>The trial's questions</h3>" + records_table(trial_questions(runs_dir)))
+        parts.append("<h3>The trial's questions</h3>" + records_table(trial_questions(selection)))
     for exp, title in (("adaptive", "Adaptive sharded learning: final gates, migration equality, growth vs control"),
                        ("study", "Shared-gradient method study: quality and speed screens")):
         if rows[exp]:
             parts.append(f"<h3>{title}</h3>" + verdict_table_html(rows[exp], f"kit-verdicts-{exp}", idx))
         if exp == "study":
-            parts += _speed_html(runs_dir) + _cost_html(runs_dir) + _retention_html(runs_dir)
-    analysed = gate_analysis_rows(runs_dir)
+            parts += _speed_html(selection) + _cost_html(selection) + _retention_html(selection)
+    analysed = gate_analysis_rows(selection)
     if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
         parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table(analysed))
     projection = projection_html(idx)
