@@ -13,9 +13,10 @@ from kit.digest import load_json_strict
 from kit.evidence.replicate_analysis import analyse
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import fmt, records_table
-from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.index import index, run_contract
 from kit.evidence.report.readings import summary_rows
 from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.sidecar_formats import paired_task_changes
 from kit.evidence.results import results, study_evaluations
 
 SAME_MATH = ("dense", "single")  # equal in exact math: dense averages two halves of single's batch
@@ -25,19 +26,19 @@ def noise_sentences(runs_dir) -> list[str]:
     idx = index(runs_dir)
     out = []
     for r in idx["runs"]:
-        changes = metric(r, "paired_task_change")
-        if not isinstance(changes, dict):
+        changes = paired_task_changes(r)
+        if changes is None:
             continue
         c = changes.get(" vs ".join(SAME_MATH))
-        if not c:
+        if c is None:
             continue
-        p = sign_test_p(c["gained"], c["lost"])
+        p = sign_test_p(c.gained, c.lost)
         text = (f"Training noise ({r['run_id']}): single and dense do the same arithmetic in exact math, yet differ by "
-                f"{100 * c['difference']:+.2f} points on {c['n']:,} items, {c['gained'] + c['lost']} of them "
+                f"{100 * c.difference:+.2f} points on {c.n:,} items, {c.gained + c.lost} of them "
                 f"discordant (sign test p = {fmt(p)}). The screens' bounds cover only the sampling of test items. ")
         others = [(k, v) for k, v in changes.items() if not k.endswith("vs seed") and k.split(" vs ")[0] < k.split(" vs ")[1]
                   and set(k.split(" vs ")) != set(SAME_MATH)]
-        text += " ".join(f"{k}: {100 * v['difference']:+.2f} points." for k, v in others)
+        text += " ".join(f"{k}: {100 * v.difference:+.2f} points." for k, v in others)
         if others:  # one pair is no spread: what the differences do across training runs is the replicates' to say
             text += (" One pair of runs does not measure training noise; the replicate section reads each question "
                      "across training runs (t intervals with their degrees of freedom, development roles only).")

@@ -26,6 +26,7 @@ from kit.evidence.report.readings import baseline_sentence, numbers, reading_sen
 from kit.evidence.report.scope import accuracy_points
 from kit.evidence.report.seed_knew import build_record, seed_digests, training_mix
 from kit.evidence.report.selection import GLOB_CHARACTERS, Selected, Selection
+from kit.evidence.report.sidecar_formats import paired_task_changes, retention_changes
 from kit.evidence.report.verdict_rows import question_text, verdict_rows
 
 NEAR_SE = 3.0  # an estimate within this many standard errors of its threshold: the verdict may go either way
@@ -147,7 +148,7 @@ def _context(runs_dir, idx: dict) -> dict:
     for r in idx["runs"]:
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
-        if isinstance(metric(r, "retention_change"), dict) and probes:
+        if retention_changes(r) is not None and probes:
             ps, rs = probes.get("source") or {}, replay.get("source") or {}
             if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
                 out["in_distribution"] = ("the chat probes come from the source every arm trains on: the bound "
@@ -159,7 +160,8 @@ def _context(runs_dir, idx: dict) -> dict:
 def _lower_bound(row: dict, idx: dict):
     """The study's task gain: the recorded one-sided 95% lower bound of PowerSGD against the seed."""
     run = idx["by_id"].get(row["runs"][0]) or {}
-    return ((metric(run, "paired_task_change") or {}).get("powersgd vs seed") or {}).get("noninferiority_lower")
+    change = (paired_task_changes(run) or {}).get("powersgd vs seed") if run else None
+    return change.noninferiority_lower if change else None
 
 
 def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list[dict]:

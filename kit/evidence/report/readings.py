@@ -15,6 +15,13 @@ from kit.evidence.report.cost import retention_pairs
 from kit.evidence.report.evaluation_files import evaluation_items
 from kit.evidence.report.format import fmt, is_number
 from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.sidecar_formats import (
+    Gates,
+    NllChangeBounds,
+    paired_task_changes,
+    retention_changes,
+    sidecar,
+)
 from kit.evidence.report.verdict_rows import direction_text, question_text, verdict_rows
 
 Z80 = 0.8416212335729143  # the one-sided normal quantile of 80% power
@@ -33,30 +40,38 @@ def numbers(row: dict, idx: dict) -> dict:
     run = idx["by_id"].get(row["runs"][0]) or {}
     check = row["check"]
     if row["experiment"] == "adaptive" and check in ("gain", "retention"):
-        b = (metric(run, "nll_change_bounds") or {}).get("tasks" if check == "gain" else "retention") or {}
-        out.update(estimate=b.get("change_nats_per_token"), n=b.get("n"), side="below", mult=b.get("normal_multiplier"),
-                   se=_se(b.get("change_nats_per_token"), b.get("normal_upper"), b.get("normal_multiplier")))
+        bounds = sidecar(run, NllChangeBounds)
+        out.update(side="below")
+        if bounds is not None:
+            b = bounds.part("tasks" if check == "gain" else "retention")
+            out.update(estimate=b.change_nats_per_token, n=b.n, mult=b.normal_multiplier,
+                       se=_se(b.change_nats_per_token, b.normal_upper, b.normal_multiplier))
     elif check == "generated":
-        g = (metric(run, "gates") or {}).get("generated") or {}
-        if is_number(g.get("gained")) and is_number(g.get("lost")):
-            out.update(estimate=g["gained"] - g["lost"], n=g["gained"] + g["lost"], side="count", bound=None)
+        gates = sidecar(run, Gates)
+        if gates is not None:
+            g = gates.generated
+            out.update(estimate=g.gained - g.lost, n=g.gained + g.lost, side="count", bound=None)
     elif check.startswith("learned state equal"):
         out.update(estimate=row.get("value"), bound=None, side="equal")
     elif row["experiment"] == "study":
-        changes = metric(run, "paired_task_change") or {}
+        changes = paired_task_changes(run) or {}
         mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
         if check == "task_gain":
-            c = changes.get("powersgd vs seed") or {}
-            out.update(estimate=c.get("difference"), bound=None, n=c.get("n"), side="above", mult=0.0,
-                       se=_se(c.get("difference"), c.get("noninferiority_lower"), mult))
+            out.update(bound=None, side="above", mult=0.0)
+            c = changes.get("powersgd vs seed")
+            if c is not None:
+                out.update(estimate=c.difference, n=c.n, se=_se(c.difference, c.noninferiority_lower, mult))
         elif check.startswith("noninferior_to_"):
-            c = changes.get(f"powersgd vs {check[len('noninferior_to_'):]}") or {}
-            out.update(estimate=c.get("difference"), n=c.get("n"), side="above", mult=mult,
-                       se=_se(c.get("difference"), c.get("noninferiority_lower"), mult))
+            out.update(side="above", mult=mult)
+            c = changes.get(f"powersgd vs {check[len('noninferior_to_'):]}")
+            if c is not None:
+                out.update(estimate=c.difference, n=c.n, se=_se(c.difference, c.noninferiority_lower, mult))
         elif check == "retention":
-            r = (metric(run, "retention_change") or {}).get("powersgd") or {}
-            out.update(estimate=r.get("change_nats_per_token"), n=r.get("n"), side="below", mult=r.get("multiplier"),
-                       se=_se(r.get("change_nats_per_token"), r.get("upper"), r.get("multiplier")))
+            out.update(side="below")
+            r = (retention_changes(run) or {}).get("powersgd")
+            if r is not None:
+                out.update(estimate=r.change_nats_per_token, n=r.n, mult=r.multiplier,
+                           se=_se(r.change_nats_per_token, r.upper, r.multiplier))
     m = out["mult"] if is_number(out["mult"]) and out["mult"] else 1.645
     if is_number(out["estimate"]) and is_number(out["se"]):  # the one-sided 95% bounds on either side
         out["lower"], out["upper"] = out["estimate"] - m * out["se"], out["estimate"] + m * out["se"]
@@ -196,13 +211,13 @@ def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
     """Whether the study's retention probes come from a source its arms train on (the contract's data), and
     what the arms' retention changes against the seed then say."""
     for r in idx["runs"]:
-        changes = metric(r, "retention_change")
+        changes = retention_changes(r)
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
-        if not isinstance(changes, dict) or not probes:
+        if changes is None or not probes:
             continue
         ps, rs = probes.get("source") or {}, replay.get("source") or {}
-        arms = "; ".join(f"{a} {fmt(v.get('change_nats_per_token'))}" for a, v in changes.items() if isinstance(v, dict))
+        arms = "; ".join(f"{a} {fmt(v.change_nats_per_token)}" for a, v in changes.items())
         where = f"{ps.get('name')} rows {ps.get('start')}\u2013{ps.get('stop')}"
         if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
             pairs = "; ".join(f"{p['comparison']} {fmt(p['change_nats_per_token'])} ({p['reading']})"

@@ -14,6 +14,7 @@ from kit.digest import load_json_strict
 from kit.evidence import records
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, kv_table, records_table, run_link
 from kit.evidence.report.index import arm_runs, index, metric, producer
+from kit.evidence.report.sidecar_formats import BoundGate, Comparison, Gates, GateVerdict, sidecar
 
 
 # --- verdicts --------------------------------------------------------------------------------
@@ -24,51 +25,45 @@ def verdict_rows(runs_dir) -> dict[str, list[dict]]:
     idx = index(runs_dir)
     adaptive, study = [], []
     for r in idx["runs"]:
-        gates = metric(r, "gates")
-        if isinstance(gates, dict):
-            gv = metric(r, "gate_verdict") or {}
-            comp = gv.get("comparison") or r["run_id"]
-            cand, base = gv.get("candidate"), gv.get("baseline")
-            runs = [r["run_id"]] + [n for m in (cand, base) if m for n in idx["runs_by_root"].get(m, [])]
-            for name, g in gates.items():
-                if not isinstance(g, dict):
-                    continue
+        gates = sidecar(r, Gates)
+        if gates is not None:
+            gv = sidecar(r, GateVerdict)
+            comp = gv.comparison if gv else r["run_id"]
+            candidate, baseline = (gv.candidate, gv.baseline) if gv else (None, None)
+            runs = [r["run_id"]] + [n for m in (candidate, baseline) if m for n in idx["runs_by_root"].get(m, [])]
+            for name, g in gates.checks():
                 row = {"experiment": "adaptive", "comparison": comp, "check": name, "runs": runs,
-                       "candidate": cand, "baseline": base, "source": f"{r['run_id']}/metrics/gates.json",
-                       "verdict": "pass" if g.get("passed") else "fail"}
-                if "upper" in g:
-                    op = "<" if "< threshold" in g.get("rule", "") else "\u2264"
-                    row.update(statistic="upper 95% bootstrap bound, NLL change (nats/token)", value=g["upper"],
-                               threshold=f"{op} {fmt(g.get('threshold'))}", threshold_value=g.get("threshold"))
-                elif "lost" in g:
-                    row.update(statistic="correct generated answers lost", value=g["lost"],
-                               threshold=f"\u2264 gained ({g.get('gained')})", threshold_value=g.get("gained"))
-                    if not g["lost"] and not g.get("gained"):  # no discordant answer: the rule's pass weighs nothing
-                        row.update(verdict=NOT_EVALUABLE, recorded=row["verdict"])
+                       "candidate": candidate, "baseline": baseline, "source": f"{r['run_id']}/metrics/gates.json",
+                       "verdict": "pass" if g.passed else "fail"}
+                if isinstance(g, BoundGate):
+                    op = "<" if "< threshold" in g.rule else "\u2264"
+                    row.update(statistic="upper 95% bootstrap bound, NLL change (nats/token)", value=g.upper,
+                               threshold=f"{op} {fmt(g.threshold)}", threshold_value=g.threshold)
                 else:
-                    num = {k: v for k, v in g.items() if is_number(v)}
-                    k, v = next(iter(num.items()), (None, None))
-                    row.update(statistic=k or "", value=v, threshold=g.get("rule", ""), threshold_value=None)
+                    row.update(statistic="correct generated answers lost", value=g.lost,
+                               threshold=f"\u2264 gained ({g.gained})", threshold_value=g.gained)
+                    if not g.lost and not g.gained:  # no discordant answer: the rule's pass weighs nothing
+                        row.update(verdict=NOT_EVALUABLE, recorded=row["verdict"])
                 adaptive.append(row)
-        comparison = metric(r, "comparison")
-        if isinstance(comparison, dict) and "learned_state_equal" in comparison:
+        comparison = sidecar(r, Comparison)
+        if comparison is not None:
             params = r.get("parameters") or {}
-            cand = [producer(comparison.get("candidate_learned_state_root") or "", idx)
+            cand = [producer(comparison.candidate_learned_state_root, idx)
                     or producer(params.get("CANDIDATE_ROOT", ""), idx)]
-            ctrl = [producer(comparison.get("control_learned_state_root") or "", idx)
+            ctrl = [producer(comparison.control_learned_state_root, idx)
                     or producer(params.get("CONTROL_ROOT", ""), idx)]
             runs = [r["run_id"]] + [n for n in cand + ctrl if n]
             src = f"{r['run_id']}/metrics/comparison.json"
-            if comparison.get("same_parameter_names"):
-                adaptive.append({"experiment": "adaptive", "comparison": f"migration, cohort {comparison.get('cohort')}",
+            if comparison.same_parameter_names:
+                adaptive.append({"experiment": "adaptive", "comparison": f"migration, cohort {comparison.cohort}",
                                  "check": "learned state equal to the uninterrupted control",
                                  "statistic": "max |parameter difference|",
-                                 "value": comparison.get("max_abs_parameter_difference"),
+                                 "value": comparison.max_abs_parameter_difference,
                                  "threshold": "= 0 (equal learned-state roots)", "threshold_value": 0,
-                                 "verdict": "pass" if comparison["learned_state_equal"] else "fail",
+                                 "verdict": "pass" if comparison.learned_state_equal else "fail",
                                  "runs": runs, "source": src})
             else:
-                adaptive.append({"experiment": "adaptive", "comparison": f"growth, cohort {comparison.get('cohort')}",
+                adaptive.append({"experiment": "adaptive", "comparison": f"growth, cohort {comparison.cohort}",
                                  "check": "structure vs the fixed-depth control",
                                  "statistic": "parameter names and shapes differ (appended blocks): "
                                               "not compared elementwise",
