@@ -42,9 +42,9 @@ def _why(folder: Path) -> str:
         return ""
 
 
-def _final_groups(runs_dir) -> list[tuple[str, object, Path | None]]:
+def _final_groups(runs_dir: Selected) -> list[tuple[str, Selected, Path | None]]:
     """(kept in, folder, kept folder or None) of the current selection and every kept folder holding finals."""
-    groups = [("current", runs_dir, None)]
+    groups: list[tuple[str, Selected, Path | None]] = [("current", runs_dir, None)]
     seen = set()
     for r in kept_runs(runs_dir):
         d = Path(r["dir"]).parent

@@ -10,6 +10,7 @@ is given the robustness column holds the earlier seeds' verdicts only.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import re
@@ -22,7 +23,13 @@ from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, run_
 from kit.evidence.report.history import contracts_note, question_key, seed_reading, seed_verdicts
 from kit.evidence.report.index import REPO, index, is_cpu, metric, run_contract
 from kit.evidence.report.page import PAGE_CSS
-from kit.evidence.report.readings import baseline_sentence, numbers, reading_sentences, tie_probability
+from kit.evidence.report.readings import (
+    Numbers,
+    baseline_sentence,
+    numbers,
+    reading_sentences,
+    tie_probability,
+)
 from kit.evidence.report.scope import accuracy_points
 from kit.evidence.report.seed_knew import build_record, seed_digests, training_mix
 from kit.evidence.report.selection import GLOB_CHARACTERS, Selected, Selection
@@ -53,19 +60,19 @@ def _num(v, suffix: str = "") -> str:
     return f'<span class="num"{data}>{html.escape(fmt(v))}</span>{suffix}'
 
 
-def tested(row: dict, x: dict) -> tuple[str, str]:
+def tested(row: dict, x: Numbers) -> tuple[str, str]:
     """(verdict shown, HTML of the tested statistic and its rule): the statistic the rule compares, its one
     interval (the gate's one-sided 95% bound), the threshold. A generated-answers gate on no discordant answer
     is not evaluable whatever its rule recorded."""
     v, t, check = str(row.get("verdict")), row.get("threshold_value"), row["check"]
-    if x["side"] == "count":
-        lost, gained = (x["n"] - x["estimate"]) // 2, (x["n"] + x["estimate"]) // 2
+    if x.side == "count":
+        gained, lost = x.gained_lost()
         p = sign_test_p(gained, lost)
         text = (f"correct answers lost {_num(lost)} vs gained {_num(gained)}, sign test p = {_num(p)}; "
                 "needs lost \u2264 gained")
-        return (NOT_EVALUABLE if x["n"] == 0 else v), text
-    if x["side"] == "equal":
-        return v, f"largest |weight difference| {_num(x['estimate'])}; passes only at 0"
+        return (NOT_EVALUABLE if x.n == 0 else v), text
+    if x.side == "equal":
+        return v, f"largest |weight difference| {_num(x.estimate)}; passes only at 0"
     if check == "quality screen (all parts)":
         return v, "every part above passes" if v == "pass" else "a part above does not pass"
     if row.get("reason"):  # a screen that was not measured says why (the transport's name left to the details)
@@ -76,10 +83,10 @@ def tested(row: dict, x: dict) -> tuple[str, str]:
     op = html.escape(row.get("threshold") or "")
     if check.startswith("speed"):
         return v, f"throughput ratio {_num(row.get('value'))}; needs {op}"
-    est, bound = x["estimate"], x["bound"]
-    lower = x["side"] == "above"
+    est, bound = x.estimate, x.bound
+    lower = x.side == "above"
     if check == "task_gain":  # the screen compares the point estimate; its one-sided bound read from the pair
-        b = x["lower_bound"]
+        b = x.lower_bound
         return v, (f"accuracy gain {_num(est)} (one-sided 95% lower bound {_num(b)}); the screen tests the gain "
                    f"itself: needs {op}")
     what = {"gain": "task NLL change", "retention": "chat NLL change"}.get(
@@ -89,37 +96,37 @@ def tested(row: dict, x: dict) -> tuple[str, str]:
                if is_number(t) else f"{what} {_num(est, unit)}")
 
 
-def weight(row: dict, x: dict, context: dict) -> str:
+def weight(row: dict, x: Numbers, context: dict) -> str:
     """What the verdict weighs, in one sentence: no data, a pass rate under no change or the effect needed to
     pass where the verdict is near a coin flip, the caveat its probes carry, or its distance from the threshold."""
     check, t, v = row["check"], row.get("threshold_value"), str(row.get("verdict"))
-    if x["side"] == "count":
-        if x["n"] == 0:
+    if x.side == "count":
+        if x.n == 0:
             return "no answer changed between the two models: the test has no data"
-        lost, gained = (x["n"] - x["estimate"]) // 2, (x["n"] + x["estimate"]) // 2
+        gained, lost = x.gained_lost()
         p = sign_test_p(gained, lost)
-        rate = 100 * (0.5 + tie_probability(x["n"]) / 2)
+        rate = 100 * (0.5 + tie_probability(x.n or 0) / 2)
         if p >= 0.05:
             return (f"within chance (p \u2265 0.05): with no true change this check passes {rate:.0f}% of the time "
-                    f"at {x['n']:,} changed answers")
+                    f"at {x.n:,} changed answers")
         return f"beyond chance: {'more gained than lost' if gained > lost else 'more lost than gained'}"
     parts = []
-    se, mult = x.get("se"), x.get("mult")
-    if is_number(t) and is_number(se) and se > 0 and is_number(x["estimate"]) and x["side"] in ("below", "above"):
-        est = x["estimate"]
+    se, mult = x.se, x.mult
+    if is_number(t) and is_number(se) and se > 0 and is_number(x.estimate) and x.side in ("below", "above"):
+        est = x.estimate
         z = abs(t - est) / se  # how far the estimate lies from the threshold, in standard errors
-        passes_est = est < t if x["side"] == "below" else est > t
+        passes_est = est < t if x.side == "below" else est > t
         z80 = 0.8416212335729143
         if z < NEAR_SE:
             if check == "task_gain":
                 parts.append(f"near its threshold: passes 80% of the time only if the true gain is "
                              f"\u2265 {fmt(t + z80 * se)}")
-            elif x["side"] == "below" and check == "gain":
+            elif x.side == "below" and check == "gain":
                 parts.append(("the estimate passes, its bound does not: too few examples to tell; "
                               if passes_est and v != "pass" else "")
                              + f"near its threshold: passes 80% of the time only if the true change is "
                              f"\u2264 {fmt(t - (mult + z80) * se)} nats/token")
-            elif x["side"] == "below":
+            elif x.side == "below":
                 parts.append(f"near its threshold: fails 80% of the time only if the true change is "
                              f"\u2265 {fmt(t - (mult - z80) * se)} nats/token")
             else:
@@ -179,7 +186,7 @@ def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list
     for row in gates + rows["study"] + [r for r in rows["adaptive"] if r not in gates]:
         x = numbers(row, idx)
         if row["check"] == "task_gain":
-            x["lower_bound"] = _lower_bound(row, idx)
+            x = dataclasses.replace(x, lower_bound=_lower_bound(row, idx))
         key = question_key(row)
         verdict, text = tested(row, x)
         seeds = seed_reading(history.get(key, []))

@@ -7,7 +7,9 @@ fail, or inconclusive where the estimate passes and its bound does not), with th
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from math import comb
 
 from kit.evidence.report.analysis import sign_test_p
@@ -33,51 +35,73 @@ def _se(estimate, bound, multiplier):
     return abs(bound - estimate) / multiplier
 
 
-def numbers(row: dict, idx: dict) -> dict:
-    """{estimate, bound, se, lower, upper, n, side} of one verdict row, None where the record holds no such number.
-    side: "below" (passes when the bound is below the threshold), "above", "equal" or "count"."""
-    out = {"estimate": None, "bound": row.get("value"), "se": None, "n": None, "side": None, "mult": None}
+@dataclass(frozen=True, slots=True)
+class Numbers:
+    """One verdict row's numbers, None where the record holds no such number. side: "below" (passes when the bound
+    is below the threshold), "above", "equal" or "count" (gained and lost answers: estimate is the net, n the
+    discordant answers). lower/upper: the one-sided 95% bounds on either side of the estimate (mult x se)."""
+
+    side: str | None = None
+    estimate: float | None = None
+    bound: float | None = None  # the bound the rule tests (the row's value), None for a count or an equality
+    se: float | None = None
+    n: int | None = None
+    mult: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    lower_bound: float | None = None  # the study's task gain: the recorded lower bound against the seed
+    threshold_value: float | None = None  # the row's, where a summary row carries its numbers
+
+    def gained_lost(self) -> tuple[int, int]:
+        """A count's answers gained and lost, from its net (the estimate) and its discordant answers (n)."""
+        n, net = int(self.n or 0), int(self.estimate or 0)
+        return (n + net) // 2, (n - net) // 2
+
+
+def numbers(row: dict, idx: dict) -> Numbers:
+    """The numbers of one verdict row, read from the sidecars of the run it came from."""
+    side = estimate = se = n = mult = None
+    bound = row.get("value")
     run = idx["by_id"].get(row["runs"][0]) or {}
     check = row["check"]
     if row["experiment"] == "adaptive" and check in ("gain", "retention"):
         bounds = sidecar(run, NllChangeBounds)
-        out.update(side="below")
+        side = "below"
         if bounds is not None:
             b = bounds.part("tasks" if check == "gain" else "retention")
-            out.update(estimate=b.change_nats_per_token, n=b.n, mult=b.normal_multiplier,
-                       se=_se(b.change_nats_per_token, b.normal_upper, b.normal_multiplier))
+            estimate, n, mult = b.change_nats_per_token, b.n, b.normal_multiplier
+            se = _se(b.change_nats_per_token, b.normal_upper, b.normal_multiplier)
     elif check == "generated":
         gates = sidecar(run, Gates)
         if gates is not None:
             g = gates.generated
-            out.update(estimate=g.gained - g.lost, n=g.gained + g.lost, side="count", bound=None)
+            estimate, n, side, bound = g.gained - g.lost, g.gained + g.lost, "count", None
     elif check.startswith("learned state equal"):
-        out.update(estimate=row.get("value"), bound=None, side="equal")
+        estimate, bound, side = row.get("value"), None, "equal"
     elif row["experiment"] == "study":
         changes = paired_task_changes(run) or {}
-        mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
+        screen_mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
         if check == "task_gain":
-            out.update(bound=None, side="above", mult=0.0)
+            bound, side, mult = None, "above", 0.0
             c = changes.get("powersgd vs seed")
             if c is not None:
-                out.update(estimate=c.difference, n=c.n, se=_se(c.difference, c.noninferiority_lower, mult))
+                estimate, n, se = c.difference, c.n, _se(c.difference, c.noninferiority_lower, screen_mult)
         elif check.startswith("noninferior_to_"):
-            out.update(side="above", mult=mult)
+            side, mult = "above", screen_mult
             c = changes.get(f"powersgd vs {check[len('noninferior_to_'):]}")
             if c is not None:
-                out.update(estimate=c.difference, n=c.n, se=_se(c.difference, c.noninferiority_lower, mult))
+                estimate, n, se = c.difference, c.n, _se(c.difference, c.noninferiority_lower, screen_mult)
         elif check == "retention":
-            out.update(side="below")
+            side = "below"
             r = (retention_changes(run) or {}).get("powersgd")
             if r is not None:
-                out.update(estimate=r.change_nats_per_token, n=r.n, mult=r.multiplier,
-                           se=_se(r.change_nats_per_token, r.upper, r.multiplier))
-    m = out["mult"] if is_number(out["mult"]) and out["mult"] else 1.645
-    if is_number(out["estimate"]) and is_number(out["se"]):  # the one-sided 95% bounds on either side
-        out["lower"], out["upper"] = out["estimate"] - m * out["se"], out["estimate"] + m * out["se"]
-    else:
-        out["lower"] = out["upper"] = None
-    return out
+                estimate, n, mult = r.change_nats_per_token, r.n, r.multiplier
+                se = _se(r.change_nats_per_token, r.upper, r.multiplier)
+    m = mult if is_number(mult) and mult else 1.645
+    lower = upper = None
+    if is_number(estimate) and is_number(se):  # the one-sided 95% bounds on either side
+        lower, upper = estimate - m * se, estimate + m * se
+    return Numbers(side=side, estimate=estimate, bound=bound, se=se, n=n, mult=mult, lower=lower, upper=upper)
 
 
 def tie_probability(d: int) -> float:
@@ -85,27 +109,27 @@ def tie_probability(d: int) -> float:
     return comb(d, d // 2) / 2 ** d if d % 2 == 0 else 0.0
 
 
-def reading(row: dict, x: dict) -> str:
+def reading(row: dict, x: Numbers) -> str:
     """One line computed from the row's numbers: pass, fail, inconclusive (the estimate passes, its one-sided 95%
     bound does not) or not evaluable (a count of changed answers with none changed)."""
     v, t = row.get("verdict"), row.get("threshold_value")
-    if x["side"] == "count":
-        gained, lost = (x["estimate"] + x["n"]) // 2, (x["n"] - x["estimate"]) // 2
-        if not x["n"]:
+    if x.side == "count":
+        gained, lost = x.gained_lost()
+        if not x.n:
             return f"not evaluable ({v} by its rule): no discordant answers"
         p = sign_test_p(gained, lost)
         within = "within" if p >= 0.05 else "beyond"
-        return (f"{v}: lost {lost} vs gained {gained} of {x['n']} discordant answers, sign test p = {fmt(p)} "
+        return (f"{v}: lost {lost} vs gained {gained} of {x.n} discordant answers, sign test p = {fmt(p)} "
                 f"({within} chance)")
     if row["check"] == "quality screen (all parts)":
         return f"{v}: {'every part passes' if v == 'pass' else 'a part does not pass'}"
-    if x["side"] == "equal":
-        return f"{v}: max |parameter difference| {fmt(x['estimate'])}"
-    est = x["estimate"]
-    bound = x["bound"] if is_number(x["bound"]) else (x["lower"] if x["side"] == "above" else x["upper"])
+    if x.side == "equal":
+        return f"{v}: max |parameter difference| {fmt(x.estimate)}"
+    est = x.estimate
+    bound = x.bound if is_number(x.bound) else (x.lower if x.side == "above" else x.upper)
     if not (is_number(est) and is_number(bound) and is_number(t)):
         return f"{v}: {row.get('reason') or row.get('statistic') or ''}".rstrip(": ")
-    below = x["side"] == "below"
+    below = x.side == "below"
     est_ok, bound_ok = (est < t, bound < t) if below else (est > t, bound > t)
     where = ("below" if bound_ok else "above") if below else ("above" if bound_ok else "below")
     if est_ok and not bound_ok:
@@ -116,28 +140,28 @@ def reading(row: dict, x: dict) -> str:
     return f"fail: the estimate {fmt(est)} and its one-sided 95% bound {fmt(bound)} lie {where} {fmt(t)}"
 
 
-def power(row: dict, x: dict, idx: dict) -> str:
+def power(row: dict, x: Numbers, idx: dict) -> str:
     """The minimum detectable effect of one verdict at its n (80% power), or the pass rate under no change."""
-    t, se = row.get("threshold_value"), x.get("se")
-    mult = x.get("mult")
-    if x["side"] == "count" and not x["n"]:
+    t, se = row.get("threshold_value"), x.se
+    mult = x.mult
+    if x.side == "count" and not x.n:
         return "not evaluable: no discordant answers"
-    if x["side"] == "count":
-        return (f"{100 * (0.5 + tie_probability(x['n']) / 2):.0f}% chance to pass under no change at "
-                f"{x['n']} discordant answers (no sampling tolerance)")
+    if x.side == "count":
+        return (f"{100 * (0.5 + tie_probability(x.n or 0) / 2):.0f}% chance to pass under no change at "
+                f"{x.n} discordant answers (no sampling tolerance)")
     if not (is_number(t) and is_number(se) and is_number(mult)) or se <= 0:
         return ""
-    if x["side"] == "below":
+    if x.side == "below":
         if row["check"] == "retention":
             return (f"fails with 80% probability when the true change is \u2265 {fmt(t - (mult - Z80) * se)} "
-                    f"nats/token (se {fmt(se)}, n {fmt(x['n'])})")
+                    f"nats/token (se {fmt(se)}, n {fmt(x.n)})")
         return (f"passes with 80% probability only if the true change is \u2264 {fmt(t - (mult + Z80) * se)} "
-                f"nats/token (se {fmt(se)}, n {fmt(x['n'])})")
+                f"nats/token (se {fmt(se)}, n {fmt(x.n)})")
     if mult == 0:  # a point difference against its threshold (the study's task gain)
         return f"passes with 80% probability when the true gain is \u2265 {fmt(t + Z80 * se)} (se {fmt(se)})"
     p_equal = _phi(-t / se - mult)  # a bound of the difference above -margin, when the arms are equal
     return (f"{100 * p_equal:.0f}% power if the arms are truly equal; passes with 80% probability when the true "
-            f"difference is \u2265 {fmt(t + (mult + Z80) * se)} (se {fmt(se)}, n {fmt(x['n'])})")
+            f"difference is \u2265 {fmt(t + (mult + Z80) * se)} (se {fmt(se)}, n {fmt(x.n)})")
 
 
 def _phi(z: float) -> float:
@@ -154,10 +178,10 @@ def summary_rows(runs_dir) -> list[dict]:
     for row in rows["adaptive"] + rows["study"]:
         x = numbers(row, idx)
         out.append({"question": row["comparison"], "plain": question_text(row), "check": row["check"], "verdict": str(row.get("verdict")),
-                    "estimate": x["estimate"], "bound": x["bound"], "threshold": row.get("threshold", ""),
+                    "estimate": x.estimate, "bound": x.bound, "threshold": row.get("threshold", ""),
                     "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
                     "power": power(row, x, idx), "source": row["source"], "runs": row["runs"],
-                    "numbers": {**x, "threshold_value": row.get("threshold_value")}})
+                    "numbers": dataclasses.replace(x, threshold_value=row.get("threshold_value"))})
     return out
 
 
@@ -169,27 +193,28 @@ def reading_sentences(runs_dir) -> list[str]:
     out = []
     for r in summary_rows(runs_dir):
         x, t = r["numbers"], r.get("threshold")
-        bounded = x["side"] in ("below", "above") and is_number(x["estimate"]) and is_number(x["bound"])
+        bounded = x.side in ("below", "above") and is_number(x.estimate) and is_number(x.bound)
         if r["reading"].startswith("inconclusive") or (bounded and r["verdict"] == "fail" and r["check"] == "gain"):
             out.append(f"\u201c{r['plain']}\u201d {'is inconclusive' if r['reading'].startswith('inc') else 'fails'}: "
-                       f"estimate {fmt(x['estimate'])}, one-sided 95% bound {fmt(x['bound'])} against {t}"
+                       f"estimate {fmt(x.estimate)}, one-sided 95% bound {fmt(x.bound)} against {t}"
                        f"{'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
                        f"and the gate {r['power']}.")
-        if r["check"] == "retention" and x["lower"] is not None and (x["lower"] > 0 or x["upper"] < 0) \
+        if r["check"] == "retention" and x.lower is not None and (x.lower > 0 or x.upper < 0) \
                 and r["question"] != "quality screen":
-            up = x["lower"] > 0
+            up = x.lower > 0
             out.append(f"\u201c{r['plain']}\u201d The chat NLL change is "
                        f"{'positive (the candidate forgot)' if up else 'negative'} beyond chance: "
-                       f"{x['estimate']:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
-                       f"{fmt(x['lower'] if up else x['upper'])}"
+                       f"{x.estimate:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
+                       f"{fmt(x.lower if up else x.upper)}"
                        f"{', within the allowance ' + t if r['verdict'] == 'pass' else ''}.")
     out += [s for s in (baseline_sentence(idx), in_distribution_sentence(runs_dir, idx)) if s]
     return out
 
 
 def _estimate_passes(r: dict) -> bool:
-    x, t = r["numbers"], (r.get("numbers") or {}).get("threshold_value")
-    return is_number(t) and is_number(x["estimate"]) and (x["estimate"] < t if x["side"] == "below" else x["estimate"] > t)
+    x = r["numbers"]
+    t = x.threshold_value
+    return is_number(t) and is_number(x.estimate) and (x.estimate < t if x.side == "below" else x.estimate > t)
 
 
 def baseline_sentence(idx: dict) -> str | None:
