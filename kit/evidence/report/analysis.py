@@ -10,6 +10,7 @@ from math import comb
 
 from kit.evidence.report.format import NOT_EVALUABLE, fmt, is_number
 from kit.evidence.report.index import arm_runs, index, metric
+from kit.evidence.report.selection import Selected
 from kit.evidence.report.sidecar_formats import (
     Gates,
     Measurement,
@@ -20,7 +21,7 @@ from kit.evidence.report.sidecar_formats import (
     retention_changes,
     sidecar,
 )
-from kit.evidence.report.verdict_rows import SPEED_CHECK, verdict_rows
+from kit.evidence.report.verdict_rows import SPEED_CHECK, VerdictRow, verdict_rows
 
 CONTROLS = ("single", "dense")
 SHARED_CACHE = "the host's shared one (not recorded)"  # arm records before kit.study.arms.own_compile_cache
@@ -60,19 +61,19 @@ def gate_analysis_rows(runs_dir) -> list[dict]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
-    for row in rows["adaptive"]:
-        if row["verdict"] == "fail" and row["check"] in ("gain", "retention", "generated"):
-            out += _adaptive_analysis(row, idx["by_id"][row["runs"][0]])
-    for row in rows["study"]:
-        if row["verdict"] == "fail" and (row["check"] in ("task_gain", "retention", SPEED_CHECK)
-                                         or row["check"].startswith("noninferior_to_")):
-            out += _study_analysis(row, idx["by_id"][row["runs"][0]], runs_dir)
+    for row in rows.adaptive:
+        if row.verdict == "fail" and row.check in ("gain", "retention", "generated"):
+            out += _adaptive_analysis(row, idx["by_id"][row.runs[0]])
+    for row in rows.study:
+        if row.verdict == "fail" and (row.check in ("task_gain", "retention", SPEED_CHECK)
+                                         or row.check.startswith("noninferior_to_")):
+            out += _study_analysis(row, idx["by_id"][row.runs[0]], runs_dir)
     return out
 
 
-def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
-    base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
-    if row["check"] == "generated":
+def _adaptive_analysis(row: VerdictRow, run: dict) -> list[dict]:
+    base = {"comparison": row.comparison, "check": row.check, "run": run["run_id"]}
+    if row.check == "generated":
         gates = sidecar(run, Gates)
         gained, lost = (gates.generated.gained, gates.generated.lost) if gates else (0, 0)
         p = sign_test_p(gained, lost)
@@ -83,21 +84,21 @@ def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
                               + ("The split is within what no change produces; the gate has no sampling "
                                  "tolerance, so at equal true rates a larger sample fails it about half the "
                                  "time." if p >= 0.05 else "The loss is larger than no change explains."))}]
-    bounds, t = sidecar(run, NllChangeBounds), row["threshold_value"]
+    bounds, t = sidecar(run, NllChangeBounds), row.threshold_value
     if bounds is None or t is None:
         return []
-    b = bounds.part("tasks" if row["check"] == "gain" else "retention")
+    b = bounds.part("tasks" if row.check == "gain" else "retention")
     est, upper = b.change_nats_per_token, b.bootstrap_upper
-    return [{**base, "estimate": est, "bound": upper, "threshold": row["threshold"],
+    return [{**base, "estimate": est, "bound": upper, "threshold": row.threshold,
              "analysis": bound_text(est, upper, t, b.n, upper=True, multiplier=b.normal_multiplier or 1.645)}]
 
 
-def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:
+def _study_analysis(row: VerdictRow, run: dict, runs_dir: Selected) -> list[dict]:
     """A failing part of the study's screens, from the evaluation run's sidecars (candidate: powersgd)."""
-    base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
+    base = {"comparison": row.comparison, "check": row.check, "run": run["run_id"]}
     changes = paired_task_changes(run) or {}
-    t = row["threshold_value"]
-    if row["check"] == "task_gain":
+    t = row.threshold_value
+    if row.check == "task_gain":
         c = changes.get("powersgd vs seed")
         if c is None or t is None:
             return []
@@ -116,22 +117,22 @@ def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:
                          "contract at this scale, not for the reduction.")
             else:
                 text += "."
-        return [{**base, "estimate": c.difference, "bound": None, "threshold": row["threshold"], "analysis": text}]
-    if row["check"] == "retention":
+        return [{**base, "estimate": c.difference, "bound": None, "threshold": row.threshold, "analysis": text}]
+    if row.check == "retention":
         r = (retention_changes(run) or {}).get("powersgd")
         if r is None or t is None:
             return []
-        return [{**base, "estimate": r.change_nats_per_token, "bound": r.upper, "threshold": row["threshold"],
+        return [{**base, "estimate": r.change_nats_per_token, "bound": r.upper, "threshold": row.threshold,
                  "analysis": bound_text(r.change_nats_per_token, r.upper, t, r.n, upper=True)}]
-    if row["check"].startswith("noninferior_to_"):
-        ctrl = row["check"][len("noninferior_to_"):]
+    if row.check.startswith("noninferior_to_"):
+        ctrl = row.check[len("noninferior_to_"):]
         c = changes.get(f"powersgd vs {ctrl}")
         if c is None or t is None:
             return []
-        return [{**base, "estimate": c.difference, "bound": c.noninferiority_lower, "threshold": row["threshold"],
+        return [{**base, "estimate": c.difference, "bound": c.noninferiority_lower, "threshold": row.threshold,
                  "analysis": bound_text(c.difference, c.noninferiority_lower, t, c.n, upper=False)}]
     s = speed_sensitivity(runs_dir, run["run_id"])  # the speed screen
-    return [{**base, "estimate": row["value"], "bound": None, "threshold": row["threshold"],
+    return [{**base, "estimate": row.value, "bound": None, "threshold": row.threshold,
              "analysis": s["text"] if s else "no arm measurements to analyse"}]
 
 

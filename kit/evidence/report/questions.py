@@ -34,7 +34,7 @@ from kit.evidence.report.scope import accuracy_points
 from kit.evidence.report.seed_knew import build_record, seed_digests, training_mix
 from kit.evidence.report.selection import GLOB_CHARACTERS, Selected, Selection
 from kit.evidence.report.sidecar_formats import paired_task_changes, retention_changes
-from kit.evidence.report.verdict_rows import question_text, verdict_rows
+from kit.evidence.report.verdict_rows import VerdictRow, question_text, verdict_rows
 
 NEAR_SE = 3.0  # an estimate within this many standard errors of its threshold: the verdict may go either way
 COLUMNS = ("question", "verdict", "what was tested", "what the verdict weighs", "on other seeds and replicates")
@@ -60,11 +60,11 @@ def _num(v, suffix: str = "") -> str:
     return f'<span class="num"{data}>{html.escape(fmt(v))}</span>{suffix}'
 
 
-def tested(row: dict, x: Numbers) -> tuple[str, str]:
+def tested(row: VerdictRow, x: Numbers) -> tuple[str, str]:
     """(verdict shown, HTML of the tested statistic and its rule): the statistic the rule compares, its one
     interval (the gate's one-sided 95% bound), the threshold. A generated-answers gate on no discordant answer
     is not evaluable whatever its rule recorded."""
-    v, t, check = str(row.get("verdict")), row.get("threshold_value"), row["check"]
+    v, t, check = str(row.verdict), row.threshold_value, row.check
     if x.side == "count":
         gained, lost = x.gained_lost()
         p = sign_test_p(gained, lost)
@@ -75,14 +75,14 @@ def tested(row: dict, x: Numbers) -> tuple[str, str]:
         return v, f"largest |weight difference| {_num(x.estimate)}; passes only at 0"
     if check == "quality screen (all parts)":
         return v, "every part above passes" if v == "pass" else "a part above does not pass"
-    if row.get("reason"):  # a screen that was not measured says why (the transport's name left to the details)
-        return v, html.escape(re.sub(r" over \w+ \([^)]*\)", "", row["reason"]))
+    if row.reason:  # a screen that was not measured says why (the transport's name left to the details)
+        return v, html.escape(re.sub(r" over \w+ \([^)]*\)", "", row.reason))
     if check.startswith("structure vs"):
         return v, "not comparable: the grown model has more blocks; judged by the growth questions"
     unit = " nats/token" if check in ("gain", "retention") else ""
-    op = html.escape(row.get("threshold") or "")
+    op = html.escape(row.threshold or "")
     if check.startswith("speed"):
-        return v, f"throughput ratio {_num(row.get('value'))}; needs {op}"
+        return v, f"throughput ratio {_num(row.value)}; needs {op}"
     est, bound = x.estimate, x.bound
     lower = x.side == "above"
     if check == "task_gain":  # the screen compares the point estimate; its one-sided bound read from the pair
@@ -96,10 +96,10 @@ def tested(row: dict, x: Numbers) -> tuple[str, str]:
                if is_number(t) else f"{what} {_num(est, unit)}")
 
 
-def weight(row: dict, x: Numbers, context: dict) -> str:
+def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
     """What the verdict weighs, in one sentence: no data, a pass rate under no change or the effect needed to
     pass where the verdict is near a coin flip, the caveat its probes carry, or its distance from the threshold."""
-    check, t, v = row["check"], row.get("threshold_value"), str(row.get("verdict"))
+    check, t, v = row.check, row.threshold_value, str(row.verdict)
     if x.side == "count":
         if x.n == 0:
             return "no answer changed between the two models: the test has no data"
@@ -135,9 +135,9 @@ def weight(row: dict, x: Numbers, context: dict) -> str:
                              "equal")
         else:
             parts.append(f"far from its threshold ({z:.0f} standard errors)")
-    if check == "retention" and row["experiment"] == "adaptive" and context.get("baseline"):
+    if check == "retention" and row.experiment == "adaptive" and context.get("baseline"):
         parts.append(context["baseline"])
-    if check == "retention" and row["experiment"] == "study" and context.get("in_distribution"):
+    if check == "retention" and row.experiment == "study" and context.get("in_distribution"):
         parts.append(context["in_distribution"])
     if check.startswith("noninferior") and context.get("study_noise"):
         parts.append(context["study_noise"])
@@ -164,9 +164,9 @@ def _context(runs_dir, idx: dict) -> dict:
     return out
 
 
-def _lower_bound(row: dict, idx: dict):
+def _lower_bound(row: VerdictRow, idx: dict) -> float | None:
     """The study's task gain: the recorded one-sided 95% lower bound of PowerSGD against the seed."""
-    run = idx["by_id"].get(row["runs"][0]) or {}
+    run = idx["by_id"].get(row.runs[0]) or {}
     change = (paired_task_changes(run) or {}).get("powersgd vs seed") if run else None
     return change.noninferiority_lower if change else None
 
@@ -182,20 +182,20 @@ def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list
     out = []
     # the trial's questions first (the gates, then the study's screens), the mechanics (migration, growth's
     # structure) after them
-    gates = [r for r in rows["adaptive"] if "_vs_" in r["comparison"]]
-    for row in gates + rows["study"] + [r for r in rows["adaptive"] if r not in gates]:
+    gates = [r for r in rows.adaptive if "_vs_" in r.comparison]
+    for row in gates + rows.study + [r for r in rows.adaptive if r not in gates]:
         x = numbers(row, idx)
-        if row["check"] == "task_gain":
+        if row.check == "task_gain":
             x = dataclasses.replace(x, lower_bound=_lower_bound(row, idx))
         key = question_key(row)
         verdict, text = tested(row, x)
         seeds = seed_reading(history.get(key, []))
         rep = (replicates or {}).get(key)
         robust = "; ".join(s for s in (seeds, rep) if s) or NONE
-        out.append({"key": key, "question": question_text(row), "id": f"{row['comparison']} \u00b7 {row['check']}",
-                    "verdict": verdict, "recorded": str(row.get("recorded", row.get("verdict"))), "tested": text,
-                    "weighs": weight(row, x, context), "robustness": robust, "source": row["source"],
-                    "runs": row["runs"], "numbers": x})
+        out.append({"key": key, "question": question_text(row), "id": f"{row.comparison} \u00b7 {row.check}",
+                    "verdict": verdict, "recorded": str(row.recorded if row.recorded is not None else row.verdict),
+                    "tested": text, "weighs": weight(row, x, context), "robustness": robust, "source": row.source,
+                    "runs": list(row.runs), "numbers": x})
     return out
 
 

@@ -24,7 +24,7 @@ from kit.evidence.report.sidecar_formats import (
     retention_changes,
     sidecar,
 )
-from kit.evidence.report.verdict_rows import direction_text, question_text, verdict_rows
+from kit.evidence.report.verdict_rows import VerdictRow, direction_text, question_text, verdict_rows
 
 Z80 = 0.8416212335729143  # the one-sided normal quantile of 80% power
 
@@ -58,13 +58,13 @@ class Numbers:
         return (n + net) // 2, (n - net) // 2
 
 
-def numbers(row: dict, idx: dict) -> Numbers:
+def numbers(row: VerdictRow, idx: dict) -> Numbers:
     """The numbers of one verdict row, read from the sidecars of the run it came from."""
     side = estimate = se = n = mult = None
-    bound = row.get("value")
-    run = idx["by_id"].get(row["runs"][0]) or {}
-    check = row["check"]
-    if row["experiment"] == "adaptive" and check in ("gain", "retention"):
+    bound = row.value
+    run = idx["by_id"].get(row.runs[0]) or {}
+    check = row.check
+    if row.experiment == "adaptive" and check in ("gain", "retention"):
         bounds = sidecar(run, NllChangeBounds)
         side = "below"
         if bounds is not None:
@@ -77,8 +77,8 @@ def numbers(row: dict, idx: dict) -> Numbers:
             g = gates.generated
             estimate, n, side, bound = g.gained - g.lost, g.gained + g.lost, "count", None
     elif check.startswith("learned state equal"):
-        estimate, bound, side = row.get("value"), None, "equal"
-    elif row["experiment"] == "study":
+        estimate, bound, side = row.value, None, "equal"
+    elif row.experiment == "study":
         changes = paired_task_changes(run) or {}
         screen_mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
         if check == "task_gain":
@@ -109,10 +109,10 @@ def tie_probability(d: int) -> float:
     return comb(d, d // 2) / 2 ** d if d % 2 == 0 else 0.0
 
 
-def reading(row: dict, x: Numbers) -> str:
+def reading(row: VerdictRow, x: Numbers) -> str:
     """One line computed from the row's numbers: pass, fail, inconclusive (the estimate passes, its one-sided 95%
     bound does not) or not evaluable (a count of changed answers with none changed)."""
-    v, t = row.get("verdict"), row.get("threshold_value")
+    v, t = row.verdict, row.threshold_value
     if x.side == "count":
         gained, lost = x.gained_lost()
         if not x.n:
@@ -121,14 +121,14 @@ def reading(row: dict, x: Numbers) -> str:
         within = "within" if p >= 0.05 else "beyond"
         return (f"{v}: lost {lost} vs gained {gained} of {x.n} discordant answers, sign test p = {fmt(p)} "
                 f"({within} chance)")
-    if row["check"] == "quality screen (all parts)":
+    if row.check == "quality screen (all parts)":
         return f"{v}: {'every part passes' if v == 'pass' else 'a part does not pass'}"
     if x.side == "equal":
         return f"{v}: max |parameter difference| {fmt(x.estimate)}"
     est = x.estimate
     bound = x.bound if is_number(x.bound) else (x.lower if x.side == "above" else x.upper)
     if not (is_number(est) and is_number(bound) and is_number(t)):
-        return f"{v}: {row.get('reason') or row.get('statistic') or ''}".rstrip(": ")
+        return f"{v}: {row.reason or row.statistic or ''}".rstrip(": ")
     below = x.side == "below"
     est_ok, bound_ok = (est < t, bound < t) if below else (est > t, bound > t)
     where = ("below" if bound_ok else "above") if below else ("above" if bound_ok else "below")
@@ -140,9 +140,9 @@ def reading(row: dict, x: Numbers) -> str:
     return f"fail: the estimate {fmt(est)} and its one-sided 95% bound {fmt(bound)} lie {where} {fmt(t)}"
 
 
-def power(row: dict, x: Numbers, idx: dict) -> str:
+def power(row: VerdictRow, x: Numbers, idx: dict) -> str:
     """The minimum detectable effect of one verdict at its n (80% power), or the pass rate under no change."""
-    t, se = row.get("threshold_value"), x.se
+    t, se = row.threshold_value, x.se
     mult = x.mult
     if x.side == "count" and not x.n:
         return "not evaluable: no discordant answers"
@@ -152,7 +152,7 @@ def power(row: dict, x: Numbers, idx: dict) -> str:
     if not (is_number(t) and is_number(se) and is_number(mult)) or se <= 0:
         return ""
     if x.side == "below":
-        if row["check"] == "retention":
+        if row.check == "retention":
             return (f"fails with 80% probability when the true change is \u2265 {fmt(t - (mult - Z80) * se)} "
                     f"nats/token (se {fmt(se)}, n {fmt(x.n)})")
         return (f"passes with 80% probability only if the true change is \u2264 {fmt(t - (mult + Z80) * se)} "
@@ -175,13 +175,13 @@ def summary_rows(runs_dir) -> list[dict]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
-    for row in rows["adaptive"] + rows["study"]:
+    for row in rows.all():
         x = numbers(row, idx)
-        out.append({"question": row["comparison"], "plain": question_text(row), "check": row["check"], "verdict": str(row.get("verdict")),
-                    "estimate": x.estimate, "bound": x.bound, "threshold": row.get("threshold", ""),
+        out.append({"question": row.comparison, "plain": question_text(row), "check": row.check, "verdict": str(row.verdict),
+                    "estimate": x.estimate, "bound": x.bound, "threshold": row.threshold,
                     "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
-                    "power": power(row, x, idx), "source": row["source"], "runs": row["runs"],
-                    "numbers": dataclasses.replace(x, threshold_value=row.get("threshold_value"))})
+                    "power": power(row, x, idx), "source": row.source, "runs": list(row.runs),
+                    "numbers": dataclasses.replace(x, threshold_value=row.threshold_value)})
     return out
 
 
