@@ -78,29 +78,29 @@ def test_the_page_s_accuracy_table_is_every_model_s_record_cell_by_cell():
 
 def test_every_verdict_cell_is_a_measured_bound_with_the_runs_that_produced_it():
     rows = verdict_rows(RUNS / "medium-*")
-    assert (len(rows["adaptive"]), len(rows["study"])) == (11, 6)
-    for row in rows["adaptive"] + rows["study"]:
-        assert row["verdict"] in {"pass", "fail", "not evaluable", "n/a"}, row
-        assert row["runs"] and all((RUNS / r / "run.json").is_file() for r in row["runs"]), row
+    assert (len(rows.adaptive), len(rows.study)) == (11, 6)
+    for row in rows.all():
+        assert row.verdict in {"pass", "fail", "not evaluable", "n/a"}, row
+        assert row.runs and all((RUNS / r / "run.json").is_file() for r in row.runs), row
     # the gates' cells are the finals' recorded bounds and counts
     for x in "ABG":
         verdict = _metrics(f"medium-adaptive-final-{x}", "gate_verdict")
         gates = _metrics(f"medium-adaptive-final-{x}", "gates")
         bounds = _metrics(f"medium-adaptive-final-{x}", "nll_change_bounds")
-        mine = {r["check"]: r for r in rows["adaptive"] if r["comparison"] == verdict["comparison"]}
+        mine = {r.check: r for r in rows.adaptive if r.comparison == verdict["comparison"]}
         assert set(mine) == {"gain", "generated", "retention"} == set(gates)
-        assert mine["gain"]["value"] == bounds["tasks"]["bootstrap_upper"]
-        assert mine["retention"]["value"] == bounds["retention"]["bootstrap_upper"]
-        assert mine["generated"]["value"] == gates["generated"]["lost"]
-        assert all(mine[c]["verdict"] == ("pass" if gates[c]["passed"] else "fail") for c in gates)
+        assert mine["gain"].value == bounds["tasks"]["bootstrap_upper"]
+        assert mine["retention"].value == bounds["retention"]["bootstrap_upper"]
+        assert mine["generated"].value == gates["generated"]["lost"]
+        assert all(mine[c].verdict == ("pass" if gates[c]["passed"] else "fail") for c in gates)
         assert verdict["passed"] == all(g["passed"] for g in gates.values())
     quality = _metrics("medium-study-evaluate", "screen_quality")
-    study = {r["check"]: r for r in rows["study"] if r["comparison"] == "quality screen"}
+    study = {r.check: r for r in rows.study if r.comparison == "quality screen"}
     for arm, lower in quality["inputs"]["noninferiority_lower"].items():
-        assert study[f"noninferior_to_{arm}"]["value"] == lower
-    assert study["task_gain"]["value"] == quality["inputs"]["task_gain"]
-    assert study["retention"]["value"] == quality["inputs"]["retention_upper"]
+        assert study[f"noninferior_to_{arm}"].value == lower
+    assert study["task_gain"].value == quality["inputs"]["task_gain"]
+    assert study["retention"].value == quality["inputs"]["retention_upper"]
     # one GPU: the speed screen names why it was not evaluated rather than reporting a ratio
-    speed = next(r for r in rows["study"] if r["comparison"] == "speed screen")
-    assert speed["verdict"] == "not evaluable" and "not measured: one GPU" in _metrics("medium-study-evaluate",
+    speed = next(r for r in rows.study if r.comparison == "speed screen")
+    assert speed.verdict == "not evaluable" and "not measured: one GPU" in _metrics("medium-study-evaluate",
                                                                                         "screen_speed")["reason"]

@@ -47,7 +47,7 @@ def test_analyse_prints_the_analysis_with_replicate_zero_modes_and_amendments(ca
 def test_robustness_answers_the_report_s_verdict_keys():
     words = robustness_by_question(REPO / "runs")
     rows = verdict_rows(REPO / "runs" / "medium-*")
-    keys = {(r["comparison"], r["check"]) for side in rows.values() for r in side}
+    keys = {(r.comparison, r.check) for r in rows.all()}
     assert set(words) <= keys
     assert {("B_vs_A", "gain"), ("growth_vs_control", "gain"), ("quality screen", "noninferior_to_single")} <= set(words)
     assert words[("B_vs_A", "gain")].startswith("passes in 3 of 3 replicates (committed verdict: pass")

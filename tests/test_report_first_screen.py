@@ -104,7 +104,7 @@ def test_each_row_weighs_its_verdict_in_the_reviewer_s_words():
 
 def test_no_pass_on_no_discordant_answer():
     rows = [r for r in question_rows(REPO / "runs" / "demo-*") if r["key"].endswith("/generated")]
-    empty = [r for r in rows if r["numbers"]["n"] == 0]
+    empty = [r for r in rows if r["numbers"].n == 0]
     assert empty and all(r["verdict"] == NOT_EVALUABLE and r["recorded"] == "pass" for r in empty)
     assert all("no data" in r["weighs"] for r in empty)
 

@@ -122,11 +122,11 @@ def test_the_report_row_of_the_speed_screen_shows_the_reason_and_no_ratio():
     one = {"workers": 2, "gpus": 1, "transport": STAGED_BACKEND, "source": "ranks"}
     s = speed_screen(300.0, 200.0, SCREENS, {"powersgd": one})
     (row,) = _screen_rows({"run_id": "ev", "parameters": {}}, "screen_speed", s, {"runs": []})
-    assert row["value"] is None and row["verdict"] == NOT_EVALUABLE and row["reason"] == s["reason"]
-    assert row["statistic"].endswith("; " + s["reason"])
+    assert row.value is None and row.verdict == NOT_EVALUABLE and row.reason == s["reason"]
+    assert row.statistic.endswith("; " + s["reason"])
     (measured,) = _screen_rows({"run_id": "ev", "parameters": {}}, "screen_speed", speed_screen(300.0, 200.0, SCREENS),
                                {"runs": []})
-    assert measured["value"] == 1.5 and measured["reason"] is None and "not measured" not in measured["statistic"]
+    assert measured.value == 1.5 and measured.reason is None and "not measured" not in measured.statistic
 
 
 def test_the_report_answer_says_why_speed_was_not_measured_and_names_the_shared_gpu():

@@ -38,6 +38,7 @@ EVIDENCE_FILES = (
     "test_evidence_anchor.py",
     "test_dev_curve.py",
     "test_exposure_sensitivity.py",
+    "test_format_docs_report.py",
     "test_final_verification.py",
     "test_gpu_repeats.py",
     "test_inspect_run.py",

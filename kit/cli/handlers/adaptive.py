@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from kit.adaptive.compare import compare
 from kit.adaptive.continued import KIND as CONTINUED

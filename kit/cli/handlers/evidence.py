@@ -18,9 +18,9 @@ from kit.evidence.parameters import notebook_defaults, parse_cli_parameters
 from kit.evidence.replay import replay_runs
 from kit.evidence.replicate_design import design_reports
 from kit.evidence.report.page import render_report
+from kit.evidence.report.selection import Selection
 from kit.evidence.results import write_results
 from kit.evidence.root import evidence_root
-from kit.evidence.run_index import split_selection
 from kit.evidence.runner import batch_exit_status, run_batch, run_notebook
 from kit.evidence.runtime import KERNEL_LOG_NAME, REPORT_MODULES, ensure_runtime, quiet_kernels
 from kit.evidence.tree import tree_report
@@ -175,7 +175,8 @@ def cmd_report(a) -> int:
 
 
 def cmd_results(a) -> int:
-    folder, _ = split_selection(a.runs_dir)
+    selection = Selection.of(a.runs_dir)  # parsed once, where the CLI receives it
+    folder = selection.runs_dir
     if not folder.is_dir():
         print(f"kit results: {folder}: runs directory not found", file=sys.stderr)
         return 2
@@ -183,7 +184,7 @@ def cmd_results(a) -> int:
         print(f"kit results: --out {a.out}: expected a file name ending in .csv or .parquet", file=sys.stderr)
         return 2
     try:
-        print(write_results(a.runs_dir, a.out))
+        print(write_results(selection, a.out))
     except ImportError as e:  # Parquet needs pyarrow or fastparquet, which the kit does not require
         print(f"kit results: {a.out}: Parquet needs pyarrow or fastparquet, neither is installed ({type(e).__name__}); "
               "write a .csv instead", file=sys.stderr)

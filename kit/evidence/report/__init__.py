@@ -4,7 +4,8 @@ accuracy (from kit.results), seed_knew (the seed's build record), noise (power a
 (every seed's verdicts), runs (the run table), scope, pilots (the pilot records: candidates, chosen, positive
 control), verdict_rows and verdicts (with analysis and cost), sections (each run's header), sidecars (one
 dispatch from a sidecar to its view), evaluation_files (the per-item files), figures and format (the one way of
-writing values). The index module is the runs directory they all read.
+writing values). The index module is the runs directory they all read, selection the `DIR/GLOB` they are given
+(parsed once), sidecar_formats the declared sidecars whose fields they read.
 
 This file imports none of them: importing one part (kit.evidence.results reads format and index) must not run
 the page builder, which reads kit.evidence.results. `render_report` is kit.evidence.report.page's (and `kit`'s).

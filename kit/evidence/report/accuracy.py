@@ -11,6 +11,7 @@ import html
 from kit.evidence.report.figures import accuracy_figure, dev_curve_figure
 from kit.evidence.report.format import fmt, img_html, run_link, table_html
 from kit.evidence.report.index import index, metric
+from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.results import results
 
 
@@ -76,9 +77,10 @@ def figures_html(runs_dir) -> list[str]:
     return out
 
 
-def show_accuracy(runs_dir) -> None:
+def show_accuracy(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    tables = accuracy_html(runs_dir)
-    display(HTML("".join(tables) + "".join(figures_html(runs_dir)) if tables else
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    tables = accuracy_html(selection)
+    display(HTML("".join(tables) + "".join(figures_html(selection)) if tables else
                  "<p>No run of a contract with a gate or screen recorded accuracy by family.</p>"))

@@ -10,7 +10,18 @@ from math import comb
 
 from kit.evidence.report.format import NOT_EVALUABLE, fmt, is_number
 from kit.evidence.report.index import arm_runs, index, metric
-from kit.evidence.report.verdict_rows import SPEED_CHECK, verdict_rows
+from kit.evidence.report.selection import Selected
+from kit.evidence.report.sidecar_formats import (
+    Gates,
+    Measurement,
+    NllChangeBounds,
+    UnmeasuredArm,
+    arm_measurement,
+    paired_task_changes,
+    retention_changes,
+    sidecar,
+)
+from kit.evidence.report.verdict_rows import SPEED_CHECK, VerdictRow, verdict_rows
 
 CONTROLS = ("single", "dense")
 SHARED_CACHE = "the host's shared one (not recorded)"  # arm records before kit.study.arms.own_compile_cache
@@ -50,21 +61,21 @@ def gate_analysis_rows(runs_dir) -> list[dict]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
-    for row in rows["adaptive"]:
-        if row["verdict"] == "fail" and row["check"] in ("gain", "retention", "generated"):
-            out += _adaptive_analysis(row, idx["by_id"][row["runs"][0]])
-    for row in rows["study"]:
-        if row["verdict"] == "fail" and (row["check"] in ("task_gain", "retention", SPEED_CHECK)
-                                         or row["check"].startswith("noninferior_to_")):
-            out += _study_analysis(row, idx["by_id"][row["runs"][0]], runs_dir)
+    for row in rows.adaptive:
+        if row.verdict == "fail" and row.check in ("gain", "retention", "generated"):
+            out += _adaptive_analysis(row, idx["by_id"][row.runs[0]])
+    for row in rows.study:
+        if row.verdict == "fail" and (row.check in ("task_gain", "retention", SPEED_CHECK)
+                                         or row.check.startswith("noninferior_to_")):
+            out += _study_analysis(row, idx["by_id"][row.runs[0]], runs_dir)
     return out
 
 
-def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
-    base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
-    if row["check"] == "generated":
-        g = (metric(run, "gates") or {}).get("generated") or {}
-        gained, lost = int(g.get("gained", 0)), int(g.get("lost", 0))
+def _adaptive_analysis(row: VerdictRow, run: dict) -> list[dict]:
+    base = {"comparison": row.comparison, "check": row.check, "run": run["run_id"]}
+    if row.check == "generated":
+        gates = sidecar(run, Gates)
+        gained, lost = (gates.generated.gained, gates.generated.lost) if gates else (0, 0)
         p = sign_test_p(gained, lost)
         return [{**base, "estimate": f"net {gained - lost:+d} ({gained} gained, {lost} lost)",
                  "bound": None, "threshold": "lost \u2264 gained (no tolerance)",
@@ -73,55 +84,55 @@ def _adaptive_analysis(row: dict, run: dict) -> list[dict]:
                               + ("The split is within what no change produces; the gate has no sampling "
                                  "tolerance, so at equal true rates a larger sample fails it about half the "
                                  "time." if p >= 0.05 else "The loss is larger than no change explains."))}]
-    part = "tasks" if row["check"] == "gain" else "retention"
-    b = (metric(run, "nll_change_bounds") or {}).get(part) or {}
-    est, upper, t, n = b.get("change_nats_per_token"), b.get("bootstrap_upper"), row["threshold_value"], b.get("n")
-    if est is None or upper is None or t is None or n is None:
+    bounds, t = sidecar(run, NllChangeBounds), row.threshold_value
+    if bounds is None or t is None:
         return []
-    return [{**base, "estimate": est, "bound": upper, "threshold": row["threshold"],
-             "analysis": bound_text(est, upper, t, n, upper=True, multiplier=b.get("normal_multiplier") or 1.645)}]
+    b = bounds.part("tasks" if row.check == "gain" else "retention")
+    est, upper = b.change_nats_per_token, b.bootstrap_upper
+    return [{**base, "estimate": est, "bound": upper, "threshold": row.threshold,
+             "analysis": bound_text(est, upper, t, b.n, upper=True, multiplier=b.normal_multiplier or 1.645)}]
 
 
-def _study_analysis(row: dict, run: dict, runs_dir) -> list[dict]:
+def _study_analysis(row: VerdictRow, run: dict, runs_dir: Selected) -> list[dict]:
     """A failing part of the study's screens, from the evaluation run's sidecars (candidate: powersgd)."""
-    base = {"comparison": row["comparison"], "check": row["check"], "run": run["run_id"]}
-    changes = metric(run, "paired_task_change") or {}
-    t = row["threshold_value"]
-    if row["check"] == "task_gain":
-        c = changes.get("powersgd vs seed") or {}
-        if not c or t is None:
+    base = {"comparison": row.comparison, "check": row.check, "run": run["run_id"]}
+    changes = paired_task_changes(run) or {}
+    t = row.threshold_value
+    if row.check == "task_gain":
+        c = changes.get("powersgd vs seed")
+        if c is None or t is None:
             return []
-        n = c["n"]
-        controls = {a: ch for a in CONTROLS if (ch := changes.get(f"{a} vs seed"))}
+        n = c.n
+        controls = {a: ch for a in CONTROLS if (ch := changes.get(f"{a} vs seed")) is not None}
         text = (f"the screen compares the point difference in accuracy with {fmt(t)}, not a bound: PowerSGD "
-                f"{c['candidate_correct']}/{n:,} against the seed's {c['reference_correct']}/{n:,} misses it by "
-                f"{fmt(t - c['difference'])} ({c['gained']} gained, {c['lost']} lost; exact sign test "
-                f"p = {fmt(sign_test_p(c['gained'], c['lost']))}); a larger sample does not move a point "
+                f"{c.candidate_correct}/{n:,} against the seed's {c.reference_correct}/{n:,} misses it by "
+                f"{fmt(t - c.difference)} ({c.gained} gained, {c.lost} lost; exact sign test "
+                f"p = {fmt(sign_test_p(c.gained, c.lost))}); a larger sample does not move a point "
                 "difference towards the threshold.")
         if controls:
             text += " The controls against the seed: " + "; ".join(
-                f"{a} {ch['candidate_correct']}/{ch['n']:,} ({fmt(ch['difference'])})" for a, ch in controls.items())
-            if all(ch["difference"] < t for ch in controls.values()):
+                f"{a} {ch.candidate_correct}/{ch.n:,} ({fmt(ch.difference)})" for a, ch in controls.items())
+            if all(ch.difference < t for ch in controls.values()):
                 text += (". No arm reaches the gain, the controls included: this part fails for the seed and the "
                          "contract at this scale, not for the reduction.")
             else:
                 text += "."
-        return [{**base, "estimate": c["difference"], "bound": None, "threshold": row["threshold"], "analysis": text}]
-    if row["check"] == "retention":
-        r = (metric(run, "retention_change") or {}).get("powersgd") or {}
-        if None in (r.get("change_nats_per_token"), r.get("upper"), r.get("n"), t):
+        return [{**base, "estimate": c.difference, "bound": None, "threshold": row.threshold, "analysis": text}]
+    if row.check == "retention":
+        r = (retention_changes(run) or {}).get("powersgd")
+        if r is None or t is None:
             return []
-        return [{**base, "estimate": r["change_nats_per_token"], "bound": r["upper"], "threshold": row["threshold"],
-                 "analysis": bound_text(r["change_nats_per_token"], r["upper"], t, r["n"], upper=True)}]
-    if row["check"].startswith("noninferior_to_"):
-        ctrl = row["check"][len("noninferior_to_"):]
-        c = changes.get(f"powersgd vs {ctrl}") or {}
-        if not c or t is None:
+        return [{**base, "estimate": r.change_nats_per_token, "bound": r.upper, "threshold": row.threshold,
+                 "analysis": bound_text(r.change_nats_per_token, r.upper, t, r.n, upper=True)}]
+    if row.check.startswith("noninferior_to_"):
+        ctrl = row.check[len("noninferior_to_"):]
+        c = changes.get(f"powersgd vs {ctrl}")
+        if c is None or t is None:
             return []
-        return [{**base, "estimate": c["difference"], "bound": c["noninferiority_lower"], "threshold": row["threshold"],
-                 "analysis": bound_text(c["difference"], c["noninferiority_lower"], t, c["n"], upper=False)}]
+        return [{**base, "estimate": c.difference, "bound": c.noninferiority_lower, "threshold": row.threshold,
+                 "analysis": bound_text(c.difference, c.noninferiority_lower, t, c.n, upper=False)}]
     s = speed_sensitivity(runs_dir, run["run_id"])  # the speed screen
-    return [{**base, "estimate": row["value"], "bound": None, "threshold": row["threshold"],
+    return [{**base, "estimate": row.value, "bound": None, "threshold": row.threshold,
              "analysis": s["text"] if s else "no arm measurements to analyse"}]
 
 
@@ -136,30 +147,43 @@ def speed_rows(runs_dir) -> list[dict]:
         if not isinstance(metric(r, "screen_speed"), dict):
             continue
         arms = arm_runs(r, idx)
-        measured = {a: metric(idx["by_id"][name], "measurement") or {} for a, name in arms.items()}
-        single = measured.get("single") or {}
+        measured = {a: arm_measurement(idx["by_id"][name]) for a, name in arms.items()}
+        single_active, single_after = _rates(measured.get("single"))
         for arm, m in measured.items():
-            if not m:
+            if m is None:
                 continue
-            active, after = m.get("active_tokens_per_s"), m.get("active_tokens_per_s_after_first_update")
-            ratio = _ratio_to(single)
+            active, after = _rates(m)
+            timed = m if isinstance(m, Measurement) else None  # an arm no rank reported for has no times
             out.append({"evaluation": r["run_id"], "arm": arm, "run": arms[arm],
-                        "workers": m.get("workers", m.get("devices")),
-                        "device": m.get("device"), "compile_cache": m.get("compile_cache") or SHARED_CACHE,
-                        "first_update_s": m.get("first_update_seconds"),
-                        "later_update_s": (m["steady_state_seconds"] / m["steady_state_updates"]
-                                           if m.get("steady_state_updates") else None),
-                        "active_tokens_per_s": active, "ratio_active": ratio(active, "active_tokens_per_s"),
-                        "after_first_tokens_per_s": after,
-                        "ratio_after_first": ratio(after, "active_tokens_per_s_after_first_update")})
+                        "workers": m.workers if m.workers is not None else m.devices,
+                        "device": timed.device if timed else None,
+                        "compile_cache": (timed.compile_cache if timed else None) or SHARED_CACHE,
+                        "first_update_s": timed.first_update_seconds if timed else None,
+                        "later_update_s": _later_update_s(timed),
+                        "active_tokens_per_s": active, "ratio_active": _ratio(active, single_active),
+                        "after_first_tokens_per_s": after, "ratio_after_first": _ratio(after, single_after)})
     return out
 
 
-def _ratio_to(reference: dict):
-    def ratio(mine, key):
-        ref = reference.get(key)
-        return mine / ref if is_number(mine) and is_number(ref) and ref else None
-    return ratio
+def _rates(m: Measurement | UnmeasuredArm | None) -> tuple[float | None, float | None]:
+    """(active tokens/s, the same without the first update) of an arm's measurement; None where not measured."""
+    if isinstance(m, Measurement):
+        return m.active_tokens_per_s, m.active_tokens_per_s_after_first_update
+    return None, None
+
+
+def _later_update_s(m: Measurement | None) -> float | None:
+    """Seconds of an update after the first (steady_state_seconds / steady_state_updates); None without one."""
+    if m is None or not m.steady_state_updates or m.steady_state_seconds is None:
+        return None
+    return m.steady_state_seconds / m.steady_state_updates
+
+
+def _ratio(mine: float | None, reference: float | None) -> float | None:
+    """mine / reference; None where either is not measured (or the reference is 0)."""
+    if mine is None or not reference:
+        return None
+    return mine / reference
 
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import records
 from kit.evidence.report.index import gpu_names, index, is_replicate, metric
-from kit.evidence.run_index import evidence_folders, kept_runs, logical_path, split_selection
+from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.run_index import evidence_folders, kept_runs, logical_path
 
 GIB = 2 ** 30
 NOT_MEASURED = "not measured on this host"
@@ -179,7 +180,7 @@ def paired_retention(cand: list[dict], ref: list[dict]) -> dict:
             "lower_95": ratio - half, "upper_95": ratio + half}
 
 
-def retention_pairs(runs_dir) -> list[dict]:
+def retention_pairs(runs_dir: Selected) -> list[dict]:
     d = _models_dir(runs_dir)
     if d is None:
         return []
@@ -193,5 +194,5 @@ def retention_pairs(runs_dir) -> list[dict]:
             out.append({"comparison": f"{cand} vs {ref}", **res,
                         "reading": (f"{cand} worse than {ref}" if worse else f"{cand} better than {ref}" if better
                                     else "the interval covers 0"),
-                        "source": logical_path(d, split_selection(runs_dir)[0])})
+                        "source": logical_path(d, Selection.of(runs_dir).runs_dir)})
     return out

@@ -27,7 +27,8 @@ NOT_EVALUABLE = "not evaluable"  # a verdict whose test has no data (kit.study.s
 
 
 # --- formatting ------------------------------------------------------------------------------
-def is_number(v: Any) -> TypeGuard[float]:  # the type checker then reads a value that passed as a number
+def is_number(v: Any) -> TypeGuard[int | float]:
+    """A JSON number (not a boolean); the type checker takes `v` as one where this holds."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 

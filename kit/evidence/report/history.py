@@ -11,7 +11,8 @@ from typing import Any
 from kit.digest import load_json_strict, sha256_json
 from kit.evidence.report.format import fmt, fmt_iso, is_number, records_table
 from kit.evidence.report.index import index, metric, run_contract
-from kit.evidence.report.verdict_rows import verdict_rows
+from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.verdict_rows import VerdictRow, verdict_rows
 from kit.evidence.run_index import kept_runs
 
 COMPARISONS = ("A_vs_seed", "B_vs_A", "growth_vs_control")
@@ -20,17 +21,17 @@ LABELS = {"A_vs_seed": "cohort A vs the seed", "B_vs_A": "cohort B vs cohort A",
           "growth_vs_control": "growth vs its control", "contracts": "contract version"}
 
 
-def _cell(rows: list[dict]) -> str:
+def _cell(rows: list[VerdictRow]) -> str:
     if not rows:
         return "\u2014"
-    failed = [r for r in rows if r["verdict"] not in ("pass", "n/a")]
+    failed = [r for r in rows if r.verdict not in ("pass", "n/a")]
     if not failed:
         return "pass"
     parts = []
     for r in failed:
-        v = r.get("value")
-        label = f"{r['check']}: lost" if r["check"] == "generated" else r["check"]
-        parts.append(f"{label} {fmt(v)}" if is_number(v) else r["check"])
+        v = r.value
+        label = f"{r.check}: lost" if r.check == "generated" else r.check
+        parts.append(f"{label} {fmt(v)}" if is_number(v) else r.check)
     return "fail (" + "; ".join(parts) + ")"
 
 
@@ -42,9 +43,9 @@ def _why(folder: Path) -> str:
         return ""
 
 
-def _final_groups(runs_dir) -> list[tuple[str, object, Path | None]]:
+def _final_groups(runs_dir: Selected) -> list[tuple[str, Selected, Path | None]]:
     """(kept in, folder, kept folder or None) of the current selection and every kept folder holding finals."""
-    groups: list[tuple[str, object, Path | None]] = [("current", runs_dir, None)]
+    groups: list[tuple[str, Selected, Path | None]] = [("current", runs_dir, None)]
     seen = set()
     for r in kept_runs(runs_dir):
         d = Path(r["dir"]).parent
@@ -63,13 +64,13 @@ def history_rows(runs_dir) -> list[dict]:
         if not finals:
             continue
         seeds = {(run_contract(r) or {}).get("seed", {}).get("parameter_digest") for r in finals} - {None}
-        quality = [r for r in rows["study"] if r["comparison"] == "quality screen" and r["check"] != "quality screen (all parts)"]
+        quality = [r for r in rows.study if r.comparison == "quality screen" and r.check != "quality screen (all parts)"]
         contracts = contract_versions(finals)
         out.append({"seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded", "kept in": where,
                     "contracts": ", ".join(sorted(contracts)),
                     "finals from": fmt_iso(min(r["started_at"] for r in finals)),
                     "commit": ", ".join(sorted({(r.get("git") or {}).get("commit", "")[:8] for r in finals})),
-                    **{c: _cell([r for r in rows["adaptive"] if r["comparison"] == c]) for c in COMPARISONS},
+                    **{c: _cell([r for r in rows.adaptive if r.comparison == c]) for c in COMPARISONS},
                     "study quality screen": _cell(quality),
                     "why superseded": "current" if folder is None else (_why(folder) or "not recorded")})
     return sorted(out, key=lambda r: r["finals from"])
@@ -86,10 +87,10 @@ def contract_versions(finals: list[dict]) -> set[str]:
     return out
 
 
-def question_key(row: dict) -> str:
+def question_key(row: VerdictRow) -> str:
     """The key of one verdict row's question, shared by the first screen and the readings keyed by question:
     "<comparison>/<check>", e.g. "A_vs_seed/gain" or "quality screen/noninferior_to_dense"."""
-    return f"{row['comparison']}/{row['check']}"
+    return f"{row.comparison}/{row.check}"
 
 
 def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
@@ -112,14 +113,14 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
         groups.append({"start": min(r["started_at"] for r in finals), "current": folder is None, "bodies": bodies,
                        "seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
                        "contracts": contract_versions(finals),
-                       "rows": rows["adaptive"] + rows["study"]})
+                       "rows": rows.all()})
     now: dict[str, Any] = next((g for g in groups if g["current"]), {"contracts": set(), "bodies": {}})
     out: dict[str, list[dict]] = {}
     for g in sorted(groups, key=lambda g: g["start"]):
         differs = sorted({p for f, b in g["bodies"].items() for p in _differing(b, now["bodies"].get(f) or {})})
         for v in g["rows"]:
             out.setdefault(question_key(v), []).append(
-                {"seed": g["seed"], "verdict": str(v.get("verdict")), "current": g["current"],
+                {"seed": g["seed"], "verdict": str(v.verdict), "current": g["current"],
                  "same_contract": bool(g["contracts"] & now["contracts"]), "differs": differs})
     return out
 
@@ -192,10 +193,11 @@ def kept_folder_rows(runs_dir) -> list[dict]:
              "last started": fmt_iso(max(v["starts"])) if v["starts"] else "\u2014"} for k, v in sorted(out.items())]
 
 
-def show_history(runs_dir) -> None:
+def show_history(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    rows = history_rows(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    rows = history_rows(selection)
     if len(rows) <= 1:
         display(HTML("<p>Every final of this evidence ran on one seed: no superseded verdicts.</p>"
                      + (records_table(rows) if rows else "")))
@@ -208,7 +210,7 @@ def show_history(runs_dir) -> None:
             + ("the same contracts" if versions == 1 else f"{versions} versions of the contracts") + f"; {kept} of those are superseded and kept as evidence. "
             + (f"Verdicts that did not hold across them: {', '.join(varied)}." if varied
                else "Every verdict held across them."))
-    folders = kept_folder_rows(runs_dir)
+    folders = kept_folder_rows(selection)
     # why each folder was superseded is the folder's own note (it names files and campaign steps): collapsed
     shown = [{LABELS.get(k, k): v for k, v in r.items() if k != "why superseded"} for r in rows]
     why = [{"seed": r["seed"], "kept in": r["kept in"], "why superseded": r["why superseded"]} for r in rows

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import html
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from kit.digest import load_json_strict, loads_strict, sha256_json
 from kit.evidence import records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
-from kit.evidence.run_index import load_runs, split_selection
+from kit.evidence.report.selection import Selection
+from kit.evidence.run_index import load_runs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -43,10 +45,10 @@ def _index_cached(runs_dir: str, stamp: float) -> dict:
     return {"runs": runs, "by_id": by_id, "runs_by_root": runs_by_root, "parent_of_root": parent_of_root}
 
 
-def index(runs_dir) -> dict:
-    p, pattern = split_selection(runs_dir)
-    spec = str(p.resolve() / pattern) if pattern else str(p.resolve())
-    return _index_cached(spec, p.stat().st_mtime if p.exists() else 0.0)
+def index(runs_dir: Selection | str | os.PathLike) -> dict:
+    selection = Selection.of(runs_dir)
+    folder = selection.runs_dir
+    return _index_cached(str(selection.resolved()), folder.stat().st_mtime if folder.exists() else 0.0)
 
 
 def metric(row: dict, name: str):

@@ -13,10 +13,11 @@ from kit.digest import load_json_strict
 from kit.evidence.replicate_analysis import analyse
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import fmt, records_table
-from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.index import index, run_contract
 from kit.evidence.report.readings import summary_rows
+from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.sidecar_formats import paired_task_changes
 from kit.evidence.results import results, study_evaluations
-from kit.evidence.run_index import split_selection
 
 SAME_MATH = ("dense", "single")  # equal in exact math: dense averages two halves of single's batch
 
@@ -25,19 +26,19 @@ def noise_sentences(runs_dir) -> list[str]:
     idx = index(runs_dir)
     out = []
     for r in idx["runs"]:
-        changes = metric(r, "paired_task_change")
-        if not isinstance(changes, dict):
+        changes = paired_task_changes(r)
+        if changes is None:
             continue
         c = changes.get(" vs ".join(SAME_MATH))
-        if not c:
+        if c is None:
             continue
-        p = sign_test_p(c["gained"], c["lost"])
+        p = sign_test_p(c.gained, c.lost)
         text = (f"Training noise ({r['run_id']}): single and dense do the same arithmetic in exact math, yet differ by "
-                f"{100 * c['difference']:+.2f} points on {c['n']:,} items, {c['gained'] + c['lost']} of them "
+                f"{100 * c.difference:+.2f} points on {c.n:,} items, {c.gained + c.lost} of them "
                 f"discordant (sign test p = {fmt(p)}). The screens' bounds cover only the sampling of test items. ")
         others = [(k, v) for k, v in changes.items() if not k.endswith("vs seed") and k.split(" vs ")[0] < k.split(" vs ")[1]
                   and set(k.split(" vs ")) != set(SAME_MATH)]
-        text += " ".join(f"{k}: {100 * v['difference']:+.2f} points." for k, v in others)
+        text += " ".join(f"{k}: {100 * v.difference:+.2f} points." for k, v in others)
         if others:  # one pair is no spread: what the differences do across training runs is the replicates' to say
             text += (" One pair of runs does not measure training noise; the replicate section reads each question "
                      "across training runs (t intervals with their degrees of freedom, development roles only).")
@@ -106,13 +107,14 @@ def training_noise_rows(questions: list[dict], level: float = 0.95, power: float
     return out
 
 
-def replicate_spread_html(runs_dir) -> str | None:
+def replicate_spread_html(runs_dir: Selected) -> str | None:
     """The report's replicate section, from kit.evidence.replicate_analysis.analyse (development roles only): each
     arm's replicate scores with their GPU mode and code, per question the paired differences, mean, t interval
     with its df and the reading, the training noise in the power table, the missing replicate 0s and the plan's
     amendments; None when no replicate beyond the committed runs has been scored."""
-    folder, pattern = split_selection(runs_dir)
-    prefix = (pattern or "").split("-")[0] or "medium"
+    selection = Selection.of(runs_dir)
+    folder = selection.runs_dir
+    prefix = (selection.pattern or "").split("-")[0] or "medium"
     result = analyse(folder, prefix, _plan_of(folder, prefix))
     if not any(r["k"] != 0 for reps in result["arms"].values() for r in reps):
         return None
@@ -195,12 +197,13 @@ def replicate_html(runs_dir) -> str:
         + ". Until they exist the training noise above is the one single-vs-dense pair.") + "</p>")
 
 
-def show_noise(runs_dir) -> None:
+def show_noise(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    rows = [{"question": r["question"], "check": r["check"], "n": r["numbers"]["n"], "at 80% power": r["power"]}
-            for r in summary_rows(runs_dir) if r["power"]]
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    rows = [{"question": r["question"], "check": r["check"], "n": r["numbers"].n, "at 80% power": r["power"]}
+            for r in summary_rows(selection) if r["power"]]
     parts = ["<h4>Minimum detectable effects at each verdict's n</h4>" + records_table(rows)] if rows else []
-    parts += [f"<p>{html.escape(t)}</p>" for t in [*noise_sentences(runs_dir), family_sentence(runs_dir)] if t]
-    parts.append(replicate_html(runs_dir))
+    parts += [f"<p>{html.escape(t)}</p>" for t in [*noise_sentences(selection), family_sentence(selection)] if t]
+    parts.append(replicate_html(selection))
     display(HTML("".join(parts)))

@@ -21,9 +21,10 @@ from kit.evidence import records
 from kit.evidence.archive import origin
 from kit.evidence.report.css_prune import prune_page_styles
 from kit.evidence.report.pilots import beside, pilot_records
+from kit.evidence.report.selection import GLOB_CHARACTERS, Selection
 from kit.evidence.results import results_bytes
 from kit.evidence.root import root_and_commit
-from kit.evidence.run_index import load_runs, split_selection
+from kit.evidence.run_index import load_runs
 from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
 
 REMOVE_INPUT_TAG = "remove_input"
@@ -124,7 +125,8 @@ def evidence_root_line(evidence_root: tuple[str, str | None] | None) -> str:
     return f'<p class="kit-root">Evidence root {root} computed at commit <span title="{commit}">{commit[:12]}</span></p>'
 
 
-def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: str | os.PathLike | None = None,
+def build_report_notebook(runs_dir: Selection | str | os.PathLike, title: str,
+                          relative_to: str | os.PathLike | None = None,
                           evidence_root: tuple[str, str | None] | None = None):
     """The report notebook (unexecuted): headings and tagged calls of the show_* functions.
 
@@ -138,8 +140,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     shown = str(runs_dir)
-    folder, pattern = split_selection(runs_dir)
-    runs_dir = folder.resolve() / pattern if pattern else folder.resolve()  # the show_* calls take the selection
+    selection = Selection.of(runs_dir).resolved()  # the show_* calls take the selection
 
     def where(p: Path) -> str:  # relative to the report folder (the kernel's directory): no host path in the page
         return os.path.relpath(p, Path(relative_to).resolve()) if relative_to is not None else str(p)
@@ -157,7 +158,7 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
                "from kit.evidence.report.seed_knew import show_seed\n"
                "from kit.evidence.report.sidecars import show_metric\n"
                "from kit.evidence.report.verdicts import show_verdicts\n")
-    sel = where(runs_dir)
+    sel = where(selection.path)
     nb.cells.append(nbformat.v4.new_markdown_cell(
         f"# {heading_text(title)}\n\n" + evidence_root_line(evidence_root)
         + f"\n\nThe evidence in `{shown}`: each question answered first, then accuracy, what the seed knew, noise and "
@@ -178,25 +179,25 @@ def build_report_notebook(runs_dir: str | os.PathLike, title: str, relative_to: 
     nb.cells.append(_code_cell(f"show_scope({sel!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Verdict tables, speed, costs and traffic"))
     nb.cells.append(_code_cell(f"show_verdicts({sel!r})"))
-    also = beside(runs_dir)
-    if pilot_records(runs_dir, also):  # only a selection with pilot records has the section
+    also = beside(selection)
+    if pilot_records(selection, also):  # only a selection with pilot records has the section
         collapsed("pilots", "Pilots", "Pilots")
-        nb.cells.append(_code_cell(f"show_pilots({sel!r}, also={[where(a) for a in also]!r})"))
+        nb.cells.append(_code_cell(f"show_pilots({sel!r}, also={[where(a.path) for a in also]!r})"))
     collapsed("runs", "Runs, and the runs that did not complete", "Runs")
     nb.cells.append(_code_cell(f"show_runs({sel!r})"))
     nb.cells.append(nbformat.v4.new_markdown_cell("## Runs that did not complete"))
     nb.cells.append(_code_cell(f"show_failures({sel!r})"))
-    _run_sections(nb, runs_dir, sel, where, details)
+    _run_sections(nb, selection, sel, where, details)
     nb.metadata["kit_details"] = details
     return nb
 
 
-def _run_sections(nb, runs_dir, sel: str, where, details: dict) -> None:
+def _run_sections(nb, selection: Selection, sel: str, where, details: dict) -> None:
     """One collapsed section per current run of the selection (its header, then its sidecars); the archived
     runs named in one paragraph (their sections would repeat what runs/archive/ keeps)."""
     import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    every = load_runs(runs_dir)
+    every = load_runs(selection)
     rows = [r for r in every if origin(r["dir"]) is None]  # archived runs: listed, their sections in the archive
     archived = [r["run_id"] for r in every if origin(r["dir"]) is not None]
     for i, row in enumerate(rows):
@@ -259,13 +260,12 @@ def collapse(page: str, details: dict[str, str]) -> str:
     return "".join(out)
 
 
-def default_title(runs_dir: str | os.PathLike) -> str:
+def default_title(runs_dir: Selection | str | os.PathLike) -> str:
     """The title `kit report` gives without --title: the runs folder it reads (`runs`, `demo-out/runs`), with
     the selection (`runs/medium-*`), never the folder it writes."""
-    runs_dir = Path(runs_dir)
-    folder, glob = (runs_dir.parent, runs_dir.name) if any(ch in runs_dir.name for ch in "*?[") else (runs_dir, None)
-    name = folder.name or folder.resolve().name
-    return f"Evidence report: {name}" + (f"/{glob}" if glob else "")
+    selection = Selection.of(runs_dir)
+    name = selection.runs_dir.name or selection.runs_dir.resolve().name
+    return f"Evidence report: {name}" + (f"/{selection.pattern}" if selection.pattern else "")
 
 
 def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, title: str | None = None,
@@ -281,16 +281,16 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
     runs_dir, out_dir = Path(runs_dir), Path(out_dir)
     records.list_run_dirs(runs_dir)  # a missing runs directory is an error before anything is written
     if select is not None:
-        if "/" in select or not any(ch in select for ch in "*?["):
+        if "/" in select or not any(ch in select for ch in GLOB_CHARACTERS):
             raise ValueError(f"select {select!r}: expected a glob over run ids, e.g. 'medium-*'")
-        if not load_runs(runs_dir / select):
+        if not load_runs(Selection(runs_dir, select)):
             raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
-        runs_dir = runs_dir / select
-    title = title or default_title(runs_dir)
+    selection = Selection(runs_dir, select)  # the one parse of what the report reads: passed, never split again
+    title = title or default_title(selection)
     if evidence_root is None:  # the whole evidence the selection is part of, and the commit that holds it
-        evidence_root = root_and_commit(split_selection(runs_dir)[0])
+        evidence_root = root_and_commit(selection.runs_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    nb = build_report_notebook(runs_dir, title, relative_to=out_dir, evidence_root=evidence_root)
+    nb = build_report_notebook(selection, title, relative_to=out_dir, evidence_root=evidence_root)
     with temporary_environ({"PYTHONPATH": kernel_pythonpath()}):  # the kernel imports kit from this checkout
         NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s,
                        resources={"metadata": {"path": str(out_dir)}}).execute()
@@ -305,5 +305,5 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
     # the bytes nbformat.write and write_text wrote
     write_files_atomic({out_dir / "report.ipynb": (notebook if notebook.endswith("\n") else notebook + "\n").encode("utf-8"),
                         index: page.encode("utf-8"),
-                        out_dir / "results.csv": results_bytes(runs_dir, out_dir / "results.csv")})  # kit.results
+                        out_dir / "results.csv": results_bytes(selection, out_dir / "results.csv")})  # kit.results
     return index

@@ -13,12 +13,14 @@ from __future__ import annotations
 import html
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import records
 from kit.evidence.report.format import NONE, fmt, is_number, run_link, short
-from kit.evidence.run_index import load_runs, split_selection
+from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.run_index import load_runs
 from kit.stats import gate_retention
 
 BENCH_FORMAT = "kit-bench/1"
@@ -41,13 +43,13 @@ def pilot_kind(rec) -> str | None:
     return None
 
 
-def beside(selection: str | os.PathLike) -> list[Path]:
+def beside(selection: Selection | str | os.PathLike) -> list[Selection]:
     """The other selections whose pilot records the Pilots section of `selection` shows (PILOTS_BESIDE)."""
-    folder, pattern = split_selection(selection)
-    return [folder / g for g in PILOTS_BESIDE.get(pattern or "", ())]
+    selection = Selection.of(selection)
+    return [Selection(selection.runs_dir, g) for g in PILOTS_BESIDE.get(selection.pattern or "", ())]
 
 
-def pilot_records(selection, also=()) -> list[dict]:
+def pilot_records(selection: Selected, also: Sequence[Selected] = ()) -> list[dict]:
     """Pilot records of `selection` (linked: their run sections are in the report) and of `also` (not
     linked), in order of start: {run_id, path, rec, kind, linked}."""
     out, seen = [], set()
@@ -360,10 +362,12 @@ def pilot_html(p: dict) -> str:
     return "".join(parts)
 
 
-def show_pilots(selection, also=()) -> None:
-    """Every pilot record of `selection` and of the selections `also` (whose run sections this report lacks)."""
+def show_pilots(runs_dir: Selected, also: Sequence[Selected] = ()) -> None:
+    """Every pilot record of the selection `runs_dir` and of the selections `also` (whose run sections this report
+    lacks)."""
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
     found = pilot_records(selection, also)
     if not found:
         display(HTML("<p>No pilot record in this selection.</p>"))

@@ -10,6 +10,7 @@ is given the robustness column holds the earlier seeds' verdicts only.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import re
@@ -22,11 +23,18 @@ from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, run_
 from kit.evidence.report.history import contracts_note, question_key, seed_reading, seed_verdicts
 from kit.evidence.report.index import REPO, index, is_cpu, metric, run_contract
 from kit.evidence.report.page import PAGE_CSS
-from kit.evidence.report.readings import baseline_sentence, numbers, reading_sentences, tie_probability
+from kit.evidence.report.readings import (
+    Numbers,
+    baseline_sentence,
+    numbers,
+    reading_sentences,
+    tie_probability,
+)
 from kit.evidence.report.scope import accuracy_points
 from kit.evidence.report.seed_knew import build_record, seed_digests, training_mix
-from kit.evidence.report.verdict_rows import question_text, verdict_rows
-from kit.evidence.run_index import split_selection
+from kit.evidence.report.selection import GLOB_CHARACTERS, Selected, Selection
+from kit.evidence.report.sidecar_formats import paired_task_changes, retention_changes
+from kit.evidence.report.verdict_rows import VerdictRow, question_text, verdict_rows
 
 NEAR_SE = 3.0  # an estimate within this many standard errors of its threshold: the verdict may go either way
 COLUMNS = ("question", "verdict", "what was tested", "what the verdict weighs", "on other seeds and replicates")
@@ -52,33 +60,33 @@ def _num(v, suffix: str = "") -> str:
     return f'<span class="num"{data}>{html.escape(fmt(v))}</span>{suffix}'
 
 
-def tested(row: dict, x: dict) -> tuple[str, str]:
+def tested(row: VerdictRow, x: Numbers) -> tuple[str, str]:
     """(verdict shown, HTML of the tested statistic and its rule): the statistic the rule compares, its one
     interval (the gate's one-sided 95% bound), the threshold. A generated-answers gate on no discordant answer
     is not evaluable whatever its rule recorded."""
-    v, t, check = str(row.get("verdict")), row.get("threshold_value"), row["check"]
-    if x["side"] == "count":
-        lost, gained = (x["n"] - x["estimate"]) // 2, (x["n"] + x["estimate"]) // 2
+    v, t, check = str(row.verdict), row.threshold_value, row.check
+    if x.side == "count":
+        gained, lost = x.gained_lost()
         p = sign_test_p(gained, lost)
         text = (f"correct answers lost {_num(lost)} vs gained {_num(gained)}, sign test p = {_num(p)}; "
                 "needs lost \u2264 gained")
-        return (NOT_EVALUABLE if x["n"] == 0 else v), text
-    if x["side"] == "equal":
-        return v, f"largest |weight difference| {_num(x['estimate'])}; passes only at 0"
+        return (NOT_EVALUABLE if x.n == 0 else v), text
+    if x.side == "equal":
+        return v, f"largest |weight difference| {_num(x.estimate)}; passes only at 0"
     if check == "quality screen (all parts)":
         return v, "every part above passes" if v == "pass" else "a part above does not pass"
-    if row.get("reason"):  # a screen that was not measured says why (the transport's name left to the details)
-        return v, html.escape(re.sub(r" over \w+ \([^)]*\)", "", row["reason"]))
+    if row.reason:  # a screen that was not measured says why (the transport's name left to the details)
+        return v, html.escape(re.sub(r" over \w+ \([^)]*\)", "", row.reason))
     if check.startswith("structure vs"):
         return v, "not comparable: the grown model has more blocks; judged by the growth questions"
     unit = " nats/token" if check in ("gain", "retention") else ""
-    op = html.escape(row.get("threshold") or "")
+    op = html.escape(row.threshold or "")
     if check.startswith("speed"):
-        return v, f"throughput ratio {_num(row.get('value'))}; needs {op}"
-    est, bound = x["estimate"], x["bound"]
-    lower = x["side"] == "above"
+        return v, f"throughput ratio {_num(row.value)}; needs {op}"
+    est, bound = x.estimate, x.bound
+    lower = x.side == "above"
     if check == "task_gain":  # the screen compares the point estimate; its one-sided bound read from the pair
-        b = x["lower_bound"]
+        b = x.lower_bound
         return v, (f"accuracy gain {_num(est)} (one-sided 95% lower bound {_num(b)}); the screen tests the gain "
                    f"itself: needs {op}")
     what = {"gain": "task NLL change", "retention": "chat NLL change"}.get(
@@ -88,38 +96,38 @@ def tested(row: dict, x: dict) -> tuple[str, str]:
                if is_number(t) else f"{what} {_num(est, unit)}")
 
 
-def weight(row: dict, x: dict, context: dict) -> str:
+def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
     """What the verdict weighs, in one sentence: no data, a pass rate under no change or the effect needed to
     pass where the verdict is near a coin flip, the caveat its probes carry, or its distance from the threshold."""
-    check, t, v = row["check"], row.get("threshold_value"), str(row.get("verdict"))
-    if x["side"] == "count":
-        if x["n"] == 0:
+    check, t, v = row.check, row.threshold_value, str(row.verdict)
+    if x.side == "count":
+        if x.n == 0:
             return "no answer changed between the two models: the test has no data"
-        lost, gained = (x["n"] - x["estimate"]) // 2, (x["n"] + x["estimate"]) // 2
+        gained, lost = x.gained_lost()
         p = sign_test_p(gained, lost)
-        rate = 100 * (0.5 + tie_probability(x["n"]) / 2)
+        rate = 100 * (0.5 + tie_probability(x.n or 0) / 2)
         if p >= 0.05:
             return (f"within chance (p \u2265 0.05): with no true change this check passes {rate:.0f}% of the time "
-                    f"at {x['n']:,} changed answers")
+                    f"at {x.n:,} changed answers")
         return f"beyond chance: {'more gained than lost' if gained > lost else 'more lost than gained'}"
     parts = []
-    se, mult = x.get("se"), x.get("mult")
-    if is_number(t) and is_number(se) and se > 0 and is_number(x["estimate"]) and x["side"] in ("below", "above"):
-        est = x["estimate"]
+    se, mult = x.se, x.mult
+    if is_number(t) and is_number(se) and se > 0 and is_number(x.estimate) and x.side in ("below", "above"):
+        est = x.estimate
         z = abs(t - est) / se  # how far the estimate lies from the threshold, in standard errors
-        passes_est = est < t if x["side"] == "below" else est > t
+        passes_est = est < t if x.side == "below" else est > t
         z80 = 0.8416212335729143
         if z < NEAR_SE:
             if check == "task_gain":
                 parts.append(f"near its threshold: passes 80% of the time only if the true gain is "
                              f"\u2265 {fmt(t + z80 * se)}")
-            elif x["side"] == "below" and check == "gain":
+            elif x.side == "below" and check == "gain":
                 assert is_number(mult), "a bounded gate's numbers carry its normal multiplier"
                 parts.append(("the estimate passes, its bound does not: too few examples to tell; "
                               if passes_est and v != "pass" else "")
                              + f"near its threshold: passes 80% of the time only if the true change is "
                              f"\u2264 {fmt(t - (mult + z80) * se)} nats/token")
-            elif x["side"] == "below":
+            elif x.side == "below":
                 assert is_number(mult), "a bounded gate's numbers carry its normal multiplier"
                 parts.append(f"near its threshold: fails 80% of the time only if the true change is "
                              f"\u2265 {fmt(t - (mult - z80) * se)} nats/token")
@@ -130,9 +138,9 @@ def weight(row: dict, x: dict, context: dict) -> str:
                              "equal")
         else:
             parts.append(f"far from its threshold ({z:.0f} standard errors)")
-    if check == "retention" and row["experiment"] == "adaptive" and context.get("baseline"):
+    if check == "retention" and row.experiment == "adaptive" and context.get("baseline"):
         parts.append(context["baseline"])
-    if check == "retention" and row["experiment"] == "study" and context.get("in_distribution"):
+    if check == "retention" and row.experiment == "study" and context.get("in_distribution"):
         parts.append(context["in_distribution"])
     if check.startswith("noninferior") and context.get("study_noise"):
         parts.append(context["study_noise"])
@@ -150,7 +158,7 @@ def _context(runs_dir, idx: dict) -> dict:
     for r in idx["runs"]:
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
-        if isinstance(metric(r, "retention_change"), dict) and probes:
+        if retention_changes(r) is not None and probes:
             ps, rs = probes.get("source") or {}, replay.get("source") or {}
             if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
                 out["in_distribution"] = ("the chat probes come from the source every arm trains on: the bound "
@@ -159,10 +167,11 @@ def _context(runs_dir, idx: dict) -> dict:
     return out
 
 
-def _lower_bound(row: dict, idx: dict):
+def _lower_bound(row: VerdictRow, idx: dict) -> float | None:
     """The study's task gain: the recorded one-sided 95% lower bound of PowerSGD against the seed."""
-    run = idx["by_id"].get(row["runs"][0]) or {}
-    return ((metric(run, "paired_task_change") or {}).get("powersgd vs seed") or {}).get("noninferiority_lower")
+    run = idx["by_id"].get(row.runs[0]) or {}
+    change = (paired_task_changes(run) or {}).get("powersgd vs seed") if run else None
+    return change.noninferiority_lower if change else None
 
 
 def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list[dict]:
@@ -176,20 +185,20 @@ def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list
     out = []
     # the trial's questions first (the gates, then the study's screens), the mechanics (migration, growth's
     # structure) after them
-    gates = [r for r in rows["adaptive"] if "_vs_" in r["comparison"]]
-    for row in gates + rows["study"] + [r for r in rows["adaptive"] if r not in gates]:
+    gates = [r for r in rows.adaptive if "_vs_" in r.comparison]
+    for row in gates + rows.study + [r for r in rows.adaptive if r not in gates]:
         x = numbers(row, idx)
-        if row["check"] == "task_gain":
-            x["lower_bound"] = _lower_bound(row, idx)
+        if row.check == "task_gain":
+            x = dataclasses.replace(x, lower_bound=_lower_bound(row, idx))
         key = question_key(row)
         verdict, text = tested(row, x)
         seeds = seed_reading(history.get(key, []))
         rep = (replicates or {}).get(key)
         robust = "; ".join(s for s in (seeds, rep) if s) or NONE
-        out.append({"key": key, "question": question_text(row), "id": f"{row['comparison']} \u00b7 {row['check']}",
-                    "verdict": verdict, "recorded": str(row.get("recorded", row.get("verdict"))), "tested": text,
-                    "weighs": weight(row, x, context), "robustness": robust, "source": row["source"],
-                    "runs": row["runs"], "numbers": x})
+        out.append({"key": key, "question": question_text(row), "id": f"{row.comparison} \u00b7 {row.check}",
+                    "verdict": verdict, "recorded": str(row.recorded if row.recorded is not None else row.verdict),
+                    "tested": text, "weighs": weight(row, x, context), "robustness": robust, "source": row.source,
+                    "runs": list(row.runs), "numbers": x})
     return out
 
 
@@ -328,21 +337,22 @@ def first_screen_html(runs_dir, replicates: Mapping[str, str] | None = None) -> 
             + readings + legend_html() + "</div>")
 
 
-def replicate_readings(runs_dir) -> dict[str, str]:
+def replicate_readings(runs_dir: Selected) -> dict[str, str]:
     """The replicate analysis's reading per question (kit.evidence.replicate_analysis.robustness_by_question),
     keyed as the question rows are ("<comparison>/<check>"), for the selection's prefix (`runs/medium-*`:
     "medium"); empty where the selection names no prefix or its runs hold no replicates."""
-    directory, pattern = split_selection(runs_dir)
-    prefix = (pattern or "").split("-")[0].strip("*?[")
+    selection = Selection.of(runs_dir)
+    prefix = (selection.pattern or "").split("-")[0].strip(GLOB_CHARACTERS)
     if not prefix:
         return {}
     return {f"{comparison}/{check}": text
-            for (comparison, check), text in robustness_by_question(directory, prefix, brief=True).items()}
+            for (comparison, check), text in robustness_by_question(selection.runs_dir, prefix, brief=True).items()}
 
 
-def show_questions(runs_dir, replicates: Mapping[str, str] | None = None) -> None:
+def show_questions(runs_dir: Selected, replicates: Mapping[str, str] | None = None) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
     if replicates is None:
-        replicates = replicate_readings(runs_dir)
-    display(HTML(first_screen_html(runs_dir, replicates)))
+        replicates = replicate_readings(selection)
+    display(HTML(first_screen_html(selection, replicates)))

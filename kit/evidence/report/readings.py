@@ -7,7 +7,9 @@ fail, or inconclusive where the estimate passes and its bound does not), with th
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from math import comb
 
 from kit.evidence.report.analysis import sign_test_p
@@ -15,7 +17,14 @@ from kit.evidence.report.cost import retention_pairs
 from kit.evidence.report.evaluation_files import evaluation_items
 from kit.evidence.report.format import fmt, is_number
 from kit.evidence.report.index import index, metric, run_contract
-from kit.evidence.report.verdict_rows import direction_text, question_text, verdict_rows
+from kit.evidence.report.sidecar_formats import (
+    Gates,
+    NllChangeBounds,
+    paired_task_changes,
+    retention_changes,
+    sidecar,
+)
+from kit.evidence.report.verdict_rows import VerdictRow, direction_text, question_text, verdict_rows
 
 Z80 = 0.8416212335729143  # the one-sided normal quantile of 80% power
 
@@ -26,43 +35,73 @@ def _se(estimate, bound, multiplier):
     return abs(bound - estimate) / multiplier
 
 
-def numbers(row: dict, idx: dict) -> dict:
-    """{estimate, bound, se, lower, upper, n, side} of one verdict row, None where the record holds no such number.
-    side: "below" (passes when the bound is below the threshold), "above", "equal" or "count"."""
-    out = {"estimate": None, "bound": row.get("value"), "se": None, "n": None, "side": None, "mult": None}
-    run = idx["by_id"].get(row["runs"][0]) or {}
-    check = row["check"]
-    if row["experiment"] == "adaptive" and check in ("gain", "retention"):
-        b = (metric(run, "nll_change_bounds") or {}).get("tasks" if check == "gain" else "retention") or {}
-        out.update(estimate=b.get("change_nats_per_token"), n=b.get("n"), side="below", mult=b.get("normal_multiplier"),
-                   se=_se(b.get("change_nats_per_token"), b.get("normal_upper"), b.get("normal_multiplier")))
+@dataclass(frozen=True, slots=True)
+class Numbers:
+    """One verdict row's numbers, None where the record holds no such number. side: "below" (passes when the bound
+    is below the threshold), "above", "equal" or "count" (gained and lost answers: estimate is the net, n the
+    discordant answers). lower/upper: the one-sided 95% bounds on either side of the estimate (mult x se)."""
+
+    side: str | None = None
+    estimate: float | None = None
+    bound: float | None = None  # the bound the rule tests (the row's value), None for a count or an equality
+    se: float | None = None
+    n: int | None = None
+    mult: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    lower_bound: float | None = None  # the study's task gain: the recorded lower bound against the seed
+    threshold_value: float | None = None  # the row's, where a summary row carries its numbers
+
+    def gained_lost(self) -> tuple[int, int]:
+        """A count's answers gained and lost, from its net (the estimate) and its discordant answers (n)."""
+        n, net = int(self.n or 0), int(self.estimate or 0)
+        return (n + net) // 2, (n - net) // 2
+
+
+def numbers(row: VerdictRow, idx: dict) -> Numbers:
+    """The numbers of one verdict row, read from the sidecars of the run it came from."""
+    side = estimate = se = n = mult = None
+    bound = row.value
+    run = idx["by_id"].get(row.runs[0]) or {}
+    check = row.check
+    if row.experiment == "adaptive" and check in ("gain", "retention"):
+        bounds = sidecar(run, NllChangeBounds)
+        side = "below"
+        if bounds is not None:
+            b = bounds.part("tasks" if check == "gain" else "retention")
+            estimate, n, mult = b.change_nats_per_token, b.n, b.normal_multiplier
+            se = _se(b.change_nats_per_token, b.normal_upper, b.normal_multiplier)
     elif check == "generated":
-        g = (metric(run, "gates") or {}).get("generated") or {}
-        if is_number(g.get("gained")) and is_number(g.get("lost")):
-            out.update(estimate=g["gained"] - g["lost"], n=g["gained"] + g["lost"], side="count", bound=None)
+        gates = sidecar(run, Gates)
+        if gates is not None:
+            g = gates.generated
+            estimate, n, side, bound = g.gained - g.lost, g.gained + g.lost, "count", None
     elif check.startswith("learned state equal"):
-        out.update(estimate=row.get("value"), bound=None, side="equal")
-    elif row["experiment"] == "study":
-        changes = metric(run, "paired_task_change") or {}
-        mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
+        estimate, bound, side = row.value, None, "equal"
+    elif row.experiment == "study":
+        changes = paired_task_changes(run) or {}
+        screen_mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
         if check == "task_gain":
-            c = changes.get("powersgd vs seed") or {}
-            out.update(estimate=c.get("difference"), bound=None, n=c.get("n"), side="above", mult=0.0,
-                       se=_se(c.get("difference"), c.get("noninferiority_lower"), mult))
+            bound, side, mult = None, "above", 0.0
+            c = changes.get("powersgd vs seed")
+            if c is not None:
+                estimate, n, se = c.difference, c.n, _se(c.difference, c.noninferiority_lower, screen_mult)
         elif check.startswith("noninferior_to_"):
-            c = changes.get(f"powersgd vs {check[len('noninferior_to_'):]}") or {}
-            out.update(estimate=c.get("difference"), n=c.get("n"), side="above", mult=mult,
-                       se=_se(c.get("difference"), c.get("noninferiority_lower"), mult))
+            side, mult = "above", screen_mult
+            c = changes.get(f"powersgd vs {check[len('noninferior_to_'):]}")
+            if c is not None:
+                estimate, n, se = c.difference, c.n, _se(c.difference, c.noninferiority_lower, screen_mult)
         elif check == "retention":
-            r = (metric(run, "retention_change") or {}).get("powersgd") or {}
-            out.update(estimate=r.get("change_nats_per_token"), n=r.get("n"), side="below", mult=r.get("multiplier"),
-                       se=_se(r.get("change_nats_per_token"), r.get("upper"), r.get("multiplier")))
-    m = out["mult"] if is_number(out["mult"]) and out["mult"] else 1.645
-    if is_number(out["estimate"]) and is_number(out["se"]):  # the one-sided 95% bounds on either side
-        out["lower"], out["upper"] = out["estimate"] - m * out["se"], out["estimate"] + m * out["se"]
-    else:
-        out["lower"] = out["upper"] = None
-    return out
+            side = "below"
+            r = (retention_changes(run) or {}).get("powersgd")
+            if r is not None:
+                estimate, n, mult = r.change_nats_per_token, r.n, r.multiplier
+                se = _se(r.change_nats_per_token, r.upper, r.multiplier)
+    m = mult if is_number(mult) and mult else 1.645
+    lower = upper = None
+    if is_number(estimate) and is_number(se):  # the one-sided 95% bounds on either side
+        lower, upper = estimate - m * se, estimate + m * se
+    return Numbers(side=side, estimate=estimate, bound=bound, se=se, n=n, mult=mult, lower=lower, upper=upper)
 
 
 def tie_probability(d: int) -> float:
@@ -70,27 +109,27 @@ def tie_probability(d: int) -> float:
     return comb(d, d // 2) / 2 ** d if d % 2 == 0 else 0.0
 
 
-def reading(row: dict, x: dict) -> str:
+def reading(row: VerdictRow, x: Numbers) -> str:
     """One line computed from the row's numbers: pass, fail, inconclusive (the estimate passes, its one-sided 95%
     bound does not) or not evaluable (a count of changed answers with none changed)."""
-    v, t = row.get("verdict"), row.get("threshold_value")
-    if x["side"] == "count":
-        gained, lost = (x["estimate"] + x["n"]) // 2, (x["n"] - x["estimate"]) // 2
-        if not x["n"]:
+    v, t = row.verdict, row.threshold_value
+    if x.side == "count":
+        gained, lost = x.gained_lost()
+        if not x.n:
             return f"not evaluable ({v} by its rule): no discordant answers"
         p = sign_test_p(gained, lost)
         within = "within" if p >= 0.05 else "beyond"
-        return (f"{v}: lost {lost} vs gained {gained} of {x['n']} discordant answers, sign test p = {fmt(p)} "
+        return (f"{v}: lost {lost} vs gained {gained} of {x.n} discordant answers, sign test p = {fmt(p)} "
                 f"({within} chance)")
-    if row["check"] == "quality screen (all parts)":
+    if row.check == "quality screen (all parts)":
         return f"{v}: {'every part passes' if v == 'pass' else 'a part does not pass'}"
-    if x["side"] == "equal":
-        return f"{v}: max |parameter difference| {fmt(x['estimate'])}"
-    est = x["estimate"]
-    bound = x["bound"] if is_number(x["bound"]) else (x["lower"] if x["side"] == "above" else x["upper"])
+    if x.side == "equal":
+        return f"{v}: max |parameter difference| {fmt(x.estimate)}"
+    est = x.estimate
+    bound = x.bound if is_number(x.bound) else (x.lower if x.side == "above" else x.upper)
     if not (is_number(est) and is_number(bound) and is_number(t)):
-        return f"{v}: {row.get('reason') or row.get('statistic') or ''}".rstrip(": ")
-    below = x["side"] == "below"
+        return f"{v}: {row.reason or row.statistic or ''}".rstrip(": ")
+    below = x.side == "below"
     est_ok, bound_ok = (est < t, bound < t) if below else (est > t, bound > t)
     where = ("below" if bound_ok else "above") if below else ("above" if bound_ok else "below")
     if est_ok and not bound_ok:
@@ -101,28 +140,28 @@ def reading(row: dict, x: dict) -> str:
     return f"fail: the estimate {fmt(est)} and its one-sided 95% bound {fmt(bound)} lie {where} {fmt(t)}"
 
 
-def power(row: dict, x: dict, idx: dict) -> str:
+def power(row: VerdictRow, x: Numbers, idx: dict) -> str:
     """The minimum detectable effect of one verdict at its n (80% power), or the pass rate under no change."""
-    t, se = row.get("threshold_value"), x.get("se")
-    mult = x.get("mult")
-    if x["side"] == "count" and not x["n"]:
+    t, se = row.threshold_value, x.se
+    mult = x.mult
+    if x.side == "count" and not x.n:
         return "not evaluable: no discordant answers"
-    if x["side"] == "count":
-        return (f"{100 * (0.5 + tie_probability(x['n']) / 2):.0f}% chance to pass under no change at "
-                f"{x['n']} discordant answers (no sampling tolerance)")
+    if x.side == "count":
+        return (f"{100 * (0.5 + tie_probability(x.n or 0) / 2):.0f}% chance to pass under no change at "
+                f"{x.n} discordant answers (no sampling tolerance)")
     if not (is_number(t) and is_number(se) and is_number(mult)) or se <= 0:
         return ""
-    if x["side"] == "below":
-        if row["check"] == "retention":
+    if x.side == "below":
+        if row.check == "retention":
             return (f"fails with 80% probability when the true change is \u2265 {fmt(t - (mult - Z80) * se)} "
-                    f"nats/token (se {fmt(se)}, n {fmt(x['n'])})")
+                    f"nats/token (se {fmt(se)}, n {fmt(x.n)})")
         return (f"passes with 80% probability only if the true change is \u2264 {fmt(t - (mult + Z80) * se)} "
-                f"nats/token (se {fmt(se)}, n {fmt(x['n'])})")
+                f"nats/token (se {fmt(se)}, n {fmt(x.n)})")
     if mult == 0:  # a point difference against its threshold (the study's task gain)
         return f"passes with 80% probability when the true gain is \u2265 {fmt(t + Z80 * se)} (se {fmt(se)})"
     p_equal = _phi(-t / se - mult)  # a bound of the difference above -margin, when the arms are equal
     return (f"{100 * p_equal:.0f}% power if the arms are truly equal; passes with 80% probability when the true "
-            f"difference is \u2265 {fmt(t + (mult + Z80) * se)} (se {fmt(se)}, n {fmt(x['n'])})")
+            f"difference is \u2265 {fmt(t + (mult + Z80) * se)} (se {fmt(se)}, n {fmt(x.n)})")
 
 
 def _phi(z: float) -> float:
@@ -136,13 +175,13 @@ def summary_rows(runs_dir) -> list[dict]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
-    for row in rows["adaptive"] + rows["study"]:
+    for row in rows.all():
         x = numbers(row, idx)
-        out.append({"question": row["comparison"], "plain": question_text(row), "check": row["check"], "verdict": str(row.get("verdict")),
-                    "estimate": x["estimate"], "bound": x["bound"], "threshold": row.get("threshold", ""),
+        out.append({"question": row.comparison, "plain": question_text(row), "check": row.check, "verdict": str(row.verdict),
+                    "estimate": x.estimate, "bound": x.bound, "threshold": row.threshold,
                     "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
-                    "power": power(row, x, idx), "source": row["source"], "runs": row["runs"],
-                    "numbers": {**x, "threshold_value": row.get("threshold_value")}})
+                    "power": power(row, x, idx), "source": row.source, "runs": list(row.runs),
+                    "numbers": dataclasses.replace(x, threshold_value=row.threshold_value)})
     return out
 
 
@@ -154,27 +193,28 @@ def reading_sentences(runs_dir) -> list[str]:
     out = []
     for r in summary_rows(runs_dir):
         x, t = r["numbers"], r.get("threshold")
-        bounded = x["side"] in ("below", "above") and is_number(x["estimate"]) and is_number(x["bound"])
+        bounded = x.side in ("below", "above") and is_number(x.estimate) and is_number(x.bound)
         if r["reading"].startswith("inconclusive") or (bounded and r["verdict"] == "fail" and r["check"] == "gain"):
             out.append(f"\u201c{r['plain']}\u201d {'is inconclusive' if r['reading'].startswith('inc') else 'fails'}: "
-                       f"estimate {fmt(x['estimate'])}, one-sided 95% bound {fmt(x['bound'])} against {t}"
+                       f"estimate {fmt(x.estimate)}, one-sided 95% bound {fmt(x.bound)} against {t}"
                        f"{'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
                        f"and the gate {r['power']}.")
-        if r["check"] == "retention" and x["lower"] is not None and (x["lower"] > 0 or x["upper"] < 0) \
+        if r["check"] == "retention" and x.lower is not None and (x.lower > 0 or x.upper < 0) \
                 and r["question"] != "quality screen":
-            up = x["lower"] > 0
+            up = x.lower > 0
             out.append(f"\u201c{r['plain']}\u201d The chat NLL change is "
                        f"{'positive (the candidate forgot)' if up else 'negative'} beyond chance: "
-                       f"{x['estimate']:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
-                       f"{fmt(x['lower'] if up else x['upper'])}"
-                       f"{f', within the allowance {t}' if r['verdict'] == 'pass' else ''}.")
+                       f"{x.estimate:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
+                       f"{fmt(x.lower if up else x.upper)}"
+                       f"{', within the allowance ' + t if r['verdict'] == 'pass' else ''}.")
     out += [s for s in (baseline_sentence(idx), in_distribution_sentence(runs_dir, idx)) if s]
     return out
 
 
 def _estimate_passes(r: dict) -> bool:
-    x, t = r["numbers"], (r.get("numbers") or {}).get("threshold_value")
-    return is_number(t) and is_number(x["estimate"]) and (x["estimate"] < t if x["side"] == "below" else x["estimate"] > t)
+    x = r["numbers"]
+    t = x.threshold_value
+    return is_number(t) and is_number(x.estimate) and (x.estimate < t if x.side == "below" else x.estimate > t)
 
 
 def baseline_sentence(idx: dict) -> str | None:
@@ -196,13 +236,13 @@ def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
     """Whether the study's retention probes come from a source its arms train on (the contract's data), and
     what the arms' retention changes against the seed then say."""
     for r in idx["runs"]:
-        changes = metric(r, "retention_change")
+        changes = retention_changes(r)
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
-        if not isinstance(changes, dict) or not probes:
+        if changes is None or not probes:
             continue
         ps, rs = probes.get("source") or {}, replay.get("source") or {}
-        arms = "; ".join(f"{a} {fmt(v.get('change_nats_per_token'))}" for a, v in changes.items() if isinstance(v, dict))
+        arms = "; ".join(f"{a} {fmt(v.change_nats_per_token)}" for a, v in changes.items())
         where = f"{ps.get('name')} rows {ps.get('start')}\u2013{ps.get('stop')}"
         if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
             pairs = "; ".join(f"{p['comparison']} {fmt(p['change_nats_per_token'])} ({p['reading']})"

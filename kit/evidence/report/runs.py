@@ -15,6 +15,7 @@ from kit.digest import load_json_strict
 from kit.evidence import records
 from kit.evidence.report.format import fmt, fmt_iso, root_html, run_link
 from kit.evidence.report.page import PAGE_CSS
+from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.run_index import kept_runs, load_runs
 
 
@@ -56,10 +57,11 @@ def _styled_html(df, table_id: str) -> str:
     return styler.set_table_attributes(f'id="{table_id}" class="kit-table"').to_html()
 
 
-def show_runs(runs_dir: str | os.PathLike) -> None:
+def show_runs(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    df = run_table(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    df = run_table(selection)
     counts = ", ".join(f"{n} {status}" for status, n in df["status"].value_counts().sort_index().items())
     body = []
     for r in df.to_dict(orient="records"):
@@ -119,12 +121,13 @@ def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
     return rows
 
 
-def show_failures(runs_dir: str | os.PathLike) -> None:
+def show_failures(runs_dir: Selected) -> None:
     """Every run that did not complete: the cell, the exception and its full message (failure_rows)."""
     import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    rows = failure_rows(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    rows = failure_rows(selection)
     if not rows:
         display(HTML("<p>Every run completed.</p>"))
         return

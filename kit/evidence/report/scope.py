@@ -10,7 +10,8 @@ from typing import Any
 
 from kit.evidence.report.format import fmt, is_number, short
 from kit.evidence.report.index import index, is_cpu, is_replicate, metric, run_contract
-from kit.evidence.report.verdict_rows import verdict_rows
+from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.verdict_rows import VerdictRow, verdict_rows
 from kit.evidence.results import split_of
 
 SCALE_TEXT = {
@@ -26,10 +27,10 @@ SCALE_TEXT = {
 }
 
 
-def row_contract_digest(row: dict, idx: dict) -> str | None:
+def row_contract_digest(row: VerdictRow, idx: dict) -> str | None:
     """The contract digest of the first run behind a verdict row that records one (a comparison run
     records none; the runs it compares do)."""
-    for name in row.get("runs") or []:
+    for name in row.runs:
         digest = (idx["by_id"].get(name) or {}).get("contract_digest")
         if digest:
             return digest
@@ -61,45 +62,44 @@ def scope_paragraphs(runs_dir) -> list[str]:
         name = (c or {}).get("file") or f"contract {short(digest or '')}"
         where = f" at commit {c['commit'][:10]}" if c and c.get("commit") else ""
         is_study = metric(r, "screen_quality") is not None
-        exp = "study" if is_study else "adaptive"
         text = [f"<b>{html.escape(name)}</b>{where}: " + (SCALE_TEXT.get(str(scale)) or
                                                           f"scale {html.escape(str(scale))} (not described).")]
         text += [html.escape(t) for t in (seed_sentence(idx, digest), accuracy_sentence(idx, digest)) if t]
-        mine = [v for v in rows[exp] if row_contract_digest(v, idx) == digest]
-        passed = sum(1 for v in mine if v["verdict"] == "pass")
-        failed = sum(1 for v in mine if v["verdict"] == "fail")
+        mine = [v for v in (rows.study if is_study else rows.adaptive) if row_contract_digest(v, idx) == digest]
+        passed = sum(1 for v in mine if v.verdict == "pass")
+        failed = sum(1 for v in mine if v.verdict == "fail")
         other: dict[str, int] = {}
         for v in mine:
-            if v["verdict"] not in ("pass", "fail"):
-                other[str(v["verdict"])] = other.get(str(v["verdict"]), 0) + 1
+            if v.verdict not in ("pass", "fail"):
+                other[str(v.verdict)] = other.get(str(v.verdict), 0) + 1
         rest = "".join(f", {k} {o}" for o, k in other.items())
         text.append(html.escape(f"Of the {len(mine)} verdict row(s) of {name}, {passed} pass and {failed} fail{rest} "
-                                f"(from {_runs_text(v['source'].split('/')[0] for v in mine) or 'no run'})."))
+                                f"(from {_runs_text(v.source.split('/')[0] for v in mine) or 'no run'})."))
         caveat = caveat_sentence(idx, digest, c)
         if caveat:
             text.append(html.escape(caveat))
         if not is_study and not migration_said:
-            sentence = migration_sentence(rows["adaptive"], idx)
+            sentence = migration_sentence(rows.adaptive, idx)
             if sentence:
                 text.append(html.escape(sentence))
                 migration_said = True
         elif is_study:
-            speed = [v for v in mine if v["check"].startswith("speed")]
+            speed = [v for v in mine if v.check.startswith("speed")]
             arms = [x for x in idx["runs"] if (x.get("parameters") or {}).get("ARM") and not is_replicate(x)
                     and x.get("contract_digest") == digest]
             cpu = all(is_cpu(x) for x in arms)
-            if speed and speed[0].get("reason"):  # not measured (e.g. the workers shared one GPU): no ratio
+            if speed and speed[0].reason:  # not measured (e.g. the workers shared one GPU): no ratio
                 text.append(html.escape(
-                    f"The speed screen is {speed[0]['verdict']} ({speed[0]['source'].split('/')[0]}): "
-                    f"{speed[0]['reason']}; GPU time and cost are reported per arm, as measured."))
+                    f"The speed screen is {speed[0].verdict} ({speed[0].source.split('/')[0]}): "
+                    f"{speed[0].reason}; GPU time and cost are reported per arm, as measured."))
             elif speed and cpu:
                 text.append(html.escape(
-                    f"The speed ratio ({fmt(speed[0]['value'])}, {speed[0]['source'].split('/')[0]}) was measured on "
+                    f"The speed ratio ({fmt(speed[0].value)}, {speed[0].source.split('/')[0]}) was measured on "
                     f"CPU ({_runs_text(x['run_id'] for x in arms)}): it measures start-up and per-update overhead "
                     "there, not the throughput of the contract's GPUs; no GPU cost is priced for CPU runs."))
             elif speed:
                 text.append(html.escape(
-                    f"The speed ratio is {fmt(speed[0]['value'])} ({speed[0]['source'].split('/')[0]}); GPU time "
+                    f"The speed ratio is {fmt(speed[0].value)} ({speed[0].source.split('/')[0]}); GPU time "
                     "and cost are reported per arm, separately from the screen."))
         out.append(" ".join(text))
     return out
@@ -167,34 +167,35 @@ def seed_sentence(idx: dict, digest: str | None) -> str | None:
     return "Measured: of the generated tasks, the seed answers " + "; ".join(parts) + "." if parts else None
 
 
-def migration_sentence(rows: list[dict], idx: dict) -> str | None:
+def migration_sentence(rows: list[VerdictRow], idx: dict) -> str | None:
     """Migration equality per scale, each scale with the comparisons it stands on: "exact at N of M
     scale(s)" counts only scales whose every elementwise comparison found equal learned states."""
-    mig = [v for v in rows if v["check"] == "learned state equal to the uninterrupted control"]
+    mig = [v for v in rows if v.check == "learned state equal to the uninterrupted control"]
     if not mig:
         return None
-    by_scale: dict[str, list[dict]] = {}
+    by_scale: dict[str, list[VerdictRow]] = {}
     for v in mig:
         c = None
-        for n in v["runs"]:
+        for n in v.runs:
             c = run_contract(idx["by_id"][n]) if n in idx["by_id"] else None
             if c:
                 break
-        where = (c or {}).get("scale") or ("GPU campaign" if "#results/" in v["source"] else "unrecorded scale")
+        where = (c or {}).get("scale") or ("GPU campaign" if "#results/" in v.source else "unrecorded scale")
         by_scale.setdefault(where, []).append(v)
-    exact = [s for s, vs in by_scale.items() if all(v["verdict"] == "pass" for v in vs)]
+    exact = [s for s, vs in by_scale.items() if all(v.verdict == "pass" for v in vs)]
     parts = [f"{s} ({'equal' if s in exact else 'not equal'}: "
-             f"{_runs_text(v['source'].split('/')[0] for v in vs)}, max |parameter difference| "
-             f"{fmt(max(v['value'] for v in vs if is_number(v['value'])) if any(is_number(v['value']) for v in vs) else None)})"
+             f"{_runs_text(v.source.split('/')[0] for v in vs)}, max |parameter difference| "
+             f"{fmt(max(v.value for v in vs if is_number(v.value)) if any(is_number(v.value) for v in vs) else None)})"
              for s, vs in by_scale.items()]
     return (f"Migration equality is exact at {len(exact)} of {len(by_scale)} scale(s) in this evidence: "
             + "; ".join(parts) + ". No other scale was measured.")
 
 
-def show_scope(runs_dir) -> None:
+def show_scope(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    paras = scope_paragraphs(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    paras = scope_paragraphs(selection)
     if not paras:
         paras = ["No gate or screen was computed: this directory holds runs without a final comparison."]
     display(HTML("".join(f'<p class="kit-scope">{p}</p>' for p in paras)))

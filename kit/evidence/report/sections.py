@@ -23,6 +23,7 @@ from kit.evidence.report.format import (
     run_link,
 )
 from kit.evidence.report.index import gpu_names, index, metric, producer, run_contract
+from kit.evidence.report.selection import Selected, Selection
 
 
 def lineage(row: dict, idx: dict) -> dict | None:
@@ -50,11 +51,12 @@ def lineage(row: dict, idx: dict) -> dict | None:
     return {"parent": parent, "root": resume, "kind": ", ".join(kinds), "own_updates": own}
 
 
-def show_run(runs_dir, run_id: str) -> None:
+def show_run(runs_dir: Selected, run_id: str) -> None:
     """The run's anchor and a one-table header: status, time, device, commit, contract, lineage."""
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    idx = index(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    idx = index(selection)
     row = idx["by_id"][run_id]
     dev = row.get("device") or {}
     gpus = gpu_names(row)

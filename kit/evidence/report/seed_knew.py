@@ -11,8 +11,9 @@ from pathlib import Path
 from kit.digest import load_json_strict
 from kit.evidence.report.format import fmt, records_table
 from kit.evidence.report.index import index, run_contract
+from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.results import results, study_evaluations
-from kit.evidence.run_index import kept_runs, split_selection
+from kit.evidence.run_index import kept_runs
 
 BUILD_RECORD = "seed_build_record.json"
 
@@ -27,10 +28,9 @@ def seed_digests(runs_dir) -> list[str]:
     return out
 
 
-def build_record(runs_dir, digest: str) -> tuple[dict, str] | None:
+def build_record(runs_dir: Selected, digest: str) -> tuple[dict, str] | None:
     """(record, run id) of a build of the seed `digest` kept under the runs folder (any selection's folder)."""
-    folder, _ = split_selection(runs_dir)
-    for r in kept_runs(folder):
+    for r in kept_runs(Selection.of(runs_dir).runs_dir):
         f = Path(r["dir"]) / BUILD_RECORD
         if f.is_file():
             try:
@@ -129,7 +129,8 @@ def seed_html(runs_dir) -> str:
     return "".join(parts) or "<p>No contract of this evidence pins a seed.</p>"
 
 
-def show_seed(runs_dir) -> None:
+def show_seed(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    display(HTML(seed_html(runs_dir)))
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    display(HTML(seed_html(selection)))

@@ -8,79 +8,110 @@ which side of its threshold passes.
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import records
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, kv_table, records_table, run_link
 from kit.evidence.report.index import arm_runs, index, metric, producer
+from kit.evidence.report.selection import Selected
+from kit.evidence.report.sidecar_formats import BoundGate, Comparison, Gates, GateVerdict, sidecar
 
 
 # --- verdicts --------------------------------------------------------------------------------
-def verdict_rows(runs_dir) -> dict[str, list[dict]]:
-    """{"adaptive": rows, "study": rows}; each row: experiment, check, statistic, value (a number or
-    None), threshold (text), threshold_value, verdict ("pass"/"fail"/...), runs (names), source
-    (run and sidecar the numbers come from)."""
+@dataclass(frozen=True, slots=True)
+class VerdictRow:
+    """One row of a verdict table: a check of a comparison, the statistic its rule tests, the threshold and the
+    verdict, the runs it came from and the sidecar (or benchmark result) that holds its numbers."""
+
+    experiment: str  # "adaptive" (gates, migration, growth, the GPU campaign's comparisons) or "study" (screens)
+    comparison: str  # the contract's comparison ("B_vs_A"), "migration, cohort A", "quality screen", ...
+    check: str  # the gate or screen part ("gain", "noninferior_to_dense", SPEED_CHECK, ...)
+    statistic: str  # what `value` is, in words
+    value: float | None  # the number the rule compares (None where the check has none)
+    threshold: str  # the rule's side and threshold, in words
+    threshold_value: float | None
+    verdict: str | None  # "pass", "fail", "not evaluable", "n/a"; a screen's own (None where it records none)
+    runs: tuple[str, ...]  # the run holding the numbers first, then the runs it compares
+    source: str  # RUN/metrics/NAME.json, or RUN/run.json#results/INDEX
+    candidate: str | None = None  # a gate's models (gate_verdict.json)
+    baseline: str | None = None
+    recorded: str | None = None  # the gate's own verdict where the row shows "not evaluable" instead
+    reason: str | None = None  # why a speed screen was not measured
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictRows:
+    adaptive: list[VerdictRow]
+    study: list[VerdictRow]
+
+    def all(self) -> list[VerdictRow]:
+        return self.adaptive + self.study
+
+
+def verdict_rows(runs_dir: Selected) -> VerdictRows:
+    """The verdict rows of the selection's runs, in order of start: the adaptive experiment's and the study's."""
     idx = index(runs_dir)
-    adaptive, study = [], []
+    adaptive: list[VerdictRow] = []
+    study: list[VerdictRow] = []
     for r in idx["runs"]:
-        gates = metric(r, "gates")
-        if isinstance(gates, dict):
-            gv = metric(r, "gate_verdict") or {}
-            comp = gv.get("comparison") or r["run_id"]
-            cand, base = gv.get("candidate"), gv.get("baseline")
-            runs = [r["run_id"]] + [n for m in (cand, base) if m for n in idx["runs_by_root"].get(m, [])]
-            for name, g in gates.items():
-                if not isinstance(g, dict):
-                    continue
-                row = {"experiment": "adaptive", "comparison": comp, "check": name, "runs": runs,
-                       "candidate": cand, "baseline": base, "source": f"{r['run_id']}/metrics/gates.json",
-                       "verdict": "pass" if g.get("passed") else "fail"}
-                if "upper" in g:
-                    op = "<" if "< threshold" in g.get("rule", "") else "\u2264"
-                    row.update(statistic="upper 95% bootstrap bound, NLL change (nats/token)", value=g["upper"],
-                               threshold=f"{op} {fmt(g.get('threshold'))}", threshold_value=g.get("threshold"))
-                elif "lost" in g:
-                    row.update(statistic="correct generated answers lost", value=g["lost"],
-                               threshold=f"\u2264 gained ({g.get('gained')})", threshold_value=g.get("gained"))
-                    if not g["lost"] and not g.get("gained"):  # no discordant answer: the rule's pass weighs nothing
-                        row.update(verdict=NOT_EVALUABLE, recorded=row["verdict"])
-                else:
-                    num = {k: v for k, v in g.items() if is_number(v)}
-                    k, v = next(iter(num.items()), (None, None))
-                    row.update(statistic=k or "", value=v, threshold=g.get("rule", ""), threshold_value=None)
-                adaptive.append(row)
-        comparison = metric(r, "comparison")
-        if isinstance(comparison, dict) and "learned_state_equal" in comparison:
-            params = r.get("parameters") or {}
-            cand = [producer(comparison.get("candidate_learned_state_root") or "", idx)
-                    or producer(params.get("CANDIDATE_ROOT", ""), idx)]
-            ctrl = [producer(comparison.get("control_learned_state_root") or "", idx)
-                    or producer(params.get("CONTROL_ROOT", ""), idx)]
-            runs = [r["run_id"]] + [n for n in cand + ctrl if n]
-            src = f"{r['run_id']}/metrics/comparison.json"
-            if comparison.get("same_parameter_names"):
-                adaptive.append({"experiment": "adaptive", "comparison": f"migration, cohort {comparison.get('cohort')}",
-                                 "check": "learned state equal to the uninterrupted control",
-                                 "statistic": "max |parameter difference|",
-                                 "value": comparison.get("max_abs_parameter_difference"),
-                                 "threshold": "= 0 (equal learned-state roots)", "threshold_value": 0,
-                                 "verdict": "pass" if comparison["learned_state_equal"] else "fail",
-                                 "runs": runs, "source": src})
-            else:
-                adaptive.append({"experiment": "adaptive", "comparison": f"growth, cohort {comparison.get('cohort')}",
-                                 "check": "structure vs the fixed-depth control",
-                                 "statistic": "parameter names and shapes differ (appended blocks): "
-                                              "not compared elementwise",
-                                 "value": None, "threshold": "quality is judged by the growth gates",
-                                 "threshold_value": None, "verdict": "n/a", "runs": runs, "source": src})
+        gates = sidecar(r, Gates)
+        if gates is not None:
+            adaptive += _gate_rows(r, gates, sidecar(r, GateVerdict), idx)
+        comparison = sidecar(r, Comparison)
+        if comparison is not None:
+            adaptive.append(_comparison_row(r, comparison, idx))
         if r.get("notebook") == "(benchmark script)":  # a GPU campaign's migration comparison (kit-bench/1)
             adaptive += _bench_comparison_rows(r, idx)
         for screen in ("screen_quality", "screen_speed"):
             s = metric(r, screen)
             if isinstance(s, dict):
                 study += _screen_rows(r, screen, s, idx)
-    return {"adaptive": adaptive, "study": study}
+    return VerdictRows(adaptive, study)
+
+
+def _gate_rows(r: dict, gates: Gates, gv: GateVerdict | None, idx: dict) -> list[VerdictRow]:
+    comp = gv.comparison if gv else r["run_id"]
+    candidate, baseline = (gv.candidate, gv.baseline) if gv else (None, None)
+    runs = (r["run_id"], *(n for m in (candidate, baseline) if m for n in idx["runs_by_root"].get(m, [])))
+    out = []
+    for name, g in gates.checks():
+        verdict = "pass" if g.passed else "fail"
+        if isinstance(g, BoundGate):
+            op = "<" if "< threshold" in g.rule else "\u2264"
+            statistic, value, threshold, threshold_value = (
+                "upper 95% bootstrap bound, NLL change (nats/token)", g.upper, f"{op} {fmt(g.threshold)}", g.threshold)
+        else:
+            statistic, value, threshold, threshold_value = (
+                "correct generated answers lost", g.lost, f"\u2264 gained ({g.gained})", g.gained)
+        # no discordant answer: the rule's pass weighs nothing
+        evaluable = isinstance(g, BoundGate) or bool(g.lost or g.gained)
+        out.append(VerdictRow(experiment="adaptive", comparison=comp, check=name, statistic=statistic, value=value,
+                              threshold=threshold, threshold_value=threshold_value,
+                              verdict=verdict if evaluable else NOT_EVALUABLE, runs=runs, candidate=candidate,
+                              baseline=baseline, source=f"{r['run_id']}/metrics/gates.json",
+                              recorded=None if evaluable else verdict))
+    return out
+
+
+def _comparison_row(r: dict, comparison: Comparison, idx: dict) -> VerdictRow:
+    params = r.get("parameters") or {}
+    cand = [producer(comparison.candidate_learned_state_root, idx) or producer(params.get("CANDIDATE_ROOT", ""), idx)]
+    ctrl = [producer(comparison.control_learned_state_root, idx) or producer(params.get("CONTROL_ROOT", ""), idx)]
+    runs = (r["run_id"], *(n for n in cand + ctrl if n))
+    src = f"{r['run_id']}/metrics/comparison.json"
+    if comparison.same_parameter_names:
+        return VerdictRow(experiment="adaptive", comparison=f"migration, cohort {comparison.cohort}",
+                          check="learned state equal to the uninterrupted control",
+                          statistic="max |parameter difference|", value=comparison.max_abs_parameter_difference,
+                          threshold="= 0 (equal learned-state roots)", threshold_value=0,
+                          verdict="pass" if comparison.learned_state_equal else "fail", runs=runs, source=src)
+    return VerdictRow(experiment="adaptive", comparison=f"growth, cohort {comparison.cohort}",
+                      check="structure vs the fixed-depth control",
+                      statistic="parameter names and shapes differ (appended blocks): not compared elementwise",
+                      value=None, threshold="quality is judged by the growth gates", threshold_value=None,
+                      verdict="n/a", runs=runs, source=src)
 
 
 def _bench_results(row: dict) -> list:
@@ -92,68 +123,69 @@ def _bench_results(row: dict) -> list:
     return res if isinstance(res, list) else []
 
 
-def _bench_comparison_rows(r: dict, idx: dict) -> list[dict]:
+def _bench_comparison_rows(r: dict, idx: dict) -> list[VerdictRow]:
     out = []
     for i, x in enumerate(_bench_results(r)):
         if not (isinstance(x, dict) and "learned_state_equal" in x):
             continue
         same = x.get("parameters_differing") is not None
-        out.append({"experiment": "adaptive", "comparison": f"GPU campaign {x.get('phase', 'comparison')}",
-                    "check": "learned state equal to the uninterrupted control" if same else
-                             "structure vs the control (not compared elementwise)",
-                    "statistic": "max |parameter difference|", "value": x.get("max_abs_parameter_difference"),
-                    "threshold": "= 0 (equal learned-state roots)" if same else "n/a", "threshold_value": 0 if same else None,
-                    "verdict": ("pass" if x["learned_state_equal"] else "fail") if same else "n/a",
-                    "runs": [r["run_id"]], "source": f"{r['run_id']}/run.json#results/{i}"})
+        out.append(VerdictRow(
+            experiment="adaptive", comparison=f"GPU campaign {x.get('phase', 'comparison')}",
+            check="learned state equal to the uninterrupted control" if same else
+                  "structure vs the control (not compared elementwise)",
+            statistic="max |parameter difference|", value=x.get("max_abs_parameter_difference"),
+            threshold="= 0 (equal learned-state roots)" if same else "n/a", threshold_value=0 if same else None,
+            verdict=("pass" if x["learned_state_equal"] else "fail") if same else "n/a",
+            runs=(r["run_id"],), source=f"{r['run_id']}/run.json#results/{i}"))
     return out
 
 
 SPEED_CHECK = "speed: candidate / single-GPU active throughput"
 
 
-def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[dict]:
+def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[VerdictRow]:
     arms = arm_runs(r, idx)
     src = f"{r['run_id']}/metrics/{screen}.json"
     t, inp = s.get("thresholds") or {}, s.get("inputs") or {}
-    base = {"experiment": "study", "comparison": f"{s.get('name', screen)} screen", "source": src}
-    out = []
+    comparison = f"{s.get('name', screen)} screen"
     if screen == "screen_speed":
         # a screen that says why it was not measured (workers that shared GPUs) shows that reason beside the ratio
         reason = s.get("reason") if s.get("ratio") is None else None
-        out.append({**base, "check": SPEED_CHECK,
-                    "statistic": (f"ratio ({fmt(inp.get('candidate_active_tokens_per_s'))} / "
-                                  f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)"
-                                  + (f"; {reason}" if reason else "")),
-                    "value": s.get("ratio"), "threshold": f"\u2265 {fmt(t.get('min_speedup'))}",
-                    "threshold_value": t.get("min_speedup"), "verdict": s.get("verdict"), "reason": reason,
-                    "runs": [r["run_id"]] + [arms[a] for a in ("powersgd", "single") if a in arms]})
-        return out
-    checks = s.get("checks") or {}
-    for name, ok in checks.items():
-        row = {**base, "check": name, "verdict": "pass" if ok else "fail",
-               "runs": [r["run_id"]] + ([arms["powersgd"]] if "powersgd" in arms else [])}
+        return [VerdictRow(
+            experiment="study", comparison=comparison, source=src, check=SPEED_CHECK,
+            statistic=(f"ratio ({fmt(inp.get('candidate_active_tokens_per_s'))} / "
+                       f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)" + (f"; {reason}" if reason else "")),
+            value=s.get("ratio"), threshold=f"\u2265 {fmt(t.get('min_speedup'))}",
+            threshold_value=t.get("min_speedup"), verdict=s.get("verdict"), reason=reason,
+            runs=(r["run_id"], *(arms[a] for a in ("powersgd", "single") if a in arms)))]
+    out = []
+    for name, ok in (s.get("checks") or {}).items():
+        runs = (r["run_id"], *([arms["powersgd"]] if "powersgd" in arms else []))
+        part = {"experiment": "study", "comparison": comparison, "source": src, "check": name,
+                "verdict": "pass" if ok else "fail"}
         if name == "task_gain":
-            row.update(statistic="task accuracy gain over the seed", value=inp.get("task_gain"),
-                       threshold=f"\u2265 {fmt(t.get('min_task_gain'))}", threshold_value=t.get("min_task_gain"))
+            out.append(VerdictRow(**part, runs=runs, statistic="task accuracy gain over the seed",
+                                  value=inp.get("task_gain"), threshold=f"\u2265 {fmt(t.get('min_task_gain'))}",
+                                  threshold_value=t.get("min_task_gain")))
         elif name == "retention":
-            row.update(statistic="retention upper bound (nats/token, normal)", value=inp.get("retention_upper"),
-                       threshold=f"\u2264 {fmt(t.get('max_retention_upper_nats'))}",
-                       threshold_value=t.get("max_retention_upper_nats"))
+            out.append(VerdictRow(**part, runs=runs, statistic="retention upper bound (nats/token, normal)",
+                                  value=inp.get("retention_upper"),
+                                  threshold=f"\u2264 {fmt(t.get('max_retention_upper_nats'))}",
+                                  threshold_value=t.get("max_retention_upper_nats")))
         elif name.startswith("noninferior_to_"):
             ctrl = name[len("noninferior_to_"):]
             margin = t.get("noninferiority_margin")
-            row.update(statistic=f"accuracy difference vs {ctrl}, lower bound",
-                       value=(inp.get("noninferiority_lower") or {}).get(ctrl),
-                       threshold=f"> {fmt(-margin) if is_number(margin) else NONE}",
-                       threshold_value=-margin if is_number(margin) else None)
-            if ctrl in arms:
-                row["runs"] = row["runs"] + [arms[ctrl]]
+            out.append(VerdictRow(**part, runs=runs + ((arms[ctrl],) if ctrl in arms else ()),
+                                  statistic=f"accuracy difference vs {ctrl}, lower bound",
+                                  value=(inp.get("noninferiority_lower") or {}).get(ctrl),
+                                  threshold=f"> {fmt(-margin) if is_number(margin) else NONE}",
+                                  threshold_value=-margin if is_number(margin) else None))
         else:
-            row.update(statistic=name, value=None, threshold=s.get("rule", ""), threshold_value=None)
-        out.append(row)
-    out.append({**base, "check": "quality screen (all parts)", "statistic": s.get("rule", ""), "value": None,
-                "threshold": "every part passes", "threshold_value": None, "verdict": s.get("verdict"),
-                "runs": [r["run_id"]]})
+            out.append(VerdictRow(**part, runs=runs, statistic=name, value=None, threshold=s.get("rule", ""),
+                                  threshold_value=None))
+    out.append(VerdictRow(experiment="study", comparison=comparison, source=src, check="quality screen (all parts)",
+                          statistic=s.get("rule", ""), value=None, threshold="every part passes", threshold_value=None,
+                          verdict=s.get("verdict"), runs=(r["run_id"],)))
     return out
 
 
@@ -170,11 +202,11 @@ def _pair(comparison: str) -> tuple[str, str]:
     return _who(cand), _who(base)
 
 
-def question_text(row: dict) -> str:
+def question_text(row: VerdictRow) -> str:
     """The question a verdict row answers, in a reviewer's words; its thresholds read from the row."""
-    check, comp, t = row["check"], row["comparison"], row.get("threshold_value")
+    check, comp, t = row.check, row.comparison, row.threshold_value
     tv = fmt(t) if is_number(t) else ""
-    if row["experiment"] == "adaptive" and "_vs_" in comp:
+    if row.experiment == "adaptive" and "_vs_" in comp:
         cand, base = _pair(comp)
         if check == "gain":
             return f"Does {cand} beat {base} on the final tasks?"
@@ -204,12 +236,12 @@ def question_text(row: dict) -> str:
 VERDICT_COLUMNS = ["comparison", "check", "statistic", "value", "threshold", "which side passes", "verdict", "runs"]
 
 
-def direction_text(row: dict) -> str:
+def direction_text(row: VerdictRow) -> str:
     """One sentence beside a threshold: which direction of the statistic is better, and what passing means,
     read from the row's check and threshold value."""
-    check, tv = row.get("check", ""), row.get("threshold_value")
+    check, tv = row.check, row.threshold_value
     t = fmt(tv) if is_number(tv) else ""
-    if row.get("experiment") == "adaptive" and check == "gain":
+    if row.experiment == "adaptive" and check == "gain":
         return (f"Lower is better: the upper bound of the NLL change must be below {t}, i.e. the candidate's NLL "
                 "went down by more than that, with 95% confidence.")
     if check == "retention":
@@ -229,21 +261,21 @@ def direction_text(row: dict) -> str:
     return ""
 
 
-def verdict_table_html(rows: list[dict], table_id: str, idx: dict) -> str:
+def verdict_table_html(rows: list[VerdictRow], table_id: str, idx: dict) -> str:
     head = "".join(f"<th>{c}</th>" for c in VERDICT_COLUMNS)
     body = []
     for v in rows:
-        value = v.get("value")
+        value = v.value
         data = f' data-value="{html.escape(repr(value))}"' if is_number(value) else ""
-        tv = v.get("threshold_value")
+        tv = v.threshold_value
         tdata = f' data-value="{html.escape(repr(tv))}"' if is_number(tv) else ""
-        runs = ", ".join(run_link(n) for n in dict.fromkeys(v["runs"]))
-        verdict = str(v.get("verdict"))
+        runs = ", ".join(run_link(n) for n in dict.fromkeys(v.runs))
+        verdict = str(v.verdict)
         body.append(
-            f'<tr data-source="{html.escape(v["source"])}"><td>{html.escape(v["comparison"])}</td>'
-            f'<td>{html.escape(v["check"])}</td><td>{html.escape(v["statistic"])}</td>'
+            f'<tr data-source="{html.escape(v.source)}"><td>{html.escape(v.comparison)}</td>'
+            f'<td>{html.escape(v.check)}</td><td>{html.escape(v.statistic)}</td>'
             f'<td class="num value"{data}>{html.escape(fmt(value))}</td>'
-            f'<td class="threshold"{tdata}>{html.escape(v["threshold"])}</td>'
+            f'<td class="threshold"{tdata}>{html.escape(v.threshold)}</td>'
             f'<td class="direction">{html.escape(direction_text(v))}</td>'
             f'<td class="verdict verdict-{html.escape(verdict)}">{html.escape(verdict)}</td><td>{runs}</td></tr>')
     return (f'<div class="kit-scroll"><table id="{table_id}" class="kit-table kit-verdicts"><thead><tr>{head}'

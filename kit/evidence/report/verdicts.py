@@ -25,7 +25,8 @@ from kit.evidence.report.cost import (
 )
 from kit.evidence.report.format import fmt, is_number, records_table
 from kit.evidence.report.index import gpu_names, index, run_contract
-from kit.evidence.report.verdict_rows import projection_html, verdict_rows, verdict_table_html
+from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.verdict_rows import VerdictRow, projection_html, verdict_rows, verdict_table_html
 
 
 def _link_text(row: dict | None) -> str:
@@ -42,18 +43,18 @@ def _link_text(row: dict | None) -> str:
     return "gloo between CPU processes of one host (loopback), not the seed's cross-zone network"
 
 
-def _checks_text(rows: list[dict]) -> str:
-    def one(r):
-        v = r.get("value")
+def _checks_text(rows: list[VerdictRow]) -> str:
+    def one(r: VerdictRow) -> str:
+        v = r.value
         shown = fmt(v) if is_number(v) else (v if v is not None else "")
-        return f"{r['check']} {r['verdict']} ({shown}; needs {r.get('threshold', '')})"
+        return f"{r.check} {r.verdict} ({shown}; needs {r.threshold})"
     return "; ".join(one(r) for r in rows)
 
 
-def _row_scale(row: dict, idx: dict) -> str:
+def _row_scale(row: VerdictRow, idx: dict) -> str:
     """The scale of the contract of the first run behind a verdict row that records one (a comparison
     run records none; the arms it compares do); "" when none can be read."""
-    for name in row.get("runs") or []:
+    for name in row.runs:
         c = run_contract(idx["by_id"][name]) if name in idx["by_id"] else None
         if c and c.get("scale"):
             return c["scale"]
@@ -66,60 +67,60 @@ def trial_questions(runs_dir) -> list[dict]:
     tiny demo and a medium campaign in one runs folder answer separately)."""
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
-    scales = sorted({_row_scale(r, idx) for r in rows["adaptive"] + rows["study"]})
+    scales = sorted({_row_scale(r, idx) for r in rows.all()})
     out = []
     for scale in scales:
-        ad = [r for r in rows["adaptive"] if _row_scale(r, idx) == scale]
-        st = [r for r in rows["study"] if _row_scale(r, idx) == scale]
+        ad = [r for r in rows.adaptive if _row_scale(r, idx) == scale]
+        st = [r for r in rows.study if _row_scale(r, idx) == scale]
         suffix = f" ({scale} scale)" if len(scales) > 1 else ""
         out += _questions(ad, st, idx, suffix, runs_dir)
     return out
 
 
-def _questions(ad: list[dict], st: list[dict], idx: dict, suffix: str, runs_dir) -> list[dict]:
+def _questions(ad: list[VerdictRow], st: list[VerdictRow], idx: dict, suffix: str, runs_dir) -> list[dict]:
     def answer(question, found, text, missing):
-        runs = sorted({n for r in found for n in r["runs"]})
+        runs = sorted({n for r in found for n in r.runs})
         return {"question": question + suffix, "answer": text if found else missing, "runs": ", ".join(runs)}
 
-    a = [r for r in ad if r["comparison"] == "A_vs_seed"]
-    mig = [r for r in ad if r["comparison"].startswith("migration")]
-    grow = [r for r in ad if r["comparison"] == "growth_vs_control"]
-    quality = [r for r in st if r["comparison"] == "quality screen" and r["check"] == "quality screen (all parts)"]
-    speed = [r for r in st if r["comparison"] == "speed screen"]
+    a = [r for r in ad if r.comparison == "A_vs_seed"]
+    mig = [r for r in ad if r.comparison.startswith("migration")]
+    grow = [r for r in ad if r.comparison == "growth_vs_control"]
+    quality = [r for r in st if r.comparison == "quality screen" and r.check == "quality screen (all parts)"]
+    speed = [r for r in st if r.comparison == "speed screen"]
     out = [answer("Did phase A pass the three gates?", a,
-                  ("yes: " if a and all(r["verdict"] == "pass" for r in a) else "no: ") + _checks_text(a),
+                  ("yes: " if a and all(r.verdict == "pass" for r in a) else "no: ") + _checks_text(a),
                   "not measured: no final evaluation of the phase-A endpoint in this evidence")]
     device = ""
     if mig:
-        migrated = next((idx["by_id"][n] for n in mig[0]["runs"] if n.endswith("migrated") and n in idx["by_id"]), None)
+        migrated = next((idx["by_id"][n] for n in mig[0].runs if n.endswith("migrated") and n in idx["by_id"]), None)
         gpus = gpu_names(migrated or {})
         device = f" on {len(gpus)} GPU(s) ({gpus[0]})" if gpus else " on CPU"
     out.append(answer("Did migration match its uninterrupted control?", mig,
-                      ("yes" if mig and all(r["verdict"] == "pass" for r in mig) else "no")
-                      + f"{device}: maximum |parameter difference| {fmt(mig[0]['value']) if mig else ''}",
+                      ("yes" if mig and all(r.verdict == "pass" for r in mig) else "no")
+                      + f"{device}: maximum |parameter difference| {fmt(mig[0].value) if mig else ''}",
                       "not measured: no migration comparison in this evidence"))
     out.append(answer("Did growth change the outcome against its fixed-depth control?", grow,
-                      ("yes, it passed every gate against the control: " if grow and all(r["verdict"] == "pass" for r in grow)
+                      ("yes, it passed every gate against the control: " if grow and all(r.verdict == "pass" for r in grow)
                        else "no measurable improvement over the control: ") + _checks_text(grow),
                       "not measured: no final evaluation of the grown endpoint against its control"))
-    powersgd = next((idx["by_id"][n] for r in st for n in r["runs"] if n.endswith("powersgd") and n in idx["by_id"]), None)
-    speed_text = f"{speed[0]['verdict']} ({fmt(speed[0]['value'])}x single" if speed else "not measured"
-    if speed and speed[0].get("reason"):  # e.g. the workers shared one GPU: no ratio to show
-        speed_text = f"{speed[0]['verdict']} ({speed[0]['reason']})"
+    powersgd = next((idx["by_id"][n] for r in st for n in r.runs if n.endswith("powersgd") and n in idx["by_id"]), None)
+    speed_text = f"{speed[0].verdict} ({fmt(speed[0].value)}x single" if speed else "not measured"
+    if speed and speed[0].reason:  # e.g. the workers shared one GPU: no ratio to show
+        speed_text = f"{speed[0].verdict} ({speed[0].reason})"
     elif speed:
-        s = speed_sensitivity(runs_dir, speed[0]["runs"][0])
+        s = speed_sensitivity(runs_dir, speed[0].runs[0])
         speed_text += (f"; {fmt(s['ratio_after_first'])}x, {s['verdict_after_first']}, without each arm's first "
                        "update)" if s else ")")
     covered = {"A_vs_seed", "growth_vs_control"}
-    for comparison in dict.fromkeys(r["comparison"] for r in ad if r["verdict"] == "fail"):
+    for comparison in dict.fromkeys(r.comparison for r in ad if r.verdict == "fail"):
         if comparison in covered or comparison.startswith("migration"):
             continue  # answered by the questions above
-        gates = [r for r in ad if r["comparison"] == comparison]
-        failed = ", ".join(r["check"] for r in gates if r["verdict"] == "fail")
+        gates = [r for r in ad if r.comparison == comparison]
+        failed = ", ".join(r.check for r in gates if r.verdict == "fail")
         out.append(answer(f"Did {comparison} pass its gates?", gates,
                           f"no ({failed} failed): " + _checks_text(gates), ""))
     out.append(answer("Did PowerSGD pass the quality and speed screens, and on which link?", quality + speed,
-                      f"quality {quality[0]['verdict'] if quality else 'not measured'}; speed {speed_text}; "
+                      f"quality {quality[0].verdict if quality else 'not measured'}; speed {speed_text}; "
                       f"link: {_link_text(powersgd)}",
                       "not measured: the study's evaluation and screens are not in this evidence"))
     return out
@@ -185,21 +186,23 @@ def _retention_html(runs_dir) -> list[str]:
             + records_table(pairs)]
 
 
-def show_verdicts(runs_dir) -> None:
+def show_verdicts(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    idx = index(runs_dir)
-    rows = verdict_rows(runs_dir)
+    selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
+    idx = index(selection)
+    rows = verdict_rows(selection)
     parts = []
-    if rows["adaptive"] or rows["study"]:
-        parts.append("<h3>The trial's questions</h3>" + records_table(trial_questions(runs_dir)))
-    for exp, title in (("adaptive", "Adaptive sharded learning: final gates, migration equality, growth vs control"),
-                       ("study", "Shared-gradient method study: quality and speed screens")):
-        if rows[exp]:
-            parts.append(f"<h3>{title}</h3>" + verdict_table_html(rows[exp], f"kit-verdicts-{exp}", idx))
+    if rows.adaptive or rows.study:
+        parts.append("<h3>The trial's questions</h3>" + records_table(trial_questions(selection)))
+    for exp, title, mine in (
+            ("adaptive", "Adaptive sharded learning: final gates, migration equality, growth vs control", rows.adaptive),
+            ("study", "Shared-gradient method study: quality and speed screens", rows.study)):
+        if mine:
+            parts.append(f"<h3>{title}</h3>" + verdict_table_html(mine, f"kit-verdicts-{exp}", idx))
         if exp == "study":
-            parts += _speed_html(runs_dir) + _cost_html(runs_dir) + _retention_html(runs_dir)
-    analysed = gate_analysis_rows(runs_dir)
+            parts += _speed_html(selection) + _cost_html(selection) + _retention_html(selection)
+    analysed = gate_analysis_rows(selection)
     if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
         parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table(analysed))
     projection = projection_html(idx)

@@ -1,0 +1,241 @@
+"""The metric sidecars the report reads by name, declared (docs/formats/metric-sidecars.md, "Sidecars the report
+reads"), and `sidecar(row, Gates)`, the typed accessor: the run's `metrics/<name>.json` validated and built, or None
+where the run records no such sidecar.
+
+Every other sidecar stays plain JSON, drawn by its shape (kit/evidence/report/sidecars.py): the report reads no field
+of those. A declared sidecar that does not match its class stops the report with the file and the dotted field (the
+validator's messages, kit/record.py), rather than showing a verdict computed from a field that is not there.
+
+Committed runs under runs/ span kit versions; the classes read all of them: a field that appeared later is
+`Omittable` (`gate_verdict.exploratory` and `note`, the study arm's `measurement.workers` and `compile_cache`), and
+the measurement of an arm that never reported a rank has its own, shorter shape (`UnmeasuredArm`).
+"""
+
+# spec_field returns a dataclasses.field, not a shared mutable default: ruff's RUF009 cannot see that for a field
+# whose type is a class of this module
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+from kit.evidence import records
+from kit.evidence.report.index import metric
+from kit.record import ContractError, MapOf, Omittable, Opt, Record, Seq, build, spec_field, validate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sidecar(Record):
+    """A metric sidecar's format: `NAME` is its file's stem under the run's metrics/."""
+
+    NAME: ClassVar[str] = ""
+
+
+S = TypeVar("S", bound=Sidecar)
+M = TypeVar("M", bound=Record)
+
+
+def sidecar(row: dict, cls: type[S]) -> S | None:
+    """The sidecar `cls.NAME` of an index row (kit/evidence/report/index.py), built; None when the run records none
+    or its file does not parse (as `metric`); a ContractError naming the file when it is not of its declared form."""
+    value = metric(row, cls.NAME)
+    if value is None:
+        return None
+    return cls.from_json(value, source=str(records.metric_path(row["dir"], cls.NAME)))
+
+
+def sidecar_map(row: dict, name: str, item: type[M]) -> Mapping[str, M] | None:
+    """A sidecar that maps names to records of one form (`paired_task_change`: "powersgd vs seed" -> its counts),
+    built as a read-only mapping; None and errors as `sidecar`."""
+    value = metric(row, name)
+    if value is None:
+        return None
+    validate(value, MapOf(item), "", str(records.metric_path(row["dir"], name)))
+    return build(value, MapOf(item))
+
+
+# --- gates.json and gate_verdict.json: an adaptive or continued-learning final's gates ---------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BoundGate(Record):
+    """A gate on the one-sided 95% bootstrap upper bound of an NLL change (nats/token)."""
+
+    passed: bool = spec_field(bool, doc="whether the bound is on the passing side of the threshold")
+    rule: str = spec_field(str, doc="the rule, in words (`< threshold` or `<= threshold`)")
+    threshold: float = spec_field(float, doc="the contract's threshold")
+    upper: float = spec_field(float, doc="the bound")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeneratedGate(Record):
+    """The gate on generated answers: no more correct answers lost than gained."""
+
+    gained: int = spec_field(int, doc="final tasks the candidate answers right and the baseline wrong")
+    lost: int = spec_field(int, doc="final tasks the baseline answers right and the candidate wrong")
+    net: int = spec_field(int, doc="gained - lost")
+    passed: bool = spec_field(bool, doc="lost <= gained")
+    rule: str = spec_field(str, doc="the rule, in words")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gates(Sidecar):
+    NAME: ClassVar[str] = "gates"
+
+    # continued learning (cohort C) has no gain gate: its comparison is about keeping what A learned
+    gain: BoundGate | None = spec_field(Omittable(BoundGate), doc="the task NLL change (absent: continued learning)")
+    generated: GeneratedGate = spec_field(GeneratedGate, doc="the generated answers")
+    retention: BoundGate = spec_field(BoundGate, doc="the retention (chat) NLL change")
+
+    def checks(self) -> tuple[tuple[str, BoundGate | GeneratedGate], ...]:
+        """(check name, gate) of each gate present, in the file's (sorted) order: the verdict table's rows."""
+        named: tuple[tuple[str, BoundGate | GeneratedGate | None], ...] = (
+            ("gain", self.gain), ("generated", self.generated), ("retention", self.retention))
+        return tuple((name, gate) for name, gate in named if gate is not None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateVerdict(Sidecar):
+    NAME: ClassVar[str] = "gate_verdict"
+
+    baseline: str = spec_field(str, doc="the baseline model (`seed:DIGEST` or a learned-state root)")
+    candidate: str = spec_field(str, doc="the candidate model, likewise")
+    comparison: str = spec_field(str, doc="the contract's comparison (`B_vs_A`)")
+    passed: bool = spec_field(bool, doc="every gate passed")
+    exploratory: bool | None = spec_field(Omittable(bool), doc="a comparison the contract does not gate on")
+    note: str | None = spec_field(Omittable(str), doc="why it is exploratory")
+
+
+# --- comparison.json: migration (learned states compared elementwise) and growth (structures compared) ---------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison(Sidecar):
+    NAME: ClassVar[str] = "comparison"
+
+    candidate_layout: tuple[tuple[int, ...], ...] = spec_field(Seq(Seq(int)), doc="the candidate's blocks per stage")
+    candidate_learned_state_root: str = spec_field(str, doc="the candidate's learned-state root")
+    cohort: str = spec_field(str, doc="the cohort compared")
+    control_layout: tuple[tuple[int, ...], ...] = spec_field(Seq(Seq(int)), doc="the control's blocks per stage")
+    control_learned_state_root: str = spec_field(str, doc="the control's learned-state root")
+    learned_state_equal: bool = spec_field(bool, doc="the two roots are equal")
+    max_abs_parameter_difference: float | None = spec_field(
+        Opt(float), doc="largest elementwise difference (null: not compared, the names differ)")
+    parameters_differing: int | None = spec_field(Opt(int), doc="parameters that differ (null: not compared)")
+    same_parameter_names: bool = spec_field(bool, doc="same parameter names and shapes (false: growth)")
+    torch: str = spec_field(str, doc="the torch version that compared them")
+
+
+# --- nll_change_bounds.json: the bootstrap bounds the gates test ---------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NllChangeBound(Record):
+    bootstrap_seed: int = spec_field(int, doc="the resampling seed")
+    bootstrap_upper: float = spec_field(float, doc="the one-sided bootstrap upper bound")
+    change_nats_per_token: float = spec_field(float, doc="the estimate: candidate minus baseline NLL")
+    confidence: float = spec_field(float, doc="the bound's confidence")
+    n: int = spec_field(int, doc="examples scored")
+    normal_multiplier: float = spec_field(float, doc="the normal approximation's multiplier")
+    normal_upper: float = spec_field(float, doc="the normal approximation's upper bound")
+    resamples: int = spec_field(int, doc="bootstrap resamples")
+    tokens: int = spec_field(int, doc="assistant tokens scored")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NllChangeBounds(Sidecar):
+    NAME: ClassVar[str] = "nll_change_bounds"
+
+    retention: NllChangeBound = spec_field(NllChangeBound, doc="on the retention (chat) probes")
+    tasks: NllChangeBound = spec_field(NllChangeBound, doc="on the final tasks")
+
+    def part(self, name: str) -> NllChangeBound:
+        """The bound of a gate's part: "tasks" or "retention"."""
+        return {"tasks": self.tasks, "retention": self.retention}[name]
+
+
+# --- paired_task_change.json and retention_change.json: the study's arms against each other and the seed --------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskChange(Record):
+    """One pair "CANDIDATE vs REFERENCE" of `paired_task_change`: paired task accuracy on the final tasks."""
+
+    candidate_correct: int = spec_field(int, doc="tasks the candidate answers right")
+    difference: float = spec_field(float, doc="candidate minus reference accuracy")
+    gained: int = spec_field(int, doc="right for the candidate only")
+    lost: int = spec_field(int, doc="right for the reference only")
+    n: int = spec_field(int, doc="tasks scored")
+    net: int = spec_field(int, doc="gained - lost")
+    noninferiority_lower: float = spec_field(float, doc="one-sided 95% lower bound of the difference")
+    reference_correct: int = spec_field(int, doc="tasks the reference answers right")
+
+
+def paired_task_changes(row: dict) -> Mapping[str, TaskChange] | None:
+    """The study evaluation's `paired_task_change` sidecar: "CANDIDATE vs REFERENCE" -> TaskChange."""
+    return sidecar_map(row, "paired_task_change", TaskChange)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionChange(Record):
+    """One arm of `retention_change`: its retention NLL change against the seed, with the normal upper bound."""
+
+    change_nats_per_token: float = spec_field(float, doc="the arm's minus the seed's NLL")
+    multiplier: float = spec_field(float, doc="the normal multiplier of the bound")
+    n: int = spec_field(int, doc="retention probes scored")
+    rule: str = spec_field(str, doc="the bound, in words")
+    tokens: int = spec_field(int, doc="assistant tokens scored")
+    upper: float = spec_field(float, doc="the one-sided upper bound")
+
+
+def retention_changes(row: dict) -> Mapping[str, RetentionChange] | None:
+    """The study evaluation's `retention_change` sidecar: arm -> RetentionChange."""
+    return sidecar_map(row, "retention_change", RetentionChange)
+
+
+# --- measurement.json: a study arm's time and throughput -----------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement(Sidecar):
+    """An arm whose ranks reported (kit/study/measurement.py summarise); a count of none leaves the rates null."""
+
+    NAME: ClassVar[str] = "measurement"
+
+    active_gpu_seconds_per_update: float | None = spec_field(Opt(float), doc="active seconds x devices / updates")
+    active_seconds: float = spec_field(float, doc="update time only (no setup, no commits)")
+    active_target_tokens_per_s: float | None = spec_field(Opt(float), doc="target tokens per active second")
+    active_tokens_per_s: float | None = spec_field(Opt(float), doc="input tokens per active second")
+    active_tokens_per_s_after_first_update: float | None = spec_field(
+        Opt(float), doc="the same without the first update")
+    checkpoint_seconds: float = spec_field(float, doc="commit time")
+    compile_cache: str | None = spec_field(Omittable(str), doc="the compile cache the workers used (absent: the "
+                                                               "host's shared one, records before own caches)")
+    device: str = spec_field(str, doc="the device of rank 0")
+    devices: int = spec_field(int, doc="devices the workers used")
+    first_update_seconds: float | None = spec_field(Opt(float), doc="the slowest rank's first update")
+    gpu_seconds_per_update: float | None = spec_field(Opt(float), doc="wall seconds x devices / updates")
+    input_tokens: int = spec_field(int, doc="input tokens trained on")
+    rule: str = spec_field(str, doc="what active and GPU seconds count, in words")
+    setup_seconds: float = spec_field(float, doc="the slowest rank's setup")
+    steady_state_seconds: float | None = spec_field(Opt(float), doc="active seconds of the later updates")
+    steady_state_tokens_per_s: float | None = spec_field(Opt(float), doc="input tokens per second of those")
+    steady_state_updates: int = spec_field(int, doc="updates after the first")
+    target_tokens: int = spec_field(int, doc="target tokens trained on")
+    updates: int = spec_field(int, doc="updates made")
+    wall_seconds: float = spec_field(float, doc="the arm's wall time")
+    workers: int | None = spec_field(Omittable(int), doc="workers (absent: records before the field)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnmeasuredArm(Sidecar):
+    """An arm no rank reported for (kit/study/arms.py): its wall time and resources only."""
+
+    NAME: ClassVar[str] = "measurement"
+
+    devices: int = spec_field(int, doc="devices the arm held")
+    wall_seconds: float = spec_field(float, doc="the arm's wall time")
+    workers: int = spec_field(int, doc="workers started")
+
+
+def arm_measurement(row: dict) -> Measurement | UnmeasuredArm | None:
+    """A study arm run's `measurement` sidecar: measured, unmeasured (no rank reported), or None (none recorded);
+    a ContractError naming the file and both forms' first difference when it is neither."""
+    try:
+        return sidecar(row, Measurement)
+    except ContractError as measured:
+        try:
+            return sidecar(row, UnmeasuredArm)
+        except ContractError as unmeasured:
+            raise ContractError(f"{unmeasured}; or else: {measured}") from None
