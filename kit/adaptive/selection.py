@@ -29,8 +29,10 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from kit.adaptive.continued_schema import job_contract
+from kit.adaptive.formats import PREPARED_FILE, AnyPreparedJob, ContinuedPreparedJob, load_prepared
 from kit.contract import ContractError
 from kit.digest import (
     canonical_json,
@@ -57,23 +59,23 @@ class FinalRolesRefused(PermissionError):
     pass
 
 
-def prepared_contract(prepared_dir: str | os.PathLike) -> tuple:
+def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[AnyPreparedJob, Any]:
     """(prepared.json, the job's contract view: `job_contract`) of a prepared job; the contract file must
     still have the digest prepared.json records (else FinalRolesRefused naming both)."""
-    path = Path(prepared_dir) / "prepared.json"
-    pj = load_json_strict(path)
+    path = Path(prepared_dir) / PREPARED_FILE
+    pj = load_prepared(prepared_dir)
     try:
-        return pj, job_contract(pj)
+        return pj, job_contract(pj.to_json())
     except ContractError as e:
         raise FinalRolesRefused(f"{path}: {e}") from None
 
 
-def seed_digest(pj: dict, terms) -> tuple[str, str]:
+def seed_digest(pj: AnyPreparedJob, terms) -> tuple[str, str]:
     """(the seed's parameter digest, where it is stated): the contract's pin, else the prepared one."""
     pinned = terms.seed.parameter_digest
     if pinned is not None:
         return pinned, "contract field 'seed.parameter_digest'"
-    return pj["seed"]["parameter_digest"], "prepared.json field 'seed.parameter_digest' (recorded at prepare)"
+    return pj.seed.parameter_digest, "prepared.json field 'seed.parameter_digest' (recorded at prepare)"
 
 
 def endpoint_cursor(terms, cohort: str) -> dict:
@@ -84,7 +86,7 @@ def endpoint_cursor(terms, cohort: str) -> dict:
             "cohort_step": terms.endpoints[cohort]}
 
 
-def check_endpoint(manifest: dict, name: str, pj: dict, terms, source: str) -> None:
+def check_endpoint(manifest: dict, name: str, pj: AnyPreparedJob, terms, source: str) -> None:
     """Refuse a commit that is not at comparison `name`'s endpoint (cursor and depth)."""
     comps = terms.comparisons
     if name not in comps:
@@ -99,7 +101,7 @@ def check_endpoint(manifest: dict, name: str, pj: dict, terms, source: str) -> N
                                 f"expected the endpoint of cohort {comp.cohort} (contract field 'endpoints."
                                 f"{comp.cohort}' = {terms.endpoints[comp.cohort]}): {want}")
     layers = max(b for _, b in manifest["layout"]["blocks"])
-    depth = pj["seed"]["num_hidden_layers"] + (terms.growth.add_blocks if comp.grown else 0)
+    depth = pj.seed.num_hidden_layers + (terms.growth.add_blocks if comp.grown else 0)
     if layers != depth:
         raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has {layers} blocks; "
                                 f"contract field 'comparisons.{name}.grown' = {comp.grown} expects {depth}")
@@ -139,17 +141,17 @@ def access_entries(prepared_dir: str | os.PathLike, name: str = ACCESS_LOG) -> l
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def guard_ledger(prepared_dir: Path, pj: dict) -> Path:
+def guard_ledger(prepared_dir: Path, pj: AnyPreparedJob) -> Path:
     """The ledger whose chain guards this job's final roles: the one it was prepared against, bound by its
     recorded head (kit.evidence.ledger.bound_guard_ledger; a job prepared before the head was recorded: the one
     its scorings record exposures into, $KIT_LEDGER first)."""
     try:
-        return bound_guard_ledger(prepared_dir, pj.get("locations", {}))
+        return bound_guard_ledger(prepared_dir, pj.locations.to_json())
     except LedgerError as e:
         raise FinalRolesRefused(str(e)) from None
 
 
-def chained_accesses(prepared_dir: Path, pj: dict) -> list[dict]:
+def chained_accesses(prepared_dir: Path, pj: AnyPreparedJob) -> list[dict]:
     digest = prepared_digest(prepared_dir)
     return [e for e in chain_events(guard_ledger(prepared_dir, pj), "final-access") if e.get("prepared_digest") == digest]
 
@@ -179,18 +181,20 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
             digest, _ = seed_digest(pj, terms)
             bound[name]["baseline"] = {"kind": "seed", "parameter_digest": digest}
         elif base == "start":  # a continued-learning job: the phase-A endpoint it started from
-            bound[name]["baseline"] = {"kind": "endpoint", "name": "start", "full_root": pj["start"]["full_root"]}
+            if not isinstance(pj, ContinuedPreparedJob):  # an adaptive contract never names "start"
+                raise FinalRolesRefused(f"candidate {name!r}: baseline 'start' needs a continued-learning job")
+            bound[name]["baseline"] = {"kind": "endpoint", "name": "start", "full_root": pj.start.full_root}
         elif base in bound:
             bound[name]["baseline"] = {"kind": "endpoint", "name": base, "full_root": bound[base]["full_root"]}
         else:
             raise FinalRolesRefused(f"candidate {name!r}: its baseline {base!r} (contract field 'comparisons.{name}."
                                     f"baseline') is not among the selected candidates {sorted(bound)}; select it too")
     record = {"format": SELECTION_FORMAT, "prepared_digest": prepared_digest(prepared_dir),
-              "contract_digest": pj["contract"]["digest"], "candidates": bound, "development": development or {}}
+              "contract_digest": pj.contract.digest, "candidates": bound, "development": development or {}}
     sha = write_canonical_json(out, record)
     _log(prepared_dir, {"selection": str(out), "sha256": sha}, SELECTIONS_LOG)
 
-    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "selection", "job": pj["job_digest"],
+    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "selection", "job": pj.job_digest,
                                                         "prepared_digest": record["prepared_digest"],
                                                         "selection_sha256": sha})
     record_materials("prepared", "file", [record["prepared_digest"]])
@@ -254,7 +258,7 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
     _log(prepared_dir, {**entry, "allowed": True, "selection_sha256": actual})
 
     pj, _ = prepared_contract(prepared_dir)
-    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "final-access", "job": pj["job_digest"],
+    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "final-access", "job": pj.job_digest,
                                                         "prepared_digest": record["prepared_digest"],
                                                         "selection_sha256": actual, "roots": sorted(roots),
                                                         "purpose": purpose})

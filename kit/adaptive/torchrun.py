@@ -146,10 +146,10 @@ def _run(group, r: CohortRequest, terms, pj, WorkerContext) -> list[dict]:
     with held(r.home):  # as the local launcher: gc --objects is refused and a second trainer told who holds it
         try:
             start, reference, layers = _start_and_reference(group, r, terms, facts)
-            args = worker_args(r, start, reference, layers, attempt_dir)
+            plan = worker_args(r, start, reference, layers, attempt_dir)
             group.barrier()
             before, started = interface_counters_or_none(), time.time()
-            out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
+            out = adaptive_worker(group, plan, WorkerContext(rank, world, attempt_dir / "workers"))
             after, ended = interface_counters_or_none(), time.time()
             # every rank's own interface counters (its host), times, fetches and commit transfers, into rank 0's record
             mine = {"rank": rank, "host": host_name(), "hostname": socket.gethostname(), "started_at": started,

@@ -1,0 +1,375 @@
+"""The adaptive package's file formats as declared classes (kit.record.Record): a prepared job's `prepared.json`
+(`PreparedJob`; a continued-learning job's `ContinuedPreparedJob`), its `schedule.json` (`Schedule`) and the plan
+every training worker receives (`WorkerPlan`, the JSON of `launch-args.json`).
+
+The decision to know: a prepared job is read once, by `load_prepared`, and passed as the object; the classes hold
+exactly the fields the writers wrote (docs/formats/adaptive-preparation.md), with the fields added over time
+`Omittable`, so every committed prepared.json still reads. `to_json` gives back the file's own JSON, so its digests
+(`job_digest`, the file's sha256) are those of today's bytes.
+"""
+
+# spec_field returns a dataclasses.field (no shared mutable default); ruff's RUF009 cannot see that. The lasting
+# fix is `extend-immutable-calls = ["kit.record.spec_field"]` in pyproject's ruff settings (not this part's file).
+# ruff: noqa: RUF009
+
+from __future__ import annotations
+
+import os
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.digest import load_json_strict, sha256_json
+from kit.model.shard import Layout
+from kit.paths import inside
+from kit.record import Either, MapOf, Omittable, Opt, Record, Seq, spec_field
+from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
+
+PREPARED_FILE = "prepared.json"
+ADAPTIVE_PREPARED_FORMAT = "kit.adaptive.prepared/1"
+CONTINUED_PREPARED_FORMAT = "kit.continued.prepared/1"
+# fields written after the job digest: where the inputs were and when, neither part of the job's identity
+NOT_IDENTITY = ("job_digest", "locations", "created_at")
+
+Counts = types.MappingProxyType  # a read-only {name: count} map (MapOf(int) once built)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedContract(Record):
+    digest: str = spec_field(str, doc="the contract's digest")
+    kind: str = spec_field(str, doc="the contract's kind")
+    scale: str = spec_field(str, doc="the contract's scale")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedIdentity(Record):
+    parameter_digest: str = spec_field(str)
+    parameter_digest_pinned: bool = spec_field(bool)
+    inventory_digest: str = spec_field(str)
+    config_sha256: str = spec_field(str)
+    num_hidden_layers: int = spec_field(int)
+    param_count: int = spec_field(int)
+    tensors: int = spec_field(int)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplaySource(Record):
+    sha256: str = spec_field(str)
+    records: int = spec_field(int)
+    task_records: int = spec_field(int)
+    pool: str = spec_field(str)
+    pool_records: int = spec_field(int)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevRetentionSource(Record):
+    sha256: str | None = spec_field(Opt(str), doc="null: drawn from the replay pool")
+    drawn_from: str | None = spec_field(Omittable(str), doc='"replay" where no --dev-retention was given')
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublicSource(Record):
+    source_name: str = spec_field(str)
+    sha256: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sources(Record):
+    replay: ReplaySource = spec_field(ReplaySource)
+    dev_retention: DevRetentionSource = spec_field(DevRetentionSource)
+    public: PublicSource = spec_field(PublicSource)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleFile(Record):
+    file: str = spec_field(str, doc="roles/<role>.jsonl, relative to the prepared directory")
+    sha256: str = spec_field(str)
+    count: int = spec_field(int)
+    per_family: Counts | None = spec_field(Opt(MapOf(int)), doc="null for conversation roles")
+    content_digest: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileDigest(Record):
+    file: str = spec_field(str)
+    sha256: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalRetentionReport(Record):
+    source_name: str = spec_field(str)
+    start: int = spec_field(int)
+    stop: int = spec_field(int)
+    skipped_empty_output: int = spec_field(int)
+    excluded: Counts = spec_field(MapOf(int), doc="records excluded per rule")
+    excluded_total: int = spec_field(int)
+    eligible: int = spec_field(int)
+    taken: int = spec_field(int)
+    against_roles: tuple[str, ...] = spec_field(Seq(str))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalTasksReport(Record):
+    excluded: Counts = spec_field(MapOf(int), doc='{"ledger": n}')
+    excluded_total: int = spec_field(int)
+    taken: int = spec_field(int)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SelectionSkipped(Record):
+    over_max_tokens: int = spec_field(int)
+    content_used: int = spec_field(int)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exclusions(Record):
+    final_retention: FinalRetentionReport = spec_field(FinalRetentionReport, key="final.retention")
+    final_tasks: FinalTasksReport = spec_field(FinalTasksReport, key="final.tasks")
+    selection_skipped: types.MappingProxyType[str, SelectionSkipped] = spec_field(MapOf(SelectionSkipped))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedExclusions(Record):
+    final_retention: FinalRetentionReport = spec_field(FinalRetentionReport, key="final.retention")
+    final_tasks: FinalTasksReport = spec_field(FinalTasksReport, key="final.tasks")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExcludedDigests(Record):
+    tasks: int = spec_field(int)
+    conversations: int = spec_field(int)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerRead(Record):
+    sha256: str | None = spec_field(Opt(str), doc="null: no ledger yet")
+    entries: int = spec_field(int)
+    digests: Counts = spec_field(MapOf(int), doc="exposed digests per kind")
+    excluded_digests: ExcludedDigests = spec_field(ExcludedDigests)
+    rule: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerHead(Record):
+    size: int = spec_field(int, doc="bytes of the ledger as read (0: absent)")
+    sha256: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Locations(Record):
+    contract: str = spec_field(str)
+    seed: str = spec_field(str)
+    replay: str = spec_field(str)
+    public_source: str = spec_field(str)
+    dev_retention: str | None = spec_field(Opt(str))
+    ledger: str = spec_field(str)
+    ledger_head: LedgerHead | None = spec_field(Omittable(LedgerHead), doc="recorded since 2026-12-04")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedLocations(Record):
+    contract: str = spec_field(str)
+    seed: str = spec_field(str)
+    start_home: str | None = spec_field(Omittable(str), doc="before 2026-12-03: `start.home`")
+    start_prepared: str = spec_field(str)
+    replay: str = spec_field(str)
+    public_source: str = spec_field(str)
+    ledger: str = spec_field(str)
+    ledger_head: LedgerHead | None = spec_field(Omittable(LedgerHead), doc="recorded since 2026-12-04")
+    start_evaluation: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cursor(Record):
+    step: int = spec_field(int)
+    cohort: int = spec_field(int)
+    cohort_step: int = spec_field(int)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedStart(Record):
+    comparison: str = spec_field(str, doc="the selected comparison the job continues")
+    full_root: str = spec_field(str)
+    learned_state_root: str = spec_field(str)
+    cursor: Cursor = spec_field(Cursor)
+    prepared_job_digest: str = spec_field(str)
+    contract_digest: str = spec_field(str)
+    evaluation_sha256: str = spec_field(str)
+    gates: types.MappingProxyType[str, bool] = spec_field(MapOf(bool))
+    gates_passed: bool = spec_field(bool)
+    exploratory: bool = spec_field(bool)
+    home: str | None = spec_field(Omittable(str), doc="before 2026-12-03 only (now `locations.start_home`)")
+
+
+def _identity_digest(job: Record) -> str:
+    """`job_digest`: the sha256 of the job's canonical JSON without the fields that are not identity."""
+    return sha256_json({k: v for k, v in job.to_json().items() if k not in NOT_IDENTITY})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedJob(Record):
+    """An adaptive job's prepared.json (`kit adaptive prepare`)."""
+
+    FORMAT = ADAPTIVE_PREPARED_FORMAT
+    format: str = spec_field(str)
+    contract: PreparedContract = spec_field(PreparedContract)
+    seed: SeedIdentity = spec_field(SeedIdentity)
+    tokenizer: Counts = spec_field(MapOf(str), doc="tokenizer file name -> sha256")
+    sources: Sources = spec_field(Sources)
+    roles: types.MappingProxyType[str, RoleFile] = spec_field(MapOf(RoleFile))
+    schedule: FileDigest = spec_field(FileDigest)
+    ownership: FileDigest = spec_field(FileDigest)
+    exclusions: Exclusions = spec_field(Exclusions)
+    ledger: LedgerRead = spec_field(LedgerRead)
+    job_digest: str = spec_field(str)
+    locations: Locations = spec_field(Locations)
+    created_at: str = spec_field(str)
+
+    def identity_digest(self) -> str:
+        return _identity_digest(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedPreparedJob(Record):
+    """A continued-learning job's prepared.json (`kit continued prepare`)."""
+
+    FORMAT = CONTINUED_PREPARED_FORMAT
+    format: str = spec_field(str)
+    contract: PreparedContract = spec_field(PreparedContract)
+    start: ContinuedStart = spec_field(ContinuedStart)
+    seed: SeedIdentity = spec_field(SeedIdentity)
+    tokenizer: Counts = spec_field(MapOf(str))
+    roles: types.MappingProxyType[str, RoleFile] = spec_field(MapOf(RoleFile))
+    schedule: FileDigest = spec_field(FileDigest)
+    exclusions: ContinuedExclusions = spec_field(ContinuedExclusions)
+    ledger: LedgerRead = spec_field(LedgerRead)
+    job_digest: str = spec_field(str)
+    locations: ContinuedLocations = spec_field(ContinuedLocations)
+    created_at: str = spec_field(str)
+
+    def identity_digest(self) -> str:
+        return _identity_digest(self)
+
+
+AnyPreparedJob = PreparedJob | ContinuedPreparedJob
+
+
+def prepared_job_from_json(value: Any, source: str) -> AnyPreparedJob:
+    """The prepared job of either kind, by its `format` (an adaptive job where it names none of the two)."""
+    fmt = value.get("format") if isinstance(value, dict) else None
+    cls = ContinuedPreparedJob if fmt == CONTINUED_PREPARED_FORMAT else PreparedJob
+    return cls.from_json(value, source)
+
+
+def load_prepared(prepared_dir: str | os.PathLike) -> AnyPreparedJob:
+    """`prepared_dir`/prepared.json, read once and checked against its declared class."""
+    path = Path(prepared_dir) / PREPARED_FILE
+    return prepared_job_from_json(load_json_strict(path), str(path))
+
+
+# --- schedule.json ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduledRecord(Record):
+    """One record an update trains, in feeding order."""
+
+    id: str = spec_field(str)
+    role: str = spec_field(str)
+    replay: bool = spec_field(bool, doc="true for every role but A.new, B.new and C.new: KL applies")
+    digest: str = spec_field(str, doc="the conversation's content sha256")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortSchedule(Record):
+    updates: int = spec_field(int)
+    reference: str = spec_field(str)
+    steps: tuple[tuple[ScheduledRecord, ...], ...] = spec_field(Seq(Seq(ScheduledRecord)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule(Record):
+    FORMAT = "kit.adaptive.schedule/1"
+    format: str = spec_field(str)
+    contract_digest: str | None = spec_field(Opt(str))
+    seed: int = spec_field(int, doc="data_seeds.schedule")
+    cohorts: types.MappingProxyType[str, CohortSchedule] = spec_field(MapOf(CohortSchedule))
+
+
+def load_schedule(prepared_dir: str | os.PathLike, job: AnyPreparedJob) -> Schedule:
+    """The job's schedule.json (its path `schedule.file`, inside the prepared directory)."""
+    where = f"{Path(prepared_dir) / PREPARED_FILE} field 'schedule.file'"
+    path = inside(Path(prepared_dir), job.schedule.file, where)
+    return Schedule.from_json(load_json_strict(path), str(path))
+
+
+# --- the worker plan (launch-args.json) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedRefJson(Record):
+    seed_dir: str = spec_field(str)
+
+    def ref(self) -> Ref:
+        return SeedRef(self.seed_dir)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitRefJson(Record):
+    home: str = spec_field(str)
+    root: str = spec_field(str)
+
+    def ref(self) -> Ref:
+        return CommitRef(self.home, self.root)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerCommitRefJson(Record):
+    root: str = spec_field(str)
+    source: str | None = spec_field(Opt(str))
+    over_group: bool = spec_field(bool)
+
+    def ref(self) -> Ref:
+        return PeerCommitRef(self.root, self.source)
+
+
+REF = Either(SeedRefJson, Either(CommitRefJson, PeerCommitRefJson))  # kit.refs JSON: one of the three
+RefJson = SeedRefJson | CommitRefJson | PeerCommitRefJson
+
+
+def ref_json(ref: Ref) -> RefJson:
+    """The declared JSON of a kit.refs value."""
+    if isinstance(ref, SeedRef):
+        return SeedRefJson(seed_dir=ref.seed_dir)
+    if isinstance(ref, CommitRef):
+        return CommitRefJson(home=ref.home, root=ref.root)
+    return PeerCommitRefJson(root=ref.root, source=ref.source, over_group=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayoutJson(Record):
+    blocks: tuple[tuple[int, ...], ...] = spec_field(Seq(Seq(int, min_len=2)), doc="[first, end) block per rank")
+    embedding_owner: int = spec_field(int)
+
+    def layout(self) -> Layout:
+        return Layout.from_json(self.to_json())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerPlan(Record):
+    """What every training worker receives (`worker_args`): the request's paths and cohort, the planner's layout,
+    the start and reference, the attempt folder. It crosses the process boundary as launch-args.json."""
+
+    FORMAT = "worker plan"
+    prepared: str = spec_field(str, doc="the prepared job")
+    seed_dir: str = spec_field(str)
+    home: str = spec_field(str, doc="the store this arm commits into")
+    cohort: str = spec_field(str)
+    layout: LayoutJson = spec_field(LayoutJson)
+    start: RefJson = spec_field(REF, doc="kit.refs JSON: where training starts")
+    reference: RefJson = spec_field(REF, doc="kit.refs JSON: the KL term's frozen reference")
+    until: int | None = spec_field(Opt(int), doc="stop after this cohort step (null: the endpoint)")
+    attempt_dir: str = spec_field(str)
+    timeout_s: float = spec_field(float, doc="the workers' collective timeout")
+    replicate: int = spec_field(int, doc="0: the committed order")
