@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kit.adaptive.formats import load_prepared
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
@@ -41,13 +42,10 @@ FINAL_ROLES = {"tasks": "final.tasks", "retention": "final.retention"}
 
 
 def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
-    prepared = load_json_strict(prepared_dir / "prepared.json")
-    try:
-        info = prepared["roles"][role]
-    except KeyError:
-        raise ValueError(f"{prepared_dir / 'prepared.json'}: no role {role!r}") from None
-    return inside(prepared_dir, info["file"], f"{prepared_dir / 'prepared.json'} field 'roles.{role}.file'"), \
-        info["sha256"]
+    info = load_prepared(prepared_dir).roles.get(role)
+    if info is None:
+        raise ValueError(f"{prepared_dir / 'prepared.json'}: no role {role!r}")
+    return inside(prepared_dir, info.file, f"{prepared_dir / 'prepared.json'} field 'roles.{role}.file'"), info.sha256
 
 
 def model_spec(spec: str):
@@ -82,8 +80,8 @@ def evaluate(prepared_dir: str | os.PathLike, candidate: str, baseline: str, spl
     tok = load_tokenizer(tokenizer_dir)
     data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
     if split == "final":
-        pj = load_json_strict(prepared_dir / "prepared.json")
-        record_exposures(data["tasks"], data["retention"], pj["contract"]["digest"], pj["job_digest"],
+        pj = load_prepared(prepared_dir)
+        record_exposures(data["tasks"], data["retention"], pj.contract.digest, pj.job_digest,
                          f"final scoring of {cand_id} against {base_id}",
                          path=guard_ledger(prepared_dir, pj))  # the ledger the job is bound to
     result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,

@@ -12,6 +12,7 @@ from kit.adaptive.continued import KIND as CONTINUED
 from kit.adaptive.continued import continued_gates, load_continued_contract, prepare_continued
 from kit.adaptive.continued_schema import job_contract
 from kit.adaptive.evaluation import evaluate, gates
+from kit.adaptive.formats import ContinuedPreparedJob, load_prepared
 from kit.adaptive.prepare import prepare
 from kit.adaptive.schema import load_adaptive_contract
 from kit.adaptive.selection import write_selection
@@ -41,9 +42,9 @@ def cmd_train(a) -> int:
 
 
 def cmd_evaluate(a) -> int:
-    pj = load_json_strict(Path(a.prepared) / "prepared.json")
-    terms = job_contract(pj)
-    res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj["locations"]["seed"],
+    pj = load_prepared(a.prepared)
+    terms = job_contract(pj.to_json())
+    res = evaluate(a.prepared, a.candidate, a.baseline, a.split, a.out, a.tokenizer or pj.locations.seed,
                    terms.training.max_tokens, terms.evaluation.max_new_tokens, a.selection, device=a.device)
     correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
     print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
@@ -71,15 +72,21 @@ def cmd_gates(a) -> int:
     continued = load_json_strict(a.contract).get("kind") == CONTINUED
     contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
     out = {"contract_digest": contract.digest, "comparisons": {}}
+    exploratory = False
     if continued:  # the report says whether the start endpoint's gates passed (exploratory otherwise)
         if not a.prepared:
             raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
-        start = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
-        out["start"] = {k: start[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
+        job = load_prepared(a.prepared)
+        if not isinstance(job, ContinuedPreparedJob):
+            raise ValueError(f"--prepared {a.prepared}: an adaptive job; a continued-learning contract needs the "
+                             "continued job it prepared (its start record)")
+        out["start"] = {"full_root": job.start.full_root, "gates": dict(job.start.gates),
+                        "gates_passed": job.start.gates_passed, "exploratory": job.start.exploratory}
+        exploratory = job.start.exploratory
     for spec in a.eval:
         name, _, path = spec.partition("=")
         ev = load_json_strict(path)
-        verdict = (continued_gates(ev, contract.terms, out["start"]["exploratory"]) if continued
+        verdict = (continued_gates(ev, contract.terms, exploratory) if continued
                    else gates(ev, contract.terms))
         out["comparisons"][name] = {"evaluation": path, **verdict}
     out["all_passed"] = all(v["passed"] for v in out["comparisons"].values())
