@@ -33,7 +33,7 @@ from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the co
     job_contract,
     load_continued_contract,
 )
-from kit.adaptive.evaluation import gates
+from kit.adaptive.evaluation import bootstrap_uppers, family_accuracy, gates
 from kit.adaptive.formats import (
     PREPARED_FILE,
     CohortSchedule,
@@ -45,10 +45,12 @@ from kit.adaptive.formats import (
     FileDigest,
     FinalRetentionReport,
     LedgerHead,
+    PairedScores,
     PreparedContract,
     PreparedJob,
     Schedule,
     ScheduledRecord,
+    paired_scores,
 )
 from kit.adaptive.schema import load_adaptive_contract
 from kit.adaptive.selection import (
@@ -66,32 +68,27 @@ from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import input_commitments
 from kit.publish import publish_dir
-from kit.stats import accuracy_by_family, gained_lost, gate_retention, paired_bootstrap_upper
+from kit.stats import gained_lost, gate_retention
 from kit.store.commits import read_commit
 
 
-def continued_gates(evaluation: dict, terms, exploratory: bool) -> dict:
+def continued_gates(evaluation: dict | PairedScores, terms, exploratory: bool) -> dict:
     """Generated answers first (net gained >= 1), retention as a guard, the NLL gain reported."""
-    if evaluation["split"] != "final":
+    scores = paired_scores(evaluation)
+    if scores.split != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
-    boot, t, r = terms.bootstrap, evaluation["tasks"], evaluation["retention"]
-    gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
-                                  boot.confidence, boot.resamples, boot.seed)
-    ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
-                                 boot.confidence, boot.resamples, boot.seed)
-    gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
+    gain, ret = bootstrap_uppers(scores, terms)
+    gl = gained_lost([x.cand_correct for x in scores.tasks], [x.base_correct for x in scores.tasks])
     need = terms.gates.generated_min_net_gained
     generated = {"name": "generated", "passed": gl["gained"] - gl["lost"] >= need, "inputs": gl,
                  "rule": f"primary: generated answers improve, gained - lost >= {need}"}
     verdicts = [generated, gate_retention(ret.upper, terms.gates.retention_upper_at_most)]
-    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
-    return {"candidate": evaluation["candidate"], "baseline": evaluation["baseline"], "gain": gain.to_dict(),
+    return {"candidate": scores.candidate, "baseline": scores.baseline, "gain": gain.to_dict(),
             "retention": ret.to_dict(), "generated": gl, "gates": verdicts,
             "passed": all(v["passed"] for v in verdicts), "exploratory": exploratory,
             "note": ("EXPLORATORY: started from a phase-A endpoint whose gates did not pass" if exploratory else
                      "started from a phase-A endpoint whose gates passed"),
-            "accuracy": {"candidate": fam("cand_correct").to_dict(orient="records"),
-                         "baseline": fam("base_correct").to_dict(orient="records")}}
+            "accuracy": family_accuracy(scores)}
 
 
 def _start_endpoint(spj: PreparedJob, start_dir: Path, start_terms, terms, home: str, root: str,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.adaptive.formats import load_prepared
+from kit.adaptive.formats import PairedScores, load_prepared, paired_scores
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
@@ -135,44 +135,52 @@ def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tok
     return scores
 
 
-def gates(evaluation: dict, terms) -> dict:
+def bootstrap_uppers(scores: PairedScores, terms) -> tuple:
+    """(tasks, retention): the one-sided paired-bootstrap bounds of the per-token NLL change (the contract's
+    confidence, resamples and seed)."""
+    boot = terms.bootstrap
+    return tuple(paired_bootstrap_upper([x.cand_nll for x in rows], [x.base_nll for x in rows],
+                                        [x.tokens for x in rows], boot.confidence, boot.resamples, boot.seed)
+                 for rows in (scores.tasks, scores.retention))
+
+
+def family_accuracy(scores: PairedScores) -> dict:
+    """{"candidate", "baseline"}: each model's accuracy per task family (records of accuracy_by_family)."""
+    return {"candidate": accuracy_by_family([{"family": x.family, "correct": x.cand_correct}
+                                             for x in scores.tasks]).to_dict(orient="records"),
+            "baseline": accuracy_by_family([{"family": x.family, "correct": x.base_correct}
+                                            for x in scores.tasks]).to_dict(orient="records")}
+
+
+def gates(evaluation: dict | PairedScores, terms) -> dict:
     """The seed's three gates on a final evaluation record, with every input written out."""
-    if evaluation["split"] != "final":
+    scores = paired_scores(evaluation)
+    if scores.split != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
     g = terms.gates
-    boot = terms.bootstrap
-    t, r = evaluation["tasks"], evaluation["retention"]
-    gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
-                                  boot.confidence, boot.resamples, boot.seed)
-    ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
-                                 boot.confidence, boot.resamples, boot.seed)
-    gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
+    gain, ret = bootstrap_uppers(scores, terms)
+    gl = gained_lost([x.cand_correct for x in scores.tasks], [x.base_correct for x in scores.tasks])
     verdicts = [gate_gain(gain.upper, g.gain_upper_below), gate_retention(ret.upper, g.retention_upper_at_most),
                 gate_generated(gl)]
-    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
     return {
-        "candidate": evaluation["candidate"], "baseline": evaluation["baseline"],
+        "candidate": scores.candidate, "baseline": scores.baseline,
         "gain": gain.to_dict(), "retention": ret.to_dict(), "generated": gl,
         "gates": verdicts, "passed": all(v["passed"] for v in verdicts),
-        "accuracy": {"candidate": fam("cand_correct").to_dict(orient="records"),
-                     "baseline": fam("base_correct").to_dict(orient="records")},
+        "accuracy": family_accuracy(scores),
     }
 
 
-def nll_change_bounds(evaluation: dict, terms, normal_multiplier: float = 1.645) -> dict:
+def nll_change_bounds(evaluation: dict | PairedScores, terms, normal_multiplier: float = 1.645) -> dict:
     """Per part ("tasks", "retention"): the per-token NLL change with its one-sided paired-bootstrap
     upper bound (the contract's confidence, resamples and seed: the numbers `gates` judges on final
     roles) and the approximate delta-method normal bound beside it. Notebooks show these; they never
     compute a bound themselves."""
-    boot = terms.bootstrap
+    scores = paired_scores(evaluation)
     bounds = {}
-    for part in ("tasks", "retention"):
-        rows = evaluation[part]
-        b = paired_bootstrap_upper([x["cand_nll"] for x in rows], [x["base_nll"] for x in rows],
-                                   [x["tokens"] for x in rows], boot.confidence, boot.resamples, boot.seed)
-        _, normal_upper = ratio_change_normal_upper([x["cand_nll"] - x["base_nll"] for x in rows],
-                                                    [x["tokens"] for x in rows], normal_multiplier)
-        bounds[part] = {"n": b.n, "tokens": int(sum(x["tokens"] for x in rows)), "change_nats_per_token": b.estimate,
+    for part, rows, b in zip(("tasks", "retention"), (scores.tasks, scores.retention), bootstrap_uppers(scores, terms)):
+        _, normal_upper = ratio_change_normal_upper([x.cand_nll - x.base_nll for x in rows], [x.tokens for x in rows],
+                                                    normal_multiplier)
+        bounds[part] = {"n": b.n, "tokens": int(sum(x.tokens for x in rows)), "change_nats_per_token": b.estimate,
                         "bootstrap_upper": b.upper, "normal_upper": normal_upper, "confidence": b.confidence,
                         "resamples": b.n_resamples, "bootstrap_seed": b.seed, "normal_multiplier": normal_multiplier}
     return bounds

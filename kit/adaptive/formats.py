@@ -373,3 +373,59 @@ class WorkerPlan(Record):
     attempt_dir: str = spec_field(str)
     timeout_s: float = spec_field(float, doc="the workers' collective timeout")
     replicate: int = spec_field(int, doc="0: the committed order")
+
+
+# --- evaluation records (kit.adaptive.evaluation) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPair(Record):
+    """One task scored for the candidate and the baseline."""
+
+    id: str = spec_field(str)
+    family: str | None = spec_field(Opt(str))
+    tokens: int = spec_field(int, doc="assistant tokens")
+    cand_nll: float = spec_field(float, doc="summed NLL, candidate")
+    base_nll: float = spec_field(float, doc="summed NLL, baseline")
+    cand_correct: bool = spec_field(bool)
+    base_correct: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionPair(Record):
+    id: str = spec_field(str)
+    tokens: int = spec_field(int)
+    cand_nll: float = spec_field(float)
+    base_nll: float = spec_field(float)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PairedScores(Record):
+    """What the gates and the bounds judge in an evaluation record (`evaluate`'s result; its other fields, the
+    replies and role digests, are not read here): read with `paired_scores`, which ignores undeclared fields."""
+
+    split: str = spec_field(str, doc='"dev" or "final"')
+    candidate: str = spec_field(str)
+    baseline: str = spec_field(str)
+    tasks: tuple[TaskPair, ...] = spec_field(Seq(TaskPair))
+    retention: tuple[RetentionPair, ...] = spec_field(Seq(RetentionPair))
+
+
+def _declared_only(value: Any, spec: Any) -> Any:
+    """`value` with only the fields `spec` declares (nested records and lists of them too); anything that is not
+    an object of a declared class is left as it is, for `validate` to judge."""
+    if isinstance(spec, (Opt, Omittable)):
+        return _declared_only(value, spec.spec)
+    if isinstance(spec, Seq) and isinstance(value, list):
+        return [_declared_only(v, spec.item) for v in value]
+    if isinstance(spec, type) and issubclass(spec, Record) and isinstance(value, dict):
+        fields = spec.json_fields()
+        return {k: _declared_only(v, fields[k].metadata["spec"]) for k, v in value.items() if k in fields}
+    return value
+
+
+def paired_scores(evaluation: dict | PairedScores, source: str = "evaluation record") -> PairedScores:
+    """The scores of an evaluation record (a notebook hands over the JSON `evaluate` returned), checked."""
+    if isinstance(evaluation, PairedScores):
+        return evaluation
+    return PairedScores.from_json(_declared_only(evaluation, PairedScores), source)
