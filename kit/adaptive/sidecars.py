@@ -159,16 +159,17 @@ def evaluation_file(ev: dict | PairedScores, comparison: str, split: str, out: s
             "retention": len(scores.retention)}
 
 
-def accuracy_sidecars(ev: dict | PairedScores) -> dict:
+def accuracy_sidecars(ev: dict) -> dict:
     """{"accuracy_by_family": {family: {n, accuracy_/correct_ candidate and baseline}},
-    "generated_answers": gained and lost correct answers, candidate against baseline}."""
-    tasks = paired_scores(ev).tasks
-    cand = accuracy_by_family([{"family": x.family, "correct": x.cand_correct} for x in tasks])
-    base = accuracy_by_family([{"family": x.family, "correct": x.base_correct} for x in tasks])
+    "generated_answers": gained and lost correct answers, candidate against baseline}. `ev` needs only "tasks",
+    each with "family", "cand_correct" and "base_correct" (a report rebuilds such rows from other records)."""
+    tasks = ev["tasks"]
+    cand = accuracy_by_family([{"family": x["family"], "correct": x["cand_correct"]} for x in tasks])
+    base = accuracy_by_family([{"family": x["family"], "correct": x["base_correct"]} for x in tasks])
     table = cand.merge(base, on=["family", "n"], suffixes=("_candidate", "_baseline")).set_index("family")
     by_family = {f: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                  for f, row in table.to_dict(orient="index").items()}
-    answers = gained_lost([x.cand_correct for x in tasks], [x.base_correct for x in tasks])
+    answers = gained_lost([x["cand_correct"] for x in tasks], [x["base_correct"] for x in tasks])
     return {"accuracy_by_family": by_family, "generated_answers": answers}
 
 
@@ -192,10 +193,11 @@ def gate_sidecars(ev: dict | PairedScores, terms, prepared: dict | AnyPreparedJo
     """The final roles' verdict as sidecars: {"gates": {name: passed, inputs, rule}, "gate_verdict"} and,
     for a continued-learning job (generated answers are its primary gate), "start_endpoint" with the note
     that says whether its start was exploratory. Refused on development roles: they may only abort."""
-    scores = paired_scores(ev)
-    if scores.split != "final":
-        raise ValueError(f"evaluation of {comparison or 'this comparison'}: field split = {scores.split!r}; "
+    split = ev.split if isinstance(ev, PairedScores) else ev["split"]  # refused first, whatever else it holds
+    if split != "final":
+        raise ValueError(f"evaluation of {comparison or 'this comparison'}: field split = {split!r}; "
                          "the gates apply to final roles only")
+    scores = paired_scores(ev)
     job = prepared if isinstance(prepared, (PreparedJob, ContinuedPreparedJob)) else \
         prepared_job_from_json(prepared, "prepared.json")  # a notebook hands over the file's JSON
     out = {}
