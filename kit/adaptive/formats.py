@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from kit.digest import load_json_strict, sha256_json
 from kit.model.shard import Layout
 from kit.paths import inside
-from kit.record import Either, MapOf, Omittable, Opt, Record, Seq, spec_field
+from kit.record import Either, MapOf, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 
 PREPARED_FILE = "prepared.json"
@@ -429,3 +430,40 @@ def paired_scores(evaluation: dict | PairedScores, source: str = "evaluation rec
     if isinstance(evaluation, PairedScores):
         return evaluation
     return PairedScores.from_json(_declared_only(evaluation, PairedScores), source)
+
+
+# --- the selection record (kit.adaptive.selection; docs/formats/selection-records.md) ----------------------------
+SELECTION_FORMAT = "kit-adaptive-selection/2"  # /2: every candidate binds its comparison's baseline
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedBaseline(Record):
+    kind: str = spec_field(OneOf("seed"))
+    parameter_digest: str = spec_field(str, doc="the seed's: a seed:DIR baseline must have it")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointBaseline(Record):
+    kind: str = spec_field(OneOf("endpoint"))
+    name: str = spec_field(str, doc="the comparison whose endpoint it is, or `start` (a continued job)")
+    full_root: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BoundCandidate(Record):
+    full_root: str = spec_field(str)
+    learned_state_root: str = spec_field(str)
+    baseline: SeedBaseline | EndpointBaseline = spec_field(Either(SeedBaseline, EndpointBaseline))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SelectionRecord(Record):
+    """What `select` binds before any final scoring: the prepared job and each candidate with its baseline."""
+
+    FORMAT = SELECTION_FORMAT
+    format: str = spec_field(OneOf(SELECTION_FORMAT))
+    prepared_digest: str = spec_field(str, doc="sha256 of prepared.json")
+    contract_digest: str = spec_field(str)
+    candidates: Mapping[str, BoundCandidate] = spec_field(MapOf(BoundCandidate))
+    # free-form: what the decision read (`dev_evaluations`: {file name: sha256}) and any note beside it
+    development: Mapping[str, Any] = spec_field(MapOf(Either(str, MapOf(str))))
