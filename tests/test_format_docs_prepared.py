@@ -48,9 +48,11 @@ def test_committed_prepared_jobs_read_back_to_their_own_bytes():
         assert job.identity_digest() == job.job_digest, path
 
 
-def test_a_prepared_job_with_a_stray_field_is_refused_naming_it():
+def test_a_prepared_job_is_checked_field_by_field_and_a_note_beside_them_is_ignored():
     path = REPO / "runs/demo-adaptive-select/files/prepared.json"
     value = load_json_strict(path)
-    value["seed"]["extra"] = 1
     with pytest.raises(ContractError, match=r"unknown field 'seed\.extra'"):
-        PreparedJob.from_json(value, str(path))
+        PreparedJob.from_json({**value, "seed": {**value["seed"], "extra": 1}}, str(path))
+    assert prepared_job_from_json({**value, "note": "by hand"}, str(path)).job_digest == value["job_digest"]
+    with pytest.raises(ContractError, match=r"field 'seed\.num_hidden_layers' = '4'; expected an integer"):
+        prepared_job_from_json({**value, "seed": {**value["seed"], "num_hidden_layers": "4"}}, str(path))

@@ -257,10 +257,13 @@ AnyPreparedJob = PreparedJob | ContinuedPreparedJob
 
 
 def prepared_job_from_json(value: Any, source: str) -> AnyPreparedJob:
-    """The prepared job of either kind, by its `format` (an adaptive job where it names none of the two)."""
+    """The prepared job of either kind, by its `format` (an adaptive job where it names none of the two). Every
+    declared field is checked; a field it does not declare is ignored, not refused: a prepared job is bound by
+    its file's sha256 (the selection, the commitments), never by this reading, and a job annotated by hand (a
+    note beside the fields) stays a job the drivers can run."""
     fmt = value.get("format") if isinstance(value, dict) else None
     cls = ContinuedPreparedJob if fmt == CONTINUED_PREPARED_FORMAT else PreparedJob
-    return cls.from_json(value, source)
+    return cls.from_json(_declared_only(value, cls), source)
 
 
 def load_prepared(prepared_dir: str | os.PathLike) -> AnyPreparedJob:
@@ -419,6 +422,8 @@ def _declared_only(value: Any, spec: Any) -> Any:
         return _declared_only(value, spec.spec)
     if isinstance(spec, Seq) and isinstance(value, list):
         return [_declared_only(v, spec.item) for v in value]
+    if isinstance(spec, MapOf) and isinstance(value, dict):
+        return {k: _declared_only(v, spec.spec) for k, v in value.items()}
     if isinstance(spec, type) and issubclass(spec, Record) and isinstance(value, dict):
         fields = spec.json_fields()
         return {k: _declared_only(v, fields[k].metadata["spec"]) for k, v in value.items() if k in fields}
