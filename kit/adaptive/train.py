@@ -225,12 +225,14 @@ def _start_cohort_step(terms, cohort: str, manifest: dict | None) -> int:
 def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
     """Launcher/torchrun entry; `args` is `worker_args`' plan, as JSON where it crossed into a worker process
     (the launcher's launch-args.json)."""
-    plan = args if isinstance(args, WorkerPlan) else WorkerPlan.from_json(args, "worker plan (launch-args.json)")
-    prepared = Path(plan.prepared)
+    # the prepared job's inputs are checked before the rest of the plan is read: a changed byte anywhere is the
+    # first refusal a worker gives, whatever else its plan holds
+    prepared = Path(args.prepared if isinstance(args, WorkerPlan) else args["prepared"])
     if os.environ.get("KIT_GPU_DETERMINISTIC") == "1" and group.device.type == "cuda":
         numerics.apply(group.device, deterministic_gpu=True, threads=int(os.environ.get("KIT_THREADS", "1")))
     ctx.progress(phase="check-inputs")
     check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
+    plan = args if isinstance(args, WorkerPlan) else WorkerPlan.from_json(args, "worker plan (launch-args.json)")
     terms = job_contract(load_prepared(prepared).to_json())
     order = terms.cohort_order
     tr = terms.training
