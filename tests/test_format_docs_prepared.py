@@ -14,6 +14,7 @@ from kit.adaptive.formats import (
     ContinuedPreparedJob,
     PreparedJob,
     Schedule,
+    SelectionRecord,
     WorkerPlan,
     prepared_job_from_json,
 )
@@ -31,6 +32,10 @@ PAGE = "formats/adaptive-preparation.md"
 ])
 def test_preparation_page_matches_its_classes(heading, cls):
     assert_docs_match(PAGE, heading, cls)
+
+
+def test_selection_page_matches_its_class():
+    assert_docs_match("formats/selection-records.md", "selection.json", SelectionRecord)
 
 
 def test_worker_plan_page_matches_its_class():
