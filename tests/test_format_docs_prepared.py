@@ -12,6 +12,7 @@ from kit.adaptive.formats import (
     ADAPTIVE_PREPARED_FORMAT,
     CONTINUED_PREPARED_FORMAT,
     ContinuedPreparedJob,
+    OwnershipManifests,
     PreparedJob,
     Schedule,
     SelectionRecord,
@@ -29,6 +30,7 @@ PAGE = "formats/adaptive-preparation.md"
     ("prepared.json", PreparedJob),
     ("Continued-learning jobs (`kit continued prepare`, kit/adaptive/continued.py)", ContinuedPreparedJob),
     ("schedule.json", Schedule),
+    ("ownership.json", OwnershipManifests),
 ])
 def test_preparation_page_matches_its_classes(heading, cls):
     assert_docs_match(PAGE, heading, cls)

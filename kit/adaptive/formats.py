@@ -472,3 +472,50 @@ class SelectionRecord(Record):
     candidates: Mapping[str, BoundCandidate] = spec_field(MapOf(BoundCandidate))
     # free-form: what the decision read (`dev_evaluations`: {file name: sha256}) and any note beside it
     development: Mapping[str, Any] = spec_field(MapOf(Either(str, MapOf(str))))
+
+
+# --- ownership.json (kit.adaptive.ownership) ---------------------------------------------------------------------
+OWNERSHIP_FORMAT = "kit.adaptive.ownership/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerShare(Record):
+    """One worker of a planned layout: its blocks, its memory estimate and the tensors it owns."""
+
+    rank: int = spec_field(int)
+    blocks: tuple[int, ...] = spec_field(Seq(int), doc="[first, end)")
+    owns_embedding: bool = spec_field(bool)
+    estimate_bytes: int = spec_field(int)
+    utilization: float = spec_field(float)
+    tensors: tuple[str, ...] = spec_field(Seq(str))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedLayout(Record):
+    workers: int = spec_field(int)
+    num_hidden_layers: int = spec_field(int)
+    grown: bool = spec_field(bool)
+    blocks: tuple[tuple[int, ...], ...] = spec_field(Seq(Seq(int)))
+    embedding_owner: int = spec_field(int)
+    peak_utilization: float = spec_field(float)
+    per_worker: tuple[WorkerShare, ...] = spec_field(Seq(WorkerShare))
+
+    def layout(self) -> Layout:
+        return Layout(tuple((a, b) for a, b in self.blocks), self.embedding_owner)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnershipManifests(Record):
+    """The planner's layouts of a prepared job, one per worker count and depth it trains at."""
+
+    FORMAT = OWNERSHIP_FORMAT
+    format: str = spec_field(str)
+    seed_inventory_digest: str = spec_field(str)
+    regime: str = spec_field(str)
+    worker_memory_bytes: int = spec_field(int)
+    reserve_bytes: int = spec_field(int)
+    layouts: tuple[PlannedLayout, ...] = spec_field(Seq(PlannedLayout))
+
+
+def load_ownership(path: str | os.PathLike) -> OwnershipManifests:
+    return OwnershipManifests.from_json(load_json_strict(path), str(path))

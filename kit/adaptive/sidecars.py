@@ -18,6 +18,7 @@ from kit.adaptive.formats import (
     ContinuedPreparedJob,
     PairedScores,
     PreparedJob,
+    load_ownership,
     paired_scores,
     prepared_job_from_json,
 )
@@ -46,13 +47,12 @@ def prepare_sidecars(summary: dict) -> dict:
 def ownership_rows(prepared_dir: str) -> list[dict]:
     """The `ownership` sidecar: one row per worker of every layout the planner wrote (ownership file of
     the prepared job), with its block range, embedding ownership, memory estimate and tensors."""
-    ownership = load_json_strict(Path(prepared_dir) / OWNERSHIP_FILE)
-    return [{"workers": lay["workers"], "layers": lay["num_hidden_layers"], "grown": lay["grown"],
-             "rank": w["rank"], "blocks": f"[{w['blocks'][0]}, {w['blocks'][1]})",
-             "owns_embedding": w["owns_embedding"],
-             "estimate_MiB": round(w["estimate_bytes"] / 2**20, 1), "utilization": w["utilization"],
-             "tensors": len(w["tensors"])}
-            for lay in ownership["layouts"] for w in lay["per_worker"]]
+    ownership = load_ownership(Path(prepared_dir) / OWNERSHIP_FILE)
+    return [{"workers": lay.workers, "layers": lay.num_hidden_layers, "grown": lay.grown,
+             "rank": w.rank, "blocks": f"[{w.blocks[0]}, {w.blocks[1]})", "owns_embedding": w.owns_embedding,
+             "estimate_MiB": round(w.estimate_bytes / 2**20, 1), "utilization": w.utilization,
+             "tensors": len(w.tensors)}
+            for lay in ownership.layouts for w in lay.per_worker]
 
 
 def continued_prepare_sidecars(summary: dict) -> dict:
