@@ -70,8 +70,9 @@ def _layout_manifest(terms, shape: LlamaShape, names: dict[str, int | None], wor
                          peak_utilization=p.peak_utilization, per_worker=tuple(detail))
 
 
-def ownership_manifests(terms, shape: LlamaShape, inv: dict, inv_digest: str) -> OwnershipManifests:
-    """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth.
+def ownership_manifests(terms, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
+    """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth: the
+    JSON of ownership.json (`OwnershipManifests`, built by keyword).
 
     Equal capacities (planner.worker_memory_bytes each): the assignment then minimises the largest
     estimate, and the value only decides feasibility. Grown tensors are the copy block's names under
@@ -90,4 +91,4 @@ def ownership_manifests(terms, shape: LlamaShape, inv: dict, inv_digest: str) ->
                                     terms.cohorts.B.workers, True))
     return OwnershipManifests(format=OWNERSHIP_FORMAT, seed_inventory_digest=inv_digest, regime=terms.planner.regime,
                               worker_memory_bytes=terms.planner.worker_memory_bytes,
-                              reserve_bytes=terms.planner.reserve_bytes, layouts=tuple(layouts))
+                              reserve_bytes=terms.planner.reserve_bytes, layouts=tuple(layouts)).to_json()

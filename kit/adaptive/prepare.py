@@ -476,7 +476,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             schedule=FileDigest(file=SCHEDULE_FILE, sha256=write_canonical_json(staging / SCHEDULE_FILE,
                                                                                 schedule.to_json())),
             ownership=FileDigest(file=OWNERSHIP_FILE, sha256=write_canonical_json(
-                staging / OWNERSHIP_FILE, ownership_manifests(terms, shape, inv, identity.inventory_digest).to_json())),
+                staging / OWNERSHIP_FILE, ownership_manifests(terms, shape, inv, identity.inventory_digest))),
             exclusions=Exclusions(final_retention=final_report, final_tasks=task_report,
                                   selection_skipped=types.MappingProxyType(skipped)),
             ledger=ledger_record(ledger_info, exposed_tasks, exposed_convs),
