@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.adaptive.formats import AnyPreparedJob, ContinuedPreparedJob, load_prepared
+from kit.adaptive.formats import AnyPreparedJob, ContinuedPreparedJob, load_job_files, prepared_job_from_json
 from kit.adaptive.lineage import lineage_rows
 from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file
@@ -114,11 +114,13 @@ def a_endpoint_of(resume_home: str, resume: str, terms, depth: int) -> str | Non
     return None
 
 
-def check_reference(prepared: Path, pj: AnyPreparedJob, terms, reference: str, resume: str, ref_home: str,
+def check_reference(prepared: Path, pj: AnyPreparedJob | dict, terms, reference: str, resume: str, ref_home: str,
                     resume_home: str | None = None) -> dict:
     """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
     start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
-    by an attempt of this prepared job."""
+    by an attempt of this prepared job (`pj`: the job, or its prepared.json as loaded)."""
+    if isinstance(pj, dict):
+        pj = prepared_job_from_json(pj, str(Path(prepared) / "prepared.json"))
     endpoint = a_endpoint_of(resume_home or ref_home, resume, terms, pj.seed.num_hidden_layers)
     if reference != endpoint:
         raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
@@ -148,7 +150,7 @@ def check_reference(prepared: Path, pj: AnyPreparedJob, terms, reference: str, r
 def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     """Phase B replays examples *actually trained* in phase A: every B.replay_a id must appear in an
     update of A's logs at a step within A's endpoint. Returns how many were checked."""
-    info = load_prepared(prepared).roles["B.replay_a"]
+    info = load_job_files(prepared).roles["B.replay_a"]
     wanted = {c.id for c in read_jsonl(inside(prepared, info.file, f"{prepared / 'prepared.json'} field "
                                               "'roles.B.replay_a.file'"), info.sha256)}
     seen = set()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.adaptive.formats import PairedScores, load_prepared, paired_scores
+from kit.adaptive.formats import PairedScores, load_job_files, load_prepared, paired_scores
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
@@ -42,7 +42,7 @@ FINAL_ROLES = {"tasks": "final.tasks", "retention": "final.retention"}
 
 
 def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
-    info = load_prepared(prepared_dir).roles.get(role)
+    info = load_job_files(prepared_dir).roles.get(role)
     if info is None:
         raise ValueError(f"{prepared_dir / 'prepared.json'}: no role {role!r}")
     return inside(prepared_dir, info.file, f"{prepared_dir / 'prepared.json'} field 'roles.{role}.file'"), info.sha256

@@ -272,6 +272,62 @@ def load_prepared(prepared_dir: str | os.PathLike) -> AnyPreparedJob:
     return prepared_job_from_json(load_json_strict(path), str(path))
 
 
+# --- what the workers read of a prepared job: its files (every other field is the drivers') ---------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileRef(Record):
+    file: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleRef(Record):
+    file: str = spec_field(str)
+    sha256: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFiles(Record):
+    """Where a prepared job's schedule and role files are: the part of prepared.json that training workers and
+    scoring read (`PreparedJob` is the whole; the drivers check it before any worker starts)."""
+
+    schedule: FileRef = spec_field(FileRef)
+    roles: Mapping[str, RoleRef] = spec_field(MapOf(RoleRef))
+
+
+def load_job_files(prepared_dir: str | os.PathLike) -> JobFiles:
+    path = Path(prepared_dir) / PREPARED_FILE
+    return JobFiles.from_json(_declared_only(load_json_strict(path), JobFiles), str(path))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRef(Record):
+    id: str = spec_field(str)
+    role: str = spec_field(str)
+    replay: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortSteps(Record):
+    steps: tuple[tuple[StepRef, ...], ...] = spec_field(Seq(Seq(StepRef)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduledSteps(Record):
+    """The part of schedule.json a worker trains from (`Schedule` is the whole): each cohort's updates and the
+    seed a replicate's order derives from."""
+
+    seed: int | None = spec_field(Omittable(int))
+    cohorts: Mapping[str, CohortSteps] = spec_field(MapOf(CohortSteps))
+
+
+def load_steps(prepared_dir: str | os.PathLike, files: JobFiles) -> ScheduledSteps:
+    """The job's schedule (its path `schedule.file`, inside the prepared directory), as the workers read it."""
+    where = f"{Path(prepared_dir) / PREPARED_FILE} field 'schedule.file'"
+    path = inside(Path(prepared_dir), files.schedule.file, where)
+    return ScheduledSteps.from_json(_declared_only(load_json_strict(path), ScheduledSteps), str(path))
+
+
 # --- schedule.json ----------------------------------------------------------------------------------------------
 
 
@@ -300,12 +356,6 @@ class Schedule(Record):
     seed: int = spec_field(int, doc="data_seeds.schedule")
     cohorts: types.MappingProxyType[str, CohortSchedule] = spec_field(MapOf(CohortSchedule))
 
-
-def load_schedule(prepared_dir: str | os.PathLike, job: AnyPreparedJob) -> Schedule:
-    """The job's schedule.json (its path `schedule.file`, inside the prepared directory)."""
-    where = f"{Path(prepared_dir) / PREPARED_FILE} field 'schedule.file'"
-    path = inside(Path(prepared_dir), job.schedule.file, where)
-    return Schedule.from_json(load_json_strict(path), str(path))
 
 
 # --- the worker plan (launch-args.json) -------------------------------------------------------------------------

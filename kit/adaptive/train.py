@@ -36,10 +36,12 @@ from kit.adaptive.formats import (
     AnyPreparedJob,
     ContinuedPreparedJob,
     LayoutJson,
-    ScheduledRecord,
+    ScheduledSteps,
+    StepRef,
     WorkerPlan,
+    load_job_files,
     load_prepared,
-    load_schedule,
+    load_steps,
     ref_json,
 )
 from kit.adaptive.growth import grow_commit
@@ -139,33 +141,31 @@ class CohortRequest:
         return CommitRef(self.reference_home or self.source_home or self.home, self.reference)
 
 
-def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[ScheduledRecord]]:
+def _seed_of(prepared: Path, steps: ScheduledSteps, replicate: int) -> int:
+    if steps.seed is None:
+        raise TrainRefused(f"{Path(prepared) / 'prepared.json'} field 'schedule.file': its field 'seed' must be an "
+                           f"integer for replicate {replicate}'s derived order")
+    return steps.seed
+
+
+def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[StepRef]]:
     """The cohort's scheduled updates, in replicate `replicate`'s order (the prepared order for 0; else each
     role's records reordered from the schedule's seed, every update keeping its count per role)."""
-    schedule = load_schedule(prepared, load_prepared(prepared))
-    return reorder_steps(schedule.cohorts[cohort].steps, schedule.seed if replicate else 0, replicate,
-                         role_of=lambda e: e.role, key=lambda e: e.id)
+    schedule = load_steps(prepared, load_job_files(prepared))
+    return reorder_steps(schedule.cohorts[cohort].steps, _seed_of(prepared, schedule, replicate) if replicate else 0,
+                         replicate, role_of=lambda e: e.role, key=lambda e: e.id)
 
 
 def replicate_record(prepared: Path, cohort: str, replicate: int) -> dict:
     """What an attempt of replicate k > 0 records about its order (kit.replicate_order.describe)."""
-    seed = load_schedule(prepared, load_prepared(prepared)).seed
+    seed = _seed_of(prepared, load_steps(prepared, load_job_files(prepared)), replicate)
     return describe(seed, replicate, cohort_steps(prepared, cohort, replicate), key=lambda e: e.id)
 
 
-@dataclass(frozen=True, slots=True)
-class CohortRecords:
-    """What a worker trains: the scheduled updates, every record they name encoded, and the pad token."""
-
-    steps: list[list[ScheduledRecord]]
-    encoded: dict[str, EncodedExample]
-    pad_id: int
-
-
-def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int,
-                       replicate: int = 0) -> CohortRecords:
-    """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
-    pj = load_prepared(prepared)
+def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int, replicate: int = 0) -> dict:
+    """Encode every record the cohort's schedule names (deterministic, done on every worker): {"steps" (lists of
+    StepRef), "encoded" (id -> EncodedExample), "pad_id"}."""
+    pj = load_job_files(prepared)
     where = f"{prepared / 'prepared.json'} field"
     steps = cohort_steps(prepared, cohort, replicate)
     roles = {e.role for step in steps for e in step}
@@ -175,12 +175,12 @@ def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: i
         info = pj.roles[role]
         for c in read_jsonl(inside(prepared, info.file, f"{where} 'roles.{role}.file'"), info.sha256):
             convs[c.id] = c
-    encoded = {}
+    encoded: dict[str, EncodedExample] = {}
     for cid, c in convs.items():
         example = encode_or_refuse(tok, c, max_tokens, TrainRefused, f"{prepared}: record")
         assert example is not None  # an over-long record raised TrainRefused
         encoded[cid] = example
-    return CohortRecords(steps=steps, encoded=encoded, pad_id=tok.pad_token_id or 0)
+    return {"steps": steps, "encoded": encoded, "pad_id": tok.pad_token_id or 0}
 
 
 def _open_start(group, plan: WorkerPlan, layout, ctx) -> tuple:
@@ -245,7 +245,7 @@ def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
     docs = terms.cohorts[cohort].documents_per_update
     # a continued-learning contract has no planner section: admission then uses the device's default model
     memory_model = memory_model_of(terms) if "planner" in terms else None
-    session = Session(group, plan.home, layout, start, engine_config(terms, pad_id=data.pad_id),
+    session = Session(group, plan.home, layout, start, engine_config(terms, pad_id=data["pad_id"]),
                       optimizer_groups(terms), reference=reference,
                       admission={"microbatch": (tr.microbatch_size, tr.max_tokens),
                                  "microbatches": -(-docs // tr.microbatch_size),
@@ -261,8 +261,9 @@ def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
     stats = _RankStats(group)
     while cohort_step < until:
         ctx.progress(step=session.step + 1, phase="update")
-        entries = data.steps[cohort_step]
-        records = [TrainRecord(e.id, data.encoded[e.id].input_ids, data.encoded[e.id].target_mask, 1.0, e.replay)
+        entries: list[StepRef] = data["steps"][cohort_step]
+        encoded: dict[str, EncodedExample] = data["encoded"]
+        records = [TrainRecord(e.id, encoded[e.id].input_ids, encoded[e.id].target_mask, 1.0, e.replay)
                    for e in entries]
         if tr.lr_schedule != CONSTANT:
             session.set_lr_factor(lr_factor(tr.lr_schedule, cohort_step, terms.cohorts[cohort].updates))
