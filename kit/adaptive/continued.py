@@ -181,8 +181,9 @@ def _conversation_roles(terms, start_dir: Path, start_roles: dict, records: dict
                            prep._rank(start_roles["A.replay"], terms.data_seeds.selection, "C.replay")[:n_replay]]
     records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
     against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
-    final_ret, final_report = prep._final_retention(terms, public, against, fits, exposed_convs, ledger,
-                                                    contract_digest)
+    final_ret, final_json = prep._final_retention(terms, public, against, fits, exposed_convs, ledger,
+                                                  contract_digest)
+    final_report = FinalRetentionReport.from_json(final_json, "the final-retention report")
     start_final = {x.digest for x in start_roles["final.retention"]}
     records["final.retention"] = final_ret
     assert not {x.digest for x in final_ret} & start_final  # document rules already exclude every start record

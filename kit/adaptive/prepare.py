@@ -234,9 +234,10 @@ def final_tasks_report(skipped: int, taken: int) -> FinalTasksReport:
 
 def _final_retention(terms, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
                      exposed: frozenset[str] = frozenset(), ledger: Path | None = None,
-                     contract_digest: str | None = None) -> tuple[list, FinalRetentionReport]:
+                     contract_digest: str | None = None) -> tuple[list, dict]:
     """The first `count` records of the pinned range surviving exclusion against every prepared record
-    and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened)."""
+    and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened), and
+    the report prepared.json records, as its JSON (read back as FinalRetentionReport)."""
     spec = terms.evaluation.final.retention
     rng = instruction_source_range(public, spec.sha256, spec.start, spec.stop, spec.source_name)
     against = [conv for role, convs in records.items() for conv in convs]
@@ -271,7 +272,7 @@ def _final_retention(terms, public: Path, records: dict[str, list[Conversation]]
                                   skipped_empty_output=len(rng.skipped_empty_output),
                                   excluded=types.MappingProxyType(counts), excluded_total=sum(counts.values()),
                                   eligible=len(eligible), taken=spec.count, against_roles=tuple(sorted(records)))
-    return [_labelled(x, "final.retention") for x in eligible[: spec.count]], report
+    return [_labelled(x, "final.retention") for x in eligible[: spec.count]], report.to_json()
 
 
 def _schedule(terms, records: dict[str, list[Conversation]], contract_digest: str | None = None) -> Schedule:
@@ -412,8 +413,9 @@ def _select_roles(terms, seed_dir: Path, pool: list, seed_task_digests: set[str]
     conversation_roles, skipped = _conversation_roles(terms, pool, dev_path, replay_path, fits)
     records |= conversation_roles
     _cohort_b_replay(terms, records)
-    records["final.retention"], final_report = _final_retention(terms, public, dict(records), fits, exposed_convs,
-                                                                ledger, contract_digest)
+    records["final.retention"], final_json = _final_retention(terms, public, dict(records), fits, exposed_convs,
+                                                              ledger, contract_digest)
+    final_report = FinalRetentionReport.from_json(final_json, "the final-retention report")
     _assert_roles(records, seed_task_digests)
     return records, task_report, final_report, skipped
 
