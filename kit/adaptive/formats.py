@@ -23,7 +23,6 @@ from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
 from kit.model.shard import Layout
-from kit.paths import inside
 from kit.record import Either, MapOf, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 
@@ -300,34 +299,6 @@ def load_job_files(prepared_dir: str | os.PathLike) -> JobFiles:
     return JobFiles.from_json(_declared_only(load_json_strict(path), JobFiles), str(path))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepRef(Record):
-    id: str = spec_field(str)
-    role: str = spec_field(str)
-    replay: bool = spec_field(bool)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CohortSteps(Record):
-    steps: tuple[tuple[StepRef, ...], ...] = spec_field(Seq(Seq(StepRef)))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduledSteps(Record):
-    """The part of schedule.json a worker trains from (`Schedule` is the whole): each cohort's updates and the
-    seed a replicate's order derives from."""
-
-    seed: int | None = spec_field(Omittable(int))
-    cohorts: Mapping[str, CohortSteps] = spec_field(MapOf(CohortSteps))
-
-
-def load_steps(prepared_dir: str | os.PathLike, files: JobFiles) -> ScheduledSteps:
-    """The job's schedule (its path `schedule.file`, inside the prepared directory), as the workers read it."""
-    where = f"{Path(prepared_dir) / PREPARED_FILE} field 'schedule.file'"
-    path = inside(Path(prepared_dir), files.schedule.file, where)
-    return ScheduledSteps.from_json(_declared_only(load_json_strict(path), ScheduledSteps), str(path))
-
-
 # --- schedule.json ----------------------------------------------------------------------------------------------
 
 
@@ -550,9 +521,6 @@ class PlannedLayout(Record):
     peak_utilization: float = spec_field(float)
     per_worker: tuple[WorkerShare, ...] = spec_field(Seq(WorkerShare))
 
-    def layout(self) -> Layout:
-        return Layout(tuple((a, b) for a, b in self.blocks), self.embedding_owner)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OwnershipManifests(Record):
@@ -569,3 +537,28 @@ class OwnershipManifests(Record):
 
 def load_ownership(path: str | os.PathLike) -> OwnershipManifests:
     return OwnershipManifests.from_json(load_json_strict(path), str(path))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayoutChoice(Record):
+    """What training takes of a planned layout: for which workers and depth, and the split."""
+
+    workers: int = spec_field(int)
+    num_hidden_layers: int = spec_field(int)
+    blocks: tuple[tuple[int, ...], ...] = spec_field(Seq(Seq(int, min_len=2)))
+    embedding_owner: int = spec_field(int)
+
+    def layout(self) -> Layout:
+        return Layout(tuple((a, b) for a, b in self.blocks), self.embedding_owner)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayoutChoices(Record):
+    """The part of ownership.json training reads (`OwnershipManifests` is the whole, checked by the commitments
+    before any worker starts)."""
+
+    layouts: tuple[LayoutChoice, ...] = spec_field(Seq(LayoutChoice))
+
+
+def load_layout_choices(path: str | os.PathLike) -> LayoutChoices:
+    return LayoutChoices.from_json(_declared_only(load_json_strict(path), LayoutChoices), str(path))

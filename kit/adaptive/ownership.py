@@ -13,7 +13,7 @@ from kit.adaptive.formats import (
     OwnershipManifests,
     PlannedLayout,
     WorkerShare,
-    load_ownership,
+    load_layout_choices,
 )
 from kit.adaptive.schema import REGIMES
 from kit.model.config import LlamaShape
@@ -38,7 +38,7 @@ def planned_layout(prepared: Path, layers: int, workers: int):
     path = Path(prepared) / OWNERSHIP_FILE
     if not path.is_file():  # a job prepared without ownership manifests (kit continued prepare): even split
         return None
-    for x in load_ownership(path).layouts:
+    for x in load_layout_choices(path).layouts:
         if x.workers == workers and x.num_hidden_layers == layers:
             layout = x.layout()
             layout.validate(layers)

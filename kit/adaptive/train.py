@@ -36,12 +36,9 @@ from kit.adaptive.formats import (
     AnyPreparedJob,
     ContinuedPreparedJob,
     LayoutJson,
-    ScheduledSteps,
-    StepRef,
     WorkerPlan,
     load_job_files,
     load_prepared,
-    load_steps,
     ref_json,
 )
 from kit.adaptive.growth import grow_commit
@@ -141,34 +138,37 @@ class CohortRequest:
         return CommitRef(self.reference_home or self.source_home or self.home, self.reference)
 
 
-def _seed_of(prepared: Path, steps: ScheduledSteps, replicate: int) -> int:
-    if steps.seed is None:
-        raise TrainRefused(f"{Path(prepared) / 'prepared.json'} field 'schedule.file': its field 'seed' must be an "
-                           f"integer for replicate {replicate}'s derived order")
-    return steps.seed
+def _schedule(prepared: Path) -> dict:
+    """The job's schedule.json as written (its entries go to the workers as they are: a replicate's order and
+    the committed one compare equal as JSON)."""
+    where = f"{Path(prepared) / 'prepared.json'} field 'schedule.file'"
+    return load_json_strict(inside(Path(prepared), load_job_files(prepared).schedule.file, where))
 
 
-def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[StepRef]]:
+def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[dict]]:
     """The cohort's scheduled updates, in replicate `replicate`'s order (the prepared order for 0; else each
     role's records reordered from the schedule's seed, every update keeping its count per role)."""
-    schedule = load_steps(prepared, load_job_files(prepared))
-    return reorder_steps(schedule.cohorts[cohort].steps, _seed_of(prepared, schedule, replicate) if replicate else 0,
-                         replicate, role_of=lambda e: e.role, key=lambda e: e.id)
+    schedule = _schedule(prepared)
+    if replicate and not isinstance(schedule.get("seed"), int):
+        raise TrainRefused(f"{Path(prepared) / 'prepared.json'} field 'schedule.file': its field 'seed' must be an "
+                           f"integer for replicate {replicate}'s derived order")
+    return reorder_steps(schedule["cohorts"][cohort]["steps"], schedule.get("seed") if replicate else 0, replicate,
+                         role_of=lambda e: e["role"], key=lambda e: e["id"])
 
 
 def replicate_record(prepared: Path, cohort: str, replicate: int) -> dict:
     """What an attempt of replicate k > 0 records about its order (kit.replicate_order.describe)."""
-    seed = _seed_of(prepared, load_steps(prepared, load_job_files(prepared)), replicate)
-    return describe(seed, replicate, cohort_steps(prepared, cohort, replicate), key=lambda e: e.id)
+    return describe(_schedule(prepared)["seed"], replicate, cohort_steps(prepared, cohort, replicate),
+                    key=lambda e: e["id"])
 
 
 def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int, replicate: int = 0) -> dict:
-    """Encode every record the cohort's schedule names (deterministic, done on every worker): {"steps" (lists of
-    StepRef), "encoded" (id -> EncodedExample), "pad_id"}."""
+    """Encode every record the cohort's schedule names (deterministic, done on every worker): {"steps" (the
+    schedule's entries), "encoded" (id -> EncodedExample), "pad_id"}."""
     pj = load_job_files(prepared)
     where = f"{prepared / 'prepared.json'} field"
     steps = cohort_steps(prepared, cohort, replicate)
-    roles = {e.role for step in steps for e in step}
+    roles = {e["role"] for step in steps for e in step}
     tok = load_tokenizer(seed_dir)
     convs = {}
     for role in sorted(roles):
@@ -261,10 +261,9 @@ def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
     stats = _RankStats(group)
     while cohort_step < until:
         ctx.progress(step=session.step + 1, phase="update")
-        entries: list[StepRef] = data["steps"][cohort_step]
-        encoded: dict[str, EncodedExample] = data["encoded"]
-        records = [TrainRecord(e.id, encoded[e.id].input_ids, encoded[e.id].target_mask, 1.0, e.replay)
-                   for e in entries]
+        entries = data["steps"][cohort_step]
+        records = [TrainRecord(e["id"], data["encoded"][e["id"]].input_ids, data["encoded"][e["id"]].target_mask,
+                               1.0, bool(e["replay"])) for e in entries]
         if tr.lr_schedule != CONSTANT:
             session.set_lr_factor(lr_factor(tr.lr_schedule, cohort_step, terms.cohorts[cohort].updates))
         res = session.update(records)
@@ -275,7 +274,7 @@ def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
                      ce=parts["ce_per_token"], loss=res.parts.objective, tokens_per_s=res.tokens / max(res.seconds, 1e-9))
         if log is not None:
             _append_line(log, canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
-                                              "ids": [e.id for e in entries], **res.to_json(), "ranks": ranks}))
+                                              "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}))
         if cohort_step in points:
             ctx.progress(phase="commit")
             full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
