@@ -15,9 +15,17 @@ Development roles may abort a run; they never select another endpoint.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from kit.adaptive.formats import PairedScores, load_job_files, load_prepared, paired_scores
+from kit.adaptive.formats import (
+    PairedScores,
+    RetentionPair,
+    TaskPair,
+    load_job_files,
+    load_prepared,
+    paired_scores,
+)
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
@@ -176,8 +184,10 @@ def nll_change_bounds(evaluation: dict | PairedScores, terms, normal_multiplier:
     roles) and the approximate delta-method normal bound beside it. Notebooks show these; they never
     compute a bound themselves."""
     scores = paired_scores(evaluation)
+    parts: tuple[tuple[str, Sequence[TaskPair] | Sequence[RetentionPair]], ...] = (
+        ("tasks", scores.tasks), ("retention", scores.retention))
     bounds = {}
-    for part, rows, b in zip(("tasks", "retention"), (scores.tasks, scores.retention), bootstrap_uppers(scores, terms)):
+    for (part, rows), b in zip(parts, bootstrap_uppers(scores, terms)):
         _, normal_upper = ratio_change_normal_upper([x.cand_nll - x.base_nll for x in rows], [x.tokens for x in rows],
                                                     normal_multiplier)
         bounds[part] = {"n": b.n, "tokens": int(sum(x.tokens for x in rows)), "change_nats_per_token": b.estimate,
