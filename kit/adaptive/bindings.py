@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from kit.adaptive.continued_schema import JobTerms
+from kit.adaptive.formats import AnyPreparedJob, ContinuedPreparedJob, load_job_files, prepared_job_from_json
 from kit.adaptive.lineage import lineage_rows
 from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file
@@ -33,17 +34,17 @@ def check_inputs(prepared: Path) -> dict:
     return commitments
 
 
-def check_seed(prepared: Path, pj: dict, seed_dir: str) -> None:
+def check_seed(prepared: Path, pj: AnyPreparedJob, seed_dir: str) -> None:
     """--seed must be the prepared seed: its parameter digest, config.json and tokenizer files (the
     committed inputs pin the directory prepare read, not the one passed now)."""
     seed = Path(seed_dir)
     if not (seed / "config.json").is_file():
         raise TrainRefused(f"--seed {seed}: no config.json; expected the prepared seed directory")
     actual = parameter_digest(seed)
-    if actual != pj["seed"]["parameter_digest"]:
+    if actual != pj.seed.parameter_digest:
         raise TrainRefused(f"--seed {seed}: parameter digest {actual}; {prepared / 'prepared.json'} field "
-                           f"'seed.parameter_digest' expects {pj['seed']['parameter_digest']}")
-    files = {"config.json": pj["seed"]["config_sha256"], **pj.get("tokenizer", {})}
+                           f"'seed.parameter_digest' expects {pj.seed.parameter_digest}")
+    files = {"config.json": pj.seed.config_sha256, **pj.tokenizer}
     for name, want in sorted(files.items()):
         got = sha256_file(seed / name) if (seed / name).is_file() else "absent"
         if got != want:
@@ -114,12 +115,14 @@ def a_endpoint_of(resume_home: str, resume: str, terms: JobTerms, depth: int) ->
     return None
 
 
-def check_reference(prepared: Path, pj: dict, terms: JobTerms, reference: str, resume: str, ref_home: str,
+def check_reference(prepared: Path, pj: AnyPreparedJob | dict, terms: JobTerms, reference: str, resume: str, ref_home: str,
                     resume_home: str | None = None) -> dict:
     """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
     start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
-    by an attempt of this prepared job."""
-    endpoint = a_endpoint_of(resume_home or ref_home, resume, terms, pj["seed"]["num_hidden_layers"])
+    by an attempt of this prepared job (`pj`: the job, or its prepared.json as loaded)."""
+    if isinstance(pj, dict):
+        pj = prepared_job_from_json(pj, str(Path(prepared) / "prepared.json"))
+    endpoint = a_endpoint_of(resume_home or ref_home, resume, terms, pj.seed.num_hidden_layers)
     if reference != endpoint:
         raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
                            f"continues from --resume {resume}: {endpoint or 'none found along its parents'} "
@@ -135,10 +138,10 @@ def check_reference(prepared: Path, pj: dict, terms: JobTerms, reference: str, r
         rec = load_json_strict(path)
         if any(c.get("full_root") == reference for c in rec.get("commits", [])) and rec.get("status") == "completed":
             made.append((path, rec.get("prepared_job_digest")))
-    if not any(job == pj["job_digest"] for _, job in made):
+    if not any(job == pj.job_digest for _, job in made):
         found = ", ".join(f"{p} (prepared_job_digest {j})" for p, j in made) or "no completed attempt committed it"
         raise TrainRefused(f"--reference {ref_home}:{reference}: not committed by an attempt of this prepared job "
-                           f"({prepared / 'prepared.json'} field 'job_digest' = {pj['job_digest']}); found: {found}; "
+                           f"({prepared / 'prepared.json'} field 'job_digest' = {pj.job_digest}); found: {found}; "
                            "if a cohort-A run of this job committed it and died before recording it, record it "
                            f"with `kit adaptive train --prepared {prepared} --seed SEED --cohort A --home {ref_home} "
                            f"--resume {reference}`, then run this command again")
@@ -148,10 +151,9 @@ def check_reference(prepared: Path, pj: dict, terms: JobTerms, reference: str, r
 def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     """Phase B replays examples *actually trained* in phase A: every B.replay_a id must appear in an
     update of A's logs at a step within A's endpoint. Returns how many were checked."""
-    pj = load_json_strict(prepared / "prepared.json")
-    info = pj["roles"]["B.replay_a"]
-    wanted = {c.id for c in read_jsonl(inside(prepared, info["file"], f"{prepared / 'prepared.json'} field "
-                                              "'roles.B.replay_a.file'"), info["sha256"])}
+    info = load_job_files(prepared).roles["B.replay_a"]
+    wanted = {c.id for c in read_jsonl(inside(prepared, info.file, f"{prepared / 'prepared.json'} field "
+                                              "'roles.B.replay_a.file'"), info.sha256)}
     seen = set()
 
     for row in lineage_rows(a_home):  # own logs and the lineage's inherited ones
@@ -164,11 +166,11 @@ def check_a_trained(a_home: str, prepared: Path, a_endpoint: int) -> int:
     return len(wanted)
 
 
-def check_cohort(pj: dict, terms: JobTerms, cohort: str, resume: str | None, reference: str | None,
+def check_cohort(pj: AnyPreparedJob, terms: JobTerms, cohort: str, resume: str | None, reference: str | None,
                  grow: bool) -> None:
     order = terms.cohort_order
     if cohort not in order:
-        raise TrainRefused(f"--cohort {cohort!r}; this prepared job ({pj['contract']['kind']}) has cohorts {order}")
+        raise TrainRefused(f"--cohort {cohort!r}; this prepared job ({pj.contract.kind}) has cohorts {order}")
     if cohort != order[0] and (not reference or not resume):
         raise TrainRefused(f"cohort {cohort} needs --reference (the committed phase-A endpoint) and --resume")
     if grow and terms.growth.cohort != cohort:
@@ -176,7 +178,7 @@ def check_cohort(pj: dict, terms: JobTerms, cohort: str, resume: str | None, ref
                            f"(growth forbidden in cohort {cohort})")
 
 
-def check_bindings(prepared: Path, pj: dict, terms: JobTerms, seed_dir: str, home: str, cohort: str,
+def check_bindings(prepared: Path, pj: AnyPreparedJob, terms: JobTerms, seed_dir: str, home: str, cohort: str,
                    resume: str | None, reference: str | None, source_home: str | None,
                    reference_home: str | None) -> None:
     """Inputs bound to the prepared job, before anything is created: the seed, cohort B's reference, a
@@ -186,8 +188,8 @@ def check_bindings(prepared: Path, pj: dict, terms: JobTerms, seed_dir: str, hom
         assert reference is not None and resume is not None, "check_cohort refuses cohort B without both"
         check_reference(prepared, pj, terms, reference, resume, reference_home or source_home or home,
                         source_home or home)
-    if cohort == "C":  # continued learning: the prepared job names its start endpoint
-        want = pj["start"]["full_root"]
+    if cohort == "C" and isinstance(pj, ContinuedPreparedJob):  # the prepared job names its start endpoint
+        want = pj.start.full_root
         for flag, value in (("--resume", resume), ("--reference", reference)):
             if value != want:
                 raise TrainRefused(f"{flag} {value}: {prepared / 'prepared.json'} field 'start.full_root' expects "

@@ -17,6 +17,8 @@ digests and an allowed final-access line. With `start.exploratory`, prepared.jso
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,7 +35,25 @@ from kit.adaptive.continued_schema import (  # noqa: F401  - re-exported: the co
     job_contract,
     load_continued_contract,
 )
-from kit.adaptive.evaluation import gates
+from kit.adaptive.evaluation import bootstrap_uppers, family_accuracy, gates
+from kit.adaptive.formats import (
+    PREPARED_FILE,
+    CohortSchedule,
+    ContinuedExclusions,
+    ContinuedLocations,
+    ContinuedPreparedJob,
+    ContinuedStart,
+    Cursor,
+    FileDigest,
+    FinalRetentionReport,
+    LedgerHead,
+    PairedScores,
+    PreparedContract,
+    PreparedJob,
+    Schedule,
+    ScheduledRecord,
+    paired_scores,
+)
 from kit.adaptive.schema import AdaptiveJob, load_adaptive_contract
 from kit.adaptive.selection import (
     ACCESS_LOG,
@@ -44,42 +64,37 @@ from kit.adaptive.selection import (
 )
 from kit.data.conversations import read_jsonl, write_jsonl
 from kit.data.tasks import generate_set
-from kit.digest import load_json_strict, sha256_file, sha256_json, write_canonical_json
+from kit.digest import load_json_strict, sha256_file, write_canonical_json
 from kit.evidence.ledger import ledger_head, tasks_excluding
 from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import input_commitments
 from kit.publish import publish_dir
-from kit.stats import accuracy_by_family, gained_lost, gate_retention, paired_bootstrap_upper
+from kit.stats import gained_lost, gate_retention
 from kit.store.commits import read_commit
 
 
-def continued_gates(evaluation: dict, terms: ContinuedTerms, exploratory: bool) -> dict:
+def continued_gates(evaluation: dict | PairedScores, terms: ContinuedTerms, exploratory: bool) -> dict:
     """Generated answers first (net gained >= 1), retention as a guard, the NLL gain reported."""
-    if evaluation["split"] != "final":
+    scores = paired_scores(evaluation)
+    if scores.split != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
-    boot, t, r = terms.bootstrap, evaluation["tasks"], evaluation["retention"]
-    gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
-                                  boot.confidence, boot.resamples, boot.seed)
-    ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
-                                 boot.confidence, boot.resamples, boot.seed)
-    gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
+    gain, ret = bootstrap_uppers(scores, terms)
+    gl = gained_lost([x.cand_correct for x in scores.tasks], [x.base_correct for x in scores.tasks])
     need = terms.gates.generated_min_net_gained
     generated = {"name": "generated", "passed": gl["gained"] - gl["lost"] >= need, "inputs": gl,
                  "rule": f"primary: generated answers improve, gained - lost >= {need}"}
     verdicts = [generated, gate_retention(ret.upper, terms.gates.retention_upper_at_most)]
-    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
-    return {"candidate": evaluation["candidate"], "baseline": evaluation["baseline"], "gain": gain.to_dict(),
+    return {"candidate": scores.candidate, "baseline": scores.baseline, "gain": gain.to_dict(),
             "retention": ret.to_dict(), "generated": gl, "gates": verdicts,
             "passed": all(v["passed"] for v in verdicts), "exploratory": exploratory,
             "note": ("EXPLORATORY: started from a phase-A endpoint whose gates did not pass" if exploratory else
                      "started from a phase-A endpoint whose gates passed"),
-            "accuracy": {"candidate": fam("cand_correct").to_dict(orient="records"),
-                         "baseline": fam("base_correct").to_dict(orient="records")}}
+            "accuracy": family_accuracy(scores)}
 
 
-def _start_endpoint(spj: dict, start_dir: Path, start_terms: AdaptiveJob, terms: ContinuedContract, home: str, root: str,
-                    evaluation: Path) -> dict:
+def _start_endpoint(spj: PreparedJob, start_dir: Path, start_terms: AdaptiveJob, terms: ContinuedContract, home: str, root: str,
+                    evaluation: Path) -> ContinuedStart:
     """The start endpoint's identity and its gates, recomputed from its bound final evaluation."""
     name = terms.start.comparison
     m = read_commit(home, root)
@@ -91,7 +106,7 @@ def _start_endpoint(spj: dict, start_dir: Path, start_terms: AdaptiveJob, terms:
         raise ContinuedRefused(f"contract field 'start.comparison' = {name!r}; expected the start contract's "
                                "fixed-depth phase-A comparison (the continued cohort forbids growth)")
     ev = load_json_strict(evaluation)
-    roles = {"tasks": spj["roles"]["final.tasks"]["sha256"], "retention": spj["roles"]["final.retention"]["sha256"]}
+    roles = {"tasks": spj.roles["final.tasks"].sha256, "retention": spj.roles["final.retention"].sha256}
     for field, got, want in (("split", ev.get("split"), "final"), ("candidate", ev.get("candidate"), root),
                              ("role_sha256", ev.get("role_sha256"), roles)):
         if got != want:
@@ -114,21 +129,23 @@ def _start_endpoint(spj: dict, start_dir: Path, start_terms: AdaptiveJob, terms:
         raise ContinuedRefused(f"{evaluation}: the start endpoint's gates did not pass (failed: {failed}); contract "
                                "field 'start.exploratory' = false, so a continued run may start only from a passing "
                                "phase-A endpoint (set it true to run exploratory, and the report says so)")
-    return {"comparison": name, "full_root": root, "learned_state_root": m["learned_state_root"],
-            "cursor": m["learned_state"]["cursor"],
-            "prepared_job_digest": spj["job_digest"], "contract_digest": spj["contract"]["digest"],
-            "evaluation_sha256": sha256_file(evaluation), "gates": {g["name"]: g["passed"] for g in verdict["gates"]},
-            "gates_passed": passed, "exploratory": not passed}
+    return ContinuedStart(comparison=name, full_root=root, learned_state_root=m["learned_state_root"],
+                          cursor=Cursor.from_json(m["learned_state"]["cursor"], f"{home}:{root} learned_state.cursor"),
+                          prepared_job_digest=spj.job_digest, contract_digest=spj.contract.digest,
+                          evaluation_sha256=sha256_file(evaluation),
+                          gates=types.MappingProxyType({g["name"]: g["passed"] for g in verdict["gates"]}),
+                          gates_passed=passed, exploratory=not passed)
 
 
-def _start_job(terms: ContinuedContract, start_dir: Path) -> tuple:
+def _start_job(terms: ContinuedContract, start_dir: Path) -> tuple[PreparedJob, object]:
     """The start job's prepared.json and its contract's job view (cohort order A, B), the contract's digest
     checked against prepared.json and against the continued contract's pin."""
-    spj = load_json_strict(start_dir / "prepared.json")
-    start_c = load_adaptive_contract(spj["locations"]["contract"])
-    if start_c.digest != spj["contract"]["digest"]:
+    path = start_dir / PREPARED_FILE
+    spj = PreparedJob.from_json(load_json_strict(path), str(path))  # an adaptive job: continued jobs do not chain
+    start_c = load_adaptive_contract(spj.locations.contract)
+    if start_c.digest != spj.contract.digest:
         raise ContinuedRefused(f"{start_c.path}: digest {start_c.digest}; {start_dir / 'prepared.json'} field "
-                               f"'contract.digest' expects {spj['contract']['digest']}")
+                               f"'contract.digest' expects {spj.contract.digest}")
     pinned = terms.start.contract_digest
     if pinned is not None and pinned != start_c.digest:
         raise ContinuedRefused(f"{start_dir / 'prepared.json'}: start contract digest {start_c.digest}; contract field "
@@ -136,10 +153,10 @@ def _start_job(terms: ContinuedContract, start_dir: Path) -> tuple:
     return spj, adaptive_job_terms(start_c.data)
 
 
-def _task_roles(terms: ContinuedContract, spj: dict, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
+def _task_roles(terms: ContinuedContract, spj: PreparedJob, start_roles: dict, exposed_tasks: frozenset) -> tuple[dict, int]:
     """C.new, dev.tasks and final.tasks, each excluding the seed's trained tasks, every start role and
     every earlier role; final.tasks also the ledger's exposed tasks. Returns (tasks, ledger-skipped finals)."""
-    trained = read_jsonl(spj["locations"]["replay"])
+    trained = read_jsonl(spj.locations.replay)
     excluded = {x.meta["digest"] for x in trained if "family" in x.meta and "digest" in x.meta}
     excluded |= {x.meta["digest"] for convs in start_roles.values() for x in convs if "digest" in x.meta}
     seeds, diff = terms.data_seeds, terms.tasks.difficulty
@@ -153,7 +170,7 @@ def _task_roles(terms: ContinuedContract, spj: dict, start_roles: dict, exposed_
 
 
 def _conversation_roles(terms: ContinuedContract, start_dir: Path, start_roles: dict, records: dict, public: Path, fits,
-                        exposed_convs: frozenset, ledger: Path, contract_digest: str) -> dict:
+                        exposed_convs: frozenset, ledger: Path, contract_digest: str) -> FinalRetentionReport:
     """C.replay (from the start's A.replay), dev.retention (the start's) and final.retention (fresh
     public records, excluded against every role of both jobs and the ledger) into `records`; returns
     the final-retention report. `ledger` and `contract_digest` name the exposures in a refusal."""
@@ -166,15 +183,16 @@ def _conversation_roles(terms: ContinuedContract, start_dir: Path, start_roles: 
                            prep._rank(start_roles["A.replay"], terms.data_seeds.selection, "C.replay")[:n_replay]]
     records["dev.retention"] = [prep._labelled(x, "dev.retention") for x in start_roles["dev.retention"][:n_dev]]
     against = dict(records) | {f"start:{role}": convs for role, convs in start_roles.items()}
-    final_ret, final_report = prep._final_retention(terms, public, against, fits, exposed_convs, ledger,
-                                                    contract_digest)
+    final_ret, final_json = prep._final_retention(terms, public, against, fits, exposed_convs, ledger,
+                                                  contract_digest)
+    final_report = FinalRetentionReport.from_json(final_json, "the final-retention report")
     start_final = {x.digest for x in start_roles["final.retention"]}
     records["final.retention"] = final_ret
     assert not {x.digest for x in final_ret} & start_final  # document rules already exclude every start record
     return final_report
 
 
-def _schedule(terms: ContinuedContract, records: dict, contract_digest: str) -> dict:
+def _schedule(terms: ContinuedContract, records: dict, contract_digest: str) -> Schedule:
     """Cohort C's updates: per update its share of C.new and C.replay, in a seeded, version-proof order."""
     sched_seed, k = terms.data_seeds.schedule, terms.cohort
     ranked = {role: prep._rank(records[role], sched_seed, f"schedule/C/{role}") for role in ("C.new", "C.replay")}
@@ -183,23 +201,23 @@ def _schedule(terms: ContinuedContract, records: dict, contract_digest: str) -> 
         chosen = [(role, conv) for role, part in (("C.new", "new"), ("C.replay", "replay_conv"))
                   for conv in ranked[role][i * getattr(k.per_update, part):(i + 1) * getattr(k.per_update, part)]]
         chosen = prep._rank(chosen, sched_seed, f"schedule/C/{i + 1}", key=lambda rc: [rc[0], rc[1].id])
-        steps.append([{"id": conv.id, "role": role, "replay": role == "C.replay", "digest": conv.digest}
-                      for role, conv in chosen])
-    return {"format": prep.SCHEDULE_FORMAT, "contract_digest": contract_digest, "seed": sched_seed,
-            "cohorts": {COHORT: {"updates": k.updates, "reference": "start", "steps": steps}}}
+        steps.append(tuple(ScheduledRecord(id=conv.id, role=role, replay=role == "C.replay", digest=conv.digest)
+                           for role, conv in chosen))
+    return Schedule(format=prep.SCHEDULE_FORMAT, contract_digest=contract_digest, seed=sched_seed,
+                    cohorts=types.MappingProxyType({COHORT: CohortSchedule(updates=k.updates, reference="start",
+                                                                           steps=tuple(steps))}))
 
 
-def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: dict, public: Path, ledger_info: dict,
-               start_evaluation, start_home) -> dict:
+def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: PreparedJob, public: Path, ledger_info: dict,
+               start_evaluation, start_home) -> ContinuedLocations:
     """prepared.json's "locations": where each input was (not part of the job digest). The start endpoint's
     store is one of them: until 2026-12-03 its absolute path sat in `start.home`, inside the job digest,
     which then differed between checkouts (the same job prepared in two folders had two digests)."""
-    return {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
-            "start_home": str(Path(start_home).absolute()),
-            "start_prepared": str(start_dir.absolute()), "replay": spj["locations"]["replay"],
-            "public_source": str(public.absolute()), "ledger": ledger_info["path"],
-            "ledger_head": ledger_head(ledger_info),
-            "start_evaluation": str(Path(start_evaluation).absolute())}
+    return ContinuedLocations(contract=str(Path(contract_path).absolute()), seed=str(seed_dir.absolute()),
+                              start_home=str(Path(start_home).absolute()), start_prepared=str(start_dir.absolute()),
+                              replay=spj.locations.replay, public_source=str(public.absolute()),
+                              ledger=ledger_info["path"], ledger_head=LedgerHead(**ledger_head(ledger_info)),
+                              start_evaluation=str(Path(start_evaluation).absolute()))
 
 
 def prepare_continued(contract_path, start_prepared, start_home: str, start_root: str, start_evaluation,
@@ -213,15 +231,15 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     start = _start_endpoint(spj, start_dir, start_terms, terms, start_home, start_root, Path(start_evaluation))
     seed_dir, public = Path(seed_dir), Path(public_source)
     actual = parameter_digest(seed_dir)
-    if actual != spj["seed"]["parameter_digest"]:
+    if actual != spj.seed.parameter_digest:
         raise ContinuedRefused(f"--seed {seed_dir}: parameter digest {actual}; {start_dir / 'prepared.json'} field "
-                               f"'seed.parameter_digest' expects {spj['seed']['parameter_digest']}")
+                               f"'seed.parameter_digest' expects {spj.seed.parameter_digest}")
     prep._check_pinned(public, terms.evaluation.final.retention.sha256, "evaluation.final.retention.sha256")
 
     ledger, ledger_info, exposed_tasks, exposed_convs = prep.ledger_exposure(ledger, contract.digest, out)
     where = f"{start_dir / 'prepared.json'} field"
-    start_roles = {role: read_jsonl(inside(start_dir, info["file"], f"{where} 'roles.{role}.file'"), info["sha256"])
-                   for role, info in spj["roles"].items()}
+    start_roles = {role: read_jsonl(inside(start_dir, info.file, f"{where} 'roles.{role}.file'"), info.sha256)
+                   for role, info in spj.roles.items()}
     tasks, final_skipped = _task_roles(terms, spj, start_roles, exposed_tasks)
     fits = prep._Fits(seed_dir, terms.training.max_tokens)
     records = {role: prep._task_records(ex, role) for role, ex in tasks.items()}
@@ -233,25 +251,25 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
     with publish_dir(out) as staging:
         roles = {role: prep._role_summary(records[role], write_jsonl(staging / prep.role_file(role), records[role]),
                                           role) for role in ROLES}
-        prepared = {
-            "format": PREPARED_FORMAT,
-            "contract": {"digest": contract.digest, "kind": KIND, "scale": terms.scale},
-            "start": start,
-            "seed": {**spj["seed"], "parameter_digest": actual},
-            "tokenizer": spj["tokenizer"],
-            "roles": roles,
-            "schedule": {"file": prep.SCHEDULE_FILE, "sha256": write_canonical_json(staging / prep.SCHEDULE_FILE,
-                                                                                    schedule)},
-            "exclusions": {"final.retention": final_report,
-                           "final.tasks": {"excluded": {"ledger": final_skipped}, "excluded_total": final_skipped,
-                                           "taken": terms.evaluation.final.tasks}},
-            "ledger": prep.ledger_record(ledger_info, exposed_tasks, exposed_convs),
-        }
-        prepared["job_digest"] = sha256_json(prepared)
-        prepared["locations"] = _locations(contract_path, seed_dir, start_dir, spj, public, ledger_info,
-                                           start_evaluation, start_home)
-        prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-        prepared_sha = write_canonical_json(staging / prep.PREPARED_FILE, prepared)
+        job = ContinuedPreparedJob(
+            format=PREPARED_FORMAT,
+            contract=PreparedContract(digest=contract.digest, kind=KIND, scale=terms.scale),
+            start=start,
+            seed=dataclasses.replace(spj.seed, parameter_digest=actual, _present=None),
+            tokenizer=spj.tokenizer,
+            roles=types.MappingProxyType(roles),
+            schedule=FileDigest(file=prep.SCHEDULE_FILE, sha256=write_canonical_json(staging / prep.SCHEDULE_FILE,
+                                                                                     schedule.to_json())),
+            exclusions=ContinuedExclusions(final_retention=final_report,
+                                           final_tasks=prep.final_tasks_report(final_skipped,
+                                                                               terms.evaluation.final.tasks)),
+            ledger=prep.ledger_record(ledger_info, exposed_tasks, exposed_convs),
+            job_digest="",  # set below, from every field but the three that are not identity
+            locations=_locations(contract_path, seed_dir, start_dir, spj, public, ledger_info, start_evaluation,
+                                 start_home),
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+        job = dataclasses.replace(job, job_digest=job.identity_digest())
+        prepared_sha = write_canonical_json(staging / prep.PREPARED_FILE, job.to_json())
         inputs = prep.seed_inputs(seed_dir)
         inputs |= {"public_source": public, "start_prepared": start_dir / prep.PREPARED_FILE,
                    "start_evaluation": Path(start_evaluation)}
@@ -259,9 +277,10 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                                                     "prepared": prep.PREPARED_FILE}
         write_canonical_json(staging / prep.COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-    return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
+    return {"out": str(out), "job_digest": job.job_digest, "prepared_sha256": prepared_sha,
             "ledger_sha256": ledger_info["sha256"],  # the exposure ledger as read (None: absent)
-            "contract_digest": contract.digest, "start": {k: start[k] for k in ("full_root", "gates", "gates_passed",
-                                                                               "exploratory")},
-            "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],
+            "contract_digest": contract.digest, "start": {"full_root": start.full_root, "gates": dict(start.gates),
+                                                          "gates_passed": start.gates_passed,
+                                                          "exploratory": start.exploratory},
+            "roles": {r: roles[r].count for r in ROLES}, "final_retention_excluded": dict(final_report.excluded),
             "final_tasks_excluded": {"ledger": final_skipped}}

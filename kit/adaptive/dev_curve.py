@@ -25,9 +25,10 @@ import os
 from pathlib import Path
 
 from kit.adaptive.evaluation import DEV_ROLES, cached_scores, model_spec, role_file
+from kit.adaptive.formats import load_prepared
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
-from kit.digest import load_json_strict, sha256_file, write_canonical_json
+from kit.digest import sha256_file, write_canonical_json
 from kit.stats import accuracy_by_family
 from kit.store.commits import read_commit
 
@@ -81,8 +82,7 @@ def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], o
                                       for r in table.to_dict(orient="records")},
                          "task_nll_per_token": _per_token(s["task_nll"]),
                          "retention_nll_per_token": _per_token(s["retention_nll"])})
-    prepared = load_json_strict(prepared_dir / "prepared.json")
-    record = {"format": CURVE_FORMAT, "prepared_job_digest": prepared["job_digest"], "roles": DEV_ROLES,
+    record = {"format": CURVE_FORMAT, "prepared_job_digest": load_prepared(prepared_dir).job_digest, "roles": DEV_ROLES,
               "role_sha256": role_sha, "max_tokens": max_tokens, "max_new_tokens": max_new_tokens,
               "device": device, "points": rows}
     write_canonical_json(out, record)

@@ -15,10 +15,19 @@ Development roles may abort a run; they never select another endpoint.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kit.adaptive.continued_schema import AdaptiveFamilyTerms
+from kit.adaptive.formats import (
+    PairedScores,
+    RetentionPair,
+    TaskPair,
+    load_job_files,
+    load_prepared,
+    paired_scores,
+)
 from kit.adaptive.schema import AdaptiveContract
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
@@ -44,13 +53,10 @@ FINAL_ROLES = {"tasks": "final.tasks", "retention": "final.retention"}
 
 
 def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
-    prepared = load_json_strict(prepared_dir / "prepared.json")
-    try:
-        info = prepared["roles"][role]
-    except KeyError:
-        raise ValueError(f"{prepared_dir / 'prepared.json'}: no role {role!r}") from None
-    return inside(prepared_dir, info["file"], f"{prepared_dir / 'prepared.json'} field 'roles.{role}.file'"), \
-        info["sha256"]
+    info = load_job_files(prepared_dir).roles.get(role)
+    if info is None:
+        raise ValueError(f"{prepared_dir / 'prepared.json'}: no role {role!r}")
+    return inside(prepared_dir, info.file, f"{prepared_dir / 'prepared.json'} field 'roles.{role}.file'"), info.sha256
 
 
 def model_spec(spec: str):
@@ -101,8 +107,8 @@ def evaluate(request: EvaluateRequest) -> dict:
     tok = load_tokenizer(request.tokenizer_dir)
     data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
     if split == "final":
-        pj = load_json_strict(prepared_dir / "prepared.json")
-        record_exposures(data["tasks"], data["retention"], pj["contract"]["digest"], pj["job_digest"],
+        pj = load_prepared(prepared_dir)
+        record_exposures(data["tasks"], data["retention"], pj.contract.digest, pj.job_digest,
                          f"final scoring of {cand_id} against {base_id}",
                          path=guard_ledger(prepared_dir, pj))  # the ledger the job is bound to
     result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,
@@ -156,44 +162,54 @@ def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tok
     return scores
 
 
-def gates(evaluation: dict, terms: AdaptiveContract) -> dict:
+def bootstrap_uppers(scores: PairedScores, terms: AdaptiveFamilyTerms) -> tuple:
+    """(tasks, retention): the one-sided paired-bootstrap bounds of the per-token NLL change (the contract's
+    confidence, resamples and seed)."""
+    boot = terms.bootstrap
+    return tuple(paired_bootstrap_upper([x.cand_nll for x in rows], [x.base_nll for x in rows],
+                                        [x.tokens for x in rows], boot.confidence, boot.resamples, boot.seed)
+                 for rows in (scores.tasks, scores.retention))
+
+
+def family_accuracy(scores: PairedScores) -> dict:
+    """{"candidate", "baseline"}: each model's accuracy per task family (records of accuracy_by_family)."""
+    return {"candidate": accuracy_by_family([{"family": x.family, "correct": x.cand_correct}
+                                             for x in scores.tasks]).to_dict(orient="records"),
+            "baseline": accuracy_by_family([{"family": x.family, "correct": x.base_correct}
+                                            for x in scores.tasks]).to_dict(orient="records")}
+
+
+def gates(evaluation: dict | PairedScores, terms: AdaptiveContract) -> dict:
     """The seed's three gates on a final evaluation record, with every input written out."""
-    if evaluation["split"] != "final":
+    scores = paired_scores(evaluation)
+    if scores.split != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
     g = terms.gates
-    boot = terms.bootstrap
-    t, r = evaluation["tasks"], evaluation["retention"]
-    gain = paired_bootstrap_upper([x["cand_nll"] for x in t], [x["base_nll"] for x in t], [x["tokens"] for x in t],
-                                  boot.confidence, boot.resamples, boot.seed)
-    ret = paired_bootstrap_upper([x["cand_nll"] for x in r], [x["base_nll"] for x in r], [x["tokens"] for x in r],
-                                 boot.confidence, boot.resamples, boot.seed)
-    gl = gained_lost([x["cand_correct"] for x in t], [x["base_correct"] for x in t])
+    gain, ret = bootstrap_uppers(scores, terms)
+    gl = gained_lost([x.cand_correct for x in scores.tasks], [x.base_correct for x in scores.tasks])
     verdicts = [gate_gain(gain.upper, g.gain_upper_below), gate_retention(ret.upper, g.retention_upper_at_most),
                 gate_generated(gl)]
-    fam = lambda key: accuracy_by_family([{"family": x["family"], "correct": x[key]} for x in t])
     return {
-        "candidate": evaluation["candidate"], "baseline": evaluation["baseline"],
+        "candidate": scores.candidate, "baseline": scores.baseline,
         "gain": gain.to_dict(), "retention": ret.to_dict(), "generated": gl,
         "gates": verdicts, "passed": all(v["passed"] for v in verdicts),
-        "accuracy": {"candidate": fam("cand_correct").to_dict(orient="records"),
-                     "baseline": fam("base_correct").to_dict(orient="records")},
+        "accuracy": family_accuracy(scores),
     }
 
 
-def nll_change_bounds(evaluation: dict, terms: AdaptiveFamilyTerms, normal_multiplier: float = 1.645) -> dict:
+def nll_change_bounds(evaluation: dict | PairedScores, terms: AdaptiveFamilyTerms, normal_multiplier: float = 1.645) -> dict:
     """Per part ("tasks", "retention"): the per-token NLL change with its one-sided paired-bootstrap
     upper bound (the contract's confidence, resamples and seed: the numbers `gates` judges on final
     roles) and the approximate delta-method normal bound beside it. Notebooks show these; they never
     compute a bound themselves."""
-    boot = terms.bootstrap
+    scores = paired_scores(evaluation)
+    parts: tuple[tuple[str, Sequence[TaskPair] | Sequence[RetentionPair]], ...] = (
+        ("tasks", scores.tasks), ("retention", scores.retention))
     bounds = {}
-    for part in ("tasks", "retention"):
-        rows = evaluation[part]
-        b = paired_bootstrap_upper([x["cand_nll"] for x in rows], [x["base_nll"] for x in rows],
-                                   [x["tokens"] for x in rows], boot.confidence, boot.resamples, boot.seed)
-        _, normal_upper = ratio_change_normal_upper([x["cand_nll"] - x["base_nll"] for x in rows],
-                                                    [x["tokens"] for x in rows], normal_multiplier)
-        bounds[part] = {"n": b.n, "tokens": int(sum(x["tokens"] for x in rows)), "change_nats_per_token": b.estimate,
+    for (part, rows), b in zip(parts, bootstrap_uppers(scores, terms)):
+        _, normal_upper = ratio_change_normal_upper([x.cand_nll - x.base_nll for x in rows], [x.tokens for x in rows],
+                                                    normal_multiplier)
+        bounds[part] = {"n": b.n, "tokens": int(sum(x.tokens for x in rows)), "change_nats_per_token": b.estimate,
                         "bootstrap_upper": b.upper, "normal_upper": normal_upper, "confidence": b.confidence,
                         "resamples": b.n_resamples, "bootstrap_seed": b.seed, "normal_multiplier": normal_multiplier}
     return bounds

@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict, write_canonical_json
+from kit.record import Record, spec_field
 
 INHERITED_NAME = "inherited.json"
 INHERITED_FORMAT = "kit-inherited-logs/1"
@@ -126,35 +128,44 @@ def inherit_logs(source_home: str | os.PathLike, attempt_dir: str | os.PathLike)
     return entries
 
 
-def portable_logs(source_home: str | os.PathLike) -> dict[str, dict]:
-    """For torchrun: the inherited logs as {name: {"path", "sha256", "text"}}, so that rank 0 can reference a
-    file its own host holds with those bytes and copy the text of one that only another host has."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PortableLog(Record):
+    """An inherited update log as it travels to rank 0 over the group (torchrun: JSON)."""
+
+    path: str = spec_field(str, doc="where the source host holds it")
+    sha256: str = spec_field(str)
+    text: str = spec_field(str, doc="its bytes, copied where rank 0's host lacks them")
+
+
+def portable_logs(source_home: str | os.PathLike) -> dict[str, PortableLog]:
+    """For torchrun: the inherited logs by name, so that rank 0 can reference a file its own host holds with
+    those bytes and copy the text of one that only another host has."""
     out = {}
     for src in _sources(Path(source_home)):
         data = src["path"].read_bytes()
-        out[src["name"]] = {"path": str(src["path"].resolve()), "sha256": hashlib.sha256(data).hexdigest(),
-                            "text": data.decode()}
+        out[src["name"]] = PortableLog(path=str(src["path"].resolve()), sha256=hashlib.sha256(data).hexdigest(),
+                                       text=data.decode())
     return out
 
 
-def write_portable_logs(logs: dict[str, dict], attempt_dir: str | os.PathLike) -> None:
+def write_portable_logs(logs: Mapping[str, PortableLog], attempt_dir: str | os.PathLike) -> None:
     """Rank 0's side of portable_logs: a reference where this host holds the same bytes at the same path,
     a copy (the old form, read as it is) where it does not."""
     attempt_dir = Path(attempt_dir)
     home = attempt_dir.parent.parent
     entries = []
     for name, log in sorted(logs.items()):
-        path = Path(log["path"])
+        path = Path(log.path)
         try:
-            same = path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == log["sha256"]
+            same = path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == log.sha256
         except OSError:
             same = False
         if same:
             data = path.read_bytes()
             entries.append({"name": name, "home": os.path.relpath(path.parent.parent.parent, home.resolve()),
-                            "attempt": path.parent.name, "file": path.name, "sha256": log["sha256"],
+                            "attempt": path.parent.name, "file": path.name, "sha256": log.sha256,
                             "size": len(data)})
         else:
-            (attempt_dir / name).write_text(log["text"])
+            (attempt_dir / name).write_text(log.text)
     if entries:
         write_canonical_json(attempt_dir / INHERITED_NAME, {"format": INHERITED_FORMAT, "logs": entries})

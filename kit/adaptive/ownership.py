@@ -8,13 +8,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kit.adaptive.formats import (
+    OWNERSHIP_FORMAT,
+    OwnershipManifests,
+    PlannedLayout,
+    WorkerShare,
+    load_layout_choices,
+)
 from kit.adaptive.schema import REGIMES, AdaptiveContract
-from kit.digest import load_json_strict
 from kit.model.config import LlamaShape
-from kit.model.shard import Layout
 from kit.planner import MemoryModel, MicrobatchShape, WorkerCapacity, plan, shape_with_growth
 
-OWNERSHIP_FORMAT = "kit.adaptive.ownership/1"
 OWNERSHIP_FILE = "ownership.json"
 
 
@@ -34,16 +38,16 @@ def planned_layout(prepared: Path, layers: int, workers: int):
     path = Path(prepared) / OWNERSHIP_FILE
     if not path.is_file():  # a job prepared without ownership manifests (kit continued prepare): even split
         return None
-    o = load_json_strict(path)
-    for x in o["layouts"]:
-        if x["workers"] == workers and x["num_hidden_layers"] == layers:
-            layout = Layout(tuple(tuple(b) for b in x["blocks"]), x["embedding_owner"])
+    for x in load_layout_choices(path).layouts:
+        if x.workers == workers and x.num_hidden_layers == layers:
+            layout = x.layout()
             layout.validate(layers)
             return layout
     return None
 
 
-def _layout_manifest(terms: AdaptiveContract, shape: LlamaShape, names: dict[str, int | None], workers: int, grown: bool) -> dict:
+def _layout_manifest(terms: AdaptiveContract, shape: LlamaShape, names: dict[str, int | None], workers: int,
+                     grown: bool) -> PlannedLayout:
     """One planner assignment and, per worker, the tensor names it owns (blocks; rank 0 also the rest)."""
     tr = terms.training
     docs = max(terms.cohorts.A.documents_per_update, terms.cohorts.B.documents_per_update)
@@ -59,15 +63,16 @@ def _layout_manifest(terms: AdaptiveContract, shape: LlamaShape, names: dict[str
     for rank, ((a, b), est) in enumerate(zip(p.ranges, p.estimates)):
         owned = sorted(n for n, blk in names.items() if blk is not None and a <= blk < b)
         owned += sorted(n for n, blk in names.items() if blk is None) if rank == p.embedding_owner else []
-        detail.append({"rank": rank, "blocks": [a, b], "owns_embedding": rank == p.embedding_owner,
-                       "estimate_bytes": est.total, "utilization": p.utilizations[rank], "tensors": owned})
-    return {"workers": workers, "num_hidden_layers": shape.num_hidden_layers, "grown": grown,
-            "blocks": [list(r) for r in p.ranges], "embedding_owner": p.embedding_owner,
-            "peak_utilization": p.peak_utilization, "per_worker": detail}
+        detail.append(WorkerShare(rank=rank, blocks=(a, b), owns_embedding=rank == p.embedding_owner,
+                                  estimate_bytes=est.total, utilization=p.utilizations[rank], tensors=tuple(owned)))
+    return PlannedLayout(workers=workers, num_hidden_layers=shape.num_hidden_layers, grown=grown,
+                         blocks=tuple(tuple(r) for r in p.ranges), embedding_owner=p.embedding_owner,
+                         peak_utilization=p.peak_utilization, per_worker=tuple(detail))
 
 
 def ownership_manifests(terms: AdaptiveContract, shape: LlamaShape, inv: dict, inv_digest: str) -> dict:
-    """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth.
+    """Planner layouts for the seed depth at every worker count of the contract, and for the grown depth: the
+    JSON of ownership.json (`OwnershipManifests`, built by keyword).
 
     Equal capacities (planner.worker_memory_bytes each): the assignment then minimises the largest
     estimate, and the value only decides feasibility. Grown tensors are the copy block's names under
@@ -84,6 +89,6 @@ def ownership_manifests(terms: AdaptiveContract, shape: LlamaShape, inv: dict, i
     layouts = [_layout_manifest(terms, shape, names, w, False) for w in counts]
     layouts.append(_layout_manifest(terms, shape_with_growth(shape, g.add_blocks), grown_names,
                                     terms.cohorts.B.workers, True))
-    return {"format": OWNERSHIP_FORMAT, "seed_inventory_digest": inv_digest, "regime": terms.planner.regime,
-            "worker_memory_bytes": terms.planner.worker_memory_bytes,
-            "reserve_bytes": terms.planner.reserve_bytes, "layouts": layouts}
+    return OwnershipManifests(format=OWNERSHIP_FORMAT, seed_inventory_digest=inv_digest, regime=terms.planner.regime,
+                              worker_memory_bytes=terms.planner.worker_memory_bytes,
+                              reserve_bytes=terms.planner.reserve_bytes, layouts=tuple(layouts)).to_json()

@@ -19,10 +19,34 @@ conversation roles skip content already used) and checked again by id and conten
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from datetime import UTC, datetime
 from pathlib import Path
 
 from kit.adaptive.continued_schema import ContinuedContract
+from kit.adaptive.formats import (
+    CohortSchedule,
+    DevRetentionSource,
+    ExcludedDigests,
+    Exclusions,
+    FileDigest,
+    FinalRetentionReport,
+    FinalTasksReport,
+    LedgerHead,
+    LedgerRead,
+    Locations,
+    PreparedContract,
+    PreparedJob,
+    PublicSource,
+    ReplaySource,
+    RoleFile,
+    Schedule,
+    ScheduledRecord,
+    SeedIdentity,
+    SelectionSkipped,
+    Sources,
+)
 from kit.adaptive.ownership import OWNERSHIP_FILE, _block_of, ownership_manifests
 from kit.adaptive.schema import AdaptiveContract, load_adaptive_contract
 from kit.data.chat import ChatTemplateError, encode_or_refuse, load_tokenizer
@@ -116,9 +140,10 @@ class _Fits:
             return False  # no learnable assistant token under this tokenizer: unusable like an over-long one
 
 
-def _take(candidates, count: int, fits: _Fits, used: set[str], role: str, source: str) -> tuple[list, dict]:
+def _take(candidates, count: int, fits: _Fits, used: set[str], role: str,
+          source: str) -> tuple[list, SelectionSkipped]:
     """The first `count` candidates that fit and whose content is not used yet; counts what was skipped."""
-    taken: list[Conversation] = []
+    taken: list = []
     skipped = {"over_max_tokens": 0, "content_used": 0}
     for conv in candidates:
         if len(taken) == count:
@@ -133,7 +158,7 @@ def _take(candidates, count: int, fits: _Fits, used: set[str], role: str, source
     if len(taken) < count:
         raise PrepareError(f"{source}: only {len(taken)} usable conversations for role {role!r}, the contract needs "
                            f"{count} (skipped: {skipped}; max_tokens = {fits.max_tokens})")
-    return taken, skipped
+    return taken, SelectionSkipped(over_max_tokens=skipped["over_max_tokens"], content_used=skipped["content_used"])
 
 
 def _check_out_dir(out: Path) -> None:
@@ -149,7 +174,7 @@ def _check_pinned(path: Path, expected: str | None, field: str) -> str:
     return actual
 
 
-def _seed_identity(terms: AdaptiveContract, seed_dir: Path) -> tuple[dict, LlamaShape, dict]:
+def _seed_identity(terms: AdaptiveContract, seed_dir: Path) -> tuple[SeedIdentity, LlamaShape, dict]:
     """Header-only inventory and streamed parameter digest; refuses a seed the contract does not name."""
     pinned = terms.seed.parameter_digest
     digest = parameter_digest(seed_dir)  # hashes each tensor's byte range; nothing is materialised
@@ -173,45 +198,47 @@ def _seed_identity(terms: AdaptiveContract, seed_dir: Path) -> tuple[dict, Llama
     if workers > shape.num_hidden_layers:
         raise PrepareError(f"the contract needs {workers} workers but the seed has only {shape.num_hidden_layers} "
                            "blocks (each worker owns at least one)")
-    identity = {
-        "parameter_digest": digest,
-        "parameter_digest_pinned": pinned is not None,
-        "inventory_digest": inventory_digest(seed_dir),
-        "config_sha256": sha256_file(seed_dir / "config.json"),
-        "num_hidden_layers": shape.num_hidden_layers,
-        "param_count": shape.param_count(),
-        "tensors": len(inv),
-    }
+    identity = SeedIdentity(parameter_digest=digest, parameter_digest_pinned=pinned is not None,
+                            inventory_digest=inventory_digest(seed_dir),
+                            config_sha256=sha256_file(seed_dir / "config.json"),
+                            num_hidden_layers=shape.num_hidden_layers, param_count=shape.param_count(),
+                            tensors=len(inv))
     return identity, shape, inv
 
 
 def _generate_tasks(terms: AdaptiveContract, seed_task_digests: set[str], exposed: frozenset[str] = frozenset(),
-                    report: dict | None = None) -> dict[str, list[TaskExample]]:
+                    ) -> tuple[dict[str, list[TaskExample]], FinalTasksReport]:
     """A.new, B.new, dev.tasks, final.tasks; each excludes every earlier role and the seed's own tasks;
-    final.tasks also every task digest of the exposure ledger (`exposed`), counted into `report`."""
+    final.tasks also every task digest of the exposure ledger (`exposed`), counted in the report returned."""
     wanted = {"A.new": terms.cohorts.A.totals.new, "B.new": terms.cohorts.B.totals.new,
               "dev.tasks": terms.evaluation.dev.tasks, "final.tasks": terms.evaluation.final.tasks}
     excluded = set(seed_task_digests)
     out = {}
+    report = final_tasks_report(0, terms.evaluation.final.tasks)
     for role, count in wanted.items():
         if role == "final.tasks" and exposed:
             out[role], skipped = tasks_excluding(count, terms.data_seeds.tasks, role, terms.tasks.difficulty,
                                                   excluded, exposed)
-            if report is not None:
-                report["final.tasks"] = {"excluded": {"ledger": skipped}, "excluded_total": skipped,
-                                         "taken": count}
+            report = final_tasks_report(skipped, count)
         else:
             out[role] = generate_set(count, terms.data_seeds.tasks, role, terms.tasks.difficulty, excluded)
         excluded |= {e.digest for e in out[role]}
     assert_disjoint(*out.values())
-    return out
+    return out, report
+
+
+def final_tasks_report(skipped: int, taken: int) -> FinalTasksReport:
+    """prepared.json's `exclusions.final.tasks`: the draws the ledger's exposed tasks skipped."""
+    return FinalTasksReport(excluded=types.MappingProxyType({"ledger": skipped}), excluded_total=skipped,
+                            taken=taken)
 
 
 def _final_retention(terms: AdaptiveContract | ContinuedContract, public: Path, records: dict[str, list[Conversation]], fits: _Fits,
                      exposed: frozenset[str] = frozenset(), ledger: Path | None = None,
                      contract_digest: str | None = None) -> tuple[list, dict]:
     """The first `count` records of the pinned range surviving exclusion against every prepared record
-    and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened)."""
+    and against the exposure ledger (rule "ledger": a conversation digest some scoring already opened), and
+    the report prepared.json records, as its JSON (read back as FinalRetentionReport)."""
     spec = terms.evaluation.final.retention
     rng = instruction_source_range(public, spec.sha256, spec.start, spec.stop, spec.source_name)
     against = [conv for role, convs in records.items() for conv in convs]
@@ -242,14 +269,14 @@ def _final_retention(terms: AdaptiveContract | ContinuedContract, public: Path, 
                 if by_ledger and ledger else "")
         raise PrepareError(f"{public}: records [{spec.start}, {spec.stop}) leave {len(eligible)} eligible "
                            f"after exclusion {counts}; evaluation.final.retention.count = {spec.count}{hint}")
-    report = {"source_name": spec.source_name, "start": spec.start, "stop": spec.stop,
-              "skipped_empty_output": len(rng.skipped_empty_output), "excluded": counts,
-              "excluded_total": sum(counts.values()), "eligible": len(eligible), "taken": spec.count,
-              "against_roles": sorted(records)}
-    return [_labelled(x, "final.retention") for x in eligible[: spec.count]], report
+    report = FinalRetentionReport(source_name=spec.source_name, start=spec.start, stop=spec.stop,
+                                  skipped_empty_output=len(rng.skipped_empty_output),
+                                  excluded=types.MappingProxyType(counts), excluded_total=sum(counts.values()),
+                                  eligible=len(eligible), taken=spec.count, against_roles=tuple(sorted(records)))
+    return [_labelled(x, "final.retention") for x in eligible[: spec.count]], report.to_json()
 
 
-def _schedule(terms: AdaptiveContract, records: dict[str, list[Conversation]]) -> dict:
+def _schedule(terms: AdaptiveContract, records: dict[str, list[Conversation]], contract_digest: str | None = None) -> Schedule:
     seed = terms.data_seeds.schedule
     cohorts = {}
     for cohort, parts in COHORT_PARTS.items():
@@ -262,15 +289,15 @@ def _schedule(terms: AdaptiveContract, records: dict[str, list[Conversation]]) -
                 n = getattr(spec.per_update, part)
                 chosen += [(role, conv) for conv in ranked[role][k * n:(k + 1) * n]]
             chosen = _rank(chosen, seed, f"schedule/{cohort}/{k + 1}", key=lambda rc: [rc[0], rc[1].id])
-            steps.append([{"id": conv.id, "role": role, "replay": role not in ("A.new", "B.new"),
-                           "digest": conv.digest} for role, conv in chosen])
-        cohorts[cohort] = {"updates": spec.updates, "reference": spec.reference, "steps": steps}
-    return {"format": SCHEDULE_FORMAT, "contract_digest": None, "seed": seed, "cohorts": cohorts}
+            steps.append(tuple(ScheduledRecord(id=conv.id, role=role, replay=role not in ("A.new", "B.new"),
+                                               digest=conv.digest) for role, conv in chosen))
+        cohorts[cohort] = CohortSchedule(updates=spec.updates, reference=spec.reference, steps=tuple(steps))
+    return Schedule(format=SCHEDULE_FORMAT, contract_digest=contract_digest, seed=seed,
+                    cohorts=types.MappingProxyType(cohorts))
 
 
-def _a_steps(schedule: dict) -> dict[str, int]:
-    return {e["id"]: k + 1 for k, step in enumerate(schedule["cohorts"]["A"]["steps"])
-            for e in step if e["role"] == "A.new"}
+def _a_steps(schedule: Schedule) -> dict[str, int]:
+    return {e.id: k + 1 for k, step in enumerate(schedule.cohorts["A"].steps) for e in step if e.role == "A.new"}
 
 
 def _assert_roles(records: dict[str, list[Conversation]], seed_task_digests: set[str]) -> None:
@@ -294,20 +321,20 @@ def _assert_roles(records: dict[str, list[Conversation]], seed_task_digests: set
                 raise PrepareError(f"role {role!r} record {conv.id!r} is not a record of {parent!r}")
 
 
-def _role_summary(convs: list[Conversation], sha: str, role: str) -> dict:
+def _role_summary(convs: list[Conversation], sha: str, role: str) -> RoleFile:
     families = [x.meta.get("family") for x in convs]
-    return {"file": role_file(role), "sha256": sha, "count": len(convs),
-            "per_family": ({f: families.count(f) for f in FAMILIES} if any(families) else None),
-            "content_digest": sha256_json(sorted(x.digest for x in convs))}
+    return RoleFile(file=role_file(role), sha256=sha, count=len(convs),
+                    per_family=(types.MappingProxyType({f: families.count(f) for f in FAMILIES}) if any(families)
+                                else None),
+                    content_digest=sha256_json(sorted(x.digest for x in convs)))
 
 
 def _conversation_roles(terms: AdaptiveContract, pool: list[Conversation], dev_path: Path | None, replay_path: Path,
-                        fits: _Fits) -> tuple[dict[str, list[Conversation]], dict]:
+                        fits: _Fits) -> tuple[dict[str, list[Conversation]], dict[str, SelectionSkipped]]:
     """A.replay and dev.retention: disjoint in content; dev.retention from its file, else from the pool."""
-    sel = terms.data_seeds.selection
+    sel, out = terms.data_seeds.selection, {}
     used: set[str] = set()
-    skipped: dict[str, dict] = {}
-    out: dict[str, list[Conversation]] = {}
+    skipped: dict[str, SelectionSkipped] = {}
     n_dev, n_replay = terms.evaluation.dev.retention, terms.cohorts.A.totals.replay_conv
     if dev_path:  # the given exposed records first, in file order; replay then avoids their content
         out["dev.retention"], skipped["dev.retention"] = _take(read_jsonl(dev_path), n_dev, fits, used,
@@ -381,25 +408,25 @@ def _select_roles(terms: AdaptiveContract, seed_dir: Path, pool: list, seed_task
     `exposed` is (the ledger, its exposed task digests, its exposed conversation digests)."""
     ledger, exposed_tasks, exposed_convs = exposed
     fits = _Fits(seed_dir, terms.training.max_tokens)
-    task_report = {"final.tasks": {"excluded": {"ledger": 0}, "excluded_total": 0,
-                                   "taken": terms.evaluation.final.tasks}}
-    records = {role: _task_records(examples, role)
-               for role, examples in _generate_tasks(terms, seed_task_digests, exposed_tasks, task_report).items()}
+    tasks, task_report = _generate_tasks(terms, seed_task_digests, exposed_tasks)
+    records = {role: _task_records(examples, role) for role, examples in tasks.items()}
     check_task_lengths(records, fits)
     conversation_roles, skipped = _conversation_roles(terms, pool, dev_path, replay_path, fits)
     records |= conversation_roles
     _cohort_b_replay(terms, records)
-    records["final.retention"], final_report = _final_retention(terms, public, dict(records), fits, exposed_convs,
-                                                                ledger, contract_digest)
+    records["final.retention"], final_json = _final_retention(terms, public, dict(records), fits, exposed_convs,
+                                                              ledger, contract_digest)
+    final_report = FinalRetentionReport.from_json(final_json, "the final-retention report")
     _assert_roles(records, seed_task_digests)
     return records, task_report, final_report, skipped
 
 
-def ledger_record(ledger_info: dict, exposed_tasks: frozenset, exposed_convs: frozenset) -> dict:
+def ledger_record(ledger_info: dict, exposed_tasks: frozenset, exposed_convs: frozenset) -> LedgerRead:
     """prepared.json's "ledger": which ledger the exclusions read, and how many digests it excluded."""
-    return {**{k: ledger_info[k] for k in ("sha256", "entries", "digests")},
-            "excluded_digests": {"tasks": len(exposed_tasks), "conversations": len(exposed_convs)},
-            "rule": "every digest exposed under another contract"}
+    return LedgerRead(sha256=ledger_info["sha256"], entries=ledger_info["entries"],
+                      digests=types.MappingProxyType(dict(ledger_info["digests"])),
+                      excluded_digests=ExcludedDigests(tasks=len(exposed_tasks), conversations=len(exposed_convs)),
+                      rule="every digest exposed under another contract")
 
 
 def seed_inputs(seed_dir: Path) -> dict[str, Path]:
@@ -430,48 +457,52 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
     records, task_report, final_report, skipped = _select_roles(
         terms, seed_dir, pool, seed_task_digests, dev_path, replay_path, public, (ledger, exposed_tasks, exposed_convs),
         contract.digest)
-    schedule = {**_schedule(terms, records), "contract_digest": contract.digest}
+    schedule = _schedule(terms, records, contract.digest)
 
     with publish_dir(out) as staging:
         roles = {role: _role_summary(records[role], write_jsonl(staging / role_file(role), records[role]), role)
                  for role in ROLES}
-        prepared = {
-            "format": PREPARED_FORMAT,
-            "contract": {"digest": contract.digest, "kind": terms.kind, "scale": terms.scale},
-            "seed": identity,
-            "tokenizer": {f: sha256_file(seed_dir / f) for f in TOKENIZER_FILES if (seed_dir / f).is_file()},
-            "sources": {"replay": {"sha256": sha256_file(replay_path), "records": len(trained),
-                                   "task_records": len(seed_task_digests), "pool": terms.conversation_replay.pool,
-                                   "pool_records": len(pool)},
-                        "dev_retention": ({"sha256": sha256_file(dev_path)} if dev_path else
-                                          {"sha256": None, "drawn_from": "replay"}),
-                        "public": {"source_name": final_report["source_name"], "sha256": sha256_file(public)}},
-            "roles": roles,
-            "schedule": {"file": SCHEDULE_FILE, "sha256": write_canonical_json(staging / SCHEDULE_FILE, schedule)},
-            "ownership": {"file": OWNERSHIP_FILE, "sha256": write_canonical_json(
-                staging / OWNERSHIP_FILE, ownership_manifests(terms, shape, inv, identity["inventory_digest"]))},
-            "exclusions": {"final.retention": final_report, "final.tasks": task_report["final.tasks"],
-                           "selection_skipped": skipped},
-            "ledger": ledger_record(ledger_info, exposed_tasks, exposed_convs),
-        }
-        prepared["job_digest"] = sha256_json(prepared)  # before locations and created_at: neither is identity
-        prepared["locations"] = {"contract": str(Path(contract_path).absolute()), "seed": str(seed_dir.absolute()),
-                                 "replay": str(replay_path.absolute()), "public_source": str(public.absolute()),
-                                 "dev_retention": str(dev_path.absolute()) if dev_path else None,
-                                 "ledger": ledger_info["path"], "ledger_head": ledger_head(ledger_info)}
-        prepared["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-        prepared_sha = write_canonical_json(staging / PREPARED_FILE, prepared)
+        job = PreparedJob(
+            format=PREPARED_FORMAT,
+            contract=PreparedContract(digest=contract.digest, kind=terms.kind, scale=terms.scale),
+            seed=identity,
+            tokenizer=types.MappingProxyType({f: sha256_file(seed_dir / f) for f in TOKENIZER_FILES
+                                              if (seed_dir / f).is_file()}),
+            sources=Sources(
+                replay=ReplaySource(sha256=sha256_file(replay_path), records=len(trained),
+                                    task_records=len(seed_task_digests), pool=terms.conversation_replay.pool,
+                                    pool_records=len(pool)),
+                dev_retention=(DevRetentionSource(sha256=sha256_file(dev_path)) if dev_path else
+                               DevRetentionSource(sha256=None, drawn_from="replay")),
+                public=PublicSource(source_name=final_report.source_name, sha256=sha256_file(public))),
+            roles=types.MappingProxyType(roles),
+            schedule=FileDigest(file=SCHEDULE_FILE, sha256=write_canonical_json(staging / SCHEDULE_FILE,
+                                                                                schedule.to_json())),
+            ownership=FileDigest(file=OWNERSHIP_FILE, sha256=write_canonical_json(
+                staging / OWNERSHIP_FILE, ownership_manifests(terms, shape, inv, identity.inventory_digest))),
+            exclusions=Exclusions(final_retention=final_report, final_tasks=task_report,
+                                  selection_skipped=types.MappingProxyType(skipped)),
+            ledger=ledger_record(ledger_info, exposed_tasks, exposed_convs),
+            job_digest="",  # set below, from every field but the three that are not identity
+            locations=Locations(contract=str(Path(contract_path).absolute()), seed=str(seed_dir.absolute()),
+                                replay=str(replay_path.absolute()), public_source=str(public.absolute()),
+                                dev_retention=str(dev_path.absolute()) if dev_path else None,
+                                ledger=ledger_info["path"],
+                                ledger_head=LedgerHead(**ledger_head(ledger_info))),
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+        job = dataclasses.replace(job, job_digest=job.identity_digest())
+        prepared_sha = write_canonical_json(staging / PREPARED_FILE, job.to_json())
         inputs = seed_inputs(seed_dir)
         inputs |= {"replay": replay_path, "public_source": public} | ({"dev_retention": dev_path} if dev_path else {})
         written = {role: role_file(role) for role in ROLES} | {
             "schedule": SCHEDULE_FILE, "ownership": OWNERSHIP_FILE, "prepared": PREPARED_FILE}
         write_canonical_json(staging / COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-    return {"out": str(out), "job_digest": prepared["job_digest"], "prepared_sha256": prepared_sha,
+    return {"out": str(out), "job_digest": job.job_digest, "prepared_sha256": prepared_sha,
             "ledger_sha256": ledger_info["sha256"],  # the exposure ledger as read (None: absent)
-            "contract_digest": contract.digest, "parameter_digest": identity["parameter_digest"],
-            "roles": {r: roles[r]["count"] for r in ROLES}, "final_retention_excluded": final_report["excluded"],
-            "final_tasks_excluded": task_report["final.tasks"]["excluded"]}
+            "contract_digest": contract.digest, "parameter_digest": identity.parameter_digest,
+            "roles": {r: roles[r].count for r in ROLES}, "final_retention_excluded": dict(final_report.excluded),
+            "final_tasks_excluded": dict(task_report.excluded)}
 
 
 # --- CLI ------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import torch
 
 from kit.adaptive.compare import compare
 from kit.adaptive.continued_schema import job_contract
+from kit.adaptive.formats import load_prepared
 from kit.adaptive.train import CohortRequest, train
 from kit.digest import load_json_strict, write_canonical_json
 from kit.store.commits import read_commit
@@ -79,8 +80,8 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
     target, start = chain[0], read_commit(h, parent)
     attempt = _attempt_of(h, root)
     prepared = Path(attempt["prepared"])
-    pj = load_json_strict(prepared / "prepared.json")
-    terms = job_contract(pj)
+    pj = load_prepared(prepared)
+    terms = job_contract(pj.to_json())
     order, cohort = terms.cohort_order, attempt["cohort"]
     tc, sc = target["learned_state"]["cursor"], start["learned_state"]["cursor"]
     idx = order.index(cohort)
@@ -106,7 +107,7 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
     ref_home = attempt.get("reference_home") or attempt.get("source_home") or home if reference else None
     t0 = time.perf_counter()
     try:
-        commits = train(CohortRequest(str(prepared), pj["locations"]["seed"], str(scratch_home), cohort, workers,
+        commits = train(CohortRequest(str(prepared), pj.locations.seed, str(scratch_home), cohort, workers,
                                       resume=parent, reference=reference, source_home=str(h), until=until,
                                       reference_home=ref_home,
                                       replicate=(attempt.get("replicate") or {}).get("index", 0)))
@@ -117,7 +118,7 @@ def replay(home: str, root: str, parent: str | None = None, workers: int | None 
     record = {
         "format": REPLAY_FORMAT, "home": str(h), "root": root, "from": parent, "cohort": cohort,
         "cohort_steps": [first, until], "updates": until - first + 1, "workers": workers,
-        "prepared": str(prepared), "prepared_job_digest": pj["job_digest"], "attempt": attempt["_path"],
+        "prepared": str(prepared), "prepared_job_digest": pj.job_digest, "attempt": attempt["_path"],
         "expected_learned_state_root": target["learned_state_root"],
         "replayed_learned_state_root": got["learned_state_root"], "equal": equal,
         "max_abs_parameter_difference": 0.0 if equal else _max_difference(str(h), root, str(scratch_home),

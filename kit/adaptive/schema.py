@@ -499,8 +499,9 @@ def engine_config(terms: TrainedTerms, pad_id: int = 0) -> EngineConfig:
     contract does not name it); `compile_blocks` has no contract field and stays "auto"."""
     tr = terms.training
     d = tr.distillation
-    return EngineConfig(tr.microbatch_size, tr.max_grad_norm, DistillConfig(d.weight, d.temperature, d.direction),
-                        tr.compute_dtype, pad_id=pad_id)
+    return EngineConfig(microbatch_size=tr.microbatch_size, max_grad_norm=tr.max_grad_norm,
+                        distill=DistillConfig(weight=d.weight, temperature=d.temperature, direction=d.direction),
+                        compute_dtype=tr.compute_dtype, pad_id=pad_id)
 
 
 def optimizer_groups(terms: TrainedTerms) -> dict[str, GroupConfig]:

@@ -29,8 +29,21 @@ import json
 import os
 import time
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from kit.adaptive.continued_schema import JobTerms, job_contract
+from kit.adaptive.formats import (
+    PREPARED_FILE,
+    SELECTION_FORMAT,
+    AnyPreparedJob,
+    BoundCandidate,
+    ContinuedPreparedJob,
+    EndpointBaseline,
+    SeedBaseline,
+    SelectionRecord,
+    load_prepared,
+)
 from kit.contract import ContractError
 from kit.digest import (
     canonical_json,
@@ -44,7 +57,6 @@ from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
 from kit.store.commits import read_commit
 
-SELECTION_FORMAT = "kit-adaptive-selection/2"  # /2: every candidate binds its comparison's baseline
 ACCESS_LOG = "final-access.jsonl"
 SELECTIONS_LOG = "selections.jsonl"  # sha256 of every record `select` wrote for this prepared job
 EVALUATIONS_LOG = "final-evaluations.jsonl"  # sha256 of every final evaluation record `evaluate` wrote
@@ -57,23 +69,23 @@ class FinalRolesRefused(PermissionError):
     pass
 
 
-def prepared_contract(prepared_dir: str | os.PathLike) -> tuple:
+def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[AnyPreparedJob, Any]:
     """(prepared.json, the job's contract view: `job_contract`) of a prepared job; the contract file must
     still have the digest prepared.json records (else FinalRolesRefused naming both)."""
-    path = Path(prepared_dir) / "prepared.json"
-    pj = load_json_strict(path)
+    path = Path(prepared_dir) / PREPARED_FILE
+    pj = load_prepared(prepared_dir)
     try:
-        return pj, job_contract(pj)
+        return pj, job_contract(pj.to_json())
     except ContractError as e:
         raise FinalRolesRefused(f"{path}: {e}") from None
 
 
-def seed_digest(pj: dict, terms: JobTerms) -> tuple[str, str]:
+def seed_digest(pj: AnyPreparedJob, terms: JobTerms) -> tuple[str, str]:
     """(the seed's parameter digest, where it is stated): the contract's pin, else the prepared one."""
     pinned = terms.seed.parameter_digest
     if pinned is not None:
         return pinned, "contract field 'seed.parameter_digest'"
-    return pj["seed"]["parameter_digest"], "prepared.json field 'seed.parameter_digest' (recorded at prepare)"
+    return pj.seed.parameter_digest, "prepared.json field 'seed.parameter_digest' (recorded at prepare)"
 
 
 def endpoint_cursor(terms: JobTerms, cohort: str) -> dict:
@@ -84,7 +96,7 @@ def endpoint_cursor(terms: JobTerms, cohort: str) -> dict:
             "cohort_step": terms.endpoints[cohort]}
 
 
-def check_endpoint(manifest: dict, name: str, pj: dict, terms: JobTerms, source: str) -> None:
+def check_endpoint(manifest: dict, name: str, pj: AnyPreparedJob, terms: JobTerms, source: str) -> None:
     """Refuse a commit that is not at comparison `name`'s endpoint (cursor and depth)."""
     comps = terms.comparisons
     if name not in comps:
@@ -99,7 +111,7 @@ def check_endpoint(manifest: dict, name: str, pj: dict, terms: JobTerms, source:
                                 f"expected the endpoint of cohort {comp.cohort} (contract field 'endpoints."
                                 f"{comp.cohort}' = {terms.endpoints[comp.cohort]}): {want}")
     layers = max(b for _, b in manifest["layout"]["blocks"])
-    depth = pj["seed"]["num_hidden_layers"] + (terms.growth.add_blocks if comp.grown else 0)
+    depth = pj.seed.num_hidden_layers + (terms.growth.add_blocks if comp.grown else 0)
     if layers != depth:
         raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has {layers} blocks; "
                                 f"contract field 'comparisons.{name}.grown' = {comp.grown} expects {depth}")
@@ -139,17 +151,17 @@ def access_entries(prepared_dir: str | os.PathLike, name: str = ACCESS_LOG) -> l
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def guard_ledger(prepared_dir: Path, pj: dict) -> Path:
+def guard_ledger(prepared_dir: Path, pj: AnyPreparedJob) -> Path:
     """The ledger whose chain guards this job's final roles: the one it was prepared against, bound by its
     recorded head (kit.evidence.ledger.bound_guard_ledger; a job prepared before the head was recorded: the one
     its scorings record exposures into, $KIT_LEDGER first)."""
     try:
-        return bound_guard_ledger(prepared_dir, pj.get("locations", {}))
+        return bound_guard_ledger(prepared_dir, pj.locations.to_json())
     except LedgerError as e:
         raise FinalRolesRefused(str(e)) from None
 
 
-def chained_accesses(prepared_dir: Path, pj: dict) -> list[dict]:
+def chained_accesses(prepared_dir: Path, pj: AnyPreparedJob) -> list[dict]:
     digest = prepared_digest(prepared_dir)
     return [e for e in chain_events(guard_ledger(prepared_dir, pj), "final-access") if e.get("prepared_digest") == digest]
 
@@ -168,35 +180,40 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
         raise FinalRolesRefused(f"{guard_ledger(prepared_dir, pj)}: its chain holds {len(chained)} final access(es) "
                                 f"for this prepared job (run {chained[0].get('run')}); a selection made after final "
                                 "scoring is refused")
-    bound = {}
+    roots = {}
     for name, c in sorted(candidates.items()):
         m = read_commit(c["home"], c["root"])  # recomputes both roots; refuses a tampered manifest
         check_endpoint(m, name, pj, terms, f"{c['home']}:{c['root']}")
-        bound[name] = {"full_root": m["full_root"], "learned_state_root": m["learned_state_root"]}
-    for name in sorted(bound):
+        roots[name] = (m["full_root"], m["learned_state_root"])
+    bound = {}
+    for name, (full_root, learned_state_root) in sorted(roots.items()):
         base = terms.comparisons[name].baseline
+        baseline: SeedBaseline | EndpointBaseline
         if base == "seed":
-            digest, _ = seed_digest(pj, terms)
-            bound[name]["baseline"] = {"kind": "seed", "parameter_digest": digest}
+            baseline = SeedBaseline(kind="seed", parameter_digest=seed_digest(pj, terms)[0])
         elif base == "start":  # a continued-learning job: the phase-A endpoint it started from
-            bound[name]["baseline"] = {"kind": "endpoint", "name": "start", "full_root": pj["start"]["full_root"]}
-        elif base in bound:
-            bound[name]["baseline"] = {"kind": "endpoint", "name": base, "full_root": bound[base]["full_root"]}
+            if not isinstance(pj, ContinuedPreparedJob):  # an adaptive contract never names "start"
+                raise FinalRolesRefused(f"candidate {name!r}: baseline 'start' needs a continued-learning job")
+            baseline = EndpointBaseline(kind="endpoint", name="start", full_root=pj.start.full_root)
+        elif base in roots:
+            baseline = EndpointBaseline(kind="endpoint", name=base, full_root=roots[base][0])
         else:
             raise FinalRolesRefused(f"candidate {name!r}: its baseline {base!r} (contract field 'comparisons.{name}."
-                                    f"baseline') is not among the selected candidates {sorted(bound)}; select it too")
-    record = {"format": SELECTION_FORMAT, "prepared_digest": prepared_digest(prepared_dir),
-              "contract_digest": pj["contract"]["digest"], "candidates": bound, "development": development or {}}
-    sha = write_canonical_json(out, record)
+                                    f"baseline') is not among the selected candidates {sorted(roots)}; select it too")
+        bound[name] = BoundCandidate(full_root=full_root, learned_state_root=learned_state_root, baseline=baseline)
+    record = SelectionRecord(format=SELECTION_FORMAT, prepared_digest=prepared_digest(prepared_dir),
+                             contract_digest=pj.contract.digest, candidates=MappingProxyType(bound),
+                             development=MappingProxyType(development or {}))
+    sha = write_canonical_json(out, record.to_json())
     _log(prepared_dir, {"selection": str(out), "sha256": sha}, SELECTIONS_LOG)
 
-    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "selection", "job": pj["job_digest"],
-                                                        "prepared_digest": record["prepared_digest"],
+    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "selection", "job": pj.job_digest,
+                                                        "prepared_digest": record.prepared_digest,
                                                         "selection_sha256": sha})
-    record_materials("prepared", "file", [record["prepared_digest"]])
+    record_materials("prepared", "file", [record.prepared_digest])
     record_materials("development", "evaluation", sorted(set((development or {}).get("dev_evaluations", {}).values())))
-    record_materials("candidate", "commit", sorted(c["full_root"] for c in bound.values()))
-    return record
+    record_materials("candidate", "commit", sorted(c.full_root for c in bound.values()))
+    return record.to_json()  # the record as written: notebook 14 and `kit adaptive select` show it
 
 
 def replicate_index(home: str | os.PathLike, root: str) -> int:
@@ -210,7 +227,7 @@ def replicate_index(home: str | os.PathLike, root: str) -> int:
 
 
 def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.PathLike | None,
-                     roots: list[str], purpose: str, models: dict | None = None) -> dict:
+                     roots: list[str], purpose: str, models: dict | None = None) -> SelectionRecord:
     """Allow reading final roles for `roots`, or raise FinalRolesRefused; logged either way.
 
     models (what `evaluate` passes): {"candidate": M, "baseline": M} with M = {"home", "root"} or
@@ -231,18 +248,19 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
         if not isinstance(record, dict) or record.get("format") != SELECTION_FORMAT:
             raise FinalRolesRefused(f"{selection_path}: not a selection record (format "
                                     f"{record.get('format') if isinstance(record, dict) else record!r})")
+        selection = SelectionRecord.from_json(record, str(selection_path))  # a ContractError: unreadable, below
         if not (prepared_dir / "prepared.json").is_file():
             raise FinalRolesRefused(f"{prepared_dir / 'prepared.json'}: missing; the selection cannot be checked "
                                     "against the prepared job")
-        if record["prepared_digest"] != prepared_digest(prepared_dir):
-            raise FinalRolesRefused(f"{selection_path}: binds prepared job {record['prepared_digest']}, not "
+        if selection.prepared_digest != prepared_digest(prepared_dir):
+            raise FinalRolesRefused(f"{selection_path}: binds prepared job {selection.prepared_digest}, not "
                                     f"{prepared_dir / 'prepared.json'} ({prepared_digest(prepared_dir)})")
-        bound = {c["full_root"] for c in record["candidates"].values()}
+        bound = {c.full_root for c in selection.candidates.values()}
         stray = [r for r in roots if r not in bound]
         if stray:
             raise FinalRolesRefused(f"{selection_path}: candidate {stray[0]} is not bound by the selection record")
         if models is not None:
-            _check_models(prepared_dir, record, models, str(selection_path))
+            _check_models(prepared_dir, selection, models, str(selection_path))
         actual = sha256_file(selection_path)
         _check_chain(prepared_dir, str(selection_path), actual)
     except FinalRolesRefused as e:
@@ -254,12 +272,12 @@ def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.P
     _log(prepared_dir, {**entry, "allowed": True, "selection_sha256": actual})
 
     pj, _ = prepared_contract(prepared_dir)
-    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "final-access", "job": pj["job_digest"],
-                                                        "prepared_digest": record["prepared_digest"],
+    append_guard_event(guard_ledger(prepared_dir, pj), {"event": "final-access", "job": pj.job_digest,
+                                                        "prepared_digest": selection.prepared_digest,
                                                         "selection_sha256": actual, "roots": sorted(roots),
                                                         "purpose": purpose})
     record_materials("selection", "file", [actual])
-    return record
+    return selection
 
 
 def _check_chain(prepared_dir: Path, source: str, actual: str) -> None:
@@ -278,41 +296,38 @@ def _check_chain(prepared_dir: Path, source: str, actual: str) -> None:
                                 f"({ledger}); another selection after scoring is refused")
 
 
-def _check_models(prepared_dir: Path, record: dict, models: dict, source: str) -> None:
+def _check_models(prepared_dir: Path, record: SelectionRecord, models: dict, source: str) -> None:
     """The evaluated pair is a bound (candidate, baseline): see the module docstring."""
     cand, base = models["candidate"], models["baseline"]
     if "root" not in cand:
         raise FinalRolesRefused(f"{source}: candidate seed:{cand.get('seed_dir')} on final roles; a candidate must be "
                                 "a committed endpoint bound by field 'candidates' (HOME:FULL_ROOT)")
-    names = [n for n, c in record["candidates"].items() if c["full_root"] == cand["root"]]
+    names = [n for n, c in record.candidates.items() if c.full_root == cand["root"]]
     if not names:
         raise FinalRolesRefused(f"{source}: candidate {cand['root']} is not bound by the selection record "
                                 "(field 'candidates')")
     pj, terms = prepared_contract(prepared_dir)
     name = names[0]
     check_endpoint(read_commit(cand["home"], cand["root"]), name, pj, terms, f"{cand['home']}:{cand['root']}")
-    bound = record["candidates"][name].get("baseline")
-    if not isinstance(bound, dict):
-        raise FinalRolesRefused(f"{source}: field 'candidates.{name}.baseline' missing; expected the baseline the "
-                                f"contract declares (comparisons.{name}.baseline)")
+    bound = record.candidates[name].baseline  # present: the record's class requires it
     want_base = terms.comparisons[name].baseline
-    if bound.get("kind") != ("seed" if want_base == "seed" else "endpoint") or \
-            (want_base != "seed" and bound.get("name") != want_base):
-        raise FinalRolesRefused(f"{source}: field 'candidates.{name}.baseline' = {bound}; the contract's "
+    if isinstance(bound, SeedBaseline) != (want_base == "seed") or \
+            (isinstance(bound, EndpointBaseline) and bound.name != want_base):
+        raise FinalRolesRefused(f"{source}: field 'candidates.{name}.baseline' = {bound.to_json()}; the contract's "
                                 f"comparisons.{name}.baseline is {want_base!r}")
-    if bound["kind"] == "seed":
+    if isinstance(bound, SeedBaseline):
         digest, where = seed_digest(pj, terms)
         if "seed_dir" not in base:
             raise FinalRolesRefused(f"{source}: baseline {base.get('root')} for candidate {name!r}; field "
                                     f"'candidates.{name}.baseline' binds the seed (seed:DIR with parameter digest "
                                     f"{digest})")
         actual = parameter_digest(base["seed_dir"])
-        if actual != digest or bound["parameter_digest"] != digest:
+        if actual != digest or bound.parameter_digest != digest:
             raise FinalRolesRefused(f"{base['seed_dir']}: parameter digest {actual}; a seed:DIR baseline on final roles "
                                     f"must have the {where} = {digest} (an exported commit or another directory is "
                                     "not the seed)")
     else:
-        if base.get("root") != bound["full_root"]:
+        if base.get("root") != bound.full_root:
             raise FinalRolesRefused(f"{source}: baseline {base.get('root') or 'seed:' + str(base.get('seed_dir'))} "
                                     f"for candidate {name!r}; field 'candidates.{name}.baseline.full_root' binds "
-                                    f"{bound['full_root']} (the {want_base!r} endpoint)")
+                                    f"{bound.full_root} (the {want_base!r} endpoint)")

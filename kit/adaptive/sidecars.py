@@ -11,10 +11,18 @@ from pathlib import Path
 import numpy as np
 
 from kit.adaptive.compare import update_log
-from kit.adaptive.continued import KIND as CONTINUED
 from kit.adaptive.continued import continued_gates
 from kit.adaptive.continued_schema import AdaptiveFamilyTerms, JobTerms
 from kit.adaptive.evaluation import gates, nll_change_bounds
+from kit.adaptive.formats import (
+    AnyPreparedJob,
+    ContinuedPreparedJob,
+    PairedScores,
+    PreparedJob,
+    load_ownership,
+    paired_scores,
+    prepared_job_from_json,
+)
 from kit.adaptive.prepare import OWNERSHIP_FILE
 from kit.digest import load_json_strict, sha256_file
 from kit.stats import accuracy_by_family, bootstrap_ratio_distribution, gained_lost
@@ -40,13 +48,12 @@ def prepare_sidecars(summary: dict) -> dict:
 def ownership_rows(prepared_dir: str) -> list[dict]:
     """The `ownership` sidecar: one row per worker of every layout the planner wrote (ownership file of
     the prepared job), with its block range, embedding ownership, memory estimate and tensors."""
-    ownership = load_json_strict(Path(prepared_dir) / OWNERSHIP_FILE)
-    return [{"workers": lay["workers"], "layers": lay["num_hidden_layers"], "grown": lay["grown"],
-             "rank": w["rank"], "blocks": f"[{w['blocks'][0]}, {w['blocks'][1]})",
-             "owns_embedding": w["owns_embedding"],
-             "estimate_MiB": round(w["estimate_bytes"] / 2**20, 1), "utilization": w["utilization"],
-             "tensors": len(w["tensors"])}
-            for lay in ownership["layouts"] for w in lay["per_worker"]]
+    ownership = load_ownership(Path(prepared_dir) / OWNERSHIP_FILE)
+    return [{"workers": lay.workers, "layers": lay.num_hidden_layers, "grown": lay.grown,
+             "rank": w.rank, "blocks": f"[{w.blocks[0]}, {w.blocks[1]})", "owns_embedding": w.owns_embedding,
+             "estimate_MiB": round(w.estimate_bytes / 2**20, 1), "utilization": w.utilization,
+             "tensors": len(w.tensors)}
+            for lay in ownership.layouts for w in lay.per_worker]
 
 
 def continued_prepare_sidecars(summary: dict) -> dict:
@@ -145,56 +152,63 @@ def trajectories(result: dict) -> list[dict]:
 
 
 # --- an evaluation (notebook 13) ---------------------------------------------------------------
-def evaluation_file(ev: dict, comparison: str, split: str, out: str) -> dict:
+def evaluation_file(ev: dict | PairedScores, comparison: str, split: str, out: str) -> dict:
     """The `evaluation_file` sidecar: where the evaluation record is, its sha256 and what it scored."""
+    scores = paired_scores(ev)
     return {"comparison": comparison, "split": split, "path": str(out), "sha256": sha256_file(out),
-            "candidate": ev["candidate"], "baseline": ev["baseline"], "tasks": len(ev["tasks"]),
-            "retention": len(ev["retention"])}
+            "candidate": scores.candidate, "baseline": scores.baseline, "tasks": len(scores.tasks),
+            "retention": len(scores.retention)}
 
 
 def accuracy_sidecars(ev: dict) -> dict:
     """{"accuracy_by_family": {family: {n, accuracy_/correct_ candidate and baseline}},
-    "generated_answers": gained and lost correct answers, candidate against baseline}."""
-    cand = accuracy_by_family([{"family": x["family"], "correct": x["cand_correct"]} for x in ev["tasks"]])
-    base = accuracy_by_family([{"family": x["family"], "correct": x["base_correct"]} for x in ev["tasks"]])
+    "generated_answers": gained and lost correct answers, candidate against baseline}. `ev` needs only "tasks",
+    each with "family", "cand_correct" and "base_correct" (a report rebuilds such rows from other records)."""
+    tasks = ev["tasks"]
+    cand = accuracy_by_family([{"family": x["family"], "correct": x["cand_correct"]} for x in tasks])
+    base = accuracy_by_family([{"family": x["family"], "correct": x["base_correct"]} for x in tasks])
     table = cand.merge(base, on=["family", "n"], suffixes=("_candidate", "_baseline")).set_index("family")
     by_family = {f: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                  for f, row in table.to_dict(orient="index").items()}
-    answers = gained_lost([x["cand_correct"] for x in ev["tasks"]], [x["base_correct"] for x in ev["tasks"]])
+    answers = gained_lost([x["cand_correct"] for x in tasks], [x["base_correct"] for x in tasks])
     return {"accuracy_by_family": by_family, "generated_answers": answers}
 
 
-def nll_change_sidecars(ev: dict, terms: AdaptiveFamilyTerms, normal_multiplier: float) -> dict:
+def nll_change_sidecars(ev: dict | PairedScores, terms: AdaptiveFamilyTerms, normal_multiplier: float) -> dict:
     """{"nll_change_bounds": the bootstrap and normal bounds the gates judge (evaluation.nll_change_bounds),
     "bootstrap_distribution": per part, a 40-bin histogram of the resampled statistic behind the bound
     (the same resamples: the contract's seed and count)}."""
-    bounds = nll_change_bounds(ev, terms, normal_multiplier)
+    scores = paired_scores(ev)
+    bounds = nll_change_bounds(scores, terms, normal_multiplier)
     hist = {}
-    for part in ("tasks", "retention"):
-        rows = ev[part]
-        stats = bootstrap_ratio_distribution(np.array([x["cand_nll"] - x["base_nll"] for x in rows], dtype=np.float64),
-                                             np.array([x["tokens"] for x in rows], dtype=np.float64),
+    for part, rows in (("tasks", scores.tasks), ("retention", scores.retention)):
+        stats = bootstrap_ratio_distribution(np.array([x.cand_nll - x.base_nll for x in rows], dtype=np.float64),
+                                             np.array([x.tokens for x in rows], dtype=np.float64),
                                              bounds[part]["resamples"], bounds[part]["bootstrap_seed"])
         counts, edges = np.histogram(stats, bins=40)
         hist[part] = {"counts": counts.tolist(), "edges": edges.tolist(), "resamples": int(stats.size)}
     return {"nll_change_bounds": bounds, "bootstrap_distribution": hist}
 
 
-def gate_sidecars(ev: dict, terms: JobTerms, prepared: dict, comparison: str) -> dict:
+def gate_sidecars(ev: dict | PairedScores, terms: JobTerms, prepared: dict | AnyPreparedJob, comparison: str) -> dict:
     """The final roles' verdict as sidecars: {"gates": {name: passed, inputs, rule}, "gate_verdict"} and,
     for a continued-learning job (generated answers are its primary gate), "start_endpoint" with the note
     that says whether its start was exploratory. Refused on development roles: they may only abort."""
-    if ev["split"] != "final":
-        raise ValueError(f"evaluation of {comparison or 'this comparison'}: field split = {ev['split']!r}; "
+    split = ev.split if isinstance(ev, PairedScores) else ev["split"]  # refused first, whatever else it holds
+    if split != "final":
+        raise ValueError(f"evaluation of {comparison or 'this comparison'}: field split = {split!r}; "
                          "the gates apply to final roles only")
+    scores = paired_scores(ev)
+    job = prepared if isinstance(prepared, (PreparedJob, ContinuedPreparedJob)) else \
+        prepared_job_from_json(prepared, "prepared.json")  # a notebook hands over the file's JSON
     out = {}
-    if prepared["contract"]["kind"] == CONTINUED:
-        start = prepared["start"]
-        verdict = continued_gates(ev, terms, start["exploratory"])
-        out["start_endpoint"] = {"full_root": start["full_root"], "gates_passed": start["gates_passed"],
-                                 "exploratory": start["exploratory"], "note": verdict["note"]}
+    if isinstance(job, ContinuedPreparedJob):
+        start = job.start
+        verdict = continued_gates(scores, terms, start.exploratory)
+        out["start_endpoint"] = {"full_root": start.full_root, "gates_passed": start.gates_passed,
+                                 "exploratory": start.exploratory, "note": verdict["note"]}
     else:
-        verdict = gates(ev, terms)
+        verdict = gates(scores, terms)
     out["gates"] = {g["name"]: {"passed": g["passed"], **g["inputs"], "rule": g["rule"]} for g in verdict["gates"]}
     out["gate_verdict"] = {"comparison": comparison, "passed": verdict["passed"], "candidate": verdict["candidate"],
                            "baseline": verdict["baseline"],

@@ -13,11 +13,15 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_fresh_home, check_seed
 from kit.adaptive.continued_schema import JobTerms
-from kit.adaptive.lineage import portable_logs, write_portable_logs
+from kit.adaptive.formats import AnyPreparedJob
+from kit.adaptive.lineage import PortableLog, portable_logs, write_portable_logs
 from kit.adaptive.train import (
     WORKER_TIMEOUT_S,
     CohortRequest,
@@ -35,7 +39,8 @@ from kit.distributed.launch import WorkerContext
 from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.engine.fetch import holds_commit, host_name
 from kit.interrupt import interruption
-from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
+from kit.record import MapOf, Opt, Record, spec_field
+from kit.refs import CommitRef, PeerCommitRef, SeedRef
 from kit.store.commits import read_commit
 from kit.store.in_use import held
 
@@ -76,17 +81,25 @@ def train_torchrun(request: CohortRequest) -> list[dict]:
         leave()
 
 
-def _bind(group, r: CohortRequest, terms: JobTerms, pj) -> dict:
-    """Step 2: the holder's checks and facts, every rank's fresh-home check. Returns the holder's facts:
-    {"holder", "cursor", "layers", "logs": {name: text}} (holder -1 for a seed start)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HolderFacts(Record):
+    """What the holder of the start commit tells every rank (as JSON, over the group): its rank (-1: a seed
+    start), the start commit's cursor, the student's depth and the lineage's inherited logs."""
+
+    holder: int = spec_field(int)
+    cursor: Mapping[str, int] | None = spec_field(Opt(MapOf(int)))
+    layers: int = spec_field(int)
+    logs: Mapping[str, PortableLog] = spec_field(MapOf(PortableLog))
+
+
+def _bind(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob) -> HolderFacts:
+    """Step 2: the holder's checks and facts, every rank's fresh-home check. Returns the holder's facts."""
     prepared_p = Path(r.prepared)
     if r.resume is None:  # a seed start reads no commit: every rank checks its own bindings
-        def bindings_then_layers():
-            check_bindings(prepared_p, pj, terms, r.seed_dir, r.home, r.cohort, None, r.reference, None, None)
-            return student_layers(r.seed_dir, None, None)
-
-        layers = _agree(group, "the bindings", bindings_then_layers)
-        return {"holder": -1, "cursor": None, "layers": layers[0], "logs": {}}
+        layers = _agree(group, "the bindings", lambda: (
+            check_bindings(prepared_p, pj, terms, r.seed_dir, r.home, r.cohort, None, r.reference, None, None),
+            student_layers(r.seed_dir, None, None))[1])
+        return HolderFacts(holder=-1, cursor=None, layers=layers[0], logs=MappingProxyType({}))
     here = _store_of(r.resume, r.source_home, r.home)
     holders = [i for i, h in enumerate(_agree(group, "where the start commit is", lambda: here is not None)) if h]
     if not holders:
@@ -103,32 +116,31 @@ def _bind(group, r: CohortRequest, terms: JobTerms, pj) -> dict:
             check_a_trained(r.reference_home or src or r.home, prepared_p, terms.endpoints["A"])
 
         # the lineage's update logs travel with the migrated state: referenced where rank 0's host holds them
-        logs = portable_logs(src) if src else {}
-        assert here is not None and r.resume is not None, "the holder holds the start commit"
+        logs = {name: log.to_json() for name, log in portable_logs(src).items()} if src else {}
         return {"holder": holder, "cursor": read_commit(here, r.resume)["learned_state"]["cursor"],
                 "layers": student_layers(r.seed_dir, src or r.home, r.resume), "logs": logs}
 
-    facts = _agree(group, "the start commit's bindings", holder_facts)[holder]
+    facts = HolderFacts.from_json(_agree(group, "the start commit's bindings", holder_facts)[holder],
+                                  f"rank {holder}'s facts")
     _agree(group, "a fresh --home", lambda: None if group.rank == holder else  # the holder checked it above
-           check_fresh_home(r.home, r.cohort, r.resume, facts["cursor"], terms.cohort_order))
+           check_fresh_home(r.home, r.cohort, r.resume, dict(facts.cursor or {}), terms.cohort_order))
     return facts
 
 
-def _start_and_reference(group, r: CohortRequest, terms: JobTerms, facts) -> tuple:
+def _start_and_reference(group, r: CohortRequest, terms: JobTerms, facts: HolderFacts) -> tuple:
     """Every rank's start and reference (kit.refs) and the student's depth, after step 3's growth."""
     rank = group.rank
-    start: SeedRef | PeerCommitRef = SeedRef(r.seed_dir)
-    layers = facts["layers"]
+    start, layers = SeedRef(r.seed_dir), facts.layers
     if r.resume is not None:  # fetched over the group from the holder (step 4)
         source = _store_of(r.resume, r.source_home, r.home)
         start = PeerCommitRef(r.resume, source)
         if r.grow:  # step 3: the holder grows in its own home, which then holds the grown commit whole
             grown = _agree(group, "the append transition", lambda: grow_into(
                 r.home, source if source != r.home else None, r.resume, terms)
-                if rank == facts["holder"] else None)[facts["holder"]]
-            start = PeerCommitRef(grown, r.home if rank == facts["holder"] else None)
-            layers = facts["layers"] + terms.growth.add_blocks
-    reference: Ref = r.reference_ref()
+                if rank == facts.holder else None)[facts.holder]
+            start = PeerCommitRef(grown, r.home if rank == facts.holder else None)
+            layers = facts.layers + terms.growth.add_blocks
+    reference = r.reference_ref()
     if r.cohort != "A":  # B and C train against a committed reference: fetched where a host lacks it
         assert r.reference is not None, "check_cohort refuses cohorts B and C without --reference"
         ref_here = _store_of(r.reference, r.reference_home, r.source_home, r.home)
@@ -138,25 +150,25 @@ def _start_and_reference(group, r: CohortRequest, terms: JobTerms, facts) -> tup
     return start, reference, layers
 
 
-def _run(group, r: CohortRequest, terms: JobTerms, pj, WorkerContext) -> list[dict]:
+def _run(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob, WorkerContext) -> list[dict]:
     rank, world = group.rank, group.world
     facts = _bind(group, r, terms, pj)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     attempt = f"torchrun-{run_id}-{os.environ.get('MASTER_PORT', '0')}"
     attempt_dir = Path(r.home) / "attempts" / attempt
-    record = {**attempt_record(r, attempt, pj), "launcher": "torchrun", "holder": facts["holder"]}
+    record = {**attempt_record(r, attempt, pj), "launcher": "torchrun", "holder": facts.holder}
     (attempt_dir / "workers").mkdir(parents=True, exist_ok=True)  # every host: its own status files
     if rank == 0:
         write_canonical_json(attempt_dir / "attempt.json", record)
 
-        write_portable_logs(facts["logs"], attempt_dir)
+        write_portable_logs(facts.logs, attempt_dir)
     with held(r.home):  # as the local launcher: gc --objects is refused and a second trainer told who holds it
         try:
             start, reference, layers = _start_and_reference(group, r, terms, facts)
-            args = worker_args(r, start, reference, layers, attempt_dir)
+            plan = worker_args(r, start, reference, layers, attempt_dir)
             group.barrier()
             before, started = interface_counters_or_none(), time.time()
-            out = adaptive_worker(group, args, WorkerContext(rank, world, attempt_dir / "workers"))
+            out = adaptive_worker(group, plan, WorkerContext(rank, world, attempt_dir / "workers"))
             after, ended = interface_counters_or_none(), time.time()
             # every rank's own interface counters (its host), times, fetches and commit transfers, into rank 0's record
             mine = {"rank": rank, "host": host_name(), "hostname": socket.gethostname(), "started_at": started,

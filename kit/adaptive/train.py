@@ -32,11 +32,20 @@ import torch
 from kit import numerics
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_cohort, check_inputs
 from kit.adaptive.continued_schema import JobTerms, job_contract
+from kit.adaptive.formats import (
+    AnyPreparedJob,
+    ContinuedPreparedJob,
+    LayoutJson,
+    WorkerPlan,
+    load_job_files,
+    load_prepared,
+    ref_json,
+)
 from kit.adaptive.growth import grow_commit
 from kit.adaptive.lineage import inherit_logs
 from kit.adaptive.ownership import memory_model_of, planned_layout
 from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
-from kit.data.chat import encode_or_refuse, load_tokenizer
+from kit.data.chat import EncodedExample, encode_or_refuse, load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 from kit.distributed.group import under_torchrun
@@ -45,9 +54,9 @@ from kit.engine.migration import open_start, open_start_over_group, reference_ov
 from kit.engine.session import Session
 from kit.interrupt import Interrupted, interruption
 from kit.model.config import load_config
-from kit.model.shard import Layout, even_layout
+from kit.model.shard import even_layout
 from kit.paths import inside
-from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
+from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
 from kit.store import commits
 from kit.store.commits import read_commit, read_head, verify_commit
@@ -108,13 +117,13 @@ class CohortRequest:
         except ReplicateRefused as e:
             raise TrainRefused(str(e)) from None
 
-    def for_job(self, pj: dict) -> CohortRequest:
+    def for_job(self, pj: AnyPreparedJob) -> CohortRequest:
         """The request with the prepared job's defaults: cohort C starts from, and trains against, the
         store of the bound phase-A endpoint (prepared.json `locations.start_home`)."""
-        if self.cohort != "C":
+        if self.cohort != "C" or not isinstance(pj, ContinuedPreparedJob):
             return self
         # prepared.json files written before 2026-12-03 kept the store's path in `start.home`
-        source_home = self.source_home or pj["locations"].get("start_home") or pj["start"]["home"]
+        source_home = self.source_home or pj.locations.start_home or pj.start.home
         return replace(self, source_home=source_home, reference_home=self.reference_home or source_home)
 
     def start(self) -> SeedRef | CommitRef:
@@ -130,67 +139,72 @@ class CohortRequest:
         return CommitRef(self.reference_home or self.source_home or self.home, self.reference)
 
 
+def _schedule(prepared: Path) -> dict:
+    """The job's schedule.json as written (its entries go to the workers as they are: a replicate's order and
+    the committed one compare equal as JSON)."""
+    where = f"{Path(prepared) / 'prepared.json'} field 'schedule.file'"
+    return load_json_strict(inside(Path(prepared), load_job_files(prepared).schedule.file, where))
+
+
 def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[dict]]:
     """The cohort's scheduled updates, in replicate `replicate`'s order (the prepared order for 0; else each
     role's records reordered from the schedule's seed, every update keeping its count per role)."""
-    pj = load_json_strict(Path(prepared) / "prepared.json")
-    where = f"{Path(prepared) / 'prepared.json'} field"
-    schedule = load_json_strict(inside(Path(prepared), pj["schedule"]["file"], f"{where} 'schedule.file'"))
+    schedule = _schedule(prepared)
     if replicate and not isinstance(schedule.get("seed"), int):
-        raise TrainRefused(f"{where} 'schedule.file': its field 'seed' must be an integer for replicate {replicate}'s "
-                           "derived order")
+        raise TrainRefused(f"{Path(prepared) / 'prepared.json'} field 'schedule.file': its field 'seed' must be an "
+                           f"integer for replicate {replicate}'s derived order")
     return reorder_steps(schedule["cohorts"][cohort]["steps"], schedule.get("seed") if replicate else 0, replicate,
                          role_of=lambda e: e["role"], key=lambda e: e["id"])
 
 
 def replicate_record(prepared: Path, cohort: str, replicate: int) -> dict:
     """What an attempt of replicate k > 0 records about its order (kit.replicate_order.describe)."""
-    pj = load_json_strict(Path(prepared) / "prepared.json")
-    seed = load_json_strict(inside(Path(prepared), pj["schedule"]["file"], f"{Path(prepared) / 'prepared.json'} "
-                                   "field 'schedule.file'"))["seed"]
-    return describe(seed, replicate, cohort_steps(prepared, cohort, replicate), key=lambda e: e["id"])
+    return describe(_schedule(prepared)["seed"], replicate, cohort_steps(prepared, cohort, replicate),
+                    key=lambda e: e["id"])
 
 
 def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int, replicate: int = 0) -> dict:
-    """Encode every record the cohort's schedule names (deterministic, done on every worker)."""
-    pj = load_json_strict(prepared / "prepared.json")
+    """Encode every record the cohort's schedule names (deterministic, done on every worker): {"steps" (the
+    schedule's entries), "encoded" (id -> EncodedExample), "pad_id"}."""
+    pj = load_job_files(prepared)
     where = f"{prepared / 'prepared.json'} field"
     steps = cohort_steps(prepared, cohort, replicate)
     roles = {e["role"] for step in steps for e in step}
     tok = load_tokenizer(seed_dir)
     convs = {}
     for role in sorted(roles):
-        info = pj["roles"][role]
-        for c in read_jsonl(inside(prepared, info["file"], f"{where} 'roles.{role}.file'"), info["sha256"]):
+        info = pj.roles[role]
+        for c in read_jsonl(inside(prepared, info.file, f"{where} 'roles.{role}.file'"), info.sha256):
             convs[c.id] = c
-    encoded = {}
+    encoded: dict[str, EncodedExample] = {}
     for cid, c in convs.items():
-        encoded[cid] = encode_or_refuse(tok, c, max_tokens, TrainRefused, f"{prepared}: record")
-    return {"steps": steps, "encoded": encoded,
-            "pad_id": tok.pad_token_id or 0}
+        example = encode_or_refuse(tok, c, max_tokens, TrainRefused, f"{prepared}: record")
+        assert example is not None  # an over-long record raised TrainRefused
+        encoded[cid] = example
+    return {"steps": steps, "encoded": encoded, "pad_id": tok.pad_token_id or 0}
 
 
-def _open_start(group, args: dict, layout, ctx) -> tuple:
+def _open_start(group, plan: WorkerPlan, layout, ctx) -> tuple:
     """The start state this worker's blocks train from: (start, bytes fetched, the peer fetch record or None).
     A commit of another store is migrated first; over the group when hosts share no filesystem."""
-    start_ref = ref_from_json(args["start"], "worker argument 'start'")
+    start_ref = plan.start.ref()
     fetch = None
     if isinstance(start_ref, PeerCommitRef):  # hosts without a shared filesystem (kit/adaptive/torchrun.py)
-        start, fetch = open_start_over_group(group, args["home"], layout, start_ref.root, start_ref.source, ctx)
+        start, fetch = open_start_over_group(group, plan.home, layout, start_ref.root, start_ref.source, ctx)
         fetched = fetch["received"]
     elif isinstance(start_ref, CommitRef):  # from another store: its assigned objects are migrated first
-        migrate_from = start_ref.home if start_ref.home != args["home"] else None
-        start, fetched = open_start(group, args["home"], layout, {"root": start_ref.root}, migrate_from, ctx)
+        migrate_from = start_ref.home if start_ref.home != plan.home else None
+        start, fetched = open_start(group, plan.home, layout, {"root": start_ref.root}, migrate_from, ctx)
     else:
-        start, fetched = open_start(group, args["home"], layout, start_ref.to_json(), None, ctx)
+        start, fetched = open_start(group, plan.home, layout, start_ref.to_json(), None, ctx)
     return start, fetched, fetch
 
 
-def _open_reference(group, args: dict, layout) -> tuple:
+def _open_reference(group, plan: WorkerPlan, layout) -> tuple:
     """The frozen reference of the KL term, as the Session takes it, and the peer fetch record (or None)."""
-    reference_ref = ref_from_json(args["reference"], "worker argument 'reference'")
+    reference_ref = plan.reference.ref()
     if isinstance(reference_ref, PeerCommitRef):
-        return reference_over_group(group, reference_ref.source, args["home"], layout, reference_ref.root)
+        return reference_over_group(group, reference_ref.source, plan.home, layout, reference_ref.root)
     return reference_ref.to_json(), None
 
 
@@ -209,35 +223,39 @@ def _start_cohort_step(terms: JobTerms, cohort: str, manifest: dict | None) -> i
     return cursor.get("cohort_step", cursor["step"])
 
 
-def adaptive_worker(group, args: dict, ctx) -> dict:
-    """Launcher/torchrun entry; `args` is `worker_args`' plan (start and reference as kit.refs JSON)."""
-    prepared = Path(args["prepared"])
+def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
+    """Launcher/torchrun entry; `args` is `worker_args`' plan, as JSON where it crossed into a worker process
+    (the launcher's launch-args.json)."""
+    # the prepared job's inputs are checked before the rest of the plan is read: a changed byte anywhere is the
+    # first refusal a worker gives, whatever else its plan holds
+    prepared = Path(args.prepared if isinstance(args, WorkerPlan) else args["prepared"])
     if os.environ.get("KIT_GPU_DETERMINISTIC") == "1" and group.device.type == "cuda":
         numerics.apply(group.device, deterministic_gpu=True, threads=int(os.environ.get("KIT_THREADS", "1")))
     ctx.progress(phase="check-inputs")
     check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
-    terms = job_contract(load_json_strict(prepared / "prepared.json"))
+    plan = args if isinstance(args, WorkerPlan) else WorkerPlan.from_json(args, "worker plan (launch-args.json)")
+    terms = job_contract(load_prepared(prepared).to_json())
     order = terms.cohort_order
     tr = terms.training
-    cohort = args["cohort"]
-    layout = Layout.from_json(args["layout"])
-    start, fetched, fetch = _open_start(group, args, layout, ctx)
-    reference, reference_fetch = _open_reference(group, args, layout)
-    data = records_for_cohort(prepared, cohort, args["seed_dir"], tr.max_tokens, args.get("replicate", 0))
+    cohort = plan.cohort
+    layout = plan.layout.layout()
+    start, fetched, fetch = _open_start(group, plan, layout, ctx)
+    reference, reference_fetch = _open_reference(group, plan, layout)
+    data = records_for_cohort(prepared, cohort, plan.seed_dir, tr.max_tokens, plan.replicate)
 
     docs = terms.cohorts[cohort].documents_per_update
     # a continued-learning contract has no planner section: admission then uses the device's default model
     memory_model = memory_model_of(terms) if "planner" in terms else None
-    session = Session(group, args["home"], layout, start, engine_config(terms, pad_id=data["pad_id"]),
+    session = Session(group, plan.home, layout, start, engine_config(terms, pad_id=data["pad_id"]),
                       optimizer_groups(terms), reference=reference,
                       admission={"microbatch": (tr.microbatch_size, tr.max_tokens),
                                  "microbatches": -(-docs // tr.microbatch_size),
                                  "memory_model": memory_model})
     cohort_idx = order.index(cohort)
     cohort_step = _start_cohort_step(terms, cohort, start.manifest)
-    until = min(int(args.get("until") or terms.endpoints[cohort]), terms.endpoints[cohort])
+    until = min(int(plan.until or terms.endpoints[cohort]), terms.endpoints[cohort])
     points = set(commit_points(terms, cohort)) | {until}  # the contract's commit points, and where we stop
-    log = Path(args["attempt_dir"]) / "updates.jsonl" if group.rank == 0 else None
+    log = Path(plan.attempt_dir) / "updates.jsonl" if group.rank == 0 else None
     out = {"rank": group.rank, "fetched_bytes": fetched, "commits": [], "start_cohort_step": cohort_step,
            "admission": session.admission, "device": str(group.device), "fetch": fetch,
            "reference_fetch": reference_fetch, "commit_transfers": session.transfers}
@@ -306,14 +324,14 @@ class _RankStats:
         return rows
 
 
-def checked_job(request: CohortRequest) -> tuple[CohortRequest, JobTerms, dict]:
+def checked_job(request: CohortRequest) -> tuple[CohortRequest, JobTerms, AnyPreparedJob]:
     """Shared by the local and torchrun paths: every input commitment and the kit's source, the
     contract (adaptive or continued), the cohort name, and a later cohort's reference and resume.
     Returns (the request with the job's defaults, contract view, prepared.json)."""
     prepared = Path(request.prepared)
     check_inputs(prepared)  # before anything else: source or input changes fail here, naming the file
-    pj = load_json_strict(prepared / "prepared.json")
-    terms = job_contract(pj)
+    pj = load_prepared(prepared)
+    terms = job_contract(pj.to_json())
     check_cohort(pj, terms, request.cohort, request.resume, request.reference, request.grow)
     endpoint = terms.endpoints[request.cohort]
     if request.until is not None and request.until > endpoint:  # it trained to the endpoint, silently
@@ -323,15 +341,16 @@ def checked_job(request: CohortRequest) -> tuple[CohortRequest, JobTerms, dict]:
     return request.for_job(pj), terms, pj
 
 
-def worker_args(request: CohortRequest, start: Ref, reference: Ref, layers: int, attempt_dir: Path) -> dict:
+def worker_args(request: CohortRequest, start: Ref, reference: Ref, layers: int, attempt_dir: Path) -> WorkerPlan:
     """The one plan both launch paths hand `adaptive_worker`: the request's paths and cohort, the
     planner's layout from the prepared ownership manifest (`training_layout`) for the student's depth,
-    the start and reference (kit.refs JSON) and the attempt folder."""
-    return {"prepared": request.prepared, "seed_dir": request.seed_dir, "home": request.home,
-            "cohort": request.cohort, "layout": training_layout(Path(request.prepared), layers,
-                                                                request.workers).to_json(),
-            "start": start.to_json(), "reference": reference.to_json(), "until": request.until,
-            "attempt_dir": str(attempt_dir), "timeout_s": WORKER_TIMEOUT_S, "replicate": request.replicate}
+    the start and reference (kit.refs) and the attempt folder."""
+    layout = training_layout(Path(request.prepared), layers, request.workers)
+    return WorkerPlan(prepared=request.prepared, seed_dir=request.seed_dir, home=request.home, cohort=request.cohort,
+                      layout=LayoutJson(blocks=tuple(tuple(r) for r in layout.ranges),
+                                        embedding_owner=layout.embedding_owner),
+                      start=ref_json(start), reference=ref_json(reference), until=request.until,
+                      attempt_dir=str(attempt_dir), timeout_s=WORKER_TIMEOUT_S, replicate=request.replicate)
 
 
 def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
@@ -343,12 +362,12 @@ def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
     return load_config(seed_dir).num_hidden_layers
 
 
-def attempt_record(request: CohortRequest, attempt: str, pj: dict) -> dict:
+def attempt_record(request: CohortRequest, attempt: str, pj: AnyPreparedJob) -> dict:
     """The attempt record as it starts (docs/formats/adaptive-homes.md, `attempt.json`): the request and the job's digest."""
     fields = {k: v for k, v in asdict(request).items() if k not in ("seed_dir", "home", "timeout_s", "replicate")}
     if request.replicate:  # only replicates carry it: a committed run's attempt record keeps its fields
         fields["replicate"] = replicate_record(Path(request.prepared), request.cohort, request.replicate)
-    return {**fields, "attempt": attempt, "prepared_job_digest": pj["job_digest"], "started_at": time.time(),
+    return {**fields, "attempt": attempt, "prepared_job_digest": pj.job_digest, "started_at": time.time(),
             "status": "running", "error": None, "commits": []}
 
 
@@ -414,9 +433,9 @@ def train(request: CohortRequest) -> list[dict]:
                 start = CommitRef(r.home, grow_into(r.home, r.source_home, r.resume, terms))
             layers = student_layers(r.seed_dir, start.home, start.root) if isinstance(start, CommitRef) else \
                 student_layers(r.seed_dir, None, None)
-            args = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
+            plan = worker_args(r, start, r.reference_ref(), layers, attempt_dir)
             first_step, first_cohort_step = _resumed_at(start, terms, r.cohort)
-            results = launch(adaptive_worker, args, r.workers, attempt_dir / "workers", timeout_s=r.timeout_s,
+            results = launch(adaptive_worker, plan.to_json(), r.workers, attempt_dir / "workers", timeout_s=r.timeout_s,
                              progress_total=(r.until or terms.endpoints[r.cohort]) - first_cohort_step,
                              progress_first_step=first_step,
                              desc=f"cohort {r.cohort} ({r.workers} workers)", env={DISK_RESERVE_ENV: str(reserve)})
@@ -463,7 +482,7 @@ def _after_abort(r: CohortRequest, attempt_dir: Path) -> str:
     return f"{said}; resume with the same command and `--resume HEAD` (HEAD is {head})"
 
 
-def adoptable_endpoint(r: CohortRequest, terms: JobTerms, pj: dict) -> dict | None:
+def adoptable_endpoint(r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob) -> dict | None:
     """The commit entry of `--resume` when nothing is left to train from it (its cohort step is this
     attempt's last) and it lies in `home`, verified whole, committed where an attempt of this prepared job
     ran: a run that died after its endpoint commit but before its record. Else None (train as usual)."""
@@ -477,7 +496,7 @@ def adoptable_endpoint(r: CohortRequest, terms: JobTerms, pj: dict) -> dict | No
     if cursor.get("cohort", 0) != cohort_idx or cursor.get("cohort_step", cursor["step"]) < last:
         return None
     ran_here = [p for p in sorted(Path(r.home).glob("attempts/*/attempt.json"))
-                if load_json_strict(p).get("prepared_job_digest") == pj["job_digest"]]
+                if load_json_strict(p).get("prepared_job_digest") == pj.job_digest]
     if not ran_here:
         raise TrainRefused(f"--resume {r.resume}: its cohort step {cursor.get('cohort_step')} is the last of "
                            f"cohort {r.cohort}, but no attempt of this prepared job ran in {r.home}; expected the "

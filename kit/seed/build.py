@@ -230,7 +230,8 @@ def _tokenize(cfg: SeedBuildConfig, conversations: list[Conversation], staging: 
 def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord], show: bool) -> list[float]:
     assert model.shape.pad_token_id is not None, "the seed's tokenizer has a pad token (_tokenize)"
     return train_updates(model, records, torch.device("cpu"),
-                         EngineConfig(cfg.microbatch_size, cfg.max_grad_norm, pad_id=model.shape.pad_token_id),
+                         EngineConfig(microbatch_size=cfg.microbatch_size, max_grad_norm=cfg.max_grad_norm,
+                                      pad_id=model.shape.pad_token_id),
                          GroupConfig(cfg.lr, cfg.beta1, cfg.beta2, 1e-8, cfg.weight_decay), cfg.learning_rate,
                          cfg.batch_size, cfg.updates, "seed build", show).losses
 

@@ -486,8 +486,8 @@ def check_inputs(alpaca: Path, text: Path, contracts_dir: Path, device: str) -> 
 
 def _engine_config(cfg: SmallSeedConfig, device: torch.device, pad_id: int) -> EngineConfig:
     dtype = cfg.compute_dtype if device.type == "cuda" else "float32"
-    return EngineConfig(cfg.microbatch_rows, cfg.max_grad_norm, compute_dtype=dtype, pad_id=pad_id,
-                        compile_blocks=cfg.compile_blocks, length_bucket=0, clip_on_device=cfg.clip_on_device,
+    return EngineConfig(microbatch_size=cfg.microbatch_rows, max_grad_norm=cfg.max_grad_norm, compute_dtype=dtype,
+                        pad_id=pad_id, compile_blocks=cfg.compile_blocks, length_bucket=0, clip_on_device=cfg.clip_on_device,
                         weight_cache=cfg.fast_paths, fused_elementwise=cfg.fast_paths, foreach_norm=cfg.fast_paths)
 
 

@@ -355,8 +355,8 @@ def engine_config(terms: StudyContract, compile_blocks: str = "auto", pad_id: in
     contract. `compile_blocks` is a run option (`kit study arm --compile-blocks`), not a contract field;
     the study's documents are pre-tokenised and padding is never a target, so `pad_id` stays 0."""
     t = terms.training
-    return EngineConfig(int(t.microbatch_size), float(t.max_grad_norm), compute_dtype=t.compute_dtype,
-                        compile_blocks=compile_blocks, pad_id=pad_id)
+    return EngineConfig(microbatch_size=int(t.microbatch_size), max_grad_norm=float(t.max_grad_norm),
+                        compute_dtype=t.compute_dtype, compile_blocks=compile_blocks, pad_id=pad_id)
 
 
 def lr_schedule(terms: StudyContract) -> LrSchedule:

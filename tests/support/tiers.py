@@ -115,6 +115,7 @@ UNIT_FILES = (
     "test_evaluate.py",
     "test_fast_paths_applied.py",
     "test_fetch_over_group.py",
+    "test_format_docs_prepared.py",
     "test_function_length.py",
     "test_format_docs_contracts.py",
     "test_fused_paths.py",

@@ -12,6 +12,7 @@ from kit.adaptive.continued import KIND as CONTINUED
 from kit.adaptive.continued import continued_gates, load_continued_contract, prepare_continued
 from kit.adaptive.continued_schema import job_contract
 from kit.adaptive.evaluation import EvaluateRequest, evaluate, gates
+from kit.adaptive.formats import ContinuedPreparedJob, load_prepared
 from kit.adaptive.prepare import prepare
 from kit.adaptive.schema import load_adaptive_contract
 from kit.adaptive.selection import write_selection
@@ -41,10 +42,10 @@ def cmd_train(a) -> int:
 
 
 def cmd_evaluate(a) -> int:
-    pj = load_json_strict(Path(a.prepared) / "prepared.json")
-    terms = job_contract(pj)
+    pj = load_prepared(a.prepared)
+    terms = job_contract(pj.to_json())
     res = evaluate(EvaluateRequest(prepared=a.prepared, candidate=a.candidate, baseline=a.baseline, split=a.split,
-                                   out=a.out, tokenizer_dir=a.tokenizer or pj["locations"]["seed"],
+                                   out=a.out, tokenizer_dir=a.tokenizer or pj.locations.seed,
                                    max_tokens=terms.training.max_tokens,
                                    max_new_tokens=terms.evaluation.max_new_tokens, selection=a.selection,
                                    device=a.device))
@@ -72,22 +73,31 @@ def cmd_select(a) -> int:
 
 def cmd_gates(a) -> int:
     continued = load_json_strict(a.contract).get("kind") == CONTINUED
-    contract = (load_continued_contract if continued else load_adaptive_contract)(a.contract)
+    if continued:
+        continued_contract = load_continued_contract(a.contract)
+        digest = continued_contract.digest
+    else:
+        adaptive_contract = load_adaptive_contract(a.contract)
+        digest = adaptive_contract.digest
     start: dict | None = None  # continued learning: whether the start endpoint's gates passed (exploratory otherwise)
     if continued:
         if not a.prepared:
             raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
-        recorded = load_json_strict(Path(a.prepared) / "prepared.json")["start"]
-        start = {k: recorded[k] for k in ("full_root", "gates", "gates_passed", "exploratory")}
+        job = load_prepared(a.prepared)
+        if not isinstance(job, ContinuedPreparedJob):
+            raise ValueError(f"--prepared {a.prepared}: an adaptive job; a continued-learning contract needs the "
+                             "continued job it prepared (its start record)")
+        start = {"full_root": job.start.full_root, "gates": dict(job.start.gates),
+                 "gates_passed": job.start.gates_passed, "exploratory": job.start.exploratory}
     comparisons = {}
     for spec in a.eval:
         name, _, path = spec.partition("=")
         ev = load_json_strict(path)
-        verdict = (continued_gates(ev, contract.terms, recorded["exploratory"]) if continued
-                   else gates(ev, contract.terms))
+        verdict = (continued_gates(ev, continued_contract.terms, job.start.exploratory) if continued
+                   else gates(ev, adaptive_contract.terms))
         comparisons[name] = {"evaluation": path, **verdict}
     all_passed = all(v["passed"] for v in comparisons.values())
-    out = {"contract_digest": contract.digest, "comparisons": comparisons, "all_passed": all_passed}
+    out = {"contract_digest": digest, "comparisons": comparisons, "all_passed": all_passed}
     if start is not None:
         out = {**out, "start": start}  # canonical JSON sorts the keys: the bytes are those of before
     write_canonical_json(a.out, out)
