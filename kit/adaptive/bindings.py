@@ -12,6 +12,7 @@ from pathlib import Path
 from kit.adaptive.continued_schema import JobTerms
 from kit.adaptive.formats import AnyPreparedJob, ContinuedPreparedJob, load_job_files, prepared_job_from_json
 from kit.adaptive.lineage import lineage_rows
+from kit.adaptive.schema import Cohort
 from kit.data.conversations import read_jsonl
 from kit.digest import load_json_strict, sha256_file
 from kit.inventory import parameter_digest
@@ -115,6 +116,13 @@ def a_endpoint_of(resume_home: str, resume: str, terms: JobTerms, depth: int) ->
     return None
 
 
+def _b_reference(terms: JobTerms) -> str:
+    """The contract's `cohorts.B.reference` (only an adaptive job has a cohort B)."""
+    b = terms.cohorts["B"]
+    assert isinstance(b, Cohort), "cohort B is an adaptive job's"
+    return b.reference
+
+
 def check_reference(prepared: Path, pj: AnyPreparedJob | dict, terms: JobTerms, reference: str, resume: str, ref_home: str,
                     resume_home: str | None = None) -> dict:
     """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
@@ -126,7 +134,7 @@ def check_reference(prepared: Path, pj: AnyPreparedJob | dict, terms: JobTerms, 
     if reference != endpoint:
         raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
                            f"continues from --resume {resume}: {endpoint or 'none found along its parents'} "
-                           f"(contract field 'cohorts.B.reference' = {terms.cohorts['B'].reference!r})")
+                           f"(contract field 'cohorts.B.reference' = {_b_reference(terms)!r})")
     manifest = read_commit(ref_home, reference)
     cursor = manifest["learned_state"]["cursor"]
     want = {"step": terms.endpoints["A"], "cohort": 0, "cohort_step": terms.endpoints["A"]}

@@ -137,7 +137,7 @@ def _start_endpoint(spj: PreparedJob, start_dir: Path, start_terms: AdaptiveJob,
                           gates_passed=passed, exploratory=not passed)
 
 
-def _start_job(terms: ContinuedContract, start_dir: Path) -> tuple[PreparedJob, object]:
+def _start_job(terms: ContinuedContract, start_dir: Path) -> tuple[PreparedJob, AdaptiveJob]:
     """The start job's prepared.json and its contract's job view (cohort order A, B), the contract's digest
     checked against prepared.json and against the continued contract's pin."""
     path = start_dir / PREPARED_FILE

@@ -12,7 +12,7 @@ import numpy as np
 
 from kit.adaptive.compare import update_log
 from kit.adaptive.continued import continued_gates
-from kit.adaptive.continued_schema import AdaptiveFamilyTerms, JobTerms
+from kit.adaptive.continued_schema import AdaptiveFamilyTerms, ContinuedJob, JobTerms
 from kit.adaptive.evaluation import gates, nll_change_bounds
 from kit.adaptive.formats import (
     AnyPreparedJob,
@@ -24,6 +24,7 @@ from kit.adaptive.formats import (
     prepared_job_from_json,
 )
 from kit.adaptive.prepare import OWNERSHIP_FILE
+from kit.adaptive.schema import AdaptiveJob
 from kit.digest import load_json_strict, sha256_file
 from kit.stats import accuracy_by_family, bootstrap_ratio_distribution, gained_lost
 
@@ -204,10 +205,12 @@ def gate_sidecars(ev: dict | PairedScores, terms: JobTerms, prepared: dict | Any
     out = {}
     if isinstance(job, ContinuedPreparedJob):
         start = job.start
+        assert isinstance(terms, ContinuedJob), "the job's contract is of the prepared job's kind (job_contract)"
         verdict = continued_gates(scores, terms, start.exploratory)
         out["start_endpoint"] = {"full_root": start.full_root, "gates_passed": start.gates_passed,
                                  "exploratory": start.exploratory, "note": verdict["note"]}
     else:
+        assert isinstance(terms, AdaptiveJob), "the job's contract is of the prepared job's kind (job_contract)"
         verdict = gates(scores, terms)
     out["gates"] = {g["name"]: {"passed": g["passed"], **g["inputs"], "rule": g["rule"]} for g in verdict["gates"]}
     out["gate_verdict"] = {"comparison": comparison, "passed": verdict["passed"], "candidate": verdict["candidate"],

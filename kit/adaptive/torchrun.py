@@ -40,7 +40,7 @@ from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.engine.fetch import holds_commit, host_name
 from kit.interrupt import interruption
 from kit.record import MapOf, Opt, Record, spec_field
-from kit.refs import CommitRef, PeerCommitRef, SeedRef
+from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 from kit.store.commits import read_commit
 from kit.store.in_use import held
 
@@ -96,9 +96,11 @@ def _bind(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob) -> Holde
     """Step 2: the holder's checks and facts, every rank's fresh-home check. Returns the holder's facts."""
     prepared_p = Path(r.prepared)
     if r.resume is None:  # a seed start reads no commit: every rank checks its own bindings
-        layers = _agree(group, "the bindings", lambda: (
-            check_bindings(prepared_p, pj, terms, r.seed_dir, r.home, r.cohort, None, r.reference, None, None),
-            student_layers(r.seed_dir, None, None))[1])
+        def bindings_then_layers():
+            check_bindings(prepared_p, pj, terms, r.seed_dir, r.home, r.cohort, None, r.reference, None, None)
+            return student_layers(r.seed_dir, None, None)
+
+        layers = _agree(group, "the bindings", bindings_then_layers)
         return HolderFacts(holder=-1, cursor=None, layers=layers[0], logs=MappingProxyType({}))
     here = _store_of(r.resume, r.source_home, r.home)
     holders = [i for i, h in enumerate(_agree(group, "where the start commit is", lambda: here is not None)) if h]
@@ -117,6 +119,7 @@ def _bind(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob) -> Holde
 
         # the lineage's update logs travel with the migrated state: referenced where rank 0's host holds them
         logs = {name: log.to_json() for name, log in portable_logs(src).items()} if src else {}
+        assert here is not None and r.resume is not None, "the holder holds the start commit"
         return {"holder": holder, "cursor": read_commit(here, r.resume)["learned_state"]["cursor"],
                 "layers": student_layers(r.seed_dir, src or r.home, r.resume), "logs": logs}
 
@@ -130,7 +133,8 @@ def _bind(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob) -> Holde
 def _start_and_reference(group, r: CohortRequest, terms: JobTerms, facts: HolderFacts) -> tuple:
     """Every rank's start and reference (kit.refs) and the student's depth, after step 3's growth."""
     rank = group.rank
-    start, layers = SeedRef(r.seed_dir), facts.layers
+    start: SeedRef | PeerCommitRef = SeedRef(r.seed_dir)
+    layers = facts.layers
     if r.resume is not None:  # fetched over the group from the holder (step 4)
         source = _store_of(r.resume, r.source_home, r.home)
         start = PeerCommitRef(r.resume, source)
@@ -140,7 +144,7 @@ def _start_and_reference(group, r: CohortRequest, terms: JobTerms, facts: Holder
                 if rank == facts.holder else None)[facts.holder]
             start = PeerCommitRef(grown, r.home if rank == facts.holder else None)
             layers = facts.layers + terms.growth.add_blocks
-    reference = r.reference_ref()
+    reference: Ref = r.reference_ref()
     if r.cohort != "A":  # B and C train against a committed reference: fetched where a host lacks it
         assert r.reference is not None, "check_cohort refuses cohorts B and C without --reference"
         ref_here = _store_of(r.reference, r.reference_home, r.source_home, r.home)

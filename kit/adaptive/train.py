@@ -44,7 +44,7 @@ from kit.adaptive.formats import (
 from kit.adaptive.growth import grow_commit
 from kit.adaptive.lineage import inherit_logs
 from kit.adaptive.ownership import memory_model_of, planned_layout
-from kit.adaptive.schema import commit_points, engine_config, optimizer_groups
+from kit.adaptive.schema import AdaptiveContract, Growth, commit_points, engine_config, optimizer_groups
 from kit.data.chat import EncodedExample, encode_or_refuse, load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
@@ -153,7 +153,9 @@ def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[d
     if replicate and not isinstance(schedule.get("seed"), int):
         raise TrainRefused(f"{Path(prepared) / 'prepared.json'} field 'schedule.file': its field 'seed' must be an "
                            f"integer for replicate {replicate}'s derived order")
-    return reorder_steps(schedule["cohorts"][cohort]["steps"], schedule.get("seed") if replicate else 0, replicate,
+    seed = schedule.get("seed") if replicate else 0
+    assert isinstance(seed, int), "checked above"
+    return reorder_steps(schedule["cohorts"][cohort]["steps"], seed, replicate,
                          role_of=lambda e: e["role"], key=lambda e: e["id"])
 
 
@@ -245,7 +247,7 @@ def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
 
     docs = terms.cohorts[cohort].documents_per_update
     # a continued-learning contract has no planner section: admission then uses the device's default model
-    memory_model = memory_model_of(terms) if "planner" in terms else None
+    memory_model = memory_model_of(terms) if isinstance(terms, AdaptiveContract) else None
     session = Session(group, plan.home, layout, start, engine_config(terms, pad_id=data["pad_id"]),
                       optimizer_groups(terms), reference=reference,
                       admission={"microbatch": (tr.microbatch_size, tr.max_tokens),
@@ -515,6 +517,7 @@ def training_layout(prepared: Path, layers: int, workers: int):
 def grow_into(home: str, source_home: str | None, root: str, terms: JobTerms) -> str:
     """Bring `root` into `home` (all objects: this store grows the whole model) and append blocks."""
     g = terms.growth
+    assert isinstance(g, Growth), "a continued job adds no blocks (its growth's add_blocks is 0): it never grows"
     if source_home and commits.read_head(home) != root:
         manifest = commits.read_commit(source_home, root)
         fetch_objects(ObjectStore(source_home), ObjectStore(home), commits.object_digests(manifest))

@@ -93,7 +93,7 @@ def cmd_gates(a) -> int:
     for spec in a.eval:
         name, _, path = spec.partition("=")
         ev = load_json_strict(path)
-        verdict = (continued_gates(ev, continued_contract.terms, job.start.exploratory) if continued
+        verdict = (continued_gates(ev, continued_contract.terms, start["exploratory"]) if start is not None
                    else gates(ev, adaptive_contract.terms))
         comparisons[name] = {"evaluation": path, **verdict}
     all_passed = all(v["passed"] for v in comparisons.values())

@@ -206,7 +206,7 @@ def reading_sentences(runs_dir) -> list[str]:
                        f"{'positive (the candidate forgot)' if up else 'negative'} beyond chance: "
                        f"{x.estimate:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
                        f"{fmt(x.lower if up else x.upper)}"
-                       f"{', within the allowance ' + t if r['verdict'] == 'pass' else ''}.")
+                       f"{f', within the allowance {t}' if r['verdict'] == 'pass' else ''}.")
     out += [s for s in (baseline_sentence(idx), in_distribution_sentence(runs_dir, idx)) if s]
     return out
 
