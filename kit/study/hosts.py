@@ -13,6 +13,7 @@ import os
 import socket
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from kit.distributed.launch import WorkerContext
 from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.study.arms import (
     COMMITS_LOG,
+    Admission,
     ArmRefused,
     ArmRequest,
     admit_arm,
@@ -82,8 +84,8 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     if rank == 0:
         try:
             admitted = admit_arm(request, cuda_devices=cuda_devices)
-            decision = ({"run": False, "record": admitted} if "status" in admitted else
-                        {"run": True, "deadline_at": admitted["args"]["deadline_at"], "now": time.time()})
+            decision = ({"run": True, "deadline_at": admitted.plan.deadline_at, "now": time.time()}
+                        if isinstance(admitted, Admission) else {"run": False, "record": admitted})
         except ArmRefused as e:
             decision = {"run": False, "refused": str(e)}
     decision = _gather(group, decision or {}, "admission")[0]
@@ -91,14 +93,12 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
         if "refused" in decision:
             raise ArmRefused(f"rank 0 refused the arm: {decision['refused']}")
         return decision["record"] if rank == 0 else None
-    if rank == 0:
-        record, args = admitted["record"], admitted["args"]
-    else:
-        mine = admit_arm(request, cuda_devices=cuda_devices, write=False, now=decision["now"])
-        if "status" in mine:
-            raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {mine['status']} here: {mine['reason']}")
-        record, args = mine["record"], mine["args"]
-    args["deadline_at"] = decision["deadline_at"]  # rank 0's clock governs every rank
+    mine = admitted if rank == 0 else admit_arm(request, cuda_devices=cuda_devices, write=False,
+                                                 now=decision["now"])
+    if not isinstance(mine, Admission):
+        raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {mine['status']} here: {mine['reason']}")
+    record = mine.record
+    plan = replace(mine.plan, deadline_at=decision["deadline_at"])  # rank 0's clock governs every rank
     run_dir = arm_dir(study_dir, arm_name, request.replicate) / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0:
@@ -109,7 +109,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     record["started_at"] = started
     result, error = None, None
     try:
-        result = arm_worker(group, args, ctx)
+        result = arm_worker(group, plan, ctx)
     except Exception as e:  # noqa: BLE001 - recorded, then raised below
         error = f"rank {rank} ({host}): {type(e).__name__}: {e}"
         tb = traceback.format_exc()
@@ -125,7 +125,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     ctx.progress(phase="done")
     if rank != 0:
         return None
-    status, reason = finished_status(record["until"], contract.terms)
+    status, reason = finished_status(plan.until, contract.terms)
     record["launcher"] = "torchrun"
     record["hosts"] = [{"rank": g["rank"], "host": g["host"], "started_at": g["started_at"],
                         "ended_at": g["ended_at"], "wall_seconds": g["ended_at"] - g["started_at"],

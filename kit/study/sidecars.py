@@ -80,7 +80,7 @@ def store_curves(params: dict) -> tuple[list, str] | None:
     arm = params.get("ARM", "single")
     replicate = int(params.get("REPLICATE", 0))
     attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
-    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in (attempts[-1] if attempts else {}).get("updates") or []]
+    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in (attempts[-1].updates if attempts else None) or ()]
     return rows, store_home(params)
 
 

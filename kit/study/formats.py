@@ -1,0 +1,189 @@
+"""The study's declared record formats (kit.record.Record): the arm record (`arms/<arm>/arm.json` and every
+`attempts/NNN.json`, docs/formats/study-records.md "Arm record") and the worker plan `run_arm` hands each replica
+(`launch-args.json`).
+
+The decision to know: the arm record's parts that readers use (endpoint, shared GPUs, measurement, cost, the
+replicate's order) are declared field by field; the parts only written and shown whole (projection, per-update rows,
+commits, traffic, hosts) are any JSON (`JSON_VALUE`), so every committed record, whichever fields its time wrote,
+still loads, and `to_json` gives back its bytes. Fields added after records were committed are `Omittable`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from kit.record import BYTES, SEED, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
+
+
+def _any_json() -> Either:
+    """Any JSON value: null, a string, a number, a boolean, a list or an object of them. A spec of the undeclared
+    parts of a record (a lenient reader, kept here rather than in kit.record because only the arm record needs it);
+    built values are read-only (tuples, mappings)."""
+    value = Either(Opt(Either(str, Either(bool, float))), None)
+    object.__setattr__(value, "second", Either(Seq(value), MapOf(value)))  # recursive: lists and objects of values
+    return value
+
+
+JSON_VALUE = _any_json()
+ARM_STATUSES = ("completed", "partial", "failed", "rejected", "unavailable")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharedGpus(Record):
+    """Workers that shared fewer GPUs than there are workers (kit.study.measurement.shared_gpus)."""
+    workers: int = spec_field(Num(1, integer=True), doc="the arm's workers")
+    gpus: int = spec_field(Num(1, integer=True), doc="the distinct (host, device) pairs they ran on")
+    transport: str = spec_field(str, doc="the group's backend, e.g. gloo (host-staged)")
+    source: str = spec_field(str, doc="'ranks' (their reports) or the admission's count")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint(Record):
+    """The completed arm's last commit, every replica agreeing on its learned state."""
+    home: str = spec_field(str, doc="the arm's checkpoint store")
+    full_root: str = spec_field(str, doc="the endpoint commit")
+    step: int = spec_field(Num(0, integer=True), doc="its step")
+    learned_state_root: str = spec_field(str, doc="replica 0's learned-state root")
+    replica_learned_state_roots: tuple[str, ...] = spec_field(Seq(str), doc="every replica's")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicateOrder(Record):
+    """A replicate's derived data order (kit/replicate_order.py `describe`)."""
+    index: int = spec_field(Num(1, integer=True), doc="the replicate index k > 0")
+    contract_seed: int = spec_field(SEED, doc="the contract's order seed")
+    order_seed: int = spec_field(SEED, doc="the seed derived for k")
+    rule: str = spec_field(str, doc="the derivation in words")
+    order_sha256: str = spec_field(str, doc="sha256_json of the trained update order")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmMeasurement(Record):
+    """What an arm that ran measured (kit.study.measurement.summarise); a failed one: wall, workers, devices."""
+    wall_seconds: float = spec_field(float, doc="the attempt's wall time")
+    workers: int | None = spec_field(Omittable(Num(1, integer=True)), doc="the arm's workers (older: absent)")
+    devices: int = spec_field(Num(1, integer=True), doc="the GPUs they used (one per worker on CPU)")
+    updates: int | None = spec_field(Omittable(Num(0, integer=True)), doc="updates run")
+    device: str | None = spec_field(Omittable(str), doc="rank 0's device")
+    active_seconds: float | None = spec_field(Omittable(float), doc="update time only")
+    checkpoint_seconds: float | None = spec_field(Omittable(float), doc="commit time")
+    setup_seconds: float | None = spec_field(Omittable(float), doc="worker setup, the slowest rank's")
+    input_tokens: int | None = spec_field(Omittable(Num(0, integer=True)), doc="tokens trained on")
+    target_tokens: int | None = spec_field(Omittable(Num(0, integer=True)), doc="target tokens")
+    active_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="input tokens per active second")
+    active_target_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="target tokens per active s")
+    active_tokens_per_s_after_first_update: float | None = spec_field(Omittable(Opt(float)),
+                                                                      doc="the same after the first update")
+    first_update_seconds: float | None = spec_field(Omittable(Opt(float)), doc="the first update (compile)")
+    steady_state_updates: int | None = spec_field(Omittable(Num(0, integer=True)), doc="the later updates")
+    steady_state_seconds: float | None = spec_field(Omittable(Opt(float)), doc="their time")
+    steady_state_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="their throughput")
+    gpu_seconds_per_update: float | None = spec_field(Omittable(Opt(float)), doc="wall s x devices / updates")
+    active_gpu_seconds_per_update: float | None = spec_field(Omittable(Opt(float)),
+                                                             doc="active s x devices / updates")
+    rule: str | None = spec_field(Omittable(str), doc="how the above are counted")
+    compile_cache: str | None = spec_field(Omittable(str), doc="how the first update's compile was paid")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmCost(Record):
+    """The contract's cost frame applied to what ran (kit.study.cost.arm_cost)."""
+    gpus: int | None = spec_field(Omittable(Num(0, integer=True)), doc="GPUs charged (older records: absent)")
+    gpu_hours: float = spec_field(float, doc="wall s x gpus / 3600")
+    gpu_cost_usd: float = spec_field(float, doc="at the seed's hosts' price")
+    cross_zone_bytes: int = spec_field(BYTES, doc="every rank's estimated ring bytes")
+    cross_zone_gb: float = spec_field(float, doc="the same in GB")
+    cross_zone_cost_usd: float = spec_field(float, doc="their price")
+    total_usd: float = spec_field(float, doc="gpu and cross-zone cost")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmTraffic(Record):
+    """What crossed the network: this host's interface counters, and what the ranks reported (absent when none
+    did: a failed attempt)."""
+    interfaces: Any = spec_field(JSON_VALUE, doc="/proc/net/dev deltas per interface, or why unavailable")
+    logical_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="kit/distributed/traffic.py, per rank")
+    powersgd_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="the compressor's stats per rank (PowerSGD)")
+    interfaces_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="every rank's host delta (torchrun)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmRecord(Record):
+    """One attempt of one arm (`arms/<arm>/attempts/NNN.json`; `arm.json` the latest)."""
+    FORMAT = "kit.study.arm/1"
+    format: str = spec_field(OneOf("kit.study.arm/1"), doc="kit.study.arm/1")
+    arm: str = spec_field(str, doc="the contract's arm name")
+    workers: int = spec_field(Num(1, integer=True), doc="replicas")
+    reduction: str = spec_field(str, doc="none, dense or powersgd")
+    device: str = spec_field(str, doc="the contract's device")
+    home: str = spec_field(str, doc="the arm's checkpoint store")
+    contract_digest: str = spec_field(str, doc="input")
+    prepared_digest: str = spec_field(str, doc="input")
+    resume_root: str | None = spec_field(Opt(str), doc="the commit resumed (null: the seed)")
+    until: int = spec_field(Num(1, integer=True), doc="the last update asked for")
+    attempts: int = spec_field(Num(1, integer=True), doc="this attempt's number")
+    status: str = spec_field(OneOf(*ARM_STATUSES), doc="the attempt's outcome")
+    reason: str | None = spec_field(Opt(str), doc="why not completed")
+    projection: Any = spec_field(JSON_VALUE, doc="the admission's projection; null when unavailable")
+    started_at: float | None = spec_field(Opt(float), doc="epoch seconds")
+    ended_at: float | None = spec_field(Opt(float), doc="epoch seconds")
+    updates: Any = spec_field(JSON_VALUE, doc="per-update rows")
+    commits: Any = spec_field(JSON_VALUE, doc="the commits made")
+    endpoint: Endpoint | None = spec_field(Opt(Endpoint), doc="null unless completed")
+    replicas_equal: bool | None = spec_field(Omittable(bool), doc="every commit's replicas equal")
+    compression_records: Any = spec_field(Omittable(JSON_VALUE), doc="per rank, per commit (PowerSGD)")
+    measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="what ran, measured")
+    traffic: ArmTraffic | None = spec_field(Opt(ArmTraffic), doc="interfaces and the ranks' logical traffic")
+    cost: ArmCost | None = spec_field(Opt(ArmCost), doc="what ran, priced")
+    shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs")
+    launcher: str | None = spec_field(Omittable(str), doc="torchrun (kit/study/hosts.py)")
+    hosts: Any = spec_field(Omittable(JSON_VALUE), doc="per rank under torchrun")
+    replicate: ReplicateOrder | None = spec_field(Omittable(ReplicateOrder), doc="a replicate's data order")
+
+    @property
+    def replicate_index(self) -> int:
+        """The replicate index the arm ran as (0 when it has none: every committed record)."""
+        return self.replicate.index if self.replicate is not None else 0
+
+    @property
+    def devices(self) -> int:
+        """The devices its workers ran on: the GPUs they shared, else one per worker (also on CPU)."""
+        return self.shared_gpus.gpus if self.shared_gpus else self.workers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmWorkerPlan(Record):
+    """What `run_arm` hands every replica of an arm (the launcher's `launch-args.json`; under torchrun, in memory):
+    read back by `kit.study.arms.arm_worker`."""
+    arm: str = spec_field(str, doc="the contract's arm name")
+    reduction: str = spec_field(OneOf("none", "dense", "powersgd"), doc="the gradient reducer")
+    study_dir: str = spec_field(str, doc="the prepared study")
+    home: str = spec_field(str, doc="the arm's checkpoint store")
+    start: Any = spec_field(MapOf(JSON_VALUE), doc="kit.refs JSON of the start")
+    until: int = spec_field(Num(1, integer=True), doc="the last update")
+    commit_every: int = spec_field(Num(0, integer=True), doc="commit every so many updates (0: at the end)")
+    contract: Any = spec_field(MapOf(JSON_VALUE), doc="the study contract's JSON (kit.study.schema.study_terms)")
+    compile_blocks: str = spec_field(OneOf("auto", "off"), doc="torch.compile the blocks on CUDA")
+    max_tokens: int = spec_field(Num(1, integer=True), doc="the contract's data.max_tokens")
+    powersgd: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="PowerSGDConfig JSON; null unless powersgd")
+    deadline_at: float = spec_field(float, doc="epoch seconds every replica stops by")
+    device: str = spec_field(str, doc="cpu or cuda")
+    timeout_s: float = spec_field(float, doc="the collectives' timeout")
+    replicate: int = spec_field(Num(0, integer=True), doc="0: the committed order; k: replicate k")
+
+
+def plain(value: Any) -> Any:
+    """A built JSON value (read-only mappings, tuples) as plain dicts and lists, for code that takes those."""
+    if isinstance(value, MappingProxyType):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyClock(Record):
+    """`arms/clock.json`: when the study's first arm ran, the start of its deadline clock."""
+    started_at: float = spec_field(float, doc="epoch seconds")
