@@ -29,11 +29,13 @@ import shutil
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from kit.contract import Contract
 from kit.digest import canonical_json, load_json_strict, loads_strict, write_canonical_json
 from kit.distributed.grad_reduce import DenseSumReducer, PowerSGDSumReducer
 from kit.distributed.group import STAGED_BACKEND, Group
@@ -53,7 +55,16 @@ from kit.study.compression_state import (
     write_compression_state,
 )
 from kit.study.cost import arm_cost, project_arm
-from kit.study.formats import ArmRecord, ArmWorkerPlan, StudyClock, plain
+from kit.study.formats import (
+    ArmCommit,
+    ArmRecord,
+    ArmWorkerPlan,
+    CompressionRecordRef,
+    ReplicaResult,
+    StudyClock,
+    UpdateRow,
+    plain,
+)
 from kit.study.measurement import devices_used, padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import (
@@ -160,7 +171,7 @@ def _records(rows: list[dict]) -> list[TrainRecord]:
     return [TrainRecord(r["id"], tuple(r["input_ids"]), tuple(r["target_mask"])) for r in rows]
 
 
-def _commit(group: Group, session: Session, home: str, compressor, traffic: LogicalTraffic) -> dict:
+def _commit(group: Group, session: Session, home: str, compressor, traffic: LogicalTraffic) -> ArmCommit:
     """Replica 0 commits; every replica compares its learned-state root; PowerSGD ranks save their state."""
     t0 = time.perf_counter()
     mine = learned_state_root_of(session)
@@ -183,11 +194,12 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
     full_root = gathered[0]["full"]
     record = None
     if compressor is not None:
-        record = write_compression_state(home, full_root, group.rank, group.world, compressor)
-    roots = [g["learned"] for g in gathered]
-    return {"step": session.step, "full_root": full_root, "learned_state_root": roots[0],
-            "replica_learned_state_roots": roots, "replicas_equal": len(set(roots)) == 1,
-            "compression_record": record, "seconds": time.perf_counter() - t0}
+        written = write_compression_state(home, full_root, group.rank, group.world, compressor)
+        record = CompressionRecordRef(path=written["path"], sha256=written["sha256"])
+    roots = tuple(g["learned"] for g in gathered)
+    return ArmCommit(step=session.step, full_root=full_root, learned_state_root=roots[0],
+                     replica_learned_state_roots=roots, replicas_equal=len(set(roots)) == 1,
+                     compression_record=record, seconds=time.perf_counter() - t0)
 
 
 @contextlib.contextmanager
@@ -217,20 +229,18 @@ def arm_worker(group: Group, args: ArmWorkerPlan | dict, ctx) -> dict:
     `launch-args.json`."""
     plan = args if isinstance(args, ArmWorkerPlan) else ArmWorkerPlan.from_json(args, "launch-args.json")
     with own_compile_cache() as cache:
-        return {**_train_replica(group, plan, ctx), "compile_cache": cache}
+        return replace(_train_replica(group, plan, ctx), compile_cache=cache).to_json()
 
 
-def _show_progress(ctx, out: dict, until: int) -> None:
+def _show_progress(ctx, u: UpdateRow, start_step: int, until: int) -> None:
     """The launcher's bar (kit/distributed/launch.py): updates done in this launch, the last one's objective
     and target tokens per second."""
-    u = out["updates"][-1]
     # the study's objective is the cross-entropy per target token (no replay, no KL): the bar's ce/token too
-    ctx.progress(done=u["step"] - out["start_step"], total=until - out["start_step"], loss=u["objective"],
-                 ce=u["objective"],
-                 tokens_per_s=u["target_tokens"] / max(u["seconds"], 1e-9))
+    ctx.progress(done=u.step - start_step, total=until - start_step, loss=u.objective, ce=u.objective,
+                 tokens_per_s=u.target_tokens / max(u.seconds, 1e-9))
 
 
-def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> dict:
+def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> ReplicaResult:
     t_setup = time.perf_counter()
     study = Path(plan.study_dir)
     terms = study_terms(plain(plan.contract))
@@ -262,11 +272,9 @@ def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> dict:
                                  f"{compressor.step}, the commit at step {session.step}")
         session.engine.grad_reducer = PowerSGDSumReducer(compressor, world, traffic)
     until, every, schedule_lr = plan.until, plan.commit_every, lr_schedule(terms)
-    # host, device and the group's transport as this rank saw them: the arm record's `shared_gpus` is
-    # read from these (kit.study.measurement.shared_gpus), not from the admission's count
-    out = {"rank": rank, "world": world, "arm": plan.arm, "device": str(device), "host": socket.gethostname(),
-           "backend": group.backend, "staged": group.staged, "start_step": session.step,
-           "updates": [], "commits": [], "setup_seconds": time.perf_counter() - t_setup}
+    start_step, setup_seconds = session.step, time.perf_counter() - t_setup
+    updates: list[UpdateRow] = []
+    made: list[ArmCommit] = []
     active = checkpoint = 0.0
     while session.step < until:
         step = session.step + 1
@@ -294,33 +302,37 @@ def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> dict:
         active += (seconds := time.perf_counter() - t0)
         t_rec = traffic.end_update(step)
         ce, kl = (float(x) for x in parts.cpu())
-        out["updates"].append({
-            "step": step, "ce_sum": ce, "kl_sum": kl, "objective": ce / n_targets, "target_tokens": n_targets,
-            "input_tokens": sum(len(r.input_ids) for r in records), "documents": len(records),
-            "local_padded_tokens": padded_tokens(mine, engine_cfg.microbatch_size, bucket),
-            "local_documents": len(mine), "grad_norm": res.grad_norm, "clip_factor": res.clip_factor,
-            "seconds": seconds, "warmup": t_rec["warmup"], "gradient_bytes": t_rec["gradient_bytes"],
-            "overhead_bytes": t_rec["overhead_bytes"]})
-        _show_progress(ctx, out, until)
+        updates.append(UpdateRow(
+            step=step, ce_sum=ce, kl_sum=kl, objective=ce / n_targets, target_tokens=n_targets,
+            input_tokens=sum(len(r.input_ids) for r in records), documents=len(records),
+            local_padded_tokens=padded_tokens(mine, engine_cfg.microbatch_size, bucket),
+            local_documents=len(mine), grad_norm=res.grad_norm, clip_factor=res.clip_factor,
+            seconds=seconds, warmup=t_rec["warmup"], gradient_bytes=t_rec["gradient_bytes"],
+            overhead_bytes=t_rec["overhead_bytes"]))
+        _show_progress(ctx, updates[-1], start_step, until)
         if step == until or (every and step % every == 0):
             ctx.progress(phase="commit")
             c = _commit(group, session, home, compressor, traffic)
-            checkpoint += c["seconds"]
-            out["commits"].append(_logged(ctx, group, c))
-    out.update(active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
-               powersgd=compressor.stats() if compressor is not None else None)
-    return out
+            checkpoint += c.seconds
+            made.append(_logged(ctx, group, c))
+    # host, device and the group's transport as this rank saw them: the arm record's `shared_gpus` is
+    # read from these (kit.study.measurement.shared_gpus), not from the admission's count
+    return ReplicaResult(rank=rank, world=world, arm=plan.arm, device=str(device), host=socket.gethostname(),
+                         backend=group.backend, staged=group.staged, start_step=start_step,
+                         updates=tuple(updates), commits=tuple(made), setup_seconds=setup_seconds,
+                         active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
+                         powersgd=compressor.stats() if compressor is not None else None)
 
 
 COMMITS_LOG = "commits.jsonl"  # the attempt's commits, one line each as rank 0 makes them (STUDY/arms/ARM/run/)
 
 
-def _logged(ctx, group: Group, commit: dict) -> dict:
+def _logged(ctx, group: Group, commit: ArmCommit) -> ArmCommit:
     """Rank 0 appends the commit to the attempt's log as it happens, so an attempt that fails or is stopped later
     still names it (logged_commits); returns the commit."""
     if group.rank == 0:
         with open(Path(ctx.run_dir) / COMMITS_LOG, "ab") as f:
-            f.write(canonical_json(commit) + b"\n")
+            f.write(canonical_json(commit.to_json()) + b"\n")
     return commit
 
 
@@ -541,7 +553,8 @@ def finish_arm(study_dir: Path, record: dict, contract, results: list[dict] | No
         record["cost"] = arm_cost(contract.terms, wall, [0] * spec.workers, gpus=devices_used(record))
         record["measurement"] = {"wall_seconds": wall, "workers": spec.workers, "devices": devices_used(record)}
         return _write_attempt(Path(study_dir), record)
-    summarise(record, results, wall, contract.terms)
+    summarise(record, [ReplicaResult.from_json(r, f"rank {i}'s result") for i, r in enumerate(results)], wall,
+              contract.terms)
     return _write_attempt(Path(study_dir), record)
 
 
@@ -551,8 +564,8 @@ class Admission:
     worker plan every replica gets, the contract, the arm's contract entry and the step it starts from."""
     record: dict
     plan: ArmWorkerPlan
-    contract: object  # kit.study.schema's contract
-    spec: object  # the contract's arm entry (name, workers, reduction)
+    contract: Contract
+    spec: Any  # the contract's arm entry (name, workers, reduction): its class is the contract helper's
     first_step: int
 
 

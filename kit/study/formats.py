@@ -60,6 +60,68 @@ class ReplicateOrder(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateRow(Record):
+    """One update as rank 0 measured it (the arm record's `updates`; every rank's in its result)."""
+    step: int = spec_field(Num(1, integer=True), doc="the update")
+    ce_sum: float = spec_field(float, doc="cross-entropy summed over the global batch's targets")
+    kl_sum: float = spec_field(float, doc="KL summed (0: the study has none)")
+    objective: float = spec_field(float, doc="ce_sum / target_tokens")
+    target_tokens: int = spec_field(Num(0, integer=True), doc="of the global batch")
+    input_tokens: int = spec_field(Num(0, integer=True), doc="of the global batch")
+    documents: int = spec_field(Num(0, integer=True), doc="of the global batch")
+    local_padded_tokens: int | None = spec_field(Omittable(Num(0, integer=True)),
+                                                 doc="positions this rank computed, padded (older: absent)")
+    local_documents: int = spec_field(Num(0, integer=True), doc="this rank's documents")
+    grad_norm: float = spec_field(float, doc="before clipping")
+    clip_factor: float = spec_field(float, doc="the clipping's scale")
+    seconds: float = spec_field(float, doc="the update's active time")
+    warmup: bool = spec_field(bool, doc="a PowerSGD warm-up (dense) update")
+    gradient_bytes: int = spec_field(BYTES, doc="gradient bytes handed to collectives")
+    overhead_bytes: int = spec_field(BYTES, doc="other bytes handed to collectives")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompressionRecordRef(Record):
+    """Where a rank wrote its compression state at a commit (kit.study.compression_state)."""
+    path: str = spec_field(str, doc="home/compression/<full_root>/rank-<r>.json")
+    sha256: str = spec_field(str, doc="of its bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmCommit(Record):
+    """A commit the arm made (also one line of run/commits.jsonl as rank 0 made it)."""
+    step: int = spec_field(Num(0, integer=True), doc="its step")
+    full_root: str = spec_field(str, doc="the commit")
+    learned_state_root: str = spec_field(str, doc="replica 0's learned-state root")
+    replica_learned_state_roots: tuple[str, ...] = spec_field(Seq(str), doc="every replica's")
+    replicas_equal: bool = spec_field(bool, doc="all equal")
+    compression_record: CompressionRecordRef | None = spec_field(Opt(CompressionRecordRef),
+                                                                 doc="this rank's (PowerSGD), else null")
+    seconds: float = spec_field(float, doc="the commit's time")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaResult(Record):
+    """What one replica's worker returns (the launcher's result-<r>.json; under torchrun, gathered)."""
+    rank: int = spec_field(Num(0, integer=True), doc="the replica")
+    world: int = spec_field(Num(1, integer=True), doc="the replicas")
+    arm: str = spec_field(str, doc="the arm")
+    device: str = spec_field(str, doc="the torch device it ran on")
+    host: str = spec_field(str, doc="its host name")
+    backend: str = spec_field(str, doc="the group's transport")
+    staged: bool = spec_field(bool, doc="collectives staged through host memory")
+    start_step: int = spec_field(Num(0, integer=True), doc="the step it started from")
+    updates: tuple[UpdateRow, ...] = spec_field(Seq(UpdateRow), doc="its updates")
+    commits: tuple[ArmCommit, ...] = spec_field(Seq(ArmCommit), doc="the commits made")
+    setup_seconds: float = spec_field(float, doc="before the first update")
+    active_seconds: float = spec_field(float, doc="update time")
+    checkpoint_seconds: float = spec_field(float, doc="commit time")
+    traffic: Any = spec_field(MapOf(JSON_VALUE), doc="kit.distributed.traffic.LogicalTraffic.summary()")
+    powersgd: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="the compressor's stats; null unless PowerSGD")
+    compile_cache: str | None = spec_field(Omittable(str), doc="the worker's own compile cache folder")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ArmMeasurement(Record):
     """What an arm that ran measured (kit.study.measurement.summarise); a failed one: wall, workers, devices."""
     wall_seconds: float = spec_field(float, doc="the attempt's wall time")
@@ -129,8 +191,8 @@ class ArmRecord(Record):
     projection: Any = spec_field(JSON_VALUE, doc="the admission's projection; null when unavailable")
     started_at: float | None = spec_field(Opt(float), doc="epoch seconds")
     ended_at: float | None = spec_field(Opt(float), doc="epoch seconds")
-    updates: Any = spec_field(JSON_VALUE, doc="per-update rows")
-    commits: Any = spec_field(JSON_VALUE, doc="the commits made")
+    updates: tuple[UpdateRow, ...] | None = spec_field(Opt(Seq(UpdateRow)), doc="rank 0's per-update rows")
+    commits: tuple[ArmCommit, ...] = spec_field(Seq(ArmCommit), doc="the commits made")
     endpoint: Endpoint | None = spec_field(Opt(Endpoint), doc="null unless completed")
     replicas_equal: bool | None = spec_field(Omittable(bool), doc="every commit's replicas equal")
     compression_records: Any = spec_field(Omittable(JSON_VALUE), doc="per rank, per commit (PowerSGD)")

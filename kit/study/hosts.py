@@ -15,6 +15,7 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -80,7 +81,7 @@ def _run(group, request: ArmRequest, spec, contract, prepared_digest):
     # record's `shared_gpus` comes from what the ranks report, kit.study.measurement.shared_gpus).
     cuda_devices = spec.workers if all(p["gpus"] >= p["local_world"] for p in peers) else \
         min(p["gpus"] for p in peers)
-    decision = None
+    decision: dict[str, Any] | None = None  # rank 0's, sent to every rank
     if rank == 0:
         try:
             admitted = admit_arm(request, cuda_devices=cuda_devices)
