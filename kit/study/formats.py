@@ -16,17 +16,22 @@ from typing import Any
 
 from kit.record import BYTES, SEED, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 
-
-def _any_json() -> Either:
-    """Any JSON value: null, a string, a number, a boolean, a list or an object of them. A spec of the undeclared
-    parts of a record (a lenient reader, kept here rather than in kit.record because only the arm record needs it);
-    built values are read-only (tuples, mappings)."""
-    value = Either(Opt(Either(str, Either(bool, float))), None)
-    object.__setattr__(value, "second", Either(Seq(value), MapOf(value)))  # recursive: lists and objects of values
-    return value
+JSON_DEPTH = 12  # lists and objects nested this deep: the deepest undeclared part (hosts' interfaces) is 3
 
 
-JSON_VALUE = _any_json()
+def _any_json(depth: int) -> Either:
+    """Any JSON value nested at most `depth` deep: null, a string, a number, a boolean, a list or an object of them.
+    The spec of a record's undeclared parts (a lenient reader, kept here rather than in kit.record because only the
+    study's records need it); built values are read-only (tuples, mappings). Finite, not recursive, so that walks of
+    a spec (the docs test's) end."""
+    scalar = Opt(Either(str, Either(bool, float)))
+    if depth == 0:
+        return Either(scalar, scalar)
+    inner = _any_json(depth - 1)
+    return Either(scalar, Either(Seq(inner), MapOf(inner)))
+
+
+JSON_VALUE = _any_json(JSON_DEPTH)
 ARM_STATUSES = ("completed", "partial", "failed", "rejected", "unavailable")
 
 
@@ -181,18 +186,18 @@ class ArmRecord(Record):
     reduction: str = spec_field(str, doc="none, dense or powersgd")
     device: str = spec_field(str, doc="the contract's device")
     home: str = spec_field(str, doc="the arm's checkpoint store")
-    contract_digest: str = spec_field(str, doc="input")
-    prepared_digest: str = spec_field(str, doc="input")
+    contract_digest: str = spec_field(str, doc="sha256 of the contract")
+    prepared_digest: str = spec_field(str, doc="sha256 of canonical prepared.json")
     resume_root: str | None = spec_field(Opt(str), doc="the commit resumed (null: the seed)")
     until: int = spec_field(Num(1, integer=True), doc="the last update asked for")
     attempts: int = spec_field(Num(1, integer=True), doc="this attempt's number")
-    status: str = spec_field(OneOf(*ARM_STATUSES), doc="the attempt's outcome")
-    reason: str | None = spec_field(Opt(str), doc="why not completed")
-    projection: Any = spec_field(JSON_VALUE, doc="the admission's projection; null when unavailable")
+    status: str = spec_field(OneOf(*ARM_STATUSES), doc="completed, partial, failed, rejected or unavailable")
+    reason: str | None = spec_field(Opt(str), doc="why not completed (null only if completed)")
+    projection: Any = spec_field(JSON_VALUE, doc="inputs, projected seconds and cost, deadline and bound checks; null when unavailable")
     started_at: float | None = spec_field(Opt(float), doc="epoch seconds")
     ended_at: float | None = spec_field(Opt(float), doc="epoch seconds")
-    updates: tuple[UpdateRow, ...] | None = spec_field(Opt(Seq(UpdateRow)), doc="rank 0's per-update rows")
-    commits: tuple[ArmCommit, ...] = spec_field(Seq(ArmCommit), doc="the commits made")
+    updates: tuple[UpdateRow, ...] | None = spec_field(Opt(Seq(UpdateRow)), doc="rank 0's rows; null if none ran")
+    commits: tuple[ArmCommit, ...] = spec_field(Seq(ArmCommit), doc="made (failed: from run/commits.jsonl)")
     endpoint: Endpoint | None = spec_field(Opt(Endpoint), doc="null unless completed")
     replicas_equal: bool | None = spec_field(Omittable(bool), doc="every commit's replicas equal")
     compression_records: Any = spec_field(Omittable(JSON_VALUE), doc="per rank, per commit (PowerSGD)")

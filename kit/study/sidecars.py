@@ -80,7 +80,8 @@ def store_curves(params: dict) -> tuple[list, str] | None:
     arm = params.get("ARM", "single")
     replicate = int(params.get("REPLICATE", 0))
     attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
-    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in (attempts[-1].updates if attempts else None) or ()]
+    updates = [u.to_json() for u in (attempts[-1].updates if attempts else None) or ()]
+    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in updates]
     return rows, store_home(params)
 
 
