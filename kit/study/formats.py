@@ -254,3 +254,23 @@ def plain(value: Any) -> Any:
 class StudyClock(Record):
     """`arms/clock.json`: when the study's first arm ran, the start of its deadline clock."""
     started_at: float = spec_field(float, doc="epoch seconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrozenArm(Record):
+    """An arm as the freeze saw it: its latest status and, when completed, its verified endpoint."""
+    arm: str = spec_field(str, doc="the contract's arm name")
+    status: str = spec_field(str, doc="its latest attempt's status")
+    reason: str | None = spec_field(Opt(str), doc="why not completed")
+    endpoint: Endpoint | None = spec_field(Opt(Endpoint), doc="null unless completed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Freeze(Record):
+    """`evaluation/freeze.json`: the candidates frozen for final-test scoring; no arm runs once it exists."""
+    FORMAT = "kit.study.freeze/1"
+    format: str = spec_field(OneOf("kit.study.freeze/1"), doc="kit.study.freeze/1")
+    contract_digest: str = spec_field(str, doc="sha256 of the contract")
+    prepared_digest: str = spec_field(str, doc="sha256 of canonical prepared.json")
+    arms: tuple[FrozenArm, ...] = spec_field(Seq(FrozenArm), doc="every contract arm, in contract order")
+    frozen_at: float = spec_field(float, doc="epoch seconds")

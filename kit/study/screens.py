@@ -36,7 +36,7 @@ from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, ra
 from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_record, arm_statuses, attempt_records
 from kit.study.cost import cost_table
-from kit.study.formats import plain
+from kit.study.formats import Freeze, plain
 from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared
 
 SCREENS_FORMAT = "kit.study.screens/1"
@@ -55,7 +55,7 @@ def _scorer():
 
 
 # --- freeze and score -----------------------------------------------------------------------
-def freeze_candidates(study_dir: str | os.PathLike) -> dict:
+def freeze_candidates(study_dir: str | os.PathLike) -> Freeze:
     """Refuse unless every arm is settled; verify every endpoint; write (or re-check) freeze.json."""
     study_dir = Path(study_dir)
     _, contract, prepared_digest = load_prepared(study_dir)
@@ -73,13 +73,13 @@ def freeze_candidates(study_dir: str | os.PathLike) -> dict:
                        for s in statuses]}
     path = study_dir / FREEZE_FILE
     if path.exists():
-        old = load_json_strict(path)
-        if {k: old[k] for k in freeze} != freeze:
+        old = Freeze.from_json(load_json_strict(path), str(path))
+        if {k: v for k, v in old.to_json().items() if k != "frozen_at"} != freeze:
             raise EvaluationRefused(f"{path}: the arms changed since the candidates were frozen")
         return old
     path.parent.mkdir(parents=True, exist_ok=True)
     write_canonical_json(path, {**freeze, "frozen_at": time.time()})
-    return load_json_strict(path)
+    return Freeze.from_json(load_json_strict(path), str(path))
 
 
 def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, device: str = "cpu") -> dict:
@@ -94,8 +94,8 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     retention = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl")
     ev = contract.terms.evaluation
     models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared["seed"]["parameter_digest"]})]
-    models += [(a["arm"], {"home": a["endpoint"]["home"], "full_root": a["endpoint"]["full_root"]})
-               for a in freeze["arms"] if a["status"] == "completed"]
+    models += [(a.arm, {"home": a.endpoint.home, "full_root": a.endpoint.full_root})
+               for a in freeze.arms if a.status == "completed" and a.endpoint]
     out_dir = study_dir / "evaluation" / "models"
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(study_dir / "evaluation" / "opened.jsonl", "ab") as log:
@@ -126,7 +126,7 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
         write_canonical_json(path, rec)
         written[label] = str(path)
         del model
-    return {"models": written, "frozen_arms": freeze["arms"]}
+    return {"models": written, "frozen_arms": [a.to_json() for a in freeze.arms]}
 
 
 # --- pure statistics and screens ------------------------------------------------------------
