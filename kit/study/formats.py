@@ -274,3 +274,38 @@ class Freeze(Record):
     prepared_digest: str = spec_field(str, doc="sha256 of canonical prepared.json")
     arms: tuple[FrozenArm, ...] = spec_field(Seq(FrozenArm), doc="every contract arm, in contract order")
     frozen_at: float = spec_field(float, doc="epoch seconds")
+
+
+# --- what the ranks of `kit study arm` under torchrun exchange (kit/study/hosts.py; JSON over the group) --------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerReport(Record):
+    """What each rank says of its host before admission: the prepared study it holds and its GPUs."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+    host: str = spec_field(str, doc="its host name")
+    prepared_digest: str = spec_field(str, doc="sha256 of its canonical prepared.json")
+    gpus: int = spec_field(Num(0, integer=True), doc="its host's GPUs (0 on CPU)")
+    local_world: int = spec_field(Num(1, integer=True), doc="ranks on its host (LOCAL_WORLD_SIZE)")
+    interfaces: Any = spec_field(MapOf(JSON_VALUE), doc="its socket interface settings (Group.interfaces)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionDecision(Record):
+    """Rank 0's admission, sent to every rank: run (with the deadline and rank 0's clock), or not (the record
+    written, or why the arm was refused)."""
+    run: bool = spec_field(bool, doc="whether the ranks train")
+    deadline_at: float | None = spec_field(Omittable(float), doc="epoch seconds every rank stops by")
+    now: float | None = spec_field(Omittable(float), doc="rank 0's clock at admission")
+    record: Any = spec_field(Omittable(MapOf(JSON_VALUE)), doc="the unavailable or rejected arm's record")
+    refused: str | None = spec_field(Omittable(str), doc="why rank 0 refused the request")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankReport(Record):
+    """What each rank reports after training: its result, its host's interface counters and its clock."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+    host: str = spec_field(str, doc="its host name")
+    result: ReplicaResult = spec_field(ReplicaResult, doc="what its worker returned")
+    interfaces: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="its host's counter delta, null if unreadable")
+    started_at: float = spec_field(float, doc="epoch seconds")
+    ended_at: float = spec_field(float, doc="epoch seconds")
+    socket: Any = spec_field(MapOf(JSON_VALUE), doc="its socket interface settings (Group.interfaces)")
