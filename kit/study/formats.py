@@ -59,7 +59,7 @@ class ReplicateOrder(Record):
     """A replicate's derived data order (kit/replicate_order.py `describe`)."""
     index: int = spec_field(Num(1, integer=True), doc="the replicate index k > 0")
     contract_seed: int = spec_field(SEED, doc="the contract's order seed")
-    order_seed: int = spec_field(SEED, doc="the seed derived for k")
+    order_seed: int = spec_field(Num(0, 2**64 - 1, integer=True), doc="the seed derived for k (64 bits of a sha256)")
     rule: str = spec_field(str, doc="the derivation in words")
     order_sha256: str = spec_field(str, doc="sha256_json of the trained update order")
 
@@ -71,10 +71,10 @@ class UpdateRow(Record):
     ce_sum: float = spec_field(float, doc="cross-entropy summed over the global batch's targets")
     kl_sum: float = spec_field(float, doc="KL summed (0: the study has none)")
     objective: float = spec_field(float, doc="ce_sum / target_tokens")
-    target_tokens: int = spec_field(Num(0, integer=True), doc="of the global batch")
-    input_tokens: int = spec_field(Num(0, integer=True), doc="of the global batch")
+    target_tokens: int = spec_field(SEED, doc="of the global batch")
+    input_tokens: int = spec_field(SEED, doc="of the global batch")
     documents: int = spec_field(Num(0, integer=True), doc="of the global batch")
-    local_padded_tokens: int | None = spec_field(Omittable(Num(0, integer=True)),
+    local_padded_tokens: int | None = spec_field(Omittable(SEED),
                                                  doc="positions this rank computed, padded (older: absent)")
     local_documents: int = spec_field(Num(0, integer=True), doc="this rank's documents")
     grad_norm: float = spec_field(float, doc="before clipping")
@@ -137,8 +137,8 @@ class ArmMeasurement(Record):
     active_seconds: float | None = spec_field(Omittable(float), doc="update time only")
     checkpoint_seconds: float | None = spec_field(Omittable(float), doc="commit time")
     setup_seconds: float | None = spec_field(Omittable(float), doc="worker setup, the slowest rank's")
-    input_tokens: int | None = spec_field(Omittable(Num(0, integer=True)), doc="tokens trained on")
-    target_tokens: int | None = spec_field(Omittable(Num(0, integer=True)), doc="target tokens")
+    input_tokens: int | None = spec_field(Omittable(SEED), doc="tokens trained on")
+    target_tokens: int | None = spec_field(Omittable(SEED), doc="target tokens")
     active_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="input tokens per active second")
     active_target_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="target tokens per active s")
     active_tokens_per_s_after_first_update: float | None = spec_field(Omittable(Opt(float)),
