@@ -26,13 +26,15 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from kit.demo import demo_ledger
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV
 from kit.evidence.replicate_design import DesignError, committed_problems, load_design
+from kit.record import Num, Record, Seq, spec_field
 from kit.replicates import _Layout
 from kit.study.arms import arm_dir
 
@@ -43,8 +45,24 @@ MEASURED_KEYS = ("machine_start", "seed_rebuild", "prepare_both_jobs", "cohort_a
 SIDE_BY_SIDE = 6  # study arms trained at once in one wave (measured: six in 130-161 s)
 
 
-def measured(design: dict, path: Path) -> dict[str, list[float]]:
-    """{name: [low, high] seconds} of the design's `gpu_time.measured`, every name the plan needs present."""
+Span = tuple[float, float]  # [low, high] device seconds of a step, a unit or a block
+NOTHING: Span = (0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredSeconds:
+    """The design's `gpu_time.measured` durations the plan needs, each [low, high] seconds."""
+    machine_start: Span
+    seed_rebuild: Span
+    prepare_both_jobs: Span
+    cohort_a_endpoint: Span
+    six_study_arms_side_by_side: Span
+    growth_pair_side_by_side: Span
+    scoring: Span
+
+
+def measured(design: dict, path: Path) -> MeasuredSeconds:
+    """The design's `gpu_time.measured` [low, high] seconds, every name the plan needs present."""
     m = (design.get("gpu_time") or {}).get("measured") or {}
     out = {}
     for key in MEASURED_KEYS:
@@ -52,8 +70,31 @@ def measured(design: dict, path: Path) -> dict[str, list[float]]:
         if not (isinstance(sec, list) and len(sec) == 2 and all(isinstance(x, (int, float)) for x in sec)):
             raise DesignError(f"{path}: field 'gpu_time.measured.{key}.seconds' = {sec!r}; expected [low, high] "
                               "seconds")
-        out[key] = [float(sec[0]), float(sec[1])]
-    return out
+        out[key] = (float(sec[0]), float(sec[1]))
+    return MeasuredSeconds(**out)
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A whole unit of work a block packs: a study wave or a growth pair with its scorings, or the seed scored."""
+    kind: str  # "study", "growth" or "seed"
+    indexes: tuple[int, ...]  # the replicate indexes it trains (or re-derives)
+    seconds: Span
+    what: str  # the step in words, as the plan prints it
+    with_seed: bool = False  # a finals study wave that also scores the seed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block(Record):
+    """One device session of the plan (`plan_blocks`), also the `block` of OUT/confirm-block-<n>.json."""
+    study: tuple[int, ...] = spec_field(Seq(Num(0, integer=True)), doc="study replicate indexes")
+    growth: tuple[int, ...] = spec_field(Seq(Num(0, integer=True)), doc="growth pair replicate indexes")
+    seed: bool = spec_field(bool, doc="the seed scored on the fresh final set")
+    finals: bool = spec_field(bool, doc="a finals block (re-derive and score) rather than a training one")
+    seconds: Span = spec_field(Seq(float, min_len=2), doc="[low, high] device seconds")
+    steps: tuple[str, ...] = spec_field(Seq(str), doc="the steps in words")
+    block: int = spec_field(Num(1, integer=True), doc="its number in the plan")
+    calls: int = spec_field(Num(1, integer=True), doc="device calls it takes")
 
 
 def _done(runs_dir: Path, run_id: str, frozen_at: str) -> bool:
@@ -84,87 +125,108 @@ def trained(design: dict, runs_dir: Path | None, group: str, k: int) -> list[str
     return [r for r in index_runs(design, group, k) if "-dev-" not in r and _done(runs_dir, r, design["frozen"]["at"])]
 
 
-def pending(design: dict, runs_dir: Path | None) -> dict[str, list[int]]:
-    """{"study": [k...], "growth": [k...]}: the design's replicate indexes not yet done in `runs_dir` (every
-    index when None), in order; never an index outside the design's `replicates`."""
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The replicate indexes left to train (`pending`) or to score on the fresh final sets (`finals_pending`)."""
+    study: list[int]
+    growth: list[int]
+    seed: bool = False  # the seed not yet scored (finals only)
+
+
+def pending(design: dict, runs_dir: Path | None) -> Pending:
+    """The design's replicate indexes not yet done in `runs_dir` (every index when None), in order; never an
+    index outside the design's `replicates`."""
     frozen = design["frozen"]["at"]
-    out = {}
-    for group, key in (("study", "study"), ("growth", "growth_vs_control")):
+
+    def left(group: str, key: str) -> list[int]:
         indexes = (design["replicates"].get(key) or []) if group == "study" or design["pairs"].get(key) else []
-        out[group] = [k for k in indexes if runs_dir is None or
-                      not all(_done(runs_dir, r, frozen) for r in index_runs(design, group, k))]
-    return out
+        return [k for k in indexes if runs_dir is None or
+                not all(_done(runs_dir, r, frozen) for r in index_runs(design, group, k))]
+
+    return Pending(study=left("study", "study"), growth=left("growth", "growth_vs_control"))
 
 
-def finals_pending(design: dict, scores_dir: Path | None) -> dict[str, list]:
-    """{"seed": bool, "study": [k...], "growth": [k...]}: what is not yet scored on the fresh final sets, by
-    replicate index (an index is left while any of its runs lacks a score file in `scores_dir`)."""
+def finals_pending(design: dict, scores_dir: Path | None) -> Pending:
+    """What is not yet scored on the fresh final sets, by replicate index (an index is left while any of its runs
+    lacks a score file in `scores_dir`), and whether the seed is."""
     p = design["run_prefix"]
 
     def scored(name: str, label: str) -> bool:
         return scores_dir is not None and (scores_dir / name / f"{label}.json").is_file()
 
-    out: dict[str, list] = {"seed": ["seed"] if "study" in design["final_sets"] and not scored("study", "seed") else []}
-    out["study"] = [k for k in (design["replicates"].get("study") or []) if "study" in design["final_sets"]
-                    and not all(scored("study", f"{p}study-{a}-r{k}") for a in study_arms(design))]
+    final_sets, replicates = design["final_sets"], design["replicates"]
+    study = [k for k in (replicates.get("study") or []) if "study" in final_sets
+             and not all(scored("study", f"{p}study-{a}-r{k}") for a in study_arms(design))]
     pairs = design["pairs"].get("growth_vs_control")
-    out["growth"] = [k for k in (design["replicates"].get("growth_vs_control") or []) if pairs
-                     and "growth" in design["final_sets"]
-                     and not all(scored("growth", f"{p}adaptive-B-{side}-r{k}") for side in ("control", "growth"))]
-    return out
+    growth = [k for k in (replicates.get("growth_vs_control") or []) if pairs and "growth" in final_sets
+              and not all(scored("growth", f"{p}adaptive-B-{side}-r{k}") for side in ("control", "growth"))]
+    return Pending(study=study, growth=growth, seed="study" in final_sets and not scored("study", "seed"))
 
 
-def _add(a: list[float], b: list[float], times: float = 1) -> list[float]:
-    return [a[0] + b[0] * times, a[1] + b[1] * times]
+def _add(a: Span, b: Span, times: float = 1) -> Span:
+    return (a[0] + b[0] * times, a[1] + b[1] * times)
 
 
-def _units(m: dict, arms: list[str], study: list[int], growth: list[int], finals: bool, seed: bool) -> list[dict]:
+def _units(m: MeasuredSeconds, arms: list[str], study: list[int], growth: list[int], finals: bool,
+           seed: bool) -> list[Unit]:
     """Whole units of work: a study wave (up to six arms side by side, whole replicate indexes of every arm) and a
     growth pair (side by side), each followed by its scorings: the development ones when training, one fresh
     final scoring per endpoint when re-deriving for the finals (the seed's with the first wave)."""
     per_wave = max(1, SIDE_BY_SIDE // max(1, len(arms)))
     units = []
     for i in range(0, len(study), per_wave):
-        ks = study[i:i + per_wave]
-        n = len(ks) * len(arms) + (1 if finals and seed and i == 0 else 0)
+        ks = tuple(study[i:i + per_wave])
+        with_seed = finals and seed and i == 0
+        n = len(ks) * len(arms) + (1 if with_seed else 0)
         what = "re-derived, each scored on the fresh final set" if finals else "their development scorings"
-        units.append({"kind": "study", "indexes": ks, "seconds": _add(m["six_study_arms_side_by_side"], m["scoring"], n),
-                      "what": f"study r{','.join(map(str, ks))}: {len(ks) * len(arms)} arms side by side, {what}"
-                              + (" (and the seed)" if finals and seed and i == 0 else "")})
+        units.append(Unit("study", ks, _add(m.six_study_arms_side_by_side, m.scoring, n),
+                          f"study r{','.join(map(str, ks))}: {len(ks) * len(arms)} arms side by side, {what}"
+                          + (" (and the seed)" if with_seed else ""), with_seed=with_seed))
     if finals and seed and not study:
-        units.append({"kind": "seed", "indexes": [], "seconds": list(m["scoring"]), "what": "the seed scored"})
+        units.append(Unit("seed", (), m.scoring, "the seed scored"))
     for k in growth:
         what = "re-derived, both scored on the fresh final set" if finals else "dev-B and dev-G"
-        units.append({"kind": "growth", "indexes": [k], "seconds": _add(m["growth_pair_side_by_side"], m["scoring"], 2),
-                      "what": f"growth pair r{k}: control and growth side by side, {what}"})
+        units.append(Unit("growth", (k,), _add(m.growth_pair_side_by_side, m.scoring, 2),
+                          f"growth pair r{k}: control and growth side by side, {what}"))
     return units
 
 
-def _pack(units: list[dict], m: dict, session_s: float, finals: bool) -> list[dict]:
-    fixed = _add(_add(m["machine_start"], m["seed_rebuild"]), m["prepare_both_jobs"])
-    blocks: list[dict] = []
-    cur: dict[str, Any] | None = None
+@dataclass
+class _Packing:
+    """A block being packed (`_pack`): mutable until the plan numbers it."""
+    seconds: Span
+    steps: list[str]
+    study: list[int]
+    growth: list[int]
+    seed: bool = False
+
+
+def _pack(units: list[Unit], m: MeasuredSeconds, session_s: float, finals: bool) -> list[_Packing]:
+    fixed = _add(_add(m.machine_start, m.seed_rebuild), m.prepare_both_jobs)
+    blocks: list[_Packing] = []
+    cur = None
     for u in units:
-        a_end = m["cohort_a_endpoint"] if u["kind"] == "growth" and (cur is None or not cur["growth"]) else [0, 0]
-        if cur is None or cur["seconds"][1] + a_end[1] + u["seconds"][1] > session_s:
-            cur = {"study": [], "growth": [], "seed": False, "finals": finals, "seconds": list(fixed),
-                   "steps": ["machine start", "seed rebuild", "prepare both jobs"]}
+        a_end = m.cohort_a_endpoint if u.kind == "growth" and (cur is None or not cur.growth) else NOTHING
+        if cur is None or cur.seconds[1] + a_end[1] + u.seconds[1] > session_s:
+            cur = _Packing(fixed, ["machine start", "seed rebuild", "prepare both jobs"], [], [])
             blocks.append(cur)
-            a_end = m["cohort_a_endpoint"] if u["kind"] == "growth" else [0, 0]
+            a_end = m.cohort_a_endpoint if u.kind == "growth" else NOTHING
         if any(a_end):
-            cur["steps"].append("cohort A's endpoint")
-            cur["seconds"] = _add(cur["seconds"], a_end)
-        if u["kind"] == "seed" or (finals and u["kind"] == "study" and "(and the seed)" in u["what"]):
-            cur["seed"] = True
-        if u["kind"] != "seed":
-            cur[u["kind"]] += u["indexes"]
-        cur["seconds"] = _add(cur["seconds"], u["seconds"])
-        cur["steps"].append(u["what"])
+            cur.steps.append("cohort A's endpoint")
+            cur.seconds = _add(cur.seconds, a_end)
+        if u.kind == "seed" or (finals and u.with_seed):
+            cur.seed = True
+        if u.kind == "study":
+            cur.study += u.indexes
+        elif u.kind == "growth":
+            cur.growth += u.indexes
+        cur.seconds = _add(cur.seconds, u.seconds)
+        cur.steps.append(u.what)
     return blocks
 
 
 def plan_blocks(design: dict, path: Path, runs_dir: Path | None = None, scores_dir: Path | None = None,
-                session_s: float = SESSION_S) -> list[dict]:
+                session_s: float = SESSION_S) -> list[Block]:
     """The blocks left to run, in order: the training blocks over the replicate indexes not yet done in
     `runs_dir`, then the finals blocks over what `scores_dir` does not hold yet. Each session pays the fixed part
     (machine start, seed rebuild, both preparations; cohort A's endpoint once where it trains growth pairs), then
@@ -174,47 +236,48 @@ def plan_blocks(design: dict, path: Path, runs_dir: Path | None = None, scores_d
     m = measured(design, path)
     arms = study_arms(design)
     todo = pending(design, runs_dir)
-    units = _units(m, arms, todo["study"], todo["growth"], False, False)
-    for u in units:  # an index cut off between its training and its scorings: the training re-derived first
-        if any(trained(design, runs_dir, "study" if u["kind"] == "study" else "growth", k) for k in u["indexes"]):
-            again = m["six_study_arms_side_by_side"] if u["kind"] == "study" else m["growth_pair_side_by_side"]
-            u["seconds"] = _add(u["seconds"], again)
-            u["what"] += " (the committed trainings re-derived first)"
-    blocks = _pack(units, m, session_s, False)
+    units = _units(m, arms, todo.study, todo.growth, False, False)
+    for i, u in enumerate(units):  # an index cut off between its training and its scorings: re-derived first
+        if any(trained(design, runs_dir, "study" if u.kind == "study" else "growth", k) for k in u.indexes):
+            again = m.six_study_arms_side_by_side if u.kind == "study" else m.growth_pair_side_by_side
+            units[i] = replace(u, seconds=_add(u.seconds, again),
+                               what=u.what + " (the committed trainings re-derived first)")
     left = finals_pending(design, scores_dir)
-    blocks += _pack(_units(m, arms, left["study"], left["growth"], True, bool(left["seed"])), m, session_s, True)
-    for i, b in enumerate(blocks, 1):
-        b["block"] = i
-        b["calls"] = 1 + math.ceil(max(0.0, b["seconds"][1] - CALL_S) / FOLLOW_S)
-    return blocks
+    packed = [(False, b) for b in _pack(units, m, session_s, False)]
+    packed += [(True, b) for b in _pack(_units(m, arms, left.study, left.growth, True, left.seed), m, session_s,
+                                        True)]
+    return [Block(study=tuple(b.study), growth=tuple(b.growth), seed=b.seed, finals=finals, seconds=b.seconds,
+                  steps=tuple(b.steps), block=i, calls=1 + math.ceil(max(0.0, b.seconds[1] - CALL_S) / FOLLOW_S))
+            for i, (finals, b) in enumerate(packed, 1)]
 
 
-def render(design: dict, blocks: list[dict]) -> str:
-    total = [sum(b["seconds"][0] for b in blocks), sum(b["seconds"][1] for b in blocks)]
+def render(design: dict, blocks: list[Block]) -> str:
+    total = [sum(b.seconds[0] for b in blocks), sum(b.seconds[1] for b in blocks)]
     lines = [(f"design {design['name']} (run prefix {design['run_prefix']}): {len(blocks)} block(s), one session "
               f"each (<= {SESSION_S} s, calls <= {CALL_S} s)")]
     for b in blocks:
-        lines.append(f"block {b['block']} ({'finals' if b['finals'] else 'training'}): {b['seconds'][0] / 60:.1f}-"
-                     f"{b['seconds'][1] / 60:.1f} device min, {b['calls']} device call(s); study {b['study'] or '-'}, "
-                     f"growth {b['growth'] or '-'}{', seed' if b['seed'] else ''}")
-        lines += [f"  - {s}" for s in b["steps"]]
+        lines.append(f"block {b.block} ({'finals' if b.finals else 'training'}): {b.seconds[0] / 60:.1f}-"
+                     f"{b.seconds[1] / 60:.1f} device min, {b.calls} device call(s); study {list(b.study) or '-'}, "
+                     f"growth {list(b.growth) or '-'}{', seed' if b.seed else ''}")
+        lines += [f"  - {s}" for s in b.steps]
     lines.append(f"total: {total[0] / 60:.1f}-{total[1] / 60:.1f} device min in {len(blocks)} session(s)")
     return "\n".join(lines)
 
 
-def _homes(design: dict, out: Path, block: dict) -> list[Path]:
-    """The checkpoint homes a block's units fill (removed once scored: a host's disk holds few)."""
-    homes = [arm_dir(out / "study", arm, k) / "home" for k in block["study"] for arm in study_arms(design)]
-    return homes + [out / "adaptive" / f"{h}-r{k}" for k in block["growth"] for h in ("B", "G")]
+def _homes(design: dict, out: Path, study: Sequence[int] = (), growth: Sequence[int] = ()) -> list[Path]:
+    """The checkpoint homes the units of these replicate indexes fill (removed once scored: a host's disk holds
+    few)."""
+    homes = [arm_dir(out / "study", arm, k) / "home" for k in study for arm in study_arms(design)]
+    return homes + [out / "adaptive" / f"{h}-r{k}" for k in growth for h in ("B", "G")]
 
 
-def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed: Path, runs_dir: Path,
+def part_commands(design_path: Path, design: dict, block: Block, out: Path, seed: Path, runs_dir: Path,
                   scale: str, fixed: str, scores_dir: Path) -> list[tuple[dict, list[str]]]:
     """The block's steps in order: (environment changes {var: value, or None: unset}, argv), ({}, ["rm",
     paths...]) for the homes a finals block removes once scored, or ({}, ["copy", into, run folders...])."""
     py = [sys.executable, "-m", "kit.replicates", "--scale", scale, "--out", str(out), "--seed", str(seed),
           "--design", str(design_path)]
-    made = Path(out) / "rederived-runs" if block["finals"] else runs_dir  # a finals block's own runs directory
+    made = Path(out) / "rederived-runs" if block.finals else runs_dir  # a finals block's own runs directory
     base = [*py, "--runs-dir", str(made), "--fixed", fixed]
     # one ledger for every part, the one beside the committed runs (kit.demo.demo_ledger): a finals block's own runs
     # folder would otherwise give its preparations another, and the re-derived jobs (and roots) would differ
@@ -225,13 +288,14 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
     arms = ["--arms", *study_arms(design)]
     p = design["run_prefix"]
     cmds = [(replay, [*base, "--part", "prepare"])]
-    if block["growth"]:
+    if block.growth:
         cmds.append((replay, [*base, "--part", "a-endpoint"]))
     # a training block: indexes cut off between training and scoring get their committed trainings re-derived (same
     # parts and mode) into a runs folder of their own, which first receives this session's re-derived inputs
     redo = Path(out) / "rederived-runs"
-    half = {} if block["finals"] else {
-        (g, k): trained(design, runs_dir, g, k) for g in ("study", "growth") for k in block[g]}
+    half = {} if block.finals else {
+        (g, k): trained(design, runs_dir, g, k) for g, ks in (("study", block.study), ("growth", block.growth))
+        for k in ks}
     half = {gk: runs for gk, runs in half.items() if runs}
     for (g, k), runs in half.items():
         if g == "growth" and len(runs) != 2:
@@ -240,36 +304,36 @@ def part_commands(design_path: Path, design: dict, block: dict, out: Path, seed:
     if half:
         lay = _Layout(scale, Path(out), Path(seed), design["run_prefix"], fixed)
         inputs = [f"{fixed}-study-prepare", f"{fixed}-adaptive-prepare"] + ([lay.a_mid, lay.a_end]
-                                                                            if block["growth"] else [])
+                                                                            if block.growth else [])
         cmds.append(({}, ["copy", str(redo), *(str(Path(runs_dir) / r) for r in inputs)]))
     again = [*py, "--runs-dir", str(redo), "--fixed", fixed]
     finals = [*py, "--runs-dir", str(runs_dir), "--part", "finals", "--scores", str(scores_dir), "--rederived",
               str(made), "--labels"]
-    if block["finals"] and block["seed"] and not block["study"]:
+    if block.finals and block.seed and not block.study:
         cmds.append((mode, [*finals, "seed"]))
     per_wave = max(1, SIDE_BY_SIDE // max(1, len(study_arms(design))))
-    for i in range(0, len(block["study"]), per_wave):
-        ks = block["study"][i:i + per_wave]
+    for i in range(0, len(block.study), per_wave):
+        ks = block.study[i:i + per_wave]
         for k in ks:
             done = [r.rsplit("-r", 1)[0].rsplit("-", 1)[1] for r in half.get(("study", k), [])]
             if done:
                 cmds.append((mode, [*again, "--part", "study", "--replicates", str(k), "--arms", *done]))
         cmds.append((mode, [*base, "--part", "study", "--replicates", *map(str, ks), *arms]))
-        if block["finals"]:
+        if block.finals:
             labels = [f"{p}study-{a}-r{k}" for k in ks for a in study_arms(design)]
-            cmds.append((mode, [*finals, *labels, *(["seed"] if block["seed"] and i == 0 else [])]))
-            cmds.append(({}, ["rm", *map(str, _homes(design, out, {"study": ks, "growth": []}))]))
+            cmds.append((mode, [*finals, *labels, *(["seed"] if block.seed and i == 0 else [])]))
+            cmds.append(({}, ["rm", *map(str, _homes(design, out, study=ks))]))
         else:  # then the homes go: nothing later reads them, and a host's disk holds about six
             cmds.append((mode, [*base, "--part", "study-dev", "--replicates", *map(str, ks), *arms]))
-            cmds.append(({}, ["rm", *map(str, _homes(design, out, {"study": ks, "growth": []}))]))
-    for k in block["growth"]:
+            cmds.append(({}, ["rm", *map(str, _homes(design, out, study=ks))]))
+    for k in block.growth:
         if ("growth", k) in half:
             cmds.append((mode, [*again, "--part", "growth", "--replicates", str(k), "--train-only"]))
         cmds.append((mode, [*base, "--part", "growth", "--replicates", str(k),
-                            *(["--train-only"] if block["finals"] else [])]))
-        if block["finals"]:
+                            *(["--train-only"] if block.finals else [])]))
+        if block.finals:
             cmds.append((mode, [*finals, *(f"{p}adaptive-B-{s}-r{k}" for s in ("control", "growth"))]))
-        cmds.append(({}, ["rm", *map(str, _homes(design, out, {"study": [], "growth": [k]}))]))
+        cmds.append(({}, ["rm", *map(str, _homes(design, out, growth=[k]))]))
     return cmds
 
 
@@ -286,7 +350,7 @@ def run_block(design_path: Path, number: int, out: Path, seed: Path, runs_dir: P
               "left)", file=sys.stderr)
         return 2
     block = blocks[number - 1]
-    if block["finals"]:
+    if block.finals:
         missing = committed_problems(design, runs_dir)
         if missing:
             print(f"{design_path}: block {number} is a finals block; the fresh final sets stay closed: "
@@ -297,7 +361,7 @@ def run_block(design_path: Path, number: int, out: Path, seed: Path, runs_dir: P
     cmds = part_commands(design_path, design, block, Path(out), Path(seed), Path(runs_dir), scale or design["scale"],
                          fixed, scores_dir)
     print(render(design, [block]), flush=True)
-    record: dict[str, Any] = {"block": block, "fixed": fixed, "steps": []}
+    steps: list[dict] = []  # each step's environment changes, argv and exit code, as run
 
     def subprocess_execute(changes: dict, argv: list[str]) -> int:
         env = {k: v for k, v in os.environ.items() if k not in changes or changes[k] is not None}
@@ -329,10 +393,11 @@ def run_block(design_path: Path, number: int, out: Path, seed: Path, runs_dir: P
             got = 0
         else:
             got = execute(changes, argv)
-        record["steps"].append({"env": changes, "argv": argv[1:] if argv[0] == sys.executable else argv, "rc": got})
-        write_canonical_json(Path(out) / f"confirm-block-{number}.json", record)
+        steps.append({"env": changes, "argv": argv[1:] if argv[0] == sys.executable else argv, "rc": got})
+        write_canonical_json(Path(out) / f"confirm-block-{number}.json",
+                             {"block": block.to_json(), "fixed": fixed, "steps": steps})
         rc = rc or (got or 0)
-        if got and block["finals"]:  # a batch not scored keeps its homes: nothing later may score them twice
+        if got and block.finals:  # a batch not scored keeps its homes: nothing later may score them twice
             break
     return 1 if rc else 0
 

@@ -69,7 +69,7 @@ def test_the_medium_design_s_block_plan_covers_every_replicate_once_per_phase_wi
                           capture_output=True, text=True, cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
     design = load_json_strict(MEDIUM)
-    blocks = plan_blocks(design, MEDIUM)
+    blocks = [b.to_json() for b in plan_blocks(design, MEDIUM)]  # the blocks as confirm-block-N.json writes them
     assert done.stdout.splitlines()[0].startswith(f"design medium-confirmatory-replicates (run prefix medium-confirm-): "
                                                   f"{len(blocks)} block(s)")
     for phase in (False, True):
@@ -97,7 +97,7 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     path = _design(tmp_path, ledger)
     design = load_json_strict(path)
     runs, out = tmp_path / "runs", tmp_path / "work"
-    full = plan_blocks(design, path, runs)
+    full = [b.to_json() for b in plan_blocks(design, path, runs)]
     # (the medium's timings: the second growth pair would pass the session's 30 minutes, high estimate)
     assert [(b["study"], b["growth"], b["finals"]) for b in full] == [
         ([0, 1], [0], False), ([], [1], False), ([0, 1], [0], True), ([], [1], True)]
@@ -107,7 +107,7 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     _commit(runs, *(r for r in index_runs(design, "study", 1) if "-dev-" not in r))
     _commit(runs, "demo-confirm-adaptive-B-control-r1", status="failed")
     _commit(runs, "demo-confirm-adaptive-B-growth-r1", at="2026-12-04T23:59:59Z")  # before the freeze: not its
-    left = plan_blocks(design, path, runs)
+    left = [b.to_json() for b in plan_blocks(design, path, runs)]
     assert [(b["study"], b["growth"]) for b in left] == [([1], [1]), ([0, 1], [0]), ([], [1])]
 
     calls = []
@@ -175,7 +175,7 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     _commit(runs, *(r for k in (0, 1) for g in ("study", "growth") for r in index_runs(design, g, k)),
             at="2026-12-05T02:00:00Z")
     scores = tmp_path / "finals"
-    finals = plan_blocks(design, path, runs, scores)
+    finals = [b.to_json() for b in plan_blocks(design, path, runs, scores)]
     assert [(b["finals"], b["seed"], b["study"], b["growth"]) for b in finals] == [(True, True, [0, 1], [0]),
                                                                                     (True, False, [], [1])]
     calls.clear()
@@ -211,5 +211,5 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
                         batch=True)
     with pytest.raises(DesignError, match="was opened already; a fresh set opens once"):
         open_final_set(path, "study", runs, ledger, base=tmp_path)
-    (rest,) = plan_blocks(design, path, runs, scores)  # the study's set scored: the growth pairs' are left
+    (rest,) = [b.to_json() for b in plan_blocks(design, path, runs, scores)]  # the study's set scored: the growth pairs' are left
     assert (rest["study"], rest["growth"], rest["seed"]) == ([], [0, 1], False)

@@ -73,7 +73,7 @@ def test_study_replicate_zero_repeats_the_committed_roots_and_one_differs_determ
     assert r1_again["endpoint"]["full_root"] == r1["endpoint"]["full_root"]
     assert r1_again["replicate"]["order_sha256"] == r1["replicate"]["order_sha256"]
     # the study's final scoring sees the contract's arms only: a replicate is never frozen or scored there
-    assert [s["arm"] for s in arms.arm_statuses(again, __import__("kit.study.prepare", fromlist=["x"])
+    assert [s.arm for s in arms.arm_statuses(again, __import__("kit.study.prepare", fromlist=["x"])
                                                   .load_prepared(again)[1].terms)] == ["single", "dense", "powersgd"]
 
 

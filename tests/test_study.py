@@ -209,8 +209,8 @@ def test_unavailable_arms_are_recorded_with_reason_never_run(env):
     prepare_study(cuda_contract, env["seed"], env["source"], sdir, env["ledger"])
     # on a one-GPU host a pair arm is admitted, its workers sharing the GPU: the projection charges one GPU
     admitted = study_arms.admit_arm(study_arms.ArmRequest(sdir, "dense", env["seed"]), cuda_devices=1, write=False)
-    assert admitted["record"]["shared_gpus"]["gpus"] == 1 and admitted["record"]["shared_gpus"]["workers"] == 2
-    proj = admitted["record"]["projection"]
+    assert admitted.record["shared_gpus"]["gpus"] == 1 and admitted.record["shared_gpus"]["workers"] == 2
+    proj = admitted.record["projection"]
     assert proj["projected_gpus"] == 1 and proj["projected_gpu_hours"] == pytest.approx(proj["projected_seconds"] / 3600)
     assert not (sdir / "arms" / "clock.json").exists() and not (sdir / "arms" / "dense" / "attempts").exists()
     gpus = {"single": 0, "dense": 0, "powersgd": 0}  # a host without a GPU: no arm of a cuda contract runs

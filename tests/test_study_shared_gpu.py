@@ -13,6 +13,7 @@ from kit.distributed.group import STAGED_BACKEND, Group
 from kit.evidence.report.verdict_rows import _screen_rows
 from kit.study import arms as study_arms
 from kit.study.cost import arm_cost, gpu_hour_price
+from kit.study.formats import ReplicaResult
 from kit.study.measurement import shared_gpus, summarise
 from kit.study.schema import arm_spec, load_study_contract
 from kit.study.screens import NOT_EVALUABLE, speed_screen
@@ -46,13 +47,17 @@ def test_the_staged_group_names_the_transport_the_record_uses():
     assert g.backend == STAGED_BACKEND == "gloo (host-staged)"
 
 
-def _rank(rank: int, device: str, host: str = "h1", backend: str = STAGED_BACKEND, sent: int = 1000) -> dict:
-    updates = [{"step": s, "input_tokens": 100, "target_tokens": 40, "seconds": 0.5 + s} for s in (1, 2, 3)]
-    commit = {"step": 3, "full_root": "f" * 64, "learned_state_root": "l" * 64,
+def _rank(rank: int, device: str, host: str = "h1", backend: str = STAGED_BACKEND, sent: int = 1000) -> ReplicaResult:
+    updates = [{"step": s, "input_tokens": 100, "target_tokens": 40, "seconds": 0.5 + s, "ce_sum": 1.0, "kl_sum": 0.0,
+                "objective": 0.025, "documents": 2, "local_documents": 1, "grad_norm": 1.0, "clip_factor": 1.0,
+                "warmup": False, "gradient_bytes": 0, "overhead_bytes": 0} for s in (1, 2, 3)]
+    commit = {"step": 3, "full_root": "f" * 64, "learned_state_root": "l" * 64, "seconds": 1.0,
               "replica_learned_state_roots": ["l" * 64] * 2, "replicas_equal": True, "compression_record": None}
-    return {"rank": rank, "device": device, "host": host, "backend": backend, "staged": backend == STAGED_BACKEND,
-            "updates": updates, "commits": [commit], "active_seconds": 7.5, "checkpoint_seconds": 1.0,
-            "setup_seconds": 2.0, "traffic": {"sent_bytes_total": sent}, "powersgd": None, "compile_cache": "x"}
+    return ReplicaResult.from_json(
+        {"rank": rank, "world": 2, "arm": "dense", "start_step": 0, "device": device, "host": host, "backend": backend,
+         "staged": backend == STAGED_BACKEND, "updates": updates, "commits": [commit], "active_seconds": 7.5,
+         "checkpoint_seconds": 1.0, "setup_seconds": 2.0, "traffic": {"sent_bytes_total": sent}, "powersgd": None,
+         "compile_cache": "x"}, "a rank's result")
 
 
 def test_shared_gpus_is_read_from_the_ranks_devices_and_backend():

@@ -101,4 +101,4 @@ def test_screens_and_the_development_rule_read_the_terms():
     q = quality_screen(1.0, -1.0, {c: 0.0 for c in sc.controls}, sc)
     assert q["verdict"] == "pass" and q["thresholds"]["min_task_gain"] == sc.min_task_gain
     f = load_study_contract(FULL).data["data"]["final_test"]
-    assert dev_rule(t) == {"count": f["count"], "role": "study-dev", "seed": f["seed"], "difficulty": f["difficulty"]}
+    assert dev_rule(t).to_json() == {"count": f["count"], "role": "study-dev", "seed": f["seed"], "difficulty": f["difficulty"]}

@@ -29,7 +29,7 @@ import shutil
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,16 @@ from kit.study.compression_state import (
     write_compression_state,
 )
 from kit.study.cost import arm_cost, project_arm
+from kit.study.formats import (
+    ArmCommit,
+    ArmRecord,
+    ArmWorkerPlan,
+    CompressionRecordRef,
+    ReplicaResult,
+    StudyClock,
+    UpdateRow,
+    plain,
+)
 from kit.study.measurement import devices_used, padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
 from kit.study.schema import (
@@ -162,7 +172,7 @@ def _records(rows: list[dict]) -> list[TrainRecord]:
     return [TrainRecord(r["id"], tuple(r["input_ids"]), tuple(r["target_mask"])) for r in rows]
 
 
-def _commit(group: Group, session: Session, home: str, compressor, traffic: LogicalTraffic) -> dict:
+def _commit(group: Group, session: Session, home: str, compressor, traffic: LogicalTraffic) -> ArmCommit:
     """Replica 0 commits; every replica compares its learned-state root; PowerSGD ranks save their state."""
     t0 = time.perf_counter()
     mine = learned_state_root_of(session)
@@ -185,11 +195,12 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
     full_root = gathered[0]["full"]
     record = None
     if compressor is not None:
-        record = write_compression_state(home, full_root, group.rank, group.world, compressor)
-    roots = [g["learned"] for g in gathered]
-    return {"step": session.step, "full_root": full_root, "learned_state_root": roots[0],
-            "replica_learned_state_roots": roots, "replicas_equal": len(set(roots)) == 1,
-            "compression_record": record, "seconds": time.perf_counter() - t0}
+        written = write_compression_state(home, full_root, group.rank, group.world, compressor)
+        record = CompressionRecordRef(path=written["path"], sha256=written["sha256"])
+    roots = tuple(g["learned"] for g in gathered)
+    return ArmCommit(step=session.step, full_root=full_root, learned_state_root=roots[0],
+                     replica_learned_state_roots=roots, replicas_equal=len(set(roots)) == 1,
+                     compression_record=record, seconds=time.perf_counter() - t0)
 
 
 @contextlib.contextmanager
@@ -210,52 +221,50 @@ def own_compile_cache():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def arm_worker(group: Group, args: dict, ctx) -> dict:
-    """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `start` to `until`,
+def arm_worker(group: Group, args: ArmWorkerPlan | dict, ctx) -> dict:
+    """Launcher entry (`kit.study.arms:arm_worker`): train one arm's replica from `plan.start` to `plan.until`,
     compiling from an empty cache (own_compile_cache: the first update then does
     not find the compile of an arm that ran on this host before).
 
-    args: arm, reduction, study_dir, home, start (kit.refs JSON), until, commit_every,
-    contract (the study contract's JSON, read back as terms by kit.study.schema.study_terms), compile_blocks,
-    powersgd {...}|None, max_tokens, deadline_at (epoch seconds), device, timeout_s."""
+    args: the worker plan (kit.study.formats.ArmWorkerPlan), or its JSON as the launcher reads it back from
+    `launch-args.json`."""
+    plan = args if isinstance(args, ArmWorkerPlan) else ArmWorkerPlan.from_json(args, "launch-args.json")
     with own_compile_cache() as cache:
-        return {**_train_replica(group, args, ctx), "compile_cache": cache}
+        return replace(_train_replica(group, plan, ctx), compile_cache=cache).to_json()
 
 
-def _show_progress(ctx, out: dict, until: int) -> None:
+def _show_progress(ctx, u: UpdateRow, start_step: int, until: int) -> None:
     """The launcher's bar (kit/distributed/launch.py): updates done in this launch, the last one's objective
     and target tokens per second."""
-    u = out["updates"][-1]
     # the study's objective is the cross-entropy per target token (no replay, no KL): the bar's ce/token too
-    ctx.progress(done=u["step"] - out["start_step"], total=until - out["start_step"], loss=u["objective"],
-                 ce=u["objective"],
-                 tokens_per_s=u["target_tokens"] / max(u["seconds"], 1e-9))
+    ctx.progress(done=u.step - start_step, total=until - start_step, loss=u.objective, ce=u.objective,
+                 tokens_per_s=u.target_tokens / max(u.seconds, 1e-9))
 
 
-def _train_replica(group: Group, args: dict, ctx) -> dict:
+def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> ReplicaResult:
     t_setup = time.perf_counter()
-    study = Path(args["study_dir"])
-    terms = study_terms(args["contract"])
+    study = Path(plan.study_dir)
+    terms = study_terms(plain(plan.contract))
     rows = read_train_rows(study)
-    schedule = replicate_schedule(study, terms, args.get("replicate", 0))
+    schedule = replicate_schedule(study, terms, plan.replicate)
     world, rank, device = group.world, group.rank, group.device
-    home = args["home"]
-    start = open_ref(ref_from_json(args["start"], "worker argument 'start'"))
+    home = plan.home
+    start = open_ref(ref_from_json(plain(plan.start), "worker argument 'start'"))
     local = Group(0, 1, device, group.timeout_s)  # one pipeline stage: this replica holds the whole model
     layout = Layout(((0, start.shape.num_hidden_layers),))
-    engine_cfg = engine_config(terms, compile_blocks=args["compile_blocks"])
+    engine_cfg = engine_config(terms, compile_blocks=plan.compile_blocks)
     bucket = engine_cfg.bucket_for(device)  # CUDA: lengths padded to multiples of 64; CPU: unchanged
     session = Session(local, home, layout, start, engine_cfg, optimizer_groups(terms),
-                      admission={"microbatch": [engine_cfg.microbatch_size, args["max_tokens"]],
+                      admission={"microbatch": [engine_cfg.microbatch_size, plan.max_tokens],
                                  "microbatches": -(-max(-(-len(u) // world) for u in schedule)
                                                    // engine_cfg.microbatch_size)})
     params = session.engine.params
     traffic = LogicalTraffic(world, sum(p.numel() for p in params.values()) * FP32_BYTES)
     compressor = None
-    if args["reduction"] == "dense":
+    if plan.reduction == "dense":
         session.engine.grad_reducer = DenseSumReducer(world, traffic)
-    elif args["reduction"] == "powersgd":
-        compressor = PowerSGDCompressor(PowerSGDConfig.from_dict(args["powersgd"], "contract field 'powersgd'"),
+    elif plan.reduction == "powersgd":
+        compressor = PowerSGDCompressor(PowerSGDConfig.from_dict(plain(plan.powersgd), "contract field 'powersgd'"),
                                         {n: tuple(p.shape) for n, p in params.items()})
         if start.manifest is not None:
             load_compression_state(home, start.manifest["full_root"], rank, world, compressor)
@@ -263,17 +272,15 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
                 raise ValueError(f"compression state of {start.manifest['full_root']} is at step "
                                  f"{compressor.step}, the commit at step {session.step}")
         session.engine.grad_reducer = PowerSGDSumReducer(compressor, world, traffic)
-    until, every, schedule_lr = int(args["until"]), int(args["commit_every"]), lr_schedule(terms)
-    # host, device and the group's transport as this rank saw them: the arm record's `shared_gpus` is
-    # read from these (kit.study.measurement.shared_gpus), not from the admission's count
-    out = {"rank": rank, "world": world, "arm": args["arm"], "device": str(device), "host": socket.gethostname(),
-           "backend": group.backend, "staged": group.staged, "start_step": session.step,
-           "updates": [], "commits": [], "setup_seconds": time.perf_counter() - t_setup}
+    until, every, schedule_lr = plan.until, plan.commit_every, lr_schedule(terms)
+    start_step, setup_seconds = session.step, time.perf_counter() - t_setup
+    updates: list[UpdateRow] = []
+    made: list[ArmCommit] = []
     active = checkpoint = 0.0
     while session.step < until:
         step = session.step + 1
         ctx.progress(step=step, phase="update")
-        late = torch.tensor([1.0 if time.time() > args["deadline_at"] else 0.0], dtype=torch.float64, device=device)
+        late = torch.tensor([1.0 if time.time() > plan.deadline_at else 0.0], dtype=torch.float64, device=device)
         if world > 1:  # every replica stops at the same update, so none waits on a peer that left
             group.allreduce_max_(late)
             traffic.add_overhead(late.numel() * late.element_size())
@@ -296,33 +303,37 @@ def _train_replica(group: Group, args: dict, ctx) -> dict:
         active += (seconds := time.perf_counter() - t0)
         t_rec = traffic.end_update(step)
         ce, kl = (float(x) for x in parts.cpu())
-        out["updates"].append({
-            "step": step, "ce_sum": ce, "kl_sum": kl, "objective": ce / n_targets, "target_tokens": n_targets,
-            "input_tokens": sum(len(r.input_ids) for r in records), "documents": len(records),
-            "local_padded_tokens": padded_tokens(mine, engine_cfg.microbatch_size, bucket),
-            "local_documents": len(mine), "grad_norm": res.grad_norm, "clip_factor": res.clip_factor,
-            "seconds": seconds, "warmup": t_rec["warmup"], "gradient_bytes": t_rec["gradient_bytes"],
-            "overhead_bytes": t_rec["overhead_bytes"]})
-        _show_progress(ctx, out, until)
+        updates.append(UpdateRow(
+            step=step, ce_sum=ce, kl_sum=kl, objective=ce / n_targets, target_tokens=n_targets,
+            input_tokens=sum(len(r.input_ids) for r in records), documents=len(records),
+            local_padded_tokens=padded_tokens(mine, engine_cfg.microbatch_size, bucket),
+            local_documents=len(mine), grad_norm=res.grad_norm, clip_factor=res.clip_factor,
+            seconds=seconds, warmup=t_rec["warmup"], gradient_bytes=t_rec["gradient_bytes"],
+            overhead_bytes=t_rec["overhead_bytes"]))
+        _show_progress(ctx, updates[-1], start_step, until)
         if step == until or (every and step % every == 0):
             ctx.progress(phase="commit")
             c = _commit(group, session, home, compressor, traffic)
-            checkpoint += c["seconds"]
-            out["commits"].append(_logged(ctx, group, c))
-    out.update(active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
-               powersgd=compressor.stats() if compressor is not None else None)
-    return out
+            checkpoint += c.seconds
+            made.append(_logged(ctx, group, c))
+    # host, device and the group's transport as this rank saw them: the arm record's `shared_gpus` is
+    # read from these (kit.study.measurement.shared_gpus), not from the admission's count
+    return ReplicaResult(rank=rank, world=world, arm=plan.arm, device=str(device), host=socket.gethostname(),
+                         backend=group.backend, staged=group.staged, start_step=start_step,
+                         updates=tuple(updates), commits=tuple(made), setup_seconds=setup_seconds,
+                         active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
+                         powersgd=compressor.stats() if compressor is not None else None)
 
 
 COMMITS_LOG = "commits.jsonl"  # the attempt's commits, one line each as rank 0 makes them (STUDY/arms/ARM/run/)
 
 
-def _logged(ctx, group: Group, commit: dict) -> dict:
+def _logged(ctx, group: Group, commit: ArmCommit) -> ArmCommit:
     """Rank 0 appends the commit to the attempt's log as it happens, so an attempt that fails or is stopped later
     still names it (logged_commits); returns the commit."""
     if group.rank == 0:
         with open(Path(ctx.run_dir) / COMMITS_LOG, "ab") as f:
-            f.write(canonical_json(commit) + b"\n")
+            f.write(canonical_json(commit.to_json()) + b"\n")
     return commit
 
 
@@ -357,23 +368,49 @@ def arm_dir(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> Path:
 
 
 def record_replicate(record: dict) -> int:
-    """The replicate index an arm record was run as (0 when it has none: every committed record)."""
-    return (record.get("replicate") or {}).get("index", 0)
+    """The replicate index of an arm record being written (a dict until `_write_attempt`; 0 when it has none:
+    every committed record)."""
+    order = record.get("replicate")
+    return order["index"] if order else 0
+
+
+def arm_record(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> ArmRecord | None:
+    """The arm's latest attempt (`arm.json`), None when it never ran."""
+    path = arm_dir(study_dir, arm, replicate) / "arm.json"
+    return ArmRecord.from_json(load_json_strict(path), str(path)) if path.exists() else None
 
 
 def read_arm_record(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> dict | None:
-    path = arm_dir(study_dir, arm, replicate) / "arm.json"
-    return load_json_strict(path) if path.exists() else None
+    """The notebooks' view of `arm_record`: its plain JSON (notebook 22 reads it as a dict)."""
+    record = arm_record(study_dir, arm, replicate)
+    return record.to_json() if record is not None else None
 
 
-def arm_statuses(study_dir: str | os.PathLike, terms: StudyContract) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class ArmStatus:
+    """An arm of the contract with its latest attempt's status ("not run" when it has no record)."""
+    arm: str
+    workers: int
+    reduction: str
+    status: str
+    reason: str | None
+    endpoint: dict | None  # the plain JSON of the record's endpoint
+    attempts: int
+
+    def to_json(self) -> dict:
+        return {"arm": self.arm, "workers": self.workers, "reduction": self.reduction, "status": self.status,
+                "reason": self.reason, "endpoint": self.endpoint, "attempts": self.attempts}
+
+
+def arm_statuses(study_dir: str | os.PathLike, terms: StudyContract) -> list[ArmStatus]:
     """Every arm of the contract terms with its latest status and reason ("not run" when it has no record)."""
     out = []
     for spec in terms.arms:
-        rec = read_arm_record(study_dir, spec.name)
-        out.append({"arm": spec.name, "workers": spec.workers, "reduction": spec.reduction,
-                    "status": rec["status"] if rec else "not run", "reason": rec["reason"] if rec else None,
-                    "endpoint": rec.get("endpoint") if rec else None, "attempts": rec["attempts"] if rec else 0})
+        rec = arm_record(study_dir, spec.name)
+        out.append(ArmStatus(arm=spec.name, workers=spec.workers, reduction=spec.reduction,
+                             status=rec.status if rec else "not run", reason=rec.reason if rec else None,
+                             endpoint=rec.endpoint.to_json() if rec and rec.endpoint else None,
+                             attempts=rec.attempts if rec else 0))
     return out
 
 
@@ -412,19 +449,21 @@ def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None)
 
 def _clock(study_dir: Path) -> float | None:
     path = study_dir / "arms" / "clock.json"
-    return load_json_strict(path)["started_at"] if path.exists() else None
+    return StudyClock.from_json(load_json_strict(path), str(path)).started_at if path.exists() else None
 
 
-def attempt_records(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> list[dict]:
+def attempt_records(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> list[ArmRecord]:
     """Every attempt of `arm` (or of its replicate), oldest first (none is ever deleted)."""
-    return [load_json_strict(p) for p in sorted((arm_dir(study_dir, arm, replicate) / "attempts").glob("*.json"))]
+    return [ArmRecord.from_json(load_json_strict(p), str(p))
+            for p in sorted((arm_dir(study_dir, arm, replicate) / "attempts").glob("*.json"))]
 
 
 def spent_usd(study_dir: str | os.PathLike) -> float:
     """Money of every attempt that ran (failed ones included)."""
     total = 0.0
     for path in sorted((Path(study_dir) / "arms").glob("*/attempts/*.json")):
-        total += (load_json_strict(path).get("cost") or {}).get("total_usd", 0.0)
+        cost = ArmRecord.from_json(load_json_strict(path), str(path)).cost
+        total += cost.total_usd if cost is not None else 0.0
     return total
 
 
@@ -471,21 +510,21 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
     """Admit, run and record one arm; returns its record (also for unavailable and rejected arms).
     `cuda_devices` (None: counted) and `now` (None: the clock) describe the host, not the request."""
     admitted = admit_arm(request, cuda_devices=cuda_devices, now=now)
-    if "status" in admitted:  # unavailable or rejected: written, never launched
+    if not isinstance(admitted, Admission):  # unavailable or rejected: written, never launched
         return admitted
-    record, args, contract = admitted["record"], admitted["args"], admitted["contract"]
-    study_dir, arm_name, spec = Path(request.study_dir), request.arm, admitted["spec"]
+    record, plan, contract = admitted.record, admitted.plan, admitted.contract
+    study_dir, arm_name, spec = Path(request.study_dir), request.arm, admitted.spec
     run_dir = arm_dir(study_dir, arm_name, request.replicate) / "run"
     (run_dir / COMMITS_LOG).unlink(missing_ok=True)  # an earlier attempt's
     before = interface_counters_or_none()
     started = time.time()
     record["started_at"] = started
     try:
-        results = launch(arm_worker, args, spec.workers, run_dir,
-                         timeout_s=max(1.0, args["deadline_at"] - started) + DEADLINE_GRACE_S,
-                         threads=request.threads, progress_total=record["until"] - admitted["first_step"],
-                         progress_first_step=admitted["first_step"], desc=f"arm {arm_name}")
-        status, reason = finished_status(record["until"], contract.terms)
+        results = launch(arm_worker, plan.to_json(), spec.workers, run_dir,
+                         timeout_s=max(1.0, plan.deadline_at - started) + DEADLINE_GRACE_S,
+                         threads=request.threads, progress_total=plan.until - admitted.first_step,
+                         progress_first_step=admitted.first_step, desc=f"arm {arm_name}")
+        status, reason = finished_status(plan.until, contract.terms)
     except WorkerFailure as e:
         results, status, reason = None, "failed", str(e)
     ended = time.time()
@@ -517,15 +556,27 @@ def finish_arm(study_dir: Path, record: dict, contract: Contract[StudyContract],
         record["cost"] = arm_cost(contract.terms, wall, [0] * spec.workers, gpus=devices_used(record))
         record["measurement"] = {"wall_seconds": wall, "workers": spec.workers, "devices": devices_used(record)}
         return _write_attempt(Path(study_dir), record)
-    summarise(record, results, wall, contract.terms)
+    summarise(record, [ReplicaResult.from_json(r, f"rank {i}'s result") for i, r in enumerate(results)], wall,
+              contract.terms)
     return _write_attempt(Path(study_dir), record)
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An arm admitted to run: its record so far (a dict the run completes and `_write_attempt` writes), the
+    worker plan every replica gets, the contract, the arm's contract entry and the step it starts from."""
+    record: dict
+    plan: ArmWorkerPlan
+    contract: Contract
+    spec: Any  # the contract's arm entry (name, workers, reduction): its class is the contract helper's
+    first_step: int
+
+
 def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float | None = None,
-              write: bool = True) -> dict:
+              write: bool = True) -> dict | Admission:
     """Every check before an arm runs. Returns the written record of an unavailable or rejected arm,
-    or {"record", "args", "contract", "spec"} for one that may run (with `write`, the study clock
-    starts). Raises ArmRefused for a request that is wrong."""
+    or the `Admission` of one that may run (with `write`, the study clock starts). Raises ArmRefused for a
+    request that is wrong."""
     study_dir, arm_name, seed_dir, resume_root = Path(request.study_dir), request.arm, request.seed_dir, request.resume
     seconds_per_update, until = request.seconds_per_update, request.until
     prepared, contract, prepared_digest = load_prepared(study_dir)
@@ -535,10 +586,10 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
     terms = contract.terms
     spec = arm_spec(contract, arm_name)
     replicate = request.replicate
-    last = read_arm_record(study_dir, arm_name, replicate)
-    if last is not None and last["status"] == "completed":
+    last = arm_record(study_dir, arm_name, replicate)
+    if last is not None and last.status == "completed":
         raise ArmRefused(f"{arm_dir(study_dir, arm_name, replicate) / 'arm.json'}: arm {arm_name!r} already "
-                         f"completed at {last['endpoint']['full_root']}; its endpoint is fixed")
+                         f"completed at {last.endpoint.full_root if last.endpoint else None}; its endpoint is fixed")
     updates = terms.schedule.updates
     until = updates if until is None else int(until)
     home = arm_dir(study_dir, arm_name, replicate) / "home"
@@ -585,10 +636,10 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
         write_canonical_json(study_dir / "arms" / "clock.json", {"started_at": now})
     deadline_at = proj["deadline_at"]
     home.mkdir(parents=True, exist_ok=True)
-    args = {"arm": arm_name, "reduction": spec.reduction, "study_dir": str(study_dir), "home": str(home),
-            "start": start.to_json(), "until": until, "commit_every": every,
-            "contract": terms.to_json(), "compile_blocks": request.compile_blocks, "max_tokens": terms.data.max_tokens,
-            "powersgd": powersgd_config_dict(terms) if spec.reduction == "powersgd" else None,
-            "deadline_at": deadline_at, "device": terms.device, "timeout_s": terms.collective_timeout_s,
-            "replicate": replicate}
-    return {"record": record, "args": args, "contract": contract, "spec": spec, "first_step": first}
+    plan = ArmWorkerPlan(arm=arm_name, reduction=spec.reduction, study_dir=str(study_dir), home=str(home),
+                         start=start.to_json(), until=until, commit_every=every, contract=terms.to_json(),
+                         compile_blocks=request.compile_blocks, max_tokens=terms.data.max_tokens,
+                         powersgd=powersgd_config_dict(terms) if spec.reduction == "powersgd" else None,
+                         deadline_at=deadline_at, device=terms.device, timeout_s=terms.collective_timeout_s,
+                         replicate=replicate)
+    return Admission(record=record, plan=plan, contract=contract, spec=spec, first_step=first)

@@ -13,8 +13,8 @@ import os
 import socket
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -25,6 +25,7 @@ from kit.distributed.launch import WorkerContext
 from kit.distributed.traffic import counter_delta, interface_counters_or_none
 from kit.study.arms import (
     COMMITS_LOG,
+    Admission,
     ArmRefused,
     ArmRequest,
     admit_arm,
@@ -34,6 +35,7 @@ from kit.study.arms import (
     finished_status,
     record_replicate,
 )
+from kit.study.formats import AdmissionDecision, PeerReport, RankReport, plain
 from kit.study.prepare import load_prepared
 from kit.study.schema import StudyContract, arm_spec
 
@@ -68,39 +70,38 @@ def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], pr
     host = socket.gethostname()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     gpus = torch.cuda.device_count() if contract.terms.device == "cuda" else 0
-    peers = _gather(group, {"rank": rank, "host": host, "prepared_digest": prepared_digest, "gpus": gpus,
-                            "local_world": local_world, "interfaces": group.interfaces}, "peer")
-    wrong = [p for p in peers if p["prepared_digest"] != peers[0]["prepared_digest"]]
+    mine = PeerReport(rank=rank, host=host, prepared_digest=prepared_digest, gpus=gpus, local_world=local_world,
+                      interfaces=group.interfaces)
+    peers = [PeerReport.from_json(p, "peer report") for p in _gather(group, mine.to_json(), "peer")]
+    wrong = [p for p in peers if p.prepared_digest != peers[0].prepared_digest]
     if wrong:
         raise ArmRefused("the ranks' prepared studies differ: " + "; ".join(
-            f"rank {p['rank']} ({p['host']}) has {p['prepared_digest']}" for p in peers)
+            f"rank {p.rank} ({p.host}) has {p.prepared_digest}" for p in peers)
             + "; copy rank 0's STUDY/prepared/ to every host")
     # Availability across hosts: every rank needs a GPU of its own host, one per process, or shared with the
     # host's other ranks when it has fewer GPUs than ranks (the group is then host-staged; the arm
     # record's `shared_gpus` comes from what the ranks report, kit.study.measurement.shared_gpus).
-    cuda_devices = spec.workers if all(p["gpus"] >= p["local_world"] for p in peers) else \
-        min(p["gpus"] for p in peers)
-    decision: dict[str, Any] | None = None
+    cuda_devices = spec.workers if all(p.gpus >= p.local_world for p in peers) else min(p.gpus for p in peers)
+    sent = AdmissionDecision(run=False)  # rank 0's is the one every rank reads
     if rank == 0:
         try:
             admitted = admit_arm(request, cuda_devices=cuda_devices)
-            decision = ({"run": False, "record": admitted} if "status" in admitted else
-                        {"run": True, "deadline_at": admitted["args"]["deadline_at"], "now": time.time()})
+            sent = (AdmissionDecision(run=True, deadline_at=admitted.plan.deadline_at, now=time.time())
+                    if isinstance(admitted, Admission) else AdmissionDecision(run=False, record=admitted))
         except ArmRefused as e:
-            decision = {"run": False, "refused": str(e)}
-    decision = _gather(group, decision or {}, "admission")[0]
-    if not decision["run"]:
-        if "refused" in decision:
-            raise ArmRefused(f"rank 0 refused the arm: {decision['refused']}")
-        return decision["record"] if rank == 0 else None
-    if rank == 0:
-        record, args = admitted["record"], admitted["args"]
-    else:
-        mine = admit_arm(request, cuda_devices=cuda_devices, write=False, now=decision["now"])
-        if "status" in mine:
-            raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {mine['status']} here: {mine['reason']}")
-        record, args = mine["record"], mine["args"]
-    args["deadline_at"] = decision["deadline_at"]  # rank 0's clock governs every rank
+            sent = AdmissionDecision(run=False, refused=str(e))
+    decision = AdmissionDecision.from_json(_gather(group, sent.to_json(), "admission")[0], "rank 0's admission")
+    if not decision.run:
+        if decision.refused is not None:
+            raise ArmRefused(f"rank 0 refused the arm: {decision.refused}")
+        return plain(decision.record) if rank == 0 else None
+    ours = admitted if rank == 0 else admit_arm(request, cuda_devices=cuda_devices, write=False, now=decision.now)
+    if not isinstance(ours, Admission):
+        raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {ours['status']} here: {ours['reason']}")
+    record = ours.record
+    if decision.deadline_at is None:
+        raise ArmRefused("rank 0's admission to run names no deadline; expected its `deadline_at`")
+    plan = replace(ours.plan, deadline_at=decision.deadline_at)  # rank 0's clock governs every rank
     run_dir = arm_dir(study_dir, arm_name, request.replicate) / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0:
@@ -111,7 +112,7 @@ def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], pr
     record["started_at"] = started
     result, error = None, None
     try:
-        result = arm_worker(group, args, ctx)
+        result = arm_worker(group, plan, ctx)
     except Exception as e:  # noqa: BLE001 - recorded, then raised below
         error = f"rank {rank} ({host}): {type(e).__name__}: {e}"
         tb = traceback.format_exc()
@@ -122,21 +123,21 @@ def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], pr
         _write_failure(study_dir, arm_name, record, contract, rank, error, tb, started, ended, delta)
         raise RuntimeError(error)
     ctx.progress(phase="gather")
-    gathered = _gather(group, {"rank": rank, "host": host, "result": result, "interfaces": delta,
-                               "started_at": started, "ended_at": ended, "socket": group.interfaces}, "rank result")
+    report = {"rank": rank, "host": host, "result": result, "interfaces": delta, "started_at": started,
+              "ended_at": ended, "socket": group.interfaces}
+    gathered = [RankReport.from_json(g, "rank report") for g in _gather(group, report, "rank result")]
     ctx.progress(phase="done")
     if rank != 0:
         return None
-    status, reason = finished_status(record["until"], contract.terms)
-    record["launcher"] = "torchrun"
-    record["hosts"] = [{"rank": g["rank"], "host": g["host"], "started_at": g["started_at"],
-                        "ended_at": g["ended_at"], "wall_seconds": g["ended_at"] - g["started_at"],
-                        "socket_interfaces": g["socket"], "update_seconds": [u["seconds"] for u in g["result"]["updates"]]}
-                       for g in gathered]
+    status, reason = finished_status(plan.until, contract.terms)
+    record.update(launcher="torchrun", hosts=[
+        {"rank": g.rank, "host": g.host, "started_at": g.started_at, "ended_at": g.ended_at,
+         "wall_seconds": g.ended_at - g.started_at, "socket_interfaces": plain(g.socket),
+         "update_seconds": [u.seconds for u in g.result.updates]} for g in gathered])
     # The arm's wall time spans the earliest start to the latest end over the hosts.
-    return finish_arm(study_dir, record, contract, [g["result"] for g in gathered], status, reason,
-                      min(g["started_at"] for g in gathered), max(g["ended_at"] for g in gathered), delta,
-                      [{"rank": g["rank"], "host": g["host"], **(g["interfaces"] or
+    return finish_arm(study_dir, record, contract, [g.result.to_json() for g in gathered], status, reason,
+                      min(g.started_at for g in gathered), max(g.ended_at for g in gathered), delta,
+                      [{"rank": g.rank, "host": g.host, **(plain(g.interfaces) or
                         {"unavailable": "/proc/net/dev could not be read on this host"})} for g in gathered])
 
 

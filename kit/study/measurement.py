@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from kit.study.cost import arm_cost
+from kit.study.formats import ArmRecord, ReplicaResult, plain
 from kit.study.schema import StudyContract
 
 # Recorded in each arm's measurement: how its first update's compile was paid (kit.study.arms.own_compile_cache;
@@ -26,17 +27,17 @@ def padded_tokens(records, microbatch_size: int, bucket: int) -> int:
     return total
 
 
-def shared_gpus(results: list[dict]) -> dict | None:
+def shared_gpus(results: list[ReplicaResult]) -> dict | None:
     """{"workers", "gpus", "transport", "source": "ranks"} when the ranks ran on fewer GPUs than there are
     ranks, read from what each rank reported (its host, device and group backend); None when each rank had
     a GPU of its own, or on CPU. GPUs are counted as distinct (host, device) pairs."""
-    cuda = [r for r in results if str(r["device"]).startswith("cuda")]
+    cuda = [r for r in results if r.device.startswith("cuda")]
     if not cuda:
         return None
-    used = {(r.get("host"), r["device"]) for r in cuda}
+    used = {(r.host, r.device) for r in cuda}
     if len(used) >= len(results):
         return None
-    transports = sorted({r.get("backend") or "not reported" for r in results})
+    transports = sorted({r.backend or "not reported" for r in results})
     return {"workers": len(results), "gpus": len(used), "transport": ", ".join(transports), "source": "ranks"}
 
 
@@ -46,63 +47,68 @@ def devices_used(record: dict) -> int:
     return shared["gpus"] if shared else record["workers"]
 
 
-def summarise(record: dict, results: list[dict], wall: float, terms: StudyContract) -> None:
-    """The ranks' results into the arm record; its cost priced under the contract terms."""
+def summarise(record: dict, results: list[ReplicaResult], wall: float, terms: StudyContract) -> None:
+    """The ranks' results into the arm record (a dict being written: kit.study.arms.finish_arm); its cost priced
+    under the contract terms."""
     r0 = results[0]
     record["shared_gpus"] = shared_gpus(results)  # what the ranks reported replaces the admission's count
-    n = len(r0["updates"])
-    active = max(r["active_seconds"] for r in results)
-    checkpoint = max(r["checkpoint_seconds"] for r in results)
-    tokens = sum(u["input_tokens"] for u in r0["updates"])
-    targets = sum(u["target_tokens"] for u in r0["updates"])
-    later = r0["updates"][1:]
-    later_active = max(sum(u["seconds"] for u in r["updates"][1:]) for r in results)
-    workers, devices = record["workers"], devices_used(record)
-    record["updates"] = r0["updates"]
-    record["commits"] = r0["commits"]
-    record["compression_records"] = [[c["compression_record"] for c in r["commits"]] for r in results] \
-        if record["reduction"] == "powersgd" else None
-    last = r0["commits"][-1]
-    record["replicas_equal"] = all(c["replicas_equal"] for c in r0["commits"])
+    n = len(r0.updates)
+    active = max(r.active_seconds for r in results)
+    checkpoint = max(r.checkpoint_seconds for r in results)
+    tokens = sum(u.input_tokens for u in r0.updates)
+    targets = sum(u.target_tokens for u in r0.updates)
+    later = r0.updates[1:]
+    later_active = max(sum(u.seconds for u in r.updates[1:]) for r in results)
+    workers, devices = len(results), devices_used(record)
+    last = r0.commits[-1]
+    record.update(
+        updates=[u.to_json() for u in r0.updates], commits=[c.to_json() for c in r0.commits],
+        compression_records=[[c.compression_record.to_json() if c.compression_record else None for c in r.commits]
+                             for r in results] if record["reduction"] == "powersgd" else None,
+        replicas_equal=all(c.replicas_equal for c in r0.commits))
     if record["status"] == "completed":
-        record["endpoint"] = {"home": record["home"], "full_root": last["full_root"], "step": last["step"],
-                              "learned_state_root": last["learned_state_root"],
-                              "replica_learned_state_roots": last["replica_learned_state_roots"]}
-        if not last["replicas_equal"]:
+        record["endpoint"] = {"home": record["home"], "full_root": last.full_root, "step": last.step,
+                              "learned_state_root": last.learned_state_root,
+                              "replica_learned_state_roots": list(last.replica_learned_state_roots)}
+        if not last.replicas_equal:
             record.update(status="failed", reason="replicas' learned-state roots differ at the endpoint: "
-                          + ", ".join(last["replica_learned_state_roots"]))
+                          + ", ".join(last.replica_learned_state_roots))
             record["endpoint"] = None
     record["measurement"] = {
-        "updates": n, "workers": workers, "devices": devices, "device": r0["device"],
+        "updates": n, "workers": workers, "devices": devices, "device": r0.device,
         "active_seconds": active, "checkpoint_seconds": checkpoint, "wall_seconds": wall,
-        "setup_seconds": max(r["setup_seconds"] for r in results),
+        "setup_seconds": max(r.setup_seconds for r in results),
         "input_tokens": tokens, "target_tokens": targets,
         "active_tokens_per_s": tokens / active if active else None,
         "active_target_tokens_per_s": targets / active if active else None,
-        "active_tokens_per_s_after_first_update": (sum(u["input_tokens"] for u in later) / later_active
+        "active_tokens_per_s_after_first_update": (sum(u.input_tokens for u in later) / later_active
                                                    if later and later_active else None),
         # The first update pays for compilation and the first attention plans of each length bucket;
         # steady state is every later update (lengths bucketed on CUDA, so plans are reused).
-        "first_update_seconds": max(r["updates"][0]["seconds"] for r in results) if n else None,
+        "first_update_seconds": max(r.updates[0].seconds for r in results) if n else None,
         "steady_state_updates": len(later),
         "steady_state_seconds": later_active if later else None,
-        "steady_state_tokens_per_s": (sum(u["input_tokens"] for u in later) / later_active
+        "steady_state_tokens_per_s": (sum(u.input_tokens for u in later) / later_active
                                       if later and later_active else None),
         "gpu_seconds_per_update": wall * devices / n if n else None,
         "active_gpu_seconds_per_update": active * devices / n if n else None,
         "rule": "active = update time only (no setup, no commits); gpu seconds = seconds x devices (the GPUs "
                 "the workers used: fewer than the workers when they shared GPUs)",
-        "compile_cache": COMPILE_CACHE if all(r.get("compile_cache") for r in results) else "the host's default",
+        "compile_cache": COMPILE_CACHE if all(r.compile_cache for r in results) else "the host's default",
     }
-    record["traffic"]["logical_per_rank"] = [r["traffic"] for r in results]
-    record["traffic"]["powersgd_per_rank"] = [r["powersgd"] for r in results] if results[0]["powersgd"] else None
-    record["cost"] = arm_cost(terms, wall, [r["traffic"]["sent_bytes_total"] for r in results], gpus=devices)
+    record["traffic"].update(logical_per_rank=[plain(r.traffic) for r in results],
+                             powersgd_per_rank=[plain(r.powersgd) for r in results] if r0.powersgd else None)
+    # the traffic summary is kit.distributed.traffic's (any JSON here): its documented total
+    record["cost"] = arm_cost(terms, wall, [r.traffic["sent_bytes_total"] for r in results], gpus=devices)
 
 
-def arm_summary_json(record: dict) -> str:
-    """One line for the CLI: arm, status, reason, endpoint roots and the headline measurements."""
-    m = record.get("measurement") or {}
-    return json.dumps({"arm": record["arm"], "status": record["status"], "reason": record["reason"],
-                       "endpoint": record.get("endpoint"), "active_tokens_per_s": m.get("active_tokens_per_s"),
-                       "wall_seconds": m.get("wall_seconds"), "cost_usd": (record.get("cost") or {}).get("total_usd")},
-                      sort_keys=True)
+def arm_summary_json(written: dict) -> str:
+    """One line for the CLI: arm, status, reason, endpoint roots and the headline measurements of the arm record
+    `run_arm` wrote (its JSON)."""
+    record = ArmRecord.from_json(written, "the arm record")
+    m = record.measurement
+    return json.dumps({"arm": record.arm, "status": record.status, "reason": record.reason,
+                       "endpoint": record.endpoint.to_json() if record.endpoint else None,
+                       "active_tokens_per_s": m.active_tokens_per_s if m else None,
+                       "wall_seconds": m.wall_seconds if m else None,
+                       "cost_usd": record.cost.total_usd if record.cost else None}, sort_keys=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.adaptive.sidecars import accuracy_sidecars
@@ -21,6 +22,7 @@ from kit.data.tasks import generate_set
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
 from kit.inventory import parameter_digest
+from kit.record import SEED, Num, OneOf, Record, spec_field
 from kit.study.prepare import (
     DEV_FILE,
     FILES,
@@ -41,10 +43,30 @@ class ReplicateScoringRefused(ValueError):
     pass
 
 
-def dev_rule(terms: StudyContract) -> dict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevRule(Record):
+    """How the development tasks of a study without `data.dev` are drawn (kit.data.tasks.generate_set)."""
+    count: int = spec_field(Num(1, integer=True), doc="tasks drawn")
+    role: str = spec_field(str, doc="the role their draws are seeded with")
+    seed: int = spec_field(SEED, doc="the draws' seed")
+    difficulty: int = spec_field(OneOf(1, 2, 3), doc="the tasks' difficulty")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevTasksRecord(Record):
+    """`STUDY/replicates/dev_tasks.json`: the drawn development tasks' rule and digest, checked on every read."""
+    format: str = spec_field(OneOf(TASKS_FORMAT), doc=TASKS_FORMAT)
+    rule: DevRule = spec_field(DevRule, doc="how they were drawn")
+    sha256: str = spec_field(str, doc="of dev_tasks.jsonl")
+    count: int = spec_field(Num(0, integer=True), doc="tasks written")
+    excluded_digests: int = spec_field(SEED, doc="task digests the draw excluded")
+    prepared_json: str = spec_field(str, doc="sha256 of prepared.json when drawn")
+
+
+def dev_rule(terms: StudyContract) -> DevRule:
     """The development role of contract terms without `data.dev`: the study pilot's (campaigns/study_pilot.py)."""
     f = terms.data.final_test
-    return {"count": f.count, "role": "study-dev", "seed": f.seed, "difficulty": f.difficulty}
+    return DevRule(count=f.count, role="study-dev", seed=f.seed, difficulty=f.difficulty)
 
 
 def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
@@ -56,10 +78,10 @@ def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
         return study_dir / PREPARED_DIR / DEV_FILE, prepared["files"][DEV_FILE]
     out, record_path = study_dir / FOLDER / DEV_FILE, study_dir / FOLDER / "dev_tasks.json"
     if record_path.is_file():
-        record = load_json_strict(record_path)
-        if sha256_file(out) != record["sha256"]:
+        record = DevTasksRecord.from_json(load_json_strict(record_path), str(record_path))
+        if sha256_file(out) != record.sha256:
             raise ReplicateScoringRefused(f"{out}: sha256 differs from field 'sha256' of {record_path}")
-        return out, record["sha256"]
+        return out, record.sha256
     rule, d = dev_rule(contract.terms), contract.terms.data
     seed_tasks, _ = _seed_task_digests(Path(prepared["seed"]["dir"]))
     # as prepare_study excludes them (digests only: nothing is scored or exposed here): the seed's tasks, the
@@ -67,16 +89,16 @@ def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
     train = generate_set(d.tasks.count, d.tasks.seed, d.tasks.role, d.tasks.difficulty, exclude_digests=seed_tasks)
     final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl", prepared["files"]["final_tasks.jsonl"])
     excluded = seed_tasks | {t.digest for t in train} | {c.meta["digest"] for c in final}
-    tasks = generate_set(rule["count"], rule["seed"], rule["role"], rule["difficulty"], exclude_digests=excluded)
-    if len(tasks) != rule["count"]:
-        raise ReplicateScoringRefused(f"{study_dir}: drew {len(tasks)} of {rule['count']} development tasks")
+    tasks = generate_set(rule.count, rule.seed, rule.role, rule.difficulty, exclude_digests=excluded)
+    if len(tasks) != rule.count:
+        raise ReplicateScoringRefused(f"{study_dir}: drew {len(tasks)} of {rule.count} development tasks")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(out, [_task_conversation(t, True) for t in tasks])
-    sha = sha256_file(out)
-    write_canonical_json(record_path, {"format": TASKS_FORMAT, "rule": rule, "sha256": sha, "count": len(tasks),
-                                       "excluded_digests": len(excluded), "prepared_json": sha256_file(
-                                           study_dir / PREPARED_DIR / "prepared.json")})
-    return out, sha
+    record = DevTasksRecord(format=TASKS_FORMAT, rule=rule, sha256=sha256_file(out), count=len(tasks),
+                            excluded_digests=len(excluded),
+                            prepared_json=sha256_file(study_dir / PREPARED_DIR / "prepared.json"))
+    write_canonical_json(record_path, record.to_json())
+    return out, record.sha256
 
 
 def parse_model(spec: str) -> dict:

@@ -34,8 +34,9 @@ from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, s
 from kit.evidence.ledger import ledger_path, record_exposures
 from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, ratio_change_normal_upper
 from kit.store import commits
-from kit.study.arms import FREEZE_FILE, NON_RUN, arm_statuses, attempt_records, read_arm_record
+from kit.study.arms import FREEZE_FILE, NON_RUN, arm_record, arm_statuses, attempt_records
 from kit.study.cost import cost_table
+from kit.study.formats import Freeze, plain
 from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared
 
 SCREENS_FORMAT = "kit.study.screens/1"
@@ -54,31 +55,31 @@ def _scorer():
 
 
 # --- freeze and score -----------------------------------------------------------------------
-def freeze_candidates(study_dir: str | os.PathLike) -> dict:
+def freeze_candidates(study_dir: str | os.PathLike) -> Freeze:
     """Refuse unless every arm is settled; verify every endpoint; write (or re-check) freeze.json."""
     study_dir = Path(study_dir)
     _, contract, prepared_digest = load_prepared(study_dir)
     statuses = arm_statuses(study_dir, contract.terms)
-    unsettled = [s for s in statuses if s["status"] not in NON_RUN
-                 and not (s["status"] == "completed" and s["endpoint"])]
+    unsettled = [s for s in statuses if s.status not in NON_RUN and not (s.status == "completed" and s.endpoint)]
     if unsettled:
         raise EvaluationRefused(
             "final-test scoring refused: every arm the contract lists needs a committed endpoint or a recorded "
-            "non-run status first; " + ", ".join(f"arm {s['arm']!r} is {s['status']!r}" for s in unsettled))
+            "non-run status first; " + ", ".join(f"arm {s.arm!r} is {s.status!r}" for s in unsettled))
     for s in statuses:
-        if s["status"] == "completed":
-            commits.verify_commit(s["endpoint"]["home"], s["endpoint"]["full_root"])
+        if s.status == "completed" and s.endpoint:
+            commits.verify_commit(s.endpoint["home"], s.endpoint["full_root"])
     freeze = {"format": "kit.study.freeze/1", "contract_digest": contract.digest, "prepared_digest": prepared_digest,
-              "arms": [{k: s[k] for k in ("arm", "status", "reason", "endpoint")} for s in statuses]}
+              "arms": [{"arm": s.arm, "status": s.status, "reason": s.reason, "endpoint": s.endpoint}
+                       for s in statuses]}
     path = study_dir / FREEZE_FILE
     if path.exists():
-        old = load_json_strict(path)
-        if {k: old[k] for k in freeze} != freeze:
+        old = Freeze.from_json(load_json_strict(path), str(path))
+        if {k: v for k, v in old.to_json().items() if k != "frozen_at"} != freeze:
             raise EvaluationRefused(f"{path}: the arms changed since the candidates were frozen")
         return old
     path.parent.mkdir(parents=True, exist_ok=True)
     write_canonical_json(path, {**freeze, "frozen_at": time.time()})
-    return load_json_strict(path)
+    return Freeze.from_json(load_json_strict(path), str(path))
 
 
 def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, device: str = "cpu") -> dict:
@@ -93,8 +94,8 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     retention = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl")
     ev = contract.terms.evaluation
     models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared["seed"]["parameter_digest"]})]
-    models += [(a["arm"], {"home": a["endpoint"]["home"], "full_root": a["endpoint"]["full_root"]})
-               for a in freeze["arms"] if a["status"] == "completed"]
+    models += [(a.arm, {"home": a.endpoint.home, "full_root": a.endpoint.full_root})
+               for a in freeze.arms if a.status == "completed" and a.endpoint]
     out_dir = study_dir / "evaluation" / "models"
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(study_dir / "evaluation" / "opened.jsonl", "ab") as log:
@@ -125,7 +126,7 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
         write_canonical_json(path, rec)
         written[label] = str(path)
         del model
-    return {"models": written, "frozen_arms": freeze["arms"]}
+    return {"models": written, "frozen_arms": [a.to_json() for a in freeze.arms]}
 
 
 # --- pure statistics and screens ------------------------------------------------------------
@@ -233,11 +234,11 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
         raise EvaluationRefused(f"{freeze_path}: not found; run `kit study evaluate` first")
     terms = contract.terms
     statuses = arm_statuses(study_dir, terms)
-    records = {s["arm"]: read_arm_record(study_dir, s["arm"]) for s in statuses}
+    records = {s.arm: arm_record(study_dir, s.arm) for s in statuses}
     sc = terms.screens
     k, margin = sc.normal_multiplier, sc.noninferiority_margin
     evals = {}
-    for label in ["seed"] + [s["arm"] for s in statuses if s["status"] == "completed"]:
+    for label in ["seed"] + [s.arm for s in statuses if s.status == "completed"]:
         path = study_dir / "evaluation" / "models" / f"{label}.json"
         if not path.exists():
             raise EvaluationRefused(f"{path}: not found; `kit study evaluate` has not scored {label!r}")
@@ -257,33 +258,38 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
         retention[cand]["upper"] if cand in retention else None,
         {c: cand_paired[c]["noninferiority"]["lower"] if c in cand_paired else None for c in sc.controls}, sc)
 
-    def tput(arm):
+    def tput(arm: str) -> float | None:
         rec = records.get(arm)
-        return (rec.get("measurement") or {}).get("active_tokens_per_s") if rec and rec["status"] == "completed" \
+        return rec.measurement.active_tokens_per_s if rec and rec.measurement and rec.status == "completed" \
             else None
 
-    speed = speed_screen(tput(cand), tput(sc.speed_baseline), sc,
-                         {a: (records.get(a) or {}).get("shared_gpus") for a in (cand, sc.speed_baseline)})
+    def shared(arm: str) -> dict | None:
+        rec = records.get(arm)
+        return rec.shared_gpus.to_json() if rec and rec.shared_gpus else None
+
+    speed = speed_screen(tput(cand), tput(sc.speed_baseline), sc, {a: shared(a) for a in (cand, sc.speed_baseline)})
     for screen, needs in ((quality, [cand, *sc.controls]), (speed, [cand, sc.speed_baseline])):
-        screen["arms_not_completed"] = [{"arm": s["arm"], "status": s["status"], "reason": s["reason"]}
-                                        for s in statuses if s["arm"] in needs and s["status"] != "completed"]
+        screen["arms_not_completed"] = [{"arm": s.arm, "status": s.status, "reason": s.reason}
+                                        for s in statuses if s.arm in needs and s.status != "completed"]
     arm_rows = []
     for s in statuses:
-        rec = records.get(s["arm"]) or {}
-        m, t = rec.get("measurement") or {}, rec.get("traffic") or {}
-        logical = (t.get("logical_per_rank") or [None])[0]
-        arm_rows.append({**{k2: s[k2] for k2 in ("arm", "workers", "reduction", "status", "reason", "attempts")},
-                         "endpoint": s["endpoint"], "replicas_equal": rec.get("replicas_equal"),
-                         "projection": rec.get("projection"), "measurement": m or None,
-                         "shared_gpus": rec.get("shared_gpus"),
-                         "logical_traffic_rank0": logical, "interfaces": t.get("interfaces")})
+        rec = records.get(s.arm)
+        traffic = rec.traffic if rec else None
+        arm_rows.append({**s.to_json(), "replicas_equal": rec.replicas_equal if rec else None,
+                         "projection": plain(rec.projection) if rec else None,
+                         "measurement": rec.measurement.to_json() if rec and rec.measurement else None,
+                         "shared_gpus": shared(s.arm),
+                         "logical_traffic_rank0": plain(traffic.logical_per_rank[0])
+                         if traffic and traffic.logical_per_rank else None,
+                         "interfaces": plain(traffic.interfaces) if traffic else None})
     out = {"format": SCREENS_FORMAT, "contract_digest": contract.digest, "prepared_digest": prepared_digest,
            "study": terms.name, "candidate": cand, "controls": list(sc.controls), "arms": arm_rows,
            "accuracy_by_family": accuracy, "paired_task_change": paired, "retention_change": retention,
            "screens": {"quality": quality, "speed": speed},
-           "cost": cost_table(terms, [{"arm": s["arm"], "status": s["status"], "reason": s["reason"],
-                                               "costs": [a.get("cost") for a in attempt_records(study_dir, s["arm"])]}
-                                              for s in statuses]),
+           "cost": cost_table(terms, [{"arm": s.arm, "status": s.status, "reason": s.reason,
+                                       "costs": [a.cost.to_json() if a.cost else None
+                                                 for a in attempt_records(study_dir, s.arm)]}
+                                      for s in statuses]),
            "counts": prepared["counts"], "retention_probes_exposed": terms.data.retention.exposed}
     write_canonical_json(study_dir / "screens.json", out)
     return out

@@ -80,7 +80,8 @@ def store_curves(params: dict) -> tuple[list, str] | None:
     arm = params.get("ARM", "single")
     replicate = int(params.get("REPLICATE", 0))
     attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
-    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in (attempts[-1] if attempts else {}).get("updates") or []]
+    updates = [u.to_json() for u in (attempts[-1].updates if attempts else None) or ()]
+    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in updates]
     home = store_home(params)
     assert home is not None, "STUDY_DIR is set (checked above)"
     return rows, home

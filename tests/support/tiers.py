@@ -113,6 +113,7 @@ UNIT_FILES = (
     "test_docstrings.py",
     "test_engine.py",
     "test_evaluate.py",
+    "test_format_docs_study.py",
     "test_fast_paths_applied.py",
     "test_fetch_over_group.py",
     "test_format_docs_prepared.py",

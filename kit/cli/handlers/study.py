@@ -57,5 +57,6 @@ def cmd_screens(a) -> int:
 def cmd_status(a) -> int:
     _, contract, _ = load_prepared(a.study)
     for s in arm_statuses(a.study, contract.terms):
-        print(json.dumps({k: s[k] for k in ("arm", "status", "reason", "attempts")}, sort_keys=True))
+        print(json.dumps({"arm": s.arm, "status": s.status, "reason": s.reason, "attempts": s.attempts},
+                         sort_keys=True))
     return 0

@@ -1,0 +1,311 @@
+"""The study's declared record formats (kit.record.Record): the arm record (`arms/<arm>/arm.json` and every
+`attempts/NNN.json`, docs/formats/study-records.md "Arm record") and the worker plan `run_arm` hands each replica
+(`launch-args.json`).
+
+The decision to know: the arm record's parts that readers use (endpoint, shared GPUs, measurement, cost, the
+replicate's order) are declared field by field; the parts only written and shown whole (projection, per-update rows,
+commits, traffic, hosts) are any JSON (`JSON_VALUE`), so every committed record, whichever fields its time wrote,
+still loads, and `to_json` gives back its bytes. Fields added after records were committed are `Omittable`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from kit.record import BYTES, SEED, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
+
+JSON_DEPTH = 12  # lists and objects nested this deep: the deepest undeclared part (hosts' interfaces) is 3
+
+
+def _any_json(depth: int) -> Either:
+    """Any JSON value nested at most `depth` deep: null, a string, a number, a boolean, a list or an object of them.
+    The spec of a record's undeclared parts (a lenient reader, kept here rather than in kit.record because only the
+    study's records need it); built values are read-only (tuples, mappings). Finite, not recursive, so that walks of
+    a spec (the docs test's) end."""
+    scalar = Opt(Either(str, Either(bool, float)))
+    if depth == 0:
+        return Either(scalar, scalar)
+    inner = _any_json(depth - 1)
+    return Either(scalar, Either(Seq(inner), MapOf(inner)))
+
+
+JSON_VALUE = _any_json(JSON_DEPTH)
+ARM_STATUSES = ("completed", "partial", "failed", "rejected", "unavailable")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharedGpus(Record):
+    """Workers that shared fewer GPUs than there are workers (kit.study.measurement.shared_gpus)."""
+    workers: int = spec_field(Num(1, integer=True), doc="the arm's workers")
+    gpus: int = spec_field(Num(1, integer=True), doc="the distinct (host, device) pairs they ran on")
+    transport: str = spec_field(str, doc="the group's backend, e.g. gloo (host-staged)")
+    source: str = spec_field(str, doc="'ranks' (their reports) or the admission's count")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint(Record):
+    """The completed arm's last commit, every replica agreeing on its learned state."""
+    home: str = spec_field(str, doc="the arm's checkpoint store")
+    full_root: str = spec_field(str, doc="the endpoint commit")
+    step: int = spec_field(Num(0, integer=True), doc="its step")
+    learned_state_root: str = spec_field(str, doc="replica 0's learned-state root")
+    replica_learned_state_roots: tuple[str, ...] = spec_field(Seq(str), doc="every replica's")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicateOrder(Record):
+    """A replicate's derived data order (kit/replicate_order.py `describe`)."""
+    index: int = spec_field(Num(1, integer=True), doc="the replicate index k > 0")
+    contract_seed: int = spec_field(SEED, doc="the contract's order seed")
+    order_seed: int = spec_field(Num(0, 2**64 - 1, integer=True), doc="the seed derived for k (64 bits of a sha256)")
+    rule: str = spec_field(str, doc="the derivation in words")
+    order_sha256: str = spec_field(str, doc="sha256_json of the trained update order")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateRow(Record):
+    """One update as rank 0 measured it (the arm record's `updates`; every rank's in its result)."""
+    step: int = spec_field(Num(1, integer=True), doc="the update")
+    ce_sum: float = spec_field(float, doc="cross-entropy summed over the global batch's targets")
+    kl_sum: float = spec_field(float, doc="KL summed (0: the study has none)")
+    objective: float = spec_field(float, doc="ce_sum / target_tokens")
+    target_tokens: int = spec_field(SEED, doc="of the global batch")
+    input_tokens: int = spec_field(SEED, doc="of the global batch")
+    documents: int = spec_field(Num(0, integer=True), doc="of the global batch")
+    local_padded_tokens: int | None = spec_field(Omittable(SEED),
+                                                 doc="positions this rank computed, padded (older: absent)")
+    local_documents: int = spec_field(Num(0, integer=True), doc="this rank's documents")
+    grad_norm: float = spec_field(float, doc="before clipping")
+    clip_factor: float = spec_field(float, doc="the clipping's scale")
+    seconds: float = spec_field(float, doc="the update's active time")
+    warmup: bool = spec_field(bool, doc="a PowerSGD warm-up (dense) update")
+    gradient_bytes: int = spec_field(BYTES, doc="gradient bytes handed to collectives")
+    overhead_bytes: int = spec_field(BYTES, doc="other bytes handed to collectives")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompressionRecordRef(Record):
+    """Where a rank wrote its compression state at a commit (kit.study.compression_state)."""
+    path: str = spec_field(str, doc="home/compression/<full_root>/rank-<r>.json")
+    sha256: str = spec_field(str, doc="of its bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmCommit(Record):
+    """A commit the arm made (also one line of run/commits.jsonl as rank 0 made it)."""
+    step: int = spec_field(Num(0, integer=True), doc="its step")
+    full_root: str = spec_field(str, doc="the commit")
+    learned_state_root: str = spec_field(str, doc="replica 0's learned-state root")
+    replica_learned_state_roots: tuple[str, ...] = spec_field(Seq(str), doc="every replica's")
+    replicas_equal: bool = spec_field(bool, doc="all equal")
+    compression_record: CompressionRecordRef | None = spec_field(Opt(CompressionRecordRef),
+                                                                 doc="this rank's (PowerSGD), else null")
+    seconds: float = spec_field(float, doc="the commit's time")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaResult(Record):
+    """What one replica's worker returns (the launcher's result-<r>.json; under torchrun, gathered)."""
+    rank: int = spec_field(Num(0, integer=True), doc="the replica")
+    world: int = spec_field(Num(1, integer=True), doc="the replicas")
+    arm: str = spec_field(str, doc="the arm")
+    device: str = spec_field(str, doc="the torch device it ran on")
+    host: str = spec_field(str, doc="its host name")
+    backend: str = spec_field(str, doc="the group's transport")
+    staged: bool = spec_field(bool, doc="collectives staged through host memory")
+    start_step: int = spec_field(Num(0, integer=True), doc="the step it started from")
+    updates: tuple[UpdateRow, ...] = spec_field(Seq(UpdateRow), doc="its updates")
+    commits: tuple[ArmCommit, ...] = spec_field(Seq(ArmCommit), doc="the commits made")
+    setup_seconds: float = spec_field(float, doc="before the first update")
+    active_seconds: float = spec_field(float, doc="update time")
+    checkpoint_seconds: float = spec_field(float, doc="commit time")
+    traffic: Any = spec_field(MapOf(JSON_VALUE), doc="kit.distributed.traffic.LogicalTraffic.summary()")
+    powersgd: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="the compressor's stats; null unless PowerSGD")
+    compile_cache: str | None = spec_field(Omittable(str), doc="the worker's own compile cache folder")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmMeasurement(Record):
+    """What an arm that ran measured (kit.study.measurement.summarise); a failed one: wall, workers, devices."""
+    wall_seconds: float = spec_field(float, doc="the attempt's wall time")
+    workers: int | None = spec_field(Omittable(Num(1, integer=True)), doc="the arm's workers (older: absent)")
+    devices: int = spec_field(Num(1, integer=True), doc="the GPUs they used (one per worker on CPU)")
+    updates: int | None = spec_field(Omittable(Num(0, integer=True)), doc="updates run")
+    device: str | None = spec_field(Omittable(str), doc="rank 0's device")
+    active_seconds: float | None = spec_field(Omittable(float), doc="update time only")
+    checkpoint_seconds: float | None = spec_field(Omittable(float), doc="commit time")
+    setup_seconds: float | None = spec_field(Omittable(float), doc="worker setup, the slowest rank's")
+    input_tokens: int | None = spec_field(Omittable(SEED), doc="tokens trained on")
+    target_tokens: int | None = spec_field(Omittable(SEED), doc="target tokens")
+    active_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="input tokens per active second")
+    active_target_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="target tokens per active s")
+    active_tokens_per_s_after_first_update: float | None = spec_field(Omittable(Opt(float)),
+                                                                      doc="the same after the first update")
+    first_update_seconds: float | None = spec_field(Omittable(Opt(float)), doc="the first update (compile)")
+    steady_state_updates: int | None = spec_field(Omittable(Num(0, integer=True)), doc="the later updates")
+    steady_state_seconds: float | None = spec_field(Omittable(Opt(float)), doc="their time")
+    steady_state_tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="their throughput")
+    gpu_seconds_per_update: float | None = spec_field(Omittable(Opt(float)), doc="wall s x devices / updates")
+    active_gpu_seconds_per_update: float | None = spec_field(Omittable(Opt(float)),
+                                                             doc="active s x devices / updates")
+    rule: str | None = spec_field(Omittable(str), doc="how the above are counted")
+    compile_cache: str | None = spec_field(Omittable(str), doc="how the first update's compile was paid")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmCost(Record):
+    """The contract's cost frame applied to what ran (kit.study.cost.arm_cost)."""
+    gpus: int | None = spec_field(Omittable(Num(0, integer=True)), doc="GPUs charged (older records: absent)")
+    gpu_hours: float = spec_field(float, doc="wall s x gpus / 3600")
+    gpu_cost_usd: float = spec_field(float, doc="at the seed's hosts' price")
+    cross_zone_bytes: int = spec_field(BYTES, doc="every rank's estimated ring bytes")
+    cross_zone_gb: float = spec_field(float, doc="the same in GB")
+    cross_zone_cost_usd: float = spec_field(float, doc="their price")
+    total_usd: float = spec_field(float, doc="gpu and cross-zone cost")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmTraffic(Record):
+    """What crossed the network: this host's interface counters, and what the ranks reported (absent when none
+    did: a failed attempt)."""
+    interfaces: Any = spec_field(JSON_VALUE, doc="/proc/net/dev deltas per interface, or why unavailable")
+    logical_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="kit/distributed/traffic.py, per rank")
+    powersgd_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="the compressor's stats per rank (PowerSGD)")
+    interfaces_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="every rank's host delta (torchrun)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmRecord(Record):
+    """One attempt of one arm (`arms/<arm>/attempts/NNN.json`; `arm.json` the latest)."""
+    FORMAT = "kit.study.arm/1"
+    format: str = spec_field(OneOf("kit.study.arm/1"), doc="kit.study.arm/1")
+    arm: str = spec_field(str, doc="the contract's arm name")
+    workers: int = spec_field(Num(1, integer=True), doc="replicas")
+    reduction: str = spec_field(str, doc="none, dense or powersgd")
+    device: str = spec_field(str, doc="the contract's device")
+    home: str = spec_field(str, doc="the arm's checkpoint store")
+    contract_digest: str = spec_field(str, doc="sha256 of the contract")
+    prepared_digest: str = spec_field(str, doc="sha256 of canonical prepared.json")
+    resume_root: str | None = spec_field(Opt(str), doc="the commit resumed (null: the seed)")
+    until: int = spec_field(Num(1, integer=True), doc="the last update asked for")
+    attempts: int = spec_field(Num(1, integer=True), doc="this attempt's number")
+    status: str = spec_field(OneOf(*ARM_STATUSES), doc="completed, partial, failed, rejected or unavailable")
+    reason: str | None = spec_field(Opt(str), doc="why not completed (null only if completed)")
+    projection: Any = spec_field(JSON_VALUE, doc="inputs, projected seconds and cost, deadline and bound checks; null when unavailable")
+    started_at: float | None = spec_field(Opt(float), doc="epoch seconds")
+    ended_at: float | None = spec_field(Opt(float), doc="epoch seconds")
+    updates: tuple[UpdateRow, ...] | None = spec_field(Opt(Seq(UpdateRow)), doc="rank 0's rows; null if none ran")
+    commits: tuple[ArmCommit, ...] = spec_field(Seq(ArmCommit), doc="made (failed: from run/commits.jsonl)")
+    endpoint: Endpoint | None = spec_field(Opt(Endpoint), doc="null unless completed")
+    replicas_equal: bool | None = spec_field(Omittable(bool), doc="every commit's replicas equal")
+    compression_records: Any = spec_field(Omittable(JSON_VALUE), doc="per rank, per commit (PowerSGD)")
+    measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="what ran, measured")
+    traffic: ArmTraffic | None = spec_field(Opt(ArmTraffic), doc="interfaces and the ranks' logical traffic")
+    cost: ArmCost | None = spec_field(Opt(ArmCost), doc="what ran, priced")
+    shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs")
+    launcher: str | None = spec_field(Omittable(str), doc="torchrun (kit/study/hosts.py)")
+    hosts: Any = spec_field(Omittable(JSON_VALUE), doc="per rank under torchrun")
+    replicate: ReplicateOrder | None = spec_field(Omittable(ReplicateOrder), doc="a replicate's data order")
+
+    @property
+    def replicate_index(self) -> int:
+        """The replicate index the arm ran as (0 when it has none: every committed record)."""
+        return self.replicate.index if self.replicate is not None else 0
+
+    @property
+    def devices(self) -> int:
+        """The devices its workers ran on: the GPUs they shared, else one per worker (also on CPU)."""
+        return self.shared_gpus.gpus if self.shared_gpus else self.workers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmWorkerPlan(Record):
+    """What `run_arm` hands every replica of an arm (the launcher's `launch-args.json`; under torchrun, in memory):
+    read back by `kit.study.arms.arm_worker`."""
+    arm: str = spec_field(str, doc="the contract's arm name")
+    reduction: str = spec_field(OneOf("none", "dense", "powersgd"), doc="the gradient reducer")
+    study_dir: str = spec_field(str, doc="the prepared study")
+    home: str = spec_field(str, doc="the arm's checkpoint store")
+    start: Any = spec_field(MapOf(JSON_VALUE), doc="kit.refs JSON of the start")
+    until: int = spec_field(Num(1, integer=True), doc="the last update")
+    commit_every: int = spec_field(Num(0, integer=True), doc="commit every so many updates (0: at the end)")
+    contract: Any = spec_field(MapOf(JSON_VALUE), doc="the study contract's JSON (kit.study.schema.study_terms)")
+    compile_blocks: str = spec_field(OneOf("auto", "off"), doc="torch.compile the blocks on CUDA")
+    max_tokens: int = spec_field(Num(1, integer=True), doc="the contract's data.max_tokens")
+    powersgd: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="PowerSGDConfig JSON; null unless powersgd")
+    deadline_at: float = spec_field(float, doc="epoch seconds every replica stops by")
+    device: str = spec_field(str, doc="cpu or cuda")
+    timeout_s: float = spec_field(float, doc="the collectives' timeout")
+    replicate: int = spec_field(Num(0, integer=True), doc="0: the committed order; k: replicate k")
+
+
+def plain(value: Any) -> Any:
+    """A built JSON value (read-only mappings, tuples) as plain dicts and lists, for code that takes those."""
+    if isinstance(value, MappingProxyType):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyClock(Record):
+    """`arms/clock.json`: when the study's first arm ran, the start of its deadline clock."""
+    started_at: float = spec_field(float, doc="epoch seconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrozenArm(Record):
+    """An arm as the freeze saw it: its latest status and, when completed, its verified endpoint."""
+    arm: str = spec_field(str, doc="the contract's arm name")
+    status: str = spec_field(str, doc="its latest attempt's status")
+    reason: str | None = spec_field(Opt(str), doc="why not completed")
+    endpoint: Endpoint | None = spec_field(Opt(Endpoint), doc="null unless completed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Freeze(Record):
+    """`evaluation/freeze.json`: the candidates frozen for final-test scoring; no arm runs once it exists."""
+    FORMAT = "kit.study.freeze/1"
+    format: str = spec_field(OneOf("kit.study.freeze/1"), doc="kit.study.freeze/1")
+    contract_digest: str = spec_field(str, doc="sha256 of the contract")
+    prepared_digest: str = spec_field(str, doc="sha256 of canonical prepared.json")
+    arms: tuple[FrozenArm, ...] = spec_field(Seq(FrozenArm), doc="every contract arm, in contract order")
+    frozen_at: float = spec_field(float, doc="epoch seconds")
+
+
+# --- what the ranks of `kit study arm` under torchrun exchange (kit/study/hosts.py; JSON over the group) --------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerReport(Record):
+    """What each rank says of its host before admission: the prepared study it holds and its GPUs."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+    host: str = spec_field(str, doc="its host name")
+    prepared_digest: str = spec_field(str, doc="sha256 of its canonical prepared.json")
+    gpus: int = spec_field(Num(0, integer=True), doc="its host's GPUs (0 on CPU)")
+    local_world: int = spec_field(Num(1, integer=True), doc="ranks on its host (LOCAL_WORLD_SIZE)")
+    interfaces: Any = spec_field(MapOf(JSON_VALUE), doc="its socket interface settings (Group.interfaces)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionDecision(Record):
+    """Rank 0's admission, sent to every rank: run (with the deadline and rank 0's clock), or not (the record
+    written, or why the arm was refused)."""
+    run: bool = spec_field(bool, doc="whether the ranks train")
+    deadline_at: float | None = spec_field(Omittable(float), doc="epoch seconds every rank stops by")
+    now: float | None = spec_field(Omittable(float), doc="rank 0's clock at admission")
+    record: Any = spec_field(Omittable(MapOf(JSON_VALUE)), doc="the unavailable or rejected arm's record")
+    refused: str | None = spec_field(Omittable(str), doc="why rank 0 refused the request")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankReport(Record):
+    """What each rank reports after training: its result, its host's interface counters and its clock."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+    host: str = spec_field(str, doc="its host name")
+    result: ReplicaResult = spec_field(ReplicaResult, doc="what its worker returned")
+    interfaces: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="its host's counter delta, null if unreadable")
+    started_at: float = spec_field(float, doc="epoch seconds")
+    ended_at: float = spec_field(float, doc="epoch seconds")
+    socket: Any = spec_field(MapOf(JSON_VALUE), doc="its socket interface settings (Group.interfaces)")

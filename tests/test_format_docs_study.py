@@ -1,0 +1,15 @@
+"""The study's declared formats against their docs pages' field tables (tests/support/format_docs.py)."""
+
+from __future__ import annotations
+
+from support.format_docs import assert_docs_match
+
+from kit.study.formats import ArmRecord, Freeze
+
+
+def test_the_arm_record_table_names_the_declared_fields():
+    assert_docs_match("formats/study-records.md", "Arm record (`arms/<arm>/arm.json`, `attempts/NNN.json`)", ArmRecord)
+
+
+def test_the_freeze_table_names_the_declared_fields():
+    assert_docs_match("formats/study-records.md", "Freeze (`evaluation/freeze.json`)", Freeze)
