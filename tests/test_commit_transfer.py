@@ -84,8 +84,12 @@ def test_a_shard_adoption_that_fails_on_one_host_raises_on_every_rank(tmp_path, 
     rank raises CommitError naming rank 1 (an uncaught OSError there would leave rank 0 in the all-gather)."""
     from kit.engine import commit_transfer
     from kit.store import commits
+    from kit.store.manifest import CommitLayout, LearnedState, Manifest
 
-    manifest = {"full_root": "f" * 64, "layout": {"model_config": "c" * 64}}
+    manifest = Manifest(format="kit-checkpoint/1", learned_state=LearnedState(cursor={}, params=()),
+                        learned_state_root="0" * 64, full_root="f" * 64,
+                        layout=CommitLayout(blocks=((0, 1), (1, 2)), embedding_owner=0, model_config="c" * 64),
+                        parent=None, rng=("1" * 64, "2" * 64))
 
     def adopt_commit(home, manifest, expected_head=None, shard=None):
         if home.endswith("host1"):

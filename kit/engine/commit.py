@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 
 from kit.digest import canonical_json, loads_strict
 from kit.engine.commit_transfer import adopt_shard, gather_objects
+from kit.engine.formats import CommitOutcome, ObjectsReport
 from kit.store import commits
 from kit.store.async_commit import Background, HostSnapshot, WriteObjects, finished_job
+from kit.store.manifest import Manifest
 
 Install = Callable[[], str]  # rank 0's write of the commit record; returns the full root
 
@@ -54,21 +56,22 @@ class Commit:
         bring them into rank 0's store. Returns rank 0's install (None on the other ranks); raises
         CommitError on every rank when one rank could not write its objects."""
         s = self.session
-        gathered = [loads_strict(b, "commit entries") for b in s.group.allgather_bytes(canonical_json(report))]
-        failed = [f"rank {r}: {g['error']}" for r, g in enumerate(gathered) if not g["ok"]]
+        gathered = [ObjectsReport.from_json(loads_strict(b, "commit entries"), "commit entries")
+                    for b in s.group.allgather_bytes(canonical_json(report))]
+        failed = [f"rank {r}: {g.error}" for r, g in enumerate(gathered) if not g.ok]
         if failed:
             what = "background commit" if self.background else "commit"
             raise commits.CommitError(f"{what} of step {self.step} failed, HEAD unchanged: " + "; ".join(failed))
         mine = gathered[s.group.rank]
-        self.written = [*commits.param_digests(mine["entries"]), mine["rng"], mine["config"]]
+        self.written = [*commits.param_digests(mine.entries or ()), str(mine.rng), str(mine.config)]
         # hosts without a shared mount: rank 0's store receives what it lacks (kit/engine/commit_transfer.py)
         self.transfer = gather_objects(s.group, s.store, self.written)
         if s.group.rank != 0:
             return None
-        params = sorted((e for g in gathered for e in g["entries"]), key=lambda e: e["name"])
-        learned = {"cursor": self.cursor, "params": params}
-        layout = {**s.layout.to_json(), "model_config": gathered[0]["config"]}
-        rngs = [g["rng"] for g in gathered]
+        params = sorted((e for g in gathered for e in g.entries or ()), key=lambda e: e.name)
+        learned = {"cursor": self.cursor, "params": [e.to_json() for e in params]}
+        layout = {**s.layout.to_json(), "model_config": gathered[0].config}
+        rngs = [str(g.rng) for g in gathered]
         home, parent, missing = s.home, s.parent, self.transfer["errors"]
 
         def install() -> str:
@@ -78,7 +81,7 @@ class Commit:
             return commits.write_commit(home, learned, layout, parent, rngs)
         return install
 
-    def agree_on_root(self, install: Install | None) -> tuple[str, dict]:
+    def agree_on_root(self, install: Install | None) -> tuple[str, Manifest]:
         """Rank 0 runs `install` (or collects the background install's root); every rank learns its
         outcome, the other stores adopt their shards, and the session's parent becomes the new root.
         Returns (full_root, manifest); CommitError on every rank when rank 0 could not commit."""
@@ -90,15 +93,16 @@ class Commit:
                 outcome["manifest"] = commits.read_commit(s.home, outcome["root"])
         except Exception as e:  # noqa: BLE001 -- OSError too (rank 0's disk): the others wait in the all-gather
             outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}", "manifest": None}
-        result = loads_strict(s.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
-        if not result["ok"]:
+        result = CommitOutcome.from_json(
+            loads_strict(s.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome"), "commit outcome")
+        if not result.ok or result.root is None or result.manifest is None:
             how = " (background)" if self.background else ""
-            raise commits.CommitError(f"rank 0 could not commit step {self.step}{how}: {result['error']}")
-        manifest = result["manifest"]  # rank 0's: another rank's store may not hold it yet
+            raise commits.CommitError(f"rank 0 could not commit step {self.step}{how}: {result.error}")
+        manifest = result.manifest  # rank 0's: another rank's store may not hold it yet
         adopt_shard(s.group, s.home, manifest, s.parent, self.written)
-        s.transfers.append({"step": self.step, "full_root": result["root"], **self.transfer})
-        s.parent = result["root"]
-        return result["root"], manifest
+        s.transfers.append({"step": self.step, "full_root": result.root, **self.transfer})
+        s.parent = result.root
+        return result.root, manifest
 
 
 @dataclass
@@ -182,5 +186,5 @@ class AsyncCommitter:
         f.timings["install_s"] = round(f.job.finished - f.job.started, 4)
         self.inflight = None
         root, manifest = f.commit.agree_on_root(f.job.result)
-        self.last = {"step": f.step, "full_root": root, "learned_state_root": manifest["learned_state_root"],
+        self.last = {"step": f.step, "full_root": root, "learned_state_root": manifest.learned_state_root,
                      "snapshot_s": round(f.snapshot_s, 4), "snapshot_bytes": self.snapshot.bytes, **f.timings}

@@ -22,7 +22,9 @@ import time
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.engine.fetch import host_name, receive_object, send_object
+from kit.engine.formats import RankStatus
 from kit.store import commits
+from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore
 
 
@@ -65,22 +67,23 @@ def gather_objects(group: Group, store: ObjectStore, written: list[str]) -> dict
     return out
 
 
-def adopt_shard(group: Group, home: str, manifest: dict | None, parent: str | None, written: list[str]) -> None:
+def adopt_shard(group: Group, home: str, manifest: Manifest | None, parent: str | None, written: list[str]) -> None:
     """After rank 0 committed `manifest`: every rank whose home's HEAD is not its root (its store is not
     rank 0's) adopts it as a shard of its own objects, from `parent`. Every rank learns every outcome;
     one failure raises CommitError on all of them, naming the rank and host (rank 0's HEAD has moved:
     the commit exists and is whole there; the failed host holds the previous HEAD)."""
     status = {"rank": group.rank, "host": host_name(), "ok": True, "error": None}
-    if manifest is not None and commits.read_head(home) != manifest["full_root"]:
-        shard = set(written) | {manifest["layout"]["model_config"]}
+    if manifest is not None and commits.read_head(home) != manifest.full_root:
+        shard = set(written) | {manifest.layout.model_config}
         try:
             commits.adopt_commit(home, manifest, expected_head=parent, shard=shard)
         except (ValueError, OSError) as e:  # OSError too (this host's disk): every rank must reach the report
             status.update(ok=False, error=f"{type(e).__name__}: {e}")
-    reports = [loads_strict(b, "shard adoption") for b in group.allgather_bytes(canonical_json(status))]
-    bad = [r for r in reports if not r["ok"]]
+    reports = [RankStatus.from_json(loads_strict(b, "shard adoption"), "shard adoption")
+               for b in group.allgather_bytes(canonical_json(status))]
+    bad = [r for r in reports if not r.ok]
     if bad:
-        root = manifest["full_root"] if manifest else "the commit"
+        root = manifest.full_root if manifest else "the commit"
         raise commits.CommitError(f"commit {root} is whole in rank 0's store, but "
-                                  + "; ".join(f"rank {r['rank']} ({r['host']}) could not adopt its shard: {r['error']}"
+                                  + "; ".join(f"rank {r.rank} ({r.host}) could not adopt its shard: {r.error}"
                                               for r in bad))

@@ -27,7 +27,9 @@ import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
+from kit.engine.formats import Peer
 from kit.store import commits
+from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore, fetch_objects
 
 
@@ -48,25 +50,25 @@ def _dev(group: Group):
     return "cpu" if group.staged else group.device
 
 
-def share_commit(group: Group, source_home: str | None, root: str) -> tuple[dict, int, list[dict]]:
+def share_commit(group: Group, source_home: str | None, root: str) -> tuple[Manifest, int, list[Peer]]:
     """The manifest of `root` on every rank, from the lowest rank holding it. Returns (manifest,
     holder rank, every rank's announcement)."""
     me = {"rank": group.rank, "host": host_name(), "holds": holds_commit(source_home, root)}
-    peers = [loads_strict(b, "fetch announcement") for b in group.allgather_bytes(canonical_json(me))]
-    holders = [p["rank"] for p in peers if p["holds"]]
+    peers = [Peer.from_json(loads_strict(b, "fetch announcement"), "fetch announcement")
+             for b in group.allgather_bytes(canonical_json(me))]
+    holders = [p.rank for p in peers if p.holds]
     if not holders:
-        raise FetchError(f"no rank holds commit {root}: " + ", ".join(f"rank {p['rank']} ({p['host']})"
-                                                                     for p in peers))
+        raise FetchError(f"no rank holds commit {root}: " + ", ".join(f"rank {p.rank} ({p.host})" for p in peers))
     holder = holders[0]
     payload = canonical_json(commits.read_commit(source_home, root)) if group.rank == holder else b""
-    manifest = loads_strict(group.allgather_bytes(payload)[holder], "manifest")
-    commits.validate_manifest(manifest, f"manifest of {root} from rank {holder} ({peers[holder]['host']})")
-    if manifest["full_root"] != root:
-        raise FetchError(f"rank {holder} ({peers[holder]['host']}) sent manifest {manifest['full_root']} for {root}")
+    manifest = Manifest.from_json(loads_strict(group.allgather_bytes(payload)[holder], "manifest"),
+                                  f"manifest of {root} from rank {holder} ({peers[holder].host})")
+    if manifest.full_root != root:
+        raise FetchError(f"rank {holder} ({peers[holder].host}) sent manifest {manifest.full_root} for {root}")
     return manifest, holder, peers
 
 
-def fetch_over_group(group: Group, source_home: str | None, dest_home: str, holder: int, peers: list[dict],
+def fetch_over_group(group: Group, source_home: str | None, dest_home: str, holder: int, peers: list[Peer],
                      wanted: list[str]) -> dict:
     """Fetch `wanted` (this rank's assigned objects) into `dest_home` from rank `holder`'s `source_home`.
     Returns {"received", "sent", "objects", "errors"}; never raises for a bad object (the caller
@@ -92,7 +94,7 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
                                  f"{type(e).__name__}: {e}")
         mine = []
     asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
-    holder_host = peers[holder]["host"]
+    holder_host = peers[holder].host
     if group.rank == holder:
         src = ObjectStore(source_home)
         for r, ask in enumerate(asks):

@@ -55,7 +55,7 @@ def load_model(home: str | None = None, root: str | None = None, seed_dir: str |
         return model.to(device).eval()
     start = start_from_commit(home, root)
     model = LlamaCausalLM(start.shape)
-    load_parameters(ObjectStore(home), start.manifest["learned_state"]["params"], model, f"commit {root} in {home}")
+    load_parameters(ObjectStore(home), start.commit.learned_state.params, model, f"commit {root} in {home}")
     return model.to(device).eval()
 
 

@@ -8,6 +8,7 @@ classic `rope_theta` + `rope_scaling` (transformers 4.x) and `rope_parameters` (
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,12 +268,13 @@ def parse_config(cfg: Any, source: str = "config.json") -> LlamaShape:
     return shape
 
 
-def check_params_match_config(entries: list[dict], shape: LlamaShape, where: str, config_source: str) -> None:
-    """Refuse parameter entries ({"name", "shape", ...}) that are not exactly the config's parameters:
-    an extra entry would be dropped silently on loading, a missing one fail later, a wrong shape
+def check_params_match_config(shapes: Mapping[str, Sequence[int]], shape: LlamaShape, where: str,
+                              config_source: str) -> None:
+    """Refuse parameters (name -> shape, of a commit's learned-state entries) that are not exactly the
+    config's: an extra entry would be dropped silently on loading, a missing one fail later, a wrong shape
     contradict the config an export writes beside it."""
     expected = shape.parameter_shapes()
-    have = {e["name"]: tuple(e["shape"]) for e in entries}
+    have = {name: tuple(dims) for name, dims in shapes.items()}
     missing, extra = sorted(expected.keys() - have.keys()), sorted(have.keys() - expected.keys())
     wrong = sorted(n for n in expected.keys() & have.keys() if have[n] != expected[n])
     if missing or extra or wrong:
