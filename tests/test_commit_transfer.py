@@ -31,7 +31,7 @@ def _stores(tmp_path):
 
 def test_rank0_receives_exactly_what_it_lacks_under_nccl_rules(tmp_path):
     stores, written, shared = _stores(tmp_path)
-    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]), timeout_s=20)
+    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]).to_json(), timeout_s=20)
     lacked = written[1] + [d for d in written[2][1:] if d != shared]  # `shared` asked from rank 1 only
     assert set(stores[0].digests()) == set(written[0]) | set(lacked) | {written[2][0]}
     for d in lacked:
@@ -51,7 +51,7 @@ def test_wrong_bytes_are_refused_naming_object_and_host(tmp_path):
     data = bytearray(path.read_bytes())
     data[3] ^= 0xFF
     path.write_bytes(bytes(data))
-    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]), timeout_s=20)
+    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]).to_json(), timeout_s=20)
     (error,) = out[0]["errors"]
     assert error.startswith(f"object {victim} from rank 2 (") and "wrong bytes" in error, error
     assert not stores[0].has(victim)
@@ -72,7 +72,7 @@ def test_a_disk_error_on_rank_0_is_reported_and_the_ranks_stay_in_step(tmp_path)
         return real_put(data)
 
     stores[0].put_bytes = put_bytes
-    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]), timeout_s=20)
+    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]).to_json(), timeout_s=20)
     (error,) = out[0]["errors"]
     assert error.startswith(f"object {victim} from rank 2 (") and "cannot be installed here: OSError" in error
     assert not stores[0].has(victim)

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from kit.digest import canonical_json, loads_strict
 from kit.engine.commit_transfer import adopt_shard, gather_objects
-from kit.engine.formats import CommitOutcome, ObjectsReport
+from kit.engine.formats import CommitOutcome, CommitTransfer, ObjectsReport
 from kit.store import commits
 from kit.store.async_commit import Background, HostSnapshot, WriteObjects, finished_job
 from kit.store.manifest import Manifest
@@ -49,7 +50,7 @@ class Commit:
         self.session, self.step, self.cursor = session, step, cursor
         self.background = background
         self.written: list[str] = []  # this rank's objects of the commit
-        self.transfer: dict | None = None  # what they cost to bring into rank 0's store
+        self.transfer: CommitTransfer | None = None  # what they cost to bring into rank 0's store
 
     def agree_on_objects(self, report: dict) -> Install | None:
         """All-gather every rank's objects `report` ({"ok", "error", "entries", "rng", "config"}), then
@@ -72,7 +73,7 @@ class Commit:
         learned = {"cursor": self.cursor, "params": [e.to_json() for e in params]}
         layout = {**s.layout.to_json(), "model_config": gathered[0].config}
         rngs = [str(g.rng) for g in gathered]
-        home, parent, missing = s.home, s.parent, self.transfer["errors"]
+        home, parent, missing = s.home, s.parent, self.transfer.errors
 
         def install() -> str:
             if missing:
@@ -86,11 +87,11 @@ class Commit:
         outcome, the other stores adopt their shards, and the session's parent becomes the new root.
         Returns (full_root, manifest); CommitError on every rank when rank 0 could not commit."""
         s = self.session
-        outcome = {"ok": True, "root": None, "error": None, "manifest": None}
+        outcome: dict[str, Any] = {"ok": True, "root": None, "error": None, "manifest": None}
         try:
             if s.group.rank == 0:
-                outcome["root"] = install()
-                outcome["manifest"] = commits.read_commit(s.home, outcome["root"])
+                root = install()
+                outcome.update(root=root, manifest=commits.read_commit(s.home, root))
         except Exception as e:  # noqa: BLE001 -- OSError too (rank 0's disk): the others wait in the all-gather
             outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}", "manifest": None}
         result = CommitOutcome.from_json(
@@ -100,7 +101,8 @@ class Commit:
             raise commits.CommitError(f"rank 0 could not commit step {self.step}{how}: {result.error}")
         manifest = result.manifest  # rank 0's: another rank's store may not hold it yet
         adopt_shard(s.group, s.home, manifest, s.parent, self.written)
-        s.transfers.append({"step": self.step, "full_root": result.root, **self.transfer})
+        transfer = self.transfer.to_json() if self.transfer is not None else {}  # set by agree_on_objects
+        s.transfers.append({"step": self.step, "full_root": result.root, **transfer})
         s.parent = result.root
         return result.root, manifest
 
@@ -111,7 +113,8 @@ class InFlight:
     stage: str  # "objects" -> "install" -> complete
     job: Background
     snapshot_s: float = 0.0
-    timings: dict = field(default_factory=dict)
+    objects_s: float | None = None  # this rank's object writes, once done
+    install_s: float | None = None  # rank 0's install of the commit, once done
 
     @property
     def step(self) -> int:
@@ -174,7 +177,7 @@ class AsyncCommitter:
             except Exception as e:  # noqa: BLE001 -- every rank learns it from the all-gather below
                 report = {"ok": False, "error": f"{type(e).__name__}: {e}", "entries": None, "rng": None,
                           "config": None}
-            f.timings["objects_s"] = round(f.job.finished - f.job.started, 4)
+            f.objects_s = round(f.job.finished - f.job.started, 4)
             try:
                 install = f.commit.agree_on_objects(report)
             except commits.CommitError:
@@ -183,8 +186,9 @@ class AsyncCommitter:
             f.job = Background(install, f"kit-install-{f.step}") if install is not None else finished_job()
             f.stage = "install"
             return
-        f.timings["install_s"] = round(f.job.finished - f.job.started, 4)
+        f.install_s = round(f.job.finished - f.job.started, 4)
         self.inflight = None
         root, manifest = f.commit.agree_on_root(f.job.result)
         self.last = {"step": f.step, "full_root": root, "learned_state_root": manifest.learned_state_root,
-                     "snapshot_s": round(f.snapshot_s, 4), "snapshot_bytes": self.snapshot.bytes, **f.timings}
+                     "snapshot_s": round(f.snapshot_s, 4), "snapshot_bytes": self.snapshot.bytes,
+                     "objects_s": f.objects_s, "install_s": f.install_s}

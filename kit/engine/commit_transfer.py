@@ -22,49 +22,50 @@ import time
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.engine.fetch import host_name, receive_object, send_object
-from kit.engine.formats import RankStatus
+from kit.engine.formats import CommitTransfer, RankStatus, WrittenObjects
 from kit.store import commits
 from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore
 
 
-def gather_objects(group: Group, store: ObjectStore, written: list[str]) -> dict:
+def gather_objects(group: Group, store: ObjectStore, written: list[str]) -> CommitTransfer:
     """Bring every object the ranks wrote for this commit into rank 0's store (only those it lacks).
 
-    Returns this rank's transfer: {"rank", "host", "sent_bytes", "sent_objects", "received_bytes",
-    "received_objects", "seconds", "errors"} (errors only on rank 0; they name the object and the
-    sending host). Every rank calls it together."""
+    Returns this rank's transfer (errors only on rank 0; they name the object and the sending host).
+    Every rank calls it together."""
     t0 = time.time()
-    out = {"rank": group.rank, "host": host_name(), "sent_bytes": 0, "sent_objects": 0, "received_bytes": 0,
-           "received_objects": 0, "seconds": 0.0, "errors": []}
-    if not group.distributed:
-        return out
-    me = {"rank": group.rank, "host": out["host"], "written": list(dict.fromkeys(written))}
-    peers = [loads_strict(b, "commit objects announcement") for b in group.allgather_bytes(canonical_json(me))]
-    asks: dict[str, list[str]] = {}
-    if group.rank == 0:
-        asked: set[str] = set()
-        for p in peers[1:]:
-            need = [d for d in p["written"] if d not in asked and not store.has(d)]
-            asked.update(need)
-            asks[str(p["rank"])] = need
-    asks = loads_strict(group.allgather_bytes(canonical_json(asks) if group.rank == 0 else b"")[0], "commit asks")
-    if group.rank == 0:
-        for p in peers[1:]:
-            for d in asks[str(p["rank"])]:
-                size, error = receive_object(group, store, d, p["rank"], p["host"])
-                out["received_bytes"] += max(size, 0)
-                if error:
-                    out["errors"].append(error)
-                else:
-                    out["received_objects"] += 1
-    else:
-        for d in asks[str(group.rank)]:
-            out["sent_bytes"] += send_object(group, store, d, 0)
-            out["sent_objects"] += 1
-    group.wait_sends()
-    out["seconds"] = time.time() - t0
-    return out
+    host = host_name()
+    sent_bytes = sent_objects = received_bytes = received_objects = 0
+    errors: list[str] = []
+    if group.distributed:
+        me = {"rank": group.rank, "host": host, "written": list(dict.fromkeys(written))}
+        peers = [WrittenObjects.from_json(loads_strict(b, "commit objects announcement"), "commit objects announcement")
+                 for b in group.allgather_bytes(canonical_json(me))]
+        asks: dict[str, list[str]] = {}
+        if group.rank == 0:
+            asked: set[str] = set()
+            for p in peers[1:]:
+                need = [d for d in p.written if d not in asked and not store.has(d)]
+                asked.update(need)
+                asks[str(p.rank)] = need
+        asks = loads_strict(group.allgather_bytes(canonical_json(asks) if group.rank == 0 else b"")[0], "commit asks")
+        if group.rank == 0:
+            for p in peers[1:]:
+                for d in asks[str(p.rank)]:
+                    size, error = receive_object(group, store, d, p.rank, p.host)
+                    received_bytes += max(size, 0)
+                    if error:
+                        errors.append(error)
+                    else:
+                        received_objects += 1
+        else:
+            for d in asks[str(group.rank)]:
+                sent_bytes += send_object(group, store, d, 0)
+                sent_objects += 1
+        group.wait_sends()
+    return CommitTransfer(rank=group.rank, host=host, sent_bytes=sent_bytes, sent_objects=sent_objects,
+                          received_bytes=received_bytes, received_objects=received_objects,
+                          seconds=time.time() - t0 if group.distributed else 0.0, errors=tuple(errors))
 
 
 def adopt_shard(group: Group, home: str, manifest: Manifest | None, parent: str | None, written: list[str]) -> None:

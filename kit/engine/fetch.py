@@ -27,7 +27,7 @@ import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
-from kit.engine.formats import Peer
+from kit.engine.formats import FetchReport, Peer
 from kit.store import commits
 from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore, fetch_objects
@@ -69,10 +69,9 @@ def share_commit(group: Group, source_home: str | None, root: str) -> tuple[Mani
 
 
 def fetch_over_group(group: Group, source_home: str | None, dest_home: str, holder: int, peers: list[Peer],
-                     wanted: list[str]) -> dict:
+                     wanted: list[str]) -> FetchReport:
     """Fetch `wanted` (this rank's assigned objects) into `dest_home` from rank `holder`'s `source_home`.
-    Returns {"received", "sent", "objects", "errors"}; never raises for a bad object (the caller
-    reports it and keeps HEAD)."""
+    Never raises for a bad object: the report names it (the caller reports it and keeps HEAD)."""
     dest = ObjectStore(dest_home)
     mine = []
     for d in dict.fromkeys(wanted):
@@ -83,15 +82,16 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
             except ValueError:  # missing (StoreError) or damaged (ObjectCorrupt): fetched again
                 pass
         mine.append(d)
-    out = {"received": 0, "sent": 0, "objects": [], "errors": []}
+    received = sent = 0
+    objects: list[str] = []
+    errors: list[str] = []
     if group.rank == holder and mine:  # the holder's own needs: a local verified copy
         try:
-            out["received"] += fetch_objects(ObjectStore(source_home), dest, mine)
-            out["objects"] += mine
+            received += fetch_objects(ObjectStore(source_home), dest, mine)
+            objects += mine
         except (ValueError, OSError) as e:  # StoreError, ObjectCorrupt (a DigestMismatch): recorded, not raised,
             # so every rank still reaches the report and learns it
-            out["errors"].append(f"rank {group.rank} ({host_name()}) copying from its own store: "
-                                 f"{type(e).__name__}: {e}")
+            errors.append(f"rank {group.rank} ({host_name()}) copying from its own store: {type(e).__name__}: {e}")
         mine = []
     asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
     holder_host = peers[holder].host
@@ -101,17 +101,17 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
             if r == holder:
                 continue
             for d in ask["want"]:
-                out["sent"] += send_object(group, src, d, r)
+                sent += send_object(group, src, d, r)
     elif mine:
         for d in mine:
             size, error = receive_object(group, dest, d, holder, holder_host)
-            out["received"] += max(size, 0)
+            received += max(size, 0)
             if error:
-                out["errors"].append(error)
+                errors.append(error)
             else:
-                out["objects"].append(d)
+                objects.append(d)
     group.wait_sends()
-    return out
+    return FetchReport(received=received, sent=sent, objects=tuple(objects), errors=tuple(errors))
 
 
 def send_object(group: Group, store: ObjectStore, digest: str, dst: int) -> int:

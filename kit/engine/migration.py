@@ -18,7 +18,7 @@ import torch
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.engine.fetch import fetch_over_group, holds_commit, host_name, share_commit
-from kit.engine.formats import Peer, RankStatus
+from kit.engine.formats import FetchReport, Peer, RankStatus
 from kit.model.config import parse_config
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage
@@ -117,8 +117,8 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
     bad = [r for r in results if not r.ok]
     if bad:
         raise MigrationError("; ".join(f"rank {r.rank} could not adopt {root}: {r.error}" for r in bad))
-    return {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted,
-            "holder": holder, "holder_host": peers[holder].host, "seconds": time.time() - t0}
+    return {**got.fetched_json(), "wanted": wanted, "holder": holder, "holder_host": peers[holder].host,
+            "seconds": time.time() - t0}
 
 
 def _shared_config(group: Group, source_home: str | None, manifest: Manifest, holder: int, peers: list[Peer]):
@@ -132,9 +132,9 @@ def _shared_config(group: Group, source_home: str | None, manifest: Manifest, ho
     return parse_config(loads_strict(config, "model config"), "model config")
 
 
-def _all_fetched(group: Group, got: dict, what: str) -> None:
+def _all_fetched(group: Group, got: FetchReport, what: str) -> None:
     """Every rank learns every rank's fetch outcome; one failure raises on all, naming rank, host, object."""
-    status = {"rank": group.rank, "host": host_name(), "ok": not got["errors"], "error": "; ".join(got["errors"])}
+    status = {"rank": group.rank, "host": host_name(), "ok": not got.errors, "error": "; ".join(got.errors)}
     reports = [RankStatus.from_json(loads_strict(b, "fetch report"), "fetch report")
                for b in group.allgather_bytes(canonical_json(status))]
     failed = [r for r in reports if not r.ok]
@@ -160,8 +160,8 @@ def reference_over_group(group: Group, ref_home: str | None, home: str, layout: 
     wanted = list(dict.fromkeys(wanted))
     got = fetch_over_group(group, ref_home, home, holder, peers, wanted)
     _all_fetched(group, got, f"reference {root} not fetched")
-    report = {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted,
-              "holder": holder, "holder_host": peers[holder].host, "seconds": time.time() - t0}
+    report = {**got.fetched_json(), "wanted": wanted, "holder": holder, "holder_host": peers[holder].host,
+              "seconds": time.time() - t0}
     return {"home": home, "root": root, "manifest": manifest.to_json()}, report
 
 

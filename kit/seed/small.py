@@ -49,6 +49,7 @@ from kit.data.conversations import (
     load_instruction_source,
     synthetic_conversations,
 )
+from kit.data.general_text import TextDocument
 from kit.data.practice import PRACTICE_FAMILIES, practice_set
 from kit.data.retrieval import retrieval_documents
 from kit.data.tasks import FAMILIES, TaskExample, generate_set, generate_twin_sets
@@ -309,10 +310,10 @@ def task_record(example: TaskExample) -> Conversation:
 
 
 # --- data ----------------------------------------------------------------------------------------
-def split_documents(cfg: SmallSeedConfig, docs: list[dict]) -> tuple[list[dict], list[dict]]:
+def split_documents(cfg: SmallSeedConfig, docs: list[TextDocument]) -> tuple[list[TextDocument], list[TextDocument]]:
     if cfg.general_text_max_docs:
         docs = docs[:cfg.general_text_max_docs]
-    held = [int(hashlib.sha256(d["path"].encode()).hexdigest(), 16) % cfg.heldout_every == 0 for d in docs]
+    held = [int(hashlib.sha256(d.path.encode()).hexdigest(), 16) % cfg.heldout_every == 0 for d in docs]
     return [d for d, h in zip(docs, held) if not h], [d for d, h in zip(docs, held) if h]
 
 
@@ -366,8 +367,8 @@ class _Inputs:
     excluded: set[str]  # every digest of `forbidden`
     tasks: list[TaskExample]
     twins: list[TaskExample]  # the reworded tasks in the contracts' words (seed_train_tasks)
-    docs_train: list[dict]
-    docs_held: list[dict]
+    docs_train: list[TextDocument]
+    docs_held: list[TextDocument]
     alpaca_train: list[Conversation]
     alpaca_held: list[Conversation]
     synthetic: list[Conversation]
@@ -392,7 +393,7 @@ def _read_inputs(cfg: SmallSeedConfig, alpaca: Path, text: Path, contracts_dir: 
 def _train_tokenizer(cfg: SmallSeedConfig, inputs: _Inputs, staging: Path):
     """The byte-level BPE trained on the general text and every conversation, written into `staging`;
     returns it and the ids of its special tokens."""
-    build_tokenizer([d["text"] for d in inputs.docs_train] + [m.content for c in inputs.convs for m in c.messages],
+    build_tokenizer([d.text for d in inputs.docs_train] + [m.content for c in inputs.convs for m in c.messages],
                     cfg.vocab_size, staging, model_max_length=cfg.max_position_embeddings)
     tokenizer = load_tokenizer(staging)
     return tokenizer, {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
@@ -428,7 +429,7 @@ def _pack(cfg: SmallSeedConfig, tokenizer, pad: int, inputs: _Inputs) -> _Packed
     """General text epochs, retrieval documents and conversations packed into rows, then one row order.
     One numpy PCG64 stream of cfg.seed draws, in order: each text epoch's document order, the
     conversation order, the row order."""
-    doc_ids = tokenizer([d["text"] for d in inputs.docs_train], add_special_tokens=False)["input_ids"]
+    doc_ids = tokenizer([d.text for d in inputs.docs_train], add_special_tokens=False).input_ids
     encoded = _encode_conversations(cfg, tokenizer, inputs.convs)
     skipped = [c.id for c, e in zip(inputs.convs, encoded) if e is None]
     kept = [i for i, e in enumerate(encoded) if e is not None]
@@ -556,9 +557,9 @@ def heldout_text_loss(model, rows: Sequence[Sequence[int]], batch: int) -> dict:
 
 def _heldout(cfg: SmallSeedConfig, model, tokenizer, pad: int, inputs: _Inputs) -> dict:
     """The held-out losses: general text documents and public conversations none of the build trained on."""
-    held_ids = tokenizer([d["text"] for d in inputs.docs_held], add_special_tokens=False)["input_ids"]
+    held_ids = tokenizer([d.text for d in inputs.docs_held], add_special_tokens=False).input_ids
     held_rows = text_rows(held_ids, list(range(len(held_ids))), pad, cfg.seq_len)[:cfg.heldout_max_rows]
-    held_text = {"documents": len(inputs.docs_held), "paths_digest": sha256_json([d["path"] for d in inputs.docs_held]),
+    held_text = {"documents": len(inputs.docs_held), "paths_digest": sha256_json([d.path for d in inputs.docs_held]),
                  **heldout_text_loss(model, held_rows, max(1, cfg.eval_batch // 8))}
     held_convs = [c for c in inputs.alpaca_held if encode_or_refuse(tokenizer, c, cfg.seq_len) is not None]
     scores = score_nll(model, tokenizer, held_convs, cfg.seq_len, batch_size=max(1, cfg.eval_batch // 4))
@@ -634,7 +635,7 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
     return {
         "general_text": {**general_text.provenance(), "documents_train": len(inputs.docs_train),
                          "documents_heldout": len(inputs.docs_held), "epochs": cfg.general_text_epochs,
-                         "train_paths_digest": sha256_json([d["path"] for d in inputs.docs_train]),
+                         "train_paths_digest": sha256_json([d.path for d in inputs.docs_train]),
                          "rows": packed.text_rows},
         "public_conversations": {"name": ALPACA_NAME, "file": str(alpaca), "sha256": ALPACA_SHA256,
                                  "licence": "CC BY-NC 4.0", "train_range": [0, cfg.alpaca_train_stop],

@@ -32,6 +32,7 @@ from kit.store.manifest import (  # noqa: F401  - re-exported: the commit record
     STATE_KEYS,
     TENSOR_FIELDS,
     CommitError,
+    CommitLayout,
     HeadLocked,
     HeadMoved,
     Manifest,
@@ -156,9 +157,9 @@ def write_commit(
     """
     home = Path(home)
     validate_learned_state(learned_state, "learned_state")
-    validate_layout(layout, "layout")
+    workers = len(CommitLayout.from_json(layout, "layout").blocks)
     _validate_parent(parent, "parent")
-    validate_rng(rng, len(layout["blocks"]), "rng")
+    validate_rng(rng, workers, "rng")
     manifest = Manifest.from_json(build_manifest(learned_state, layout, parent, rng), "the new manifest")
     problems, _, _ = _check_objects(ObjectStore(home), manifest, fsync=True, source="")
     if problems:
