@@ -50,6 +50,7 @@ from kit.seed.record import (  # noqa: F401  - re-exported: a seed directory's f
     TRAINED_CONVERSATIONS_FILE,
     WEIGHTS_FILE,
     common_record,
+    final_loss,
     write_record,
     write_seed_files,
 )
@@ -298,7 +299,7 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
         write_record(staging, record)
     return {"out": str(out), "parameter_digest": digest, "params": data.shape.param_count(),
             "vocab_size": len(data.tokenizer), "trained_conversations": len(data.conversations), "updates": cfg.updates,
-            "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),
+            "loss_initial": round(losses[0], 4), "loss_final": round(final_loss(losses), 4),
             "seconds": round(seconds, 2), "samples": samples, "chat_sample": chat_sample}
 
 
