@@ -27,7 +27,7 @@ import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
-from kit.engine.formats import FetchReport, Peer
+from kit.engine.formats import FetchReport, FetchRequest, Peer
 from kit.store import commits
 from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore, fetch_objects
@@ -93,14 +93,15 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
             # so every rank still reaches the report and learns it
             errors.append(f"rank {group.rank} ({host_name()}) copying from its own store: {type(e).__name__}: {e}")
         mine = []
-    asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
+    asks = [FetchRequest.from_json(loads_strict(b, "fetch request"), "fetch request")
+            for b in group.allgather_bytes(canonical_json({"want": mine}))]
     holder_host = peers[holder].host
     if group.rank == holder:
         src = ObjectStore(source_home)
         for r, ask in enumerate(asks):
             if r == holder:
                 continue
-            for d in ask["want"]:
+            for d in ask.want:
                 sent += send_object(group, src, d, r)
     elif mine:
         for d in mine:

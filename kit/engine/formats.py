@@ -66,6 +66,13 @@ class FetchReport(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRequest(Record):
+    """What one rank asks the holder for (nothing on the holder itself)."""
+
+    want: tuple[str, ...] = spec_field(Seq(str), doc="object digests, in the order it will receive them")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Peer(Record):
     """One rank's announcement before objects travel over the group: whether its host holds the commit."""
 

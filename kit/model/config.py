@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +109,7 @@ class LlamaShape:
         }
 
     def with_layers(self, num_hidden_layers: int) -> LlamaShape:
-        d = asdict(self)
-        d["rope"] = self.rope
-        d["num_hidden_layers"] = num_hidden_layers
-        return LlamaShape(**d)
+        return replace(self, num_hidden_layers=num_hidden_layers)
 
     def block_param_count(self) -> int:
         h, i, d = self.hidden_size, self.intermediate_size, self.head_dim

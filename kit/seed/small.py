@@ -62,7 +62,7 @@ from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.publish import publish_dir
 from kit.record import Opt, Record, spec_field
-from kit.seed.build import SEED_TRAIN_ROLE, greedy_reply, seed_shape
+from kit.seed.build import SEED_TRAIN_ROLE, greedy_answer, seed_shape
 from kit.seed.loop import STEADY_FROM, progress_enabled, train_updates, warmup_cosine
 from kit.seed.record import common_record, final_loss, write_record, write_seed_files
 from kit.train.batch import TrainRecord
@@ -678,8 +678,8 @@ def _json(accuracy: dict[str, FamilyAccuracy]) -> dict:
 def _chat_samples(cfg: SmallSeedConfig, model, tokenizer) -> list[dict]:
     chats = []
     for prompt in CHAT_PROMPTS:
-        r = greedy_reply(model, tokenizer, prompt, cfg.sample_max_new_tokens)
-        chats.append({"prompt": prompt, "reply": r["text"], "ended_at_turn_boundary": r["ended_at_turn_boundary"]})
+        r = greedy_answer(model, tokenizer, prompt, cfg.sample_max_new_tokens)
+        chats.append({"prompt": prompt, "reply": r.text, "ended_at_turn_boundary": r.ended_at_turn_boundary})
     return chats
 
 
