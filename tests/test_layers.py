@@ -10,7 +10,7 @@ KIT = Path(__file__).resolve().parents[1] / "kit"
 
 LAYER0 = {"kit.digest", "kit.inventory", "kit.paths", "kit.model.config", "kit.stats", "kit.planner", "kit.flops",
           "kit.contract", "kit.provenance", "kit.environ", "kit.sizes", "kit.publish", "kit.interrupt",
-          "kit.replicate_stats", "kit.replicate_simulation"}
+          "kit.replicate_stats", "kit.replicate_simulation", "kit.record"}
 
 
 def layer_of(module: str) -> int:
