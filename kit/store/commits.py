@@ -160,7 +160,7 @@ def write_commit(
     workers = len(CommitLayout.from_json(layout, "layout").blocks)
     _validate_parent(parent, "parent")
     validate_rng(rng, workers, "rng")
-    manifest = Manifest.from_json(build_manifest(learned_state, layout, parent, rng), "the new manifest")
+    manifest = as_manifest(build_manifest(learned_state, layout, parent, rng))  # of the parts validated above
     problems, _, _ = _check_objects(ObjectStore(home), manifest, fsync=True, source="")
     if problems:
         raise CommitError(f"{home}: cannot commit, {len(problems)} problem(s):\n" + "\n".join(problems))

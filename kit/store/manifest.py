@@ -6,7 +6,7 @@ read or written here. docs/formats/checkpoint-store.md ("Checkpoint store") is t
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -255,9 +255,11 @@ def build_manifest(learned_state: dict, layout: dict, parent: str | None, rng: l
     }
 
 
-def param_digests(entries: tuple[ParamEntry, ...] | list[ParamEntry], names: set[str] | None = None) -> list[str]:
-    """The param / exp_avg / exp_avg_sq objects of the named entries (all when `names` is None)."""
-    return [d for e in entries if names is None or e.name in names for d in e.tensor_digests()]
+def param_digests(entries: Sequence[ParamEntry | dict], names: set[str] | None = None) -> list[str]:
+    """The param / exp_avg / exp_avg_sq objects of the named entries (all when `names` is None); entries
+    given as the JSON `save_param_states` returns are read as declared entries."""
+    typed = [e if isinstance(e, ParamEntry) else build(e, ParamEntry) for e in entries]
+    return [d for e in typed if names is None or e.name in names for d in e.tensor_digests()]
 
 
 def manifest_objects(manifest: Manifest) -> list[str]:
