@@ -231,7 +231,7 @@ def _kit_steps(case: str, rank: int, world: int, device, steps: int, name: str) 
             reducer(params)
             outs.append({n: p.grad.detach() / world for n, p in params.items()})
             if step == WARMUP:
-                bytes_sent = comp.last_call["compressed_bytes"]
+                bytes_sent = comp.last_call.compressed_bytes
     err = comp._errors["w"]
     return outs, {"bytes": bytes_sent, "error_dtype": str(err.dtype), "error_device": str(err.device),
                   "error_pinned": bool(err.is_pinned()), "columns": comp.stats().get("columns")}

@@ -31,7 +31,7 @@ def _stores(tmp_path):
 
 def test_rank0_receives_exactly_what_it_lacks_under_nccl_rules(tmp_path):
     stores, written, shared = _stores(tmp_path)
-    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]), timeout_s=20)
+    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]).to_json(), timeout_s=20)
     lacked = written[1] + [d for d in written[2][1:] if d != shared]  # `shared` asked from rank 1 only
     assert set(stores[0].digests()) == set(written[0]) | set(lacked) | {written[2][0]}
     for d in lacked:
@@ -51,7 +51,7 @@ def test_wrong_bytes_are_refused_naming_object_and_host(tmp_path):
     data = bytearray(path.read_bytes())
     data[3] ^= 0xFF
     path.write_bytes(bytes(data))
-    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]), timeout_s=20)
+    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]).to_json(), timeout_s=20)
     (error,) = out[0]["errors"]
     assert error.startswith(f"object {victim} from rank 2 (") and "wrong bytes" in error, error
     assert not stores[0].has(victim)
@@ -72,7 +72,7 @@ def test_a_disk_error_on_rank_0_is_reported_and_the_ranks_stay_in_step(tmp_path)
         return real_put(data)
 
     stores[0].put_bytes = put_bytes
-    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]), timeout_s=20)
+    out = run_ranks(3, lambda g: gather_objects(g, stores[g.rank], written[g.rank]).to_json(), timeout_s=20)
     (error,) = out[0]["errors"]
     assert error.startswith(f"object {victim} from rank 2 (") and "cannot be installed here: OSError" in error
     assert not stores[0].has(victim)
@@ -84,8 +84,12 @@ def test_a_shard_adoption_that_fails_on_one_host_raises_on_every_rank(tmp_path, 
     rank raises CommitError naming rank 1 (an uncaught OSError there would leave rank 0 in the all-gather)."""
     from kit.engine import commit_transfer
     from kit.store import commits
+    from kit.store.manifest import CommitLayout, LearnedState, Manifest
 
-    manifest = {"full_root": "f" * 64, "layout": {"model_config": "c" * 64}}
+    manifest = Manifest(format="kit-checkpoint/1", learned_state=LearnedState(cursor={}, params=()),
+                        learned_state_root="0" * 64, full_root="f" * 64,
+                        layout=CommitLayout(blocks=((0, 1), (1, 2)), embedding_owner=0, model_config="c" * 64),
+                        parent=None, rng=("1" * 64, "2" * 64))
 
     def adopt_commit(home, manifest, expected_head=None, shard=None):
         if home.endswith("host1"):

@@ -108,7 +108,7 @@ def test_full_rank_single_process_equals_dense():
         out = comp.reduce(g, identity)
         for name in SHAPES:
             torch.testing.assert_close(out[name], g[name], atol=1e-5, rtol=0)
-    assert comp.stats()["calls"] == 4 and comp.last_call["warmup"] is False
+    assert comp.stats()["calls"] == 4 and comp.last_call.warmup is False
     assert sorted(comp.matrices) == ["a.weight", "b.weight", "small"]
 
 
@@ -301,11 +301,11 @@ def test_traffic_for_a_1024_square_matrix_at_rank_4_and_call_count():
         lists.append([t.numel() for t in tensors])
 
     comp.reduce(g, counting)
-    assert lists == [[1024 * 1024 + 1024]] and comp.last_call["warmup"] is True
-    assert comp.last_call["compressed_bytes"] == (1024 * 1024 + 1024) * 4
+    assert lists == [[1024 * 1024 + 1024]] and comp.last_call.warmup is True
+    assert comp.last_call.compressed_bytes == (1024 * 1024 + 1024) * 4
     lists.clear()
     comp.reduce(g, counting)
-    record = comp.last_call
+    record = comp.last_call.to_json()
     assert lists == [[1024], [1024 * 4], [1024 * 4]]  # dense, then P, then Q
     assert record["allreduce_calls"] == 3 and record["warmup"] is False
     assert record["p_bytes"] + record["q_bytes"] == (1024 * 4 + 1024 * 4) * 4
@@ -428,10 +428,10 @@ def test_column_counters_record_dead_and_redrawn_columns_and_survive_resume():
     gen = torch.Generator().manual_seed(15)
     rank3 = torch.randn(64, 3, generator=gen) @ torch.randn(3, 48, generator=gen)
     comp.reduce({"w": rank3}, identity)
-    first = comp.last_call["columns"]
+    first = comp.last_call.to_json()["columns"]
     assert first["p_dead"] >= 3 and first["q_dead"] == first["q_redrawn"] == 0  # P = M Q has rank 3 of 8
     comp.reduce({"w": rank3}, identity)  # warm start: Q = M^T P kept the dead columns, which are re-drawn
-    assert comp.last_call["columns"]["q_redrawn"] == comp.last_call["columns"]["q_dead"] >= 3
+    assert comp.last_call.columns.q_redrawn == comp.last_call.columns.q_dead >= 3
     stats = comp.stats()["columns"]
     assert stats["calls_with_dead_p"] == 2 and stats["p_dead"] >= 6
     meta = comp.state_meta()

@@ -79,9 +79,9 @@ def test_device_steps_give_the_fused_step_bit_for_bit_with_fewer_ops(student_ref
     base_ops, kept_ops = _run(base), _run(kept)
     for n in base.params:
         assert torch.equal(base.params[n], kept.params[n]), n
-        for key in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(base.state[n][key], kept.state[n][key]), (n, key)
-        assert base.state[n]["age"] == kept.state[n]["age"] == int(kept.device_steps[n])
+        assert torch.equal(base.state[n].exp_avg, kept.state[n].exp_avg), (n, "exp_avg")
+        assert torch.equal(base.state[n].exp_avg_sq, kept.state[n].exp_avg_sq), (n, "exp_avg_sq")
+        assert base.state[n].age == kept.state[n].age == int(kept.device_steps[n])
     assert base_ops.count("full") >= 10 and "full" not in kept_ops  # 2 groups, ages split on some steps
     assert kept_ops.count("_foreach_add_") == 5 and "_foreach_add_" not in base_ops
     assert base_ops.count("_fused_adamw_") == kept_ops.count("_fused_adamw_")

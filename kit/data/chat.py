@@ -299,10 +299,10 @@ def encode_conversation(
     stats = stats if stats is not None else EncodeStats()
     text, spans = assistant_target_spans(tokenizer, conversation)
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    input_ids = list(encoding["input_ids"])
+    input_ids = list(encoding.input_ids)
     mask = [
         end > start and any(start < span_end and end > span_start for span_start, span_end in spans)
-        for start, end in encoding["offset_mapping"]
+        for start, end in encoding.offset_mapping
     ]
     if mask:
         mask[0] = False  # position 0 has no context to predict it from
@@ -387,7 +387,7 @@ def _ids_and_offsets(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> li
     backend = tokenizer.backend_tokenizer
     if backend.truncation is not None or backend.padding is not None or backend.encode_special_tokens:
         enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-        return list(zip(enc["input_ids"], enc["offset_mapping"]))
+        return list(zip(enc.input_ids, enc.offset_mapping))
     return [(e.ids, e.offsets) for e in backend.encode_batch(texts, add_special_tokens=False)]
 
 

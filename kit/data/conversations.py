@@ -33,6 +33,7 @@ from kit.digest import (
     sha256_json,
     write_bytes_atomic,
 )
+from kit.record import ContractError, Record, spec_field
 
 ROLES = ("system", "user", "assistant")
 RECORD_KEYS = ("id", "messages", "source")  # reserved top-level keys; everything else is meta
@@ -204,6 +205,15 @@ def write_jsonl(path: str | Path, conversations: Iterable[Conversation]) -> str:
     return sha256_bytes(data)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstructionRecord(Record):
+    """One record of a pinned instruction source (Alpaca's JSON list): a user turn and the reply."""
+
+    instruction: str = spec_field(str, doc="the request; never empty")
+    input: str = spec_field(str, doc="its context, appended after a blank line when not empty")
+    output: str = spec_field(str, doc="the reply; a record with an empty one is skipped")
+
+
 @dataclass(frozen=True)
 class InstructionRange:
     """Records [start, stop) of a pinned instruction source, as conversations.
@@ -247,17 +257,19 @@ def instruction_source_range(
         if not isinstance(record, dict) or set(record) != set(INSTRUCTION_KEYS):
             keys = sorted(record) if isinstance(record, dict) else type(record).__name__
             raise RecordError(f"{where}: expected keys {list(INSTRUCTION_KEYS)}, got {keys}")
-        if not all(isinstance(record[k], str) for k in INSTRUCTION_KEYS):
-            raise RecordError(f"{where}: {list(INSTRUCTION_KEYS)} must all be strings")
-        if not record["instruction"].strip():
+        try:
+            rec = InstructionRecord.from_json(record, where)
+        except ContractError:
+            raise RecordError(f"{where}: {list(INSTRUCTION_KEYS)} must all be strings") from None
+        if not rec.instruction.strip():
             raise RecordError(f"{where}: empty instruction")
-        if not record["output"].strip():
+        if not rec.output.strip():
             skipped.append(index)
             continue
-        user = record["instruction"]
-        if record["input"]:
-            user = f"{user}\n\n{record['input']}"
-        messages = (Message("user", user), Message("assistant", record["output"]))
+        user = rec.instruction
+        if rec.input:
+            user = f"{user}\n\n{rec.input}"
+        messages = (Message("user", user), Message("assistant", rec.output))
         conversations.append(Conversation(f"{source_name}:{index}", messages, source_name, {"index": index}))
     return InstructionRange(source_name, start, stop, tuple(conversations), tuple(skipped))
 

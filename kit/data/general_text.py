@@ -15,7 +15,10 @@ import json
 import lzma
 import sys
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from kit.record import ContractError, Record, spec_field
 
 PACKAGE = "python3.11-doc"
 VERSION = "3.11.2-6+deb12u9"
@@ -28,6 +31,14 @@ TEXT_FILE = "data/python3.11-doc.jsonl.xz"
 TEXT_SHA256 = "8d67f9a7651709fbf1f4effc6e93eed402dd4f5c6a9b3b41e48bf7d59da15311"  # sha256 of the uncompressed JSONL (the text itself)
 TEXT_XZ_SHA256 = "cc2fd32e68334fdd7f43d8ab3a6ef9bd503200a0473790daa3ce215ff5e400ae"  # sha256 of the committed .xz file
 
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDocument(Record):
+    """One line of the general-text JSONL: a documentation page of the package, as text."""
+
+    path: str = spec_field(str, doc="its path under the package's sources, the sort key")
+    text: str = spec_field(str, doc="its text")
 
 def _ar_member(deb: bytes, name_prefix: str) -> tuple[str, bytes]:
     """The first member of an `ar` archive (a .deb) whose name starts with `name_prefix`."""
@@ -45,12 +56,12 @@ def _ar_member(deb: bytes, name_prefix: str) -> tuple[str, bytes]:
     raise ValueError(f"the package has no {name_prefix}* member")
 
 
-def documents_from_deb(deb_path: str | Path) -> list[dict]:
-    """[{"path", "text"}] of every reStructuredText source in the package, sorted by path."""
+def documents_from_deb(deb_path: str | Path) -> list[TextDocument]:
+    """Every reStructuredText source in the package, sorted by path."""
     name, body = _ar_member(Path(deb_path).read_bytes(), "data.tar")
     if not name.endswith(".xz"):
         raise ValueError(f"{deb_path}: data member {name!r}; expected data.tar.xz")
-    docs = []
+    docs: list[TextDocument] = []
     with tarfile.open(fileobj=io.BytesIO(lzma.decompress(body)), mode="r:") as tar:
         for member in tar.getmembers():
             path = member.name.removeprefix("./")
@@ -58,14 +69,15 @@ def documents_from_deb(deb_path: str | Path) -> list[dict]:
                 data = tar.extractfile(member)
                 assert data is not None, "a regular file member (isfile above) has data"
                 text = data.read().decode("utf-8")
-                docs.append({"path": path[len(SOURCES_PREFIX):], "text": text})
+                docs.append(TextDocument(path=path[len(SOURCES_PREFIX):], text=text))
     if not docs:
         raise ValueError(f"{deb_path}: no {SOURCES_PREFIX}*.rst.txt files")
-    return sorted(docs, key=lambda d: d["path"])
+    return sorted(docs, key=lambda d: d.path)
 
 
-def jsonl_bytes(docs: list[dict]) -> bytes:
-    return b"".join(json.dumps(d, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n" for d in docs)
+def jsonl_bytes(docs: list[TextDocument]) -> bytes:
+    return b"".join(json.dumps(d.to_json(), ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n"
+                    for d in docs)
 
 
 def derive(deb_path: str | Path, out_path: str | Path) -> dict:
@@ -86,7 +98,7 @@ def provenance() -> dict:
             "rederive": "make general-text"}
 
 
-def load_documents(path: str | Path, expected_text_sha256: str = TEXT_SHA256) -> list[dict]:
+def load_documents(path: str | Path, expected_text_sha256: str = TEXT_SHA256) -> list[TextDocument]:
     """The documents of the committed file, refused (ValueError naming the file) unless the text's
     sha256 is `expected_text_sha256`."""
     path = Path(path)
@@ -101,10 +113,12 @@ def load_documents(path: str | Path, expected_text_sha256: str = TEXT_SHA256) ->
     if got != expected_text_sha256:
         raise ValueError(f"{path}: sha256 of the uncompressed text is {got}; expected {expected_text_sha256} "
                          f"({PACKAGE} {VERSION}, data/SOURCE.md)")
-    docs = [json.loads(line) for line in data.decode("utf-8").splitlines()]
-    for i, d in enumerate(docs):
-        if set(d) != {"path", "text"} or not isinstance(d["text"], str):
-            raise ValueError(f"{path}: line {i + 1}: expected {{'path', 'text'}}")
+    docs: list[TextDocument] = []
+    for i, line in enumerate(data.decode("utf-8").splitlines()):
+        try:
+            docs.append(TextDocument.from_json(json.loads(line), f"{path}: line {i + 1}"))
+        except ContractError:
+            raise ValueError(f"{path}: line {i + 1}: expected {{'path', 'text'}}") from None
     return docs
 
 

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from kit import numerics
 from kit.digest import load_json_strict, write_canonical_json
 from kit.environ import progress_on
+from kit.record import Omittable, OneOf, Opt, Record, spec_field
 
 # Errors a healthy rank raises when a peer vanished; used to name the root cause, not a victim.
 PEER_ERROR_MARKERS = ("Connection closed", "Connection reset", "connection", "Broken pipe", "peer",
@@ -43,12 +44,55 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 RUNTIME_ERRORS = ("HeadMoved", "DriverGone")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shown(Record):
+    """What the training bar shows (rank 0's `ctx.progress(done=, total=, loss=, ce=, tokens_per_s=)`); each
+    field only once the worker reported it."""
+
+    done: int | None = spec_field(Omittable(int), doc="updates finished in this launch")
+    total: int | None = spec_field(Omittable(int), doc="updates to run in this launch")
+    loss: float | None = spec_field(Omittable(Opt(float)), doc="the last update's objective")
+    ce: float | None = spec_field(Omittable(Opt(float)), doc="its cross-entropy per new token, where reported")
+    tokens_per_s: float | None = spec_field(Omittable(Opt(float)), doc="its target tokens per second")
+
+
+NOTHING_SHOWN = Shown()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStatus(Record):
+    """`status-<rank>.json`: where a worker is, rewritten atomically as it progresses; after a failure, the
+    error with its time, kind and traceback (and no `shown`)."""
+
+    rank: int = spec_field(int, doc="the worker's rank")
+    step: int | None = spec_field(Opt(int), doc="the step it is on, null before the first")
+    phase: str = spec_field(str, doc="what it is doing: start, join, load, update, commit, done, ...")
+    error: str | None = spec_field(Opt(str), doc="null, or the error it failed with (type: message)")
+    shown: Shown | None = spec_field(Omittable(Opt(Shown)), doc="null or what the training bar shows")
+    time: float | None = spec_field(Omittable(float), doc="after a failure: when (Unix seconds)")
+    kind: str | None = spec_field(Omittable(OneOf("refusal", "runtime")), doc="after a failure: `error_kind`")
+    traceback: str | None = spec_field(Omittable(str), doc="after a failure: the traceback's last 4,000 characters")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """One rank's outcome, as the launcher saw it: its exit code and its last status."""
+
+    rank: int
+    code: int | None  # None: still running when the launcher gave up on it
+    step: int | None
+    phase: str | None
+    error: str | None
+    time: float | None
+    kind: str | None
+
+
 class WorkerFailure(RuntimeError):
     """A worker failed; the message is one line naming the rank, step, phase and error. `exit_code` is 2
     when the root cause was a refusal of the kit (a ValueError: bad shapes, a corrupt object, admission),
     1 for a runtime failure (a crash, an OSError, a moved HEAD, a timeout)."""
 
-    def __init__(self, message: str, rank: int, step, reports: list[dict], exit_code: int = 1):
+    def __init__(self, message: str, rank: int, step, reports: list[WorkerReport], exit_code: int = 1):
         super().__init__(message)
         self.rank, self.step, self.reports, self.exit_code = rank, step, reports, exit_code
 
@@ -141,32 +185,33 @@ def _advance(bar, run_dir: Path, first_step: int) -> None:
     """Move the bar to rank 0's last report: its finished updates of this run with the last update's loss
     and tokens/s when the worker shows them (`ctx.progress(done=, total=, loss=, tokens_per_s=)`), else
     the step it is on. tqdm adds the rate and the ETA."""
+    path = run_dir / "status-0.json"
     try:
-        status = load_json_strict(run_dir / "status-0.json")
-    except (FileNotFoundError, ValueError):
+        status = WorkerStatus.from_json(load_json_strict(path), str(path))
+    except (FileNotFoundError, ValueError):  # not written yet, or not as declared: the bar stays
         return
-    shown = status.get("shown") or {}
-    done = shown.get("done") if isinstance(shown.get("done"), int) else status.get("step")
-    if isinstance(done, int) and "done" not in shown:
+    shown = status.shown or NOTHING_SHOWN
+    done = shown.done if shown.done is not None else status.step
+    if done is not None and shown.done is None:
         done -= first_step
-    if isinstance(shown.get("total"), int) and shown["total"] != bar.total:
+    if shown.total is not None and shown.total != bar.total:
         # the worker's count is this launch's (a resumed run: the updates left), which replaces the
         # driver's guess and the step count shown before the first update ended
-        bar.reset(total=shown["total"])
-    if isinstance(done, int) and done > bar.n:
-        if isinstance(shown.get("loss"), (int, float)):
+        bar.reset(total=shown.total)
+    if done is not None and done > bar.n:
+        if shown.loss is not None:
             bar.set_postfix_str(postfix(shown), refresh=False)
         bar.update(done - bar.n)
 
 
-def postfix(shown: dict) -> str:
+def postfix(shown: Shown) -> str:
     """The bar's numbers: cross-entropy per new token (`ce`, where the worker reports it) with the update's
     objective beside it (its mean over every target, replay and KL included), and target tokens/s."""
-    rate = f"{shown.get('tokens_per_s') or 0:,.0f} tokens/s"
-    if isinstance(shown.get("ce"), (int, float)):
-        beside = "the objective" if shown["ce"] == shown["loss"] else f"objective {shown['loss']:.4f}"
-        return f"ce/token {shown['ce']:.4f} ({beside}), {rate}"
-    return f"objective {shown['loss']:.4f}, {rate}"
+    rate = f"{shown.tokens_per_s or 0:,.0f} tokens/s"
+    if shown.ce is not None:
+        beside = "the objective" if shown.ce == shown.loss else f"objective {shown.loss:.4f}"
+        return f"ce/token {shown.ce:.4f} ({beside}), {rate}"
+    return f"objective {shown.loss:.4f}, {rate}"
 
 
 def entry_name(entry) -> str:
@@ -243,38 +288,44 @@ def launch(entry, args: dict, workers: int, run_dir: str | os.PathLike, timeout_
         return [load_json_strict(run_dir / f"result-{r}.json") for r in range(workers)]
     cause = _root_cause(reports)
     if failed_at is None:
-        msg = f"run timed out after {timeout_s:.0f}s: worker rank {cause['rank']} at step {cause['step']} did not finish"
+        msg = f"run timed out after {timeout_s:.0f}s: worker rank {cause.rank} at step {cause.step} did not finish"
     else:
-        how = cause["error"] or f"exited with code {cause['code']}"
-        msg = f"worker rank {cause['rank']} failed at step {cause['step']} ({cause['phase']}): {how}"
-    others = [f"rank {r['rank']}: {_first_line(r['error'] or 'code ' + str(r['code']))}" for r in reports
-              if r["rank"] != cause["rank"] and r["code"] != 0]
+        how = cause.error or f"exited with code {cause.code}"
+        msg = f"worker rank {cause.rank} failed at step {cause.step} ({cause.phase}): {how}"
+    others = [f"rank {r.rank}: {_first_line(r.error or 'code ' + str(r.code))}" for r in reports
+              if r.rank != cause.rank and r.code != 0]
     if others:
         msg += "; then " + "; ".join(others)
-    code = 2 if failed_at is not None and cause.get("kind") == "refusal" else 1
-    raise WorkerFailure(" ".join(msg.split()) + f" (tracebacks in {run_dir}/worker-<rank>.log)", cause["rank"],
-                        cause["step"], reports, code)
+    code = 2 if failed_at is not None and cause.kind == "refusal" else 1
+    raise WorkerFailure(" ".join(msg.split()) + f" (tracebacks in {run_dir}/worker-<rank>.log)", cause.rank,
+                        cause.step, reports, code)
 
 
 def _first_line(text: str) -> str:
     return text.splitlines()[0] if text else text
 
 
-def _report(run_dir: Path, rank: int, code: int | None) -> dict:
+def _report(run_dir: Path, rank: int, code: int | None) -> WorkerReport:
+    """The rank's exit code and last status (a worker killed before it wrote one: at the start)."""
     path = run_dir / f"status-{rank}.json"
-    status = load_json_strict(path) if path.exists() else {"step": None, "phase": "start", "error": None}
-    if code is not None and code < 0 and not status.get("error"):
-        status["error"] = f"killed by signal {-code}"
-    return {"rank": rank, "code": code, "step": status.get("step"), "phase": status.get("phase"),
-            "error": status.get("error"), "time": status.get("time"), "kind": status.get("kind")}
+    status = WorkerStatus(rank=rank, step=None, phase="start", error=None)
+    if path.exists():
+        try:
+            status = WorkerStatus.from_json(load_json_strict(path), str(path))
+        except ValueError as e:  # the failure is still reported, with why its status says nothing
+            status = WorkerStatus(rank=rank, step=None, phase="unknown", error=f"{type(e).__name__}: {e}")
+    error = status.error
+    if code is not None and code < 0 and not error:
+        error = f"killed by signal {-code}"
+    return WorkerReport(rank, code, status.step, status.phase, error, status.time, status.kind)
 
 
-def _root_cause(reports: list[dict]) -> dict:
-    bad = [r for r in reports if r["code"] != 0]
-    primary = [r for r in bad if not (r["error"] and any(m in r["error"] for m in PEER_ERROR_MARKERS))
-               or (r["error"] or "").startswith("killed")]
+def _root_cause(reports: list[WorkerReport]) -> WorkerReport:
+    bad = [r for r in reports if r.code != 0]
+    primary = [r for r in bad if not (r.error and any(m in r.error for m in PEER_ERROR_MARKERS))
+               or (r.error or "").startswith("killed")]
     pool = primary or bad
-    return min(pool, key=lambda r: (r["time"] or float("inf"), r["rank"]))
+    return min(pool, key=lambda r: (r.time or float("inf"), r.rank))
 
 
 def _worker_main(entry: str, args_path: str) -> int:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.record import BYTES, Record, spec_field
+
 PROC_NET_DEV = "/proc/net/dev"
 LOOPBACK = "lo"
 
@@ -80,6 +82,17 @@ def counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, 
             "non_loopback": total([n for n in per if n != LOOPBACK])}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateTraffic(Record):
+    """One update's logical bytes of one rank (an entry of the study's per-update traffic)."""
+
+    step: int = spec_field(int, doc="the update")
+    warmup: bool = spec_field(bool, doc="a dense warm-up update of the compressor")
+    gradient_bytes: int = spec_field(BYTES, doc="gradient bytes sent to collectives")
+    overhead_bytes: int = spec_field(BYTES, doc="other bytes sent during the update (losses, norms)")
+    dense_equivalent_bytes: int = spec_field(BYTES, doc="what a dense all-reduce sends; 0 for one worker")
+
+
 @dataclass
 class LogicalTraffic:
     """Per-update logical bytes one rank sent to collectives; `add_*` during an update, `end_update`
@@ -87,7 +100,7 @@ class LogicalTraffic:
 
     world: int
     dense_equivalent_bytes: int  # the whole gradient in FP32: what a dense all-reduce sends
-    updates: list[dict] = field(default_factory=list)
+    updates: list[UpdateTraffic] = field(default_factory=list)
     _gradient: int = 0
     _overhead: int = 0
     _warmup: bool = False
@@ -104,22 +117,23 @@ class LogicalTraffic:
             self._pending_overhead += int(nbytes)
 
     def end_update(self, step: int) -> dict:
-        record = {"step": step, "warmup": self._warmup, "gradient_bytes": self._gradient,
-                  "overhead_bytes": self._overhead,
-                  "dense_equivalent_bytes": self.dense_equivalent_bytes if self.world > 1 else 0}
+        """Close the update; its record's JSON (the study keeps it per update)."""
+        record = UpdateTraffic(step=step, warmup=self._warmup, gradient_bytes=self._gradient,
+                               overhead_bytes=self._overhead,
+                               dense_equivalent_bytes=self.dense_equivalent_bytes if self.world > 1 else 0)
         self.updates.append(record)
         self._gradient, self._overhead, self._warmup = 0, 0, False
-        return record
+        return record.to_json()
 
     def summary(self) -> dict:
         """Totals and per-update means: all updates with overhead, and after warm-up without it."""
         ups = self.updates
-        after = [u for u in ups if not u["warmup"]]
-        grad_all = sum(u["gradient_bytes"] for u in ups)
-        over_all = sum(u["overhead_bytes"] for u in ups)
-        grad_after = sum(u["gradient_bytes"] for u in after)
-        dense_after = sum(u["dense_equivalent_bytes"] for u in after)
-        dense_all = sum(u["dense_equivalent_bytes"] for u in ups)
+        after = [u for u in ups if not u.warmup]
+        grad_all = sum(u.gradient_bytes for u in ups)
+        over_all = sum(u.overhead_bytes for u in ups)
+        grad_after = sum(u.gradient_bytes for u in after)
+        dense_after = sum(u.dense_equivalent_bytes for u in after)
+        dense_all = sum(u.dense_equivalent_bytes for u in ups)
         sent_all = grad_all + over_all + self._pending_overhead
 
         def mean(total, n):

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kit.digest import canonical_json, loads_strict
 from kit.engine.commit_transfer import adopt_shard, gather_objects
+from kit.engine.formats import CommitOutcome, CommitTransfer, ObjectsReport
 from kit.store import commits
 from kit.store.async_commit import Background, HostSnapshot, WriteObjects, finished_job
+from kit.store.manifest import Manifest
 
 Install = Callable[[], str]  # rank 0's write of the commit record; returns the full root
 
@@ -48,29 +50,30 @@ class Commit:
         self.session, self.step, self.cursor = session, step, cursor
         self.background = background
         self.written: list[str] = []  # this rank's objects of the commit
-        self.transfer: dict | None = None  # what they cost to bring into rank 0's store
+        self.transfer: CommitTransfer | None = None  # what they cost to bring into rank 0's store
 
     def agree_on_objects(self, report: dict) -> Install | None:
         """All-gather every rank's objects `report` ({"ok", "error", "entries", "rng", "config"}), then
         bring them into rank 0's store. Returns rank 0's install (None on the other ranks); raises
         CommitError on every rank when one rank could not write its objects."""
         s = self.session
-        gathered = [loads_strict(b, "commit entries") for b in s.group.allgather_bytes(canonical_json(report))]
-        failed = [f"rank {r}: {g['error']}" for r, g in enumerate(gathered) if not g["ok"]]
+        gathered = [ObjectsReport.from_json(loads_strict(b, "commit entries"), "commit entries")
+                    for b in s.group.allgather_bytes(canonical_json(report))]
+        failed = [f"rank {r}: {g.error}" for r, g in enumerate(gathered) if not g.ok]
         if failed:
             what = "background commit" if self.background else "commit"
             raise commits.CommitError(f"{what} of step {self.step} failed, HEAD unchanged: " + "; ".join(failed))
         mine = gathered[s.group.rank]
-        self.written = [*commits.param_digests(mine["entries"]), mine["rng"], mine["config"]]
+        self.written = [*commits.param_digests(mine.entries or ()), str(mine.rng), str(mine.config)]
         # hosts without a shared mount: rank 0's store receives what it lacks (kit/engine/commit_transfer.py)
         self.transfer = gather_objects(s.group, s.store, self.written)
         if s.group.rank != 0:
             return None
-        params = sorted((e for g in gathered for e in g["entries"]), key=lambda e: e["name"])
-        learned = {"cursor": self.cursor, "params": params}
-        layout = {**s.layout.to_json(), "model_config": gathered[0]["config"]}
-        rngs = [g["rng"] for g in gathered]
-        home, parent, missing = s.home, s.parent, self.transfer["errors"]
+        params = sorted((e for g in gathered for e in g.entries or ()), key=lambda e: e.name)
+        learned = {"cursor": self.cursor, "params": [e.to_json() for e in params]}
+        layout = {**s.layout.to_json(), "model_config": gathered[0].config}
+        rngs = [str(g.rng) for g in gathered]
+        home, parent, missing = s.home, s.parent, self.transfer.errors
 
         def install() -> str:
             if missing:
@@ -79,7 +82,7 @@ class Commit:
             return commits.write_commit(home, learned, layout, parent, rngs)
         return install
 
-    def agree_on_root(self, install: Install | None) -> tuple[str, dict]:
+    def agree_on_root(self, install: Install | None) -> tuple[str, Manifest]:
         """Rank 0 runs `install` (or collects the background install's root); every rank learns its
         outcome, the other stores adopt their shards, and the session's parent becomes the new root.
         Returns (full_root, manifest); CommitError on every rank when rank 0 could not commit."""
@@ -88,20 +91,22 @@ class Commit:
         try:
             if s.group.rank == 0:
                 assert install is not None, "rank 0 always installs (agree_on_objects)"
-                outcome["root"] = install()
-                outcome["manifest"] = commits.read_commit(s.home, outcome["root"])
+                root = install()
+                outcome.update(root=root, manifest=commits.read_commit(s.home, root))
         except Exception as e:  # noqa: BLE001 -- OSError too (rank 0's disk): the others wait in the all-gather
             outcome = {"ok": False, "root": None, "error": f"{type(e).__name__}: {e}", "manifest": None}
-        result = loads_strict(s.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome")
-        if not result["ok"]:
+        result = CommitOutcome.from_json(
+            loads_strict(s.group.allgather_bytes(canonical_json(outcome))[0], "commit outcome"), "commit outcome")
+        if not result.ok or result.root is None or result.manifest is None:
             how = " (background)" if self.background else ""
-            raise commits.CommitError(f"rank 0 could not commit step {self.step}{how}: {result['error']}")
-        manifest = result["manifest"]  # rank 0's: another rank's store may not hold it yet
+            raise commits.CommitError(f"rank 0 could not commit step {self.step}{how}: {result.error}")
+        manifest = result.manifest  # rank 0's: another rank's store may not hold it yet
         assert self.transfer is not None, "agree_on_objects, which every rank ran first, set it"
         adopt_shard(s.group, s.home, manifest, s.parent, self.written)
-        s.transfers.append({"step": self.step, "full_root": result["root"], **self.transfer})
-        s.parent = result["root"]
-        return result["root"], manifest
+        transfer = self.transfer.to_json() if self.transfer is not None else {}  # set by agree_on_objects
+        s.transfers.append({"step": self.step, "full_root": result.root, **transfer})
+        s.parent = result.root
+        return result.root, manifest
 
 
 @dataclass
@@ -110,7 +115,8 @@ class InFlight:
     stage: str  # "objects" -> "install" -> complete
     job: Background
     snapshot_s: float = 0.0
-    timings: dict = field(default_factory=dict)
+    objects_s: float | None = None  # this rank's object writes, once done
+    install_s: float | None = None  # rank 0's install of the commit, once done
 
     @property
     def step(self) -> int:
@@ -174,7 +180,7 @@ class AsyncCommitter:
             except Exception as e:  # noqa: BLE001 -- every rank learns it from the all-gather below
                 report = {"ok": False, "error": f"{type(e).__name__}: {e}", "entries": None, "rng": None,
                           "config": None}
-            f.timings["objects_s"] = round(f.job.seconds(), 4)
+            f.objects_s = round(f.job.seconds(), 4)
             try:
                 install = f.commit.agree_on_objects(report)
             except commits.CommitError:
@@ -183,8 +189,9 @@ class AsyncCommitter:
             f.job = Background(install, f"kit-install-{f.step}") if install is not None else finished_job()
             f.stage = "install"
             return
-        f.timings["install_s"] = round(f.job.seconds(), 4)
+        f.install_s = round(f.job.seconds(), 4)
         self.inflight = None
         root, manifest = f.commit.agree_on_root(f.job.result)
-        self.last = {"step": f.step, "full_root": root, "learned_state_root": manifest["learned_state_root"],
-                     "snapshot_s": round(f.snapshot_s, 4), "snapshot_bytes": self.snapshot.bytes, **f.timings}
+        self.last = {"step": f.step, "full_root": root, "learned_state_root": manifest.learned_state_root,
+                     "snapshot_s": round(f.snapshot_s, 4), "snapshot_bytes": self.snapshot.bytes,
+                     "objects_s": f.objects_s, "install_s": f.install_s}

@@ -22,13 +22,14 @@ import hashlib
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
+from kit.engine.formats import FetchReport, FetchRequest, Peer
 from kit.store import commits
+from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore, fetch_objects
 
 
@@ -55,29 +56,28 @@ def _dev(group: Group):
     return "cpu" if group.staged else group.device
 
 
-def share_commit(group: Group, source_home: str | None, root: str) -> tuple[dict, int, list[dict]]:
+def share_commit(group: Group, source_home: str | None, root: str) -> tuple[Manifest, int, list[Peer]]:
     """The manifest of `root` on every rank, from the lowest rank holding it. Returns (manifest,
     holder rank, every rank's announcement)."""
     me = {"rank": group.rank, "host": host_name(), "holds": holds_commit(source_home, root)}
-    peers = [loads_strict(b, "fetch announcement") for b in group.allgather_bytes(canonical_json(me))]
-    holders = [p["rank"] for p in peers if p["holds"]]
+    peers = [Peer.from_json(loads_strict(b, "fetch announcement"), "fetch announcement")
+             for b in group.allgather_bytes(canonical_json(me))]
+    holders = [p.rank for p in peers if p.holds]
     if not holders:
-        raise FetchError(f"no rank holds commit {root}: " + ", ".join(f"rank {p['rank']} ({p['host']})"
-                                                                     for p in peers))
+        raise FetchError(f"no rank holds commit {root}: " + ", ".join(f"rank {p.rank} ({p.host})" for p in peers))
     holder = holders[0]
     payload = canonical_json(commits.read_commit(holder_home(source_home), root)) if group.rank == holder else b""
-    manifest = loads_strict(group.allgather_bytes(payload)[holder], "manifest")
-    commits.validate_manifest(manifest, f"manifest of {root} from rank {holder} ({peers[holder]['host']})")
-    if manifest["full_root"] != root:
-        raise FetchError(f"rank {holder} ({peers[holder]['host']}) sent manifest {manifest['full_root']} for {root}")
+    manifest = Manifest.from_json(loads_strict(group.allgather_bytes(payload)[holder], "manifest"),
+                                  f"manifest of {root} from rank {holder} ({peers[holder].host})")
+    if manifest.full_root != root:
+        raise FetchError(f"rank {holder} ({peers[holder].host}) sent manifest {manifest.full_root} for {root}")
     return manifest, holder, peers
 
 
-def fetch_over_group(group: Group, source_home: str | None, dest_home: str, holder: int, peers: list[dict],
-                     wanted: list[str]) -> dict:
+def fetch_over_group(group: Group, source_home: str | None, dest_home: str, holder: int, peers: list[Peer],
+                     wanted: list[str]) -> FetchReport:
     """Fetch `wanted` (this rank's assigned objects) into `dest_home` from rank `holder`'s `source_home`.
-    Returns {"received", "sent", "objects", "errors"}; never raises for a bad object (the caller
-    reports it and keeps HEAD)."""
+    Never raises for a bad object: the report names it (the caller reports it and keeps HEAD)."""
     dest = ObjectStore(dest_home)
     mine = []
     for d in dict.fromkeys(wanted):
@@ -88,35 +88,37 @@ def fetch_over_group(group: Group, source_home: str | None, dest_home: str, hold
             except ValueError:  # missing (StoreError) or damaged (ObjectCorrupt): fetched again
                 pass
         mine.append(d)
-    out: dict[str, Any] = {"received": 0, "sent": 0, "objects": [], "errors": []}
+    received = sent = 0
+    objects: list[str] = []
+    errors: list[str] = []
     if group.rank == holder and mine:  # the holder's own needs: a local verified copy
         try:
-            out["received"] += fetch_objects(ObjectStore(holder_home(source_home)), dest, mine)
-            out["objects"] += mine
+            received += fetch_objects(ObjectStore(holder_home(source_home)), dest, mine)
+            objects += mine
         except (ValueError, OSError) as e:  # StoreError, ObjectCorrupt (a DigestMismatch): recorded, not raised,
             # so every rank still reaches the report and learns it
-            out["errors"].append(f"rank {group.rank} ({host_name()}) copying from its own store: "
-                                 f"{type(e).__name__}: {e}")
+            errors.append(f"rank {group.rank} ({host_name()}) copying from its own store: {type(e).__name__}: {e}")
         mine = []
-    asks = [loads_strict(b, "fetch request") for b in group.allgather_bytes(canonical_json({"want": mine}))]
-    holder_host = peers[holder]["host"]
+    asks = [FetchRequest.from_json(loads_strict(b, "fetch request"), "fetch request")
+            for b in group.allgather_bytes(canonical_json({"want": mine}))]
+    holder_host = peers[holder].host
     if group.rank == holder:
         src = ObjectStore(holder_home(source_home))
         for r, ask in enumerate(asks):
             if r == holder:
                 continue
-            for d in ask["want"]:
-                out["sent"] += send_object(group, src, d, r)
+            for d in ask.want:
+                sent += send_object(group, src, d, r)
     elif mine:
         for d in mine:
             size, error = receive_object(group, dest, d, holder, holder_host)
-            out["received"] += max(size, 0)
+            received += max(size, 0)
             if error:
-                out["errors"].append(error)
+                errors.append(error)
             else:
-                out["objects"].append(d)
+                objects.append(d)
     group.wait_sends()
-    return out
+    return FetchReport(received=received, sent=sent, objects=tuple(objects), errors=tuple(errors))
 
 
 def send_object(group: Group, store: ObjectStore, digest: str, dst: int) -> int:

@@ -12,17 +12,18 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any
 
 import torch
 
 from kit.digest import canonical_json, loads_strict
 from kit.distributed.group import Group
 from kit.engine.fetch import fetch_over_group, holder_home, holds_commit, host_name, share_commit
+from kit.engine.formats import FetchReport, Peer, RankStatus
 from kit.model.config import parse_config
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout, build_stage
 from kit.store import commits
+from kit.store.manifest import Manifest, as_manifest
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.store.start import Start, start_from_commit, start_from_seed
 
@@ -31,11 +32,12 @@ class MigrationError(RuntimeError):
     pass
 
 
-def assigned_objects(manifest: dict, names: set[str], rank: int) -> list[str]:
+def assigned_objects(manifest: Manifest | dict, names: set[str], rank: int) -> list[str]:
     """What a new owner must fetch: its parameters' objects, plus the commit-level ones on rank 0."""
-    own = commits.param_digests(manifest["learned_state"]["params"], names)
+    manifest = as_manifest(manifest)
+    own = commits.param_digests(manifest.learned_state.params, names)
     if rank == 0:
-        own = [manifest["layout"]["model_config"], *manifest["rng"], *own]
+        own = [manifest.layout.model_config, *manifest.rng, *own]
     return list(dict.fromkeys(own))
 
 
@@ -48,35 +50,38 @@ def migrate(group: Group, source_home: str, home: str, root: str, layout: Layout
     everywhere = all(group.allgather_bytes(b"1" if holds_commit(source_home, root) else b""))
     if not everywhere:
         return migrate_over_group(group, source_home, home, root, layout)["received"]
-    manifest = commits.read_commit(source_home, root)
-    shape = parse_config(loads_strict(ObjectStore(source_home).get_bytes(manifest["layout"]["model_config"]),
+    manifest = commits.read_manifest(source_home, root)
+    shape = parse_config(loads_strict(ObjectStore(source_home).get_bytes(manifest.layout.model_config),
                                       "model config"), "model config")
     layout.validate(shape.num_hidden_layers)
     with torch.device("meta"):
         names = {n for n, _ in build_stage(shape, layout, group.rank).named_parameters()}
-    status: dict[str, Any] = {"rank": group.rank, "ok": True, "bytes": 0, "error": None}
+    fetched, error = 0, None
     try:
-        status["bytes"] = fetch_objects(ObjectStore(source_home), ObjectStore(home),
-                                        assigned_objects(manifest, names, group.rank))
+        fetched = fetch_objects(ObjectStore(source_home), ObjectStore(home),
+                                assigned_objects(manifest, names, group.rank))
     except (ValueError, OSError) as e:
-        status.update(ok=False, error=f"{type(e).__name__}: {e}")
+        error = f"{type(e).__name__}: {e}"
     if os.environ.get("KIT_TEST_DIE_RANK") == str(group.rank):
         os._exit(137)  # test hook: a worker killed after fetching, before it reports ready
-    reports = [loads_strict(b, "migration report") for b in group.allgather_bytes(canonical_json(status))]
-    failed = [r for r in reports if not r["ok"]]
+    status = {"rank": group.rank, "host": host_name(), "ok": error is None, "error": error}
+    reports = [RankStatus.from_json(loads_strict(b, "migration report"), "migration report")
+               for b in group.allgather_bytes(canonical_json(status))]
+    failed = [r for r in reports if not r.ok]
     if failed:
         raise MigrationError("migration preparation incomplete, HEAD unchanged: "
-                             + "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed))
-    adopted: dict[str, Any] = {"ok": True, "error": None}
+                             + "; ".join(f"rank {r.rank}: {r.error}" for r in failed))
+    adopted = {"rank": group.rank, "host": host_name(), "ok": True, "error": None}
     if group.rank == 0 and commits.read_head(home) != root:
         try:
             commits.adopt_commit(home, manifest, expected_head=commits.read_head(home))
         except (ValueError, OSError) as e:  # OSError too: the other ranks wait in the all-gather below
-            adopted = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-    result = loads_strict(group.allgather_bytes(canonical_json(adopted))[0], "adoption")
-    if not result["ok"]:
-        raise MigrationError(f"rank 0 could not adopt {root}: {result['error']}")
-    return status["bytes"]
+            adopted.update(ok=False, error=f"{type(e).__name__}: {e}")
+    result = RankStatus.from_json(loads_strict(group.allgather_bytes(canonical_json(adopted))[0], "adoption"),
+                                  "adoption")
+    if not result.ok:
+        raise MigrationError(f"rank 0 could not adopt {root}: {result.error}")
+    return fetched
 
 
 def migrate_over_group(group: Group, source_home: str | None, home: str, root: str, layout: Layout) -> dict:
@@ -95,44 +100,46 @@ def migrate_over_group(group: Group, source_home: str | None, home: str, root: s
         names = {n for n, _ in build_stage(shape, layout, group.rank).named_parameters()}
     wanted = assigned_objects(manifest, names, group.rank)
     own_rng = []
-    if group.rank < len(manifest["rng"]) and manifest["layout"]["blocks"] == layout.to_json()["blocks"]:
-        own_rng = [manifest["rng"][group.rank]]  # the session restores its own RNG state on an unchanged layout
+    if group.rank < len(manifest.rng) and manifest.layout.blocks == layout.ranges:
+        own_rng = [manifest.rng[group.rank]]  # the session restores its own RNG state on an unchanged layout
     # every shard opens the config; rank 0's assignment already holds every RNG state
-    wanted = list(dict.fromkeys([manifest["layout"]["model_config"], *wanted, *own_rng]))
+    wanted = list(dict.fromkeys([manifest.layout.model_config, *wanted, *own_rng]))
     got = fetch_over_group(group, source_home, home, holder, peers, wanted)
     _all_fetched(group, got, "migration preparation incomplete, HEAD unchanged")
-    adopted: dict[str, Any] = {"rank": group.rank, "ok": True, "error": None}
+    adopted = {"rank": group.rank, "host": host_name(), "ok": True, "error": None}
     if commits.read_head(home) != root:
         try:
             commits.adopt_commit(home, manifest, expected_head=commits.read_head(home), shard=set(wanted))
         except (ValueError, OSError) as e:  # OSError too: the other ranks wait in the all-gather below
-            adopted = {"rank": group.rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
-    results = [loads_strict(b, "adoption") for b in group.allgather_bytes(canonical_json(adopted))]
-    bad = [r for r in results if not r["ok"]]
+            adopted.update(ok=False, error=f"{type(e).__name__}: {e}")
+    results = [RankStatus.from_json(loads_strict(b, "adoption"), "adoption")
+               for b in group.allgather_bytes(canonical_json(adopted))]
+    bad = [r for r in results if not r.ok]
     if bad:
-        raise MigrationError("; ".join(f"rank {r['rank']} could not adopt {root}: {r['error']}" for r in bad))
-    return {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted,
-            "holder": holder, "holder_host": peers[holder]["host"], "seconds": time.time() - t0}
+        raise MigrationError("; ".join(f"rank {r.rank} could not adopt {root}: {r.error}" for r in bad))
+    return {**got.fetched_json(), "wanted": wanted, "holder": holder, "holder_host": peers[holder].host,
+            "seconds": time.time() - t0}
 
 
-def _shared_config(group: Group, source_home: str | None, manifest: dict, holder: int, peers: list[dict]):
+def _shared_config(group: Group, source_home: str | None, manifest: Manifest, holder: int, peers: list[Peer]):
     """The commit's model config on every rank, sent by the holder and checked against its digest."""
-    digest = manifest["layout"]["model_config"]
+    digest = manifest.layout.model_config
     config = ObjectStore(holder_home(source_home)).get_bytes(digest) if group.rank == holder else b""
     config = group.allgather_bytes(config)[holder]
     if hashlib.sha256(config).hexdigest() != digest:
-        raise MigrationError(f"model config object {digest} from rank {holder} ({peers[holder]['host']}): wrong "
+        raise MigrationError(f"model config object {digest} from rank {holder} ({peers[holder].host}): wrong "
                              "bytes; HEAD unchanged")
     return parse_config(loads_strict(config, "model config"), "model config")
 
 
-def _all_fetched(group: Group, got: dict, what: str) -> None:
+def _all_fetched(group: Group, got: FetchReport, what: str) -> None:
     """Every rank learns every rank's fetch outcome; one failure raises on all, naming rank, host, object."""
-    status = {"rank": group.rank, "host": host_name(), "ok": not got["errors"], "error": "; ".join(got["errors"])}
-    reports = [loads_strict(b, "fetch report") for b in group.allgather_bytes(canonical_json(status))]
-    failed = [r for r in reports if not r["ok"]]
+    status = {"rank": group.rank, "host": host_name(), "ok": not got.errors, "error": "; ".join(got.errors)}
+    reports = [RankStatus.from_json(loads_strict(b, "fetch report"), "fetch report")
+               for b in group.allgather_bytes(canonical_json(status))]
+    failed = [r for r in reports if not r.ok]
     if failed:
-        raise MigrationError(f"{what}: " + "; ".join(f"rank {r['rank']} ({r['host']}): {r['error']}" for r in failed))
+        raise MigrationError(f"{what}: " + "; ".join(f"rank {r.rank} ({r.host}): {r.error}" for r in failed))
 
 
 def reference_over_group(group: Group, ref_home: str | None, home: str, layout: Layout, root: str) -> tuple[dict, dict]:
@@ -149,14 +156,13 @@ def reference_over_group(group: Group, ref_home: str | None, home: str, layout: 
     with torch.device("meta"):
         stage = LlamaCausalLM(shape, ids, with_embedding=group.rank == layout.embedding_owner)
         names = {n for n, _ in stage.named_parameters()}
-    wanted = [manifest["layout"]["model_config"],
-              *(e["param"] for e in manifest["learned_state"]["params"] if e["name"] in names)]
+    wanted = [manifest.layout.model_config, *(e.param for e in manifest.learned_state.params if e.name in names)]
     wanted = list(dict.fromkeys(wanted))
     got = fetch_over_group(group, ref_home, home, holder, peers, wanted)
     _all_fetched(group, got, f"reference {root} not fetched")
-    report = {"received": got["received"], "sent": got["sent"], "objects": got["objects"], "wanted": wanted,
-              "holder": holder, "holder_host": peers[holder]["host"], "seconds": time.time() - t0}
-    return {"home": home, "root": root, "manifest": manifest}, report
+    report = {**got.fetched_json(), "wanted": wanted, "holder": holder, "holder_host": peers[holder].host,
+              "seconds": time.time() - t0}
+    return {"home": home, "root": root, "manifest": manifest.to_json()}, report
 
 
 def open_start(group: Group, home: str, layout: Layout, start: dict, source_home: str | None, ctx) -> tuple[Start, int]:

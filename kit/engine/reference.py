@@ -45,8 +45,8 @@ def load_reference(group: Group, layout: Layout, shape: LlamaShape, spec: dict |
         start = start_from_manifest(spec["home"], spec["manifest"]) if "manifest" in spec else \
             start_from_commit(spec["home"], spec["root"])
         ref = _reference_stage(group, layout, shape, start.shape, f"reference commit {spec['root']}")
-        assert start.manifest is not None, "a start from a commit carries its manifest"
-        load_parameters(ObjectStore(spec["home"]), start.manifest["learned_state"]["params"], ref,
+        assert start.commit is not None, "a start from a commit carries its manifest"
+        load_parameters(ObjectStore(spec["home"]), start.commit.learned_state.params, ref,
                         f"reference commit {spec['root']}")
     ref.requires_grad_(False)
     return ref.to(dtype)

@@ -45,17 +45,17 @@ class Session:
         self.engine, self.admission = worker.engine, worker.admission
         self.peak_groups = dict(self.engine.optimizer.groups)  # the contract's rates; a schedule scales them
         self.step = start.step
-        self.parent = start.manifest["full_root"] if start.manifest is not None else commits.read_head(home)
+        self.parent = start.commit.full_root if start.commit is not None else commits.read_head(home)
         self.committer: AsyncCommitter | None = None  # created by the first commit(background=True)
         self.transfers: list[dict] = []  # per commit: this rank's objects sent to / received by rank 0's store
         self._restore_rng()
 
     def _restore_rng(self) -> None:
-        m = self.start.manifest
-        if m is not None and m["layout"]["blocks"] == self.layout.to_json()["blocks"]:
+        m = self.start.commit
+        if m is not None and m.layout.blocks == self.layout.ranges:
             # A commit's RNG objects are in its store (write_commit and adoption re-hash them), so a missing
             # one is damage: refused (ObjectMissing) like a corrupt one, never silently reseeded.
-            state = self.store.get_bytes(m["rng"][self.group.rank])
+            state = self.store.get_bytes(m.rng[self.group.rank])
             torch.set_rng_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
             return
         torch.manual_seed(self.step * 1009 + self.group.rank)
@@ -103,7 +103,7 @@ class Session:
         commit = Commit(self, self.step, cursor)
         install = commit.agree_on_objects(report)
         full_root, manifest = commit.agree_on_root(install)
-        return full_root, manifest["learned_state_root"]
+        return full_root, manifest.learned_state_root
 
     def wait_commit(self) -> tuple[str, str] | None:
         """Complete the background commit in flight (all workers together); its roots, None if none was."""

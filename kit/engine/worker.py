@@ -63,21 +63,21 @@ def build_worker(group: Group, layout: Layout, start: Start | None, engine_cfg: 
     if student is None:
         student = build_stage(shape, layout, group.rank, device=group.device)
     params = dict(student.named_parameters())
-    manifest = start.manifest if start is not None else None
+    manifest = start.commit if start is not None else None
     if manifest is None:
         if start is not None:
             assert start.seed_dir is not None, "a start without a manifest is a seed directory's"
             load_owned(student, start.seed_dir)
         group_of = assign_groups(params, group_rules)
     else:
-        entries = {e["name"]: e for e in manifest["learned_state"]["params"]}
-        group_of = {n: entries[n]["group"] for n in params}
+        entries = {e.name: e for e in manifest.learned_state.params}
+        group_of = {n: entries[n].group for n in params}
     opt = ParamAdamW(params, groups, group_of)
     if manifest is not None:
         assert home is not None, "a commit start's objects are in the store `home`"
-        states = commits.load_param_states(ObjectStore(home), manifest["learned_state"]["params"], set(params))
+        states = commits.load_param_states(ObjectStore(home), manifest.learned_state.params, set(params))
         opt.load_param_states({n: {k: (v.to(group.device) if torch.is_tensor(v) else v) for k, v in s.items()}
-                               for n, s in states.items()}, f"commit {manifest['full_root']}")
+                               for n, s in states.items()}, f"commit {manifest.full_root}")
     if isinstance(reference, torch.nn.Module):
         ref: LlamaCausalLM | None = reference
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,7 @@ from kit.model.cached_decode import greedy_cached
 from kit.model.generate import greedy_batch
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import load_owned
+from kit.record import Omittable, Record, spec_field
 from kit.store.objects import ObjectStore
 from kit.store.params import load_parameters
 from kit.store.start import start_from_commit, start_from_seed
@@ -57,19 +59,45 @@ def load_model(home: str | None = None, root: str | None = None, seed_dir: str |
         raise ValueError("load_model: give a seed directory, or a commit's home and root")
     start = start_from_commit(home, root)
     model = LlamaCausalLM(start.shape)
-    assert start.manifest is not None, "a start from a commit carries its manifest"
-    load_parameters(ObjectStore(home), start.manifest["learned_state"]["params"], model, f"commit {root} in {home}")
+    assert start.commit is not None, "a start from a commit carries its manifest"
+    load_parameters(ObjectStore(home), start.commit.learned_state.params, model, f"commit {root} in {home}")
     return model.to(device).eval()
 
 
-@torch.no_grad()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NllScore(Record):
+    """One conversation's summed NLL over its assistant target tokens."""
+
+    id: str = spec_field(str, doc="the conversation")
+    nll_sum: float = spec_field(float, doc="summed NLL (nats) of its assistant target tokens")
+    tokens: int = spec_field(int, doc="how many")
+    family: str | None = spec_field(Omittable(str), doc="a task's family, only for task records")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskAnswer(Record):
+    """One task's greedy reply, checked against its answer."""
+
+    id: str = spec_field(str, doc="the task record")
+    family: str = spec_field(str, doc="its family")
+    reply: str = spec_field(str, doc="the greedy reply, without the end-of-turn token")
+    correct: bool = spec_field(bool, doc="the normalized reply equals the normalized answer")
+
+
 def score_nll(model: LlamaCausalLM, tokenizer, conversations: list[Conversation], max_tokens: int,
               batch_size: int = 16) -> list[dict]:
-    """[{id, nll_sum, tokens, family?}] for every conversation; over-long ones are refused (the
-    evaluation set was prepared under the same cap, so none should be)."""
+    """`nll_scores` as the JSON the evaluation records hold: [{id, nll_sum, tokens, family?}]."""
+    return [s.to_json() for s in nll_scores(model, tokenizer, conversations, max_tokens, batch_size)]
+
+
+@torch.no_grad()
+def nll_scores(model: LlamaCausalLM, tokenizer, conversations: list[Conversation], max_tokens: int,
+               batch_size: int = 16) -> list[NllScore]:
+    """The NLL of every conversation; over-long ones are refused (the evaluation set was prepared under
+    the same cap, so none should be)."""
     encoded = [(c, encode_or_refuse(tokenizer, c, max_tokens, ValueError, "evaluation record")) for c in conversations]
     device = next(model.parameters()).device
-    out = []
+    out: list[NllScore] = []
     for a in _bar(range(0, len(encoded), batch_size), "scoring NLL"):
         chunk = encoded[a:a + batch_size]
         T = max(len(e.input_ids) for _, e in chunk)
@@ -84,16 +112,20 @@ def score_nll(model: LlamaCausalLM, tokenizer, conversations: list[Conversation]
         nll = -logp.gather(2, ids[:, 1:].to(device)[..., None]).squeeze(-1)  # (B, T-1): predicts token t+1
         m = mask[:, 1:].to(device)
         for i, (c, _) in enumerate(chunk):
-            row = {"id": c.id, "nll_sum": float(nll[i][m[i]].double().sum()), "tokens": int(m[i].sum())}
-            if "family" in c.meta:
-                row["family"] = c.meta["family"]
-            out.append(row)
+            out.append(NllScore(id=c.id, nll_sum=float(nll[i][m[i]].double().sum()), tokens=int(m[i].sum()),
+                                family=c.meta.get("family")))  # meta: a conversation's open extra keys
     return out
 
 
 def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max_new_tokens: int,
                  batch_size: int = 32) -> list[dict]:
-    """[{id, family, reply, correct}]: greedy reply to each task's prompt, checked against its answer."""
+    """`task_answers` as the JSON the evaluation records hold: [{id, family, reply, correct}]."""
+    return [a.to_json() for a in task_answers(model, tokenizer, tasks, max_new_tokens, batch_size)]
+
+
+def task_answers(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max_new_tokens: int,
+                 batch_size: int = 32) -> list[TaskAnswer]:
+    """The greedy reply to each task's prompt, checked against its answer."""
     vocab = tokenizer.get_vocab()
     eos = vocab.get("<|im_end|>", tokenizer.eos_token_id)
     for c in tasks:
@@ -108,11 +140,11 @@ def answer_tasks(model: LlamaCausalLM, tokenizer, tasks: list[Conversation], max
     else:
         for a in _bar(range(0, len(prompts), batch_size), "greedy answers"):
             replies += greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos)
-    out = []
+    out: list[TaskAnswer] = []
     for c, gen in zip(tasks, replies):
         if gen and gen[-1] == eos:
             gen = gen[:-1]
         reply = tokenizer.decode(gen, skip_special_tokens=True)
-        out.append({"id": c.id, "family": c.meta["family"], "reply": reply,
-                    "correct": normalize_answer(reply) == normalize_answer(c.meta["answer"])})
+        out.append(TaskAnswer(id=c.id, family=c.meta["family"], reply=reply,
+                              correct=normalize_answer(reply) == normalize_answer(c.meta["answer"])))
     return out

@@ -8,7 +8,8 @@ classic `rope_theta` + `rope_scaling` (transformers 4.x) and `rope_parameters` (
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +109,7 @@ class LlamaShape:
         }
 
     def with_layers(self, num_hidden_layers: int) -> LlamaShape:
-        d = asdict(self)
-        d["rope"] = self.rope
-        d["num_hidden_layers"] = num_hidden_layers
-        return LlamaShape(**d)
+        return replace(self, num_hidden_layers=num_hidden_layers)
 
     def block_param_count(self) -> int:
         h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
@@ -267,12 +265,13 @@ def parse_config(cfg: Any, source: str = "config.json") -> LlamaShape:
     return shape
 
 
-def check_params_match_config(entries: list[dict], shape: LlamaShape, where: str, config_source: str) -> None:
-    """Refuse parameter entries ({"name", "shape", ...}) that are not exactly the config's parameters:
-    an extra entry would be dropped silently on loading, a missing one fail later, a wrong shape
+def check_params_match_config(shapes: Mapping[str, Sequence[int]], shape: LlamaShape, where: str,
+                              config_source: str) -> None:
+    """Refuse parameters (name -> shape, of a commit's learned-state entries) that are not exactly the
+    config's: an extra entry would be dropped silently on loading, a missing one fail later, a wrong shape
     contradict the config an export writes beside it."""
     expected = shape.parameter_shapes()
-    have = {e["name"]: tuple(e["shape"]) for e in entries}
+    have = {name: tuple(dims) for name, dims in shapes.items()}
     missing, extra = sorted(expected.keys() - have.keys()), sorted(have.keys() - expected.keys())
     wrong = sorted(n for n in expected.keys() & have.keys() if have[n] != expected[n])
     if missing or extra or wrong:

@@ -45,12 +45,14 @@ from kit.model.generate import greedy_generate
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.model.shard import load_owned
 from kit.publish import publish_dir
+from kit.record import Record, Seq, spec_field
 from kit.seed.loop import progress_enabled, train_updates, warmup_cosine
 from kit.seed.record import (  # noqa: F401  - re-exported: a seed directory's file names, where notebooks look
     SEED_BUILD_FILE,
     TRAINED_CONVERSATIONS_FILE,
     WEIGHTS_FILE,
     common_record,
+    final_loss,
     write_record,
     write_seed_files,
 )
@@ -236,14 +238,28 @@ def _train(cfg: SeedBuildConfig, model: LlamaCausalLM, records: list[TrainRecord
                          cfg.batch_size, cfg.updates, "seed build", show).losses
 
 
-def greedy_reply(model: LlamaCausalLM, tokenizer, prompt: str, max_new_tokens: int) -> dict:
-    """The seed's greedy reply to one user turn: ids, text (without the end-of-turn token), ended."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GreedyReply(Record):
+    """The seed's greedy reply to one user turn."""
+
+    ids: tuple[int, ...] = spec_field(Seq(int), doc="the generated token ids, the end of turn included")
+    text: str = spec_field(str, doc="their text, without the end-of-turn token")
+    ended_at_turn_boundary: bool = spec_field(bool, doc="generation stopped at an end of turn")
+
+
+def greedy_answer(model: LlamaCausalLM, tokenizer, prompt: str, max_new_tokens: int) -> GreedyReply:
+    """The seed's greedy reply to one user turn."""
     eos_id = model.shape.eos_token_id  # one id, or a list of them in some configs
     eos_ids = {eos_id} if isinstance(eos_id, int) else set(eos_id or ())
     ids = greedy_generate(model, generation_prompt_ids(tokenizer, [Message("user", prompt)]), max_new_tokens, eos_ids)
     ended = bool(ids) and ids[-1] in eos_ids
     text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
-    return {"ids": ids, "text": text, "ended_at_turn_boundary": ended}
+    return GreedyReply(ids=tuple(ids), text=text, ended_at_turn_boundary=ended)
+
+
+def greedy_reply(model: LlamaCausalLM, tokenizer, prompt: str, max_new_tokens: int) -> dict:
+    """`greedy_answer` as JSON, {"ids", "text", "ended_at_turn_boundary"} (notebook 00 reads it)."""
+    return greedy_answer(model, tokenizer, prompt, max_new_tokens).to_json()
 
 
 def _task_samples(cfg: SeedBuildConfig, model: LlamaCausalLM, tokenizer, trained_digests: set[str]) -> dict:
@@ -251,10 +267,10 @@ def _task_samples(cfg: SeedBuildConfig, model: LlamaCausalLM, tokenizer, trained
     for family in FAMILIES:
         (example,) = generate_set({family: 1}, cfg.seed, SEED_SAMPLE_ROLE, cfg.task_difficulty,
                                   exclude_digests=trained_digests)
-        reply = greedy_reply(model, tokenizer, example.prompt, cfg.sample_max_new_tokens)
-        samples[family] = {"prompt": example.prompt, "expected": example.answer, "reply": reply["text"],
-                           "correct": check_answer(example, reply["text"]),
-                           "ended_at_turn_boundary": reply["ended_at_turn_boundary"]}
+        reply = greedy_answer(model, tokenizer, example.prompt, cfg.sample_max_new_tokens)
+        samples[family] = {"prompt": example.prompt, "expected": example.answer, "reply": reply.text,
+                           "correct": check_answer(example, reply.text),
+                           "ended_at_turn_boundary": reply.ended_at_turn_boundary}
     return samples
 
 
@@ -297,16 +313,16 @@ def build_seed(out: Path, cfg: SeedBuildConfig, progress: bool = True) -> dict:
         trained_sha256, digest = write_seed_files(staging, model, data.conversations)
         trained_digests = {c.meta["digest"] for c in data.conversations if "digest" in c.meta}
         samples = _task_samples(cfg, model, data.tokenizer, trained_digests)
-        chat = greedy_reply(model, data.tokenizer, SAMPLE_CHAT_PROMPT, cfg.sample_max_new_tokens)
-        chat_sample = {"prompt": SAMPLE_CHAT_PROMPT, "reply": chat["text"],
-                       "ended_at_turn_boundary": chat["ended_at_turn_boundary"]}
+        chat = greedy_answer(model, data.tokenizer, SAMPLE_CHAT_PROMPT, cfg.sample_max_new_tokens)
+        chat_sample = {"prompt": SAMPLE_CHAT_PROMPT, "reply": chat.text,
+                       "ended_at_turn_boundary": chat.ended_at_turn_boundary}
         seconds = time.perf_counter() - t0
         record = _record(cfg, data, data_summary, staging, losses, trained_sha256, (train_seconds, seconds), profile,
                          digest)
         write_record(staging, record)
     return {"out": str(out), "parameter_digest": digest, "params": data.shape.param_count(),
             "vocab_size": len(data.tokenizer), "trained_conversations": len(data.conversations), "updates": cfg.updates,
-            "loss_initial": round(losses[0], 4), "loss_final": round(record["loss_final"], 4),
+            "loss_initial": round(losses[0], 4), "loss_final": round(final_loss(losses), 4),
             "seconds": round(seconds, 2), "samples": samples, "chat_sample": chat_sample}
 
 
@@ -343,7 +359,7 @@ def describe_seed(seed_dir: Path) -> str:
         lines.append(f"built by kit {info['kit_version']} (torch {info['torch_version']}, {where}): "
                      f"{info['updates']} updates, loss {info['loss_initial']:.3f} -> {info['loss_final']:.3f}, "
                      f"{seconds:.1f} s")
-    reply = greedy_reply(load_seed_model(seed_dir), tokenizer, SAMPLE_CHAT_PROMPT, 48)
-    end = "ended at end of turn" if reply["ended_at_turn_boundary"] else "no end of turn within 48 tokens"
-    lines.append(f"greedy reply to {SAMPLE_CHAT_PROMPT!r}: {reply['text']!r} ({end})")
+    reply = greedy_answer(load_seed_model(seed_dir), tokenizer, SAMPLE_CHAT_PROMPT, 48)
+    end = "ended at end of turn" if reply.ended_at_turn_boundary else "no end of turn within 48 tokens"
+    lines.append(f"greedy reply to {SAMPLE_CHAT_PROMPT!r}: {reply.text!r} ({end})")
     return "\n".join(lines)

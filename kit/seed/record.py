@@ -63,7 +63,7 @@ def common_record(cfg, shape: LlamaShape, vocab_size: int, losses: list[float], 
         "learning_rate": {"schedule": "linear warm-up then cosine", "peak": cfg.lr,
                           "warmup_updates": cfg.warmup_updates, "final": final_lr},
         "loss_initial": losses[0],
-        "loss_final": float(np.mean(losses[-FINAL_LOSS_WINDOW:])),
+        "loss_final": final_loss(losses),
         "loss_every_10_updates": [round(x, 4) for x in losses[::10]],
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
@@ -71,6 +71,11 @@ def common_record(cfg, shape: LlamaShape, vocab_size: int, losses: list[float], 
         "numeric_profile": profile,
         "parameter_digest": digest,
     }
+
+
+def final_loss(losses: list[float]) -> float:
+    """seed_build.json's `loss_final`: the mean over the last FINAL_LOSS_WINDOW updates."""
+    return float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
 
 
 def write_record(staging: Path, record: dict) -> None:

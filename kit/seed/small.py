@@ -49,20 +49,22 @@ from kit.data.conversations import (
     load_instruction_source,
     synthetic_conversations,
 )
+from kit.data.general_text import TextDocument
 from kit.data.practice import PRACTICE_FAMILIES, practice_set
 from kit.data.retrieval import retrieval_documents
 from kit.data.tasks import FAMILIES, TaskExample, generate_set, generate_twin_sets
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json
 from kit.distributed.pipeline import EngineConfig
-from kit.evaluation.scoring import answer_tasks, score_nll
+from kit.evaluation.scoring import TaskAnswer, nll_scores, task_answers
 from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
 from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM, init_weights
 from kit.publish import publish_dir
-from kit.seed.build import SEED_TRAIN_ROLE, greedy_reply, seed_shape
+from kit.record import Opt, Record, spec_field
+from kit.seed.build import SEED_TRAIN_ROLE, greedy_answer, seed_shape
 from kit.seed.loop import STEADY_FROM, progress_enabled, train_updates, warmup_cosine
-from kit.seed.record import common_record, write_record, write_seed_files
+from kit.seed.record import common_record, final_loss, write_record, write_seed_files
 from kit.train.batch import TrainRecord
 from kit.train.optim import GroupConfig
 
@@ -309,10 +311,10 @@ def task_record(example: TaskExample) -> Conversation:
 
 
 # --- data ----------------------------------------------------------------------------------------
-def split_documents(cfg: SmallSeedConfig, docs: list[dict]) -> tuple[list[dict], list[dict]]:
+def split_documents(cfg: SmallSeedConfig, docs: list[TextDocument]) -> tuple[list[TextDocument], list[TextDocument]]:
     if cfg.general_text_max_docs:
         docs = docs[:cfg.general_text_max_docs]
-    held = [int(hashlib.sha256(d["path"].encode()).hexdigest(), 16) % cfg.heldout_every == 0 for d in docs]
+    held = [int(hashlib.sha256(d.path.encode()).hexdigest(), 16) % cfg.heldout_every == 0 for d in docs]
     return [d for d, h in zip(docs, held) if not h], [d for d, h in zip(docs, held) if h]
 
 
@@ -361,6 +363,20 @@ def collection_paused():
             gc.enable()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilyAccuracy(Record):
+    """One family's greedy accuracy on a sample (seed_build.json's `task_accuracy.per_family` values)."""
+
+    n: int = spec_field(int, doc="tasks of the family in the sample")
+    correct: int = spec_field(int, doc="of them answered correctly")
+    accuracy: float = spec_field(float, doc="correct / n (0 for none)")
+
+    @classmethod
+    def of(cls, answers: list[TaskAnswer]) -> FamilyAccuracy:
+        correct = sum(a.correct for a in answers)
+        return cls(n=len(answers), correct=correct, accuracy=correct / max(1, len(answers)))
+
+
 @dataclass
 class _Inputs:
     """What the build reads, checked for disjointness: tasks, general text, public and synthetic conversations."""
@@ -368,8 +384,8 @@ class _Inputs:
     excluded: set[str]  # every digest of `forbidden`
     tasks: list[TaskExample]
     twins: list[TaskExample]  # the reworded tasks in the contracts' words (seed_train_tasks)
-    docs_train: list[dict]
-    docs_held: list[dict]
+    docs_train: list[TextDocument]
+    docs_held: list[TextDocument]
     alpaca_train: list[Conversation]
     alpaca_held: list[Conversation]
     synthetic: list[Conversation]
@@ -394,7 +410,7 @@ def _read_inputs(cfg: SmallSeedConfig, alpaca: Path, text: Path, contracts_dir: 
 def _train_tokenizer(cfg: SmallSeedConfig, inputs: _Inputs, staging: Path):
     """The byte-level BPE trained on the general text and every conversation, written into `staging`;
     returns it and the ids of its special tokens."""
-    build_tokenizer([d["text"] for d in inputs.docs_train] + [m.content for c in inputs.convs for m in c.messages],
+    build_tokenizer([d.text for d in inputs.docs_train] + [m.content for c in inputs.convs for m in c.messages],
                     cfg.vocab_size, staging, model_max_length=cfg.max_position_embeddings)
     tokenizer = load_tokenizer(staging)
     return tokenizer, {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)}
@@ -430,7 +446,7 @@ def _pack(cfg: SmallSeedConfig, tokenizer, pad: int, inputs: _Inputs) -> _Packed
     """General text epochs, retrieval documents and conversations packed into rows, then one row order.
     One numpy PCG64 stream of cfg.seed draws, in order: each text epoch's document order, the
     conversation order, the row order."""
-    doc_ids = tokenizer([d["text"] for d in inputs.docs_train], add_special_tokens=False)["input_ids"]
+    doc_ids = tokenizer([d.text for d in inputs.docs_train], add_special_tokens=False).input_ids
     encoded = _encode_conversations(cfg, tokenizer, inputs.convs)
     skipped = [c.id for c, e in zip(inputs.convs, encoded) if e is None]
     kept = [i for i, e in enumerate(encoded) if e is not None]
@@ -508,11 +524,11 @@ def _train(cfg: SmallSeedConfig, model: LlamaCausalLM, tokenizer, packed: _Packe
 
     def curve(k: int) -> None:
         model.eval()
-        answers = answer_tasks(model, tokenizer, [task_record(e) for e in curve_sample], cfg.sample_max_new_tokens,
+        answers = task_answers(model, tokenizer, [task_record(e) for e in curve_sample], cfg.sample_max_new_tokens,
                                batch_size=cfg.eval_batch)
         model.train()
         learning_curve.append({"update": k, "tokens": k * cfg.batch_rows * cfg.seq_len,
-                               **{f: sum(a["correct"] for a in answers if a["family"] == f) for f in FAMILIES}})
+                               **{f: sum(a.correct for a in answers if a.family == f) for f in FAMILIES}})
         if show:  # a long build's curve is worth seeing as it comes, not only in the record
             print(f"learning curve: {learning_curve[-1]}", flush=True)
 
@@ -544,8 +560,17 @@ def _inductor_deterministic():
 
 
 # --- evaluation ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextLoss(Record):
+    """The NLL of held-out text rows (seed_build.json's `heldout.general_text` numbers)."""
+
+    rows: int = spec_field(int, doc="rows of seq_len tokens scored")
+    tokens: int = spec_field(int, doc="next-token positions scored: rows x (seq_len - 1)")
+    nll_per_token: float | None = spec_field(Opt(float), doc="mean NLL (nats), null for no rows")
+
+
 @torch.no_grad()
-def heldout_text_loss(model, rows: Sequence[Sequence[int]], batch: int) -> dict:
+def heldout_text_loss(model, rows: Sequence[Sequence[int]], batch: int) -> TextLoss:
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for a in range(0, len(rows), batch):
@@ -554,36 +579,63 @@ def heldout_text_loss(model, rows: Sequence[Sequence[int]], batch: int) -> dict:
         nll = -logp.gather(2, ids[:, 1:, None]).squeeze(-1)
         total += float(nll.double().sum())
         count += nll.numel()
-    return {"rows": len(rows), "tokens": count, "nll_per_token": total / count if count else None}
+    return TextLoss(rows=len(rows), tokens=count, nll_per_token=total / count if count else None)
 
 
-def _heldout(cfg: SmallSeedConfig, model, tokenizer, pad: int, inputs: _Inputs) -> dict:
+@dataclass(frozen=True, slots=True)
+class _Heldout:
+    """The held-out losses: the record's `heldout` and the two numbers the build's summary shows."""
+    text_nll: float | None  # per token of the held-out general text
+    conversation_nll: float | None  # per assistant token of the held-out public conversations
+    record: dict  # seed_build.json's "heldout"
+
+
+@dataclass(frozen=True, slots=True)
+class _Accuracy:
+    """The greedy accuracies: the record's `task_accuracy` and the per-family values the summary shows."""
+    per_family: dict[str, FamilyAccuracy]  # at the dev difficulty
+    reworded: dict[str, FamilyAccuracy] | None  # in the reworded words, when the seed trained on them
+    practice: dict[str, FamilyAccuracy] | None  # on practice problems, when the seed trained on some
+    record: dict  # seed_build.json's "task_accuracy"
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What the build produced before its record is written (`_record` assembles it)."""
+    inputs: _Inputs
+    packed: _Packed
+    trained: _Trained
+    data: dict  # the record's "data"
+    heldout: _Heldout
+    task_accuracy: _Accuracy
+    chat_samples: list[dict]
+
+
+def _heldout(cfg: SmallSeedConfig, model, tokenizer, pad: int, inputs: _Inputs) -> _Heldout:
     """The held-out losses: general text documents and public conversations none of the build trained on."""
-    held_ids = tokenizer([d["text"] for d in inputs.docs_held], add_special_tokens=False)["input_ids"]
+    held_ids = tokenizer([d.text for d in inputs.docs_held], add_special_tokens=False).input_ids
     held_rows = text_rows(held_ids, list(range(len(held_ids))), pad, cfg.seq_len)[:cfg.heldout_max_rows]
-    held_text = {"documents": len(inputs.docs_held), "paths_digest": sha256_json([d["path"] for d in inputs.docs_held]),
-                 **heldout_text_loss(model, held_rows, max(1, cfg.eval_batch // 8))}
+    text = heldout_text_loss(model, held_rows, max(1, cfg.eval_batch // 8))
+    held_text = {"documents": len(inputs.docs_held), "paths_digest": sha256_json([d.path for d in inputs.docs_held]),
+                 **text.to_json()}
     held_convs = [c for c in inputs.alpaca_held if encode_or_refuse(tokenizer, c, cfg.seq_len) is not None]
-    scores = score_nll(model, tokenizer, held_convs, cfg.seq_len, batch_size=max(1, cfg.eval_batch // 4))
-    n_tok = sum(s["tokens"] for s in scores)
+    scores = nll_scores(model, tokenizer, held_convs, cfg.seq_len, batch_size=max(1, cfg.eval_batch // 4))
+    n_tok = sum(s.tokens for s in scores)
+    conversation_nll = sum(s.nll_sum for s in scores) / n_tok if n_tok else None
     held_conv = {"source": ALPACA_NAME, "range": [cfg.alpaca_train_stop, cfg.alpaca_heldout_stop],
-                 "conversations": len(scores), "assistant_tokens": n_tok,
-                 "nll_per_token": sum(s["nll_sum"] for s in scores) / n_tok if n_tok else None}
-    return {"general_text": held_text, "conversations": held_conv}
+                 "conversations": len(scores), "assistant_tokens": n_tok, "nll_per_token": conversation_nll}
+    return _Heldout(text.nll_per_token, conversation_nll, {"general_text": held_text, "conversations": held_conv})
 
 
-def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[str]) -> dict:
+def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[str]) -> _Accuracy:
     """Per-family greedy accuracy on a dev-role sample at the dev (and the seed's own task) difficulty, and,
     when the seed trained on reworded examples, on the same dev-difficulty sample in the reworded words, and,
     when it trained on practice examples, on a practice sample of its own (kit.data.practice, never trained on)."""
-    def per_family(sample: list[TaskExample], families: Sequence[str] = FAMILIES) -> tuple[dict, list[dict]]:
-        answers = answer_tasks(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
+    def per_family(sample: list[TaskExample], families: Sequence[str] = FAMILIES
+                   ) -> tuple[dict[str, FamilyAccuracy], list[TaskAnswer]]:
+        answers = task_answers(model, tokenizer, [task_record(e) for e in sample], cfg.sample_max_new_tokens,
                                batch_size=cfg.eval_batch)
-        acc = {f: {"n": sum(a["family"] == f for a in answers),
-                   "correct": sum(a["correct"] for a in answers if a["family"] == f)} for f in families}
-        for f in families:
-            acc[f]["accuracy"] = acc[f]["correct"] / max(1, acc[f]["n"])
-        return acc, answers
+        return {f: FamilyAccuracy.of([a for a in answers if a.family == f]) for f in families}, answers
 
     def dev_sample(difficulty: int, wording: str = "contract") -> list[TaskExample]:
         return generate_set({f: cfg.dev_sample_per_family for f in FAMILIES}, cfg.seed, DEV_SAMPLE_ROLE,
@@ -594,38 +646,43 @@ def _task_accuracy(cfg: SmallSeedConfig, model, tokenizer, trained_digests: set[
         sample = dev_sample(difficulty)
         accuracy_at[difficulty], answers = per_family(sample)
         task_examples += [{"difficulty": difficulty, "prompt": e.prompt, "expected": e.answer,
-                           "reply": a["reply"], "correct": a["correct"]}
+                           "reply": a.reply, "correct": a.correct}
                           for e, a in zip(sample[::cfg.dev_sample_per_family], answers[::cfg.dev_sample_per_family])]
     accuracy = accuracy_at[cfg.dev_difficulty]
-    out = {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": accuracy, "pooled": _pooled(accuracy),
-           "at_difficulty": {str(d): a for d, a in accuracy_at.items()},
+    out = {"role": DEV_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": _json(accuracy),
+           "pooled": _pooled(accuracy), "at_difficulty": {str(d): _json(a) for d, a in accuracy_at.items()},
            "examples": task_examples, "note": "before any cohort; greedy, the checker of kit.data.tasks"}
+    reworded = practice = None
     if cfg.reworded_tasks:  # the skill beside the words: the same problems, in the words the seed learned them in
         reworded, _ = per_family(dev_sample(cfg.dev_difficulty, "reworded"))
-        out["reworded"] = {"wording": "reworded", "difficulty": cfg.dev_difficulty, "per_family": reworded,
+        out["reworded"] = {"wording": "reworded", "difficulty": cfg.dev_difficulty, "per_family": _json(reworded),
                            "pooled": _pooled(reworded)}
     if cfg.practice_tasks:  # the practice skill itself, on practice problems the seed never trained on
         sample = practice_set(cfg.dev_sample_per_family * len(PRACTICE_FAMILIES), cfg.seed, PRACTICE_SAMPLE_ROLE,
                               cfg.dev_difficulty, trained_digests)
         practice, answers = per_family(sample, PRACTICE_FAMILIES)
-        out["practice"] = {"role": PRACTICE_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty, "per_family": practice,
-                           "pooled": _pooled(practice),
-                           "examples": [{"prompt": e.prompt, "expected": e.answer, "reply": a["reply"],
-                                         "correct": a["correct"]}
+        out["practice"] = {"role": PRACTICE_SAMPLE_ROLE, "difficulty": cfg.dev_difficulty,
+                           "per_family": _json(practice), "pooled": _pooled(practice),
+                           "examples": [{"prompt": e.prompt, "expected": e.answer, "reply": a.reply,
+                                         "correct": a.correct}
                                         for e, a in zip(sample[::cfg.dev_sample_per_family],
                                                         answers[::cfg.dev_sample_per_family])]}
-    return out
+    return _Accuracy(accuracy, reworded, practice, out)
 
 
-def _pooled(accuracy: dict) -> float:
-    return sum(a["correct"] for a in accuracy.values()) / max(1, sum(a["n"] for a in accuracy.values()))
+def _pooled(accuracy: dict[str, FamilyAccuracy]) -> float:
+    return sum(a.correct for a in accuracy.values()) / max(1, sum(a.n for a in accuracy.values()))
+
+
+def _json(accuracy: dict[str, FamilyAccuracy]) -> dict:
+    return {f: a.to_json() for f, a in accuracy.items()}
 
 
 def _chat_samples(cfg: SmallSeedConfig, model, tokenizer) -> list[dict]:
     chats = []
     for prompt in CHAT_PROMPTS:
-        r = greedy_reply(model, tokenizer, prompt, cfg.sample_max_new_tokens)
-        chats.append({"prompt": prompt, "reply": r["text"], "ended_at_turn_boundary": r["ended_at_turn_boundary"]})
+        r = greedy_answer(model, tokenizer, prompt, cfg.sample_max_new_tokens)
+        chats.append({"prompt": prompt, "reply": r.text, "ended_at_turn_boundary": r.ended_at_turn_boundary})
     return chats
 
 
@@ -637,7 +694,7 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
     return {
         "general_text": {**general_text.provenance(), "documents_train": len(inputs.docs_train),
                          "documents_heldout": len(inputs.docs_held), "epochs": cfg.general_text_epochs,
-                         "train_paths_digest": sha256_json([d["path"] for d in inputs.docs_train]),
+                         "train_paths_digest": sha256_json([d.path for d in inputs.docs_train]),
                          "rows": packed.text_rows},
         "public_conversations": {"name": ALPACA_NAME, "file": str(alpaca), "sha256": ALPACA_SHA256,
                                  "licence": "CC BY-NC 4.0", "train_range": [0, cfg.alpaca_train_stop],
@@ -693,13 +750,25 @@ def _determinism(cfg: SmallSeedConfig, dev: torch.device) -> dict:
     }
 
 
-def _throughput(cfg: SmallSeedConfig, shape: LlamaShape, tokens: int, trained: _Trained, dev: torch.device) -> dict:
+def _tokens_per_second(packed: _Packed, trained: _Trained) -> float:
+    return round(packed.tokens / trained.train_seconds, 1)
+
+
+def _mfu_executed(cfg: SmallSeedConfig, shape: LlamaShape, tokens: int, trained: _Trained,
+                  dev: torch.device) -> float | None:
     """Executed FLOPs (kit/flops.py) per second of training over the bf16 datasheet peak (CUDA only)."""
+    per_token = executed_flops_per_token(shape, cfg.seq_len)
+    return round(per_token * tokens / trained.train_seconds / H200_BF16_PEAK_FLOPS, 4) if dev.type == "cuda" else None
+
+
+def _throughput(cfg: SmallSeedConfig, shape: LlamaShape, mfu: float | None, trained: _Trained,
+                dev: torch.device) -> dict:
+    """The record's "throughput": `_mfu_executed` over the whole training and over its steady state."""
     per_token = executed_flops_per_token(shape, cfg.seq_len)
     cuda = dev.type == "cuda"
     steady = trained.steady
     return {"executed_flops_per_token": per_token,
-            "mfu_executed": round(per_token * tokens / trained.train_seconds / H200_BF16_PEAK_FLOPS, 4) if cuda else None,
+            "mfu_executed": mfu,
             "peak_flops": H200_BF16_PEAK_FLOPS, "steady_state": steady and {
                 **steady, "mfu_executed": round(per_token * steady["tokens_per_second"] / H200_BF16_PEAK_FLOPS, 4)
                 if cuda else None},
@@ -707,22 +776,21 @@ def _throughput(cfg: SmallSeedConfig, shape: LlamaShape, tokens: int, trained: _
                     "learning-curve evaluations excluded, over the bf16 datasheet peak"}
 
 
-def _record(cfg: SmallSeedConfig, shape: LlamaShape, vocab_size: int, parts: dict, dev: torch.device,
-            seconds: dict, profile: dict, digest: str) -> dict:
-    """seed_build.json of the small seed: the common fields (kit.seed.record) and the small scale's own.
-    `parts`: inputs, packed, trained, data (the "data" record), heldout, task_accuracy, chat_samples."""
-    trained, packed = parts["trained"], parts["packed"]
+def _record(cfg: SmallSeedConfig, shape: LlamaShape, vocab_size: int, parts: _Parts, throughput: dict,
+            dev: torch.device, seconds: dict, profile: dict, digest: str) -> dict:
+    """seed_build.json of the small seed: the common fields (kit.seed.record) and the small scale's own."""
+    trained, packed = parts.trained, parts.packed
     return common_record(cfg, shape, vocab_size, trained.losses, cfg.learning_rate(packed.updates - 1, packed.updates),
                          profile, digest) | {
-        "scale": "medium", "data": parts["data"], "disjointness": _disjointness_record(parts["inputs"].forbidden),
-        "heldout": parts["heldout"], "task_accuracy": parts["task_accuracy"],
+        "scale": "medium", "data": parts.data, "disjointness": _disjointness_record(parts.inputs.forbidden),
+        "heldout": parts.heldout.record, "task_accuracy": parts.task_accuracy.record,
         "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.curve_difficulty or cfg.dev_difficulty,
                            "per_family_n": cfg.curve_per_family, "points": trained.learning_curve,
                            "seconds": round(trained.curve_seconds, 2)},
-        "throughput": _throughput(cfg, shape, packed.tokens, trained, dev),
-        "chat_samples": parts["chat_samples"],
+        "throughput": throughput,
+        "chat_samples": parts.chat_samples,
         "seconds": seconds,
-        "tokens_per_second": round(packed.tokens / trained.train_seconds, 1),
+        "tokens_per_second": _tokens_per_second(packed, trained),
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
         "cuda_version": torch.version.cuda, "determinism": _determinism(cfg, dev),
     }
@@ -760,32 +828,31 @@ def build_small_seed(out: Path, cfg: SmallSeedConfig, device: str = "cuda", alpa
         trained = _train(cfg, model, tokenizer, packed, dev, show, curve_sample)
 
         model.eval()
-        parts = {"inputs": inputs, "packed": packed, "trained": trained,
-                 "heldout": _heldout(cfg, model, tokenizer, ids[PAD_TOKEN], inputs),
-                 "task_accuracy": _task_accuracy(cfg, model, tokenizer, trained_digests),
-                 "chat_samples": _chat_samples(cfg, model, tokenizer)}
+        heldout = _heldout(cfg, model, tokenizer, ids[PAD_TOKEN], inputs)
+        accuracy = _task_accuracy(cfg, model, tokenizer, trained_digests)
+        chat_samples = _chat_samples(cfg, model, tokenizer)
         model.cpu()
         conversations = [inputs.convs[i] for i in dict.fromkeys(packed.conv_order)]  # each once, in order of first use
         trained_sha256, digest = write_seed_files(staging, model, conversations)
-        parts["data"] = _data_record(cfg, inputs, packed, alpaca, (len(conversations), trained_sha256), staging)
+        data = _data_record(cfg, inputs, packed, alpaca, (len(conversations), trained_sha256), staging)
+        parts = _Parts(inputs, packed, trained, data, heldout, accuracy, chat_samples)
         seconds = {"inputs_and_tasks": round(t_data - t0, 2), "tokenizer": round(t_tok - t_data, 2),
                    "encode_and_pack": round(t_prep - t_tok, 2), "train": round(trained.train_seconds, 2),
                    "total": round(time.perf_counter() - t0, 2)}
-        record = _record(cfg, shape, len(tokenizer), parts, dev, seconds, profile, digest)
+        mfu = _mfu_executed(cfg, shape, packed.tokens, trained, dev)
+        record = _record(cfg, shape, len(tokenizer), parts, _throughput(cfg, shape, mfu, trained, dev), dev, seconds,
+                         profile, digest)
         write_record(staging, record)
-    accuracy = record["task_accuracy"]["per_family"]
+    reworded, practice = accuracy.reworded, accuracy.practice
     return {"out": str(out), "scale": "medium", "parameter_digest": digest, "params": shape.param_count(),
             "vocab_size": len(tokenizer), "updates": packed.updates, "tokens": packed.tokens,
-            "loss_initial": round(trained.losses[0], 4), "loss_final": round(record["loss_final"], 4),
-            "heldout_text_nll": record["heldout"]["general_text"]["nll_per_token"],
-            "heldout_conversation_nll": record["heldout"]["conversations"]["nll_per_token"],
-            "task_accuracy": {f: accuracy[f]["accuracy"] for f in FAMILIES},
-            "pooled_accuracy": record["task_accuracy"]["pooled"],
-            "reworded_task_accuracy": {f: v["accuracy"] for f, v in record["task_accuracy"]["reworded"]["per_family"].items()}
-            if cfg.reworded_tasks else None,
-            "reworded_pooled_accuracy": record["task_accuracy"]["reworded"]["pooled"] if cfg.reworded_tasks else None,
-            "practice_accuracy": {f: v["accuracy"] for f, v in record["task_accuracy"]["practice"]["per_family"].items()}
-            if cfg.practice_tasks else None,
-            "practice_pooled_accuracy": record["task_accuracy"]["practice"]["pooled"] if cfg.practice_tasks else None,
-            "mfu_executed": record["throughput"]["mfu_executed"], "learning_curve": trained.learning_curve,
-            "chat_samples": record["chat_samples"], "seconds": seconds, "tokens_per_second": record["tokens_per_second"]}
+            "loss_initial": round(trained.losses[0], 4), "loss_final": round(final_loss(trained.losses), 4),
+            "heldout_text_nll": heldout.text_nll, "heldout_conversation_nll": heldout.conversation_nll,
+            "task_accuracy": {f: accuracy.per_family[f].accuracy for f in FAMILIES},
+            "pooled_accuracy": _pooled(accuracy.per_family),
+            "reworded_task_accuracy": {f: v.accuracy for f, v in reworded.items()} if reworded is not None else None,
+            "reworded_pooled_accuracy": _pooled(reworded) if reworded is not None else None,
+            "practice_accuracy": {f: v.accuracy for f, v in practice.items()} if practice is not None else None,
+            "practice_pooled_accuracy": _pooled(practice) if practice is not None else None,
+            "mfu_executed": mfu, "learning_curve": trained.learning_curve, "chat_samples": chat_samples,
+            "seconds": seconds, "tokens_per_second": _tokens_per_second(packed, trained)}

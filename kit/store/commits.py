@@ -32,14 +32,19 @@ from kit.store.manifest import (  # noqa: F401  - re-exported: the commit record
     STATE_KEYS,
     TENSOR_FIELDS,
     CommitError,
+    CommitLayout,
     HeadLocked,
     HeadMoved,
+    Manifest,
+    ParamEntry,
     RecordError,
     _validate_parent,
+    as_manifest,
     build_manifest,
     commits_dir,
     full_root,
     learned_state_root,
+    manifest_objects,
     object_digests,
     param_digests,
     validate_layout,
@@ -79,7 +84,7 @@ def _fault_point(name: str) -> None:
 
 
 def _check_objects(
-    store: ObjectStore, manifest: dict, fsync: bool, source: str, only: set[str] | None = None,
+    store: ObjectStore, manifest: Manifest, fsync: bool, source: str, only: set[str] | None = None,
     check_model: bool = False,
 ) -> tuple[list[str], int, int | None]:
     """Re-hash every named object (or those in `only`); returns (problems, bytes, num_layers from the
@@ -88,10 +93,10 @@ def _check_objects(
     problems: list[str] = []
     sizes: dict[str, int] = {}
     expected_size: dict[str, int | None] = {}  # reads are bounded by the bytes the manifest implies
-    for entry in manifest["learned_state"]["params"]:
-        for field in TENSOR_FIELDS:
-            size = math.prod(entry["shape"]) * 4
-            expected_size[entry[field]] = size if expected_size.get(entry[field], size) == size else None
+    for entry in manifest.learned_state.params:
+        for digest in entry.tensor_digests():
+            size = math.prod(entry.shape) * 4
+            expected_size[digest] = size if expected_size.get(digest, size) == size else None
 
     def check(digest):
         try:
@@ -99,7 +104,7 @@ def _check_objects(
         except (StoreError, ObjectCorrupt) as e:
             return digest, None, str(e)
 
-    named = object_digests(manifest)
+    named = manifest_objects(manifest)
     if only is not None:
         named = [d for d in named if d in only]
     for digest, size, problem in _parallel(check, named):
@@ -107,26 +112,26 @@ def _check_objects(
             sizes[digest] = size
         else:
             problems.append(problem)
-    for entry in manifest["learned_state"]["params"]:
-        numel = math.prod(entry["shape"])
-        for field in TENSOR_FIELDS:
-            size = sizes.get(entry[field])
-            if size is not None and size != numel * 4:
+    for entry in manifest.learned_state.params:
+        numel = math.prod(entry.shape)
+        for field, digest in zip(TENSOR_FIELDS, entry.tensor_digests()):
+            held = sizes.get(digest)
+            if held is not None and held != numel * 4:
                 problems.append(
-                    f"{store.path(entry[field])}: {entry['name']}.{field} holds {size} bytes but "
-                    f"float32{entry['shape']} needs {numel * 4}"
+                    f"{store.path(digest)}: {entry.name}.{field} holds {held} bytes but "
+                    f"float32{list(entry.shape)} needs {numel * 4}"
                 )
     num_layers = None
-    config_digest = manifest["layout"]["model_config"]
+    config_digest = manifest.layout.model_config
     if config_digest in sizes:
         config_path = store.path(config_digest)
         try:
             config = loads_strict(store.get_bytes(config_digest), f"{config_path} (model config)")
             shape = parse_config(config, str(config_path))
             num_layers = shape.num_hidden_layers
-            validate_layout(manifest["layout"], f"{source}layout", num_layers)
+            validate_layout(manifest.layout.to_json(), f"{source}layout", num_layers)
             if check_model:
-                check_params_match_config(manifest["learned_state"]["params"], shape,
+                check_params_match_config({e.name: e.shape for e in manifest.learned_state.params}, shape,
                                           f"{source}learned_state.params", str(config_path))
         except ValueError as e:
             problems.append(str(e))
@@ -152,10 +157,10 @@ def write_commit(
     """
     home = Path(home)
     validate_learned_state(learned_state, "learned_state")
-    validate_layout(layout, "layout")
+    workers = len(CommitLayout.from_json(layout, "layout").blocks)
     _validate_parent(parent, "parent")
-    validate_rng(rng, len(layout["blocks"]), "rng")
-    manifest = build_manifest(learned_state, layout, parent, rng)
+    validate_rng(rng, workers, "rng")
+    manifest = as_manifest(build_manifest(learned_state, layout, parent, rng))  # of the parts validated above
     problems, _, _ = _check_objects(ObjectStore(home), manifest, fsync=True, source="")
     if problems:
         raise CommitError(f"{home}: cannot commit, {len(problems)} problem(s):\n" + "\n".join(problems))
@@ -171,7 +176,7 @@ def save_commit_objects(store: ObjectStore, states: dict[str, dict], rng: bytes,
     return {"entries": entries, "rng": store.put_bytes(rng), "config": store.put_bytes(config_bytes)}
 
 
-def adopt_commit(home: str | os.PathLike, manifest: dict, expected_head: str | None = None,
+def adopt_commit(home: str | os.PathLike, manifest: Manifest | dict, expected_head: str | None = None,
                  shard: set[str] | None = None) -> str:
     """Install another store's manifest verbatim (migration: after every new owner fetched and
     verified its objects) and move HEAD to it from `expected_head`. Refused when the manifest's roots
@@ -181,22 +186,24 @@ def adopt_commit(home: str | os.PathLike, manifest: dict, expected_head: str | N
     filesystem each hold their owner's shard, kit/engine/fetch.py); only they are checked, and they
     must include the model config."""
     home = Path(home)
-    validate_manifest(manifest, "adopted manifest")
-    if shard is not None and manifest["layout"]["model_config"] not in shard:
-        raise CommitError(f"{home}: a shard adoption of {manifest['full_root']} must hold the model config object")
+    # never trusted: a record built by code is checked as the JSON it would write
+    manifest = Manifest.from_json(manifest.to_json() if isinstance(manifest, Manifest) else manifest,
+                                  "adopted manifest")
+    if shard is not None and manifest.layout.model_config not in shard:
+        raise CommitError(f"{home}: a shard adoption of {manifest.full_root} must hold the model config object")
     problems, _, _ = _check_objects(ObjectStore(home), manifest, fsync=True, source="adopted ", only=shard)
     if problems:
-        raise CommitError(f"{home}: cannot adopt {manifest['full_root']}, {len(problems)} problem(s):\n"
+        raise CommitError(f"{home}: cannot adopt {manifest.full_root}, {len(problems)} problem(s):\n"
                           + "\n".join(problems))
     return _install(home, manifest, expected_head)
 
 
-def _install(home: Path, manifest: dict, expected_head: str | None, lock_timeout_s: float = 30.0) -> str:
+def _install(home: Path, manifest: Manifest, expected_head: str | None, lock_timeout_s: float = 30.0) -> str:
     """Write the manifest (atomic), then compare-and-swap HEAD from `expected_head` to its root."""
     parent = expected_head
-    root = manifest["full_root"]
+    root = manifest.full_root
     manifest_path = commits_dir(home) / f"{root}.json"
-    data = canonical_json(manifest)
+    data = canonical_json(manifest.to_json())
     try:
         same = read_regular(manifest_path, "a commit manifest", MAX_MANIFEST_BYTES) == data
     except (FileNotFoundError, StoreError):
@@ -233,6 +240,11 @@ def _install(home: Path, manifest: dict, expected_head: str | None, lock_timeout
 
 
 def read_commit(home: str | os.PathLike, root: str) -> dict:
+    """The JSON of `read_manifest` (what `kit checkpoint show` prints); code reads the declared record."""
+    return read_manifest(home, root).to_json()
+
+
+def read_manifest(home: str | os.PathLike, root: str) -> Manifest:
     """Load `commits/<root>.json`: canonical bytes, valid structure, both roots and the file name agree."""
     commits = commits_dir(Path(home))
     check_digest(root, f"{commits}: commit root")
@@ -244,10 +256,10 @@ def read_commit(home: str | os.PathLike, root: str) -> dict:
     manifest = loads_strict(data, str(path))
     if canonical_json(manifest) != data:
         raise CommitError(f"{path}: not in canonical JSON form (key order, spacing or trailing bytes differ)")
-    validate_manifest(manifest, str(path))
-    if manifest["full_root"] != root:
-        raise CommitError(f"{path}: full_root {manifest['full_root']} differs from the file name")
-    return manifest
+    record = Manifest.from_json(manifest, str(path))
+    if record.full_root != root:
+        raise CommitError(f"{path}: full_root {record.full_root} differs from the file name")
+    return record
 
 
 def verify_commit(home: str | os.PathLike, root: str | None = None, check_model: bool = False) -> dict:
@@ -258,7 +270,7 @@ def verify_commit(home: str | os.PathLike, root: str | None = None, check_model:
         root = read_head(home)
         if root is None:
             raise CommitError(f"{home / HEAD_NAME}: no HEAD, so no commit to verify; name a root")
-    manifest = read_commit(home, root)
+    manifest = read_manifest(home, root)
     path = commits_dir(home) / f"{root}.json"
     problems, total, num_layers = _check_objects(ObjectStore(home), manifest, fsync=False, source=f"{path}: ",
                                                  check_model=check_model)
@@ -267,13 +279,13 @@ def verify_commit(home: str | os.PathLike, root: str | None = None, check_model:
     return {
         "manifest": str(path),
         "full_root": root,
-        "learned_state_root": manifest["learned_state_root"],
-        "parent": manifest["parent"],
-        "params": len(manifest["learned_state"]["params"]),
-        "objects": len(object_digests(manifest)),
+        "learned_state_root": manifest.learned_state_root,
+        "parent": manifest.parent,
+        "params": len(manifest.learned_state.params),
+        "objects": len(manifest_objects(manifest)),
         "bytes": total,
         "num_layers": num_layers,
-        "workers": len(manifest["layout"]["blocks"]),
+        "workers": len(manifest.layout.blocks),
     }
 
 
@@ -357,7 +369,7 @@ def referenced_objects(home: Path, present: int) -> set[str]:
     referenced: set[str] = set()
     for root in sorted({*roots, *([head] if head else [])}):
         try:
-            referenced.update(object_digests(read_commit(home, root)))
+            referenced.update(manifest_objects(read_manifest(home, root)))
         except ValueError as e:
             raise CommitError("; ".join(x.strip() for x in str(e).splitlines() if x.strip()) + refused) from None
     return referenced

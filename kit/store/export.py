@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from kit.digest import loads_strict
 from kit.inventory import parameter_digest
 from kit.model.config import LlamaShape, check_params_match_config, parse_config
-from kit.store.commits import read_commit
+from kit.store.commits import read_manifest
 from kit.store.objects import ObjectStore, StoreError
 from kit.store.params import non_finite, parameter_tensor
 
@@ -68,16 +68,16 @@ def export_hf(
     extra_files_dir: str | os.PathLike | None = None,
 ) -> str:
     """Write commit `root` of store `home` into `out_dir` (new or empty); returns its `kit digest`."""
-    manifest = read_commit(home, root)
+    manifest = read_manifest(home, root)
     store = ObjectStore(home)
-    config_digest = manifest["layout"]["model_config"]
+    config_digest = manifest.layout.model_config
     config_bytes = store.get_bytes(config_digest)
     config_source = f"{store.path(config_digest)} (model config of commit {root})"
     shape = parse_config(loads_strict(config_bytes, config_source), config_source)
 
-    entries = manifest["learned_state"]["params"]
+    entries = manifest.learned_state.params
     try:  # names and shapes: an export must never write tensors that contradict its config.json
-        check_params_match_config(entries, shape, f"commit {root}", config_source)
+        check_params_match_config({e.name: e.shape for e in entries}, shape, f"commit {root}", config_source)
     except ValueError as e:
         raise ExportError(str(e)) from None
     out = Path(out_dir)
@@ -87,7 +87,7 @@ def export_hf(
     if extra is not None and not extra.is_dir():
         raise ExportError(f"{extra}: tokenizer source directory does not exist")
 
-    tensors = {e["name"]: parameter_tensor(store, e) for e in entries}  # parameters only, no moments
+    tensors = {e.name: parameter_tensor(store, e) for e in entries}  # parameters only, no moments
     bad = [problem for name, t in tensors.items() if (problem := non_finite(t, f"parameter {name}"))]
     if bad:  # a model of NaN or infinities loads and answers garbage: refused before a file is written
         raise ExportError(f"{Path(home) / 'commits' / (root + '.json')}: commit {root} holds non-finite "

@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import canonical_json, loads_strict
-from kit.store.manifest import HEAD_NAME, HEAD_RE, LOCK_NAME, CommitError, HeadLocked, _is_int, commits_dir
+from kit.record import Record, spec_field
+from kit.store.manifest import HEAD_NAME, HEAD_RE, LOCK_NAME, CommitError, HeadLocked, commits_dir
 from kit.store.objects import StoreError, host_tag, new_temp_path, process_alive_here, read_regular
 
 UNREADABLE_LOCK_STALE_S = 60.0  # a lock file with no readable record older than this is a crashed writer's
@@ -19,26 +21,33 @@ UNREADABLE_LOCK_STALE_S = 60.0  # a lock file with no readable record older than
 # -- HEAD.lock: O_CREAT|O_EXCL file holding {"host", "pid", "token"} -----------------------------
 
 
-def _read_lock(lock: Path) -> dict | None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockHolder(Record):
+    """The record in HEAD.lock: which writer holds it."""
+
+    host: str = spec_field(str, doc="the writer's host tag")
+    pid: int = spec_field(int, doc="its process id on that host")
+    token: str = spec_field(str, doc="random, so that a writer releases only its own lock")
+
+
+def _read_lock(lock: Path) -> LockHolder | None:
+    """The holder, or None for a lock with no readable record (being written, or a crashed writer's)."""
     try:
-        record = loads_strict(read_regular(lock, "the writers' lock", 4096), str(lock))
-    except (FileNotFoundError, ValueError):  # StoreError (a link, a special file) is a ValueError
+        return LockHolder.from_json(loads_strict(read_regular(lock, "the writers' lock", 4096), str(lock)), str(lock))
+    except (FileNotFoundError, ValueError):  # StoreError (a link, a special file) and ContractError are ValueErrors
         return None
-    if isinstance(record, dict) and isinstance(record.get("host"), str) and _is_int(record.get("pid")):
-        return record
-    return None
 
 
-def _lock_is_stale(lock: Path, holder: dict | None) -> bool:
+def _lock_is_stale(lock: Path, holder: LockHolder | None) -> bool:
     if holder is not None:
-        return not process_alive_here(holder["host"], holder["pid"])
+        return not process_alive_here(holder.host, holder.pid)
     try:  # created but never written: the writer died between open and write
         return time.time() - lock.stat().st_mtime > UNREADABLE_LOCK_STALE_S
     except FileNotFoundError:
         return False
 
 
-def _break_stale_lock(home: Path, lock: Path, holder: dict | None) -> None:
+def _break_stale_lock(home: Path, lock: Path, holder: LockHolder | None) -> None:
     # Rename, not unlink, so that of two processes breaking the same stale lock only one succeeds;
     # if what was renamed turns out to be a fresh lock taken meanwhile, put it back.
     aside = new_temp_path(home, "stale-lock")
@@ -70,7 +79,7 @@ def _acquire_lock(home: Path, timeout_s: float) -> str:
                 continue
             if time.monotonic() >= deadline:
                 raise HeadLocked(
-                    f"{lock}: held by {holder or 'an unreadable record'} for over {timeout_s} s; if that "
+                    f"{lock}: held by {holder.to_json() if holder else 'an unreadable record'} for over {timeout_s} s; if that "
                     f"process is gone, delete the file or run `kit checkpoint gc`"
                 ) from None
             time.sleep(delay)
@@ -92,7 +101,7 @@ def _acquire_lock(home: Path, timeout_s: float) -> str:
 def _release_lock(home: Path, token: str) -> None:
     lock = home / LOCK_NAME
     holder = _read_lock(lock)
-    if holder is not None and holder.get("token") == token:
+    if holder is not None and holder.token == token:
         lock.unlink(missing_ok=True)
 
 

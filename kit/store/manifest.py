@@ -6,10 +6,13 @@ read or written here. docs/formats/checkpoint-store.md ("Checkpoint store") is t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from kit.digest import require_numeric_profile, sha256_json
+from kit.record import SEED, MapOf, Num, OneOf, Opt, Record, Seq, build, spec_field
 from kit.store.objects import StoreError, check_digest
 
 FORMAT = "kit-checkpoint/1"
@@ -49,6 +52,79 @@ class HeadLocked(CommitError):
 
 def commits_dir(home: Path) -> Path:
     return home / COMMITS_DIR_NAME
+
+
+# -- the declared records ------------------------------------------------------------------------
+# Their specs declare the format for the docs test and the type checker; reading one validates with the
+# store's own checks below (`validate_manifest`, whose messages tests pin), then builds the frozen value.
+
+DIGEST = str  # 64 lowercase hex: `check_digest`
+NON_NEGATIVE = Num(0, SEED.hi, integer=True)  # ages and cursor positions: not bounded by a count of tasks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParamEntry(Record):
+    """One named parameter of a learned state: its shape, optimizer group, Adam age and three FP32 objects."""
+
+    name: str = spec_field(str, doc="Hugging Face parameter name; entries are sorted by it, unique")
+    dtype: str = spec_field(OneOf(LEARNED_DTYPE), doc="always float32 (master weights and both moments)")
+    shape: tuple[int, ...] = spec_field(Seq(NON_NEGATIVE), doc="the tensor's shape")
+    group: str = spec_field(str, doc="optimizer-group membership")
+    age: int = spec_field(NON_NEGATIVE, doc="this parameter's Adam step count")
+    param: str = spec_field(DIGEST, doc="object digest of the FP32 parameter")
+    exp_avg: str = spec_field(DIGEST, doc="object digest of Adam's first moment")
+    exp_avg_sq: str = spec_field(DIGEST, doc="object digest of Adam's second moment")
+
+    def tensor_digests(self) -> tuple[str, str, str]:
+        """The objects of `TENSOR_FIELDS`, in that order."""
+        return self.param, self.exp_avg, self.exp_avg_sq
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LearnedState(Record):
+    """What was learned, without ownership or process RNG: the same for 2 or 3 workers."""
+
+    cursor: Mapping[str, int] = spec_field(MapOf(NON_NEGATIVE), doc="data position (step, cohort, ...)")
+    params: tuple[ParamEntry, ...] = spec_field(Seq(ParamEntry), doc="one entry per parameter, sorted by name")
+
+    @classmethod
+    def from_json(cls, value: Any, source: str = "learned_state", path: str = "") -> Self:
+        validate_learned_state(value, source)
+        return build(value, cls)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitLayout(Record):
+    """Which worker owned which blocks when the commit was made."""
+
+    blocks: tuple[tuple[int, int], ...] = spec_field(Seq(Seq(int)), doc="blocks[r]: rank r's [start, stop)")
+    embedding_owner: int = spec_field(int, doc="rank owning embeddings, tied head and final norm")
+    model_config: str = spec_field(DIGEST, doc="object digest of the model's config.json bytes")
+
+    @classmethod
+    def from_json(cls, value: Any, source: str = "layout", path: str = "") -> Self:
+        validate_layout(value, source)
+        return build(value, cls)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest(Record):
+    """`commits/<full_root>.json`: a commit, named by its full root."""
+
+    FORMAT = FORMAT
+    format: str = spec_field(OneOf(FORMAT), doc="the store format")
+    learned_state: LearnedState = spec_field(LearnedState, doc="the learned state")
+    learned_state_root: str = spec_field(DIGEST, doc="sha256 of the learned state's canonical JSON")
+    full_root: str = spec_field(DIGEST, doc="sha256 of learned_state_root, layout, parent and rng")
+    layout: CommitLayout = spec_field(CommitLayout, doc="block ownership")
+    parent: str | None = spec_field(Opt(DIGEST), doc="full root of the parent commit, null for the first")
+    rng: tuple[str, ...] = spec_field(Seq(DIGEST), doc="rng[r]: object digest of rank r's RNG state")
+
+    @classmethod
+    def from_json(cls, value: Any, source: str, path: str = "") -> Self:
+        """Structure checked, both roots recomputed (`validate_manifest`), then built."""
+        validate_manifest(value, source)
+        return build(value, cls)
 
 
 # -- validation ----------------------------------------------------------------------------------
@@ -166,6 +242,7 @@ def full_root(learned_state_root: str, layout: dict, parent: str | None, rng: li
 
 
 def build_manifest(learned_state: dict, layout: dict, parent: str | None, rng: list[str]) -> dict:
+    """The manifest's JSON from validated parts (JSON as `write_commit` receives them)."""
     ls_root = learned_state_root(learned_state)
     return {
         "format": FORMAT,
@@ -178,15 +255,28 @@ def build_manifest(learned_state: dict, layout: dict, parent: str | None, rng: l
     }
 
 
-def param_digests(entries: list[dict], names: set[str] | None = None) -> list[str]:
-    """The param / exp_avg / exp_avg_sq objects of the named entries (all when `names` is None)."""
-    return [e[f] for e in entries if names is None or e["name"] in names for f in TENSOR_FIELDS]
+def param_digests(entries: Sequence[ParamEntry | dict], names: set[str] | None = None) -> list[str]:
+    """The param / exp_avg / exp_avg_sq objects of the named entries (all when `names` is None); entries
+    given as the JSON `save_param_states` returns are read as declared entries."""
+    typed = [e if isinstance(e, ParamEntry) else build(e, ParamEntry) for e in entries]
+    return [d for e in typed if names is None or e.name in names for d in e.tensor_digests()]
 
 
-def object_digests(manifest: dict) -> list[str]:
+def manifest_objects(manifest: Manifest) -> list[str]:
     """Every object a commit names, each once: model config, RNG states, then parameter tensors."""
-    named = [manifest["layout"]["model_config"], *manifest["rng"], *param_digests(manifest["learned_state"]["params"])]
+    named = [manifest.layout.model_config, *manifest.rng, *param_digests(manifest.learned_state.params)]
     return list(dict.fromkeys(named))
+
+
+def as_manifest(manifest: Manifest | dict) -> Manifest:
+    """The declared record of a manifest, or of its JSON as `read_commit` returns it (already validated: the
+    public functions that tests and not-yet-typed callers give the JSON)."""
+    return manifest if isinstance(manifest, Manifest) else build(manifest, Manifest)
+
+
+def object_digests(manifest: Manifest | dict) -> list[str]:
+    """`manifest_objects` of a manifest or of its JSON as `read_commit` returns it."""
+    return manifest_objects(as_manifest(manifest))
 
 
 def validate_manifest(manifest: Any, source: str) -> None:

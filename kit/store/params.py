@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from kit.record import build
 from kit.store.manifest import (
     LEARNED_DTYPE,
     STATE_KEYS,
     TENSOR_FIELDS,
+    ParamEntry,
     RecordError,
     _exact_keys,
     validate_param_entries,
@@ -91,10 +94,18 @@ def save_param_states(store: ObjectStore, states: dict[str, dict]) -> list[dict]
     return entries
 
 
-def load_param_states(store: ObjectStore, entries: list[dict], names: set[str] | None = None) -> dict[str, dict]:
+def param_entries(entries: Sequence[ParamEntry | dict], source: str) -> list[ParamEntry]:
+    """The declared entries; entries given as JSON (another store's, a test's) are validated first."""
+    if all(isinstance(e, ParamEntry) for e in entries):
+        return [e for e in entries if isinstance(e, ParamEntry)]
+    validate_param_entries(entries, source)
+    return [build(e, ParamEntry) for e in entries]
+
+
+def load_param_states(store: ObjectStore, entries: Sequence[ParamEntry | dict],
+                      names: set[str] | None = None) -> dict[str, dict]:
     """Load the named parameters' tensors (all when `names` is None); no other object is read."""
-    validate_param_entries(entries, "load_param_states")
-    by_name = {e["name"]: e for e in entries}
+    by_name = {e.name: e for e in param_entries(entries, "load_param_states")}
     wanted = sorted(by_name) if names is None else sorted(names)
     missing = [n for n in wanted if n not in by_name]
     if missing:
@@ -102,23 +113,24 @@ def load_param_states(store: ObjectStore, entries: list[dict], names: set[str] |
     out = {}
     for name in wanted:
         e = by_name[name]
-        out[name] = {"group": e["group"], "age": e["age"]}
-        for field in TENSOR_FIELDS:
-            out[name][field] = store.get_tensor(e[field], e["dtype"], e["shape"])
+        out[name] = {"group": e.group, "age": e.age}
+        for field, digest in zip(TENSOR_FIELDS, e.tensor_digests()):
+            out[name][field] = store.get_tensor(digest, e.dtype, list(e.shape))
     return out
 
 
 
 
-def parameter_tensor(store: ObjectStore, entry: dict) -> torch.Tensor:
+def parameter_tensor(store: ObjectStore, entry: ParamEntry | dict) -> torch.Tensor:
     """One learned-state entry's parameter tensor (its `param` object only)."""
-    return store.get_tensor(entry["param"], entry["dtype"], entry["shape"])
+    (e,) = param_entries([entry], "parameter_tensor")
+    return store.get_tensor(e.param, e.dtype, list(e.shape))
 
 
-def load_parameters(store: ObjectStore, entries: list[dict], model: torch.nn.Module, source: str) -> None:
+def load_parameters(store: ObjectStore, entries: Sequence[ParamEntry], model: torch.nn.Module, source: str) -> None:
     """Copy the entries' `param` objects into `model`'s parameters, by name; the Adam moments are never
     read. A parameter the entries lack is refused naming `source`."""
-    by_name = {e["name"]: e for e in entries}
+    by_name = {e.name: e for e in entries}
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n not in by_name:

@@ -1,7 +1,8 @@
 """Where a worker's or an evaluator's state comes from: a seed directory or a commit of a store.
 
 A `Start` carries the model shape, the exact config bytes (committed again with every commit) and,
-for a commit, its manifest (its parameters: `kit.store.params.load_parameters`).
+for a commit, its manifest (its parameters: `kit.store.params.load_parameters`) as the declared record
+(`commit`) and as its JSON (`manifest`, for the readers not yet typed).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from kit.digest import loads_strict
 from kit.inventory import check_shapes
 from kit.model.config import LlamaShape, check_params_match_config, parse_config
 from kit.store import commits
+from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore
 
 
@@ -24,11 +26,16 @@ class Start:
     shape: LlamaShape
     config_bytes: bytes
     seed_dir: str | None = None
-    manifest: dict | None = None
+    commit: Manifest | None = None
+
+    @property
+    def manifest(self) -> dict | None:
+        """The commit's JSON (callers that still read it by key; code reads `commit`)."""
+        return None if self.commit is None else self.commit.to_json()
 
     @property
     def step(self) -> int:
-        return 0 if self.manifest is None else int(self.manifest["learned_state"]["cursor"]["step"])
+        return 0 if self.commit is None else int(self.commit.learned_state.cursor["step"])
 
 
 def start_from_seed(seed_dir: str | os.PathLike) -> Start:
@@ -41,19 +48,22 @@ def start_from_seed(seed_dir: str | os.PathLike) -> Start:
 
 
 def start_from_commit(home: str, root: str) -> Start:
-    return start_from_manifest(home, commits.read_commit(home, root))
+    return _start(home, commits.read_manifest(home, root))
 
 
 def start_from_manifest(home: str, manifest: dict) -> Start:
     """A commit whose manifest came from elsewhere (sent over the process group by the host holding it)
     and whose needed objects are in `home`'s store; the manifest is validated, never trusted."""
-    commits.validate_manifest(manifest, f"manifest sent for {home}")
+    return _start(home, Manifest.from_json(manifest, f"manifest sent for {home}"))
+
+
+def _start(home: str, manifest: Manifest) -> Start:
     store = ObjectStore(home)
-    source = f"{store.path(manifest['layout']['model_config'])} (model config)"
-    data = store.get_bytes(manifest["layout"]["model_config"])
+    source = f"{store.path(manifest.layout.model_config)} (model config)"
+    data = store.get_bytes(manifest.layout.model_config)
     shape = parse_config(loads_strict(data, source), source)
     # a forged commit with an extra entry would resume dropping it, one missing an entry fail in a worker
-    check_params_match_config(manifest["learned_state"]["params"], shape, f"{home}: commit "
-                              f"{manifest['full_root']} learned_state.params", source)
-    return Start(shape, data, manifest=manifest)
+    check_params_match_config({e.name: e.shape for e in manifest.learned_state.params}, shape,
+                              f"{home}: commit {manifest.full_root} learned_state.params", source)
+    return Start(shape, data, commit=manifest)
 

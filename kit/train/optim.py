@@ -54,6 +54,17 @@ def assign_groups(names: Iterable[str], rules: Sequence[tuple[str, str]], defaul
     return out
 
 
+@dataclass(slots=True)
+class AdamState:
+    """One parameter's Adam state. Not frozen: the optimizer advances it in place every step (the moments are
+    updated by in-place kernels, the age counts the parameter's own steps)."""
+
+    group: str  # its optimizer group (kit/train/optim.py GroupConfig by name)
+    age: int  # Adam steps this parameter took: its bias correction
+    exp_avg: torch.Tensor  # FP32 first moment
+    exp_avg_sq: torch.Tensor  # FP32 second moment
+
+
 class ParamAdamW:
     def __init__(self, params: dict[str, torch.nn.Parameter], groups: dict[str, GroupConfig],
                  group_of: dict[str, str], fused: bool | None = None):
@@ -63,14 +74,14 @@ class ParamAdamW:
             raise ValueError(f"parameters without a configured optimizer group: {missing[:5]}")
         self.params = params
         self.groups = groups
-        self.state: dict[str, dict] = {}
+        self.state: dict[str, AdamState] = {}
         for n, p in params.items():
-            self.state[n] = {
-                "group": group_of[n],
-                "age": 0,
-                "exp_avg": torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
-                "exp_avg_sq": torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
-            }
+            self.state[n] = AdamState(
+                group=group_of[n],
+                age=0,
+                exp_avg=torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
+                exp_avg_sq=torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format),
+            )
         fusable = bool(params) and all(p.is_cuda and p.dtype == torch.float32 for p in params.values())
         if fused and not fusable:
             raise ValueError("ParamAdamW(fused=True) needs every parameter to be an FP32 CUDA tensor")
@@ -102,7 +113,7 @@ class ParamAdamW:
         """The device buffer from the host ages (at start and after a checkpoint load: one copy, not per step)."""
         names = sorted(self.params)
         device = self.params[names[0]].device
-        ages = torch.tensor([float(self.state[n]["age"]) for n in names], dtype=torch.float32)
+        ages = torch.tensor([float(self.state[n].age) for n in names], dtype=torch.float32)
         self.device_steps = dict(zip(names, ages.to(device).unbind()))
 
     def zero_grad(self) -> None:
@@ -136,8 +147,8 @@ class ParamAdamW:
             if self.params[n].grad is None:
                 continue  # no gradient: the parameter's Adam clock does not advance
             st = self.state[n]
-            st["age"] += 1
-            buckets.setdefault((st["group"], st["age"]), []).append(n)
+            st.age += 1
+            buckets.setdefault((st.group, st.age), []).append(n)
         if self.fused and self.device_steps is not None and buckets:
             torch._foreach_add_([self.device_steps[n] for names in buckets.values() for n in names], 1.0)
         for (group, age), names in sorted(buckets.items()):
@@ -148,8 +159,8 @@ class ParamAdamW:
                     continue
             ps: list[torch.Tensor] = [self.params[n] for n in names]
             grads = cast(list[torch.Tensor], [p.grad for p in ps])  # a bucket holds only parameters with a grad
-            m = [self.state[n]["exp_avg"] for n in names]
-            v = [self.state[n]["exp_avg_sq"] for n in names]
+            m = [self.state[n].exp_avg for n in names]
+            v = [self.state[n].exp_avg_sq for n in names]
             if self.fused:
                 steps = [self.device_steps[n] for n in names] if self.device_steps is not None else None
                 self._fused_step(g, age, ps, grads, m, v, grad_scale, found_inf, steps)
@@ -176,8 +187,8 @@ class ParamAdamW:
         cached = [n for n in names if n in copies]
         if cached:
             ps = [self.params[n] for n in cached]
-            adamw_and_cast(ps, [p.grad for p in ps], [self.state[n]["exp_avg"] for n in cached],
-                           [self.state[n]["exp_avg_sq"] for n in cached], [copies[n] for n in cached], age=age,
+            adamw_and_cast(ps, [p.grad for p in ps], [self.state[n].exp_avg for n in cached],
+                           [self.state[n].exp_avg_sq for n in cached], [copies[n] for n in cached], age=age,
                            lr=g.lr, beta1=g.beta1, beta2=g.beta2, eps=g.eps, weight_decay=g.weight_decay,
                            factor=grad_factor if self.fused else 1.0, found_inf=found_inf if self.fused else None)
         return [n for n in names if n not in copies]
@@ -196,8 +207,8 @@ class ParamAdamW:
     # --- state for checkpoints --------------------------------------------------------------
     def param_states(self) -> dict[str, dict]:
         return {
-            n: {"group": st["group"], "age": st["age"], "param": self.params[n].detach(),
-                "exp_avg": st["exp_avg"], "exp_avg_sq": st["exp_avg_sq"]}
+            n: {"group": st.group, "age": st.age, "param": self.params[n].detach(),
+                "exp_avg": st.exp_avg, "exp_avg_sq": st.exp_avg_sq}
             for n, st in self.state.items()
         }
 
@@ -215,10 +226,10 @@ class ParamAdamW:
                 raise ValueError(f"{source}: {n} is in group {s['group']!r}, which the contract does not configure")
             p.copy_(s["param"])
             st = self.state[n]
-            st["exp_avg"].copy_(s["exp_avg"])
-            st["exp_avg_sq"].copy_(s["exp_avg_sq"])
-            st["age"] = int(s["age"])
-            st["group"] = s["group"]
+            st.exp_avg.copy_(s["exp_avg"])
+            st.exp_avg_sq.copy_(s["exp_avg_sq"])
+            st.age = int(s["age"])
+            st.group = s["group"]
         if self.device_steps is not None:
             self._load_device_steps()
 

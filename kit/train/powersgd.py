@@ -30,11 +30,11 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 import torch
 
 from kit.digest import sha256_json
+from kit.record import SEED, Num, Opt, Record, spec_field
 
 AllreduceMean = Callable[[list[torch.Tensor]], None]
 
@@ -218,6 +218,74 @@ class _Matrix:
     r: int
 
 
+COUNT = Num(0, SEED.hi, integer=True)  # calls, bytes and columns over a whole run: beyond a count of tasks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallColumns(Record):
+    """One compressed call's orthonormalisation: dead P columns, dead Q columns, Q columns re-drawn."""
+
+    p_dead: int = spec_field(COUNT, doc="dead columns of the all-reduced P")
+    q_dead: int = spec_field(COUNT, doc="dead columns of Q")
+    q_redrawn: int = spec_field(COUNT, doc="Q columns re-drawn from the seeded generator")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ColumnCounts(Record):
+    """The orthonormalisation counters of the state (docs/formats/study-records.md, "powersgd")."""
+
+    p_dead: int = spec_field(COUNT, doc="dead P columns (the all-reduced M Q was rank-deficient or ill-conditioned)")
+    q_dead: int = spec_field(COUNT, doc="dead Q columns")
+    q_redrawn: int = spec_field(COUNT, doc="Q columns re-drawn")
+    calls_with_dead_p: int = spec_field(COUNT, doc="compressed calls with a dead P column")
+
+    def plus(self, call: CallColumns) -> ColumnCounts:
+        return ColumnCounts(p_dead=self.p_dead + call.p_dead, q_dead=self.q_dead + call.q_dead,
+                            q_redrawn=self.q_redrawn + call.q_redrawn,
+                            calls_with_dead_p=self.calls_with_dead_p + int(call.p_dead > 0))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRecord(Record):
+    """One `reduce` call's logical traffic (FP32 bytes a rank contributes to all-reduces)."""
+
+    step: int = spec_field(COUNT, doc="reduce() calls before this one")
+    warmup: bool = spec_field(bool, doc="a dense warm-up call")
+    allreduce_calls: int = spec_field(COUNT, doc="all-reduces issued")
+    dense_equivalent_bytes: int = spec_field(COUNT, doc="bytes of every gradient sent dense")
+    dense_sent_bytes: int = spec_field(COUNT, doc="bytes of the gradients sent dense")
+    p_bytes: int = spec_field(COUNT, doc="bytes of P")
+    q_bytes: int = spec_field(COUNT, doc="bytes of Q")
+    compressed_bytes: int = spec_field(COUNT, doc="bytes sent: dense ones, P and Q")
+    columns: CallColumns | None = spec_field(Opt(CallColumns), doc="null for a call that compressed nothing")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Traffic(Record):
+    """The cumulative logical traffic of the state, with and without warm-up."""
+
+    calls: int = spec_field(COUNT, doc="reduce() calls")
+    warmup_calls: int = spec_field(COUNT, doc="of them dense warm-up calls")
+    dense_equivalent_bytes: int = spec_field(COUNT, doc="bytes had every call been dense")
+    compressed_bytes: int = spec_field(COUNT, doc="bytes sent")
+    dense_equivalent_bytes_after_warmup: int = spec_field(COUNT, doc="the same, warm-up calls left out")
+    compressed_bytes_after_warmup: int = spec_field(COUNT, doc="the same, warm-up calls left out")
+
+    def plus(self, call: CallRecord) -> Traffic:
+        after = 0 if call.warmup else 1
+        return Traffic(calls=self.calls + 1, warmup_calls=self.warmup_calls + (1 - after),
+                       dense_equivalent_bytes=self.dense_equivalent_bytes + call.dense_equivalent_bytes,
+                       compressed_bytes=self.compressed_bytes + call.compressed_bytes,
+                       dense_equivalent_bytes_after_warmup=self.dense_equivalent_bytes_after_warmup
+                       + after * call.dense_equivalent_bytes,
+                       compressed_bytes_after_warmup=self.compressed_bytes_after_warmup + after * call.compressed_bytes)
+
+
+NO_TRAFFIC = Traffic(calls=0, warmup_calls=0, dense_equivalent_bytes=0, compressed_bytes=0,
+                     dense_equivalent_bytes_after_warmup=0, compressed_bytes_after_warmup=0)
+NO_COLUMNS = ColumnCounts(p_dead=0, q_dead=0, q_redrawn=0, calls_with_dead_p=0)
+
+
 class PowerSGDCompressor:
     """Compresses named gradients; one instance per rank, all built from the same config and shapes."""
 
@@ -244,16 +312,10 @@ class PowerSGDCompressor:
         if config.warm_start:
             for mat in self.matrices.values():
                 self._q[mat.name] = draw_q(config.seed, mat.name, "init", mat.m, mat.r)
-        self.traffic = {
-            "calls": 0, "warmup_calls": 0,
-            "dense_equivalent_bytes": 0, "compressed_bytes": 0,
-            "dense_equivalent_bytes_after_warmup": 0, "compressed_bytes_after_warmup": 0,
-        }
-        self.last_call: dict | None = None
-        # Orthonormalisation counters (docs/formats/study-records.md, "powersgd"): dead P columns (the all-reduced
-        # M Q was rank-deficient or ill-conditioned), dead Q columns, Q columns re-drawn.
-        self.columns = {"p_dead": 0, "q_dead": 0, "q_redrawn": 0, "calls_with_dead_p": 0}
-        self._last_columns: dict | None = None
+        self.traffic = NO_TRAFFIC
+        self.last_call: CallRecord | None = None
+        self.columns = NO_COLUMNS
+        self._last_columns: CallColumns | None = None
 
     def _plan(self, name: str, shape: tuple[int, ...]) -> _Matrix | None:
         if any(d < 0 for d in shape):
@@ -286,14 +348,15 @@ class PowerSGDCompressor:
             calls += 2
         dense_bytes = sum(math.prod(s) for s in self.shapes.values()) * FP32_BYTES
         dense_sent = sum(math.prod(self.shapes[n]) for n in dense_names) * FP32_BYTES
-        record = {
-            "step": self.step, "warmup": warmup, "allreduce_calls": calls,
-            "dense_equivalent_bytes": dense_bytes, "dense_sent_bytes": dense_sent,
-            "p_bytes": p_numel * FP32_BYTES, "q_bytes": q_numel * FP32_BYTES,
-            "compressed_bytes": dense_sent + (p_numel + q_numel) * FP32_BYTES,
-            "columns": self._last_columns,
-        }
-        self._account(record)
+        record = CallRecord(
+            step=self.step, warmup=warmup, allreduce_calls=calls,
+            dense_equivalent_bytes=dense_bytes, dense_sent_bytes=dense_sent,
+            p_bytes=p_numel * FP32_BYTES, q_bytes=q_numel * FP32_BYTES,
+            compressed_bytes=dense_sent + (p_numel + q_numel) * FP32_BYTES,
+            columns=self._last_columns,
+        )
+        self.traffic = self.traffic.plus(record)
+        self.last_call = record
         self.step += 1
         return {name: out[name] for name in self.shapes}
 
@@ -365,12 +428,8 @@ class PowerSGDCompressor:
         return p_off, q_off
 
     def _count_columns(self, p_dead: int, q_dead: int, q_redrawn: int) -> None:
-        c = self.columns
-        c["p_dead"] += p_dead
-        c["q_dead"] += q_dead
-        c["q_redrawn"] += q_redrawn
-        c["calls_with_dead_p"] += p_dead > 0
-        self._last_columns = {"p_dead": p_dead, "q_dead": q_dead, "q_redrawn": q_redrawn}
+        self._last_columns = CallColumns(p_dead=p_dead, q_dead=q_dead, q_redrawn=q_redrawn)
+        self.columns = self.columns.plus(self._last_columns)
 
     def _prepared_qs(self, mats: list[_Matrix], device: torch.device) -> tuple[list[torch.Tensor], int, int]:
         """Orthonormal Q per matrix (warm-started with dead columns re-drawn, or freshly drawn), the
@@ -403,31 +462,18 @@ class PowerSGDCompressor:
             self._errors[mat.name] = buf
         buf.copy_(error)  # device -> host copy is synchronous, so `error` may be freed afterwards
 
-    def _account(self, record: dict) -> None:
-        t = self.traffic
-        t["calls"] += 1
-        t["dense_equivalent_bytes"] += record["dense_equivalent_bytes"]
-        t["compressed_bytes"] += record["compressed_bytes"]
-        if record["warmup"]:
-            t["warmup_calls"] += 1
-        else:
-            t["dense_equivalent_bytes_after_warmup"] += record["dense_equivalent_bytes"]
-            t["compressed_bytes_after_warmup"] += record["compressed_bytes"]
-        self.last_call = record
-
     def stats(self) -> dict:
-        """Cumulative logical traffic (with and without warm-up), ratios and the last call's record."""
-        t: dict[str, Any] = dict(self.traffic)
-        after = t["compressed_bytes_after_warmup"]
-        t["compression_ratio_after_warmup"] = t["dense_equivalent_bytes_after_warmup"] / after if after else None
-        t["compression_ratio_overall"] = (
-            t["dense_equivalent_bytes"] / t["compressed_bytes"] if t["compressed_bytes"] else None)
-        t["step"] = self.step
-        t["compressed_names"] = len(self.matrices)
-        t["dense_names"] = len(self.dense_names)
-        t["last_call"] = dict(self.last_call) if self.last_call else None
-        t["columns"] = dict(self.columns)
-        return t
+        """Cumulative logical traffic (with and without warm-up), ratios and the last call's record: JSON for
+        the study's records."""
+        t = self.traffic
+        after = t.compressed_bytes_after_warmup
+        return {
+            **t.to_json(),
+            "compression_ratio_after_warmup": t.dense_equivalent_bytes_after_warmup / after if after else None,
+            "compression_ratio_overall": t.dense_equivalent_bytes / t.compressed_bytes if t.compressed_bytes else None,
+            "step": self.step, "compressed_names": len(self.matrices), "dense_names": len(self.dense_names),
+            "last_call": self.last_call.to_json() if self.last_call else None, "columns": self.columns.to_json(),
+        }
 
     def set_q(self, name: str, q: torch.Tensor) -> None:
         """Replace the warm-start Q of `name` (tests align it with another implementation's draw)."""
@@ -454,7 +500,7 @@ class PowerSGDCompressor:
         """JSON-ready: format, step, config, compressed names, cumulative traffic and column counters."""
         return {
             "format": STATE_FORMAT, "step": self.step, "config": self.config.to_dict(),
-            "compressed": sorted(self.matrices), "traffic": dict(self.traffic), "columns": dict(self.columns),
+            "compressed": sorted(self.matrices), "traffic": self.traffic.to_json(), "columns": self.columns.to_json(),
         }
 
     def load_state(self, tensors: Mapping[str, torch.Tensor], meta: Mapping) -> None:
@@ -474,13 +520,13 @@ class PowerSGDCompressor:
             raise ValueError(f"{src}: field 'compressed' lists {meta.get('compressed')!r}, "
                              f"but these shapes compress {sorted(self.matrices)!r}")
         traffic = meta.get("traffic")
-        if not isinstance(traffic, Mapping) or set(traffic) != set(self.traffic) or not all(
+        if not isinstance(traffic, Mapping) or set(traffic) != set(Traffic.json_fields()) or not all(
                 isinstance(v, int) and v >= 0 for v in traffic.values()):
-            raise ValueError(f"{src}: field 'traffic' expected integer counters {sorted(self.traffic)}")
+            raise ValueError(f"{src}: field 'traffic' expected integer counters {sorted(Traffic.json_fields())}")
         columns = meta.get("columns")
-        if not isinstance(columns, Mapping) or set(columns) != set(self.columns) or not all(
+        if not isinstance(columns, Mapping) or set(columns) != set(ColumnCounts.json_fields()) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in columns.values()):
-            raise ValueError(f"{src}: field 'columns' expected integer counters {sorted(self.columns)}")
+            raise ValueError(f"{src}: field 'columns' expected integer counters {sorted(ColumnCounts.json_fields())}")
         has_errors = step > self.config.warmup_updates
         expected = {f"error/{n}": (m.n, m.m) for n, m in self.matrices.items()} if has_errors else {}
         if self.config.warm_start:
@@ -500,6 +546,6 @@ class PowerSGDCompressor:
             else:
                 self._q[name] = t.detach().to("cpu", copy=True)
         self.step = step
-        self.traffic = dict(traffic)
-        self.columns = dict(columns)
+        self.traffic = Traffic(**traffic)
+        self.columns = ColumnCounts(**columns)
         self.last_call = None

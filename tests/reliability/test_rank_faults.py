@@ -82,7 +82,7 @@ def _failing_launch(run_dir: Path, args: dict) -> tuple[WorkerFailure, float]:
     ended = time.time()
     fired = json.loads((run_dir / "fault-at.json").read_text())
     assert fired["rank"] == args["fault"]["rank"]
-    assert all(r["code"] is not None and r["code"] != 0 for r in info.value.reports), info.value.reports
+    assert all(r.code is not None and r.code != 0 for r in info.value.reports), info.value.reports
     assert not list(run_dir.glob("result-*.json"))  # no rank finished as if nothing happened
     print(f"{run_dir.name}: {ended - fired['time']:.1f} s from the fault to the error: {info.value}")  # -s shows it
     return info.value, ended - fired["time"]

@@ -94,7 +94,7 @@ def train_worker(group: Group, args: dict, ctx) -> dict:
             tensors[f"exp_avg/{n}"] = st["exp_avg"]
             tensors[f"exp_avg_sq/{n}"] = st["exp_avg_sq"]
         save_file(tensors, str(dump / f"state-{group.rank}.safetensors"),
-                  metadata={"ages": ",".join(f"{n}={st['age']}" for n, st in sorted(eng.optimizer.state.items()))})
+                  metadata={"ages": ",".join(f"{n}={st.age}" for n, st in sorted(eng.optimizer.state.items()))})
     n_params, n_bytes = stage_bytes(eng.student)
     ref_params, ref_bytes = stage_bytes(eng.reference) if eng.reference is not None else (0, 0)
     return {"rank": group.rank, "updates": results, "student_params": n_params, "student_bytes": n_bytes,

@@ -110,6 +110,7 @@ UNIT_FILES = (
     "test_css_prune.py",
     "test_device_clip.py",
     "test_docs_reference.py",
+    "test_format_docs_engine.py",
     "test_docstrings.py",
     "test_engine.py",
     "test_evaluate.py",
