@@ -275,10 +275,10 @@ def check_params_match_config(shapes: Mapping[str, Sequence[int]], shape: LlamaS
     missing, extra = sorted(expected.keys() - have.keys()), sorted(have.keys() - expected.keys())
     wrong = sorted(n for n in expected.keys() & have.keys() if have[n] != expected[n])
     if missing or extra or wrong:
-        shapes = f"; {wrong[0]} has shape {list(have[wrong[0]])} but {list(expected[wrong[0]])} expected " \
-                 f"({len(wrong)} wrong)" if wrong else ""
+        wrong_text = f"; {wrong[0]} has shape {list(have[wrong[0]])} but {list(expected[wrong[0]])} expected " \
+                     f"({len(wrong)} wrong)" if wrong else ""
         raise ConfigError(f"{where}: parameters do not match {config_source}: missing {missing[:5]} "
-                          f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}){shapes}")
+                          f"({len(missing)}), unexpected {extra[:5]} ({len(extra)}){wrong_text}")
 
 
 def load_config(path: str | os.PathLike) -> LlamaShape:
