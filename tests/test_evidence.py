@@ -27,7 +27,7 @@ from kit.evidence.runner import load_plan, run_notebook
 from kit.evidence.verify import expand_run_dirs, verify_evidence
 
 RECORD_CELL = (
-    "from kit.evidence.records import record_metric, record_roots, record_inputs\n"
+    "from kit.evidence.notebook import record_metric, record_roots, record_inputs\n"
     "record_metric('echo', {'count': count, 'ratio': ratio, 'name': name, 'flag': flag, 'items': items,\n"
     "                       'mapping': mapping, 'anything': anything})\n"
     "record_metric('curve', [{'update': i, 'loss': 1.0 / (i + 1)} for i in range(count)])\n"

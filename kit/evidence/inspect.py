@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record
 from kit.evidence.archive import resolve
 from kit.store.commits import read_head, verify_commit
 
@@ -40,15 +40,15 @@ def inspect_run(runs_dir: str | os.PathLike, run_id: str) -> dict:
         raise InspectError("RUN_ID is empty; name a run folder of the runs folder to inspect")
     # an archived run (runs/archive/, kit/evidence/archive.py) is inspected in its unpacked folder
     run_dir = resolve(Path(runs_dir) / run_id)
-    path = run_dir / records.RUN_RECORD_NAME
-    records.refuse_links(run_dir)
+    path = run_dir / run_record.RUN_RECORD_NAME
+    run_record.refuse_links(run_dir)
     if not path.is_file():
         raise InspectError(f"{path}: no such run record (the runs folder read is {Path(runs_dir)}; "
                            "set RUNS_DIR to the folder that holds the run)")
     raw = load_json_strict(path)  # strict JSON, any key order: what verify-evidence accepts
     if isinstance(raw, dict) and raw.get("format") == "kit-bench/1":
         return _benchmark(run_dir, raw)
-    return _notebook(run_dir, records.read_run_record(run_dir))
+    return _notebook(run_dir, run_record.read_run_record(run_dir))
 
 
 def _benchmark(run_dir: Path, rec: dict) -> dict:
@@ -165,13 +165,13 @@ def _home(params: dict) -> str | None:
 
 def _notebook(run_dir: Path, run) -> dict:
     params = run.parameters
-    metrics_dir = run_dir / records.METRICS_DIR_NAME
+    metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     sidecars = sorted(p.stem for p in metrics_dir.glob("*.json")) if metrics_dir.is_dir() else []
     curves, store = _store_curves(params)
     source = "store" if curves else None
     if not curves and "loss_curves" in sidecars:  # the store is not committed; its curves are
-        curves, source = load_json_strict(records.metric_path(run_dir, "loss_curves")), "sidecar"
-    evaluation = {name: load_json_strict(records.metric_path(run_dir, name))
+        curves, source = load_json_strict(run_record.metric_path(run_dir, "loss_curves")), "sidecar"
+    evaluation = {name: load_json_strict(run_record.metric_path(run_dir, name))
                   for name in EVALUATION_SIDECARS if name in sidecars}
     bound = {"contract_digest": run.contract_digest,
              **{f"input {k}": v for k, v in run.input_digests.items()},
@@ -201,7 +201,7 @@ def _last_commit(run_dir: Path, run, home: str | None, sidecars: list[str]) -> d
                     "workers")
             return {"source": "store", "home": home, **{k: report.get(k) for k in keys}}
     if "commits" in sidecars:
-        table = load_json_strict(records.metric_path(run_dir, "commits"))
+        table = load_json_strict(run_record.metric_path(run_dir, "commits"))
         if isinstance(table, dict) and table.get("rows"):
             return {"source": "sidecar", **dict(zip(table["columns"], table["rows"][-1]))}
     produced = run.checkpoint_roots["produced"]

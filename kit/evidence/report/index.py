@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from kit.digest import load_json_strict, loads_strict, sha256_json
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
 from kit.evidence.run_index import load_runs, split_selection

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.format import NONE, fmt, is_number, run_link, short
 from kit.evidence.run_index import load_runs, split_selection
 from kit.stats import gate_retention
