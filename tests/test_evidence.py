@@ -41,7 +41,7 @@ FAIL_CELL = (
     "if flag:\n"
     "    raise KeyError('boom \"quoted\"')\n"
     "if name == 'unavailable':\n"
-    "    from kit.evidence.records import ArmUnavailable\n"
+    "    from kit.evidence.notebook import ArmUnavailable\n"
     "    raise ArmUnavailable('needs 8 GPUs, host has 0')\n"
 )
 GIT = ["git", "-c", "user.name=kit-test", "-c", "user.email=kit@test", "-c", "commit.gpgsign=false"]

@@ -43,6 +43,7 @@ EVIDENCE_FILES = (
     "test_newcomer_evidence.py",
     "test_planner_gpu_regime.py",
     "test_replay.py",
+    "test_replay_at_commit.py",
     "test_replicate_analysis.py",
     "test_replicate_design_file.py",
     "test_replicates.py",

@@ -16,6 +16,7 @@ from kit.evidence.chain import Evidence, ledger_report
 from kit.evidence.environment import evidence_base
 from kit.evidence.parameters import notebook_defaults, parse_cli_parameters
 from kit.evidence.replay import replay_runs
+from kit.evidence.replay_at_commit import replay_at_recorded_commits
 from kit.evidence.replicate_design import design_reports
 from kit.evidence.report.page import render_report
 from kit.evidence.results import write_results
@@ -97,6 +98,8 @@ def cmd_verify_evidence(a) -> int:
         if not Path("runs").is_dir():
             raise ValueError("runs: runs directory not found; name the run or runs folders to verify")
         a.run_dirs = ["runs"]
+    if a.at_recorded_commit and not a.replay:
+        raise ValueError("--at-recorded-commit replays: give it with --replay")
     if a.replay:
         return _replay(expand_run_dirs(a.run_dirs), a)
     run_dirs = expand_run_dirs(a.run_dirs)
@@ -145,6 +148,9 @@ def cmd_evidence_root(a) -> int:
 
 def _replay(run_dirs, a) -> int:
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="kit-replay-"))
+    if a.at_recorded_commit:  # each run with its recorded commit's code (kit/evidence/replay_at_commit.py)
+        passed = [flag for flag, on in (("--json", a.json), ("--no-progress", a.no_progress)) if on]
+        return replay_at_recorded_commits(run_dirs, work.resolve(), passed, log=lambda m: print(m, file=sys.stderr))
     # a folder given (a runs directory): its benchmark records and GPU runs are listed as not replayed;
     # a run named on its own that cannot be replayed is refused
     whole_folder = any(not (Path(p) / "run.json").exists() for p in a.run_dirs)
