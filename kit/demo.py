@@ -124,16 +124,16 @@ class RecordedRoots:
 
     def endpoint(self, run_id: str) -> str:
         record = read_run_record(self.runs_dir / run_id)
-        produced = record.checkpoint_roots["produced"]
+        produced = record.checkpoint_roots.produced
         if record.status != "completed" or not produced:
             raise DemoStopped(f"{self.runs_dir / run_id}: status {record.status}, no endpoint root to "
                               "continue from")
-        return produced[-1]["root"]
+        return produced[-1].root
 
     def produced(self, run_id: str) -> list[str]:
         """Every root the run committed, in training order (its endpoint last)."""
         self.endpoint(run_id)  # refuses an unfinished run as endpoint() does
-        return [p["root"] for p in read_run_record(self.runs_dir / run_id).checkpoint_roots["produced"]]
+        return [p.root for p in read_run_record(self.runs_dir / run_id).checkpoint_roots.produced]
 
 
 class PlaceholderRoots:

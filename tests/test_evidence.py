@@ -311,8 +311,8 @@ def test_failing_cell_gives_failed_with_cell_and_partial_notebook(batch):
     record = read_run_record(batch["runs"] / "arm-fail")
     assert record.status == "failed"
     # source cells: markdown, parameters, print, record, fail -> index 4; In [n]: injected cell runs second
-    assert record.error == {"cell_index": 4, "execution_count": 5, "ename": "KeyError",
-                            "evalue": "'boom \"quoted\"'"}
+    assert record.error is not None and record.error.to_json() == {
+        "cell_index": 4, "execution_count": 5, "ename": "KeyError", "evalue": "'boom \"quoted\"'"}
     assert record.reason == "KeyError: 'boom \"quoted\"'"
     partial = nbformat.read(batch["runs"] / "arm-fail" / "arm.ipynb", as_version=4)
     outputs = [o for c in partial.cells for o in c.get("outputs", [])]
@@ -325,7 +325,7 @@ def test_arm_unavailable_gives_unavailable_with_reason(batch):
     record = read_run_record(batch["runs"] / "arm-na")
     assert record.status == "unavailable"
     assert record.reason == "needs 8 GPUs, host has 0"
-    assert record.error["ename"] == "ArmUnavailable" and record.error["cell_index"] == 4
+    assert record.error.ename == "ArmUnavailable" and record.error.cell_index == 4
 
 
 def test_batch_continues_past_failure_exits_nonzero_and_skips_completed_on_rerun(batch, capsys):
@@ -369,10 +369,10 @@ def test_kernel_death_gives_failed_and_keeps_partial_notebook(tmp_path):
                         parameters=None)
     record = run_notebook(nb, {}, "dies", tmp_path / "runs", {})
     assert record.status == "failed"
-    assert record.error["ename"] == "DeadKernelError" and record.error["cell_index"] == 2
+    assert record.error.ename == "DeadKernelError" and record.error.cell_index == 2
     # papermill saves the dying cell's count only if the kernel answered before it died; the source
     # cell index (above) is what names the cell either way.
-    assert record.error["execution_count"] in (2, None)
+    assert record.error.execution_count in (2, None)
     partial = nbformat.read(tmp_path / "runs" / "dies" / "die.ipynb", as_version=4)
     assert partial.cells[1].outputs[0]["text"] == "alive\n"
     assert partial.cells[3].get("execution_count") is None

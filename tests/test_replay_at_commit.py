@@ -39,7 +39,7 @@ def test_a_run_replays_with_the_code_of_its_recorded_commit(tmp_path, capfd):
     record = run_notebook(clone / "notebooks" / "90_inspect_failed_arm.ipynb", params, "inspect",
                           clone / "runs")
     assert record.status == "completed"
-    commit = record.git["commit"]
+    commit = record.git.commit
     assert commit == head_commit()
     assert record.notebook == "notebooks/90_inspect_failed_arm.ipynb"  # relative: the replay runs the tree's
 
@@ -52,7 +52,7 @@ def test_a_run_replays_with_the_code_of_its_recorded_commit(tmp_path, capfd):
     assert "inspect: replayed, equal" in out
     assert (tree / "kit" / "__init__.py").is_file() and not (tree / "runs").exists()
     replayed = run_record.read_run_record(work / "replays" / commit / "runs" / "inspect")
-    assert (replayed.status, replayed.git["commit"]) == ("completed", None)  # the extracted tree is no repository
+    assert (replayed.status, replayed.git.commit) == ("completed", None)  # the extracted tree is no repository
 
 
 def test_a_commit_not_in_the_clone_is_refused_naming_the_way_out(tmp_path):

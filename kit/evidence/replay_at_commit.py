@@ -39,7 +39,7 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
 def recorded_commit(run_dir: Path) -> str:
     """The commit a run's record names (refused where it names none: the run ran outside a repository)."""
     record = run_record.read_run_record(run_dir)
-    commit = record.git["commit"]
+    commit = record.git.commit
     if commit is None:
         raise RecordedCommitError(f"{run_dir / run_record.RUN_RECORD_NAME}: field git.commit is null (the run ran "
                                   "outside a git repository): there is no recorded commit to replay it at")

@@ -38,10 +38,21 @@ from kit.evidence.notebook import (
     KERNEL_ROOTS_NAME,
     RUN_DIR_ENV,
     STATUS_OF_EXCEPTION_NAME,
+    KernelChain,
     merge_inputs,
 )
 from kit.evidence.parameters import check_parameters
-from kit.evidence.run_record import RunRecord, RunRecordError
+from kit.evidence.run_record import (
+    CheckpointRoot,
+    CheckpointRoots,
+    GitState,
+    ManifestEntry,
+    NumericProfile,
+    RunError,
+    RunRecord,
+    RunRecordError,
+    declared_profile,
+)
 from kit.evidence.runtime import (
     KERNEL_LOG_NAME,
     ensure_runtime,
@@ -145,7 +156,7 @@ def _cell_bar(run_id: str, on: bool):
 
 
 def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_output: bool,
-             run_id: str = "", bar: bool = False) -> tuple[str, dict | None]:
+             run_id: str = "", bar: bool = False) -> tuple[str, RunError | None]:
     """Run papermill; returns (status, error) where error is None or the record's error object."""
     import papermill  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py); lazily: the rest of the kit never needs it
     from papermill.exceptions import PapermillExecutionError  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
@@ -160,15 +171,14 @@ def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_o
     except PapermillExecutionError as e:
         status = STATUS_OF_EXCEPTION_NAME.get(e.ename, "failed")
         index, count = _source_cell_index(output, e.cell_index)
-        return status, {"cell_index": index, "execution_count": count if count is not None else e.exec_count,
-                        "ename": str(e.ename), "evalue": str(e.evalue)}
+        return status, RunError(cell_index=index, execution_count=count if count is not None else e.exec_count,
+                                ename=str(e.ename), evalue=str(e.evalue))
     except Exception as e:  # noqa: BLE001 - a dead kernel (DeadKernelError), a kernel that never started, a lost connection
         index, count = _source_cell_index(output, None)
         evalue = str(e)
         if disk_full(e):  # papermill could not write the executed notebook: say so, not what its truncation causes
             evalue = f"the disk is full: {e} (writing {getattr(e, 'filename', None) or output})"
-        return "failed", {"cell_index": index, "execution_count": count, "ename": type(e).__name__,
-                          "evalue": evalue}
+        return "failed", RunError(cell_index=index, execution_count=count, ename=type(e).__name__, evalue=evalue)
 
 
 def disk_full(e: BaseException) -> bool:
@@ -196,17 +206,18 @@ def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_
                                prepare_only=True, progress_bar=False)
 
 
-def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, dict, dict]:
+def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[CheckpointRoots, dict, dict]:
     """(checkpoint_roots, inputs, metrics) from what the notebook recorded and what the caller passed."""
-    roots = {"produced": [], "used": []}
+    roots: dict[str, list[CheckpointRoot]] = {"produced": [], "used": []}
     roots_path = run_dir / KERNEL_ROOTS_NAME
     if roots_path.exists():
-        kernel_roots = load_json_strict(roots_path)
+        kernel_roots = load_json_strict(roots_path)  # the kernel's lists of {"root", "home"} (kit.evidence.notebook)
         for role, entries in roots.items():
             for entry in kernel_roots.get(role, []):
                 home = entry["home"] and environment.relative_to_base(entry["home"], base)
-                if {"root": entry["root"], "home": home} not in entries:
-                    entries.append({"root": entry["root"], "home": home})
+                root = CheckpointRoot(root=entry["root"], home=home)
+                if root not in entries:
+                    entries.append(root)
         roots_path.unlink()
     inputs = {"contract_digest": extra.get("contract_digest"), "input_digests": dict(extra.get("input_digests") or {})}
     inputs_path = run_dir / KERNEL_INPUTS_NAME
@@ -216,17 +227,26 @@ def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, 
         inputs = merge_inputs(inputs, kernel_inputs, str(run_dir / run_record.RUN_RECORD_NAME))
     metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     metrics = {p.stem: sha256_file(p) for p in sorted(metrics_dir.glob("*.json"))} if metrics_dir.is_dir() else {}
-    return roots, inputs, metrics
+    return CheckpointRoots(produced=tuple(roots["produced"]), used=tuple(roots["used"])), inputs, metrics
 
 
 def _collect_chain(run_dir: Path) -> dict:
     """The materials and ledger events the kernel recorded (kit.evidence.notebook.record_materials), and the
-    manifest of every file the run folder now holds (kit.evidence.manifest): run.json's chain fields."""
+    manifest of every file the run folder now holds (kit.evidence.manifest): run.json's chain fields, as the
+    keyword arguments of RunRecord."""
     path = run_dir / KERNEL_CHAIN_NAME
-    chain = load_json_strict(path) if path.exists() else {"materials": [], "ledger_events": []}
+    chain = KernelChain.from_json(load_json_strict(path), str(path)) if path.exists() else KernelChain()
     path.unlink(missing_ok=True)
-    return {"materials": chain["materials"], "ledger_events": chain["ledger_events"],
-            "manifest": file_manifest(run_dir)}
+    manifest = {rel: ManifestEntry.from_json(entry, str(run_dir), rel) for rel, entry in file_manifest(run_dir).items()}
+    return {"materials": chain.materials, "ledger_events": chain.ledger_events, "manifest": manifest}
+
+
+def _numeric_profile(device: dict) -> NumericProfile:
+    """The kernel's numeric profile and, on a GPU host, the mode its numbers depend on (docs/engine.md,
+    "Determinism")."""
+    profile = declared_profile()
+    gpu_mode = environment.gpu_numeric_mode(device.get("gpus") or [])
+    return NumericProfile(name=profile.name, environment=profile.environment, gpu=gpu_mode)
 
 
 def _prepare_run_dir(run_dir: Path) -> None:
@@ -324,14 +344,15 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
             interrupted = Interrupted(getattr(e, "signum", signal.SIGINT), f"run {run_id} recorded as aborted in "
                                       f"{run_dir / run_record.RUN_RECORD_NAME}; run the same command again to "
                                       "redo it (the aborted attempt is kept beside it)")
-            status, error = "aborted", {"cell_index": None, "execution_count": None, "ename": "KeyboardInterrupt",
-                                        "evalue": f"interrupted by the operator ({name})"}
+            status, error = "aborted", RunError(cell_index=None, execution_count=None, ename="KeyboardInterrupt",
+                                                evalue=f"interrupted by the operator ({name})")
     ended = environment.utc_now()
     reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the notebook and record are written into
-    if output.exists() and status != "completed" and not _readable_notebook(output):
+    if output.exists() and error is not None and not _readable_notebook(output):
         output.unlink()  # truncated by a full disk: the parameterised notebook takes its place below
-        error = {**error, "evalue": f"{error['evalue']}; {output.name} was left truncated and is replaced by the "
-                 "parameterised notebook"}
+        error = RunError(cell_index=error.cell_index, execution_count=error.execution_count, ename=error.ename,
+                         evalue=f"{error.evalue}; {output.name} was left truncated and is replaced by the "
+                         "parameterised notebook")
     if not output.exists():
         try:
             _write_prepared_notebook(notebook, output, params, kernel_name)
@@ -340,28 +361,25 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
     try:
         roots, inputs, metrics = _collect_from_kernel(run_dir, base, extra)
     except (RunRecordError, ValueError) as e:
-        roots, inputs, metrics = {"produced": [], "used": []}, {"contract_digest": None, "input_digests": {}}, {}
-        status, error = "failed", {"cell_index": None, "execution_count": None, "ename": "EvidenceConflict",
-                                   "evalue": str(e)}
+        roots, inputs, metrics = CheckpointRoots(produced=(), used=()), {"contract_digest": None, "input_digests": {}}, {}
+        status, error = "failed", RunError(cell_index=None, execution_count=None, ename="EvidenceConflict",
+                                           evalue=str(e))
     reason = None
-    if status in ("unavailable", "aborted"):
-        reason = error["evalue"]
-    elif status == "failed":
-        reason = f"{error['ename']}: {error['evalue']}".splitlines()[0] if error["evalue"] else error["ename"]
+    if error is not None and status in ("unavailable", "aborted"):
+        reason = error.evalue
+    elif error is not None and status == "failed":
+        reason = f"{error.ename}: {error.evalue}".splitlines()[0] if error.evalue else error.ename
     record = RunRecord(
         run_id=run_id, notebook=environment.relative_to_base(notebook, base), notebook_sha256=notebook_sha,
         executed_notebook=output.name, executed_notebook_sha256=sha256_file(output) if output.exists() else None,
         parameters=dict(params), status=status, reason=reason, error=error,
         started_at=environment.iso_utc(started), ended_at=environment.iso_utc(ended),
         duration_s=round((ended - started) / _dt.timedelta(seconds=1), 3),
-        git=git, versions=versions, device=device,
+        git=GitState.from_json(git, "the notebook's git state"), versions=versions, device=device,
         contract_digest=inputs["contract_digest"], input_digests=inputs["input_digests"],
         checkpoint_roots=roots, metrics=metrics, notes=dict(extra.get("notes") or {}),
-        **_collect_chain(run_dir),
+        numeric_profile=_numeric_profile(device), **_collect_chain(run_dir),
     )
-    gpu_mode = environment.gpu_numeric_mode(device.get("gpus") or [])
-    if gpu_mode is not None:  # a GPU host: the mode its numbers depend on (docs/engine.md, "Determinism")
-        record.numeric_profile["gpu"] = gpu_mode
     try:
         run_record.write_run_record(run_dir, record)
     except OSError as e:  # no executed notebook stays without the record that describes it

@@ -263,7 +263,7 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
     checks += _roots_checks(record.checkpoint_roots, base, superseded)
     mode = gpu_mode_check(run_dir, record, base, superseded)
     checks += [mode] if mode is not None else []
-    checks.append(_git_check(record.git["commit"], base, run_dir))
+    checks.append(_git_check(record.git.commit, base, run_dir))
     return {"run_dir": str(run_dir), "run_id": record.run_id, "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
 
