@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from kit.digest import (
@@ -27,6 +28,7 @@ from kit.evidence.chain import Evidence, copies_check, ledger_events_check, mate
 from kit.evidence.gpu_mode import gpu_mode_check
 from kit.evidence.manifest import RECORD_PINS_RELATIVE, files_check, read_record_pins, run_key
 from kit.evidence.parameters import ParameterError, parse_assignments
+from kit.evidence.run_record import CheckpointRoots
 from kit.evidence.tree import note_pinned
 from kit.store.commits import verify_commit
 from kit.store.manifest import commits_dir
@@ -76,7 +78,7 @@ def _sha(path: Path) -> str:
         return f"not read: {e}"
 
 
-def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
+def _metrics_checks(run_dir: Path, pinned: Mapping[str, str]) -> list[dict]:
     metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     present = {p.stem: p for p in metrics_dir.glob("*.json")} if metrics_dir.is_dir() else {}
     out = []
@@ -92,31 +94,31 @@ def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
     return out
 
 
-def _roots_checks(roots: dict, base: Path, superseded: dict | None = None) -> list[dict]:
+def _roots_checks(roots: CheckpointRoots, base: Path, superseded: dict | None = None) -> list[dict]:
     """One check per recorded root. `superseded`: the superseded.json of the folder holding the run, whose
     replacement was re-made under the same run id and so into the same checkpoint home: there a root of the
     superseded run that no manifest names any more is `skipped` (the home holds the replacement's commits),
     while a manifest that is present and fails to verify still fails."""
     out = []
-    for role in ("produced", "used"):
-        for entry in roots[role]:
-            name = f"root {role} {entry['root'][:12]}"
-            if entry["home"] is None:
+    for role, entries in (("produced", roots.produced), ("used", roots.used)):
+        for entry in entries:
+            name = f"root {role} {entry.root[:12]}"
+            if entry.home is None:
                 out.append(_check(name, "skipped", "no checkpoint home recorded"))
                 continue
-            home = Path(entry["home"]) if os.path.isabs(entry["home"]) else base / entry["home"]
+            home = Path(entry.home) if os.path.isabs(entry.home) else base / entry.home
             if not home.is_dir():
                 out.append(_check(name, "skipped", f"home absent: {home}"))
                 continue
 
-            manifest = commits_dir(home) / f"{entry['root']}.json"
+            manifest = commits_dir(home) / f"{entry.root}.json"
             if superseded is not None and not manifest.is_file():
                 out.append(_check(name, "skipped", f"superseded: {manifest} absent; the run id was re-made "
                                                    "into the same home, which holds its replacement's commits"))
                 continue
 
             try:
-                report = verify_commit(home, entry["root"])
+                report = verify_commit(home, entry.root)
             except (ValueError, OSError) as e:
                 out.append(_check(name, "fail", str(e).splitlines()[0]))
             else:

@@ -117,6 +117,7 @@ UNIT_FILES = (
     "test_docstrings.py",
     "test_evaluate.py",
     "test_fetch_over_group.py",
+    "test_format_docs_evcore.py",
     "test_function_length.py",
     "test_fast_paths_applied.py",
     "test_fused_paths.py",
