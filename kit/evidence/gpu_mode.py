@@ -18,6 +18,7 @@ from kit.evidence.manifest import run_key
 
 if TYPE_CHECKING:  # annotations only
     from kit.evidence.run_record import RunRecord
+    from kit.evidence.verify import SupersededNote
 
 MODES_RELATIVE = Path("runs") / "GPU_MODES.json"
 MODES_FORMAT = "kit-gpu-modes/1"
@@ -55,7 +56,7 @@ def run_mode(run_dir: str | os.PathLike, record: RunRecord, base: str | os.PathL
                   f"entry {key!r} in {Path(base) / MODES_RELATIVE}")
 
 
-def gpu_mode_check(run_dir: str | os.PathLike, record: RunRecord, base: str | os.PathLike, superseded: dict | None) -> dict | None:
+def gpu_mode_check(run_dir: str | os.PathLike, record: RunRecord, base: str | os.PathLike, superseded: SupersededNote | None) -> dict | None:
     """The `gpu_mode` check of a GPU run (None for a CPU run): pass where its mode is stated; fail for a current
     run (runs/<id>) that states none; a superseded run or an attempt kept in a campaign folder that states none
     is skipped (kept as the record of what ran, not a current result)."""

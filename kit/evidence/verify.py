@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import (
@@ -30,6 +31,7 @@ from kit.evidence.manifest import RECORD_PINS_RELATIVE, files_check, read_record
 from kit.evidence.parameters import ParameterError, parse_assignments
 from kit.evidence.run_record import CheckpointRoots
 from kit.evidence.tree import note_pinned
+from kit.record import MapOf, Record, Seq, build, spec_field
 from kit.store.commits import verify_commit
 from kit.store.manifest import commits_dir
 
@@ -94,7 +96,7 @@ def _metrics_checks(run_dir: Path, pinned: Mapping[str, str]) -> list[dict]:
     return out
 
 
-def _roots_checks(roots: CheckpointRoots, base: Path, superseded: dict | None = None) -> list[dict]:
+def _roots_checks(roots: CheckpointRoots, base: Path, superseded: SupersededNote | None = None) -> list[dict]:
     """One check per recorded root. `superseded`: the superseded.json of the folder holding the run, whose
     replacement was re-made under the same run id and so into the same checkpoint home: there a root of the
     superseded run that no manifest names any more is `skipped` (the home holds the replacement's commits),
@@ -130,7 +132,17 @@ SUPERSEDED_NAME = "superseded.json"
 SUPERSEDED_FORMAT = "kit-superseded/1"
 
 
-def superseded_note(run_dir: Path, base: Path | None = None) -> dict | None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupersededNote(Record):
+    """A superseded folder's superseded.json (docs/formats/verify-evidence.md, "Superseded folders")."""
+
+    format: str = spec_field(str, doc=SUPERSEDED_FORMAT)
+    reason: str = spec_field(str, doc="why the folder's records no longer stand")
+    unreachable_commits: tuple[str, ...] = spec_field(Seq(str), doc="recorded commits the history no longer holds")
+    replaced_by: Mapping[str, str] = spec_field(MapOf(str), doc="run name -> the run under runs/ that re-made it")
+
+
+def superseded_note(run_dir: Path, base: Path | None = None) -> SupersededNote | None:
     """The superseded.json of the folder holding `run_dir`, checked: {"format", "reason",
     "unreachable_commits": [sha], "replaced_by": {run name: replacement run name}}; None when absent. A note
     counts only in a folder of the runs folder (never in the runs folder itself, where it would cover live
@@ -150,9 +162,10 @@ def superseded_note(run_dir: Path, base: Path | None = None) -> dict | None:
     for field, kind in (("format", str), ("reason", str), ("unreachable_commits", list), ("replaced_by", dict)):
         if not isinstance(note.get(field), kind):
             raise ValueError(f"{path}: field {field!r} must be a {kind.__name__}")  # noqa: TRY004 (bad input file)
-    if note["format"] != SUPERSEDED_FORMAT:
-        raise ValueError(f"{path}: field 'format' is {note['format']!r}, expected {SUPERSEDED_FORMAT!r}")
-    return note
+    checked = build(note, SupersededNote)
+    if checked.format != SUPERSEDED_FORMAT:
+        raise ValueError(f"{path}: field 'format' is {checked.format!r}, expected {SUPERSEDED_FORMAT!r}")
+    return checked
 
 
 def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> dict:
@@ -171,9 +184,9 @@ def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> d
         note = superseded_note(run_dir, base) if run_dir is not None else None
     except ValueError as e:
         return _check("git", "fail", f"{why}; {e}")
-    if note is not None and commit in note["unreachable_commits"]:
-        after = note["replaced_by"].get(run_dir.name)
-        return _check("git", "skipped", f"superseded: {why}; {note['reason']}"
+    if note is not None and run_dir is not None and commit in note.unreachable_commits:
+        after = note.replaced_by.get(run_dir.name)
+        return _check("git", "skipped", f"superseded: {why}; {note.reason}"
                                         + (f"; replaced by {after}" if after else ""))
     return _check("git", "fail", why)
 

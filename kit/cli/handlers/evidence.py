@@ -69,12 +69,11 @@ def archived_members(runs_dir: Path, run_id: str) -> list[str]:
     """Where the archive index of `runs_dir` lists a run `run_id` that is not a folder directly under it
     (`FOLDER/runs/RUN_ID`, a campaign's): those members, for the one-line refusal."""
     try:
-        index = read_index(runs_dir) or {}
+        index = read_index(runs_dir)
     except ValueError:
         return []
-    return sorted(str(r.get("member")) for a in index.get("archives", []) for r in a.get("runs", [])
-                  if isinstance(r, dict) and run_id in (r.get("run_id"), Path(str(r.get("member"))).name)
-                  and r.get("member") != run_id)
+    return sorted(r.member for a in (index.archives if index is not None else ()) for r in a.runs
+                  if run_id in (r.run_id, Path(r.member).name) and r.member != run_id)
 
 
 def _name_value(text: str) -> tuple[str, str]:
@@ -209,7 +208,7 @@ def cmd_archive_evidence(a) -> int:
     except ValueError as e:
         print(f"kit archive-evidence: {e}", file=sys.stderr)
         return 2
-    print(f"{entry['file']}: {len(entry['folders'])} folder(s), {len(entry['runs'])} run(s), {entry['members']} "
-          f"files ({entry['unpacked_bytes']:,} bytes) in {entry['size']:,} bytes; "
-          f"{len(entry['references'])} stored as references")
+    print(f"{entry.file}: {len(entry.folders)} folder(s), {len(entry.runs)} run(s), {entry.members} "
+          f"files ({entry.unpacked_bytes:,} bytes) in {entry.size:,} bytes; "
+          f"{len(entry.references)} stored as references")
     return 0
