@@ -38,7 +38,7 @@ from kit.digest import sha256_file, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
 from kit.evidence.report.page import render_report
 from kit.evidence.run_record import read_run_record
-from kit.evidence.runner import run_notebook, run_notebooks_at_once
+from kit.evidence.runner import PlanArm, run_notebook, run_notebooks_at_once
 from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
 
 ADAPTIVE_CONTRACT = "contracts/adaptive-shards.tiny.json"
@@ -527,7 +527,7 @@ def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) ->
         step = to_run[0]
         records = [run_notebook(Path(shown_path(notebooks / step.notebook)), step.parameters, step.run_id, runs_dir)]
     elif to_run:
-        arms = [{"notebook": shown_path(notebooks / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
+        arms = [PlanArm(notebook=shown_path(notebooks / s.notebook), run_id=s.run_id, parameters=s.parameters)
                 for s in to_run]
         records = run_notebooks_at_once(arms, runs_dir, out / "at-once")
     else:

@@ -360,7 +360,8 @@ def test_plan_is_checked_before_any_arm_runs(batch, tmp_path):
         load_plan(bad)
     yaml_plan = tmp_path / "plan.yaml"
     yaml_plan.write_text(f"- notebook: {nb}\n  run_id: y1\n  parameters: {{count: 4}}\n")
-    assert load_plan(yaml_plan) == [{"notebook": str(nb), "run_id": "y1", "parameters": {"count": 4}}]
+    assert [arm.to_json() for arm in load_plan(yaml_plan)] == [{"notebook": str(nb), "run_id": "y1",
+                                                               "parameters": {"count": 4}}]
 
 
 # --- a kernel that dies ---------------------------------------------------------------------

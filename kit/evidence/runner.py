@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,20 @@ from kit.evidence.runtime import (
     quiet_kernels,
 )
 from kit.interrupt import Interrupted, interruption
+from kit.record import Omittable, Record, build, spec_field
 
 EXTRA_KEYS = frozenset({"contract_digest", "input_digests", "notes"})
 PLAN_KEYS = frozenset({"notebook", "run_id", "parameters", "extra"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanArm(Record):
+    """One arm of a batch plan (`kit batch PLAN`, run_batch; run_notebooks_at_once writes one-arm plans)."""
+
+    notebook: str = spec_field(str, doc="the notebook, relative to the current directory")
+    run_id: str = spec_field(str, doc="its run id")
+    parameters: dict | None = spec_field(Omittable(dict), doc="its parameters (default none)")
+    extra: dict | None = spec_field(Omittable(dict), doc="contract_digest, input_digests, notes (default none)")
 INJECTED_TAG = "injected-parameters"
 ERROR_MARKER_TAG = "papermill-error-cell-tag"  # papermill's two markdown cells around an error
 DEFAULT_KERNEL = "python3"  # jupyter_client maps the native kernel's `python` to this interpreter
@@ -393,7 +405,7 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
 
 
 # --- batches --------------------------------------------------------------------------------
-def load_plan(path: str | os.PathLike) -> list[dict]:
+def load_plan(path: str | os.PathLike) -> list[PlanArm]:
     """Read and check a batch plan; every arm's notebook and parameters are checked here, up front."""
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
@@ -410,24 +422,27 @@ def load_plan(path: str | os.PathLike) -> list[dict]:
     if not isinstance(plan, list) or not plan:
         raise ValueError(f"{path}: a plan is a non-empty list of {{'notebook', 'run_id', 'parameters'}} objects")
     seen: set[str] = set()
-    for i, arm in enumerate(plan):
+    arms = []
+    for i, raw in enumerate(plan):
         where = f"{path}: arm {i}"
-        if not isinstance(arm, dict) or not {"notebook", "run_id"} <= set(arm) or set(arm) - PLAN_KEYS:
+        if not isinstance(raw, dict) or not {"notebook", "run_id"} <= set(raw) or set(raw) - PLAN_KEYS:
             raise ValueError(f"{where}: expected keys notebook, run_id and optionally parameters, extra; "
-                             f"got {sorted(arm) if isinstance(arm, dict) else type(arm).__name__}")
-        if not isinstance(arm["run_id"], str) or not run_record.RUN_ID_RE.fullmatch(arm["run_id"]):
-            raise ValueError(f"{where}: run_id {arm['run_id']!r} must match {run_record.RUN_ID_RE.pattern}")
-        if arm["run_id"] in seen:
-            raise ValueError(f"{where}: run_id {arm['run_id']!r} appears twice in the plan")
-        seen.add(arm["run_id"])
-        if not isinstance(arm.get("parameters", {}), dict) or not isinstance(arm.get("extra", {}), dict):
+                             f"got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
+        arm = build(raw, PlanArm)
+        if not isinstance(arm.run_id, str) or not run_record.RUN_ID_RE.fullmatch(arm.run_id):
+            raise ValueError(f"{where}: run_id {arm.run_id!r} must match {run_record.RUN_ID_RE.pattern}")
+        if arm.run_id in seen:
+            raise ValueError(f"{where}: run_id {arm.run_id!r} appears twice in the plan")
+        seen.add(arm.run_id)
+        if not isinstance(raw.get("parameters", {}), dict) or not isinstance(raw.get("extra", {}), dict):
             raise ValueError(f"{where}: 'parameters' and 'extra' must be objects")  # noqa: TRY004
-        notebook = Path(arm["notebook"])
+        notebook = Path(arm.notebook)
         if not notebook.is_file():
             raise FileNotFoundError(f"{where}: notebook {notebook} not found (paths are relative to {Path.cwd()})")
-        check_parameters(notebook, arm.get("parameters", {}))
-        _check_extra(arm.get("extra", {}), f"{where}: extra")
-    return plan
+        check_parameters(notebook, arm.parameters or {})
+        _check_extra(arm.extra or {}, f"{where}: extra")
+        arms.append(arm)
+    return arms
 
 
 def completed_before(run_dir: Path) -> bool:
@@ -444,14 +459,14 @@ def run_batch(plan_path: str | os.PathLike, runs_dir: Path, *, kernel_name: str 
     plan = load_plan(plan_path)
     outcome: list[tuple[str, str]] = []
     for i, arm in enumerate(plan, 1):
-        run_id = arm["run_id"]
+        run_id = arm.run_id
         if completed_before(Path(runs_dir) / run_id):
             echo(f"[{i}/{len(plan)}] {run_id}: skipped (completed before)")
             outcome.append((run_id, "skipped"))
             continue
-        echo(f"[{i}/{len(plan)}] {run_id}: running {arm['notebook']}")
-        record = run_notebook(Path(arm["notebook"]), arm.get("parameters", {}), run_id, Path(runs_dir),
-                              arm.get("extra", {}), kernel_name=kernel_name, log_output=log_output)
+        echo(f"[{i}/{len(plan)}] {run_id}: running {arm.notebook}")
+        record = run_notebook(Path(arm.notebook), arm.parameters or {}, run_id, Path(runs_dir),
+                              arm.extra or {}, kernel_name=kernel_name, log_output=log_output)
         echo(f"[{i}/{len(plan)}] {run_id}: {record.status}" + (f" ({record.reason})" if record.reason else "")
              + f" in {record.duration_s:.1f} s")
         outcome.append((run_id, record.status))
@@ -463,8 +478,8 @@ def _record_bytes(run_dir: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[RunRecord]:
-    """Run independent arms ({"notebook", "run_id", "parameters"}) at the same time, each as its own
+def run_notebooks_at_once(arms: list[PlanArm], runs_dir: Path, work: Path) -> list[RunRecord]:
+    """Run independent arms at the same time, each as its own
     `python -m kit batch` process of a one-arm plan, and return their run records in the order given.
 
     Processes, not threads: run_notebook sets the kernel's environment in os.environ, which threads would
@@ -477,12 +492,12 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
     work.mkdir(parents=True, exist_ok=True)
     # an earlier unfinished or failed attempt's record may still lie where this attempt's goes (the child
     # moves it aside only once it starts the run): its bytes, so that it is never taken for this attempt's
-    earlier = {arm["run_id"]: _record_bytes(runs_dir / arm["run_id"]) for arm in arms}
+    earlier = {arm.run_id: _record_bytes(runs_dir / arm.run_id) for arm in arms}
     started = []
     for arm in arms:
-        plan = work / f"{arm['run_id']}.plan.json"
-        plan.write_bytes(canonical_json([arm]))
-        log = (work / f"{arm['run_id']}.log").open("wb")
+        plan = work / f"{arm.run_id}.plan.json"
+        plan.write_bytes(canonical_json([arm.to_json()]))
+        log = (work / f"{arm.run_id}.log").open("wb")
         # --no-progress: its console is a log file, where a bar's frames are only noise
         cmd = [sys.executable, "-m", "kit", "batch", str(plan), "--runs-dir", str(runs_dir), "--no-progress"]
         started.append((arm, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
@@ -490,12 +505,12 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
     for arm, log, process in started:
         process.wait()
         log.close()
-        written = _record_bytes(runs_dir / arm["run_id"])
-        if written is None or written == earlier[arm["run_id"]]:
-            missing.append(f"{arm['run_id']} (exit {process.returncode}, log {log.name})")
+        written = _record_bytes(runs_dir / arm.run_id)
+        if written is None or written == earlier[arm.run_id]:
+            missing.append(f"{arm.run_id} (exit {process.returncode}, log {log.name})")
     if missing:
         raise RuntimeError(f"{runs_dir}: no run record from {', '.join(missing)}")
-    return [run_record.read_run_record(runs_dir / arm["run_id"]) for arm, _, _ in started]
+    return [run_record.read_run_record(runs_dir / arm.run_id) for arm, _, _ in started]
 
 
 def batch_exit_status(outcome: list[tuple[str, Any]]) -> int:
