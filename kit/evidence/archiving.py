@@ -100,8 +100,8 @@ def _run_entries(runs_dir: Path, folders: list[str]) -> list[ArchivedRun]:
             out.append(ArchivedRun(
                 run_id=rec.get("run_id", d.name), status=rec.get("status", "unrecorded"),
                 member=d.relative_to(runs_dir).as_posix(), folder=folder,
-                produced_roots=tuple(sorted({e.get("root") for e in roots.get("produced") or []
-                                             if isinstance(e, dict) and e.get("root")})),
+                produced_roots=tuple(sorted({root for e in roots.get("produced") or []
+                                             if isinstance(e, dict) and isinstance(root := e.get("root"), str) and root})),
                 superseded_in=d.parent.relative_to(runs_dir).as_posix() if note else None,
                 superseded_by=note.replaced_by.get(d.name) if note else None))
     return out
