@@ -74,6 +74,8 @@ def test_a_commit_not_in_the_clone_is_refused_naming_the_way_out(tmp_path):
         replay_at_recorded_commits([path.parent], tmp_path / "work", [])
 
 
-def test_at_recorded_commit_needs_replay(capsys):
+def test_at_recorded_commit_needs_replay_and_named_runs(capsys):
     assert main(["verify-evidence", "--at-recorded-commit", str(REPO / "runs" / "demo-seed")]) != 0
     assert "--at-recorded-commit replays: give it with --replay" in capsys.readouterr().err
+    assert main(["verify-evidence", "--replay", "--at-recorded-commit", str(REPO / "runs")]) != 0
+    assert "is not a run folder (no run.json); name the runs to replay" in capsys.readouterr().err

@@ -148,6 +148,10 @@ def cmd_evidence_root(a) -> int:
 def _replay(run_dirs, a) -> int:
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="kit-replay-"))
     if a.at_recorded_commit:  # each run with its recorded commit's code (kit/evidence/replay_at_commit.py)
+        folders = [p for p in a.run_dirs if not (Path(p) / "run.json").exists()]
+        if folders:  # a runs folder holds runs of many commits, GPU runs and benchmarks: name the runs
+            raise ValueError(f"--at-recorded-commit: {folders[0]} is not a run folder (no run.json); name the runs "
+                             "to replay, each is replayed at the commit its record names")
         passed = [flag for flag, on in (("--json", a.json), ("--no-progress", a.no_progress)) if on]
         return replay_at_recorded_commits(run_dirs, work.resolve(), passed, log=lambda m: print(m, file=sys.stderr))
     # a folder given (a runs directory): its benchmark records and GPU runs are listed as not replayed;
