@@ -239,9 +239,9 @@ def test_replay_compares_every_sidecar_field_and_the_output_text(tmp_path):
                if o.get("name") == "stdout" and "generated answers" in "".join(o["text"]))
     out["text"] = ["generated answers, candidate vs baseline: {'gained': 64, 'lost': 0, 'net': 64}\n"]
     nb_path.write_text(json.dumps(nb))
-    for name in ("accuracy_by_family", "generated_answers"):
-        rec.metrics[name] = sha256_file(tampered / "metrics" / f"{name}.json")
-    rec.executed_notebook_sha256 = sha256_file(nb_path)
+    rewritten = {name: sha256_file(tampered / "metrics" / f"{name}.json")
+                 for name in ("accuracy_by_family", "generated_answers")}
+    rec = replace(rec, metrics={**rec.metrics, **rewritten}, executed_notebook_sha256=sha256_file(nb_path))
     original = run_record.read_run_record(RUNS / "demo-adaptive-dev-A")
     result = compare(rec, original, str(tampered), tampered, RUNS / "demo-adaptive-dev-A")
     assert not result["ok"]
