@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 GIT = ["git", "-c", "user.name=kit-test", "-c", "user.email=kit@test", "-c", "commit.gpgsign=false"]
 
 
-def head_commit() -> str:
-    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True,
+def head_commit(repo: Path) -> str:
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
 
 
@@ -40,7 +40,7 @@ def test_a_run_replays_with_the_code_of_its_recorded_commit(tmp_path, capfd):
                           clone / "runs")
     assert record.status == "completed"
     commit = record.git.commit
-    assert commit == head_commit()
+    assert commit == head_commit(clone)  # this repository's HEAD when cloned (it may have moved on since)
     assert record.notebook == "notebooks/90_inspect_failed_arm.ipynb"  # relative: the replay runs the tree's
 
     work = tmp_path / "work"
