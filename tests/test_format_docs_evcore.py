@@ -10,7 +10,7 @@ from support.format_docs import assert_docs_match
 from kit.evidence.archive import ArchiveIndex
 from kit.evidence.run_record import RunRecord
 from kit.evidence.runner import PlanArm
-from kit.evidence.verify import SupersededNote
+from kit.evidence.superseded import SupersededNote
 
 
 @pytest.mark.parametrize("page, heading, cls", [

@@ -18,7 +18,7 @@ from kit.evidence.manifest import run_key
 
 if TYPE_CHECKING:  # annotations only
     from kit.evidence.run_record import RunRecord
-    from kit.evidence.verify import SupersededNote
+    from kit.evidence.superseded import SupersededNote
 
 MODES_RELATIVE = Path("runs") / "GPU_MODES.json"
 MODES_FORMAT = "kit-gpu-modes/1"

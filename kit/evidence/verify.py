@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import (
@@ -30,8 +29,9 @@ from kit.evidence.gpu_mode import gpu_mode_check
 from kit.evidence.manifest import RECORD_PINS_RELATIVE, files_check, read_record_pins, run_key
 from kit.evidence.parameters import ParameterError, parse_assignments
 from kit.evidence.run_record import CheckpointRoots
+from kit.evidence.superseded import SupersededNote
 from kit.evidence.tree import note_pinned
-from kit.record import MapOf, Record, Seq, build, spec_field
+from kit.record import build
 from kit.store.commits import verify_commit
 from kit.store.manifest import commits_dir
 
@@ -130,16 +130,6 @@ def _roots_checks(roots: CheckpointRoots, base: Path, superseded: SupersededNote
 
 SUPERSEDED_NAME = "superseded.json"
 SUPERSEDED_FORMAT = "kit-superseded/1"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SupersededNote(Record):
-    """A superseded folder's superseded.json (docs/formats/verify-evidence.md, "Superseded folders")."""
-
-    format: str = spec_field(str, doc=SUPERSEDED_FORMAT)
-    reason: str = spec_field(str, doc="why the folder's records no longer stand")
-    unreachable_commits: tuple[str, ...] = spec_field(Seq(str), doc="recorded commits the history no longer holds")
-    replaced_by: Mapping[str, str] = spec_field(MapOf(str), doc="run name -> the run under runs/ that re-made it")
 
 
 def superseded_note(run_dir: Path, base: Path | None = None) -> SupersededNote | None:
