@@ -1,17 +1,17 @@
 """`kit verify-evidence --replay --at-recorded-commit`: a run replays with the kit and notebooks of the commit its
 run.json names (extracted from the clone), and a commit the clone does not hold is refused, naming the way out.
 
-The tiny run is notebook 90 (inspect a failed arm) on test_demo_notebooks' fixture run, recorded inside a shared
-clone of this repository at its current commit, so its record names that commit and its notebook relative to it."""
+The tiny run is notebook 90 (inspect a run) reading a committed run of runs/, recorded inside a shared clone of this
+repository at its current commit, so its record names that commit and its notebook relative to it."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from test_demo_notebooks import fixture_commit, fixture_failed_run
 
 from kit.cli import main
 from kit.digest import load_json_strict, write_canonical_json
@@ -32,12 +32,11 @@ def test_a_run_replays_with_the_code_of_its_recorded_commit(tmp_path, capfd):
     clone = tmp_path / "clone"  # this repository at its current commit; objects shared, nothing fetched
     subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(REPO), str(clone)], check=True)
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", "HEAD", "--", "notebooks"], check=True)
-    home = tmp_path / "home"
-    fixture_commit(home)
-    fixture_failed_run(tmp_path / "fixture-runs", home)
-    params = {"RUN_ID": "arm-failed", "RUNS_DIR": str(tmp_path / "fixture-runs")}
-    record = run_notebook(clone / "notebooks" / "90_inspect_failed_arm.ipynb", params, "inspect",
-                          clone / "runs")
+    params = {"RUN_ID": "demo-adaptive-prepare", "RUNS_DIR": str(REPO / "runs")}  # absolute: read as it is
+    (tmp_path / "cwd").mkdir()
+    with contextlib.chdir(tmp_path / "cwd"):  # no data folder (demo-out/) here, none in the replay's either
+        record = run_notebook(clone / "notebooks" / "90_inspect_failed_arm.ipynb", params, "inspect",
+                              clone / "runs")
     assert record.status == "completed"
     commit = record.git.commit
     assert commit == head_commit(clone)  # this repository's HEAD when cloned (it may have moved on since)
