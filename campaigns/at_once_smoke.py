@@ -44,10 +44,13 @@ def write_barrier_notebook(path: Path, cuda: bool = False) -> Path:
     return path
 
 
-def barrier_arms(notebook: Path, marks: Path) -> list[dict]:
-    """Two arms of `notebook`, arm-a and arm-b, each waiting for the other's mark in `marks`."""
-    return [{"notebook": str(notebook), "run_id": f"arm-{me}",
-             "parameters": {"name": me, "mapping": {"folder": str(marks), "other": other}}}
+def barrier_arms(notebook: Path, marks: Path) -> list:
+    """Two arms (kit.evidence.runner.PlanArm) of `notebook`, arm-a and arm-b, each waiting for the other's mark in
+    `marks`."""
+    from kit.evidence.runner import PlanArm
+
+    return [PlanArm(notebook=str(notebook), run_id=f"arm-{me}",
+                    parameters={"name": me, "mapping": {"folder": str(marks), "other": other}})
             for me, other in (("a", "b"), ("b", "a"))]
 
 

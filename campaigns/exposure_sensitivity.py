@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         run_dir, _, evaluation = pair.partition("=")
         rec = read_run_record(resolve(run_dir))  # committed evidence, archived folders included
         ev = load_json_strict(resolve(evaluation))
-        contract = recorded_contract(rec.contract_digest, (rec.git or {}).get("commit"), run_dir)
+        contract = recorded_contract(rec.contract_digest, rec.git.commit if rec.git is not None else None, run_dir)
         terms = build(contract, AdaptiveContract)  # the recorded JSON, read as the kit reads a contract
         earlier = {e["id"] for e in ledger
                    if e["contract_digest"] != rec.contract_digest and e["time"] < rec.started_at}

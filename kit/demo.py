@@ -38,7 +38,7 @@ from kit.digest import sha256_file, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV, LEDGER_RELATIVE
 from kit.evidence.report.page import render_report
 from kit.evidence.run_record import RunRecord, read_run_record
-from kit.evidence.runner import run_notebook, run_notebooks_at_once
+from kit.evidence.runner import PlanArm, run_notebook, run_notebooks_at_once
 from kit.evidence.runtime import KERNEL_LOG_NAME, ensure_runtime, quiet_kernels, repository_root
 
 ADAPTIVE_CONTRACT = "contracts/adaptive-shards.tiny.json"
@@ -124,16 +124,16 @@ class RecordedRoots:
 
     def endpoint(self, run_id: str) -> str:
         record = read_run_record(self.runs_dir / run_id)
-        produced = record.checkpoint_roots["produced"]
+        produced = record.checkpoint_roots.produced
         if record.status != "completed" or not produced:
             raise DemoStopped(f"{self.runs_dir / run_id}: status {record.status}, no endpoint root to "
                               "continue from")
-        return produced[-1]["root"]
+        return produced[-1].root
 
     def produced(self, run_id: str) -> list[str]:
         """Every root the run committed, in training order (its endpoint last)."""
         self.endpoint(run_id)  # refuses an unfinished run as endpoint() does
-        return [p["root"] for p in read_run_record(self.runs_dir / run_id).checkpoint_roots["produced"]]
+        return [p.root for p in read_run_record(self.runs_dir / run_id).checkpoint_roots.produced]
 
 
 class PlaceholderRoots:
@@ -530,7 +530,7 @@ def _run_chain(chain: list[Step], notebooks: Path, runs_dir: Path, out: Path) ->
         step = to_run[0]
         records = [run_notebook(Path(shown_path(notebooks / step.notebook)), step.parameters, step.run_id, runs_dir)]
     elif to_run:
-        arms = [{"notebook": shown_path(notebooks / s.notebook), "run_id": s.run_id, "parameters": s.parameters}
+        arms = [PlanArm(notebook=shown_path(notebooks / s.notebook), run_id=s.run_id, parameters=s.parameters)
                 for s in to_run]
         records = run_notebooks_at_once(arms, runs_dir, out / "at-once")
     else:

@@ -68,8 +68,8 @@ def test_adoption_moves_the_old_runs_unchanged_and_copies_the_new(repo):
     assert (runs / "medium-campaign-X" / "work" / "medium-study-plan.json").is_file()
     # the folder's superseded.json names each moved run's replacement, as kit verify-evidence reads it
     note = superseded_note(superseded / "medium-seed")
-    assert note["format"] == "kit-superseded/1" and note["unreachable_commits"] == []
-    assert note["replaced_by"] == {n: n for n in out["superseded"]} and "88888888..." in note["reason"]
+    assert note is not None and note.format == "kit-superseded/1" and note.unreachable_commits == ()
+    assert note.replaced_by == {n: n for n in out["superseded"]} and "88888888..." in note.reason
 
 
 def test_an_existing_superseded_note_keeps_its_fields_and_gains_the_moved_runs(repo):

@@ -61,8 +61,8 @@ def test_archiving_keeps_every_listed_attempt_and_every_check(small_runs, tmp_pa
     before, checks_before = _listing(runs), _checks(runs)
     assert len(before[1]) == 27 and {k for _, _, k in before[1]} == {SUPERSEDED}
     entry = archive_folders(runs, [SUPERSEDED], "test")
-    assert not (runs / SUPERSEDED).exists() and (runs / "archive" / entry["file"]).is_file()
-    assert len(entry["runs"]) == 27 and entry["references"], "files equal to current runs are stored once"
+    assert not (runs / SUPERSEDED).exists() and (runs / "archive" / entry.file).is_file()
+    assert len(entry.runs) == 27 and entry.references, "files equal to current runs are stored once"
     assert _listing(runs) == before  # the report's run table and kept attempts: the same rows
     assert _checks(runs) == checks_before
     # a path inside the archived folder names it, unpacked
@@ -80,7 +80,7 @@ def test_archives_are_deterministic(small_runs, tmp_path):
             if p.is_file():
                 os.utime(p, (1_000_000 * (i + 1), 1_000_000 * (i + 1)))
                 p.chmod(0o600 if i else 0o664)
-        names.append(archive_folders(runs, [SUPERSEDED], "why")["file"])
+        names.append(archive_folders(runs, [SUPERSEDED], "why").file)
     assert names[0] == names[1]
 
 
@@ -167,7 +167,8 @@ def test_the_committed_archives_verify_in_place():
     """Every run in the committed archives is listed by `kit verify-evidence runs` and passes, and the
     index's run list is what the archives hold."""
     index = archive.read_index(REPO / "runs")
-    listed = {r["member"] for a in index["archives"] for r in a["runs"]}
+    assert index is not None
+    listed = {r.member for a in index.archives for r in a.runs}
     runs = REPO / "runs"
     archived = [d for d in expand_run_dirs([str(runs)]) if archive.origin(d) is not None]
     assert {archive.origin(d).relative_to(runs.resolve()).as_posix() for d in archived} == listed

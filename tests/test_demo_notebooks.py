@@ -21,8 +21,9 @@ from support.models import write_hf_llama
 from kit.demo import SCALES, PlaceholderRoots, demo_steps, run_demo
 from kit.digest import canonical_json, sha256_file, write_canonical_json
 from kit.evidence.parameters import PARAMETERS_TAG, check_parameters
-from kit.evidence.run_record import RunRecord, read_run_record, write_run_record
+from kit.evidence.run_record import GitState, RunError, RunRecord, read_run_record, write_run_record
 from kit.evidence.runner import load_plan, run_notebook
+from kit.record import to_json
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -290,9 +291,9 @@ def fixture_failed_run(runs: Path, home: Path) -> Path:
         executed_notebook="11_adaptive_arm.ipynb",
         executed_notebook_sha256=sha256_file(run_dir / "11_adaptive_arm.ipynb"),
         parameters={"HOME": str(home), "COHORT": "A"}, status="failed", reason=f"WorkerFailure: {FAILURE}",
-        error={"cell_index": train_cell, "execution_count": 3, "ename": "WorkerFailure", "evalue": FAILURE},
+        error=RunError(cell_index=train_cell, execution_count=3, ename="WorkerFailure", evalue=FAILURE),
         started_at="2026-01-01T00:00:00.000Z", ended_at="2026-01-01T00:01:00.000Z", duration_s=60.0,
-        git={"commit": None, "dirty": None}, versions={}, device={"cpu": "fixture", "gpu_count": 0},
+        git=GitState(commit=None, dirty=None), versions={}, device={"cpu": "fixture", "gpu_count": 0},
         contract_digest=SHA, input_digests={"prepared.json": "cd" * 32}))
     return run_dir
 
@@ -306,7 +307,7 @@ def test_inspect_failed_arm_notebook_on_a_fixture_run(tmp_path):
     run_dir = tmp_path / "out" / "inspect"
     assert (record.status, record.error) == ("completed", None)
     assert (record.contract_digest, record.input_digests) == (SHA, {"prepared.json": "cd" * 32})
-    assert record.checkpoint_roots["used"] == [{"root": head, "home": "home"}]  # relative to the runs base
+    assert to_json(record.checkpoint_roots.used) == [{"root": head, "home": "home"}]  # relative to the runs base
     curves = json.loads((run_dir / "metrics" / "loss_curves.json").read_text())
     assert [(r["update"], r["objective"], r["grad_norm"]) for r in curves] == [(1, 2.5, 2.0), (2, 2.0, 3.0),
                                                                                (3, 1.5, 4.0)]

@@ -27,7 +27,7 @@ from kit.evidence.runner import load_plan, run_notebook
 from kit.evidence.verify import expand_run_dirs, verify_evidence
 
 RECORD_CELL = (
-    "from kit.evidence.records import record_metric, record_roots, record_inputs\n"
+    "from kit.evidence.notebook import record_metric, record_roots, record_inputs\n"
     "record_metric('echo', {'count': count, 'ratio': ratio, 'name': name, 'flag': flag, 'items': items,\n"
     "                       'mapping': mapping, 'anything': anything})\n"
     "record_metric('curve', [{'update': i, 'loss': 1.0 / (i + 1)} for i in range(count)])\n"
@@ -41,7 +41,7 @@ FAIL_CELL = (
     "if flag:\n"
     "    raise KeyError('boom \"quoted\"')\n"
     "if name == 'unavailable':\n"
-    "    from kit.evidence.records import ArmUnavailable\n"
+    "    from kit.evidence.notebook import ArmUnavailable\n"
     "    raise ArmUnavailable('needs 8 GPUs, host has 0')\n"
 )
 GIT = ["git", "-c", "user.name=kit-test", "-c", "user.email=kit@test", "-c", "commit.gpgsign=false"]
@@ -311,8 +311,8 @@ def test_failing_cell_gives_failed_with_cell_and_partial_notebook(batch):
     record = read_run_record(batch["runs"] / "arm-fail")
     assert record.status == "failed"
     # source cells: markdown, parameters, print, record, fail -> index 4; In [n]: injected cell runs second
-    assert record.error == {"cell_index": 4, "execution_count": 5, "ename": "KeyError",
-                            "evalue": "'boom \"quoted\"'"}
+    assert record.error is not None and record.error.to_json() == {
+        "cell_index": 4, "execution_count": 5, "ename": "KeyError", "evalue": "'boom \"quoted\"'"}
     assert record.reason == "KeyError: 'boom \"quoted\"'"
     partial = nbformat.read(batch["runs"] / "arm-fail" / "arm.ipynb", as_version=4)
     outputs = [o for c in partial.cells for o in c.get("outputs", [])]
@@ -325,7 +325,7 @@ def test_arm_unavailable_gives_unavailable_with_reason(batch):
     record = read_run_record(batch["runs"] / "arm-na")
     assert record.status == "unavailable"
     assert record.reason == "needs 8 GPUs, host has 0"
-    assert record.error["ename"] == "ArmUnavailable" and record.error["cell_index"] == 4
+    assert record.error.ename == "ArmUnavailable" and record.error.cell_index == 4
 
 
 def test_batch_continues_past_failure_exits_nonzero_and_skips_completed_on_rerun(batch, capsys):
@@ -360,7 +360,8 @@ def test_plan_is_checked_before_any_arm_runs(batch, tmp_path):
         load_plan(bad)
     yaml_plan = tmp_path / "plan.yaml"
     yaml_plan.write_text(f"- notebook: {nb}\n  run_id: y1\n  parameters: {{count: 4}}\n")
-    assert load_plan(yaml_plan) == [{"notebook": str(nb), "run_id": "y1", "parameters": {"count": 4}}]
+    assert [arm.to_json() for arm in load_plan(yaml_plan)] == [{"notebook": str(nb), "run_id": "y1",
+                                                               "parameters": {"count": 4}}]
 
 
 # --- a kernel that dies ---------------------------------------------------------------------
@@ -369,10 +370,10 @@ def test_kernel_death_gives_failed_and_keeps_partial_notebook(tmp_path):
                         parameters=None)
     record = run_notebook(nb, {}, "dies", tmp_path / "runs", {})
     assert record.status == "failed"
-    assert record.error["ename"] == "DeadKernelError" and record.error["cell_index"] == 2
+    assert record.error.ename == "DeadKernelError" and record.error.cell_index == 2
     # papermill saves the dying cell's count only if the kernel answered before it died; the source
     # cell index (above) is what names the cell either way.
-    assert record.error["execution_count"] in (2, None)
+    assert record.error.execution_count in (2, None)
     partial = nbformat.read(tmp_path / "runs" / "dies" / "die.ipynb", as_version=4)
     assert partial.cells[1].outputs[0]["text"] == "alive\n"
     assert partial.cells[3].get("execution_count") is None

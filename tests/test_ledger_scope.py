@@ -14,7 +14,7 @@ from kit.data.conversations import instruction_source_range
 from kit.demo import demo_ledger
 from kit.digest import sha256_file
 from kit.evidence.ledger import LEDGER_ENV, ledger_path, record
-from kit.evidence.records import RUN_DIR_ENV
+from kit.evidence.notebook import RUN_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "contracts" / "adaptive-shards.tiny.json"

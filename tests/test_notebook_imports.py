@@ -1,8 +1,8 @@
 """The notebooks of notebooks/ use the kit's public API only: `import kit` and names of `kit.__all__`.
 
-Internal modules (and the compatibility shim kit/evidence/records.py, kept for the executed notebooks
-committed under runs/) stay free to move; a notebook that reaches into them fails here, naming the notebook,
-the cell and the name."""
+Internal modules stay free to move (an executed notebook committed under runs/ that imports one re-runs at the
+commit its record names: `kit verify-evidence --replay --at-recorded-commit`); a notebook that reaches into them
+fails here, naming the notebook, the cell and the name."""
 
 from __future__ import annotations
 

@@ -35,10 +35,10 @@ def test_committed_seed_and_arm_replay_to_the_committed_roots(replayed, work):
     assert arm["ok"], arm["mismatches"]
     assert "checkpoint_roots.produced" in arm["compared"] and "input_digests['seed.parameter_digest']" in arm["compared"]
     committed = run_record.read_run_record(RUNS / ARM)
-    assert committed.checkpoint_roots["produced"], "the committed arm produced roots to compare"
+    assert committed.checkpoint_roots.produced, "the committed arm produced roots to compare"
     again = run_record.read_run_record(work / "runs" / ARM)
-    assert [e["root"] for e in again.checkpoint_roots["produced"]] == \
-        [e["root"] for e in committed.checkpoint_roots["produced"]]
+    assert [e.root for e in again.checkpoint_roots.produced] == \
+        [e.root for e in committed.checkpoint_roots.produced]
     seed = run_record.read_run_record(work / "runs" / "demo-seed")  # the dependency was replayed too
     assert seed.input_digests["seed.parameter_digest"] == \
         run_record.read_run_record(RUNS / "demo-seed").input_digests["seed.parameter_digest"]

@@ -27,7 +27,14 @@ from kit.evidence.report.format import fmt
 from kit.evidence.report.page import external_resources
 from kit.evidence.report.sidecars import metric_view
 from kit.evidence.report.verdict_rows import verdict_rows
-from kit.evidence.run_record import RunRecord, write_run_record
+from kit.evidence.run_record import (
+    CheckpointRoot,
+    CheckpointRoots,
+    GitState,
+    RunError,
+    RunRecord,
+    write_run_record,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,10 +56,10 @@ def write_run(runs: Path, run_id: str, status: str, *, error=None, reason=None, 
     write_run_record(run_dir, RunRecord(
         run_id=run_id, notebook="notebooks/arm.ipynb", notebook_sha256="0" * 64, executed_notebook="arm.ipynb",
         executed_notebook_sha256=sha256_file(run_dir / "arm.ipynb"), parameters={"arm": run_id}, status=status,
-        reason=reason, error=error, started_at=f"2026-01-01T00:00:0{len(list(runs.iterdir()))}.000Z",
-        ended_at="2026-01-01T00:01:00.000Z", duration_s=12.5, git={"commit": "1" * 40, "dirty": False},
+        reason=reason, error=error and RunError.from_json(error, "the fixture's error"), started_at=f"2026-01-01T00:00:0{len(list(runs.iterdir()))}.000Z",
+        ended_at="2026-01-01T00:01:00.000Z", duration_s=12.5, git=GitState(commit="1" * 40, dirty=False),
         versions={"python": "3.11"}, device={"cpu": "test cpu", "cpu_count": 2, "gpus": [], "gpu_count": 0},
-        checkpoint_roots={"produced": [{"root": r, "home": None} for r in produced], "used": []},
+        checkpoint_roots=CheckpointRoots(produced=tuple(CheckpointRoot(root=r, home=None) for r in produced), used=()),
         metrics={n: sha256_file(run_dir / "metrics" / f"{n}.json") for n in metrics or {}},
     ))
 

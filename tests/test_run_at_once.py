@@ -13,7 +13,7 @@ from support.notebooks import write_notebook
 from campaigns.at_once_smoke import barrier_arms, main, write_barrier_notebook
 from kit.demo import SCALES, PlaceholderRoots, demo_steps, step_chains
 from kit.evidence.run_record import read_run_record
-from kit.evidence.runner import run_notebooks_at_once
+from kit.evidence.runner import PlanArm, run_notebooks_at_once
 
 
 def test_arms_run_at_the_same_time_and_come_back_in_order(tmp_path):
@@ -27,9 +27,9 @@ def test_arms_run_at_the_same_time_and_come_back_in_order(tmp_path):
     assert [r.run_id for r in records] == ["arm-a", "arm-b"]
     assert [r.status for r in records] == ["completed", "completed"]
     for arm, record in zip(arms, records):
-        assert record.parameters == arm["parameters"]
-        assert read_run_record(tmp_path / "runs" / arm["run_id"]) == record
-        assert (tmp_path / "work" / f"{arm['run_id']}.plan.json").is_file()
+        assert record.parameters == arm.parameters
+        assert read_run_record(tmp_path / "runs" / arm.run_id) == record
+        assert (tmp_path / "work" / f"{arm.run_id}.plan.json").is_file()
     # each ran while the other was running
     a, b = records
     assert a.started_at < b.ended_at and b.started_at < a.ended_at
@@ -44,8 +44,8 @@ def test_the_smoke_command_reports_both_arms(tmp_path, capsys):
 
 def test_an_arm_that_writes_no_record_is_named_with_its_log(tmp_path):
     nb = write_notebook(tmp_path / "plain.ipynb", "print(count)")
-    arms = [{"notebook": str(nb), "run_id": "arm-ok", "parameters": {"count": 1}},
-            {"notebook": str(nb), "run_id": "arm-bad", "parameters": {"no_such_parameter": 1}}]
+    arms = [PlanArm(notebook=str(nb), run_id="arm-ok", parameters={"count": 1}),
+            PlanArm(notebook=str(nb), run_id="arm-bad", parameters={"no_such_parameter": 1})]
     with pytest.raises(RuntimeError, match=r"no run record from arm-bad \(exit 2, log .*arm-bad\.log\)"):
         run_notebooks_at_once(arms, tmp_path / "runs", tmp_path / "work")
     assert read_run_record(tmp_path / "runs" / "arm-ok").status == "completed"  # the other arm ran to its end
@@ -57,11 +57,11 @@ def test_an_earlier_attempts_record_is_not_taken_for_this_ones(tmp_path):
     # earlier attempt's record, still in place, must not be returned as this attempt's outcome
     nb = write_notebook(tmp_path / "fails.ipynb", "raise RuntimeError(count)")
     runs, work = tmp_path / "runs", tmp_path / "work"
-    first = run_notebooks_at_once([{"notebook": str(nb), "run_id": "arm-x", "parameters": {"count": 1}}], runs, work)
+    first = run_notebooks_at_once([PlanArm(notebook=str(nb), run_id="arm-x", parameters={"count": 1})], runs, work)
     assert first[0].status == "failed"
     earlier = (runs / "arm-x" / "run.json").read_bytes()
-    arms = [{"notebook": str(nb), "run_id": "arm-x", "parameters": {"no_such_parameter": 1}},
-            {"notebook": str(nb), "run_id": "arm-y", "parameters": {"count": 2}}]
+    arms = [PlanArm(notebook=str(nb), run_id="arm-x", parameters={"no_such_parameter": 1}),
+            PlanArm(notebook=str(nb), run_id="arm-y", parameters={"count": 2})]
     with pytest.raises(RuntimeError, match=r"no run record from arm-x \(exit 2, log .*arm-x\.log\)"):
         run_notebooks_at_once(arms, runs, work)
     assert (runs / "arm-x" / "run.json").read_bytes() == earlier  # the failed attempt's record is kept as it was

@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -187,7 +188,10 @@ def test_an_independent_reader_verifies_the_pins_and_the_chained_ledger(base):
 def _as_new_record(d: Path, materials: list) -> None:
     """Rewrite a copied run's record as a kit-run/3 one would be (its manifest and materials)."""
     rec = run_record.read_run_record(d)
-    rec.format, rec.manifest, rec.materials = run_record.RUN_FORMAT, file_manifest(d), materials
+    rec = replace(rec, format=run_record.RUN_FORMAT, ledger_events=rec.ledger_events or (),
+                  manifest={rel: run_record.ManifestEntry.from_json(e, str(d), rel)
+                            for rel, e in file_manifest(d).items()},
+                  materials=tuple(run_record.Material.from_json(m, "materials") for m in materials))
     run_record.write_run_record(d, rec)
 
 
@@ -196,7 +200,7 @@ def test_a_new_record_chains_to_what_it_consumed(base):
     selection digest or a changed used root breaks the chain, with no checkpoint store present."""
     d = base / "runs" / FINAL
     selection = sha256_file(base / "runs" / SELECT / "files" / "selection.json")
-    used = run_record.read_run_record(d).checkpoint_roots["used"][0]["root"]
+    used = run_record.read_run_record(d).checkpoint_roots.used[0].root
     _as_new_record(d, [{"role": "selection", "kind": "file", "digest": selection},
                        {"role": "scored", "kind": "commit", "digest": used}])
     pins = json.loads((base / "runs" / "RECORD_PINS.json").read_text())  # the new record, pinned as committed
@@ -235,9 +239,9 @@ def test_replay_compares_every_sidecar_field_and_the_output_text(tmp_path):
                if o.get("name") == "stdout" and "generated answers" in "".join(o["text"]))
     out["text"] = ["generated answers, candidate vs baseline: {'gained': 64, 'lost': 0, 'net': 64}\n"]
     nb_path.write_text(json.dumps(nb))
-    for name in ("accuracy_by_family", "generated_answers"):
-        rec.metrics[name] = sha256_file(tampered / "metrics" / f"{name}.json")
-    rec.executed_notebook_sha256 = sha256_file(nb_path)
+    rewritten = {name: sha256_file(tampered / "metrics" / f"{name}.json")
+                 for name in ("accuracy_by_family", "generated_answers")}
+    rec = replace(rec, metrics={**rec.metrics, **rewritten}, executed_notebook_sha256=sha256_file(nb_path))
     original = run_record.read_run_record(RUNS / "demo-adaptive-dev-A")
     result = compare(rec, original, str(tampered), tampered, RUNS / "demo-adaptive-dev-A")
     assert not result["ok"]
@@ -343,7 +347,9 @@ def test_a_gpu_run_replays_in_its_recorded_mode():
     legacy = gpu_mode_environment(rec, said.append, RUNS / "medium-adaptive-A2-to-step64", RUNS.parent)
     assert legacy == {"KIT_GPU_DETERMINISTIC": "0", "CUBLAS_WORKSPACE_CONFIG": None} and "GPU_MODES.json" in said[1]
     for flag, value in ((True, "1"), (False, "0")):
-        rec.numeric_profile["gpu"] = {"deterministic": flag}
+        profile = rec.numeric_profile
+        rec = replace(rec, numeric_profile=run_record.NumericProfile(name=profile.name, environment=profile.environment,
+                                                                    gpu={"deterministic": flag}))
         assert gpu_mode_environment(rec) == {"KIT_GPU_DETERMINISTIC": value}
 
 

@@ -52,8 +52,8 @@ def test_every_committed_run_verifies():
         if git[0]["result"] != "pass":
             note = superseded_note(_here(r["run_dir"]))
             assert git[0]["result"] == "skipped" and note is not None, r["run_dir"]
-            assert Path(r["run_dir"]).name in note["replaced_by"]
-            assert (REPO / "runs" / note["replaced_by"][Path(r["run_dir"]).name]).is_dir()
+            assert Path(r["run_dir"]).name in note.replaced_by
+            assert (REPO / "runs" / note.replaced_by[Path(r["run_dir"]).name]).is_dir()
 
 
 def test_every_superseded_folder_of_runs_carries_its_note():
@@ -67,7 +67,7 @@ def test_every_superseded_folder_of_runs_carries_its_note():
         runs_in = {r.name for r in folder.iterdir() if (r / "run.json").is_file()}
         note = superseded_note(next(iter(sorted(folder.iterdir()))))
         assert note is not None, folder
-        assert runs_in <= set(note["replaced_by"]), (folder, sorted(runs_in - set(note["replaced_by"])))
+        assert runs_in <= set(note.replaced_by), (folder, sorted(runs_in - set(note.replaced_by)))
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -30,11 +30,11 @@ def compare_repeats(folder: Path, runs_dir: Path) -> list[dict]:
             committed = runs_dir / again.name
             old, new = run_record.read_run_record(committed), run_record.read_run_record(again)
             result = compare(old, new, committed.as_posix(), committed, again)
-            roots = [e["root"] for e in new.checkpoint_roots["produced"]]
+            roots = [e.root for e in new.checkpoint_roots.produced]
             rows.append({"committed": committed.as_posix(), "again": again.as_posix(), "kind": sub,
                          "equal": result["ok"], "fields_compared": len(result["compared"]),
                          "mismatches": result["mismatches"], "produced_roots": roots,
-                         "gpu_mode": (new.numeric_profile.get("gpu") or {}).get("deterministic")})
+                         "gpu_mode": (new.numeric_profile.gpu or {}).get("deterministic")})
     return rows
 
 

@@ -83,7 +83,7 @@ def exposures(run_dir: Path, evaluation_path: Path, public_source: Path, ledger:
         raise Refused(f"{run_dir}: status {rec.status}, evaluation split {ev.get('split')!r}; expected a completed "
                       "final evaluation")
     try:
-        contract = recorded_contract(rec.contract_digest, (rec.git or {}).get("commit"), str(run_dir))
+        contract = recorded_contract(rec.contract_digest, rec.git.commit, str(run_dir))
     except ValueError as e:
         raise Refused(str(e)) from None
     tasks, retention = rebuilt_roles(ev, contract, public_source)

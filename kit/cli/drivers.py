@@ -59,6 +59,9 @@ def register_verify_evidence(sub) -> None:
                         "and compare its digests and roots with the committed ones (kit/evidence/replay.py)")
     s.add_argument("--work", type=OutDir("a work folder for the replay"), help="with --replay: the folder for the replayed runs and their data (default: a new "
                                   "temporary folder)")
+    s.add_argument("--at-recorded-commit", action="store_true",
+                   help="with --replay: replay each run with the kit and notebooks of the commit its run.json names "
+                        "(extracted from this clone into the work folder; kit/evidence/replay_at_commit.py)")
     s.add_argument("--root", metavar="SHA256",
                    help="also fail unless the evidence root of the runs folder and its ledger (`kit evidence-root`) "
                         "is SHA256")

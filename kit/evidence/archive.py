@@ -22,10 +22,13 @@ import shutil
 import stat
 import tarfile
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from kit.digest import load_json_strict, read_bounded
 from kit.evidence.root import hash_regular
+from kit.record import ContractError, MapOf, Omittable, Opt, Record, Seq, spec_field
 
 ARCHIVE_DIR_NAME = "archive"
 INDEX_NAME = "index.json"
@@ -44,6 +47,50 @@ class ArchiveError(ValueError):
     """An archive or its index is not as the index says."""
 
 
+# index.json, declared (docs/formats/archived-evidence.md): read_index checks what a reader's safety rests on with
+# its own messages (names, sizes within MAX_INDEX, folders once), then the declared fields.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiveReference(Record):
+    """A member not in the tar: its bytes equal a file that stayed tracked when it was archived."""
+
+    member: str = spec_field(str, doc="its name in the archive")
+    path: str = spec_field(str, doc="where equal bytes were, relative to runs/")
+    sha256: str = spec_field(str, doc="sha256 of the bytes")
+    size: int = spec_field(int, doc="their size")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchivedRun(Record):
+    run_id: str = spec_field(str, doc="the run id (the folder name when unrecorded)")
+    status: str = spec_field(str, doc="its run.json's status, or unrecorded")
+    member: str = spec_field(str, doc="its path relative to runs/")
+    folder: str = spec_field(str, doc="the archived folder holding it")
+    produced_roots: tuple[str, ...] = spec_field(Seq(str), doc="its produced roots, sorted")
+    superseded_in: str | None = spec_field(Opt(str), doc="the folder whose superseded.json supersedes it")
+    superseded_by: str | None = spec_field(Opt(str), doc="the replacement's run id")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiveEntry(Record):
+    file: str = spec_field(str, doc="<sha256>.tar.xz")
+    sha256: str = spec_field(str, doc="sha256 of the file")
+    size: int = spec_field(int, doc="bytes of the file")
+    tar_sha256: str | None = spec_field(Omittable(str), doc="sha256 of the uncompressed tar")
+    why: str = spec_field(str, doc="why the folders were archived")
+    folders: tuple[str, ...] = spec_field(Seq(str), doc="plain folder names directly under runs/")
+    members: int = spec_field(int, doc="files the folders held")
+    unpacked_bytes: int = spec_field(int, doc="their bytes")
+    references: tuple[ArchiveReference, ...] = spec_field(Seq(ArchiveReference), doc="members stored as references")
+    runs: tuple[ArchivedRun, ...] = spec_field(Seq(ArchivedRun), doc="every run directory in the folders")
+    superseded_reasons: Mapping[str, str] | None = spec_field(Omittable(MapOf(str)), doc="folder -> its superseded.json's reason")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiveIndex(Record):
+    format: str = spec_field(str, doc=INDEX_FORMAT)
+    archives: tuple[ArchiveEntry, ...] = spec_field(Seq(ArchiveEntry), doc="one entry per archive, by first folder")
+
+
 # runs directory (resolved) -> (index sha256, temporary root holding the unpacked folders)
 _UNPACKED: dict[Path, tuple[str, Path]] = {}
 # temporary root -> the runs directory it stands for
@@ -54,7 +101,7 @@ def index_path(runs_dir: str | os.PathLike) -> Path:
     return Path(runs_dir) / ARCHIVE_DIR_NAME / INDEX_NAME
 
 
-def read_index(runs_dir: str | os.PathLike) -> dict | None:
+def read_index(runs_dir: str | os.PathLike) -> ArchiveIndex | None:
     """The checked index of `runs_dir`'s archives, or None when it has none."""
     path = index_path(runs_dir)
     if not path.exists() and not path.is_symlink():
@@ -88,7 +135,10 @@ def read_index(runs_dir: str | os.PathLike) -> dict | None:
                                    "inside the runs directory), sha256 and size")
         if not isinstance(a.get("runs"), list):
             raise ArchiveError(f"{where}: field 'runs' must be a list")
-    return index
+    try:
+        return ArchiveIndex.from_json(index, str(path))
+    except ContractError as e:
+        raise ArchiveError(str(e)) from None
 
 
 def _plain_name(name) -> bool:
@@ -110,7 +160,7 @@ def _member_ok(name, folders) -> bool:
 def archived_folders(runs_dir: str | os.PathLike) -> list[str]:
     """Names of the folders `runs_dir`'s archives hold (empty without an index)."""
     index = read_index(runs_dir)
-    return sorted(f for a in (index or {}).get("archives", []) for f in a["folders"])
+    return sorted(f for a in (index.archives if index is not None else ()) for f in a.folders)
 
 
 class _BoundedXZ(io.RawIOBase):
@@ -150,53 +200,53 @@ class _BoundedXZ(io.RawIOBase):
         return self._dec.eof
 
 
-def _unpack_one(runs_dir: Path, entry: dict, root: Path) -> int:
+def _unpack_one(runs_dir: Path, entry: ArchiveEntry, root: Path) -> int:
     """Check one archive and unpack its members (not its references) under `root`; returns their bytes. The
     file is hashed, then decompressed as a stream and unpacked member by member: no more than the index's
     sizes (and the absolute caps read_index enforces) is ever read or held."""
-    path = runs_dir / ARCHIVE_DIR_NAME / entry["file"]
-    where = f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {entry['file']}"
+    path = runs_dir / ARCHIVE_DIR_NAME / entry.file
+    where = f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {entry.file}"
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         raise ArchiveError(f"{where}: file {path} missing") from None
-    if not stat.S_ISREG(st.st_mode) or st.st_size != entry["size"]:
-        raise ArchiveError(f"{where}: {path} must be a regular file of {entry['size']} bytes")
+    if not stat.S_ISREG(st.st_mode) or st.st_size != entry.size:
+        raise ArchiveError(f"{where}: {path} must be a regular file of {entry.size} bytes")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as f:
         h, n = hashlib.sha256(), 0
         while chunk := f.read(1 << 20):
             n += len(chunk)
-            if n > entry["size"]:
-                raise ArchiveError(f"{where}: {path} grew past the index's {entry['size']} bytes while read")
+            if n > entry.size:
+                raise ArchiveError(f"{where}: {path} grew past the index's {entry.size} bytes while read")
             h.update(chunk)
-        if h.hexdigest() != entry["sha256"]:
+        if h.hexdigest() != entry.sha256:
             raise ArchiveError(f"{where}: the bytes of {path} do not hash to its name")
         f.seek(0)
-        budget, members = entry["unpacked_bytes"], 0
-        references = {r["member"]: r for r in entry.get("references") or []}
+        budget, members = entry.unpacked_bytes, 0
+        references = {r.member: r for r in entry.references}
         # a tar of the stated files is their bytes plus at most three 512-byte blocks each (header, PAX header,
         # padding) and the end blocks: an archive that decompresses past that is refused, not unpacked
-        limit = entry["unpacked_bytes"] + 3 * 512 * (entry["members"] + 1) + 20 * 512
+        limit = entry.unpacked_bytes + 3 * 512 * (entry.members + 1) + 20 * 512
         stream = _BoundedXZ(f, limit, where)
         try:
             with tarfile.open(fileobj=io.BufferedReader(stream, 1 << 16), mode="r|") as tar:
                 for m in tar:
                     if not m.isreg():
                         raise ArchiveError(f"{where}: member {m.name!r} is not a regular file")
-                    if not _member_ok(m.name, entry["folders"]) or m.name in references:
+                    if not _member_ok(m.name, entry.folders) or m.name in references:
                         raise ArchiveError(f"{where}: member {m.name!r} is outside the folders the index names")
                     budget -= m.size
                     members += 1
-                    if budget < 0 or members > entry["members"]:
+                    if budget < 0 or members > entry.members:
                         raise ArchiveError(f"{where}: members hold more than the index's unpacked_bytes or members")
                     _write_member(tar, m, root, where)
         except tarfile.TarError as e:
             raise ArchiveError(f"{where}: not a tar archive ({e})") from None
-    if members + len(references) != entry["members"]:
+    if members + len(references) != entry.members:
         raise ArchiveError(f"{where}: {members} member(s) and {len(references)} reference(s); the index states "
-                           f"{entry['members']} files")
-    return entry["unpacked_bytes"] - budget
+                           f"{entry.members} files")
+    return entry.unpacked_bytes - budget
 
 
 def _write_member(tar, m, root: Path, where: str) -> None:
@@ -230,22 +280,22 @@ def _content_map(runs_dir: Path, root: Path) -> dict[str, Path]:
     return out
 
 
-def _materialise_references(runs_dir: Path, index: dict, root: Path, member_bytes: dict[str, int]) -> None:
+def _materialise_references(runs_dir: Path, index: ArchiveIndex, root: Path, member_bytes: dict[str, int]) -> None:
     """Write every reference from a file with its bytes: first where the index says it was (a tracked file),
     else any tracked file or unpacked member with that sha256 (the file may itself have been archived or
     re-made since), until every reference is written or none more can be."""
-    pending = [(a, r) for a in index["archives"] for r in a.get("references") or []]
+    pending = [(a, r) for a in index.archives for r in a.references]
     found = _content_map(runs_dir, root)
     while pending:
         left = []
         for a, ref in pending:
-            src = runs_dir / ref["path"]
+            src = runs_dir / ref.path
             blob = None
-            for cand in (src, found.get(ref["sha256"])):
+            for cand in (src, found.get(ref.sha256)):
                 try:
                     if cand is not None and stat.S_ISREG(os.lstat(cand).st_mode):
                         data = cand.read_bytes()
-                        if hashlib.sha256(data).hexdigest() == ref["sha256"] and len(data) == ref["size"]:
+                        if hashlib.sha256(data).hexdigest() == ref.sha256 and len(data) == ref.size:
                             blob = data
                             break
                 except OSError:
@@ -253,26 +303,26 @@ def _materialise_references(runs_dir: Path, index: dict, root: Path, member_byte
             if blob is None:
                 left.append((a, ref))
                 continue
-            target = root / ref["member"]
+            target = root / ref.member
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(blob)
             except OSError as e:
-                raise ArchiveError(f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {a['file']}: reference "
-                                   f"{ref['member']!r} could not be written into the temporary folder "
+                raise ArchiveError(f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {a.file}: reference "
+                                   f"{ref.member!r} could not be written into the temporary folder "
                                    f"({tempfile.gettempdir()}, TMPDIR): {e.strerror or e}") from None
-            found.setdefault(ref["sha256"], target)
-            member_bytes[a["file"]] += len(blob)
+            found.setdefault(ref.sha256, target)
+            member_bytes[a.file] += len(blob)
         if len(left) == len(pending):
             a, ref = left[0]
-            raise ArchiveError(f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {a['file']}: reference "
-                               f"{ref['member']!r} needs a file with sha256 {ref['sha256'][:12]}... and {ref['size']} "
+            raise ArchiveError(f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {a.file}: reference "
+                               f"{ref.member!r} needs a file with sha256 {ref.sha256[:12]}... and {ref.size} "
                                f"bytes (last at {src}); no tracked file or archived member has them")
         pending = left
-    for a in index["archives"]:
-        if member_bytes[a["file"]] != a["unpacked_bytes"]:
-            raise ArchiveError(f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {a['file']} unpacked to "
-                               f"{member_bytes[a['file']]} bytes; the index states {a['unpacked_bytes']}")
+    for a in index.archives:
+        if member_bytes[a.file] != a.unpacked_bytes:
+            raise ArchiveError(f"{runs_dir / ARCHIVE_DIR_NAME / INDEX_NAME}: archive {a.file} unpacked to "
+                               f"{member_bytes[a.file]} bytes; the index states {a.unpacked_bytes}")
 
 
 def unpacked(runs_dir: str | os.PathLike) -> Path | None:
@@ -287,7 +337,8 @@ def unpacked(runs_dir: str | os.PathLike) -> Path | None:
     if cached is not None and cached[0] == digest and cached[1].is_dir():
         return cached[1]
     index = read_index(runs_dir)
-    assert index is not None, "the index file exists (checked above)"
+    if index is None:  # removed since the check above
+        return None
     try:
         root = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX)) / runs_dir.name
         root.mkdir()
@@ -296,7 +347,7 @@ def unpacked(runs_dir: str | os.PathLike) -> Path | None:
                            f"TMPDIR): {e.strerror or e}") from None
     atexit.register(shutil.rmtree, root.parent, True)
     try:
-        member_bytes = {entry["file"]: _unpack_one(runs_dir, entry, root) for entry in index["archives"]}
+        member_bytes = {entry.file: _unpack_one(runs_dir, entry, root) for entry in index.archives}
         _materialise_references(runs_dir, index, root, member_bytes)
     except BaseException:
         shutil.rmtree(root.parent, ignore_errors=True)

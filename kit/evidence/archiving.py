@@ -19,11 +19,12 @@ import os
 import shutil
 import stat
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence import archive, run_record
+from kit.evidence.archive import ArchivedRun, ArchiveEntry, ArchiveIndex, ArchiveReference
 from kit.evidence.verify import _run_dirs_under, superseded_note
 
 XZ_PRESET = 9 | lzma.PRESET_EXTREME
@@ -59,7 +60,7 @@ def _tracked_elsewhere(runs_dir: Path, excluded: set[str]) -> dict[tuple[str, in
     return out
 
 
-def tar_bytes(runs_dir: Path, folders: list[str], references: dict[str, dict]) -> tuple[bytes, int, int]:
+def tar_bytes(runs_dir: Path, folders: list[str], references: Mapping[str, ArchiveReference]) -> tuple[bytes, int, int]:
     """The deterministic tar of `folders` (without the referenced members): (bytes, members, member bytes)."""
     buf = io.BytesIO()
     members = size = 0
@@ -80,7 +81,7 @@ def tar_bytes(runs_dir: Path, folders: list[str], references: dict[str, dict]) -
     return buf.getvalue(), members, size
 
 
-def _run_entries(runs_dir: Path, folders: list[str]) -> list[dict]:
+def _run_entries(runs_dir: Path, folders: list[str]) -> list[ArchivedRun]:
     out = []
     for folder in sorted(folders):
         base = runs_dir / folder
@@ -96,28 +97,29 @@ def _run_entries(runs_dir: Path, folders: list[str]) -> list[dict]:
                 note = superseded_note(d)
             except ValueError:
                 note = None
-            out.append({"run_id": rec.get("run_id", d.name), "status": rec.get("status", "unrecorded"),
-                        "member": d.relative_to(runs_dir).as_posix(), "folder": folder,
-                        "produced_roots": sorted({root for e in roots.get("produced") or []
-                                                  if isinstance(e, dict) and (root := e.get("root"))}),
-                        "superseded_in": d.parent.relative_to(runs_dir).as_posix() if note else None,
-                        "superseded_by": (note["replaced_by"].get(d.name) if note else None)})
+            out.append(ArchivedRun(
+                run_id=rec.get("run_id", d.name), status=rec.get("status", "unrecorded"),
+                member=d.relative_to(runs_dir).as_posix(), folder=folder,
+                produced_roots=tuple(sorted({root for e in roots.get("produced") or []
+                                             if isinstance(e, dict) and isinstance(root := e.get("root"), str) and root})),
+                superseded_in=d.parent.relative_to(runs_dir).as_posix() if note else None,
+                superseded_by=note.replaced_by.get(d.name) if note else None))
     return out
 
 
-def superseded_reasons(runs_dir: Path, runs: list[dict]) -> dict[str, str]:
+def superseded_reasons(runs_dir: Path, runs: list[ArchivedRun]) -> dict[str, str]:
     """{folder: its superseded.json's reason} for the folders the runs name in `superseded_in` (stated once,
     not per run)."""
     out = {}
-    for folder in sorted({r["superseded_in"] for r in runs if r["superseded_in"]}):
-        some_run = next(r for r in runs if r["superseded_in"] == folder)
-        note = superseded_note(runs_dir / some_run["member"])
-        assert note is not None, "a folder the runs name in superseded_in holds superseded.json"
-        out[folder] = note["reason"]
+    for folder in sorted({r.superseded_in for r in runs if r.superseded_in}):
+        some_run = next(r for r in runs if r.superseded_in == folder)
+        note = superseded_note(runs_dir / some_run.member)
+        if note is not None:  # the run named its folder because the note is there
+            out[folder] = note.reason
     return out
 
 
-def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -> dict:
+def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -> ArchiveEntry:
     """Archive `folders` (names directly under `runs_dir`) into one tar.xz, add it to the index, re-read it
     and remove the folders. Returns the index entry."""
     runs_dir = Path(runs_dir)
@@ -132,7 +134,7 @@ def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -
         if f in already:
             raise ValueError(f"{p}: a folder of that name is already archived ({archive.index_path(runs_dir)})")
     elsewhere = _tracked_elsewhere(runs_dir, set(folders))
-    references: dict[str, dict] = {}
+    references: dict[str, ArchiveReference] = {}
     total = count = 0
     for folder in folders:
         for p in _files(runs_dir / folder):
@@ -141,21 +143,23 @@ def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -
             count += 1
             key = (_sha(p), size)
             if key in elsewhere and size > 0:
-                references[name] = {"member": name, "path": elsewhere[key], "sha256": key[0], "size": size}
+                references[name] = ArchiveReference(member=name, path=elsewhere[key], sha256=key[0], size=size)
     raw, members, member_bytes = tar_bytes(runs_dir, folders, references)
-    assert members + len(references) == count and member_bytes + sum(r["size"] for r in references.values()) == total
+    assert members + len(references) == count and member_bytes + sum(r.size for r in references.values()) == total
     data = lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET)
     sha = hashlib.sha256(data).hexdigest()
-    entry: dict[str, Any] = {"file": f"{sha}.tar.xz", "sha256": sha, "size": len(data), "tar_sha256": hashlib.sha256(raw).hexdigest(),
-             "why": why, "folders": folders, "members": count, "unpacked_bytes": total,
-             "references": [references[k] for k in sorted(references)], "runs": _run_entries(runs_dir, folders)}
-    entry["superseded_reasons"] = superseded_reasons(runs_dir, entry["runs"])
+    runs = _run_entries(runs_dir, folders)
+    entry = ArchiveEntry(file=f"{sha}.tar.xz", sha256=sha, size=len(data), tar_sha256=hashlib.sha256(raw).hexdigest(),
+                         why=why, folders=tuple(folders), members=count, unpacked_bytes=total,
+                         references=tuple(references[k] for k in sorted(references)), runs=tuple(runs),
+                         superseded_reasons=superseded_reasons(runs_dir, runs))
     adir = runs_dir / archive.ARCHIVE_DIR_NAME
     adir.mkdir(exist_ok=True)
-    (adir / entry["file"]).write_bytes(data)
-    index = archive.read_index(runs_dir) or {"format": archive.INDEX_FORMAT, "archives": []}
-    index["archives"] = sorted(index["archives"] + [entry], key=lambda a: a["folders"][0])
-    write_canonical_json(archive.index_path(runs_dir), index)
+    (adir / entry.file).write_bytes(data)
+    before = archive.read_index(runs_dir)
+    index = ArchiveIndex(format=archive.INDEX_FORMAT, archives=tuple(sorted(
+        [*(before.archives if before is not None else ()), entry], key=lambda a: a.folders[0])))
+    write_canonical_json(archive.index_path(runs_dir), index.to_json())
     (adir / "index.md").write_text(index_markdown(index))
     # read back before removing anything: every file must come out with its bytes
     root = archive.unpacked(runs_dir)
@@ -169,22 +173,22 @@ def archive_folders(runs_dir: str | os.PathLike, folders: list[str], why: str) -
     return entry
 
 
-def index_markdown(index: dict) -> str:
+def index_markdown(index: ArchiveIndex) -> str:
     """index.md: per archive, its folders and why, then one row per archived run."""
     lines = ["# Archived evidence", "",
              "Folders of `runs/` that are no longer current, kept as deterministic `tar.xz` archives named by",
              "their sha256 (docs/formats/archived-evidence.md, \"Archived evidence\"). `kit verify-evidence runs` checks the runs in",
              "them; `kit verify-evidence --replay runs/<folder>/<run>` replays one. This page is generated from",
              "`index.json` by `kit archive-evidence`.", ""]
-    for a in index["archives"]:
-        lines += [f"## `{a['file']}`", "", f"{a['why']}", "",
-                  (f"{a['members']} files, {a['unpacked_bytes']:,} bytes unpacked, {a['size']:,} bytes archived; "
-                  f"{len(a.get('references') or [])} stored once as references to tracked files."), "",
-                  "Folders: " + ", ".join(f"`{f}`" for f in a["folders"]), "",
-                  *[f"Superseded in `{f}`: {why}" + "\n" for f, why in (a.get("superseded_reasons") or {}).items()],
+    for a in index.archives:
+        lines += [f"## `{a.file}`", "", f"{a.why}", "",
+                  (f"{a.members} files, {a.unpacked_bytes:,} bytes unpacked, {a.size:,} bytes archived; "
+                  f"{len(a.references)} stored once as references to tracked files."), "",
+                  "Folders: " + ", ".join(f"`{f}`" for f in a.folders), "",
+                  *[f"Superseded in `{f}`: {why}" + "\n" for f, why in (a.superseded_reasons or {}).items()],
                   "| run | status | member | produced roots | superseded by |", "|---|---|---|---|---|"]
-        for r in a["runs"]:
-            roots = ", ".join(x[:12] for x in r["produced_roots"]) or "-"
-            lines.append(f"| {r['run_id']} | {r['status']} | `{r['member']}` | {roots} | {r['superseded_by'] or '-'} |")
+        for r in a.runs:
+            roots = ", ".join(x[:12] for x in r.produced_roots) or "-"
+            lines.append(f"| {r.run_id} | {r.status} | `{r.member}` | {roots} | {r.superseded_by or '-'} |")
         lines.append("")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from kit.evidence import run_record
 from kit.evidence.ledger import LEDGER_RELATIVE
 from kit.evidence.ledger_chain import ChainError, has_prefix, parse
 from kit.evidence.manifest import PINS_RELATIVE, read_pins
+from kit.evidence.run_record import RunRecord
 
 FILES_DIR = "files"
 PREPARE_SUFFIX = "_prepare.ipynb"  # the notebooks that write a prepared job (its prepared.json is their product)
@@ -43,7 +44,7 @@ class Evidence:
         self._list_runs = list_runs
 
     @cached_property
-    def records(self) -> list[tuple[Path, run_record.RunRecord]]:
+    def records(self) -> list[tuple[Path, RunRecord]]:
         dirs = self._list_runs([str(self.base / "runs")])
         out = []
         for d in dirs:
@@ -63,8 +64,8 @@ class Evidence:
                 found.setdefault(digest, []).append(where)
 
         for d, rec in self.records:
-            for rel, entry in getattr(rec, "manifest", {}).items():
-                add(entry["sha256"], str(d / rel))
+            for rel, entry in (rec.manifest or {}).items():  # none in a kit-run/2 record
+                add(entry.sha256, str(d / rel))
             for sidecar in sorted((d / "metrics").glob("*_file.json")):
                 add(_load(sidecar).get("sha256"), f"{sidecar} field 'sha256'")
             if rec.notebook.endswith(PREPARE_SUFFIX):
@@ -77,7 +78,7 @@ class Evidence:
 
     @cached_property
     def produced(self) -> set[str]:
-        return {e["root"] for _, rec in self.records for e in rec.checkpoint_roots["produced"]}
+        return {e.root for _, rec in self.records for e in rec.checkpoint_roots.produced}
 
     def file_with(self, digest: str) -> Path | None:
         """A file of the evidence with these bytes (to read a selection a material names)."""
@@ -132,46 +133,47 @@ def copies_check(run_dir: Path) -> dict:
     return _check("copies", problems, f"{n} kept cop{'y' if n == 1 else 'ies'} equal to the bytes their sidecars pin")
 
 
-def materials_checks(run_dir: Path, record, evidence: Evidence) -> list[dict]:
+def materials_checks(run_dir: Path, record: RunRecord, evidence: Evidence) -> list[dict]:
     """For a kit-run/3 record: materials present in the evidence; for one that names materials, also its used
     roots produced by a committed run, and a final evaluation's commits bound by the selection it used."""
     problems = []
-    for m in record.materials:
-        if m["kind"] == "commit":
-            if m["digest"] not in evidence.produced:
-                problems.append(f"{run_dir / 'run.json'}: material {m['role']} commit {m['digest'][:12]} is produced "
+    materials = record.materials or ()  # a kit-run/3 record's (verify_evidence calls this for those only)
+    for m in materials:
+        if m.kind == "commit":
+            if m.digest not in evidence.produced:
+                problems.append(f"{run_dir / 'run.json'}: material {m.role} commit {m.digest[:12]} is produced "
                                 "by no committed run")
-        elif m["digest"] not in evidence.files:
-            problems.append(f"{run_dir / 'run.json'}: material {m['role']} {m['kind']} {m['digest'][:12]} is not in "
+        elif m.digest not in evidence.files:
+            problems.append(f"{run_dir / 'run.json'}: material {m.role} {m.kind} {m.digest[:12]} is not in "
                             "the committed evidence")
-    out = [_check("materials", problems, f"{len(record.materials)} material(s) in the committed evidence")]
-    if not record.materials:
+    out = [_check("materials", problems, f"{len(materials)} material(s) in the committed evidence")]
+    if not materials:
         return out  # a run that names no materials (a notebook outside the kit's steps) is not chained further
-    used = [e["root"] for e in record.checkpoint_roots["used"]]
+    used = [e.root for e in record.checkpoint_roots.used]
     stray = [r for r in used if r not in evidence.produced]
     out.append(_check("roots used", [f"{run_dir / 'run.json'}: checkpoint_roots.used {r[:12]} is produced by no "
                                      "committed run" for r in stray], f"{len(used)} used root(s) produced by runs"))
-    selections = [m["digest"] for m in record.materials if m["role"] == "selection"]
+    selections = [m.digest for m in materials if m.role == "selection"]
     if selections:
         out.append(_binding_check(run_dir, record, selections[0], evidence))
     return out
 
 
-def _binding_check(run_dir: Path, record, selection: str, evidence: Evidence) -> dict:
+def _binding_check(run_dir: Path, record: RunRecord, selection: str, evidence: Evidence) -> dict:
     path = evidence.file_with(selection)
     if path is None:
         return _check("selection binding", [f"{run_dir / 'run.json'}: selection {selection[:12]} not found"], "")
     cands = _load(path).get("candidates") or {}
     bound = {c.get("full_root") for c in cands.values()} | \
         {(c.get("baseline") or {}).get("full_root") for c in cands.values()}
-    commits = [m["digest"] for m in record.materials if m["kind"] == "commit"] + \
-        [e["root"] for e in record.checkpoint_roots["used"]]
+    commits = [m.digest for m in record.materials or () if m.kind == "commit"] + \
+        [e.root for e in record.checkpoint_roots.used]
     stray = [r for r in commits if r not in bound]
     return _check("selection binding", [f"{run_dir / 'run.json'}: commit {r[:12]} is not bound by the selection "
                                         f"{path}" for r in stray], f"its commits are bound by {path}")
 
 
-def ledger_events_check(run_dir: Path, record, base: Path) -> dict:
+def ledger_events_check(run_dir: Path, record: RunRecord, base: Path) -> dict:
     """Every ledger event the run appended is in the committed ledger (by event digest)."""
     path = base / LEDGER_RELATIVE
     try:
@@ -179,10 +181,11 @@ def ledger_events_check(run_dir: Path, record, base: Path) -> dict:
         have = {ev.digest for ev in parse(path, data).events}
     except ValueError as e:  # ChainError, or a ledger that may not be read (a link, a device, too large)
         return _check("ledger events", [str(e)], "")
-    missing = [e for e in record.ledger_events if e["digest"] not in have]
-    return _check("ledger events", [f"{path}: lacks the {e['event']} event {e['digest'][:12]} that "
+    events = record.ledger_events or ()  # a kit-run/3 record's
+    missing = [e for e in events if e.digest not in have]
+    return _check("ledger events", [f"{path}: lacks the {e.event} event {e.digest[:12]} that "
                                     f"{run_dir / 'run.json'} records appending" for e in missing],
-                  f"{len(record.ledger_events)} event(s) in {path}")
+                  f"{len(events)} event(s) in {path}")
 
 
 def ledger_order_check(ledger) -> dict:

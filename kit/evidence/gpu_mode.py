@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kit.digest import load_json_strict
 from kit.evidence.manifest import run_key
+
+if TYPE_CHECKING:  # annotations only
+    from kit.evidence.run_record import RunRecord
+    from kit.evidence.superseded import SupersededNote
 
 MODES_RELATIVE = Path("runs") / "GPU_MODES.json"
 MODES_FORMAT = "kit-gpu-modes/1"
@@ -38,10 +43,10 @@ def read_modes(base: str | os.PathLike) -> dict:
     return data["runs"]
 
 
-def run_mode(run_dir: str | os.PathLike, record, base: str | os.PathLike) -> tuple[dict | None, str]:
+def run_mode(run_dir: str | os.PathLike, record: RunRecord, base: str | os.PathLike) -> tuple[dict | None, str]:
     """(mode, where it is stated) of a GPU run: its record's numeric_profile.gpu, else its entry in
     runs/GPU_MODES.json, else (None, why)."""
-    stated = record.numeric_profile.get("gpu")
+    stated = record.numeric_profile.gpu
     if stated:
         return stated, f"{Path(run_dir) / 'run.json'} field 'numeric_profile.gpu'"
     key = run_key(run_dir, base)
@@ -52,7 +57,7 @@ def run_mode(run_dir: str | os.PathLike, record, base: str | os.PathLike) -> tup
                   f"entry {key!r} in {Path(base) / MODES_RELATIVE}")
 
 
-def gpu_mode_check(run_dir: str | os.PathLike, record, base: str | os.PathLike, superseded: dict | None) -> dict | None:
+def gpu_mode_check(run_dir: str | os.PathLike, record: RunRecord, base: str | os.PathLike, superseded: SupersededNote | None) -> dict | None:
     """The `gpu_mode` check of a GPU run (None for a CPU run): pass where its mode is stated; fail for a current
     run (runs/<id>) that states none; a superseded run or an attempt kept in a campaign folder that states none
     is skipped (kept as the record of what ran, not a current result)."""

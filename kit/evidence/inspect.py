@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record
 from kit.evidence.archive import resolve
+from kit.evidence.run_record import RunRecord
 from kit.store.commits import read_head, verify_commit
 
 # sidecars an evaluation run writes (notebooks/13, 21): shown as the run's evaluation, not as raw metrics
@@ -41,15 +42,15 @@ def inspect_run(runs_dir: str | os.PathLike, run_id: str) -> dict:
         raise InspectError("RUN_ID is empty; name a run folder of the runs folder to inspect")
     # an archived run (runs/archive/, kit/evidence/archive.py) is inspected in its unpacked folder
     run_dir = resolve(Path(runs_dir) / run_id)
-    path = run_dir / records.RUN_RECORD_NAME
-    records.refuse_links(run_dir)
+    path = run_dir / run_record.RUN_RECORD_NAME
+    run_record.refuse_links(run_dir)
     if not path.is_file():
         raise InspectError(f"{path}: no such run record (the runs folder read is {Path(runs_dir)}; "
                            "set RUNS_DIR to the folder that holds the run)")
     raw = load_json_strict(path)  # strict JSON, any key order: what verify-evidence accepts
     if isinstance(raw, dict) and raw.get("format") == "kit-bench/1":
         return _benchmark(run_dir, raw)
-    return _notebook(run_dir, records.read_run_record(run_dir))
+    return _notebook(run_dir, run_record.read_run_record(run_dir))
 
 
 def _benchmark(run_dir: Path, rec: dict) -> dict:
@@ -79,12 +80,13 @@ def _device_words(device) -> str | None:
     return device.get("name") or device.get("cpu") or device.get("type")
 
 
-def _failed_cell(run_dir: Path, run) -> dict | None:
+def _failed_cell(run_dir: Path, run: RunRecord) -> dict | None:
     """The recorded error and the source of the notebook's own cell that raised it."""
-    error = run.error or {}
-    if not error and run.status == "completed":
+    error = run.error
+    if error is None and run.status == "completed":
         return None
-    out: dict[str, Any] = {"ename": error.get("ename"), "evalue": error.get("evalue"), "cell_index": error.get("cell_index"),
+    index = error.cell_index if error is not None else None
+    out: dict[str, Any] = {"ename": error and error.ename, "evalue": error and error.evalue, "cell_index": index,
            "cell_source": None, "traceback_tail": []}
     executed = run_dir / run.executed_notebook if run.executed_notebook else None
     if executed is None or not executed.is_file():
@@ -93,7 +95,6 @@ def _failed_cell(run_dir: Path, run) -> dict | None:
     # the source notebook's cells: the executed one without papermill's error banners and injected parameters
     added = {"papermill-error-cell-tag", "injected-parameters"}
     cells = [c for c in nb.get("cells", []) if not added & set(c.get("metadata", {}).get("tags", []))]
-    index = error.get("cell_index")
     if isinstance(index, int) and 0 <= index < len(cells):
         cell = cells[index]
         out["cell_source"] = "".join(cell.get("source", ""))
@@ -164,25 +165,25 @@ def _home(params: dict) -> str | None:
     return None
 
 
-def _notebook(run_dir: Path, run) -> dict:
+def _notebook(run_dir: Path, run: RunRecord) -> dict:
     params = run.parameters
-    metrics_dir = run_dir / records.METRICS_DIR_NAME
+    metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     sidecars = sorted(p.stem for p in metrics_dir.glob("*.json")) if metrics_dir.is_dir() else []
     curves, store = _store_curves(params)
     source = "store" if curves else None
     if not curves and "loss_curves" in sidecars:  # the store is not committed; its curves are
-        curves, source = load_json_strict(records.metric_path(run_dir, "loss_curves")), "sidecar"
-    evaluation = {name: load_json_strict(records.metric_path(run_dir, name))
+        curves, source = load_json_strict(run_record.metric_path(run_dir, "loss_curves")), "sidecar"
+    evaluation = {name: load_json_strict(run_record.metric_path(run_dir, name))
                   for name in EVALUATION_SIDECARS if name in sidecars}
     bound = {"contract_digest": run.contract_digest,
              **{f"input {k}": v for k, v in run.input_digests.items()},
              **{f"parameter {k}": json.dumps(v) for k, v in params.items()},
-             **{f"root used ({e['home']})": e["root"] for e in run.checkpoint_roots["used"]},
-             **{f"root produced ({e['home']})": e["root"] for e in run.checkpoint_roots["produced"]}}
+             **{f"root used ({e.home})": e.root for e in run.checkpoint_roots.used},
+             **{f"root produced ({e.home})": e.root for e in run.checkpoint_roots.produced}}
     return {
         "run_id": run.run_id, "kind": "notebook", "status": run.status, "reason": run.reason,
         "summary": {"notebook": run.notebook, "started_at": run.started_at, "duration_s": run.duration_s,
-                    "git": run.git["commit"], "dirty": run.git["dirty"],
+                    "git": run.git.commit, "dirty": run.git.dirty,
                     "device": f"{run.device.get('cpu')}, {run.device.get('gpu_count')} GPU(s)"},
         "error": _failed_cell(run_dir, run), "bound": bound,
         "contract_digest": run.contract_digest, "input_digests": dict(run.input_digests),
@@ -193,7 +194,7 @@ def _notebook(run_dir: Path, run) -> dict:
     }
 
 
-def _last_commit(run_dir: Path, run, home: str | None, sidecars: list[str]) -> dict | None:
+def _last_commit(run_dir: Path, run: RunRecord, home: str | None, sidecars: list[str]) -> dict | None:
     if home and Path(home).is_dir():
         head = read_head(home)
         if head is not None:
@@ -202,10 +203,10 @@ def _last_commit(run_dir: Path, run, home: str | None, sidecars: list[str]) -> d
                     "workers")
             return {"source": "store", "home": home, **{k: report.get(k) for k in keys}}
     if "commits" in sidecars:
-        table = load_json_strict(records.metric_path(run_dir, "commits"))
+        table = load_json_strict(run_record.metric_path(run_dir, "commits"))
         if isinstance(table, dict) and table.get("rows"):
             return {"source": "sidecar", **dict(zip(table["columns"], table["rows"][-1]))}
-    produced = run.checkpoint_roots["produced"]
+    produced = run.checkpoint_roots.produced
     if produced:
-        return {"source": "record", "home": produced[-1]["home"], "full_root": produced[-1]["root"]}
+        return {"source": "record", "home": produced[-1].home, "full_root": produced[-1].root}
     return None

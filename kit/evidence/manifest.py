@@ -22,6 +22,8 @@ from kit.digest import (
     sha256_regular,
 )
 from kit.evidence.archive import origin
+from kit.evidence.run_record import RUN_FORMAT, RunRecord
+from kit.record import to_json
 
 PINS_RELATIVE = Path("runs") / "MANIFESTS.json"
 PINS_FORMAT = "kit-run-pins/1"
@@ -168,12 +170,12 @@ def compare_manifest(run_dir: Path, want: dict, source: str) -> list[str]:
     return problems
 
 
-def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record=None) -> dict:
+def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record: RunRecord | None = None) -> dict:
     """The `files` check: a kit-run/3 record's own manifest, else the run's pins in runs/MANIFESTS.json (its
     files and its run.json). A run with neither fails "not pinned": an unpinned record proves nothing."""
     run_dir, base = Path(run_dir), Path(base)
-    if record is not None and getattr(record, "format", None) == "kit-run/3":
-        problems = compare_manifest(run_dir, record.manifest, f"{run_dir / RECORD_NAME} field 'manifest'")
+    if record is not None and record.format == RUN_FORMAT and record.manifest is not None:
+        problems = compare_manifest(run_dir, to_json(record.manifest), f"{run_dir / RECORD_NAME} field 'manifest'")
         try:
             pinned = record_pin_problem(run_dir, run_key(run_dir, base), base)
         except ValueError as e:

@@ -9,6 +9,7 @@ notebook also runs by hand. This module imports neither torch nor papermill.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,13 @@ from kit.evidence.run_record import (
     METRIC_NAME_RE,
     METRICS_DIR_NAME,
     SHA256_RE,
+    LedgerEvent,
+    Material,
     RunRecordError,
     check_root,
+    defaulted_field,
 )
+from kit.record import Record, Seq
 
 RUN_DIR_ENV = "KIT_RUN_DIR"
 KERNEL_ROOTS_NAME = ".kernel-roots.json"  # written by record_roots, merged into run.json, then removed
@@ -175,6 +180,15 @@ def record_metric(name: str, obj: Any) -> Path | None:
     path = run_dir / METRICS_DIR_NAME / f"{name}.json"
     write_canonical_json(path, obj)
     return path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelChain(Record):
+    """KERNEL_CHAIN_NAME in the run folder: what record_materials and record_ledger_event wrote from the kernel,
+    which the runner moves into run.json's chain fields."""
+
+    materials: tuple[Material, ...] = defaulted_field(Seq(Material), tuple, "what the run consumed, in order")
+    ledger_events: tuple[LedgerEvent, ...] = defaulted_field(Seq(LedgerEvent), tuple, "ledger events it appended")
 
 
 def _add_to_chain(key: str, item: dict) -> Path | None:

@@ -103,7 +103,7 @@ def _replayable(record: RunRecord, run_dir: Path) -> None:
         raise ReplayError(f"{run_dir}: status {record.status!r}; only completed runs are replayed")
     if record.device.get("gpu_count"):
         _gpu_replayable(record, run_dir)
-    profile = record.numeric_profile.get("name")
+    profile = record.numeric_profile.name
     if profile != kit.NUMERIC_PROFILE:
         raise ReplayError(f"{run_dir}: field numeric_profile.name = {profile!r}; this kit computes under "
                           f"{kit.NUMERIC_PROFILE!r}, so its digests are not comparable")
@@ -133,7 +133,7 @@ def gpu_mode_environment(record: RunRecord, log=print, run_dir: Path | None = No
     and the log says so."""
     if not record.device.get("gpu_count"):
         return {}
-    mode = record.numeric_profile.get("gpu")
+    mode = record.numeric_profile.gpu
     if mode is None and run_dir is not None and base is not None:
         mode, where = run_mode(run_dir, record, base)
         if mode is not None:
@@ -188,9 +188,9 @@ class Replayer:
         to produce it: an evaluation's arms, a comparison's two trajectories. A location names a folder, which
         several runs write into; a used root names exactly the commit read."""
         out: dict[str, RunRecord] = {}
-        for used in consumer.checkpoint_roots.get("used") or []:
+        for used in consumer.checkpoint_roots.used:
             makers = [r for _, r in self.records.values() if r.run_id != consumer.run_id
-                      and any(p.get("root") == used.get("root") for p in r.checkpoint_roots.get("produced") or [])]
+                      and any(p.root == used.root for p in r.checkpoint_roots.produced)]
             first = min(makers, key=lambda r: (r.started_at, r.run_id), default=None)
             if first is not None and first.started_at <= consumer.started_at:
                 out.setdefault(first.run_id, first)
@@ -311,8 +311,8 @@ def compare(committed: RunRecord, replayed: RunRecord, where: str, committed_dir
     for name, digest in sorted(committed.input_digests.items()):
         if name not in NON_IDENTITY_INPUTS and not name.startswith(NON_IDENTITY_INPUT_PREFIXES):
             check(f"input_digests[{name!r}]", digest, replayed.input_digests.get(name))
-    old_roots = [e["root"] for e in committed.checkpoint_roots["produced"]]
-    new_roots = [e["root"] for e in replayed.checkpoint_roots["produced"]]
+    old_roots = [e.root for e in committed.checkpoint_roots.produced]
+    new_roots = [e.root for e in replayed.checkpoint_roots.produced]
     check("checkpoint_roots.produced", old_roots, new_roots)
     if committed_dir is not None and replayed_dir is not None and replayed.status == "completed":
         for name in sorted(committed.metrics):
@@ -324,8 +324,9 @@ def compare(committed: RunRecord, replayed: RunRecord, where: str, committed_dir
         compared += fields
         mismatches += found
     if replayed.status != "completed" and replayed.error:
-        mismatches.append(f"{where}: the replay failed: {replayed.error['ename']}: "
-                          f"{replayed.error['evalue'].splitlines()[0] if replayed.error['evalue'] else ''}")
+        error = replayed.error
+        mismatches.append(f"{where}: the replay failed: {error.ename}: "
+                          f"{error.evalue.splitlines()[0] if error.evalue else ''}")
     return {"run_id": committed.run_id, "ok": not mismatches, "mismatches": mismatches, "compared": compared}
 
 

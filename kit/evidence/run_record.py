@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from kit.digest import load_canonical_json, load_json_strict, write_canonical_json
 from kit.evidence.environment import declared_numeric_profile
+from kit.record import MapOf, Omittable, OneOf, Opt, Record, Seq, build, spec_field, to_json
 
 RUN_FORMAT = "kit-run/3"  # /2 added numeric_profile; /3 the manifest, materials and ledger events
 READ_FORMATS = ("kit-run/2", RUN_FORMAT)
@@ -41,47 +43,121 @@ def check_root(root: Any, source: str) -> str:
     return root
 
 
-@dataclass
-class RunRecord:
-    run_id: str
-    notebook: str  # source notebook, relative to the repository root when inside it
-    notebook_sha256: str
-    executed_notebook: str  # file name inside the run directory
-    executed_notebook_sha256: str | None
-    parameters: dict
-    status: str
-    reason: str | None
-    error: dict | None  # {"cell_index", "execution_count", "ename", "evalue"} unless completed
-    started_at: str
-    ended_at: str
-    duration_s: float
-    git: dict
-    versions: dict
-    device: dict
-    contract_digest: str | None = None
-    input_digests: dict = field(default_factory=dict)
-    checkpoint_roots: dict = field(default_factory=lambda: {"produced": [], "used": []})
-    metrics: dict = field(default_factory=dict)  # sidecar name -> sha256 of its bytes
-    notes: dict = field(default_factory=dict)  # free-form annotations from the caller
-    # the numeric profile the kernel ran under (kit/numerics.py): name and the environment it set
-    numeric_profile: dict = field(default_factory=declared_numeric_profile)
-    # every file of the run folder but run.json (and the ignored kernel.log): relative path -> {sha256, size}
-    manifest: dict = field(default_factory=dict)
-    materials: list = field(default_factory=list)  # what the run consumed: [{"role", "kind", "digest"}]
-    ledger_events: list = field(default_factory=list)  # ledger events it appended: [{"event", "digest", "head"}]
-    format: str = RUN_FORMAT
+def defaulted_field(spec: Any, default_factory: Any, doc: str) -> Any:
+    """A declared field with a default, for the fields a record built by code may leave to it (`spec_field`'s
+    fields are required or Omittable)."""
+    return field(default_factory=default_factory, metadata={"spec": spec, "key": None, "doc": doc})
+
+
+# The nested objects of run.json, one declared class each. run.json itself is validated by validate_run_record (its
+# messages are the format's since kit-run/1); the declarations say the fields for the reader (attributes the type
+# checker follows), the writer (to_json) and the docs test. `dict` marks a free-form object, kept as read.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GitState(Record):
+    commit: str | None = spec_field(Opt(str), doc="40-hex commit of the repository holding the notebook")
+    dirty: bool | None = spec_field(Opt(bool), doc="uncommitted changes (runs/, reports/, ledger/ excepted)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunError(Record):
+    cell_index: int | None = spec_field(Opt(int), doc="0-based index of the failing cell in the source notebook")
+    execution_count: int | None = spec_field(Opt(int), doc="its In [n] in the executed notebook")
+    ename: str = spec_field(str, doc="the exception's class name")
+    evalue: str = spec_field(str, doc="its message")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRoot(Record):
+    root: str = spec_field(str, doc="64-hex full root")
+    home: str | None = spec_field(Opt(str), doc="checkpoint home, relative like `notebook`")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRoots(Record):
+    produced: tuple[CheckpointRoot, ...] = spec_field(Seq(CheckpointRoot), doc="roots the run committed")
+    used: tuple[CheckpointRoot, ...] = spec_field(Seq(CheckpointRoot), doc="roots the run read")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NumericProfile(Record):
+    name: str = spec_field(str, doc="the profile (kit/numerics.py)")
+    environment: Mapping[str, str] = spec_field(MapOf(str), doc="the variables it set, as the runner saw them")
+    gpu: dict | None = spec_field(Omittable(dict), doc="a GPU host's numeric mode (gpu_numeric_mode)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestEntry(Record):
+    sha256: str = spec_field(str, doc="sha256 of the file")
+    size: int = spec_field(int, doc="its size in bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Material(Record):
+    role: str = spec_field(str, doc="what the run used it as")
+    kind: str = spec_field(str, doc="file, evaluation or commit")
+    digest: str = spec_field(str, doc="sha256 of the file, or the commit's full root")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerEvent(Record):
+    event: str = spec_field(str, doc="exposure, selection or final-access")
+    digest: str = spec_field(str, doc="sha256 of the event")
+    head: str = spec_field(str, doc="the ledger's sha256 after it")
+
+
+def declared_profile() -> NumericProfile:
+    """The numeric profile this kit declares (kit/numerics.py), as the record holds it."""
+    return build(declared_numeric_profile(), NumericProfile)
+
+
+def _no_roots() -> CheckpointRoots:
+    return CheckpointRoots(produced=(), used=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord(Record):
+    """run.json (docs/formats/run-records.md, "Run records"). A kit-run/2 record read has no chain fields (None,
+    absent from to_json); a record built by the code has them, empty by default."""
+
+    FORMAT: ClassVar[str] = RUN_FORMAT
+    run_id: str = spec_field(str, doc="the directory name")
+    notebook: str = spec_field(str, doc="source notebook, relative to the repository root when inside it")
+    notebook_sha256: str = spec_field(str, doc="sha256 of the source notebook")
+    executed_notebook: str = spec_field(str, doc="file name inside the run directory")
+    executed_notebook_sha256: str | None = spec_field(Opt(str), doc="sha256 of that file")
+    parameters: dict = spec_field(dict, doc="as given")
+    status: str = spec_field(str, doc=" ".join(STATUSES))
+    reason: str | None = spec_field(Opt(str), doc="why it did not complete")
+    error: RunError | None = spec_field(Opt(RunError), doc="null exactly when completed")
+    started_at: str = spec_field(str, doc="ISO 8601 UTC")
+    ended_at: str = spec_field(str, doc="ISO 8601 UTC")
+    duration_s: float = spec_field(float, doc="wall-clock seconds")
+    git: GitState = spec_field(GitState, doc="the commit")
+    versions: dict = spec_field(dict, doc="package versions")
+    device: dict = spec_field(dict, doc="host, CPU and GPUs")
+    contract_digest: str | None = defaulted_field(Opt(str), lambda: None, "sha256 of the contract")
+    input_digests: Mapping[str, str] = defaulted_field(MapOf(str), dict, "input name -> sha256")
+    checkpoint_roots: CheckpointRoots = defaulted_field(CheckpointRoots, _no_roots, "produced and used")
+    metrics: Mapping[str, str] = defaulted_field(MapOf(str), dict, "sidecar name -> sha256 of its bytes")
+    notes: dict = defaulted_field(dict, dict, "free-form annotations from the caller")
+    numeric_profile: NumericProfile = defaulted_field(NumericProfile, declared_profile, "the kernel's numeric profile")
+    # every file of the run folder but run.json (and the ignored kernel.log): relative path -> its sha256 and size
+    manifest: Mapping[str, ManifestEntry] | None = defaulted_field(Omittable(MapOf(ManifestEntry)), dict, "(/3) run files")
+    materials: tuple[Material, ...] | None = defaulted_field(Omittable(Seq(Material)), tuple, "(/3) what the run consumed")
+    ledger_events: tuple[LedgerEvent, ...] | None = defaulted_field(Omittable(Seq(LedgerEvent)), tuple,
+                                                           "(/3) ledger events it appended")
+    format: str = defaulted_field(OneOf(*READ_FORMATS), lambda: RUN_FORMAT, "kit-run/3 (kit-run/2 read)")
 
     def to_json(self) -> dict:
-        obj = asdict(self)
-        if self.format != RUN_FORMAT:  # an older record keeps its own keys
-            for name in CHAIN_FIELDS:
-                del obj[name]
-        return obj
+        """Every field; an older record (kit-run/2) without the chain fields, which it never had."""
+        chained = self.format == RUN_FORMAT
+        return {k: to_json(getattr(self, f.name)) for k, f in type(self).json_fields().items()
+                if chained or k not in CHAIN_FIELDS}
 
     @classmethod
-    def from_json(cls, obj: Any, source: str) -> RunRecord:
-        validate_run_record(obj, source)
-        return cls(**obj)
+    def from_json(cls, value: Any, source: str, path: str = "") -> RunRecord:
+        validate_run_record(value, source)
+        return build(value, cls)
 
 
 def _fail(source: str, what: str) -> NoReturn:
@@ -100,80 +176,100 @@ def _check_sha(v: Any, source: str, name: str, nullable: bool = False) -> None:
 
 
 def validate_run_record(obj: Any, source: str) -> None:
-    """Exact keys and types of a run record; errors name `source` and the field."""
-    expected = {f for f in RunRecord.__dataclass_fields__}
+    """Exact keys and types of a run record; errors name `source` and the field. The JSON's shape is checked first
+    (exact keys of every object the declared classes read), then the values on the built record."""
+    expected = set(RunRecord.json_fields())
     if isinstance(obj, dict) and obj.get("format") != RUN_FORMAT:
         expected -= set(CHAIN_FIELDS)
     if not isinstance(obj, dict) or set(obj) != expected:
         got = set(obj) if isinstance(obj, dict) else type(obj).__name__
         _fail(source, f"expected a run record object with keys {sorted(expected)}, got {got}")
-    if obj["format"] not in READ_FORMATS:
-        _fail(source, f"field 'format' = {obj['format']!r}, expected one of {list(READ_FORMATS)}")
-    if obj["format"] == RUN_FORMAT:
-        _validate_chain_fields(obj, source)
-    if not isinstance(obj["run_id"], str) or not RUN_ID_RE.fullmatch(obj["run_id"]):
-        _fail(source, f"field 'run_id' = {obj['run_id']!r} must match {RUN_ID_RE.pattern}")
-    for name in ("notebook", "executed_notebook", "started_at", "ended_at"):
-        if not isinstance(obj[name], str) or not obj[name]:
-            _fail(source, f"field {name!r} must be a non-empty string")
-    _check_sha(obj["notebook_sha256"], source, "notebook_sha256")
-    _check_sha(obj["executed_notebook_sha256"], source, "executed_notebook_sha256", nullable=True)
-    _check_sha(obj["contract_digest"], source, "contract_digest", nullable=True)
-    if obj["status"] not in STATUSES:
-        _fail(source, f"field 'status' = {obj['status']!r}, expected one of {list(STATUSES)}")
-    if not _is_str_or_none(obj["reason"]):
-        _fail(source, "field 'reason' must be a string or null")
+    _check_shape(obj, source)
+    _check_values(build(obj, RunRecord), source)
+
+
+def _check_shape(obj: dict, source: str) -> None:
+    """The objects and lists of a run record, with the keys their classes declare (values: _check_values)."""
     error = obj["error"]
-    if (error is None) != (obj["status"] == "completed"):
-        _fail(source, "field 'error' must be null exactly when status is 'completed'")
-    if error is not None:
-        if not isinstance(error, dict) or set(error) != {"cell_index", "execution_count", "ename", "evalue"}:
-            _fail(source, "field 'error' must have keys cell_index, execution_count, ename, evalue")
-        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
-                   for v in (error["cell_index"], error["execution_count"])):
-            _fail(source, "error.cell_index and error.execution_count must be integers or null")
-        if not isinstance(error["ename"], str) or not isinstance(error["evalue"], str):
-            _fail(source, "error.ename and error.evalue must be strings")
-    if not isinstance(obj["duration_s"], (int, float)) or isinstance(obj["duration_s"], bool) or obj["duration_s"] < 0:
-        _fail(source, f"field 'duration_s' = {obj['duration_s']!r} must be a non-negative number")
+    if error is not None and (not isinstance(error, dict) or set(error) != set(RunError.json_fields())):
+        _fail(source, "field 'error' must have keys cell_index, execution_count, ename, evalue")
     profile = obj["numeric_profile"]
     if not isinstance(profile, dict) or not isinstance(profile.get("name"), str) \
-            or not isinstance(profile.get("environment"), dict):
+            or not isinstance(profile.get("environment"), dict) or set(profile) - set(NumericProfile.json_fields()):
         _fail(source, "field 'numeric_profile' must be an object with a string 'name' and an 'environment' object")
     for name in ("parameters", "git", "versions", "device", "input_digests", "metrics", "notes", "checkpoint_roots"):
         if not isinstance(obj[name], dict):
             _fail(source, f"field {name!r} must be an object")
-    if set(obj["git"]) != {"commit", "dirty"}:
+    if set(obj["git"]) != set(GitState.json_fields()):
         _fail(source, "field 'git' must have keys commit, dirty")
-    for name, digest in list(obj["input_digests"].items()) + list(obj["metrics"].items()):
-        _check_sha(digest, source, f"input_digests/metrics[{name!r}]")
-    for name in obj["metrics"]:
-        if not METRIC_NAME_RE.fullmatch(name):
-            _fail(source, f"metric name {name!r} must match {METRIC_NAME_RE.pattern}")
     roots = obj["checkpoint_roots"]
-    if set(roots) != {"produced", "used"}:
+    if set(roots) != set(CheckpointRoots.json_fields()):
         _fail(source, "field 'checkpoint_roots' must have keys produced, used")
     for role, entries in roots.items():
         for entry in entries if isinstance(entries, list) else [None]:
             if not isinstance(entry, dict) or set(entry) != {"root", "home"} or not _is_str_or_none(entry["home"]):
                 _fail(source, f"checkpoint_roots.{role} entries must be {{'root', 'home'}} objects")
-            check_root(entry["root"], f"{source}: checkpoint_roots.{role}")
-
-
-def _validate_chain_fields(obj: dict, source: str) -> None:
+    if obj["format"] != RUN_FORMAT:
+        return
     if not isinstance(obj["manifest"], dict):
         _fail(source, "field 'manifest' must be an object of relative path -> {'sha256', 'size'}")
     for name, entry in obj["manifest"].items():
         if not isinstance(entry, dict) or set(entry) != {"sha256", "size"} or not isinstance(entry["size"], int):
             _fail(source, f"field 'manifest[{name!r}]' must be {{'sha256', 'size'}} with an integer size")
-        _check_sha(entry["sha256"], source, f"manifest[{name!r}].sha256")
-    for key, fields in (("materials", {"role", "kind", "digest"}), ("ledger_events", {"event", "digest", "head"})):
+    for key, cls in (("materials", Material), ("ledger_events", LedgerEvent)):
+        fields = set(cls.json_fields())
         if not isinstance(obj[key], list):
             _fail(source, f"field {key!r} must be a list")
         for i, item in enumerate(obj[key]):
             if not isinstance(item, dict) or set(item) != fields:
                 _fail(source, f"field '{key}[{i}]' must be an object with keys {sorted(fields)}")
-            _check_sha(item["digest"], source, f"{key}[{i}].digest")
+
+
+def _check_values(record: RunRecord, source: str) -> None:
+    """The values of a run record of the right shape (_check_shape), read from the built record."""
+    if record.format not in READ_FORMATS:
+        _fail(source, f"field 'format' = {record.format!r}, expected one of {list(READ_FORMATS)}")
+    if record.manifest is not None:
+        for name, pinned in record.manifest.items():
+            _check_sha(pinned.sha256, source, f"manifest[{name!r}].sha256")
+    digests = [("materials", [m.digest for m in record.materials or ()]),
+               ("ledger_events", [e.digest for e in record.ledger_events or ()])]
+    for key, listed in digests:
+        for i, digest in enumerate(listed):
+            _check_sha(digest, source, f"{key}[{i}].digest")
+    if not isinstance(record.run_id, str) or not RUN_ID_RE.fullmatch(record.run_id):
+        _fail(source, f"field 'run_id' = {record.run_id!r} must match {RUN_ID_RE.pattern}")
+    for name, text in (("notebook", record.notebook), ("executed_notebook", record.executed_notebook),
+                       ("started_at", record.started_at), ("ended_at", record.ended_at)):
+        if not isinstance(text, str) or not text:
+            _fail(source, f"field {name!r} must be a non-empty string")
+    _check_sha(record.notebook_sha256, source, "notebook_sha256")
+    _check_sha(record.executed_notebook_sha256, source, "executed_notebook_sha256", nullable=True)
+    _check_sha(record.contract_digest, source, "contract_digest", nullable=True)
+    if record.status not in STATUSES:
+        _fail(source, f"field 'status' = {record.status!r}, expected one of {list(STATUSES)}")
+    if not _is_str_or_none(record.reason):
+        _fail(source, "field 'reason' must be a string or null")
+    error = record.error
+    if (error is None) != (record.status == "completed"):
+        _fail(source, "field 'error' must be null exactly when status is 'completed'")
+    if error is not None:
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                   for v in (error.cell_index, error.execution_count)):
+            _fail(source, "error.cell_index and error.execution_count must be integers or null")
+        if not isinstance(error.ename, str) or not isinstance(error.evalue, str):
+            _fail(source, "error.ename and error.evalue must be strings")
+    duration = record.duration_s
+    if not isinstance(duration, (int, float)) or isinstance(duration, bool) or duration < 0:
+        _fail(source, f"field 'duration_s' = {duration!r} must be a non-negative number")
+    for name, digest in list(record.input_digests.items()) + list(record.metrics.items()):
+        _check_sha(digest, source, f"input_digests/metrics[{name!r}]")
+    for name in record.metrics:
+        if not METRIC_NAME_RE.fullmatch(name):
+            _fail(source, f"metric name {name!r} must match {METRIC_NAME_RE.pattern}")
+    for role, entries in (("produced", record.checkpoint_roots.produced), ("used", record.checkpoint_roots.used)):
+        for made_or_read in entries:
+            check_root(made_or_read.root, f"{source}: checkpoint_roots.{role}")
 
 
 def run_record_path(run_dir: str | os.PathLike) -> Path:

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,21 @@ from kit.evidence.notebook import (
     KERNEL_ROOTS_NAME,
     RUN_DIR_ENV,
     STATUS_OF_EXCEPTION_NAME,
+    KernelChain,
     merge_inputs,
 )
 from kit.evidence.parameters import check_parameters
-from kit.evidence.run_record import RunRecord, RunRecordError
+from kit.evidence.run_record import (
+    CheckpointRoot,
+    CheckpointRoots,
+    GitState,
+    ManifestEntry,
+    NumericProfile,
+    RunError,
+    RunRecord,
+    RunRecordError,
+    declared_profile,
+)
 from kit.evidence.runtime import (
     KERNEL_LOG_NAME,
     ensure_runtime,
@@ -50,9 +62,20 @@ from kit.evidence.runtime import (
     quiet_kernels,
 )
 from kit.interrupt import Interrupted, interruption
+from kit.record import Omittable, Record, build, spec_field
 
 EXTRA_KEYS = frozenset({"contract_digest", "input_digests", "notes"})
 PLAN_KEYS = frozenset({"notebook", "run_id", "parameters", "extra"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanArm(Record):
+    """One arm of a batch plan (`kit batch PLAN`, run_batch; run_notebooks_at_once writes one-arm plans)."""
+
+    notebook: str = spec_field(str, doc="the notebook, relative to the current directory")
+    run_id: str = spec_field(str, doc="its run id")
+    parameters: dict | None = spec_field(Omittable(dict), doc="its parameters (default none)")
+    extra: dict | None = spec_field(Omittable(dict), doc="contract_digest, input_digests, notes (default none)")
 INJECTED_TAG = "injected-parameters"
 ERROR_MARKER_TAG = "papermill-error-cell-tag"  # papermill's two markdown cells around an error
 DEFAULT_KERNEL = "python3"  # jupyter_client maps the native kernel's `python` to this interpreter
@@ -145,7 +168,7 @@ def _cell_bar(run_id: str, on: bool):
 
 
 def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_output: bool,
-             run_id: str = "", bar: bool = False) -> tuple[str, dict | None]:
+             run_id: str = "", bar: bool = False) -> tuple[str, RunError | None]:
     """Run papermill; returns (status, error) where error is None or the record's error object."""
     import papermill  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py); lazily: the rest of the kit never needs it
     from papermill.exceptions import PapermillExecutionError  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
@@ -160,15 +183,14 @@ def _execute(notebook: Path, output: Path, params: dict, kernel_name: str, log_o
     except PapermillExecutionError as e:
         status = STATUS_OF_EXCEPTION_NAME.get(e.ename, "failed")
         index, count = _source_cell_index(output, e.cell_index)
-        return status, {"cell_index": index, "execution_count": count if count is not None else e.exec_count,
-                        "ename": str(e.ename), "evalue": str(e.evalue)}
+        return status, RunError(cell_index=index, execution_count=count if count is not None else e.exec_count,
+                                ename=str(e.ename), evalue=str(e.evalue))
     except Exception as e:  # noqa: BLE001 - a dead kernel (DeadKernelError), a kernel that never started, a lost connection
         index, count = _source_cell_index(output, None)
         evalue = str(e)
         if disk_full(e):  # papermill could not write the executed notebook: say so, not what its truncation causes
             evalue = f"the disk is full: {e} (writing {getattr(e, 'filename', None) or output})"
-        return "failed", {"cell_index": index, "execution_count": count, "ename": type(e).__name__,
-                          "evalue": evalue}
+        return "failed", RunError(cell_index=index, execution_count=count, ename=type(e).__name__, evalue=evalue)
 
 
 def disk_full(e: BaseException | None) -> bool:
@@ -196,17 +218,18 @@ def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_
                                prepare_only=True, progress_bar=False)
 
 
-def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, dict, dict]:
+def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[CheckpointRoots, dict, dict]:
     """(checkpoint_roots, inputs, metrics) from what the notebook recorded and what the caller passed."""
-    roots: dict[str, list[dict]] = {"produced": [], "used": []}
+    roots: dict[str, list[CheckpointRoot]] = {"produced": [], "used": []}
     roots_path = run_dir / KERNEL_ROOTS_NAME
     if roots_path.exists():
-        kernel_roots = load_json_strict(roots_path)
+        kernel_roots = load_json_strict(roots_path)  # the kernel's lists of {"root", "home"} (kit.evidence.notebook)
         for role, entries in roots.items():
             for entry in kernel_roots.get(role, []):
                 home = entry["home"] and environment.relative_to_base(entry["home"], base)
-                if {"root": entry["root"], "home": home} not in entries:
-                    entries.append({"root": entry["root"], "home": home})
+                root = CheckpointRoot(root=entry["root"], home=home)
+                if root not in entries:
+                    entries.append(root)
         roots_path.unlink()
     inputs = {"contract_digest": extra.get("contract_digest"), "input_digests": dict(extra.get("input_digests") or {})}
     inputs_path = run_dir / KERNEL_INPUTS_NAME
@@ -216,17 +239,26 @@ def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[dict, 
         inputs = merge_inputs(inputs, kernel_inputs, str(run_dir / run_record.RUN_RECORD_NAME))
     metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     metrics = {p.stem: sha256_file(p) for p in sorted(metrics_dir.glob("*.json"))} if metrics_dir.is_dir() else {}
-    return roots, inputs, metrics
+    return CheckpointRoots(produced=tuple(roots["produced"]), used=tuple(roots["used"])), inputs, metrics
 
 
 def _collect_chain(run_dir: Path) -> dict:
     """The materials and ledger events the kernel recorded (kit.evidence.notebook.record_materials), and the
-    manifest of every file the run folder now holds (kit.evidence.manifest): run.json's chain fields."""
+    manifest of every file the run folder now holds (kit.evidence.manifest): run.json's chain fields, as the
+    keyword arguments of RunRecord."""
     path = run_dir / KERNEL_CHAIN_NAME
-    chain = load_json_strict(path) if path.exists() else {"materials": [], "ledger_events": []}
+    chain = KernelChain.from_json(load_json_strict(path), str(path)) if path.exists() else KernelChain()
     path.unlink(missing_ok=True)
-    return {"materials": chain["materials"], "ledger_events": chain["ledger_events"],
-            "manifest": file_manifest(run_dir)}
+    manifest = {rel: ManifestEntry.from_json(entry, str(run_dir), rel) for rel, entry in file_manifest(run_dir).items()}
+    return {"materials": chain.materials, "ledger_events": chain.ledger_events, "manifest": manifest}
+
+
+def _numeric_profile(device: dict) -> NumericProfile:
+    """The kernel's numeric profile and, on a GPU host, the mode its numbers depend on (docs/engine.md,
+    "Determinism")."""
+    profile = declared_profile()
+    gpu_mode = environment.gpu_numeric_mode(device.get("gpus") or [])
+    return NumericProfile(name=profile.name, environment=profile.environment, gpu=gpu_mode)
 
 
 def _prepare_run_dir(run_dir: Path) -> None:
@@ -324,15 +356,16 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
             interrupted = Interrupted(getattr(e, "signum", signal.SIGINT), f"run {run_id} recorded as aborted in "
                                       f"{run_dir / run_record.RUN_RECORD_NAME}; run the same command again to "
                                       "redo it (the aborted attempt is kept beside it)")
-            status, error = "aborted", {"cell_index": None, "execution_count": None, "ename": "KeyboardInterrupt",
-                                        "evalue": f"interrupted by the operator ({name})"}
+            status, error = "aborted", RunError(cell_index=None, execution_count=None, ename="KeyboardInterrupt",
+                                                evalue=f"interrupted by the operator ({name})")
     ended = environment.utc_now()
     reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the notebook and record are written into
-    if output.exists() and status != "completed" and not _readable_notebook(output):
+    if output.exists() and error is not None and not _readable_notebook(output):
         output.unlink()  # truncated by a full disk: the parameterised notebook takes its place below
         assert error is not None, "a run that did not complete has its error"
-        error = {**error, "evalue": f"{error['evalue']}; {output.name} was left truncated and is replaced by the "
-                 "parameterised notebook"}
+        error = RunError(cell_index=error.cell_index, execution_count=error.execution_count, ename=error.ename,
+                         evalue=f"{error.evalue}; {output.name} was left truncated and is replaced by the "
+                         "parameterised notebook")
     if not output.exists():
         try:
             _write_prepared_notebook(notebook, output, params, kernel_name)
@@ -341,29 +374,25 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
     try:
         roots, inputs, metrics = _collect_from_kernel(run_dir, base, extra)
     except (RunRecordError, ValueError) as e:
-        roots, inputs, metrics = {"produced": [], "used": []}, {"contract_digest": None, "input_digests": {}}, {}
-        status, error = "failed", {"cell_index": None, "execution_count": None, "ename": "EvidenceConflict",
-                                   "evalue": str(e)}
+        roots, inputs, metrics = CheckpointRoots(produced=(), used=()), {"contract_digest": None, "input_digests": {}}, {}
+        status, error = "failed", RunError(cell_index=None, execution_count=None, ename="EvidenceConflict",
+                                           evalue=str(e))
     reason = None
-    assert status == "completed" or error is not None, "a run that did not complete has its error"
-    if status in ("unavailable", "aborted") and error is not None:
-        reason = error["evalue"]
-    elif status == "failed" and error is not None:
-        reason = f"{error['ename']}: {error['evalue']}".splitlines()[0] if error["evalue"] else error["ename"]
+    if error is not None and status in ("unavailable", "aborted"):
+        reason = error.evalue
+    elif error is not None and status == "failed":
+        reason = f"{error.ename}: {error.evalue}".splitlines()[0] if error.evalue else error.ename
     record = RunRecord(
         run_id=run_id, notebook=environment.relative_to_base(notebook, base), notebook_sha256=notebook_sha,
         executed_notebook=output.name, executed_notebook_sha256=sha256_file(output) if output.exists() else None,
         parameters=dict(params), status=status, reason=reason, error=error,
         started_at=environment.iso_utc(started), ended_at=environment.iso_utc(ended),
         duration_s=round((ended - started) / _dt.timedelta(seconds=1), 3),
-        git=git, versions=versions, device=device,
+        git=GitState.from_json(git, "the notebook's git state"), versions=versions, device=device,
         contract_digest=inputs["contract_digest"], input_digests=inputs["input_digests"],
         checkpoint_roots=roots, metrics=metrics, notes=dict(extra.get("notes") or {}),
-        **_collect_chain(run_dir),
+        numeric_profile=_numeric_profile(device), **_collect_chain(run_dir),
     )
-    gpu_mode = environment.gpu_numeric_mode(device.get("gpus") or [])
-    if gpu_mode is not None:  # a GPU host: the mode its numbers depend on (docs/engine.md, "Determinism")
-        record.numeric_profile["gpu"] = gpu_mode
     try:
         run_record.write_run_record(run_dir, record)
     except OSError as e:  # no executed notebook stays without the record that describes it
@@ -377,7 +406,7 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
 
 
 # --- batches --------------------------------------------------------------------------------
-def load_plan(path: str | os.PathLike) -> list[dict]:
+def load_plan(path: str | os.PathLike) -> list[PlanArm]:
     """Read and check a batch plan; every arm's notebook and parameters are checked here, up front."""
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
@@ -394,24 +423,27 @@ def load_plan(path: str | os.PathLike) -> list[dict]:
     if not isinstance(plan, list) or not plan:
         raise ValueError(f"{path}: a plan is a non-empty list of {{'notebook', 'run_id', 'parameters'}} objects")
     seen: set[str] = set()
-    for i, arm in enumerate(plan):
+    arms = []
+    for i, raw in enumerate(plan):
         where = f"{path}: arm {i}"
-        if not isinstance(arm, dict) or not {"notebook", "run_id"} <= set(arm) or set(arm) - PLAN_KEYS:
+        if not isinstance(raw, dict) or not {"notebook", "run_id"} <= set(raw) or set(raw) - PLAN_KEYS:
             raise ValueError(f"{where}: expected keys notebook, run_id and optionally parameters, extra; "
-                             f"got {sorted(arm) if isinstance(arm, dict) else type(arm).__name__}")
-        if not isinstance(arm["run_id"], str) or not run_record.RUN_ID_RE.fullmatch(arm["run_id"]):
-            raise ValueError(f"{where}: run_id {arm['run_id']!r} must match {run_record.RUN_ID_RE.pattern}")
-        if arm["run_id"] in seen:
-            raise ValueError(f"{where}: run_id {arm['run_id']!r} appears twice in the plan")
-        seen.add(arm["run_id"])
-        if not isinstance(arm.get("parameters", {}), dict) or not isinstance(arm.get("extra", {}), dict):
+                             f"got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
+        arm = build(raw, PlanArm)
+        if not isinstance(arm.run_id, str) or not run_record.RUN_ID_RE.fullmatch(arm.run_id):
+            raise ValueError(f"{where}: run_id {arm.run_id!r} must match {run_record.RUN_ID_RE.pattern}")
+        if arm.run_id in seen:
+            raise ValueError(f"{where}: run_id {arm.run_id!r} appears twice in the plan")
+        seen.add(arm.run_id)
+        if not isinstance(raw.get("parameters", {}), dict) or not isinstance(raw.get("extra", {}), dict):
             raise ValueError(f"{where}: 'parameters' and 'extra' must be objects")  # noqa: TRY004
-        notebook = Path(arm["notebook"])
+        notebook = Path(arm.notebook)
         if not notebook.is_file():
             raise FileNotFoundError(f"{where}: notebook {notebook} not found (paths are relative to {Path.cwd()})")
-        check_parameters(notebook, arm.get("parameters", {}))
-        _check_extra(arm.get("extra", {}), f"{where}: extra")
-    return plan
+        check_parameters(notebook, arm.parameters or {})
+        _check_extra(arm.extra or {}, f"{where}: extra")
+        arms.append(arm)
+    return arms
 
 
 def completed_before(run_dir: Path) -> bool:
@@ -428,14 +460,14 @@ def run_batch(plan_path: str | os.PathLike, runs_dir: Path, *, kernel_name: str 
     plan = load_plan(plan_path)
     outcome: list[tuple[str, str]] = []
     for i, arm in enumerate(plan, 1):
-        run_id = arm["run_id"]
+        run_id = arm.run_id
         if completed_before(Path(runs_dir) / run_id):
             echo(f"[{i}/{len(plan)}] {run_id}: skipped (completed before)")
             outcome.append((run_id, "skipped"))
             continue
-        echo(f"[{i}/{len(plan)}] {run_id}: running {arm['notebook']}")
-        record = run_notebook(Path(arm["notebook"]), arm.get("parameters", {}), run_id, Path(runs_dir),
-                              arm.get("extra", {}), kernel_name=kernel_name, log_output=log_output)
+        echo(f"[{i}/{len(plan)}] {run_id}: running {arm.notebook}")
+        record = run_notebook(Path(arm.notebook), arm.parameters or {}, run_id, Path(runs_dir),
+                              arm.extra or {}, kernel_name=kernel_name, log_output=log_output)
         echo(f"[{i}/{len(plan)}] {run_id}: {record.status}" + (f" ({record.reason})" if record.reason else "")
              + f" in {record.duration_s:.1f} s")
         outcome.append((run_id, record.status))
@@ -447,8 +479,8 @@ def _record_bytes(run_dir: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[RunRecord]:
-    """Run independent arms ({"notebook", "run_id", "parameters"}) at the same time, each as its own
+def run_notebooks_at_once(arms: list[PlanArm], runs_dir: Path, work: Path) -> list[RunRecord]:
+    """Run independent arms at the same time, each as its own
     `python -m kit batch` process of a one-arm plan, and return their run records in the order given.
 
     Processes, not threads: run_notebook sets the kernel's environment in os.environ, which threads would
@@ -461,12 +493,12 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
     work.mkdir(parents=True, exist_ok=True)
     # an earlier unfinished or failed attempt's record may still lie where this attempt's goes (the child
     # moves it aside only once it starts the run): its bytes, so that it is never taken for this attempt's
-    earlier = {arm["run_id"]: _record_bytes(runs_dir / arm["run_id"]) for arm in arms}
+    earlier = {arm.run_id: _record_bytes(runs_dir / arm.run_id) for arm in arms}
     started = []
     for arm in arms:
-        plan = work / f"{arm['run_id']}.plan.json"
-        plan.write_bytes(canonical_json([arm]))
-        log = (work / f"{arm['run_id']}.log").open("wb")
+        plan = work / f"{arm.run_id}.plan.json"
+        plan.write_bytes(canonical_json([arm.to_json()]))
+        log = (work / f"{arm.run_id}.log").open("wb")
         # --no-progress: its console is a log file, where a bar's frames are only noise
         cmd = [sys.executable, "-m", "kit", "batch", str(plan), "--runs-dir", str(runs_dir), "--no-progress"]
         started.append((arm, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
@@ -474,12 +506,12 @@ def run_notebooks_at_once(arms: list[dict], runs_dir: Path, work: Path) -> list[
     for arm, log, process in started:
         process.wait()
         log.close()
-        written = _record_bytes(runs_dir / arm["run_id"])
-        if written is None or written == earlier[arm["run_id"]]:
-            missing.append(f"{arm['run_id']} (exit {process.returncode}, log {log.name})")
+        written = _record_bytes(runs_dir / arm.run_id)
+        if written is None or written == earlier[arm.run_id]:
+            missing.append(f"{arm.run_id} (exit {process.returncode}, log {log.name})")
     if missing:
         raise RuntimeError(f"{runs_dir}: no run record from {', '.join(missing)}")
-    return [run_record.read_run_record(runs_dir / arm["run_id"]) for arm, _, _ in started]
+    return [run_record.read_run_record(runs_dir / arm.run_id) for arm, _, _ in started]
 
 
 def batch_exit_status(outcome: list[tuple[str, Any]]) -> int:

@@ -55,7 +55,7 @@ def _archive_checks(runs_dir: Path) -> tuple[list[dict], set[str], set[str | Non
     tars = [n for n in files if n.endswith(".tar.xz")]
     problems: list[str] = []
     folders: set[str] = set()
-    members: set[str | None] = set()  # as the index lists them (a run entry without a member: None)
+    members: set[str] = set()
     try:
         index = archive.read_index(runs_dir)
     except ValueError as e:
@@ -65,14 +65,14 @@ def _archive_checks(runs_dir: Path) -> tuple[list[dict], set[str], set[str | Non
             problems.append(f"{archive.index_path(runs_dir)}: missing; {len(tars)} archive(s) in {adir} "
                             f"({tars[0]}...) need their index (else their runs drop out of verification)")
     else:
-        listed = {a["file"] for a in index["archives"]}
+        listed = {a.file for a in index.archives}
         problems += [f"{adir / n}: an archive the index {archive.index_path(runs_dir)} does not list" for n in tars
                      if n not in listed]
         problems += [f"{adir / n}: not an archive, its index or index.md; expected nothing else in {adir}"
                      for n in files if n not in listed and not n.endswith(".tar.xz")
                      and n not in (archive.INDEX_NAME, "index.md")]
-        folders = {f for a in index["archives"] for f in a["folders"]}
-        members = {r.get("member") for a in index["archives"] for r in a["runs"] if isinstance(r, dict)}
+        folders = {f for a in index.archives for f in a.folders}
+        members = {r.member for a in index.archives for r in a.runs}
     n = len(tars)
     return [_check("archive index", problems, f"{n} archive(s), each listed in the index")], folders, members
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from kit.digest import (
@@ -27,7 +28,10 @@ from kit.evidence.chain import Evidence, copies_check, ledger_events_check, mate
 from kit.evidence.gpu_mode import gpu_mode_check
 from kit.evidence.manifest import RECORD_PINS_RELATIVE, files_check, read_record_pins, run_key
 from kit.evidence.parameters import ParameterError, parse_assignments
+from kit.evidence.run_record import CheckpointRoots
+from kit.evidence.superseded import SupersededNote
 from kit.evidence.tree import note_pinned
+from kit.record import build
 from kit.store.commits import verify_commit
 from kit.store.manifest import commits_dir
 
@@ -76,7 +80,7 @@ def _sha(path: Path) -> str:
         return f"not read: {e}"
 
 
-def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
+def _metrics_checks(run_dir: Path, pinned: Mapping[str, str]) -> list[dict]:
     metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     present = {p.stem: p for p in metrics_dir.glob("*.json")} if metrics_dir.is_dir() else {}
     out = []
@@ -92,31 +96,31 @@ def _metrics_checks(run_dir: Path, pinned: dict) -> list[dict]:
     return out
 
 
-def _roots_checks(roots: dict, base: Path, superseded: dict | None = None) -> list[dict]:
+def _roots_checks(roots: CheckpointRoots, base: Path, superseded: SupersededNote | None = None) -> list[dict]:
     """One check per recorded root. `superseded`: the superseded.json of the folder holding the run, whose
     replacement was re-made under the same run id and so into the same checkpoint home: there a root of the
     superseded run that no manifest names any more is `skipped` (the home holds the replacement's commits),
     while a manifest that is present and fails to verify still fails."""
     out = []
-    for role in ("produced", "used"):
-        for entry in roots[role]:
-            name = f"root {role} {entry['root'][:12]}"
-            if entry["home"] is None:
+    for role, entries in (("produced", roots.produced), ("used", roots.used)):
+        for entry in entries:
+            name = f"root {role} {entry.root[:12]}"
+            if entry.home is None:
                 out.append(_check(name, "skipped", "no checkpoint home recorded"))
                 continue
-            home = Path(entry["home"]) if os.path.isabs(entry["home"]) else base / entry["home"]
+            home = Path(entry.home) if os.path.isabs(entry.home) else base / entry.home
             if not home.is_dir():
                 out.append(_check(name, "skipped", f"home absent: {home}"))
                 continue
 
-            manifest = commits_dir(home) / f"{entry['root']}.json"
+            manifest = commits_dir(home) / f"{entry.root}.json"
             if superseded is not None and not manifest.is_file():
                 out.append(_check(name, "skipped", f"superseded: {manifest} absent; the run id was re-made "
                                                    "into the same home, which holds its replacement's commits"))
                 continue
 
             try:
-                report = verify_commit(home, entry["root"])
+                report = verify_commit(home, entry.root)
             except (ValueError, OSError) as e:
                 out.append(_check(name, "fail", str(e).splitlines()[0]))
             else:
@@ -128,7 +132,7 @@ SUPERSEDED_NAME = "superseded.json"
 SUPERSEDED_FORMAT = "kit-superseded/1"
 
 
-def superseded_note(run_dir: Path, base: Path | None = None) -> dict | None:
+def superseded_note(run_dir: Path, base: Path | None = None) -> SupersededNote | None:
     """The superseded.json of the folder holding `run_dir`, checked: {"format", "reason",
     "unreachable_commits": [sha], "replaced_by": {run name: replacement run name}}; None when absent. A note
     counts only in a folder of the runs folder (never in the runs folder itself, where it would cover live
@@ -148,9 +152,10 @@ def superseded_note(run_dir: Path, base: Path | None = None) -> dict | None:
     for field, kind in (("format", str), ("reason", str), ("unreachable_commits", list), ("replaced_by", dict)):
         if not isinstance(note.get(field), kind):
             raise ValueError(f"{path}: field {field!r} must be a {kind.__name__}")  # noqa: TRY004 (bad input file)
-    if note["format"] != SUPERSEDED_FORMAT:
-        raise ValueError(f"{path}: field 'format' is {note['format']!r}, expected {SUPERSEDED_FORMAT!r}")
-    return note
+    checked = build(note, SupersededNote)
+    if checked.format != SUPERSEDED_FORMAT:
+        raise ValueError(f"{path}: field 'format' is {checked.format!r}, expected {SUPERSEDED_FORMAT!r}")
+    return checked
 
 
 def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> dict:
@@ -169,9 +174,9 @@ def _git_check(commit: str | None, base: Path, run_dir: Path | None = None) -> d
         note = superseded_note(run_dir, base) if run_dir is not None else None
     except ValueError as e:
         return _check("git", "fail", f"{why}; {e}")
-    if note is not None and run_dir is not None and commit in note["unreachable_commits"]:
-        after = note["replaced_by"].get(run_dir.name)
-        return _check("git", "skipped", f"superseded: {why}; {note['reason']}"
+    if note is not None and run_dir is not None and commit in note.unreachable_commits:
+        after = note.replaced_by.get(run_dir.name)
+        return _check("git", "skipped", f"superseded: {why}; {note.reason}"
                                         + (f"; replaced by {after}" if after else ""))
     return _check("git", "fail", why)
 
@@ -263,7 +268,7 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
     checks += _roots_checks(record.checkpoint_roots, base, superseded)
     mode = gpu_mode_check(run_dir, record, base, superseded)
     checks += [mode] if mode is not None else []
-    checks.append(_git_check(record.git["commit"], base, run_dir))
+    checks.append(_git_check(record.git.commit, base, run_dir))
     return {"run_dir": str(run_dir), "run_id": record.run_id, "ok": all(c["result"] != "fail" for c in checks),
             "checks": checks}
 

@@ -25,7 +25,7 @@ from kit.evidence.parameters import ParameterError, parse_assignments
 from kit.evidence.runner import run_notebook
 
 PARAMS_CELL = "text = ''\nitems = []\nmapping = {}\n"
-ECHO_CELL = ("from kit.evidence.records import record_metric\n"
+ECHO_CELL = ("from kit.evidence.notebook import record_metric\n"
              "record_metric('echo', {'text': text, 'items': items, 'mapping': mapping})\n")
 
 

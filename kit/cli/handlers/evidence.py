@@ -16,6 +16,7 @@ from kit.evidence.chain import Evidence, ledger_report
 from kit.evidence.environment import evidence_base
 from kit.evidence.parameters import notebook_defaults, parse_cli_parameters
 from kit.evidence.replay import replay_runs
+from kit.evidence.replay_at_commit import replay_at_recorded_commits
 from kit.evidence.replicate_design import design_reports
 from kit.evidence.report.page import render_report
 from kit.evidence.report.selection import Selection
@@ -68,12 +69,11 @@ def archived_members(runs_dir: Path, run_id: str) -> list[str]:
     """Where the archive index of `runs_dir` lists a run `run_id` that is not a folder directly under it
     (`FOLDER/runs/RUN_ID`, a campaign's): those members, for the one-line refusal."""
     try:
-        index = read_index(runs_dir) or {}
+        index = read_index(runs_dir)
     except ValueError:
         return []
-    return sorted(str(r.get("member")) for a in index.get("archives", []) for r in a.get("runs", [])
-                  if isinstance(r, dict) and run_id in (r.get("run_id"), Path(str(r.get("member"))).name)
-                  and r.get("member") != run_id)
+    return sorted(r.member for a in (index.archives if index is not None else ()) for r in a.runs
+                  if run_id in (r.run_id, Path(r.member).name) and r.member != run_id)
 
 
 def _name_value(text: str) -> tuple[str, str]:
@@ -97,6 +97,8 @@ def cmd_verify_evidence(a) -> int:
         if not Path("runs").is_dir():
             raise ValueError("runs: runs directory not found; name the run or runs folders to verify")
         a.run_dirs = ["runs"]
+    if a.at_recorded_commit and not a.replay:
+        raise ValueError("--at-recorded-commit replays: give it with --replay")
     if a.replay:
         return _replay(expand_run_dirs(a.run_dirs), a)
     run_dirs = expand_run_dirs(a.run_dirs)
@@ -145,6 +147,13 @@ def cmd_evidence_root(a) -> int:
 
 def _replay(run_dirs, a) -> int:
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="kit-replay-"))
+    if a.at_recorded_commit:  # each run with its recorded commit's code (kit/evidence/replay_at_commit.py)
+        folders = [p for p in a.run_dirs if not (Path(p) / "run.json").exists()]
+        if folders:  # a runs folder holds runs of many commits, GPU runs and benchmarks: name the runs
+            raise ValueError(f"--at-recorded-commit: {folders[0]} is not a run folder (no run.json); name the runs "
+                             "to replay, each is replayed at the commit its record names")
+        passed = [flag for flag, on in (("--json", a.json), ("--no-progress", a.no_progress)) if on]
+        return replay_at_recorded_commits(run_dirs, work.resolve(), passed, log=lambda m: print(m, file=sys.stderr))
     # a folder given (a runs directory): its benchmark records and GPU runs are listed as not replayed;
     # a run named on its own that cannot be replayed is refused
     whole_folder = any(not (Path(p) / "run.json").exists() for p in a.run_dirs)
@@ -204,7 +213,7 @@ def cmd_archive_evidence(a) -> int:
     except ValueError as e:
         print(f"kit archive-evidence: {e}", file=sys.stderr)
         return 2
-    print(f"{entry['file']}: {len(entry['folders'])} folder(s), {len(entry['runs'])} run(s), {entry['members']} "
-          f"files ({entry['unpacked_bytes']:,} bytes) in {entry['size']:,} bytes; "
-          f"{len(entry['references'])} stored as references")
+    print(f"{entry.file}: {len(entry.folders)} folder(s), {len(entry.runs)} run(s), {entry.members} "
+          f"files ({entry.unpacked_bytes:,} bytes) in {entry.size:,} bytes; "
+          f"{len(entry.references)} stored as references")
     return 0

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kit.digest import load_json_strict, sha256_file
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.index import gpu_names, index, is_replicate, metric
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.run_index import evidence_folders, kept_runs, logical_path

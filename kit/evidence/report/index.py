@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict, loads_strict, sha256_json
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
 from kit.evidence.report.selection import Selection

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kit.digest import write_files_atomic
 from kit.environ import temporary_environ
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.archive import origin
 from kit.evidence.report.css_prune import prune_page_styles
 from kit.evidence.report.pilots import beside, pilot_records

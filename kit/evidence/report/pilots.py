@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.format import NONE, fmt, is_number, run_link, short
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.run_index import load_runs

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.format import fmt, fmt_iso, root_html, run_link
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.selection import Selected, Selection

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.figures import learning_figure
 from kit.evidence.report.format import (
     NONE,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.figures import (
     GROWTH_NOTE,
     accuracy_figure,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, kv_table, records_table, run_link
 from kit.evidence.report.index import arm_runs, index, metric, producer
 from kit.evidence.report.selection import Selected
