@@ -48,7 +48,7 @@ def _links(top: Path, label: Path) -> list[str]:
     return out
 
 
-def _archive_checks(runs_dir: Path) -> tuple[list[dict], set[str], set[str | None]]:
+def _archive_checks(runs_dir: Path) -> tuple[list[dict], set[str], set[str]]:
     """(checks, archived folder names, archived run keys relative to runs_dir)."""
     adir = runs_dir / archive.ARCHIVE_DIR_NAME
     files = sorted(p.name for p in adir.iterdir()) if adir.is_dir() and not adir.is_symlink() else []

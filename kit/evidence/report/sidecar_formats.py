@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
-from kit.evidence import records
+from kit.evidence import run_record as records
 from kit.evidence.report.index import metric
 from kit.record import ContractError, MapOf, Omittable, Opt, Record, Seq, build, spec_field, validate
 
