@@ -782,3 +782,50 @@ class DevCurve(Record):
     max_new_tokens: int = spec_field(int)
     device: str = spec_field(str)
     points: tuple[CurvePoint, ...] = spec_field(Seq(CurvePoint))
+
+
+# --- a gate verdict (kit.adaptive.evaluation.gates, kit.adaptive.continued.continued_gates) -----------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateResult(Record):
+    """One gate as kit.stats judges it: its inputs written out beside the rule."""
+
+    name: str = spec_field(str)
+    passed: bool = spec_field(bool)
+    inputs: Mapping[str, float] = spec_field(MapOf(float), doc="the numbers the rule compares")
+    rule: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateVerdict(Record):
+    """What the sidecars read of a comparison's gate verdict (its bounds and accuracy tables are left out: read
+    with `gate_verdict`, which ignores them). A continued job's verdict says whether its start was exploratory."""
+
+    candidate: str = spec_field(str)
+    baseline: str = spec_field(str)
+    gates: tuple[GateResult, ...] = spec_field(Seq(GateResult))
+    passed: bool = spec_field(bool)
+    exploratory: bool | None = spec_field(Omittable(bool))
+    note: str | None = spec_field(Omittable(str))
+
+
+def gate_verdict(value: Any, source: str = "gate verdict") -> GateVerdict:
+    return GateVerdict.from_json(_declared_only(value, GateVerdict), source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnsweredTask(Record):
+    """A task's family and both verdicts: what the accuracy tables read of an evaluation row (a report rebuilds
+    such rows from other records)."""
+
+    family: str | None = spec_field(Opt(str))
+    cand_correct: bool = spec_field(bool)
+    base_correct: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnsweredTasks(Record):
+    tasks: tuple[AnsweredTask, ...] = spec_field(Seq(AnsweredTask))
+
+
+def answered_tasks(value: Any, source: str = "evaluation record") -> AnsweredTasks:
+    return AnsweredTasks.from_json(_declared_only(value, AnsweredTasks), source)

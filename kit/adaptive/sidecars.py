@@ -6,6 +6,7 @@ The report draws the same sidecars (kit.evidence.report), so a notebook shows wh
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +16,16 @@ from kit.adaptive.continued import continued_gates
 from kit.adaptive.continued_schema import AdaptiveFamilyTerms, ContinuedJob, JobTerms
 from kit.adaptive.evaluation import gates, nll_change_bounds
 from kit.adaptive.formats import (
+    AnsweredTasks,
     AnyPreparedJob,
     Comparison,
     ContinuedPreparedJob,
     MadeCommit,
     PairedScores,
     PreparedJob,
+    SelectionRecord,
+    answered_tasks,
+    gate_verdict,
     load_attempt,
     load_ownership,
     paired_scores,
@@ -30,7 +35,7 @@ from kit.adaptive.formats import (
 from kit.adaptive.prepare import OWNERSHIP_FILE
 from kit.adaptive.schema import AdaptiveJob
 from kit.digest import sha256_file
-from kit.record import to_json
+from kit.record import Record, spec_field, to_json
 from kit.stats import accuracy_by_family, bootstrap_ratio_distribution, gained_lost
 
 COMMIT_COLUMNS = ["cohort", "cohort_step", "step", "full_root", "learned_state_root"]
@@ -86,11 +91,21 @@ def commit_specs(specs: dict[str, str]) -> dict[str, dict]:
     return out
 
 
-def selection_sidecars(selection: dict, candidates: dict[str, dict], out: str) -> dict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitSpec(Record):
+    """A candidate of `commit_specs`: the home and the full root of its commit."""
+
+    home: str = spec_field(str)
+    root: str = spec_field(str)
+
+
+def selection_sidecars(selection: dict | SelectionRecord, candidates: dict[str, dict], out: str) -> dict:
     """{"selection": each bound candidate with its home, "selection_file": the record's path and sha256}."""
-    return {"selection": {n: {**bound, "home": candidates[n]["home"]} for n, bound in selection["candidates"].items()},
+    record = selection if isinstance(selection, SelectionRecord) else SelectionRecord.from_json(selection, str(out))
+    homes = {name: CommitSpec.from_json(c, "candidates", name).home for name, c in candidates.items()}
+    return {"selection": {n: {**bound.to_json(), "home": homes[n]} for n, bound in record.candidates.items()},
             "selection_file": {"path": str(out), "sha256": sha256_file(out),
-                               "prepared_digest": selection["prepared_digest"]}}
+                               "prepared_digest": record.prepared_digest}}
 
 
 # --- one arm (notebook 11) ---------------------------------------------------------------------
@@ -183,17 +198,17 @@ def evaluation_file(ev: dict | PairedScores, comparison: str, split: str, out: s
             "retention": len(scores.retention)}
 
 
-def accuracy_sidecars(ev: dict) -> dict:
+def accuracy_sidecars(ev: dict | AnsweredTasks) -> dict:
     """{"accuracy_by_family": {family: {n, accuracy_/correct_ candidate and baseline}},
     "generated_answers": gained and lost correct answers, candidate against baseline}. `ev` needs only "tasks",
     each with "family", "cand_correct" and "base_correct" (a report rebuilds such rows from other records)."""
-    tasks = ev["tasks"]
-    cand = accuracy_by_family([{"family": x["family"], "correct": x["cand_correct"]} for x in tasks])
-    base = accuracy_by_family([{"family": x["family"], "correct": x["base_correct"]} for x in tasks])
+    tasks = (ev if isinstance(ev, AnsweredTasks) else answered_tasks(ev)).tasks
+    cand = accuracy_by_family([{"family": x.family, "correct": x.cand_correct} for x in tasks])
+    base = accuracy_by_family([{"family": x.family, "correct": x.base_correct} for x in tasks])
     table = cand.merge(base, on=["family", "n"], suffixes=("_candidate", "_baseline")).set_index("family")
     by_family = {f: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                  for f, row in table.to_dict(orient="index").items()}
-    answers = gained_lost([x["cand_correct"] for x in tasks], [x["base_correct"] for x in tasks])
+    answers = gained_lost([x.cand_correct for x in tasks], [x.base_correct for x in tasks])
     return {"accuracy_by_family": by_family, "generated_answers": answers}
 
 
@@ -228,15 +243,15 @@ def gate_sidecars(ev: dict | PairedScores, terms: JobTerms, prepared: dict | Any
     if isinstance(job, ContinuedPreparedJob):
         start = job.start
         assert isinstance(terms, ContinuedJob), "the job's contract is of the prepared job's kind (job_contract)"
-        verdict = continued_gates(scores, terms, start.exploratory)
+        verdict = gate_verdict(continued_gates(scores, terms, start.exploratory))
         out["start_endpoint"] = {"full_root": start.full_root, "gates_passed": start.gates_passed,
-                                 "exploratory": start.exploratory, "note": verdict["note"]}
+                                 "exploratory": start.exploratory, "note": verdict.note}
     else:
         assert isinstance(terms, AdaptiveJob), "the job's contract is of the prepared job's kind (job_contract)"
-        verdict = gates(scores, terms)
-    out["gates"] = {g["name"]: {"passed": g["passed"], **g["inputs"], "rule": g["rule"]} for g in verdict["gates"]}
-    out["gate_verdict"] = {"comparison": comparison, "passed": verdict["passed"], "candidate": verdict["candidate"],
-                           "baseline": verdict["baseline"],
-                           **({"exploratory": verdict["exploratory"], "note": verdict["note"]}
+        verdict = gate_verdict(gates(scores, terms))
+    out["gates"] = {g.name: {"passed": g.passed, **g.inputs, "rule": g.rule} for g in verdict.gates}
+    out["gate_verdict"] = {"comparison": comparison, "passed": verdict.passed, "candidate": verdict.candidate,
+                           "baseline": verdict.baseline,
+                           **({"exploratory": verdict.exploratory, "note": verdict.note}
                               if "exploratory" in verdict else {})}
     return out
