@@ -330,6 +330,33 @@ class Schedule(Record):
 
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleEntry(Record):
+    """What a training worker reads of a scheduled record (`ScheduledRecord` is the whole)."""
+
+    id: str = spec_field(str)
+    role: str = spec_field(str)
+    replay: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortSteps(Record):
+    steps: tuple[tuple[ScheduleEntry, ...], ...] = spec_field(Seq(Seq(ScheduleEntry)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSchedule(Record):
+    """The part of schedule.json training reads (`Schedule` is the whole, checked by the commitments before any
+    worker starts): each cohort's updates and the seed a replicate's order derives from."""
+
+    seed: int | None = spec_field(Omittable(int))
+    cohorts: Mapping[str, CohortSteps] = spec_field(MapOf(CohortSteps))
+
+
+def worker_schedule(value: Any, source: str) -> WorkerSchedule:
+    return WorkerSchedule.from_json(_declared_only(value, WorkerSchedule), source)
+
+
 # --- the worker plan (launch-args.json) -------------------------------------------------------------------------
 
 
@@ -627,6 +654,20 @@ class MadeCommit(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOutcome(Record):
+    """What the driver reads of a training worker's result (the rest, admission and transfers, is the worker's
+    account for its status file)."""
+
+    rank: int = spec_field(int)
+    fetched_bytes: int = spec_field(int, doc="bytes this worker fetched to open its start")
+    commits: tuple[MadeCommit, ...] = spec_field(Seq(MadeCommit), doc="the commits made (rank 0's are the run's)")
+
+
+def worker_outcome(value: Any, source: str) -> WorkerOutcome:
+    return WorkerOutcome.from_json(_declared_only(value, WorkerOutcome), source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicateIndex(Record):
     index: int = spec_field(int, doc="the replicate (0: the contract's own order)")
 
@@ -639,6 +680,7 @@ class AttemptRecord(Record):
 
     attempt: str = spec_field(str)
     status: str = spec_field(str)
+    prepared_job_digest: str | None = spec_field(Omittable(str))
     cohort: str | None = spec_field(Omittable(str))
     prepared: str | None = spec_field(Omittable(str))
     workers: int | None = spec_field(Omittable(int))
@@ -662,8 +704,8 @@ class UpdateRow(Record):
     cohort: str = spec_field(str)
     cohort_step: int = spec_field(int)
     objective: float | None = spec_field(Omittable(float))
-    ce_per_token: float | None = spec_field(Omittable(float))
-    kl_per_token: float | None = spec_field(Omittable(float))
+    ce_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without new tokens")
+    kl_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without replay tokens")
     grad_norm: float | None = spec_field(Omittable(float))
     clip_factor: float | None = spec_field(Omittable(float))
     seconds: float | None = spec_field(Omittable(float))
@@ -692,8 +734,8 @@ class ComparedUpdate(Record):
 
     cohort_step: int = spec_field(int)
     objective: float | None = spec_field(Omittable(float))
-    ce_per_token: float | None = spec_field(Omittable(float))
-    kl_per_token: float | None = spec_field(Omittable(float))
+    ce_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without new tokens")
+    kl_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without replay tokens")
     grad_norm: float | None = spec_field(Omittable(float))
     clip_factor: float | None = spec_field(Omittable(float))
     seconds: float | None = spec_field(Omittable(float))
