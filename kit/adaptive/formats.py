@@ -486,6 +486,14 @@ def paired_scores(evaluation: dict | PairedScores, source: str = "evaluation rec
     return PairedScores.from_json(_declared_only(evaluation, PairedScores), source)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitSpec(Record):
+    """A candidate as `commit_specs` gives it ("HOME:FULL_ROOT" split): the home and its commit's full root."""
+
+    home: str = spec_field(str)
+    root: str = spec_field(str)
+
+
 # --- the selection record (kit.adaptive.selection; docs/formats/selection-records.md) ----------------------------
 SELECTION_FORMAT = "kit-adaptive-selection/2"  # /2: every candidate binds its comparison's baseline
 

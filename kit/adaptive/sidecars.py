@@ -6,7 +6,6 @@ The report draws the same sidecars (kit.evidence.report), so a notebook shows wh
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from kit.adaptive.evaluation import gates, nll_change_bounds
 from kit.adaptive.formats import (
     AnsweredTasks,
     AnyPreparedJob,
+    CommitSpec,
     Comparison,
     ContinuedPreparedJob,
     MadeCommit,
@@ -35,7 +35,7 @@ from kit.adaptive.formats import (
 from kit.adaptive.prepare import OWNERSHIP_FILE
 from kit.adaptive.schema import AdaptiveJob
 from kit.digest import sha256_file
-from kit.record import Record, spec_field, to_json
+from kit.record import to_json
 from kit.stats import accuracy_by_family, bootstrap_ratio_distribution, gained_lost
 
 COMMIT_COLUMNS = ["cohort", "cohort_step", "step", "full_root", "learned_state_root"]
@@ -90,13 +90,6 @@ def commit_specs(specs: dict[str, str]) -> dict[str, dict]:
         out[name] = {"home": home, "root": root}
     return out
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommitSpec(Record):
-    """A candidate of `commit_specs`: the home and the full root of its commit."""
-
-    home: str = spec_field(str)
-    root: str = spec_field(str)
 
 
 def selection_sidecars(selection: dict | SelectionRecord, candidates: dict[str, dict], out: str) -> dict:
