@@ -332,11 +332,13 @@ class Schedule(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleEntry(Record):
-    """What a training worker reads of a scheduled record (`ScheduledRecord` is the whole)."""
+    """A scheduled record as a training worker reads it (`ScheduledRecord`, with the digest Omittable: the
+    commitments check it before any worker starts, and an entry goes on as it was written)."""
 
     id: str = spec_field(str)
     role: str = spec_field(str)
     replay: bool = spec_field(bool)
+    digest: str | None = spec_field(Omittable(str))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
