@@ -1,5 +1,5 @@
-"""The adaptive package's result records (kit/adaptive/formats.py: the evaluation record, the development curve)
-held against their docs page's field tables, and the classes' round trip of a record's JSON."""
+"""The adaptive package's result records (kit/adaptive/formats.py: the evaluation record, the development curve;
+kit/adaptive/lineage.py: inherited.json) held against their docs pages' field tables, and the classes' round trip of a record's JSON."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 from support.format_docs import assert_docs_match
 
 from kit.adaptive.formats import DevCurve, EvaluationRecord
+from kit.adaptive.lineage import InheritedLogs
 from kit.record import ContractError
 
 PAGE = "formats/adaptive-evaluation.md"
@@ -15,6 +16,10 @@ PAGE = "formats/adaptive-evaluation.md"
 @pytest.mark.parametrize("heading, cls", [("Evaluation record", EvaluationRecord), ("Development curve", DevCurve)])
 def test_evaluation_page_matches_its_classes(heading, cls):
     assert_docs_match(PAGE, heading, cls)
+
+
+def test_homes_page_matches_inherited_logs():
+    assert_docs_match("formats/adaptive-homes.md", "inherited.json (kit/adaptive/lineage.py)", InheritedLogs)
 
 
 def _evaluation(**extra) -> dict:
