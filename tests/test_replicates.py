@@ -102,11 +102,12 @@ def test_cohort_steps_of_replicate_zero_are_the_prepared_ones_and_the_guard_refu
     from kit.adaptive.selection import FinalRolesRefused, open_final_roles, replicate_index
     from kit.adaptive.train import cohort_steps
     from kit.digest import load_json_strict
+    from kit.record import to_json
 
     pj = load_json_strict(Path(prepared["out"]) / "prepared.json")
     committed = load_json_strict(Path(prepared["out"]) / pj["schedule"]["file"])["cohorts"]["B"]["steps"]
-    assert cohort_steps(Path(prepared["out"]), "B", 0) == committed
-    one = cohort_steps(Path(prepared["out"]), "B", 1)
+    assert to_json(cohort_steps(Path(prepared["out"]), "B", 0)) == committed  # typed entries, the committed JSON
+    one = to_json(cohort_steps(Path(prepared["out"]), "B", 1))
     assert one != committed and sorted(e["id"] for s in one for e in s) == sorted(e["id"] for s in committed for e in s)
     home = tmp_path / "G-r1"
     root = "ab" * 32

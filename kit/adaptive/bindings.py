@@ -10,7 +10,13 @@ import os
 from pathlib import Path
 
 from kit.adaptive.continued_schema import JobTerms
-from kit.adaptive.formats import AnyPreparedJob, ContinuedPreparedJob, load_job_files, prepared_job_from_json
+from kit.adaptive.formats import (
+    AnyPreparedJob,
+    ContinuedPreparedJob,
+    load_attempt,
+    load_job_files,
+    prepared_job_from_json,
+)
 from kit.adaptive.lineage import lineage_rows
 from kit.adaptive.schema import Cohort
 from kit.data.conversations import read_jsonl
@@ -18,8 +24,9 @@ from kit.digest import load_json_strict, sha256_file
 from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import check_commitments
-from kit.store.commits import CommitError, read_commit, read_head
+from kit.store.commits import CommitError, read_head, read_manifest
 from kit.store.in_use import IN_USE_NAME, in_use_by
+from kit.store.manifest import Manifest
 
 COHORTS = ("A", "B")
 
@@ -104,15 +111,15 @@ def a_endpoint_of(resume_home: str, resume: str, terms: JobTerms, depth: int) ->
     root = resume
     for _ in range(100_000):
         try:
-            m = read_commit(resume_home, root)
+            m = read_manifest(resume_home, root)
         except (CommitError, ValueError):
             return None
-        cursor = m["learned_state"]["cursor"]
-        if {k: cursor.get(k) for k in want} == want and max(b for _, b in m["layout"]["blocks"]) == depth:
+        cursor = m.learned_state.cursor
+        if {k: cursor.get(k) for k in want} == want and max(b for _, b in m.layout.blocks) == depth:
             return root
-        if m["parent"] is None:
+        if m.parent is None:
             return None
-        root = m["parent"]
+        root = m.parent
     return None
 
 
@@ -124,7 +131,7 @@ def _b_reference(terms: JobTerms) -> str:
 
 
 def check_reference(prepared: Path, pj: AnyPreparedJob | dict, terms: JobTerms, reference: str, resume: str, ref_home: str,
-                    resume_home: str | None = None) -> dict:
+                    resume_home: str | None = None) -> Manifest:
     """Cohort B's --reference is the committed phase-A endpoint the B lineage continues: --resume at the B
     start (or the A-endpoint ancestor of a --resume inside B), at the contract's A endpoint, and committed
     by an attempt of this prepared job (`pj`: the job, or its prepared.json as loaded)."""
@@ -135,17 +142,17 @@ def check_reference(prepared: Path, pj: AnyPreparedJob | dict, terms: JobTerms, 
         raise TrainRefused(f"--reference {reference}: expected the committed phase-A endpoint that cohort B "
                            f"continues from --resume {resume}: {endpoint or 'none found along its parents'} "
                            f"(contract field 'cohorts.B.reference' = {_b_reference(terms)!r})")
-    manifest = read_commit(ref_home, reference)
-    cursor = manifest["learned_state"]["cursor"]
+    manifest = read_manifest(ref_home, reference)
+    cursor = dict(manifest.learned_state.cursor)
     want = {"step": terms.endpoints["A"], "cohort": 0, "cohort_step": terms.endpoints["A"]}
     if {k: cursor.get(k) for k in want} != want:
         raise TrainRefused(f"--reference {ref_home}:{reference}: cursor {cursor}; expected the phase-A endpoint "
                            f"{want} (contract field 'endpoints.A' = {terms.endpoints['A']})")
     made = []
     for path in sorted(Path(ref_home).glob("attempts/*/attempt.json")):
-        rec = load_json_strict(path)
-        if any(c.get("full_root") == reference for c in rec.get("commits", [])) and rec.get("status") == "completed":
-            made.append((path, rec.get("prepared_job_digest")))
+        rec = load_attempt(path)
+        if any(c.full_root == reference for c in rec.commits or ()) and rec.status == "completed":
+            made.append((path, rec.prepared_job_digest))
     if not any(job == pj.job_digest for _, job in made):
         found = ", ".join(f"{p} (prepared_job_digest {j})" for p, j in made) or "no completed attempt committed it"
         raise TrainRefused(f"--reference {ref_home}:{reference}: not committed by an attempt of this prepared job "
@@ -202,5 +209,5 @@ def check_bindings(prepared: Path, pj: AnyPreparedJob, terms: JobTerms, seed_dir
             if value != want:
                 raise TrainRefused(f"{flag} {value}: {prepared / 'prepared.json'} field 'start.full_root' expects "
                                    f"{want} (the phase-A endpoint this continued job starts from)")
-    cursor = read_commit(source_home or home, resume)["learned_state"]["cursor"] if resume else None
+    cursor = dict(read_manifest(source_home or home, resume).learned_state.cursor) if resume else None
     check_fresh_home(home, cohort, resume, cursor, terms.cohort_order)

@@ -13,20 +13,29 @@ from pathlib import Path
 
 import torch
 
+from kit.adaptive.formats import ComparedUpdate, compared_update, update_row
 from kit.adaptive.lineage import lineage_rows
 from kit.store import commits
+from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore
 from kit.store.params import parameter_tensor
 
 
 def update_log(home: str, cohort: str) -> list[dict]:
-    """Per-update records of a home's attempts for one cohort, by cohort step (last attempt wins)."""
-    rows: dict[int, dict] = {}
+    """`update_curve` as JSON (what `compare` records)."""
+    return [u.to_json() for u in update_curve(home, cohort)]
 
-    for r in lineage_rows(home):  # own logs and the lineage's inherited ones (kit/adaptive/lineage.py)
-        if r["cohort"] == cohort:
-            rows[r["cohort_step"]] = {k: r[k] for k in ("cohort_step", "objective", "ce_per_token", "kl_per_token",
-                                                        "grad_norm", "clip_factor", "seconds") if k in r}
+
+def update_curve(home: str, cohort: str) -> list[ComparedUpdate]:
+    """Per-update records of a home's attempts for one cohort, by cohort step (last attempt wins): the curve
+    fields of each row, as the logs hold them (older logs lack some)."""
+    rows: dict[int, ComparedUpdate] = {}
+    home_logs = Path(home) / "attempts"
+    for raw in lineage_rows(home):  # own logs and the lineage's inherited ones (kit/adaptive/lineage.py)
+        source = f"{home_logs}: an update log row"
+        row = update_row(raw, source)
+        if row.cohort == cohort:
+            rows[row.cohort_step] = compared_update(raw, source)
     return [rows[k] for k in sorted(rows)]
 
 
@@ -36,25 +45,29 @@ def attempt_records(home: str) -> list[dict]:
 
 
 def compare(a_home: str, a_root: str, b_home: str, b_root: str, cohort: str) -> dict:
-    ma, mb = commits.read_commit(a_home, a_root), commits.read_commit(b_home, b_root)
-    ea = {e["name"]: e for e in ma["learned_state"]["params"]}
-    eb = {e["name"]: e for e in mb["learned_state"]["params"]}
+    """The two commits side by side (a `Comparison`, as its JSON): parameters, roots and both update curves."""
+    ma, mb = commits.read_manifest(a_home, a_root), commits.read_manifest(b_home, b_root)
+    ea = {e.name: e for e in ma.learned_state.params}
+    eb = {e.name: e for e in mb.learned_state.params}
+    same_names = set(ea) == set(eb)
     max_diff, differing = 0.0, 0
-    if set(ea) == set(eb):
+    if same_names:
         sa, sb = ObjectStore(a_home), ObjectStore(b_home)
         for n in sorted(ea):
-            if ea[n]["param"] != eb[n]["param"]:
+            if ea[n].param != eb[n].param:
                 differing += 1
                 ta, tb = parameter_tensor(sa, ea[n]), parameter_tensor(sb, eb[n])  # parameters only
                 max_diff = max(max_diff, float((ta - tb).abs().max()))
+
+    def run(home: str, root: str, manifest: Manifest) -> dict:
+        return {"home": home, "full_root": root, "learned_state_root": manifest.learned_state_root,
+                "layout": [list(b) for b in manifest.layout.blocks], "updates": update_log(home, cohort)}
+
     return {
-        "a": {"home": a_home, "full_root": a_root, "learned_state_root": ma["learned_state_root"],
-              "layout": ma["layout"]["blocks"], "updates": update_log(a_home, cohort)},
-        "b": {"home": b_home, "full_root": b_root, "learned_state_root": mb["learned_state_root"],
-              "layout": mb["layout"]["blocks"], "updates": update_log(b_home, cohort)},
-        "same_parameter_names": set(ea) == set(eb),
-        "learned_state_equal": ma["learned_state_root"] == mb["learned_state_root"],
-        "parameters_differing": differing if set(ea) == set(eb) else None,
-        "max_abs_parameter_difference": max_diff if set(ea) == set(eb) else None,
+        "a": run(a_home, a_root, ma), "b": run(b_home, b_root, mb),
+        "same_parameter_names": same_names,
+        "learned_state_equal": ma.learned_state_root == mb.learned_state_root,
+        "parameters_differing": differing if same_names else None,
+        "max_abs_parameter_difference": max_diff if same_names else None,
         "torch": torch.__version__,
     }

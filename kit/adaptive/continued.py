@@ -52,6 +52,7 @@ from kit.adaptive.formats import (
     PreparedJob,
     Schedule,
     ScheduledRecord,
+    gate_verdict,
     paired_scores,
 )
 from kit.adaptive.schema import AdaptiveJob, load_adaptive_contract
@@ -71,7 +72,7 @@ from kit.paths import inside
 from kit.provenance import input_commitments
 from kit.publish import publish_dir
 from kit.stats import gained_lost, gate_retention
-from kit.store.commits import read_commit
+from kit.store.commits import read_manifest
 
 
 def continued_gates(evaluation: dict | PairedScores, terms: ContinuedTerms, exploratory: bool) -> dict:
@@ -97,7 +98,7 @@ def _start_endpoint(spj: PreparedJob, start_dir: Path, start_terms: AdaptiveJob,
                     evaluation: Path) -> ContinuedStart:
     """The start endpoint's identity and its gates, recomputed from its bound final evaluation."""
     name = terms.start.comparison
-    m = read_commit(home, root)
+    m = read_manifest(home, root)
     try:
         check_endpoint(m, name, spj, start_terms, f"{home}:{root}")
     except FinalRolesRefused as e:
@@ -122,18 +123,18 @@ def _start_endpoint(spj: PreparedJob, start_dir: Path, start_terms: AdaptiveJob,
     if not opened:
         raise ContinuedRefused(f"{start_dir / ACCESS_LOG}: no allowed final-role opening for candidate {root} against "
                                f"{ev.get('baseline')}; the evaluation is not bound to a selection of the start job")
-    verdict = gates(ev, start_terms)
-    passed = bool(verdict["passed"])
+    verdict = gate_verdict(gates(ev, start_terms), str(evaluation))
+    passed = verdict.passed
     if not passed and not terms.start.exploratory:
-        failed = [g["name"] for g in verdict["gates"] if not g["passed"]]
+        failed = [g.name for g in verdict.gates if not g.passed]
         raise ContinuedRefused(f"{evaluation}: the start endpoint's gates did not pass (failed: {failed}); contract "
                                "field 'start.exploratory' = false, so a continued run may start only from a passing "
                                "phase-A endpoint (set it true to run exploratory, and the report says so)")
-    return ContinuedStart(comparison=name, full_root=root, learned_state_root=m["learned_state_root"],
-                          cursor=Cursor.from_json(m["learned_state"]["cursor"], f"{home}:{root} learned_state.cursor"),
+    return ContinuedStart(comparison=name, full_root=root, learned_state_root=m.learned_state_root,
+                          cursor=Cursor.from_json(dict(m.learned_state.cursor), f"{home}:{root} learned_state.cursor"),
                           prepared_job_digest=spj.job_digest, contract_digest=spj.contract.digest,
                           evaluation_sha256=sha256_file(evaluation),
-                          gates=types.MappingProxyType({g["name"]: g["passed"] for g in verdict["gates"]}),
+                          gates=types.MappingProxyType({g.name: g.passed for g in verdict.gates}),
                           gates_passed=passed, exploratory=not passed)
 
 

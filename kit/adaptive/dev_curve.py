@@ -22,33 +22,49 @@ draws its `dev_curve` sidecar as accuracy against updates since the seed, a pane
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from kit.adaptive.evaluation import DEV_ROLES, cached_scores, model_spec, role_file
-from kit.adaptive.formats import load_prepared
+from kit.adaptive.evaluation import DEV_ROLES, cached_scores, model_spec, read_roles
+from kit.adaptive.formats import (
+    CURVE_FORMAT,
+    CurvePoint,
+    DevCurve,
+    FamilyAccuracy,
+    commit_cursor,
+    load_prepared,
+)
 from kit.data.chat import load_tokenizer
-from kit.data.conversations import read_jsonl
-from kit.digest import sha256_file, write_canonical_json
+from kit.digest import write_canonical_json
+from kit.evaluation.scoring import NllScore
 from kit.stats import accuracy_by_family
-from kit.store.commits import read_commit
+from kit.store.commits import read_manifest
 
-CURVE_FORMAT = "kit-adaptive-dev-curve/1"
 CURVE_COLUMNS = ["arm", "model", "step", "cohort", "cohort_step", "family", "n", "correct", "accuracy"]
 NLL_COLUMNS = ["arm", "model", "step", "cohort", "cohort_step", "task_nll_per_token", "retention_nll_per_token"]
 COHORT_NAMES = ("A", "B")  # a commit cursor's cohort index (docs/formats/checkpoint-store.md, "Learned state")
 
 
-def _point(spec: str) -> dict:
-    """'seed:DIR' or 'HOME:FULL_ROOT' -> {"model", "step", "cohort", "cohort_step"} from the commit's cursor
-    (the seed: step 0, no cohort)."""
+@dataclass(frozen=True, slots=True)
+class CurveHead:
+    """Which model a curve point scores and where it stands in its arm's lineage."""
+
+    arm: str
+    model: str  # "seed:DIR" or "HOME:FULL_ROOT"
+    step: int  # updates since the seed
+    cohort: str | None  # None: the seed
+    cohort_step: int
+
+
+def _point(arm: str, spec: str) -> CurveHead:
+    """'seed:DIR' or 'HOME:FULL_ROOT' -> its head, from the commit's cursor (the seed: step 0, no cohort)."""
     kw, _ = model_spec(spec)
     if "seed_dir" in kw:
-        return {"model": spec, "step": 0, "cohort": None, "cohort_step": 0}
-    cursor = read_commit(kw["home"], kw["root"])["learned_state"]["cursor"]
-    cohort = cursor.get("cohort")
-    return {"model": spec, "step": int(cursor["step"]),
-            "cohort": COHORT_NAMES[cohort] if isinstance(cohort, int) and cohort < len(COHORT_NAMES) else cohort,
-            "cohort_step": int(cursor.get("cohort_step", cursor["step"]))}
+        return CurveHead(arm, spec, 0, None, 0)
+    cursor = commit_cursor(read_manifest(kw["home"], kw["root"]))
+    cohort = None if cursor.cohort is None else COHORT_NAMES[cursor.cohort]
+    return CurveHead(arm, spec, cursor.step, cohort, cursor.steps_in_cohort)
 
 
 def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], out: str | os.PathLike,
@@ -61,45 +77,44 @@ def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], o
         raise ValueError(f"lineages {lineages!r}: expected {{arm: [model spec, ...]}} with at least one model per arm")
     # arms in name order: a run record keeps LINEAGES as canonical JSON (sorted keys), so a replay passes them
     # sorted whatever order the first run's dict had; the curve must not depend on it
-    points = {arm: [_point(spec) for spec in lineages[arm]] for arm in sorted(lineages)}
-    for arm, pts in points.items():
-        steps = [p["step"] for p in pts]
+    points = {arm: [_point(arm, spec) for spec in lineages[arm]] for arm in sorted(lineages)}
+    for arm, heads in points.items():
+        steps = [h.step for h in heads]
         if steps != sorted(steps) or len(set(steps)) != len(steps):
             raise ValueError(f"lineage {arm!r}: steps {steps}; expected strictly increasing steps (training order)")
     tok = load_tokenizer(tokenizer_dir)
-    data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in DEV_ROLES.items()}
-    role_sha = {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in DEV_ROLES.items()}
+    data, role_sha = read_roles(prepared_dir, DEV_ROLES)
     cache = Path(out).parent / "score-cache"  # the development comparisons' cache: same key, same scores
     rows = []
-    for arm, pts in points.items():
-        for p in pts:
-            kw, ident = model_spec(p["model"])
+    for heads in points.values():
+        for h in heads:
+            kw, ident = model_spec(h.model)
             s = cached_scores(kw, ident, tok, data, role_sha, max_tokens, max_new_tokens, cache, device)
-            table = accuracy_by_family([{"family": a["family"], "correct": a["correct"]} for a in s["answers"]])
-            rows.append({"arm": arm, **p,
-                         "accuracy": {r["family"]: {"n": int(r["n"]), "correct": int(r["correct"]),
-                                                    "accuracy": float(r["accuracy"])}
-                                      for r in table.to_dict(orient="records")},
-                         "task_nll_per_token": _per_token(s["task_nll"]),
-                         "retention_nll_per_token": _per_token(s["retention_nll"])})
-    record = {"format": CURVE_FORMAT, "prepared_job_digest": load_prepared(prepared_dir).job_digest, "roles": DEV_ROLES,
-              "role_sha256": role_sha, "max_tokens": max_tokens, "max_new_tokens": max_new_tokens,
-              "device": device, "points": rows}
-    write_canonical_json(out, record)
-    return record
+            table = accuracy_by_family([{"family": a.family, "correct": a.correct} for a in s.answers])
+            accuracy = {str(r.family): FamilyAccuracy(n=int(r.n), correct=int(r.correct), accuracy=float(r.accuracy))
+                        for r in table.itertuples(index=False)}
+            rows.append(CurvePoint(arm=h.arm, model=h.model, step=h.step, cohort=h.cohort, cohort_step=h.cohort_step,
+                                   accuracy=accuracy, task_nll_per_token=_per_token(s.task_nll),
+                                   retention_nll_per_token=_per_token(s.retention_nll)))
+    record = DevCurve(format=CURVE_FORMAT, prepared_job_digest=load_prepared(prepared_dir).job_digest,
+                      roles=DEV_ROLES, role_sha256=role_sha, max_tokens=max_tokens, max_new_tokens=max_new_tokens,
+                      device=device, points=tuple(rows))
+    write_canonical_json(out, record.to_json())
+    return record.to_json()
 
 
-def _per_token(rows: list[dict]) -> float:
-    tokens = sum(r["tokens"] for r in rows)
-    return sum(r["nll_sum"] for r in rows) / tokens if tokens else float("nan")
+def _per_token(rows: Sequence[NllScore]) -> float:
+    tokens = sum(r.tokens for r in rows)
+    return sum(r.nll_sum for r in rows) / tokens if tokens else float("nan")
 
 
-def curve_sidecars(record: dict) -> dict:
+def curve_sidecars(record: dict | DevCurve) -> dict:
     """{"dev_curve": per-family accuracy at every point, "dev_curve_nll": per-token NLLs at every point},
     each a {"columns", "rows"} table (the report draws such tables as they are)."""
+    curve = record if isinstance(record, DevCurve) else DevCurve.from_json(record, "development curve")
     acc, nll = [], []
-    for p in record["points"]:
-        head = [p["arm"], p["model"], p["step"], p["cohort"], p["cohort_step"]]
-        acc += [head + [family, a["n"], a["correct"], a["accuracy"]] for family, a in p["accuracy"].items()]
-        nll.append(head + [p["task_nll_per_token"], p["retention_nll_per_token"]])
+    for p in curve.points:
+        head = [p.arm, p.model, p.step, p.cohort, p.cohort_step]
+        acc += [head + [family, a.n, a.correct, a.accuracy] for family, a in p.accuracy.items()]
+        nll.append(head + [p.task_nll_per_token, p.retention_nll_per_token])
     return {"dev_curve": {"columns": CURVE_COLUMNS, "rows": acc}, "dev_curve_nll": {"columns": NLL_COLUMNS, "rows": nll}}

@@ -21,8 +21,12 @@ from pathlib import Path
 
 from kit.adaptive.continued_schema import AdaptiveFamilyTerms
 from kit.adaptive.formats import (
+    EvaluationRecord,
     PairedScores,
     RetentionPair,
+    RolePair,
+    ScoreCache,
+    ScoredTask,
     TaskPair,
     load_job_files,
     load_prepared,
@@ -31,9 +35,9 @@ from kit.adaptive.formats import (
 from kit.adaptive.schema import AdaptiveContract
 from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
-from kit.data.conversations import read_jsonl
+from kit.data.conversations import Conversation, read_jsonl
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_canonical_json
-from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.evaluation.scoring import eval_batch_sizes, load_model, nll_scores, task_answers
 from kit.evidence.ledger import record_exposures
 from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
@@ -48,8 +52,23 @@ from kit.stats import (
     ratio_change_normal_upper,
 )
 
-DEV_ROLES = {"tasks": "dev.tasks", "retention": "dev.retention"}
-FINAL_ROLES = {"tasks": "final.tasks", "retention": "final.retention"}
+DEV_ROLES = RolePair(tasks="dev.tasks", retention="dev.retention")
+FINAL_ROLES = RolePair(tasks="final.tasks", retention="final.retention")
+
+
+@dataclass(frozen=True, slots=True)
+class RoleData:
+    """The conversations of the two roles a model is scored on."""
+
+    tasks: list[Conversation]
+    retention: list[Conversation]
+
+
+def read_roles(prepared_dir: Path, roles: RolePair) -> tuple[RoleData, RolePair]:
+    """The roles' conversations (each file checked against its recorded sha256) and their files' sha256."""
+    tasks, retention = role_file(prepared_dir, roles.tasks), role_file(prepared_dir, roles.retention)
+    data = RoleData(tasks=read_jsonl(*tasks), retention=read_jsonl(*retention))
+    return data, RolePair(tasks=sha256_file(tasks[0]), retention=sha256_file(retention[0]))
 
 
 def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
@@ -105,32 +124,28 @@ def evaluate(request: EvaluateRequest) -> dict:
     record_materials("prepared", "file", [sha256_file(prepared_dir / "prepared.json")])
     record_materials("scored", "commit", [kw["root"] for kw in (cand_kw, base_kw) if "root" in kw])
     tok = load_tokenizer(request.tokenizer_dir)
-    data = {k: read_jsonl(*role_file(prepared_dir, r)) for k, r in roles.items()}
+    data, role_sha256 = read_roles(prepared_dir, roles)
     if split == "final":
         pj = load_prepared(prepared_dir)
-        record_exposures(data["tasks"], data["retention"], pj.contract.digest, pj.job_digest,
+        record_exposures(data.tasks, data.retention, pj.contract.digest, pj.job_digest,
                          f"final scoring of {cand_id} against {base_id}",
                          path=guard_ledger(prepared_dir, pj))  # the ledger the job is bound to
-    result = {"split": split, "candidate": cand_id, "baseline": base_id, "roles": roles,
-              "role_sha256": {k: sha256_file(role_file(prepared_dir, r)[0]) for k, r in roles.items()}}
     per_model = {}
     cache = Path(out).parent / "score-cache"
     for name, kw, ident in (("candidate", cand_kw, cand_id), ("baseline", base_kw, base_id)):
-        per_model[name] = cached_scores(kw, ident, tok, data, result["role_sha256"], request.max_tokens,
+        per_model[name] = cached_scores(kw, ident, tok, data, role_sha256, request.max_tokens,
                                         request.max_new_tokens, cache, device)
     c, b = per_model["candidate"], per_model["baseline"]
-    result["tasks"] = [
-        {"id": x["id"], "family": x.get("family"), "tokens": x["tokens"], "cand_nll": x["nll_sum"],
-         "base_nll": y["nll_sum"], "cand_correct": xa["correct"], "base_correct": ya["correct"],
-         "cand_reply": xa["reply"], "base_reply": ya["reply"]}
-        for x, y, xa, ya in zip(c["task_nll"], b["task_nll"], c["answers"], b["answers"])
-    ]
-    result["retention"] = [
-        {"id": x["id"], "tokens": x["tokens"], "cand_nll": x["nll_sum"], "base_nll": y["nll_sum"]}
-        for x, y in zip(c["retention_nll"], b["retention_nll"])
-    ]
-    if device != "cpu":  # CPU records keep their bytes
-        result["device"] = device
+    record = EvaluationRecord(
+        split=split, candidate=cand_id, baseline=base_id, roles=roles, role_sha256=role_sha256,
+        tasks=tuple(ScoredTask(id=x.id, family=x.family, tokens=x.tokens, cand_nll=x.nll_sum, base_nll=y.nll_sum,
+                               cand_correct=xa.correct, base_correct=ya.correct, cand_reply=xa.reply,
+                               base_reply=ya.reply)
+                    for x, y, xa, ya in zip(c.task_nll, b.task_nll, c.answers, b.answers)),
+        retention=tuple(RetentionPair(id=x.id, tokens=x.tokens, cand_nll=x.nll_sum, base_nll=y.nll_sum)
+                        for x, y in zip(c.retention_nll, b.retention_nll)),
+        device=None if device == "cpu" else device)  # CPU records keep their bytes: no device field
+    result = record.to_json()
     sha = write_canonical_json(out, result)
     if split == "final":  # the record's bytes, bound where the opening was logged (kit continued prepare reads it)
         _log(prepared_dir, {"evaluation": str(out), "sha256": sha, "candidate": cand_id, "baseline": base_id},
@@ -138,27 +153,26 @@ def evaluate(request: EvaluateRequest) -> dict:
     return result
 
 
-def cached_scores(kw: dict, ident: str, tok, data: dict, role_sha: dict, max_tokens: int, max_new_tokens: int,
-                  cache: Path, device: str = "cpu") -> dict:
+def cached_scores(kw: dict, ident: str, tok, data: RoleData, role_sha: RolePair, max_tokens: int, max_new_tokens: int,
+                  cache: Path, device: str = "cpu") -> ScoreCache:
     """A model's scores on the roles, cached by (weights identity, role file digests, settings): scoring
     is a deterministic function of those, and each endpoint is a candidate once and a baseline once."""
     weights = parameter_digest(kw["seed_dir"]) if "seed_dir" in kw else ident
-    key = sha256_json(["kit-adaptive-scores/1", weights, role_sha, max_tokens, max_new_tokens]
+    key = sha256_json(["kit-adaptive-scores/1", weights, role_sha.to_json(), max_tokens, max_new_tokens]
                       + ([] if device == "cpu" else [device]))
     path = cache / f"{key}.json"
     if path.exists():
-        return load_json_strict(path)
+        return ScoreCache.from_json(load_json_strict(path), str(path))
 
     model = load_model(**kw, device=device)
     nll_batch, answer_batch = eval_batch_sizes(device)
-    scores = {
-        "task_nll": score_nll(model, tok, data["tasks"], max_tokens, batch_size=nll_batch),
-        "retention_nll": score_nll(model, tok, data["retention"], max_tokens, batch_size=nll_batch),
-        "answers": answer_tasks(model, tok, data["tasks"], max_new_tokens, batch_size=answer_batch),
-    }
+    tasks, retention = data.tasks, data.retention
+    scores = ScoreCache(task_nll=tuple(nll_scores(model, tok, tasks, max_tokens, batch_size=nll_batch)),
+                        retention_nll=tuple(nll_scores(model, tok, retention, max_tokens, batch_size=nll_batch)),
+                        answers=tuple(task_answers(model, tok, tasks, max_new_tokens, batch_size=answer_batch)))
     del model
     cache.mkdir(parents=True, exist_ok=True)
-    write_canonical_json(path, scores)
+    write_canonical_json(path, scores.to_json())
     return scores
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
+from kit.evaluation.scoring import NllScore, TaskAnswer
 from kit.model.shard import Layout
 from kit.record import Either, MapOf, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
+from kit.store.manifest import Manifest
 
 PREPARED_FILE = "prepared.json"
 ADAPTIVE_PREPARED_FORMAT = "kit.adaptive.prepared/1"
@@ -328,6 +330,35 @@ class Schedule(Record):
 
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleEntry(Record):
+    """A scheduled record as a training worker reads it (`ScheduledRecord`, with the digest Omittable: the
+    commitments check it before any worker starts, and an entry goes on as it was written)."""
+
+    id: str = spec_field(str)
+    role: str = spec_field(str)
+    replay: bool = spec_field(bool)
+    digest: str | None = spec_field(Omittable(str))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortSteps(Record):
+    steps: tuple[tuple[ScheduleEntry, ...], ...] = spec_field(Seq(Seq(ScheduleEntry)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSchedule(Record):
+    """The part of schedule.json training reads (`Schedule` is the whole, checked by the commitments before any
+    worker starts): each cohort's updates and the seed a replicate's order derives from."""
+
+    seed: int | None = spec_field(Omittable(int))
+    cohorts: Mapping[str, CohortSteps] = spec_field(MapOf(CohortSteps))
+
+
+def worker_schedule(value: Any, source: str) -> WorkerSchedule:
+    return WorkerSchedule.from_json(_declared_only(value, WorkerSchedule), source)
+
+
 # --- the worker plan (launch-args.json) -------------------------------------------------------------------------
 
 
@@ -457,6 +488,14 @@ def paired_scores(evaluation: dict | PairedScores, source: str = "evaluation rec
     return PairedScores.from_json(_declared_only(evaluation, PairedScores), source)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitSpec(Record):
+    """A candidate as `commit_specs` gives it ("HOME:FULL_ROOT" split): the home and its commit's full root."""
+
+    home: str = spec_field(str)
+    root: str = spec_field(str)
+
+
 # --- the selection record (kit.adaptive.selection; docs/formats/selection-records.md) ----------------------------
 SELECTION_FORMAT = "kit-adaptive-selection/2"  # /2: every candidate binds its comparison's baseline
 
@@ -561,3 +600,284 @@ class LayoutChoices(Record):
 
 def load_layout_choices(path: str | os.PathLike) -> LayoutChoices:
     return LayoutChoices.from_json(_declared_only(load_json_strict(path), LayoutChoices), str(path))
+
+
+# --- the evaluation record (kit adaptive evaluate --out; docs/formats/adaptive-evaluation.md) -------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolePair(Record):
+    """One value per scored role: the role's name or its file's sha256."""
+
+    tasks: str = spec_field(str, doc="of the task role")
+    retention: str = spec_field(str, doc="of the retention role")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScoredTask(Record):
+    """One task scored for the candidate and the baseline, with both greedy replies."""
+
+    id: str = spec_field(str, doc="the task record")
+    family: str | None = spec_field(Opt(str), doc="its task family")
+    tokens: int = spec_field(int, doc="its assistant target tokens")
+    cand_nll: float = spec_field(float, doc="the candidate's summed NLL (nats) over them")
+    base_nll: float = spec_field(float, doc="the baseline's")
+    cand_correct: bool = spec_field(bool, doc="the task checker's verdict on the candidate's greedy reply")
+    base_correct: bool = spec_field(bool, doc="on the baseline's")
+    cand_reply: str = spec_field(str, doc="the candidate's greedy reply")
+    base_reply: str = spec_field(str, doc="the baseline's")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationRecord(Record):
+    """The file `kit adaptive evaluate --out` writes: a candidate scored against its baseline on one split."""
+
+    split: str = spec_field(OneOf("dev", "final"), doc='"dev" or "final"')
+    candidate: str = spec_field(str, doc='full root, or "seed:DIR"')
+    baseline: str = spec_field(str, doc="the same")
+    roles: RolePair = spec_field(RolePair, doc="the role scored per part")
+    role_sha256: RolePair = spec_field(RolePair, doc="sha256 of each role's file")
+    tasks: tuple[ScoredTask, ...] = spec_field(Seq(ScoredTask), doc="one per task record")
+    retention: tuple[RetentionPair, ...] = spec_field(Seq(RetentionPair), doc="one per retention conversation")
+    device: str | None = spec_field(Omittable(str), doc="absent on CPU (CPU records keep their bytes)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScoreCache(Record):
+    """One model's scores on two roles (`score-cache/<key>.json` beside an evaluation record): a cache, not
+    evidence."""
+
+    task_nll: tuple[NllScore, ...] = spec_field(Seq(NllScore))
+    retention_nll: tuple[NllScore, ...] = spec_field(Seq(NllScore))
+    answers: tuple[TaskAnswer, ...] = spec_field(Seq(TaskAnswer))
+
+
+# --- a checkpoint home's attempt records (kit.adaptive.train; docs/formats/adaptive-homes.md) --------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MadeCommit(Record):
+    """A commit an attempt made, as train() returns it and `commits.jsonl` logs it. Only its full root is
+    required: the readers find an attempt by its commits' roots, and compare the lists as they were written."""
+
+    cohort: str | None = spec_field(Omittable(str))
+    cohort_step: int | None = spec_field(Omittable(int))
+    step: int | None = spec_field(Omittable(int))
+    full_root: str = spec_field(str)
+    learned_state_root: str | None = spec_field(Omittable(str))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOutcome(Record):
+    """What the driver reads of a training worker's result (the rest, admission and transfers, is the worker's
+    account for its status file)."""
+
+    rank: int = spec_field(int)
+    fetched_bytes: int = spec_field(int, doc="bytes this worker fetched to open its start")
+    commits: tuple[MadeCommit, ...] = spec_field(Seq(MadeCommit), doc="the commits made (rank 0's are the run's)")
+
+
+def worker_outcome(value: Any, source: str) -> WorkerOutcome:
+    return WorkerOutcome.from_json(_declared_only(value, WorkerOutcome), source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicateIndex(Record):
+    index: int = spec_field(int, doc="the replicate (0: the contract's own order)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptRecord(Record):
+    """The part of `attempts/<attempt>/attempt.json` the kit reads back (docs/formats/adaptive-homes.md), read
+    with `load_attempt`, which ignores the rest (the record's account of the run: times, error, digests). The
+    request's fields are Omittable: the record grew over time, and each reader says which ones it needs."""
+
+    attempt: str = spec_field(str)
+    status: str = spec_field(str)
+    prepared_job_digest: str | None = spec_field(Omittable(str))
+    cohort: str | None = spec_field(Omittable(str))
+    prepared: str | None = spec_field(Omittable(str))
+    workers: int | None = spec_field(Omittable(int))
+    reference: str | None = spec_field(Omittable(Opt(str)))
+    reference_home: str | None = spec_field(Omittable(Opt(str)))
+    source_home: str | None = spec_field(Omittable(Opt(str)))
+    replicate: ReplicateIndex | None = spec_field(Omittable(ReplicateIndex))
+    commits: tuple[MadeCommit, ...] | None = spec_field(Omittable(Seq(MadeCommit)))
+    fetched_bytes: tuple[int, ...] | None = spec_field(Omittable(Opt(Seq(int))))
+
+
+def load_attempt(path: str | os.PathLike) -> AttemptRecord:
+    return AttemptRecord.from_json(_declared_only(load_json_strict(path), AttemptRecord), str(path))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateRow(Record):
+    """The numbers of one update in `updates.jsonl` the curves read (a row also holds the record ids, token sums
+    and per-rank figures; the measures are Omittable: older logs lack some)."""
+
+    cohort: str = spec_field(str)
+    cohort_step: int = spec_field(int)
+    objective: float | None = spec_field(Omittable(float))
+    ce_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without new tokens")
+    kl_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without replay tokens")
+    grad_norm: float | None = spec_field(Omittable(float))
+    clip_factor: float | None = spec_field(Omittable(float))
+    seconds: float | None = spec_field(Omittable(float))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimedUpdate(Record):
+    """What an attempt's throughput reads of each of its own update rows."""
+
+    seconds: float = spec_field(float, doc="the update's wall time")
+    tokens: int = spec_field(int, doc="its assistant target tokens")
+
+
+def timed_update(value: Any, source: str) -> TimedUpdate:
+    return TimedUpdate.from_json(_declared_only(value, TimedUpdate), source)
+
+
+def update_row(value: Any, source: str) -> UpdateRow:
+    return UpdateRow.from_json(_declared_only(value, UpdateRow), source)
+
+
+# --- the comparison record (kit adaptive compare --out) ----------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComparedUpdate(Record):
+    """One update of a compared run: the curve fields of its update log row (Omittable: older logs lack some)."""
+
+    cohort_step: int = spec_field(int)
+    objective: float | None = spec_field(Omittable(float))
+    ce_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without new tokens")
+    kl_per_token: float | None = spec_field(Omittable(Opt(float)), doc="null for an update without replay tokens")
+    grad_norm: float | None = spec_field(Omittable(float))
+    clip_factor: float | None = spec_field(Omittable(float))
+    seconds: float | None = spec_field(Omittable(float))
+
+
+def compared_update(value: Any, source: str) -> ComparedUpdate:
+    return ComparedUpdate.from_json(_declared_only(value, ComparedUpdate), source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComparedRun(Record):
+    home: str = spec_field(str)
+    full_root: str = spec_field(str)
+    learned_state_root: str = spec_field(str)
+    layout: tuple[tuple[int, ...], ...] = spec_field(Seq(Seq(int)), doc="the commit's blocks")
+    updates: tuple[ComparedUpdate, ...] = spec_field(Seq(ComparedUpdate))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison(Record):
+    """Two committed runs side by side (`compare`'s result)."""
+
+    a: ComparedRun = spec_field(ComparedRun, doc="the candidate")
+    b: ComparedRun = spec_field(ComparedRun, doc="the control")
+    same_parameter_names: bool = spec_field(bool)
+    learned_state_equal: bool = spec_field(bool)
+    parameters_differing: int | None = spec_field(Opt(int), doc="null where the names differ")
+    max_abs_parameter_difference: float | None = spec_field(Opt(float), doc="null where the names differ")
+    torch: str = spec_field(str, doc="torch's version")
+
+
+# --- a commit's data position (the cursor of its learned state; docs/formats/checkpoint-store.md) ----------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitCursor(Record):
+    """Where an adaptive commit stands: updates since the seed, and the cohort (0 = A, 1 = B) and its step
+    (absent in commits made before cohorts were counted: their cohort step is the step)."""
+
+    step: int = spec_field(int)
+    cohort: int | None = spec_field(Omittable(int))
+    cohort_step: int | None = spec_field(Omittable(int))
+
+    @property
+    def steps_in_cohort(self) -> int:
+        return self.step if self.cohort_step is None else self.cohort_step
+
+
+def commit_cursor(manifest: Manifest) -> CommitCursor:
+    """The adaptive part of a commit's cursor (a cursor may hold other counters, which are not read here)."""
+    cursor = dict(manifest.learned_state.cursor)
+    return CommitCursor.from_json(_declared_only(cursor, CommitCursor), f"commit {manifest.full_root} cursor")
+
+
+# --- the development curve (dev-curve.json, kit.adaptive.dev_curve) ------------------------------------------------
+CURVE_FORMAT = "kit-adaptive-dev-curve/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilyAccuracy(Record):
+    n: int = spec_field(int, doc="tasks of the family")
+    correct: int = spec_field(int, doc="correct greedy replies")
+    accuracy: float = spec_field(float, doc="correct / n")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurvePoint(Record):
+    """One model of an arm's lineage scored on the development roles."""
+
+    arm: str = spec_field(str)
+    model: str = spec_field(str, doc='"seed:DIR" or "HOME:FULL_ROOT"')
+    step: int = spec_field(int, doc="updates since the seed")
+    cohort: str | None = spec_field(Opt(str), doc='null (the seed), "A" or "B"')
+    cohort_step: int = spec_field(int)
+    accuracy: Mapping[str, FamilyAccuracy] = spec_field(MapOf(FamilyAccuracy), doc='per family, and "all"')
+    task_nll_per_token: float = spec_field(float)
+    retention_nll_per_token: float = spec_field(float)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevCurve(Record):
+    FORMAT = CURVE_FORMAT
+    format: str = spec_field(OneOf(CURVE_FORMAT))
+    prepared_job_digest: str = spec_field(str)
+    roles: RolePair = spec_field(RolePair)
+    role_sha256: RolePair = spec_field(RolePair)
+    max_tokens: int = spec_field(int)
+    max_new_tokens: int = spec_field(int)
+    device: str = spec_field(str)
+    points: tuple[CurvePoint, ...] = spec_field(Seq(CurvePoint))
+
+
+# --- a gate verdict (kit.adaptive.evaluation.gates, kit.adaptive.continued.continued_gates) -----------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateResult(Record):
+    """One gate as kit.stats judges it: its inputs written out beside the rule."""
+
+    name: str = spec_field(str)
+    passed: bool = spec_field(bool)
+    inputs: Mapping[str, float] = spec_field(MapOf(float), doc="the numbers the rule compares")
+    rule: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateVerdict(Record):
+    """What the sidecars read of a comparison's gate verdict (its bounds and accuracy tables are left out: read
+    with `gate_verdict`, which ignores them). A continued job's verdict says whether its start was exploratory."""
+
+    candidate: str = spec_field(str)
+    baseline: str = spec_field(str)
+    gates: tuple[GateResult, ...] = spec_field(Seq(GateResult))
+    passed: bool = spec_field(bool)
+    exploratory: bool | None = spec_field(Omittable(bool))
+    note: str | None = spec_field(Omittable(str))
+
+
+def gate_verdict(value: Any, source: str = "gate verdict") -> GateVerdict:
+    return GateVerdict.from_json(_declared_only(value, GateVerdict), source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnsweredTask(Record):
+    """A task's family and both verdicts: what the accuracy tables read of an evaluation row (a report rebuilds
+    such rows from other records)."""
+
+    family: str | None = spec_field(Opt(str))
+    cand_correct: bool = spec_field(bool)
+    base_correct: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnsweredTasks(Record):
+    tasks: tuple[AnsweredTask, ...] = spec_field(Seq(AnsweredTask))
+
+
+def answered_tasks(value: Any, source: str = "evaluation record") -> AnsweredTasks:
+    return AnsweredTasks.from_json(_declared_only(value, AnsweredTasks), source)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict, write_canonical_json
-from kit.record import Record, spec_field
+from kit.record import ContractError, Omittable, OneOf, Record, Seq, spec_field
 
 INHERITED_NAME = "inherited.json"
 INHERITED_FORMAT = "kit-inherited-logs/1"
@@ -32,39 +32,66 @@ class LineageError(ValueError):
     """A referenced update log is missing or its bytes changed."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InheritedLog(Record):
+    """One update log an attempt references (docs/formats/adaptive-homes.md, "inherited.json"). Its digest and
+    size are Omittable here because `_read_checked` refuses a missing or changed one with its own message."""
+
+    name: str = spec_field(str, doc="the log's name in this attempt (inherited-<attempt>-<name>)")
+    home: str = spec_field(str, doc="the home that holds it, relative to this home")
+    attempt: str = spec_field(str, doc="the attempt there")
+    file: str = spec_field(str, doc="the file's name there")
+    sha256: str | None = spec_field(Omittable(str))
+    size: int | None = spec_field(Omittable(int))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InheritedLogs(Record):
+    FORMAT = INHERITED_FORMAT
+    format: str = spec_field(OneOf(INHERITED_FORMAT))
+    logs: tuple[InheritedLog, ...] = spec_field(Seq(InheritedLog))
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """A log a new attempt inherits: its name there and the file that holds its bytes."""
+
+    name: str
+    path: Path
+
+
 def _own_logs(attempt_dir: Path) -> list[tuple[str, Path]]:
     return [(p.name, p) for p in attempt_dir.iterdir()
             if p.name.endswith(_LOG_SUFFIX) and p.is_file() and not p.is_symlink()]
 
 
-def _referenced(attempt_dir: Path) -> list[tuple[str, Path, dict]]:
+def _referenced(attempt_dir: Path) -> list[tuple[str, Path, InheritedLog]]:
     path = attempt_dir / INHERITED_NAME
     if not path.is_file():
         return []
 
-    rec = load_json_strict(path)
-    if not isinstance(rec, dict) or rec.get("format") != INHERITED_FORMAT or not isinstance(rec.get("logs"), list):
-        raise LineageError(f"{path}: field 'format' must be {INHERITED_FORMAT!r} with a list 'logs'")
+    try:
+        rec = InheritedLogs.from_json(load_json_strict(path), str(path))
+    except ContractError as error:
+        raise LineageError(f"{error} (an inherited.json names the logs an attempt references)") from None
     out = []
-    for i, e in enumerate(rec["logs"]):
-        if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("name", "home", "attempt", "file")):
-            raise LineageError(f"{path}: logs[{i}] needs string fields name, home, attempt, file")
-        for k in ("attempt", "file"):
-            if "/" in e[k] or e[k] in ("", ".", ".."):
-                raise LineageError(f"{path}: logs[{i}].{k} {e[k]!r} must be a plain name")
-        home = (attempt_dir.parent.parent.resolve() / e["home"]).resolve()
-        out.append((e["name"], home / "attempts" / e["attempt"] / e["file"], e))
+    for i, e in enumerate(rec.logs):
+        for k, value in (("attempt", e.attempt), ("file", e.file)):
+            if "/" in value or value in ("", ".", ".."):
+                raise LineageError(f"{path}: logs[{i}].{k} {value!r} must be a plain name")
+        home = (attempt_dir.parent.parent.resolve() / e.home).resolve()
+        out.append((e.name, home / "attempts" / e.attempt / e.file, e))
     return out
 
 
-def _read_checked(path: Path, entry: dict, where: Path) -> str:
+def _read_checked(path: Path, entry: InheritedLog, where: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise LineageError(f"{where / INHERITED_NAME}: log {entry['name']!r} refers to {path}, which cannot be "
+        raise LineageError(f"{where / INHERITED_NAME}: log {entry.name!r} refers to {path}, which cannot be "
                            f"read ({e.strerror}); expected the source home of this lineage beside this home") from e
-    if hashlib.sha256(data).hexdigest() != entry.get("sha256") or len(data) != entry.get("size"):
-        raise LineageError(f"{where / INHERITED_NAME}: log {entry['name']!r} at {path} no longer has the recorded "
+    if hashlib.sha256(data).hexdigest() != entry.sha256 or len(data) != entry.size:
+        raise LineageError(f"{where / INHERITED_NAME}: log {entry.name!r} at {path} no longer has the recorded "
                            f"sha256 and size; expected the bytes the attempt referenced")
     return data.decode()
 
@@ -77,7 +104,7 @@ def lineage_logs(home: str | os.PathLike) -> Iterator[tuple[str, str, str]]:
     if not attempts.is_dir():
         return
     for attempt_dir in sorted(p for p in attempts.iterdir() if p.is_dir() and not p.is_symlink()):
-        items: list[tuple[str, Path | tuple[Path, dict]]] = [(name, path) for name, path in _own_logs(attempt_dir)]
+        items: list[tuple[str, Path | tuple[Path, InheritedLog]]] = [(name, path) for name, path in _own_logs(attempt_dir)]
         items += [(name, (path, entry)) for name, path, entry in _referenced(attempt_dir)]
         for name, what in sorted(items, key=lambda x: x[0]):
             if isinstance(what, Path):
@@ -94,19 +121,19 @@ def lineage_rows(home: str | os.PathLike) -> Iterator[dict]:
             yield json.loads(line)
 
 
-def _sources(source_home: Path) -> list[dict]:
+def _sources(source_home: Path) -> list[_Source]:
     """The logs a new attempt inherits from `source_home`: its own logs and, transitively, the ones it
     references, each resolved to the home that holds the bytes."""
     attempts = source_home / "attempts"
-    out: list[dict] = []
+    out: list[_Source] = []
     if not attempts.is_dir():
         return out
     for attempt_dir in sorted(p for p in attempts.iterdir() if p.is_dir() and not p.is_symlink()):
         for name, path in sorted(_own_logs(attempt_dir)):
-            out.append({"name": f"inherited-{attempt_dir.name}-{name}", "path": path})
+            out.append(_Source(f"inherited-{attempt_dir.name}-{name}", path))
         for name, path, entry in sorted(_referenced(attempt_dir), key=lambda x: x[0]):
             _read_checked(path, entry, attempt_dir)
-            out.append({"name": f"inherited-{attempt_dir.name}-{name}", "path": path})
+            out.append(_Source(f"inherited-{attempt_dir.name}-{name}", path))
     return out
 
 
@@ -117,12 +144,12 @@ def inherit_logs(source_home: str | os.PathLike, attempt_dir: str | os.PathLike)
     home = attempt_dir.parent.parent
     entries = []
     for src in _sources(Path(source_home)):
-        path: Path = src["path"]
+        path = src.path
         data = path.read_bytes()
         src_home = path.parent.parent.parent
-        entries.append({"name": src["name"], "home": os.path.relpath(src_home.resolve(), home.resolve()),
-                        "attempt": path.parent.name, "file": path.name,
-                        "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+        entries.append(InheritedLog(name=src.name, home=os.path.relpath(src_home.resolve(), home.resolve()),
+                                    attempt=path.parent.name, file=path.name,
+                                    sha256=hashlib.sha256(data).hexdigest(), size=len(data)).to_json())
     if entries:
         write_canonical_json(attempt_dir / INHERITED_NAME, {"format": INHERITED_FORMAT, "logs": entries})
     return entries
@@ -142,9 +169,9 @@ def portable_logs(source_home: str | os.PathLike) -> dict[str, PortableLog]:
     those bytes and copy the text of one that only another host has."""
     out = {}
     for src in _sources(Path(source_home)):
-        data = src["path"].read_bytes()
-        out[src["name"]] = PortableLog(path=str(src["path"].resolve()), sha256=hashlib.sha256(data).hexdigest(),
-                                       text=data.decode())
+        data = src.path.read_bytes()
+        out[src.name] = PortableLog(path=str(src.path.resolve()), sha256=hashlib.sha256(data).hexdigest(),
+                                    text=data.decode())
     return out
 
 

@@ -38,6 +38,7 @@ from kit.adaptive.formats import (
     SELECTION_FORMAT,
     AnyPreparedJob,
     BoundCandidate,
+    CommitSpec,
     ContinuedPreparedJob,
     EndpointBaseline,
     SeedBaseline,
@@ -55,7 +56,8 @@ from kit.digest import (
 from kit.evidence.ledger import LedgerError, append_guard_event, bound_guard_ledger, chain_events
 from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
-from kit.store.commits import read_commit
+from kit.store.commits import read_manifest
+from kit.store.manifest import Manifest
 
 ACCESS_LOG = "final-access.jsonl"
 SELECTIONS_LOG = "selections.jsonl"  # sha256 of every record `select` wrote for this prepared job
@@ -96,24 +98,24 @@ def endpoint_cursor(terms: JobTerms, cohort: str) -> dict:
             "cohort_step": terms.endpoints[cohort]}
 
 
-def check_endpoint(manifest: dict, name: str, pj: AnyPreparedJob, terms: JobTerms, source: str) -> None:
+def check_endpoint(manifest: Manifest, name: str, pj: AnyPreparedJob, terms: JobTerms, source: str) -> None:
     """Refuse a commit that is not at comparison `name`'s endpoint (cursor and depth)."""
     comps = terms.comparisons
     if name not in comps:
         raise FinalRolesRefused(f"{source}: candidate name {name!r} is not a comparison of the contract (field "
                                 f"'comparisons'); expected one of {sorted(comps)}")
     comp = comps[name]
-    cursor = manifest["learned_state"]["cursor"]
+    cursor = dict(manifest.learned_state.cursor)
     want = endpoint_cursor(terms, comp.cohort)
     got = {k: cursor.get(k) for k in want}
     if got != want:
-        raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has cursor {cursor}; "
+        raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest.full_root}) has cursor {cursor}; "
                                 f"expected the endpoint of cohort {comp.cohort} (contract field 'endpoints."
                                 f"{comp.cohort}' = {terms.endpoints[comp.cohort]}): {want}")
-    layers = max(b for _, b in manifest["layout"]["blocks"])
+    layers = max(b for _, b in manifest.layout.blocks)
     depth = pj.seed.num_hidden_layers + (terms.growth.add_blocks if comp.grown else 0)
     if layers != depth:
-        raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest['full_root']}) has {layers} blocks; "
+        raise FinalRolesRefused(f"{source}: candidate {name!r} (commit {manifest.full_root}) has {layers} blocks; "
                                 f"contract field 'comparisons.{name}.grown' = {comp.grown} expects {depth}")
 
 
@@ -181,10 +183,11 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
                                 f"for this prepared job (run {chained[0].get('run')}); a selection made after final "
                                 "scoring is refused")
     roots = {}
-    for name, c in sorted(candidates.items()):
-        m = read_commit(c["home"], c["root"])  # recomputes both roots; refuses a tampered manifest
-        check_endpoint(m, name, pj, terms, f"{c['home']}:{c['root']}")
-        roots[name] = (m["full_root"], m["learned_state_root"])
+    for name, spec in sorted(candidates.items()):
+        c = CommitSpec.from_json(spec, "candidates", name)
+        m = read_manifest(c.home, c.root)  # recomputes both roots; refuses a tampered manifest
+        check_endpoint(m, name, pj, terms, f"{c.home}:{c.root}")
+        roots[name] = (m.full_root, m.learned_state_root)
     bound = {}
     for name, (full_root, learned_state_root) in sorted(roots.items()):
         base = terms.comparisons[name].baseline
@@ -308,7 +311,7 @@ def _check_models(prepared_dir: Path, record: SelectionRecord, models: dict, sou
                                 "(field 'candidates')")
     pj, terms = prepared_contract(prepared_dir)
     name = names[0]
-    check_endpoint(read_commit(cand["home"], cand["root"]), name, pj, terms, f"{cand['home']}:{cand['root']}")
+    check_endpoint(read_manifest(cand["home"], cand["root"]), name, pj, terms, f"{cand['home']}:{cand['root']}")
     bound = record.candidates[name].baseline  # present: the record's class requires it
     want_base = terms.comparisons[name].baseline
     if isinstance(bound, SeedBaseline) != (want_base == "seed") or \

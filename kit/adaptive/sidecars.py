@@ -10,22 +10,32 @@ from pathlib import Path
 
 import numpy as np
 
-from kit.adaptive.compare import update_log
+from kit.adaptive.compare import update_curve
 from kit.adaptive.continued import continued_gates
 from kit.adaptive.continued_schema import AdaptiveFamilyTerms, ContinuedJob, JobTerms
 from kit.adaptive.evaluation import gates, nll_change_bounds
 from kit.adaptive.formats import (
+    AnsweredTasks,
     AnyPreparedJob,
+    CommitSpec,
+    Comparison,
     ContinuedPreparedJob,
+    MadeCommit,
     PairedScores,
     PreparedJob,
+    SelectionRecord,
+    answered_tasks,
+    gate_verdict,
+    load_attempt,
     load_ownership,
     paired_scores,
     prepared_job_from_json,
+    timed_update,
 )
 from kit.adaptive.prepare import OWNERSHIP_FILE
 from kit.adaptive.schema import AdaptiveJob
-from kit.digest import load_json_strict, sha256_file
+from kit.digest import sha256_file
+from kit.record import to_json
 from kit.stats import accuracy_by_family, bootstrap_ratio_distribution, gained_lost
 
 COMMIT_COLUMNS = ["cohort", "cohort_step", "step", "full_root", "learned_state_root"]
@@ -81,11 +91,14 @@ def commit_specs(specs: dict[str, str]) -> dict[str, dict]:
     return out
 
 
-def selection_sidecars(selection: dict, candidates: dict[str, dict], out: str) -> dict:
+
+def selection_sidecars(selection: dict | SelectionRecord, candidates: dict[str, dict], out: str) -> dict:
     """{"selection": each bound candidate with its home, "selection_file": the record's path and sha256}."""
-    return {"selection": {n: {**bound, "home": candidates[n]["home"]} for n, bound in selection["candidates"].items()},
+    record = selection if isinstance(selection, SelectionRecord) else SelectionRecord.from_json(selection, str(out))
+    homes = {name: CommitSpec.from_json(c, "candidates", name).home for name, c in candidates.items()}
+    return {"selection": {n: {**bound.to_json(), "home": homes[n]} for n, bound in record.candidates.items()},
             "selection_file": {"path": str(out), "sha256": sha256_file(out),
-                               "prepared_digest": selection["prepared_digest"]}}
+                               "prepared_digest": record.prepared_digest}}
 
 
 # --- one arm (notebook 11) ---------------------------------------------------------------------
@@ -98,25 +111,27 @@ def attempt_throughput(home: str, commits: list[dict], workers: int) -> dict:
     """The `throughput` sidecar of the attempt that finalised exactly `commits` in `home` (a home keeps
     every attempt made in it): its updates, assistant tokens, update seconds and fetched bytes, read from
     `attempts/<attempt>/attempt.json` and its own `updates.jsonl` (inherited logs are not this attempt's)."""
-    records = sorted(Path(home).glob("attempts/*/attempt.json"))
-    attempt_dir = next((p.parent for p in records if load_json_strict(p)["commits"] == commits), None)
-    if attempt_dir is None:
+    made = [MadeCommit.from_json(c, "train() result", f"commits[{i}]") for i, c in enumerate(commits)]
+    attempts = [(p.parent, load_attempt(p)) for p in sorted(Path(home).glob("attempts/*/attempt.json"))]
+    found = next(((d, a) for d, a in attempts if a.commits is not None and list(a.commits) == made), None)
+    if found is None:
         raise ValueError(f"{home}/attempts: no attempt.json has field commits equal to the {len(commits)} "
                          "commit(s) train() returned; expected the attempt that made them")
-    attempt = load_json_strict(attempt_dir / "attempt.json")
-    own = [json.loads(line) for line in (attempt_dir / "updates.jsonl").read_text().splitlines()]
-    seconds, tokens = sum(r["seconds"] for r in own), sum(r["tokens"] for r in own)
-    return {"attempt": attempt["attempt"], "status": attempt["status"], "workers": workers,
+    attempt_dir, attempt = found
+    log = attempt_dir / "updates.jsonl"
+    own = [timed_update(json.loads(line), str(log)) for line in log.read_text().splitlines()]
+    seconds, tokens = sum(r.seconds for r in own), sum(r.tokens for r in own)
+    return {"attempt": attempt.attempt, "status": attempt.status, "workers": workers,
             "updates": len(own), "assistant_tokens": tokens, "update_seconds": round(seconds, 3),
             "assistant_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
-            "fetched_bytes": sum(attempt.get("fetched_bytes") or [0])}
+            "fetched_bytes": sum(attempt.fetched_bytes or [0])}
 
 
 def loss_curves(home: str, cohort: str) -> list[dict]:
     """The `loss_curves` sidecar: per update of `cohort` along the lineage kept in `home` (inherited logs
     travel with migrated and grown states), keyed by "update" (the cohort step)."""
-    return [{"update": r["cohort_step"], **{k: v for k, v in r.items() if k != "cohort_step"}}
-            for r in update_log(home, cohort)]
+    return [{"update": u.cohort_step, **{k: v for k, v in u.to_json().items() if k != "cohort_step"}}
+            for u in update_curve(home, cohort)]
 
 
 
@@ -132,24 +147,39 @@ def store_home(params: dict) -> str | None:
     return params.get("HOME") or None
 
 # --- a side-by-side comparison (notebook 12) ---------------------------------------------------
-def comparison_summary(result: dict, cohort: str) -> dict:
+def comparison_summary(result: dict | Comparison, cohort: str) -> dict:
     """The `comparison` sidecar of compare()'s result: both learned-state roots and layouts, equality."""
-    return {"cohort": cohort, "candidate_learned_state_root": result["a"]["learned_state_root"],
-            "control_learned_state_root": result["b"]["learned_state_root"],
-            "candidate_layout": result["a"]["layout"], "control_layout": result["b"]["layout"],
-            **{k: result[k] for k in ("learned_state_equal", "same_parameter_names", "parameters_differing",
-                                      "max_abs_parameter_difference", "torch")}}
+    c = result if isinstance(result, Comparison) else Comparison.from_json(result, "comparison")
+    return {"cohort": cohort, "candidate_learned_state_root": c.a.learned_state_root,
+            "control_learned_state_root": c.b.learned_state_root,
+            "candidate_layout": to_json(c.a.layout), "control_layout": to_json(c.b.layout),
+            "learned_state_equal": c.learned_state_equal, "same_parameter_names": c.same_parameter_names,
+            "parameters_differing": c.parameters_differing,
+            "max_abs_parameter_difference": c.max_abs_parameter_difference, "torch": c.torch}
 
 
-def trajectories(result: dict) -> list[dict]:
+def _measured(value: float | None, what: str, step: int) -> float:
+    if value is None:
+        raise ValueError(f"comparison: update {step} has no field {what!r}; expected both runs' {what}")
+    return value
+
+
+def trajectories(result: dict | Comparison) -> list[dict]:
     """The `trajectories` sidecar: per update both runs made, both objectives, their difference and
     both gradient norms."""
-    control = {r["cohort_step"]: r for r in result["b"]["updates"]}
-    return [{"update": step, "candidate_objective": r["objective"], "control_objective": ctl["objective"],
-             "objective_difference": r["objective"] - ctl["objective"],
-             "candidate_grad_norm": r["grad_norm"], "control_grad_norm": ctl["grad_norm"]}
-            for r in result["a"]["updates"]
-            if (ctl := control.get(step := r["cohort_step"])) is not None]
+    c = result if isinstance(result, Comparison) else Comparison.from_json(result, "comparison")
+    control = {u.cohort_step: u for u in c.b.updates}
+    rows = []
+    for u in c.a.updates:
+        ctl = control.get(step := u.cohort_step)
+        if ctl is None:
+            continue
+        objective, control_objective = _measured(u.objective, "objective", step), \
+            _measured(ctl.objective, "objective", step)
+        rows.append({"update": step, "candidate_objective": objective, "control_objective": control_objective,
+                     "objective_difference": objective - control_objective,
+                     "candidate_grad_norm": u.grad_norm, "control_grad_norm": ctl.grad_norm})
+    return rows
 
 
 # --- an evaluation (notebook 13) ---------------------------------------------------------------
@@ -161,17 +191,17 @@ def evaluation_file(ev: dict | PairedScores, comparison: str, split: str, out: s
             "retention": len(scores.retention)}
 
 
-def accuracy_sidecars(ev: dict) -> dict:
+def accuracy_sidecars(ev: dict | AnsweredTasks) -> dict:
     """{"accuracy_by_family": {family: {n, accuracy_/correct_ candidate and baseline}},
     "generated_answers": gained and lost correct answers, candidate against baseline}. `ev` needs only "tasks",
     each with "family", "cand_correct" and "base_correct" (a report rebuilds such rows from other records)."""
-    tasks = ev["tasks"]
-    cand = accuracy_by_family([{"family": x["family"], "correct": x["cand_correct"]} for x in tasks])
-    base = accuracy_by_family([{"family": x["family"], "correct": x["base_correct"]} for x in tasks])
+    tasks = (ev if isinstance(ev, AnsweredTasks) else answered_tasks(ev)).tasks
+    cand = accuracy_by_family([{"family": x.family, "correct": x.cand_correct} for x in tasks])
+    base = accuracy_by_family([{"family": x.family, "correct": x.base_correct} for x in tasks])
     table = cand.merge(base, on=["family", "n"], suffixes=("_candidate", "_baseline")).set_index("family")
     by_family = {f: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                  for f, row in table.to_dict(orient="index").items()}
-    answers = gained_lost([x["cand_correct"] for x in tasks], [x["base_correct"] for x in tasks])
+    answers = gained_lost([x.cand_correct for x in tasks], [x.base_correct for x in tasks])
     return {"accuracy_by_family": by_family, "generated_answers": answers}
 
 
@@ -206,15 +236,15 @@ def gate_sidecars(ev: dict | PairedScores, terms: JobTerms, prepared: dict | Any
     if isinstance(job, ContinuedPreparedJob):
         start = job.start
         assert isinstance(terms, ContinuedJob), "the job's contract is of the prepared job's kind (job_contract)"
-        verdict = continued_gates(scores, terms, start.exploratory)
+        verdict = gate_verdict(continued_gates(scores, terms, start.exploratory))
         out["start_endpoint"] = {"full_root": start.full_root, "gates_passed": start.gates_passed,
-                                 "exploratory": start.exploratory, "note": verdict["note"]}
+                                 "exploratory": start.exploratory, "note": verdict.note}
     else:
         assert isinstance(terms, AdaptiveJob), "the job's contract is of the prepared job's kind (job_contract)"
-        verdict = gates(scores, terms)
-    out["gates"] = {g["name"]: {"passed": g["passed"], **g["inputs"], "rule": g["rule"]} for g in verdict["gates"]}
-    out["gate_verdict"] = {"comparison": comparison, "passed": verdict["passed"], "candidate": verdict["candidate"],
-                           "baseline": verdict["baseline"],
-                           **({"exploratory": verdict["exploratory"], "note": verdict["note"]}
+        verdict = gate_verdict(gates(scores, terms))
+    out["gates"] = {g.name: {"passed": g.passed, **g.inputs, "rule": g.rule} for g in verdict.gates}
+    out["gate_verdict"] = {"comparison": comparison, "passed": verdict.passed, "candidate": verdict.candidate,
+                           "baseline": verdict.baseline,
+                           **({"exploratory": verdict.exploratory, "note": verdict.note}
                               if "exploratory" in verdict else {})}
     return out

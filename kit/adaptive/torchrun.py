@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings, check_fresh_home, check_seed
 from kit.adaptive.continued_schema import JobTerms
-from kit.adaptive.formats import AnyPreparedJob
+from kit.adaptive.formats import AnyPreparedJob, worker_outcome
 from kit.adaptive.lineage import PortableLog, portable_logs, write_portable_logs
 from kit.adaptive.train import (
     WORKER_TIMEOUT_S,
@@ -41,7 +41,7 @@ from kit.engine.fetch import holds_commit, host_name
 from kit.interrupt import interruption
 from kit.record import MapOf, Opt, Record, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
-from kit.store.commits import read_commit
+from kit.store.commits import read_manifest
 from kit.store.in_use import held
 
 
@@ -120,7 +120,7 @@ def _bind(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob) -> Holde
         # the lineage's update logs travel with the migrated state: referenced where rank 0's host holds them
         logs = {name: log.to_json() for name, log in portable_logs(src).items()} if src else {}
         assert here is not None and r.resume is not None, "the holder holds the start commit"
-        return {"holder": holder, "cursor": read_commit(here, r.resume)["learned_state"]["cursor"],
+        return {"holder": holder, "cursor": dict(read_manifest(here, r.resume).learned_state.cursor),
                 "layers": student_layers(r.seed_dir, src or r.home, r.resume), "logs": logs}
 
     facts = HolderFacts.from_json(_agree(group, "the start commit's bindings", holder_facts)[holder],
@@ -181,9 +181,10 @@ def _run(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob, WorkerCon
                     "interfaces": counter_delta(before, after) if before and after else None,
                     "fetch": out.get("fetch"), "reference_fetch": out.get("reference_fetch"),
                     "commit_transfers": out["commit_transfers"]}
-            record["hosts"] = [loads_strict(b, "rank report") for b in group.allgather_bytes(canonical_json(mine))]
-            record.update(status="completed", commits=out["commits"], start_root=getattr(start, "root", None))
-            return out["commits"]
+            record.update(hosts=[loads_strict(b, "rank report") for b in group.allgather_bytes(canonical_json(mine))])
+            made = [c.to_json() for c in worker_outcome(out, f"rank {rank}'s result").commits]
+            record.update(status="completed", commits=made, start_root=getattr(start, "root", None))
+            return made
         except KeyboardInterrupt as e:  # SIGINT, or SIGTERM from torchrun's agent (kit.interrupt)
             name = interruption(e)[0]
             record.update(status="aborted", signal=name, error=f"rank {rank} ({host_name()}): interrupted by {name}",
@@ -194,7 +195,7 @@ def _run(group, r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob, WorkerCon
                           commits=logged_commits(attempt_dir))
             raise
         finally:
-            record["ended_at"] = time.time()
+            record.update(ended_at=time.time())
             if rank == 0 or record["status"] in ("failed", "aborted"):
                 name = "attempt.json" if rank == 0 else f"attempt-rank{rank}.json"
                 write_canonical_json(attempt_dir / name, record)

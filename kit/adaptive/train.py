@@ -25,7 +25,6 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -34,12 +33,20 @@ from kit.adaptive.bindings import TrainRefused, check_a_trained, check_bindings,
 from kit.adaptive.continued_schema import JobTerms, job_contract
 from kit.adaptive.formats import (
     AnyPreparedJob,
+    CommitCursor,
     ContinuedPreparedJob,
     LayoutJson,
+    MadeCommit,
+    ScheduleEntry,
     WorkerPlan,
+    WorkerSchedule,
+    commit_cursor,
+    load_attempt,
     load_job_files,
     load_prepared,
     ref_json,
+    worker_outcome,
+    worker_schedule,
 )
 from kit.adaptive.growth import grow_commit
 from kit.adaptive.lineage import inherit_logs
@@ -59,8 +66,9 @@ from kit.paths import inside
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 from kit.replicate_order import ReplicateRefused, check_replicate, describe, reorder_steps
 from kit.store import commits
-from kit.store.commits import read_commit, read_head, verify_commit
+from kit.store.commits import read_head, verify_commit
 from kit.store.in_use import held, in_use_by
+from kit.store.manifest import Manifest
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.store.start import start_from_commit
 from kit.train.batch import TrainRecord
@@ -139,39 +147,48 @@ class CohortRequest:
         return CommitRef(self.reference_home or self.source_home or self.home, self.reference)
 
 
-def _schedule(prepared: Path) -> dict:
-    """The job's schedule.json as written (its entries go to the workers as they are: a replicate's order and
-    the committed one compare equal as JSON)."""
+def _schedule(prepared: Path) -> WorkerSchedule:
+    """The job's schedule.json, the part training reads."""
     where = f"{Path(prepared) / 'prepared.json'} field 'schedule.file'"
-    return load_json_strict(inside(Path(prepared), load_job_files(prepared).schedule.file, where))
+    path = inside(Path(prepared), load_job_files(prepared).schedule.file, where)
+    return worker_schedule(load_json_strict(path), str(path))
 
 
-def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[dict]]:
+def cohort_steps(prepared: Path, cohort: str, replicate: int = 0) -> list[list[ScheduleEntry]]:
     """The cohort's scheduled updates, in replicate `replicate`'s order (the prepared order for 0; else each
     role's records reordered from the schedule's seed, every update keeping its count per role)."""
     schedule = _schedule(prepared)
-    if replicate and not isinstance(schedule.get("seed"), int):
+    if replicate and schedule.seed is None:
         raise TrainRefused(f"{Path(prepared) / 'prepared.json'} field 'schedule.file': its field 'seed' must be an "
                            f"integer for replicate {replicate}'s derived order")
-    seed = schedule.get("seed") if replicate else 0
-    assert isinstance(seed, int), "checked above"
-    return reorder_steps(schedule["cohorts"][cohort]["steps"], seed, replicate,
-                         role_of=lambda e: e["role"], key=lambda e: e["id"])
+    seed = schedule.seed if replicate and schedule.seed is not None else 0
+    return [list(step) for step in reorder_steps(schedule.cohorts[cohort].steps, seed, replicate,
+                                                 role_of=lambda e: e.role, key=lambda e: e.id)]
 
 
 def replicate_record(prepared: Path, cohort: str, replicate: int) -> dict:
     """What an attempt of replicate k > 0 records about its order (kit.replicate_order.describe)."""
-    return describe(_schedule(prepared)["seed"], replicate, cohort_steps(prepared, cohort, replicate),
-                    key=lambda e: e["id"])
+    steps = cohort_steps(prepared, cohort, replicate)  # refuses a schedule without a seed
+    seed = _schedule(prepared).seed
+    assert seed is not None, "cohort_steps refused a schedule without one"
+    return describe(seed, replicate, steps, key=lambda e: e.id)
 
 
-def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int, replicate: int = 0) -> dict:
-    """Encode every record the cohort's schedule names (deterministic, done on every worker): {"steps" (the
-    schedule's entries), "encoded" (id -> EncodedExample), "pad_id"}."""
+@dataclass(frozen=True, slots=True)
+class CohortData:
+    """What every worker encodes of a cohort before its first update (deterministic, the same on every rank)."""
+
+    steps: list[list[ScheduleEntry]]  # the schedule's updates, in this replicate's order
+    encoded: dict[str, EncodedExample]  # record id -> its encoded example
+    pad_id: int
+
+
+def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: int, replicate: int = 0) -> CohortData:
+    """Encode every record the cohort's schedule names; an over-long record is refused before any update."""
     pj = load_job_files(prepared)
     where = f"{prepared / 'prepared.json'} field"
     steps = cohort_steps(prepared, cohort, replicate)
-    roles = {e["role"] for step in steps for e in step}
+    roles = {e.role for step in steps for e in step}
     tok = load_tokenizer(seed_dir)
     convs = {}
     for role in sorted(roles):
@@ -183,7 +200,7 @@ def records_for_cohort(prepared: Path, cohort: str, seed_dir: str, max_tokens: i
         example = encode_or_refuse(tok, c, max_tokens, TrainRefused, f"{prepared}: record")
         assert example is not None  # an over-long record raised TrainRefused
         encoded[cid] = example
-    return {"steps": steps, "encoded": encoded, "pad_id": tok.pad_token_id or 0}
+    return CohortData(steps=steps, encoded=encoded, pad_id=tok.pad_token_id or 0)
 
 
 def _open_start(group, plan: WorkerPlan, layout, ctx) -> tuple:
@@ -210,19 +227,19 @@ def _open_reference(group, plan: WorkerPlan, layout) -> tuple:
     return reference_ref.to_json(), None
 
 
-def _start_cohort_step(terms: JobTerms, cohort: str, manifest: dict | None) -> int:
+def _start_cohort_step(terms: JobTerms, cohort: str, manifest: Manifest | None) -> int:
     """The cohort step training resumes at: 0 for the first update of cohort B (or C), which must start
     from the committed endpoint of the cohort before it; else the start commit's own cohort step."""
     order = terms.cohort_order
-    cursor: dict[str, Any] = dict(manifest["learned_state"]["cursor"]) if manifest else {"step": 0}
+    cursor = commit_cursor(manifest) if manifest else CommitCursor(step=0)
     cohort_idx = order.index(cohort)
-    if cursor.get("cohort", 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
-        if cursor.get("cohort", 0) + 1 != cohort_idx or cursor.get("cohort_step", cursor["step"]) != \
-                terms.endpoints[order[cohort_idx - 1]]:
+    if (cursor.cohort or 0) != cohort_idx:  # the first update of cohort B (or C), from the A endpoint
+        if (cursor.cohort or 0) + 1 != cohort_idx or cursor.steps_in_cohort != terms.endpoints[order[cohort_idx - 1]]:
+            shown = dict(manifest.learned_state.cursor) if manifest else {"step": 0}  # as the message always said
             raise TrainRefused(f"cohort {cohort} must start from the committed endpoint of cohort "
-                               f"{order[cohort_idx - 1]}; the start commit's cursor is {cursor}")
+                               f"{order[cohort_idx - 1]}; the start commit's cursor is {shown}")
         return 0
-    return cursor.get("cohort_step", cursor["step"])
+    return cursor.steps_in_cohort
 
 
 def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
@@ -248,47 +265,47 @@ def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
     docs = terms.cohorts[cohort].documents_per_update
     # a continued-learning contract has no planner section: admission then uses the device's default model
     memory_model = memory_model_of(terms) if isinstance(terms, AdaptiveContract) else None
-    session = Session(group, plan.home, layout, start, engine_config(terms, pad_id=data["pad_id"]),
+    session = Session(group, plan.home, layout, start, engine_config(terms, pad_id=data.pad_id),
                       optimizer_groups(terms), reference=reference,
                       admission={"microbatch": (tr.microbatch_size, tr.max_tokens),
                                  "microbatches": -(-docs // tr.microbatch_size),
                                  "memory_model": memory_model})
     cohort_idx = order.index(cohort)
-    cohort_step = _start_cohort_step(terms, cohort, start.manifest)
+    cohort_step = _start_cohort_step(terms, cohort, start.commit)
     until = min(int(plan.until or terms.endpoints[cohort]), terms.endpoints[cohort])
     points = set(commit_points(terms, cohort)) | {until}  # the contract's commit points, and where we stop
     log = Path(plan.attempt_dir) / "updates.jsonl" if group.rank == 0 else None
-    out = {"rank": group.rank, "fetched_bytes": fetched, "commits": [], "start_cohort_step": cohort_step,
-           "admission": session.admission, "device": str(group.device), "fetch": fetch,
-           "reference_fetch": reference_fetch, "commit_transfers": session.transfers}
+    first_cohort_step, made = cohort_step, []
     stats = _RankStats(group)
     while cohort_step < until:
         ctx.progress(step=session.step + 1, phase="update")
-        entries = data["steps"][cohort_step]
-        records = [TrainRecord(e["id"], data["encoded"][e["id"]].input_ids, data["encoded"][e["id"]].target_mask,
-                               1.0, bool(e["replay"])) for e in entries]
+        entries = data.steps[cohort_step]
+        records = [TrainRecord(e.id, data.encoded[e.id].input_ids, data.encoded[e.id].target_mask, 1.0, e.replay)
+                   for e in entries]
         if tr.lr_schedule != CONSTANT:
             session.set_lr_factor(lr_factor(tr.lr_schedule, cohort_step, terms.cohorts[cohort].updates))
         res = session.update(records)
         cohort_step += 1
         ranks = stats.gather()  # every rank takes part (a collective); rank 0 logs it
         parts = res.parts.to_json()  # the bar: cross-entropy per new token, the objective beside it
-        ctx.progress(done=cohort_step - out["start_cohort_step"], total=until - out["start_cohort_step"],
+        ctx.progress(done=cohort_step - first_cohort_step, total=until - first_cohort_step,
                      ce=parts["ce_per_token"], loss=res.parts.objective, tokens_per_s=res.tokens / max(res.seconds, 1e-9))
         if log is not None:
             _append_line(log, canonical_json({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
-                                              "ids": [e["id"] for e in entries], **res.to_json(), "ranks": ranks}))
+                                              "ids": [e.id for e in entries], **res.to_json(), "ranks": ranks}))
         if cohort_step in points:
             ctx.progress(phase="commit")
             full, learned = session.commit({"cohort": cohort_idx, "cohort_step": cohort_step})
-            out["commits"].append({"cohort": cohort, "cohort_step": cohort_step, "step": session.step,
-                                   "full_root": full, "learned_state_root": learned})
+            made.append(MadeCommit(cohort=cohort, cohort_step=cohort_step, step=session.step, full_root=full,
+                                   learned_state_root=learned).to_json())
             if log is not None:  # as it happens: an attempt that is aborted or fails later still names it
-                _append_line(log.with_name(COMMITS_LOG), canonical_json(out["commits"][-1]))
+                _append_line(log.with_name(COMMITS_LOG), canonical_json(made[-1]))
             stats.reset()  # the commit's traffic and buffers are not the next update's
 
-    out["deterministic_algorithms"] = torch.are_deterministic_algorithms_enabled()
-    return out
+    return {"rank": group.rank, "fetched_bytes": fetched, "commits": made, "start_cohort_step": first_cohort_step,
+            "admission": session.admission, "device": str(group.device), "fetch": fetch,
+            "reference_fetch": reference_fetch, "commit_transfers": session.transfers,
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
 
 
 def _append_line(path: Path, line: bytes) -> None:
@@ -367,9 +384,10 @@ def student_layers(seed_dir: str, home: str | None, root: str | None) -> int:
 def attempt_record(request: CohortRequest, attempt: str, pj: AnyPreparedJob) -> dict:
     """The attempt record as it starts (docs/formats/adaptive-homes.md, `attempt.json`): the request and the job's digest."""
     fields = {k: v for k, v in asdict(request).items() if k not in ("seed_dir", "home", "timeout_s", "replicate")}
-    if request.replicate:  # only replicates carry it: a committed run's attempt record keeps its fields
-        fields["replicate"] = replicate_record(Path(request.prepared), request.cohort, request.replicate)
-    return {**fields, "attempt": attempt, "prepared_job_digest": pj.job_digest, "started_at": time.time(),
+    # only replicates carry it: a committed run's attempt record keeps its fields
+    replicate = {"replicate": replicate_record(Path(request.prepared), request.cohort, request.replicate)} \
+        if request.replicate else {}
+    return {**fields, **replicate, "attempt": attempt, "prepared_job_digest": pj.job_digest, "started_at": time.time(),
             "status": "running", "error": None, "commits": []}
 
 
@@ -441,9 +459,10 @@ def train(request: CohortRequest) -> list[dict]:
                              progress_total=(r.until or terms.endpoints[r.cohort]) - first_cohort_step,
                              progress_first_step=first_step,
                              desc=f"cohort {r.cohort} ({r.workers} workers)", env={DISK_RESERVE_ENV: str(reserve)})
-        record.update(status="completed", commits=results[0]["commits"],
-                      fetched_bytes=[res["fetched_bytes"] for res in results])
-        return results[0]["commits"]
+        outcomes = [worker_outcome(res, f"{attempt_dir / 'workers'}: rank {i}'s result") for i, res in enumerate(results)]
+        made = [c.to_json() for c in outcomes[0].commits]
+        record.update(status="completed", commits=made, fetched_bytes=[o.fetched_bytes for o in outcomes])
+        return made
     except KeyboardInterrupt as e:
         name, _ = interruption(e)
         record.update(status="aborted", signal=name, error=f"interrupted by {name}",
@@ -455,7 +474,7 @@ def train(request: CohortRequest) -> list[dict]:
         raise
     finally:
         reserve.unlink(missing_ok=True)  # first: on a full disk its room is what the record is written into
-        record["ended_at"] = time.time()
+        record.update(ended_at=time.time())
         write_canonical_json(attempt_dir / "attempt.json", record)
 
 
@@ -465,8 +484,8 @@ def _resumed_at(start: Ref, terms: JobTerms, cohort: str) -> tuple[int, int]:
     if not isinstance(start, CommitRef):
         return 0, 0
     try:
-        manifest = read_commit(start.home, start.root)
-        return int(manifest["learned_state"]["cursor"]["step"]), _start_cohort_step(terms, cohort, manifest)
+        manifest = commits.read_manifest(start.home, start.root)
+        return commit_cursor(manifest).step, _start_cohort_step(terms, cohort, manifest)
     except (OSError, ValueError, KeyError, TypeError):  # TrainRefused too: the workers refuse it with its reason
         return 0, 0
 
@@ -491,21 +510,21 @@ def adoptable_endpoint(r: CohortRequest, terms: JobTerms, pj: AnyPreparedJob) ->
     if r.resume is None or r.source_home or r.grow:
         return None
 
-    manifest = read_commit(r.home, r.resume)
-    cursor = manifest["learned_state"]["cursor"]
+    manifest = commits.read_manifest(r.home, r.resume)
+    cursor = commit_cursor(manifest)
     cohort_idx = terms.cohort_order.index(r.cohort)
     last = min(r.until or terms.endpoints[r.cohort], terms.endpoints[r.cohort])
-    if cursor.get("cohort", 0) != cohort_idx or cursor.get("cohort_step", cursor["step"]) < last:
+    if (cursor.cohort or 0) != cohort_idx or cursor.steps_in_cohort < last:
         return None
     ran_here = [p for p in sorted(Path(r.home).glob("attempts/*/attempt.json"))
-                if load_json_strict(p).get("prepared_job_digest") == pj.job_digest]
+                if load_attempt(p).prepared_job_digest == pj.job_digest]
     if not ran_here:
-        raise TrainRefused(f"--resume {r.resume}: its cohort step {cursor.get('cohort_step')} is the last of "
+        raise TrainRefused(f"--resume {r.resume}: its cohort step {cursor.cohort_step} is the last of "
                            f"cohort {r.cohort}, but no attempt of this prepared job ran in {r.home}; expected the "
                            "home the endpoint was trained in")
     verify_commit(r.home, r.resume)
-    return {"cohort": r.cohort, "cohort_step": cursor.get("cohort_step", cursor["step"]), "step": cursor["step"],
-            "full_root": manifest["full_root"], "learned_state_root": manifest["learned_state_root"]}
+    return MadeCommit(cohort=r.cohort, cohort_step=cursor.steps_in_cohort, step=cursor.step,
+                      full_root=manifest.full_root, learned_state_root=manifest.learned_state_root).to_json()
 
 
 def training_layout(prepared: Path, layers: int, workers: int):

@@ -163,7 +163,7 @@ def test_oversized_record_refused_before_the_first_update(base, tmp_path):
     prepared = _prepared_with(tmp_path, convs)
     with pytest.raises(TrainRefused, match=re.escape(f"{prepared}: record 'too-long' exceeds max_tokens=64")):
         records_for_cohort(prepared, "A", str(base["seed"]), 64)
-    assert set(records_for_cohort(prepared, "A", str(base["seed"]), 4096)["encoded"]) == {"short", "too-long"}
+    assert set(records_for_cohort(prepared, "A", str(base["seed"]), 4096).encoded) == {"short", "too-long"}
 
 
 def test_tokenizer_without_chat_template_refused_before_the_first_update(base, seed_copy, tmp_path):

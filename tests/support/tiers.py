@@ -120,6 +120,7 @@ UNIT_FILES = (
     "test_fast_paths_applied.py",
     "test_fetch_over_group.py",
     "test_format_docs_prepared.py",
+    "test_format_docs_adaptive_records.py",
     "test_function_length.py",
     "test_format_docs_contracts.py",
     "test_fused_paths.py",

@@ -12,7 +12,15 @@ from kit.adaptive.continued import KIND as CONTINUED
 from kit.adaptive.continued import continued_gates, load_continued_contract, prepare_continued
 from kit.adaptive.continued_schema import job_contract
 from kit.adaptive.evaluation import EvaluateRequest, evaluate, gates
-from kit.adaptive.formats import ContinuedPreparedJob, load_prepared
+from kit.adaptive.formats import (
+    Comparison,
+    ContinuedPreparedJob,
+    ContinuedStart,
+    EvaluationRecord,
+    SelectionRecord,
+    gate_verdict,
+    load_prepared,
+)
 from kit.adaptive.prepare import prepare
 from kit.adaptive.schema import load_adaptive_contract
 from kit.adaptive.selection import write_selection
@@ -20,6 +28,7 @@ from kit.adaptive.torchrun import train_torchrun
 from kit.adaptive.train import CohortRequest, train
 from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
 from kit.distributed.group import exit_torchrun_worker, under_torchrun
+from kit.record import to_json
 from kit.store.commits import resolve_root
 
 
@@ -49,8 +58,9 @@ def cmd_evaluate(a) -> int:
                                    max_tokens=terms.training.max_tokens,
                                    max_new_tokens=terms.evaluation.max_new_tokens, selection=a.selection,
                                    device=a.device))
-    correct = sum(x["cand_correct"] for x in res["tasks"]), sum(x["base_correct"] for x in res["tasks"])
-    print(json.dumps({"out": a.out, "split": a.split, "tasks": len(res["tasks"]), "candidate_correct": correct[0],
+    record = EvaluationRecord.from_json(res, str(a.out))
+    correct = sum(x.cand_correct for x in record.tasks), sum(x.base_correct for x in record.tasks)
+    print(json.dumps({"out": a.out, "split": a.split, "tasks": len(record.tasks), "candidate_correct": correct[0],
                       "baseline_correct": correct[1]}, sort_keys=True))
     return 0
 
@@ -66,8 +76,8 @@ def cmd_select(a) -> int:
     dev = {}
     for path in a.dev_eval or []:
         dev[Path(path).name] = sha256_file(path)
-    rec = write_selection(a.prepared, cands, a.out, {"dev_evaluations": dev})
-    print(json.dumps({"out": a.out, "candidates": rec["candidates"]}, sort_keys=True))
+    rec = SelectionRecord.from_json(write_selection(a.prepared, cands, a.out, {"dev_evaluations": dev}), str(a.out))
+    print(json.dumps({"out": a.out, "candidates": to_json(rec.candidates)}, sort_keys=True))
     return 0
 
 
@@ -79,7 +89,7 @@ def cmd_gates(a) -> int:
     else:
         adaptive_contract = load_adaptive_contract(a.contract)
         digest = adaptive_contract.digest
-    start: dict | None = None  # continued learning: whether the start endpoint's gates passed (exploratory otherwise)
+    start: ContinuedStart | None = None  # continued learning: its start endpoint (exploratory where its gates failed)
     if continued:
         if not a.prepared:
             raise ValueError("kit adaptive gates: a continued-learning contract needs --prepared (its start record)")
@@ -87,22 +97,23 @@ def cmd_gates(a) -> int:
         if not isinstance(job, ContinuedPreparedJob):
             raise ValueError(f"--prepared {a.prepared}: an adaptive job; a continued-learning contract needs the "
                              "continued job it prepared (its start record)")
-        start = {"full_root": job.start.full_root, "gates": dict(job.start.gates),
-                 "gates_passed": job.start.gates_passed, "exploratory": job.start.exploratory}
-    comparisons = {}
+        start = job.start
+    comparisons, verdicts = {}, {}
     for spec in a.eval:
         name, _, path = spec.partition("=")
         ev = load_json_strict(path)
-        verdict = (continued_gates(ev, continued_contract.terms, start["exploratory"]) if start is not None
+        verdict = (continued_gates(ev, continued_contract.terms, start.exploratory) if start is not None
                    else gates(ev, adaptive_contract.terms))
         comparisons[name] = {"evaluation": path, **verdict}
-    all_passed = all(v["passed"] for v in comparisons.values())
+        verdicts[name] = gate_verdict(verdict, path)
+    all_passed = all(v.passed for v in verdicts.values())
     out = {"contract_digest": digest, "comparisons": comparisons, "all_passed": all_passed}
-    if start is not None:
-        out = {**out, "start": start}  # canonical JSON sorts the keys: the bytes are those of before
+    if start is not None:  # canonical JSON sorts the keys: the bytes are those of before
+        out = {**out, "start": {"full_root": start.full_root, "gates": dict(start.gates),
+                                "gates_passed": start.gates_passed, "exploratory": start.exploratory}}
     write_canonical_json(a.out, out)
-    print(json.dumps({n: {"passed": v["passed"], "gates": {g["name"]: g["passed"] for g in v["gates"]}}
-                      for n, v in comparisons.items()}, sort_keys=True))
+    print(json.dumps({n: {"passed": v.passed, "gates": {g.name: g.passed for g in v.gates}}
+                      for n, v in verdicts.items()}, sort_keys=True))
     return 0
 
 
@@ -111,9 +122,11 @@ def cmd_compare(a) -> int:
     bh, _, br = a.b.rpartition(":")
     res = compare(ah, ar, bh, br, a.cohort)
     write_canonical_json(a.out, res)
-    print(json.dumps({k: res[k] for k in ("learned_state_equal", "parameters_differing",
-                                          "max_abs_parameter_difference")}, sort_keys=True))
-    if a.require_equal and not res["learned_state_equal"]:
+    result = Comparison.from_json(res, str(a.out))
+    print(json.dumps({"learned_state_equal": result.learned_state_equal,
+                      "parameters_differing": result.parameters_differing,
+                      "max_abs_parameter_difference": result.max_abs_parameter_difference}, sort_keys=True))
+    if a.require_equal and not result.learned_state_equal:
         return 1
     return 0
 
