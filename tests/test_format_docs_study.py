@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from support.format_docs import assert_docs_match
 
+from kit.study.compression_state import CompressionState
 from kit.study.formats import ArmRecord, Freeze
 
 
@@ -13,3 +14,8 @@ def test_the_arm_record_table_names_the_declared_fields():
 
 def test_the_freeze_table_names_the_declared_fields():
     assert_docs_match("formats/study-records.md", "Freeze (`evaluation/freeze.json`)", Freeze)
+
+
+def test_the_compression_state_table_names_the_declared_fields():
+    assert_docs_match("formats/study-records.md", "Compression-state record (`home/compression/<full_root>/rank-<r>.json`)",
+                      CompressionState)

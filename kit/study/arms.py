@@ -59,7 +59,6 @@ from kit.study.formats import (
     ArmCommit,
     ArmRecord,
     ArmWorkerPlan,
-    CompressionRecordRef,
     ReplicaResult,
     StudyClock,
     UpdateRow,
@@ -195,8 +194,7 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
     full_root = gathered[0]["full"]
     record = None
     if compressor is not None:
-        written = write_compression_state(home, full_root, group.rank, group.world, compressor)
-        record = CompressionRecordRef(path=written["path"], sha256=written["sha256"])
+        record = write_compression_state(home, full_root, group.rank, group.world, compressor)
     roots = tuple(g["learned"] for g in gathered)
     return ArmCommit(step=session.step, full_root=full_root, learned_state_root=roots[0],
                      replica_learned_state_roots=roots, replicas_equal=len(set(roots)) == 1,
