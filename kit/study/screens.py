@@ -93,7 +93,7 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl")
     retention = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl")
     ev = contract.terms.evaluation
-    models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared["seed"]["parameter_digest"]})]
+    models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared.seed.parameter_digest})]
     models += [(a.arm, {"home": a.endpoint.home, "full_root": a.endpoint.full_root})
                for a in freeze.arms if a.status == "completed" and a.endpoint]
     out_dir = study_dir / "evaluation" / "models"
@@ -104,7 +104,7 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
 
     record_exposures(final, retention, contract.digest, sha256_file(study_dir / PREPARED_DIR / "prepared.json"),
                      f"study final scoring of {', '.join(m[0] for m in models)}", retention_kind="retention.probe",
-                     path=ledger_path(study_dir, prepared.get("ledger", {}).get("path")))
+                     path=ledger_path(study_dir, prepared.ledger.path if prepared.ledger else None))
     written = {}
     for label, source in models:
         path = out_dir / f"{label}.json"
@@ -290,6 +290,6 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
                                        "costs": [a.cost.to_json() if a.cost else None
                                                  for a in attempt_records(study_dir, s.arm)]}
                                       for s in statuses]),
-           "counts": prepared["counts"], "retention_probes_exposed": terms.data.retention.exposed}
+           "counts": prepared.counts.to_json(), "retention_probes_exposed": terms.data.retention.exposed}
     write_canonical_json(study_dir / "screens.json", out)
     return out
