@@ -59,6 +59,7 @@ from kit.study.formats import (
     ArmCommit,
     ArmRecord,
     ArmWorkerPlan,
+    Endpoint,
     ReplicaResult,
     StudyClock,
     UpdateRow,
@@ -392,12 +393,13 @@ class ArmStatus:
     reduction: str
     status: str
     reason: str | None
-    endpoint: dict | None  # the plain JSON of the record's endpoint
+    endpoint: Endpoint | None  # the latest record's, completed arms only
     attempts: int
 
     def to_json(self) -> dict:
         return {"arm": self.arm, "workers": self.workers, "reduction": self.reduction, "status": self.status,
-                "reason": self.reason, "endpoint": self.endpoint, "attempts": self.attempts}
+                "reason": self.reason,
+                "endpoint": self.endpoint.to_json() if self.endpoint else None, "attempts": self.attempts}
 
 
 def arm_statuses(study_dir: str | os.PathLike, terms: StudyContract) -> list[ArmStatus]:
@@ -407,7 +409,7 @@ def arm_statuses(study_dir: str | os.PathLike, terms: StudyContract) -> list[Arm
         rec = arm_record(study_dir, spec.name)
         out.append(ArmStatus(arm=spec.name, workers=spec.workers, reduction=spec.reduction,
                              status=rec.status if rec else "not run", reason=rec.reason if rec else None,
-                             endpoint=rec.endpoint.to_json() if rec and rec.endpoint else None,
+                             endpoint=rec.endpoint if rec else None,
                              attempts=rec.attempts if rec else 0))
     return out
 

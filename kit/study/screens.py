@@ -67,9 +67,9 @@ def freeze_candidates(study_dir: str | os.PathLike) -> Freeze:
             "non-run status first; " + ", ".join(f"arm {s.arm!r} is {s.status!r}" for s in unsettled))
     for s in statuses:
         if s.status == "completed" and s.endpoint:
-            commits.verify_commit(s.endpoint["home"], s.endpoint["full_root"])
+            commits.verify_commit(s.endpoint.home, s.endpoint.full_root)
     freeze = {"format": "kit.study.freeze/1", "contract_digest": contract.digest, "prepared_digest": prepared_digest,
-              "arms": [{"arm": s.arm, "status": s.status, "reason": s.reason, "endpoint": s.endpoint}
+              "arms": [{"arm": s.arm, "status": s.status, "reason": s.reason, "endpoint": s.endpoint.to_json() if s.endpoint else None}
                        for s in statuses]}
     path = study_dir / FREEZE_FILE
     if path.exists():
