@@ -66,7 +66,7 @@ from kit.study.formats import (
     plain,
 )
 from kit.study.measurement import devices_used, padded_tokens, summarise
-from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
+from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared_job, read_train_rows
 from kit.study.schema import (
     StudyContract,
     arm_spec,
@@ -579,7 +579,7 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
     request that is wrong."""
     study_dir, arm_name, seed_dir, resume_root = Path(request.study_dir), request.arm, request.seed_dir, request.resume
     seconds_per_update, until = request.seconds_per_update, request.until
-    prepared, contract, prepared_digest = load_prepared(study_dir)
+    prepared, contract, prepared_digest = load_prepared_job(study_dir)
     if (study_dir / FREEZE_FILE).exists():
         raise ArmRefused(f"{study_dir / FREEZE_FILE}: candidates were frozen for final-test scoring; no arm may "
                          "run after that")

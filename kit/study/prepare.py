@@ -276,8 +276,14 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     return prepared
 
 
-def load_prepared(study_dir: str | os.PathLike,
-                  only: tuple[str, ...] | None = None) -> tuple[StudyPreparedJob, Contract, str]:
+def load_prepared(study_dir: str | os.PathLike, only: tuple[str, ...] | None = None) -> tuple[dict, Contract, str]:
+    """The notebooks' view of `load_prepared_job` (kit.load_prepared_study): prepared.json as its plain JSON."""
+    prepared, contract, digest = load_prepared_job(study_dir, only)
+    return prepared.to_json(), contract, digest
+
+
+def load_prepared_job(study_dir: str | os.PathLike,
+                      only: tuple[str, ...] | None = None) -> tuple[StudyPreparedJob, Contract, str]:
     """(prepared.json, the contract, prepared digest); every listed file is re-hashed first, or only the
     files named in `only` (a development scoring must not read the final tasks), each of which must be listed.
     The digest is of the file's own JSON (every committed arm record names it)."""

@@ -30,7 +30,7 @@ from kit.study.prepare import (
     _seed_task_digests,
     _task_conversation,
     check_seed,
-    load_prepared,
+    load_prepared_job,
 )
 from kit.study.schema import StudyContract
 
@@ -73,7 +73,7 @@ def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
     """(the development task file, its sha256): the prepared one, or the one drawn by `dev_rule` (written
     once, with its record `dev_tasks.json`, and checked against that record afterwards)."""
     study_dir = Path(study_dir)
-    prepared, contract, _ = load_prepared(study_dir, only=FILES)
+    prepared, contract, _ = load_prepared_job(study_dir, only=FILES)
     if DEV_FILE in prepared.files:
         return study_dir / PREPARED_DIR / DEV_FILE, prepared.files[DEV_FILE]
     out, record_path = study_dir / FOLDER / DEV_FILE, study_dir / FOLDER / "dev_tasks.json"
@@ -118,7 +118,7 @@ def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, 
     STUDY/replicates/dev/<label>.json (reused when its source and files are unchanged)."""
     study_dir = Path(study_dir)
     path, sha = dev_tasks(study_dir)
-    prepared, contract, _ = load_prepared(study_dir, only=("retention.jsonl",))
+    prepared, contract, _ = load_prepared_job(study_dir, only=("retention.jsonl",))
     terms = contract.terms
     check_seed(prepared, seed_dir)
     retention_sha = prepared.files["retention.jsonl"] if terms.data.retention.exposed else None

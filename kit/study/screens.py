@@ -37,7 +37,7 @@ from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_record, arm_statuses, attempt_records
 from kit.study.cost import cost_table
 from kit.study.formats import Freeze, plain
-from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared
+from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared_job
 
 SCREENS_FORMAT = "kit.study.screens/1"
 EVAL_FORMAT = "kit.study.evaluation/1"
@@ -58,7 +58,7 @@ def _scorer():
 def freeze_candidates(study_dir: str | os.PathLike) -> Freeze:
     """Refuse unless every arm is settled; verify every endpoint; write (or re-check) freeze.json."""
     study_dir = Path(study_dir)
-    _, contract, prepared_digest = load_prepared(study_dir)
+    _, contract, prepared_digest = load_prepared_job(study_dir)
     statuses = arm_statuses(study_dir, contract.terms)
     unsettled = [s for s in statuses if s.status not in NON_RUN and not (s.status == "completed" and s.endpoint)]
     if unsettled:
@@ -86,7 +86,7 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     """Score the seed and every completed endpoint on the final tasks and retention probes."""
     study_dir = Path(study_dir)
     freeze = freeze_candidates(study_dir)
-    prepared, contract, _ = load_prepared(study_dir)
+    prepared, contract, _ = load_prepared_job(study_dir)
     check_seed(prepared, seed_dir)
     load_model, score_nll, answer_tasks = _scorer()
     tokenizer = load_tokenizer(seed_dir)
@@ -228,7 +228,7 @@ def _table(frame) -> list[dict]:
 def build_screens(study_dir: str | os.PathLike) -> dict:
     """Aggregate every arm's record and every model's scores into STUDY/screens.json."""
     study_dir = Path(study_dir)
-    prepared, contract, prepared_digest = load_prepared(study_dir)
+    prepared, contract, prepared_digest = load_prepared_job(study_dir)
     freeze_path = study_dir / FREEZE_FILE
     if not freeze_path.exists():
         raise EvaluationRefused(f"{freeze_path}: not found; run `kit study evaluate` first")
