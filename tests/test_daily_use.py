@@ -129,7 +129,7 @@ def test_status_names_aborted_and_failed_attempts(trained, tmp_path, capsys):
     from kit.status import render, status
 
     report = status(home, now=190.0)
-    rows = {a["attempt"][-8:]: a for a in report["entries"][0]["attempts"]}
+    rows = {a["attempt"][-8:]: a for a in report.to_json()["entries"][0]["attempts"]}
     assert rows["aaaaaaaa"]["signal"] == "SIGINT" and rows["aaaaaaaa"]["elapsed_s"] == 60.0
     assert rows["bbbbbbbb"]["reason"] == "WorkerFailure: rank 1 failed at step 4"
     assert rows["cccccccc"]["elapsed_s"] == 90.0
@@ -139,7 +139,7 @@ def test_status_names_aborted_and_failed_attempts(trained, tmp_path, capsys):
     # a demo output (homes and run folders below it) lists both
     (tmp_path / "runs").mkdir()
     shutil.copytree(REPO / "runs" / "demo-adaptive-A2-control", tmp_path / "runs" / "demo-adaptive-A2-control")
-    kinds = [e["kind"] for e in status(tmp_path)["entries"]]
+    kinds = [e.kind for e in status(tmp_path).entries]
     assert kinds == ["home", "run"]
     code, _, err = kit_here(capsys, "status", tmp_path / "runs" / "demo-adaptive-A2-control" / "metrics")
     assert code == 2 and "no checkpoint home" in err and len(err.splitlines()) == 1

@@ -51,7 +51,7 @@ def test_status_of_a_recorded_study_arm_shows_its_store_and_attempts(tmp_path):
     arm = _arm(tmp_path, recorded=True)
     # the arm's attempts/ (records NNN.json) made it look like a checkpoint home: "HEAD none, commits 0"
     for path in (arm, tmp_path / "study"):
-        report = status(path, now=200.0)
+        report = status(path, now=200.0).to_json()
         assert [e["kind"] for e in report["entries"]] == ["arm"]
         entry = report["entries"][0]
         assert entry["status"] == "completed" and entry["commits"] == 2 and entry["elapsed_s"] == 30.0
@@ -64,11 +64,12 @@ def test_status_of_a_recorded_study_arm_shows_its_store_and_attempts(tmp_path):
 
 def test_status_of_a_study_arm_training_or_stopped_before_its_record(tmp_path):
     arm = _arm(tmp_path, recorded=False)  # no arm.json, no HEAD yet: it was "no checkpoint home ..." (exit 2)
-    entry = status(arm, now=os.stat(arm / "run" / "status-0.json").st_mtime + 12)["entries"][0]
+    report = status(arm, now=os.stat(arm / "run" / "status-0.json").st_mtime + 12)
+    entry = report.to_json()["entries"][0]
     assert entry["kind"] == "arm" and entry["status"] == "unrecorded" and entry["head"] is None
     assert entry["commits"] == 2 and entry["attempt_commits"] == 1 and entry["last_report_s"] == 12.0
     assert entry["last_update"] == {"update": 6, "loss": 5.5, "ce_per_token": 5.5, "tokens_per_s": 1000.0}
-    text = render({"entries": [entry]})
+    text = render(report)
     assert "(this attempt)  1 commit(s) so far, last report 0m12s ago (update at step 7)" in text
     assert "last update 6: ce/token 5.5000 (the objective)" in text and "None" not in text
 
@@ -86,7 +87,7 @@ def test_status_of_an_adaptive_attempt_counts_the_commits_it_logged(tmp_path):
     _write(attempt / "attempt.json", {"attempt": attempt.name, "status": "aborted", "error": "interrupted by SIGINT",
                                       "signal": "SIGINT", "commits": [], "started_at": 1.0, "ended_at": 2.0})
     (attempt / "commits.jsonl").write_text('{"cohort_step": 4}\n{"cohort_step": 8}\n')
-    row = status(tmp_path / "A")["entries"][0]["attempts"][0]
+    row = status(tmp_path / "A").to_json()["entries"][0]["attempts"][0]
     assert row["status"] == "aborted" and row["commits"] == 2
 
 

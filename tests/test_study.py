@@ -128,7 +128,7 @@ def test_powersgd_resumed_from_committed_compression_state_is_bit_identical(stud
     mid = next(c for c in p["commits"] if c["step"] == 2)
     for rank in (0, 1):  # the committed records name the commit and hold the step
         rec = read_compression_record(p["home"], mid["full_root"], rank, 2)
-        assert rec["meta"]["step"] == 2 and any(k.startswith("error/") for k in rec["tensors"])
+        assert rec.meta["step"] == 2 and any(k.startswith("error/") for k in rec.tensors)
     # a second study with the same prepared inputs receives the step-2 commit and its compression state
     s2 = env["tmp"] / "s2"
     shutil.copytree(sdir / PREPARED_DIR, s2 / PREPARED_DIR)
@@ -138,7 +138,7 @@ def test_powersgd_resumed_from_committed_compression_state_is_bit_identical(stud
     digests = commits.object_digests(manifest)
     for rank in (0, 1):
         rec = read_compression_record(p["home"], mid["full_root"], rank, 2)
-        digests += [e["digest"] for e in rec["tensors"].values()]
+        digests += [e.digest for e in rec.tensors.values()]
     fetch_objects(src, dst, digests)
     shutil.copytree(Path(p["home"]) / COMPRESSION_DIR / mid["full_root"], home2 / COMPRESSION_DIR / mid["full_root"])
     commits.adopt_commit(home2, manifest)

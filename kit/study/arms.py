@@ -59,14 +59,14 @@ from kit.study.formats import (
     ArmCommit,
     ArmRecord,
     ArmWorkerPlan,
-    CompressionRecordRef,
+    Endpoint,
     ReplicaResult,
     StudyClock,
     UpdateRow,
     plain,
 )
 from kit.study.measurement import devices_used, padded_tokens, summarise
-from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared, read_train_rows
+from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared_job, read_train_rows
 from kit.study.schema import (
     StudyContract,
     arm_spec,
@@ -195,8 +195,7 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
     full_root = gathered[0]["full"]
     record = None
     if compressor is not None:
-        written = write_compression_state(home, full_root, group.rank, group.world, compressor)
-        record = CompressionRecordRef(path=written["path"], sha256=written["sha256"])
+        record = write_compression_state(home, full_root, group.rank, group.world, compressor)
     roots = tuple(g["learned"] for g in gathered)
     return ArmCommit(step=session.step, full_root=full_root, learned_state_root=roots[0],
                      replica_learned_state_roots=roots, replicas_equal=len(set(roots)) == 1,
@@ -394,12 +393,13 @@ class ArmStatus:
     reduction: str
     status: str
     reason: str | None
-    endpoint: dict | None  # the plain JSON of the record's endpoint
+    endpoint: Endpoint | None  # the latest record's, completed arms only
     attempts: int
 
     def to_json(self) -> dict:
         return {"arm": self.arm, "workers": self.workers, "reduction": self.reduction, "status": self.status,
-                "reason": self.reason, "endpoint": self.endpoint, "attempts": self.attempts}
+                "reason": self.reason,
+                "endpoint": self.endpoint.to_json() if self.endpoint else None, "attempts": self.attempts}
 
 
 def arm_statuses(study_dir: str | os.PathLike, terms: StudyContract) -> list[ArmStatus]:
@@ -409,7 +409,7 @@ def arm_statuses(study_dir: str | os.PathLike, terms: StudyContract) -> list[Arm
         rec = arm_record(study_dir, spec.name)
         out.append(ArmStatus(arm=spec.name, workers=spec.workers, reduction=spec.reduction,
                              status=rec.status if rec else "not run", reason=rec.reason if rec else None,
-                             endpoint=rec.endpoint.to_json() if rec and rec.endpoint else None,
+                             endpoint=rec.endpoint if rec else None,
                              attempts=rec.attempts if rec else 0))
     return out
 
@@ -579,7 +579,7 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
     request that is wrong."""
     study_dir, arm_name, seed_dir, resume_root = Path(request.study_dir), request.arm, request.seed_dir, request.resume
     seconds_per_update, until = request.seconds_per_update, request.until
-    prepared, contract, prepared_digest = load_prepared(study_dir)
+    prepared, contract, prepared_digest = load_prepared_job(study_dir)
     if (study_dir / FREEZE_FILE).exists():
         raise ArmRefused(f"{study_dir / FREEZE_FILE}: candidates were frozen for final-test scoring; no arm may "
                          "run after that")

@@ -27,7 +27,8 @@ from kit.data.conversations import read_jsonl
 from kit.digest import write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
 from kit.inventory import parameter_digest
-from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, check_seed, load_prepared
+from kit.study.formats import StudyPreparedJob
+from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, check_seed, load_prepared_job
 
 DEV_EVAL_FORMAT = "kit.study.dev-evaluation/1"
 
@@ -36,16 +37,16 @@ class DevScoringRefused(ValueError):
     pass
 
 
-def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, Any, dict]:
+def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, Any, StudyPreparedJob]:
     """(prepared/dev_tasks.jsonl, its sha256, the prepared contract's terms, prepared.json) after checking the file against
     prepared.json and the contract against its recorded digest; refused when the study has no `data.dev`."""
     try:
-        prepared, contract, _ = load_prepared(study_dir, only=(DEV_FILE,))
+        prepared, contract, _ = load_prepared_job(study_dir, only=(DEV_FILE,))
     except PreparedError as e:
         hint = "; the study's contract has no 'data.dev' (add one and prepare a new study directory)"
         raise DevScoringRefused(str(e) + (hint if "field 'files' has no" in str(e) else "")) from None
     out = Path(study_dir) / PREPARED_DIR
-    got = prepared["files"][DEV_FILE]
+    got = prepared.files[DEV_FILE]
     return out / DEV_FILE, got, contract.terms, prepared
 
 

@@ -10,6 +10,7 @@ still loads, and `to_json` gives back its bytes. Fields added after records were
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -309,3 +310,82 @@ class RankReport(Record):
     started_at: float = spec_field(float, doc="epoch seconds")
     ended_at: float = spec_field(float, doc="epoch seconds")
     socket: Any = spec_field(MapOf(JSON_VALUE), doc="its socket interface settings (Group.interfaces)")
+
+
+# --- prepared.json of a study (kit/study/prepare.py; docs/formats/study-records.md "prepared.json") ------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedContract(Record):
+    """The contract the study was prepared under."""
+    path: str = spec_field(str, doc="the contract file given")
+    digest: str = spec_field(str, doc="sha256 of the contract")
+    name: str = spec_field(str, doc="its name")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedSeed(Record):
+    """The seed the study starts from."""
+    dir: str = spec_field(str, doc="the seed directory")
+    parameter_digest: str = spec_field(str, doc="its weights' digest")
+    inventory_digest: str = spec_field(str, doc="its inventory's digest")
+    config_sha256: str = spec_field(str, doc="sha256 of config.json")
+    tokenizer_files: Mapping[str, str] = spec_field(MapOf(str), doc="tokenizer file -> sha256")
+    trained_conversations_present: bool = spec_field(bool, doc="the seed's trained records are present")
+    trained_tasks_excluded_by_digest: int = spec_field(Num(0, integer=True), doc="seed tasks excluded")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedSource(Record):
+    """The public source the documents were drawn from."""
+    path: str = spec_field(str, doc="the source file")
+    sha256: str = spec_field(str, doc="its sha256")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedCounts(Record):
+    """What was prepared, counted."""
+    train_tasks: int = spec_field(Num(0, integer=True), doc="task documents")
+    train_replay: int = spec_field(Num(0, integer=True), doc="replay documents")
+    final_tasks: int = spec_field(Num(0, integer=True), doc="final-test tasks")
+    retention: int = spec_field(Num(0, integer=True), doc="retention probes")
+    updates: int = spec_field(Num(0, integer=True), doc="updates of the schedule")
+    documents_per_update: int = spec_field(Num(1, integer=True), doc="the contract's")
+    dev_tasks: int | None = spec_field(Omittable(Num(0, integer=True)), doc="development tasks (with data.dev)")
+    train_target_tokens: int = spec_field(SEED, doc="target tokens of the training documents")
+    train_tokens: int = spec_field(SEED, doc="their tokens")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedKitSource(Record):
+    """The kit's own source at prepare (kit/provenance.py): `run_arm` refuses a kit whose digest differs."""
+    package_dir: str = spec_field(str, doc="the kit package")
+    digest: str = spec_field(str, doc="its source digest")
+    files: Any = spec_field(JSON_VALUE, doc="per file, its sha256")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedLedger(Record):
+    """The exposure ledger read at prepare (kit/evidence/ledger.py)."""
+    path: str = spec_field(str, doc="the ledger file")
+    sha256: str | None = spec_field(Opt(str), doc="its sha256 (null: absent)")
+    entries: Any = spec_field(JSON_VALUE, doc="its entries")
+    digests: Any = spec_field(JSON_VALUE, doc="its distinct digests")
+    final_test_excluded: Any = spec_field(JSON_VALUE, doc="final tasks excluded as exposed")
+    retention_not_exposed: Any = spec_field(JSON_VALUE, doc="probes not in the ledger")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyPreparedJob(Record):
+    """`prepared/prepared.json`: what `kit study prepare` committed (its sha256 is every arm's `prepared_digest`).
+    Fields added after the first studies were committed are Omittable."""
+    FORMAT = "kit.study.prepared/1"
+    format: str = spec_field(OneOf("kit.study.prepared/1"), doc="kit.study.prepared/1")
+    contract: PreparedContract = spec_field(PreparedContract, doc="the contract")
+    seed: PreparedSeed = spec_field(PreparedSeed, doc="the seed")
+    source: PreparedSource = spec_field(PreparedSource, doc="the public source")
+    files: Mapping[str, str] = spec_field(MapOf(str), doc="prepared file -> sha256")
+    counts: PreparedCounts = spec_field(PreparedCounts, doc="what was prepared")
+    kit_source: PreparedKitSource | None = spec_field(Omittable(PreparedKitSource), doc="the kit's source (older: "
+                                                                                         "absent, refused by run_arm)")
+    versions: Any = spec_field(Omittable(MapOf(JSON_VALUE)), doc="library versions (older: absent)")
+    ledger: PreparedLedger | None = spec_field(Omittable(PreparedLedger), doc="the ledger read (older: absent)")
+    exclusions: Any = spec_field(MapOf(JSON_VALUE), doc="what was excluded, and why")

@@ -36,7 +36,7 @@ from kit.study.arms import (
     record_replicate,
 )
 from kit.study.formats import AdmissionDecision, PeerReport, RankReport, plain
-from kit.study.prepare import load_prepared
+from kit.study.prepare import load_prepared_job
 from kit.study.schema import StudyContract, arm_spec
 
 
@@ -49,7 +49,7 @@ def run_arm_torchrun(request: ArmRequest) -> dict | None:
     rank 0 (None on the others)."""
     study_dir, arm_name = Path(request.study_dir), request.arm
     world = int(os.environ["WORLD_SIZE"])
-    _, contract, prepared_digest = load_prepared(study_dir)
+    _, contract, prepared_digest = load_prepared_job(study_dir)
     spec = arm_spec(contract, arm_name)
     if world != spec.workers:
         raise ArmRefused(f"arm {arm_name!r} has {spec.workers} worker(s) (contract field 'arms'); torchrun "

@@ -63,6 +63,7 @@ from kit.inventory import inventory_digest, parameter_digest
 from kit.paths import inside
 from kit.provenance import CommitmentMismatch, _check_source, kit_package_dir, source_digest
 from kit.publish import publish_dir
+from kit.study.formats import StudyPreparedJob
 from kit.study.schema import StudyContract, load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
@@ -276,51 +277,60 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
 
 
 def load_prepared(study_dir: str | os.PathLike, only: tuple[str, ...] | None = None) -> tuple[dict, Contract, str]:
+    """The notebooks' view of `load_prepared_job` (kit.load_prepared_study): prepared.json as its plain JSON."""
+    prepared, contract, digest = load_prepared_job(study_dir, only)
+    return prepared.to_json(), contract, digest
+
+
+def load_prepared_job(study_dir: str | os.PathLike,
+                      only: tuple[str, ...] | None = None) -> tuple[StudyPreparedJob, Contract, str]:
     """(prepared.json, the contract, prepared digest); every listed file is re-hashed first, or only the
-    files named in `only` (a development scoring must not read the final tasks), each of which must be listed."""
+    files named in `only` (a development scoring must not read the final tasks), each of which must be listed.
+    The digest is of the file's own JSON (every committed arm record names it)."""
     out = Path(study_dir) / PREPARED_DIR
     path = out / "prepared.json"
     if not path.exists():
         raise PreparedError(f"{path}: not found; run `kit study prepare` for this study directory first")
-    prepared = load_json_strict(path)
+    found = load_json_strict(path)
+    prepared = StudyPreparedJob.from_json(found, str(path))
     for name in only or ():
-        if name not in prepared["files"]:
+        if name not in prepared.files:
             raise PreparedError(f"{path}: field 'files' has no {name!r}")
-    for name, want in prepared["files"].items():
+    for name, want in prepared.files.items():
         if only is not None and name not in only:
             continue
         got = sha256_file(inside(out, name, f"{path} field 'files'"))
         if got != want:
             raise PreparedError(f"{out / name}: sha256 {got} differs from {want} recorded in {path}")
     contract = load_study_contract(out / "contract.json")
-    if contract.digest != prepared["contract"]["digest"]:
+    if contract.digest != prepared.contract.digest:
         raise PreparedError(f"{out / 'contract.json'}: contract digest {contract.digest} differs from "
-                            f"prepared.json's {prepared['contract']['digest']}")
-    return prepared, contract, sha256_json(prepared)
+                            f"prepared.json's {prepared.contract.digest}")
+    return prepared, contract, sha256_json(found)
 
 
-def check_source(prepared: dict, path: str | os.PathLike = "prepared.json",
+def check_source(prepared: StudyPreparedJob, path: str | os.PathLike = "prepared.json",
                  package_dir: str | os.PathLike | None = None) -> None:
     """Refuse to train with a kit whose source differs from the one that prepared (or a preparation
     that did not commit it); the refusal names the file and the expected digest."""
-    entry = prepared.get("kit_source")
-    if not isinstance(entry, dict) or "digest" not in entry:
+    entry = prepared.kit_source
+    if entry is None:
         raise PreparedError(f"{path}: field 'kit_source' missing; expected the kit source digest committed at "
                             "prepare (prepare the study again with this kit)")
     try:
-        _check_source(entry, Path(package_dir) if package_dir is not None else kit_package_dir())
+        _check_source(entry.to_json(), Path(package_dir) if package_dir is not None else kit_package_dir())
     except CommitmentMismatch as e:
-        raise PreparedError(f"{path}: field 'kit_source.digest' = {entry['digest']}: {e}") from None
+        raise PreparedError(f"{path}: field 'kit_source.digest' = {entry.digest}: {e}") from None
 
 
-def check_seed(prepared: dict, seed_dir: str | os.PathLike) -> None:
+def check_seed(prepared: StudyPreparedJob, seed_dir: str | os.PathLike) -> None:
     """Refuse a seed directory whose weights or tokenizer differ from the prepared ones."""
     seed_dir = Path(seed_dir)
     got = parameter_digest(seed_dir)
-    if got != prepared["seed"]["parameter_digest"]:
+    if got != prepared.seed.parameter_digest:
         raise PreparedError(f"{seed_dir}: parameter digest {got} differs from the prepared "
-                            f"{prepared['seed']['parameter_digest']}")
-    for name, want in prepared["seed"]["tokenizer_files"].items():
+                            f"{prepared.seed.parameter_digest}")
+    for name, want in prepared.seed.tokenizer_files.items():
         if sha256_file(seed_dir / name) != want:
             raise PreparedError(f"{seed_dir / name}: differs from the prepared tokenizer file (sha256 {want})")
 

@@ -30,7 +30,7 @@ from kit.study.prepare import (
     _seed_task_digests,
     _task_conversation,
     check_seed,
-    load_prepared,
+    load_prepared_job,
 )
 from kit.study.schema import StudyContract
 
@@ -73,9 +73,9 @@ def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
     """(the development task file, its sha256): the prepared one, or the one drawn by `dev_rule` (written
     once, with its record `dev_tasks.json`, and checked against that record afterwards)."""
     study_dir = Path(study_dir)
-    prepared, contract, _ = load_prepared(study_dir, only=FILES)
-    if DEV_FILE in prepared["files"]:
-        return study_dir / PREPARED_DIR / DEV_FILE, prepared["files"][DEV_FILE]
+    prepared, contract, _ = load_prepared_job(study_dir, only=FILES)
+    if DEV_FILE in prepared.files:
+        return study_dir / PREPARED_DIR / DEV_FILE, prepared.files[DEV_FILE]
     out, record_path = study_dir / FOLDER / DEV_FILE, study_dir / FOLDER / "dev_tasks.json"
     if record_path.is_file():
         record = DevTasksRecord.from_json(load_json_strict(record_path), str(record_path))
@@ -83,11 +83,11 @@ def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
             raise ReplicateScoringRefused(f"{out}: sha256 differs from field 'sha256' of {record_path}")
         return out, record.sha256
     rule, d = dev_rule(contract.terms), contract.terms.data
-    seed_tasks, _ = _seed_task_digests(Path(prepared["seed"]["dir"]))
+    seed_tasks, _ = _seed_task_digests(Path(prepared.seed.dir))
     # as prepare_study excludes them (digests only: nothing is scored or exposed here): the seed's tasks, the
     # training tasks (drawn again exactly as prepare drew them) and the final tasks
     train = generate_set(d.tasks.count, d.tasks.seed, d.tasks.role, d.tasks.difficulty, exclude_digests=seed_tasks)
-    final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl", prepared["files"]["final_tasks.jsonl"])
+    final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl", prepared.files["final_tasks.jsonl"])
     excluded = seed_tasks | {t.digest for t in train} | {c.meta["digest"] for c in final}
     tasks = generate_set(rule.count, rule.seed, rule.role, rule.difficulty, exclude_digests=excluded)
     if len(tasks) != rule.count:
@@ -118,10 +118,10 @@ def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, 
     STUDY/replicates/dev/<label>.json (reused when its source and files are unchanged)."""
     study_dir = Path(study_dir)
     path, sha = dev_tasks(study_dir)
-    prepared, contract, _ = load_prepared(study_dir, only=("retention.jsonl",))
+    prepared, contract, _ = load_prepared_job(study_dir, only=("retention.jsonl",))
     terms = contract.terms
     check_seed(prepared, seed_dir)
-    retention_sha = prepared["files"]["retention.jsonl"] if terms.data.retention.exposed else None
+    retention_sha = prepared.files["retention.jsonl"] if terms.data.retention.exposed else None
     tasks = read_jsonl(path, sha)
     probes = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl", retention_sha) if retention_sha else []
     tokenizer = load_tokenizer(seed_dir)

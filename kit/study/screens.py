@@ -37,7 +37,7 @@ from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_record, arm_statuses, attempt_records
 from kit.study.cost import cost_table
 from kit.study.formats import Freeze, plain
-from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared
+from kit.study.prepare import PREPARED_DIR, check_seed, load_prepared_job
 
 SCREENS_FORMAT = "kit.study.screens/1"
 EVAL_FORMAT = "kit.study.evaluation/1"
@@ -58,7 +58,7 @@ def _scorer():
 def freeze_candidates(study_dir: str | os.PathLike) -> Freeze:
     """Refuse unless every arm is settled; verify every endpoint; write (or re-check) freeze.json."""
     study_dir = Path(study_dir)
-    _, contract, prepared_digest = load_prepared(study_dir)
+    _, contract, prepared_digest = load_prepared_job(study_dir)
     statuses = arm_statuses(study_dir, contract.terms)
     unsettled = [s for s in statuses if s.status not in NON_RUN and not (s.status == "completed" and s.endpoint)]
     if unsettled:
@@ -67,9 +67,9 @@ def freeze_candidates(study_dir: str | os.PathLike) -> Freeze:
             "non-run status first; " + ", ".join(f"arm {s.arm!r} is {s.status!r}" for s in unsettled))
     for s in statuses:
         if s.status == "completed" and s.endpoint:
-            commits.verify_commit(s.endpoint["home"], s.endpoint["full_root"])
+            commits.verify_commit(s.endpoint.home, s.endpoint.full_root)
     freeze = {"format": "kit.study.freeze/1", "contract_digest": contract.digest, "prepared_digest": prepared_digest,
-              "arms": [{"arm": s.arm, "status": s.status, "reason": s.reason, "endpoint": s.endpoint}
+              "arms": [{"arm": s.arm, "status": s.status, "reason": s.reason, "endpoint": s.endpoint.to_json() if s.endpoint else None}
                        for s in statuses]}
     path = study_dir / FREEZE_FILE
     if path.exists():
@@ -86,14 +86,14 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
     """Score the seed and every completed endpoint on the final tasks and retention probes."""
     study_dir = Path(study_dir)
     freeze = freeze_candidates(study_dir)
-    prepared, contract, _ = load_prepared(study_dir)
+    prepared, contract, _ = load_prepared_job(study_dir)
     check_seed(prepared, seed_dir)
     load_model, score_nll, answer_tasks = _scorer()
     tokenizer = load_tokenizer(seed_dir)
     final = read_jsonl(study_dir / PREPARED_DIR / "final_tasks.jsonl")
     retention = read_jsonl(study_dir / PREPARED_DIR / "retention.jsonl")
     ev = contract.terms.evaluation
-    models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared["seed"]["parameter_digest"]})]
+    models = [("seed", {"seed_dir": str(seed_dir), "parameter_digest": prepared.seed.parameter_digest})]
     models += [(a.arm, {"home": a.endpoint.home, "full_root": a.endpoint.full_root})
                for a in freeze.arms if a.status == "completed" and a.endpoint]
     out_dir = study_dir / "evaluation" / "models"
@@ -104,7 +104,7 @@ def evaluate_study(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, de
 
     record_exposures(final, retention, contract.digest, sha256_file(study_dir / PREPARED_DIR / "prepared.json"),
                      f"study final scoring of {', '.join(m[0] for m in models)}", retention_kind="retention.probe",
-                     path=ledger_path(study_dir, prepared.get("ledger", {}).get("path")))
+                     path=ledger_path(study_dir, prepared.ledger.path if prepared.ledger else None))
     written = {}
     for label, source in models:
         path = out_dir / f"{label}.json"
@@ -228,7 +228,7 @@ def _table(frame) -> list[dict]:
 def build_screens(study_dir: str | os.PathLike) -> dict:
     """Aggregate every arm's record and every model's scores into STUDY/screens.json."""
     study_dir = Path(study_dir)
-    prepared, contract, prepared_digest = load_prepared(study_dir)
+    prepared, contract, prepared_digest = load_prepared_job(study_dir)
     freeze_path = study_dir / FREEZE_FILE
     if not freeze_path.exists():
         raise EvaluationRefused(f"{freeze_path}: not found; run `kit study evaluate` first")
@@ -290,6 +290,6 @@ def build_screens(study_dir: str | os.PathLike) -> dict:
                                        "costs": [a.cost.to_json() if a.cost else None
                                                  for a in attempt_records(study_dir, s.arm)]}
                                       for s in statuses]),
-           "counts": prepared["counts"], "retention_probes_exposed": terms.data.retention.exposed}
+           "counts": prepared.counts.to_json(), "retention_probes_exposed": terms.data.retention.exposed}
     write_canonical_json(study_dir / "screens.json", out)
     return out

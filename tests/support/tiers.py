@@ -117,6 +117,7 @@ UNIT_FILES = (
     "test_evaluate.py",
     "test_format_docs_study.py",
     "test_format_docs_evcore.py",
+    "test_format_docs_status.py",
     "test_fast_paths_applied.py",
     "test_fetch_over_group.py",
     "test_format_docs_prepared.py",

@@ -53,7 +53,7 @@ def cmd_seed_build(a) -> int:
 
 def cmd_status(a) -> int:
     report = status(a.path)
-    print(json.dumps(report, indent=1, sort_keys=True) if a.json else printable(render(report)))  # a run.json's text, escaped
+    print(json.dumps(report.to_json(), indent=1, sort_keys=True) if a.json else printable(render(report)))  # a run.json's text, escaped
     return 0
 
 

@@ -11,7 +11,7 @@ from kit.store.commits import resolve_root
 from kit.study.arms import ArmRequest, arm_dir, arm_statuses, run_arm
 from kit.study.hosts import run_arm_torchrun
 from kit.study.measurement import arm_summary_json
-from kit.study.prepare import load_prepared, prepare_study
+from kit.study.prepare import load_prepared_job, prepare_study
 from kit.study.screens import build_screens, evaluate_study
 
 
@@ -55,7 +55,7 @@ def cmd_screens(a) -> int:
 
 
 def cmd_status(a) -> int:
-    _, contract, _ = load_prepared(a.study)
+    _, contract, _ = load_prepared_job(a.study)
     for s in arm_statuses(a.study, contract.terms):
         print(json.dumps({"arm": s.arm, "status": s.status, "reason": s.reason, "attempts": s.attempts},
                          sort_keys=True))
