@@ -116,7 +116,7 @@ def test_the_scope_sentences_are_computed_from_the_evidence():
     assert medium[1].startswith("Training data: 85% of its ") and "1.7B seed, 14 times this one" in medium[2]
     # the frozen contract's highest accuracy is a frozen run's, never a replicate's (the noise section reads those)
     idx = index(REPO / "runs" / "medium-*")
-    said = [accuracy_sentence(idx, d) for d in {r.get("contract_digest") for r in idx["runs"]} - {None}]
+    said = [accuracy_sentence(idx, d) for d in {r.contract_digest for r in idx.runs} - {None}]
     assert all(s and not re.search(r"-r\d+,", s) for s in said), said
     demo = what_sentence(REPO / "runs" / "demo-*")
     assert demo.startswith("This is a tiny CPU run of every mechanism") and "not meant to learn" in demo

@@ -10,10 +10,9 @@ from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
 from kit.evidence.report.format import fmt, fmt_iso, is_number, records_table
-from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.index import IndexedRun, index, kept, metric, run_contract
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.verdict_rows import VerdictRow, verdict_rows
-from kit.evidence.run_index import kept_runs
 
 COMPARISONS = ("A_vs_seed", "B_vs_A", "growth_vs_control")
 # the columns as a reviewer reads them (the contract's identifiers stay in the rows' keys)
@@ -47,11 +46,11 @@ def _final_groups(runs_dir: Selected) -> list[tuple[str, Selected, Path | None]]
     """(kept in, folder, kept folder or None) of the current selection and every kept folder holding finals."""
     groups: list[tuple[str, Selected, Path | None]] = [("current", runs_dir, None)]
     seen = set()
-    for r in kept_runs(runs_dir):
-        d = Path(r["dir"]).parent
-        if d not in seen and ("gates" in (r.get("metrics") or {}) or "screen_quality" in (r.get("metrics") or {})):
+    for k in kept(runs_dir):
+        d = k.run.dir.parent
+        if d not in seen and ("gates" in k.run.metrics or "screen_quality" in k.run.metrics):
             seen.add(d)
-            groups.append((r["kept_in"], d, d))
+            groups.append((str(k.kept_in), d, d))
     return groups
 
 
@@ -60,7 +59,7 @@ def history_rows(runs_dir) -> list[dict]:
     out = []
     for where, d, folder in _final_groups(runs_dir):
         idx, rows = index(d), verdict_rows(d)
-        finals = [r for r in idx["runs"] if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
+        finals = [r for r in idx.runs if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
         if not finals:
             continue
         seeds = {(run_contract(r) or {}).get("seed", {}).get("parameter_digest") for r in finals} - {None}
@@ -68,15 +67,15 @@ def history_rows(runs_dir) -> list[dict]:
         contracts = contract_versions(finals)
         out.append({"seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded", "kept in": where,
                     "contracts": ", ".join(sorted(contracts)),
-                    "finals from": fmt_iso(min(r["started_at"] for r in finals)),
-                    "commit": ", ".join(sorted({(r.get("git") or {}).get("commit", "")[:8] for r in finals})),
+                    "finals from": fmt_iso(min(r.started_at for r in finals)),
+                    "commit": ", ".join(sorted({r.git.get("commit", "")[:8] for r in finals})),
                     **{c: _cell([r for r in rows.adaptive if r.comparison == c]) for c in COMPARISONS},
                     "study quality screen": _cell(quality),
                     "why superseded": "current" if folder is None else (_why(folder) or "not recorded")})
     return sorted(out, key=lambda r: r["finals from"])
 
 
-def contract_versions(finals: list[dict]) -> set[str]:
+def contract_versions(finals: list[IndexedRun]) -> set[str]:
     """The versions of the contracts behind some finals, each the digest (8 hex digits) of the contract without its
     seed: two seeds scored under otherwise equal contracts share a version."""
     out = set()
@@ -100,7 +99,7 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
     groups: list[dict[str, Any]] = []
     for where, d, folder in _final_groups(runs_dir):
         idx = index(d)
-        finals = [r for r in idx["runs"] if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
+        finals = [r for r in idx.runs if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
         if not finals:
             continue
         rows = verdict_rows(d)
@@ -110,7 +109,7 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
             c = run_contract(r)
             if c:
                 bodies[c.get("file")] = {k: v for k, v in c.items() if k not in ("seed", "file", "commit")}
-        groups.append({"start": min(r["started_at"] for r in finals), "current": folder is None, "bodies": bodies,
+        groups.append({"start": min(r.started_at for r in finals), "current": folder is None, "bodies": bodies,
                        "seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
                        "contracts": contract_versions(finals),
                        "rows": rows.all()})
@@ -181,12 +180,13 @@ def kept_folder_rows(runs_dir) -> list[dict]:
     """Every folder of kept runs (campaign folders' attempts, superseded seeds' runs): its runs by status and the
     span of their starts."""
     out: dict[str, dict] = {}
-    for r in kept_runs(runs_dir):
-        row = out.setdefault(r["kept_in"], {"kept in": r["kept_in"], "runs": 0, "statuses": {}, "starts": []})
+    for k in kept(runs_dir):
+        r, folder = k.run, str(k.kept_in)
+        row = out.setdefault(folder, {"kept in": folder, "runs": 0, "statuses": {}, "starts": []})
         row["runs"] += 1
-        row["statuses"][r["status"]] = row["statuses"].get(r["status"], 0) + 1
-        if r.get("started_at"):
-            row["starts"].append(r["started_at"])
+        row["statuses"][r.status] = row["statuses"].get(r.status, 0) + 1
+        if r.started_at:
+            row["starts"].append(r.started_at)
     return [{"kept in": k, "runs": v["runs"],
              "statuses": ", ".join(f"{n} {s}" for s, n in sorted(v["statuses"].items())),
              "first started": fmt_iso(min(v["starts"])) if v["starts"] else "\u2014",

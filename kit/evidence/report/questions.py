@@ -21,7 +21,7 @@ from kit.evidence.replicate_analysis import robustness_by_question
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, run_link
 from kit.evidence.report.history import contracts_note, question_key, seed_reading, seed_verdicts
-from kit.evidence.report.index import REPO, index, is_cpu, metric, run_contract
+from kit.evidence.report.index import REPO, RunIndex, index, is_cpu, metric, run_contract
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.readings import (
     Numbers,
@@ -147,7 +147,7 @@ def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
     return "; ".join(parts) or NONE
 
 
-def _context(runs_dir, idx: dict) -> dict:
+def _context(runs_dir, idx: RunIndex) -> dict:
     """Short caveats the rows carry, each computed from the evidence: the adaptive retention baseline, whether
     the study's retention probes are in-distribution."""
     out = {}
@@ -155,7 +155,7 @@ def _context(runs_dir, idx: dict) -> dict:
     m = re.match(r"The adaptive retention baseline is the seed at (\S+) nats/token", said or "")
     if m:
         out["baseline"] = f"the seed's own chat NLL is {m.group(1)} nats/token: it barely models chat"
-    for r in idx["runs"]:
+    for r in idx.runs:
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
         if retention_changes(r) is not None and probes:
@@ -167,10 +167,9 @@ def _context(runs_dir, idx: dict) -> dict:
     return out
 
 
-def _lower_bound(row: VerdictRow, idx: dict) -> float | None:
+def _lower_bound(row: VerdictRow, idx: RunIndex) -> float | None:
     """The study's task gain: the recorded one-sided 95% lower bound of PowerSGD against the seed."""
-    run = idx["by_id"].get(row.runs[0]) or {}
-    change = (paired_task_changes(run) or {}).get("powersgd vs seed") if run else None
+    change = (paired_task_changes(idx.by_id.get(row.runs[0])) or {}).get("powersgd vs seed")
     return change.noninferiority_lower if change else None
 
 
@@ -239,8 +238,8 @@ def legend_html() -> str:
 
 
 # --- the scope, one sentence each -------------------------------------------------------------
-def _seed_size(idx: dict, digest: str) -> int | None:
-    for r in idx["runs"]:
+def _seed_size(idx: RunIndex, digest: str) -> int | None:
+    for r in idx.runs:
         s = metric(r, "seed_build")
         if isinstance(s, dict) and s.get("parameter_digest") == digest and is_number(s.get("params")):
             return int(s["params"])
@@ -270,8 +269,8 @@ def what_sentence(runs_dir) -> str | None:
     """What the evidence is, where its scale says so: a tiny CPU run of every mechanism (the scale is tiny and every
     run of a contract ran on CPU), whose quality verdicts are not evidence about the methods."""
     idx = index(runs_dir)
-    contract = next((c for c in (run_contract(r) for r in idx["runs"] if r.get("contract_digest")) if c), None)
-    ran = [r for r in idx["runs"] if r.get("contract_digest")]
+    contract = next((c for c in (run_contract(r) for r in idx.runs if r.contract_digest) if c), None)
+    ran = [r for r in idx.runs if r.contract_digest]
     if (contract or {}).get("scale") == "tiny" and ran and all(is_cpu(r) for r in ran):
         return ("This is a tiny CPU run of every mechanism of both trials: its models are not meant to learn, so "
                 "its quality verdicts are not evidence about the methods; they show that every gate and screen is "
@@ -283,10 +282,10 @@ def scope_sentences(runs_dir) -> list[str]:
     """The scope on the first screen: the seed's size, what it trained on, and its size against the full trial's
     seed, one sentence each."""
     idx = index(runs_dir)
-    contracts = [run_contract(r) for r in idx["runs"] if r.get("contract_digest")]
+    contracts = [run_contract(r) for r in idx.runs if r.contract_digest]
     contract = next((c for c in contracts if c), None)
     out = []
-    built = [s["parameter_digest"] for r in idx["runs"] if isinstance(s := metric(r, "seed_build"), dict)
+    built = [s["parameter_digest"] for r in idx.runs if isinstance(s := metric(r, "seed_build"), dict)
              and s.get("parameter_digest")]
     for digest in seed_digests(runs_dir) or built:  # a tiny contract pins no seed: the one its runs built
         size = _seed_size(idx, digest)
@@ -300,7 +299,7 @@ def scope_sentences(runs_dir) -> list[str]:
             total = sum(m["packed"] for m in mix)
             fams = next((m for m in mix if m["kind"].startswith("task families")), None)
             taught = set(((found[0].get("data") or {}).get("tasks") or {}).get("per_family") or {})
-            scored = {p["family"] for c in {r.get("contract_digest") for r in idx["runs"]} - {None}
+            scored = {p["family"] for c in {r.contract_digest for r in idx.runs} - {None}
                       for p in accuracy_points(idx, c) if p["split"] == "final"} - {"all"}
             same = (", the families the final tasks score" if taught and taught == scored else
                     f"; the final tasks score {', '.join(sorted(scored))}" if scored else "")

@@ -16,7 +16,7 @@ from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.cost import retention_pairs
 from kit.evidence.report.evaluation_files import evaluation_items
 from kit.evidence.report.format import fmt, is_number
-from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.index import RunIndex, index, metric, run_contract
 from kit.evidence.report.sidecar_formats import (
     Gates,
     NllChangeBounds,
@@ -58,11 +58,11 @@ class Numbers:
         return (n + net) // 2, (n - net) // 2
 
 
-def numbers(row: VerdictRow, idx: dict) -> Numbers:
+def numbers(row: VerdictRow, idx: RunIndex) -> Numbers:
     """The numbers of one verdict row, read from the sidecars of the run it came from."""
     side = estimate = se = n = mult = None
     bound = row.value
-    run = idx["by_id"].get(row.runs[0]) or {}
+    run = idx.by_id.get(row.runs[0])
     check = row.check
     if row.experiment == "adaptive" and check in ("gain", "retention"):
         bounds = sidecar(run, NllChangeBounds)
@@ -80,7 +80,8 @@ def numbers(row: VerdictRow, idx: dict) -> Numbers:
         estimate, bound, side = row.value, None, "equal"
     elif row.experiment == "study":
         changes = paired_task_changes(run) or {}
-        screen_mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
+        screen_mult = (((metric(run, "screen_quality") if run else None) or {}).get("thresholds") or {}) \
+            .get("normal_multiplier")
         if check == "task_gain":
             bound, side, mult = None, "above", 0.0
             c = changes.get("powersgd vs seed")
@@ -140,7 +141,7 @@ def reading(row: VerdictRow, x: Numbers) -> str:
     return f"fail: the estimate {fmt(est)} and its one-sided 95% bound {fmt(bound)} lie {where} {fmt(t)}"
 
 
-def power(row: VerdictRow, x: Numbers, idx: dict) -> str:
+def power(row: VerdictRow, x: Numbers, idx: RunIndex) -> str:
     """The minimum detectable effect of one verdict at its n (80% power), or the pass rate under no change."""
     t, se = row.threshold_value, x.se
     mult = x.mult
@@ -217,25 +218,25 @@ def _estimate_passes(r: dict) -> bool:
     return is_number(t) and is_number(x.estimate) and (x.estimate < t if x.side == "below" else x.estimate > t)
 
 
-def baseline_sentence(idx: dict) -> str | None:
+def baseline_sentence(idx: RunIndex) -> str | None:
     """The retention NLL of the adaptive trial's seed baseline, from the final evaluation file that its run kept."""
-    for r in idx["runs"]:
-        if (r.get("parameters") or {}).get("SPLIT") == "final" and \
-                str((r.get("parameters") or {}).get("BASELINE", "")).startswith("seed:"):
+    for r in idx.runs:
+        if r.parameters.get("SPLIT") == "final" and \
+                str(r.parameters.get("BASELINE", "")).startswith("seed:"):
             items = (evaluation_items(r) or {}).get("retention") or []
             tokens = sum(x.get("tokens", 0) for x in items)
             if tokens:
                 nll = sum(x["base_nll"] for x in items) / tokens
                 return (f"The adaptive retention baseline is the seed at {fmt(nll)} nats/token on the {len(items)} "
-                        f"final retention probes ({r['run_id']}): a seed that barely models chat, so retention "
+                        f"final retention probes ({r.run_id}): a seed that barely models chat, so retention "
                         "changes are small against a high baseline.")
     return None
 
 
-def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
+def in_distribution_sentence(runs_dir, idx: RunIndex) -> str | None:
     """Whether the study's retention probes come from a source its arms train on (the contract's data), and
     what the arms' retention changes against the seed then say."""
-    for r in idx["runs"]:
+    for r in idx.runs:
         changes = retention_changes(r)
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
@@ -250,7 +251,7 @@ def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
             return (f"The study's retention probes ({probes.get('count')} records of {where}) are in-distribution: every "
                     f"arm trains on {replay.get('count')} records of the same source ({rs.get('name')} rows "
                     f"{rs.get('start')}\u2013{rs.get('stop')}), and every arm lowers retention NLL against the seed "
-                    f"({arms} nats/token, {r['run_id']}), so the screen's bound reads training on that source, not "
+                    f"({arms} nats/token, {r.run_id}), so the screen's bound reads training on that source, not "
                     "an absence of forgetting; only arm against arm is informative"
                     + (f" ({pairs})." if pairs else "."))
         return (f"The study's retention probes ({probes.get('count')} records of {where}) come from a source the arms "

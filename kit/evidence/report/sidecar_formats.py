@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from kit.evidence import records
-from kit.evidence.report.index import metric
+from kit.evidence.report.index import IndexedRun, metric
 from kit.record import ContractError, MapOf, Omittable, Opt, Record, Seq, build, spec_field, validate
 
 
@@ -36,22 +36,23 @@ S = TypeVar("S", bound=Sidecar)
 M = TypeVar("M", bound=Record)
 
 
-def sidecar(row: dict, cls: type[S]) -> S | None:
-    """The sidecar `cls.NAME` of an index row (kit/evidence/report/index.py), built; None when the run records none
-    or its file does not parse (as `metric`); a ContractError naming the file when it is not of its declared form."""
-    value = metric(row, cls.NAME)
-    if value is None:
+def sidecar(row: IndexedRun | None, cls: type[S]) -> S | None:
+    """The sidecar `cls.NAME` of an index row (kit/evidence/report/index.py), built; None when there is no row (a
+    run not in the index), the run records none or its file does not parse (as `metric`); a ContractError naming
+    the file when it is not of its declared form."""
+    value = metric(row, cls.NAME) if row is not None else None
+    if row is None or value is None:
         return None
-    return cls.from_json(value, source=str(records.metric_path(row["dir"], cls.NAME)))
+    return cls.from_json(value, source=str(records.metric_path(row.dir, cls.NAME)))
 
 
-def sidecar_map(row: dict, name: str, item: type[M]) -> Mapping[str, M] | None:
+def sidecar_map(row: IndexedRun | None, name: str, item: type[M]) -> Mapping[str, M] | None:
     """A sidecar that maps names to records of one form (`paired_task_change`: "powersgd vs seed" -> its counts),
     built as a read-only mapping; None and errors as `sidecar`."""
-    value = metric(row, name)
-    if value is None:
+    value = metric(row, name) if row is not None else None
+    if row is None or value is None:
         return None
-    validate(value, MapOf(item), "", str(records.metric_path(row["dir"], name)))
+    validate(value, MapOf(item), "", str(records.metric_path(row.dir, name)))
     return build(value, MapOf(item))
 
 
@@ -164,7 +165,7 @@ class TaskChange(Record):
     reference_correct: int = spec_field(int, doc="tasks the reference answers right")
 
 
-def paired_task_changes(row: dict) -> Mapping[str, TaskChange] | None:
+def paired_task_changes(row: IndexedRun | None) -> Mapping[str, TaskChange] | None:
     """The study evaluation's `paired_task_change` sidecar: "CANDIDATE vs REFERENCE" -> TaskChange."""
     return sidecar_map(row, "paired_task_change", TaskChange)
 
@@ -181,7 +182,7 @@ class RetentionChange(Record):
     upper: float = spec_field(float, doc="the one-sided upper bound")
 
 
-def retention_changes(row: dict) -> Mapping[str, RetentionChange] | None:
+def retention_changes(row: IndexedRun | None) -> Mapping[str, RetentionChange] | None:
     """The study evaluation's `retention_change` sidecar: arm -> RetentionChange."""
     return sidecar_map(row, "retention_change", RetentionChange)
 
@@ -229,7 +230,7 @@ class UnmeasuredArm(Sidecar):
     workers: int = spec_field(int, doc="workers started")
 
 
-def arm_measurement(row: dict) -> Measurement | UnmeasuredArm | None:
+def arm_measurement(row: IndexedRun) -> Measurement | UnmeasuredArm | None:
     """A study arm run's `measurement` sidecar: measured, unmeasured (no rank reported), or None (none recorded);
     a ContractError naming the file and both forms' first difference when it is neither."""
     try:
