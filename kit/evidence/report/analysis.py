@@ -15,6 +15,7 @@ from kit.evidence.report.sidecar_formats import (
     Gates,
     Measurement,
     NllChangeBounds,
+    ScreenSpeed,
     UnmeasuredArm,
     arm_measurement,
     paired_task_changes,
@@ -191,10 +192,10 @@ def _ratio(mine: float | None, reference: float | None) -> float | None:
 def speed_reason(runs_dir, evaluation: str) -> str | None:
     """Why the speed screen of one study evaluation was not measured (its `reason`, e.g. workers that
     shared one GPU); None when it has a ratio or records no reason (records made before the field)."""
-    screen = metric(index(runs_dir).by_id[evaluation], "screen_speed")
-    if not isinstance(screen, dict) or screen.get("verdict") != NOT_EVALUABLE:
+    screen = sidecar(index(runs_dir).by_id[evaluation], ScreenSpeed)
+    if screen is None or screen.verdict != NOT_EVALUABLE:
         return None
-    return screen.get("reason")
+    return screen.reason
 
 
 def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
@@ -202,13 +203,13 @@ def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
     each arm's first update; None without both arms' measurements, and None when the screen's arms shared
     GPUs (a ratio of time-sliced GPUs is not the method's: speed_reason says so)."""
     rows = {r["arm"]: r for r in speed_rows(runs_dir) if r["evaluation"] == evaluation}
-    screen = metric(index(runs_dir).by_id[evaluation], "screen_speed")
+    screen = sidecar(index(runs_dir).by_id[evaluation], ScreenSpeed)
     p = rows.get("powersgd")
     if not (screen and p and is_number(p["ratio_active"]) and is_number(p["ratio_after_first"])):
         return None
-    if screen.get("shared_gpus"):
+    if screen.shared_gpus:
         return None
-    t = (screen.get("thresholds") or {}).get("min_speedup")
+    t = screen.thresholds.min_speedup
     first = {a: r["first_update_s"] for a, r in rows.items() if is_number(r["first_update_s"])}
     later = [r["later_update_s"] for r in rows.values() if is_number(r["later_update_s"])]
 

@@ -5,8 +5,8 @@ of finals, each with why it was superseded (the folder's superseded.json, beside
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
 from kit.evidence.report.format import fmt, fmt_iso, is_number, records_table
@@ -92,11 +92,34 @@ def question_key(row: VerdictRow) -> str:
     return f"{row.comparison}/{row.check}"
 
 
-def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
-    """Per question key, the verdict on every seed whose finals this evidence keeps, oldest finals first:
-    {seed, verdict, current (the selection's own finals), same_contract (the contracts of those finals are the
-    current ones)}."""
-    groups: list[dict[str, Any]] = []
+@dataclass(frozen=True, slots=True)
+class FinalsGroup:
+    """The finals of one folder (the selection's own, or a kept folder's), in memory: when they started, whether
+    they are the selection's, the contract bodies by file (without seed), the seeds (8 hex digits each, joined),
+    the contract versions (contract_versions) and their verdict rows."""
+    start: str
+    current: bool
+    bodies: dict[str | None, dict]  # by contract file (contract_for always names one)
+    seed: str
+    contracts: set[str]
+    rows: list[VerdictRow]
+
+
+@dataclass(frozen=True, slots=True)
+class SeedVerdict:
+    """One question's verdict on one seed's finals: the seed, the verdict, whether these are the selection's own
+    finals (current), whether their contracts are the current ones (same_contract) and the contract fields in
+    which they differ."""
+    seed: str
+    verdict: str
+    current: bool
+    same_contract: bool
+    differs: list[str]
+
+
+def seed_verdicts(runs_dir) -> dict[str, list[SeedVerdict]]:
+    """Per question key, the verdict on every seed whose finals this evidence keeps, oldest finals first."""
+    groups: list[FinalsGroup] = []
     for where, d, folder in _final_groups(runs_dir):
         idx = index(d)
         finals = [r for r in idx.runs if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
@@ -109,18 +132,18 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
             c = run_contract(r)
             if c:
                 bodies[c.get("file")] = {k: v for k, v in c.items() if k not in ("seed", "file", "commit")}
-        groups.append({"start": min(r.started_at for r in finals), "current": folder is None, "bodies": bodies,
-                       "seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
-                       "contracts": contract_versions(finals),
-                       "rows": rows.all()})
-    now: dict[str, Any] = next((g for g in groups if g["current"]), {"contracts": set(), "bodies": {}})
-    out: dict[str, list[dict]] = {}
-    for g in sorted(groups, key=lambda g: g["start"]):
-        differs = sorted({p for f, b in g["bodies"].items() for p in _differing(b, now["bodies"].get(f) or {})})
-        for v in g["rows"]:
+        groups.append(FinalsGroup(start=min(r.started_at for r in finals), current=folder is None, bodies=bodies,
+                                  seed=", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
+                                  contracts=contract_versions(finals), rows=rows.all()))
+    now = next((g for g in groups if g.current), None)
+    now_contracts, now_bodies = (now.contracts, now.bodies) if now else (set(), {})
+    out: dict[str, list[SeedVerdict]] = {}
+    for g in sorted(groups, key=lambda g: g.start):
+        differs = sorted({p for f, b in g.bodies.items() for p in _differing(b, now_bodies.get(f) or {})})
+        for v in g.rows:
             out.setdefault(question_key(v), []).append(
-                {"seed": g["seed"], "verdict": str(v.verdict), "current": g["current"],
-                 "same_contract": bool(g["contracts"] & now["contracts"]), "differs": differs})
+                SeedVerdict(seed=g.seed, verdict=str(v.verdict), current=g.current,
+                            same_contract=bool(g.contracts & now_contracts), differs=differs))
     return out
 
 
@@ -138,20 +161,20 @@ def _differing(a: dict, b: dict, depth: int = 2, prefix: str = "") -> list[str]:
     return out
 
 
-def seed_reading(entries: list[dict]) -> str:
+def seed_reading(entries: list[SeedVerdict]) -> str:
     """One question's verdicts across seeds in words: "passed on this seed only (fail on the 2 earlier seeds)";
     where the contracts pin no seed, across the earlier scorings of the finals."""
-    now = next((e for e in entries if e["current"]), None)
-    earlier = [e for e in entries if not e["current"]]
+    now = next((e for e in entries if e.current), None)
+    earlier = [e for e in entries if not e.current]
     if now is None:
         return ""
-    seeds = all(e["seed"] != "unrecorded" for e in entries)
+    seeds = all(e.seed != "unrecorded" for e in entries)
     this, them = ("this seed", "seeds") if seeds else ("these finals", "earlier scorings of the finals")
     if not earlier:
         return f"one {'seed' if seeds else 'scoring of the finals'}: nothing earlier to compare"
-    same = sum(e["verdict"] == now["verdict"] for e in earlier)
-    word = {"pass": "passed", "fail": "failed"}.get(now["verdict"], now["verdict"])
-    other = [e["verdict"] for e in earlier if e["verdict"] != now["verdict"]]
+    same = sum(e.verdict == now.verdict for e in earlier)
+    word = {"pass": "passed", "fail": "failed"}.get(now.verdict, now.verdict)
+    other = [e.verdict for e in earlier if e.verdict != now.verdict]
     changed = ""  # whether the earlier contracts differed beyond the seed: said once (contracts_note)
     n = len(earlier)
     if same == n:
@@ -162,11 +185,11 @@ def seed_reading(entries: list[dict]) -> str:
     return f"{word} on {this} and {same} of {n} {'earlier seeds' if seeds else them}{changed}"
 
 
-def contracts_note(history: dict[str, list[dict]]) -> str:
+def contracts_note(history: dict[str, list[SeedVerdict]]) -> str:
     """One sentence for the whole table: how many earlier scorings ran under contracts that differ beyond the
     seed (their verdicts are then not the same experiment's)."""
-    earlier = {e["seed"]: e for entries in history.values() for e in entries if not e["current"]}
-    differ = {s: e["differs"] for s, e in sorted(earlier.items()) if not e["same_contract"] and e["differs"]}
+    earlier = {e.seed: e for entries in history.values() for e in entries if not e.current}
+    differ = {s: e.differs for s, e in sorted(earlier.items()) if not e.same_contract and e.differs}
     if not differ:
         return ""
     # what changes a result: not the contract's names and texts, nor the pilot's bookkeeping beside its choice

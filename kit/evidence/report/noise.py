@@ -201,8 +201,8 @@ def show_noise(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
-    rows = [{"question": r["question"], "check": r["check"], "n": r["numbers"].n, "at 80% power": r["power"]}
-            for r in summary_rows(selection) if r["power"]]
+    rows = [{"question": r.question, "check": r.check, "n": r.numbers.n, "at 80% power": r.power}
+            for r in summary_rows(selection) if r.power]
     parts = ["<h4>Minimum detectable effects at each verdict's n</h4>" + records_table(rows)] if rows else []
     parts += [f"<p>{html.escape(t)}</p>" for t in [*noise_sentences(selection), family_sentence(selection)] if t]
     parts.append(replicate_html(selection))

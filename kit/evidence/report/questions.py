@@ -15,6 +15,7 @@ import html
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from kit.digest import load_json_strict
 from kit.evidence.replicate_analysis import robustness_by_question
@@ -173,10 +174,25 @@ def _lower_bound(row: VerdictRow, idx: RunIndex) -> float | None:
     return change.noninferiority_lower if change else None
 
 
-def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list[dict]:
-    """One row per verdict: key (history.question_key), question, id (the contract's identifier), verdict
-    (the gate's, or "not evaluable"), recorded verdict, tested (HTML), weighs, robustness, source, runs, numbers.
-    `replicates`: question key -> a reading across replicates (in words), appended to the robustness."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuestionRow:
+    """One row of the first screen's question table (in memory)."""
+    key: str  # history.question_key: "<comparison>/<check>"
+    question: str  # the question in the reviewer's words
+    contract_id: str  # the contract's identifier of the check: "<comparison> · <check>"
+    verdict: str  # the gate's, or "not evaluable"
+    recorded: str  # the verdict the gate recorded
+    tested: str  # what was tested (HTML)
+    weighs: str  # what the verdict weighs
+    robustness: str  # other seeds and replicates, in words
+    source: str
+    runs: tuple[str, ...]
+    numbers: Numbers
+
+
+def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list[QuestionRow]:
+    """One row per verdict. `replicates`: question key -> a reading across replicates (in words), appended to
+    the robustness."""
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     history = seed_verdicts(runs_dir)
@@ -194,10 +210,10 @@ def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list
         seeds = seed_reading(history.get(key, []))
         rep = (replicates or {}).get(key)
         robust = "; ".join(s for s in (seeds, rep) if s) or NONE
-        out.append({"key": key, "question": question_text(row), "id": f"{row.comparison} \u00b7 {row.check}",
-                    "verdict": verdict, "recorded": str(row.recorded if row.recorded is not None else row.verdict),
-                    "tested": text, "weighs": weight(row, x, context), "robustness": robust, "source": row.source,
-                    "runs": list(row.runs), "numbers": x})
+        out.append(QuestionRow(key=key, question=question_text(row), contract_id=f"{row.comparison} \u00b7 {row.check}",
+                               verdict=verdict, recorded=str(row.recorded if row.recorded is not None else row.verdict),
+                               tested=text, weighs=weight(row, x, context), robustness=robust, source=row.source,
+                               runs=tuple(row.runs), numbers=x))
     return out
 
 
@@ -207,22 +223,22 @@ def questions_html(runs_dir, replicates: Mapping[str, str] | None = None) -> str
         return "<p>No gate or screen has been computed in this evidence.</p>"
     counts: dict[str, int] = {}
     for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
     head = "".join(f"<th>{c}</th>" for c in COLUMNS)
     body = []
     for r in rows:
-        v = r["verdict"]
-        recorded = (f'<br><small>the gate recorded {html.escape(r["recorded"])}</small>'
-                    if v != r["recorded"] else "")
+        v = r.verdict
+        recorded = (f'<br><small>the gate recorded {html.escape(r.recorded)}</small>'
+                    if v != r.recorded else "")
         cls = "na" if v in ("n/a", NOT_EVALUABLE) else v
-        cells = [(f'<td data-label="question"><span class="kit-q">{html.escape(r["question"])}</span><br>'
-                 f'<small class="kit-id">{html.escape(r["id"])} \u00b7 {run_link(r["source"].split("/")[0])}'
+        cells = [(f'<td data-label="question"><span class="kit-q">{html.escape(r.question)}</span><br>'
+                 f'<small class="kit-id">{html.escape(r.contract_id)} \u00b7 {run_link(r.source.split("/")[0])}'
                  "</small></td>"),
                  f'<td data-label="verdict" class="verdict verdict-{html.escape(cls)}">{html.escape(v)}{recorded}</td>',
-                 f'<td data-label="what was tested">{r["tested"]}</td>',
-                 f'<td data-label="what it weighs">{html.escape(r["weighs"])}</td>',
-                 f'<td data-label="other seeds, replicates">{html.escape(r["robustness"])}</td>']
-        body.append(f'<tr data-source="{html.escape(r["source"])}" data-key="{html.escape(r["key"])}">'
+                 f'<td data-label="what was tested">{r.tested}</td>',
+                 f'<td data-label="what it weighs">{html.escape(r.weighs)}</td>',
+                 f'<td data-label="other seeds, replicates">{html.escape(r.robustness)}</td>']
+        body.append(f'<tr data-source="{html.escape(r.source)}" data-key="{html.escape(r.key)}">'
                     + "".join(cells) + "</tr>")
     said = ", ".join(f"{n} {v}" for v, n in counts.items())
     note = contracts_note(seed_verdicts(runs_dir))

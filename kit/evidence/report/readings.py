@@ -16,10 +16,11 @@ from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.cost import retention_pairs
 from kit.evidence.report.evaluation_files import evaluation_items
 from kit.evidence.report.format import fmt, is_number
-from kit.evidence.report.index import RunIndex, index, metric, run_contract
+from kit.evidence.report.index import RunIndex, index, run_contract
 from kit.evidence.report.sidecar_formats import (
     Gates,
     NllChangeBounds,
+    ScreenQuality,
     paired_task_changes,
     retention_changes,
     sidecar,
@@ -80,8 +81,8 @@ def numbers(row: VerdictRow, idx: RunIndex) -> Numbers:
         estimate, bound, side = row.value, None, "equal"
     elif row.experiment == "study":
         changes = paired_task_changes(run) or {}
-        screen_mult = (((metric(run, "screen_quality") if run else None) or {}).get("thresholds") or {}) \
-            .get("normal_multiplier")
+        quality = sidecar(run, ScreenQuality)
+        screen_mult = quality.thresholds.normal_multiplier if quality else None
         if check == "task_gain":
             bound, side, mult = None, "above", 0.0
             c = changes.get("powersgd vs seed")
@@ -172,17 +173,34 @@ def _phi(z: float) -> float:
 SUMMARY_COLUMNS = ["question", "check", "verdict", "estimate", "bound", "threshold", "passing side", "reading"]
 
 
-def summary_rows(runs_dir) -> list[dict]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryRow:
+    """One verdict read (in memory): its question and check, the plain question, the verdict, what the reading and
+    the power sentences say, and the numbers they were computed from (with the threshold as a number)."""
+    question: str
+    plain: str
+    check: str
+    verdict: str
+    threshold: str  # the rule's side and threshold, in words
+    passing_side: str
+    reading: str
+    power: str
+    source: str
+    runs: tuple[str, ...]
+    numbers: Numbers
+
+
+def summary_rows(runs_dir) -> list[SummaryRow]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
     for row in rows.all():
         x = numbers(row, idx)
-        out.append({"question": row.comparison, "plain": question_text(row), "check": row.check, "verdict": str(row.verdict),
-                    "estimate": x.estimate, "bound": x.bound, "threshold": row.threshold,
-                    "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
-                    "power": power(row, x, idx), "source": row.source, "runs": list(row.runs),
-                    "numbers": dataclasses.replace(x, threshold_value=row.threshold_value)})
+        out.append(SummaryRow(question=row.comparison, plain=question_text(row), check=row.check,
+                              verdict=str(row.verdict), threshold=row.threshold,
+                              passing_side=direction_text(row).split(":")[0], reading=reading(row, x),
+                              power=power(row, x, idx), source=row.source, runs=tuple(row.runs),
+                              numbers=dataclasses.replace(x, threshold_value=row.threshold_value)))
     return out
 
 
@@ -193,27 +211,26 @@ def reading_sentences(runs_dir) -> list[str]:
     idx = index(runs_dir)
     out = []
     for r in summary_rows(runs_dir):
-        x, t = r["numbers"], r.get("threshold")
+        x, t = r.numbers, r.threshold
         bounded = x.side in ("below", "above") and is_number(x.estimate) and is_number(x.bound)
-        if r["reading"].startswith("inconclusive") or (bounded and r["verdict"] == "fail" and r["check"] == "gain"):
-            out.append(f"\u201c{r['plain']}\u201d {'is inconclusive' if r['reading'].startswith('inc') else 'fails'}: "
+        if r.reading.startswith("inconclusive") or (bounded and r.verdict == "fail" and r.check == "gain"):
+            out.append(f"\u201c{r.plain}\u201d {'is inconclusive' if r.reading.startswith('inc') else 'fails'}: "
                        f"estimate {fmt(x.estimate)}, one-sided 95% bound {fmt(x.bound)} against {t}"
-                       f"{'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
-                       f"and the gate {r['power']}.")
-        if r["check"] == "retention" and x.lower is not None and (x.lower > 0 or x.upper < 0) \
-                and r["question"] != "quality screen":
+                       f"{'' if r.verdict == 'pass' or _estimate_passes(x) else '; no detectable improvement'}, "
+                       f"and the gate {r.power}.")
+        if r.check == "retention" and x.lower is not None and x.upper is not None and (x.lower > 0 or x.upper < 0) \
+                and r.question != "quality screen":
             up = x.lower > 0
-            out.append(f"\u201c{r['plain']}\u201d The chat NLL change is "
+            out.append(f"\u201c{r.plain}\u201d The chat NLL change is "
                        f"{'positive (the candidate forgot)' if up else 'negative'} beyond chance: "
                        f"{x.estimate:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
                        f"{fmt(x.lower if up else x.upper)}"
-                       f"{f', within the allowance {t}' if r['verdict'] == 'pass' else ''}.")
+                       f"{f', within the allowance {t}' if r.verdict == 'pass' else ''}.")
     out += [s for s in (baseline_sentence(idx), in_distribution_sentence(runs_dir, idx)) if s]
     return out
 
 
-def _estimate_passes(r: dict) -> bool:
-    x = r["numbers"]
+def _estimate_passes(x: Numbers) -> bool:
     t = x.threshold_value
     return is_number(t) and is_number(x.estimate) and (x.estimate < t if x.side == "below" else x.estimate > t)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from kit.digest import load_json_strict
@@ -26,7 +27,18 @@ from kit.evidence.report.index import IndexedRun, RunIndex, gpu_names, index, me
 from kit.evidence.report.selection import Selected, Selection
 
 
-def lineage(row: IndexedRun, idx: RunIndex) -> dict | None:
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """Where a resumed run started (in memory): the run that produced its root (None when not in this directory),
+    the root, what kind of start it was in words ("resumed, migrated from 2 to 4 workers"), and the updates it did
+    itself (first, last), None when its sidecars do not say."""
+    parent: str | None
+    root: str
+    kind: str
+    own_updates: tuple[int, int] | None
+
+
+def lineage(row: IndexedRun, idx: RunIndex) -> Lineage | None:
     """Where a resumed, migrated or grown run started: parent run and root, and the updates it did itself."""
     p = row.parameters
     resume = p.get("RESUME")
@@ -48,7 +60,7 @@ def lineage(row: IndexedRun, idx: RunIndex) -> dict | None:
         cols = commits["columns"]
         last = max(dict(zip(cols, r)).get("cohort_step", 0) for r in commits["rows"])
         own = (last - thr["updates"] + 1, last)
-    return {"parent": parent, "root": resume, "kind": ", ".join(kinds), "own_updates": own}
+    return Lineage(parent=parent, root=resume, kind=", ".join(kinds), own_updates=own)
 
 
 def show_run(runs_dir: Selected, run_id: str) -> None:
@@ -75,11 +87,11 @@ def show_run(runs_dir: Selected, run_id: str) -> None:
     out = [f'<a id="run-{html.escape(run_id)}"></a>']
     rows_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{cell_html(v, k)}</td></tr>" for k, v in info)
     if lin:
-        parent = run_link(lin["parent"]) if lin["parent"] else "(not in this directory)"
-        rows_html += (f"<tr><th>lineage</th><td>{html.escape(lin['kind'])} from {parent} at root "
-                      f"{root_html(lin['root'])}</td></tr>")
-        if lin["own_updates"]:
-            a, b = lin["own_updates"]
+        parent = run_link(lin.parent) if lin.parent else "(not in this directory)"
+        rows_html += (f"<tr><th>lineage</th><td>{html.escape(lin.kind)} from {parent} at root "
+                      f"{root_html(lin.root)}</td></tr>")
+        if lin.own_updates:
+            a, b = lin.own_updates
             rows_html += (f"<tr><th>this run's updates</th><td>cohort updates {a}\u2013{b} (earlier updates in its "
                           f"plots belong to its parent, drawn dashed)</td></tr>")
     used = [u["root"] for u in row.checkpoint_roots.get("used", [])]

@@ -31,7 +31,7 @@ from kit.evidence.report.figures import (
 )
 from kit.evidence.report.format import img_html, is_number, kv_table, records_table, table_html
 from kit.evidence.report.index import IndexedRun, RunIndex, index, is_cpu, metric, producer
-from kit.evidence.report.sections import lineage
+from kit.evidence.report.sections import Lineage, lineage
 
 CURVE_X_KEYS = ("update", "step")
 CPU_COST_NOTE = ('<p class="kit-note">This run used no GPU: GPU hours and GPU cost are not shown (the total is '
@@ -78,10 +78,10 @@ def curves_figure(obj: Any, title: str) -> bytes:
     return curves_png(x_name, x, series, title)
 
 
-def _control_curve(row: IndexedRun, idx: RunIndex, lin: dict | None) -> tuple[str, list] | None:
+def _control_curve(row: IndexedRun, idx: RunIndex, lin: Lineage | None) -> tuple[str, list] | None:
     """A migrated run's uninterrupted control: the other run of its cohort resumed from the same root with the
     parent's worker count; (run id, its loss curves) to draw over the migrated run's."""
-    if not lin or "migrated" not in lin["kind"]:
+    if not lin or "migrated" not in lin.kind:
         return None
     p = row.parameters
     for other in idx.runs:
@@ -113,7 +113,7 @@ def _named_view(row: IndexedRun, idx: RunIndex, name: str, obj: Any, title: str)
     rbr = idx.runs_by_root
     if name == "loss_curves" and isinstance(obj, list) and obj:
         lin = lineage(row, idx)
-        fig = learning_figure(obj, title, lin["own_updates"] if lin else None, overlay=_control_curve(row, idx, lin))
+        fig = learning_figure(obj, title, lin.own_updates if lin else None, overlay=_control_curve(row, idx, lin))
         if fig:
             return img_html(*fig)
     if name == "accuracy_by_family" and isinstance(obj, (dict, list)) and obj:

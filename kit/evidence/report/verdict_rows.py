@@ -13,9 +13,17 @@ from dataclasses import dataclass
 from kit.digest import load_json_strict
 from kit.evidence import records
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, kv_table, records_table, run_link
-from kit.evidence.report.index import IndexedRun, RunIndex, arm_runs, index, metric, producer
+from kit.evidence.report.index import IndexedRun, RunIndex, arm_runs, index, producer
 from kit.evidence.report.selection import Selected
-from kit.evidence.report.sidecar_formats import BoundGate, Comparison, Gates, GateVerdict, sidecar
+from kit.evidence.report.sidecar_formats import (
+    BoundGate,
+    Comparison,
+    Gates,
+    GateVerdict,
+    ScreenQuality,
+    ScreenSpeed,
+    sidecar,
+)
 
 
 # --- verdicts --------------------------------------------------------------------------------
@@ -63,10 +71,11 @@ def verdict_rows(runs_dir: Selected) -> VerdictRows:
             adaptive.append(_comparison_row(r, comparison, idx))
         if r.notebook == "(benchmark script)":  # a GPU campaign's migration comparison (kit-bench/1)
             adaptive += _bench_comparison_rows(r, idx)
-        for screen in ("screen_quality", "screen_speed"):
-            s = metric(r, screen)
-            if isinstance(s, dict):
-                study += _screen_rows(r, screen, s, idx)
+        quality, speed = sidecar(r, ScreenQuality), sidecar(r, ScreenSpeed)
+        if quality is not None:
+            study += _quality_rows(r, quality, idx)
+        if speed is not None:
+            study.append(_speed_row(r, speed, idx))
     return VerdictRows(adaptive, study)
 
 
@@ -142,49 +151,53 @@ def _bench_comparison_rows(r: IndexedRun, idx: RunIndex) -> list[VerdictRow]:
 SPEED_CHECK = "speed: candidate / single-GPU active throughput"
 
 
-def _screen_rows(r: IndexedRun, screen: str, s: dict, idx: RunIndex) -> list[VerdictRow]:
+def _speed_row(r: IndexedRun, s: ScreenSpeed, idx: RunIndex) -> VerdictRow:
     arms = arm_runs(r, idx)
-    src = f"{r.run_id}/metrics/{screen}.json"
-    t, inp = s.get("thresholds") or {}, s.get("inputs") or {}
-    comparison = f"{s.get('name', screen)} screen"
-    if screen == "screen_speed":
-        # a screen that says why it was not measured (workers that shared GPUs) shows that reason beside the ratio
-        reason = s.get("reason") if s.get("ratio") is None else None
-        return [VerdictRow(
-            experiment="study", comparison=comparison, source=src, check=SPEED_CHECK,
-            statistic=(f"ratio ({fmt(inp.get('candidate_active_tokens_per_s'))} / "
-                       f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)" + (f"; {reason}" if reason else "")),
-            value=s.get("ratio"), threshold=f"\u2265 {fmt(t.get('min_speedup'))}",
-            threshold_value=t.get("min_speedup"), verdict=s.get("verdict"), reason=reason,
-            runs=(r.run_id, *(arms[a] for a in ("powersgd", "single") if a in arms)))]
+    # a screen that says why it was not measured (workers that shared GPUs) shows that reason beside the ratio
+    reason = s.reason if s.ratio is None else None
+    return VerdictRow(
+        experiment="study", comparison=f"{s.name} screen", source=f"{r.run_id}/metrics/{ScreenSpeed.NAME}.json",
+        check=SPEED_CHECK,
+        statistic=(f"ratio ({fmt(s.inputs.candidate_active_tokens_per_s)} / "
+                   f"{fmt(s.inputs.baseline_active_tokens_per_s)} tokens/s)" + (f"; {reason}" if reason else "")),
+        value=s.ratio, threshold=f"\u2265 {fmt(s.thresholds.min_speedup)}",
+        threshold_value=s.thresholds.min_speedup, verdict=s.verdict, reason=reason,
+        runs=(r.run_id, *(arms[a] for a in ("powersgd", "single") if a in arms)))
+
+
+def _quality_rows(r: IndexedRun, s: ScreenQuality, idx: RunIndex) -> list[VerdictRow]:
+    arms = arm_runs(r, idx)
+    src = f"{r.run_id}/metrics/{ScreenQuality.NAME}.json"
+    t, inp = s.thresholds, s.inputs
+    comparison = f"{s.name} screen"
     out = []
-    for name, ok in (s.get("checks") or {}).items():
+    for name, ok in s.checks.items():
         runs = (r.run_id, *([arms["powersgd"]] if "powersgd" in arms else []))
         part = {"experiment": "study", "comparison": comparison, "source": src, "check": name,
                 "verdict": "pass" if ok else "fail"}
         if name == "task_gain":
             out.append(VerdictRow(**part, runs=runs, statistic="task accuracy gain over the seed",
-                                  value=inp.get("task_gain"), threshold=f"\u2265 {fmt(t.get('min_task_gain'))}",
-                                  threshold_value=t.get("min_task_gain")))
+                                  value=inp.task_gain, threshold=f"\u2265 {fmt(t.min_task_gain)}",
+                                  threshold_value=t.min_task_gain))
         elif name == "retention":
             out.append(VerdictRow(**part, runs=runs, statistic="retention upper bound (nats/token, normal)",
-                                  value=inp.get("retention_upper"),
-                                  threshold=f"\u2264 {fmt(t.get('max_retention_upper_nats'))}",
-                                  threshold_value=t.get("max_retention_upper_nats")))
+                                  value=inp.retention_upper,
+                                  threshold=f"\u2264 {fmt(t.max_retention_upper_nats)}",
+                                  threshold_value=t.max_retention_upper_nats))
         elif name.startswith("noninferior_to_"):
             ctrl = name[len("noninferior_to_"):]
-            margin = t.get("noninferiority_margin")
+            margin = t.noninferiority_margin
             out.append(VerdictRow(**part, runs=runs + ((arms[ctrl],) if ctrl in arms else ()),
                                   statistic=f"accuracy difference vs {ctrl}, lower bound",
-                                  value=(inp.get("noninferiority_lower") or {}).get(ctrl),
+                                  value=inp.noninferiority_lower.get(ctrl),
                                   threshold=f"> {fmt(-margin) if is_number(margin) else NONE}",
                                   threshold_value=-margin if is_number(margin) else None))
         else:
-            out.append(VerdictRow(**part, runs=runs, statistic=name, value=None, threshold=s.get("rule", ""),
+            out.append(VerdictRow(**part, runs=runs, statistic=name, value=None, threshold=s.rule,
                                   threshold_value=None))
     out.append(VerdictRow(experiment="study", comparison=comparison, source=src, check="quality screen (all parts)",
-                          statistic=s.get("rule", ""), value=None, threshold="every part passes", threshold_value=None,
-                          verdict=s.get("verdict"), runs=(r.run_id,)))
+                          statistic=s.rule, value=None, threshold="every part passes", threshold_value=None,
+                          verdict=s.verdict, runs=(r.run_id,)))
     return out
 
 
