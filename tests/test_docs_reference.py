@@ -25,6 +25,7 @@ TOTAL_BUDGET += 137  # issue 62: the field tables of the sidecars the report rea
 TOTAL_BUDGET += 185  # issue 62: field tables of prepared.json (adaptive, continued), schedule, ownership, worker plan, selection
 TOTAL_BUDGET += 97  # issue 62: the arm record's and the freeze's field tables (study-records.md), net
 TOTAL_BUDGET += 17  # issue 62, engine part: the worker status field table of docs/formats/launcher-files.md (net)
+TOTAL_BUDGET += 47  # issue 62, report part: the study screens' field tables (docs/formats/metric-sidecars.md)
 FILE_BUDGET = 600
 FORMATS_FILE_BUDGET = 300
 SOURCES = ("kit", "tests", "tools", "campaigns", "bench", "notebooks", "examples", "README.md", "Makefile")

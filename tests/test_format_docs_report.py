@@ -14,7 +14,8 @@ from kit.evidence.run_index import kept_runs, load_runs
 PAGE = "formats/metric-sidecars.md"
 RECORDS = [("`gates.json`", sf.Gates), ("`gate_verdict.json`", sf.GateVerdict), ("`comparison.json`", sf.Comparison),
            ("`nll_change_bounds.json`", sf.NllChangeBounds), ("`measurement.json`", sf.Measurement),
-           ("`measurement.json` of an arm no rank reported for", sf.UnmeasuredArm)]
+           ("`measurement.json` of an arm no rank reported for", sf.UnmeasuredArm),
+           ("`screen_quality.json`", sf.ScreenQuality), ("`screen_speed.json`", sf.ScreenSpeed)]
 MAPS = [("`paired_task_change.json`", sf.TaskChange), ("`retention_change.json`", sf.RetentionChange)]
 
 
@@ -32,7 +33,7 @@ def test_every_committed_sidecar_of_a_declared_format_reads_back_unchanged():
     rows = [IndexedRun.of(row) for row in load_runs("runs") + kept_runs("runs")]
     read = 0
     for r in rows:
-        for cls in (sf.Gates, sf.GateVerdict, sf.Comparison, sf.NllChangeBounds):
+        for cls in (sf.Gates, sf.GateVerdict, sf.Comparison, sf.NllChangeBounds, sf.ScreenQuality, sf.ScreenSpeed):
             value = sf.sidecar(r, cls)
             if value is not None:
                 assert value.to_json() == metric(r, cls.NAME)
