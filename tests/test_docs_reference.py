@@ -28,6 +28,7 @@ TOTAL_BUDGET += 17  # issue 62, engine part: the worker status field table of do
 TOTAL_BUDGET += 58  # issue 62: field tables of run.json, batch plans, the archive index, superseded notes (+51 net); replay at the recorded commit (+7)
 TOTAL_BUDGET += 65  # issue 62, adaptive part: the evaluation record's, the development curve's and inherited.json's field tables (net)
 TOTAL_BUDGET += 156  # issue 62, study part: kit status's field tables (kit-status.md), study-prepared.md, net
+TOTAL_BUDGET += 47  # issue 62, report part: the study screens' field tables (docs/formats/metric-sidecars.md)
 FILE_BUDGET = 600
 FORMATS_FILE_BUDGET = 300
 SOURCES = ("kit", "tests", "tools", "campaigns", "bench", "notebooks", "examples", "README.md", "Makefile")

@@ -8,13 +8,14 @@ import pytest
 from support.format_docs import assert_docs_match, class_fields, docs_fields
 
 from kit.evidence.report import sidecar_formats as sf
-from kit.evidence.report.index import metric
+from kit.evidence.report.index import IndexedRun, metric
 from kit.evidence.run_index import kept_runs, load_runs
 
 PAGE = "formats/metric-sidecars.md"
 RECORDS = [("`gates.json`", sf.Gates), ("`gate_verdict.json`", sf.GateVerdict), ("`comparison.json`", sf.Comparison),
            ("`nll_change_bounds.json`", sf.NllChangeBounds), ("`measurement.json`", sf.Measurement),
-           ("`measurement.json` of an arm no rank reported for", sf.UnmeasuredArm)]
+           ("`measurement.json` of an arm no rank reported for", sf.UnmeasuredArm),
+           ("`screen_quality.json`", sf.ScreenQuality), ("`screen_speed.json`", sf.ScreenSpeed)]
 MAPS = [("`paired_task_change.json`", sf.TaskChange), ("`retention_change.json`", sf.RetentionChange)]
 
 
@@ -29,10 +30,10 @@ def test_a_map_sidecar_table_names_its_items_fields(heading, item):
 
 
 def test_every_committed_sidecar_of_a_declared_format_reads_back_unchanged():
-    rows = load_runs("runs") + kept_runs("runs")
+    rows = [IndexedRun.of(row) for row in load_runs("runs") + kept_runs("runs")]
     read = 0
     for r in rows:
-        for cls in (sf.Gates, sf.GateVerdict, sf.Comparison, sf.NllChangeBounds):
+        for cls in (sf.Gates, sf.GateVerdict, sf.Comparison, sf.NllChangeBounds, sf.ScreenQuality, sf.ScreenSpeed):
             value = sf.sidecar(r, cls)
             if value is not None:
                 assert value.to_json() == metric(r, cls.NAME)
@@ -55,4 +56,5 @@ def test_a_sidecar_not_of_its_declared_form_names_the_file_and_field(tmp_path):
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "gates.json").write_text('{"generated": {"gained": 1}, "retention": {}}')
     with pytest.raises(ContractError, match=r"gates\.json: missing field 'generated\.lost'"):
-        sf.sidecar({"dir": tmp_path, "metrics": {"gates": "x"}}, sf.Gates)
+        sf.sidecar(IndexedRun.of({"dir": tmp_path, "run_id": "r", "status": "completed", "notebook": "", "started_at": "",
+                                  "metrics": {"gates": "x"}}), sf.Gates)

@@ -20,7 +20,7 @@ def _sidecar(run: str) -> dict | list:
 
 def test_every_cell_is_the_sidecar_of_the_run_it_names():
     idx = index(SELECTION)
-    adaptive = next(r["contract_digest"] for r in idx["runs"] if r["run_id"] == "demo-adaptive-final-A")
+    adaptive = next(r.contract_digest for r in idx.runs if r.run_id == "demo-adaptive-final-A")
     models = accuracy_models(idx, adaptive)
     finals = [m for m in models if m["split"] == "final"]
     assert [m["model"] for m in finals] == ["seed", "demo-adaptive-A3-migrated", "demo-adaptive-B-control",
@@ -31,7 +31,7 @@ def test_every_cell_is_the_sidecar_of_the_run_it_names():
         assert m["families"] == {f: (row[f"correct_{side}"], row["n"]) for f, row in acc.items()}
     # the A endpoint is also final-B's baseline: shown once, from final-A, which scored it first
     assert [m["run"] for m in finals if m["model"] == "demo-adaptive-A3-migrated"] == ["demo-adaptive-final-A"]
-    study = next(r["contract_digest"] for r in idx["runs"] if r["run_id"] == "demo-study-evaluate")
+    study = next(r.contract_digest for r in idx.runs if r.run_id == "demo-study-evaluate")
     rows = accuracy_models(idx, study)
     # one kind of model: "seed" or the run that produced it (issue 64 item 6: the study's arm names)
     assert [m["model"] for m in rows] == ["seed", "demo-study-single", "demo-study-dense", "demo-study-powersgd"]

@@ -83,30 +83,30 @@ def test_at_390_px_the_first_question_card_is_in_view_and_nothing_scrolls_sidewa
 
 def test_each_row_weighs_its_verdict_in_the_reviewer_s_words():
     rows = question_rows(REPO / "runs" / "medium-*")
-    assert len(rows) == 17 and all(r["question"].endswith("?") and "_vs_" not in r["question"] for r in rows)
-    by = {r["key"]: r for r in rows}
+    assert len(rows) == 17 and all(r.question.endswith("?") and "_vs_" not in r.question for r in rows)
+    by = {r.key: r for r in rows}
     gates = json.loads((REPO / "runs/medium-adaptive-final-G/metrics/gates.json").read_text())["generated"]
-    g = html.unescape(re.sub(r"<[^>]+>", "", by["growth_vs_control/generated"]["tested"]))
+    g = html.unescape(re.sub(r"<[^>]+>", "", by["growth_vs_control/generated"].tested))
     assert f"lost {gates['lost']} vs gained {gates['gained']}" in g and "\u2264 gained (" not in g
-    assert "passes 53% of the time" in by["growth_vs_control/generated"]["weighs"]  # near a coin flip
+    assert "passes 53% of the time" in by["growth_vs_control/generated"].weighs  # near a coin flip
     # one interval per row: the gate's own one-sided bound, as recorded
     upper = json.loads((REPO / "runs/medium-adaptive-final-A/metrics/gates.json").read_text())["gain"]["upper"]
-    a = by["A_vs_seed/gain"]["tested"]
+    a = by["A_vs_seed/gain"].tested
     assert f'data-value="{upper!r}"' in a and a.count('class="num"') == 2 and "interval" not in a
     # the earlier seeds, from the superseded records
-    assert by["A_vs_seed/gain"]["robustness"].startswith("passed on all 3 seeds")
-    assert by["growth_vs_control/gain"]["robustness"].startswith("failed on all 3 seeds")
-    assert by["quality screen/quality screen (all parts)"]["robustness"].startswith("passed on this seed and 1 of 2")
+    assert by["A_vs_seed/gain"].robustness.startswith("passed on all 3 seeds")
+    assert by["growth_vs_control/gain"].robustness.startswith("failed on all 3 seeds")
+    assert by["quality screen/quality screen (all parts)"].robustness.startswith("passed on this seed and 1 of 2")
     # the replicate reading slots in by question key
     rep = question_rows(REPO / "runs" / "medium-*", {"B_vs_A/gain": "holds in 3 of 3 replicates"})
-    assert next(r for r in rep if r["key"] == "B_vs_A/gain")["robustness"].endswith("; holds in 3 of 3 replicates")
+    assert next(r for r in rep if r.key == "B_vs_A/gain").robustness.endswith("; holds in 3 of 3 replicates")
 
 
 def test_no_pass_on_no_discordant_answer():
-    rows = [r for r in question_rows(REPO / "runs" / "demo-*") if r["key"].endswith("/generated")]
-    empty = [r for r in rows if r["numbers"].n == 0]
-    assert empty and all(r["verdict"] == NOT_EVALUABLE and r["recorded"] == "pass" for r in empty)
-    assert all("no data" in r["weighs"] for r in empty)
+    rows = [r for r in question_rows(REPO / "runs" / "demo-*") if r.key.endswith("/generated")]
+    empty = [r for r in rows if r.numbers.n == 0]
+    assert empty and all(r.verdict == NOT_EVALUABLE and r.recorded == "pass" for r in empty)
+    assert all("no data" in r.weighs for r in empty)
 
 
 def test_the_scope_sentences_are_computed_from_the_evidence():
@@ -116,7 +116,7 @@ def test_the_scope_sentences_are_computed_from_the_evidence():
     assert medium[1].startswith("Training data: 85% of its ") and "1.7B seed, 14 times this one" in medium[2]
     # the frozen contract's highest accuracy is a frozen run's, never a replicate's (the noise section reads those)
     idx = index(REPO / "runs" / "medium-*")
-    said = [accuracy_sentence(idx, d) for d in {r.get("contract_digest") for r in idx["runs"]} - {None}]
+    said = [accuracy_sentence(idx, d) for d in {r.contract_digest for r in idx.runs} - {None}]
     assert all(s and not re.search(r"-r\d+,", s) for s in said), said
     demo = what_sentence(REPO / "runs" / "demo-*")
     assert demo.startswith("This is a tiny CPU run of every mechanism") and "not meant to learn" in demo

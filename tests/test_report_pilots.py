@@ -61,7 +61,7 @@ def _record(run_id: str) -> dict:
 
 
 def _render(runs: Path, run_id: str, also=()) -> tuple[_Page, dict]:
-    found = {p["run_id"]: p for p in pilots.pilot_records(runs / "*", also)}
+    found = {p.run_id: p for p in pilots.pilot_records(runs / "*", also)}
     page = _Page()
     page.feed(pilots.pilot_html(found[run_id]))
     page.rows = [r for r in page.rows if r]
@@ -144,7 +144,7 @@ def test_the_failed_record_shows_each_candidate_s_error():
 def test_the_study_record_shows_four_candidates_and_the_chosen_one():
     rec = _record(STUDY)
     page, p = _render(REPO / "runs", STUDY)
-    assert p["kind"] == "study"
+    assert p.kind == "study"
     rows = _by_column(page)
     cands = rec["results"]["candidates"]
     chosen = rec["results"]["chosen"]
@@ -232,7 +232,7 @@ def test_the_medium_report_has_a_collapsed_pilots_section_after_the_verdicts_rea
     assert nb.cells[i].id == "kit-details-pilots" and sources[i + 2] == "## Runs"
     assert sources[i + 1] == "show_pilots('../../runs/medium-*', also=['../../runs/study-pilot-*'])"
     found = pilots.pilot_records(runs / "medium-*", pilots.beside(runs / "medium-*"))
-    assert [(p["run_id"], p["kind"], p["linked"]) for p in found] == [(STUDY, "study", False),
+    assert [(p.run_id, p.kind, p.linked) for p in found] == [(STUDY, "study", False),
                                                                     (ADAPTIVE, "adaptive", True)]
     # a selection without pilot records has no such section
     demo = build_report_notebook(runs / "demo-*", "t", relative_to=tmp_path / "reports" / "demo")

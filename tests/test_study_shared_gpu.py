@@ -10,7 +10,9 @@ import pytest
 from support.study import TINY
 
 from kit.distributed.group import STAGED_BACKEND, Group
-from kit.evidence.report.verdict_rows import _screen_rows
+from kit.evidence.report.index import IndexedRun, RunIndex
+from kit.evidence.report.sidecar_formats import ScreenSpeed
+from kit.evidence.report.verdict_rows import _speed_row
 from kit.study import arms as study_arms
 from kit.study.cost import arm_cost, gpu_hour_price
 from kit.study.formats import ReplicaResult
@@ -123,14 +125,26 @@ def test_speed_screen_is_not_measured_when_workers_shared_a_gpu():
     assert two["reason"].startswith("not measured: shared GPUs (arm 'powersgd': 4 workers shared 2 GPU(s)")
 
 
+def _run(**fields) -> IndexedRun:
+    """An index row of a run `ev` (kit/evidence/report/index.py) with `fields` of its record."""
+    return IndexedRun.of({"dir": ".", "run_id": "ev", "status": "completed", "notebook": "", "started_at": "", **fields})
+
+
+NO_RUNS = RunIndex(runs=(), by_id={}, runs_by_root={}, parent_of_root={})
+
+
+def _speed_sidecar(screen: dict) -> ScreenSpeed:
+    """The screen as its sidecar holds it: kit.study.screens.build_screens adds the arms that did not complete."""
+    return ScreenSpeed.from_json({**screen, "arms_not_completed": []}, source="screen_speed.json")
+
+
 def test_the_report_row_of_the_speed_screen_shows_the_reason_and_no_ratio():
     one = {"workers": 2, "gpus": 1, "transport": STAGED_BACKEND, "source": "ranks"}
     s = speed_screen(300.0, 200.0, SCREENS, {"powersgd": one})
-    (row,) = _screen_rows({"run_id": "ev", "parameters": {}}, "screen_speed", s, {"runs": []})
+    row = _speed_row(_run(), _speed_sidecar(s), NO_RUNS)
     assert row.value is None and row.verdict == NOT_EVALUABLE and row.reason == s["reason"]
     assert row.statistic.endswith("; " + s["reason"])
-    (measured,) = _screen_rows({"run_id": "ev", "parameters": {}}, "screen_speed", speed_screen(300.0, 200.0, SCREENS),
-                               {"runs": []})
+    measured = _speed_row(_run(), _speed_sidecar(speed_screen(300.0, 200.0, SCREENS)), NO_RUNS)
     assert measured.value == 1.5 and measured.reason is None and "not measured" not in measured.statistic
 
 
@@ -138,10 +152,9 @@ def test_the_report_answer_says_why_speed_was_not_measured_and_names_the_shared_
     from kit.evidence.report.verdicts import _link_text, _questions
 
     one = {"workers": 2, "gpus": 1, "transport": STAGED_BACKEND, "source": "ranks"}
-    (row,) = _screen_rows({"run_id": "ev", "parameters": {}}, "screen_speed",
-                          speed_screen(300.0, 200.0, SCREENS, {"powersgd": one}), {"runs": []})
-    answers = _questions([], [row], {"by_id": {}, "runs": []}, "", None)
+    row = _speed_row(_run(), _speed_sidecar(speed_screen(300.0, 200.0, SCREENS, {"powersgd": one})), NO_RUNS)
+    answers = _questions([], [row], NO_RUNS, "", None)
     (study,) = [a for a in answers if a["question"].startswith("Did PowerSGD")]
     assert f"speed {NOT_EVALUABLE} (not measured: one GPU (arm 'powersgd'" in study["answer"]
-    assert _link_text({"device": {"gpus": [{"name": "NVIDIA H200"}]}}).startswith(
+    assert _link_text(_run(device={"gpus": [{"name": "NVIDIA H200"}]})).startswith(
         "gloo through host memory between workers sharing one GPU (NVIDIA H200)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from kit.digest import write_files_atomic
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import is_number
-from kit.evidence.report.index import arm_runs, index, metric, producer, run_contract
+from kit.evidence.report.index import RunIndex, arm_runs, index, metric, producer, run_contract
 from kit.evidence.run_index import kept_runs
 
 COLUMNS = ["contract", "contract_digest", "seed", "kept_in", "split", "model", "model_root", "family", "metric",
@@ -34,7 +34,7 @@ def split_of(r: dict) -> str:
     return str(params.get("SPLIT") or "final")
 
 
-def _adaptive_model(spec: str, idx: dict) -> tuple[str, str]:
+def _adaptive_model(spec: str, idx: RunIndex) -> tuple[str, str]:
     """(model, root): "seed" and the seed's spec for a seed directory, else the run that produced the commit
     (its short root when none did) and the commit's root."""
     if not spec or spec.startswith("seed:"):
@@ -43,12 +43,12 @@ def _adaptive_model(spec: str, idx: dict) -> tuple[str, str]:
     return producer(root, idx) or root[:12], root
 
 
-def _arm_root(run_id: str | None, idx: dict) -> str:
-    produced = ((idx["by_id"].get(run_id) or {}).get("checkpoint_roots") or {}).get("produced") or []
+def _arm_root(run_id: str | None, idx: RunIndex) -> str:
+    produced = idx.by_id[run_id].checkpoint_roots.get("produced") or [] if run_id in idx.by_id else []
     return produced[-1]["root"] if produced else ""
 
 
-def accuracy_models(idx: dict, digest: str | None) -> list[dict]:
+def accuracy_models(idx: RunIndex, digest: str | None) -> list[dict]:
     """[{split, model, root, run, families: {family: (correct, n)}}] of the contract's runs: a model scored by
     several runs on one split appears once, from the first run that scored it; the seed first within a split.
     `model` is "seed" or the run that produced the scored commit (an adaptive arm, a study arm), else its short root."""
@@ -60,7 +60,7 @@ def accuracy_models(idx: dict, digest: str | None) -> list[dict]:
         seen.add((split, model))
         out.append({"split": split, "model": model, "root": root, "run": run, "families": families})
 
-    for r in idx["runs"]:
+    for r in idx.records:
         if r.get("contract_digest") != digest:
             continue
         acc, split, params = metric(r, "accuracy_by_family"), split_of(r), r.get("parameters") or {}
@@ -81,16 +81,16 @@ def accuracy_models(idx: dict, digest: str | None) -> list[dict]:
     return sorted(out, key=lambda m: (m["split"], m["model"] != "seed"))
 
 
-def study_evaluations(idx: dict) -> set[str]:
+def study_evaluations(idx: RunIndex) -> set[str]:
     """Run ids of the study's evaluations (an `accuracy_by_family` per model: a list), as against the adaptive
     comparisons (one per family: a dict); both score the "final" split."""
-    return {r["run_id"] for r in idx["runs"] if isinstance(metric(r, "accuracy_by_family"), list)}
+    return {r["run_id"] for r in idx.records if isinstance(metric(r, "accuracy_by_family"), list)}
 
 
-def contract_digests(idx: dict) -> list[str | None]:
+def contract_digests(idx: RunIndex) -> list[str | None]:
     """The contracts (by digest) with a gate or screen, in the order their first such run started."""
     out = []
-    for r in idx["runs"]:
+    for r in idx.records:
         if (metric(r, "gates") is not None or metric(r, "screen_quality") is not None) \
                 and r.get("contract_digest") not in out:
             out.append(r.get("contract_digest"))
@@ -102,7 +102,7 @@ def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
     idx = index(runs_dir)
     rows = []
     for digest in contract_digests(idx):
-        first = next(r for r in idx["runs"] if r.get("contract_digest") == digest)
+        first = next(r for r in idx.records if r.get("contract_digest") == digest)
         c = run_contract(first) or {}
         seed = (c.get("seed") or {}).get("parameter_digest") or ""
         for m in accuracy_models(idx, digest):
@@ -112,7 +112,7 @@ def result_rows(runs_dir, kept_in: str = "") -> list[dict]:
                 rows += [{"contract": c.get("file") or "", "contract_digest": digest or "", "seed": seed,
                           "kept_in": kept_in, "split": m["split"], "model": m["model"], "model_root": root,
                           "family": family, "metric": k, "value": values[k], "run_id": m["run"],
-                          "replicate": replicate_of(idx["by_id"].get(m["run"]) or {"run_id": m["run"]})} for k in METRICS]
+                          "replicate": replicate_of(idx.by_id[m["run"]].record if m["run"] in idx.by_id else {"run_id": m["run"]})} for k in METRICS]
     return rows
 
 

@@ -42,10 +42,10 @@ def accuracy_html(runs_dir) -> list[str]:
     for t in accuracy_tables(runs_dir):
         rows = [[split, model, run, *(cell_text(c, n) for c, n in cells)] for split, model, run, *cells in t["rows"]]
         name = f"{t['contract'] or 'contract'} ({t['digest'][:12] if t['digest'] else '?'})"
-        table = table_html(["split", "model", "measured by", *t["families"]], rows, runs_by_root=idx["runs_by_root"],
+        table = table_html(["split", "model", "measured by", *t["families"]], rows, runs_by_root=idx.runs_by_root,
                            caption=html.escape(f"{name}: greedy task accuracy by family, correct/n"))
         for name_ in {x for r in t["rows"] for x in r[1:3]}:  # the model and run cells as links to the run sections
-            if name_ in idx["by_id"]:
+            if name_ in idx.by_id:
                 table = table.replace(f"<td>{html.escape(name_)}</td>", f"<td>{run_link(name_)}</td>")
         out.append(table)
     return out
@@ -67,10 +67,10 @@ def figures_html(runs_dir) -> list[str]:
         out.append(img_html(*fig) if fig else f'<p class="kit-note">{html.escape(title)}: no chart, since every '
                    f"model answered none of the {fmt(int(max(r['n'] for r in recs)))} final tasks correctly.</p>")
         break  # one figure: the first contract with finals
-    for r in index(runs_dir)["runs"]:
+    for r in index(runs_dir).runs:
         curve = metric(r, "dev_curve")
         if isinstance(curve, dict):
-            fig = dev_curve_figure(curve, f"{r['run_id']}: development accuracy over updates")
+            fig = dev_curve_figure(curve, f"{r.run_id}: development accuracy over updates")
             if fig:
                 out.append(img_html(*fig))
                 break

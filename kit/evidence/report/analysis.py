@@ -9,12 +9,13 @@ from __future__ import annotations
 from math import comb
 
 from kit.evidence.report.format import NOT_EVALUABLE, fmt, is_number
-from kit.evidence.report.index import arm_runs, index, metric
+from kit.evidence.report.index import IndexedRun, arm_runs, index, metric
 from kit.evidence.report.selection import Selected
 from kit.evidence.report.sidecar_formats import (
     Gates,
     Measurement,
     NllChangeBounds,
+    ScreenSpeed,
     UnmeasuredArm,
     arm_measurement,
     paired_task_changes,
@@ -63,16 +64,16 @@ def gate_analysis_rows(runs_dir) -> list[dict]:
     out = []
     for row in rows.adaptive:
         if row.verdict == "fail" and row.check in ("gain", "retention", "generated"):
-            out += _adaptive_analysis(row, idx["by_id"][row.runs[0]])
+            out += _adaptive_analysis(row, idx.by_id[row.runs[0]])
     for row in rows.study:
         if row.verdict == "fail" and (row.check in ("task_gain", "retention", SPEED_CHECK)
                                          or row.check.startswith("noninferior_to_")):
-            out += _study_analysis(row, idx["by_id"][row.runs[0]], runs_dir)
+            out += _study_analysis(row, idx.by_id[row.runs[0]], runs_dir)
     return out
 
 
-def _adaptive_analysis(row: VerdictRow, run: dict) -> list[dict]:
-    base = {"comparison": row.comparison, "check": row.check, "run": run["run_id"]}
+def _adaptive_analysis(row: VerdictRow, run: IndexedRun) -> list[dict]:
+    base = {"comparison": row.comparison, "check": row.check, "run": run.run_id}
     if row.check == "generated":
         gates = sidecar(run, Gates)
         gained, lost = (gates.generated.gained, gates.generated.lost) if gates else (0, 0)
@@ -93,9 +94,9 @@ def _adaptive_analysis(row: VerdictRow, run: dict) -> list[dict]:
              "analysis": bound_text(est, upper, t, b.n, upper=True, multiplier=b.normal_multiplier or 1.645)}]
 
 
-def _study_analysis(row: VerdictRow, run: dict, runs_dir: Selected) -> list[dict]:
+def _study_analysis(row: VerdictRow, run: IndexedRun, runs_dir: Selected) -> list[dict]:
     """A failing part of the study's screens, from the evaluation run's sidecars (candidate: powersgd)."""
-    base = {"comparison": row.comparison, "check": row.check, "run": run["run_id"]}
+    base = {"comparison": row.comparison, "check": row.check, "run": run.run_id}
     changes = paired_task_changes(run) or {}
     t = row.threshold_value
     if row.check == "task_gain":
@@ -131,7 +132,7 @@ def _study_analysis(row: VerdictRow, run: dict, runs_dir: Selected) -> list[dict
             return []
         return [{**base, "estimate": c.difference, "bound": c.noninferiority_lower, "threshold": row.threshold,
                  "analysis": bound_text(c.difference, c.noninferiority_lower, t, c.n, upper=False)}]
-    s = speed_sensitivity(runs_dir, run["run_id"])  # the speed screen
+    s = speed_sensitivity(runs_dir, run.run_id)  # the speed screen
     return [{**base, "estimate": row.value, "bound": None, "threshold": row.threshold,
              "analysis": s["text"] if s else "no arm measurements to analyse"}]
 
@@ -143,18 +144,18 @@ def speed_rows(runs_dir) -> list[dict]:
     first collectives) are not the method's per-update cost and need not be equal across arms."""
     idx = index(runs_dir)
     out = []
-    for r in idx["runs"]:
+    for r in idx.runs:
         if not isinstance(metric(r, "screen_speed"), dict):
             continue
         arms = arm_runs(r, idx)
-        measured = {a: arm_measurement(idx["by_id"][name]) for a, name in arms.items()}
+        measured = {a: arm_measurement(idx.by_id[name]) for a, name in arms.items()}
         single_active, single_after = _rates(measured.get("single"))
         for arm, m in measured.items():
             if m is None:
                 continue
             active, after = _rates(m)
             timed = m if isinstance(m, Measurement) else None  # an arm no rank reported for has no times
-            out.append({"evaluation": r["run_id"], "arm": arm, "run": arms[arm],
+            out.append({"evaluation": r.run_id, "arm": arm, "run": arms[arm],
                         "workers": m.workers if m.workers is not None else m.devices,
                         "device": timed.device if timed else None,
                         "compile_cache": (timed.compile_cache if timed else None) or SHARED_CACHE,
@@ -191,10 +192,10 @@ def _ratio(mine: float | None, reference: float | None) -> float | None:
 def speed_reason(runs_dir, evaluation: str) -> str | None:
     """Why the speed screen of one study evaluation was not measured (its `reason`, e.g. workers that
     shared one GPU); None when it has a ratio or records no reason (records made before the field)."""
-    screen = metric(index(runs_dir)["by_id"][evaluation], "screen_speed")
-    if not isinstance(screen, dict) or screen.get("verdict") != NOT_EVALUABLE:
+    screen = sidecar(index(runs_dir).by_id[evaluation], ScreenSpeed)
+    if screen is None or screen.verdict != NOT_EVALUABLE:
         return None
-    return screen.get("reason")
+    return screen.reason
 
 
 def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
@@ -202,13 +203,13 @@ def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
     each arm's first update; None without both arms' measurements, and None when the screen's arms shared
     GPUs (a ratio of time-sliced GPUs is not the method's: speed_reason says so)."""
     rows = {r["arm"]: r for r in speed_rows(runs_dir) if r["evaluation"] == evaluation}
-    screen = metric(index(runs_dir)["by_id"][evaluation], "screen_speed")
+    screen = sidecar(index(runs_dir).by_id[evaluation], ScreenSpeed)
     p = rows.get("powersgd")
     if not (screen and p and is_number(p["ratio_active"]) and is_number(p["ratio_after_first"])):
         return None
-    if screen.get("shared_gpus"):
+    if screen.shared_gpus:
         return None
-    t = (screen.get("thresholds") or {}).get("min_speedup")
+    t = screen.thresholds.min_speedup
     first = {a: r["first_update_s"] for a, r in rows.items() if is_number(r["first_update_s"])}
     later = [r["later_update_s"] for r in rows.values() if is_number(r["later_update_s"])]
 

@@ -17,9 +17,9 @@ import numpy as np
 
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import run_record as records
-from kit.evidence.report.index import gpu_names, index, is_replicate, metric
+from kit.evidence.report.index import IndexedRun, KeptRun, gpu_names, index, is_replicate, kept, metric
 from kit.evidence.report.selection import Selected, Selection
-from kit.evidence.run_index import evidence_folders, kept_runs, logical_path
+from kit.evidence.run_index import evidence_folders, logical_path
 
 GIB = 2 ** 30
 NOT_MEASURED = "not measured on this host"
@@ -27,19 +27,18 @@ UNPRICED = "unpriced: no record names a rate for this hardware"
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
-def arm_attempts(runs_dir) -> list[dict]:
+def arm_attempts(runs_dir) -> list[KeptRun]:
     """Every study arm run in the evidence, committed first, then the kept (superseded) ones."""
-    committed = [{**r, "kept_in": None} for r in index(runs_dir)["runs"] if (r.get("parameters") or {}).get("ARM")
+    committed = [KeptRun(r, None) for r in index(runs_dir).runs if r.parameters.get("ARM")
                  and not _replicate_scoring(r)]
-    kept = [r for r in kept_runs(runs_dir) if (r.get("parameters") or {}).get("ARM")]
-    return committed + kept
+    return committed + [k for k in kept(runs_dir) if k.run.parameters.get("ARM")]
 
 
-def _hardware(row: dict) -> str:
+def _hardware(row: IndexedRun) -> str:
     gpus = gpu_names(row)
     if gpus:
         return f"{gpus[0]} (a host of {len(gpus)})"
-    return f"CPU ({(row.get('device') or {}).get('cpu', 'unrecorded')})"
+    return f"CPU ({row.device.get('cpu', 'unrecorded')})"
 
 
 def screens_records(runs_dir) -> list[dict]:
@@ -69,9 +68,9 @@ def _interfaces(runs_dir) -> dict[tuple, dict]:
     return out
 
 
-def _replicate_scoring(r: dict) -> bool:
+def _replicate_scoring(r: IndexedRun) -> bool:
     """A replicate's development scoring (notebook 22): it names an ARM but trains nothing."""
-    return is_replicate(r) and "CANDIDATE" in (r.get("parameters") or {})
+    return is_replicate(r) and "CANDIDATE" in r.parameters
 
 
 def _kept_as(kept_in: str | None) -> str:
@@ -88,13 +87,14 @@ def measured_cost_rows(runs_dir) -> list[dict]:
     """One row per attempt; ratios against the single arm of the same contract and sitting (the committed
     runs, or the same superseded folder)."""
     attempts = arm_attempts(runs_dir)
-    singles = {(r.get("contract_digest"), r["kept_in"]): metric(r, "measurement") or {}
-               for r in attempts if r["parameters"]["ARM"] == "single" and not is_replicate(r)}
+    singles = {(a.run.contract_digest, a.kept_in): metric(a.run, "measurement") or {}
+               for a in attempts if a.run.parameters["ARM"] == "single" and not is_replicate(a.run)}
     wires = _interfaces(runs_dir)
     rows = []
-    for r in attempts:
-        arm = r["parameters"]["ARM"]
-        single = singles.get((r.get("contract_digest"), r["kept_in"])) or {}
+    for attempt in attempts:
+        r = attempt.run
+        arm = r.parameters["ARM"]
+        single = singles.get((r.contract_digest, attempt.kept_in)) or {}
         m = metric(r, "measurement") or {}
         traffic = metric(r, "traffic_per_rank") or []
         logical: list[Any] = [t.get("sent_bytes_total") for t in traffic if isinstance(t, dict)]  # recorded JSON
@@ -104,12 +104,12 @@ def measured_cost_rows(runs_dir) -> list[dict]:
         devices = m.get("devices")
         workers = m.get("workers", devices)
         gps = m.get("gpu_seconds_per_update") if on_gpu else None
-        wire = wires.get((r.get("contract_digest"), arm)) if r["kept_in"] is None else None
+        wire = wires.get((r.contract_digest, arm)) if attempt.kept_in is None else None
         wire_bytes = (wire["tx_bytes"] + wire["rx_bytes"]) if wire else None
         rows.append({
-            "run": r["run_id"], "arm": arm,
-            "kept as": _kept_as(r["kept_in"]),
-            "status": r.get("status"), "hardware": _hardware(r), "workers": workers,
+            "run": r.run_id, "arm": arm,
+            "kept as": _kept_as(attempt.kept_in),
+            "status": r.status, "hardware": _hardware(r), "workers": workers,
             "wall_s": m.get("wall_seconds"), "updates": m.get("updates"),
             "gpu_seconds": (m["wall_seconds"] * devices) if on_gpu and m.get("wall_seconds") and devices else None,
             "gpu_s_per_update": gps,
@@ -140,11 +140,11 @@ def projection_cost_rows(runs_dir) -> list[dict]:
     wall time and to ring bytes estimated from logical bytes. What the trial would cost on those hosts;
     not what the measured runs cost."""
     rows = []
-    for r in arm_attempts(runs_dir):
-        c = metric(r, "cost")
+    for attempt in arm_attempts(runs_dir):
+        c = metric(attempt.run, "cost")
         if isinstance(c, dict):
-            rows.append({"run": r["run_id"], "arm": r["parameters"]["ARM"],
-                         "kept as": _kept_as(r["kept_in"]),
+            rows.append({"run": attempt.run.run_id, "arm": attempt.run.parameters["ARM"],
+                         "kept as": _kept_as(attempt.kept_in),
                          **{k: c.get(k) for k in ("gpu_hours", "gpu_cost_usd", "cross_zone_bytes",
                                                   "cross_zone_cost_usd", "total_usd")}})
     return rows
@@ -153,9 +153,9 @@ def projection_cost_rows(runs_dir) -> list[dict]:
 def _models_dir(runs_dir) -> Path | None:
     """The scored models beside the screens.json that a selected evaluation run recorded reading (by
     sha256): an evidence folder may also keep an earlier campaign's study, whose arms are other models."""
-    recorded = {(r.get("input_digests") or {}).get("screens.json") for r in index(runs_dir)["runs"]} - {None}
+    recorded = {r.input_digests.get("screens.json") for r in index(runs_dir).runs} - {None}
     # newer evaluation records also pin each model file (input "evaluation/models/NAME.json")
-    pinned = {k.rpartition("/")[2]: v for r in index(runs_dir)["runs"] for k, v in (r.get("input_digests") or {}).items()
+    pinned = {k.rpartition("/")[2]: v for r in index(runs_dir).runs for k, v in r.input_digests.items()
               if k.startswith("evaluation/models/")}
     for s in screens_records(runs_dir):
         d = s["_path"].parent / "evaluation" / "models"

@@ -7,16 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from kit.digest import load_json_strict, sha256_file
-from kit.evidence.report.index import metric
+from kit.evidence.report.index import IndexedRun, metric
 
 
-def evaluation_items(row: dict) -> dict | None:
+def evaluation_items(row: IndexedRun) -> dict | None:
     """The evaluation file a final evaluation run recorded (evaluation_file.json: path and sha256), from the
     copy its run folder keeps; None when the run kept none or the copy's sha256 differs from the record."""
     rec = metric(row, "evaluation_file")
     if not isinstance(rec, dict) or not rec.get("path"):
         return None
-    f = Path(row["dir"]) / "files" / Path(rec["path"]).name
+    f = row.dir / "files" / Path(rec["path"]).name
     if not f.is_file() or (rec.get("sha256") and sha256_file(f) != rec["sha256"]):
         return None
     return load_json_strict(f)

@@ -5,15 +5,14 @@ of finals, each with why it was superseded (the folder's superseded.json, beside
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
 from kit.evidence.report.format import fmt, fmt_iso, is_number, records_table
-from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.index import IndexedRun, index, kept, metric, run_contract
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.verdict_rows import VerdictRow, verdict_rows
-from kit.evidence.run_index import kept_runs
 
 COMPARISONS = ("A_vs_seed", "B_vs_A", "growth_vs_control")
 # the columns as a reviewer reads them (the contract's identifiers stay in the rows' keys)
@@ -47,11 +46,11 @@ def _final_groups(runs_dir: Selected) -> list[tuple[str, Selected, Path | None]]
     """(kept in, folder, kept folder or None) of the current selection and every kept folder holding finals."""
     groups: list[tuple[str, Selected, Path | None]] = [("current", runs_dir, None)]
     seen = set()
-    for r in kept_runs(runs_dir):
-        d = Path(r["dir"]).parent
-        if d not in seen and ("gates" in (r.get("metrics") or {}) or "screen_quality" in (r.get("metrics") or {})):
+    for k in kept(runs_dir):
+        d = k.run.dir.parent
+        if d not in seen and ("gates" in k.run.metrics or "screen_quality" in k.run.metrics):
             seen.add(d)
-            groups.append((r["kept_in"], d, d))
+            groups.append((str(k.kept_in), d, d))
     return groups
 
 
@@ -60,7 +59,7 @@ def history_rows(runs_dir) -> list[dict]:
     out = []
     for where, d, folder in _final_groups(runs_dir):
         idx, rows = index(d), verdict_rows(d)
-        finals = [r for r in idx["runs"] if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
+        finals = [r for r in idx.runs if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
         if not finals:
             continue
         seeds = {(run_contract(r) or {}).get("seed", {}).get("parameter_digest") for r in finals} - {None}
@@ -68,15 +67,15 @@ def history_rows(runs_dir) -> list[dict]:
         contracts = contract_versions(finals)
         out.append({"seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded", "kept in": where,
                     "contracts": ", ".join(sorted(contracts)),
-                    "finals from": fmt_iso(min(r["started_at"] for r in finals)),
-                    "commit": ", ".join(sorted({(r.get("git") or {}).get("commit", "")[:8] for r in finals})),
+                    "finals from": fmt_iso(min(r.started_at for r in finals)),
+                    "commit": ", ".join(sorted({r.git.get("commit", "")[:8] for r in finals})),
                     **{c: _cell([r for r in rows.adaptive if r.comparison == c]) for c in COMPARISONS},
                     "study quality screen": _cell(quality),
                     "why superseded": "current" if folder is None else (_why(folder) or "not recorded")})
     return sorted(out, key=lambda r: r["finals from"])
 
 
-def contract_versions(finals: list[dict]) -> set[str]:
+def contract_versions(finals: list[IndexedRun]) -> set[str]:
     """The versions of the contracts behind some finals, each the digest (8 hex digits) of the contract without its
     seed: two seeds scored under otherwise equal contracts share a version."""
     out = set()
@@ -93,14 +92,37 @@ def question_key(row: VerdictRow) -> str:
     return f"{row.comparison}/{row.check}"
 
 
-def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
-    """Per question key, the verdict on every seed whose finals this evidence keeps, oldest finals first:
-    {seed, verdict, current (the selection's own finals), same_contract (the contracts of those finals are the
-    current ones)}."""
-    groups: list[dict[str, Any]] = []
+@dataclass(frozen=True, slots=True)
+class FinalsGroup:
+    """The finals of one folder (the selection's own, or a kept folder's), in memory: when they started, whether
+    they are the selection's, the contract bodies by file (without seed), the seeds (8 hex digits each, joined),
+    the contract versions (contract_versions) and their verdict rows."""
+    start: str
+    current: bool
+    bodies: dict[str | None, dict]  # by contract file (contract_for always names one)
+    seed: str
+    contracts: set[str]
+    rows: list[VerdictRow]
+
+
+@dataclass(frozen=True, slots=True)
+class SeedVerdict:
+    """One question's verdict on one seed's finals: the seed, the verdict, whether these are the selection's own
+    finals (current), whether their contracts are the current ones (same_contract) and the contract fields in
+    which they differ."""
+    seed: str
+    verdict: str
+    current: bool
+    same_contract: bool
+    differs: list[str]
+
+
+def seed_verdicts(runs_dir) -> dict[str, list[SeedVerdict]]:
+    """Per question key, the verdict on every seed whose finals this evidence keeps, oldest finals first."""
+    groups: list[FinalsGroup] = []
     for where, d, folder in _final_groups(runs_dir):
         idx = index(d)
-        finals = [r for r in idx["runs"] if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
+        finals = [r for r in idx.runs if metric(r, "gates") is not None or metric(r, "screen_quality") is not None]
         if not finals:
             continue
         rows = verdict_rows(d)
@@ -110,18 +132,18 @@ def seed_verdicts(runs_dir) -> dict[str, list[dict]]:
             c = run_contract(r)
             if c:
                 bodies[c.get("file")] = {k: v for k, v in c.items() if k not in ("seed", "file", "commit")}
-        groups.append({"start": min(r["started_at"] for r in finals), "current": folder is None, "bodies": bodies,
-                       "seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
-                       "contracts": contract_versions(finals),
-                       "rows": rows.all()})
-    now: dict[str, Any] = next((g for g in groups if g["current"]), {"contracts": set(), "bodies": {}})
-    out: dict[str, list[dict]] = {}
-    for g in sorted(groups, key=lambda g: g["start"]):
-        differs = sorted({p for f, b in g["bodies"].items() for p in _differing(b, now["bodies"].get(f) or {})})
-        for v in g["rows"]:
+        groups.append(FinalsGroup(start=min(r.started_at for r in finals), current=folder is None, bodies=bodies,
+                                  seed=", ".join(s[:8] for s in sorted(seeds)) or "unrecorded",
+                                  contracts=contract_versions(finals), rows=rows.all()))
+    now = next((g for g in groups if g.current), None)
+    now_contracts, now_bodies = (now.contracts, now.bodies) if now else (set(), {})
+    out: dict[str, list[SeedVerdict]] = {}
+    for g in sorted(groups, key=lambda g: g.start):
+        differs = sorted({p for f, b in g.bodies.items() for p in _differing(b, now_bodies.get(f) or {})})
+        for v in g.rows:
             out.setdefault(question_key(v), []).append(
-                {"seed": g["seed"], "verdict": str(v.verdict), "current": g["current"],
-                 "same_contract": bool(g["contracts"] & now["contracts"]), "differs": differs})
+                SeedVerdict(seed=g.seed, verdict=str(v.verdict), current=g.current,
+                            same_contract=bool(g.contracts & now_contracts), differs=differs))
     return out
 
 
@@ -139,20 +161,20 @@ def _differing(a: dict, b: dict, depth: int = 2, prefix: str = "") -> list[str]:
     return out
 
 
-def seed_reading(entries: list[dict]) -> str:
+def seed_reading(entries: list[SeedVerdict]) -> str:
     """One question's verdicts across seeds in words: "passed on this seed only (fail on the 2 earlier seeds)";
     where the contracts pin no seed, across the earlier scorings of the finals."""
-    now = next((e for e in entries if e["current"]), None)
-    earlier = [e for e in entries if not e["current"]]
+    now = next((e for e in entries if e.current), None)
+    earlier = [e for e in entries if not e.current]
     if now is None:
         return ""
-    seeds = all(e["seed"] != "unrecorded" for e in entries)
+    seeds = all(e.seed != "unrecorded" for e in entries)
     this, them = ("this seed", "seeds") if seeds else ("these finals", "earlier scorings of the finals")
     if not earlier:
         return f"one {'seed' if seeds else 'scoring of the finals'}: nothing earlier to compare"
-    same = sum(e["verdict"] == now["verdict"] for e in earlier)
-    word = {"pass": "passed", "fail": "failed"}.get(now["verdict"], now["verdict"])
-    other = [e["verdict"] for e in earlier if e["verdict"] != now["verdict"]]
+    same = sum(e.verdict == now.verdict for e in earlier)
+    word = {"pass": "passed", "fail": "failed"}.get(now.verdict, now.verdict)
+    other = [e.verdict for e in earlier if e.verdict != now.verdict]
     changed = ""  # whether the earlier contracts differed beyond the seed: said once (contracts_note)
     n = len(earlier)
     if same == n:
@@ -163,11 +185,11 @@ def seed_reading(entries: list[dict]) -> str:
     return f"{word} on {this} and {same} of {n} {'earlier seeds' if seeds else them}{changed}"
 
 
-def contracts_note(history: dict[str, list[dict]]) -> str:
+def contracts_note(history: dict[str, list[SeedVerdict]]) -> str:
     """One sentence for the whole table: how many earlier scorings ran under contracts that differ beyond the
     seed (their verdicts are then not the same experiment's)."""
-    earlier = {e["seed"]: e for entries in history.values() for e in entries if not e["current"]}
-    differ = {s: e["differs"] for s, e in sorted(earlier.items()) if not e["same_contract"] and e["differs"]}
+    earlier = {e.seed: e for entries in history.values() for e in entries if not e.current}
+    differ = {s: e.differs for s, e in sorted(earlier.items()) if not e.same_contract and e.differs}
     if not differ:
         return ""
     # what changes a result: not the contract's names and texts, nor the pilot's bookkeeping beside its choice
@@ -181,12 +203,13 @@ def kept_folder_rows(runs_dir) -> list[dict]:
     """Every folder of kept runs (campaign folders' attempts, superseded seeds' runs): its runs by status and the
     span of their starts."""
     out: dict[str, dict] = {}
-    for r in kept_runs(runs_dir):
-        row = out.setdefault(r["kept_in"], {"kept in": r["kept_in"], "runs": 0, "statuses": {}, "starts": []})
+    for k in kept(runs_dir):
+        r, folder = k.run, str(k.kept_in)
+        row = out.setdefault(folder, {"kept in": folder, "runs": 0, "statuses": {}, "starts": []})
         row["runs"] += 1
-        row["statuses"][r["status"]] = row["statuses"].get(r["status"], 0) + 1
-        if r.get("started_at"):
-            row["starts"].append(r["started_at"])
+        row["statuses"][r.status] = row["statuses"].get(r.status, 0) + 1
+        if r.started_at:
+            row["starts"].append(r.started_at)
     return [{"kept in": k, "runs": v["runs"],
              "statuses": ", ".join(f"{n} {s}" for s, n in sorted(v["statuses"].items())),
              "first started": fmt_iso(min(v["starts"])) if v["starts"] else "\u2014",

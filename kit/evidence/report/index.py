@@ -5,10 +5,12 @@ commit the run records). Everything here reads only committed evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import html
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,60 +18,135 @@ from kit.digest import load_json_strict, loads_strict, sha256_json
 from kit.evidence import run_record as records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
-from kit.evidence.report.selection import Selection
-from kit.evidence.run_index import load_runs
+from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.run_index import kept_runs, load_runs
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 # --- the runs directory as an index ----------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexedRun:
+    """One row of the index (in memory, not a file): the fields of a run record the report reads, with its folder.
+    A benchmark's record or a folder without a readable run.json has no parameters, contract or inputs (their
+    defaults); `record` keeps the row as JSON for readers outside the report that take a run record's JSON
+    (kit.evidence.replicates.replicate_of, kit.evidence.results.split_of)."""
+    dir: Path
+    run_id: str
+    status: str
+    reason: str | None
+    notebook: str
+    started_at: str
+    duration_s: float | None
+    error: dict | None
+    metrics: dict[str, str]  # sidecar name -> sha256 of its bytes
+    git: dict
+    device: dict
+    checkpoint_roots: dict
+    parameters: dict = dataclasses.field(default_factory=dict)
+    contract_digest: str | None = None
+    input_digests: dict[str, str] = dataclasses.field(default_factory=dict)
+    record: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, row: dict) -> IndexedRun:
+        """The entry of a row as kit.evidence.run_index reads it (a run record's JSON with its `dir`)."""
+        return cls(dir=Path(row["dir"]), run_id=row["run_id"], status=row["status"], reason=row.get("reason"),
+                   notebook=row["notebook"], started_at=row["started_at"], duration_s=row.get("duration_s"),
+                   error=row.get("error"), metrics=row.get("metrics") or {}, git=row.get("git") or {},
+                   device=row.get("device") or {}, checkpoint_roots=row.get("checkpoint_roots") or {},
+                   parameters=row.get("parameters") or {}, contract_digest=row.get("contract_digest"),
+                   input_digests=row.get("input_digests") or {}, record=row)
+
+    @property
+    def commit(self) -> str | None:
+        """The commit the run recorded (None for a folder without a readable record)."""
+        return self.git.get("commit")
+
+    @property
+    def dirty(self) -> bool | None:
+        """Whether the run's working tree differed from that commit (None when not recorded)."""
+        return self.git.get("dirty")
+
+
+@dataclass(frozen=True, slots=True)
+class RunIndex:
+    """The runs of a selection, in memory (not a file), in start order; looked up by run id, and by the checkpoint
+    root (or `seed:DIR`) a run produced, for the links from a root to its producer."""
+    runs: tuple[IndexedRun, ...]
+    by_id: dict[str, IndexedRun]
+    runs_by_root: dict[str, list[str]]
+    parent_of_root: dict[str, str]
+
+    @property
+    def records(self) -> tuple[dict, ...]:
+        """The rows as JSON (a run record's with its `dir`), for readers outside the report that take that JSON."""
+        return tuple(r.record for r in self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptRun:
+    """A run and where its record is kept: None for a run of the selection itself, else the evidence folder beside
+    it that keeps it (a superseded attempt, a GPU replay or repeat, an earlier seed's runs: kit.evidence.run_index
+    .kept_runs)."""
+    run: IndexedRun
+    kept_in: str | None
+
+
+def kept(runs_dir: Selected) -> list[KeptRun]:
+    """The runs kept in the evidence folders of a selection (kit.evidence.run_index.kept_runs), as index rows."""
+    return [KeptRun(IndexedRun.of(row), row["kept_in"]) for row in kept_runs(runs_dir)]
+
+
 @functools.lru_cache(maxsize=8)
-def _index_cached(runs_dir: str, stamp: float) -> dict:
-    runs = load_runs(runs_dir)
-    by_id = {r["run_id"]: r for r in runs}
+def _index_cached(runs_dir: str, stamp: float) -> RunIndex:
+    runs = tuple(IndexedRun.of(row) for row in load_runs(runs_dir))
+    by_id = {r.run_id: r for r in runs}
     runs_by_root: dict[str, list[str]] = {}
     parent_of_root: dict[str, str] = {}
     for r in runs:
-        for p in (r.get("checkpoint_roots") or {}).get("produced", []):
-            runs_by_root.setdefault(p["root"], []).append(r["run_id"])
+        for p in r.checkpoint_roots.get("produced", []):
+            runs_by_root.setdefault(p["root"], []).append(r.run_id)
         commits = metric(r, "commits")
         if isinstance(commits, dict) and "rows" in commits:
             for row in commits["rows"]:
                 rec = dict(zip(commits["columns"], row))
                 for k in ("full_root", "learned_state_root"):
-                    if rec.get(k) and r["run_id"] not in runs_by_root.setdefault(rec[k], []):
-                        runs_by_root[rec[k]].append(r["run_id"])
+                    if rec.get(k) and r.run_id not in runs_by_root.setdefault(rec[k], []):
+                        runs_by_root[rec[k]].append(r.run_id)
     for r in runs:
-        if (r.get("parameters") or {}).get("MODE") == "build" and (r.get("parameters") or {}).get("SEED_DIR"):
-            runs_by_root.setdefault("seed:" + r["parameters"]["SEED_DIR"], []).append(r["run_id"])
-    return {"runs": runs, "by_id": by_id, "runs_by_root": runs_by_root, "parent_of_root": parent_of_root}
+        if r.parameters.get("MODE") == "build" and r.parameters.get("SEED_DIR"):
+            runs_by_root.setdefault("seed:" + r.parameters["SEED_DIR"], []).append(r.run_id)
+    return RunIndex(runs=runs, by_id=by_id, runs_by_root=runs_by_root, parent_of_root=parent_of_root)
 
 
-def index(runs_dir: Selection | str | os.PathLike) -> dict:
+def index(runs_dir: Selection | str | os.PathLike) -> RunIndex:
     selection = Selection.of(runs_dir)
     folder = selection.runs_dir
     return _index_cached(str(selection.resolved()), folder.stat().st_mtime if folder.exists() else 0.0)
 
 
-def metric(row: dict, name: str):
-    """The sidecar `name` of an index row, or None when it is not recorded or does not parse."""
-    if name not in (row.get("metrics") or {}):
+def metric(row: IndexedRun | dict, name: str):
+    """The sidecar `name` of an index row (or of a row as JSON, as kit.evidence.results passes it), or None when it
+    is not recorded or does not parse."""
+    run = row if isinstance(row, IndexedRun) else IndexedRun.of(row)
+    if name not in run.metrics:
         return None
     try:
-        return load_json_strict(records.metric_path(row["dir"], name))
+        return load_json_strict(records.metric_path(run.dir, name))
     except (FileNotFoundError, ValueError):
         return None
 
 
-def model_html(spec: str, idx: dict) -> str:
+def model_html(spec: str, idx: RunIndex) -> str:
     if spec.startswith("seed:"):
-        names = idx["runs_by_root"].get(spec, [])
+        names = idx.runs_by_root.get(spec, [])
         return (", ".join(run_link(n) for n in names) + " " if names else "") + f"<code>{html.escape(spec)}</code>"
-    return root_html(spec, idx["runs_by_root"])
+    return root_html(spec, idx.runs_by_root)
 
 
-def producer(root: str, idx: dict) -> str | None:
-    names = idx["runs_by_root"].get(root) or []
+def producer(root: str, idx: RunIndex) -> str | None:
+    names = idx.runs_by_root.get(root) or []
     return names[0] if names else None
 
 
@@ -116,33 +193,32 @@ def recorded_contract(digest: str, commit: str | None, where: str) -> dict:
     return {k: v for k, v in found.items() if k not in ("file", "commit")}
 
 
-def run_contract(row: dict) -> dict | None:
-    digest = row.get("contract_digest")
-    if not digest:
+def run_contract(row: IndexedRun | dict) -> dict | None:
+    run = row if isinstance(row, IndexedRun) else IndexedRun.of(row)
+    if not run.contract_digest:
         return None
-    return contract_for(digest, (row.get("git") or {}).get("commit"))
+    return contract_for(run.contract_digest, run.commit)
 
 
-def gpu_names(row: dict) -> list[Any]:  # the names as recorded (a record's JSON strings)
+def gpu_names(row: IndexedRun) -> list[Any]:  # the names as recorded (a record's JSON strings)
     """The names of the GPUs a run record's `device` lists (one per device the run saw), [] on CPU."""
-    return [g.get("name") for g in (row.get("device") or {}).get("gpus") or [] if isinstance(g, dict)]
+    return [g.get("name") for g in row.device.get("gpus") or [] if isinstance(g, dict)]
 
 
-def is_cpu(row: dict) -> bool:
-    dev = row.get("device") or {}
-    return not dev.get("gpu_count") and not dev.get("gpus")
+def is_cpu(row: IndexedRun) -> bool:
+    return not row.device.get("gpu_count") and not row.device.get("gpus")
 
 
-def is_replicate(r: dict) -> bool:
+def is_replicate(r: IndexedRun) -> bool:
     """A replicate's run (its arm or its development scoring; kit.evidence.replicates.replicate_of >= 1), not a
     frozen arm."""
-    return replicate_of(r) > 0
+    return replicate_of(r.record) > 0
 
 
-def arm_runs(r: dict, idx: dict) -> dict[str, str]:
-    """{arm: run id} of the study arm runs that share the study folder of run `r` (its frozen arms: replicates,
-    which share the folder, are read by the noise section)."""
-    study_dir = (r.get("parameters") or {}).get("STUDY_DIR")
-    return {x["parameters"]["ARM"]: x["run_id"] for x in idx["runs"]
-            if (x.get("parameters") or {}).get("ARM") and not is_replicate(x)
-            and (x.get("parameters") or {}).get("STUDY_DIR") == study_dir}
+def arm_runs(r: IndexedRun | dict, idx: RunIndex) -> dict[str, str]:
+    """{arm: run id} of the study arm runs that share the study folder of run `r` (an index row, or a row as JSON
+    as kit.evidence.results passes it; its frozen arms: replicates, which share the folder, are read by the noise
+    section)."""
+    study_dir = (r if isinstance(r, IndexedRun) else IndexedRun.of(r)).parameters.get("STUDY_DIR")
+    return {x.parameters["ARM"]: x.run_id for x in idx.runs
+            if x.parameters.get("ARM") and not is_replicate(x) and x.parameters.get("STUDY_DIR") == study_dir}

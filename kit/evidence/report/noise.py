@@ -25,7 +25,7 @@ SAME_MATH = ("dense", "single")  # equal in exact math: dense averages two halve
 def noise_sentences(runs_dir) -> list[str]:
     idx = index(runs_dir)
     out = []
-    for r in idx["runs"]:
+    for r in idx.runs:
         changes = paired_task_changes(r)
         if changes is None:
             continue
@@ -33,7 +33,7 @@ def noise_sentences(runs_dir) -> list[str]:
         if c is None:
             continue
         p = sign_test_p(c.gained, c.lost)
-        text = (f"Training noise ({r['run_id']}): single and dense do the same arithmetic in exact math, yet differ by "
+        text = (f"Training noise ({r.run_id}): single and dense do the same arithmetic in exact math, yet differ by "
                 f"{100 * c.difference:+.2f} points on {c.n:,} items, {c.gained + c.lost} of them "
                 f"discordant (sign test p = {fmt(p)}). The screens' bounds cover only the sampling of test items. ")
         others = [(k, v) for k, v in changes.items() if not k.endswith("vs seed") and k.split(" vs ")[0] < k.split(" vs ")[1]
@@ -177,18 +177,18 @@ def replicate_html(runs_dir) -> str:
     if table is not None:
         return table
     idx = index(runs_dir)
-    reps = [r for r in idx["runs"] if (r.get("parameters") or {}).get("REPLICATE") is not None]
+    reps = [r for r in idx.runs if r.parameters.get("REPLICATE") is not None]
     if reps:
         return "<h4>Replicates</h4>" + records_table([
-            {"run": r["run_id"], "replicate": r["parameters"]["REPLICATE"], "arm": r["parameters"].get("ARM"),
-             "cohort": r["parameters"].get("COHORT"), "status": r["status"]} for r in reps])
+            {"run": r.run_id, "replicate": r.parameters["REPLICATE"], "arm": r.parameters.get("ARM"),
+             "cohort": r.parameters.get("COHORT"), "status": r.status} for r in reps])
     wanted = []
-    for r in idx["runs"]:
+    for r in idx.runs:
         c = run_contract(r) or {}
         for a in c.get("arms") or []:
             if isinstance(a, dict) and f"study arm {a.get('name')}" not in wanted:
                 wanted.append(f"study arm {a.get('name')}")
-        cohort = (r.get("parameters") or {}).get("COHORT")
+        cohort = r.parameters.get("COHORT")
         if cohort and f"adaptive cohort {cohort}" not in wanted:
             wanted.append(f"adaptive cohort {cohort}")
     return ("<h4>Replicates</h4><p>" + html.escape(
@@ -201,8 +201,8 @@ def show_noise(runs_dir: Selected) -> None:
     from IPython.display import HTML, display  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
-    rows = [{"question": r["question"], "check": r["check"], "n": r["numbers"].n, "at 80% power": r["power"]}
-            for r in summary_rows(selection) if r["power"]]
+    rows = [{"question": r.question, "check": r.check, "n": r.numbers.n, "at 80% power": r.power}
+            for r in summary_rows(selection) if r.power]
     parts = ["<h4>Minimum detectable effects at each verdict's n</h4>" + records_table(rows)] if rows else []
     parts += [f"<p>{html.escape(t)}</p>" for t in [*noise_sentences(selection), family_sentence(selection)] if t]
     parts.append(replicate_html(selection))

@@ -20,6 +20,7 @@ from kit.environ import temporary_environ
 from kit.evidence import run_record as records
 from kit.evidence.archive import origin
 from kit.evidence.report.css_prune import prune_page_styles
+from kit.evidence.report.index import IndexedRun
 from kit.evidence.report.pilots import beside, pilot_records
 from kit.evidence.report.selection import GLOB_CHARACTERS, Selection
 from kit.evidence.results import results_bytes
@@ -197,19 +198,19 @@ def _run_sections(nb, selection: Selection, sel: str, where, details: dict) -> N
     runs named in one paragraph (their sections would repeat what runs/archive/ keeps)."""
     import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    every = load_runs(selection)
-    rows = [r for r in every if origin(r["dir"]) is None]  # archived runs: listed, their sections in the archive
-    archived = [r["run_id"] for r in every if origin(r["dir"]) is not None]
+    every = [IndexedRun.of(r) for r in load_runs(selection)]
+    rows = [r for r in every if origin(r.dir) is None]  # archived runs: listed, their sections in the archive
+    archived = [r.run_id for r in every if origin(r.dir) is not None]
     for i, row in enumerate(rows):
-        cell = nbformat.v4.new_markdown_cell(f"## {row['run_id']} ({row['status']})")
+        cell = nbformat.v4.new_markdown_cell(f"## {row.run_id} ({row.status})")
         if i == 0:
             cell.id = DETAILS_PREFIX + "records"
             details["records"] = f"Every run's record and sidecars ({len(rows)} runs)"
         nb.cells.append(cell)
-        nb.cells.append(_code_cell(f"show_run({sel!r}, {row['run_id']!r})"))
-        for name in sorted(row["metrics"]):
+        nb.cells.append(_code_cell(f"show_run({sel!r}, {row.run_id!r})"))
+        for name in sorted(row.metrics):
             nb.cells.append(nbformat.v4.new_markdown_cell(f"### {name}"))
-            nb.cells.append(_code_cell(f"show_metric({where(row['dir'].resolve())!r}, {name!r})"))
+            nb.cells.append(_code_cell(f"show_metric({where(row.dir.resolve())!r}, {name!r})"))
     if archived:
         nb.cells.append(nbformat.v4.new_markdown_cell(
             f"## Archived runs\n\n{len(archived)} run(s) of this selection lie in `runs/archive/` (listed in the run "

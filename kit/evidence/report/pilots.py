@@ -14,11 +14,13 @@ import html
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import run_record as records
 from kit.evidence.report.format import NONE, fmt, is_number, run_link, short
+from kit.evidence.report.index import IndexedRun
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.run_index import load_runs
 from kit.stats import gate_retention
@@ -49,22 +51,36 @@ def beside(selection: Selection | str | os.PathLike) -> list[Selection]:
     return [Selection(selection.runs_dir, g) for g in PILOTS_BESIDE.get(selection.pattern or "", ())]
 
 
-def pilot_records(selection: Selected, also: Sequence[Selected] = ()) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class PilotRecord:
+    """A pilot's record found in a selection (in memory): its run, the record file and its JSON (a kit-bench/1
+    record whose `results` the sentences below read), the kind ("adaptive" or "study"), and whether its run
+    section is in the report (linked) or in another selection's."""
+    run_id: str
+    path: Path
+    rec: dict
+    kind: str
+    linked: bool
+    started_at: str
+
+
+def pilot_records(selection: Selected, also: Sequence[Selected] = ()) -> list[PilotRecord]:
     """Pilot records of `selection` (linked: their run sections are in the report) and of `also` (not
-    linked), in order of start: {run_id, path, rec, kind, linked}."""
-    out, seen = [], set()
+    linked), in order of start."""
+    out: list[PilotRecord] = []
+    seen = set()
     for sel, linked in [(selection, True)] + [(a, False) for a in also]:
-        for row in load_runs(sel):
-            if row["run_id"] in seen or row.get("notebook") != "(benchmark script)":
+        for row in (IndexedRun.of(r) for r in load_runs(sel)):
+            if row.run_id in seen or row.notebook != "(benchmark script)":
                 continue
-            path = Path(row["dir"]) / records.RUN_RECORD_NAME
+            path = row.dir / records.RUN_RECORD_NAME
             rec = load_json_strict(path)
             kind = pilot_kind(rec)
             if kind:
-                seen.add(row["run_id"])
-                out.append({"run_id": row["run_id"], "path": path, "rec": rec, "kind": kind, "linked": linked,
-                            "started_at": row["started_at"]})
-    return sorted(out, key=lambda r: (r["started_at"], r["run_id"]))
+                seen.add(row.run_id)
+                out.append(PilotRecord(run_id=row.run_id, path=path, rec=rec, kind=kind, linked=linked,
+                                       started_at=row.started_at))
+    return sorted(out, key=lambda r: (r.started_at, r.run_id))
 
 
 # --- reading a record's fields, refusing what is not as documented -----------------------------------------
@@ -324,11 +340,11 @@ def _table_html(cols, rows) -> str:
             f"<tbody>{body}</tbody></table></div>")
 
 
-def pilot_html(p: dict) -> str:
+def pilot_html(p: PilotRecord) -> str:
     """One pilot record: header, rule, candidates, retention (adaptive), chosen, positive control (adaptive)."""
-    path, rec, kind, run_id = p["path"], p["rec"], p["kind"], p["run_id"]
+    path, rec, kind, run_id = p.path, p.rec, p.kind, p.run_id
     params, results = rec.get("parameters") or {}, rec["results"]
-    name = run_link(run_id) if p["linked"] else (
+    name = run_link(run_id) if p.linked else (
         f"{html.escape(run_id)} (record {html.escape(path.parent.parent.name)}/{html.escape(path.parent.name)}/"
         f"run.json; its run section is outside this report's selection)")
     if kind == "adaptive":
@@ -372,7 +388,7 @@ def show_pilots(runs_dir: Selected, also: Sequence[Selected] = ()) -> None:
     if not found:
         display(HTML("<p>No pilot record in this selection.</p>"))
         return
-    counts = {k: sum(1 for p in found if p["kind"] == k) for k in ("adaptive", "study")}
+    counts = {k: sum(1 for p in found if p.kind == k) for k in ("adaptive", "study")}
     intro = (f"<p>{len(found)} pilot record(s): {counts['adaptive']} adaptive, {counts['study']} study, in order of "
              "start. Every candidate is listed, failed and ineligible ones included.</p>")
     display(HTML(intro + "<hr>".join(pilot_html(p) for p in found)))

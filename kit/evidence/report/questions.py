@@ -15,13 +15,14 @@ import html
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from kit.digest import load_json_strict
 from kit.evidence.replicate_analysis import robustness_by_question
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, run_link
 from kit.evidence.report.history import contracts_note, question_key, seed_reading, seed_verdicts
-from kit.evidence.report.index import REPO, index, is_cpu, metric, run_contract
+from kit.evidence.report.index import REPO, RunIndex, index, is_cpu, metric, run_contract
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.readings import (
     Numbers,
@@ -147,7 +148,7 @@ def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
     return "; ".join(parts) or NONE
 
 
-def _context(runs_dir, idx: dict) -> dict:
+def _context(runs_dir, idx: RunIndex) -> dict:
     """Short caveats the rows carry, each computed from the evidence: the adaptive retention baseline, whether
     the study's retention probes are in-distribution."""
     out = {}
@@ -155,7 +156,7 @@ def _context(runs_dir, idx: dict) -> dict:
     m = re.match(r"The adaptive retention baseline is the seed at (\S+) nats/token", said or "")
     if m:
         out["baseline"] = f"the seed's own chat NLL is {m.group(1)} nats/token: it barely models chat"
-    for r in idx["runs"]:
+    for r in idx.runs:
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
         if retention_changes(r) is not None and probes:
@@ -167,17 +168,31 @@ def _context(runs_dir, idx: dict) -> dict:
     return out
 
 
-def _lower_bound(row: VerdictRow, idx: dict) -> float | None:
+def _lower_bound(row: VerdictRow, idx: RunIndex) -> float | None:
     """The study's task gain: the recorded one-sided 95% lower bound of PowerSGD against the seed."""
-    run = idx["by_id"].get(row.runs[0]) or {}
-    change = (paired_task_changes(run) or {}).get("powersgd vs seed") if run else None
+    change = (paired_task_changes(idx.by_id.get(row.runs[0])) or {}).get("powersgd vs seed")
     return change.noninferiority_lower if change else None
 
 
-def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list[dict]:
-    """One row per verdict: key (history.question_key), question, id (the contract's identifier), verdict
-    (the gate's, or "not evaluable"), recorded verdict, tested (HTML), weighs, robustness, source, runs, numbers.
-    `replicates`: question key -> a reading across replicates (in words), appended to the robustness."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuestionRow:
+    """One row of the first screen's question table (in memory)."""
+    key: str  # history.question_key: "<comparison>/<check>"
+    question: str  # the question in the reviewer's words
+    contract_id: str  # the contract's identifier of the check: "<comparison> · <check>"
+    verdict: str  # the gate's, or "not evaluable"
+    recorded: str  # the verdict the gate recorded
+    tested: str  # what was tested (HTML)
+    weighs: str  # what the verdict weighs
+    robustness: str  # other seeds and replicates, in words
+    source: str
+    runs: tuple[str, ...]
+    numbers: Numbers
+
+
+def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list[QuestionRow]:
+    """One row per verdict. `replicates`: question key -> a reading across replicates (in words), appended to
+    the robustness."""
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     history = seed_verdicts(runs_dir)
@@ -195,10 +210,10 @@ def question_rows(runs_dir, replicates: Mapping[str, str] | None = None) -> list
         seeds = seed_reading(history.get(key, []))
         rep = (replicates or {}).get(key)
         robust = "; ".join(s for s in (seeds, rep) if s) or NONE
-        out.append({"key": key, "question": question_text(row), "id": f"{row.comparison} \u00b7 {row.check}",
-                    "verdict": verdict, "recorded": str(row.recorded if row.recorded is not None else row.verdict),
-                    "tested": text, "weighs": weight(row, x, context), "robustness": robust, "source": row.source,
-                    "runs": list(row.runs), "numbers": x})
+        out.append(QuestionRow(key=key, question=question_text(row), contract_id=f"{row.comparison} \u00b7 {row.check}",
+                               verdict=verdict, recorded=str(row.recorded if row.recorded is not None else row.verdict),
+                               tested=text, weighs=weight(row, x, context), robustness=robust, source=row.source,
+                               runs=tuple(row.runs), numbers=x))
     return out
 
 
@@ -208,22 +223,22 @@ def questions_html(runs_dir, replicates: Mapping[str, str] | None = None) -> str
         return "<p>No gate or screen has been computed in this evidence.</p>"
     counts: dict[str, int] = {}
     for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
     head = "".join(f"<th>{c}</th>" for c in COLUMNS)
     body = []
     for r in rows:
-        v = r["verdict"]
-        recorded = (f'<br><small>the gate recorded {html.escape(r["recorded"])}</small>'
-                    if v != r["recorded"] else "")
+        v = r.verdict
+        recorded = (f'<br><small>the gate recorded {html.escape(r.recorded)}</small>'
+                    if v != r.recorded else "")
         cls = "na" if v in ("n/a", NOT_EVALUABLE) else v
-        cells = [(f'<td data-label="question"><span class="kit-q">{html.escape(r["question"])}</span><br>'
-                 f'<small class="kit-id">{html.escape(r["id"])} \u00b7 {run_link(r["source"].split("/")[0])}'
+        cells = [(f'<td data-label="question"><span class="kit-q">{html.escape(r.question)}</span><br>'
+                 f'<small class="kit-id">{html.escape(r.contract_id)} \u00b7 {run_link(r.source.split("/")[0])}'
                  "</small></td>"),
                  f'<td data-label="verdict" class="verdict verdict-{html.escape(cls)}">{html.escape(v)}{recorded}</td>',
-                 f'<td data-label="what was tested">{r["tested"]}</td>',
-                 f'<td data-label="what it weighs">{html.escape(r["weighs"])}</td>',
-                 f'<td data-label="other seeds, replicates">{html.escape(r["robustness"])}</td>']
-        body.append(f'<tr data-source="{html.escape(r["source"])}" data-key="{html.escape(r["key"])}">'
+                 f'<td data-label="what was tested">{r.tested}</td>',
+                 f'<td data-label="what it weighs">{html.escape(r.weighs)}</td>',
+                 f'<td data-label="other seeds, replicates">{html.escape(r.robustness)}</td>']
+        body.append(f'<tr data-source="{html.escape(r.source)}" data-key="{html.escape(r.key)}">'
                     + "".join(cells) + "</tr>")
     said = ", ".join(f"{n} {v}" for v, n in counts.items())
     note = contracts_note(seed_verdicts(runs_dir))
@@ -239,8 +254,8 @@ def legend_html() -> str:
 
 
 # --- the scope, one sentence each -------------------------------------------------------------
-def _seed_size(idx: dict, digest: str) -> int | None:
-    for r in idx["runs"]:
+def _seed_size(idx: RunIndex, digest: str) -> int | None:
+    for r in idx.runs:
         s = metric(r, "seed_build")
         if isinstance(s, dict) and s.get("parameter_digest") == digest and is_number(s.get("params")):
             return int(s["params"])
@@ -270,8 +285,8 @@ def what_sentence(runs_dir) -> str | None:
     """What the evidence is, where its scale says so: a tiny CPU run of every mechanism (the scale is tiny and every
     run of a contract ran on CPU), whose quality verdicts are not evidence about the methods."""
     idx = index(runs_dir)
-    contract = next((c for c in (run_contract(r) for r in idx["runs"] if r.get("contract_digest")) if c), None)
-    ran = [r for r in idx["runs"] if r.get("contract_digest")]
+    contract = next((c for c in (run_contract(r) for r in idx.runs if r.contract_digest) if c), None)
+    ran = [r for r in idx.runs if r.contract_digest]
     if (contract or {}).get("scale") == "tiny" and ran and all(is_cpu(r) for r in ran):
         return ("This is a tiny CPU run of every mechanism of both trials: its models are not meant to learn, so "
                 "its quality verdicts are not evidence about the methods; they show that every gate and screen is "
@@ -283,10 +298,10 @@ def scope_sentences(runs_dir) -> list[str]:
     """The scope on the first screen: the seed's size, what it trained on, and its size against the full trial's
     seed, one sentence each."""
     idx = index(runs_dir)
-    contracts = [run_contract(r) for r in idx["runs"] if r.get("contract_digest")]
+    contracts = [run_contract(r) for r in idx.runs if r.contract_digest]
     contract = next((c for c in contracts if c), None)
     out = []
-    built = [s["parameter_digest"] for r in idx["runs"] if isinstance(s := metric(r, "seed_build"), dict)
+    built = [s["parameter_digest"] for r in idx.runs if isinstance(s := metric(r, "seed_build"), dict)
              and s.get("parameter_digest")]
     for digest in seed_digests(runs_dir) or built:  # a tiny contract pins no seed: the one its runs built
         size = _seed_size(idx, digest)
@@ -300,7 +315,7 @@ def scope_sentences(runs_dir) -> list[str]:
             total = sum(m["packed"] for m in mix)
             fams = next((m for m in mix if m["kind"].startswith("task families")), None)
             taught = set(((found[0].get("data") or {}).get("tasks") or {}).get("per_family") or {})
-            scored = {p["family"] for c in {r.get("contract_digest") for r in idx["runs"]} - {None}
+            scored = {p["family"] for c in {r.contract_digest for r in idx.runs} - {None}
                       for p in accuracy_points(idx, c) if p["split"] == "final"} - {"all"}
             same = (", the families the final tasks score" if taught and taught == scored else
                     f"; the final tasks score {', '.join(sorted(scored))}" if scored else "")

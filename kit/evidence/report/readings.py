@@ -16,10 +16,11 @@ from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.cost import retention_pairs
 from kit.evidence.report.evaluation_files import evaluation_items
 from kit.evidence.report.format import fmt, is_number
-from kit.evidence.report.index import index, metric, run_contract
+from kit.evidence.report.index import RunIndex, index, run_contract
 from kit.evidence.report.sidecar_formats import (
     Gates,
     NllChangeBounds,
+    ScreenQuality,
     paired_task_changes,
     retention_changes,
     sidecar,
@@ -58,11 +59,11 @@ class Numbers:
         return (n + net) // 2, (n - net) // 2
 
 
-def numbers(row: VerdictRow, idx: dict) -> Numbers:
+def numbers(row: VerdictRow, idx: RunIndex) -> Numbers:
     """The numbers of one verdict row, read from the sidecars of the run it came from."""
     side = estimate = se = n = mult = None
     bound = row.value
-    run = idx["by_id"].get(row.runs[0]) or {}
+    run = idx.by_id.get(row.runs[0])
     check = row.check
     if row.experiment == "adaptive" and check in ("gain", "retention"):
         bounds = sidecar(run, NllChangeBounds)
@@ -80,7 +81,8 @@ def numbers(row: VerdictRow, idx: dict) -> Numbers:
         estimate, bound, side = row.value, None, "equal"
     elif row.experiment == "study":
         changes = paired_task_changes(run) or {}
-        screen_mult = ((metric(run, "screen_quality") or {}).get("thresholds") or {}).get("normal_multiplier")
+        quality = sidecar(run, ScreenQuality)
+        screen_mult = quality.thresholds.normal_multiplier if quality else None
         if check == "task_gain":
             bound, side, mult = None, "above", 0.0
             c = changes.get("powersgd vs seed")
@@ -140,7 +142,7 @@ def reading(row: VerdictRow, x: Numbers) -> str:
     return f"fail: the estimate {fmt(est)} and its one-sided 95% bound {fmt(bound)} lie {where} {fmt(t)}"
 
 
-def power(row: VerdictRow, x: Numbers, idx: dict) -> str:
+def power(row: VerdictRow, x: Numbers, idx: RunIndex) -> str:
     """The minimum detectable effect of one verdict at its n (80% power), or the pass rate under no change."""
     t, se = row.threshold_value, x.se
     mult = x.mult
@@ -171,17 +173,34 @@ def _phi(z: float) -> float:
 SUMMARY_COLUMNS = ["question", "check", "verdict", "estimate", "bound", "threshold", "passing side", "reading"]
 
 
-def summary_rows(runs_dir) -> list[dict]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryRow:
+    """One verdict read (in memory): its question and check, the plain question, the verdict, what the reading and
+    the power sentences say, and the numbers they were computed from (with the threshold as a number)."""
+    question: str
+    plain: str
+    check: str
+    verdict: str
+    threshold: str  # the rule's side and threshold, in words
+    passing_side: str
+    reading: str
+    power: str
+    source: str
+    runs: tuple[str, ...]
+    numbers: Numbers
+
+
+def summary_rows(runs_dir) -> list[SummaryRow]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
     for row in rows.all():
         x = numbers(row, idx)
-        out.append({"question": row.comparison, "plain": question_text(row), "check": row.check, "verdict": str(row.verdict),
-                    "estimate": x.estimate, "bound": x.bound, "threshold": row.threshold,
-                    "passing side": direction_text(row).split(":")[0], "reading": reading(row, x),
-                    "power": power(row, x, idx), "source": row.source, "runs": list(row.runs),
-                    "numbers": dataclasses.replace(x, threshold_value=row.threshold_value)})
+        out.append(SummaryRow(question=row.comparison, plain=question_text(row), check=row.check,
+                              verdict=str(row.verdict), threshold=row.threshold,
+                              passing_side=direction_text(row).split(":")[0], reading=reading(row, x),
+                              power=power(row, x, idx), source=row.source, runs=tuple(row.runs),
+                              numbers=dataclasses.replace(x, threshold_value=row.threshold_value)))
     return out
 
 
@@ -192,50 +211,49 @@ def reading_sentences(runs_dir) -> list[str]:
     idx = index(runs_dir)
     out = []
     for r in summary_rows(runs_dir):
-        x, t = r["numbers"], r.get("threshold")
+        x, t = r.numbers, r.threshold
         bounded = x.side in ("below", "above") and is_number(x.estimate) and is_number(x.bound)
-        if r["reading"].startswith("inconclusive") or (bounded and r["verdict"] == "fail" and r["check"] == "gain"):
-            out.append(f"\u201c{r['plain']}\u201d {'is inconclusive' if r['reading'].startswith('inc') else 'fails'}: "
+        if r.reading.startswith("inconclusive") or (bounded and r.verdict == "fail" and r.check == "gain"):
+            out.append(f"\u201c{r.plain}\u201d {'is inconclusive' if r.reading.startswith('inc') else 'fails'}: "
                        f"estimate {fmt(x.estimate)}, one-sided 95% bound {fmt(x.bound)} against {t}"
-                       f"{'' if r['verdict'] == 'pass' or _estimate_passes(r) else '; no detectable improvement'}, "
-                       f"and the gate {r['power']}.")
-        if r["check"] == "retention" and x.lower is not None and (x.lower > 0 or x.upper < 0) \
-                and r["question"] != "quality screen":
+                       f"{'' if r.verdict == 'pass' or _estimate_passes(x) else '; no detectable improvement'}, "
+                       f"and the gate {r.power}.")
+        if r.check == "retention" and x.lower is not None and x.upper is not None and (x.lower > 0 or x.upper < 0) \
+                and r.question != "quality screen":
             up = x.lower > 0
-            out.append(f"\u201c{r['plain']}\u201d The chat NLL change is "
+            out.append(f"\u201c{r.plain}\u201d The chat NLL change is "
                        f"{'positive (the candidate forgot)' if up else 'negative'} beyond chance: "
                        f"{x.estimate:+.3g} nats/token, one-sided 95% {'lower' if up else 'upper'} bound "
                        f"{fmt(x.lower if up else x.upper)}"
-                       f"{f', within the allowance {t}' if r['verdict'] == 'pass' else ''}.")
+                       f"{f', within the allowance {t}' if r.verdict == 'pass' else ''}.")
     out += [s for s in (baseline_sentence(idx), in_distribution_sentence(runs_dir, idx)) if s]
     return out
 
 
-def _estimate_passes(r: dict) -> bool:
-    x = r["numbers"]
+def _estimate_passes(x: Numbers) -> bool:
     t = x.threshold_value
     return is_number(t) and is_number(x.estimate) and (x.estimate < t if x.side == "below" else x.estimate > t)
 
 
-def baseline_sentence(idx: dict) -> str | None:
+def baseline_sentence(idx: RunIndex) -> str | None:
     """The retention NLL of the adaptive trial's seed baseline, from the final evaluation file that its run kept."""
-    for r in idx["runs"]:
-        if (r.get("parameters") or {}).get("SPLIT") == "final" and \
-                str((r.get("parameters") or {}).get("BASELINE", "")).startswith("seed:"):
+    for r in idx.runs:
+        if r.parameters.get("SPLIT") == "final" and \
+                str(r.parameters.get("BASELINE", "")).startswith("seed:"):
             items = (evaluation_items(r) or {}).get("retention") or []
             tokens = sum(x.get("tokens", 0) for x in items)
             if tokens:
                 nll = sum(x["base_nll"] for x in items) / tokens
                 return (f"The adaptive retention baseline is the seed at {fmt(nll)} nats/token on the {len(items)} "
-                        f"final retention probes ({r['run_id']}): a seed that barely models chat, so retention "
+                        f"final retention probes ({r.run_id}): a seed that barely models chat, so retention "
                         "changes are small against a high baseline.")
     return None
 
 
-def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
+def in_distribution_sentence(runs_dir, idx: RunIndex) -> str | None:
     """Whether the study's retention probes come from a source its arms train on (the contract's data), and
     what the arms' retention changes against the seed then say."""
-    for r in idx["runs"]:
+    for r in idx.runs:
         changes = retention_changes(r)
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
@@ -250,7 +268,7 @@ def in_distribution_sentence(runs_dir, idx: dict) -> str | None:
             return (f"The study's retention probes ({probes.get('count')} records of {where}) are in-distribution: every "
                     f"arm trains on {replay.get('count')} records of the same source ({rs.get('name')} rows "
                     f"{rs.get('start')}\u2013{rs.get('stop')}), and every arm lowers retention NLL against the seed "
-                    f"({arms} nats/token, {r['run_id']}), so the screen's bound reads training on that source, not "
+                    f"({arms} nats/token, {r.run_id}), so the screen's bound reads training on that source, not "
                     "an absence of forgetting; only arm against arm is informative"
                     + (f" ({pairs})." if pairs else "."))
         return (f"The study's retention probes ({probes.get('count')} records of {where}) come from a source the arms "

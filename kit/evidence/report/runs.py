@@ -6,14 +6,15 @@ not complete, with the cell and the exception that stopped them.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import os
-from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import run_record as records
 from kit.evidence.report.format import fmt, fmt_iso, root_html, run_link
+from kit.evidence.report.index import IndexedRun
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.run_index import kept_runs, load_runs
@@ -33,16 +34,20 @@ def run_table(runs_dir: str | os.PathLike):
     import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
     rows = []
-    kept = [{**r, "reason": f"kept in {r['kept_in']}/ (ended {r['status']})" + (f": {r['reason']}" if r["reason"] else ""),
-             "status": "superseded" if "superseded" in r["kept_in"] else "kept"} for r in kept_runs(runs_dir)]
-    for r in load_runs(runs_dir) + kept:
-        commit = r["git"]["commit"]
+    kept = []
+    for row in kept_runs(runs_dir):
+        r, folder = IndexedRun.of(row), row["kept_in"]
+        kept.append(dataclasses.replace(
+            r, reason=f"kept in {folder}/ (ended {r.status})" + (f": {r.reason}" if r.reason else ""),
+            status="superseded" if "superseded" in folder else "kept"))
+    for r in [IndexedRun.of(row) for row in load_runs(runs_dir)] + kept:
+        commit = r.commit
         rows.append({
-            "run": r["run_id"], "notebook": r["notebook"], "status": r["status"], "reason": r["reason"] or "",
-            "started (UTC)": r["started_at"], "duration (s)": r["duration_s"],
-            "commit": (commit[:12] + ("+dirty" if r["git"]["dirty"] else "")) if commit else "",
-            "device": _device_text(r["device"]),
-            "roots produced": " ".join(e["root"] for e in r["checkpoint_roots"]["produced"]),
+            "run": r.run_id, "notebook": r.notebook, "status": r.status, "reason": r.reason or "",
+            "started (UTC)": r.started_at, "duration (s)": r.duration_s,
+            "commit": (commit[:12] + ("+dirty" if r.dirty else "")) if commit else "",
+            "device": _device_text(r.device),
+            "roots produced": " ".join(e["root"] for e in r.checkpoint_roots["produced"]),
         })
     columns = ["run", "notebook", "status", "reason", "started (UTC)", "duration (s)", "commit", "device",
                "roots produced"]
@@ -84,10 +89,10 @@ def show_runs(runs_dir: Selected) -> None:
                  + f'<tbody>{"".join(body)}</tbody></table></div>'))
 
 
-def _bench_errors(row: dict) -> list[dict]:
+def _bench_errors(row: IndexedRun) -> list[dict]:
     """A benchmark record's recorded errors (kit-bench/1 `errors`: one object per failing step)."""
     try:
-        rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
+        rec = load_json_strict(row.dir / records.RUN_RECORD_NAME)
     except (FileNotFoundError, ValueError):
         return []
     errs = rec.get("errors")
@@ -98,11 +103,11 @@ def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
     """Every run that did not complete, with its recorded error: a notebook's failing cell, exception and message;
     a benchmark record's failing step and error, never its command."""
     rows = []
-    for r in load_runs(runs_dir):
-        if r["status"] == "completed":
+    for r in (IndexedRun.of(row) for row in load_runs(runs_dir)):
+        if r.status == "completed":
             continue
-        error = r["error"] or {}
-        bench = _bench_errors(r) if r.get("notebook") == "(benchmark script)" else []
+        error = r.error or {}
+        bench = _bench_errors(r) if r.notebook == "(benchmark script)" else []
         if bench:
             for e in bench:
                 step = ", ".join(f"{k} {v}" for k, v in e.items() if k != "error" and not isinstance(v, (dict, list))
@@ -110,11 +115,11 @@ def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
                 if "error" not in e:  # {"deadline": "... timed out"}: the step is the key
                     step = step or ", ".join(e)
                 msg = e.get("error") or "; ".join(f"{k}: {v}" for k, v in e.items())
-                rows.append({"run": r["run_id"], "status": r["status"], "failing cell or step": step or None, "In [n]": None,
+                rows.append({"run": r.run_id, "status": r.status, "failing cell or step": step or None, "In [n]": None,
                              "exception": "", "message": str(msg)})
             continue
-        reason = r["reason"] or ""
-        rows.append({"run": r["run_id"], "status": r["status"], "failing cell or step": error.get("cell_index"),
+        reason = r.reason or ""
+        rows.append({"run": r.run_id, "status": r.status, "failing cell or step": error.get("cell_index"),
                      "In [n]": error.get("execution_count"), "exception": error.get("ename", ""),
                      "message": error.get("evalue", "" if reason.startswith("benchmark: ") else reason)
                      or "no error recorded"})

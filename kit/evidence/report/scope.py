@@ -9,7 +9,7 @@ import html
 from typing import Any
 
 from kit.evidence.report.format import fmt, is_number, short
-from kit.evidence.report.index import index, is_cpu, is_replicate, metric, run_contract
+from kit.evidence.report.index import IndexedRun, RunIndex, index, is_cpu, is_replicate, metric, run_contract
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.verdict_rows import VerdictRow, verdict_rows
 from kit.evidence.results import split_of
@@ -27,11 +27,11 @@ SCALE_TEXT = {
 }
 
 
-def row_contract_digest(row: VerdictRow, idx: dict) -> str | None:
+def row_contract_digest(row: VerdictRow, idx: RunIndex) -> str | None:
     """The contract digest of the first run behind a verdict row that records one (a comparison run
     records none; the runs it compares do)."""
     for name in row.runs:
-        digest = (idx["by_id"].get(name) or {}).get("contract_digest")
+        digest = idx.by_id[name].contract_digest if name in idx.by_id else None
         if digest:
             return digest
     return None
@@ -48,17 +48,17 @@ def scope_paragraphs(runs_dir) -> list[str]:
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
     out = []
-    experiments: list[tuple[Any, Any, dict]] = []  # (contract file or digest, its contract or None, its run)
-    for r in idx["runs"]:
+    experiments: list[tuple[Any, Any, IndexedRun]] = []  # (contract file or digest, its contract or None, its run)
+    for r in idx.runs:
         if metric(r, "gates") is not None or metric(r, "screen_quality") is not None:
             c = run_contract(r)
-            key = (c or {}).get("file") or r.get("contract_digest")
+            key = (c or {}).get("file") or r.contract_digest
             if key not in [e[0] for e in experiments]:
                 experiments.append((key, c, r))
     migration_said = False
     for key, c, r in experiments:
         scale = (c or {}).get("scale")
-        digest = r.get("contract_digest")
+        digest = r.contract_digest
         name = (c or {}).get("file") or f"contract {short(digest or '')}"
         where = f" at commit {c['commit'][:10]}" if c and c.get("commit") else ""
         is_study = metric(r, "screen_quality") is not None
@@ -85,8 +85,8 @@ def scope_paragraphs(runs_dir) -> list[str]:
                 migration_said = True
         elif is_study:
             speed = [v for v in mine if v.check.startswith("speed")]
-            arms = [x for x in idx["runs"] if (x.get("parameters") or {}).get("ARM") and not is_replicate(x)
-                    and x.get("contract_digest") == digest]
+            arms = [x for x in idx.runs if x.parameters.get("ARM") and not is_replicate(x)
+                    and x.contract_digest == digest]
             cpu = all(is_cpu(x) for x in arms)
             if speed and speed[0].reason:  # not measured (e.g. the workers shared one GPU): no ratio
                 text.append(html.escape(
@@ -95,7 +95,7 @@ def scope_paragraphs(runs_dir) -> list[str]:
             elif speed and cpu:
                 text.append(html.escape(
                     f"The speed ratio ({fmt(speed[0].value)}, {speed[0].source.split('/')[0]}) was measured on "
-                    f"CPU ({_runs_text(x['run_id'] for x in arms)}): it measures start-up and per-update overhead "
+                    f"CPU ({_runs_text(x.run_id for x in arms)}): it measures start-up and per-update overhead "
                     "there, not the throughput of the contract's GPUs; no GPU cost is priced for CPU runs."))
             elif speed:
                 text.append(html.escape(
@@ -105,17 +105,17 @@ def scope_paragraphs(runs_dir) -> list[str]:
     return out
 
 
-def accuracy_points(idx: dict, digest: str | None) -> list[dict]:
+def accuracy_points(idx: RunIndex, digest: str | None) -> list[dict]:
     """Every per-family task accuracy recorded by a run of the contract `digest`: {run, split, model,
     family, accuracy, correct, n}; the "all" row included (family "all"). Replicates' runs are read by the noise
     section, not here: the frozen contract's numbers are its frozen runs'."""
     out = []
-    for r in idx["runs"]:
-        if r.get("contract_digest") != digest or is_replicate(r):
+    for r in idx.runs:
+        if r.contract_digest != digest or is_replicate(r):
             continue
         acc = metric(r, "accuracy_by_family")
-        split = split_of(r)
-        params = r.get("parameters") or {}
+        split = split_of(r.record)
+        params = r.parameters
         if isinstance(acc, dict):
             models = {"baseline": "seed" if str(params.get("BASELINE", "")).startswith("seed:") else "baseline",
                       "candidate": "candidate"}
@@ -124,17 +124,17 @@ def accuracy_points(idx: dict, digest: str | None) -> list[dict]:
                     continue
                 for side, model in models.items():
                     if is_number(row.get(f"accuracy_{side}")):
-                        out.append({"run": r["run_id"], "split": split, "model": model, "family": family,
+                        out.append({"run": r.run_id, "split": split, "model": model, "family": family,
                                     "accuracy": row[f"accuracy_{side}"], "correct": row.get(f"correct_{side}"),
                                     "n": row.get("n")})
         elif isinstance(acc, list):
-            out += [{"run": r["run_id"], "split": split, "model": x.get("model"), "family": x.get("family"),
+            out += [{"run": r.run_id, "split": split, "model": x.get("model"), "family": x.get("family"),
                      "accuracy": x["accuracy"], "correct": x.get("correct"), "n": x.get("n")}
                     for x in acc if isinstance(x, dict) and is_number(x.get("accuracy"))]
     return out
 
 
-def caveat_sentence(idx: dict, digest: str | None, contract: dict | None) -> str | None:
+def caveat_sentence(idx: RunIndex, digest: str | None, contract: dict | None) -> str | None:
     """The scope caveat the trial's seed document requires, naming the contract's task families (as scored)."""
     families = sorted({p["family"] for p in accuracy_points(idx, digest)} - {"all"})
     if not families:
@@ -144,7 +144,7 @@ def caveat_sentence(idx: dict, digest: str | None, contract: dict | None) -> str
             "establish general assistant capability" + (f" (the caveat {doc} requires)." if doc else "."))
 
 
-def accuracy_sentence(idx: dict, digest: str | None) -> str | None:
+def accuracy_sentence(idx: RunIndex, digest: str | None) -> str | None:
     """The highest task accuracy per split, with the run, model and family that reached it."""
     points = [p for p in accuracy_points(idx, digest) if p["family"] != "all"]
     parts = []
@@ -155,7 +155,7 @@ def accuracy_sentence(idx: dict, digest: str | None) -> str | None:
             if parts else None)
 
 
-def seed_sentence(idx: dict, digest: str | None) -> str | None:
+def seed_sentence(idx: RunIndex, digest: str | None) -> str | None:
     """How many generated tasks the seed answers, per split, from its overall ("all") rows."""
     seeds = [p for p in accuracy_points(idx, digest) if p["model"] == "seed" and p["family"] == "all"
              and is_number(p.get("correct")) and is_number(p.get("n"))]
@@ -167,7 +167,7 @@ def seed_sentence(idx: dict, digest: str | None) -> str | None:
     return "Measured: of the generated tasks, the seed answers " + "; ".join(parts) + "." if parts else None
 
 
-def migration_sentence(rows: list[VerdictRow], idx: dict) -> str | None:
+def migration_sentence(rows: list[VerdictRow], idx: RunIndex) -> str | None:
     """Migration equality per scale, each scale with the comparisons it stands on: "exact at N of M
     scale(s)" counts only scales whose every elementwise comparison found equal learned states."""
     mig = [v for v in rows if v.check == "learned state equal to the uninterrupted control"]
@@ -177,7 +177,7 @@ def migration_sentence(rows: list[VerdictRow], idx: dict) -> str | None:
     for v in mig:
         c = None
         for n in v.runs:
-            c = run_contract(idx["by_id"][n]) if n in idx["by_id"] else None
+            c = run_contract(idx.by_id[n]) if n in idx.by_id else None
             if c:
                 break
         where = (c or {}).get("scale") or ("GPU campaign" if "#results/" in v.source else "unrecorded scale")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import html
 import json
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
 from kit.digest import load_json_strict
 from kit.evidence import run_record as records
@@ -22,33 +23,44 @@ from kit.evidence.report.format import (
     root_html,
     run_link,
 )
-from kit.evidence.report.index import gpu_names, index, metric, producer, run_contract
+from kit.evidence.report.index import IndexedRun, RunIndex, gpu_names, index, metric, producer, run_contract
 from kit.evidence.report.selection import Selected, Selection
 
 
-def lineage(row: dict, idx: dict) -> dict | None:
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """Where a resumed run started (in memory): the run that produced its root (None when not in this directory),
+    the root, what kind of start it was in words ("resumed, migrated from 2 to 4 workers"), and the updates it did
+    itself (first, last), None when its sidecars do not say."""
+    parent: str | None
+    root: str
+    kind: str
+    own_updates: tuple[int, int] | None
+
+
+def lineage(row: IndexedRun, idx: RunIndex) -> Lineage | None:
     """Where a resumed, migrated or grown run started: parent run and root, and the updates it did itself."""
-    p = row.get("parameters") or {}
+    p = row.parameters
     resume = p.get("RESUME")
     if not resume:
         return None
     parent = producer(resume, idx)
-    parent_row = idx["by_id"].get(parent) if parent else None
+    parent_row = idx.by_id.get(parent) if parent else None
     kinds = ["resumed"]
     if p.get("GROW"):
         kinds.append("grown (blocks appended)")
-    pw = ((parent_row or {}).get("parameters") or {}).get("WORKERS")
+    pw = parent_row.parameters.get("WORKERS") if parent_row else None
     if pw and p.get("WORKERS") and pw != p.get("WORKERS"):
         kinds.append(f"migrated from {pw} to {p['WORKERS']} workers")
-    if parent_row and (parent_row.get("parameters") or {}).get("COHORT") not in (None, p.get("COHORT")):
-        kinds.append(f"new cohort {p.get('COHORT')} after cohort {parent_row['parameters']['COHORT']}")
+    if parent_row and parent_row.parameters.get("COHORT") not in (None, p.get("COHORT")):
+        kinds.append(f"new cohort {p.get('COHORT')} after cohort {parent_row.parameters['COHORT']}")
     own = None
     thr, commits = metric(row, "throughput"), metric(row, "commits")
     if isinstance(thr, dict) and is_number(thr.get("updates")) and isinstance(commits, dict) and commits.get("rows"):
         cols = commits["columns"]
         last = max(dict(zip(cols, r)).get("cohort_step", 0) for r in commits["rows"])
         own = (last - thr["updates"] + 1, last)
-    return {"parent": parent, "root": resume, "kind": ", ".join(kinds), "own_updates": own}
+    return Lineage(parent=parent, root=resume, kind=", ".join(kinds), own_updates=own)
 
 
 def show_run(runs_dir: Selected, run_id: str) -> None:
@@ -57,16 +69,16 @@ def show_run(runs_dir: Selected, run_id: str) -> None:
 
     selection = Selection.of(runs_dir)  # the notebook cell's DIR/GLOB, parsed once
     idx = index(selection)
-    row = idx["by_id"][run_id]
-    dev = row.get("device") or {}
+    row = idx.by_id[run_id]
+    dev = row.device
     gpus = gpu_names(row)
     device = f"{len(gpus)} GPU ({', '.join(dict.fromkeys(gpus))})" if gpus else f"CPU ({dev.get('cpu', 'unknown')})"
-    git = row.get("git") or {}
+    git = row.git
     c = run_contract(row)
-    info = [["status", row["status"] + (f": {row['reason']}" if row.get("reason") else "")],
-            ["notebook", row.get("notebook") or NONE],
-            ["started", fmt_iso(row.get("started_at"))],
-            ["duration (s)", row.get("duration_s")],
+    info: list[list[Any]] = [["status", row.status + (f": {row.reason}" if row.reason else "")],
+            ["notebook", row.notebook or NONE],
+            ["started", fmt_iso(row.started_at)],
+            ["duration (s)", row.duration_s],
             ["device", device],
             ["git commit", f"{(git.get('commit') or '')[:10]}{' (dirty)' if git.get('dirty') else ''}" or NONE]]
     if c:
@@ -75,29 +87,29 @@ def show_run(runs_dir: Selected, run_id: str) -> None:
     out = [f'<a id="run-{html.escape(run_id)}"></a>']
     rows_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{cell_html(v, k)}</td></tr>" for k, v in info)
     if lin:
-        parent = run_link(lin["parent"]) if lin["parent"] else "(not in this directory)"
-        rows_html += (f"<tr><th>lineage</th><td>{html.escape(lin['kind'])} from {parent} at root "
-                      f"{root_html(lin['root'])}</td></tr>")
-        if lin["own_updates"]:
-            a, b = lin["own_updates"]
+        parent = run_link(lin.parent) if lin.parent else "(not in this directory)"
+        rows_html += (f"<tr><th>lineage</th><td>{html.escape(lin.kind)} from {parent} at root "
+                      f"{root_html(lin.root)}</td></tr>")
+        if lin.own_updates:
+            a, b = lin.own_updates
             rows_html += (f"<tr><th>this run's updates</th><td>cohort updates {a}\u2013{b} (earlier updates in its "
                           f"plots belong to its parent, drawn dashed)</td></tr>")
-    used = [u["root"] for u in (row.get("checkpoint_roots") or {}).get("used", [])]
-    produced = [u["root"] for u in (row.get("checkpoint_roots") or {}).get("produced", [])]
+    used = [u["root"] for u in row.checkpoint_roots.get("used", [])]
+    produced = [u["root"] for u in row.checkpoint_roots.get("produced", [])]
     for label, roots in (("checkpoints used", used), ("checkpoints produced", produced)):
         if roots:
             rows_html += (f"<tr><th>{label}</th><td>"
-                          + "; ".join(root_html(x, idx["runs_by_root"]) for x in dict.fromkeys(roots)) + "</td></tr>")
+                          + "; ".join(root_html(x, idx.runs_by_root) for x in dict.fromkeys(roots)) + "</td></tr>")
     out.append(f'<div class="kit-scroll"><table class="kit-table kit-run-header">{rows_html}</table></div>')
-    if row.get("notebook") == "(benchmark script)":
+    if row.notebook == "(benchmark script)":
         out.append(_bench_html(row))
     display(HTML("".join(out)))
 
 
-def _bench_html(row: dict) -> str:
+def _bench_html(row: IndexedRun) -> str:
     """A kit-bench/1 record: its command, and its result rows grouped by row name."""
     try:
-        rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
+        rec = load_json_strict(row.dir / records.RUN_RECORD_NAME)
     except (FileNotFoundError, ValueError) as e:
         return f"<p>{html.escape(str(e))}</p>"
     parts = [(f"<p>Benchmark command: <code>{html.escape(str(rec.get('command')))}</code>; "
@@ -117,7 +129,7 @@ def _bench_html(row: dict) -> str:
             for phase in dict.fromkeys(str(x.get("phase", "")) for x in curves):
                 mine = [{"update": x["cohort_step"], **{k: v for k, v in x.items() if k not in ("cohort_step", "step")}}
                         for x in curves if str(x.get("phase", "")) == phase]
-                fig = learning_figure(mine, f"{row['run_id']}: {phase or 'updates'}", None)
+                fig = learning_figure(mine, f"{row.run_id}: {phase or 'updates'}", None)
                 if fig:
                     parts.append(img_html(*fig))
             parts.append(records_table(recs))

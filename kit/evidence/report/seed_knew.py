@@ -6,14 +6,12 @@ family, from kit.results)."""
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence.report.format import fmt, records_table
-from kit.evidence.report.index import index, run_contract
+from kit.evidence.report.index import index, kept, run_contract
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.results import results, study_evaluations
-from kit.evidence.run_index import kept_runs
 
 BUILD_RECORD = "seed_build_record.json"
 
@@ -21,8 +19,8 @@ BUILD_RECORD = "seed_build_record.json"
 def seed_digests(runs_dir) -> list[str]:
     idx = index(runs_dir)
     out = []
-    for r in idx["runs"]:
-        d = ((run_contract(r) or {}).get("seed") or {}).get("parameter_digest") if r.get("contract_digest") else None
+    for r in idx.runs:
+        d = ((run_contract(r) or {}).get("seed") or {}).get("parameter_digest") if r.contract_digest else None
         if d and d not in out:
             out.append(d)
     return out
@@ -30,15 +28,15 @@ def seed_digests(runs_dir) -> list[str]:
 
 def build_record(runs_dir: Selected, digest: str) -> tuple[dict, str] | None:
     """(record, run id) of a build of the seed `digest` kept under the runs folder (any selection's folder)."""
-    for r in kept_runs(Selection.of(runs_dir).runs_dir):
-        f = Path(r["dir"]) / BUILD_RECORD
+    for k in kept(Selection.of(runs_dir).runs_dir):
+        f = k.run.dir / BUILD_RECORD
         if f.is_file():
             try:
                 rec = load_json_strict(f)
             except ValueError:
                 continue
             if rec.get("parameter_digest") == digest:
-                return rec, f"{r['kept_in']}/{Path(r['dir']).name}"
+                return rec, f"{k.kept_in}/{k.run.dir.name}"
     return None
 
 

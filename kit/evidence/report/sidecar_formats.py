@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from kit.evidence import run_record as records
-from kit.evidence.report.index import metric
+from kit.evidence.report.index import IndexedRun, metric
 from kit.record import ContractError, MapOf, Omittable, Opt, Record, Seq, build, spec_field, validate
 
 
@@ -36,22 +36,23 @@ S = TypeVar("S", bound=Sidecar)
 M = TypeVar("M", bound=Record)
 
 
-def sidecar(row: dict, cls: type[S]) -> S | None:
-    """The sidecar `cls.NAME` of an index row (kit/evidence/report/index.py), built; None when the run records none
-    or its file does not parse (as `metric`); a ContractError naming the file when it is not of its declared form."""
-    value = metric(row, cls.NAME)
-    if value is None:
+def sidecar(row: IndexedRun | None, cls: type[S]) -> S | None:
+    """The sidecar `cls.NAME` of an index row (kit/evidence/report/index.py), built; None when there is no row (a
+    run not in the index), the run records none or its file does not parse (as `metric`); a ContractError naming
+    the file when it is not of its declared form."""
+    value = metric(row, cls.NAME) if row is not None else None
+    if row is None or value is None:
         return None
-    return cls.from_json(value, source=str(records.metric_path(row["dir"], cls.NAME)))
+    return cls.from_json(value, source=str(records.metric_path(row.dir, cls.NAME)))
 
 
-def sidecar_map(row: dict, name: str, item: type[M]) -> Mapping[str, M] | None:
+def sidecar_map(row: IndexedRun | None, name: str, item: type[M]) -> Mapping[str, M] | None:
     """A sidecar that maps names to records of one form (`paired_task_change`: "powersgd vs seed" -> its counts),
     built as a read-only mapping; None and errors as `sidecar`."""
-    value = metric(row, name)
-    if value is None:
+    value = metric(row, name) if row is not None else None
+    if row is None or value is None:
         return None
-    validate(value, MapOf(item), "", str(records.metric_path(row["dir"], name)))
+    validate(value, MapOf(item), "", str(records.metric_path(row.dir, name)))
     return build(value, MapOf(item))
 
 
@@ -164,7 +165,7 @@ class TaskChange(Record):
     reference_correct: int = spec_field(int, doc="tasks the reference answers right")
 
 
-def paired_task_changes(row: dict) -> Mapping[str, TaskChange] | None:
+def paired_task_changes(row: IndexedRun | None) -> Mapping[str, TaskChange] | None:
     """The study evaluation's `paired_task_change` sidecar: "CANDIDATE vs REFERENCE" -> TaskChange."""
     return sidecar_map(row, "paired_task_change", TaskChange)
 
@@ -181,7 +182,7 @@ class RetentionChange(Record):
     upper: float = spec_field(float, doc="the one-sided upper bound")
 
 
-def retention_changes(row: dict) -> Mapping[str, RetentionChange] | None:
+def retention_changes(row: IndexedRun | None) -> Mapping[str, RetentionChange] | None:
     """The study evaluation's `retention_change` sidecar: arm -> RetentionChange."""
     return sidecar_map(row, "retention_change", RetentionChange)
 
@@ -229,7 +230,7 @@ class UnmeasuredArm(Sidecar):
     workers: int = spec_field(int, doc="workers started")
 
 
-def arm_measurement(row: dict) -> Measurement | UnmeasuredArm | None:
+def arm_measurement(row: IndexedRun) -> Measurement | UnmeasuredArm | None:
     """A study arm run's `measurement` sidecar: measured, unmeasured (no rank reported), or None (none recorded);
     a ContractError naming the file and both forms' first difference when it is neither."""
     try:
@@ -239,3 +240,82 @@ def arm_measurement(row: dict) -> Measurement | UnmeasuredArm | None:
             return sidecar(row, UnmeasuredArm)
         except ContractError as unmeasured:
             raise ContractError(f"{unmeasured}; or else: {measured}") from None
+
+
+# --- screen_quality.json and screen_speed.json: the study's screens (kit/study/screens.py writes them) ------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotCompletedArm(Record):
+    """An arm of the study that did not complete, as the screens list it."""
+
+    arm: str = spec_field(str, doc="the arm's name")
+    status: str = spec_field(str, doc="its run's status")
+    reason: str | None = spec_field(Opt(str), doc="why, as its run recorded")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QualityInputs(Record):
+    noninferiority_lower: Mapping[str, float | None] = spec_field(
+        MapOf(Opt(float)), doc="per control arm, the lower bound of the candidate's accuracy difference")
+    retention_upper: float | None = spec_field(Opt(float), doc="the retention change's upper bound (nats/token)")
+    task_gain: float | None = spec_field(Opt(float), doc="the candidate's task accuracy gain over the seed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QualityThresholds(Record):
+    max_retention_upper_nats: float = spec_field(float, doc="the contract's bound on the retention change")
+    min_task_gain: float = spec_field(float, doc="the contract's least task gain")
+    noninferiority_margin: float = spec_field(float, doc="the contract's noninferiority margin")
+    normal_multiplier: float = spec_field(float, doc="the one-sided normal multiplier of the bounds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScreenQuality(Sidecar):
+    NAME: ClassVar[str] = "screen_quality"
+
+    arms_not_completed: tuple[NotCompletedArm, ...] = spec_field(Seq(NotCompletedArm), doc="arms that did not complete")
+    checks: Mapping[str, bool | None] = spec_field(
+        MapOf(Opt(bool)), doc="per part (`task_gain`, `retention`, `noninferior_to_ARM`): passed, null when missing")
+    inputs: QualityInputs = spec_field(QualityInputs, doc="the numbers the parts test")
+    missing_inputs: tuple[str, ...] = spec_field(Seq(str), doc="the parts without an input")
+    name: str = spec_field(str, doc="`quality`")
+    rule: str = spec_field(str, doc="the rule, in words")
+    thresholds: QualityThresholds = spec_field(QualityThresholds, doc="the contract's thresholds")
+    verdict: str = spec_field(str, doc="`pass`, `fail` or `not evaluable`")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeedInputs(Record):
+    baseline_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the single arm's active throughput")
+    candidate_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the candidate arm's")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeedThresholds(Record):
+    min_speedup: float = spec_field(float, doc="the contract's least throughput ratio")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharedGpuArm(Record):
+    """Workers of an arm that shared fewer GPUs than there are workers (the arm record's `shared_gpus`)."""
+
+    gpus: int = spec_field(int, doc="the distinct (host, device) pairs they ran on")
+    source: str = spec_field(str, doc="`ranks` (their reports) or the admission's count")
+    transport: str = spec_field(str, doc="the group's backend")
+    workers: int = spec_field(int, doc="the arm's workers")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScreenSpeed(Sidecar):
+    NAME: ClassVar[str] = "screen_speed"
+
+    arms_not_completed: tuple[NotCompletedArm, ...] = spec_field(Seq(NotCompletedArm), doc="arms that did not complete")
+    inputs: SpeedInputs = spec_field(SpeedInputs, doc="the throughputs compared")
+    name: str = spec_field(str, doc="`speed`")
+    ratio: float | None = spec_field(Opt(float), doc="candidate / baseline throughput (null: not measured)")
+    # records made before the workers could share GPUs have neither field
+    reason: str | None = spec_field(Omittable(Opt(str)), doc="why not measured (null: measured)")
+    rule: str = spec_field(str, doc="the rule, in words")
+    shared_gpus: Mapping[str, SharedGpuArm] | None = spec_field(
+        Omittable(MapOf(SharedGpuArm)), doc="per arm whose workers shared GPUs, how")
+    thresholds: SpeedThresholds = spec_field(SpeedThresholds, doc="the contract's threshold")
+    verdict: str = spec_field(str, doc="`pass`, `fail` or `not evaluable`")

@@ -30,8 +30,8 @@ from kit.evidence.report.figures import (
     learning_figure,
 )
 from kit.evidence.report.format import img_html, is_number, kv_table, records_table, table_html
-from kit.evidence.report.index import index, is_cpu, metric, producer
-from kit.evidence.report.sections import lineage
+from kit.evidence.report.index import IndexedRun, RunIndex, index, is_cpu, metric, producer
+from kit.evidence.report.sections import Lineage, lineage
 
 CURVE_X_KEYS = ("update", "step")
 CPU_COST_NOTE = ('<p class="kit-note">This run used no GPU: GPU hours and GPU cost are not shown (the total is '
@@ -78,25 +78,25 @@ def curves_figure(obj: Any, title: str) -> bytes:
     return curves_png(x_name, x, series, title)
 
 
-def _control_curve(row: dict, idx: dict, lin: dict | None) -> tuple[str, list] | None:
+def _control_curve(row: IndexedRun, idx: RunIndex, lin: Lineage | None) -> tuple[str, list] | None:
     """A migrated run's uninterrupted control: the other run of its cohort resumed from the same root with the
     parent's worker count; (run id, its loss curves) to draw over the migrated run's."""
-    if not lin or "migrated" not in lin["kind"]:
+    if not lin or "migrated" not in lin.kind:
         return None
-    p = row.get("parameters") or {}
-    for other in idx["runs"]:
-        q = other.get("parameters") or {}
+    p = row.parameters
+    for other in idx.runs:
+        q = other.parameters
         if other is not row and q.get("RESUME") == p.get("RESUME") and q.get("COHORT") == p.get("COHORT") \
                 and q.get("WORKERS") != p.get("WORKERS") and not q.get("GROW"):
             curve = metric(other, "loss_curves")
             if isinstance(curve, list) and curve:
-                return other["run_id"], curve
+                return other.run_id, curve
     return None
 
 
-def _model_names(row: dict, idx: dict) -> dict[str, str]:
+def _model_names(row: IndexedRun, idx: RunIndex) -> dict[str, str]:
     """The legend's names of a gate run's two models: the seed, or the run that produced the root it scored."""
-    p = row.get("parameters") or {}
+    p = row.parameters
     out = {}
     for side, key in (("baseline", "BASELINE"), ("candidate", "CANDIDATE")):
         spec = str(p.get(key) or "")
@@ -108,12 +108,12 @@ def _model_names(row: dict, idx: dict) -> dict[str, str]:
     return out
 
 
-def _named_view(row: dict, idx: dict, name: str, obj: Any, title: str) -> str | None:
+def _named_view(row: IndexedRun, idx: RunIndex, name: str, obj: Any, title: str) -> str | None:
     """The reviewer's view of a sidecar known by its name; None when the name (or its shape) has none."""
-    rbr = idx["runs_by_root"]
+    rbr = idx.runs_by_root
     if name == "loss_curves" and isinstance(obj, list) and obj:
         lin = lineage(row, idx)
-        fig = learning_figure(obj, title, lin["own_updates"] if lin else None, overlay=_control_curve(row, idx, lin))
+        fig = learning_figure(obj, title, lin.own_updates if lin else None, overlay=_control_curve(row, idx, lin))
         if fig:
             return img_html(*fig)
     if name == "accuracy_by_family" and isinstance(obj, (dict, list)) and obj:
@@ -195,15 +195,15 @@ def sidecar_html(run_dir: str | os.PathLike, name: str) -> str:
     """The HTML view of the sidecar `name` of the run in `run_dir`: its named view, else its shape's."""
     run_dir = Path(run_dir)
     idx = index(run_dir.parent)
-    run_id = next((r["run_id"] for r in idx["runs"] if Path(r["dir"]).resolve() == run_dir.resolve()), run_dir.name)
+    run_id = next((r.run_id for r in idx.runs if r.dir.resolve() == run_dir.resolve()), run_dir.name)
     title = f"{run_id}: {name}"
-    row = idx["by_id"].get(run_id)
+    row = idx.by_id.get(run_id)
     if row is not None:
         obj = metric(row, name)
-        view = _named_view(row, idx, name, obj, title) or _reviewer_shape_view(name, obj, idx["runs_by_root"])
+        view = _named_view(row, idx, name, obj, title) or _reviewer_shape_view(name, obj, idx.runs_by_root)
         if view is not None:
             return view
-    return _shape_view(load_json_strict(records.metric_path(run_dir, name)), title, idx["runs_by_root"])
+    return _shape_view(load_json_strict(records.metric_path(run_dir, name)), title, idx.runs_by_root)
 
 
 def show_metric(run_dir: str | os.PathLike, name: str) -> None:

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import run_record as records
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, kv_table, records_table, run_link
-from kit.evidence.report.index import arm_runs, index, metric, producer
+from kit.evidence.report.index import IndexedRun, RunIndex, arm_runs, index, producer
 from kit.evidence.report.selection import Selected
-from kit.evidence.report.sidecar_formats import BoundGate, Comparison, Gates, GateVerdict, sidecar
+from kit.evidence.report.sidecar_formats import (
+    BoundGate,
+    Comparison,
+    Gates,
+    GateVerdict,
+    ScreenQuality,
+    ScreenSpeed,
+    sidecar,
+)
 
 
 # --- verdicts --------------------------------------------------------------------------------
@@ -55,26 +62,27 @@ def verdict_rows(runs_dir: Selected) -> VerdictRows:
     idx = index(runs_dir)
     adaptive: list[VerdictRow] = []
     study: list[VerdictRow] = []
-    for r in idx["runs"]:
+    for r in idx.runs:
         gates = sidecar(r, Gates)
         if gates is not None:
             adaptive += _gate_rows(r, gates, sidecar(r, GateVerdict), idx)
         comparison = sidecar(r, Comparison)
         if comparison is not None:
             adaptive.append(_comparison_row(r, comparison, idx))
-        if r.get("notebook") == "(benchmark script)":  # a GPU campaign's migration comparison (kit-bench/1)
+        if r.notebook == "(benchmark script)":  # a GPU campaign's migration comparison (kit-bench/1)
             adaptive += _bench_comparison_rows(r, idx)
-        for screen in ("screen_quality", "screen_speed"):
-            s = metric(r, screen)
-            if isinstance(s, dict):
-                study += _screen_rows(r, screen, s, idx)
+        quality, speed = sidecar(r, ScreenQuality), sidecar(r, ScreenSpeed)
+        if quality is not None:
+            study += _quality_rows(r, quality, idx)
+        if speed is not None:
+            study.append(_speed_row(r, speed, idx))
     return VerdictRows(adaptive, study)
 
 
-def _gate_rows(r: dict, gates: Gates, gv: GateVerdict | None, idx: dict) -> list[VerdictRow]:
-    comp = gv.comparison if gv else r["run_id"]
+def _gate_rows(r: IndexedRun, gates: Gates, gv: GateVerdict | None, idx: RunIndex) -> list[VerdictRow]:
+    comp = gv.comparison if gv else r.run_id
     candidate, baseline = (gv.candidate, gv.baseline) if gv else (None, None)
-    runs = (r["run_id"], *(n for m in (candidate, baseline) if m for n in idx["runs_by_root"].get(m, [])))
+    runs = (r.run_id, *(n for m in (candidate, baseline) if m for n in idx.runs_by_root.get(m, [])))
     out = []
     for name, g in gates.checks():
         verdict = "pass" if g.passed else "fail"
@@ -90,17 +98,17 @@ def _gate_rows(r: dict, gates: Gates, gv: GateVerdict | None, idx: dict) -> list
         out.append(VerdictRow(experiment="adaptive", comparison=comp, check=name, statistic=statistic, value=value,
                               threshold=threshold, threshold_value=threshold_value,
                               verdict=verdict if evaluable else NOT_EVALUABLE, runs=runs, candidate=candidate,
-                              baseline=baseline, source=f"{r['run_id']}/metrics/gates.json",
+                              baseline=baseline, source=f"{r.run_id}/metrics/gates.json",
                               recorded=None if evaluable else verdict))
     return out
 
 
-def _comparison_row(r: dict, comparison: Comparison, idx: dict) -> VerdictRow:
-    params = r.get("parameters") or {}
+def _comparison_row(r: IndexedRun, comparison: Comparison, idx: RunIndex) -> VerdictRow:
+    params = r.parameters
     cand = [producer(comparison.candidate_learned_state_root, idx) or producer(params.get("CANDIDATE_ROOT", ""), idx)]
     ctrl = [producer(comparison.control_learned_state_root, idx) or producer(params.get("CONTROL_ROOT", ""), idx)]
-    runs = (r["run_id"], *(n for n in cand + ctrl if n))
-    src = f"{r['run_id']}/metrics/comparison.json"
+    runs = (r.run_id, *(n for n in cand + ctrl if n))
+    src = f"{r.run_id}/metrics/comparison.json"
     if comparison.same_parameter_names:
         return VerdictRow(experiment="adaptive", comparison=f"migration, cohort {comparison.cohort}",
                           check="learned state equal to the uninterrupted control",
@@ -114,16 +122,16 @@ def _comparison_row(r: dict, comparison: Comparison, idx: dict) -> VerdictRow:
                       verdict="n/a", runs=runs, source=src)
 
 
-def _bench_results(row: dict) -> list:
+def _bench_results(row: IndexedRun) -> list:
     try:
-        rec = load_json_strict(Path(row["dir"]) / records.RUN_RECORD_NAME)
+        rec = load_json_strict(row.dir / records.RUN_RECORD_NAME)
     except (FileNotFoundError, ValueError):
         return []
     res = rec.get("results")
     return res if isinstance(res, list) else []
 
 
-def _bench_comparison_rows(r: dict, idx: dict) -> list[VerdictRow]:
+def _bench_comparison_rows(r: IndexedRun, idx: RunIndex) -> list[VerdictRow]:
     out = []
     for i, x in enumerate(_bench_results(r)):
         if not (isinstance(x, dict) and "learned_state_equal" in x):
@@ -136,56 +144,60 @@ def _bench_comparison_rows(r: dict, idx: dict) -> list[VerdictRow]:
             statistic="max |parameter difference|", value=x.get("max_abs_parameter_difference"),
             threshold="= 0 (equal learned-state roots)" if same else "n/a", threshold_value=0 if same else None,
             verdict=("pass" if x["learned_state_equal"] else "fail") if same else "n/a",
-            runs=(r["run_id"],), source=f"{r['run_id']}/run.json#results/{i}"))
+            runs=(r.run_id,), source=f"{r.run_id}/run.json#results/{i}"))
     return out
 
 
 SPEED_CHECK = "speed: candidate / single-GPU active throughput"
 
 
-def _screen_rows(r: dict, screen: str, s: dict, idx: dict) -> list[VerdictRow]:
+def _speed_row(r: IndexedRun, s: ScreenSpeed, idx: RunIndex) -> VerdictRow:
     arms = arm_runs(r, idx)
-    src = f"{r['run_id']}/metrics/{screen}.json"
-    t, inp = s.get("thresholds") or {}, s.get("inputs") or {}
-    comparison = f"{s.get('name', screen)} screen"
-    if screen == "screen_speed":
-        # a screen that says why it was not measured (workers that shared GPUs) shows that reason beside the ratio
-        reason = s.get("reason") if s.get("ratio") is None else None
-        return [VerdictRow(
-            experiment="study", comparison=comparison, source=src, check=SPEED_CHECK,
-            statistic=(f"ratio ({fmt(inp.get('candidate_active_tokens_per_s'))} / "
-                       f"{fmt(inp.get('baseline_active_tokens_per_s'))} tokens/s)" + (f"; {reason}" if reason else "")),
-            value=s.get("ratio"), threshold=f"\u2265 {fmt(t.get('min_speedup'))}",
-            threshold_value=t.get("min_speedup"), verdict=s.get("verdict"), reason=reason,
-            runs=(r["run_id"], *(arms[a] for a in ("powersgd", "single") if a in arms)))]
+    # a screen that says why it was not measured (workers that shared GPUs) shows that reason beside the ratio
+    reason = s.reason if s.ratio is None else None
+    return VerdictRow(
+        experiment="study", comparison=f"{s.name} screen", source=f"{r.run_id}/metrics/{ScreenSpeed.NAME}.json",
+        check=SPEED_CHECK,
+        statistic=(f"ratio ({fmt(s.inputs.candidate_active_tokens_per_s)} / "
+                   f"{fmt(s.inputs.baseline_active_tokens_per_s)} tokens/s)" + (f"; {reason}" if reason else "")),
+        value=s.ratio, threshold=f"\u2265 {fmt(s.thresholds.min_speedup)}",
+        threshold_value=s.thresholds.min_speedup, verdict=s.verdict, reason=reason,
+        runs=(r.run_id, *(arms[a] for a in ("powersgd", "single") if a in arms)))
+
+
+def _quality_rows(r: IndexedRun, s: ScreenQuality, idx: RunIndex) -> list[VerdictRow]:
+    arms = arm_runs(r, idx)
+    src = f"{r.run_id}/metrics/{ScreenQuality.NAME}.json"
+    t, inp = s.thresholds, s.inputs
+    comparison = f"{s.name} screen"
     out = []
-    for name, ok in (s.get("checks") or {}).items():
-        runs = (r["run_id"], *([arms["powersgd"]] if "powersgd" in arms else []))
+    for name, ok in s.checks.items():
+        runs = (r.run_id, *([arms["powersgd"]] if "powersgd" in arms else []))
         part = {"experiment": "study", "comparison": comparison, "source": src, "check": name,
                 "verdict": "pass" if ok else "fail"}
         if name == "task_gain":
             out.append(VerdictRow(**part, runs=runs, statistic="task accuracy gain over the seed",
-                                  value=inp.get("task_gain"), threshold=f"\u2265 {fmt(t.get('min_task_gain'))}",
-                                  threshold_value=t.get("min_task_gain")))
+                                  value=inp.task_gain, threshold=f"\u2265 {fmt(t.min_task_gain)}",
+                                  threshold_value=t.min_task_gain))
         elif name == "retention":
             out.append(VerdictRow(**part, runs=runs, statistic="retention upper bound (nats/token, normal)",
-                                  value=inp.get("retention_upper"),
-                                  threshold=f"\u2264 {fmt(t.get('max_retention_upper_nats'))}",
-                                  threshold_value=t.get("max_retention_upper_nats")))
+                                  value=inp.retention_upper,
+                                  threshold=f"\u2264 {fmt(t.max_retention_upper_nats)}",
+                                  threshold_value=t.max_retention_upper_nats))
         elif name.startswith("noninferior_to_"):
             ctrl = name[len("noninferior_to_"):]
-            margin = t.get("noninferiority_margin")
+            margin = t.noninferiority_margin
             out.append(VerdictRow(**part, runs=runs + ((arms[ctrl],) if ctrl in arms else ()),
                                   statistic=f"accuracy difference vs {ctrl}, lower bound",
-                                  value=(inp.get("noninferiority_lower") or {}).get(ctrl),
+                                  value=inp.noninferiority_lower.get(ctrl),
                                   threshold=f"> {fmt(-margin) if is_number(margin) else NONE}",
                                   threshold_value=-margin if is_number(margin) else None))
         else:
-            out.append(VerdictRow(**part, runs=runs, statistic=name, value=None, threshold=s.get("rule", ""),
+            out.append(VerdictRow(**part, runs=runs, statistic=name, value=None, threshold=s.rule,
                                   threshold_value=None))
     out.append(VerdictRow(experiment="study", comparison=comparison, source=src, check="quality screen (all parts)",
-                          statistic=s.get("rule", ""), value=None, threshold="every part passes", threshold_value=None,
-                          verdict=s.get("verdict"), runs=(r["run_id"],)))
+                          statistic=s.rule, value=None, threshold="every part passes", threshold_value=None,
+                          verdict=s.verdict, runs=(r.run_id,)))
     return out
 
 
@@ -261,7 +273,7 @@ def direction_text(row: VerdictRow) -> str:
     return ""
 
 
-def verdict_table_html(rows: list[VerdictRow], table_id: str, idx: dict) -> str:
+def verdict_table_html(rows: list[VerdictRow], table_id: str, idx: RunIndex) -> str:
     head = "".join(f"<th>{c}</th>" for c in VERDICT_COLUMNS)
     body = []
     for v in rows:
@@ -282,23 +294,23 @@ def verdict_table_html(rows: list[VerdictRow], table_id: str, idx: dict) -> str:
             f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
-def projection_html(idx: dict) -> str:
+def projection_html(idx: RunIndex) -> str:
     """The study's projection to its seed's hardware (bench/study_projection.py, kit-bench/1 records with
     results.projection and results.validation): the link model validated on the emulated link, predicted
     beside measured; the projected study; and its assumptions."""
     parts = []
-    for r in idx["runs"]:
-        if r.get("notebook") != "(benchmark script)":
+    for r in idx.runs:
+        if r.notebook != "(benchmark script)":
             continue
         try:
-            rec = load_json_strict(Path(r["dir"]) / records.RUN_RECORD_NAME)
+            rec = load_json_strict(r.dir / records.RUN_RECORD_NAME)
         except (FileNotFoundError, ValueError):
             continue
         res = rec.get("results")
         if not (isinstance(res, dict) and isinstance(res.get("projection"), list) and isinstance(res.get("validation"), list)):
             continue
         fit = res.get("fit") or {}
-        parts.append(f"<h3>Shared-gradient study projected to two L40S hosts across zones ({html.escape(r['run_id'])})</h3>"
+        parts.append(f"<h3>Shared-gradient study projected to two L40S hosts across zones ({html.escape(r.run_id)})</h3>"
                      f"<p>Model: {html.escape(str(fit.get('model', '')))}; link efficiency "
                      f"{html.escape(fmt(fit.get('link_efficiency')))} fitted on the runs "
                      f"{html.escape(', '.join((rec.get('parameters') or {}).get('fit_runs', [])))}, validated on "

@@ -24,12 +24,12 @@ from kit.evidence.report.cost import (
     retention_pairs,
 )
 from kit.evidence.report.format import fmt, is_number, records_table
-from kit.evidence.report.index import gpu_names, index, run_contract
+from kit.evidence.report.index import IndexedRun, RunIndex, gpu_names, index, run_contract
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.verdict_rows import VerdictRow, projection_html, verdict_rows, verdict_table_html
 
 
-def _link_text(row: dict | None) -> str:
+def _link_text(row: IndexedRun | None) -> str:
     """Which link a pair arm's gradients crossed, from its run record's device."""
     if row is None:
         return "unknown (no arm run)"
@@ -51,11 +51,11 @@ def _checks_text(rows: list[VerdictRow]) -> str:
     return "; ".join(one(r) for r in rows)
 
 
-def _row_scale(row: VerdictRow, idx: dict) -> str:
+def _row_scale(row: VerdictRow, idx: RunIndex) -> str:
     """The scale of the contract of the first run behind a verdict row that records one (a comparison
     run records none; the arms it compares do); "" when none can be read."""
     for name in row.runs:
-        c = run_contract(idx["by_id"][name]) if name in idx["by_id"] else None
+        c = run_contract(idx.by_id[name]) if name in idx.by_id else None
         if c and c.get("scale"):
             return c["scale"]
     return ""
@@ -77,7 +77,7 @@ def trial_questions(runs_dir) -> list[dict]:
     return out
 
 
-def _questions(ad: list[VerdictRow], st: list[VerdictRow], idx: dict, suffix: str, runs_dir) -> list[dict]:
+def _questions(ad: list[VerdictRow], st: list[VerdictRow], idx: RunIndex, suffix: str, runs_dir) -> list[dict]:
     def answer(question, found, text, missing):
         runs = sorted({n for r in found for n in r.runs})
         return {"question": question + suffix, "answer": text if found else missing, "runs": ", ".join(runs)}
@@ -92,8 +92,8 @@ def _questions(ad: list[VerdictRow], st: list[VerdictRow], idx: dict, suffix: st
                   "not measured: no final evaluation of the phase-A endpoint in this evidence")]
     device = ""
     if mig:
-        migrated = next((idx["by_id"][n] for n in mig[0].runs if n.endswith("migrated") and n in idx["by_id"]), None)
-        gpus = gpu_names(migrated or {})
+        migrated = next((idx.by_id[n] for n in mig[0].runs if n.endswith("migrated") and n in idx.by_id), None)
+        gpus = gpu_names(migrated) if migrated else []
         device = f" on {len(gpus)} GPU(s) ({gpus[0]})" if gpus else " on CPU"
     out.append(answer("Did migration match its uninterrupted control?", mig,
                       ("yes" if mig and all(r.verdict == "pass" for r in mig) else "no")
@@ -103,7 +103,7 @@ def _questions(ad: list[VerdictRow], st: list[VerdictRow], idx: dict, suffix: st
                       ("yes, it passed every gate against the control: " if grow and all(r.verdict == "pass" for r in grow)
                        else "no measurable improvement over the control: ") + _checks_text(grow),
                       "not measured: no final evaluation of the grown endpoint against its control"))
-    powersgd = next((idx["by_id"][n] for r in st for n in r.runs if n.endswith("powersgd") and n in idx["by_id"]), None)
+    powersgd = next((idx.by_id[n] for r in st for n in r.runs if n.endswith("powersgd") and n in idx.by_id), None)
     speed_text = f"{speed[0].verdict} ({fmt(speed[0].value)}x single" if speed else "not measured"
     if speed and speed[0].reason:  # e.g. the workers shared one GPU: no ratio to show
         speed_text = f"{speed[0].verdict} ({speed[0].reason})"
