@@ -98,23 +98,25 @@ def _bar():
 def test_the_bar_takes_the_workers_count_after_a_resume(tmp_path):
     bar = _bar()
     # before the first update of a resumed run ends, rank 0 reports the step it is on (3, resumed from 2)
-    _write(tmp_path / "status-0.json", {"step": 3, "shown": None})
+    head = {"rank": 0, "phase": "update", "error": None}  # what every worker status holds (WorkerStatus)
+    _write(tmp_path / "status-0.json", {**head, "step": 3, "shown": None})
     launch._advance(bar, tmp_path, 2)
     assert (bar.n, bar.total) == (1, 4)
     # then its own count: 1 of the 2 updates left, with the numbers; the total was lost ("3update") before
-    _write(tmp_path / "status-0.json", {"step": 3, "shown": {"done": 1, "total": 2, "loss": 1.25, "ce": 6.5,
+    _write(tmp_path / "status-0.json", {**head, "step": 3, "shown": {"done": 1, "total": 2, "loss": 1.25, "ce": 6.5,
                                                              "tokens_per_s": 2000.0}})
     launch._advance(bar, tmp_path, 2)
     assert (bar.n, bar.total) == (1, 2)
     assert bar.postfix == "ce/token 6.5000 (objective 1.2500), 2,000 tokens/s"
-    _write(tmp_path / "status-0.json", {"step": 4, "shown": {"done": 2, "total": 2, "loss": 1.0, "ce": 6.0}})
+    _write(tmp_path / "status-0.json", {**head, "step": 4, "shown": {"done": 2, "total": 2, "loss": 1.0, "ce": 6.0}})
     launch._advance(bar, tmp_path, 2)
     assert (bar.n, bar.total) == (2, 2) and bar.postfix.startswith("ce/token 6.0000 (objective 1.0000)")
 
 
 def test_the_bar_names_the_objective_where_no_cross_entropy_is_reported():
-    assert launch.postfix({"loss": 2.0, "tokens_per_s": 10.0}) == "objective 2.0000, 10 tokens/s"
-    assert launch.postfix({"loss": 2.0, "ce": 2.0, "tokens_per_s": 10.0}) == "ce/token 2.0000 (the objective), 10 tokens/s"
+    assert launch.postfix(launch.Shown(loss=2.0, tokens_per_s=10.0)) == "objective 2.0000, 10 tokens/s"
+    assert launch.postfix(launch.Shown(loss=2.0, ce=2.0, tokens_per_s=10.0)) == \
+        "ce/token 2.0000 (the objective), 10 tokens/s"
 
 
 def test_the_report_title_names_the_runs_folder_not_the_output():

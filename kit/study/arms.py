@@ -240,6 +240,27 @@ def _show_progress(ctx, u: UpdateRow, start_step: int, until: int) -> None:
                  tokens_per_s=u.target_tokens / max(u.seconds, 1e-9))
 
 
+def _gradient_reducer(plan: ArmWorkerPlan, session: Session, start, rank: int, world: int,
+                      traffic: LogicalTraffic) -> PowerSGDCompressor | None:
+    """The arm's gradient reduction set on the engine (none for the single arm); the PowerSGD compressor, its
+    state loaded from the start commit, where the arm compresses."""
+    if plan.reduction == "dense":
+        session.engine.grad_reducer = DenseSumReducer(world, traffic)
+        return None
+    if plan.reduction != "powersgd":
+        return None
+    params = session.engine.params
+    compressor = PowerSGDCompressor(PowerSGDConfig.from_dict(plain(plan.powersgd), "contract field 'powersgd'"),
+                                    {n: tuple(p.shape) for n, p in params.items()})
+    if start.commit is not None:
+        load_compression_state(plan.home, start.commit.full_root, rank, world, compressor)
+        if compressor.step != session.step:
+            raise ValueError(f"compression state of {start.commit.full_root} is at step "
+                             f"{compressor.step}, the commit at step {session.step}")
+    session.engine.grad_reducer = PowerSGDSumReducer(compressor, world, traffic)
+    return compressor
+
+
 def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> ReplicaResult:
     t_setup = time.perf_counter()
     study = Path(plan.study_dir)
@@ -259,18 +280,7 @@ def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> ReplicaResult:
                                                    // engine_cfg.microbatch_size)})
     params = session.engine.params
     traffic = LogicalTraffic(world, sum(p.numel() for p in params.values()) * FP32_BYTES)
-    compressor = None
-    if plan.reduction == "dense":
-        session.engine.grad_reducer = DenseSumReducer(world, traffic)
-    elif plan.reduction == "powersgd":
-        compressor = PowerSGDCompressor(PowerSGDConfig.from_dict(plain(plan.powersgd), "contract field 'powersgd'"),
-                                        {n: tuple(p.shape) for n, p in params.items()})
-        if start.manifest is not None:
-            load_compression_state(home, start.manifest["full_root"], rank, world, compressor)
-            if compressor.step != session.step:
-                raise ValueError(f"compression state of {start.manifest['full_root']} is at step "
-                                 f"{compressor.step}, the commit at step {session.step}")
-        session.engine.grad_reducer = PowerSGDSumReducer(compressor, world, traffic)
+    compressor = _gradient_reducer(plan, session, start, rank, world, traffic)
     until, every, schedule_lr = plan.until, plan.commit_every, lr_schedule(terms)
     start_step, setup_seconds = session.step, time.perf_counter() - t_setup
     updates: list[UpdateRow] = []
