@@ -1,5 +1,6 @@
 """The AdamW step that writes the weight cache's copies (kit/train/adam_cache.py, EngineConfig.adam_writes_cache) on
 CPU: its copies are exactly the masters rounded to bf16 after every update (what `WeightCache.refresh` would write),
+the pass compiled by inductor and eager (the engine runs it eagerly on a CPU, compiled on CUDA),
 its AdamW is the foreach path's within FP32 rounding, and a skipped step (found_inf) leaves masters, moments and
 copies untouched bit for bit. The lever is on by default on CUDA only (runs/bench-update-adam-cache-2026-12-06).
 

@@ -10,7 +10,7 @@ The decision to know: this is not torch's fused kernel. It computes the same Ada
 the same order: decay, lerp of the first moment, the second moment, sqrt / bias correction + eps, addcdiv) but
 inductor's generated code need not round like `_fused_adamw_`, so with the lever on a GPU run's bits differ from the
 same run with it off: a GPU lever like `compiled_loss`, "auto" (CUDA only: +2.6% tokens/s on one H100,
-docs/performance.md), never on the CPU by default ("on" runs it anywhere, which the CPU test does).
+docs/performance.md), never on the CPU by default ("on" runs it anywhere: eagerly on a CPU, where compiling buys nothing).
 A skipped step (a non-finite clip: `found_inf`) leaves masters, moments and copies untouched.
 """
 

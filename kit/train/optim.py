@@ -190,7 +190,8 @@ class ParamAdamW:
             adamw_and_cast(ps, [p.grad for p in ps], [self.state[n].exp_avg for n in cached],
                            [self.state[n].exp_avg_sq for n in cached], [copies[n] for n in cached], age=age,
                            lr=g.lr, beta1=g.beta1, beta2=g.beta2, eps=g.eps, weight_decay=g.weight_decay,
-                           factor=grad_factor if self.fused else 1.0, found_inf=found_inf if self.fused else None)
+                           factor=grad_factor if self.fused else 1.0, found_inf=found_inf if self.fused else None,
+                           compiled=ps[0].is_cuda)  # on a CPU ("on" there) inductor would only add compile time
         return [n for n in names if n not in copies]
 
     @staticmethod

@@ -196,7 +196,6 @@ SLOW_FILES = (
     "test_seed.py",  # ~57: builds the test-size seed
     "test_study.py",  # ~45: three arms in separate processes
     "test_worker_faults.py",  # ~45
-    "test_adam_writes_cache.py",  # ~45: CPU inductor compiles the AdamW pass
 )
 SLOW_TESTS = (
     # 3 workers against the oracle and the 1-worker run; the 1- and 2-worker test stays in `make test-fast`
