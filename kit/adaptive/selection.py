@@ -77,7 +77,7 @@ def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[AnyPreparedJob, 
     path = Path(prepared_dir) / PREPARED_FILE
     pj = load_prepared(prepared_dir)
     try:
-        return pj, job_contract(pj.to_json())
+        return pj, job_contract(pj)
     except ContractError as e:
         raise FinalRolesRefused(f"{path}: {e}") from None
 
