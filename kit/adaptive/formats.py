@@ -23,7 +23,7 @@ from typing import Any
 from kit.digest import load_json_strict, sha256_json
 from kit.evaluation.scoring import NllScore, TaskAnswer
 from kit.model.shard import Layout
-from kit.record import Either, MapOf, Omittable, OneOf, Opt, Record, Seq, spec_field
+from kit.record import BYTES, MAX_COUNT, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 from kit.store.manifest import Manifest
 
@@ -149,6 +149,18 @@ class LedgerRead(Record):
     digests: Counts = spec_field(MapOf(int), doc="exposed digests per kind")
     excluded_digests: ExcludedDigests = spec_field(ExcludedDigests)
     rule: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerSummary(Record):
+    """What a preparation read of the exposure ledger (kit.evidence.ledger.ledger_summary), read once by
+    `kit.adaptive.prepare.ledger_exposure`: prepared.json's `ledger` and `locations.ledger*` are built from it."""
+
+    path: str = spec_field(str, doc="the ledger, absolute")
+    sha256: str | None = spec_field(Opt(str), doc="null: no ledger yet")
+    size: int = spec_field(BYTES, doc="its bytes (0: absent)")
+    entries: int = spec_field(int)
+    digests: Counts = spec_field(MapOf(int), doc="exposed digests per kind")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -845,6 +857,25 @@ class GateResult(Record):
     passed: bool = spec_field(bool)
     inputs: Mapping[str, float] = spec_field(MapOf(float), doc="the numbers the rule compares")
     rule: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GainedLost(Record):
+    """Generated answers correct only for the candidate (gained), only for the baseline (lost), and the net
+    (kit.stats.gained_lost)."""
+
+    gained: int = spec_field(int)
+    lost: int = spec_field(int)
+    net: int = spec_field(Num(-MAX_COUNT, MAX_COUNT, integer=True), doc="gained - lost")
+
+
+def gained_lost_counts(value: Any) -> GainedLost:
+    return GainedLost.from_json(value, "gained and lost answers")
+
+
+def gate_results(values: Any) -> tuple[GateResult, ...]:
+    """The verdicts of kit.stats' gates (gate_gain, gate_retention, gate_generated) as declared rows."""
+    return tuple(GateResult.from_json(v, "gate verdict") for v in values)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
