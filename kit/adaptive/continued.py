@@ -50,8 +50,10 @@ from kit.adaptive.formats import (
     PairedScores,
     PreparedContract,
     PreparedJob,
+    PrepareSummary,
     Schedule,
     ScheduledRecord,
+    StartSummary,
     gained_lost_counts,
     gate_results,
     gate_verdict,
@@ -281,10 +283,10 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                                                     "prepared": prep.PREPARED_FILE}
         write_canonical_json(staging / prep.COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-    return {"out": str(out), "job_digest": job.job_digest, "prepared_sha256": prepared_sha,
-            "ledger_sha256": ledger_info.sha256,  # the exposure ledger as read (None: absent)
-            "contract_digest": contract.digest, "start": {"full_root": start.full_root, "gates": dict(start.gates),
-                                                          "gates_passed": start.gates_passed,
-                                                          "exploratory": start.exploratory},
-            "roles": {r: roles[r].count for r in ROLES}, "final_retention_excluded": dict(final_report.excluded),
-            "final_tasks_excluded": {"ledger": final_skipped}}
+    return PrepareSummary(out=str(out), job_digest=job.job_digest, prepared_sha256=prepared_sha,
+                          ledger_sha256=ledger_info.sha256,  # the exposure ledger as read (None: absent)
+                          contract_digest=contract.digest,
+                          start=StartSummary(full_root=start.full_root, gates=start.gates,
+                                             gates_passed=start.gates_passed, exploratory=start.exploratory),
+                          roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
+                          final_tasks_excluded={"ledger": final_skipped}).to_json()

@@ -284,6 +284,37 @@ def load_prepared(prepared_dir: str | os.PathLike) -> AnyPreparedJob:
     return prepared_job_from_json(load_json_strict(path), str(path))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartSummary(Record):
+    """A continued job's start endpoint, as `prepare_continued` reports it."""
+
+    full_root: str = spec_field(str)
+    gates: Mapping[str, bool] = spec_field(MapOf(bool))
+    gates_passed: bool = spec_field(bool)
+    exploratory: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrepareSummary(Record):
+    """What `kit adaptive prepare` and `kit continued prepare` return (and print): notebooks 10 and 15 record it
+    and hand it to the sidecars. An adaptive job's names its seed's digest, a continued job's its start."""
+
+    out: str = spec_field(str, doc="the prepared directory")
+    job_digest: str = spec_field(str)
+    prepared_sha256: str = spec_field(str)
+    ledger_sha256: str | None = spec_field(Omittable(Opt(str)), doc="the exposure ledger as read (null: absent)")
+    contract_digest: str = spec_field(str)
+    parameter_digest: str | None = spec_field(Omittable(str), doc="an adaptive job's seed")
+    start: StartSummary | None = spec_field(Omittable(StartSummary), doc="a continued job's start endpoint")
+    roles: Mapping[str, int] = spec_field(MapOf(int), doc="records per role")
+    final_retention_excluded: Mapping[str, int] = spec_field(MapOf(int))
+    final_tasks_excluded: Mapping[str, int] = spec_field(MapOf(int))
+
+
+def prepare_summary(value: dict | PrepareSummary, source: str = "prepare summary") -> PrepareSummary:
+    return value if isinstance(value, PrepareSummary) else PrepareSummary.from_json(value, source)
+
+
 # --- what the workers read of a prepared job: its files (every other field is the drivers') ---------------------
 
 
@@ -491,6 +522,19 @@ def _declared_only(value: Any, spec: Any) -> Any:
         fields = spec.json_fields()
         return {k: _declared_only(v, fields[k].metadata["spec"]) for k, v in value.items() if k in fields}
     return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationSplit(Record):
+    """The split of an evaluation record: what the gates check before anything else it holds."""
+
+    split: str = spec_field(str, doc='"dev" or "final"')
+
+
+def evaluation_split(evaluation: dict | PairedScores, source: str = "evaluation record") -> str:
+    if isinstance(evaluation, PairedScores):
+        return evaluation.split
+    return EvaluationSplit.from_json(_declared_only(evaluation, EvaluationSplit), source).split
 
 
 def paired_scores(evaluation: dict | PairedScores, source: str = "evaluation record") -> PairedScores:

@@ -39,6 +39,7 @@ from kit.adaptive.formats import (
     Locations,
     PreparedContract,
     PreparedJob,
+    PrepareSummary,
     PublicSource,
     ReplaySource,
     RoleFile,
@@ -503,11 +504,11 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             "schedule": SCHEDULE_FILE, "ownership": OWNERSHIP_FILE, "prepared": PREPARED_FILE}
         write_canonical_json(staging / COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-    return {"out": str(out), "job_digest": job.job_digest, "prepared_sha256": prepared_sha,
-            "ledger_sha256": ledger_info.sha256,  # the exposure ledger as read (None: absent)
-            "contract_digest": contract.digest, "parameter_digest": identity.parameter_digest,
-            "roles": {r: roles[r].count for r in ROLES}, "final_retention_excluded": dict(final_report.excluded),
-            "final_tasks_excluded": dict(task_report.excluded)}
+    return PrepareSummary(out=str(out), job_digest=job.job_digest, prepared_sha256=prepared_sha,
+                          ledger_sha256=ledger_info.sha256,  # the exposure ledger as read (None: absent)
+                          contract_digest=contract.digest, parameter_digest=identity.parameter_digest,
+                          roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
+                          final_tasks_excluded=task_report.excluded).to_json()
 
 
 # --- CLI ------------------------------------------------------------------------------------------
