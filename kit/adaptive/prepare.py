@@ -146,21 +146,22 @@ def _take(candidates, count: int, fits: _Fits, used: set[str], role: str,
           source: str) -> tuple[list, SelectionSkipped]:
     """The first `count` candidates that fit and whose content is not used yet; counts what was skipped."""
     taken: list = []
-    skipped = {"over_max_tokens": 0, "content_used": 0}
+    over_max_tokens = content_used = 0
     for conv in candidates:
         if len(taken) == count:
             break
         if conv.digest in used:
-            skipped["content_used"] += 1
+            content_used += 1
         elif not fits(conv):
-            skipped["over_max_tokens"] += 1
+            over_max_tokens += 1
         else:
             taken.append(conv)
             used.add(conv.digest)
+    skipped = SelectionSkipped(over_max_tokens=over_max_tokens, content_used=content_used)
     if len(taken) < count:
         raise PrepareError(f"{source}: only {len(taken)} usable conversations for role {role!r}, the contract needs "
-                           f"{count} (skipped: {skipped}; max_tokens = {fits.max_tokens})")
-    return taken, SelectionSkipped(over_max_tokens=skipped["over_max_tokens"], content_used=skipped["content_used"])
+                           f"{count} (skipped: {skipped.to_json()}; max_tokens = {fits.max_tokens})")
+    return taken, skipped
 
 
 def _check_out_dir(out: Path) -> None:
