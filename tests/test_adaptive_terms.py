@@ -11,6 +11,7 @@ import pytest
 
 from kit.adaptive.continued_schema import ContinuedJob, job_contract, load_continued_contract
 from kit.adaptive.evaluation import gates, nll_change_bounds
+from kit.adaptive.formats import AnyPreparedJob, ContinuedPreparedJob, Cursor, load_prepared
 from kit.adaptive.ownership import memory_model_of
 from kit.adaptive.schema import (
     AdaptiveContract,
@@ -27,16 +28,28 @@ TINY = REPO / "contracts/adaptive-shards.tiny.json"
 CONTINUED = REPO / "contracts/continued-learning.tiny.json"
 
 
-def _adaptive_job(path=TINY) -> dict:
-    """The prepared.json fields job_contract reads, for an adaptive job."""
-    c = load_adaptive_contract(path)
-    return {"contract": {"kind": "adaptive-shards", "digest": c.digest}, "locations": {"contract": str(path)}}
+DEMO_JOBS = REPO / "runs/demo-adaptive-select/files/prepared.json", REPO / "runs/demo-continued-select/files/prepared.json"
 
 
-def _continued_job() -> dict:
-    c = load_continued_contract(CONTINUED)
-    return {"contract": {"kind": "continued-learning", "digest": c.digest}, "locations": {"contract": str(CONTINUED)},
-            "start": {"cursor": {"step": 8, "cohort": 0, "cohort_step": 8}}, "seed": {"parameter_digest": "ab" * 32}}
+def _job(committed: Path, path: Path, digest: str, **fields) -> AnyPreparedJob:
+    """A committed prepared job of the kind, bound to the contract file at `path` (job_contract reads its
+    `contract.digest`, `locations.contract` and, for a continued job, `start.cursor` and `seed.parameter_digest`)."""
+    pj = load_prepared(committed.parent)
+    return dataclasses.replace(pj, contract=dataclasses.replace(pj.contract, digest=digest),
+                               locations=dataclasses.replace(pj.locations, contract=str(path)), **fields)
+
+
+def _adaptive_job(path=TINY) -> AnyPreparedJob:
+    """A prepared adaptive job of the tiny contract at `path`."""
+    return _job(DEMO_JOBS[0], path, load_adaptive_contract(path).digest)
+
+
+def _continued_job() -> AnyPreparedJob:
+    pj = load_prepared(DEMO_JOBS[1].parent)
+    assert isinstance(pj, ContinuedPreparedJob)
+    start = dataclasses.replace(pj.start, cursor=Cursor(step=8, cohort=0, cohort_step=8))
+    return _job(DEMO_JOBS[1], CONTINUED, load_continued_contract(CONTINUED).digest, start=start,
+                seed=dataclasses.replace(pj.seed, parameter_digest="ab" * 32))
 
 
 def test_adaptive_job_view_reads_attributes_and_cohorts_by_name():
@@ -119,3 +132,10 @@ def test_a_changed_contract_file_is_refused(tmp_path):
     edited.write_text(json.dumps(data))
     with pytest.raises(ContractError, match=r"contract digest [0-9a-f]{64}; prepared.json field 'contract.digest'"):
         job_contract(pj)
+
+
+def test_a_notebook_hands_over_the_file_s_json():
+    """Notebooks 13 and 16 pass prepared.json's JSON: read as its class, the same view as the object gives."""
+    pj = _continued_job()
+    assert job_contract(pj.to_json()) == job_contract(pj)
+    assert job_contract(_adaptive_job().to_json()) == job_contract(_adaptive_job())

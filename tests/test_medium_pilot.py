@@ -92,7 +92,7 @@ def test_drafts_leave_the_small_seeds_exclusion_set_unchanged(tmp_path):
     shutil.copytree(REPO / "contracts", without)
     for p in without.glob("*.medium*.json"):
         p.unlink()
-    digests = lambda sets: set().union(*(s["digests"] for s in sets.values()))
+    digests = lambda sets: set().union(*(s.digests for s in sets.values()))
     assert digests(forbidden_task_sets(REPO / "contracts")) == digests(forbidden_task_sets(without))
 
 

@@ -99,10 +99,11 @@ def test_study_replicate_is_scored_on_development_roles_without_touching_the_led
 # --- the growth pair's order and the final-role guard --------------------------------------------------
 def test_cohort_steps_of_replicate_zero_are_the_prepared_ones_and_the_guard_refuses_a_replicate(prepared,
                                                                                                  tmp_path):
-    from kit.adaptive.selection import FinalRolesRefused, open_final_roles, replicate_index
+    from kit.adaptive.selection import FinalRolesRefused, ModelPair, open_final_roles, replicate_index
     from kit.adaptive.train import cohort_steps
     from kit.digest import load_json_strict
     from kit.record import to_json
+    from kit.refs import CommitRef, SeedRef
 
     pj = load_json_strict(Path(prepared["out"]) / "prepared.json")
     committed = load_json_strict(Path(prepared["out"]) / pj["schedule"]["file"])["cohorts"]["B"]["steps"]
@@ -116,8 +117,7 @@ def test_cohort_steps_of_replicate_zero_are_the_prepared_ones_and_the_guard_refu
         {"commits": [{"full_root": root}], "replicate": {"index": 1}}))
     assert replicate_index(home, root) == 1 and replicate_index(home, "cd" * 32) == 0
     with pytest.raises(FinalRolesRefused, match="replicate 1"):
-        open_final_roles(tmp_path, None, [root], "test", models={"candidate": {"home": str(home), "root": root},
-                                                                 "baseline": {"seed_dir": "s"}})
+        open_final_roles(tmp_path, None, [root], "test", models=ModelPair(CommitRef(str(home), root), SeedRef("s")))
 
 
 # --- the committed plan, the campaign's steps, the adoption --------------------------------------------

@@ -106,7 +106,7 @@ def test_build_record_and_determinism(tmp_path):
     assert len(task_digests) == 200
     # what the record claims, checked on what was trained: no development or final task of any contract
     # (recomputed here), and no public record at or past the held-out range's end (final retention: 4000+)
-    forbidden = set().union(*(s["digests"] for s in small.forbidden_task_sets(ROOT / "contracts").values()))
+    forbidden = set().union(*(s.digests for s in small.forbidden_task_sets(ROOT / "contracts").values()))
     assert task_digests and not task_digests & forbidden
     public = [int(x["id"].rsplit(":", 1)[1]) for x in lines if x["id"].startswith("alpaca_5000:")]
     assert public and max(public) < rec["config"]["alpaca_train_stop"] <= 2048

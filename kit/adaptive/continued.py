@@ -46,12 +46,16 @@ from kit.adaptive.formats import (
     Cursor,
     FileDigest,
     FinalRetentionReport,
-    LedgerHead,
+    LedgerSummary,
     PairedScores,
     PreparedContract,
     PreparedJob,
+    PrepareSummary,
     Schedule,
     ScheduledRecord,
+    StartSummary,
+    gained_lost_counts,
+    gate_results,
     gate_verdict,
     paired_scores,
 )
@@ -66,7 +70,7 @@ from kit.adaptive.selection import (
 from kit.data.conversations import read_jsonl, write_jsonl
 from kit.data.tasks import generate_set
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
-from kit.evidence.ledger import ledger_head, tasks_excluding
+from kit.evidence.ledger import tasks_excluding
 from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import input_commitments
@@ -81,14 +85,14 @@ def continued_gates(evaluation: dict | PairedScores, terms: ContinuedTerms, expl
     if scores.split != "final":
         raise ValueError("gates apply to final evaluations only; development checks may only abort")
     gain, ret = bootstrap_uppers(scores, terms)
-    gl = gained_lost([x.cand_correct for x in scores.tasks], [x.base_correct for x in scores.tasks])
+    gl = gained_lost_counts(gained_lost([x.cand_correct for x in scores.tasks], [x.base_correct for x in scores.tasks]))
     need = terms.gates.generated_min_net_gained
-    generated = {"name": "generated", "passed": gl["gained"] - gl["lost"] >= need, "inputs": gl,
+    generated = {"name": "generated", "passed": gl.net >= need, "inputs": gl.to_json(),
                  "rule": f"primary: generated answers improve, gained - lost >= {need}"}
     verdicts = [generated, gate_retention(ret.upper, terms.gates.retention_upper_at_most)]
     return {"candidate": scores.candidate, "baseline": scores.baseline, "gain": gain.to_dict(),
-            "retention": ret.to_dict(), "generated": gl, "gates": verdicts,
-            "passed": all(v["passed"] for v in verdicts), "exploratory": exploratory,
+            "retention": ret.to_dict(), "generated": gl.to_json(), "gates": verdicts,
+            "passed": all(g.passed for g in gate_results(verdicts)), "exploratory": exploratory,
             "note": ("EXPLORATORY: started from a phase-A endpoint whose gates did not pass" if exploratory else
                      "started from a phase-A endpoint whose gates passed"),
             "accuracy": family_accuracy(scores)}
@@ -209,7 +213,8 @@ def _schedule(terms: ContinuedContract, records: dict, contract_digest: str) -> 
                                                                            steps=tuple(steps))}))
 
 
-def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: PreparedJob, public: Path, ledger_info: dict,
+def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: PreparedJob, public: Path,
+               ledger_info: LedgerSummary,
                start_evaluation, start_home) -> ContinuedLocations:
     """prepared.json's "locations": where each input was (not part of the job digest). The start endpoint's
     store is one of them: until 2026-12-03 its absolute path sat in `start.home`, inside the job digest,
@@ -217,7 +222,7 @@ def _locations(contract_path, seed_dir: Path, start_dir: Path, spj: PreparedJob,
     return ContinuedLocations(contract=str(Path(contract_path).absolute()), seed=str(seed_dir.absolute()),
                               start_home=str(Path(start_home).absolute()), start_prepared=str(start_dir.absolute()),
                               replay=spj.locations.replay, public_source=str(public.absolute()),
-                              ledger=ledger_info["path"], ledger_head=LedgerHead(**ledger_head(ledger_info)),
+                              ledger=ledger_info.path, ledger_head=prep.read_ledger_head(ledger_info),
                               start_evaluation=str(Path(start_evaluation).absolute()))
 
 
@@ -278,10 +283,10 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                                                                     "prepared": prep.PREPARED_FILE}
         write_canonical_json(staging / prep.COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-    return {"out": str(out), "job_digest": job.job_digest, "prepared_sha256": prepared_sha,
-            "ledger_sha256": ledger_info["sha256"],  # the exposure ledger as read (None: absent)
-            "contract_digest": contract.digest, "start": {"full_root": start.full_root, "gates": dict(start.gates),
-                                                          "gates_passed": start.gates_passed,
-                                                          "exploratory": start.exploratory},
-            "roles": {r: roles[r].count for r in ROLES}, "final_retention_excluded": dict(final_report.excluded),
-            "final_tasks_excluded": {"ledger": final_skipped}}
+    return PrepareSummary(out=str(out), job_digest=job.job_digest, prepared_sha256=prepared_sha,
+                          ledger_sha256=ledger_info.sha256,  # the exposure ledger as read (None: absent)
+                          contract_digest=contract.digest,
+                          start=StartSummary(full_root=start.full_root, gates=start.gates,
+                                             gates_passed=start.gates_passed, exploratory=start.exploratory),
+                          roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
+                          final_tasks_excluded={"ledger": final_skipped}).to_json()

@@ -11,6 +11,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kit.adaptive.formats import (
+    PREPARED_FILE,
+    AnyPreparedJob,
+    ContinuedPreparedJob,
+    PreparedJob,
+    prepared_job_from_json,
+)
 from kit.adaptive.schema import (
     AdaptiveContract,
     AdaptiveJob,
@@ -210,24 +217,25 @@ def _check_prepared_digest(contract: Contract, expected: str) -> None:
                             f"'contract.digest' expects {expected}")
 
 
-def job_contract(pj: dict) -> JobTerms:
+def job_contract(pj: AnyPreparedJob | dict) -> JobTerms:
     """The contract of a prepared job (adaptive or continued), as one typed view for the drivers
     (`AdaptiveJob` or `ContinuedJob`: attributes, frozen): the contract's fields plus `cohort_order` (the cohort a
     cohort continues precedes it), `endpoints`, `growth.add_blocks`, `seed.parameter_digest`, and for a
-    continued job `start_step`. The contract file must still have the digest prepared.json records."""
-    recorded, location = pj["contract"], pj["locations"]["contract"]  # prepared.json's contract kind and digest
-    expected = recorded["digest"]
-    if recorded.get("kind") != KIND:
+    continued job `start_step`. The contract file must still have the digest prepared.json records. `pj` is the
+    job `load_prepared` read; a notebook may hand over prepared.json's JSON, read here as that class."""
+    job = pj if isinstance(pj, (PreparedJob, ContinuedPreparedJob)) else prepared_job_from_json(pj, PREPARED_FILE)
+    location, expected = job.locations.contract, job.contract.digest  # prepared.json's contract file and digest
+    if not isinstance(job, ContinuedPreparedJob) or job.contract.kind != KIND:
         adaptive = load_adaptive_contract(location)
         _check_prepared_digest(adaptive, expected)
         return adaptive_job_terms(adaptive.data)
     contract = load_continued_contract(location)
     _check_prepared_digest(contract, expected)
-    c = contract.terms
+    c, cursor = contract.terms, job.start.cursor
     view = {**contract.data, "cohort_order": ["A", COHORT],
-            "endpoints": {"A": pj["start"]["cursor"]["cohort_step"], COHORT: c.cohort.updates},
+            "endpoints": {"A": cursor.cohort_step, COHORT: c.cohort.updates},
             "growth": {"add_blocks": 0, "cohort": None},
             "cohorts": {COHORT: {"documents_per_update": c.cohort.documents_per_update, "updates": c.cohort.updates}},
-            "seed": {"parameter_digest": pj["seed"]["parameter_digest"], "description": "the start job's seed"},
-            "start_step": pj["start"]["cursor"]["step"]}
+            "seed": {"parameter_digest": job.seed.parameter_digest, "description": "the start job's seed"},
+            "start_step": cursor.step}
     return build(view, ContinuedJob)

@@ -38,6 +38,7 @@ from kit.adaptive.formats import (
 from kit.data.chat import load_tokenizer
 from kit.digest import write_canonical_json
 from kit.evaluation.scoring import NllScore
+from kit.refs import CommitRef
 from kit.stats import accuracy_by_family
 from kit.store.commits import read_manifest
 
@@ -59,10 +60,10 @@ class CurveHead:
 
 def _point(arm: str, spec: str) -> CurveHead:
     """'seed:DIR' or 'HOME:FULL_ROOT' -> its head, from the commit's cursor (the seed: step 0, no cohort)."""
-    kw, _ = model_spec(spec)
-    if "seed_dir" in kw:
+    model, _ = model_spec(spec)
+    if not isinstance(model, CommitRef):
         return CurveHead(arm, spec, 0, None, 0)
-    cursor = commit_cursor(read_manifest(kw["home"], kw["root"]))
+    cursor = commit_cursor(read_manifest(model.home, model.root))
     cohort = None if cursor.cohort is None else COHORT_NAMES[cursor.cohort]
     return CurveHead(arm, spec, cursor.step, cohort, cursor.steps_in_cohort)
 
@@ -88,8 +89,8 @@ def dev_curve(prepared_dir: str | os.PathLike, lineages: dict[str, list[str]], o
     rows = []
     for heads in points.values():
         for h in heads:
-            kw, ident = model_spec(h.model)
-            s = cached_scores(kw, ident, tok, data, role_sha, max_tokens, max_new_tokens, cache, device)
+            model, ident = model_spec(h.model)
+            s = cached_scores(model, ident, tok, data, role_sha, max_tokens, max_new_tokens, cache, device)
             table = accuracy_by_family([{"family": a.family, "correct": a.correct} for a in s.answers])
             accuracy = {str(r.family): FamilyAccuracy(n=int(r.n), correct=int(r.correct), accuracy=float(r.accuracy))
                         for r in table.itertuples(index=False)}

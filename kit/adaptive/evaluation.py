@@ -28,12 +28,13 @@ from kit.adaptive.formats import (
     ScoreCache,
     ScoredTask,
     TaskPair,
+    gate_results,
     load_job_files,
     load_prepared,
     paired_scores,
 )
 from kit.adaptive.schema import AdaptiveContract
-from kit.adaptive.selection import EVALUATIONS_LOG, _log, guard_ledger, open_final_roles
+from kit.adaptive.selection import EVALUATIONS_LOG, ModelPair, _log, guard_ledger, open_final_roles
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import Conversation, read_jsonl
 from kit.digest import load_json_strict, sha256_file, sha256_json, write_canonical_json
@@ -42,6 +43,7 @@ from kit.evidence.ledger import record_exposures
 from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
 from kit.paths import inside
+from kit.refs import CommitRef, SeedRef
 from kit.stats import (
     accuracy_by_family,
     gained_lost,
@@ -78,14 +80,21 @@ def role_file(prepared_dir: Path, role: str) -> tuple[Path, str]:
     return inside(prepared_dir, info.file, f"{prepared_dir / 'prepared.json'} field 'roles.{role}.file'"), info.sha256
 
 
-def model_spec(spec: str):
-    """'seed:DIR' or 'HOME:ROOT' -> kwargs of kit.evaluation.scoring.load_model, plus an identity string."""
+def model_spec(spec: str) -> tuple[SeedRef | CommitRef, str]:
+    """'seed:DIR' or 'HOME:ROOT' -> the model (a seed directory or a commit), plus an identity string."""
     if spec.startswith("seed:"):
-        return {"seed_dir": spec[5:]}, spec
+        return SeedRef(spec[5:]), spec
     home, _, root = spec.rpartition(":")
     if not home or len(root) != 64:
         raise ValueError(f"model {spec!r}: expected 'seed:DIR' or 'HOME:FULL_ROOT'")
-    return {"home": home, "root": root}, root
+    return CommitRef(home, root), root
+
+
+def load_scored_model(model: SeedRef | CommitRef, device: str = "cpu"):
+    """kit.evaluation.scoring.load_model of a seed directory or a commit."""
+    if isinstance(model, SeedRef):
+        return load_model(seed_dir=model.seed_dir, device=device)
+    return load_model(home=model.home, root=model.root, device=device)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,16 +122,16 @@ def evaluate(request: EvaluateRequest) -> dict:
     candidate, baseline, selection = request.candidate, request.baseline, request.selection
     if split not in ("dev", "final"):
         raise ValueError(f"split {split!r}; expected 'dev' or 'final'")
-    cand_kw, cand_id = model_spec(candidate)
-    base_kw, base_id = model_spec(baseline)
+    cand_model, cand_id = model_spec(candidate)
+    base_model, base_id = model_spec(baseline)
     roles = DEV_ROLES if split == "dev" else FINAL_ROLES
     if split == "final":  # the pair must be one the selection record binds, before any final byte is read
         open_final_roles(prepared_dir, selection, [cand_id] if not cand_id.startswith("seed:") else [],
                          purpose=f"final scoring of {cand_id} against {base_id}",
-                         models={"candidate": cand_kw, "baseline": base_kw})
+                         models=ModelPair(cand_model, base_model))
 
     record_materials("prepared", "file", [sha256_file(prepared_dir / "prepared.json")])
-    record_materials("scored", "commit", [kw["root"] for kw in (cand_kw, base_kw) if "root" in kw])
+    record_materials("scored", "commit", [m.root for m in (cand_model, base_model) if isinstance(m, CommitRef)])
     tok = load_tokenizer(request.tokenizer_dir)
     data, role_sha256 = read_roles(prepared_dir, roles)
     if split == "final":
@@ -130,12 +139,9 @@ def evaluate(request: EvaluateRequest) -> dict:
         record_exposures(data.tasks, data.retention, pj.contract.digest, pj.job_digest,
                          f"final scoring of {cand_id} against {base_id}",
                          path=guard_ledger(prepared_dir, pj))  # the ledger the job is bound to
-    per_model = {}
     cache = Path(out).parent / "score-cache"
-    for name, kw, ident in (("candidate", cand_kw, cand_id), ("baseline", base_kw, base_id)):
-        per_model[name] = cached_scores(kw, ident, tok, data, role_sha256, request.max_tokens,
-                                        request.max_new_tokens, cache, device)
-    c, b = per_model["candidate"], per_model["baseline"]
+    c, b = (cached_scores(model, ident, tok, data, role_sha256, request.max_tokens, request.max_new_tokens, cache,
+                          device) for model, ident in ((cand_model, cand_id), (base_model, base_id)))
     record = EvaluationRecord(
         split=split, candidate=cand_id, baseline=base_id, roles=roles, role_sha256=role_sha256,
         tasks=tuple(ScoredTask(id=x.id, family=x.family, tokens=x.tokens, cand_nll=x.nll_sum, base_nll=y.nll_sum,
@@ -153,18 +159,18 @@ def evaluate(request: EvaluateRequest) -> dict:
     return result
 
 
-def cached_scores(kw: dict, ident: str, tok, data: RoleData, role_sha: RolePair, max_tokens: int, max_new_tokens: int,
+def cached_scores(model_ref: SeedRef | CommitRef, ident: str, tok, data: RoleData, role_sha: RolePair, max_tokens: int, max_new_tokens: int,
                   cache: Path, device: str = "cpu") -> ScoreCache:
     """A model's scores on the roles, cached by (weights identity, role file digests, settings): scoring
     is a deterministic function of those, and each endpoint is a candidate once and a baseline once."""
-    weights = parameter_digest(kw["seed_dir"]) if "seed_dir" in kw else ident
+    weights = parameter_digest(model_ref.seed_dir) if isinstance(model_ref, SeedRef) else ident
     key = sha256_json(["kit-adaptive-scores/1", weights, role_sha.to_json(), max_tokens, max_new_tokens]
                       + ([] if device == "cpu" else [device]))
     path = cache / f"{key}.json"
     if path.exists():
         return ScoreCache.from_json(load_json_strict(path), str(path))
 
-    model = load_model(**kw, device=device)
+    model = load_scored_model(model_ref, device)
     nll_batch, answer_batch = eval_batch_sizes(device)
     tasks, retention = data.tasks, data.retention
     scores = ScoreCache(task_nll=tuple(nll_scores(model, tok, tasks, max_tokens, batch_size=nll_batch)),
@@ -206,7 +212,7 @@ def gates(evaluation: dict | PairedScores, terms: AdaptiveContract) -> dict:
     return {
         "candidate": scores.candidate, "baseline": scores.baseline,
         "gain": gain.to_dict(), "retention": ret.to_dict(), "generated": gl,
-        "gates": verdicts, "passed": all(v["passed"] for v in verdicts),
+        "gates": verdicts, "passed": all(g.passed for g in gate_results(verdicts)),
         "accuracy": family_accuracy(scores),
     }
 

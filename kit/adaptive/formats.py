@@ -23,7 +23,7 @@ from typing import Any
 from kit.digest import load_json_strict, sha256_json
 from kit.evaluation.scoring import NllScore, TaskAnswer
 from kit.model.shard import Layout
-from kit.record import Either, MapOf, Omittable, OneOf, Opt, Record, Seq, spec_field
+from kit.record import BYTES, MAX_COUNT, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 from kit.store.manifest import Manifest
 
@@ -152,6 +152,18 @@ class LedgerRead(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerSummary(Record):
+    """What a preparation read of the exposure ledger (kit.evidence.ledger.ledger_summary), read once by
+    `kit.adaptive.prepare.ledger_exposure`: prepared.json's `ledger` and `locations.ledger*` are built from it."""
+
+    path: str = spec_field(str, doc="the ledger, absolute")
+    sha256: str | None = spec_field(Opt(str), doc="null: no ledger yet")
+    size: int = spec_field(BYTES, doc="its bytes (0: absent)")
+    entries: int = spec_field(int)
+    digests: Counts = spec_field(MapOf(int), doc="exposed digests per kind")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LedgerHead(Record):
     size: int = spec_field(int, doc="bytes of the ledger as read (0: absent)")
     sha256: str = spec_field(str)
@@ -270,6 +282,37 @@ def load_prepared(prepared_dir: str | os.PathLike) -> AnyPreparedJob:
     """`prepared_dir`/prepared.json, read once and checked against its declared class."""
     path = Path(prepared_dir) / PREPARED_FILE
     return prepared_job_from_json(load_json_strict(path), str(path))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartSummary(Record):
+    """A continued job's start endpoint, as `prepare_continued` reports it."""
+
+    full_root: str = spec_field(str)
+    gates: Mapping[str, bool] = spec_field(MapOf(bool))
+    gates_passed: bool = spec_field(bool)
+    exploratory: bool = spec_field(bool)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrepareSummary(Record):
+    """What `kit adaptive prepare` and `kit continued prepare` return (and print): notebooks 10 and 15 record it
+    and hand it to the sidecars. An adaptive job's names its seed's digest, a continued job's its start."""
+
+    out: str = spec_field(str, doc="the prepared directory")
+    job_digest: str = spec_field(str)
+    prepared_sha256: str = spec_field(str)
+    ledger_sha256: str | None = spec_field(Omittable(Opt(str)), doc="the exposure ledger as read (null: absent)")
+    contract_digest: str = spec_field(str)
+    parameter_digest: str | None = spec_field(Omittable(str), doc="an adaptive job's seed")
+    start: StartSummary | None = spec_field(Omittable(StartSummary), doc="a continued job's start endpoint")
+    roles: Mapping[str, int] = spec_field(MapOf(int), doc="records per role")
+    final_retention_excluded: Mapping[str, int] = spec_field(MapOf(int))
+    final_tasks_excluded: Mapping[str, int] = spec_field(MapOf(int))
+
+
+def prepare_summary(value: dict | PrepareSummary, source: str = "prepare summary") -> PrepareSummary:
+    return value if isinstance(value, PrepareSummary) else PrepareSummary.from_json(value, source)
 
 
 # --- what the workers read of a prepared job: its files (every other field is the drivers') ---------------------
@@ -479,6 +522,19 @@ def _declared_only(value: Any, spec: Any) -> Any:
         fields = spec.json_fields()
         return {k: _declared_only(v, fields[k].metadata["spec"]) for k, v in value.items() if k in fields}
     return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationSplit(Record):
+    """The split of an evaluation record: what the gates check before anything else it holds."""
+
+    split: str = spec_field(str, doc='"dev" or "final"')
+
+
+def evaluation_split(evaluation: dict | PairedScores, source: str = "evaluation record") -> str:
+    if isinstance(evaluation, PairedScores):
+        return evaluation.split
+    return EvaluationSplit.from_json(_declared_only(evaluation, EvaluationSplit), source).split
 
 
 def paired_scores(evaluation: dict | PairedScores, source: str = "evaluation record") -> PairedScores:
@@ -845,6 +901,25 @@ class GateResult(Record):
     passed: bool = spec_field(bool)
     inputs: Mapping[str, float] = spec_field(MapOf(float), doc="the numbers the rule compares")
     rule: str = spec_field(str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GainedLost(Record):
+    """Generated answers correct only for the candidate (gained), only for the baseline (lost), and the net
+    (kit.stats.gained_lost)."""
+
+    gained: int = spec_field(int)
+    lost: int = spec_field(int)
+    net: int = spec_field(Num(-MAX_COUNT, MAX_COUNT, integer=True), doc="gained - lost")
+
+
+def gained_lost_counts(value: Any) -> GainedLost:
+    return GainedLost.from_json(value, "gained and lost answers")
+
+
+def gate_results(values: Any) -> tuple[GateResult, ...]:
+    """The verdicts of kit.stats' gates (gate_gain, gate_retention, gate_generated) as declared rows."""
+    return tuple(GateResult.from_json(v, "gate verdict") for v in values)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

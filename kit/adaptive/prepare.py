@@ -35,9 +35,11 @@ from kit.adaptive.formats import (
     FinalTasksReport,
     LedgerHead,
     LedgerRead,
+    LedgerSummary,
     Locations,
     PreparedContract,
     PreparedJob,
+    PrepareSummary,
     PublicSource,
     ReplaySource,
     RoleFile,
@@ -144,21 +146,22 @@ def _take(candidates, count: int, fits: _Fits, used: set[str], role: str,
           source: str) -> tuple[list, SelectionSkipped]:
     """The first `count` candidates that fit and whose content is not used yet; counts what was skipped."""
     taken: list = []
-    skipped = {"over_max_tokens": 0, "content_used": 0}
+    over_max_tokens = content_used = 0
     for conv in candidates:
         if len(taken) == count:
             break
         if conv.digest in used:
-            skipped["content_used"] += 1
+            content_used += 1
         elif not fits(conv):
-            skipped["over_max_tokens"] += 1
+            over_max_tokens += 1
         else:
             taken.append(conv)
             used.add(conv.digest)
+    skipped = SelectionSkipped(over_max_tokens=over_max_tokens, content_used=content_used)
     if len(taken) < count:
         raise PrepareError(f"{source}: only {len(taken)} usable conversations for role {role!r}, the contract needs "
-                           f"{count} (skipped: {skipped}; max_tokens = {fits.max_tokens})")
-    return taken, SelectionSkipped(over_max_tokens=skipped["over_max_tokens"], content_used=skipped["content_used"])
+                           f"{count} (skipped: {skipped.to_json()}; max_tokens = {fits.max_tokens})")
+    return taken, skipped
 
 
 def _check_out_dir(out: Path) -> None:
@@ -384,12 +387,13 @@ def _replay_pool(terms: AdaptiveContract, replay_path: Path, dev_path: Path | No
     return trained, seed_task_digests, pool
 
 
-def ledger_exposure(ledger, contract_digest: str, scope: Path) -> tuple[Path, dict, frozenset[str], frozenset[str]]:
+def ledger_exposure(ledger, contract_digest: str,
+                    scope: Path) -> tuple[Path, LedgerSummary, frozenset[str], frozenset[str]]:
     """(the ledger, its summary, task digests, conversation digests) exposed under any other contract: a
     later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself.
     `ledger` None: ledger_path(scope), the ledger scoped to the job being prepared into `scope`."""
     ledger = Path(ledger) if ledger is not None else ledger_path(scope)
-    return (ledger, ledger_summary(ledger), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
+    return (ledger, LedgerSummary.from_json(ledger_summary(ledger), f"{ledger}: the ledger's summary"), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
             frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract_digest)))
 
 
@@ -421,12 +425,16 @@ def _select_roles(terms: AdaptiveContract, seed_dir: Path, pool: list, seed_task
     return records, task_report, final_report, skipped
 
 
-def ledger_record(ledger_info: dict, exposed_tasks: frozenset, exposed_convs: frozenset) -> LedgerRead:
+def ledger_record(ledger_info: LedgerSummary, exposed_tasks: frozenset, exposed_convs: frozenset) -> LedgerRead:
     """prepared.json's "ledger": which ledger the exclusions read, and how many digests it excluded."""
-    return LedgerRead(sha256=ledger_info["sha256"], entries=ledger_info["entries"],
-                      digests=types.MappingProxyType(dict(ledger_info["digests"])),
+    return LedgerRead(sha256=ledger_info.sha256, entries=ledger_info.entries, digests=ledger_info.digests,
                       excluded_digests=ExcludedDigests(tasks=len(exposed_tasks), conversations=len(exposed_convs)),
                       rule="every digest exposed under another contract")
+
+
+def read_ledger_head(info: LedgerSummary) -> LedgerHead:
+    """prepared.json's `locations.ledger_head` of the ledger a preparation read (kit.evidence.ledger.ledger_head)."""
+    return LedgerHead.from_json(ledger_head(info.to_json()), f"{info.path}: the ledger's head")
 
 
 def seed_inputs(seed_dir: Path) -> dict[str, Path]:
@@ -487,8 +495,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             locations=Locations(contract=str(Path(contract_path).absolute()), seed=str(seed_dir.absolute()),
                                 replay=str(replay_path.absolute()), public_source=str(public.absolute()),
                                 dev_retention=str(dev_path.absolute()) if dev_path else None,
-                                ledger=ledger_info["path"],
-                                ledger_head=LedgerHead(**ledger_head(ledger_info))),
+                                ledger=ledger_info.path, ledger_head=read_ledger_head(ledger_info)),
             created_at=datetime.now(UTC).isoformat(timespec="seconds"))
         job = dataclasses.replace(job, job_digest=job.identity_digest())
         prepared_sha = write_canonical_json(staging / PREPARED_FILE, job.to_json())
@@ -498,11 +505,11 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
             "schedule": SCHEDULE_FILE, "ownership": OWNERSHIP_FILE, "prepared": PREPARED_FILE}
         write_canonical_json(staging / COMMITMENTS_FILE,
                              input_commitments(contract_path, contract.digest, inputs, staging, written))
-    return {"out": str(out), "job_digest": job.job_digest, "prepared_sha256": prepared_sha,
-            "ledger_sha256": ledger_info["sha256"],  # the exposure ledger as read (None: absent)
-            "contract_digest": contract.digest, "parameter_digest": identity.parameter_digest,
-            "roles": {r: roles[r].count for r in ROLES}, "final_retention_excluded": dict(final_report.excluded),
-            "final_tasks_excluded": dict(task_report.excluded)}
+    return PrepareSummary(out=str(out), job_digest=job.job_digest, prepared_sha256=prepared_sha,
+                          ledger_sha256=ledger_info.sha256,  # the exposure ledger as read (None: absent)
+                          contract_digest=contract.digest, parameter_digest=identity.parameter_digest,
+                          roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
+                          final_tasks_excluded=task_report.excluded).to_json()
 
 
 # --- CLI ------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -56,6 +57,7 @@ from kit.digest import (
 from kit.evidence.ledger import LedgerError, append_guard_event, bound_guard_ledger, chain_events
 from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
+from kit.refs import CommitRef, SeedRef
 from kit.store.commits import read_manifest
 from kit.store.manifest import Manifest
 
@@ -71,13 +73,22 @@ class FinalRolesRefused(PermissionError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class ModelPair:
+    """The pair `evaluate` scores, as it asks the final-role guard to open final roles for it: each model a
+    seed directory or a commit of a store (kit.adaptive.evaluation.model_spec)."""
+
+    candidate: SeedRef | CommitRef
+    baseline: SeedRef | CommitRef
+
+
 def prepared_contract(prepared_dir: str | os.PathLike) -> tuple[AnyPreparedJob, Any]:
     """(prepared.json, the job's contract view: `job_contract`) of a prepared job; the contract file must
     still have the digest prepared.json records (else FinalRolesRefused naming both)."""
     path = Path(prepared_dir) / PREPARED_FILE
     pj = load_prepared(prepared_dir)
     try:
-        return pj, job_contract(pj.to_json())
+        return pj, job_contract(pj)
     except ContractError as e:
         raise FinalRolesRefused(f"{path}: {e}") from None
 
@@ -230,20 +241,20 @@ def replicate_index(home: str | os.PathLike, root: str) -> int:
 
 
 def open_final_roles(prepared_dir: str | os.PathLike, selection_path: str | os.PathLike | None,
-                     roots: list[str], purpose: str, models: dict | None = None) -> SelectionRecord:
+                     roots: list[str], purpose: str, models: ModelPair | None = None) -> SelectionRecord:
     """Allow reading final roles for `roots`, or raise FinalRolesRefused; logged either way.
 
-    models (what `evaluate` passes): {"candidate": M, "baseline": M} with M = {"home", "root"} or
-    {"seed_dir"}; the pair must be one the record binds (see the module docstring)."""
+    models (what `evaluate` passes): the candidate and the baseline, each a commit or a seed; the pair must be
+    one the record binds (see the module docstring)."""
     prepared_dir = Path(prepared_dir)
     entry = {"purpose": purpose, "roots": sorted(roots), "selection": str(selection_path) if selection_path else None}
     if models is not None:
-        entry["baseline"] = models["baseline"].get("root") or f"seed:{models['baseline'].get('seed_dir')}"
+        entry["baseline"] = _model_name(models.baseline)
     try:
-        candidate = (models or {}).get("candidate") or {}
-        if candidate.get("home") and replicate_index(candidate["home"], candidate["root"]):
-            raise FinalRolesRefused(f"{candidate['home']}: commit {candidate['root']} was trained as replicate "
-                                    f"{replicate_index(candidate['home'], candidate['root'])}; a replicate is "
+        candidate = models.candidate if models is not None else None
+        if isinstance(candidate, CommitRef) and replicate_index(candidate.home, candidate.root):
+            raise FinalRolesRefused(f"{candidate.home}: commit {candidate.root} was trained as replicate "
+                                    f"{replicate_index(candidate.home, candidate.root)}; a replicate is "
                                     "scored on development roles only, never on final roles")
         if selection_path is None or not Path(selection_path).exists():
             raise FinalRolesRefused(f"{prepared_dir}: final roles need a selection record (kit adaptive select)")
@@ -299,19 +310,25 @@ def _check_chain(prepared_dir: Path, source: str, actual: str) -> None:
                                 f"({ledger}); another selection after scoring is refused")
 
 
-def _check_models(prepared_dir: Path, record: SelectionRecord, models: dict, source: str) -> None:
+def _model_name(model: SeedRef | CommitRef) -> str:
+    """A model as the access log names it: its full root, or seed:DIR."""
+    return model.root if isinstance(model, CommitRef) else f"seed:{model.seed_dir}"
+
+
+def _check_models(prepared_dir: Path, record: SelectionRecord, models: ModelPair, source: str) -> None:
     """The evaluated pair is a bound (candidate, baseline): see the module docstring."""
-    cand, base = models["candidate"], models["baseline"]
-    if "root" not in cand:
-        raise FinalRolesRefused(f"{source}: candidate seed:{cand.get('seed_dir')} on final roles; a candidate must be "
+    cand, base = models.candidate, models.baseline
+    base_root = base.root if isinstance(base, CommitRef) else None
+    if not isinstance(cand, CommitRef):
+        raise FinalRolesRefused(f"{source}: candidate seed:{cand.seed_dir} on final roles; a candidate must be "
                                 "a committed endpoint bound by field 'candidates' (HOME:FULL_ROOT)")
-    names = [n for n, c in record.candidates.items() if c.full_root == cand["root"]]
+    names = [n for n, c in record.candidates.items() if c.full_root == cand.root]
     if not names:
-        raise FinalRolesRefused(f"{source}: candidate {cand['root']} is not bound by the selection record "
+        raise FinalRolesRefused(f"{source}: candidate {cand.root} is not bound by the selection record "
                                 "(field 'candidates')")
     pj, terms = prepared_contract(prepared_dir)
     name = names[0]
-    check_endpoint(read_manifest(cand["home"], cand["root"]), name, pj, terms, f"{cand['home']}:{cand['root']}")
+    check_endpoint(read_manifest(cand.home, cand.root), name, pj, terms, f"{cand.home}:{cand.root}")
     bound = record.candidates[name].baseline  # present: the record's class requires it
     want_base = terms.comparisons[name].baseline
     if isinstance(bound, SeedBaseline) != (want_base == "seed") or \
@@ -320,17 +337,17 @@ def _check_models(prepared_dir: Path, record: SelectionRecord, models: dict, sou
                                 f"comparisons.{name}.baseline is {want_base!r}")
     if isinstance(bound, SeedBaseline):
         digest, where = seed_digest(pj, terms)
-        if "seed_dir" not in base:
-            raise FinalRolesRefused(f"{source}: baseline {base.get('root')} for candidate {name!r}; field "
+        if not isinstance(base, SeedRef):
+            raise FinalRolesRefused(f"{source}: baseline {base_root} for candidate {name!r}; field "
                                     f"'candidates.{name}.baseline' binds the seed (seed:DIR with parameter digest "
                                     f"{digest})")
-        actual = parameter_digest(base["seed_dir"])
+        actual = parameter_digest(base.seed_dir)
         if actual != digest or bound.parameter_digest != digest:
-            raise FinalRolesRefused(f"{base['seed_dir']}: parameter digest {actual}; a seed:DIR baseline on final roles "
+            raise FinalRolesRefused(f"{base.seed_dir}: parameter digest {actual}; a seed:DIR baseline on final roles "
                                     f"must have the {where} = {digest} (an exported commit or another directory is "
                                     "not the seed)")
     else:
-        if base.get("root") != bound.full_root:
-            raise FinalRolesRefused(f"{source}: baseline {base.get('root') or 'seed:' + str(base.get('seed_dir'))} "
+        if base_root != bound.full_root:
+            raise FinalRolesRefused(f"{source}: baseline {_model_name(base)} "
                                     f"for candidate {name!r}; field 'candidates.{name}.baseline.full_root' binds "
                                     f"{bound.full_root} (the {want_base!r} endpoint)")

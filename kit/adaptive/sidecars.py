@@ -23,12 +23,15 @@ from kit.adaptive.formats import (
     MadeCommit,
     PairedScores,
     PreparedJob,
+    PrepareSummary,
     SelectionRecord,
     answered_tasks,
+    evaluation_split,
     gate_verdict,
     load_attempt,
     load_ownership,
     paired_scores,
+    prepare_summary,
     prepared_job_from_json,
     timed_update,
 )
@@ -42,18 +45,19 @@ COMMIT_COLUMNS = ["cohort", "cohort_step", "step", "full_root", "learned_state_r
 
 
 # --- a prepared job (notebooks 10 and 15) -----------------------------------------------------
-PREPARED_FIELDS = ("out", "contract_digest", "job_digest", "prepared_sha256", "parameter_digest",
-                   "final_retention_excluded", "final_tasks_excluded")
-
-
-def roles_table(summary: dict) -> dict:
+def roles_table(summary: dict | PrepareSummary) -> dict:
     """The `prepared_roles` sidecar: {"columns": ["role", "records"], "rows"} of a prepare summary."""
-    return {"columns": ["role", "records"], "rows": [[r, n] for r, n in summary["roles"].items()]}
+    return {"columns": ["role", "records"], "rows": [[r, n] for r, n in prepare_summary(summary).roles.items()]}
 
 
-def prepare_sidecars(summary: dict) -> dict:
+def prepare_sidecars(summary: dict | PrepareSummary) -> dict:
     """{"prepared": the digests and exclusions of prepare()'s summary, "prepared_roles": its role sizes}."""
-    return {"prepared": {k: summary[k] for k in PREPARED_FIELDS}, "prepared_roles": roles_table(summary)}
+    s = prepare_summary(summary)
+    return {"prepared": {"out": s.out, "contract_digest": s.contract_digest, "job_digest": s.job_digest,
+                         "prepared_sha256": s.prepared_sha256, "parameter_digest": s.parameter_digest,
+                         "final_retention_excluded": to_json(s.final_retention_excluded),
+                         "final_tasks_excluded": to_json(s.final_tasks_excluded)},
+            "prepared_roles": roles_table(s)}
 
 
 def ownership_rows(prepared_dir: str) -> list[dict]:
@@ -67,16 +71,19 @@ def ownership_rows(prepared_dir: str) -> list[dict]:
             for lay in ownership.layouts for w in lay.per_worker]
 
 
-def continued_prepare_sidecars(summary: dict) -> dict:
+def continued_prepare_sidecars(summary: dict | PrepareSummary) -> dict:
     """{"start_endpoint" (with the note that says whether the start was exploratory), "exclusions",
     "prepared_roles"} of prepare_continued()'s summary."""
-    start = summary["start"]
-    note = ("EXPLORATORY: the start endpoint's gates did not pass" if start["exploratory"]
+    s = prepare_summary(summary)
+    start = s.start
+    if start is None:
+        raise ValueError("prepare summary: no field 'start'; expected the summary of kit continued prepare")
+    note = ("EXPLORATORY: the start endpoint's gates did not pass" if start.exploratory
             else "the start endpoint's gates passed")
-    return {"start_endpoint": {**start, "note": note},
-            "exclusions": {"final_tasks": summary["final_tasks_excluded"],
-                           "final_retention": summary["final_retention_excluded"]},
-            "prepared_roles": roles_table(summary)}
+    return {"start_endpoint": start.to_json() | {"note": note},
+            "exclusions": {"final_tasks": to_json(s.final_tasks_excluded),
+                           "final_retention": to_json(s.final_retention_excluded)},
+            "prepared_roles": roles_table(s)}
 
 
 # --- the selection record (notebook 14) --------------------------------------------------------
@@ -104,7 +111,9 @@ def selection_sidecars(selection: dict | SelectionRecord, candidates: dict[str, 
 # --- one arm (notebook 11) ---------------------------------------------------------------------
 def commits_table(commits: list[dict]) -> dict:
     """The `commits` sidecar: {"columns", "rows"}, one row per commit train() returned."""
-    return {"columns": COMMIT_COLUMNS, "rows": [[c[k] for k in COMMIT_COLUMNS] for c in commits]}
+    made = [MadeCommit.from_json(c, "train() result", f"commits[{i}]") for i, c in enumerate(commits)]
+    return {"columns": COMMIT_COLUMNS,
+            "rows": [[m.cohort, m.cohort_step, m.step, m.full_root, m.learned_state_root] for m in made]}
 
 
 def attempt_throughput(home: str, commits: list[dict], workers: int) -> dict:
@@ -225,7 +234,7 @@ def gate_sidecars(ev: dict | PairedScores, terms: JobTerms, prepared: dict | Any
     """The final roles' verdict as sidecars: {"gates": {name: passed, inputs, rule}, "gate_verdict"} and,
     for a continued-learning job (generated answers are its primary gate), "start_endpoint" with the note
     that says whether its start was exploratory. Refused on development roles: they may only abort."""
-    split = ev.split if isinstance(ev, PairedScores) else ev["split"]  # refused first, whatever else it holds
+    split = evaluation_split(ev)  # refused first, whatever else it holds
     if split != "final":
         raise ValueError(f"evaluation of {comparison or 'this comparison'}: field split = {split!r}; "
                          "the gates apply to final roles only")

@@ -253,7 +253,7 @@ def adaptive_worker(group, args: dict | WorkerPlan, ctx) -> dict:
     ctx.progress(phase="check-inputs")
     check_inputs(prepared)  # every worker: a changed byte anywhere stops the run before the first update
     plan = args if isinstance(args, WorkerPlan) else WorkerPlan.from_json(args, "worker plan (launch-args.json)")
-    terms = job_contract(load_prepared(prepared).to_json())
+    terms = job_contract(load_prepared(prepared))
     order = terms.cohort_order
     tr = terms.training
     cohort = plan.cohort
@@ -350,7 +350,7 @@ def checked_job(request: CohortRequest) -> tuple[CohortRequest, JobTerms, AnyPre
     prepared = Path(request.prepared)
     check_inputs(prepared)  # before anything else: source or input changes fail here, naming the file
     pj = load_prepared(prepared)
-    terms = job_contract(pj.to_json())
+    terms = job_contract(pj)
     check_cohort(pj, terms, request.cohort, request.resume, request.reference, request.grow)
     endpoint = terms.endpoints[request.cohort]
     if request.until is not None and request.until > endpoint:  # it trained to the endpoint, silently

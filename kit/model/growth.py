@@ -13,7 +13,9 @@ tensors is written. Identity at insertion says nothing about whether the capacit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 ZEROED_AT_INSERTION = ("self_attn.o_proj.weight", "self_attn.o_proj.bias", "mlp.down_proj.weight", "mlp.down_proj.bias")
 
@@ -22,9 +24,27 @@ def layer_prefix(i: int) -> str:
     return f"model.layers.{i}."
 
 
-def grown_entries(entries: list[dict], num_layers: int, add: int, copy_from: int, group: str,
-                  zero_object: Callable[[list[int]], str]) -> list[dict]:
-    """Learned-state entries with `add` blocks appended after block `num_layers - 1`.
+class LearnedEntry(Protocol):
+    """A learned-state entry as growth reads it (kit.store.manifest.ParamEntry, a frozen dataclass): its name,
+    shape and parameter object; the copy also sets `group`, `age` and both moments."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> Sequence[int]: ...
+
+    @property
+    def param(self) -> str: ...
+
+
+E = TypeVar("E", bound=LearnedEntry)
+
+
+def grown_entries(entries: Sequence[E], num_layers: int, add: int, copy_from: int, group: str,
+                  zero_object: Callable[[Sequence[int]], str]) -> list[E]:
+    """Learned-state entries with `add` blocks appended after block `num_layers - 1`, sorted by name: each new
+    entry a copy of its source block's (`dataclasses.replace`), in group `group` at age 0 with zero moments.
 
     `zero_object(shape)` stores an FP32 zero tensor and returns its digest.
     """
@@ -33,20 +53,18 @@ def grown_entries(entries: list[dict], num_layers: int, add: int, copy_from: int
     if not 0 <= copy_from < num_layers:
         raise ValueError(f"growth copies block {copy_from}; expected one of 0..{num_layers - 1}")
     src_prefix = layer_prefix(copy_from)
-    source = [e for e in entries if e["name"].startswith(src_prefix)]
+    source = [e for e in entries if e.name.startswith(src_prefix)]
     if not source:
         raise ValueError(f"learned state has no parameters of block {copy_from}")
     out = list(entries)
     for k in range(add):
         prefix = layer_prefix(num_layers + k)
-        if any(e["name"].startswith(prefix) for e in entries):
+        if any(e.name.startswith(prefix) for e in entries):
             raise ValueError(f"learned state already has block {num_layers + k}")
         for e in source:
-            suffix = e["name"][len(src_prefix):]
-            zero = zero_object(e["shape"])
-            out.append({
-                "name": prefix + suffix, "dtype": e["dtype"], "shape": e["shape"], "group": group, "age": 0,
-                "param": zero if suffix in ZEROED_AT_INSERTION else e["param"],
-                "exp_avg": zero, "exp_avg_sq": zero,
-            })
-    return sorted(out, key=lambda e: e["name"])
+            suffix = e.name[len(src_prefix):]
+            zero = zero_object(e.shape)
+            out.append(dataclasses.replace(e, name=prefix + suffix, group=group, age=0,  # type: ignore[type-var]
+                                           param=zero if suffix in ZEROED_AT_INSERTION else e.param,
+                                           exp_avg=zero, exp_avg_sq=zero))
+    return sorted(out, key=lambda e: e.name)

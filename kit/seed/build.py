@@ -53,6 +53,7 @@ from kit.seed.record import (  # noqa: F401  - re-exported: a seed directory's f
     WEIGHTS_FILE,
     common_record,
     final_loss,
+    read_build_summary,
     write_record,
     write_seed_files,
 )
@@ -278,15 +279,15 @@ def _record(cfg: SeedBuildConfig, data: _Encoded, data_summary: dict, staging: P
             trained_sha256: str, seconds: tuple[float, float], profile: dict, digest: str) -> dict:
     """seed_build.json of the tiny seed: the common fields, the data, the seconds and the thread count."""
     train_seconds, total_seconds = seconds
-    record = common_record(cfg, data.shape, len(data.tokenizer), losses, cfg.learning_rate(cfg.updates - 1),
+    common = common_record(cfg, data.shape, len(data.tokenizer), losses, cfg.learning_rate(cfg.updates - 1),
                            profile, digest)
-    return record | {
+    return common.to_json() | {
         "data": {**data_summary, "trained_conversations": len(data.conversations),
                  "trained_conversations_sha256": trained_sha256, "tokens": data.tokens,
                  "target_tokens": data.target_tokens, "tokenizer_sha256": sha256_file(staging / "tokenizer.json")},
         "train_seconds": round(train_seconds, 2),
         "seconds": round(total_seconds, 2),
-        "threads": profile["intra_op_threads"],
+        "threads": common.numeric_profile.intra_op_threads,
     }
 
 
@@ -352,13 +353,12 @@ def describe_seed(seed_dir: Path) -> str:
                  else f"trained conversations: not recorded (no {TRAINED_CONVERSATIONS_FILE})")
     build = seed_dir / SEED_BUILD_FILE
     if build.exists():
-        info = load_json_strict(build)
+        info = read_build_summary(load_json_strict(build), str(build))
         # the small seed (kit/seed/small.py) trains on a GPU: its record names the device and times each phase
-        where = f"{info['threads']} thread(s)" if "threads" in info else info.get("device", "?")
-        seconds = info["seconds"]["total"] if isinstance(info["seconds"], dict) else info["seconds"]
-        lines.append(f"built by kit {info['kit_version']} (torch {info['torch_version']}, {where}): "
-                     f"{info['updates']} updates, loss {info['loss_initial']:.3f} -> {info['loss_final']:.3f}, "
-                     f"{seconds:.1f} s")
+        where = f"{info.threads} thread(s)" if info.threads is not None else info.device or "?"
+        lines.append(f"built by kit {info.kit_version} (torch {info.torch_version}, {where}): "
+                     f"{info.updates} updates, loss {info.loss_initial:.3f} -> {info.loss_final:.3f}, "
+                     f"{info.total_seconds:.1f} s")
     reply = greedy_answer(load_seed_model(seed_dir), tokenizer, SAMPLE_CHAT_PROMPT, 48)
     end = "ended at end of turn" if reply.ended_at_turn_boundary else "no end of turn within 48 tokens"
     lines.append(f"greedy reply to {SAMPLE_CHAT_PROMPT!r}: {reply.text!r} ({end})")

@@ -247,9 +247,25 @@ def _dev_final_specs(node) -> list[tuple]:
     return found
 
 
-def forbidden_task_sets(contracts_dir: Path) -> dict[str, dict]:
-    """{"<contract file>:<role>": {"seed", "difficulty", "count", "drawn", "digests": {digest: id}}} for every
-    development and final task role of every contract: the role's first 2 x count draws per family."""
+@dataclass(frozen=True, slots=True)
+class ForbiddenSet:
+    """A development or final task role of a contract, as the seed build draws it to stay disjoint from it."""
+
+    seed: int
+    difficulty: int
+    count: int
+    drawn: int  # 2 x count: the role's first draws per family
+    digests: dict[str, str]  # task digest -> its id
+
+    def checked_against(self) -> dict:
+        """seed_build.json's `disjointness.checked_against` entry: the digests as one digest."""
+        return {"seed": self.seed, "difficulty": self.difficulty, "count": self.count, "drawn": self.drawn,
+                "digest": sha256_json(sorted(self.digests))}
+
+
+def forbidden_task_sets(contracts_dir: Path) -> dict[str, ForbiddenSet]:
+    """{"<contract file>:<role>": its ForbiddenSet} for every development and final task role of every contract:
+    the role's first 2 x count draws per family."""
     out = {}
     for path in sorted(Path(contracts_dir).glob("*.json")):
         c = load_json_strict(path)
@@ -264,21 +280,21 @@ def forbidden_task_sets(contracts_dir: Path) -> dict[str, dict]:
         specs += _dev_final_specs(c)
         for role, seed, difficulty, count in specs:
             drawn = generate_set(2 * count, seed, role, difficulty)
-            out[f"{path.name}:{role}"] = {"seed": seed, "difficulty": difficulty, "count": count, "drawn": len(drawn),
-                                          "digests": {e.digest: e.id for e in drawn}}
+            out[f"{path.name}:{role}"] = ForbiddenSet(seed, difficulty, count, len(drawn),
+                                                      {e.digest: e.id for e in drawn})
     return out
 
 
-def check_disjoint(tasks: list[TaskExample], forbidden: dict[str, dict]) -> None:
+def check_disjoint(tasks: list[TaskExample], forbidden: dict[str, ForbiddenSet]) -> None:
     """Refuse (DisjointnessError naming the task and the role) when a training task is in a dev/final role."""
     for t in tasks:
         if "dev" in t.role or "final" in t.role:
             raise DisjointnessError(f"seed build: training task {t.id!r} has role {t.role!r}, a development or final "
                                     f"role; the seed trains only on role {SEED_TRAIN_ROLE!r}")
         for key, spec in forbidden.items():
-            if t.digest in spec["digests"]:
+            if t.digest in spec.digests:
                 raise DisjointnessError(f"seed build: training task {t.id!r} (digest {t.digest}) is in {key} (as "
-                                        f"{spec['digests'][t.digest]!r}); refusing to train on a development or final task")
+                                        f"{spec.digests[t.digest]!r}); refusing to train on a development or final task")
 
 
 def seed_train_tasks(cfg: SmallSeedConfig, excluded: set[str]) -> tuple[list[TaskExample], list[TaskExample]]:
@@ -380,7 +396,7 @@ class FamilyAccuracy(Record):
 @dataclass
 class _Inputs:
     """What the build reads, checked for disjointness: tasks, general text, public and synthetic conversations."""
-    forbidden: dict[str, dict]  # forbidden_task_sets of the contracts
+    forbidden: dict[str, ForbiddenSet]  # forbidden_task_sets of the contracts
     excluded: set[str]  # every digest of `forbidden`
     tasks: list[TaskExample]
     twins: list[TaskExample]  # the reworded tasks in the contracts' words (seed_train_tasks)
@@ -395,7 +411,7 @@ class _Inputs:
 def _read_inputs(cfg: SmallSeedConfig, alpaca: Path, text: Path, contracts_dir: Path) -> _Inputs:
     # disjointness first: nothing is built from a task set that touches a dev or final role
     forbidden = forbidden_task_sets(contracts_dir)
-    excluded = {d for spec in forbidden.values() for d in spec["digests"]}
+    excluded = {d for spec in forbidden.values() for d in spec.digests}
     tasks, twins = seed_train_tasks(cfg, excluded)
     check_disjoint(tasks + twins, forbidden)
     docs_train, docs_held = split_documents(cfg, general_text.load_documents(text))
@@ -725,11 +741,10 @@ def _data_record(cfg: SmallSeedConfig, inputs: _Inputs, packed: _Packed, alpaca:
     }
 
 
-def _disjointness_record(forbidden: dict[str, dict]) -> dict:
+def _disjointness_record(forbidden: dict[str, ForbiddenSet]) -> dict:
     return {"construction": f"tasks drawn under roles {SEED_TRAIN_ROLE!r} and {REWORDED_ROLE!r}, excluding every "
                             f"digest below; a reworded task is selected, and checked, by its contract-worded twin",
-            "checked_against": {k: {kk: v for kk, v in s.items() if kk != "digests"}
-                                | {"digest": sha256_json(sorted(s["digests"]))} for k, s in forbidden.items()},
+            "checked_against": {k: s.checked_against() for k, s in forbidden.items()},
             "overlaps": 0}
 
 
@@ -781,7 +796,7 @@ def _record(cfg: SmallSeedConfig, shape: LlamaShape, vocab_size: int, parts: _Pa
     """seed_build.json of the small seed: the common fields (kit.seed.record) and the small scale's own."""
     trained, packed = parts.trained, parts.packed
     return common_record(cfg, shape, vocab_size, trained.losses, cfg.learning_rate(packed.updates - 1, packed.updates),
-                         profile, digest) | {
+                         profile, digest).to_json() | {
         "scale": "medium", "data": parts.data, "disjointness": _disjointness_record(parts.inputs.forbidden),
         "heldout": parts.heldout.record, "task_accuracy": parts.task_accuracy.record,
         "learning_curve": {"role": DEV_SAMPLE_ROLE + "-curve", "difficulty": cfg.curve_difficulty or cfg.dev_difficulty,

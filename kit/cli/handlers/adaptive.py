@@ -52,7 +52,7 @@ def cmd_train(a) -> int:
 
 def cmd_evaluate(a) -> int:
     pj = load_prepared(a.prepared)
-    terms = job_contract(pj.to_json())
+    terms = job_contract(pj)
     res = evaluate(EvaluateRequest(prepared=a.prepared, candidate=a.candidate, baseline=a.baseline, split=a.split,
                                    out=a.out, tokenizer_dir=a.tokenizer or pj.locations.seed,
                                    max_tokens=terms.training.max_tokens,
