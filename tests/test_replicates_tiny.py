@@ -80,6 +80,7 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
         score_final_set,
     )
     from kit.evidence.replicates import replicate_spread
+    from kit.evidence.replicate_analysis import FinalAnalysis
     from kit.evidence.report.noise import replicate_final_html
     from kit.evidence.run_index import load_runs
     from kit.evidence.run_record import read_run_record
@@ -206,7 +207,7 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
         assert f"(t, 1 df{added})" in q["reading"] and words in q["reading"]
     nll = by_key[("growth_vs_control", "final", "NLL per token")]
     assert nll["interval"]["estimable"]
-    page = replicate_final_html(result)
+    page = replicate_final_html(FinalAnalysis.from_json(result, "work/replicates-final-analysis.json"))
     assert "Replicates on the fresh final set (tiny-replicates)" in page and "2 sd" not in page
     assert f"[{nll['interval']['lower']:+.4f}, {nll['interval']['upper']:+.4f}]" in page
     assert '<td class="num">1</td>' in page  # its df

@@ -641,7 +641,8 @@ def robustness_by_question(runs_dir, prefix: str = "medium", brief: bool = False
         if brief:  # a verdict row's robustness column: the count; the interval is in the replicate section
             out[(comparison, check)] = f"passes in {q.passes_in} of {iv.k} replicates (development items)"
             continue
-        verdict = {True: "pass", False: "fail"}.get(committed.get((comparison, check), NO_CHECK).passed, "none")
+        passed = committed.get((comparison, check), NO_CHECK).passed
+        verdict = "none" if passed is None else "pass" if passed else "fail"
         text = (f"passes in {q.passes_in} of {iv.k} replicates (committed verdict: {verdict}; development "
                 f"roles; mean {scale * iv.mean:+.{d}f} {unit}")
         if iv.estimable and iv.lower is not None and iv.upper is not None:
