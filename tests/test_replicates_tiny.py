@@ -71,7 +71,7 @@ def _item_variance(matrix) -> float:
 def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     from kit.demo import RecordedRoots
     from kit.evidence.ledger import read_ledger
-    from kit.evidence.replicate_analysis import analyse, analyse_final
+    from kit.evidence.replicate_analysis import FinalAnalysis, analyse, analyse_final
     from kit.evidence.replicate_design import (
         DesignError,
         design_problems,
@@ -80,7 +80,6 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
         score_final_set,
     )
     from kit.evidence.replicates import replicate_spread
-    from kit.evidence.replicate_analysis import FinalAnalysis
     from kit.evidence.report.noise import replicate_final_html
     from kit.evidence.run_index import load_runs
     from kit.evidence.run_record import read_run_record
