@@ -8,7 +8,14 @@ import json
 from support.models import REPO
 
 from kit.cli import main
-from kit.evidence.replicate_analysis import analyse, robustness_by_question
+from kit.evidence.replicate_analysis import (
+    AdaptiveScore,
+    ReplicateAnalysis,
+    StudyScore,
+    analyse,
+    analysis,
+    robustness_by_question,
+)
 from kit.evidence.report.verdict_rows import verdict_rows
 
 PLAN = REPO / "campaigns" / "medium-replicates-plan.json"
@@ -73,9 +80,21 @@ def test_the_analysis_changes_with_the_evidence(tmp_path):
             shutil.copytree(d, runs / d.name)
     side = runs / "medium-adaptive-dev-G-r2" / "metrics" / "generated_answers.json"
     side.write_text(json.dumps({"gained": 10, "lost": 40, "net": -30}))
-    q = {tuple(x["key"]): x for x in analyse(runs)["questions"]}
-    assert q[("growth_vs_control", "generated")]["passes_in"] == 1  # r1 alone now (r0 lost more than gained)
-    assert analyse(runs)["arms"]["study/single"][0]["k"] == 1  # no pilot beside these runs: no replicate 0
+    result = analysis(runs)
+    q = {x.key: x for x in result.questions}
+    assert q[("growth_vs_control", "generated")].passes_in == 1  # r1 alone now (r0 lost more than gained)
+    assert result.arms["study/single"][0].k == 1  # no pilot beside these runs: no replicate 0
+
+
+def test_the_analysis_is_its_declared_record_and_reads_back_from_its_json():
+    plan = json.loads(PLAN.read_text())
+    result = analysis(REPO / "runs", "medium", plan)
+    assert all(isinstance(r, StudyScore) for r in result.arms["study/single"])
+    assert all(isinstance(r, AdaptiveScore) for r in result.arms["adaptive/B_vs_A"])
+    written = json.loads(json.dumps(analyse(REPO / "runs", "medium", plan)))
+    again = ReplicateAnalysis.from_json(written, "analysis.json")
+    assert again.to_json() == written and again.arms["study/single"][0].note is not None
+    assert isinstance(again.arms["adaptive/growth_vs_control"][0], AdaptiveScore)
 
 
 def test_the_noise_sentence_reads_no_effect_against_one_pair():

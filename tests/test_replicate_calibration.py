@@ -11,7 +11,7 @@ import math
 import pytest
 
 from kit.replicate_simulation import BinaryStudy, NllStudy, analysis_rule, rate, single_run_rule, two_sd_rule
-from kit.replicate_stats import plan
+from kit.replicate_stats import plan_record
 
 ALPHA = 0.05
 FP_SIMS, POWER_SIMS = 4000, 1500
@@ -24,9 +24,9 @@ CASES = {"accuracy": (BinaryStudy(), 1, 0.034, 0.0), "nll": (NllStudy(), -1, -0.
 
 
 def _calibration(study, direction, effect, threshold, rule, fp_sims=FP_SIMS, power_sims=POWER_SIMS, seed=0):
-    promised = plan(study.sd_d(), abs(effect - threshold), alpha=ALPHA, power=0.8, one_sided=True)
-    false_pass = rate(study, rule, promised["k"], threshold, fp_sims, seed)
-    achieved = rate(study, rule, promised["k"], effect, power_sims, seed + 1)
+    promised = plan_record(study.sd_d(), abs(effect - threshold), alpha=ALPHA, power_wanted=0.8, one_sided=True)
+    false_pass = rate(study, rule, promised.k, threshold, fp_sims, seed)
+    achieved = rate(study, rule, promised.k, effect, power_sims, seed + 1)
     return promised, false_pass, achieved
 
 
@@ -35,9 +35,9 @@ def test_the_analysis_is_calibrated_and_has_the_promised_power(case):
     study, direction, effect, threshold = CASES[case]
     promised, false_pass, achieved = _calibration(study, direction, effect, threshold,
                                                   analysis_rule(direction, 1 - ALPHA, threshold))
-    assert 4 <= promised["k"] <= 12  # the medium sizes' planning range
+    assert 4 <= promised.k <= 12  # the medium sizes' planning range
     assert abs(false_pass - ALPHA) <= MC, (case, false_pass)
-    assert abs(achieved - promised["power_at_k"]) <= 0.05, (case, achieved, promised["power_at_k"])
+    assert abs(achieved - promised.power_at_k) <= 0.05, (case, achieved, promised.power_at_k)
 
 
 @pytest.mark.parametrize("name", ["2 sd", "single run"])
@@ -45,7 +45,7 @@ def test_the_same_checks_reject_the_two_sd_rule_and_a_single_run_verdict(name):
     study, direction, effect, threshold = CASES["nll"]
     rule = two_sd_rule(direction) if name == "2 sd" else single_run_rule(direction, 1 - ALPHA)
     promised, false_pass, achieved = _calibration(study, direction, effect, threshold, rule, 1000, 400, seed=7)
-    calibrated = abs(false_pass - ALPHA) <= MC and abs(achieved - promised["power_at_k"]) <= 0.05
+    calibrated = abs(false_pass - ALPHA) <= MC and abs(achieved - promised.power_at_k) <= 0.05
     assert not calibrated, (name, false_pass, achieved)
     if name == "2 sd":  # far too strict: it almost never passes, at no effect or at the planned one
         assert false_pass < 0.01 and achieved < 0.4

@@ -72,15 +72,15 @@ def test_interval_is_t_with_k_minus_1_df_plus_item_variance():
     d = [0.055, 0.041, 0.047]
     iv = paired_interval(d, item_variance=1e-5)
     se = math.sqrt(np.var(d, ddof=1) / 3 + 1e-5)
-    assert iv["df"] == 2 and iv["se"] == pytest.approx(se)
-    assert iv["lower"] == pytest.approx(np.mean(d) - stats.t.ppf(0.975, 2) * se)
-    assert iv["estimable"] and iv["why"] is None
+    assert iv.df == 2 and iv.se == pytest.approx(se)
+    assert iv.lower == pytest.approx(np.mean(d) - stats.t.ppf(0.975, 2) * se)
+    assert iv.estimable and iv.why is None
 
 
 @pytest.mark.parametrize("values,why", [([0.03], "1 replicate"), ([0.0312, 0.0312], "zero spread"), ([], "0 replicates")])
 def test_not_estimable_below_two_replicates_or_without_spread(values, why):
     iv = paired_interval(values)
-    assert not iv["estimable"] and iv["lower"] is None and why in iv["why"]
+    assert not iv.estimable and iv.lower is None and iv.why is not None and why in iv.why
     assert "not estimable" in reading("X vs Y", iv) or not values
 
 
@@ -88,7 +88,8 @@ def test_reading_is_computed_from_the_interval():
     iv = paired_interval([0.055, 0.041, 0.047])
     text = reading("B vs A", iv)
     assert text.startswith("B vs A: beats in 3 of 3 replicates (+5.5, +4.1, +4.7 points), mean +4.8 points")
-    assert f"[{100 * iv['lower']:+.1f}, {100 * iv['upper']:+.1f}] (t, 2 df)" in text
+    assert iv.lower is not None and iv.upper is not None
+    assert f"[{100 * iv.lower:+.1f}, {100 * iv.upper:+.1f}] (t, 2 df)" in text
     assert "sd" not in text.split("(")[0]
     assert "does not clear" in reading("P vs S", paired_interval([-0.029, -0.024]), margin=0.03)
 

@@ -83,15 +83,17 @@ def test_study_replicate_is_scored_on_development_roles_without_touching_the_led
     ledger_before = Path(env["ledger"]).read_bytes()
     r1 = study["recs"][1]["endpoint"]
     scores = score_replicates(study["dir"], env["seed"], {"seed": "seed", "single-r1": f"{r1['home']}:{r1['full_root']}"})
-    side = dev_sidecars(scores["single-r1"], scores["seed"])
-    assert side["accuracy_by_family"]["all"]["n"] == len(scores["seed"]["tasks"]) > 0
-    want = (sum(r["nll_sum"] for r in scores["single-r1"]["retention"]) - sum(r["nll_sum"] for r in scores["seed"]
-            ["retention"])) / sum(r["tokens"] for r in scores["single-r1"]["retention"])
+    cand, seed = scores["single-r1"], scores["seed"]
+    side = dev_sidecars(cand, seed)
+    assert cand.retention is not None and seed.retention is not None
+    assert side["accuracy_by_family"]["all"]["n"] == len(seed.tasks) > 0
+    want = (sum(r.nll_sum for r in cand.retention) - sum(r.nll_sum for r in seed.retention)) / sum(
+        r.tokens for r in cand.retention)
     assert side["nll_change"]["retention"]["change_nats_per_token"] == pytest.approx(want, rel=1e-12)
     assert Path(env["ledger"]).read_bytes() == ledger_before
     evaluation = study["dir"] / "evaluation"
     assert not (evaluation / "freeze.json").exists() and not (evaluation / "opened.jsonl").exists()
-    dev_ids = {r["id"] for r in scores["seed"]["tasks"]}
+    dev_ids = {r.id for r in seed.tasks}
     final_ids = {json.loads(line)["id"] for line in (study["dir"] / "prepared" / "final_tasks.jsonl").open()}
     assert dev_ids and not dev_ids & final_ids
 

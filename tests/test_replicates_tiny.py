@@ -71,7 +71,7 @@ def _item_variance(matrix) -> float:
 def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     from kit.demo import RecordedRoots
     from kit.evidence.ledger import read_ledger
-    from kit.evidence.replicate_analysis import analyse, analyse_final
+    from kit.evidence.replicate_analysis import FinalAnalysis, analyse, analyse_final
     from kit.evidence.replicate_design import (
         DesignError,
         design_problems,
@@ -206,7 +206,7 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
         assert f"(t, 1 df{added})" in q["reading"] and words in q["reading"]
     nll = by_key[("growth_vs_control", "final", "NLL per token")]
     assert nll["interval"]["estimable"]
-    page = replicate_final_html(result)
+    page = replicate_final_html(FinalAnalysis.from_json(result, "work/replicates-final-analysis.json"))
     assert "Replicates on the fresh final set (tiny-replicates)" in page and "2 sd" not in page
     assert f"[{nll['interval']['lower']:+.4f}, {nll['interval']['upper']:+.4f}]" in page
     assert '<td class="num">1</td>' in page  # its df

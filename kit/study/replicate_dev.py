@@ -14,15 +14,25 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from kit.adaptive.formats import AnsweredTask, AnsweredTasks
 from kit.adaptive.sidecars import accuracy_sidecars
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl, write_jsonl
 from kit.data.tasks import generate_set
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
-from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.evaluation.scoring import (
+    NllScore,
+    TaskAnswer,
+    eval_batch_sizes,
+    load_model,
+    nll_scores,
+    task_answers,
+)
+from kit.evidence.replicate_analysis import ModelSource, NllChange, NllChanges, SeedSource
 from kit.inventory import parameter_digest
-from kit.record import SEED, Num, OneOf, Record, spec_field
+from kit.record import SEED, Either, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.study.prepare import (
     DEV_FILE,
     FILES,
@@ -63,6 +73,22 @@ class DevTasksRecord(Record):
     prepared_json: str = spec_field(str, doc="sha256 of prepared.json when drawn")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicateDevScores(Record):
+    """`STUDY/replicates/dev/<label>.json`: one model's development scoring (docs/formats/replicates.md)."""
+    FORMAT: ClassVar[str] = DEV_FORMAT
+    format: str = spec_field(OneOf(DEV_FORMAT), doc=DEV_FORMAT)
+    label: str = spec_field(str, doc="`seed` or `<arm>-r<k>`")
+    source: SeedSource | ModelSource = spec_field(Either(SeedSource, ModelSource), doc="the model scored")
+    dev_tasks_sha256: str = spec_field(str, doc="the development tasks'")
+    retention_sha256: str | None = spec_field(Opt(str), doc="the retention probes' (null: not exposed records)")
+    tasks: tuple[TaskAnswer, ...] = spec_field(Seq(TaskAnswer), doc="per task, the reply and verdict")
+    task_nll: tuple[NllScore, ...] = spec_field(Seq(NllScore), doc="per task, the answer's NLL")
+    retention: tuple[NllScore, ...] | None = spec_field(Opt(Seq(NllScore)), doc="per probe (null: not scored)")
+    seconds: float = spec_field(float, doc="scoring time")
+    device: str | None = spec_field(Omittable(str), doc="where it was scored (absent: CPU)")
+
+
 def dev_rule(terms: StudyContract) -> DevRule:
     """The development role of contract terms without `data.dev`: the study pilot's (campaigns/study_pilot.py)."""
     f = terms.data.final_test
@@ -101,18 +127,24 @@ def dev_tasks(study_dir: str | os.PathLike) -> tuple[Path, str]:
     return out, record.sha256
 
 
-def parse_model(spec: str) -> dict:
-    """"seed" or "HOME:FULL_ROOT" as the record's `source`."""
+def model_source(spec: str) -> ModelSource | None:
+    """"HOME:FULL_ROOT" as the commit it names; None for "seed"."""
     if spec == "seed":
-        return {"seed": True}
+        return None
     home, _, root = spec.rpartition(":")
     if not home or len(root) != 64:
         raise ReplicateScoringRefused(f"model {spec!r}; expected 'seed' or 'HOME:FULL_ROOT' (a 64-hex root)")
-    return {"home": home, "full_root": root}
+    return ModelSource(home=home, full_root=root)
+
+
+def parse_model(spec: str) -> dict:
+    """"seed" or "HOME:FULL_ROOT" as the record's `source` ({"seed": true} for the seed)."""
+    source = model_source(spec)
+    return {"seed": True} if source is None else source.to_json()
 
 
 def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, models: dict[str, str],
-                     device: str = "cpu") -> dict[str, dict]:
+                     device: str = "cpu") -> dict[str, ReplicateDevScores]:
     """Score each of `models` ({label: "seed" or "HOME:FULL_ROOT"}) on the development tasks and, when the
     contract's probes are exposed records, the retention probes; {label: its record}, each also written to
     STUDY/replicates/dev/<label>.json (reused when its source and files are unchanged)."""
@@ -130,55 +162,50 @@ def score_replicates(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, 
     out_dir.mkdir(parents=True, exist_ok=True)
     records = {}
     for label, spec in models.items():
-        source = parse_model(spec)
-        if source.get("seed"):
-            source = {"seed_dir": str(seed_dir), "parameter_digest": parameter_digest(seed_dir)}
+        source = model_source(spec) or SeedSource(seed_dir=str(seed_dir), parameter_digest=parameter_digest(seed_dir))
         out = out_dir / f"{label}.json"
-        files = {"dev_tasks_sha256": sha, "retention_sha256": retention_sha}
         if out.is_file():
-            old = load_json_strict(out)
-            if old["source"] == source and all(old[k] == v for k, v in files.items()):
+            old = ReplicateDevScores.from_json(load_json_strict(out), str(out))
+            if old.source == source and old.dev_tasks_sha256 == sha and old.retention_sha256 == retention_sha:
                 records[label] = old  # scoring is deterministic: a rerun reuses it
                 continue
         t0 = time.perf_counter()
-        model = (load_model(seed_dir=str(seed_dir), device=device) if "seed_dir" in source
-                 else load_model(home=source["home"], root=source["full_root"], device=device))
-        rec = {"format": DEV_FORMAT, "label": label, "source": source, **files,
-               "tasks": answer_tasks(model, tokenizer, tasks, terms.evaluation.max_new_tokens,
-                                     batch_size=answer_batch),
-               "task_nll": score_nll(model, tokenizer, tasks, terms.data.max_tokens, batch_size=nll_batch),
-               "retention": score_nll(model, tokenizer, probes, terms.data.max_tokens, batch_size=nll_batch)
-               if probes else None,
-               "seconds": time.perf_counter() - t0}
-        if device != "cpu":
-            rec["device"] = device
-        write_canonical_json(out, rec)
+        model = (load_model(seed_dir=str(seed_dir), device=device) if isinstance(source, SeedSource)
+                 else load_model(home=source.home, root=source.full_root, device=device))
+        answers = tuple(task_answers(model, tokenizer, tasks, terms.evaluation.max_new_tokens, batch_size=answer_batch))
+        task_nll = tuple(nll_scores(model, tokenizer, tasks, terms.data.max_tokens, batch_size=nll_batch))
+        retention = (tuple(nll_scores(model, tokenizer, probes, terms.data.max_tokens, batch_size=nll_batch))
+                     if probes else None)
+        rec = ReplicateDevScores(format=DEV_FORMAT, label=label, source=source, dev_tasks_sha256=sha,
+                                 retention_sha256=retention_sha, tasks=answers, task_nll=task_nll, retention=retention,
+                                 seconds=time.perf_counter() - t0, device=device if device != "cpu" else None)
+        write_canonical_json(out, rec.to_json())
         records[label] = rec
         del model
     return records
 
 
-def dev_sidecars(candidate: dict, baseline: dict) -> dict:
+def dev_sidecars(candidate: ReplicateDevScores, baseline: ReplicateDevScores) -> dict:
     """The sidecars of one replicate's development scores against the seed, in the shapes of the adaptive
     development evaluation's (kit.adaptive.sidecars): {"accuracy_by_family": {family or "all": {n,
     correct_/accuracy_ candidate and baseline}}, "nll_change": {"tasks" | "retention": {change_nats_per_token,
     tokens, n}}} (retention None when the contract's probes are not exposed records)."""
-    base = {r["id"]: r for r in baseline["tasks"]}
-    if set(base) != {r["id"] for r in candidate["tasks"]}:
+    base = {r.id: r for r in baseline.tasks}
+    if set(base) != {r.id for r in candidate.tasks}:
         raise ReplicateScoringRefused("candidate and seed were scored on different development tasks")
-    paired = [{"family": r["family"], "cand_correct": r["correct"], "base_correct": base[r["id"]]["correct"]}
-              for r in candidate["tasks"]]
+    paired = AnsweredTasks(tasks=tuple(AnsweredTask(family=r.family, cand_correct=r.correct,
+                                                    base_correct=base[r.id].correct) for r in candidate.tasks))
 
-    def change(cand_rows, base_rows):
+    def change(cand_rows: tuple[NllScore, ...], base_rows: tuple[NllScore, ...]) -> NllChange | None:
         if not cand_rows:
             return None
-        tokens = sum(r["tokens"] for r in cand_rows)
-        return {"change_nats_per_token": (sum(r["nll_sum"] for r in cand_rows) - sum(r["nll_sum"] for r in base_rows))
-                / tokens, "tokens": tokens, "n": len(cand_rows)}
+        tokens = sum(r.tokens for r in cand_rows)
+        return NllChange(change_nats_per_token=(sum(r.nll_sum for r in cand_rows) - sum(r.nll_sum for r in base_rows))
+                         / tokens, tokens=tokens, n=len(cand_rows))
 
-    return {"accuracy_by_family": accuracy_sidecars({"tasks": paired})["accuracy_by_family"],
-            "nll_change": {"tasks": change(candidate["task_nll"], baseline["task_nll"]),
-                           "retention": change(candidate["retention"] or [], baseline["retention"] or [])}}
+    nll = NllChanges(tasks=change(candidate.task_nll, baseline.task_nll),
+                     retention=change(candidate.retention or (), baseline.retention or ()))
+    return {"accuracy_by_family": accuracy_sidecars(paired)["accuracy_by_family"], "nll_change": nll.to_json()}
 
 
 def final_scorer(seed_dir: str | os.PathLike, max_tokens: int, max_new_tokens: int, device: str = "cpu"):
@@ -189,13 +216,13 @@ def final_scorer(seed_dir: str | os.PathLike, max_tokens: int, max_new_tokens: i
     nll_batch, answer_batch = eval_batch_sizes(device)
 
     def score(tasks, model_spec: str) -> list[dict]:
-        source = parse_model(model_spec)
-        model = (load_model(seed_dir=str(seed_dir), device=device) if source.get("seed")
-                 else load_model(home=source["home"], root=source["full_root"], device=device))
+        source = model_source(model_spec)
+        model = (load_model(seed_dir=str(seed_dir), device=device) if source is None
+                 else load_model(home=source.home, root=source.full_root, device=device))
         convs = [_task_conversation(t, True) for t in tasks]
-        answers = answer_tasks(model, tokenizer, convs, max_new_tokens, batch_size=answer_batch)
-        nll = {r["id"]: r for r in score_nll(model, tokenizer, convs, max_tokens, batch_size=nll_batch)}
-        return [{"id": a["id"], "family": a["family"], "correct": bool(a["correct"]),
-                 "nll_sum": nll[a["id"]]["nll_sum"], "tokens": nll[a["id"]]["tokens"]} for a in answers]
+        answers = task_answers(model, tokenizer, convs, max_new_tokens, batch_size=answer_batch)
+        nll = {r.id: r for r in nll_scores(model, tokenizer, convs, max_tokens, batch_size=nll_batch)}
+        return [{"id": a.id, "family": a.family, "correct": bool(a.correct),
+                 "nll_sum": nll[a.id].nll_sum, "tokens": nll[a.id].tokens} for a in answers]
 
     return score

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import NormalDist
 
 from kit.digest import load_json_strict
-from kit.evidence.replicate_analysis import analyse
+from kit.evidence.replicate_analysis import FinalAnalysis, Question, StudyScore, analysis
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import fmt, records_table
 from kit.evidence.report.index import index, run_contract
@@ -82,7 +83,7 @@ def _plan_of(folder, prefix: str) -> dict | None:
     return load_json_strict(path) if path.is_file() else None
 
 
-def training_noise_rows(questions: list[dict], level: float = 0.95, power: float = 0.8) -> list[dict]:
+def training_noise_rows(questions: Sequence[Question], level: float = 0.95, power: float = 0.8) -> list[dict]:
     """Training noise in the verdicts' power, per question whose replicates have a spread:
     the item-only standard error of one run's difference (sqrt of the one-scoring item variance bound), the
     replicates' sd of the difference, the false-pass rate of a single-run verdict read against the item-only
@@ -91,19 +92,19 @@ def training_noise_rows(questions: list[dict], level: float = 0.95, power: float
     z, zp = NormalDist().inv_cdf(level), NormalDist().inv_cdf(power)
     out = []
     for q in questions:
-        iv = q["interval"]
-        if not iv["estimable"] or not iv["item_variance"]:
+        iv = q.interval
+        if not iv.estimable or not iv.item_variance or iv.sd is None:
             continue
-        item_se, sd = math.sqrt(iv["item_variance"]), iv["sd"]
-        total = math.sqrt(sd ** 2 + iv["item_variance"])
-        d = 1 if q["scale"] == 100.0 else 4
-        out.append({"question": q["subject"], "k": iv["k"],
-                    "unit": q["unit"], "item-only se": _num(item_se, q["scale"], d).lstrip("+"),
-                    "replicate sd": _num(sd, q["scale"], d).lstrip("+"),
+        item_se, sd = math.sqrt(iv.item_variance), iv.sd
+        total = math.sqrt(sd ** 2 + iv.item_variance)
+        d = 1 if q.scale == 100.0 else 4
+        out.append({"question": q.subject, "k": iv.k,
+                    "unit": q.unit, "item-only se": _num(item_se, q.scale, d).lstrip("+"),
+                    "replicate sd": _num(sd, q.scale, d).lstrip("+"),
                     "single-run false pass at no true effect": f"{100 * (1 - NormalDist().cdf(z * item_se / total)):.0f}%"
                                                                f" (nominal {100 * (1 - level):.0f}%)",
-                    "detectable effect, item only": _num((z + zp) * item_se, q["scale"], d).lstrip("+"),
-                    "detectable effect, item and training noise": _num((z + zp) * total, q["scale"], d).lstrip("+")})
+                    "detectable effect, item only": _num((z + zp) * item_se, q.scale, d).lstrip("+"),
+                    "detectable effect, item and training noise": _num((z + zp) * total, q.scale, d).lstrip("+")})
     return out
 
 
@@ -115,27 +116,27 @@ def replicate_spread_html(runs_dir: Selected) -> str | None:
     selection = Selection.of(runs_dir)
     folder = selection.runs_dir
     prefix = (selection.pattern or "").split("-")[0] or "medium"
-    result = analyse(folder, prefix, _plan_of(folder, prefix))
-    if not any(r["k"] != 0 for reps in result["arms"].values() for r in reps):
+    result = analysis(folder, prefix, _plan_of(folder, prefix))
+    if not any(r.k != 0 for reps in result.arms.values() for r in reps):
         return None
     arms = []
-    for name, reps in result["arms"].items():
+    for name, reps in result.arms.items():
         for r in reps:
-            score = (f"{r['correct']}/{r['n']} ({100 * r['correct'] / r['n']:.1f}%)" if "correct" in r
-                     else f"{_pct(r['accuracy_difference'])} points vs its baseline")
-            t = r["training"]
-            arms.append({"arm": name, "replicate": r["k"], "development score": score, "scored by": r["scored_by"],
-                         "training run": t["run"] or "not in the evidence", "GPU mode": t["gpu_mode"] or "n/a",
-                         "code": (t["commit"] or "n/a")[:8]
-                         + (f", PowerSGD {t['powersgd_orthonormalisation']}" if t["powersgd_orthonormalisation"] else ""),
-                         "per-item results": r.get("per_item", "n/a")})
-    questions = _question_rows(result["questions"])
-    text = (f"Replicates are scored on {result['scope']}. Rule: {result['rule']}. Pairs are formed by replicate index "
+            score = (f"{r.correct}/{r.n} ({100 * r.correct / r.n:.1f}%)" if isinstance(r, StudyScore)
+                     else f"{_pct(r.accuracy_difference)} points vs its baseline")
+            t = r.training
+            arms.append({"arm": name, "replicate": r.k, "development score": score, "scored by": r.scored_by,
+                         "training run": t.run or "not in the evidence", "GPU mode": t.gpu_mode or "n/a",
+                         "code": (t.commit or "n/a")[:8]
+                         + (f", PowerSGD {t.powersgd_orthonormalisation}" if t.powersgd_orthonormalisation else ""),
+                         "per-item results": r.per_item})
+    questions = _question_rows(result.questions)
+    text = (f"Replicates are scored on {result.scope}. Rule: {result.rule}. Pairs are formed by replicate index "
             "(the same data order in both arms); replicate 0 is the committed run, scored where the evidence holds "
             "a development score of its endpoint.")
-    notes = [*result["missing"], *result["modes"]]
-    notes += [f"Plan amendment: {a}" for a in result["amendments"]]
-    noise = training_noise_rows(result["questions"])
+    notes = [*result.missing, *result.modes]
+    notes += [f"Plan amendment: {a}" for a in result.amendments]
+    noise = training_noise_rows(result.questions)
     return ("<h4>Replicates: what the training runs say (development roles only)</h4><p>" + html.escape(text) + "</p>"
             + records_table(arms) + records_table(questions)
             + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
@@ -145,31 +146,31 @@ def replicate_spread_html(runs_dir: Selected) -> str | None:
                 "The spread of 2-3 replicates is itself uncertain.") + "</p>" + records_table(noise) if noise else ""))
 
 
-def _question_rows(questions: list[dict]) -> list[dict]:
+def _question_rows(questions: Sequence[Question]) -> list[dict]:
     rows = []
     for q in questions:
-        iv, d = q["interval"], (1 if q["scale"] == 100.0 else 4)
+        iv, d = q.interval, (1 if q.scale == 100.0 else 4)
         rows.append({
-            "question": q["subject"], "verdict key": " / ".join(q["key"]),
-            "replicates": ", ".join(map(str, q["replicates"])),
-            "difference per replicate": ", ".join(_num(v, q["scale"], d) for v in q["differences"]) + f" {q['unit']}",
-            "mean": _num(iv["mean"], q["scale"], d),
-            "95% t interval": (f"[{_num(iv['lower'], q['scale'], d)}, {_num(iv['upper'], q['scale'], d)}]"
-                               if iv["estimable"] else "not estimable"),
-            "df": iv["df"] if iv["estimable"] else "n/a",
-            "passes the committed check in": "n/a" if q["passes_in"] is None else f"{q['passes_in']} of {iv['k']}",
-            "reading": q["reading"]})
+            "question": q.subject, "verdict key": " / ".join(q.key),
+            "replicates": ", ".join(map(str, q.replicates)),
+            "difference per replicate": ", ".join(_num(v, q.scale, d) for v in q.differences) + f" {q.unit}",
+            "mean": _num(iv.mean, q.scale, d),
+            "95% t interval": (f"[{_num(iv.lower, q.scale, d)}, {_num(iv.upper, q.scale, d)}]"
+                               if iv.estimable else "not estimable"),
+            "df": iv.df if iv.estimable else "n/a",
+            "passes the committed check in": "n/a" if q.passes_in is None else f"{q.passes_in} of {iv.k}",
+            "reading": q.reading})
     return rows
 
 
-def replicate_final_html(result: dict) -> str:
+def replicate_final_html(result: FinalAnalysis) -> str:
     """The replicate section's part on a design's fresh final set, from
-    kit.evidence.replicate_analysis.analyse_final: per question the paired differences, mean, t interval with its
+    kit.evidence.replicate_analysis.final_analysis: per question the paired differences, mean, t interval with its
     df (item sampling from the per-item results) and the reading."""
-    text = (f"Design {result['design']}: replicates scored on {result['scope']}. Rule: {result['rule']}. Pairs are "
+    text = (f"Design {result.design}: replicates scored on {result.scope}. Rule: {result.rule}. Pairs are "
             "formed by replicate index (the same data order in both arms).")
-    return (f"<h4>Replicates on the fresh final set ({html.escape(result['design'])})</h4><p>" + html.escape(text)
-            + "</p>" + records_table(_question_rows(result["questions"])))
+    return (f"<h4>Replicates on the fresh final set ({html.escape(result.design)})</h4><p>" + html.escape(text)
+            + "</p>" + records_table(_question_rows(result.questions)))
 
 
 def replicate_html(runs_dir) -> str:
