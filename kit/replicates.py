@@ -52,7 +52,14 @@ from kit.digest import load_json_strict, write_canonical_json
 from kit.environ import temporary_environ
 from kit.evidence.ledger import LEDGER_ENV
 from kit.evidence.replicate_analysis import analyse, analyse_final, robustness_by_question
-from kit.evidence.replicate_design import DesignError, check_committed, load_design, score_final_set, set_runs
+from kit.evidence.replicate_design import (
+    DesignError,
+    ReplicateDesign,
+    check_committed,
+    read_design,
+    score_final_set,
+    set_runs,
+)
 from kit.evidence.runtime import ensure_runtime, repository_root
 from kit.replicate_order import RULE, replicate_seed
 from kit.replicate_stats import plan, power
@@ -325,34 +332,34 @@ def _final_home(lay: _Layout, run_id: str) -> Path:
     return lay.ad / f"{'B' if pair.group(1) == 'control' else 'G'}-r{pair.group(2)}"
 
 
-def design_part_problem(design: dict, path: Path, part: str, replicates, arms) -> str | None:
+def design_part_problem(design: ReplicateDesign, path: Path, part: str, replicates, arms) -> str | None:
     """Why a design's part may not run these replicates (None: it may): the stopping rule's indexes only
     (`replicates`: 0..k-1 per group, none beyond k), the design's study arms only, and the design's GPU mode set
     in this process's environment (its `gpu_mode` variables; the re-derived inputs, prepare and a-endpoint,
     replay the committed runs' mode and are exempt)."""
-    group = {"study": "study", "study-dev": "study", "growth": "growth_vs_control"}.get(part)
     if part in ("study-r0", "finals"):
         return f"{path}: part {part!r} has no place in a design's campaign; expected study/study-dev with index 0"
-    if group is None:
+    if part not in ("study", "study-dev", "growth"):
         return None
-    allowed = design["replicates"].get(group)
-    beyond = [k for k in replicates if not isinstance(allowed, list) or k not in allowed]
+    group, allowed = (("study", design.replicates.study) if part != "growth" else
+                      ("growth_vs_control", design.replicates.growth_vs_control))
+    beyond = [k for k in replicates if k not in allowed]
     if beyond:
-        return (f"{path}: field 'replicates.{group}' = {allowed}; replicate {beyond[0]} is not among them (the "
+        return (f"{path}: field 'replicates.{group}' = {list(allowed)}; replicate {beyond[0]} is not among them (the "
                 "stopping rule: no replicate beyond k)")
     if group == "study":
-        named = {a.split("/", 1)[1] for a in design["k"] if a.startswith("study/")}
+        named = {a.split("/", 1)[1] for a in design.k if a.startswith("study/")}
         extra = [a for a in arms if a not in named]
         if extra:
             return f"{path}: field 'k' has no 'study/{extra[0]}'; expected the design's arms {sorted(named)}"
-    for var, want in design["gpu_mode"].items():
+    for var, want in design.gpu_mode.items():
         if var != "applies_to" and os.environ.get(var) != want:
             return (f"{path}: field 'gpu_mode.{var}' = {want!r}; the environment has {os.environ.get(var)!r} "
                     "(every replicate and scoring runs in the design's mode)")
     return None
 
 
-def _final_labels(d: dict, name: str) -> list[str]:
+def _final_labels(d: ReplicateDesign, name: str) -> list[str]:
     """The labels scored on the design's set `name`: its replicate runs, and the seed on the study's set."""
     return set_runs(d, name) + (["seed"] if name == "study" else [])
 
@@ -373,20 +380,20 @@ def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: 
     out, runs_dir, seed = Path(out), Path(runs_dir), Path(seed)
     scores_dir = Path(scores_dir) if scores_dir is not None else out / "finals"
     scores_dir.mkdir(parents=True, exist_ok=True)
-    d = load_design(design_path)
-    lay = _Layout(scale, out, seed, d["run_prefix"])
+    d = read_design(design_path)
+    lay = _Layout(scale, out, seed, d.run_prefix)
     ledger = demo_ledger(out, runs_dir)
-    check_committed(Path(design_path), d, ", ".join(d["final_sets"]), runs_dir)
+    check_committed(Path(design_path), d, ", ".join(d.final_sets), runs_dir)
     roots, root = RecordedRoots(runs_dir), repository_root()
     study = load_study_contract(root / lay.sc.study_contract).terms
     adaptive = load_adaptive_contract(root / lay.sc.adaptive_contract).terms
     excluded = _seed_task_digests(seed)[0] | _prepared_task_digests(out)
     device = lay.device.get("DEVICE", "cpu")
-    unknown = sorted(set(labels or ()) - {lab for n in d["final_sets"] for lab in _final_labels(d, n)})
+    unknown = sorted(set(labels or ()) - {lab for n in d.final_sets for lab in _final_labels(d, n)})
     if unknown:
         raise DesignError(f"{design_path}: label {unknown[0]!r} is no run of its final sets; expected a replicate run "
                           "id of the design or 'seed'")
-    for name in d["final_sets"]:
+    for name in d.final_sets:
         wanted = [lab for lab in _final_labels(d, name) if labels is None or lab in labels]
         if not wanted:
             continue
@@ -406,15 +413,15 @@ def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: 
             score = final_scorer(seed, adaptive.training.max_tokens, adaptive.evaluation.max_new_tokens, device)
         score_final_set(design_path, name, runs_dir, ledger, models, score, scores_dir / name, excluded,
                         batch=labels is not None)
-    files = {name: sorted((scores_dir / name).glob("*.json")) for name in d["final_sets"]}
+    files = {name: sorted((scores_dir / name).glob("*.json")) for name in d.final_sets}
     (scores_dir / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {name}/{p.name}\n"
                                                    for name, ps in files.items() for p in ps), encoding="utf-8")
     scores = {name: {p.stem: load_json_strict(p) for p in ps} for name, ps in files.items()}
-    total = sum(len(_final_labels(d, n)) for n in d["final_sets"])
+    total = sum(len(_final_labels(d, n)) for n in d.final_sets)
     scored = sum(len(v) for v in scores.values())
     if scored < total:
         return {"scored": scored, "of": total, "questions": []}
-    result = analyse_final(d, scores)
+    result = analyse_final(d.to_json(), scores)  # replicate_analysis reads the design's JSON
     write_canonical_json(out / "replicates-final-analysis.json", result)
     return result
 
@@ -458,18 +465,18 @@ def main(argv=None) -> int:
         return 0
     if a.design:
         try:
-            design = load_design(a.design)
+            design = read_design(a.design)
         except DesignError as e:
             print(f"python -m kit.replicates: {e}", file=sys.stderr)
             return 2
-        problem = (f"{a.design}: field 'scale' = {design['scale']!r}; expected --scale {a.scale!r}"
-                   if design["scale"] != a.scale else
+        problem = (f"{a.design}: field 'scale' = {design.scale!r}; expected --scale {a.scale!r}"
+                   if design.scale != a.scale else
                    design_part_problem(design, Path(a.design), a.part, a.replicates, a.arms))
         if problem:
             print(f"python -m kit.replicates --part {a.part}: {problem}", file=sys.stderr)
             return 2
         return run_part(a.part, Path(a.out), Path(a.seed), Path(a.runs_dir), a.scale, a.replicates, a.public_source,
-                        a.plan, a.arms, design["run_prefix"], a.fixed or f"{design['run_prefix']}inputs",
+                        a.plan, a.arms, design.run_prefix, a.fixed or f"{design.run_prefix}inputs",
                         a.train_only)
     if any(k < 1 for k in a.replicates) and a.part in ("study", "growth", "study-dev"):
         print(f"python -m kit.replicates: --replicates {a.replicates}: expected indexes > 0 (replicate 0 is the "
