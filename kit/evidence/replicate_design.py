@@ -10,18 +10,8 @@ tasks or the prepared jobs' sets (known only on the host): fixed now, a function
 checked against the evidence: no run whose id begins with `run_prefix` may have started before `frozen.at`.
 """
 
-# Fields (JSON, indented): `format`, `name`, `scale`, `frozen` {`at` (UTC, YYYY-MM-DDTHH:MM:SSZ), `rule`},
-# `contracts` {"study" | "adaptive": {`path`, `digest` = sha256 of the contract's canonical JSON}},
-# `run_prefix`, `k` {"study/<arm>": int >= 2}, `pairs` {"growth_vs_control": {`arms`, `k`, `start`}},
-# `k_chosen_by` [{`question`, `applies_to` (arms or "pairs.<name>"), `sd`, `effect`, `margin`, `alpha`,
-# `power`, `one_sided` (the `kit replicates plan` inputs), `k`, `power_at_k`}], `replicates` {group: [0..k-1],
-# `replicate_zero`: what replicate 0 is}, `pairing`, `gpu_mode` {variable: value, `applies_to`}, `analysis`
-# {`rule`, `level`, `questions`, `per_item`}, `stopping_rule`, `final_sets` {name: {`role`, `seed`,
-# `stream_seed` (role_stream_seed, as a string), `difficulty`, `families`, `count`, `reserve`, `pool_sha256`
-# (sha256_json of the pool's task digests in order), `excluded` {"ledger": {`path`, `entries`, `prefix_sha256`
-# (sha256_json of their [kind, digest] pairs)}}, `opens`}}, `gpu_time` {`measured` {name: {`seconds` [low,
-# high], `where`}}, `parts` {name: {`count`, `seconds`, `each`}}, `work_seconds`, `fixed_per_session_seconds`,
-# `sessions` {`count`, `rule`}, `total_device_seconds`}, each [low, high].
+# Fields: `ReplicateDesign` and its parts below (JSON, indented), the table of docs/formats/replicates.md held
+# against them by tests/test_format_docs_replicates.py; every k, time and digest is checked by `design_problems`.
 
 from __future__ import annotations
 
