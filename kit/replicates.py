@@ -32,8 +32,10 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from kit.adaptive.formats import load_prepared
 from kit.adaptive.schema import load_adaptive_contract
 from kit.demo import (
     PUBLIC_SOURCE,
@@ -60,7 +62,9 @@ from kit.evidence.replicate_design import (
     score_final_set,
     set_runs,
 )
+from kit.evidence.replicates import PLAN_FORMAT, read_plan
 from kit.evidence.runtime import ensure_runtime, repository_root
+from kit.record import Opt, Record, spec_field
 from kit.replicate_order import RULE, replicate_seed
 from kit.replicate_stats import plan, power
 from kit.study.arms import arm_dir
@@ -68,7 +72,6 @@ from kit.study.prepare import _seed_task_digests
 from kit.study.replicate_dev import final_scorer
 from kit.study.schema import load_study_contract
 
-PLAN_FORMAT = "kit-replicate-plan/1"
 __all__ = ["analyse", "campaign_plan", "plan", "power", "replicate_steps", "robustness_by_question", "run_part"]
 PARTS = ("prepare", "a-endpoint", "study", "growth", "study-dev", "study-r0", "finals")
 SCORING_RULE = ("replicates are scored on development roles only: the study's on its development tasks (the prepared "
@@ -234,29 +237,38 @@ def campaign_plan(scale: str = "medium", study_replicates=(1, 2), growth_replica
     }
 
 
-def record_checks(plan_file: Path, out: Path, runs_dir: Path) -> dict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputCheck(Record):
+    """One entry of OUT/replicates-checks.json: a re-derived input against the plan's."""
+    expected: str = spec_field(str, doc="the plan's value")
+    actual: str | None = spec_field(Opt(str), doc="the re-derived value (null: the file lacks it)")
+    equal: bool = spec_field(bool, doc="whether they are equal")
+
+
+def _check(expected: str, actual: str | None) -> InputCheck:
+    return InputCheck(expected=expected, actual=actual, equal=actual == expected)
+
+
+def record_checks(plan_file: Path, out: Path, runs_dir: Path) -> dict[str, InputCheck]:
     """Compare what the parts re-derived with the plan's `inputs` (the committed jobs and roots) and write
     OUT/replicates-checks.json: {name: {"expected", "actual", "equal"}} for each input present so far."""
-    inputs = load_json_strict(plan_file)["inputs"]
+    inputs = read_plan(plan_file).inputs
     checks = {}
-    adaptive = out / "adaptive" / "prepared" / "prepared.json"
-    if adaptive.is_file():
-        got = load_json_strict(adaptive)["job_digest"]
-        checks["adaptive_job_digest"] = {"expected": inputs["adaptive_job_digest"], "actual": got,
-                                         "equal": got == inputs["adaptive_job_digest"]}
+    adaptive = out / "adaptive" / "prepared"
+    if (adaptive / "prepared.json").is_file():
+        checks["adaptive_job_digest"] = _check(inputs.adaptive_job_digest, load_prepared(adaptive).job_digest)
     study = out / "study" / "prepared" / "prepared.json"
     if study.is_file():
         files = load_json_strict(study)["files"]
-        for name, want in inputs["study_prepared_files"].items():
-            checks[f"study_prepared:{name}"] = {"expected": want, "actual": files.get(name),
-                                                "equal": files.get(name) == want}
-    for run_id, want in {**inputs["a_endpoint_roots"], **inputs["study_committed_roots"]}.items():
+        for name, want in inputs.study_prepared_files.items():
+            checks[f"study_prepared:{name}"] = _check(want, files.get(name))
+    for run_id, want in {**inputs.a_endpoint_roots, **inputs.study_committed_roots}.items():
         try:
             got = RecordedRoots(runs_dir).endpoint(run_id)
         except (DemoStopped, FileNotFoundError, ValueError):
             continue
-        checks[f"root:{run_id}"] = {"expected": want, "actual": got, "equal": got == want}
-    write_canonical_json(out / "replicates-checks.json", checks)
+        checks[f"root:{run_id}"] = _check(want, got)
+    write_canonical_json(out / "replicates-checks.json", {name: c.to_json() for name, c in checks.items()})
     return checks
 
 
@@ -306,7 +318,7 @@ def _run_steps(part: str, out: Path, seed: Path, runs_dir: Path, scale: str, rep
         print(f"replicates {part}: stopped: {stopped[1]}", file=sys.stderr)
     if plan_file is not None:
         for name, check in record_checks(Path(plan_file), out, runs_dir).items():
-            print(f"check {name}: {'equal' if check['equal'] else 'DIFFERS'}", flush=True)
+            print(f"check {name}: {'equal' if check.equal else 'DIFFERS'}", flush=True)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
 
 
