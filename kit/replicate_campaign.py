@@ -33,15 +33,19 @@ from pathlib import Path
 from kit.demo import demo_ledger
 from kit.digest import load_json_strict, write_canonical_json
 from kit.evidence.ledger import LEDGER_ENV
-from kit.evidence.replicate_design import DesignError, committed_problems, load_design
+from kit.evidence.replicate_design import (
+    DesignError,
+    MeasuredPart,
+    ReplicateDesign,
+    committed_problems,
+    read_design,
+)
 from kit.record import Num, Record, Seq, spec_field
 from kit.replicates import _Layout
 from kit.study.arms import arm_dir
 
 SESSION_S, CALL_S = 1800, 600
 FOLLOW_S = 570  # a follow call's wait: the call's limit less the packing of what comes back
-MEASURED_KEYS = ("machine_start", "seed_rebuild", "prepare_both_jobs", "cohort_a_endpoint",
-                 "six_study_arms_side_by_side", "growth_pair_side_by_side", "scoring")
 SIDE_BY_SIDE = 6  # study arms trained at once in one wave (measured: six in 130-161 s)
 
 
@@ -61,17 +65,24 @@ class MeasuredSeconds:
     scoring: Span
 
 
-def measured(design: dict, path: Path) -> MeasuredSeconds:
-    """The design's `gpu_time.measured` [low, high] seconds, every name the plan needs present."""
-    m = (design.get("gpu_time") or {}).get("measured") or {}
-    out = {}
-    for key in MEASURED_KEYS:
-        sec = (m.get(key) or {}).get("seconds")
-        if not (isinstance(sec, list) and len(sec) == 2 and all(isinstance(x, (int, float)) for x in sec)):
-            raise DesignError(f"{path}: field 'gpu_time.measured.{key}.seconds' = {sec!r}; expected [low, high] "
-                              "seconds")
-        out[key] = (float(sec[0]), float(sec[1]))
-    return MeasuredSeconds(**out)
+def _span(part: MeasuredPart, name: str, path: Path) -> Span:
+    if len(part.seconds) != 2:
+        raise DesignError(f"{path}: field 'gpu_time.measured.{name}.seconds' = {list(part.seconds)!r}; expected "
+                          "[low, high] seconds")
+    return float(part.seconds[0]), float(part.seconds[1])
+
+
+def measured(design: ReplicateDesign, path: Path) -> MeasuredSeconds:
+    """The design's `gpu_time.measured` [low, high] seconds (read_design checked that every name is there)."""
+    m = design.gpu_time.measured
+    return MeasuredSeconds(
+        machine_start=_span(m.machine_start, "machine_start", path),
+        seed_rebuild=_span(m.seed_rebuild, "seed_rebuild", path),
+        prepare_both_jobs=_span(m.prepare_both_jobs, "prepare_both_jobs", path),
+        cohort_a_endpoint=_span(m.cohort_a_endpoint, "cohort_a_endpoint", path),
+        six_study_arms_side_by_side=_span(m.six_study_arms_side_by_side, "six_study_arms_side_by_side", path),
+        growth_pair_side_by_side=_span(m.growth_pair_side_by_side, "growth_pair_side_by_side", path),
+        scoring=_span(m.scoring, "scoring", path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,24 +116,24 @@ def _done(runs_dir: Path, run_id: str, frozen_at: str) -> bool:
     return data.get("status") == "completed" and str(data.get("started_at", "")) >= frozen_at
 
 
-def study_arms(design: dict) -> list[str]:
-    return [a.split("/", 1)[1] for a in sorted(design["k"]) if a.startswith("study/")]
+def study_arms(design: ReplicateDesign) -> list[str]:
+    return [a.split("/", 1)[1] for a in sorted(design.k) if a.startswith("study/")]
 
 
-def index_runs(design: dict, group: str, k: int) -> list[str]:
+def index_runs(design: ReplicateDesign, group: str, k: int) -> list[str]:
     """The runs that make replicate index k of `group` done: its training runs and their development scorings."""
-    p = design["run_prefix"]
+    p = design.run_prefix
     if group == "study":
         return [f"{p}study{kind}-{arm}-r{k}" for arm in study_arms(design) for kind in ("", "-dev")]
     return [f"{p}adaptive-{r}-r{k}" for r in ("B-control", "B-growth", "dev-B", "dev-G")]
 
 
-def trained(design: dict, runs_dir: Path | None, group: str, k: int) -> list[str]:
+def trained(design: ReplicateDesign, runs_dir: Path | None, group: str, k: int) -> list[str]:
     """The training runs of index k already completed in `runs_dir` (the rest of the index not): a host of a later
     session lacks their checkpoint homes, which their development scorings read, so the block re-derives them."""
     if runs_dir is None:
         return []
-    return [r for r in index_runs(design, group, k) if "-dev-" not in r and _done(runs_dir, r, design["frozen"]["at"])]
+    return [r for r in index_runs(design, group, k) if "-dev-" not in r and _done(runs_dir, r, design.frozen.at)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,32 +144,31 @@ class Pending:
     seed: bool = False  # the seed not yet scored (finals only)
 
 
-def pending(design: dict, runs_dir: Path | None) -> Pending:
+def pending(design: ReplicateDesign, runs_dir: Path | None) -> Pending:
     """The design's replicate indexes not yet done in `runs_dir` (every index when None), in order; never an
     index outside the design's `replicates`."""
-    frozen = design["frozen"]["at"]
+    frozen = design.frozen.at
 
-    def left(group: str, key: str) -> list[int]:
-        indexes = (design["replicates"].get(key) or []) if group == "study" or design["pairs"].get(key) else []
+    def left(group: str, indexes: tuple[int, ...]) -> list[int]:
         return [k for k in indexes if runs_dir is None or
                 not all(_done(runs_dir, r, frozen) for r in index_runs(design, group, k))]
 
-    return Pending(study=left("study", "study"), growth=left("growth", "growth_vs_control"))
+    return Pending(study=left("study", design.replicates.study),
+                   growth=left("growth", design.replicates.growth_vs_control))
 
 
-def finals_pending(design: dict, scores_dir: Path | None) -> Pending:
+def finals_pending(design: ReplicateDesign, scores_dir: Path | None) -> Pending:
     """What is not yet scored on the fresh final sets, by replicate index (an index is left while any of its runs
     lacks a score file in `scores_dir`), and whether the seed is."""
-    p = design["run_prefix"]
+    p = design.run_prefix
 
     def scored(name: str, label: str) -> bool:
         return scores_dir is not None and (scores_dir / name / f"{label}.json").is_file()
 
-    final_sets, replicates = design["final_sets"], design["replicates"]
-    study = [k for k in (replicates.get("study") or []) if "study" in final_sets
+    final_sets, replicates = design.final_sets, design.replicates
+    study = [k for k in replicates.study if "study" in final_sets
              and not all(scored("study", f"{p}study-{a}-r{k}") for a in study_arms(design))]
-    pairs = design["pairs"].get("growth_vs_control")
-    growth = [k for k in (replicates.get("growth_vs_control") or []) if pairs and "growth" in final_sets
+    growth = [k for k in replicates.growth_vs_control if "growth" in final_sets
               and not all(scored("growth", f"{p}adaptive-B-{side}-r{k}") for side in ("control", "growth"))]
     return Pending(study=study, growth=growth, seed="study" in final_sets and not scored("study", "seed"))
 
@@ -225,7 +235,7 @@ def _pack(units: list[Unit], m: MeasuredSeconds, session_s: float, finals: bool)
     return blocks
 
 
-def plan_blocks(design: dict, path: Path, runs_dir: Path | None = None, scores_dir: Path | None = None,
+def plan_blocks(design: ReplicateDesign, path: Path, runs_dir: Path | None = None, scores_dir: Path | None = None,
                 session_s: float = SESSION_S) -> list[Block]:
     """The blocks left to run, in order: the training blocks over the replicate indexes not yet done in
     `runs_dir`, then the finals blocks over what `scores_dir` does not hold yet. Each session pays the fixed part
@@ -251,9 +261,9 @@ def plan_blocks(design: dict, path: Path, runs_dir: Path | None = None, scores_d
             for i, (finals, b) in enumerate(packed, 1)]
 
 
-def render(design: dict, blocks: list[Block]) -> str:
+def render(design: ReplicateDesign, blocks: list[Block]) -> str:
     total = [sum(b.seconds[0] for b in blocks), sum(b.seconds[1] for b in blocks)]
-    lines = [(f"design {design['name']} (run prefix {design['run_prefix']}): {len(blocks)} block(s), one session "
+    lines = [(f"design {design.name} (run prefix {design.run_prefix}): {len(blocks)} block(s), one session "
               f"each (<= {SESSION_S} s, calls <= {CALL_S} s)")]
     for b in blocks:
         lines.append(f"block {b.block} ({'finals' if b.finals else 'training'}): {b.seconds[0] / 60:.1f}-"
@@ -264,14 +274,14 @@ def render(design: dict, blocks: list[Block]) -> str:
     return "\n".join(lines)
 
 
-def _homes(design: dict, out: Path, study: Sequence[int] = (), growth: Sequence[int] = ()) -> list[Path]:
+def _homes(design: ReplicateDesign, out: Path, study: Sequence[int] = (), growth: Sequence[int] = ()) -> list[Path]:
     """The checkpoint homes the units of these replicate indexes fill (removed once scored: a host's disk holds
     few)."""
     homes = [arm_dir(out / "study", arm, k) / "home" for k in study for arm in study_arms(design)]
     return homes + [out / "adaptive" / f"{h}-r{k}" for k in growth for h in ("B", "G")]
 
 
-def part_commands(design_path: Path, design: dict, block: Block, out: Path, seed: Path, runs_dir: Path,
+def part_commands(design_path: Path, design: ReplicateDesign, block: Block, out: Path, seed: Path, runs_dir: Path,
                   scale: str, fixed: str, scores_dir: Path) -> list[tuple[dict, list[str]]]:
     """The block's steps in order: (environment changes {var: value, or None: unset}, argv), ({}, ["rm",
     paths...]) for the homes a finals block removes once scored, or ({}, ["copy", into, run folders...])."""
@@ -282,11 +292,11 @@ def part_commands(design_path: Path, design: dict, block: Block, out: Path, seed
     # one ledger for every part, the one beside the committed runs (kit.demo.demo_ledger): a finals block's own runs
     # folder would otherwise give its preparations another, and the re-derived jobs (and roots) would differ
     ledger = {LEDGER_ENV: str(demo_ledger(out, runs_dir).absolute())}
-    mode = {**ledger, **{v: w for v, w in design["gpu_mode"].items() if v != "applies_to"}}
+    mode: dict[str, str | None] = {**ledger, **{v: w for v, w in design.gpu_mode.items() if v != "applies_to"}}
     replay = {**ledger, **dict.fromkeys(set(mode) - set(ledger))}  # the re-derived inputs replay the committed
     # runs' mode: unset
     arms = ["--arms", *study_arms(design)]
-    p = design["run_prefix"]
+    p = design.run_prefix
     cmds = [(replay, [*base, "--part", "prepare"])]
     if block.growth:
         cmds.append((replay, [*base, "--part", "a-endpoint"]))
@@ -302,7 +312,7 @@ def part_commands(design_path: Path, design: dict, block: Block, out: Path, seed
             raise DesignError(f"{runs_dir / runs[0]}: completed, the other side of growth pair r{k} not; expected "
                               "both sides completed or neither (re-deriving one side alone is not supported)")
     if half:
-        lay = _Layout(scale, Path(out), Path(seed), design["run_prefix"], fixed)
+        lay = _Layout(scale, Path(out), Path(seed), design.run_prefix, fixed)
         inputs = [f"{fixed}-study-prepare", f"{fixed}-adaptive-prepare"] + ([lay.a_mid, lay.a_end]
                                                                             if block.growth else [])
         cmds.append(({}, ["copy", str(redo), *(str(Path(runs_dir) / r) for r in inputs)]))
@@ -342,7 +352,7 @@ def run_block(design_path: Path, number: int, out: Path, seed: Path, runs_dir: P
     """Run block `number` of the plan over what `runs_dir` and `scores_dir` (default OUT/finals) hold now; 0 when
     every step succeeded. The block, its steps and their exit codes go to OUT/confirm-block-<n>.json.
     `execute(env_changes, argv) -> rc` (default: a subprocess) is the seam the tests use."""
-    design = load_design(design_path)
+    design = read_design(design_path)
     scores_dir = Path(scores_dir) if scores_dir is not None else Path(out) / "finals"
     blocks = plan_blocks(design, design_path, runs_dir, scores_dir)
     if not 1 <= number <= len(blocks):
@@ -357,8 +367,8 @@ def run_block(design_path: Path, number: int, out: Path, seed: Path, runs_dir: P
                   f"{len(missing)} of the design's runs are not completed in {runs_dir} (first: {missing[0]}); "
                   "expected every replicate committed first", file=sys.stderr)
             return 2
-    fixed = f"{design['run_prefix']}{tag or f'b{number}'}"
-    cmds = part_commands(design_path, design, block, Path(out), Path(seed), Path(runs_dir), scale or design["scale"],
+    fixed = f"{design.run_prefix}{tag or f'b{number}'}"
+    cmds = part_commands(design_path, design, block, Path(out), Path(seed), Path(runs_dir), scale or design.scale,
                          fixed, scores_dir)
     print(render(design, [block]), flush=True)
     steps: list[dict] = []  # each step's environment changes, argv and exit code, as run
@@ -424,7 +434,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     try:
         if a.cmd == "plan":
-            design = load_design(a.design)
+            design = read_design(a.design)
             print(render(design, plan_blocks(design, Path(a.design), Path(a.runs_dir) if a.runs_dir else None,
                                              Path(a.scores) if a.scores else None)))
             return 0

@@ -32,8 +32,10 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from kit.adaptive.formats import load_prepared
 from kit.adaptive.schema import load_adaptive_contract
 from kit.demo import (
     PUBLIC_SOURCE,
@@ -52,8 +54,17 @@ from kit.digest import load_json_strict, write_canonical_json
 from kit.environ import temporary_environ
 from kit.evidence.ledger import LEDGER_ENV
 from kit.evidence.replicate_analysis import analyse, analyse_final, robustness_by_question
-from kit.evidence.replicate_design import DesignError, check_committed, load_design, score_final_set, set_runs
+from kit.evidence.replicate_design import (
+    DesignError,
+    ReplicateDesign,
+    check_committed,
+    read_design,
+    score_final_set,
+    set_runs,
+)
+from kit.evidence.replicates import PLAN_FORMAT, read_plan
 from kit.evidence.runtime import ensure_runtime, repository_root
+from kit.record import Opt, Record, spec_field
 from kit.replicate_order import RULE, replicate_seed
 from kit.replicate_stats import plan, power
 from kit.study.arms import arm_dir
@@ -61,7 +72,6 @@ from kit.study.prepare import _seed_task_digests
 from kit.study.replicate_dev import final_scorer
 from kit.study.schema import load_study_contract
 
-PLAN_FORMAT = "kit-replicate-plan/1"
 __all__ = ["analyse", "campaign_plan", "plan", "power", "replicate_steps", "robustness_by_question", "run_part"]
 PARTS = ("prepare", "a-endpoint", "study", "growth", "study-dev", "study-r0", "finals")
 SCORING_RULE = ("replicates are scored on development roles only: the study's on its development tasks (the prepared "
@@ -227,29 +237,38 @@ def campaign_plan(scale: str = "medium", study_replicates=(1, 2), growth_replica
     }
 
 
-def record_checks(plan_file: Path, out: Path, runs_dir: Path) -> dict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputCheck(Record):
+    """One entry of OUT/replicates-checks.json: a re-derived input against the plan's."""
+    expected: str = spec_field(str, doc="the plan's value")
+    actual: str | None = spec_field(Opt(str), doc="the re-derived value (null: the file lacks it)")
+    equal: bool = spec_field(bool, doc="whether they are equal")
+
+
+def _check(expected: str, actual: str | None) -> InputCheck:
+    return InputCheck(expected=expected, actual=actual, equal=actual == expected)
+
+
+def record_checks(plan_file: Path, out: Path, runs_dir: Path) -> dict[str, InputCheck]:
     """Compare what the parts re-derived with the plan's `inputs` (the committed jobs and roots) and write
     OUT/replicates-checks.json: {name: {"expected", "actual", "equal"}} for each input present so far."""
-    inputs = load_json_strict(plan_file)["inputs"]
+    inputs = read_plan(plan_file).inputs
     checks = {}
-    adaptive = out / "adaptive" / "prepared" / "prepared.json"
-    if adaptive.is_file():
-        got = load_json_strict(adaptive)["job_digest"]
-        checks["adaptive_job_digest"] = {"expected": inputs["adaptive_job_digest"], "actual": got,
-                                         "equal": got == inputs["adaptive_job_digest"]}
+    adaptive = out / "adaptive" / "prepared"
+    if (adaptive / "prepared.json").is_file():
+        checks["adaptive_job_digest"] = _check(inputs.adaptive_job_digest, load_prepared(adaptive).job_digest)
     study = out / "study" / "prepared" / "prepared.json"
     if study.is_file():
         files = load_json_strict(study)["files"]
-        for name, want in inputs["study_prepared_files"].items():
-            checks[f"study_prepared:{name}"] = {"expected": want, "actual": files.get(name),
-                                                "equal": files.get(name) == want}
-    for run_id, want in {**inputs["a_endpoint_roots"], **inputs["study_committed_roots"]}.items():
+        for name, want in inputs.study_prepared_files.items():
+            checks[f"study_prepared:{name}"] = _check(want, files.get(name))
+    for run_id, want in {**inputs.a_endpoint_roots, **inputs.study_committed_roots}.items():
         try:
             got = RecordedRoots(runs_dir).endpoint(run_id)
         except (DemoStopped, FileNotFoundError, ValueError):
             continue
-        checks[f"root:{run_id}"] = {"expected": want, "actual": got, "equal": got == want}
-    write_canonical_json(out / "replicates-checks.json", checks)
+        checks[f"root:{run_id}"] = _check(want, got)
+    write_canonical_json(out / "replicates-checks.json", {name: c.to_json() for name, c in checks.items()})
     return checks
 
 
@@ -299,7 +318,7 @@ def _run_steps(part: str, out: Path, seed: Path, runs_dir: Path, scale: str, rep
         print(f"replicates {part}: stopped: {stopped[1]}", file=sys.stderr)
     if plan_file is not None:
         for name, check in record_checks(Path(plan_file), out, runs_dir).items():
-            print(f"check {name}: {'equal' if check['equal'] else 'DIFFERS'}", flush=True)
+            print(f"check {name}: {'equal' if check.equal else 'DIFFERS'}", flush=True)
     return 1 if stopped or any(t["status"] == "failed" for t in timing) else 0
 
 
@@ -325,34 +344,34 @@ def _final_home(lay: _Layout, run_id: str) -> Path:
     return lay.ad / f"{'B' if pair.group(1) == 'control' else 'G'}-r{pair.group(2)}"
 
 
-def design_part_problem(design: dict, path: Path, part: str, replicates, arms) -> str | None:
+def design_part_problem(design: ReplicateDesign, path: Path, part: str, replicates, arms) -> str | None:
     """Why a design's part may not run these replicates (None: it may): the stopping rule's indexes only
     (`replicates`: 0..k-1 per group, none beyond k), the design's study arms only, and the design's GPU mode set
     in this process's environment (its `gpu_mode` variables; the re-derived inputs, prepare and a-endpoint,
     replay the committed runs' mode and are exempt)."""
-    group = {"study": "study", "study-dev": "study", "growth": "growth_vs_control"}.get(part)
     if part in ("study-r0", "finals"):
         return f"{path}: part {part!r} has no place in a design's campaign; expected study/study-dev with index 0"
-    if group is None:
+    if part not in ("study", "study-dev", "growth"):
         return None
-    allowed = design["replicates"].get(group)
-    beyond = [k for k in replicates if not isinstance(allowed, list) or k not in allowed]
+    group, allowed = (("study", design.replicates.study) if part != "growth" else
+                      ("growth_vs_control", design.replicates.growth_vs_control))
+    beyond = [k for k in replicates if k not in allowed]
     if beyond:
-        return (f"{path}: field 'replicates.{group}' = {allowed}; replicate {beyond[0]} is not among them (the "
+        return (f"{path}: field 'replicates.{group}' = {list(allowed)}; replicate {beyond[0]} is not among them (the "
                 "stopping rule: no replicate beyond k)")
     if group == "study":
-        named = {a.split("/", 1)[1] for a in design["k"] if a.startswith("study/")}
+        named = {a.split("/", 1)[1] for a in design.k if a.startswith("study/")}
         extra = [a for a in arms if a not in named]
         if extra:
             return f"{path}: field 'k' has no 'study/{extra[0]}'; expected the design's arms {sorted(named)}"
-    for var, want in design["gpu_mode"].items():
+    for var, want in design.gpu_mode.items():
         if var != "applies_to" and os.environ.get(var) != want:
             return (f"{path}: field 'gpu_mode.{var}' = {want!r}; the environment has {os.environ.get(var)!r} "
                     "(every replicate and scoring runs in the design's mode)")
     return None
 
 
-def _final_labels(d: dict, name: str) -> list[str]:
+def _final_labels(d: ReplicateDesign, name: str) -> list[str]:
     """The labels scored on the design's set `name`: its replicate runs, and the seed on the study's set."""
     return set_runs(d, name) + (["seed"] if name == "study" else [])
 
@@ -373,20 +392,20 @@ def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: 
     out, runs_dir, seed = Path(out), Path(runs_dir), Path(seed)
     scores_dir = Path(scores_dir) if scores_dir is not None else out / "finals"
     scores_dir.mkdir(parents=True, exist_ok=True)
-    d = load_design(design_path)
-    lay = _Layout(scale, out, seed, d["run_prefix"])
+    d = read_design(design_path)
+    lay = _Layout(scale, out, seed, d.run_prefix)
     ledger = demo_ledger(out, runs_dir)
-    check_committed(Path(design_path), d, ", ".join(d["final_sets"]), runs_dir)
+    check_committed(Path(design_path), d, ", ".join(d.final_sets), runs_dir)
     roots, root = RecordedRoots(runs_dir), repository_root()
     study = load_study_contract(root / lay.sc.study_contract).terms
     adaptive = load_adaptive_contract(root / lay.sc.adaptive_contract).terms
     excluded = _seed_task_digests(seed)[0] | _prepared_task_digests(out)
     device = lay.device.get("DEVICE", "cpu")
-    unknown = sorted(set(labels or ()) - {lab for n in d["final_sets"] for lab in _final_labels(d, n)})
+    unknown = sorted(set(labels or ()) - {lab for n in d.final_sets for lab in _final_labels(d, n)})
     if unknown:
         raise DesignError(f"{design_path}: label {unknown[0]!r} is no run of its final sets; expected a replicate run "
                           "id of the design or 'seed'")
-    for name in d["final_sets"]:
+    for name in d.final_sets:
         wanted = [lab for lab in _final_labels(d, name) if labels is None or lab in labels]
         if not wanted:
             continue
@@ -406,15 +425,15 @@ def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: 
             score = final_scorer(seed, adaptive.training.max_tokens, adaptive.evaluation.max_new_tokens, device)
         score_final_set(design_path, name, runs_dir, ledger, models, score, scores_dir / name, excluded,
                         batch=labels is not None)
-    files = {name: sorted((scores_dir / name).glob("*.json")) for name in d["final_sets"]}
+    files = {name: sorted((scores_dir / name).glob("*.json")) for name in d.final_sets}
     (scores_dir / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {name}/{p.name}\n"
                                                    for name, ps in files.items() for p in ps), encoding="utf-8")
     scores = {name: {p.stem: load_json_strict(p) for p in ps} for name, ps in files.items()}
-    total = sum(len(_final_labels(d, n)) for n in d["final_sets"])
+    total = sum(len(_final_labels(d, n)) for n in d.final_sets)
     scored = sum(len(v) for v in scores.values())
     if scored < total:
         return {"scored": scored, "of": total, "questions": []}
-    result = analyse_final(d, scores)
+    result = analyse_final(d.to_json(), scores)  # replicate_analysis reads the design's JSON
     write_canonical_json(out / "replicates-final-analysis.json", result)
     return result
 
@@ -458,18 +477,18 @@ def main(argv=None) -> int:
         return 0
     if a.design:
         try:
-            design = load_design(a.design)
+            design = read_design(a.design)
         except DesignError as e:
             print(f"python -m kit.replicates: {e}", file=sys.stderr)
             return 2
-        problem = (f"{a.design}: field 'scale' = {design['scale']!r}; expected --scale {a.scale!r}"
-                   if design["scale"] != a.scale else
+        problem = (f"{a.design}: field 'scale' = {design.scale!r}; expected --scale {a.scale!r}"
+                   if design.scale != a.scale else
                    design_part_problem(design, Path(a.design), a.part, a.replicates, a.arms))
         if problem:
             print(f"python -m kit.replicates --part {a.part}: {problem}", file=sys.stderr)
             return 2
         return run_part(a.part, Path(a.out), Path(a.seed), Path(a.runs_dir), a.scale, a.replicates, a.public_source,
-                        a.plan, a.arms, design["run_prefix"], a.fixed or f"{design['run_prefix']}inputs",
+                        a.plan, a.arms, design.run_prefix, a.fixed or f"{design.run_prefix}inputs",
                         a.train_only)
     if any(k < 1 for k in a.replicates) and a.part in ("study", "growth", "study-dev"):
         print(f"python -m kit.replicates: --replicates {a.replicates}: expected indexes > 0 (replicate 0 is the "

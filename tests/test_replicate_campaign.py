@@ -49,7 +49,7 @@ def _design(base: Path, ledger: Path) -> Path:
         "stopping_rule": "every index runs, no more",
         "final_sets": {"study": final_set_record("tiny-confirm-final", 63, 1, 12, 8, ledger, base),
                        "growth": final_set_record("tiny-confirm-final.tasks", 63, 1, 12, 8, ledger, base)},
-        "gpu_time": {"measured": load_json_strict(MEDIUM)["gpu_time"]["measured"]}}
+        "gpu_time": load_json_strict(MEDIUM)["gpu_time"]}
     path = base / "campaigns" / "tiny-replicate-design.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(design, indent=1))
@@ -63,12 +63,13 @@ def _commit(runs: Path, *ids: str, status: str = "completed", at: str = "2026-12
 
 
 def test_the_medium_design_s_block_plan_covers_every_replicate_once_per_phase_within_sessions():
+    from kit.evidence.replicate_design import read_design
     from kit.replicate_campaign import SESSION_S, plan_blocks
 
     done = subprocess.run([sys.executable, "-m", "kit.replicate_campaign", "plan", "--design", str(MEDIUM)],
                           capture_output=True, text=True, cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
-    design = load_json_strict(MEDIUM)
+    design = read_design(MEDIUM)
     blocks = [b.to_json() for b in plan_blocks(design, MEDIUM)]  # the blocks as confirm-block-N.json writes them
     assert done.stdout.splitlines()[0].startswith(f"design medium-confirmatory-replicates (run prefix medium-confirm-): "
                                                   f"{len(blocks)} block(s)")
@@ -87,7 +88,7 @@ def test_the_medium_design_s_block_plan_covers_every_replicate_once_per_phase_wi
 
 
 def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_mode(tmp_path, monkeypatch, capsys):
-    from kit.evidence.replicate_design import DesignError, open_final_set, score_final_set
+    from kit.evidence.replicate_design import DesignError, open_final_set, read_design, score_final_set
     from kit.replicate_campaign import index_runs, plan_blocks, run_block
     from kit.replicates import main as replicates_main
     from kit.study.arms import arm_dir
@@ -95,7 +96,7 @@ def test_a_block_resumes_from_committed_runs_and_runs_its_parts_in_the_design_s_
     monkeypatch.delenv("KIT_LEDGER", raising=False)
     ledger = exposed_ledger(tmp_path / "ledger" / "exposed.jsonl", PUBLIC, 4000, 4100)
     path = _design(tmp_path, ledger)
-    design = load_json_strict(path)
+    design = read_design(path)
     runs, out = tmp_path / "runs", tmp_path / "work"
     full = [b.to_json() for b in plan_blocks(design, path, runs)]
     # (the medium's timings: the second growth pair would pass the session's 30 minutes, high estimate)

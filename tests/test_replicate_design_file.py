@@ -9,7 +9,7 @@ import json
 import pytest
 from support.models import REPO
 
-from kit.evidence.replicate_design import design_problems, design_reports, load_design
+from kit.evidence.replicate_design import design_problems, design_reports, read_design
 
 DESIGN = REPO / "campaigns" / "medium-replicate-design.json"
 
@@ -23,13 +23,13 @@ def _altered(tmp_path, change) -> str:
 
 
 def test_the_medium_design_is_frozen_with_k_from_plan_and_fresh_finals():
-    d = load_design(DESIGN)
-    assert d["k"] == {"study/single": 10, "study/dense": 10, "study/powersgd": 10}
-    assert d["pairs"]["growth_vs_control"]["k"] == 6 and d["replicates"]["growth_vs_control"] == list(range(6))
-    assert {e["k"] for e in d["k_chosen_by"]} == {10, 9, 6}
+    d = read_design(DESIGN)
+    assert d.k == {"study/single": 10, "study/dense": 10, "study/powersgd": 10}
+    assert d.pairs.growth_vs_control.k == 6 and d.replicates.growth_vs_control == tuple(range(6))
+    assert {e.k for e in d.k_chosen_by} == {10, 9, 6}
     assert design_problems(DESIGN, REPO, REPO / "runs") == []
-    low, high = d["gpu_time"]["total_device_seconds"]
-    assert 0 < low < high and d["gpu_time"]["sessions"]["count"][0] >= 2
+    low, high = d.gpu_time.total_device_seconds
+    assert 0 < low < high and d.gpu_time.sessions.count[0] >= 2
     [report] = design_reports(REPO)
     assert report["ok"] and report["run_dir"].endswith("medium-replicate-design.json")
 
@@ -93,10 +93,10 @@ def _complete(runs, run_id):
 
 def test_a_fresh_final_set_opens_once_after_every_replicate(tmp_path):
     from kit.evidence.ledger import read_ledger
-    from kit.evidence.replicate_design import DesignError, design_runs, load_design, open_final_set, pool
+    from kit.evidence.replicate_design import DesignError, design_runs, open_final_set, pool, read_design
 
     path, ledger, exposed = _tiny_design(tmp_path)
-    d = load_design(path)
+    d = read_design(path)
     runs = tmp_path / "runs"
     assert design_runs(d) == ["tiny-confirm-study-dense-r0", "tiny-confirm-study-dense-r1", "tiny-confirm-study-single-r0",
                               "tiny-confirm-study-single-r1", "tiny-confirm-adaptive-B-control-r0",
@@ -107,7 +107,7 @@ def test_a_fresh_final_set_opens_once_after_every_replicate(tmp_path):
     with pytest.raises(DesignError, match="1 of the design's runs are not completed .*tiny-confirm-adaptive-B-growth-r1"):
         open_final_set(path, "study", runs, ledger)
     _complete(runs, design_runs(d)[-1])
-    drawn = pool(d["final_sets"]["study"], ledger)
+    drawn = pool(d.final_sets["study"], ledger)
     assert exposed.digest not in {t.digest for t in drawn} and len(drawn) == 10
     tasks = open_final_set(path, "study", runs, ledger, exclude_digests={drawn[0].digest})  # a seed-trained task
     assert [t.digest for t in tasks] == [t.digest for t in drawn[1:7]]
@@ -116,7 +116,7 @@ def test_a_fresh_final_set_opens_once_after_every_replicate(tmp_path):
     with pytest.raises(DesignError, match="opened already; a fresh set opens once"):
         open_final_set(path, "study", runs, ledger)
     # the pool stays what was frozen: the opening's own ledger entries do not move it
-    assert [t.digest for t in pool(d["final_sets"]["study"], ledger)] == [t.digest for t in drawn]
+    assert [t.digest for t in pool(d.final_sets["study"], ledger)] == [t.digest for t in drawn]
 
 
 def test_an_opening_racing_another_is_refused_under_the_ledger_lock(tmp_path, monkeypatch):
@@ -127,7 +127,7 @@ def test_an_opening_racing_another_is_refused_under_the_ledger_lock(tmp_path, mo
     from kit.evidence.ledger import read_ledger, record
 
     path, ledger, _ = _tiny_design(tmp_path)
-    d = rd.load_design(path)
+    d = rd.read_design(path)
     runs = tmp_path / "runs"
     for run_id in rd.design_runs(d):
         _complete(runs, run_id)
@@ -137,26 +137,26 @@ def test_an_opening_racing_another_is_refused_under_the_ledger_lock(tmp_path, mo
         rd.open_final_set(path, "study", runs, ledger)
     early.write_text(json.dumps({"status": "completed", "started_at": "2027-01-01T00:00:00Z"}))
     real_pool, raced = rd.pool, []
-    spec = d["final_sets"]["study"]
-    purpose = f"replicate design {d['name']}: final set study (pool {spec['pool_sha256'][:16]})"
+    spec = d.final_sets["study"]
+    purpose = f"replicate design {d.name}: final set study (pool {spec.pool_sha256[:16]})"
 
     def racing_pool(spec, at):
         tasks = real_pool(spec, at)
         if not raced:  # another process opens the set between this opener's first check and its record
-            raced.append(tasks[:spec["count"]])
-            record([("final.task", t.digest, t.id) for t in raced[0]], d["contracts"]["study"]["digest"],
-                   spec["pool_sha256"], purpose, ledger)
+            raced.append(tasks[:spec.count])
+            record([("final.task", t.digest, t.id) for t in raced[0]], d.contracts.study.digest,
+                   spec.pool_sha256, purpose, ledger)
         return tasks
 
     monkeypatch.setattr(rd, "pool", racing_pool)
     with pytest.raises(rd.DesignError, match="was opened already; a fresh set opens once"):
         rd.open_final_set(path, "study", runs, ledger)
     opened = [e for e in read_ledger(ledger) if e["purpose"].startswith("replicate design")]
-    assert len(opened) == spec["count"] == len(raced[0])
+    assert len(opened) == spec.count == len(raced[0])
     monkeypatch.setattr(rd, "pool", real_pool)
     # a design whose pool task was exposed after it froze (another scoring) is not opened as fresh
     path2, ledger2, _ = _tiny_design(tmp_path / "second")
-    task = real_pool(rd.load_design(path2)["final_sets"]["study"], ledger2)[0]
+    task = real_pool(rd.read_design(path2).final_sets["study"], ledger2)[0]
     record([("final.task", task.digest, task.id)], "d" * 64, "job", "a later scoring", ledger2)
     with pytest.raises(rd.DesignError, match=f"task {task.id} of final set 'study' .* exposed after the design froze"):
         rd.open_final_set(path2, "study", runs, ledger2)

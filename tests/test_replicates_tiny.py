@@ -49,7 +49,7 @@ def _freeze_design(base: Path, ledger: Path) -> Path:
         "final_sets": {"study": final_set_record("tiny-replicate-final", 59, 1, 12, 8, ledger, base),
                        "growth": final_set_record("tiny-replicate-final.tasks", 59, 1, 12, 8, ledger, base,
                                                   ["lookup", "filtering", "arithmetic", "sorting"])},
-        "gpu_time": {}}
+        "gpu_time": load_json_strict(REPO / "campaigns" / "medium-replicate-design.json")["gpu_time"]}
     path = base / "campaigns" / "tiny-replicate-design.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(design, indent=1))

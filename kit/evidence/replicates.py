@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict
+from kit.record import MapOf, Record, Seq, spec_field
 
+PLAN_FORMAT = "kit-replicate-plan/1"
 SPREAD_FORMAT = "kit-replicate-spread/2"
 RULE = ("descriptive: per arm and per paired comparison the development values of each replicate, their mean and "
         "their sd (ddof 1); inference is kit.evidence.replicate_analysis's (t intervals with k - 1 df)")
@@ -137,3 +141,95 @@ def replicate_spread(rows: list[dict], prefix: str = "medium") -> dict:
                for part in ("task_nll_change", "retention_nll_change")}}
     return {"format": SPREAD_FORMAT, "prefix": prefix, "rule": RULE, "arms": arm_stats, "comparisons": comparisons,
             "noise_floor": comparisons.get("study/dense vs single")}
+
+
+# -- the executed campaign's plan (campaigns/medium-replicates-plan.json, kit.replicates.campaign_plan() plus the
+# fields written beside it; docs/formats/replicates.md, "Replicate plans, designs and analyses") ---------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContractSeed(Record):
+    field: str = spec_field(str, doc="the contract's field the order seed derives from")
+    value: int = spec_field(int, doc="its value")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedReplicate(Record):
+    index: int = spec_field(int, doc="the replicate index")
+    order_seed: int = spec_field(int, doc="kit.replicate_order.replicate_seed of the contract seed and index")
+    runs: tuple[str, ...] = spec_field(Seq(str), doc="its training runs")
+    dev_runs: tuple[str, ...] = spec_field(Seq(str), doc="their development scorings")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyPlan(Record):
+    contract: str = spec_field(str, doc="the study contract")
+    contract_digest: str = spec_field(str, doc="its digest")
+    contract_seed: ContractSeed = spec_field(ContractSeed, doc="the seed the orders derive from")
+    replicates: tuple[PlannedReplicate, ...] = spec_field(Seq(PlannedReplicate), doc="the replicates")
+    committed: Mapping[str, str] = spec_field(MapOf(str), doc="arm -> the committed run")
+    committed_order_dev_runs: tuple[str, ...] = spec_field(Seq(str), doc="the committed order's scorings")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanStart(Record):
+    runs: tuple[str, ...] = spec_field(Seq(str), doc="cohort A's endpoint re-derived")
+    repeats: tuple[str, ...] = spec_field(Seq(str), doc="the committed runs they repeat")
+    mode: str = spec_field(str, doc="their GPU mode, in words")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptivePlan(Record):
+    contract: str = spec_field(str, doc="the adaptive contract")
+    contract_digest: str = spec_field(str, doc="its digest")
+    contract_seed: ContractSeed = spec_field(ContractSeed, doc="the seed the orders derive from")
+    start: PlanStart = spec_field(PlanStart, doc="what the growth pairs start from")
+    replicates: tuple[PlannedReplicate, ...] = spec_field(Seq(PlannedReplicate), doc="the replicates")
+    committed_dev_runs: Mapping[str, str] = spec_field(MapOf(str), doc="B, G -> the committed scorings")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanLedger(Record):
+    file: str = spec_field(str, doc="the ledger")
+    entries: int = spec_field(int, doc="its first entries the preparations read")
+    sha256: str = spec_field(str, doc="their sha256")
+    carried: str = spec_field(str, doc="the copy carried to a host")
+    make: str = spec_field(str, doc="the command that makes the copy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanInputs(Record):
+    """What the re-derived inputs must equal (`kit.replicates.record_checks`)."""
+    why: str = spec_field(str, doc="why they are re-derived, in words")
+    ledger: PlanLedger = spec_field(PlanLedger, doc="the ledger prefix the preparations read")
+    adaptive_job_digest: str = spec_field(str, doc="the adaptive job's digest")
+    study_prepared_files: Mapping[str, str] = spec_field(MapOf(str), doc="the study's prepared file -> sha256")
+    a_endpoint_roots: Mapping[str, str] = spec_field(MapOf(str), doc="cohort A's endpoint runs -> root")
+    study_committed_roots: Mapping[str, str] = spec_field(MapOf(str), doc="the study arms' runs -> root")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanBudget(Record):
+    tracked_bytes_added_at_most: int = spec_field(int, doc="bytes the campaign may add to the repository")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicatePlan(Record):
+    """The executed replicate campaign's plan (`kit-replicate-plan/1`)."""
+    FORMAT = PLAN_FORMAT
+    format: str = spec_field(str, doc=PLAN_FORMAT)
+    scale: str = spec_field(str, doc="the demo scale")
+    order_rule: str = spec_field(str, doc="kit.replicate_order.RULE")
+    scoring_rule: str = spec_field(str, doc="kit.replicates.SCORING_RULE")
+    study: StudyPlan = spec_field(StudyPlan, doc="the study's replicates")
+    adaptive: AdaptivePlan = spec_field(AdaptivePlan, doc="the growth pairs' replicates")
+    written: str = spec_field(str, doc="when and against what it was written")
+    inputs: PlanInputs = spec_field(PlanInputs, doc="what the re-derived inputs must equal")
+    modes: Mapping[str, str] = spec_field(MapOf(str), doc="part -> its GPU mode, in words")
+    order_of_work: tuple[str, ...] = spec_field(Seq(str), doc="the parts in order, in words")
+    budget: PlanBudget = spec_field(PlanBudget, doc="the repository's budget")
+    amendments: tuple[str, ...] = spec_field(Seq(str), doc="dated sentences: what was added after a replicate ran")
+
+
+def read_plan(path: str | Path) -> ReplicatePlan:
+    """A replicate plan file, checked against its declared class (a ContractError naming the file and field)."""
+    return ReplicatePlan.from_json(load_json_strict(path), str(path))

@@ -124,6 +124,7 @@ UNIT_FILES = (
     "test_format_docs_adaptive_records.py",
     "test_function_length.py",
     "test_format_docs_contracts.py",
+    "test_format_docs_replicates.py",
     "test_fused_paths.py",
     "test_gradient_oracle.py",
     "test_growth.py",
