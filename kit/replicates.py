@@ -56,6 +56,7 @@ from kit.evidence.ledger import LEDGER_ENV
 from kit.evidence.replicate_analysis import analyse, analyse_final, robustness_by_question
 from kit.evidence.replicate_design import (
     DesignError,
+    FinalDesign,
     ReplicateDesign,
     check_committed,
     read_design,
@@ -433,7 +434,7 @@ def run_finals(design_path: Path, out: Path, seed: Path, runs_dir: Path, scale: 
     scored = sum(len(v) for v in scores.values())
     if scored < total:
         return {"scored": scored, "of": total, "questions": []}
-    result = analyse_final(d.to_json(), scores)  # replicate_analysis reads the design's JSON
+    result = analyse_final(FinalDesign.of(d), scores)
     write_canonical_json(out / "replicates-final-analysis.json", result)
     return result
 

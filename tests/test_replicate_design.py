@@ -107,11 +107,12 @@ def test_the_final_set_analysis_is_a_t_interval_over_the_paired_replicates_not_a
     """analyse_final over per-item score records (score_final_set's): per pair of arms, k = 3 paired differences,
     the t interval with 2 df over sqrt(s^2 / k + the shared item variance); a "2 sd" rule fails here."""
     from kit.evidence.replicate_analysis import analyse_final
+    from kit.evidence.replicate_design import FinalDesign
 
     rng = np.random.default_rng(7)
     n, k = 200, 3
     items = rng.normal(0, 1, n)
-    design = {"name": "t", "run_prefix": "x-", "k": {"study/a": k, "study/b": k}, "pairs": {}}
+    design = FinalDesign("t", "x-", {"study/a": k, "study/b": k})
 
     def rec(shift):
         nll = 20 + items + shift + rng.normal(0, 0.5, n)

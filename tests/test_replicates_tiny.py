@@ -74,9 +74,10 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     from kit.evidence.replicate_analysis import FinalAnalysis, analyse, analyse_final
     from kit.evidence.replicate_design import (
         DesignError,
+        FinalDesign,
         design_problems,
-        load_design,
         open_final_set,
+        read_design,
         score_final_set,
     )
     from kit.evidence.replicates import replicate_spread
@@ -94,7 +95,7 @@ def test_the_replicate_path_at_tiny_scale(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KIT_LEDGER", str(ledger))
     monkeypatch.chdir(tmp_path)  # records name paths relative to here, as the campaign's checkout does
     design_path = _freeze_design(tmp_path, ledger)
-    design = load_design(design_path)
+    design = FinalDesign.of(read_design(design_path))
     before = ledger.read_bytes()
     # the single arm stands for the study's three (the medium campaign runs all, the same code path)
     common = ["--scale", "tiny", "--out", "work", "--seed", str(seed), "--runs-dir", "runs", "--arms", "single"]

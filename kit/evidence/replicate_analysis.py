@@ -24,7 +24,7 @@ import numpy as np
 
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import archive
-from kit.evidence.replicate_design import design_runs
+from kit.evidence.replicate_design import FinalDesign
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.sidecar_formats import (
     BoundGate,
@@ -670,34 +670,34 @@ def _per_item(records: dict, a: str, b: str, measure: str):
     return [(x["nll_sum"] - y["nll_sum"]) / mean_tokens for x, y in zip(ra, rb)]
 
 
-def analyse_final(design: dict, scores: dict) -> dict:
+def analyse_final(design: FinalDesign, scores: dict) -> dict:
     """`final_analysis` as JSON (`kit-replicate-analysis/1`, `FinalAnalysis`): {"format", "design", "rule", "scope",
     "questions"}."""
     return final_analysis(design, scores).to_json()
 
 
-def final_analysis(design: dict, scores: dict) -> FinalAnalysis:
+def final_analysis(design: FinalDesign, scores: dict) -> FinalAnalysis:
     """The replicate analysis on a design's fresh final sets (kit/evidence/replicate_design.py, `score_final_set`'s
     records): one question per pair of study arms and for growth vs control (and per study arm against the seed
     where "seed" was scored), each on accuracy and NLL per token: the k paired differences (pairs by replicate
     index), a t interval with k - 1 df plus the shared item variance from the per-item results, and the reading.
     `scores`: {set name: {label: record}}, labels the design's run ids."""
-    p = design["run_prefix"]
-    runs = set(design_runs(design))
+    p = design.run_prefix
+    runs = set(design.run_ids())
     comparisons = []  # (set, subject, key, {k: (a label, b label)})
-    arms = sorted(a.split("/", 1)[1] for a in design["k"])
+    arms = sorted(a.split("/", 1)[1] for a in design.k)
     if "seed" in (scores.get("study") or {}):  # the seed scored once on the set: each replicate's gain over it
         comparisons += [("study", f"study {a} vs the seed", ("study", f"{a}_gain"),
-                         {k: (f"{p}study-{a}-r{k}", "seed") for k in range(design["k"][f"study/{a}"])}) for a in arms]
+                         {k: (f"{p}study-{a}-r{k}", "seed") for k in range(design.k[f"study/{a}"])}) for a in arms]
     for i, a in enumerate(arms):
         for b in arms[i + 1:]:
-            ks = range(min(design["k"][f"study/{a}"], design["k"][f"study/{b}"]))
+            ks = range(min(design.k[f"study/{a}"], design.k[f"study/{b}"]))
             comparisons.append(("study", f"study {a} vs {b}", ("study", f"{a}_vs_{b}"),
                                 {k: (f"{p}study-{a}-r{k}", f"{p}study-{b}-r{k}") for k in ks}))
-    pair = design["pairs"].get("growth_vs_control")
-    if pair:
+    if design.growth_pairs_k:
         comparisons.append(("growth", "growth vs control", ("growth_vs_control", "final"),
-                            {k: (f"{p}adaptive-B-growth-r{k}", f"{p}adaptive-B-control-r{k}") for k in range(pair["k"])}))
+                            {k: (f"{p}adaptive-B-growth-r{k}", f"{p}adaptive-B-control-r{k}")
+                             for k in range(design.growth_pairs_k)}))
     questions = []
     for name, subject, key, by_k in comparisons:
         records = scores.get(name) or {}
@@ -713,5 +713,5 @@ def final_analysis(design: dict, scores: dict) -> FinalAnalysis:
                 (*key, measure), f"{subject} on the fresh final set ({measure})", values,
                 shared_item_variance(matrix), "the per-item results: two-way replicates x items decomposition",
                 f"{measure} difference", unit, scale, higher=higher, lower=lower, decimals=decimals))
-    return FinalAnalysis(format=ANALYSIS_FORMAT, design=design["name"], rule=ANALYSIS_RULE, scope=FINAL_SCOPE,
+    return FinalAnalysis(format=ANALYSIS_FORMAT, design=design.name, rule=ANALYSIS_RULE, scope=FINAL_SCOPE,
                          questions=tuple(questions))

@@ -399,19 +399,31 @@ def design_reports(base: str | os.PathLike, runs_dir: str | os.PathLike | None =
     return reports
 
 
-def design_runs(design: ReplicateDesign | dict) -> list[str]:
-    """The training runs a design needs before its final sets open: `<run_prefix>study-<arm>-r<k>` for each
-    study arm and k < its k, `<run_prefix>adaptive-B-control-r<k>` and `-B-growth-r<k>` for k < the pairs' k.
-    A plain dict (load_design's) is still read, for the callers not yet reading `read_design`."""
-    if isinstance(design, ReplicateDesign):
-        return _run_ids(design.run_prefix, design.k, design.pairs.growth_vs_control.k)
-    pairs = design["pairs"].get("growth_vs_control")  # the dict form, until replicate_analysis reads the class
-    return _run_ids(design["run_prefix"], design["k"], pairs["k"] if pairs else 0)
+@dataclass(frozen=True, slots=True)
+class FinalDesign:
+    """What the final-set analysis needs of a design (kit.evidence.replicate_analysis.final_analysis): its name,
+    the run prefix, k per arm ("study/<arm>") and the growth pair's k (0: no pair). A view, so the analysis can be
+    tested on a design smaller than a frozen one."""
+    name: str
+    run_prefix: str
+    k: Mapping[str, int]
+    growth_pairs_k: int = 0
+
+    @classmethod
+    def of(cls, d: ReplicateDesign) -> FinalDesign:
+        return cls(d.name, d.run_prefix, d.k, d.pairs.growth_vs_control.k)
+
+    def run_ids(self) -> list[str]:
+        """`<run_prefix>study-<arm>-r<k>` for each study arm and k < its k, then `<run_prefix>adaptive-B-control-r<k>`
+        and `-B-growth-r<k>` for k < the pair's k."""
+        p = self.run_prefix
+        out = [f"{p}study-{arm.split('/', 1)[1]}-r{k}" for arm, n in sorted(self.k.items()) for k in range(n)]
+        return out + [f"{p}adaptive-B-{side}-r{k}" for k in range(self.growth_pairs_k) for side in ("control", "growth")]
 
 
-def _run_ids(p: str, ks: Mapping[str, int], pairs_k: int) -> list[str]:
-    out = [f"{p}study-{arm.split('/', 1)[1]}-r{k}" for arm, n in sorted(ks.items()) for k in range(n)]
-    return out + [f"{p}adaptive-B-{side}-r{k}" for k in range(pairs_k) for side in ("control", "growth")]
+def design_runs(design: ReplicateDesign) -> list[str]:
+    """The training runs a design needs before its final sets open (`FinalDesign.run_ids`)."""
+    return FinalDesign.of(design).run_ids()
 
 
 def _design_ledgers(path: Path, spec: FinalSet, ledger: Path, base: Path) -> list[Path]:
