@@ -95,6 +95,15 @@ class CompressionRecordRef(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CommitOutcome(Record):
+    """What each replica says of a commit, allgathered as JSON (kit.study.arms._commit)."""
+    rank: int = spec_field(Num(0, integer=True), doc="the replica")
+    learned: str = spec_field(str, doc="its own learned-state root")
+    full: str | None = spec_field(Opt(str), doc="the commit (rank 0's; null on the others)")
+    error: str | None = spec_field(Opt(str), doc="why the commit failed (null: it did not)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ArmCommit(Record):
     """A commit the arm made (also one line of run/commits.jsonl as rank 0 made it)."""
     step: int = spec_field(Num(0, integer=True), doc="its step")
@@ -105,6 +114,84 @@ class ArmCommit(Record):
     compression_record: CompressionRecordRef | None = spec_field(Opt(CompressionRecordRef),
                                                                  doc="this rank's (PowerSGD), else null")
     seconds: float = spec_field(float, doc="the commit's time")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogicalTrafficSummary(Record):
+    """A rank's logical traffic (kit.distributed.traffic.LogicalTraffic.summary): what it handed to collectives."""
+    world: int = spec_field(Num(1, integer=True), doc="the replicas")
+    updates: int = spec_field(Num(0, integer=True), doc="updates counted")
+    warmup_updates: int = spec_field(Num(0, integer=True), doc="PowerSGD warm-up (dense) updates among them")
+    dense_equivalent_bytes_per_update: int = spec_field(BYTES, doc="a dense gradient's bytes (0: one replica)")
+    gradient_bytes_total: int = spec_field(BYTES, doc="gradient bytes handed to collectives")
+    overhead_bytes_in_updates_total: int = spec_field(BYTES, doc="other bytes within updates")
+    overhead_bytes_between_updates_total: int = spec_field(BYTES, doc="other bytes between updates (commits)")
+    sent_bytes_total: int = spec_field(BYTES, doc="all of them")
+    sent_bytes_per_update_with_warmup_and_overhead: float | None = spec_field(Opt(float), doc="their mean")
+    gradient_bytes_per_update_after_warmup: float | None = spec_field(Opt(float), doc="gradient bytes' mean "
+                                                                                      "after warm-up")
+    compression_ratio_after_warmup: float | None = spec_field(Opt(float), doc="dense / gradient bytes after warm-up")
+    compression_ratio_with_warmup_and_overhead: float | None = spec_field(Opt(float), doc="dense / sent bytes")
+    ring_wire_bytes_total_estimate: int = spec_field(BYTES, doc="a ring all-reduce's wire bytes for them")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankTraffic(LogicalTrafficSummary):
+    """One row of the `traffic_per_rank` sidecar: a rank's logical traffic, with its rank."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+
+    @classmethod
+    def of(cls, rank: int, t: LogicalTrafficSummary) -> RankTraffic:
+        return cls(rank=rank, world=t.world, updates=t.updates, warmup_updates=t.warmup_updates,
+                   dense_equivalent_bytes_per_update=t.dense_equivalent_bytes_per_update,
+                   gradient_bytes_total=t.gradient_bytes_total,
+                   overhead_bytes_in_updates_total=t.overhead_bytes_in_updates_total,
+                   overhead_bytes_between_updates_total=t.overhead_bytes_between_updates_total,
+                   sent_bytes_total=t.sent_bytes_total,
+                   sent_bytes_per_update_with_warmup_and_overhead=t.sent_bytes_per_update_with_warmup_and_overhead,
+                   gradient_bytes_per_update_after_warmup=t.gradient_bytes_per_update_after_warmup,
+                   compression_ratio_after_warmup=t.compression_ratio_after_warmup,
+                   compression_ratio_with_warmup_and_overhead=t.compression_ratio_with_warmup_and_overhead,
+                   ring_wire_bytes_total_estimate=t.ring_wire_bytes_total_estimate)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ColumnCounters(Record):
+    """A PowerSGD rank's dead-column counters (kit.train.powersgd.ColumnCounts' JSON)."""
+    p_dead: int = spec_field(Num(0, integer=True), doc="dead P columns")
+    q_dead: int = spec_field(Num(0, integer=True), doc="dead Q columns")
+    q_redrawn: int = spec_field(Num(0, integer=True), doc="Q columns re-drawn")
+    calls_with_dead_p: int = spec_field(Num(0, integer=True), doc="compressed calls with a dead P column")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankColumns(ColumnCounters):
+    """One row of the `powersgd_columns` sidecar: a rank's counters, with its rank."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+
+    @classmethod
+    def of(cls, rank: int, c: ColumnCounters) -> RankColumns:
+        return cls(rank=rank, p_dead=c.p_dead, q_dead=c.q_dead, q_redrawn=c.q_redrawn,
+                   calls_with_dead_p=c.calls_with_dead_p)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompressorStats(Record):
+    """A PowerSGD rank's compressor statistics (kit.train.powersgd.PowerSGDCompressor.stats)."""
+    calls: int = spec_field(Num(0, integer=True), doc="reduce() calls")
+    warmup_calls: int = spec_field(Num(0, integer=True), doc="of them dense warm-up calls")
+    dense_equivalent_bytes: int = spec_field(BYTES, doc="bytes had every call been dense")
+    compressed_bytes: int = spec_field(BYTES, doc="bytes sent")
+    dense_equivalent_bytes_after_warmup: int = spec_field(BYTES, doc="the same, warm-up calls left out")
+    compressed_bytes_after_warmup: int = spec_field(BYTES, doc="the same, warm-up calls left out")
+    compression_ratio_after_warmup: float | None = spec_field(Opt(float), doc="dense / compressed after warm-up")
+    compression_ratio_overall: float | None = spec_field(Opt(float), doc="dense / compressed")
+    step: int = spec_field(Num(0, integer=True), doc="the compressor's step")
+    compressed_names: int = spec_field(Num(0, integer=True), doc="matrices compressed")
+    dense_names: int = spec_field(Num(0, integer=True), doc="parameters sent dense")
+    last_call: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="the last call's record (null: none)")
+    columns: ColumnCounters | None = spec_field(Omittable(ColumnCounters), doc="dead-column counters (older: "
+                                                                               "absent)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,8 +210,9 @@ class ReplicaResult(Record):
     setup_seconds: float = spec_field(float, doc="before the first update")
     active_seconds: float = spec_field(float, doc="update time")
     checkpoint_seconds: float = spec_field(float, doc="commit time")
-    traffic: Any = spec_field(MapOf(JSON_VALUE), doc="kit.distributed.traffic.LogicalTraffic.summary()")
-    powersgd: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="the compressor's stats; null unless PowerSGD")
+    traffic: LogicalTrafficSummary = spec_field(LogicalTrafficSummary, doc="what it handed to collectives")
+    powersgd: CompressorStats | None = spec_field(Opt(CompressorStats), doc="the compressor's stats; null unless "
+                                                                              "PowerSGD")
     compile_cache: str | None = spec_field(Omittable(str), doc="the worker's own compile cache folder")
 
 
@@ -205,9 +293,24 @@ class ArmTraffic(Record):
     """What crossed the network: this host's interface counters, and what the ranks reported (absent when none
     did: a failed attempt)."""
     interfaces: Any = spec_field(JSON_VALUE, doc="/proc/net/dev deltas per interface, or why unavailable")
-    logical_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="kit/distributed/traffic.py, per rank")
-    powersgd_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="the compressor's stats per rank (PowerSGD)")
+    logical_per_rank: tuple[LogicalTrafficSummary, ...] | None = spec_field(
+        Omittable(Seq(LogicalTrafficSummary)), doc="kit/distributed/traffic.py, per rank")
+    powersgd_per_rank: tuple[CompressorStats, ...] | None = spec_field(
+        Omittable(Opt(Seq(CompressorStats))), doc="the compressor's stats per rank (PowerSGD)")
     interfaces_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="every rank's host delta (torchrun)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmHost(Record):
+    """One rank of an arm run under torchrun, as rank 0 records it (kit/study/hosts.py)."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+    host: str = spec_field(str, doc="its host name")
+    started_at: float = spec_field(float, doc="epoch seconds")
+    ended_at: float = spec_field(float, doc="epoch seconds")
+    wall_seconds: float = spec_field(float, doc="ended_at - started_at")
+    socket_interfaces: Any = spec_field(MapOf(JSON_VALUE), doc="GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, "
+                                                              "nccl_from_gloo")
+    update_seconds: tuple[float, ...] = spec_field(Seq(float), doc="its updates' active times")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,7 +344,7 @@ class ArmRecord(Record):
     cost: ArmCost | None = spec_field(Opt(ArmCost), doc="what ran, priced")
     shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs")
     launcher: str | None = spec_field(Omittable(str), doc="torchrun (kit/study/hosts.py)")
-    hosts: Any = spec_field(Omittable(JSON_VALUE), doc="per rank under torchrun")
+    hosts: tuple[ArmHost, ...] | None = spec_field(Omittable(Seq(ArmHost)), doc="per rank under torchrun")
     replicate: ReplicateOrder | None = spec_field(Omittable(ReplicateOrder), doc="a replicate's data order")
 
     @property
@@ -330,7 +433,7 @@ class AdmissionDecision(Record):
     run: bool = spec_field(bool, doc="whether the ranks train")
     deadline_at: float | None = spec_field(Omittable(float), doc="epoch seconds every rank stops by")
     now: float | None = spec_field(Omittable(float), doc="rank 0's clock at admission")
-    record: Any = spec_field(Omittable(MapOf(JSON_VALUE)), doc="the unavailable or rejected arm's record")
+    record: ArmRecord | None = spec_field(Omittable(ArmRecord), doc="the unavailable or rejected arm's record")
     refused: str | None = spec_field(Omittable(str), doc="why rank 0 refused the request")
 
 
@@ -344,6 +447,25 @@ class RankReport(Record):
     started_at: float = spec_field(float, doc="epoch seconds")
     ended_at: float = spec_field(float, doc="epoch seconds")
     socket: Any = spec_field(MapOf(JSON_VALUE), doc="its socket interface settings (Group.interfaces)")
+
+
+# --- prepared/train.jsonl and prepared/schedule.json (kit/study/prepare.py) ----------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainRow(Record):
+    """One encoded training document, a line of `prepared/train.jsonl`."""
+    id: str = spec_field(str, doc="the document")
+    source: str = spec_field(str, doc="'task' or the replay source")
+    family: str | None = spec_field(Opt(str), doc="a task's family (null for replay)")
+    replay: bool = spec_field(bool, doc="a replay document")
+    input_ids: tuple[int, ...] = spec_field(Seq(int), doc="its tokens")
+    target_mask: tuple[bool, ...] = spec_field(Seq(bool), doc="which tokens are targets")
+    conversation_digest: str = spec_field(str, doc="the conversation's digest")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule(Record):
+    """`prepared/schedule.json`: the global batches, document ids per update."""
+    updates: tuple[tuple[str, ...], ...] = spec_field(Seq(Seq(str)), doc="per update, its documents' ids")
 
 
 # --- prepared.json of a study (kit/study/prepare.py; docs/formats/study-records.md "prepared.json") ------------
@@ -491,7 +613,8 @@ class ScreenArm(Record):
     measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="the record's measurement")
     shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs (older: "
                                                                                 "absent)")
-    logical_traffic_rank0: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="rank 0's logical traffic")
+    logical_traffic_rank0: LogicalTrafficSummary | None = spec_field(Opt(LogicalTrafficSummary),
+                                                                    doc="rank 0's logical traffic")
     interfaces: Any = spec_field(Opt(JSON_VALUE), doc="the record's interface counters")
 
 
@@ -508,6 +631,14 @@ class FamilyAccuracy(Record):
 class FamilyDifference(Record):
     n: int = spec_field(int, doc="the family's tasks")
     difference: float = spec_field(float, doc="candidate minus reference accuracy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GainedLost(Record):
+    """kit.stats.gained_lost's counts."""
+    gained: int = spec_field(int, doc="right for the candidate only")
+    lost: int = spec_field(int, doc="right for the reference only")
+    net: int = spec_field(int, doc="gained - lost")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -688,6 +819,11 @@ class LossCurveRow(Record):
     seconds: float = spec_field(float, doc="the update's active time")
     gradient_bytes: int = spec_field(BYTES, doc="gradient bytes handed to collectives")
 
+    @classmethod
+    def of(cls, u: UpdateRow) -> LossCurveRow:
+        return cls(step=u.step, objective=u.objective, grad_norm=u.grad_norm, clip_factor=u.clip_factor,
+                   seconds=u.seconds, gradient_bytes=u.gradient_bytes)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArmSidecars(Record):
@@ -696,10 +832,10 @@ class ArmSidecars(Record):
     loss_curves: tuple[LossCurveRow, ...] | None = spec_field(Omittable(Seq(LossCurveRow)), doc="per update")
     measurement: ArmMeasurement | None = spec_field(Omittable(ArmMeasurement), doc="what ran, measured")
     cost: ArmCost | None = spec_field(Omittable(ArmCost), doc="what ran, priced")
-    traffic_per_rank: Any = spec_field(Omittable(Seq(MapOf(JSON_VALUE))),
-                                       doc="per rank: its rank and the scalar fields of its logical traffic")
-    powersgd_columns: Any = spec_field(Omittable(Seq(MapOf(JSON_VALUE))),
-                                       doc="per rank: its rank and its compressor's column counters")
+    traffic_per_rank: tuple[RankTraffic, ...] | None = spec_field(
+        Omittable(Seq(RankTraffic)), doc="per rank: its rank and its logical traffic")
+    powersgd_columns: tuple[RankColumns, ...] | None = spec_field(
+        Omittable(Seq(RankColumns)), doc="per rank: its rank and its compressor's column counters")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
