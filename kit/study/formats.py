@@ -591,6 +591,21 @@ class ModelScores(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DevEvaluation(Record):
+    """A development scoring (`python -m kit.study.dev --out FILE`): the seed or a commit on the study's development
+    tasks, written anywhere but STUDY/evaluation."""
+    FORMAT = "kit.study.dev-evaluation/1"
+    format: str = spec_field(OneOf("kit.study.dev-evaluation/1"), doc="kit.study.dev-evaluation/1")
+    label: str = spec_field(OneOf("seed", "commit"), doc="what was scored")
+    source: Any = spec_field(MapOf(JSON_VALUE), doc="{seed_dir, parameter_digest} or {home, full_root}")
+    dev_tasks_sha256: str = spec_field(str, doc="sha256 of prepared/dev_tasks.jsonl")
+    tasks: tuple[TaskScore, ...] = spec_field(Seq(TaskScore), doc="the development tasks answered")
+    task_nll: tuple[ProbeScore, ...] = spec_field(Seq(ProbeScore), doc="their answers' NLL, with their family")
+    seconds: float = spec_field(float, doc="the scoring's time")
+    device: str | None = spec_field(Omittable(str), doc="the device (absent on CPU)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StudyScores(Record):
     """What `evaluate_study` returns: the model files written and the arms as frozen."""
     models: Mapping[str, str] = spec_field(MapOf(str), doc="label -> its evaluation/models file")
