@@ -1,13 +1,15 @@
 """The study's declared record formats (kit.record.Record): the arm record (`arms/<arm>/arm.json` and every
-`attempts/NNN.json`, docs/formats/study-records.md "Arm record") and the worker plan `run_arm` hands each replica
-(`launch-args.json`).
+`attempts/NNN.json`, docs/formats/study-records.md "Arm record"), the worker plan `run_arm` hands each replica
+(`launch-args.json`), what the ranks exchange, prepared.json and its train rows and schedule, each model's scores
+(`evaluation/models/<label>.json`), screens.json (docs/formats/study-screens.md) and the sidecars notebooks 20 and 21
+record (kit/study/sidecars.py).
 
-The decision to know: the arm record's parts that readers use (endpoint, shared GPUs, measurement, cost, the
-replicate's order) are declared field by field; the parts only written and shown whole (projection, per-update rows,
-commits, traffic, hosts) are any JSON (`JSON_VALUE`), so every committed record, whichever fields its time wrote,
-still loads, and `to_json` gives back its bytes. Fields added after records were committed are `Omittable`.
+The decision to know: every part a reader uses is declared field by field (the arm's projection, updates, commits,
+measurement, cost, per-rank traffic and compressor stats, hosts); what stays any JSON (`JSON_VALUE`) is only written
+and shown whole (interface counters, a compressor's last call, library versions), so every committed record, whichever
+fields its time wrote, still loads, and `to_json` gives back its bytes. Fields added after records were committed are
+`Omittable`; a code-built record writes an Omittable field only when it is not None, unless `with_nulls` names it.
 """
-
 from __future__ import annotations
 
 import dataclasses
