@@ -5,7 +5,7 @@ from __future__ import annotations
 from support.format_docs import assert_docs_match
 
 from kit.study.compression_state import CompressionState
-from kit.study.formats import ArmRecord, Freeze, StudyPreparedJob
+from kit.study.formats import ArmRecord, Freeze, StudyPreparedJob, StudyScreens
 
 
 def test_the_arm_record_table_names_the_declared_fields():
@@ -23,3 +23,7 @@ def test_the_compression_state_table_names_the_declared_fields():
 
 def test_the_prepared_json_table_names_the_declared_fields():
     assert_docs_match("formats/study-prepared.md", "prepared.json", StudyPreparedJob)
+
+
+def test_the_screens_json_table_names_the_declared_fields():
+    assert_docs_match("formats/study-screens.md", "Fields", StudyScreens)

@@ -3,6 +3,7 @@ and the report's curve figure they display: values against hand-counted oracles,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,6 +11,14 @@ import pytest
 from kit.adaptive.sidecars import accuracy_sidecars, attempt_throughput, commit_specs, gate_sidecars
 from kit.digest import write_canonical_json
 from kit.evidence.report.sidecars import curves_figure
+from kit.study.formats import (
+    ArmRecord,
+    ArmTraffic,
+    ColumnCounters,
+    CompressorStats,
+    LogicalTrafficSummary,
+    UpdateRow,
+)
 from kit.study.sidecars import arm_sidecars
 
 
@@ -55,19 +64,40 @@ def test_attempt_throughput_reads_the_attempt_that_made_the_commits(tmp_path):
 
 
 def test_arm_sidecars_leave_out_what_the_arm_did_not_produce_and_flatten_traffic():
-    unavailable = {"projection": None, "updates": None, "measurement": None, "cost": None, "traffic": None}
-    assert arm_sidecars(unavailable) == {}
-    ran = {**unavailable, "updates": [{"step": 1, "objective": 2.5, "grad_norm": 1.0, "clip_factor": 1.0,
-                                        "seconds": 0.1, "gradient_bytes": 64, "extra": "x"}],
-           "traffic": {"logical_per_rank": [{"sent_bytes_total": 64, "per_step": [64]}]}}
+    unavailable = ArmRecord(format="kit.study.arm/1", arm="dense", workers=1, reduction="none", device="cpu", home="H",
+                            contract_digest="c", prepared_digest="p", resume_root=None, until=1, attempts=1,
+                            status="unavailable", reason="no GPU", projection=None, started_at=None, ended_at=None,
+                            updates=None, commits=(), endpoint=None, measurement=None, traffic=None, cost=None)
+    assert arm_sidecars(unavailable) == {} == arm_sidecars(unavailable.to_json())
+    row = UpdateRow(step=1, ce_sum=5.0, kl_sum=0.0, objective=2.5, target_tokens=2, input_tokens=4, documents=1,
+                    local_documents=1, grad_norm=1.0, clip_factor=1.0, seconds=0.1, warmup=False, gradient_bytes=64,
+                    overhead_bytes=0)
+    logical = LogicalTrafficSummary(
+        world=1, updates=1, warmup_updates=0, dense_equivalent_bytes_per_update=0, gradient_bytes_total=64,
+        overhead_bytes_in_updates_total=0, overhead_bytes_between_updates_total=0, sent_bytes_total=64,
+        sent_bytes_per_update_with_warmup_and_overhead=64.0, gradient_bytes_per_update_after_warmup=64.0,
+        compression_ratio_after_warmup=None, compression_ratio_with_warmup_and_overhead=None,
+        ring_wire_bytes_total_estimate=0)
+    ran = dataclasses.replace(unavailable, updates=(row,),
+                              traffic=ArmTraffic(interfaces={}, logical_per_rank=(logical,)))
     out = arm_sidecars(ran)
+    assert out == arm_sidecars(ran.to_json())  # the record, or its JSON as kit.run_arm returns it
     assert out["loss_curves"] == [{"step": 1, "objective": 2.5, "grad_norm": 1.0, "clip_factor": 1.0,
                                    "seconds": 0.1, "gradient_bytes": 64}]
-    assert out["traffic_per_rank"] == [{"rank": 0, "sent_bytes_total": 64}]
+    assert out["traffic_per_rank"] == [{"rank": 0, **logical.to_json()}]
     assert "powersgd_columns" not in out
-    columns = {"p_dead": 5, "q_dead": 2, "q_redrawn": 2, "calls_with_dead_p": 1}
-    ran["traffic"]["powersgd_per_rank"] = [{"calls": 3, "columns": columns}]
-    assert arm_sidecars(ran)["powersgd_columns"] == [{"rank": 0, **columns}]
+    columns = ColumnCounters(p_dead=5, q_dead=2, q_redrawn=2, calls_with_dead_p=1)
+    stats = CompressorStats(calls=3, warmup_calls=1, dense_equivalent_bytes=0, compressed_bytes=0,
+                            dense_equivalent_bytes_after_warmup=0, compressed_bytes_after_warmup=0,
+                            compression_ratio_after_warmup=None, compression_ratio_overall=None, step=3,
+                            compressed_names=1, dense_names=1, last_call=None, columns=columns)
+    ran = dataclasses.replace(ran, traffic=ArmTraffic(interfaces={}, logical_per_rank=(logical,),
+                                                      powersgd_per_rank=(stats,)))
+    assert arm_sidecars(ran)["powersgd_columns"] == [{"rank": 0, **columns.to_json()}]
+    older = dataclasses.replace(stats, columns=None)  # records before the dead-column counters
+    ran = dataclasses.replace(ran, traffic=ArmTraffic(interfaces={}, logical_per_rank=(logical,),
+                                                      powersgd_per_rank=(older,)))
+    assert "powersgd_columns" not in arm_sidecars(ran)
 
 
 def test_curves_figure_draws_curves_and_refuses_a_table():

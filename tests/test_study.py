@@ -29,6 +29,7 @@ from kit.study.compression_state import (
     record_digests,
 )
 from kit.study.cost import project_arm
+from kit.study.formats import ProbeScore, TaskScore
 from kit.study.measurement import COMPILE_CACHE
 from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import ContractError, arm_spec, load_study_contract
@@ -209,9 +210,10 @@ def test_unavailable_arms_are_recorded_with_reason_never_run(env):
     prepare_study(cuda_contract, env["seed"], env["source"], sdir, env["ledger"])
     # on a one-GPU host a pair arm is admitted, its workers sharing the GPU: the projection charges one GPU
     admitted = study_arms.admit_arm(study_arms.ArmRequest(sdir, "dense", env["seed"]), cuda_devices=1, write=False)
-    assert admitted.record["shared_gpus"]["gpus"] == 1 and admitted.record["shared_gpus"]["workers"] == 2
-    proj = admitted.record["projection"]
-    assert proj["projected_gpus"] == 1 and proj["projected_gpu_hours"] == pytest.approx(proj["projected_seconds"] / 3600)
+    shared = admitted.record.shared_gpus
+    assert shared is not None and shared.gpus == 1 and shared.workers == 2
+    proj = admitted.record.projection
+    assert proj.projected_gpus == 1 and proj.projected_gpu_hours == pytest.approx(proj.projected_seconds / 3600)
     assert not (sdir / "arms" / "clock.json").exists() and not (sdir / "arms" / "dense" / "attempts").exists()
     gpus = {"single": 0, "dense": 0, "powersgd": 0}  # a host without a GPU: no arm of a cuda contract runs
     recs = {n: study_arms.run_arm(study_arms.ArmRequest(sdir, n, env["seed"]), cuda_devices=g) for n, g in gpus.items()}
@@ -236,16 +238,16 @@ def test_projection_numbers_and_bound():
     c, arm = full.terms, arm_spec(full, "dense")
     gib = 2**30
     p = project_arm(c, arm, 128, 12.0, "contract", 50 * gib, 5, now=1000.0, clock_started_at=None, spent_usd=0.0)
-    assert p["projected_seconds"] == 600 + 128 * 12 + 5 * 180
-    assert p["projected_cross_zone_bytes"] == 100 * gib  # two ranks x ring factor 1 x 50 GiB
-    assert p["projected_cross_zone_cost_usd"] == pytest.approx(100 * 0.01 * 2)
-    assert p["projected_gpu_cost_usd"] == pytest.approx(p["projected_seconds"] * 2 / 3600 * 2.24208)
-    assert p["fits"] and p["reason"] is None
+    assert p.projected_seconds == 600 + 128 * 12 + 5 * 180
+    assert p.projected_cross_zone_bytes == 100 * gib  # two ranks x ring factor 1 x 50 GiB
+    assert p.projected_cross_zone_cost_usd == pytest.approx(100 * 0.01 * 2)
+    assert p.projected_gpu_cost_usd == pytest.approx(p.projected_seconds * 2 / 3600 * 2.24208)
+    assert p.fits and p.reason is None
     late = project_arm(c, arm, 128, 12.0, "contract", 0, 1, now=1000.0 + 6 * 3600 - 100, clock_started_at=1000.0,
                        spent_usd=0.0)
-    assert not late["fits"] and "after the 6 h stop deadline" in late["reason"]
+    assert not late.fits and "after the 6 h stop deadline" in (late.reason or "")
     broke = project_arm(c, arm, 128, 12.0, "contract", 0, 1, now=1000.0, clock_started_at=1000.0, spent_usd=99.5)
-    assert not broke["fits"] and "exceeds the $100 bound" in broke["reason"] and broke["within_deadline"]
+    assert not broke.fits and "exceeds the $100 bound" in (broke.reason or "") and broke.within_deadline
 
 
 def test_tiny_contract_rank_compresses_the_tiny_seed_20x():
@@ -299,34 +301,35 @@ SCREENS = dataclasses.replace(load_study_contract(FULL).terms.screens, min_task_
 ])
 def test_quality_screen_boundaries(gain, retention, lowers, verdict):
     out = quality_screen(gain, retention, lowers, SCREENS)
-    assert out["verdict"] == verdict
-    assert out["inputs"]["noninferiority_lower"] == lowers and out["thresholds"]["min_task_gain"] == 0.10
+    assert out.verdict == verdict
+    assert out.inputs.noninferiority_lower == lowers and out.thresholds.min_task_gain == 0.10
 
 
 @pytest.mark.parametrize("cand, base, verdict", [(110.0, 100.0, "pass"), (109.99, 100.0, "fail"),
                                                  (None, 100.0, "not evaluable"), (100.0, None, "not evaluable")])
 def test_speed_screen_boundaries(cand, base, verdict):
-    assert speed_screen(cand, base, SCREENS)["verdict"] == verdict
+    assert speed_screen(cand, base, SCREENS).verdict == verdict
 
 
 def test_paired_task_change_and_retention_change_by_hand():
-    cand = [{"id": f"t{i}", "family": "lookup" if i < 2 else "sorting", "correct": c}
+    cand = [TaskScore(id=f"t{i}", family="lookup" if i < 2 else "sorting", reply="", correct=c)
             for i, c in enumerate([True, True, False, True])]
-    ref = [{"id": f"t{i}", "family": "lookup" if i < 2 else "sorting", "correct": c}
+    ref = [TaskScore(id=f"t{i}", family="lookup" if i < 2 else "sorting", reply="", correct=c)
            for i, c in enumerate([False, True, True, False])]
     out = paired_task_change(list(reversed(cand)), ref, 0.03, 1.645)
-    assert (out["gained"], out["lost"], out["difference"]) == (2, 1, 0.25)
-    assert out["by_family"] == {"lookup": {"n": 2, "difference": 0.5}, "sorting": {"n": 2, "difference": 0.0}}
+    assert (out.gained, out.lost, out.difference) == (2, 1, 0.25)
+    assert {f: d.to_json() for f, d in out.by_family.items()} == {
+        "lookup": {"n": 2, "difference": 0.5}, "sorting": {"n": 2, "difference": 0.0}}
     d = [1, 0, -1]  # per-probe differences in an order the tokens weight
-    base = [{"id": f"r{i}", "nll_sum": 10.0, "tokens": t} for i, t in enumerate([2, 4, 4])]
-    cand = [{"id": f"r{i}", "nll_sum": 10.0 + d[i], "tokens": t} for i, t in enumerate([2, 4, 4])]
-    r = retention_change(cand, base, 1.645)
-    assert r["change_nats_per_token"] == pytest.approx(0.0)
+    base = [ProbeScore(id=f"r{i}", nll_sum=10.0, tokens=t) for i, t in enumerate([2, 4, 4])]
+    probes = [ProbeScore(id=f"r{i}", nll_sum=10.0 + d[i], tokens=t) for i, t in enumerate([2, 4, 4])]
+    r = retention_change(probes, base, 1.645)
+    assert r.change_nats_per_token == pytest.approx(0.0)
     z = [0 + (di - 0) / (10 / 3) for di in d]  # z_i = R + (d_i - R t_i) / mean(t)
     sd = torch.tensor(z, dtype=torch.float64).std().item()
-    assert r["upper"] == pytest.approx(1.645 * sd / 3**0.5)
+    assert r.upper == pytest.approx(1.645 * sd / 3**0.5)
     with pytest.raises(ValueError, match="different example ids"):
-        paired_task_change([{"id": "x", "family": "lookup", "correct": True}], ref[:1], 0.03, 1.645)
+        paired_task_change([TaskScore(id="x", family="lookup", reply="", correct=True)], ref[:1], 0.03, 1.645)
 
 
 # --- counters -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from support.study import FULL, TINY
 from kit.contract import LrWarmup, Record
 from kit.digest import canonical_json
 from kit.study import arms as study_arms
-from kit.study.cost import arm_cost, cost_table, project_arm
+from kit.study.cost import ArmCosts, arm_cost, cost_table, project_arm
 from kit.study.projection import project_study
 from kit.study.replicate_dev import dev_rule
 from kit.study.schema import (
@@ -66,8 +66,8 @@ def test_engine_optimizer_and_powersgd_configs_come_from_the_terms():
 def test_cost_table_writes_the_contract_prices_and_hosts_as_json():
     contract = load_study_contract(FULL)
     cost = contract.data["cost"]
-    table = cost_table(contract.terms, [{"arm": "single", "status": "completed", "reason": None,
-                                         "costs": [arm_cost(contract.terms, 3600.0, [0])]}])
+    table = cost_table(contract.terms, [ArmCosts(arm="single", status="completed", reason=None,
+                                                 costs=(arm_cost(contract.terms, 3600.0, [0]),))]).to_json()
     # what screens.json holds: the same JSON as the contract's, whatever the reading
     assert canonical_json(table["hosts"]) == canonical_json(cost["hosts"])
     assert table["prices"]["instance_price_usd_per_hour"] == cost["instance_price_usd_per_hour"]
@@ -82,12 +82,13 @@ def test_admission_and_projection_read_attributes():
     with pytest.raises(ValueError, match=r"no arm named 'triple'; the contract lists \['single', 'dense', 'powersgd'\]"):
         arm_spec(full, "triple")
     assert study_arms.availability(t, dense, cuda_devices=1) is None
-    assert study_arms.expected_sharing(t, dense, cuda_devices=1)["gpus"] == 1
+    shared = study_arms.expected_sharing(t, dense, cuda_devices=1)
+    assert shared is not None and shared.gpus == 1
     assert study_arms.finished_status(t.schedule.updates, t) == ("completed", None)
     shapes = {"w": (64, 64)}
     assert study_arms.projected_logical_bytes(t, dense, shapes, 0, 2) == 2 * 64 * 64 * 4
     p = project_arm(t, dense, 1, 1.0, "contract", 0, 1, now=0.0, clock_started_at=None, spent_usd=0.0)
-    assert p["startup_s"] == full.data["projection"]["startup_s"] and p["arm"] == "dense"
+    assert p.startup_s == full.data["projection"]["startup_s"] and p.arm == "dense"
     study = project_study(t, single_compute_s=2.0, pair_compute_fraction=0.5, dense_bytes_per_update=8,
                           powersgd_bytes_per_update=1, wire_overhead=1.0, efficiency=1.0, rate_bit=1e9, rtt_s=0.0,
                           collectives={"dense": 0, "powersgd": 0}, label="t")
@@ -97,8 +98,8 @@ def test_admission_and_projection_read_attributes():
 def test_screens_and_the_development_rule_read_the_terms():
     t = load_study_contract(FULL).terms
     sc = dataclasses.replace(t.screens, min_speedup=1.1)
-    assert speed_screen(110.0, 100.0, sc)["verdict"] == "pass"
+    assert speed_screen(110.0, 100.0, sc).verdict == "pass"
     q = quality_screen(1.0, -1.0, {c: 0.0 for c in sc.controls}, sc)
-    assert q["verdict"] == "pass" and q["thresholds"]["min_task_gain"] == sc.min_task_gain
+    assert q.verdict == "pass" and q.thresholds.min_task_gain == sc.min_task_gain
     f = load_study_contract(FULL).data["data"]["final_test"]
     assert dev_rule(t).to_json() == {"count": f["count"], "role": "study-dev", "seed": f["seed"], "difficulty": f["difficulty"]}

@@ -57,15 +57,26 @@ from kit.study.compression_state import (
 from kit.study.cost import arm_cost, project_arm
 from kit.study.formats import (
     ArmCommit,
+    ArmMeasurement,
+    ArmProjection,
     ArmRecord,
+    ArmTraffic,
     ArmWorkerPlan,
+    CommitOutcome,
+    CompressorStats,
     Endpoint,
+    LogicalTrafficSummary,
     ReplicaResult,
+    ReplicateOrder,
+    Schedule,
+    SharedGpus,
     StudyClock,
+    TrainRow,
     UpdateRow,
     plain,
+    with_nulls,
 )
-from kit.study.measurement import devices_used, padded_tokens, summarise
+from kit.study.measurement import padded_tokens, summarise
 from kit.study.prepare import PREPARED_DIR, check_seed, check_source, load_prepared_job, read_train_rows
 from kit.study.schema import (
     StudyContract,
@@ -168,35 +179,36 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _records(rows: list[dict]) -> list[TrainRecord]:
-    return [TrainRecord(r["id"], tuple(r["input_ids"]), tuple(r["target_mask"])) for r in rows]
+def _records(rows: list[TrainRow]) -> list[TrainRecord]:
+    return [TrainRecord(r.id, r.input_ids, r.target_mask) for r in rows]
 
 
 def _commit(group: Group, session: Session, home: str, compressor, traffic: LogicalTraffic) -> ArmCommit:
     """Replica 0 commits; every replica compares its learned-state root; PowerSGD ranks save their state."""
     t0 = time.perf_counter()
     mine = learned_state_root_of(session)
-    outcome: dict[str, Any] = {"rank": group.rank, "learned": mine, "full": None, "error": None}
+    outcome = CommitOutcome(rank=group.rank, learned=mine, full=None, error=None)
     if group.rank == 0:
         try:
             full, learned = session.commit()
-            outcome["full"] = full
-            if learned != mine:
-                outcome["error"] = f"committed learned-state root {learned} differs from the replica's own {mine}"
+            outcome = replace(outcome, full=full, error=None if learned == mine else
+                              f"committed learned-state root {learned} differs from the replica's own {mine}")
         except (ValueError, OSError) as e:
-            outcome["error"] = f"{type(e).__name__}: {e}"
-    payload = canonical_json(outcome)
-    gathered = [loads_strict(b, "commit outcome") for b in group.allgather_bytes(payload)]
+            outcome = replace(outcome, error=f"{type(e).__name__}: {e}")
+    payload = canonical_json(outcome.to_json())
+    gathered = [CommitOutcome.from_json(loads_strict(b, "commit outcome"), "commit outcome")
+                for b in group.allgather_bytes(payload)]
     if group.world > 1:
         traffic.add_overhead(len(payload) * group.world, in_update=False)
-    errors = [f"rank {g['rank']}: {g['error']}" for g in gathered if g["error"]]
+    errors = [f"rank {g.rank}: {g.error}" for g in gathered if g.error]
     if errors:
         raise RuntimeError("commit failed: " + "; ".join(errors))
-    full_root = gathered[0]["full"]
+    full_root = gathered[0].full
+    assert full_root is not None, "rank 0 committed (else its error was raised above)"
     record = None
     if compressor is not None:
         record = write_compression_state(home, full_root, group.rank, group.world, compressor)
-    roots = tuple(g["learned"] for g in gathered)
+    roots = tuple(g.learned for g in gathered)
     return ArmCommit(step=session.step, full_root=full_root, learned_state_root=roots[0],
                      replica_learned_state_roots=roots, replicas_equal=len(set(roots)) == 1,
                      compression_record=record, seconds=time.perf_counter() - t0)
@@ -228,8 +240,13 @@ def arm_worker(group: Group, args: ArmWorkerPlan | dict, ctx) -> dict:
     args: the worker plan (kit.study.formats.ArmWorkerPlan), or its JSON as the launcher reads it back from
     `launch-args.json`."""
     plan = args if isinstance(args, ArmWorkerPlan) else ArmWorkerPlan.from_json(args, "launch-args.json")
+    return arm_worker_result(group, plan, ctx).to_json()
+
+
+def arm_worker_result(group: Group, plan: ArmWorkerPlan, ctx) -> ReplicaResult:
+    """`arm_worker`'s result as its record (kit/study/hosts.py gathers it under torchrun)."""
     with own_compile_cache() as cache:
-        return replace(_train_replica(group, plan, ctx), compile_cache=cache).to_json()
+        return replace(_train_replica(group, plan, ctx), compile_cache=cache)
 
 
 def _show_progress(ctx, u: UpdateRow, start_step: int, until: int) -> None:
@@ -310,15 +327,16 @@ def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> ReplicaResult:
             traffic.add_overhead(parts.numel() * parts.element_size())
         _sync(device)
         active += (seconds := time.perf_counter() - t0)
-        t_rec = traffic.end_update(step)
+        traffic.end_update(step)
+        t_rec = traffic.updates[-1]
         ce, kl = (float(x) for x in parts.cpu())
         updates.append(UpdateRow(
             step=step, ce_sum=ce, kl_sum=kl, objective=ce / n_targets, target_tokens=n_targets,
             input_tokens=sum(len(r.input_ids) for r in records), documents=len(records),
             local_padded_tokens=padded_tokens(mine, engine_cfg.microbatch_size, bucket),
             local_documents=len(mine), grad_norm=res.grad_norm, clip_factor=res.clip_factor,
-            seconds=seconds, warmup=t_rec["warmup"], gradient_bytes=t_rec["gradient_bytes"],
-            overhead_bytes=t_rec["overhead_bytes"]))
+            seconds=seconds, warmup=t_rec.warmup, gradient_bytes=t_rec.gradient_bytes,
+            overhead_bytes=t_rec.overhead_bytes))
         _show_progress(ctx, updates[-1], start_step, until)
         if step == until or (every and step % every == 0):
             ctx.progress(phase="commit")
@@ -330,8 +348,10 @@ def _train_replica(group: Group, plan: ArmWorkerPlan, ctx) -> ReplicaResult:
     return ReplicaResult(rank=rank, world=world, arm=plan.arm, device=str(device), host=socket.gethostname(),
                          backend=group.backend, staged=group.staged, start_step=start_step,
                          updates=tuple(updates), commits=tuple(made), setup_seconds=setup_seconds,
-                         active_seconds=active, checkpoint_seconds=checkpoint, traffic=traffic.summary(),
-                         powersgd=compressor.stats() if compressor is not None else None)
+                         active_seconds=active, checkpoint_seconds=checkpoint,
+                         traffic=LogicalTrafficSummary.from_json(traffic.summary(), "the rank's traffic"),
+                         powersgd=CompressorStats.from_json(compressor.stats(), "the compressor's stats")
+                         if compressor is not None else None)
 
 
 COMMITS_LOG = "commits.jsonl"  # the attempt's commits, one line each as rank 0 makes them (STUDY/arms/ARM/run/)
@@ -346,8 +366,9 @@ def _logged(ctx, group: Group, commit: ArmCommit) -> ArmCommit:
     return commit
 
 
-def logged_commits(run_dir: Path) -> list[dict]:
-    """The commits the attempt launched in `run_dir` logged as it made them; a line cut short is left out."""
+def logged_commits(run_dir: Path) -> list[ArmCommit]:
+    """The commits the attempt launched in `run_dir` logged as it made them; a line cut short (or not a commit)
+    is left out."""
     try:
         lines = (run_dir / COMMITS_LOG).read_bytes().splitlines()
     except OSError:
@@ -355,18 +376,17 @@ def logged_commits(run_dir: Path) -> list[dict]:
     out = []
     for line in lines:
         try:
-            c = loads_strict(line, COMMITS_LOG)
-        except ValueError:
+            out.append(ArmCommit.from_json(loads_strict(line, COMMITS_LOG), COMMITS_LOG))
+        except ValueError:  # ContractError is a ValueError too
             continue
-        if isinstance(c, dict):
-            out.append(c)
     return out
 
 
 def replicate_schedule(study_dir: Path, terms: StudyContract, replicate: int) -> list[list[str]]:
     """The prepared schedule's updates (ids), in replicate `replicate`'s order: the prepared order itself for 0,
     else the same documents reordered from the contract terms' `schedule.order_seed` (kit/replicate_order.py)."""
-    updates = load_json_strict(Path(study_dir) / PREPARED_DIR / "schedule.json")["updates"]
+    path = Path(study_dir) / PREPARED_DIR / "schedule.json"
+    updates = [list(u) for u in Schedule.from_json(load_json_strict(path), str(path)).updates]
     return reorder_steps(updates, terms.schedule.order_seed, replicate)
 
 
@@ -374,13 +394,6 @@ def replicate_schedule(study_dir: Path, terms: StudyContract, replicate: int) ->
 def arm_dir(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> Path:
     """STUDY/arms/<arm>; a replicate k > 0 of it: STUDY/arms/<arm>-r<k>, which no evaluation freeze lists."""
     return Path(study_dir) / "arms" / (arm if not replicate else f"{arm}-r{replicate}")
-
-
-def record_replicate(record: dict) -> int:
-    """The replicate index of an arm record being written (a dict until `_write_attempt`; 0 when it has none:
-    every committed record)."""
-    order = record.get("replicate")
-    return order["index"] if order else 0
 
 
 def arm_record(study_dir: str | os.PathLike, arm: str, replicate: int = 0) -> ArmRecord | None:
@@ -446,15 +459,15 @@ def availability(terms: StudyContract, arm, cuda_devices: int | None = None) -> 
     return None
 
 
-def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None) -> dict | None:
+def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None) -> SharedGpus | None:
     """The `shared_gpus` an admitted arm will have on this host (None: each worker has its own GPU, or
     CPU). The record keeps it only until the ranks report their own (kit.study.measurement.shared_gpus);
     a failed attempt, whose ranks reported nothing, keeps it, marked by its `source`."""
     n = _host_gpus(cuda_devices) if terms.device == "cuda" else None
     if n is None or arm.workers <= n:
         return None
-    return {"workers": arm.workers, "gpus": n, "transport": STAGED_BACKEND,
-            "source": "admission (this host's GPU count; the ranks reported nothing)"}
+    return SharedGpus(workers=arm.workers, gpus=n, transport=STAGED_BACKEND,
+                      source="admission (this host's GPU count; the ranks reported nothing)")
 
 
 def _clock(study_dir: Path) -> float | None:
@@ -505,18 +518,31 @@ def projected_logical_bytes(terms: StudyContract, arm, shapes: dict, first_step:
     return dense * warm + compressed * (until - first_step - warm)
 
 
-def _write_attempt(study_dir: Path, record: dict) -> dict:
-    d = arm_dir(study_dir, record["arm"], record_replicate(record))
+PENDING = "pending"  # an admitted arm's status until finish_arm sets the attempt's own: never written
+
+
+def _write_attempt(study_dir: Path, record: ArmRecord) -> ArmRecord:
+    """Write the attempt as the next `attempts/NNN.json` and as `arm.json`; returns it with its number."""
+    d = arm_dir(study_dir, record.arm, record.replicate_index)
     attempts = d / "attempts"
     attempts.mkdir(parents=True, exist_ok=True)
     n = len(list(attempts.glob("*.json"))) + 1
-    record["attempts"] = n
-    write_canonical_json(attempts / f"{n:03d}.json", record)
-    write_canonical_json(d / "arm.json", record)
+    # every record writes `shared_gpus` (null: none shared); one the ranks reported writes `compression_records`
+    # (null: not PowerSGD)
+    record = with_nulls(replace(record, attempts=n), "shared_gpus",
+                        *(("compression_records",) if record.replicas_equal is not None else ()))
+    written = record.to_json()
+    write_canonical_json(attempts / f"{n:03d}.json", written)
+    write_canonical_json(d / "arm.json", written)
     return record
 
 
 def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float | None = None) -> dict:
+    """`run_arm_record`'s record as its JSON (notebook 20, through kit.run_arm, reads it as a dict)."""
+    return run_arm_record(request, cuda_devices=cuda_devices, now=now).to_json()
+
+
+def run_arm_record(request: ArmRequest, *, cuda_devices: int | None = None, now: float | None = None) -> ArmRecord:
     """Admit, run and record one arm; returns its record (also for unavailable and rejected arms).
     `cuda_devices` (None: counted) and `now` (None: the clock) describe the host, not the request."""
     admitted = admit_arm(request, cuda_devices=cuda_devices, now=now)
@@ -528,7 +554,7 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
     (run_dir / COMMITS_LOG).unlink(missing_ok=True)  # an earlier attempt's
     before = interface_counters_or_none()
     started = time.time()
-    record["started_at"] = started
+    record = replace(record, started_at=started)
     try:
         results = launch(arm_worker, plan.to_json(), spec.workers, run_dir,
                          timeout_s=max(1.0, plan.deadline_at - started) + DEADLINE_GRACE_S,
@@ -539,7 +565,9 @@ def run_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float 
         results, status, reason = None, "failed", str(e)
     ended = time.time()
     after = interface_counters_or_none()
-    return finish_arm(study_dir, record, contract, results, status, reason, started, ended,
+    return finish_arm(study_dir, record, contract,
+                      [ReplicaResult.from_json(r, f"rank {i}'s result") for i, r in enumerate(results)]
+                      if results is not None else None, status, reason, started, ended,
                       counter_delta(before, after) if before and after else None)
 
 
@@ -548,34 +576,32 @@ def finished_status(until: int, terms: StudyContract) -> tuple[str, str | None]:
     return ("completed", None) if until == updates else ("partial", f"stopped at update {until} of {updates} (--until)")
 
 
-def finish_arm(study_dir: Path, record: dict, contract: Contract[StudyContract], results: list[dict] | None, status: str, reason: str | None,
-               started: float, ended: float, interfaces: dict | None, per_rank_interfaces: list | None = None) -> dict:
+def finish_arm(study_dir: Path, record: ArmRecord, contract: Contract[StudyContract],
+               results: list[ReplicaResult] | None, status: str, reason: str | None, started: float, ended: float,
+               interfaces: dict | None, per_rank_interfaces: list | None = None) -> ArmRecord:
     """Summarise the ranks' results into the record and write the attempt (the launcher's rank 0 or the
     local driver). `interfaces` is this host's counter delta; `per_rank_interfaces` every rank's own
     (one process per host under torchrun), gathered over the process group."""
-    record.update(status=status, reason=reason, ended_at=ended)
-    record["traffic"] = {"interfaces": interfaces if interfaces is not None else
-                         {"unavailable": "/proc/net/dev could not be read on this host"}}
-    if per_rank_interfaces is not None:
-        record["traffic"]["interfaces_per_rank"] = per_rank_interfaces
+    record = replace(record, status=status, reason=reason, ended_at=ended, traffic=ArmTraffic(
+        interfaces=interfaces if interfaces is not None else
+        {"unavailable": "/proc/net/dev could not be read on this host"},
+        interfaces_per_rank=per_rank_interfaces))
     wall = ended - started
-    spec = arm_spec(contract, record["arm"])
+    spec = arm_spec(contract, record.arm)
     if results is None:  # no rank reported: the admission's sharing stands (expected_sharing)
-        if record.get("home"):  # a home was made: the commits it logged before the failure (none before one)
-            record["commits"] = logged_commits(Path(record["home"]).parent / "run")
-        record["cost"] = arm_cost(contract.terms, wall, [0] * spec.workers, gpus=devices_used(record))
-        record["measurement"] = {"wall_seconds": wall, "workers": spec.workers, "devices": devices_used(record)}
+        if record.home:  # a home was made: the commits it logged before the failure (none before one)
+            record = replace(record, commits=tuple(logged_commits(Path(record.home).parent / "run")))
+        record = replace(record, cost=arm_cost(contract.terms, wall, [0] * spec.workers, gpus=record.devices),
+                         measurement=ArmMeasurement(wall_seconds=wall, workers=spec.workers, devices=record.devices))
         return _write_attempt(Path(study_dir), record)
-    summarise(record, [ReplicaResult.from_json(r, f"rank {i}'s result") for i, r in enumerate(results)], wall,
-              contract.terms)
-    return _write_attempt(Path(study_dir), record)
+    return _write_attempt(Path(study_dir), summarise(record, results, wall, contract.terms))
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """An arm admitted to run: its record so far (a dict the run completes and `_write_attempt` writes), the
-    worker plan every replica gets, the contract, the arm's contract entry and the step it starts from."""
-    record: dict
+    """An arm admitted to run: its record so far (status PENDING; the run completes it and `_write_attempt` writes
+    it), the worker plan every replica gets, the contract, the arm's contract entry and the step it starts from."""
+    record: ArmRecord
     plan: ArmWorkerPlan
     contract: Contract
     spec: Any  # the contract's arm entry (name, workers, reduction): its class is the contract helper's
@@ -583,7 +609,7 @@ class Admission:
 
 
 def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: float | None = None,
-              write: bool = True) -> dict | Admission:
+              write: bool = True) -> ArmRecord | Admission:
     """Every check before an arm runs. Returns the written record of an unavailable or rejected arm,
     or the `Admission` of one that may run (with `write`, the study clock starts). Raises ArmRefused for a
     request that is wrong."""
@@ -603,21 +629,23 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
     updates = terms.schedule.updates
     until = updates if until is None else int(until)
     home = arm_dir(study_dir, arm_name, replicate) / "home"
-    record = {"format": ARM_FORMAT, "arm": arm_name, "workers": spec.workers, "reduction": spec.reduction,
-              "contract_digest": contract.digest, "prepared_digest": prepared_digest, "device": terms.device,
-              "home": str(home), "resume_root": resume_root, "until": until, "status": None, "reason": None,
-              "projection": None, "endpoint": None, "commits": [], "measurement": None, "traffic": None,
-              "cost": None, "updates": None, "started_at": None, "ended_at": None, "shared_gpus": None}
-    if replicate:  # only replicates carry it: a committed run's record keeps its bytes
-        record["replicate"] = describe(terms.schedule.order_seed, replicate,
-                                       replicate_schedule(study_dir, terms, replicate))
+    record = ArmRecord(
+        format=ARM_FORMAT, arm=arm_name, workers=spec.workers, reduction=spec.reduction,
+        contract_digest=contract.digest, prepared_digest=prepared_digest, device=terms.device, home=str(home),
+        resume_root=resume_root, until=until, attempts=0, status=PENDING, reason=None, projection=None,
+        endpoint=None, commits=(), measurement=None, traffic=None, cost=None, updates=None, started_at=None,
+        ended_at=None, shared_gpus=None,
+        # only replicates carry it: a committed run's record keeps its bytes
+        replicate=ReplicateOrder.from_json(describe(terms.schedule.order_seed, replicate,
+                                                    replicate_schedule(study_dir, terms, replicate)),
+                                           "the replicate's order") if replicate else None)
     if not 1 <= until <= updates:
         raise ArmRefused(f"--until {until}: expected 1..{updates} (contract field 'schedule.updates')")
     missing = availability(terms, spec, cuda_devices)
     if missing:
-        rec = {**record, "status": "unavailable", "reason": missing}
+        rec = replace(record, status="unavailable", reason=missing)
         return _write_attempt(study_dir, rec) if write else rec
-    record["shared_gpus"] = expected_sharing(terms, spec, cuda_devices)
+    record = replace(record, shared_gpus=expected_sharing(terms, spec, cuda_devices))
     check_seed(prepared, seed_dir)
     check_source(prepared, study_dir / PREPARED_DIR / "prepared.json")
     start = request.start()
@@ -635,16 +663,16 @@ def admit_arm(request: ArmRequest, *, cuda_devices: int | None = None, now: floa
     n_commits = len({s for s in range(first + 1, until + 1) if every and s % every == 0} | {until})
     now = time.time() if now is None else now
     clock = _clock(study_dir)
-    proj = project_arm(terms, spec, until - first, spu, "measured (given)" if given else "contract",
-                       projected_logical_bytes(terms, spec, shapes, first, until), n_commits, now, clock,
-                       spent_usd(study_dir), gpus=devices_used(record))
-    record["projection"] = proj
-    if not proj["fits"]:
-        rec = {**record, "status": "rejected", "reason": proj["reason"]}
+    proj: ArmProjection = project_arm(terms, spec, until - first, spu, "measured (given)" if given else "contract",
+                                      projected_logical_bytes(terms, spec, shapes, first, until), n_commits, now,
+                                      clock, spent_usd(study_dir), gpus=record.devices)
+    record = replace(record, projection=proj)
+    if not proj.fits:
+        rec = replace(record, status="rejected", reason=proj.reason)
         return _write_attempt(study_dir, rec) if write else rec
     if clock is None and write:
-        write_canonical_json(study_dir / "arms" / "clock.json", {"started_at": now})
-    deadline_at = proj["deadline_at"]
+        write_canonical_json(study_dir / "arms" / "clock.json", StudyClock(started_at=now).to_json())
+    deadline_at = proj.deadline_at
     home.mkdir(parents=True, exist_ok=True)
     plan = ArmWorkerPlan(arm=arm_name, reduction=spec.reduction, study_dir=str(study_dir), home=str(home),
                          start=start.to_json(), until=until, commit_every=every, contract=terms.to_json(),

@@ -21,7 +21,10 @@ g6e.2xlarge, one L40S each, in us-east-1a and us-east-1b).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kit.distributed.traffic import ring_wire_bytes
+from kit.study.formats import ArmCost, ArmProjection, CostPrices, CostRow, CostTable
 from kit.study.schema import StudyContract
 
 BILLED_DIRECTIONS = 2  # out of the sending zone and into the receiving one
@@ -44,20 +47,20 @@ def cross_zone_bytes(cost, sent_bytes_per_rank: list[int]) -> int:
     return sum(ring_wire_bytes(int(b), world) for b in sent_bytes_per_rank)
 
 
-def priced(cost, seconds: float, gpus: int, crossing_bytes: int) -> dict:
+def priced(cost, seconds: float, gpus: int, crossing_bytes: int) -> ArmCost:
     """GPU-hours (seconds x `gpus`, the GPUs charged), GPU cost, cross-zone bytes and cost, and their
     total, for one arm."""
     gpu_hours = seconds * gpus / 3600.0
     gpu_usd = gpu_hours * gpu_hour_price(cost)
     gb = crossing_bytes / cost.bytes_per_gb
     zone_usd = gb * cost.cross_zone_price_usd_per_gb_each_direction.value * BILLED_DIRECTIONS
-    return {"gpus": gpus, "gpu_hours": gpu_hours, "gpu_cost_usd": gpu_usd, "cross_zone_bytes": int(crossing_bytes),
-            "cross_zone_gb": gb, "cross_zone_cost_usd": zone_usd, "total_usd": gpu_usd + zone_usd}
+    return ArmCost(gpus=gpus, gpu_hours=gpu_hours, gpu_cost_usd=gpu_usd, cross_zone_bytes=int(crossing_bytes),
+                   cross_zone_gb=gb, cross_zone_cost_usd=zone_usd, total_usd=gpu_usd + zone_usd)
 
 
 def project_arm(terms: StudyContract, arm, updates: int, seconds_per_update: float, seconds_source: str,
                 logical_bytes_per_rank: int, commits: int, now: float, clock_started_at: float | None,
-                spent_usd: float, gpus: int | None = None) -> dict:
+                spent_usd: float, gpus: int | None = None) -> ArmProjection:
     """Projected time and cost of running `updates` updates of `arm` (an arm of the contract terms), against the
     deadline and bound.
 
@@ -74,28 +77,32 @@ def project_arm(terms: StudyContract, arm, updates: int, seconds_per_update: flo
     deadline_at = start + cost.deadline_hours * 3600.0
     ends_at = now + seconds
     within_deadline = ends_at <= deadline_at
-    within_bound = spent_usd + money["total_usd"] <= cost.bound_usd
+    within_bound = spent_usd + money.total_usd <= cost.bound_usd
     reasons = []
     if not within_deadline:
         reasons.append(f"projected to end {ends_at - deadline_at:.0f} s after the {cost.deadline_hours} h stop "
                        f"deadline ({seconds:.0f} s needed, {max(0.0, deadline_at - now):.0f} s left)")
     if not within_bound:
-        reasons.append(f"projected cost ${money['total_usd']:.2f} plus ${spent_usd:.2f} already spent exceeds the "
+        reasons.append(f"projected cost ${money.total_usd:.2f} plus ${spent_usd:.2f} already spent exceeds the "
                        f"${cost.bound_usd} bound")
-    return {
-        "arm": arm.name, "workers": workers, "updates": updates, "commits": commits,
-        "seconds_per_update": seconds_per_update, "seconds_per_update_source": seconds_source,
-        "startup_s": proj.startup_s, "checkpoint_s": proj.checkpoint_s,
-        "logical_bytes_per_rank": int(logical_bytes_per_rank),
-        "projected_seconds": seconds, **{f"projected_{k}": v for k, v in money.items()},
-        "clock_started_at": clock_started_at, "deadline_at": deadline_at, "now": now,
-        "spent_usd_before": spent_usd, "bound_usd": cost.bound_usd,
-        "within_deadline": within_deadline, "within_bound": within_bound,
-        "fits": within_deadline and within_bound, "reason": "; ".join(reasons) or None,
-    }
+    return ArmProjection(
+        arm=arm.name, workers=workers, updates=updates, commits=commits,
+        seconds_per_update=seconds_per_update, seconds_per_update_source=seconds_source,
+        startup_s=proj.startup_s, checkpoint_s=proj.checkpoint_s,
+        logical_bytes_per_rank=int(logical_bytes_per_rank),
+        projected_seconds=seconds, projected_gpus=money.gpus, projected_gpu_hours=money.gpu_hours,
+        projected_gpu_cost_usd=money.gpu_cost_usd, projected_cross_zone_bytes=money.cross_zone_bytes,
+        projected_cross_zone_gb=money.cross_zone_gb, projected_cross_zone_cost_usd=money.cross_zone_cost_usd,
+        projected_total_usd=money.total_usd,
+        clock_started_at=clock_started_at, deadline_at=deadline_at, now=now,
+        spent_usd_before=spent_usd, bound_usd=cost.bound_usd,
+        within_deadline=within_deadline, within_bound=within_bound,
+        fits=within_deadline and within_bound, reason="; ".join(reasons) or None,
+    )
 
 
-def arm_cost(terms: StudyContract, wall_seconds: float, sent_bytes_per_rank: list[int], gpus: int | None = None) -> dict:
+def arm_cost(terms: StudyContract, wall_seconds: float, sent_bytes_per_rank: list[int],
+             gpus: int | None = None) -> ArmCost:
     """What an arm that ran cost under the contract terms: its wall time on the GPUs it used and its traffic (one entry of
     `sent_bytes_per_rank` per worker). `gpus`: the GPUs the workers used (None: one per worker); workers
     that shared one GPU are charged that one GPU's wall time, not one each."""
@@ -106,27 +113,39 @@ def arm_cost(terms: StudyContract, wall_seconds: float, sent_bytes_per_rank: lis
     return priced(cost, wall_seconds, n, cross_zone_bytes(cost, sent_bytes_per_rank))
 
 
-def cost_table(terms: StudyContract, arms: list[dict]) -> dict:
+@dataclass(frozen=True, slots=True)
+class ArmCosts:
+    """An arm as the cost table reads it: its latest status and the cost of each attempt (None: it never ran)."""
+    arm: str
+    status: str
+    reason: str | None
+    costs: tuple[ArmCost | None, ...]
+
+
+def cost_table(terms: StudyContract, arms: list[ArmCosts]) -> CostTable:
     """One row per arm (every arm, whatever its status), summed over its attempts, and the study total
-    against the bound. `arms`: [{"arm", "status", "reason", "costs": [cost of each attempt or None]}]."""
+    against the bound."""
     cost = terms.cost
-    keys = ("gpu_hours", "gpu_cost_usd", "cross_zone_bytes", "cross_zone_cost_usd", "total_usd")
     rows = []
     for arm in arms:
-        paid = [c for c in arm["costs"] if c]
-        rows.append({"arm": arm["arm"], "status": arm["status"], "reason": arm["reason"],
-                     "attempts": len(arm["costs"]), "attempts_that_ran": len(paid),
-                     **{k: sum(c[k] for c in paid) for k in keys}})
-    total = sum(r["total_usd"] for r in rows)
-    return {
-        "rows": rows, "total_usd": total, "bound_usd": cost.bound_usd, "within_bound": total <= cost.bound_usd,
-        "prices": {"gpu_hour_usd": gpu_hour_price(cost),
-                   "instance_price_usd_per_hour": cost.instance_price_usd_per_hour.to_json(),
-                   "cross_zone_price_usd_per_gb_each_direction": cost.cross_zone_price_usd_per_gb_each_direction.to_json(),
-                   "bytes_per_gb": cost.bytes_per_gb, "cross_zone_traffic_billed": cost.cross_zone_traffic_billed},
-        "hosts": [h.to_json() for h in cost.hosts],
-        "rule": "gpu cost = wall s x GPUs used (one per worker, fewer when workers shared GPUs) / 3600 x "
-                "instance price / GPUs per host; cross-zone cost = bytes "
-                "crossing (ring all-reduce wire bytes of every rank) / bytes_per_gb x price x 2 directions; "
-                "every attempt that ran is paid for, failed ones included",
-    }
+        paid = [c for c in arm.costs if c]
+        rows.append(CostRow(arm=arm.arm, status=arm.status, reason=arm.reason, attempts=len(arm.costs),
+                            attempts_that_ran=len(paid), gpu_hours=sum(c.gpu_hours for c in paid),
+                            gpu_cost_usd=sum(c.gpu_cost_usd for c in paid),
+                            cross_zone_bytes=sum(c.cross_zone_bytes for c in paid),
+                            cross_zone_cost_usd=sum(c.cross_zone_cost_usd for c in paid),
+                            total_usd=sum(c.total_usd for c in paid)))
+    total = sum(r.total_usd for r in rows)
+    return CostTable(
+        rows=tuple(rows), total_usd=total, bound_usd=cost.bound_usd, within_bound=total <= cost.bound_usd,
+        prices=CostPrices(gpu_hour_usd=gpu_hour_price(cost),
+                          instance_price_usd_per_hour=cost.instance_price_usd_per_hour.to_json(),
+                          cross_zone_price_usd_per_gb_each_direction=(
+                              cost.cross_zone_price_usd_per_gb_each_direction.to_json()),
+                          bytes_per_gb=cost.bytes_per_gb, cross_zone_traffic_billed=cost.cross_zone_traffic_billed),
+        hosts=[h.to_json() for h in cost.hosts],
+        rule="gpu cost = wall s x GPUs used (one per worker, fewer when workers shared GPUs) / 3600 x "
+             "instance price / GPUs per host; cross-zone cost = bytes "
+             "crossing (ring all-reduce wire bytes of every rank) / bytes_per_gb x price x 2 directions; "
+             "every attempt that ran is paid for, failed ones included",
+    )

@@ -27,7 +27,7 @@ from kit.data.conversations import read_jsonl
 from kit.digest import write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
 from kit.inventory import parameter_digest
-from kit.study.formats import StudyPreparedJob
+from kit.study.formats import DevEvaluation, ProbeScore, StudyPreparedJob, TaskScore
 from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, check_seed, load_prepared_job
 
 DEV_EVAL_FORMAT = "kit.study.dev-evaluation/1"
@@ -51,7 +51,7 @@ def dev_tasks_file(study_dir: str | os.PathLike) -> tuple[Path, str, Any, StudyP
 
 
 def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: str | os.PathLike,
-              home: str | None = None, root: str | None = None, device: str = "cpu") -> dict:
+              home: str | None = None, root: str | None = None, device: str = "cpu") -> DevEvaluation:
     """Score the seed (no `home`) or the commit `home`:`root` on the development tasks; write `out`."""
     if (home is None) != (root is None):
         raise DevScoringRefused(f"--home {home!r} --root {root!r}: give both (a commit) or neither (the seed)")
@@ -68,15 +68,15 @@ def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: st
         model = load_model(home=str(home), root=root, device=device)
     tokenizer = load_tokenizer(seed_dir)
     nll_batch, answer_batch = eval_batch_sizes(device)
-    record = {"format": DEV_EVAL_FORMAT, "label": "seed" if home is None else "commit", "source": source,
-              "dev_tasks_sha256": sha,
-              "tasks": answer_tasks(model, tokenizer, tasks, terms.evaluation.max_new_tokens,
-                                    batch_size=answer_batch),
-              "task_nll": score_nll(model, tokenizer, tasks, terms.data.max_tokens, batch_size=nll_batch),
-              "seconds": time.perf_counter() - t0}
-    if device != "cpu":  # CPU records keep their bytes
-        record["device"] = device
-    write_canonical_json(out, record)
+    answers = answer_tasks(model, tokenizer, tasks, terms.evaluation.max_new_tokens, batch_size=answer_batch)
+    nll = score_nll(model, tokenizer, tasks, terms.data.max_tokens, batch_size=nll_batch)
+    record = DevEvaluation(
+        format=DEV_EVAL_FORMAT, label="seed" if home is None else "commit", source=source, dev_tasks_sha256=sha,
+        tasks=tuple(TaskScore.from_json(t, f"answer {i}") for i, t in enumerate(answers)),
+        task_nll=tuple(ProbeScore.from_json(r, f"task NLL {i}") for i, r in enumerate(nll)),
+        seconds=time.perf_counter() - t0,
+        device=device if device != "cpu" else None)  # CPU records keep their bytes: no `device`
+    write_canonical_json(out, record.to_json())
     return record
 
 
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     except DevScoringRefused as e:
         print(f"python -m kit.study.dev: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"out": a.out, "tasks": len(rec["tasks"]), "correct": sum(r["correct"] for r in rec["tasks"])}))
+    print(json.dumps({"out": a.out, "tasks": len(rec.tasks), "correct": sum(r.correct for r in rec.tasks)}))
     return 0
 
 

@@ -1,19 +1,22 @@
 """The study's declared record formats (kit.record.Record): the arm record (`arms/<arm>/arm.json` and every
-`attempts/NNN.json`, docs/formats/study-records.md "Arm record") and the worker plan `run_arm` hands each replica
-(`launch-args.json`).
+`attempts/NNN.json`, docs/formats/study-records.md "Arm record"), the worker plan `run_arm` hands each replica
+(`launch-args.json`), what the ranks exchange, prepared.json and its train rows and schedule, each model's scores
+(`evaluation/models/<label>.json`), screens.json (docs/formats/study-screens.md) and the sidecars notebooks 20 and 21
+record (kit/study/sidecars.py).
 
-The decision to know: the arm record's parts that readers use (endpoint, shared GPUs, measurement, cost, the
-replicate's order) are declared field by field; the parts only written and shown whole (projection, per-update rows,
-commits, traffic, hosts) are any JSON (`JSON_VALUE`), so every committed record, whichever fields its time wrote,
-still loads, and `to_json` gives back its bytes. Fields added after records were committed are `Omittable`.
+The decision to know: every part a reader uses is declared field by field (the arm's projection, updates, commits,
+measurement, cost, per-rank traffic and compressor stats, hosts); what stays any JSON (`JSON_VALUE`) is only written
+and shown whole (interface counters, a compressor's last call, library versions), so every committed record, whichever
+fields its time wrote, still loads, and `to_json` gives back its bytes. Fields added after records were committed are
+`Omittable`; a code-built record writes an Omittable field only when it is not None, unless `with_nulls` names it.
 """
-
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from kit.record import BYTES, SEED, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 
@@ -94,6 +97,15 @@ class CompressionRecordRef(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CommitOutcome(Record):
+    """What each replica says of a commit, allgathered as JSON (kit.study.arms._commit)."""
+    rank: int = spec_field(Num(0, integer=True), doc="the replica")
+    learned: str = spec_field(str, doc="its own learned-state root")
+    full: str | None = spec_field(Opt(str), doc="the commit (rank 0's; null on the others)")
+    error: str | None = spec_field(Opt(str), doc="why the commit failed (null: it did not)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ArmCommit(Record):
     """A commit the arm made (also one line of run/commits.jsonl as rank 0 made it)."""
     step: int = spec_field(Num(0, integer=True), doc="its step")
@@ -104,6 +116,84 @@ class ArmCommit(Record):
     compression_record: CompressionRecordRef | None = spec_field(Opt(CompressionRecordRef),
                                                                  doc="this rank's (PowerSGD), else null")
     seconds: float = spec_field(float, doc="the commit's time")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogicalTrafficSummary(Record):
+    """A rank's logical traffic (kit.distributed.traffic.LogicalTraffic.summary): what it handed to collectives."""
+    world: int = spec_field(Num(1, integer=True), doc="the replicas")
+    updates: int = spec_field(Num(0, integer=True), doc="updates counted")
+    warmup_updates: int = spec_field(Num(0, integer=True), doc="PowerSGD warm-up (dense) updates among them")
+    dense_equivalent_bytes_per_update: int = spec_field(BYTES, doc="a dense gradient's bytes (0: one replica)")
+    gradient_bytes_total: int = spec_field(BYTES, doc="gradient bytes handed to collectives")
+    overhead_bytes_in_updates_total: int = spec_field(BYTES, doc="other bytes within updates")
+    overhead_bytes_between_updates_total: int = spec_field(BYTES, doc="other bytes between updates (commits)")
+    sent_bytes_total: int = spec_field(BYTES, doc="all of them")
+    sent_bytes_per_update_with_warmup_and_overhead: float | None = spec_field(Opt(float), doc="their mean")
+    gradient_bytes_per_update_after_warmup: float | None = spec_field(Opt(float), doc="gradient bytes' mean "
+                                                                                      "after warm-up")
+    compression_ratio_after_warmup: float | None = spec_field(Opt(float), doc="dense / gradient bytes after warm-up")
+    compression_ratio_with_warmup_and_overhead: float | None = spec_field(Opt(float), doc="dense / sent bytes")
+    ring_wire_bytes_total_estimate: int = spec_field(BYTES, doc="a ring all-reduce's wire bytes for them")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankTraffic(LogicalTrafficSummary):
+    """One row of the `traffic_per_rank` sidecar: a rank's logical traffic, with its rank."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+
+    @classmethod
+    def of(cls, rank: int, t: LogicalTrafficSummary) -> RankTraffic:
+        return cls(rank=rank, world=t.world, updates=t.updates, warmup_updates=t.warmup_updates,
+                   dense_equivalent_bytes_per_update=t.dense_equivalent_bytes_per_update,
+                   gradient_bytes_total=t.gradient_bytes_total,
+                   overhead_bytes_in_updates_total=t.overhead_bytes_in_updates_total,
+                   overhead_bytes_between_updates_total=t.overhead_bytes_between_updates_total,
+                   sent_bytes_total=t.sent_bytes_total,
+                   sent_bytes_per_update_with_warmup_and_overhead=t.sent_bytes_per_update_with_warmup_and_overhead,
+                   gradient_bytes_per_update_after_warmup=t.gradient_bytes_per_update_after_warmup,
+                   compression_ratio_after_warmup=t.compression_ratio_after_warmup,
+                   compression_ratio_with_warmup_and_overhead=t.compression_ratio_with_warmup_and_overhead,
+                   ring_wire_bytes_total_estimate=t.ring_wire_bytes_total_estimate)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ColumnCounters(Record):
+    """A PowerSGD rank's dead-column counters (kit.train.powersgd.ColumnCounts' JSON)."""
+    p_dead: int = spec_field(Num(0, integer=True), doc="dead P columns")
+    q_dead: int = spec_field(Num(0, integer=True), doc="dead Q columns")
+    q_redrawn: int = spec_field(Num(0, integer=True), doc="Q columns re-drawn")
+    calls_with_dead_p: int = spec_field(Num(0, integer=True), doc="compressed calls with a dead P column")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankColumns(ColumnCounters):
+    """One row of the `powersgd_columns` sidecar: a rank's counters, with its rank."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+
+    @classmethod
+    def of(cls, rank: int, c: ColumnCounters) -> RankColumns:
+        return cls(rank=rank, p_dead=c.p_dead, q_dead=c.q_dead, q_redrawn=c.q_redrawn,
+                   calls_with_dead_p=c.calls_with_dead_p)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompressorStats(Record):
+    """A PowerSGD rank's compressor statistics (kit.train.powersgd.PowerSGDCompressor.stats)."""
+    calls: int = spec_field(Num(0, integer=True), doc="reduce() calls")
+    warmup_calls: int = spec_field(Num(0, integer=True), doc="of them dense warm-up calls")
+    dense_equivalent_bytes: int = spec_field(BYTES, doc="bytes had every call been dense")
+    compressed_bytes: int = spec_field(BYTES, doc="bytes sent")
+    dense_equivalent_bytes_after_warmup: int = spec_field(BYTES, doc="the same, warm-up calls left out")
+    compressed_bytes_after_warmup: int = spec_field(BYTES, doc="the same, warm-up calls left out")
+    compression_ratio_after_warmup: float | None = spec_field(Opt(float), doc="dense / compressed after warm-up")
+    compression_ratio_overall: float | None = spec_field(Opt(float), doc="dense / compressed")
+    step: int = spec_field(Num(0, integer=True), doc="the compressor's step")
+    compressed_names: int = spec_field(Num(0, integer=True), doc="matrices compressed")
+    dense_names: int = spec_field(Num(0, integer=True), doc="parameters sent dense")
+    last_call: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="the last call's record (null: none)")
+    columns: ColumnCounters | None = spec_field(Omittable(ColumnCounters), doc="dead-column counters (older: "
+                                                                               "absent)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,8 +212,9 @@ class ReplicaResult(Record):
     setup_seconds: float = spec_field(float, doc="before the first update")
     active_seconds: float = spec_field(float, doc="update time")
     checkpoint_seconds: float = spec_field(float, doc="commit time")
-    traffic: Any = spec_field(MapOf(JSON_VALUE), doc="kit.distributed.traffic.LogicalTraffic.summary()")
-    powersgd: Any = spec_field(Opt(MapOf(JSON_VALUE)), doc="the compressor's stats; null unless PowerSGD")
+    traffic: LogicalTrafficSummary = spec_field(LogicalTrafficSummary, doc="what it handed to collectives")
+    powersgd: CompressorStats | None = spec_field(Opt(CompressorStats), doc="the compressor's stats; null unless "
+                                                                              "PowerSGD")
     compile_cache: str | None = spec_field(Omittable(str), doc="the worker's own compile cache folder")
 
 
@@ -168,13 +259,60 @@ class ArmCost(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ArmProjection(Record):
+    """What an arm was projected to take and cost before it started, against the study's deadline and bound
+    (kit.study.cost.project_arm); the arm record's `projection` and the `projection` sidecar."""
+    arm: str = spec_field(str, doc="the contract's arm name")
+    workers: int = spec_field(Num(1, integer=True), doc="replicas")
+    updates: int = spec_field(Num(0, integer=True), doc="updates to run")
+    commits: int = spec_field(Num(0, integer=True), doc="commits to make")
+    seconds_per_update: float = spec_field(float, doc="the per-update time assumed")
+    seconds_per_update_source: str = spec_field(str, doc="'contract' or 'measured (given)'")
+    startup_s: float = spec_field(float, doc="the contract's startup time")
+    checkpoint_s: float = spec_field(float, doc="the contract's time per commit")
+    logical_bytes_per_rank: int = spec_field(BYTES, doc="bytes each rank will hand to collectives")
+    projected_seconds: float = spec_field(float, doc="startup + updates + commits")
+    projected_gpus: int | None = spec_field(Omittable(Num(0, integer=True)), doc="GPUs charged (older: absent)")
+    projected_gpu_hours: float = spec_field(float, doc="projected s x gpus / 3600")
+    projected_gpu_cost_usd: float = spec_field(float, doc="their price")
+    projected_cross_zone_bytes: int = spec_field(BYTES, doc="ring bytes crossing zones")
+    projected_cross_zone_gb: float = spec_field(float, doc="the same in GB")
+    projected_cross_zone_cost_usd: float = spec_field(float, doc="their price")
+    projected_total_usd: float = spec_field(float, doc="gpu and cross-zone cost")
+    clock_started_at: float | None = spec_field(Opt(float), doc="the study clock's start (null: this arm starts it)")
+    deadline_at: float = spec_field(float, doc="epoch seconds every replica stops by")
+    now: float = spec_field(float, doc="epoch seconds at admission")
+    spent_usd_before: float = spec_field(float, doc="money of every earlier attempt that ran")
+    bound_usd: float = spec_field(float, doc="the contract's bound")
+    within_deadline: bool = spec_field(bool, doc="projected to end before the deadline")
+    within_bound: bool = spec_field(bool, doc="spent plus projected cost within the bound")
+    fits: bool = spec_field(bool, doc="both")
+    reason: str | None = spec_field(Opt(str), doc="why not (null when it fits)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ArmTraffic(Record):
     """What crossed the network: this host's interface counters, and what the ranks reported (absent when none
     did: a failed attempt)."""
     interfaces: Any = spec_field(JSON_VALUE, doc="/proc/net/dev deltas per interface, or why unavailable")
-    logical_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="kit/distributed/traffic.py, per rank")
-    powersgd_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="the compressor's stats per rank (PowerSGD)")
+    logical_per_rank: tuple[LogicalTrafficSummary, ...] | None = spec_field(
+        Omittable(Seq(LogicalTrafficSummary)), doc="kit/distributed/traffic.py, per rank")
+    powersgd_per_rank: tuple[CompressorStats, ...] | None = spec_field(
+        Omittable(Opt(Seq(CompressorStats))), doc="the compressor's stats per rank (PowerSGD)")
     interfaces_per_rank: Any = spec_field(Omittable(JSON_VALUE), doc="every rank's host delta (torchrun)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmHost(Record):
+    """One rank of an arm run under torchrun, as rank 0 records it (kit/study/hosts.py)."""
+    rank: int = spec_field(Num(0, integer=True), doc="the rank")
+    host: str = spec_field(str, doc="its host name")
+    started_at: float = spec_field(float, doc="epoch seconds")
+    ended_at: float = spec_field(float, doc="epoch seconds")
+    wall_seconds: float = spec_field(float, doc="ended_at - started_at")
+    socket_interfaces: Any = spec_field(MapOf(JSON_VALUE), doc="GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, "
+                                                              "nccl_from_gloo")
+    update_seconds: tuple[float, ...] = spec_field(Seq(float), doc="its updates' active times")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,7 +332,8 @@ class ArmRecord(Record):
     attempts: int = spec_field(Num(1, integer=True), doc="this attempt's number")
     status: str = spec_field(OneOf(*ARM_STATUSES), doc="completed, partial, failed, rejected or unavailable")
     reason: str | None = spec_field(Opt(str), doc="why not completed (null only if completed)")
-    projection: Any = spec_field(JSON_VALUE, doc="inputs, projected seconds and cost, deadline and bound checks; null when unavailable")
+    projection: ArmProjection | None = spec_field(Opt(ArmProjection), doc="inputs, projected seconds and cost, "
+                                                  "deadline and bound checks; null when unavailable")
     started_at: float | None = spec_field(Opt(float), doc="epoch seconds")
     ended_at: float | None = spec_field(Opt(float), doc="epoch seconds")
     updates: tuple[UpdateRow, ...] | None = spec_field(Opt(Seq(UpdateRow)), doc="rank 0's rows; null if none ran")
@@ -207,7 +346,7 @@ class ArmRecord(Record):
     cost: ArmCost | None = spec_field(Opt(ArmCost), doc="what ran, priced")
     shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs")
     launcher: str | None = spec_field(Omittable(str), doc="torchrun (kit/study/hosts.py)")
-    hosts: Any = spec_field(Omittable(JSON_VALUE), doc="per rank under torchrun")
+    hosts: tuple[ArmHost, ...] | None = spec_field(Omittable(Seq(ArmHost)), doc="per rank under torchrun")
     replicate: ReplicateOrder | None = spec_field(Omittable(ReplicateOrder), doc="a replicate's data order")
 
     @property
@@ -296,7 +435,7 @@ class AdmissionDecision(Record):
     run: bool = spec_field(bool, doc="whether the ranks train")
     deadline_at: float | None = spec_field(Omittable(float), doc="epoch seconds every rank stops by")
     now: float | None = spec_field(Omittable(float), doc="rank 0's clock at admission")
-    record: Any = spec_field(Omittable(MapOf(JSON_VALUE)), doc="the unavailable or rejected arm's record")
+    record: ArmRecord | None = spec_field(Omittable(ArmRecord), doc="the unavailable or rejected arm's record")
     refused: str | None = spec_field(Omittable(str), doc="why rank 0 refused the request")
 
 
@@ -310,6 +449,25 @@ class RankReport(Record):
     started_at: float = spec_field(float, doc="epoch seconds")
     ended_at: float = spec_field(float, doc="epoch seconds")
     socket: Any = spec_field(MapOf(JSON_VALUE), doc="its socket interface settings (Group.interfaces)")
+
+
+# --- prepared/train.jsonl and prepared/schedule.json (kit/study/prepare.py) ----------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainRow(Record):
+    """One encoded training document, a line of `prepared/train.jsonl`."""
+    id: str = spec_field(str, doc="the document")
+    source: str = spec_field(str, doc="'task' or the replay source")
+    family: str | None = spec_field(Opt(str), doc="a task's family (null for replay)")
+    replay: bool = spec_field(bool, doc="a replay document")
+    input_ids: tuple[int, ...] = spec_field(Seq(int), doc="its tokens")
+    target_mask: tuple[bool, ...] = spec_field(Seq(bool), doc="which tokens are targets")
+    conversation_digest: str = spec_field(str, doc="the conversation's digest")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule(Record):
+    """`prepared/schedule.json`: the global batches, document ids per update."""
+    updates: tuple[tuple[str, ...], ...] = spec_field(Seq(Seq(str)), doc="per update, its documents' ids")
 
 
 # --- prepared.json of a study (kit/study/prepare.py; docs/formats/study-records.md "prepared.json") ------------
@@ -389,3 +547,364 @@ class StudyPreparedJob(Record):
     versions: Any = spec_field(Omittable(MapOf(JSON_VALUE)), doc="library versions (older: absent)")
     ledger: PreparedLedger | None = spec_field(Omittable(PreparedLedger), doc="the ledger read (older: absent)")
     exclusions: Any = spec_field(MapOf(JSON_VALUE), doc="what was excluded, and why")
+
+
+R = TypeVar("R", bound=Record)
+
+
+def with_nulls(record: R, *keys: str) -> R:
+    """`record`, built by the code, with its Omittable fields `keys` written even where null (`to_json` leaves out
+    an Omittable field that is None): the fields the writer has always written as null once its part ran. Apply it
+    last, on the record to write: it fixes which keys are written."""
+    present = frozenset(k for k in type(record).json_fields() if k in record) | frozenset(keys)
+    return dataclasses.replace(record, _present=present)
+
+
+# --- evaluation/models/<label>.json: one model scored on the final tasks and retention probes ------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskScore(Record):
+    """One final task as a model answered it (kit.evaluation.scoring.TaskAnswer's JSON)."""
+    id: str = spec_field(str, doc="the task record")
+    family: str = spec_field(str, doc="its family")
+    reply: str = spec_field(str, doc="the greedy reply")
+    correct: bool = spec_field(bool, doc="the reply equals the answer")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeScore(Record):
+    """One retention probe's summed NLL (kit.evaluation.scoring.NllScore's JSON)."""
+    id: str = spec_field(str, doc="the probe")
+    nll_sum: float = spec_field(float, doc="summed NLL (nats) of its assistant target tokens")
+    tokens: int = spec_field(int, doc="how many")
+    family: str | None = spec_field(Omittable(str), doc="a task's family (absent for probes)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelScores(Record):
+    """`evaluation/models/<label>.json`: the seed or a frozen arm's endpoint scored (kit.study.screens)."""
+    FORMAT = "kit.study.evaluation/1"
+    format: str = spec_field(OneOf("kit.study.evaluation/1"), doc="kit.study.evaluation/1")
+    label: str = spec_field(str, doc="'seed' or the arm's name")
+    source: Any = spec_field(MapOf(JSON_VALUE), doc="{seed_dir, parameter_digest} or {home, full_root}")
+    tasks: tuple[TaskScore, ...] = spec_field(Seq(TaskScore), doc="the final tasks answered")
+    retention: tuple[ProbeScore, ...] = spec_field(Seq(ProbeScore), doc="the retention probes scored")
+    seconds: float = spec_field(float, doc="the scoring's time")
+    device: str | None = spec_field(Omittable(str), doc="the device (absent on CPU)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevEvaluation(Record):
+    """A development scoring (`python -m kit.study.dev --out FILE`): the seed or a commit on the study's development
+    tasks, written anywhere but STUDY/evaluation."""
+    FORMAT = "kit.study.dev-evaluation/1"
+    format: str = spec_field(OneOf("kit.study.dev-evaluation/1"), doc="kit.study.dev-evaluation/1")
+    label: str = spec_field(OneOf("seed", "commit"), doc="what was scored")
+    source: Any = spec_field(MapOf(JSON_VALUE), doc="{seed_dir, parameter_digest} or {home, full_root}")
+    dev_tasks_sha256: str = spec_field(str, doc="sha256 of prepared/dev_tasks.jsonl")
+    tasks: tuple[TaskScore, ...] = spec_field(Seq(TaskScore), doc="the development tasks answered")
+    task_nll: tuple[ProbeScore, ...] = spec_field(Seq(ProbeScore), doc="their answers' NLL, with their family")
+    seconds: float = spec_field(float, doc="the scoring's time")
+    device: str | None = spec_field(Omittable(str), doc="the device (absent on CPU)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyScores(Record):
+    """What `evaluate_study` returns: the model files written and the arms as frozen."""
+    models: Mapping[str, str] = spec_field(MapOf(str), doc="label -> its evaluation/models file")
+    frozen_arms: tuple[FrozenArm, ...] = spec_field(Seq(FrozenArm), doc="freeze.json's arms")
+
+
+# --- STUDY/screens.json (kit/study/screens.py build_screens; docs/formats/study-records.md "Screens JSON") -------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScreenArm(Record):
+    """One contract arm in the screens: its status (kit.study.arms.ArmStatus) and what its latest record holds."""
+    arm: str = spec_field(str, doc="the contract's arm name")
+    workers: int = spec_field(Num(1, integer=True), doc="replicas")
+    reduction: str = spec_field(str, doc="none, dense or powersgd")
+    status: str = spec_field(str, doc="its latest attempt's status, or 'not run'")
+    reason: str | None = spec_field(Opt(str), doc="why not completed")
+    endpoint: Endpoint | None = spec_field(Opt(Endpoint), doc="null unless completed")
+    attempts: int = spec_field(Num(0, integer=True), doc="attempts recorded")
+    replicas_equal: bool | None = spec_field(Opt(bool), doc="every commit's replicas equal")
+    projection: ArmProjection | None = spec_field(Opt(ArmProjection), doc="the record's projection")
+    measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="the record's measurement")
+    shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs (older: "
+                                                                                "absent)")
+    logical_traffic_rank0: LogicalTrafficSummary | None = spec_field(Opt(LogicalTrafficSummary),
+                                                                    doc="rank 0's logical traffic")
+    interfaces: Any = spec_field(Opt(JSON_VALUE), doc="the record's interface counters")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilyAccuracy(Record):
+    """One row of a model's accuracy by family (kit.stats.accuracy_by_family; the last row's family is 'all')."""
+    family: str = spec_field(str, doc="the family")
+    n: int = spec_field(int, doc="tasks")
+    correct: int = spec_field(int, doc="answered right")
+    accuracy: float = spec_field(float, doc="correct / n")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilyDifference(Record):
+    n: int = spec_field(int, doc="the family's tasks")
+    difference: float = spec_field(float, doc="candidate minus reference accuracy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GainedLost(Record):
+    """kit.stats.gained_lost's counts."""
+    gained: int = spec_field(int, doc="right for the candidate only")
+    lost: int = spec_field(int, doc="right for the reference only")
+    net: int = spec_field(int, doc="gained - lost")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Noninferiority(Record):
+    """kit.stats.normal_noninferiority's record."""
+    n: int = spec_field(int, doc="paired tasks")
+    mean_difference: float = spec_field(float, doc="mean paired difference")
+    lower: float = spec_field(float, doc="mean - multiplier x sd / sqrt(n)")
+    margin: float = spec_field(float, doc="the contract's margin")
+    multiplier: float = spec_field(float, doc="the normal multiplier")
+    noninferior: bool = spec_field(bool, doc="lower > -margin")
+    rule: str = spec_field(str, doc="the rule, in words")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PairedChange(Record):
+    """A candidate's paired task change against a reference (kit.study.screens.paired_task_change)."""
+    n: int = spec_field(int, doc="tasks")
+    candidate_correct: int = spec_field(int, doc="right for the candidate")
+    reference_correct: int = spec_field(int, doc="right for the reference")
+    difference: float = spec_field(float, doc="candidate minus reference accuracy")
+    by_family: Mapping[str, FamilyDifference] = spec_field(MapOf(FamilyDifference), doc="the same per family")
+    gained: int = spec_field(int, doc="right for the candidate only")
+    lost: int = spec_field(int, doc="right for the reference only")
+    net: int = spec_field(int, doc="gained - lost")
+    noninferiority: Noninferiority = spec_field(Noninferiority, doc="the noninferiority bound")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionChange(Record):
+    """An arm's retention NLL change against the seed with its delta-method upper bound
+    (kit.study.screens.retention_change; the `retention_change` sidecar's values)."""
+    n: int = spec_field(int, doc="retention probes")
+    tokens: int = spec_field(int, doc="their assistant tokens")
+    change_nats_per_token: float = spec_field(float, doc="the arm's minus the seed's NLL per token")
+    upper: float = spec_field(float, doc="the upper bound")
+    multiplier: float = spec_field(float, doc="the normal multiplier")
+    rule: str = spec_field(str, doc="the bound, in words")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotCompletedArm(Record):
+    """An arm a screen needs that did not complete."""
+    arm: str = spec_field(str, doc="the arm")
+    status: str = spec_field(str, doc="its status")
+    reason: str | None = spec_field(Opt(str), doc="why")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QualityInputs(Record):
+    task_gain: float | None = spec_field(Opt(float), doc="the candidate's accuracy gain over the seed")
+    retention_upper: float | None = spec_field(Opt(float), doc="its retention change's upper bound")
+    noninferiority_lower: Mapping[str, float | None] = spec_field(MapOf(Opt(float)), doc="per control, the bound")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QualityThresholds(Record):
+    min_task_gain: float = spec_field(float, doc="the contract's least task gain")
+    max_retention_upper_nats: float = spec_field(float, doc="the contract's bound on the retention change")
+    noninferiority_margin: float = spec_field(float, doc="the contract's margin")
+    normal_multiplier: float = spec_field(float, doc="the contract's normal multiplier")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QualityScreen(Record):
+    """The quality screen (kit.study.screens.quality_screen; the `screen_quality` sidecar)."""
+    name: str = spec_field(OneOf("quality"), doc="quality")
+    verdict: str = spec_field(str, doc="pass, fail or not evaluable")
+    checks: Mapping[str, bool | None] = spec_field(MapOf(Opt(bool)), doc="per part: passed, null when missing")
+    missing_inputs: tuple[str, ...] = spec_field(Seq(str), doc="the parts without an input")
+    inputs: QualityInputs = spec_field(QualityInputs, doc="the numbers the parts test")
+    thresholds: QualityThresholds = spec_field(QualityThresholds, doc="the contract's thresholds")
+    rule: str = spec_field(str, doc="the rule, in words")
+    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
+        Omittable(Seq(NotCompletedArm)), doc="the arms it needs that did not complete (build_screens adds it)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeedInputs(Record):
+    candidate_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the candidate's active throughput")
+    baseline_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the baseline's")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeedThresholds(Record):
+    min_speedup: float = spec_field(float, doc="the contract's least throughput ratio")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeedScreen(Record):
+    """The speed screen (kit.study.screens.speed_screen; the `screen_speed` sidecar). Screens made before the
+    workers could share GPUs have neither `reason` nor `shared_gpus`."""
+    name: str = spec_field(OneOf("speed"), doc="speed")
+    verdict: str = spec_field(str, doc="pass, fail or not evaluable")
+    ratio: float | None = spec_field(Opt(float), doc="candidate / baseline throughput (null: not measured)")
+    reason: str | None = spec_field(Omittable(Opt(str)), doc="why not measured (null: measured)")
+    shared_gpus: Mapping[str, SharedGpus] | None = spec_field(Omittable(MapOf(SharedGpus)),
+                                                             doc="per arm whose workers shared GPUs, how")
+    inputs: SpeedInputs = spec_field(SpeedInputs, doc="the throughputs compared")
+    thresholds: SpeedThresholds = spec_field(SpeedThresholds, doc="the contract's threshold")
+    rule: str = spec_field(str, doc="the rule, in words")
+    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
+        Omittable(Seq(NotCompletedArm)), doc="the arms it needs that did not complete (build_screens adds it)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Screens(Record):
+    quality: QualityScreen = spec_field(QualityScreen, doc="the quality screen")
+    speed: SpeedScreen = spec_field(SpeedScreen, doc="the speed screen")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostRow(Record):
+    """One arm's cost summed over its attempts (kit.study.cost.cost_table)."""
+    arm: str = spec_field(str, doc="the arm")
+    status: str = spec_field(str, doc="its latest status")
+    reason: str | None = spec_field(Opt(str), doc="why not completed")
+    attempts: int = spec_field(Num(0, integer=True), doc="attempts recorded")
+    attempts_that_ran: int = spec_field(Num(0, integer=True), doc="those that were paid for")
+    gpu_hours: float = spec_field(float, doc="summed")
+    gpu_cost_usd: float = spec_field(float, doc="summed")
+    cross_zone_bytes: int = spec_field(BYTES, doc="summed")
+    cross_zone_cost_usd: float = spec_field(float, doc="summed")
+    total_usd: float = spec_field(float, doc="summed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostPrices(Record):
+    gpu_hour_usd: float = spec_field(float, doc="instance price / GPUs per host")
+    instance_price_usd_per_hour: Any = spec_field(MapOf(JSON_VALUE), doc="the contract's price, with its source")
+    cross_zone_price_usd_per_gb_each_direction: Any = spec_field(MapOf(JSON_VALUE), doc="likewise")
+    bytes_per_gb: int = spec_field(SEED, doc="the contract's")
+    cross_zone_traffic_billed: bool = spec_field(bool, doc="the contract's")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostTable(Record):
+    """Every arm's cost and the study total against the bound (kit.study.cost.cost_table)."""
+    rows: tuple[CostRow, ...] = spec_field(Seq(CostRow), doc="one per contract arm")
+    total_usd: float = spec_field(float, doc="their sum")
+    bound_usd: float = spec_field(float, doc="the contract's bound")
+    within_bound: bool = spec_field(bool, doc="total <= bound")
+    prices: CostPrices = spec_field(CostPrices, doc="the prices applied")
+    hosts: Any = spec_field(Seq(MapOf(JSON_VALUE)), doc="the contract's hosts")
+    rule: str = spec_field(str, doc="the rule, in words")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyScreens(Record):
+    """`STUDY/screens.json`: the study's one result (kit.study.screens.build_screens)."""
+    FORMAT = "kit.study.screens/1"
+    format: str = spec_field(OneOf("kit.study.screens/1"), doc="kit.study.screens/1")
+    contract_digest: str = spec_field(str, doc="sha256 of the contract")
+    prepared_digest: str = spec_field(str, doc="sha256 of canonical prepared.json")
+    study: str = spec_field(str, doc="the contract's name")
+    candidate: str = spec_field(str, doc="the candidate arm")
+    controls: tuple[str, ...] = spec_field(Seq(str), doc="the control arms")
+    arms: tuple[ScreenArm, ...] = spec_field(Seq(ScreenArm), doc="every contract arm, in contract order")
+    accuracy_by_family: Mapping[str, tuple[FamilyAccuracy, ...]] = spec_field(
+        MapOf(Seq(FamilyAccuracy)), doc="per model label")
+    paired_task_change: Mapping[str, Mapping[str, PairedChange]] = spec_field(
+        MapOf(MapOf(PairedChange)), doc="per arm, per reference")
+    retention_change: Mapping[str, RetentionChange] = spec_field(MapOf(RetentionChange), doc="per arm")
+    screens: Screens = spec_field(Screens, doc="quality and speed")
+    cost: CostTable = spec_field(CostTable, doc="the cost table")
+    counts: PreparedCounts = spec_field(PreparedCounts, doc="prepared.json's counts")
+    retention_probes_exposed: bool = spec_field(bool, doc="the contract's data.retention.exposed")
+
+
+# --- the sidecars notebooks 20 and 21 record (kit/study/sidecars.py; docs/formats/metric-sidecars.md) -----------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LossCurveRow(Record):
+    """One update of the `loss_curves` sidecar (the arm record's update row, in part)."""
+    step: int = spec_field(Num(1, integer=True), doc="the update")
+    objective: float = spec_field(float, doc="ce_sum / target_tokens")
+    grad_norm: float = spec_field(float, doc="before clipping")
+    clip_factor: float = spec_field(float, doc="the clipping's scale")
+    seconds: float = spec_field(float, doc="the update's active time")
+    gradient_bytes: int = spec_field(BYTES, doc="gradient bytes handed to collectives")
+
+    @classmethod
+    def of(cls, u: UpdateRow) -> LossCurveRow:
+        return cls(step=u.step, objective=u.objective, grad_norm=u.grad_norm, clip_factor=u.clip_factor,
+                   seconds=u.seconds, gradient_bytes=u.gradient_bytes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmSidecars(Record):
+    """The sidecars of an arm's record (notebook 20): each one the arm produced, the others absent."""
+    projection: ArmProjection | None = spec_field(Omittable(ArmProjection), doc="the projection")
+    loss_curves: tuple[LossCurveRow, ...] | None = spec_field(Omittable(Seq(LossCurveRow)), doc="per update")
+    measurement: ArmMeasurement | None = spec_field(Omittable(ArmMeasurement), doc="what ran, measured")
+    cost: ArmCost | None = spec_field(Omittable(ArmCost), doc="what ran, priced")
+    traffic_per_rank: tuple[RankTraffic, ...] | None = spec_field(
+        Omittable(Seq(RankTraffic)), doc="per rank: its rank and its logical traffic")
+    powersgd_columns: tuple[RankColumns, ...] | None = spec_field(
+        Omittable(Seq(RankColumns)), doc="per rank: its rank and its compressor's column counters")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrozenArmSidecar(Record):
+    """One arm of the `frozen_arms` sidecar."""
+    status: str = spec_field(str, doc="the status it was frozen with")
+    reason: str | None = spec_field(Opt(str), doc="why not completed")
+    endpoint: str | None = spec_field(Opt(str), doc="its endpoint's full root (null: none)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilyAccuracySidecar(Record):
+    """One row of the `accuracy_by_family` sidecar: a model's family row, labelled."""
+    model: str = spec_field(str, doc="'seed' or the arm")
+    family: str = spec_field(str, doc="the family ('all': the total)")
+    n: int = spec_field(int, doc="tasks")
+    correct: int = spec_field(int, doc="answered right")
+    accuracy: float = spec_field(float, doc="correct / n")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskChangeSidecar(Record):
+    """One "ARM vs REFERENCE" of the `paired_task_change` sidecar (the report reads it as TaskChange)."""
+    n: int = spec_field(int, doc="tasks")
+    candidate_correct: int = spec_field(int, doc="right for the candidate")
+    reference_correct: int = spec_field(int, doc="right for the reference")
+    difference: float = spec_field(float, doc="candidate minus reference accuracy")
+    gained: int = spec_field(int, doc="right for the candidate only")
+    lost: int = spec_field(int, doc="right for the reference only")
+    net: int = spec_field(int, doc="gained - lost")
+    noninferiority_lower: float = spec_field(float, doc="the noninferiority lower bound")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostArmSidecar(Record):
+    """One arm of the `arms` sidecar (notebook 21): its status, measurement headline and rank 0's bytes sent."""
+    arm: str = spec_field(str, doc="the arm")
+    workers: int = spec_field(Num(1, integer=True), doc="replicas")
+    reduction: str = spec_field(str, doc="none, dense or powersgd")
+    status: str = spec_field(str, doc="its latest status")
+    reason: str | None = spec_field(Opt(str), doc="why not completed")
+    attempts: int = spec_field(Num(0, integer=True), doc="attempts recorded")
+    active_tokens_per_s: float | None = spec_field(Opt(float), doc="input tokens per active second")
+    wall_seconds: float | None = spec_field(Opt(float), doc="the attempt's wall time")
+    active_seconds: float | None = spec_field(Opt(float), doc="update time only")
+    gpu_seconds_per_update: float | None = spec_field(Opt(float), doc="wall s x devices / updates")
+    sent_bytes_rank0: int | None = spec_field(Opt(SEED), doc="rank 0's logical bytes sent")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostTotal(Record):
+    """The `cost_total` sidecar: the study's total against its bound."""
+    total_usd: float = spec_field(float, doc="every attempt that ran")
+    bound_usd: float = spec_field(float, doc="the contract's bound")
+    within_bound: bool = spec_field(bool, doc="total <= bound")

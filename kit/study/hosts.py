@@ -30,12 +30,11 @@ from kit.study.arms import (
     ArmRequest,
     admit_arm,
     arm_dir,
-    arm_worker,
+    arm_worker_result,
     finish_arm,
     finished_status,
-    record_replicate,
 )
-from kit.study.formats import AdmissionDecision, PeerReport, RankReport, plain
+from kit.study.formats import AdmissionDecision, ArmHost, ArmRecord, PeerReport, RankReport, plain
 from kit.study.prepare import load_prepared_job
 from kit.study.schema import StudyContract, arm_spec
 
@@ -45,6 +44,12 @@ def _gather(group, obj: dict, what: str) -> list[dict]:
 
 
 def run_arm_torchrun(request: ArmRequest) -> dict | None:
+    """`run_arm_torchrun_record`'s record as its JSON (kit.run_arm_torchrun)."""
+    record = run_arm_torchrun_record(request)
+    return record.to_json() if record is not None else None
+
+
+def run_arm_torchrun_record(request: ArmRequest) -> ArmRecord | None:
     """This process is one rank of a torchrun group running `request.arm`. Returns the arm record on
     rank 0 (None on the others)."""
     study_dir, arm_name = Path(request.study_dir), request.arm
@@ -64,7 +69,7 @@ def run_arm_torchrun(request: ArmRequest) -> dict | None:
         leave()
 
 
-def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], prepared_digest):
+def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], prepared_digest) -> ArmRecord | None:
     study_dir, arm_name = Path(request.study_dir), request.arm
     rank, world = group.rank, group.world
     host = socket.gethostname()
@@ -94,10 +99,10 @@ def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], pr
     if not decision.run:
         if decision.refused is not None:
             raise ArmRefused(f"rank 0 refused the arm: {decision.refused}")
-        return plain(decision.record) if rank == 0 else None
+        return decision.record if rank == 0 else None
     ours = admitted if rank == 0 else admit_arm(request, cuda_devices=cuda_devices, write=False, now=decision.now)
     if not isinstance(ours, Admission):
-        raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {ours['status']} here: {ours['reason']}")
+        raise ArmRefused(f"rank {rank} ({host}): arm {arm_name!r} {ours.status} here: {ours.reason}")
     record = ours.record
     if decision.deadline_at is None:
         raise ArmRefused("rank 0's admission to run names no deadline; expected its `deadline_at`")
@@ -109,10 +114,10 @@ def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], pr
     ctx = WorkerContext(rank, world, run_dir)
     before = interface_counters_or_none()
     started = time.time()
-    record["started_at"] = started
+    record = replace(record, started_at=started)
     result, error = None, None
     try:
-        result = arm_worker(group, plan, ctx)
+        result = arm_worker_result(group, plan, ctx)
     except Exception as e:  # noqa: BLE001 - recorded, then raised below
         error = f"rank {rank} ({host}): {type(e).__name__}: {e}"
         tb = traceback.format_exc()
@@ -123,30 +128,32 @@ def _run(group, request: ArmRequest, spec, contract: Contract[StudyContract], pr
         _write_failure(study_dir, arm_name, record, contract, rank, error, tb, started, ended, delta)
         raise RuntimeError(error)
     ctx.progress(phase="gather")
-    report = {"rank": rank, "host": host, "result": result, "interfaces": delta, "started_at": started,
-              "ended_at": ended, "socket": group.interfaces}
-    gathered = [RankReport.from_json(g, "rank report") for g in _gather(group, report, "rank result")]
+    assert result is not None, "the worker returned (else its error was raised above)"
+    report = RankReport(rank=rank, host=host, result=result, interfaces=delta, started_at=started, ended_at=ended,
+                        socket=group.interfaces)
+    gathered = [RankReport.from_json(g, "rank report") for g in _gather(group, report.to_json(), "rank result")]
     ctx.progress(phase="done")
     if rank != 0:
         return None
     status, reason = finished_status(plan.until, contract.terms)
-    record.update(launcher="torchrun", hosts=[
-        {"rank": g.rank, "host": g.host, "started_at": g.started_at, "ended_at": g.ended_at,
-         "wall_seconds": g.ended_at - g.started_at, "socket_interfaces": plain(g.socket),
-         "update_seconds": [u.seconds for u in g.result.updates]} for g in gathered])
+    record = replace(record, launcher="torchrun", hosts=tuple(
+        ArmHost(rank=g.rank, host=g.host, started_at=g.started_at, ended_at=g.ended_at,
+                wall_seconds=g.ended_at - g.started_at, socket_interfaces=g.socket,
+                update_seconds=tuple(u.seconds for u in g.result.updates)) for g in gathered))
     # The arm's wall time spans the earliest start to the latest end over the hosts.
-    return finish_arm(study_dir, record, contract, [g.result.to_json() for g in gathered], status, reason,
+    return finish_arm(study_dir, record, contract, [g.result for g in gathered], status, reason,
                       min(g.started_at for g in gathered), max(g.ended_at for g in gathered), delta,
                       [{"rank": g.rank, "host": g.host, **(plain(g.interfaces) or
                         {"unavailable": "/proc/net/dev could not be read on this host"})} for g in gathered])
 
 
-def _write_failure(study_dir, arm_name, record, contract: Contract[StudyContract], rank, error, tb, started, ended, delta) -> None:
+def _write_failure(study_dir, arm_name, record: ArmRecord, contract: Contract[StudyContract], rank, error, tb, started,
+                   ended, delta) -> None:
     if rank == 0:
-        finish_arm(study_dir, {**record, "launcher": "torchrun"}, contract, None, "failed", error, started, ended,
+        finish_arm(study_dir, replace(record, launcher="torchrun"), contract, None, "failed", error, started, ended,
                    delta)
         return
-    d = arm_dir(study_dir, arm_name, record_replicate(record)) / f"attempts-rank{rank}"
+    d = arm_dir(study_dir, arm_name, record.replicate_index) / f"attempts-rank{rank}"
     d.mkdir(parents=True, exist_ok=True)
     write_canonical_json(d / f"{int(started * 1000)}.json",
                          {"arm": arm_name, "rank": rank, "status": "failed", "reason": error,

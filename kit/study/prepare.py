@@ -63,7 +63,7 @@ from kit.inventory import inventory_digest, parameter_digest
 from kit.paths import inside
 from kit.provenance import CommitmentMismatch, _check_source, kit_package_dir, source_digest
 from kit.publish import publish_dir
-from kit.study.formats import StudyPreparedJob
+from kit.study.formats import Schedule, StudyPreparedJob, TrainRow
 from kit.study.schema import StudyContract, load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
@@ -114,10 +114,10 @@ def _first_fitting(tokenizer, conversations, count: int, max_tokens: int, what: 
     return chosen, {"rejected_too_long": rejected, "excluded": excluded}
 
 
-def _record_row(c: Conversation, enc, family: str | None) -> dict:
-    return {"id": c.id, "source": c.source, "family": family, "replay": c.source != "task",
-            "input_ids": list(enc.input_ids), "target_mask": [bool(m) for m in enc.target_mask],
-            "conversation_digest": c.digest}
+def _record_row(c: Conversation, enc, family: str | None) -> TrainRow:
+    return TrainRow(id=c.id, source=c.source, family=family, replay=c.source != "task",
+                    input_ids=tuple(enc.input_ids), target_mask=tuple(bool(m) for m in enc.target_mask),
+                    conversation_digest=c.digest)
 
 
 def _ledger_exposure(ledger, contract_digest: str, study_dir) -> tuple[Path, dict, set[str], set[str]]:
@@ -189,18 +189,26 @@ def _dev_tasks(d, excluded: set[str]) -> list | None:
     return tasks
 
 
-def _write_files(staging: Path, contract: Contract[StudyContract], train_pairs: list, schedule: dict, final: list, retention_pairs: list,
+def _write_files(staging: Path, contract: Contract[StudyContract], train_pairs: list, schedule: Schedule, final: list, retention_pairs: list,
                  dev: list | None = None) -> None:
     """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes,
     and DEV_FILE when the contract has `data.dev`."""
     write_canonical_json(staging / "contract.json", contract.terms.to_json())
-    lines = [canonical_json(_record_row(c, enc, c.meta.get("family"))) + b"\n" for c, enc in train_pairs]
+    lines = [canonical_json(_record_row(c, enc, c.meta.get("family")).to_json()) + b"\n" for c, enc in train_pairs]
     write_bytes_atomic(staging / "train.jsonl", b"".join(lines))
-    write_canonical_json(staging / "schedule.json", schedule)
+    write_canonical_json(staging / "schedule.json", schedule.to_json())
     write_jsonl(staging / "final_tasks.jsonl", [_task_conversation(t, True) for t in final])
     write_jsonl(staging / "retention.jsonl", [c for c, _ in retention_pairs])
     if dev is not None:
         write_jsonl(staging / DEV_FILE, [_task_conversation(t, True) for t in dev])
+
+
+def prepare_study_job(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
+                      source_path: str | os.PathLike, study_dir: str | os.PathLike,
+                      ledger: str | os.PathLike | None = None) -> StudyPreparedJob:
+    """`prepare_study`, its prepared.json read as the declared record (`kit study prepare`)."""
+    return StudyPreparedJob.from_json(prepare_study(contract_path, seed_dir, source_path, study_dir, ledger),
+                                      str(Path(study_dir) / PREPARED_DIR / "prepared.json"))
 
 
 def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike, source_path: str | os.PathLike,
@@ -242,7 +250,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     ids = [c.id for c, _ in train_pairs]
     order = np.random.default_rng(terms.schedule.order_seed).permutation(len(ids))
     per = terms.schedule.documents_per_update
-    schedule = {"updates": [[ids[int(i)] for i in order[a:a + per]] for a in range(0, len(ids), per)]}
+    schedule = Schedule(updates=tuple(tuple(ids[int(i)] for i in order[a:a + per]) for a in range(0, len(ids), per)))
 
     # a previous preparation that never wrote prepared.json is replaced
     with publish_dir(out, replace=True) as staging:
@@ -256,7 +264,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
             "source": {"path": str(source_path), "sha256": sha256_file(source_path)},
             "files": {n: sha256_file(staging / n) for n in names},
             "counts": {"train_tasks": len(task_pairs), "train_replay": len(replay_pairs), "final_tasks": len(final),
-                       "retention": len(retention_pairs), "updates": len(schedule["updates"]),
+                       "retention": len(retention_pairs), "updates": len(schedule.updates),
                        "documents_per_update": per, **({} if dev is None else {"dev_tasks": len(dev)}),
                        "train_target_tokens": sum(enc.num_targets for _, enc in train_pairs),
                        "train_tokens": sum(enc.num_tokens for _, enc in train_pairs)},
@@ -335,11 +343,11 @@ def check_seed(prepared: StudyPreparedJob, seed_dir: str | os.PathLike) -> None:
             raise PreparedError(f"{seed_dir / name}: differs from the prepared tokenizer file (sha256 {want})")
 
 
-def read_train_rows(study_dir: str | os.PathLike) -> dict[str, dict]:
+def read_train_rows(study_dir: str | os.PathLike) -> dict[str, TrainRow]:
     """The encoded training documents by id (the file's digest was checked by load_prepared)."""
     path = Path(study_dir) / PREPARED_DIR / "train.jsonl"
     rows = {}
     for lineno, line in enumerate(path.read_bytes().splitlines(), start=1):
-        row = loads_strict(line, f"{path}:{lineno}")
-        rows[row["id"]] = row
+        row = TrainRow.from_json(loads_strict(line, f"{path}:{lineno}"), f"{path}:{lineno}")
+        rows[row.id] = row
     return rows

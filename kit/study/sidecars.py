@@ -1,6 +1,8 @@
 """The metric sidecars the gradient-study notebooks record, each computed here from what run_arm,
 evaluate_study and build_screens return, so a notebook cell is one call and a display. The report
-draws the same sidecars (kit.evidence.report).
+draws the same sidecars (kit.evidence.report). Each set is declared (kit.study.formats: ArmSidecars and the
+rows below it) and written as its `to_json()`; a function given the JSON a notebook holds (notebooks 20 and 21
+pass what kit.run_arm, kit.evaluate_study and kit.study_screens return) reads it as its declared record first.
 """
 
 from __future__ import annotations
@@ -8,66 +10,93 @@ from __future__ import annotations
 from pathlib import Path
 
 from kit.study.arms import arm_dir, attempt_records
+from kit.study.formats import (
+    ArmRecord,
+    ArmSidecars,
+    CostArmSidecar,
+    CostTotal,
+    FamilyAccuracySidecar,
+    FrozenArmSidecar,
+    LossCurveRow,
+    RankColumns,
+    RankTraffic,
+    StudyScores,
+    StudyScreens,
+    TaskChangeSidecar,
+)
 
-CURVE_FIELDS = ("step", "objective", "grad_norm", "clip_factor", "seconds", "gradient_bytes")
-MEASURED = ("active_tokens_per_s", "wall_seconds", "active_seconds", "gpu_seconds_per_update")
-ARM_FIELDS = ("arm", "workers", "reduction", "status", "reason", "attempts")
 
-
-def arm_sidecars(record: dict) -> dict:
+def arm_sidecars(record: ArmRecord | dict) -> dict:
     """What an arm's record holds, as sidecars: "projection", "loss_curves" (per update: objective,
     gradient norm, clip factor, seconds, gradient bytes), "measurement", "cost", "traffic_per_rank"
-    (the scalar fields of each rank's logical traffic) and, for PowerSGD, "powersgd_columns" (each rank's
-    dead and re-drawn column counters); a part the arm did not produce is left out."""
-    out = {}
-    if record["projection"]:
-        out["projection"] = record["projection"]
-    curves = [{k: u[k] for k in CURVE_FIELDS} for u in record["updates"] or []]
-    if curves:
-        out["loss_curves"] = curves
-    if record["measurement"]:
-        out["measurement"] = record["measurement"]
-    if record["cost"]:
-        out["cost"] = record["cost"]
-    logical = (record["traffic"] or {}).get("logical_per_rank")
-    if logical:
-        out["traffic_per_rank"] = [{"rank": rank, **{k: v for k, v in t.items() if not isinstance(v, (list, dict))}}
-                                   for rank, t in enumerate(logical)]
-    compressors = (record["traffic"] or {}).get("powersgd_per_rank")
-    if compressors and all("columns" in c for c in compressors):  # absent in records made before the dead-column counters
-        out["powersgd_columns"] = [{"rank": rank, **c["columns"]} for rank, c in enumerate(compressors)]
-    return out
+    (each rank's logical traffic) and, for PowerSGD, "powersgd_columns" (each rank's
+    dead and re-drawn column counters); a part the arm did not produce is left out. `record`: the arm record, or
+    its JSON (what kit.run_arm returns)."""
+    rec = record if isinstance(record, ArmRecord) else ArmRecord.from_json(record, "the arm record")
+    traffic = rec.traffic
+    logical = traffic.logical_per_rank if traffic else None
+    compressors = traffic.powersgd_per_rank if traffic else None
+    return ArmSidecars(
+        projection=rec.projection,
+        loss_curves=tuple(LossCurveRow.of(u) for u in rec.updates or ()) or None,
+        measurement=rec.measurement, cost=rec.cost,
+        traffic_per_rank=tuple(RankTraffic.of(rank, t) for rank, t in enumerate(logical)) if logical else None,
+        # absent in records made before the dead-column counters
+        powersgd_columns=tuple(RankColumns.of(rank, c.columns) for rank, c in enumerate(compressors)
+                               if c.columns is not None)
+        if compressors and all(c.columns is not None for c in compressors) else None,
+    ).to_json()
 
 
-def frozen_arms(scored: dict) -> dict:
-    """The `frozen_arms` sidecar: per arm, the status it was frozen with and its endpoint's full root."""
-    return {a["arm"]: {"status": a["status"], "reason": a["reason"], "endpoint": (a["endpoint"] or {}).get("full_root")}
-            for a in scored["frozen_arms"]}
+def frozen_arms(scored: StudyScores | dict) -> dict:
+    """The `frozen_arms` sidecar: per arm, the status it was frozen with and its endpoint's full root. `scored`:
+    what evaluate_study returns (or its JSON)."""
+    s = scored if isinstance(scored, StudyScores) else StudyScores.from_json(scored, "the study's scores")
+    return {a.arm: FrozenArmSidecar(status=a.status, reason=a.reason,
+                                    endpoint=a.endpoint.full_root if a.endpoint else None).to_json()
+            for a in s.frozen_arms}
 
 
-def screens_sidecars(screens: dict) -> dict:
+def _screens(screens: StudyScreens | dict) -> StudyScreens:
+    return screens if isinstance(screens, StudyScreens) else StudyScreens.from_json(screens, "screens.json")
+
+
+def screens_sidecars(screens: StudyScreens | dict) -> dict:
     """The screens as sidecars: "screen_<name>" per screen, "accuracy_by_family" (one row per model and
     family), "paired_task_change" (per arm and reference, with the noninferiority lower bound) and
-    "retention_change"."""
-    out = {f"screen_{name}": screen for name, screen in screens["screens"].items()}
-    out["accuracy_by_family"] = [{"model": label, **row} for label, rows in screens["accuracy_by_family"].items()
-                                 for row in rows]
-    out["paired_task_change"] = {
-        f"{arm} vs {ref}": {**{k: v for k, v in ch.items() if k not in ("by_family", "noninferiority")},
-                            "noninferiority_lower": ch["noninferiority"]["lower"]}
-        for arm, refs in screens["paired_task_change"].items() for ref, ch in refs.items()}
-    out["retention_change"] = screens["retention_change"]
-    return out
+    "retention_change". `screens`: screens.json, as build_screens returns it."""
+    s = _screens(screens)
+    return {
+        "screen_quality": s.screens.quality.to_json(), "screen_speed": s.screens.speed.to_json(),
+        "accuracy_by_family": [FamilyAccuracySidecar(model=label, family=row.family, n=row.n, correct=row.correct,
+                                                     accuracy=row.accuracy).to_json()
+                               for label, rows in s.accuracy_by_family.items() for row in rows],
+        "paired_task_change": {
+            f"{arm} vs {ref}": TaskChangeSidecar(
+                n=ch.n, candidate_correct=ch.candidate_correct, reference_correct=ch.reference_correct,
+                difference=ch.difference, gained=ch.gained, lost=ch.lost, net=ch.net,
+                noninferiority_lower=ch.noninferiority.lower).to_json()
+            for arm, refs in s.paired_task_change.items() for ref, ch in refs.items()},
+        "retention_change": {arm: r.to_json() for arm, r in s.retention_change.items()},
+    }
 
 
-def cost_sidecars(screens: dict) -> dict:
+def cost_sidecars(screens: StudyScreens | dict) -> dict:
     """{"arms": per arm its status, measurement and rank 0's logical bytes sent, "cost": the cost table's
-    rows, "cost_total": its total against the contract's bound}."""
-    arms = [{**{k: a[k] for k in ARM_FIELDS}, **{k: (a["measurement"] or {}).get(k) for k in MEASURED},
-             "sent_bytes_rank0": (a["logical_traffic_rank0"] or {}).get("sent_bytes_total")}
-            for a in screens["arms"]]
-    return {"arms": arms, "cost": screens["cost"]["rows"],
-            "cost_total": {k: screens["cost"][k] for k in ("total_usd", "bound_usd", "within_bound")}}
+    rows, "cost_total": its total against the contract's bound}. `screens`: as `screens_sidecars`."""
+    s = _screens(screens)
+    arms = []
+    for a in s.arms:
+        m, t = a.measurement, a.logical_traffic_rank0
+        arms.append(CostArmSidecar(
+            arm=a.arm, workers=a.workers, reduction=a.reduction, status=a.status, reason=a.reason,
+            attempts=a.attempts, active_tokens_per_s=m.active_tokens_per_s if m else None,
+            wall_seconds=m.wall_seconds if m else None, active_seconds=m.active_seconds if m else None,
+            gpu_seconds_per_update=m.gpu_seconds_per_update if m else None,
+            sent_bytes_rank0=t.sent_bytes_total if t else None).to_json())
+    return {"arms": arms, "cost": [r.to_json() for r in s.cost.rows],
+            "cost_total": CostTotal(total_usd=s.cost.total_usd, bound_usd=s.cost.bound_usd,
+                                    within_bound=s.cost.within_bound).to_json()}
 
 
 # --- the run inspection's view of an arm's store (kit/evidence/inspect.py, StoreReader) -----------------
@@ -80,8 +109,7 @@ def store_curves(params: dict) -> tuple[list, str] | None:
     arm = params.get("ARM", "single")
     replicate = int(params.get("REPLICATE", 0))
     attempts = attempt_records(params["STUDY_DIR"], arm, replicate)
-    updates = [u.to_json() for u in (attempts[-1].updates if attempts else None) or ()]
-    rows = [{k: u[k] for k in CURVE_FIELDS if k in u} for u in updates]
+    rows = [LossCurveRow.of(u).to_json() for u in (attempts[-1].updates if attempts else None) or ()]
     home = store_home(params)
     assert home is not None, "STUDY_DIR is set (checked above)"
     return rows, home
