@@ -194,10 +194,10 @@ def ledger_order_check(ledger) -> dict:
     opened: dict[str, int] = {}
     problems = []
     for ev in ledger.events:
-        job = ev.header.get("job")
-        if ev.header["event"] == "final-access" and job is not None:
+        job = ev.header.job
+        if ev.header.event == "final-access" and job is not None:
             opened.setdefault(job, ev.line)
-        elif ev.header["event"] == "selection" and job in opened:
+        elif ev.header.event == "selection" and job in opened:
             problems.append(f"{ledger.path}:{ev.line}: a selection event for job {str(job)[:12]} after its final "
                             f"access at line {opened[job]} (a selection after final scoring)")
     return _check("ledger order", problems, f"no selection after a final access of its job ({len(opened)} job(s))")
