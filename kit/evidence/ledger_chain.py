@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import BoundedReadError, canonical_json, read_bounded
-from kit.record import SEED, ContractError, Num, OneOf, Omittable, Opt, Record, Seq, spec_field
+from kit.record import SEED, ContractError, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 
 CHAIN_FORMAT = "kit-exposure/2"
 OLD_FORMAT = "kit-exposure/1"

@@ -16,7 +16,16 @@ from typing import Any, NamedTuple
 from kit.digest import write_files_atomic
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import is_number
-from kit.evidence.report.index import IndexedRun, RunIndex, arm_runs, index, kept, metric, producer, run_contract
+from kit.evidence.report.index import (
+    IndexedRun,
+    RunIndex,
+    arm_runs,
+    index,
+    kept,
+    metric,
+    producer,
+    run_contract,
+)
 from kit.evidence.run_record import CheckpointRoots
 from kit.record import build
 
