@@ -162,7 +162,9 @@ def _check_file(kind: str, name: str, entry: FileCommitment, resolve_path: Calla
                                  "(changed after preparation; refusing before training)")
 
 
-def _check_source(entry: KitSource, package_dir: Path) -> None:
+def _check_source(entry: KitSource | dict, package_dir: Path) -> None:
+    """The kit source under `package_dir` against `entry` (a KitSource, or its JSON: kit.study.prepare gives it)."""
+    entry = entry if isinstance(entry, KitSource) else build(entry, KitSource)
     digest, rows = source_digest(package_dir)
     if digest == entry.digest:
         return
