@@ -76,8 +76,8 @@ def read_header(path: str | os.PathLike) -> list[TensorEntry]:
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        begin, end, shape = _check_entry(path, name, meta, size - base)
-        entries.append(TensorEntry(name, SAFETENSORS_DTYPES[meta["dtype"]], shape, path, base + begin, base + end))
+        dtype, begin, end, shape = _check_entry(path, name, meta, size - base)
+        entries.append(TensorEntry(name, SAFETENSORS_DTYPES[dtype], shape, path, base + begin, base + end))
     # tensors must not share or overlap bytes: two names over one range would digest as two tensors
     spans = sorted((e.begin, e.end, e.name) for e in entries if e.end > e.begin)
     for (_, end_a, name_a), (begin_b, _, name_b) in itertools.pairwise(spans):
@@ -91,27 +91,30 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _check_entry(path: Path, name: str, meta: object, buffer: int) -> tuple[int, int, tuple[int, ...]]:
-    """One header entry, validated completely before anything trusts it: (begin, end, shape)."""
+def _check_entry(path: Path, name: str, meta: object, buffer: int) -> tuple[str, int, int, tuple[int, ...]]:
+    """One header entry, validated completely before anything trusts it: (dtype, begin, end, shape)."""
     where = f"{path}: tensor {name!r}"
-    if not isinstance(meta, dict) or set(meta) != {"dtype", "shape", "data_offsets"}:
-        raise ValueError(f"{where}: expected an object with exactly dtype, shape and data_offsets, got {meta!r:.80}")
-    if meta["dtype"] not in ITEM_SIZES:
-        raise ValueError(f"{where}: dtype {meta['dtype']!r:.40}; expected one of {sorted(ITEM_SIZES)}")
-    shape, offsets = meta["shape"], meta["data_offsets"]
+    match meta:
+        case {"dtype": dtype, "shape": shape, "data_offsets": offsets} if isinstance(meta, dict) and len(meta) == 3:
+            pass
+        case _:
+            raise ValueError(f"{where}: expected an object with exactly dtype, shape and data_offsets, "
+                             f"got {meta!r:.80}")
+    if dtype not in ITEM_SIZES:
+        raise ValueError(f"{where}: dtype {dtype!r:.40}; expected one of {sorted(ITEM_SIZES)}")
     if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(_is_count(d) for d in shape):
         raise ValueError(f"{where}: shape {shape!r:.80}; expected a list of at most {MAX_DIMS} non-negative integers")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(x) for x in offsets) \
             or offsets[0] > offsets[1] or offsets[1] > buffer:
         raise ValueError(f"{where}: data_offsets {offsets!r:.80} outside the file; expected [begin, end] with "
                          f"0 <= begin <= end <= {buffer} (the data buffer's size)")
-    nbytes = ITEM_SIZES[meta["dtype"]]
+    nbytes = ITEM_SIZES[dtype]
     for d in shape:
         nbytes *= d
     if nbytes != offsets[1] - offsets[0]:
-        raise ValueError(f"{where}: {meta['dtype']}{shape} needs {nbytes} bytes but data_offsets "
+        raise ValueError(f"{where}: {dtype}{shape} needs {nbytes} bytes but data_offsets "
                          f"{offsets} span {offsets[1] - offsets[0]}")
-    return offsets[0], offsets[1], tuple(shape)
+    return dtype, offsets[0], offsets[1], tuple(shape)
 
 
 def check_shapes(directory: str | os.PathLike, expected: dict[str, tuple[int, ...]]) -> None:

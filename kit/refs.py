@@ -47,12 +47,12 @@ Ref = SeedRef | CommitRef | PeerCommitRef
 
 def ref_from_json(obj: dict, source: str) -> Ref:
     """The ref `to_json()` wrote; a ValueError naming `source` for anything else."""
-    if isinstance(obj, dict):
-        if set(obj) == {"seed_dir"}:
-            return SeedRef(obj["seed_dir"])
-        if set(obj) == {"home", "root"}:
-            return CommitRef(obj["home"], obj["root"])
-        if set(obj) == {"root", "source", "over_group"}:
-            return PeerCommitRef(obj["root"], obj["source"])
+    match obj:  # each form with exactly its keys
+        case {"seed_dir": seed_dir} if len(obj) == 1:
+            return SeedRef(seed_dir)
+        case {"home": home, "root": root} if len(obj) == 2:
+            return CommitRef(home, root)
+        case {"root": root, "source": peer, "over_group": _} if len(obj) == 3:
+            return PeerCommitRef(root, peer)
     raise ValueError(f"{source}: {obj!r} is not a start or reference; expected {{'seed_dir'}}, "
                      f"{{'home', 'root'}} or {{'root', 'source', 'over_group'}}")

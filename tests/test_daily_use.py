@@ -163,10 +163,11 @@ def test_kit_run_shows_the_cell_and_keeps_bars_out_of_the_notebook(tmp_path):
 
 def test_replay_shows_each_run(monkeypatch, capsys):
     from kit.evidence import replay
+    from kit.evidence.checks import ReplayResult
 
     monkeypatch.setenv("KIT_PROGRESS", "1")
-    monkeypatch.setattr(replay.Replayer, "replay", lambda self, run_id: {"run_id": run_id, "ok": True,
-                                                                         "mismatches": [], "compared": []})
+    monkeypatch.setattr(replay.Replayer, "replay", lambda self, run_id: ReplayResult(run_id=run_id, ok=True,
+                                                                                     mismatches=(), compared=()))
     names = ["demo-adaptive-A2-control", "demo-adaptive-B-control"]
     out = replay.replay_runs([REPO / "runs" / n for n in names], Path("/nonexistent"))
     assert [r["run_id"] for r in out] == names

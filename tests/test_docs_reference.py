@@ -32,6 +32,7 @@ TOTAL_BUDGET += 47  # issue 62, report part: the study screens' field tables (do
 TOTAL_BUDGET += 30  # issue 65: the AdamW step that writes the cache, its two records and the profile (docs/performance.md)
 TOTAL_BUDGET += 99  # issue 62: the replicate design's field table (docs/formats/replicates.md), held against its class
 TOTAL_BUDGET += 251  # issue 62, study part: the arm record's projection, traffic and hosts rows; study-screens.md (screens.json field by field, its prose moved from study-records.md)
+TOTAL_BUDGET += 80  # issue 62, evidence part: field tables of the ledger's header and entry, the pins, GPU modes, reports
 FILE_BUDGET = 600
 FORMATS_FILE_BUDGET = 300
 SOURCES = ("kit", "tests", "tools", "campaigns", "bench", "notebooks", "examples", "README.md", "Makefile")

@@ -42,7 +42,7 @@ def _files(tmp: Path) -> dict:
 
 def test_the_procedure_completes_on_a_full_set_of_files(tmp_path):
     out = verify_final_scoring(_files(tmp_path))
-    assert out["complete"] and [s["result"] for s in out["steps"]] == ["pass"] * 5 and out["missing"] == []
+    assert out.complete and [s.result for s in out.steps] == ["pass"] * 5 and out.missing == []
 
 
 @pytest.mark.parametrize("alter, step", [
@@ -63,8 +63,8 @@ def test_each_step_fails_on_the_file_it_checks(alter, step, tmp_path):
     else:
         f["final-evaluations.jsonl"].write_text("")
     out = verify_final_scoring(f)
-    assert not out["complete"]
-    assert [s["step"] for s in out["steps"] if s["result"] != "pass"] == [step]
+    assert not out.complete
+    assert [s.step for s in out.steps if s.result != "pass"] == [step]
 
 
 DEMO_FINALS = {"demo-adaptive-final-A": "demo-adaptive-select", "demo-adaptive-final-B": "demo-adaptive-select",
@@ -77,8 +77,8 @@ def test_the_procedure_completes_on_the_committed_demo_evidence(run):
     selection run keeps, not one found elsewhere by name."""
     files = final_scoring_files(REPO / "runs", run)
     out = verify_final_scoring(files)
-    assert out["complete"], out["steps"]
-    assert [s["result"] for s in out["steps"]] == ["pass"] * 5 and out["missing"] == []
+    assert out.complete, out.steps
+    assert [s.result for s in out.steps] == ["pass"] * 5 and out.missing == []
     runs = REPO / "runs"
     for key, kept_by in (("selection", DEMO_FINALS[run]), ("prepared", DEMO_FINALS[run]),
                          ("selections.jsonl", DEMO_FINALS[run]), ("evaluation", run),
@@ -113,8 +113,8 @@ def test_an_altered_or_missing_demo_file_is_caught(path, change, failing, tmp_pa
         assert change(before) != before  # the alteration changes the bytes
         target.write_text(change(before))
     out = verify_final_scoring(final_scoring_files(tmp_path, "demo-adaptive-final-A"))
-    assert not out["complete"]
-    assert [(s["step"], s["result"]) for s in out["steps"] if s["result"] != "pass"] == failing
+    assert not out.complete
+    assert [(s.step, s.result) for s in out.steps if s.result != "pass"] == failing
 
 
 def test_the_procedure_runs_to_its_end_on_the_committed_medium_evidence(tmp_path):
@@ -133,7 +133,7 @@ def test_the_procedure_runs_to_its_end_on_the_committed_medium_evidence(tmp_path
         if d != old:
             shutil.copytree(d, runs / d.name)
     medium = verify_final_scoring(final_scoring_files(runs, "medium-adaptive-final-A"))
-    results = {s["step"]: s["result"] for s in medium["steps"]}
+    results = {s.step: s.result for s in medium.steps}
     assert results == {"selection listed": "missing", "prepared digest": "missing", "evaluation logged": "missing",
                        "candidate bound": "pass", "access allowed": "missing"}
-    assert medium["missing"] == ["selections.jsonl", "prepared.json", "final-evaluations.jsonl", "final-access.jsonl"]
+    assert medium.missing == ["selections.jsonl", "prepared.json", "final-evaluations.jsonl", "final-access.jsonl"]

@@ -17,6 +17,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from kit.evidence.checks import report_json
 from kit.evidence.root import (
     EvidenceRootError,
     commit_leaves,
@@ -41,7 +42,7 @@ def _check(name: str, problems: list[str], ok: str, skipped: str | None = None) 
 
 
 def _report(where, checks: list[dict]) -> dict:
-    return {"run_dir": str(where), "run_id": None, "ok": all(c["result"] != "fail" for c in checks), "checks": checks}
+    return report_json(str(where), None, checks)
 
 
 def root_report(runs_dir, ledger_dir, expected: str) -> dict:

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from kit.digest import BoundedReadError, load_json_strict, read_bounded, sha256_regular
 from kit.evidence import run_record
+from kit.evidence.checks import report_json
 from kit.evidence.ledger import LEDGER_RELATIVE
 from kit.evidence.ledger_chain import ChainError, has_prefix, parse
-from kit.evidence.manifest import PINS_RELATIVE, read_pins
+from kit.evidence.manifest import PINS_RELATIVE, run_pins
 from kit.evidence.run_record import RunRecord
 
 FILES_DIR = "files"
@@ -70,10 +71,10 @@ class Evidence:
                 add(_load(sidecar).get("sha256"), f"{sidecar} field 'sha256'")
             if rec.notebook.endswith(PREPARE_SUFFIX):
                 add(rec.input_digests.get("prepared.json"), f"{d / 'run.json'} input_digests['prepared.json']")
-        pins = read_pins(self.base) or {"runs": {}}
-        for key, entry in pins["runs"].items():
-            for rel, item in entry["files"].items():
-                add(item["sha256"], f"{self.base / key / rel}")
+        pins = run_pins(self.base)
+        for key, pinned_run in (pins.runs if pins is not None else {}).items():
+            for rel, item in pinned_run.files.items():
+                add(item.sha256, f"{self.base / key / rel}")
         return found
 
     @cached_property
@@ -194,10 +195,10 @@ def ledger_order_check(ledger) -> dict:
     opened: dict[str, int] = {}
     problems = []
     for ev in ledger.events:
-        job = ev.header.get("job")
-        if ev.header["event"] == "final-access" and job is not None:
+        job = ev.header.job
+        if ev.header.event == "final-access" and job is not None:
             opened.setdefault(job, ev.line)
-        elif ev.header["event"] == "selection" and job in opened:
+        elif ev.header.event == "selection" and job in opened:
             problems.append(f"{ledger.path}:{ev.line}: a selection event for job {str(job)[:12]} after its final "
                             f"access at line {opened[job]} (a selection after final scoring)")
     return _check("ledger order", problems, f"no selection after a final access of its job ({len(opened)} job(s))")
@@ -221,13 +222,14 @@ def ledger_report(base: str | os.PathLike) -> dict:
     except ChainError as e:
         checks.append(_check("ledger chain", [str(e)], ""))
     try:
-        pinned = (read_pins(base) or {}).get("ledger")
+        pins = run_pins(base)
+        pinned = pins.ledger if pins is not None else None
     except ValueError as e:
         pinned, checks = None, checks + [_check("ledger head", [str(e)], "")]
     if pinned is not None:
-        ok = has_prefix(data, pinned["size"], pinned["sha256"])
+        ok = has_prefix(data, pinned.size, pinned.sha256)
         checks.append(_check("ledger head", [] if ok else [
-            (f"{path}: its first {pinned['size']} bytes do not hash to the head {pinned['sha256'][:12]} that "
+            (f"{path}: its first {pinned.size} bytes do not hash to the head {pinned.sha256[:12]} that "
             f"{base / PINS_RELATIVE} pins (entries removed or edited)")], "holds the pinned head"))
     elif data:
         checks.append({"check": "ledger head", "result": "fail",
@@ -235,5 +237,4 @@ def ledger_report(base: str | os.PathLike) -> dict:
                                  "`python tools/pin_run_files.py` once)"})
     else:
         checks.append({"check": "ledger head", "result": "skipped", "detail": f"{path}: no ledger, none pinned"})
-    return {"run_dir": str(path), "run_id": None, "ok": all(c["result"] != "fail" for c in checks),
-            "checks": checks}
+    return report_json(str(path), None, checks)

@@ -76,12 +76,18 @@ def relative_to_base(path: str | os.PathLike, base: Path) -> str:
 
 def git_state(directory: Path) -> dict:
     """{"commit", "dirty"} of the repository holding `directory`; both None outside a repository."""
+    commit, dirty = git_head(directory)
+    return {"commit": commit, "dirty": dirty}
+
+
+def git_head(directory: Path) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the repository holding `directory` (`git_state`)."""
     commit = _git(directory, "rev-parse", "--verify", "HEAD")
     if commit is None:
-        return {"commit": None, "dirty": None}
+        return None, None
     excludes = [f":(top,exclude){p}" for p in GIT_EXCLUDED_FROM_DIRTY]
     status = _git(directory, "status", "--porcelain", "--untracked-files=normal", "--", ":/", *excludes)
-    return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
+    return commit.strip(), None if status is None else bool(status.strip())
 
 
 def git_commit_exists(directory: Path, commit: str) -> bool:
@@ -114,18 +120,21 @@ def versions(runtime: bool = False) -> dict:
         except metadata.PackageNotFoundError:
             out[name] = None
     out["gpu_reference_requirements_sha256"] = gpu_reference_requirements_sha256()
-    if runtime:
-        try:
-            out["triton"] = metadata.version("triton")
-        except metadata.PackageNotFoundError:
-            out["triton"] = None
-        out["cuda"] = torch.version.cuda
-        out["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        try:
-            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
-        except (AttributeError, RuntimeError):  # a build without NCCL
-            out["nccl"] = None
-    return out
+    return {**out, **_runtime_versions()} if runtime else out
+
+
+def _runtime_versions() -> dict[str, str | int | None]:
+    """`triton` and what torch was built with (`versions(runtime=True)`)."""
+    try:
+        triton = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        triton = None
+    try:
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+    except (AttributeError, RuntimeError):  # a build without NCCL
+        nccl = None
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {"triton": triton, "cuda": torch.version.cuda, "cudnn": cudnn, "nccl": nccl}
 
 
 def cpu_model() -> str | None:
@@ -172,14 +181,16 @@ def device_info(torch_device=None) -> dict:
     found = gpus()
     info = {"host": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": found,
             "gpu_count": len(found)}
-    if torch_device is not None:
-        device = torch.device(torch_device)
-        info["type"] = device.type
-        if device.type == "cuda":
-            prop = torch.cuda.get_device_properties(device)
-            info.update({"name": prop.name, "capability": f"{prop.major}.{prop.minor}",
-                         "memory_bytes": prop.total_memory, "multiprocessors": prop.multi_processor_count})
-    return info
+    return info if torch_device is None else {**info, **_torch_device(torch.device(torch_device))}
+
+
+def _torch_device(device) -> dict:
+    """`type` and, for a CUDA device, the properties torch reports for it (`device_info`)."""
+    if device.type != "cuda":
+        return {"type": device.type}
+    prop = torch.cuda.get_device_properties(device)
+    return {"type": device.type, "name": prop.name, "capability": f"{prop.major}.{prop.minor}",
+            "memory_bytes": prop.total_memory, "multiprocessors": prop.multi_processor_count}
 
 
 def code_state() -> dict:
@@ -188,11 +199,12 @@ def code_state() -> dict:
     prepared jobs commit to: it names the code independently of git, whose copy on a device host may be
     stale. KIT_GIT_COMMIT / KIT_GIT_DIRTY ("1"/"0") override the git fields when the caller knows better."""
     commit, dirty = os.environ.get(GIT_COMMIT_ENV), os.environ.get(GIT_DIRTY_ENV)
-    state = {"commit": commit, "dirty": None if dirty is None else dirty == "1"}
-    if commit is None:
-        state = git_state(kit_package_dir())
-        if dirty is not None:
-            state["dirty"] = dirty == "1"
+    stated = None if dirty is None else dirty == "1"
+    if commit is None:  # git's, the dirty flag overridden where the caller gives it
+        head, git_dirty = git_head(kit_package_dir())
+        state = {"commit": head, "dirty": git_dirty if dirty is None else stated}
+    else:
+        state = {"commit": commit, "dirty": stated}
     return {**state, "source": f"env {GIT_COMMIT_ENV}" if commit is not None else "git rev-parse",
             "kit_source_sha256": source_digest(kit_package_dir())[0]}
 

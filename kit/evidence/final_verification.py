@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence.notebook import FILES_DIR_NAME
+from kit.evidence.report.index import IndexedRun
 from kit.evidence.run_index import evidence_folders, load_runs, split_selection
 
 LOGS = ("selections.jsonl", "final-evaluations.jsonl", "final-access.jsonl")
@@ -37,11 +39,27 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _step(name: str, result: str, detail: str) -> dict:
-    return {"step": name, "result": result, "detail": detail}
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of the procedure (in memory): pass, fail or missing, and what was found."""
+    step: str
+    result: str
+    detail: str
 
 
-def verify_final_scoring(files: dict) -> dict:
+@dataclass(frozen=True, slots=True)
+class ScoringVerification:
+    """The procedure's outcome (in memory): its steps in order, whether every one passed, and the files missing."""
+    steps: tuple[Step, ...]
+    complete: bool
+    missing: list[str]
+
+
+def _step(name: str, result: str, detail: str) -> Step:
+    return Step(step=name, result=result, detail=detail)
+
+
+def verify_final_scoring(files: dict) -> ScoringVerification:
     """`files`: {"selection", "prepared", "evaluation", "selections.jsonl", "final-evaluations.jsonl",
     "final-access.jsonl": path or None, "selection_sha256", "evaluation_sha256": what the run recorded}.
     Every step runs (a missing file makes its step `missing`, not an early stop); `complete` is true only
@@ -102,8 +120,8 @@ def verify_final_scoring(files: dict) -> dict:
         ok = any(x.get("allowed") and x.get("selection_sha256") == sel_sha for x in _lines(access))
         steps.append(_step("access allowed", "pass" if ok else "fail",
                            f"{access}: {'an' if ok else 'no'} allowed line under selection {sel_sha[:12]}"))
-    return {"steps": steps, "complete": all(s["result"] == "pass" for s in steps),
-            "missing": list(dict.fromkeys(s["detail"] for s in steps if s["result"] == "missing"))}
+    return ScoringVerification(steps=tuple(steps), complete=all(s.result == "pass" for s in steps),
+                               missing=list(dict.fromkeys(s.detail for s in steps if s.result == "missing")))
 
 
 def final_scoring_files(runs_dir, run_id: str) -> dict:
@@ -114,14 +132,14 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
     evidence folders beside the runs (a campaign folder's files brought back from a GPU host): there, a log
     only when it names the record it must list (the selection's or the evaluation's sha256)."""
     folder, _ = split_selection(runs_dir)
-    rows = {r["run_id"]: r for r in load_runs(folder)}
+    rows = {r.run_id: r for r in map(IndexedRun.of, load_runs(folder))}
     run = rows[run_id]
-    ev_meta = load_json_strict(Path(run["dir"]) / "metrics" / "evaluation_file.json")
-    sel_param = (run.get("parameters") or {}).get("SELECTION")
-    select_run = next((r for r in rows.values() if (r.get("parameters") or {}).get("OUT") == sel_param
-                       and "selection_file" in (r.get("metrics") or {})), None)
-    sel_meta = load_json_strict(Path(select_run["dir"]) / "metrics" / "selection_file.json") if select_run else {}
-    kept = [Path(r["dir"]) / FILES_DIR_NAME for r in (run, select_run) if r is not None]
+    ev_meta = load_json_strict(run.dir / "metrics" / "evaluation_file.json")
+    sel_param = run.parameters.get("SELECTION")
+    select_run = next((r for r in rows.values() if r.parameters.get("OUT") == sel_param
+                       and "selection_file" in r.metrics), None)
+    sel_meta = load_json_strict(select_run.dir / "metrics" / "selection_file.json") if select_run else {}
+    kept = [r.dir / FILES_DIR_NAME for r in (run, select_run) if r is not None]
     folders = [d for d in kept + evidence_folders(folder) if d.is_dir()]
     candidates = [p for d in folders for p in sorted(d.rglob("*")) if p.is_file()]
 

@@ -10,11 +10,14 @@ runs under the mode found here. docs/formats/gpu-modes.md ("GPU numeric modes") 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kit.digest import load_json_strict
 from kit.evidence.manifest import run_key
+from kit.record import MapOf, Omittable, OneOf, Opt, Record, build, spec_field
 
 if TYPE_CHECKING:  # annotations only
     from kit.evidence.run_record import RunRecord
@@ -27,7 +30,32 @@ _ENTRY_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "evidence": (str, "a string")}
 
 
-def read_modes(base: str | os.PathLike) -> dict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuMode(Record):
+    """What a GPU replay needs of a run's numeric mode: the fields `numeric_profile.gpu` (which holds more: the
+    attention backend, compile settings, driver and GPU) and a GPU_MODES.json entry share."""
+
+    deterministic: bool = spec_field(bool, doc="KIT_GPU_DETERMINISTIC was 1")
+    cublas_workspace_config: str | None = spec_field(Opt(str), doc="CUBLAS_WORKSPACE_CONFIG as the run had it")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuModeEntry(GpuMode):
+    """runs/GPU_MODES.json `runs[KEY]`: the mode of a GPU run recorded before `numeric_profile.gpu`."""
+
+    evidence: str = spec_field(str, doc="why this is the mode it ran in")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuModes(Record):
+    """runs/GPU_MODES.json."""
+
+    format: str = spec_field(OneOf(MODES_FORMAT), doc=MODES_FORMAT)
+    why: str | None = spec_field(Omittable(str), doc="what the file is for")
+    runs: Mapping[str, GpuModeEntry] = spec_field(MapOf(GpuModeEntry), doc="run key -> its mode")
+
+
+def read_modes(base: str | os.PathLike) -> Mapping[str, GpuModeEntry]:
     """{run key: entry} of `base`/runs/GPU_MODES.json, checked; {} when absent."""
     path = Path(base) / MODES_RELATIVE
     if not path.exists() and not path.is_symlink():
@@ -40,15 +68,15 @@ def read_modes(base: str | os.PathLike) -> dict:
             if not isinstance(entry, dict) or not isinstance(entry.get(field), kind):
                 # ValueError, as every malformed-evidence refusal: verify-evidence reports it as a failed check
                 raise ValueError(f"{path}: runs[{key!r}] field {field!r} must be {words}")  # noqa: TRY004
-    return data["runs"]
+    return build(data, GpuModes).runs  # checked above: the format, and each entry's fields
 
 
-def run_mode(run_dir: str | os.PathLike, record: RunRecord, base: str | os.PathLike) -> tuple[dict | None, str]:
+def run_mode(run_dir: str | os.PathLike, record: RunRecord, base: str | os.PathLike) -> tuple[GpuMode | None, str]:
     """(mode, where it is stated) of a GPU run: its record's numeric_profile.gpu, else its entry in
     runs/GPU_MODES.json, else (None, why)."""
     stated = record.numeric_profile.gpu
     if stated:
-        return stated, f"{Path(run_dir) / 'run.json'} field 'numeric_profile.gpu'"
+        return build(stated, GpuMode), f"{Path(run_dir) / 'run.json'} field 'numeric_profile.gpu'"
     key = run_key(run_dir, base)
     entry = read_modes(base).get(key)
     if entry is not None:
@@ -68,7 +96,7 @@ def gpu_mode_check(run_dir: str | os.PathLike, record: RunRecord, base: str | os
     except ValueError as e:
         return {"check": "gpu_mode", "result": "fail", "detail": str(e)}
     if mode is not None:
-        flag = "on" if mode["deterministic"] else "off"
+        flag = "on" if mode.deterministic else "off"
         return {"check": "gpu_mode", "result": "pass", "detail": f"deterministic flag {flag}, stated in {where}"}
     if superseded is not None:
         return {"check": "gpu_mode", "result": "skipped", "detail": f"superseded; {where}"}

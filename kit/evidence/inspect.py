@@ -19,12 +19,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kit.digest import load_json_strict
 from kit.evidence import run_record
 from kit.evidence.archive import resolve
 from kit.evidence.run_record import RunRecord
+from kit.record import Opt, Record, Seq, spec_field
 from kit.store.commits import read_head, verify_commit
 
 # sidecars an evaluation run writes (notebooks/13, 21): shown as the run's evaluation, not as raw metrics
@@ -86,22 +86,38 @@ def _failed_cell(run_dir: Path, run: RunRecord) -> dict | None:
     if error is None and run.status == "completed":
         return None
     index = error.cell_index if error is not None else None
-    out: dict[str, Any] = {"ename": error and error.ename, "evalue": error and error.evalue, "cell_index": index,
-           "cell_source": None, "traceback_tail": []}
+    source, tail = _cell_and_traceback(run_dir, run, index)
+    return FailedCell(ename=error.ename if error is not None else None,
+                      evalue=error.evalue if error is not None else None, cell_index=index,
+                      cell_source=source, traceback_tail=tail).to_json()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedCell(Record):
+    """`error` of a notebook run's inspection (docs/formats/run-inspection.md)."""
+
+    ename: str | None = spec_field(Opt(str), doc="the exception's class name, as recorded")
+    evalue: str | None = spec_field(Opt(str), doc="its message")
+    cell_index: int | None = spec_field(Opt(int), doc="the source notebook's cell that raised it")
+    cell_source: str | None = spec_field(Opt(str), doc="that cell's source, where the executed notebook has it")
+    traceback_tail: tuple[str, ...] = spec_field(Seq(str), doc="the last three lines of its traceback")
+
+
+def _cell_and_traceback(run_dir: Path, run: RunRecord, index: int | None) -> tuple[str | None, tuple[str, ...]]:
+    """The source of the notebook's own cell `index` and the tail of the error it printed (None and () where the
+    executed notebook does not hold them)."""
     executed = run_dir / run.executed_notebook if run.executed_notebook else None
     if executed is None or not executed.is_file():
-        return out
+        return None, ()
     nb = json.loads(executed.read_text())
     # the source notebook's cells: the executed one without papermill's error banners and injected parameters
     added = {"papermill-error-cell-tag", "injected-parameters"}
     cells = [c for c in nb.get("cells", []) if not added & set(c.get("metadata", {}).get("tags", []))]
-    if isinstance(index, int) and 0 <= index < len(cells):
-        cell = cells[index]
-        out["cell_source"] = "".join(cell.get("source", ""))
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                out["traceback_tail"] = o.get("traceback", [])[-3:]
-    return out
+    if not (isinstance(index, int) and 0 <= index < len(cells)):
+        return None, ()
+    cell = cells[index]
+    tails = [o.get("traceback", [])[-3:] for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    return "".join(cell.get("source", "")), tuple(tails[-1]) if tails else ()
 
 
 # The order of the loss panels, whichever source the rows came from: the x key, then these, then any other

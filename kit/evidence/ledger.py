@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.data.tasks import family_counts_for, generate_set
@@ -22,6 +24,9 @@ from kit.digest import read_bounded, sha256_file
 from kit.evidence.environment import iso_utc, utc_now
 from kit.evidence.ledger_chain import (
     ChainError,
+    Event,
+    EventHeader,
+    LedgerEntry,
     append_event,
     exposure_entries,
     has_prefix,
@@ -32,6 +37,7 @@ from kit.evidence.ledger_chain import (
 from kit.evidence.notebook import current_run_dir, record_ledger_event
 from kit.evidence.run_record import SHA256_RE
 from kit.evidence.runtime import repository_root
+from kit.record import ContractError, MapOf, Opt, Record, build, spec_field
 
 LEDGER_FORMAT = "kit-exposure/2"  # kit.evidence.ledger_chain; /1 lines are still read
 LEDGER_ENV = "KIT_LEDGER"
@@ -50,6 +56,26 @@ EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 
 class LedgerError(ValueError):
     pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerPin(Record):
+    """A head of the ledger: its first `size` bytes hash to `sha256` (prepared.json `locations.ledger_head`,
+    runs/MANIFESTS.json `ledger`)."""
+
+    size: int = spec_field(int, doc="bytes of the ledger (0: absent)")
+    sha256: str = spec_field(str, doc="sha256 of those bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerSummary(Record):
+    """What a preparation read of the ledger (`ledger_summary`)."""
+
+    path: str = spec_field(str, doc="the ledger file, absolute")
+    sha256: str | None = spec_field(Opt(str), doc="sha256 of its bytes, null when absent")
+    size: int = spec_field(int, doc="its bytes, 0 when absent")
+    entries: int = spec_field(int, doc="exposure entries")
+    digests: Mapping[str, int] = spec_field(MapOf(int), doc="distinct digests per kind")
 
 
 def read_digest(sha256: str | None) -> str:
@@ -110,11 +136,12 @@ def ledger_path(scope: str | os.PathLike | None = None, prepared_against: str | 
     return repository_root() / LEDGER_RELATIVE
 
 
-def ledger_head(info: dict) -> dict:
+def ledger_head(info: LedgerSummary | dict) -> dict:
     """prepared.json's `locations.ledger_head` from a ledger_summary: {"size", "sha256"} of the bytes the
     preparation read (size 0 and the empty sha256 when the ledger was absent). The final-role guard holds the
     job to that ledger (bound_guard_ledger)."""
-    return {"size": info["size"], "sha256": read_digest(info["sha256"])}
+    summary = info if isinstance(info, LedgerSummary) else build(info, LedgerSummary)
+    return LedgerPin(size=summary.size, sha256=read_digest(summary.sha256)).to_json()
 
 
 def bound_guard_ledger(prepared_dir: str | os.PathLike, locations: dict) -> Path:
@@ -136,26 +163,44 @@ def bound_guard_ledger(prepared_dir: str | os.PathLike, locations: dict) -> Path
         data = read_bounded(path) if path.exists() else b""
     except ValueError as e:
         raise LedgerError(f"{source}: {e}") from None
-    if not has_prefix(data, head["size"], head["sha256"]):
-        raise LedgerError(f"{path}: does not begin with the {head['size']} bytes (sha256 {head['sha256'][:12]}) this "
+    pin = build(head, LedgerPin)
+    if not has_prefix(data, pin.size, pin.sha256):
+        raise LedgerError(f"{path}: does not begin with the {pin.size} bytes (sha256 {pin.sha256[:12]}) this "
                           f"job was prepared against ({source}_head); the ledger was replaced or rewritten")
     return path
 
 
 def read_ledger(path: str | os.PathLike | None = None) -> list[dict]:
     """Every exposure entry (both forms, one dict per record); a malformed line is an error naming the file
-    and line."""
+    and line. The JSON of `read_entries`, for callers that still read the entries as dicts."""
+    return [raw for raw, _ in _checked_entries(path)]
+
+
+def read_entries(path: str | os.PathLike | None = None) -> list[LedgerEntry]:
+    """Every exposure entry (both forms) as a declared `LedgerEntry`, in file order; a malformed line is an error
+    naming the file and line."""
+    return [entry for _, entry in _checked_entries(path)]
+
+
+def _checked_entries(path: str | os.PathLike | None) -> list[tuple[dict, LedgerEntry]]:
     path = Path(path) if path is not None else ledger_path()
     try:
         entries = exposure_entries(parse(path))
     except ChainError as err:
         raise LedgerError(str(err)) from None
-    for n, e in entries:
-        if e.get("kind") not in KINDS or not isinstance(e.get("digest"), str):
-            raise LedgerError(f"{path}:{n}: not an entry with a kind in {list(KINDS)} and a digest")
-        if "rebuilt" in e:
-            check_rebuilt(e["rebuilt"], f"{path}:{n}")
-    return [e for _, e in entries]
+    return [(e, _entry(e, f"{path}:{n}")) for n, e in entries]
+
+
+def _entry(line: dict, where: str) -> LedgerEntry:
+    """One entry's JSON checked (a kind in KINDS and a digest, a well-formed `rebuilt`), then declared."""
+    if line.get("kind") not in KINDS or not isinstance(line.get("digest"), str):
+        raise LedgerError(f"{where}: not an entry with a kind in {list(KINDS)} and a digest")
+    if "rebuilt" in line:
+        check_rebuilt(line["rebuilt"], where)
+    try:
+        return LedgerEntry.from_json(line, where)
+    except ContractError as err:
+        raise LedgerError(str(err)) from None
 
 
 def check_rebuilt(marker, source: str) -> dict:
@@ -171,7 +216,7 @@ def check_rebuilt(marker, source: str) -> dict:
 def exposed_digests(kinds, path: str | os.PathLike | None = None, other_than: str | None = None) -> set[str]:
     """Digests of the given kinds; `other_than` leaves out what the contract with that digest itself
     exposed (re-preparing the same contract reproduces the same trial; a *later* contract may not reuse)."""
-    return {e["digest"] for e in read_ledger(path) if e["kind"] in kinds and e.get("contract_digest") != other_than}
+    return {e.digest for e in read_entries(path) if e.kind in kinds and e.contract_digest != other_than}
 
 
 def exposure_hint(path: str | os.PathLike, digests, other_than: str | None = None) -> str:
@@ -180,9 +225,9 @@ def exposure_hint(path: str | os.PathLike, digests, other_than: str | None = Non
     not exclude), and how to choose another ledger."""
     digests = set(digests)
     by: dict[str, set[str]] = {}
-    for e in read_ledger(path):
-        if e["digest"] in digests and e.get("contract_digest") != other_than:
-            by.setdefault(e.get("contract_digest") or "?", set()).add(e.get("run") or "no run")
+    for e in read_entries(path):
+        if e.digest in digests and e.contract_digest != other_than:
+            by.setdefault(e.contract_digest or "?", set()).add(e.run or "no run")
     who = "; ".join(f"contract {c[:12]} (run {', '.join(sorted(r))})" for c, r in sorted(by.items())) or "none"
     return (f"the exposure ledger {path} holds them, exposed under {who}; give a ledger of your own with "
             f"--ledger FILE (or ${LEDGER_ENV}) to prepare outside the committed evidence")
@@ -208,12 +253,17 @@ def tasks_excluding(count: int, seed: int, role: str, difficulty: int, excluded:
 
 def ledger_summary(path: str | os.PathLike | None = None) -> dict:
     """What a preparation read: {"path", "sha256" (null when absent), "size" (its bytes, 0 when absent),
-    "entries", "digests": per kind}."""
+    "entries", "digests": per kind} (the JSON of `summarize_ledger`)."""
+    return summarize_ledger(path).to_json()
+
+
+def summarize_ledger(path: str | os.PathLike | None = None) -> LedgerSummary:
+    """What a preparation read of the ledger at `path` (`ledger_summary`), declared."""
     path = Path(path) if path is not None else ledger_path()
-    entries = read_ledger(path)
-    return {"path": str(path.absolute()), "sha256": sha256_file(path) if path.exists() else None,
-            "size": path.stat().st_size if path.exists() else 0, "entries": len(entries),
-            "digests": {k: len({e["digest"] for e in entries if e["kind"] == k}) for k in KINDS}}
+    entries = read_entries(path)
+    return LedgerSummary(path=str(path.absolute()), sha256=sha256_file(path) if path.exists() else None,
+                         size=path.stat().st_size if path.exists() else 0, entries=len(entries),
+                         digests={k: len({e.digest for e in entries if e.kind == k}) for k in KINDS})
 
 
 def _now() -> str:
@@ -248,10 +298,10 @@ def record(items: list[tuple[str, str, str]], contract_digest: str, job: str, pu
 
     def locked(f) -> None:
         _lock(f)
-        entries = read_ledger(path)
+        entries = _checked_entries(path)
         if check is not None:
-            check(entries)
-        seen = {(e["kind"], e["digest"]) for e in entries if e.get("contract_digest") == contract_digest}
+            check([raw for raw, _ in entries])
+        seen = {(e.kind, e.digest) for _, e in entries if e.contract_digest == contract_digest}
         for kind, digest, rid in items:
             if (kind, digest) not in seen:
                 seen.add((kind, digest))
@@ -278,9 +328,15 @@ def append_guard_event(path: str | os.PathLike, header: dict):
 
 
 def chain_events(path: str | os.PathLike, kind: str) -> list[dict]:
-    """The headers of the chained events of `kind` in the ledger at `path` (none when it is absent)."""
+    """The headers of the chained events of `kind` in the ledger at `path` (none when it is absent), as JSON
+    (`chain_headers` declared)."""
+    return [header.to_json() for header in chain_headers(path, kind)]
+
+
+def chain_headers(path: str | os.PathLike, kind: str) -> list[EventHeader]:
+    """The declared headers of the chained events of `kind` in the ledger at `path` (none when it is absent)."""
     try:
-        return [ev.header for ev in parse(path).events if ev.header["event"] == kind]
+        return [ev.header for ev in parse(path).events if ev.header.event == kind]
     except ChainError as e:
         raise LedgerError(str(e)) from None
 
@@ -289,9 +345,9 @@ class _NothingNew(Exception):
     """Raised inside the lock when every item is already recorded: no event is appended."""
 
 
-def note_event(event, path: Path) -> None:
+def note_event(event: Event, path: Path) -> None:
     """Name an appended event in the current run's record (`ledger_events`), with the head it wrote."""
-    record_ledger_event(event.digest, event.head, event.header["event"])
+    record_ledger_event(event.digest, event.head, event.header.event)
 
 
 def _lock(f) -> None:

@@ -18,8 +18,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kit.digest import BoundedReadError, canonical_json, read_bounded
+from kit.record import SEED, ContractError, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 
 CHAIN_FORMAT = "kit-exposure/2"
 OLD_FORMAT = "kit-exposure/1"
@@ -33,9 +35,84 @@ class ChainError(ValueError):
     """A ledger that is not well formed; the message names the file and line."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rebuilt(Record):
+    """A rebuilt line's marker (tools/ledger_from_evaluations.py): which tool wrote it, from which evaluation."""
+
+    by: str = spec_field(str, doc="the tool that wrote the line")
+    evaluation: str = spec_field(str, doc="the evaluation record's path, relative to the repository")
+    evaluation_sha256: str = spec_field(str, doc="its sha256 (64 hex)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerEntry(Record):
+    """One exposure: a `kit-exposure/1` line, or one record of an exposure event with its header's fields
+    (`format` says which form)."""
+
+    format: str = spec_field(OneOf(OLD_FORMAT, CHAIN_FORMAT), doc="kit-exposure/1, or /2 for an event's record")
+    kind: str = spec_field(str, doc="final.task, final.retention or retention.probe")
+    digest: str = spec_field(str, doc="the content digest preparation excludes by")
+    id: str = spec_field(str, doc="the record's id")
+    contract_digest: str | None = spec_field(Opt(str), doc="the contract whose scoring exposed it")
+    job: str | None = spec_field(Opt(str), doc="the prepared job's digest")
+    run: str | None = spec_field(Opt(str), doc="the run id, null outside `kit run`")
+    purpose: str = spec_field(str, doc="what the scoring was for")
+    time: str = spec_field(str, doc="ISO 8601 UTC with milliseconds")
+    rebuilt: Rebuilt | None = spec_field(Omittable(Rebuilt), doc="on a line rebuilt after the fact only")
+
+    def event_header(self) -> dict:
+        """The header fields of the exposure event this entry belongs to (`compact` groups equal ones)."""
+        head = {k: v for k, v in self.to_json().items() if k not in ("format", "kind", "digest", "id")}
+        return {"event": "exposure", **head}
+
+    def record_line(self) -> list[str]:
+        """The event's record line of this entry: [kind, digest, id]."""
+        return [self.kind, self.digest, self.id]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventHeader(Record):
+    """A `kit-exposure/2` header line without its `prev`: the fields every event has, then those of its kind
+    (exposure: contract_digest, job, purpose, rebuilt; selection: job, prepared_digest, selection_sha256;
+    final-access: job, prepared_digest, selection_sha256, roots, purpose)."""
+
+    format: str = spec_field(OneOf(CHAIN_FORMAT), doc="kit-exposure/2")
+    event: str = spec_field(OneOf(*EVENTS), doc="exposure, selection or final-access")
+    count: int = spec_field(Num(0, SEED.hi, integer=True), doc="the record lines that follow")
+    run: str | None = spec_field(Omittable(Opt(str)), doc="the run id, null outside `kit run`")
+    time: str | None = spec_field(Omittable(str), doc="ISO 8601 UTC")
+    contract_digest: str | None = spec_field(Omittable(Opt(str)), doc="exposure: the contract")
+    job: str | None = spec_field(Omittable(Opt(str)), doc="the prepared job's digest")
+    purpose: str | None = spec_field(Omittable(str), doc="exposure and final-access: what for")
+    rebuilt: Rebuilt | None = spec_field(Omittable(Rebuilt), doc="exposure: a rebuilt event's marker")
+    prepared_digest: str | None = spec_field(Omittable(str), doc="selection and final-access: prepared.json")
+    selection_sha256: str | None = spec_field(Omittable(str), doc="selection and final-access: the selection")
+    roots: tuple[str, ...] | None = spec_field(Omittable(Seq(str)), doc="final-access: the full roots opened")
+
+    @classmethod
+    def read(cls, obj: Any, where: str) -> EventHeader:
+        """The header of a line already known to be one (`is_header`); a field of another shape is a ChainError."""
+        try:
+            return cls.from_json(obj, where)
+        except ContractError as e:
+            raise ChainError(str(e)) from None
+
+    def fields(self) -> dict:
+        """The header's fields but `event`, `count` and `format`: what each record of an exposure event carries."""
+        return {k: v for k, v in self.to_json().items() if k not in ("event", "count", "format")}
+
+
+def is_header(obj: Any) -> bool:
+    """Whether a parsed line has a header's `format`, an `event` in EVENTS and a non-negative integer `count`."""
+    match obj:
+        case {"format": "kit-exposure/2", "event": str(event), "count": int(count)}:
+            return event in EVENTS and count >= 0
+    return False
+
+
 @dataclass
 class Event:
-    header: dict  # without "prev"
+    header: EventHeader
     records: list = field(default_factory=list)  # [kind, digest, id] of an exposure event
     line: int = 0  # 1-based line of the header
     prev: str | None = None
@@ -91,26 +168,26 @@ def parse(path: str | os.PathLike, data: bytes | None = None) -> Ledger:
             out.old_lines.append(n)
             running.update(raw)
             continue
-        if not isinstance(obj, dict) or obj.get("format") != CHAIN_FORMAT or obj.get("event") not in EVENTS \
-                or not isinstance(obj.get("count"), int) or obj["count"] < 0:
+        if not is_header(obj):
             raise ChainError(f"{where}: expected a {OLD_FORMAT} line or a {CHAIN_FORMAT} header with 'event' in "
                              f"{list(EVENTS)} and an integer 'count'")
         prev = obj.pop("prev", None)
+        header = EventHeader.read(obj, where)
         if prev != running.hexdigest():
             out.broken.append(f"{where}: field 'prev' is {prev!r}; the sha256 of the ledger before this line is "
                               f"{running.hexdigest()} (an event before it was removed, edited or reordered)")
         running.update(raw)
         records = []
-        for _ in range(obj["count"]):
+        for _ in range(header.count):
             if n >= len(lines):
-                raise ChainError(f"{where}: header announces {obj['count']} record lines; the file ends first")
+                raise ChainError(f"{where}: header announces {header.count} record lines; the file ends first")
             rec = _json(lines[n], f"{path}:{n + 1}")
             if not (isinstance(rec, list) and len(rec) == 3 and all(isinstance(x, str) for x in rec)):
                 raise ChainError(f"{path}:{n + 1}: expected a record line [kind, digest, id] of strings")
             records.append(rec)
             running.update(lines[n])
             n += 1
-        out.events.append(Event(obj, records, line=int(where.rsplit(":", 1)[1]), prev=prev,
+        out.events.append(Event(header, records, line=int(where.rsplit(":", 1)[1]), prev=prev,
                                 digest=event_digest(obj, records), head=running.hexdigest()))
     out.head = running.hexdigest()
     return out
@@ -123,7 +200,7 @@ def rechained_block_with_digest(ledger: Ledger, sha256: str) -> bytes | None:
     for i in range(len(ledger.events)):
         running, out = hashlib.sha256(), []
         for ev in ledger.events[i:]:
-            line = _header_line(ev.header, ev.records, running.hexdigest())
+            line = _header_line(ev.header.to_json(), ev.records, running.hexdigest())
             running.update(line)
             out.append(line)
             if running.hexdigest() == sha256:
@@ -145,10 +222,18 @@ def exposure_entries(ledger: Ledger) -> list[tuple[int, dict]]:
     form), in file order."""
     out = list(zip(ledger.old_lines, ledger.old))
     for ev in ledger.events:
-        if ev.header["event"] == "exposure":
-            base = {k: v for k, v in ev.header.items() if k not in ("event", "count")}
+        if ev.header.event == "exposure":
+            base = {"format": ev.header.format, **ev.header.fields()}
             out += [(ev.line + 1 + j, {**base, "kind": k, "digest": d, "id": i}) for j, (k, d, i) in enumerate(ev.records)]
     return out
+
+
+def old_entry(line: dict, where: str) -> LedgerEntry:
+    """A `kit-exposure/1` line as its declared entry; a field of another shape is a ChainError naming `where`."""
+    try:
+        return LedgerEntry.from_json(line, where)
+    except ContractError as e:
+        raise ChainError(str(e)) from None
 
 
 def old_form_bytes(ledger: Ledger) -> bytes:
@@ -156,8 +241,8 @@ def old_form_bytes(ledger: Ledger) -> bytes:
     before the compaction read, so that its recorded ledger digest still names consecutive lines of it."""
     lines = [canonical_json(e) for e in ledger.old]
     for ev in ledger.events:
-        if ev.header["event"] == "exposure":
-            base = {k: v for k, v in ev.header.items() if k not in ("event", "count", "format")}
+        if ev.header.event == "exposure":
+            base = ev.header.fields()
             lines += [canonical_json({**base, "format": OLD_FORMAT, "kind": k, "digest": d, "id": i})
                       for k, d, i in ev.records]
     return b"".join(line + b"\n" for line in lines)
@@ -174,6 +259,7 @@ def append_event(path: str | os.PathLike, header: dict, records: list, lock=None
         if lock is not None:
             lock(f)  # it may still fill `records` (what is new is known only under the lock)
         header = {"format": CHAIN_FORMAT, **header, "count": len(records)}
+        typed = EventHeader.read(header, f"{path}: the event to append")
         before = path.read_bytes()
         prev = hashlib.sha256(before).hexdigest()
         if before and not before.endswith(b"\n"):
@@ -182,7 +268,7 @@ def append_event(path: str | os.PathLike, header: dict, records: list, lock=None
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    return Event(header, records, prev=prev, digest=event_digest(header, records),
+    return Event(typed, records, prev=prev, digest=event_digest(header, records),
                  head=hashlib.sha256(before + data).hexdigest())
 
 
@@ -192,17 +278,16 @@ def compact(data: bytes, source: str = "<ledger>") -> bytes:
     Lossless: old_form_bytes(parse(compact(x))) == x for a /1 ledger in canonical lines."""
     ledger = parse(source, data)
     groups: list[tuple[dict, list]] = []
-    for e in ledger.old:
+    for line, e in zip(ledger.old_lines, ledger.old):
         if set(e) - OLD_LINE_KEYS - {"rebuilt"}:
             raise ChainError(f"{source}: a {OLD_FORMAT} line with fields {sorted(set(e) - OLD_LINE_KEYS)}")
-        header = {"event": "exposure", **{k: e.get(k) for k in EXPOSURE_FIELDS}}
-        if "rebuilt" in e:
-            header["rebuilt"] = e["rebuilt"]
+        entry = old_entry(e, f"{source}:{line}")
+        header = entry.event_header()
         if groups and groups[-1][0] == header:
-            groups[-1][1].append([e["kind"], e["digest"], e["id"]])
+            groups[-1][1].append(entry.record_line())
         else:
-            groups.append((header, [[e["kind"], e["digest"], e["id"]]]))
-    groups += [(ev.header, ev.records) for ev in ledger.events]
+            groups.append((header, [entry.record_line()]))
+    groups += [(ev.header.to_json(), ev.records) for ev in ledger.events]
     out = b""
     for header, records in groups:
         header = {k: v for k, v in header.items() if k not in ("format", "count")}
@@ -219,8 +304,7 @@ def append_events(source: str | os.PathLike, dest: str | os.PathLike) -> int:
     n = 0
     for ev in src.events:
         if ev.digest not in have:
-            header = {k: v for k, v in ev.header.items() if k not in ("format", "count")}
-            append_event(dest, header, ev.records)
+            append_event(dest, {"event": ev.header.event, **ev.header.fields()}, ev.records)
             n += 1
     return n
 

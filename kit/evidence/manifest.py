@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kit.digest import (
     MAX_EVIDENCE_BYTES,
@@ -23,7 +26,7 @@ from kit.digest import (
 )
 from kit.evidence.archive import origin
 from kit.evidence.run_record import RUN_FORMAT, RunRecord
-from kit.record import to_json
+from kit.record import MapOf, Omittable, OneOf, Opt, Record, build, spec_field, to_json
 
 PINS_RELATIVE = Path("runs") / "MANIFESTS.json"
 PINS_FORMAT = "kit-run-pins/1"
@@ -31,6 +34,51 @@ RECORD_PINS_RELATIVE = Path("runs") / "RECORD_PINS.json"
 RECORD_PINS_FORMAT = "kit-record-pins/1"
 RECORD_NAME = "run.json"
 UNPINNED = frozenset({RECORD_NAME, "kernel.log"})  # top-level names a manifest leaves out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilePin(Record):
+    """The bytes of one file, pinned."""
+
+    sha256: str = spec_field(str, doc="sha256 of its bytes")
+    size: int = spec_field(int, doc="their count")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PinnedRun(Record):
+    """runs/MANIFESTS.json `runs[KEY]`: an older run's files and its run.json."""
+
+    files: Mapping[str, FilePin] = spec_field(MapOf(FilePin), doc="relative path -> pin, as a manifest")
+    run_json: FilePin | None = spec_field(Opt(FilePin), key=RECORD_NAME, doc="its record's pin (null: none)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PinnedLedger(Record):
+    """runs/MANIFESTS.json `ledger`: the exposure ledger's head when the pins were made."""
+
+    path: str = spec_field(str, doc="the ledger, relative to the repository")
+    sha256: str = spec_field(str, doc="sha256 of its first `size` bytes")
+    size: int = spec_field(int, doc="bytes pinned")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunPins(Record):
+    """runs/MANIFESTS.json: runs recorded before kit-run/3, pinned once, and the ledger's head."""
+
+    format: str = spec_field(OneOf(PINS_FORMAT), doc=PINS_FORMAT)
+    runs: Mapping[str, PinnedRun] = spec_field(MapOf(PinnedRun), doc="run key -> its pins")
+    ledger: PinnedLedger | None = spec_field(Omittable(Opt(PinnedLedger)), doc="the ledger's head")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordPins(Record):
+    """runs/RECORD_PINS.json: what no manifest holds (a kit-run/3 run.json, superseded notes, GPU_MODES.json)."""
+
+    format: str = spec_field(OneOf(RECORD_PINS_FORMAT), doc=RECORD_PINS_FORMAT)
+    records: Mapping[str, FilePin] = spec_field(MapOf(FilePin), doc="run key -> its run.json's pin")
+    notes: Mapping[str, FilePin] = spec_field(MapOf(FilePin), doc="superseded.json path -> pin")
+    places: Mapping[str, str] | None = spec_field(Omittable(MapOf(str)), doc="run key -> the run_id it holds")
+    gpu_modes: FilePin | None = spec_field(Opt(FilePin), doc="runs/GPU_MODES.json's pin, null: none")
 
 
 def file_manifest(run_dir: str | os.PathLike, stated: dict | None = None) -> dict:
@@ -81,9 +129,17 @@ def read_pins(base: str | os.PathLike) -> dict | None:
     return pins
 
 
-def _pin_ok(pin) -> bool:
-    return isinstance(pin, dict) and set(pin) == {"sha256", "size"} and isinstance(pin["sha256"], str) \
-        and isinstance(pin["size"], int) and not isinstance(pin["size"], bool)
+def run_pins(base: str | os.PathLike) -> RunPins | None:
+    """`read_pins`, declared."""
+    pins = read_pins(base)
+    return None if pins is None else build(pins, RunPins)
+
+
+def _pin_ok(pin: Any) -> bool:
+    match pin:
+        case {"sha256": str(), "size": int(size)}:
+            return set(pin) == set(FilePin.json_fields()) and not isinstance(size, bool)
+    return False
 
 
 _CACHE: dict = {}
@@ -101,6 +157,12 @@ def read_record_pins(base: str | os.PathLike) -> dict | None:
         _CACHE.clear()
         _CACHE[key] = read_record_pins_now(base)
     return _CACHE[key]
+
+
+def record_pins(base: str | os.PathLike) -> RecordPins | None:
+    """`read_record_pins`, declared."""
+    pins = read_record_pins(base)
+    return None if pins is None else build(pins, RecordPins)
 
 
 def read_record_pins_now(base: str | os.PathLike) -> dict | None:
@@ -126,32 +188,39 @@ def read_record_pins_now(base: str | os.PathLike) -> dict | None:
 
 def pin_of(path: Path) -> dict | None:
     """{"sha256", "size"} of a regular file (not followed through a link), None when absent."""
+    pin = file_pin(path)
+    return None if pin is None else pin.to_json()
+
+
+def file_pin(path: Path) -> FilePin | None:
+    """The pin of a regular file (not followed through a link), None when absent; a link or special file, or a
+    file too large to read, has a pin no file's bytes give."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):
-        return {"sha256": "not a regular file", "size": -1}
+        return FilePin(sha256="not a regular file", size=-1)
     try:
         size, sha = sha256_regular(path)
     except BoundedReadError as e:
-        return {"sha256": f"not read: {e}", "size": st.st_size}
-    return {"sha256": sha, "size": size}
+        return FilePin(sha256=f"not read: {e}", size=st.st_size)
+    return FilePin(sha256=sha, size=size)
 
 
 def record_pin_problem(run_dir: Path, key: str, base: Path) -> str | None:
     """For a run's `files` check: its run.json against runs/RECORD_PINS.json (None: matches, no such file, or a run
     outside the repository's runs/, such as a demo's output, whose records the committed pins do not cover)."""
-    rpins = read_record_pins(base)
+    rpins = record_pins(base)
     if rpins is None or not key.startswith("runs/"):  # a runs folder other than the repository's (a demo's)
         return None
-    pinned, have = rpins["records"].get(key), pin_of(run_dir / "run.json")
+    pinned, have = rpins.records.get(key), file_pin(run_dir / "run.json")
     if pinned is None:
         return (f"{run_dir / 'run.json'}: not pinned: no entry {key!r} in {base / RECORD_PINS_RELATIVE} field "
                 "'records' (run `python tools/pin_run_files.py`)")
     if have != pinned:
-        return (f"{run_dir / 'run.json'}: sha256 {(have or {}).get('sha256', 'absent')[:12]}; "
-                f"{base / RECORD_PINS_RELATIVE} records[{key!r}] pins {pinned['sha256'][:12]}")
+        return (f"{run_dir / 'run.json'}: sha256 {have.sha256[:12] if have else 'absent'}; "
+                f"{base / RECORD_PINS_RELATIVE} records[{key!r}] pins {pinned.sha256[:12]}")
     return None
 
 
@@ -184,26 +253,26 @@ def files_check(run_dir: str | os.PathLike, base: str | os.PathLike, record: Run
         return _check(problems, f"{len(record.manifest)} file(s) match the record's manifest; {RECORD_NAME} "
                                 f"{'pinned in ' + str(base / RECORD_PINS_RELATIVE) if (base / RECORD_PINS_RELATIVE).exists() else 'unpinned (no record pins here)'}")
     try:
-        pins = read_pins(base)
+        pins = run_pins(base)
     except ValueError as e:
         return {"check": "files", "result": "fail", "detail": str(e)}
     key = run_key(run_dir, base)
-    entry = (pins or {}).get("runs", {}).get(key)
+    entry = pins.runs.get(key) if pins is not None else None
     if entry is None:
         where = base / PINS_RELATIVE
         return {"check": "files", "result": "fail",
                 "detail": f"{run_dir}: not pinned: no manifest in its record and no entry {key!r} in {where}"
                           + ("" if pins is not None else " (absent: run `python tools/pin_run_files.py` once)")}
     source = f"{base / PINS_RELATIVE} runs[{key!r}]"
-    problems = compare_manifest(run_dir, entry["files"], source + ".files")
+    problems = compare_manifest(run_dir, to_json(entry.files), source + ".files")
     record_path = run_dir / RECORD_NAME
     if record_path.is_file() or record_path.is_symlink():
-        have = pin_of(record_path)
+        have = file_pin(record_path)
         assert have is not None, "the record exists (checked above): it has a pin"
-        if have != entry[RECORD_NAME]:
-            problems.append(f"{record_path}: sha256 {have['sha256'][:12]}; {source}.{RECORD_NAME} pins "
-                            f"{entry[RECORD_NAME]['sha256'][:12]}")
-    return _check(problems, f"{len(entry['files'])} file(s) and {RECORD_NAME} match {source}")
+        if have != entry.run_json:
+            problems.append(f"{record_path}: sha256 {have.sha256[:12]}; {source}.{RECORD_NAME} pins "
+                            f"{entry.run_json.sha256[:12] if entry.run_json else None}")
+    return _check(problems, f"{len(entry.files)} file(s) and {RECORD_NAME} match {source}")
 
 
 def _check(problems: list[str], ok: str) -> dict:

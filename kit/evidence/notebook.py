@@ -9,6 +9,7 @@ notebook also runs by hand. This module imports neither torch nor papermill.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,14 @@ from kit.evidence.run_record import (
     METRIC_NAME_RE,
     METRICS_DIR_NAME,
     SHA256_RE,
+    CheckpointRoot,
     LedgerEvent,
     Material,
     RunRecordError,
     check_root,
     defaulted_field,
 )
-from kit.record import Record, Seq
+from kit.record import MapOf, Opt, Record, Seq, build, spec_field
 
 RUN_DIR_ENV = "KIT_RUN_DIR"
 KERNEL_ROOTS_NAME = ".kernel-roots.json"  # written by record_roots, merged into run.json, then removed
@@ -57,6 +59,24 @@ class ArmAborted(ArmSignal):
 
 # The kernel reports an exception by class name only, so the runner maps names, not classes.
 STATUS_OF_EXCEPTION_NAME = {cls.__name__: cls.status for cls in (ArmUnavailable, ArmAborted)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelRoots(Record):
+    """KERNEL_ROOTS_NAME in the run folder: the roots record_roots wrote, which the runner moves into run.json's
+    `checkpoint_roots` (each home then made relative like `notebook`)."""
+
+    produced: tuple[CheckpointRoot, ...] = defaulted_field(Seq(CheckpointRoot), tuple, "roots the run committed")
+    used: tuple[CheckpointRoot, ...] = defaulted_field(Seq(CheckpointRoot), tuple, "roots the run read")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelInputs(Record):
+    """KERNEL_INPUTS_NAME in the run folder (and what the runner's caller passed): the contract and named inputs
+    a run was bound to."""
+
+    contract_digest: str | None = spec_field(Opt(str), doc="sha256 of the contract")
+    input_digests: Mapping[str, str] = spec_field(MapOf(str), doc="input name -> sha256")
 
 
 def current_run_dir() -> Path | None:
@@ -109,26 +129,34 @@ def record_inputs(contract_digest: str | None = None, input_digests: dict[str, s
     if run_dir is None:
         return None
     path = run_dir / KERNEL_INPUTS_NAME
-    old = load_json_strict(path) if path.exists() else {"contract_digest": None, "input_digests": {}}
-    merged = merge_inputs(old, {"contract_digest": contract_digest, "input_digests": dict(input_digests or {})},
-                          str(path))
-    write_canonical_json(path, merged)
+    old = build(load_json_strict(path), KernelInputs) if path.exists() else \
+        KernelInputs(contract_digest=None, input_digests={})
+    merged = merged_inputs(old, KernelInputs(contract_digest=contract_digest, input_digests=dict(input_digests or {})),
+                           str(path))
+    write_canonical_json(path, merged.to_json())
     return path
 
 
-def merge_inputs(a: dict, b: dict, source: str) -> dict:
+def merge_inputs(a: KernelInputs | dict, b: KernelInputs | dict, source: str) -> dict:
     """Union of two {"contract_digest", "input_digests"} records; conflicting digests are an error."""
-    contract = a.get("contract_digest")
-    if b.get("contract_digest") is not None:
-        if contract is not None and contract != b["contract_digest"]:
-            raise RunRecordError(f"{source}: contract digest {b['contract_digest']} conflicts with {contract}")
-        contract = b["contract_digest"]
-    inputs = dict(a.get("input_digests") or {})
-    for name, digest in (b.get("input_digests") or {}).items():
+    first = a if isinstance(a, KernelInputs) else build(a, KernelInputs)
+    second = b if isinstance(b, KernelInputs) else build(b, KernelInputs)
+    return merged_inputs(first, second, source).to_json()
+
+
+def merged_inputs(a: KernelInputs, b: KernelInputs, source: str) -> KernelInputs:
+    """`merge_inputs`, declared."""
+    contract = a.contract_digest
+    if b.contract_digest is not None:
+        if contract is not None and contract != b.contract_digest:
+            raise RunRecordError(f"{source}: contract digest {b.contract_digest} conflicts with {contract}")
+        contract = b.contract_digest
+    inputs = dict(a.input_digests or {})
+    for name, digest in (b.input_digests or {}).items():
         if inputs.get(name, digest) != digest:
             raise RunRecordError(f"{source}: input {name!r} digest {digest} conflicts with {inputs[name]}")
         inputs[name] = digest
-    return {"contract_digest": contract, "input_digests": inputs}
+    return KernelInputs(contract_digest=contract, input_digests=inputs)
 
 
 FILES_DIR_NAME = "files"  # copies of files outside the run that a reader needs to check it

@@ -39,13 +39,15 @@ import kit
 from kit.environ import progress_on, temporary_environ
 from kit.evidence import run_record
 from kit.evidence.archive import origin
+from kit.evidence.checks import ReplayResult
 from kit.evidence.environment import GPU_DETERMINISTIC_ENV, gpus
-from kit.evidence.gpu_mode import run_mode
+from kit.evidence.gpu_mode import GpuMode, run_mode
 from kit.evidence.ledger import LEDGER_ENV, LEDGER_INPUT, LEDGER_RELATIVE, lines_with_digest
 from kit.evidence.replay_fields import compare_outputs, compare_sidecar
 from kit.evidence.run_record import RunRecord
 from kit.evidence.runner import run_notebook
 from kit.evidence.runtime import repository_root
+from kit.record import build
 
 # input digests that are not identities of the computation (the module docstring's notes:
 # prepared.json holds absolute locations and a creation time; a selection record holds prepared.json's
@@ -133,19 +135,20 @@ def gpu_mode_environment(record: RunRecord, log=print, run_dir: Path | None = No
     and the log says so."""
     if not record.device.get("gpu_count"):
         return {}
-    mode = record.numeric_profile.gpu
+    stated = record.numeric_profile.gpu
+    mode = build(stated, GpuMode) if stated is not None else None
     if mode is None and run_dir is not None and base is not None:
         mode, where = run_mode(run_dir, record, base)
         if mode is not None:
             log(f"{record.run_id}: replaying in the mode {where} states (deterministic flag "
-                f"{'on' if mode['deterministic'] else 'off'})")
+                f"{'on' if mode.deterministic else 'off'})")
     if mode is None:
         log(f"{record.run_id}: its record states no GPU numeric mode; replaying with {GPU_DETERMINISTIC_ENV}="
             f"{os.environ.get(GPU_DETERMINISTIC_ENV, '')!r} as this environment has it")
         return {}
-    env = {GPU_DETERMINISTIC_ENV: "1" if mode.get("deterministic") else "0"}  # "0": off (only "1" turns it on)
+    env = {GPU_DETERMINISTIC_ENV: "1" if mode.deterministic else "0"}  # "0": off (only "1" turns it on)
     if "cublas_workspace_config" in mode:  # as recorded; None: unset, as the run had it
-        env["CUBLAS_WORKSPACE_CONFIG"] = mode["cublas_workspace_config"]
+        env |= {"CUBLAS_WORKSPACE_CONFIG": mode.cublas_workspace_config}
     return env
 
 
@@ -161,7 +164,7 @@ class Replayer:
                 self.records[d.name] = (d, run_record.read_run_record(d))
             except (FileNotFoundError, ValueError):
                 continue  # benchmark records (kit-bench/1) and damaged runs are not producers
-        self.done: dict[str, dict] = {}
+        self.done: dict[str, ReplayResult] = {}
         self.data_roots = frozenset(Path(v).parts[0] for _, r in self.records.values()
                                     for k, v in r.parameters.items() if _is_folder_parameter(k, v))
 
@@ -230,8 +233,8 @@ class Replayer:
             return str(e)
         return None
 
-    def replay(self, run_id: str) -> dict:
-        """{"run_id", "ok", "mismatches": [...], "compared": [...]} (dependencies replayed first)."""
+    def replay(self, run_id: str) -> ReplayResult:
+        """The run replayed and compared (dependencies replayed first)."""
         if run_id in self.done:
             return self.done[run_id]
         if run_id not in self.records:
@@ -242,14 +245,14 @@ class Replayer:
             producer = self._producer(location, record)
             if producer is not None:
                 dep = self.replay(producer.run_id)
-                if not dep["ok"]:
+                if not dep.ok:
                     raise ReplayError(f"{run_dir}: its input {name} = {location!r} comes from "
-                                      f"{producer.run_id}, whose replay did not match: {dep['mismatches'][0]}")
+                                      f"{producer.run_id}, whose replay did not match: {dep.mismatches[0]}")
         for producer in self._root_producers(record):
             dep = self.replay(producer.run_id)
-            if not dep["ok"]:
+            if not dep.ok:
                 raise ReplayError(f"{run_dir}: a checkpoint root it used comes from {producer.run_id}, whose "
-                                  f"replay did not match: {dep['mismatches'][0]}")
+                                  f"replay did not match: {dep.mismatches[0]}")
 
         earlier = self.work / "runs" / run_id
         before = run_record.read_run_record(earlier) if (earlier / run_record.RUN_RECORD_NAME).is_file() else None
@@ -267,7 +270,7 @@ class Replayer:
                     contextlib.chdir(self.root()):
                 new = run_notebook(repository_root() / record.notebook, record.parameters, run_id,
                                    self.work / "runs")
-        result = compare(record, new, str(run_dir), run_dir, self.work / "runs" / run_id)
+        result = compare_runs(record, new, str(run_dir), run_dir, self.work / "runs" / run_id)
         self.done[run_id] = result
         return result
 
@@ -297,6 +300,12 @@ class Replayer:
 
 def compare(committed: RunRecord, replayed: RunRecord, where: str, committed_dir: Path | None = None,
             replayed_dir: Path | None = None) -> dict:
+    """`compare_runs` as JSON: {"run_id", "ok", "mismatches": [...], "compared": [...]}."""
+    return compare_runs(committed, replayed, where, committed_dir, replayed_dir).to_json()
+
+
+def compare_runs(committed: RunRecord, replayed: RunRecord, where: str, committed_dir: Path | None = None,
+                 replayed_dir: Path | None = None) -> ReplayResult:
     """Status, identity input digests and produced roots; with the two run folders also every metric sidecar
     the replay recomputed, field by field (exactly: integers, strings, roots and, as the numeric profile
     promises, floats), and the text of the notebook's outputs; timings excepted (kit.evidence.replay_fields)."""
@@ -327,10 +336,16 @@ def compare(committed: RunRecord, replayed: RunRecord, where: str, committed_dir
         error = replayed.error
         mismatches.append(f"{where}: the replay failed: {error.ename}: "
                           f"{error.evalue.splitlines()[0] if error.evalue else ''}")
-    return {"run_id": committed.run_id, "ok": not mismatches, "mismatches": mismatches, "compared": compared}
+    return ReplayResult(run_id=committed.run_id, ok=not mismatches, mismatches=tuple(mismatches),
+                        compared=tuple(compared))
 
 
 def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool = False) -> list[dict]:
+    """`replay_results` as JSON: {"run_id", "ok", "mismatches", "compared"}, and "not_replayed" where ok is null."""
+    return [r.to_json() for r in replay_results(run_dirs, work, log, whole_folder)]
+
+
+def replay_results(run_dirs: list[Path], work: Path, log=print, whole_folder: bool = False) -> list[ReplayResult]:
     """Replay each run directory (all from one runs directory) into `work`. Runs kept in folders nested in
     that runs directory (superseded attempts, campaign folders: `kit verify-evidence runs` lists them too)
     are the record of earlier attempts, not inputs of a replay: they are left out, and the log says so.
@@ -358,7 +373,7 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
     def ran_at(d) -> tuple:
         found = replayer.records.get(Path(d).name)
         return (found[1].started_at if found else "", Path(d).name)
-    results = []
+    results: list[ReplayResult] = []
     bar = _runs_bar(len(run_dirs))
     if bar is not None:  # the log's lines above the bar, not through it
         replayer.log = lambda message: bar.write(str(message), file=sys.stderr)
@@ -371,12 +386,12 @@ def replay_runs(run_dirs: list[Path], work: Path, log=print, whole_folder: bool 
             try:  # a run whose input's producer did not replay is that run's mismatch; the others go on
                 results.append(replayer.replay(Path(d).name))
             except ReplayError as e:
-                results.append({"run_id": Path(d).name, "ok": False, "mismatches": [str(e)], "compared": []})
+                results.append(ReplayResult(run_id=Path(d).name, ok=False, mismatches=(str(e),), compared=()))
         elif reason is None:
             results.append(replayer.replay(Path(d).name))
         else:
-            results.append({"run_id": Path(d).name, "ok": None, "not_replayed": reason, "mismatches": [],
-                            "compared": []})
+            results.append(ReplayResult(run_id=Path(d).name, ok=None, not_replayed=reason, mismatches=(),
+                                        compared=()))
         if bar is not None:
             bar.update(1)
     if bar is not None:

@@ -19,6 +19,7 @@ import hashlib
 import os
 import stat
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit.digest import BoundedReadError, canonical_json, sha256_regular
@@ -38,14 +39,22 @@ def _ignored(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in IGNORED_NAMES)
 
 
-def leaf(path: str, kind: str, size: int, sha256: str) -> dict:
-    """One leaf: `path` (runs/... or ledger/...), `kind` ("file" or "link"), `size` (bytes, a link's target's
-    length) and `sha256` (of the bytes, or of a link's target)."""
-    return {"path": path, "kind": kind, "size": size, "sha256": sha256}
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """One leaf (in memory): `path` (runs/... or ledger/...), `kind` ("file" or "link"), `size` (bytes, a link's
+    target's length) and `sha256` (of the bytes, or of a link's target)."""
+    path: str
+    kind: str
+    size: int
+    sha256: str
 
 
-def leaf_hash(item: dict) -> bytes:
-    return hashlib.sha256(b"\x00" + canonical_json([item["path"], item["kind"], item["size"], item["sha256"]])).digest()
+def leaf(path: str, kind: str, size: int, sha256: str) -> Leaf:
+    return Leaf(path, kind, size, sha256)
+
+
+def leaf_hash(item: Leaf) -> bytes:
+    return hashlib.sha256(b"\x00" + canonical_json([item.path, item.kind, item.size, item.sha256])).digest()
 
 
 def merkle_root(hashes: list[bytes]) -> bytes:
@@ -65,7 +74,7 @@ def merkle_root(hashes: list[bytes]) -> bytes:
     return mth(0, len(level))
 
 
-def root_of(leaves: dict[str, dict]) -> str:
+def root_of(leaves: dict[str, Leaf]) -> str:
     """The root (64 hex) of leaves keyed by path."""
     return merkle_root([leaf_hash(leaves[p]) for p in sorted(leaves)]).hex()
 
@@ -78,7 +87,7 @@ def hash_regular(path: Path, cap: int = MAX_FILE_BYTES) -> tuple[int, str]:
         raise EvidenceRootError(f"{e}; expected a file of the evidence") from None
 
 
-def _walk(top: Path, key: str, out: dict[str, dict]) -> None:
+def _walk(top: Path, key: str, out: dict[str, Leaf]) -> None:
     try:
         entries = sorted(os.scandir(top), key=lambda e: e.name)
     except FileNotFoundError:
@@ -105,12 +114,12 @@ def default_ledger_dir(runs_dir: str | os.PathLike) -> Path:
     return Path(os.path.abspath(runs_dir)).parent / LEDGER_KEY
 
 
-def evidence_leaves(runs_dir: str | os.PathLike, ledger_dir: str | os.PathLike | None = None) -> dict[str, dict]:
+def evidence_leaves(runs_dir: str | os.PathLike, ledger_dir: str | os.PathLike | None = None) -> dict[str, Leaf]:
     """{key: leaf} of the evidence in the working tree (see the module docstring); links are leaves, never
     followed, and the runs folder itself must not be a link."""
     runs_dir = Path(runs_dir)
     ledger_dir = Path(ledger_dir) if ledger_dir is not None else default_ledger_dir(runs_dir)
-    out: dict[str, dict] = {}
+    out: dict[str, Leaf] = {}
     for top, key in ((runs_dir, RUNS_KEY), (ledger_dir, LEDGER_KEY)):
         if top.is_symlink():
             raise EvidenceRootError(f"{top}: a symbolic link; expected the {key} folder itself")
@@ -143,7 +152,7 @@ def _git(base: Path, *args: str, data: bytes | None = None) -> bytes:
     return done.stdout
 
 
-def commit_leaves(base: str | os.PathLike, commit: str, runs_rel: str = "runs", ledger_rel: str = "ledger") -> dict[str, dict]:
+def commit_leaves(base: str | os.PathLike, commit: str, runs_rel: str = "runs", ledger_rel: str = "ledger") -> dict[str, Leaf]:
     """{key: leaf} of the evidence as commit `commit` of the repository at `base` holds it (runs_rel and ledger_rel:
     the folders' paths in the repository), read from git's objects: the same leaves evidence_leaves gives
     for a checkout of that commit."""
@@ -163,7 +172,7 @@ def commit_leaves(base: str | os.PathLike, commit: str, runs_rel: str = "runs", 
         if kind != b"blob":
             raise EvidenceRootError(f"{base}: {path_s} at {commit} is a {kind.decode()}; expected files of the evidence")
         items.append((f"{key}/{rel}", "link" if mode == b"120000" else "file", obj.decode()))
-    out: dict[str, dict] = {}
+    out: dict[str, Leaf] = {}
     if not items:
         return out
     blobs = _git(base, "cat-file", "--batch", data=b"".join(o.encode() + b"\n" for _, _, o in items))
@@ -177,7 +186,7 @@ def commit_leaves(base: str | os.PathLike, commit: str, runs_rel: str = "runs", 
     return out
 
 
-def compare_leaves(have: dict[str, dict], want: dict[str, dict], source: str) -> list[str]:
+def compare_leaves(have: dict[str, Leaf], want: dict[str, Leaf], source: str) -> list[str]:
     """One line per file added, removed, edited or turned into (or from) a link in `have` against `want`."""
     problems = []
     for key in sorted(set(have) | set(want)):
@@ -187,8 +196,8 @@ def compare_leaves(have: dict[str, dict], want: dict[str, dict], source: str) ->
             problems.append(f"{key}: added (absent at {source})")
         elif have[key] != want[key]:
             h, w = have[key], want[key]
-            problems.append(f"{key}: {h['kind']} sha256 {h['sha256'][:12]}, size {h['size']}; at {source} "
-                            f"{w['kind']} sha256 {w['sha256'][:12]}, size {w['size']}")
+            problems.append(f"{key}: {h.kind} sha256 {h.sha256[:12]}, size {h.size}; at {source} "
+                            f"{w.kind} sha256 {w.sha256[:12]}, size {w.size}")
     return problems
 
 

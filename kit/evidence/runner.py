@@ -40,7 +40,9 @@ from kit.evidence.notebook import (
     RUN_DIR_ENV,
     STATUS_OF_EXCEPTION_NAME,
     KernelChain,
-    merge_inputs,
+    KernelInputs,
+    KernelRoots,
+    merged_inputs,
 )
 from kit.evidence.parameters import check_parameters
 from kit.evidence.run_record import (
@@ -93,8 +95,9 @@ def _check_extra(extra: dict, source: str) -> None:
     unknown = set(extra) - EXTRA_KEYS
     if unknown:
         raise ValueError(f"{source}: unknown extra field(s) {sorted(unknown)}; allowed: {sorted(EXTRA_KEYS)}")
-    if extra.get("contract_digest") is not None and not run_record.SHA256_RE.fullmatch(str(extra["contract_digest"])):
-        raise ValueError(f"{source}: contract_digest {extra['contract_digest']!r} is not a sha256 hex digest")
+    contract = extra.get("contract_digest")
+    if contract is not None and not run_record.SHA256_RE.fullmatch(str(contract)):
+        raise ValueError(f"{source}: contract_digest {contract!r} is not a sha256 hex digest")
     if not isinstance(extra.get("input_digests", {}), dict):
         raise ValueError(f"{source}: extra 'input_digests' must be an object of name -> sha256")  # noqa: TRY004
     for name, digest in (extra.get("input_digests") or {}).items():
@@ -218,28 +221,30 @@ def _write_prepared_notebook(notebook: Path, output: Path, params: dict, kernel_
                                prepare_only=True, progress_bar=False)
 
 
-def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[CheckpointRoots, dict, dict]:
+def _collect_from_kernel(run_dir: Path, base: Path, extra: dict) -> tuple[CheckpointRoots, KernelInputs, dict]:
     """(checkpoint_roots, inputs, metrics) from what the notebook recorded and what the caller passed."""
-    roots: dict[str, list[CheckpointRoot]] = {"produced": [], "used": []}
+    produced: list[CheckpointRoot] = []
+    used: list[CheckpointRoot] = []
     roots_path = run_dir / KERNEL_ROOTS_NAME
     if roots_path.exists():
-        kernel_roots = load_json_strict(roots_path)  # the kernel's lists of {"root", "home"} (kit.evidence.notebook)
-        for role, entries in roots.items():
-            for entry in kernel_roots.get(role, []):
-                home = entry["home"] and environment.relative_to_base(entry["home"], base)
-                root = CheckpointRoot(root=entry["root"], home=home)
+        kernel_roots = build(load_json_strict(roots_path), KernelRoots)  # what record_roots wrote
+        for entries, recorded in ((produced, kernel_roots.produced), (used, kernel_roots.used)):
+            for entry in recorded or ():
+                home = entry.home and environment.relative_to_base(entry.home, base)
+                root = CheckpointRoot(root=entry.root, home=home)
                 if root not in entries:
                     entries.append(root)
         roots_path.unlink()
-    inputs = {"contract_digest": extra.get("contract_digest"), "input_digests": dict(extra.get("input_digests") or {})}
+    inputs = build(extra, KernelInputs)  # the caller's (_check_extra), its notes left out
+    inputs = KernelInputs(contract_digest=inputs.contract_digest, input_digests=dict(inputs.input_digests or {}))
     inputs_path = run_dir / KERNEL_INPUTS_NAME
     if inputs_path.exists():
-        kernel_inputs = load_json_strict(inputs_path)
+        kernel_inputs = build(load_json_strict(inputs_path), KernelInputs)
         inputs_path.unlink()
-        inputs = merge_inputs(inputs, kernel_inputs, str(run_dir / run_record.RUN_RECORD_NAME))
+        inputs = merged_inputs(inputs, kernel_inputs, str(run_dir / run_record.RUN_RECORD_NAME))
     metrics_dir = run_dir / run_record.METRICS_DIR_NAME
     metrics = {p.stem: sha256_file(p) for p in sorted(metrics_dir.glob("*.json"))} if metrics_dir.is_dir() else {}
-    return CheckpointRoots(produced=tuple(roots["produced"]), used=tuple(roots["used"])), inputs, metrics
+    return CheckpointRoots(produced=tuple(produced), used=tuple(used)), inputs, metrics
 
 
 def _collect_chain(run_dir: Path) -> dict:
@@ -374,7 +379,8 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
     try:
         roots, inputs, metrics = _collect_from_kernel(run_dir, base, extra)
     except (RunRecordError, ValueError) as e:
-        roots, inputs, metrics = CheckpointRoots(produced=(), used=()), {"contract_digest": None, "input_digests": {}}, {}
+        roots, inputs, metrics = CheckpointRoots(produced=(), used=()), KernelInputs(contract_digest=None,
+                                                                                    input_digests={}), {}
         status, error = "failed", RunError(cell_index=None, execution_count=None, ename="EvidenceConflict",
                                            evalue=str(e))
     reason = None
@@ -389,7 +395,7 @@ def _run_locked(notebook: Path, params: dict, run_id: str, runs_dir: Path, extra
         started_at=environment.iso_utc(started), ended_at=environment.iso_utc(ended),
         duration_s=round((ended - started) / _dt.timedelta(seconds=1), 3),
         git=GitState.from_json(git, "the notebook's git state"), versions=versions, device=device,
-        contract_digest=inputs["contract_digest"], input_digests=inputs["input_digests"],
+        contract_digest=inputs.contract_digest, input_digests=inputs.input_digests,
         checkpoint_roots=roots, metrics=metrics, notes=dict(extra.get("notes") or {}),
         numeric_profile=_numeric_profile(device), **_collect_chain(run_dir),
     )

@@ -20,7 +20,15 @@ from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence import archive
-from kit.evidence.manifest import PINS_RELATIVE, RECORD_PINS_RELATIVE, pin_of, read_pins, read_record_pins
+from kit.evidence.checks import report_json
+from kit.evidence.manifest import (
+    PINS_RELATIVE,
+    RECORD_PINS_RELATIVE,
+    RecordPins,
+    file_pin,
+    record_pins,
+    run_pins,
+)
 
 GPU_MODES_RELATIVE = Path("runs") / "GPU_MODES.json"
 SUPERSEDED_NAME = "superseded.json"
@@ -115,7 +123,8 @@ def tree_report(runs_dir: str | os.PathLike, base: str | os.PathLike) -> dict:
 
     problems = []
     try:
-        problems += missing((read_pins(base) or {}).get("runs", {}), base / PINS_RELATIVE)
+        pins = run_pins(base)
+        problems += missing(pins.runs if pins is not None else {}, base / PINS_RELATIVE)
     except ValueError as e:
         problems.append(str(e))
     modes_path = base / GPU_MODES_RELATIVE
@@ -125,17 +134,17 @@ def tree_report(runs_dir: str | os.PathLike, base: str | os.PathLike) -> dict:
     except ValueError as e:
         problems.append(str(e))
     try:
-        rpins = read_record_pins(base)
+        rpins = record_pins(base)
     except ValueError as e:
         rpins, problems = None, problems + [str(e)]
     if rpins is not None:
-        problems += missing(rpins["records"], base / RECORD_PINS_RELATIVE)
+        problems += missing(rpins.records, base / RECORD_PINS_RELATIVE)
     checks.append(_check("pins name runs", problems, "every pinned run exists"))
     checks.append(_record_pins_check(runs_dir, base, rpins))
     return _report(runs_dir, checks)
 
 
-def _record_pins_check(runs_dir: Path, base: Path, rpins: dict | None) -> dict:
+def _record_pins_check(runs_dir: Path, base: Path, rpins: RecordPins | None) -> dict:
     where = base / RECORD_PINS_RELATIVE
     if rpins is None:
         if (base / PINS_RELATIVE).exists():
@@ -143,20 +152,20 @@ def _record_pins_check(runs_dir: Path, base: Path, rpins: dict | None) -> dict:
                                           "tools/pin_run_files.py` (the records, notes and GPU modes go unpinned)")], "")
         return {"check": "record pins", "result": "skipped", "detail": f"{where}: none (no pins in this repository)"}
     problems = []
-    have = pin_of(base / GPU_MODES_RELATIVE)
-    if have != rpins.get("gpu_modes"):
-        problems.append(f"{base / GPU_MODES_RELATIVE}: sha256 {(have or {}).get('sha256', 'absent')[:12]}; {where} "
-                        f"field 'gpu_modes' pins {(rpins.get('gpu_modes') or {}).get('sha256', 'none')[:12]}")
+    have = file_pin(base / GPU_MODES_RELATIVE)
+    if have != rpins.gpu_modes:
+        problems.append(f"{base / GPU_MODES_RELATIVE}: sha256 {have.sha256[:12] if have else 'absent'}; {where} "
+                        f"field 'gpu_modes' pins {rpins.gpu_modes.sha256[:12] if rpins.gpu_modes else 'none'}")
     notes = {p.relative_to(base).as_posix(): p for p in sorted(runs_dir.rglob(SUPERSEDED_NAME))
              if archive.ARCHIVE_DIR_NAME not in p.relative_to(runs_dir).parts[:1]}
-    for rel in sorted(set(notes) | set(rpins["notes"])):
-        pinned, now = rpins["notes"].get(rel), pin_of(base / rel)
+    for rel in sorted(set(notes) | set(rpins.notes)):
+        pinned, now = rpins.notes.get(rel), file_pin(base / rel)
         if pinned is None:
             problems.append(f"{base / rel}: a superseded note {where} does not pin (notes count only as recorded "
                             "when superseding)")
         elif now != pinned:
-            problems.append(f"{base / rel}: sha256 {(now or {}).get('sha256', 'absent')[:12]}; {where} field "
-                            f"'notes' pins {pinned['sha256'][:12]}")
+            problems.append(f"{base / rel}: sha256 {now.sha256[:12] if now else 'absent'}; {where} field "
+                            f"'notes' pins {pinned.sha256[:12]}")
     return _check("record pins", problems, f"GPU_MODES.json and {len(notes)} superseded note(s) match {where}")
 
 
@@ -166,7 +175,7 @@ def note_pinned(note_path: Path, base: Path) -> bool:
     if archive.origin(note_path) is not None:
         return True
     try:
-        rpins = read_record_pins(base)
+        rpins = record_pins(base)
     except ValueError:
         return False
     if rpins is None:
@@ -177,9 +186,9 @@ def note_pinned(note_path: Path, base: Path) -> bool:
         return False
     if not rel.startswith("runs/"):  # a runs folder other than the repository's (a demo's output)
         return True
-    return rpins["notes"].get(rel) is not None and rpins["notes"][rel] == pin_of(note_path)
+    pinned = rpins.notes.get(rel)
+    return pinned is not None and pinned == file_pin(note_path)
 
 
 def _report(runs_dir: Path, checks: list[dict]) -> dict:
-    return {"run_dir": str(runs_dir), "run_id": None, "ok": all(c["result"] != "fail" for c in checks),
-            "checks": checks}
+    return report_json(str(runs_dir), None, checks)

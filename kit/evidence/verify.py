@@ -25,8 +25,9 @@ from kit.digest import (
 from kit.evidence import archive, environment, run_record
 from kit.evidence.archive import ARCHIVE_DIR_NAME, origin
 from kit.evidence.chain import Evidence, copies_check, ledger_events_check, materials_checks
+from kit.evidence.checks import report_json
 from kit.evidence.gpu_mode import gpu_mode_check
-from kit.evidence.manifest import RECORD_PINS_RELATIVE, files_check, read_record_pins, run_key
+from kit.evidence.manifest import RECORD_PINS_RELATIVE, files_check, record_pins, run_key
 from kit.evidence.parameters import ParameterError, parse_assignments
 from kit.evidence.run_record import CheckpointRoots
 from kit.evidence.superseded import SupersededNote
@@ -196,7 +197,8 @@ def place_check(run_dir: Path, run_id, base: Path) -> dict:
             or ATTEMPT_RE.fullmatch(name) and parent == f"{run_id}{run_record.SUPERSEDED_ATTEMPTS_SUFFIX}":
         return _check("place", "pass", f"folder {name} is named by the record's run_id")
     try:
-        stated = (read_record_pins(base) or {}).get("places", {}).get(key)
+        pins = record_pins(base)
+        stated = (pins.places or {}).get(key) if pins is not None else None
     except ValueError as e:
         return _check("place", "fail", str(e))
     if stated == run_id:
@@ -226,8 +228,7 @@ def _bench_record(run_dir: Path, base: Path | None = None) -> dict | None:
     base = base or environment.evidence_base(run_dir.parent)
     checks.append(files_check(run_dir, base))
     checks.append(_git_check((rec.get("git") or {}).get("commit"), base, run_dir))
-    return {"run_dir": str(run_dir), "run_id": rec.get("run_id"), "ok": all(c["result"] != "fail" for c in checks),
-            "checks": checks}
+    return report_json(str(run_dir), rec.get("run_id"), checks)
 
 
 def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None = None, evidence=None) -> dict:
@@ -269,8 +270,7 @@ def verify_evidence(run_dir: str | os.PathLike, base: str | os.PathLike | None =
     mode = gpu_mode_check(run_dir, record, base, superseded)
     checks += [mode] if mode is not None else []
     checks.append(_git_check(record.git.commit, base, run_dir))
-    return {"run_dir": str(run_dir), "run_id": record.run_id, "ok": all(c["result"] != "fail" for c in checks),
-            "checks": checks}
+    return report_json(str(run_dir), record.run_id, checks)
 
 
 def expand_run_dirs(paths: list[str]) -> list[Path]:

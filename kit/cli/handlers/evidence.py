@@ -13,9 +13,10 @@ from kit.evidence.anchor import at_report, root_report
 from kit.evidence.archive import read_index, resolve
 from kit.evidence.archiving import archive_folders
 from kit.evidence.chain import Evidence, ledger_report
+from kit.evidence.checks import read_report
 from kit.evidence.environment import evidence_base
 from kit.evidence.parameters import notebook_defaults, parse_cli_parameters
-from kit.evidence.replay import replay_runs
+from kit.evidence.replay import replay_results
 from kit.evidence.replay_at_commit import replay_at_recorded_commits
 from kit.evidence.replicate_design import design_reports
 from kit.evidence.report.page import render_report
@@ -122,12 +123,13 @@ def cmd_verify_evidence(a) -> int:
         reports.append(at_report(runs_for_anchor, None, a.at, a.allowed_signers))
     if a.json:
         print(json.dumps(reports, indent=1, sort_keys=True))
-    else:
-        for report in reports:
-            print(f"{report['run_dir']}: {'ok' if report['ok'] else 'FAILED'}")
-            for check in report["checks"]:
-                print(f"  {check['result']:7s} {check['check']}: {check['detail']}")
-    return 0 if reports and all(r["ok"] for r in reports) else 1
+    typed = [read_report(r) for r in reports]
+    if not a.json:
+        for report in typed:
+            print(f"{report.run_dir}: {'ok' if report.ok else 'FAILED'}")
+            for check in report.checks:
+                print(f"  {check.result:7s} {check.check}: {check.detail}")
+    return 0 if typed and all(r.ok for r in typed) else 1
 
 
 def _anchored_runs(a) -> Path:
@@ -157,23 +159,23 @@ def _replay(run_dirs, a) -> int:
     # a folder given (a runs directory): its benchmark records and GPU runs are listed as not replayed;
     # a run named on its own that cannot be replayed is refused
     whole_folder = any(not (Path(p) / "run.json").exists() for p in a.run_dirs)
-    results = replay_runs(run_dirs, work, log=lambda m: print(m, file=sys.stderr), whole_folder=whole_folder)
+    results = replay_results(run_dirs, work, log=lambda m: print(m, file=sys.stderr), whole_folder=whole_folder)
     if a.json:
-        print(json.dumps(results, indent=1, sort_keys=True))
+        print(json.dumps([r.to_json() for r in results], indent=1, sort_keys=True))
     for r in results:
         if not a.json:
-            if r["ok"] is None:
-                print(f"{r['run_id']}: not replayed: {r['not_replayed']}")
+            if r.ok is None:
+                print(f"{r.run_id}: not replayed: {r.not_replayed}")
                 continue
-            print(f"{r['run_id']}: {'replayed, equal' if r['ok'] else 'REPLAY MISMATCH'} "
-                  f"({len(r['compared'])} fields compared; work in {work})")
-        for m in r["mismatches"]:
+            print(f"{r.run_id}: {'replayed, equal' if r.ok else 'REPLAY MISMATCH'} "
+                  f"({len(r.compared)} fields compared; work in {work})")
+        for m in r.mismatches:
             print(f"  {m}", file=sys.stderr if a.json else sys.stdout)
-    replayed = [r for r in results if r["ok"] is not None]
+    replayed = [r for r in results if r.ok is not None]
     if not a.json and whole_folder:
-        print(f"replay: {len(replayed)} run(s) replayed, {sum(r['ok'] for r in replayed)} equal; "
+        print(f"replay: {len(replayed)} run(s) replayed, {sum(bool(r.ok) for r in replayed)} equal; "
               f"{len(results) - len(replayed)} not replayable here")
-    return 0 if replayed and all(r["ok"] for r in replayed) else 1
+    return 0 if replayed and all(r.ok for r in replayed) else 1
 
 
 def cmd_report(a) -> int:
