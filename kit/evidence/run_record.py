@@ -188,48 +188,33 @@ def validate_run_record(obj: Any, source: str) -> None:
     _check_values(build(obj, RunRecord), source)
 
 
-def _as_read(obj: dict) -> RunRecord:
-    """A run record's JSON, whose keys `validate_run_record` found to be the class's own, as the class with each
-    value as read (not yet checked, nothing converted): `_check_shape` reads its declared fields to check them."""
-    return RunRecord(**{f.name: obj[key] for key, f in RunRecord.json_fields().items() if key in obj})
-
-
-def _unchecked(value: object) -> Any:
-    """A field of `_as_read`'s record: JSON as read, whatever its declared type (the check is the caller's)."""
-    return value
-
-
 def _check_shape(obj: dict, source: str) -> None:
     """The objects and lists of a run record, with the keys their classes declare (values: _check_values)."""
-    raw = _as_read(obj)
-    error = _unchecked(raw.error)
+    error = obj["error"]
     if error is not None and (not isinstance(error, dict) or set(error) != set(RunError.json_fields())):
         _fail(source, "field 'error' must have keys cell_index, execution_count, ename, evalue")
-    profile = _unchecked(raw.numeric_profile)
+    profile = obj["numeric_profile"]
     if not isinstance(profile, dict) or not isinstance(profile.get("name"), str) \
             or not isinstance(profile.get("environment"), dict) or set(profile) - set(NumericProfile.json_fields()):
         _fail(source, "field 'numeric_profile' must be an object with a string 'name' and an 'environment' object")
     for name in ("parameters", "git", "versions", "device", "input_digests", "metrics", "notes", "checkpoint_roots"):
         if not isinstance(obj[name], dict):
             _fail(source, f"field {name!r} must be an object")
-    if set(_unchecked(raw.git)) != set(GitState.json_fields()):
+    if set(obj["git"]) != set(GitState.json_fields()):
         _fail(source, "field 'git' must have keys commit, dirty")
-    roots = _unchecked(raw.checkpoint_roots)
+    roots = obj["checkpoint_roots"]
     if set(roots) != set(CheckpointRoots.json_fields()):
         _fail(source, "field 'checkpoint_roots' must have keys produced, used")
     for role, entries in roots.items():
         for entry in entries if isinstance(entries, list) else [None]:
-            if not isinstance(entry, dict) or set(entry) != set(CheckpointRoot.json_fields()) \
-                    or not _is_str_or_none(build(entry, CheckpointRoot).home):
+            if not isinstance(entry, dict) or set(entry) != {"root", "home"} or not _is_str_or_none(entry["home"]):
                 _fail(source, f"checkpoint_roots.{role} entries must be {{'root', 'home'}} objects")
-    if raw.format != RUN_FORMAT:
+    if obj["format"] != RUN_FORMAT:
         return
-    manifest = _unchecked(raw.manifest)
-    if not isinstance(manifest, dict):
+    if not isinstance(obj["manifest"], dict):
         _fail(source, "field 'manifest' must be an object of relative path -> {'sha256', 'size'}")
-    for name, entry in manifest.items():
-        if not isinstance(entry, dict) or set(entry) != set(ManifestEntry.json_fields()) \
-                or not isinstance(build(entry, ManifestEntry).size, int):
+    for name, entry in obj["manifest"].items():
+        if not isinstance(entry, dict) or set(entry) != {"sha256", "size"} or not isinstance(entry["size"], int):
             _fail(source, f"field 'manifest[{name!r}]' must be {{'sha256', 'size'}} with an integer size")
     for key, cls in (("materials", Material), ("ledger_events", LedgerEvent)):
         fields = set(cls.json_fields())

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from kit.digest import require_numeric_profile, sha256_json
 from kit.record import SEED, MapOf, Num, OneOf, Opt, Record, Seq, build, spec_field
@@ -123,7 +123,8 @@ class Manifest(Record):
     @classmethod
     def from_json(cls, value: Any, source: str, path: str = "") -> Self:
         """Structure checked, both roots recomputed (`validate_manifest`), then built."""
-        return _checked_manifest(value, cls, source)
+        validate_manifest(value, source)
+        return build(value, cls)
 
 
 # -- validation ----------------------------------------------------------------------------------
@@ -140,25 +141,14 @@ def _exact_keys(obj: Any, keys: frozenset, source: str) -> None:
         raise RecordError(f"{source}: expected exactly the keys {sorted(keys)}, got {sorted(obj)}")
 
 
-R = TypeVar("R", bound=Record)
-
-
-def _unchecked(obj: dict, cls: type[R]) -> R:
-    """A JSON object whose keys `_exact_keys` found to be the class's own, as that class with each value as read
-    (not yet checked, nothing converted): the validators below read the declared fields of it and check each
-    value in turn, with the store's messages, before the record is built for good."""
-    return cls(**{f.name: obj[key] for key, f in cls.json_fields().items()})
-
-
 def validate_param_entries(entries: Any, source: str = "params") -> None:
     if not isinstance(entries, list):
         raise RecordError(f"{source}: expected a list of parameter entries, got {type(entries).__name__}")
     previous = None
-    for i, raw in enumerate(entries):
+    for i, entry in enumerate(entries):
         where = f"{source}[{i}]"
-        _exact_keys(raw, ENTRY_KEYS, where)
-        entry = _unchecked(raw, ParamEntry)
-        name = entry.name
+        _exact_keys(entry, ENTRY_KEYS, where)
+        name = entry["name"]
         if not isinstance(name, str) or not name:
             raise RecordError(f"{where}.name: expected a non-empty string, got {name!r}")
         where = f"{source}[{i}] ({name!r})"
@@ -167,30 +157,29 @@ def validate_param_entries(entries: Any, source: str = "params") -> None:
         if previous is not None and name < previous:
             raise RecordError(f"{where}.name: entries must be sorted by name; it follows {previous!r}")
         previous = name
-        if entry.dtype != LEARNED_DTYPE:
-            raise RecordError(f"{where}.dtype: expected {LEARNED_DTYPE!r}, got {entry.dtype!r}")
-        shape = entry.shape
+        if entry["dtype"] != LEARNED_DTYPE:
+            raise RecordError(f"{where}.dtype: expected {LEARNED_DTYPE!r}, got {entry['dtype']!r}")
+        shape = entry["shape"]
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
             raise RecordError(f"{where}.shape: expected a list of non-negative integers, got {shape!r}")
-        if not isinstance(entry.group, str) or not entry.group:
-            raise RecordError(f"{where}.group: expected a non-empty string, got {entry.group!r}")
-        if not _is_int(entry.age) or entry.age < 0:
-            raise RecordError(f"{where}.age: expected a non-negative integer, got {entry.age!r}")
-        for field, digest in zip(TENSOR_FIELDS, entry.tensor_digests(), strict=True):
-            check_digest(digest, f"{where}.{field}")
+        if not isinstance(entry["group"], str) or not entry["group"]:
+            raise RecordError(f"{where}.group: expected a non-empty string, got {entry['group']!r}")
+        if not _is_int(entry["age"]) or entry["age"] < 0:
+            raise RecordError(f"{where}.age: expected a non-negative integer, got {entry['age']!r}")
+        for field in TENSOR_FIELDS:
+            check_digest(entry[field], f"{where}.{field}")
 
 
 def validate_learned_state(learned_state: Any, source: str = "learned_state") -> None:
     """Refuse anything but {"cursor": {str: non-negative int}, "params": [sorted entries]}."""
-    _exact_keys(learned_state, frozenset(LearnedState.json_fields()), source)
-    state = _unchecked(learned_state, LearnedState)
-    cursor = state.cursor
+    _exact_keys(learned_state, frozenset({"cursor", "params"}), source)
+    cursor = learned_state["cursor"]
     if not isinstance(cursor, dict):
         raise RecordError(f"{source}.cursor: expected a JSON object, got {type(cursor).__name__}")
     for key, value in cursor.items():
         if not _is_int(value) or value < 0:
             raise RecordError(f"{source}.cursor[{key!r}]: expected a non-negative integer, got {value!r}")
-    validate_param_entries(state.params, f"{source}.params")
+    validate_param_entries(learned_state["params"], f"{source}.params")
 
 
 def validate_layout(layout: Any, source: str = "layout", num_layers: int | None = None) -> None:
@@ -201,8 +190,7 @@ def validate_layout(layout: Any, source: str = "layout", num_layers: int | None 
     `num_layers` (from the config object) is checked when given.
     """
     _exact_keys(layout, LAYOUT_KEYS, source)
-    typed = _unchecked(layout, CommitLayout)
-    blocks = typed.blocks
+    blocks = layout["blocks"]
     if not isinstance(blocks, list) or not blocks:
         raise RecordError(f"{source}.blocks: expected a non-empty list of [start, stop] ranges, got {blocks!r}")
     expected_start = 0
@@ -220,10 +208,10 @@ def validate_layout(layout: Any, source: str = "layout", num_layers: int | None 
         expected_start = stop
     if num_layers is not None and expected_start != num_layers:
         raise RecordError(f"{source}.blocks: cover blocks 0..{expected_start - 1} but the model has {num_layers}")
-    owner = typed.embedding_owner
+    owner = layout["embedding_owner"]
     if not _is_int(owner) or not 0 <= owner < len(blocks):
         raise RecordError(f"{source}.embedding_owner: expected a rank in 0..{len(blocks) - 1}, got {owner!r}")
-    check_digest(typed.model_config, f"{source}.model_config")
+    check_digest(layout["model_config"], f"{source}.model_config")
 
 
 def validate_rng(rng: Any, world_size: int, source: str = "rng") -> None:
@@ -293,33 +281,21 @@ def object_digests(manifest: Manifest | dict) -> list[str]:
 
 def validate_manifest(manifest: Any, source: str) -> None:
     """Structure, both roots recomputed and compared; objects are not read (see verify_commit)."""
-    _checked_manifest(manifest, Manifest, source)
-
-
-M = TypeVar("M", bound=Manifest)
-
-
-def _checked_manifest(manifest: Any, cls: type[M], source: str) -> M:
-    """`validate_manifest`, giving the record built once its parts are checked (the roots are recomputed from
-    its JSON, which is the file's: `to_json` gives the values read back)."""
     _exact_keys(manifest, MANIFEST_KEYS, source)
-    parts = _unchecked(manifest, cls)
-    if parts.format != FORMAT:
-        raise CommitError(f"{source}: format {parts.format!r}; expected {FORMAT!r}")
-    validate_learned_state(parts.learned_state, f"{source}: learned_state")
-    validate_layout(parts.layout, f"{source}: layout")
-    _validate_parent(parts.parent, f"{source}: parent")
-    validate_rng(parts.rng, len(build(parts.layout, CommitLayout).blocks), f"{source}: rng")
-    typed = build(manifest, cls)
-    ls_root = learned_state_root(typed.learned_state.to_json())
-    if typed.learned_state_root != ls_root:
+    if manifest["format"] != FORMAT:
+        raise CommitError(f"{source}: format {manifest['format']!r}; expected {FORMAT!r}")
+    validate_learned_state(manifest["learned_state"], f"{source}: learned_state")
+    validate_layout(manifest["layout"], f"{source}: layout")
+    _validate_parent(manifest["parent"], f"{source}: parent")
+    validate_rng(manifest["rng"], len(manifest["layout"]["blocks"]), f"{source}: rng")
+    ls_root = learned_state_root(manifest["learned_state"])
+    if manifest["learned_state_root"] != ls_root:
         raise CommitError(
-            f"{source}: learned_state_root {typed.learned_state_root!r} does not match the "
+            f"{source}: learned_state_root {manifest['learned_state_root']!r} does not match the "
             f"learned state, which hashes to {ls_root}"
         )
-    root = full_root(ls_root, typed.layout.to_json(), typed.parent, list(typed.rng))
-    if typed.full_root != root:
-        raise CommitError(f"{source}: full_root {typed.full_root!r} does not match the recomputed {root}")
-    return typed
+    root = full_root(ls_root, manifest["layout"], manifest["parent"], manifest["rng"])
+    if manifest["full_root"] != root:
+        raise CommitError(f"{source}: full_root {manifest['full_root']!r} does not match the recomputed {root}")
 
 
