@@ -5,7 +5,6 @@ commit the run records). Everything here reads only committed evidence.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import html
 import os
@@ -19,56 +18,12 @@ from kit.evidence import run_record as records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
 from kit.evidence.report.selection import Selected, Selection
-from kit.evidence.run_index import kept_runs, load_runs
+from kit.evidence.run_index import IndexedRun, KeptRun, kept_rows, load_rows
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 # --- the runs directory as an index ----------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IndexedRun:
-    """One row of the index (in memory, not a file): the fields of a run record the report reads, with its folder.
-    A benchmark's record or a folder without a readable run.json has no parameters, contract or inputs (their
-    defaults); `record` keeps the row as JSON for readers outside the report that take a run record's JSON
-    (kit.evidence.replicates.replicate_of, kit.evidence.results.split_of)."""
-    dir: Path
-    run_id: str
-    status: str
-    reason: str | None
-    notebook: str
-    started_at: str
-    duration_s: float | None
-    error: dict | None
-    metrics: dict[str, str]  # sidecar name -> sha256 of its bytes
-    git: dict
-    device: dict
-    checkpoint_roots: dict
-    parameters: dict = dataclasses.field(default_factory=dict)
-    contract_digest: str | None = None
-    input_digests: dict[str, str] = dataclasses.field(default_factory=dict)
-    record: dict = dataclasses.field(default_factory=dict, repr=False)
-
-    @classmethod
-    def of(cls, row: dict) -> IndexedRun:
-        """The entry of a row as kit.evidence.run_index reads it (a run record's JSON with its `dir`)."""
-        return cls(dir=Path(row["dir"]), run_id=row["run_id"], status=row["status"], reason=row.get("reason"),
-                   notebook=row["notebook"], started_at=row["started_at"], duration_s=row.get("duration_s"),
-                   error=row.get("error"), metrics=row.get("metrics") or {}, git=row.get("git") or {},
-                   device=row.get("device") or {}, checkpoint_roots=row.get("checkpoint_roots") or {},
-                   parameters=row.get("parameters") or {}, contract_digest=row.get("contract_digest"),
-                   input_digests=row.get("input_digests") or {}, record=row)
-
-    @property
-    def commit(self) -> str | None:
-        """The commit the run recorded (None for a folder without a readable record)."""
-        return self.git.get("commit")
-
-    @property
-    def dirty(self) -> bool | None:
-        """Whether the run's working tree differed from that commit (None when not recorded)."""
-        return self.git.get("dirty")
-
-
 @dataclass(frozen=True, slots=True)
 class RunIndex:
     """The runs of a selection, in memory (not a file), in start order; looked up by run id, and by the checkpoint
@@ -84,29 +39,20 @@ class RunIndex:
         return tuple(r.record for r in self.runs)
 
 
-@dataclass(frozen=True, slots=True)
-class KeptRun:
-    """A run and where its record is kept: None for a run of the selection itself, else the evidence folder beside
-    it that keeps it (a superseded attempt, a GPU replay or repeat, an earlier seed's runs: kit.evidence.run_index
-    .kept_runs)."""
-    run: IndexedRun
-    kept_in: str | None
-
-
 def kept(runs_dir: Selected) -> list[KeptRun]:
     """The runs kept in the evidence folders of a selection (kit.evidence.run_index.kept_runs), as index rows."""
-    return [KeptRun(IndexedRun.of(row), row["kept_in"]) for row in kept_runs(runs_dir)]
+    return kept_rows(runs_dir)
 
 
 @functools.lru_cache(maxsize=8)
 def _index_cached(runs_dir: str, stamp: float) -> RunIndex:
-    runs = tuple(IndexedRun.of(row) for row in load_runs(runs_dir))
+    runs = tuple(load_rows(runs_dir))
     by_id = {r.run_id: r for r in runs}
     runs_by_root: dict[str, list[str]] = {}
     parent_of_root: dict[str, str] = {}
     for r in runs:
-        for p in r.checkpoint_roots.get("produced", []):
-            runs_by_root.setdefault(p["root"], []).append(r.run_id)
+        for p in r.checkpoint_roots.produced:
+            runs_by_root.setdefault(p.root, []).append(r.run_id)
         commits = metric(r, "commits")
         if isinstance(commits, dict) and "rows" in commits:
             for row in commits["rows"]:

@@ -20,9 +20,8 @@ from pathlib import Path
 from kit.digest import load_json_strict
 from kit.evidence import run_record as records
 from kit.evidence.report.format import NONE, fmt, is_number, run_link, short
-from kit.evidence.report.index import IndexedRun
 from kit.evidence.report.selection import Selected, Selection
-from kit.evidence.run_index import load_runs
+from kit.evidence.run_index import load_rows
 from kit.stats import gate_retention
 
 BENCH_FORMAT = "kit-bench/1"
@@ -70,7 +69,7 @@ def pilot_records(selection: Selected, also: Sequence[Selected] = ()) -> list[Pi
     out: list[PilotRecord] = []
     seen = set()
     for sel, linked in [(selection, True)] + [(a, False) for a in also]:
-        for row in (IndexedRun.of(r) for r in load_runs(sel)):
+        for row in load_rows(sel):
             if row.run_id in seen or row.notebook != "(benchmark script)":
                 continue
             path = row.dir / records.RUN_RECORD_NAME
