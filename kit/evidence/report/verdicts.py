@@ -109,7 +109,7 @@ def _questions(ad: list[VerdictRow], st: list[VerdictRow], idx: RunIndex, suffix
         speed_text = f"{speed[0].verdict} ({speed[0].reason})"
     elif speed:
         s = speed_sensitivity(runs_dir, speed[0].runs[0])
-        speed_text += (f"; {fmt(s['ratio_after_first'])}x, {s['verdict_after_first']}, without each arm's first "
+        speed_text += (f"; {fmt(s.ratio_after_first)}x, {s.verdict_after_first}, without each arm's first "
                        "update)" if s else ")")
     covered = {"A_vs_seed", "growth_vs_control"}
     for comparison in dict.fromkeys(r.comparison for r in ad if r.verdict == "fail"):
@@ -130,12 +130,12 @@ def _speed_html(runs_dir) -> list[str]:
     """The speed screen's measurement per arm, and its verdict with and without the first updates."""
     rows = speed_rows(runs_dir)
     parts = []
-    for evaluation in dict.fromkeys(r["evaluation"] for r in rows):
-        mine = [{k: v for k, v in r.items() if k != "evaluation"} for r in rows if r["evaluation"] == evaluation]
+    for evaluation in dict.fromkeys(r.evaluation for r in rows):
+        mine = [r.table_row() for r in rows if r.evaluation == evaluation]
         s = speed_sensitivity(runs_dir, evaluation)
         reason = speed_reason(runs_dir, evaluation)
         parts.append(f"<h4>The speed screen's measurement, per arm ({html.escape(evaluation)})</h4>"
-                     + (f"<p>{html.escape(s['text'])}</p>" if s else "")
+                     + (f"<p>{html.escape(s.text)}</p>" if s else "")
                      + (f"<p>The speed screen is {NOT_EVALUABLE}: {html.escape(reason)}. GPU time and wire traffic "
                         "below are what ran.</p>" if reason else "") + records_table(mine))
     return parts
@@ -204,7 +204,7 @@ def show_verdicts(runs_dir: Selected) -> None:
             parts += _speed_html(selection) + _cost_html(selection) + _retention_html(selection)
     analysed = gate_analysis_rows(selection)
     if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
-        parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table(analysed))
+        parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table([a.table_row() for a in analysed]))
     projection = projection_html(idx)
     if projection:
         parts.append(projection)
