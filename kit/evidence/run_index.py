@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.digest import load_json_strict
 from kit.evidence import archive, run_record
 from kit.record import MapOf, Opt, Record, build, spec_field
 
@@ -134,6 +135,18 @@ def _unrecorded_row(run_dir: Path, reason: str) -> IndexedRun:
     return IndexedRun.of_listed(run_dir, ListedRow(
         run_id=run_dir.name, status="unrecorded", reason=reason, notebook="", started_at="", duration_s=None,
         error=None, metrics={}, git={"commit": None, "dirty": None}, device={}, checkpoint_roots=_NO_ROOTS))
+
+
+def metric(row: IndexedRun | dict, name: str) -> Any:
+    """The sidecar `name` of a row (or of a row as JSON, as kit.evidence.results passes it) as JSON, or None when it
+    is not recorded or does not parse."""
+    run = row if isinstance(row, IndexedRun) else IndexedRun.of(row)
+    if name not in run.metrics:
+        return None
+    try:
+        return load_json_strict(run_record.metric_path(run.dir, name))
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def split_selection(runs: str | os.PathLike) -> tuple[Path, str | None]:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict, loads_strict, sha256_json
-from kit.evidence import run_record as records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
 from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.sidecar_formats import Commits, sidecar
 from kit.evidence.run_index import IndexedRun, KeptRun, kept_rows, load_rows
 
 REPO = Path(__file__).resolve().parents[3]
@@ -53,13 +53,12 @@ def _index_cached(runs_dir: str, stamp: float) -> RunIndex:
     for r in runs:
         for p in r.checkpoint_roots.produced:
             runs_by_root.setdefault(p.root, []).append(r.run_id)
-        commits = metric(r, "commits")
-        if isinstance(commits, dict) and "rows" in commits:
-            for row in commits["rows"]:
-                rec = dict(zip(commits["columns"], row))
-                for k in ("full_root", "learned_state_root"):
-                    if rec.get(k) and r.run_id not in runs_by_root.setdefault(rec[k], []):
-                        runs_by_root[rec[k]].append(r.run_id)
+        commits = sidecar(r, Commits)
+        if commits is not None:
+            for full, learned in zip(commits.cells("full_root"), commits.cells("learned_state_root")):
+                for root in (full, learned):
+                    if isinstance(root, str) and root and r.run_id not in runs_by_root.setdefault(root, []):
+                        runs_by_root[root].append(r.run_id)
     for r in runs:
         if r.parameters.get("MODE") == "build" and r.parameters.get("SEED_DIR"):
             runs_by_root.setdefault("seed:" + r.parameters["SEED_DIR"], []).append(r.run_id)
@@ -70,18 +69,6 @@ def index(runs_dir: Selection | str | os.PathLike) -> RunIndex:
     selection = Selection.of(runs_dir)
     folder = selection.runs_dir
     return _index_cached(str(selection.resolved()), folder.stat().st_mtime if folder.exists() else 0.0)
-
-
-def metric(row: IndexedRun | dict, name: str):
-    """The sidecar `name` of an index row (or of a row as JSON, as kit.evidence.results passes it), or None when it
-    is not recorded or does not parse."""
-    run = row if isinstance(row, IndexedRun) else IndexedRun.of(row)
-    if name not in run.metrics:
-        return None
-    try:
-        return load_json_strict(records.metric_path(run.dir, name))
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def model_html(spec: str, idx: RunIndex) -> str:

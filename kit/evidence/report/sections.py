@@ -23,8 +23,9 @@ from kit.evidence.report.format import (
     root_html,
     run_link,
 )
-from kit.evidence.report.index import IndexedRun, RunIndex, gpu_names, index, metric, producer, run_contract
+from kit.evidence.report.index import IndexedRun, RunIndex, gpu_names, index, producer, run_contract
 from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.sidecar_formats import Commits, Throughput, sidecar
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +56,10 @@ def lineage(row: IndexedRun, idx: RunIndex) -> Lineage | None:
     if parent_row and parent_row.parameters.get("COHORT") not in (None, p.get("COHORT")):
         kinds.append(f"new cohort {p.get('COHORT')} after cohort {parent_row.parameters['COHORT']}")
     own = None
-    thr, commits = metric(row, "throughput"), metric(row, "commits")
-    if isinstance(thr, dict) and is_number(thr.get("updates")) and isinstance(commits, dict) and commits.get("rows"):
-        cols = commits["columns"]
-        last = max(dict(zip(cols, r)).get("cohort_step", 0) for r in commits["rows"])
-        own = (last - thr["updates"] + 1, last)
+    thr, commits = sidecar(row, Throughput), sidecar(row, Commits)
+    if thr is not None and is_number(thr.updates) and commits is not None and commits.rows:
+        last: Any = max(commits.cells("cohort_step", default=0))  # a step of the recorded table
+        own = (last - thr.updates + 1, last)
     return Lineage(parent=parent, root=resume, kind=", ".join(kinds), own_updates=own)
 
 
