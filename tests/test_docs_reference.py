@@ -30,6 +30,7 @@ TOTAL_BUDGET += 65  # issue 62, adaptive part: the evaluation record's, the deve
 TOTAL_BUDGET += 156  # issue 62, study part: kit status's field tables (kit-status.md), study-prepared.md, net
 TOTAL_BUDGET += 47  # issue 62, report part: the study screens' field tables (docs/formats/metric-sidecars.md)
 TOTAL_BUDGET += 30  # issue 65: the AdamW step that writes the cache, its two records and the profile (docs/performance.md)
+TOTAL_BUDGET += 55  # issue 62, report part: the training sidecars the report reads (docs/formats/report-sidecars.md)
 FILE_BUDGET = 600
 FORMATS_FILE_BUDGET = 300
 SOURCES = ("kit", "tests", "tools", "campaigns", "bench", "notebooks", "examples", "README.md", "Makefile")

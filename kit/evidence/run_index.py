@@ -54,7 +54,7 @@ class IndexedRun:
     metrics: Mapping[str, str]  # sidecar name -> sha256 of its bytes
     git: Mapping[str, Any]  # a run's commit and dirty flag; a benchmark's git object as it recorded it
     device: Mapping[str, Any]  # free-form, as recorded (host, CPU and GPUs)
-    checkpoint_roots: run_record.CheckpointRoots
+    roots: run_record.CheckpointRoots  # the checkpoint roots it produced and used
     parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     contract_digest: str | None = None
     input_digests: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -65,8 +65,7 @@ class IndexedRun:
         """The row of a run's record, read and validated."""
         return cls(dir=run_dir, run_id=rec.run_id, status=rec.status, reason=rec.reason, notebook=rec.notebook,
                    started_at=rec.started_at, duration_s=rec.duration_s, error=rec.error, metrics=rec.metrics,
-                   git=rec.git.to_json(), device=rec.device, checkpoint_roots=rec.checkpoint_roots,
-                   parameters=rec.parameters, contract_digest=rec.contract_digest, input_digests=rec.input_digests,
+                   git=rec.git.to_json(), device=rec.device, roots=rec.checkpoint_roots, parameters=rec.parameters, contract_digest=rec.contract_digest, input_digests=rec.input_digests,
                    record={"dir": run_dir, **rec.to_json()})
 
     @classmethod
@@ -74,8 +73,7 @@ class IndexedRun:
         """The row of a benchmark's record or of a folder without a readable run record."""
         return cls(dir=run_dir, run_id=rec.run_id, status=rec.status, reason=rec.reason, notebook=rec.notebook,
                    started_at=rec.started_at, duration_s=rec.duration_s, error=rec.error, metrics=rec.metrics,
-                   git=rec.git, device=rec.device, checkpoint_roots=rec.checkpoint_roots,
-                   record={"dir": run_dir, **rec.to_json()})
+                   git=rec.git, device=rec.device, roots=rec.checkpoint_roots, record={"dir": run_dir, **rec.to_json()})
 
     @classmethod
     def of(cls, row: dict) -> IndexedRun:
@@ -86,6 +84,12 @@ class IndexedRun:
         if set(rec) == set(ListedRow.json_fields()):
             return dataclasses.replace(cls.of_listed(run_dir, build(rec, ListedRow)), record=row)
         return dataclasses.replace(cls.of_record(run_dir, build(rec, run_record.RunRecord)), record=row)
+
+    @property
+    def checkpoint_roots(self) -> dict:
+        """The roots as JSON ({"produced": [{"root", "home"}], "used": [...]}), for kit.evidence.results, which reads
+        that form; the report reads `roots`."""
+        return self.roots.to_json()
 
     @property
     def commit(self) -> str | None:

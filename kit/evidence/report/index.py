@@ -18,9 +18,13 @@ from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
 from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.report.sidecar_formats import Commits, sidecar
-from kit.evidence.run_index import IndexedRun, KeptRun, kept_rows, load_rows
+from kit.evidence.run_index import IndexedRun, KeptRun, kept_rows, load_rows, metric
 
 REPO = Path(__file__).resolve().parents[3]
+# the rows and their sidecar reader are kit.evidence.run_index's; the report's modules and kit.evidence.results
+# import them from here
+__all__ = ["REPO", "IndexedRun", "KeptRun", "RunIndex", "arm_runs", "contract_for", "gpu_names", "index", "is_cpu",
+           "is_replicate", "kept", "metric", "model_html", "producer", "recorded_contract", "run_contract"]
 
 
 # --- the runs directory as an index ----------------------------------------------------------
@@ -51,7 +55,7 @@ def _index_cached(runs_dir: str, stamp: float) -> RunIndex:
     runs_by_root: dict[str, list[str]] = {}
     parent_of_root: dict[str, str] = {}
     for r in runs:
-        for p in r.checkpoint_roots.produced:
+        for p in r.roots.produced:
             runs_by_root.setdefault(p.root, []).append(r.run_id)
         commits = sidecar(r, Commits)
         if commits is not None:

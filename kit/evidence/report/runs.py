@@ -47,7 +47,7 @@ def run_table(runs_dir: str | os.PathLike):
             "started (UTC)": r.started_at, "duration (s)": r.duration_s,
             "commit": (commit[:12] + ("+dirty" if r.dirty else "")) if commit else "",
             "device": _device_text(r.device),
-            "roots produced": " ".join(e.root for e in r.checkpoint_roots.produced),
+            "roots produced": " ".join(e.root for e in r.roots.produced),
         })
     columns = ["run", "notebook", "status", "reason", "started (UTC)", "duration (s)", "commit", "device",
                "roots produced"]

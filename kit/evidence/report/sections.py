@@ -94,8 +94,8 @@ def show_run(runs_dir: Selected, run_id: str) -> None:
             a, b = lin.own_updates
             rows_html += (f"<tr><th>this run's updates</th><td>cohort updates {a}\u2013{b} (earlier updates in its "
                           f"plots belong to its parent, drawn dashed)</td></tr>")
-    used = [u.root for u in row.checkpoint_roots.used]
-    produced = [u.root for u in row.checkpoint_roots.produced]
+    used = [u.root for u in row.roots.used]
+    produced = [u.root for u in row.roots.produced]
     for label, roots in (("checkpoints used", used), ("checkpoints produced", produced)):
         if roots:
             rows_html += (f"<tr><th>{label}</th><td>"

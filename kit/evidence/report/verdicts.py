@@ -147,10 +147,10 @@ def _cost_html(runs_dir) -> list[str]:
     if not rows:
         return []
     tot = measured_totals(rows)
-    gpu_total = tot["gpu_seconds_all_attempts"]
-    zero = sum(1 for r in rows if r["wire_GiB"] == NOT_MEASURED and not r["interface counters"].startswith("none"))
-    none_kept = sum(1 for r in rows if r["interface counters"].startswith("none"))
-    text = (f"Every attempt that ran is listed: {tot['attempts']} arm run(s), {tot['superseded_attempts']} of them "
+    gpu_total = tot.gpu_seconds_all_attempts
+    zero = sum(1 for r in rows if r.wire_GiB == NOT_MEASURED and not r.interface_counters.startswith("none"))
+    none_kept = sum(1 for r in rows if r.interface_counters.startswith("none"))
+    text = (f"Every attempt that ran is listed: {tot.attempts} arm run(s), {tot.superseded_attempts} of them "
             "superseded (kept in their campaign folder); an attempt that left no run record cannot be listed. "
             + (f"GPU time of all attempts: {fmt(gpu_total)} GPU-seconds (wall seconds x the GPUs the workers used), "
                f"{UNPRICED}. " if gpu_total is not None else "No attempt ran on a GPU: no GPU time is priced. ")
@@ -162,14 +162,15 @@ def _cost_html(runs_dir) -> list[str]:
                "over the host's own links, which no interface counts)" if zero else "")
             + (f"; {none_kept} attempt(s) kept no interface counters" if none_kept else "")
             + (f": wire traffic {NOT_MEASURED}." if zero or none_kept else "."))
-    parts = ["<h4>Cost and traffic as measured, per attempt</h4>" + f"<p>{html.escape(text)}</p>" + records_table(rows)]
+    parts = ["<h4>Cost and traffic as measured, per attempt</h4>" + f"<p>{html.escape(text)}</p>"
+             + records_table([r.table_row() for r in rows])]
     proj = projection_cost_rows(runs_dir)
     if proj:
         parts.append("<h4>Projection at the seed's prices (not what the measured runs cost)</h4>"
                      "<p>The contract's cost frame (the seed's hosts: one L40S per g6e.2xlarge host, hosts in two "
                      "zones, cross-zone transfer priced per GiB each direction) applied to each attempt's measured "
                      "wall time and to ring bytes estimated from its logical bytes. The hardware that ran was not "
-                     "that, and no byte of these runs crossed zones.</p>" + records_table(proj))
+                     "that, and no byte of these runs crossed zones.</p>" + records_table([p.table_row() for p in proj]))
     return parts
 
 
@@ -178,12 +179,12 @@ def _retention_html(runs_dir) -> list[str]:
     if not pairs:
         return []
     first = pairs[0]
-    text = (f"Token-weighted retention NLL change per token, arm against arm on the same {first['n']} probes "
-            f"({first['source']}), with a paired normal 95% interval (delta method): reported, not gated. "
-            + " ".join(f"{p['comparison']}: {fmt(p['change_nats_per_token'])} nats/token "
-                       f"(95% CI {fmt(p['lower_95'])} to {fmt(p['upper_95'])}; {p['reading']})." for p in pairs))
+    text = (f"Token-weighted retention NLL change per token, arm against arm on the same {first.change.n} probes "
+            f"({first.source}), with a paired normal 95% interval (delta method): reported, not gated. "
+            + " ".join(f"{p.comparison}: {fmt(p.change.change_nats_per_token)} nats/token "
+                       f"(95% CI {fmt(p.change.lower_95)} to {fmt(p.change.upper_95)}; {p.reading})." for p in pairs))
     return ["<h4>Retention, arm against arm (reported, not gated)</h4>" + f"<p>{html.escape(text)}</p>"
-            + records_table(pairs)]
+            + records_table([p.table_row() for p in pairs])]
 
 
 def show_verdicts(runs_dir: Selected) -> None:
