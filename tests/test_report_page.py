@@ -115,13 +115,13 @@ def test_the_accuracy_tables_equal_kit_results_and_results_csv(medium):
 
 
 def test_history_is_every_seed_s_verdicts_from_the_superseded_records():
-    rows = history_rows(REPO / "runs" / "medium-*")
+    rows = [r.table_row() for r in history_rows(REPO / "runs" / "medium-*")]  # the table's rows
     assert [(r["seed"], r["B_vs_A"].split(" ")[0], r["growth_vs_control"].split(" ")[0],
              r["study quality screen"].split(" ")[0]) for r in rows] == [
         ("800112e3", "fail", "fail", "fail"), ("d1749707", "fail", "fail", "pass"), ("af103c8d", "pass", "fail", "pass")]
     assert rows[0]["B_vs_A"] == "fail (generated: lost 7)" and rows[1]["B_vs_A"] == "fail (gain 0.01001)"
     assert all(r["A_vs_seed"] == "pass" for r in rows) and rows[-1]["why superseded"] == "current"
-    kept = {f["kept in"]: f["runs"] for f in kept_folder_rows(REPO / "runs" / "medium-*")}
+    kept = {f.kept_in: f.runs for f in kept_folder_rows(REPO / "runs" / "medium-*")}
     assert kept["medium-superseded-seed-800112e3"] == 21 and kept["medium-superseded-seed-d1749707"] == 22
 
 
