@@ -103,10 +103,10 @@ def test_the_accuracy_tables_equal_kit_results_and_results_csv(medium):
     expected = []
     current = df[(df["kept_in"] == "") & (df["replicate"] == 0)]
     for t in accuracy_tables(REPO / "runs" / "medium-*"):
-        for split, model, run, *_ in t["rows"]:
+        for split, model, run, *_ in t.rows:
             mine = current[(current["split"] == split) & (current["model"] == model) & (current["run_id"] == run)]
             val = {(f, m): v for f, m, v in zip(mine["family"], mine["metric"], mine["value"])}
-            expected.append([split, model, run, *(cell_text(val[(f, "correct")], val[(f, "n")]) for f in t["families"])])
+            expected.append([split, model, run, *(cell_text(val[(f, "correct")], val[(f, "n")]) for f in t.families)])
     assert shown == expected and len(expected) == 12
     # an oracle from the sidecar itself: final-A's seed and candidate on all families
     final_a = json.loads((REPO / "runs/medium-adaptive-final-A/metrics/accuracy_by_family.json").read_text())["all"]
