@@ -97,7 +97,17 @@ def tested(row: VerdictRow, x: Numbers) -> tuple[str, str]:
                if is_number(t) else f"{what} {_num(est, unit)}")
 
 
-def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
+@dataclass(frozen=True, slots=True)
+class Caveats:
+    """Short caveats the question rows carry (in memory), each computed from the evidence; None where it does not
+    apply: the adaptive retention baseline, whether the study's retention probes are in-distribution, and the
+    study's noise."""
+    baseline: str | None = None
+    in_distribution: str | None = None
+    study_noise: str | None = None
+
+
+def weight(row: VerdictRow, x: Numbers, context: Caveats) -> str:
     """What the verdict weighs, in one sentence: no data, a pass rate under no change or the effect needed to
     pass where the verdict is near a coin flip, the caveat its probes carry, or its distance from the threshold."""
     check, t, v = row.check, row.threshold_value, str(row.verdict)
@@ -139,33 +149,32 @@ def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
                              "equal")
         else:
             parts.append(f"far from its threshold ({z:.0f} standard errors)")
-    if check == "retention" and row.experiment == "adaptive" and context.get("baseline"):
-        parts.append(context["baseline"])
-    if check == "retention" and row.experiment == "study" and context.get("in_distribution"):
-        parts.append(context["in_distribution"])
-    if check.startswith("noninferior") and context.get("study_noise"):
-        parts.append(context["study_noise"])
+    if check == "retention" and row.experiment == "adaptive" and context.baseline:
+        parts.append(context.baseline)
+    if check == "retention" and row.experiment == "study" and context.in_distribution:
+        parts.append(context.in_distribution)
+    if check.startswith("noninferior") and context.study_noise:
+        parts.append(context.study_noise)
     return "; ".join(parts) or NONE
 
 
-def _context(runs_dir, idx: RunIndex) -> dict:
+def _context(runs_dir, idx: RunIndex) -> Caveats:
     """Short caveats the rows carry, each computed from the evidence: the adaptive retention baseline, whether
     the study's retention probes are in-distribution."""
-    out = {}
     said = baseline_sentence(idx)
     m = re.match(r"The adaptive retention baseline is the seed at (\S+) nats/token", said or "")
-    if m:
-        out["baseline"] = f"the seed's own chat NLL is {m.group(1)} nats/token: it barely models chat"
+    baseline = f"the seed's own chat NLL is {m.group(1)} nats/token: it barely models chat" if m else None
+    in_distribution = None
     for r in idx.runs:
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
         if retention_changes(r) is not None and probes:
             ps, rs = probes.get("source") or {}, replay.get("source") or {}
             if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
-                out["in_distribution"] = ("the chat probes come from the source every arm trains on: the bound "
-                                          "reads that training, not an absence of forgetting")
+                in_distribution = ("the chat probes come from the source every arm trains on: the bound "
+                                   "reads that training, not an absence of forgetting")
             break
-    return out
+    return Caveats(baseline=baseline, in_distribution=in_distribution)
 
 
 def _lower_bound(row: VerdictRow, idx: RunIndex) -> float | None:

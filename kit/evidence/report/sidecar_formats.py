@@ -408,3 +408,21 @@ class ArmCost(Sidecar):
 def arm_cost(row: IndexedRun) -> ArmCost | None:
     """A study arm run's `cost` sidecar; None where it records none, or records the list form (an evaluation's)."""
     return sidecar(row, ArmCost) if isinstance(metric(row, ArmCost.NAME), dict) else None
+
+
+# --- evaluation_file.json: where a final evaluation's record is ---------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationFile(Sidecar):
+    """The evaluation record a final evaluation run scored (kit.adaptive.sidecars.evaluation_file); its run keeps a
+    copy under files/."""
+
+    NAME: ClassVar[str] = "evaluation_file"
+
+    baseline: str = spec_field(str, doc="the baseline model")
+    candidate: str = spec_field(str, doc="the candidate model")
+    comparison: str = spec_field(str, doc="the contract's comparison")
+    path: str = spec_field(str, doc="where the evaluation record was written")
+    retention: int = spec_field(int, doc="retention probes scored")
+    sha256: str = spec_field(str, doc="sha256 of the record")
+    split: str = spec_field(str, doc="`dev` or `final`")
+    tasks: int = spec_field(int, doc="tasks scored")
