@@ -133,7 +133,7 @@ def limit(v: float) -> str:
     return ("+" if v > 0 else "") + setting(v)
 
 
-def values_text(values: dict) -> str:
+def values_text(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {setting(v)}" for k, v in values.items())
 
 

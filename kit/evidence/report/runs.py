@@ -10,6 +10,8 @@ import dataclasses
 import html
 import math
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from kit.digest import load_json_strict
 from kit.evidence import run_record as records
@@ -20,7 +22,7 @@ from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.run_index import kept_rows, load_rows
 
 
-def _device_text(device: dict) -> str:
+def _device_text(device: Mapping[str, Any]) -> str:
     if device.get("gpu_count"):
         return f"{device['gpu_count']} x {device['gpus'][0]['name']}"
     return device.get("cpu") or ""
@@ -102,7 +104,7 @@ def _bench_errors(row: IndexedRun) -> list[dict]:
 def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
     """Every run that did not complete, with its recorded error: a notebook's failing cell, exception and message;
     a benchmark record's failing step and error, never its command."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in load_rows(runs_dir):
         if r.status == "completed":
             continue

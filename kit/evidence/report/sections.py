@@ -58,7 +58,8 @@ def lineage(row: IndexedRun, idx: RunIndex) -> Lineage | None:
     own = None
     thr, commits = sidecar(row, Throughput), sidecar(row, Commits)
     if thr is not None and is_number(thr.updates) and commits is not None and commits.rows:
-        last: Any = max(commits.cells("cohort_step", default=0))  # a step of the recorded table
+        steps: tuple[Any, ...] = commits.cells("cohort_step", default=0)  # the recorded table's cohort steps
+        last = max(steps)
         own = (last - thr.updates + 1, last)
     return Lineage(parent=parent, root=resume, kind=", ".join(kinds), own_updates=own)
 
