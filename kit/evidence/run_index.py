@@ -65,7 +65,8 @@ class IndexedRun:
         """The row of a run's record, read and validated."""
         return cls(dir=run_dir, run_id=rec.run_id, status=rec.status, reason=rec.reason, notebook=rec.notebook,
                    started_at=rec.started_at, duration_s=rec.duration_s, error=rec.error, metrics=rec.metrics,
-                   git=rec.git.to_json(), device=rec.device, roots=rec.checkpoint_roots, parameters=rec.parameters, contract_digest=rec.contract_digest, input_digests=rec.input_digests,
+                   git=rec.git.to_json(), device=rec.device, roots=rec.checkpoint_roots, parameters=rec.parameters,
+                   contract_digest=rec.contract_digest, input_digests=rec.input_digests,
                    record={"dir": run_dir, **rec.to_json()})
 
     @classmethod

@@ -196,7 +196,8 @@ def measured_cost_rows(runs_dir) -> list[MeasuredCost]:
         wall = m.wall_seconds if m is not None else None
         gps = timed.gpu_seconds_per_update if on_gpu and timed else None
         single_gps = single.gpu_seconds_per_update if single else None
-        active, single_active = timed.active_tokens_per_s if timed else None, single.active_tokens_per_s if single else None
+        active = timed.active_tokens_per_s if timed else None
+        single_active = single.active_tokens_per_s if single else None
         wire = wires.get((r.contract_digest, arm)) if attempt.kept_in is None else None
         wire_bytes = wire.total if wire else None
         rows.append(MeasuredCost(

@@ -415,7 +415,8 @@ def candidate_table(pilot: Pilot) -> tuple[list[str], list[list[tuple[str, str]]
         if d is None:
             row += [(NONE, "")] * (4 + len(fams))
         else:
-            row += [(pct(d.accuracy), "num"), (pct(d.seed_accuracy), "num"), (points(d.accuracy - d.seed_accuracy), "num")]
+            row += [(pct(d.accuracy), "num"), (pct(d.seed_accuracy), "num"),
+                    (points(d.accuracy - d.seed_accuracy), "num")]
             for f in fams:
                 x = d.families.get(f)
                 row.append((f"{x.candidate_correct} vs {x.seed_correct} of {x.n}", "num") if x else (NONE, ""))

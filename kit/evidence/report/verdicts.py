@@ -170,7 +170,8 @@ def _cost_html(runs_dir) -> list[str]:
                      "<p>The contract's cost frame (the seed's hosts: one L40S per g6e.2xlarge host, hosts in two "
                      "zones, cross-zone transfer priced per GiB each direction) applied to each attempt's measured "
                      "wall time and to ring bytes estimated from its logical bytes. The hardware that ran was not "
-                     "that, and no byte of these runs crossed zones.</p>" + records_table([p.table_row() for p in proj]))
+                     "that, and no byte of these runs crossed zones.</p>"
+                     + records_table([p.table_row() for p in proj]))
     return parts
 
 
@@ -205,7 +206,8 @@ def show_verdicts(runs_dir: Selected) -> None:
             parts += _speed_html(selection) + _cost_html(selection) + _retention_html(selection)
     analysed = gate_analysis_rows(selection)
     if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
-        parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table([a.table_row() for a in analysed]))
+        parts.append("<h4>Failing gates and screen parts, analysed</h4>"
+                     + records_table([a.table_row() for a in analysed]))
     projection = projection_html(idx)
     if projection:
         parts.append(projection)
