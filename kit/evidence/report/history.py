@@ -1,5 +1,5 @@
 """Every seed each contract ran on, with its verdicts: the current runs and every kept folder of superseded
-runs (read only through kit.evidence.run_index.kept_runs, which also sees archived folders), one row per folder
+runs (read only through kit.evidence.run_index.kept_rows, which also sees archived folders), one row per folder
 of finals, each with why it was superseded (the folder's superseded.json, beside its runs)."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class RunIndex:
 
 
 def kept(runs_dir: Selected) -> list[KeptRun]:
-    """The runs kept in the evidence folders of a selection (kit.evidence.run_index.kept_runs), as index rows."""
+    """The runs kept in the evidence folders of a selection (kit.evidence.run_index.kept_rows)."""
     return kept_rows(runs_dir)
 
 

@@ -1,6 +1,6 @@
 """What the seed knew: its training mix by kind and count, its accuracy by family at each difficulty and labelled
 samples, all from the seed's build record (seed_build_record.json, found by parameter digest among the kept runs:
-kit.evidence.run_index.kept_runs), and what the cohorts teach beyond it (the first final against the seed, by
+kit.evidence.run_index.kept_rows), and what the cohorts teach beyond it (the first final against the seed, by
 family, from kit.results)."""
 
 from __future__ import annotations
