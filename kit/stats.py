@@ -272,17 +272,20 @@ def gate_retention(upper: float, threshold: float = 0.02) -> dict:
     }
 
 
+def _count(name: str, counts: Mapping[str, int], key: str) -> int:
+    """The count `key` of a gained/lost mapping, refused naming `name` unless it is an integer >= 0."""
+    value = counts.get(key) if isinstance(counts, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name}: field {key!r} = {value!r}; expected a count >= 0")
+    return int(value)
+
+
 def gate_generated(gained_lost: Mapping[str, int]) -> dict:
     """Generated answers must not lose correct cases in aggregate: lost <= gained."""
-    counts = {}
-    for key in ("gained", "lost"):
-        value = gained_lost.get(key) if isinstance(gained_lost, Mapping) else None
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"gate_generated: field {key!r} = {value!r}; expected a count >= 0")
-        counts[key] = int(value)
+    gained, lost = (_count("gate_generated", gained_lost, key) for key in ("gained", "lost"))
     return {
         "name": "generated",
-        "passed": counts["lost"] <= counts["gained"],
-        "inputs": {**counts, "net": counts["gained"] - counts["lost"]},
+        "passed": lost <= gained,
+        "inputs": {"gained": gained, "lost": lost, "net": gained - lost},
         "rule": "passes when lost <= gained (no net loss of correct generated answers)",
     }

@@ -33,6 +33,7 @@ TOTAL_BUDGET += 30  # issue 65: the AdamW step that writes the cache, its two re
 TOTAL_BUDGET += 99  # issue 62: the replicate design's field table (docs/formats/replicates.md), held against its class
 TOTAL_BUDGET += 251  # issue 62, study part: the arm record's projection, traffic and hosts rows; study-screens.md (screens.json field by field, its prose moved from study-records.md)
 TOTAL_BUDGET += 80  # issue 62, evidence part: field tables of the ledger's header and entry, the pins, GPU modes, reports
+TOTAL_BUDGET += 69  # issue 62, report part: the training sidecars the report reads (docs/formats/report-sidecars.md)
 FILE_BUDGET = 600
 FORMATS_FILE_BUDGET = 300
 SOURCES = ("kit", "tests", "tools", "campaigns", "bench", "notebooks", "examples", "README.md", "Makefile")

@@ -103,10 +103,10 @@ def test_the_accuracy_tables_equal_kit_results_and_results_csv(medium):
     expected = []
     current = df[(df["kept_in"] == "") & (df["replicate"] == 0)]
     for t in accuracy_tables(REPO / "runs" / "medium-*"):
-        for split, model, run, *_ in t["rows"]:
+        for split, model, run, *_ in t.rows:
             mine = current[(current["split"] == split) & (current["model"] == model) & (current["run_id"] == run)]
             val = {(f, m): v for f, m, v in zip(mine["family"], mine["metric"], mine["value"])}
-            expected.append([split, model, run, *(cell_text(val[(f, "correct")], val[(f, "n")]) for f in t["families"])])
+            expected.append([split, model, run, *(cell_text(val[(f, "correct")], val[(f, "n")]) for f in t.families)])
     assert shown == expected and len(expected) == 12
     # an oracle from the sidecar itself: final-A's seed and candidate on all families
     final_a = json.loads((REPO / "runs/medium-adaptive-final-A/metrics/accuracy_by_family.json").read_text())["all"]
@@ -115,13 +115,13 @@ def test_the_accuracy_tables_equal_kit_results_and_results_csv(medium):
 
 
 def test_history_is_every_seed_s_verdicts_from_the_superseded_records():
-    rows = history_rows(REPO / "runs" / "medium-*")
+    rows = [r.table_row() for r in history_rows(REPO / "runs" / "medium-*")]  # the table's rows
     assert [(r["seed"], r["B_vs_A"].split(" ")[0], r["growth_vs_control"].split(" ")[0],
              r["study quality screen"].split(" ")[0]) for r in rows] == [
         ("800112e3", "fail", "fail", "fail"), ("d1749707", "fail", "fail", "pass"), ("af103c8d", "pass", "fail", "pass")]
     assert rows[0]["B_vs_A"] == "fail (generated: lost 7)" and rows[1]["B_vs_A"] == "fail (gain 0.01001)"
     assert all(r["A_vs_seed"] == "pass" for r in rows) and rows[-1]["why superseded"] == "current"
-    kept = {f["kept in"]: f["runs"] for f in kept_folder_rows(REPO / "runs" / "medium-*")}
+    kept = {f.kept_in: f.runs for f in kept_folder_rows(REPO / "runs" / "medium-*")}
     assert kept["medium-superseded-seed-800112e3"] == 21 and kept["medium-superseded-seed-d1749707"] == 22
 
 

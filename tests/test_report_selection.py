@@ -69,20 +69,20 @@ def test_failing_gates_are_analysed_from_their_bounds():
         for comparison, x in failing_gains:
             g = rows[(comparison, "gain")]
             bounds = load_json_strict(next((runs / f"medium-adaptive-final-{x}" / "metrics").glob("nll_change_bounds*")))
-            assert (g["estimate"], g["bound"]) == (bounds["tasks"]["change_nats_per_token"], bounds["tasks"]["bootstrap_upper"])
-            assert g["estimate"] > -0.001 and ("inconclusive: " in g["analysis"]
-                                               or "are both on the failing side" in g["analysis"]), g["analysis"]
+            assert (g.estimate, g.bound) == (bounds["tasks"]["change_nats_per_token"], bounds["tasks"]["bootstrap_upper"])
+            assert g.estimate > -0.001 and ("inconclusive: " in g.analysis
+                                               or "are both on the failing side" in g.analysis), g.analysis
 
     # the committed medium trial (seed af103c8d) fails one adaptive check, growth's gain against its control,
     # and no part of the study's quality screen (its speed screen was not evaluable: the arms' workers shared
     # one GPU): the failing checks its records list, and only those
-    rows = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(RUNS / "medium-*")}
+    rows = {(r.comparison, r.check): r for r in gate_analysis_rows(RUNS / "medium-*")}
     assert set(rows) == failing_checks(RUNS) == {("growth_vs_control", "gain")}
     assert load_json_strict(RUNS / "medium-study-evaluate" / "metrics" / "screen_speed.json")["verdict"] == "not evaluable"
     gain_rows_are_the_bounds(RUNS, rows, [("growth_vs_control", "G")])
     # the campaign on the seed d1749707 (superseded, kept) failed three: B's gain over A, and growth's gain and
     # generated answers against its control
-    rows = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(D17 / "medium-*")}
+    rows = {(r.comparison, r.check): r for r in gate_analysis_rows(D17 / "medium-*")}
     assert set(rows) == failing_checks(D17) == {
         ("B_vs_A", "gain"), ("growth_vs_control", "gain"), ("growth_vs_control", "generated")}
     gain_rows_are_the_bounds(D17, rows, [("B_vs_A", "B"), ("growth_vs_control", "G")])
@@ -90,41 +90,41 @@ def test_failing_gates_are_analysed_from_their_bounds():
     gen = load_json_strict(D17 / "medium-adaptive-final-G" / "metrics" / "gates.json")["generated"]
     r = rows[("growth_vs_control", "generated")]
     assert gen["net"] == gen["gained"] - gen["lost"] < 0
-    assert r["estimate"] == f"net {gen['net']:+d} ({gen['gained']} gained, {gen['lost']} lost)"
+    assert r.estimate == f"net {gen['net']:+d} ({gen['gained']} gained, {gen['lost']} lost)"
     d = gen["gained"] + gen["lost"]
     p_exact = min(1.0, 2 * sum(comb(d, i) for i in range(min(gen["gained"], gen["lost"]) + 1)) / 2 ** d)
-    assert f"{d} discordant answers; exact two-sided sign test p = {fmt(p_exact)}." in r["analysis"]
-    assert p_exact >= 0.05 and "The split is within what no change produces" in r["analysis"]
+    assert f"{d} discordant answers; exact two-sided sign test p = {fmt(p_exact)}." in r.analysis
+    assert p_exact >= 0.05 and "The split is within what no change produces" in r.analysis
 
     # the first medium campaign's records (superseded, kept): two failing gates, B's generated answers
     # (6 gained, 7 lost) and growth's gain, and one part of the study's quality screen, PowerSGD's task gain
-    rows = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(OLD / "medium-*")}
+    rows = {(r.comparison, r.check): r for r in gate_analysis_rows(OLD / "medium-*")}
     assert set(rows) == {("B_vs_A", "generated"), ("growth_vs_control", "gain"), ("quality screen", "task_gain")}
-    assert rows[("B_vs_A", "generated")]["estimate"] == "net -1 (6 gained, 7 lost)"
-    assert "p = 1.000" in rows[("B_vs_A", "generated")]["analysis"]
+    assert rows[("B_vs_A", "generated")].estimate == "net -1 (6 gained, 7 lost)"
+    assert "p = 1.000" in rows[("B_vs_A", "generated")].analysis
     g = rows[("growth_vs_control", "gain")]
     bounds = load_json_strict(next((OLD / "medium-adaptive-final-G" / "metrics").glob("nll_change_bounds*")))["tasks"]
-    assert (g["estimate"], g["bound"]) == (bounds["change_nats_per_token"], bounds["bootstrap_upper"])
+    assert (g.estimate, g.bound) == (bounds["change_nats_per_token"], bounds["bootstrap_upper"])
     # the estimate and its opposite one-sided 95% bound (the estimate mirrored across the recorded bound) both on the
     # failing side
-    opposite = g["estimate"] - (g["bound"] - g["estimate"])
-    assert g["estimate"] > opposite > -0.001 and f"opposite one-sided 95% bound ({fmt(opposite)}) are both" in g["analysis"]
+    opposite = g.estimate - (g.bound - g.estimate)
+    assert g.estimate > opposite > -0.001 and f"opposite one-sided 95% bound ({fmt(opposite)}) are both" in g.analysis
     # an estimate on the passing side: the sample at which a bound of the same relative width clears it
-    demo = {(r["comparison"], r["check"]): r for r in gate_analysis_rows(RUNS / "demo-*")}
+    demo = {(r.comparison, r.check): r for r in gate_analysis_rows(RUNS / "demo-*")}
     a = demo[("A_vs_seed", "gain")]
     n = load_json_strict(next((RUNS / "demo-adaptive-final-A" / "metrics").glob("nll_change_bounds*")))["tasks"]["n"]
-    need = n * ((a["bound"] - a["estimate"]) / (-0.001 - a["estimate"])) ** 2
-    assert a["estimate"] < -0.001 < a["bound"]
-    assert f"about {need:,.0f} examples" in a["analysis"]
+    need = n * ((a.bound - a.estimate) / (-0.001 - a.estimate)) ** 2
+    assert a.estimate < -0.001 < a.bound
+    assert f"about {need:,.0f} examples" in a.analysis
     # the study's task gain is a point difference: its analysis restates the counts and the controls' own
     changes = load_json_strict(OLD / "medium-study-evaluate" / "metrics" / "paired_task_change.json")
     t = rows[("quality screen", "task_gain")]
     p = changes["powersgd vs seed"]
-    assert t["estimate"] == p["difference"] == (p["candidate_correct"] - p["reference_correct"]) / p["n"]
-    assert f"PowerSGD {p['candidate_correct']}/{p['n']:,} against the seed's {p['reference_correct']}/" in t["analysis"]
-    assert f"p = {sign_test_p(p['gained'], p['lost']):.3f}" in t["analysis"]
+    assert t.estimate == p["difference"] == (p["candidate_correct"] - p["reference_correct"]) / p["n"]
+    assert f"PowerSGD {p['candidate_correct']}/{p['n']:,} against the seed's {p['reference_correct']}/" in t.analysis
+    assert f"p = {sign_test_p(p['gained'], p['lost']):.3f}" in t.analysis
     assert all(changes[f"{a} vs seed"]["difference"] < 0.1 for a in ("single", "dense"))
-    assert "No arm reaches the gain, the controls included" in t["analysis"]
+    assert "No arm reaches the gain, the controls included" in t.analysis
 
 
 def test_a_bound_analysis_reads_the_side_of_its_threshold():
@@ -150,11 +150,11 @@ def _speed_rows_match_their_measurements(runs: Path):
 
     measured = {a: load_json_strict(runs / f"medium-study-{a}" / "metrics" / "measurement.json")
                 for a in ("single", "dense", "powersgd")}
-    rows = {r["arm"]: r for r in speed_rows(runs / "medium-*")}
+    rows = {r.arm: r for r in speed_rows(runs / "medium-*")}
     assert set(rows) == set(measured)
     for arm, m in measured.items():
-        assert rows[arm]["first_update_s"] == m["first_update_seconds"]
-        assert rows[arm]["ratio_after_first"] == pytest.approx(
+        assert rows[arm].first_update_s == m["first_update_seconds"]
+        assert rows[arm].ratio_after_first == pytest.approx(
             m["active_tokens_per_s_after_first_update"] / measured["single"]["active_tokens_per_s_after_first_update"])
     return measured, rows
 
@@ -166,7 +166,7 @@ def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
     # workers shared one GPU, is not evaluable, so there is no ratio to take apart and the reason is shown
     measured, rows = _speed_rows_match_their_measurements(RUNS)
     for arm, m in measured.items():
-        assert rows[arm]["compile_cache"] == m["compile_cache"]  # recorded per arm (one empty cache per worker)
+        assert rows[arm].compile_cache == m["compile_cache"]  # recorded per arm (one empty cache per worker)
     screen = load_json_strict(RUNS / "medium-study-evaluate" / "metrics" / "screen_speed.json")
     assert screen["verdict"] == "not evaluable" and screen["ratio"] is None and screen["shared_gpus"]
     assert speed_sensitivity(RUNS / "medium-*", "medium-study-evaluate") is None
@@ -176,23 +176,23 @@ def test_the_speed_screen_is_taken_apart_per_arm_from_the_arms_measurements():
     measured, rows = _speed_rows_match_their_measurements(OLD)
     screen = load_json_strict(OLD / "medium-study-evaluate" / "metrics" / "screen_speed.json")
     s = speed_sensitivity(OLD / "medium-*", "medium-study-evaluate")
-    assert s["ratio_active"] == pytest.approx(screen["ratio"])  # the screen's own ratio, recomputed
-    assert s["verdict_active"] == screen["verdict"]
-    after = s["ratio_after_first"]
-    assert s["verdict_after_first"] == ("pass" if after >= screen["thresholds"]["min_speedup"] else "fail")
+    assert s.ratio_active == pytest.approx(screen["ratio"])  # the screen's own ratio, recomputed
+    assert s.verdict_active == screen["verdict"]
+    after = s.ratio_after_first
+    assert s.verdict_after_first == ("pass" if after >= screen["thresholds"]["min_speedup"] else "fail")
     # the medium arms (CUDA, recorded before each worker compiled from its own empty cache) say so
-    assert {r["compile_cache"] for r in rows.values()} == {"the host's shared one (not recorded)"}
-    assert "compiled through the host's shared compile cache" in s["text"]
+    assert {r.compile_cache for r in rows.values()} == {"the host's shared one (not recorded)"}
+    assert "compiled through the host's shared compile cache" in s.text
     # the tiny demo's CPU screen: both readings are reported, and the text says whether the verdict turns on
     # the first update (CPU timings, so which it is depends on the machine the demo ran on)
     demo = speed_sensitivity(RUNS / "demo-*", "demo-study-evaluate")
     demo_screen = load_json_strict(RUNS / "demo-study-evaluate" / "metrics" / "screen_speed.json")
-    assert demo["ratio_active"] == pytest.approx(demo_screen["ratio"]) and demo["verdict_active"] == demo_screen["verdict"]
-    assert demo["verdict_after_first"] == ("pass" if demo["ratio_after_first"] >= demo_screen["thresholds"]["min_speedup"]
+    assert demo.ratio_active == pytest.approx(demo_screen["ratio"]) and demo.verdict_active == demo_screen["verdict"]
+    assert demo.verdict_after_first == ("pass" if demo.ratio_after_first >= demo_screen["thresholds"]["min_speedup"]
                                            else "fail")
-    same = demo["verdict_active"] == demo["verdict_after_first"]
-    assert ("the verdict does not depend on it." if same else "the verdict depends on it.") in demo["text"]
-    assert "compile cache" not in demo["text"]  # CPU arms compile nothing
+    same = demo.verdict_active == demo.verdict_after_first
+    assert ("the verdict does not depend on it." if same else "the verdict depends on it.") in demo.text
+    assert "compile cache" not in demo.text  # CPU arms compile nothing
 
 
 def test_the_trial_questions_are_answered_from_the_verdict_rows():

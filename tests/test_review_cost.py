@@ -35,7 +35,8 @@ def _screens_of(runs: Path, run: str) -> Path:
 
 
 def test_measured_cost_is_gpu_seconds_at_the_hardware_that_ran_every_attempt_included():
-    rows = {(r["run"], r["kept as"] == "committed"): r for r in measured_cost_rows(REPO / "runs" / "medium-*")}
+    rows = {(r["run"], r["kept as"] == "committed"): r
+            for r in (x.table_row() for x in measured_cost_rows(REPO / "runs" / "medium-*"))}  # the table's rows
     single, psgd = _measurement("medium-study-single"), _measurement("medium-study-powersgd")
     p = rows[("medium-study-powersgd", True)]
     assert p["gpu_s_per_update"] == psgd["gpu_seconds_per_update"]
@@ -50,7 +51,8 @@ def test_measured_cost_is_gpu_seconds_at_the_hardware_that_ran_every_attempt_inc
     assert p["wire_GiB"] == NOT_MEASURED and p["cross_zone_billable_GiB"] == 0.0
     logical = json.loads((REPO / "runs/medium-study-powersgd/metrics/traffic_per_rank.json").read_text())
     assert p["logical_sent_GiB_all_ranks"] == sum(r["sent_bytes_total"] for r in logical) / GIB
-    every = measured_cost_rows(REPO / "runs" / "medium-*")
+    measured = measured_cost_rows(REPO / "runs" / "medium-*")
+    every = [x.table_row() for x in measured]
     kept = {}
     for r in every:
         kept.setdefault(r["kept as"], set()).add(r["arm"])
@@ -74,15 +76,15 @@ def test_measured_cost_is_gpu_seconds_at_the_hardware_that_ran_every_attempt_inc
         "NVIDIA H200 (a host of 2)"}  # the first campaign ran on two H200s
     assert {r["hardware"] for r in every if r["kept as"] == "superseded (medium-superseded-seed-d1749707)"} == {
         "NVIDIA H200 (a host of 1)"}
-    totals = measured_totals(every)
+    totals = measured_totals(measured)
     # the replicate block's arms (the replay of single-r1 is counted with the replays)
     replicates = [r for r in every if r["run"].rsplit("-", 1)[-1] in ("r1", "r2") and r["kept as"] == "committed"]
     assert len(replicates) == 6
     replays = [r for r in every if r["kept as"].startswith("GPU replay")]
     assert sorted(r["run"] for r in replays) == ["medium-study-single", "medium-study-single-r1"]
-    assert totals["attempts"] == 25 == sum(len(v) for v in kept.values()) + len(replicates) + len(replays) - 1
-    assert totals["superseded_attempts"] == 25 - 3 - 6 - 2  # neither the committed, the replicates nor the replays
-    assert totals["gpu_seconds_all_attempts"] == sum(r["gpu_seconds"] for r in every)
+    assert totals.attempts == 25 == sum(len(v) for v in kept.values()) + len(replicates) + len(replays) - 1
+    assert totals.superseded_attempts == 25 - 3 - 6 - 2  # neither the committed, the replicates nor the replays
+    assert totals.gpu_seconds_all_attempts == sum(r.gpu_seconds for r in measured)
 
 
 def test_wire_traffic_is_the_interface_counters_where_they_counted_bytes(tmp_path):
@@ -98,9 +100,9 @@ def test_wire_traffic_is_the_interface_counters_where_they_counted_bytes(tmp_pat
     dense = next(a for a in obj["arms"] if a["arm"] == "dense")
     dense["interfaces"]["non_loopback"] = {"rx_bytes": 3 * GIB, "tx_bytes": GIB}
     screens.write_text(json.dumps(obj))
-    row = next(r for r in measured_cost_rows(runs / "medium-*") if r["run"] == "medium-study-dense"
-               and r["kept as"] == "committed")
-    assert row["wire_GiB"] == row["cross_zone_billable_GiB"] == 4.0
+    row = next(r for r in measured_cost_rows(runs / "medium-*") if r.run == "medium-study-dense"
+               and r.kept_as == "committed")
+    assert row.wire_GiB == row.cross_zone_billable_GiB == 4.0
 
 
 def test_retention_arm_against_arm_is_paired_with_both_bounds():
@@ -108,7 +110,7 @@ def test_retention_arm_against_arm_is_paired_with_both_bounds():
     sha256), not an earlier campaign's study kept in another folder (medium-campaign-2026-12-01-b's)."""
     import hashlib
 
-    pairs = {p["comparison"]: p for p in retention_pairs(REPO / "runs" / "medium-*")}
+    pairs = {p.comparison: p.table_row() for p in retention_pairs(REPO / "runs" / "medium-*")}  # the table's rows
     recorded = json.loads((REPO / "runs/medium-study-evaluate/run.json").read_text())["input_digests"]["screens.json"]
     campaigns = [d for d in evidence_folders(REPO / "runs") if d.name.startswith("medium-campaign-")]
     screens = [p for d in campaigns for p in sorted(d.rglob("screens.json"))

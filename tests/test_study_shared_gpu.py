@@ -163,7 +163,10 @@ def test_speed_screen_is_not_measured_when_workers_shared_a_gpu():
 
 def _run(**fields) -> IndexedRun:
     """An index row of a run `ev` (kit/evidence/report/index.py) with `fields` of its record."""
-    return IndexedRun.of({"dir": ".", "run_id": "ev", "status": "completed", "notebook": "", "started_at": "", **fields})
+    return IndexedRun.of({"dir": ".", "run_id": "ev", "status": "completed", "reason": None, "notebook": "",
+                          "started_at": "", "duration_s": None, "error": None, "metrics": {},
+                          "git": {"commit": None, "dirty": None}, "device": {},
+                          "checkpoint_roots": {"produced": [], "used": []}, **fields})
 
 
 NO_RUNS = RunIndex(runs=(), by_id={}, runs_by_root={}, parent_of_root={})

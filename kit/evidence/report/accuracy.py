@@ -7,6 +7,8 @@ results.csv, so the page and the CSV cannot differ.
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
+from typing import Any
 
 from kit.evidence.report.figures import accuracy_figure, dev_curve_figure
 from kit.evidence.report.format import fmt, img_html, run_link, table_html
@@ -15,8 +17,18 @@ from kit.evidence.report.selection import Selected, Selection
 from kit.evidence.results import results
 
 
-def accuracy_tables(runs_dir) -> list[dict]:
-    """[{contract, digest, families, rows: [[split, model, run, (correct, n) per family]]}] from kit.results."""
+@dataclass(frozen=True, slots=True)
+class AccuracyTable:
+    """One contract's accuracy by family (in memory): its file and digest, the families (the overall "all" last),
+    and per (split, model, run) row the (correct, n) of each family."""
+    contract: Any
+    digest: Any
+    families: list[str]
+    rows: list[list[Any]]  # [split, model, run, (correct, n) per family]
+
+
+def accuracy_tables(runs_dir) -> list[AccuracyTable]:
+    """One table per contract, from kit.results."""
     df = results(runs_dir)
     df = df[(df["kept_in"] == "") & (df["replicate"] == 0)]  # the frozen runs; replicates: the noise section
     out = []
@@ -27,7 +39,7 @@ def accuracy_tables(runs_dir) -> list[dict]:
         for (split, model, run), g in mine.groupby(["split", "model", "run_id"], sort=False):
             val = {(f, m): v for f, m, v in zip(g["family"], g["metric"], g["value"])}
             rows.append([split, model, run, *[(val.get((f, "correct")), val.get((f, "n"))) for f in fams]])
-        out.append({"contract": mine["contract"].iloc[0], "digest": digest, "families": fams, "rows": rows})
+        out.append(AccuracyTable(contract=mine["contract"].iloc[0], digest=digest, families=fams, rows=rows))
     return out
 
 
@@ -40,11 +52,11 @@ def accuracy_html(runs_dir) -> list[str]:
     idx = index(runs_dir)
     out = []
     for t in accuracy_tables(runs_dir):
-        rows = [[split, model, run, *(cell_text(c, n) for c, n in cells)] for split, model, run, *cells in t["rows"]]
-        name = f"{t['contract'] or 'contract'} ({t['digest'][:12] if t['digest'] else '?'})"
-        table = table_html(["split", "model", "measured by", *t["families"]], rows, runs_by_root=idx.runs_by_root,
+        rows = [[split, model, run, *(cell_text(c, n) for c, n in cells)] for split, model, run, *cells in t.rows]
+        name = f"{t.contract or 'contract'} ({t.digest[:12] if t.digest else '?'})"
+        table = table_html(["split", "model", "measured by", *t.families], rows, runs_by_root=idx.runs_by_root,
                            caption=html.escape(f"{name}: greedy task accuracy by family, correct/n"))
-        for name_ in {x for r in t["rows"] for x in r[1:3]}:  # the model and run cells as links to the run sections
+        for name_ in {x for r in t.rows for x in r[1:3]}:  # the model and run cells as links to the run sections
             if name_ in idx.by_id:
                 table = table.replace(f"<td>{html.escape(name_)}</td>", f"<td>{run_link(name_)}</td>")
         out.append(table)
@@ -57,12 +69,13 @@ def figures_html(runs_dir) -> list[str]:
     recorded."""
     out = []
     for t in accuracy_tables(runs_dir):
-        final = [r for r in t["rows"] if r[0] == "final"]
+        final = [r for r in t.rows if r[0] == "final"]
         if not final:
             continue
+        # the records accuracy_figure draws (its input, as notebook 13 passes a sidecar's)
         recs = [{"model": model, "family": f, "correct": c, "n": n} for _, model, _, *cells in final
-                for f, (c, n) in zip(t["families"], cells) if c is not None and n]
-        title = f"{t['contract'] or 'contract'}: final task accuracy by family"
+                for f, (c, n) in zip(t.families, cells) if c is not None and n]
+        title = f"{t.contract or 'contract'}: final task accuracy by family"
         fig = accuracy_figure(recs, title, skip_empty=True)
         out.append(img_html(*fig) if fig else f'<p class="kit-note">{html.escape(title)}: no chart, since every '
                    f"model answered none of the {fmt(int(max(r['n'] for r in recs)))} final tasks correctly.</p>")

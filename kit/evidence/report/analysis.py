@@ -6,7 +6,9 @@ the verdict rows read: committed run records and sidecars.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import comb
+from typing import Any
 
 from kit.evidence.report.format import NOT_EVALUABLE, fmt, is_number
 from kit.evidence.report.index import IndexedRun, arm_runs, index, metric
@@ -57,7 +59,63 @@ def bound_text(estimate: float, bound: float, threshold: float, n: int, upper: b
             f"failing side of {fmt(threshold)}.")
 
 
-def gate_analysis_rows(runs_dir) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class GateAnalysis:
+    """A failing gate or screen part, analysed (in memory; a row of the report's analysis table): its estimate
+    (a number, or the generated answers' counts in words), the bound tested (None for a point comparison) and
+    the threshold as the verdict row states it."""
+    comparison: str
+    check: str
+    run: str
+    estimate: Any
+    bound: float | None
+    threshold: Any
+    analysis: str
+
+    def table_row(self) -> dict:
+        """The row as the report's table shows it (column -> value)."""
+        return {"comparison": self.comparison, "check": self.check, "run": self.run, "estimate": self.estimate,
+                "bound": self.bound, "threshold": self.threshold, "analysis": self.analysis}
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedRow:
+    """One arm of a study evaluation's speed screen (in memory; a row of the report's speed table)."""
+    evaluation: str
+    arm: str
+    run: str
+    workers: int
+    device: str | None
+    compile_cache: str
+    first_update_s: float | None
+    later_update_s: float | None
+    active_tokens_per_s: float | None
+    ratio_active: float | None
+    after_first_tokens_per_s: float | None
+    ratio_after_first: float | None
+
+    def table_row(self) -> dict:
+        """The row as the report's per-evaluation table shows it (the evaluation is the table's heading)."""
+        return {"arm": self.arm, "run": self.run, "workers": self.workers, "device": self.device,
+                "compile_cache": self.compile_cache, "first_update_s": self.first_update_s,
+                "later_update_s": self.later_update_s, "active_tokens_per_s": self.active_tokens_per_s,
+                "ratio_active": self.ratio_active, "after_first_tokens_per_s": self.after_first_tokens_per_s,
+                "ratio_after_first": self.ratio_after_first}
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedSensitivity:
+    """The speed screen's ratio with and without each arm's first update, their verdicts at the contract's
+    threshold, and the sentence that says whether the verdict turns on it (in memory)."""
+    ratio_active: float
+    ratio_after_first: float
+    verdict_active: str
+    verdict_after_first: str
+    threshold: float
+    text: str
+
+
+def gate_analysis_rows(runs_dir) -> list[GateAnalysis]:
     """Each failing adaptive gate and each failing part of a study screen, analysed."""
     idx = index(runs_dir)
     rows = verdict_rows(runs_dir)
@@ -72,31 +130,35 @@ def gate_analysis_rows(runs_dir) -> list[dict]:
     return out
 
 
-def _adaptive_analysis(row: VerdictRow, run: IndexedRun) -> list[dict]:
-    base = {"comparison": row.comparison, "check": row.check, "run": run.run_id}
+def _adaptive_analysis(row: VerdictRow, run: IndexedRun) -> list[GateAnalysis]:
     if row.check == "generated":
         gates = sidecar(run, Gates)
         gained, lost = (gates.generated.gained, gates.generated.lost) if gates else (0, 0)
         p = sign_test_p(gained, lost)
-        return [{**base, "estimate": f"net {gained - lost:+d} ({gained} gained, {lost} lost)",
-                 "bound": None, "threshold": "lost \u2264 gained (no tolerance)",
-                 "analysis": (f"{gained + lost} discordant answer{'s' if gained + lost != 1 else ''}; "
-                              f"exact two-sided sign test p = {fmt(p)}. "
-                              + ("The split is within what no change produces; the gate has no sampling "
-                                 "tolerance, so at equal true rates a larger sample fails it about half the "
-                                 "time." if p >= 0.05 else "The loss is larger than no change explains."))}]
+        return [_analysed(row, run, f"net {gained - lost:+d} ({gained} gained, {lost} lost)", None,
+                          "lost \u2264 gained (no tolerance)",
+                          f"{gained + lost} discordant answer{'s' if gained + lost != 1 else ''}; "
+                          f"exact two-sided sign test p = {fmt(p)}. "
+                          + ("The split is within what no change produces; the gate has no sampling "
+                             "tolerance, so at equal true rates a larger sample fails it about half the "
+                             "time." if p >= 0.05 else "The loss is larger than no change explains."))]
     bounds, t = sidecar(run, NllChangeBounds), row.threshold_value
     if bounds is None or t is None:
         return []
     b = bounds.part("tasks" if row.check == "gain" else "retention")
     est, upper = b.change_nats_per_token, b.bootstrap_upper
-    return [{**base, "estimate": est, "bound": upper, "threshold": row.threshold,
-             "analysis": bound_text(est, upper, t, b.n, upper=True, multiplier=b.normal_multiplier or 1.645)}]
+    return [_analysed(row, run, est, upper, row.threshold,
+                      bound_text(est, upper, t, b.n, upper=True, multiplier=b.normal_multiplier or 1.645))]
 
 
-def _study_analysis(row: VerdictRow, run: IndexedRun, runs_dir: Selected) -> list[dict]:
+def _analysed(row: VerdictRow, run: IndexedRun, estimate: Any, bound: float | None, threshold: Any,
+              analysis: str) -> GateAnalysis:
+    return GateAnalysis(comparison=row.comparison, check=row.check, run=run.run_id, estimate=estimate, bound=bound,
+                        threshold=threshold, analysis=analysis)
+
+
+def _study_analysis(row: VerdictRow, run: IndexedRun, runs_dir: Selected) -> list[GateAnalysis]:
     """A failing part of the study's screens, from the evaluation run's sidecars (candidate: powersgd)."""
-    base = {"comparison": row.comparison, "check": row.check, "run": run.run_id}
     changes = paired_task_changes(run) or {}
     t = row.threshold_value
     if row.check == "task_gain":
@@ -118,26 +180,25 @@ def _study_analysis(row: VerdictRow, run: IndexedRun, runs_dir: Selected) -> lis
                          "contract at this scale, not for the reduction.")
             else:
                 text += "."
-        return [{**base, "estimate": c.difference, "bound": None, "threshold": row.threshold, "analysis": text}]
+        return [_analysed(row, run, c.difference, None, row.threshold, text)]
     if row.check == "retention":
         r = (retention_changes(run) or {}).get("powersgd")
         if r is None or t is None:
             return []
-        return [{**base, "estimate": r.change_nats_per_token, "bound": r.upper, "threshold": row.threshold,
-                 "analysis": bound_text(r.change_nats_per_token, r.upper, t, r.n, upper=True)}]
+        return [_analysed(row, run, r.change_nats_per_token, r.upper, row.threshold,
+                          bound_text(r.change_nats_per_token, r.upper, t, r.n, upper=True))]
     if row.check.startswith("noninferior_to_"):
         ctrl = row.check[len("noninferior_to_"):]
         c = changes.get(f"powersgd vs {ctrl}")
         if c is None or t is None:
             return []
-        return [{**base, "estimate": c.difference, "bound": c.noninferiority_lower, "threshold": row.threshold,
-                 "analysis": bound_text(c.difference, c.noninferiority_lower, t, c.n, upper=False)}]
+        return [_analysed(row, run, c.difference, c.noninferiority_lower, row.threshold,
+                          bound_text(c.difference, c.noninferiority_lower, t, c.n, upper=False))]
     s = speed_sensitivity(runs_dir, run.run_id)  # the speed screen
-    return [{**base, "estimate": row.value, "bound": None, "threshold": row.threshold,
-             "analysis": s["text"] if s else "no arm measurements to analyse"}]
+    return [_analysed(row, run, row.value, None, row.threshold, s.text if s else "no arm measurements to analyse")]
 
 
-def speed_rows(runs_dir) -> list[dict]:
+def speed_rows(runs_dir) -> list[SpeedRow]:
     """Per arm of each study evaluation: first update seconds, active tokens/s with and without it, and
     the ratio of each to the single arm's. The screen's "active" time is update time only (no setup, no
     commits) but includes the first update, whose one-time costs (on CUDA, compiling the blocks and the
@@ -155,14 +216,14 @@ def speed_rows(runs_dir) -> list[dict]:
                 continue
             active, after = _rates(m)
             timed = m if isinstance(m, Measurement) else None  # an arm no rank reported for has no times
-            out.append({"evaluation": r.run_id, "arm": arm, "run": arms[arm],
-                        "workers": m.workers if m.workers is not None else m.devices,
-                        "device": timed.device if timed else None,
-                        "compile_cache": (timed.compile_cache if timed else None) or SHARED_CACHE,
-                        "first_update_s": timed.first_update_seconds if timed else None,
-                        "later_update_s": _later_update_s(timed),
-                        "active_tokens_per_s": active, "ratio_active": _ratio(active, single_active),
-                        "after_first_tokens_per_s": after, "ratio_after_first": _ratio(after, single_after)})
+            out.append(SpeedRow(evaluation=r.run_id, arm=arm, run=arms[arm],
+                                workers=m.workers if m.workers is not None else m.devices,
+                                device=timed.device if timed else None,
+                                compile_cache=(timed.compile_cache if timed else None) or SHARED_CACHE,
+                                first_update_s=timed.first_update_seconds if timed else None,
+                                later_update_s=_later_update_s(timed),
+                                active_tokens_per_s=active, ratio_active=_ratio(active, single_active),
+                                after_first_tokens_per_s=after, ratio_after_first=_ratio(after, single_after)))
     return out
 
 
@@ -198,39 +259,42 @@ def speed_reason(runs_dir, evaluation: str) -> str | None:
     return screen.reason
 
 
-def speed_sensitivity(runs_dir, evaluation: str) -> dict | None:
+def speed_sensitivity(runs_dir, evaluation: str) -> SpeedSensitivity | None:
     """The speed screen of one study evaluation (its run id) under the contract's measurement and without
     each arm's first update; None without both arms' measurements, and None when the screen's arms shared
     GPUs (a ratio of time-sliced GPUs is not the method's: speed_reason says so)."""
-    rows = {r["arm"]: r for r in speed_rows(runs_dir) if r["evaluation"] == evaluation}
+    rows = {r.arm: r for r in speed_rows(runs_dir) if r.evaluation == evaluation}
     screen = sidecar(index(runs_dir).by_id[evaluation], ScreenSpeed)
     p = rows.get("powersgd")
-    if not (screen and p and is_number(p["ratio_active"]) and is_number(p["ratio_after_first"])):
+    ratio_active, ratio_after_first = (p.ratio_active, p.ratio_after_first) if p else (None, None)
+    if not (screen and ratio_active is not None and ratio_after_first is not None and is_number(ratio_active)
+            and is_number(ratio_after_first)):
         return None
     if screen.shared_gpus:
         return None
     t = screen.thresholds.min_speedup
-    first = {a: r["first_update_s"] for a, r in rows.items() if is_number(r["first_update_s"])}
-    later = [r["later_update_s"] for r in rows.values() if is_number(r["later_update_s"])]
+    first = {a: r.first_update_s for a, r in rows.items() if is_number(r.first_update_s)}
+    later = [r.later_update_s for r in rows.values() if is_number(r.later_update_s)]
 
     def verdict(x):
         return "pass" if is_number(t) and x >= t else "fail"
 
-    same = verdict(p["ratio_active"]) == verdict(p["ratio_after_first"])
-    text = (f"The screen's ratio {fmt(p['ratio_active'])} counts each arm's first update, which took "
+    same = verdict(ratio_active) == verdict(ratio_after_first)
+    text = (f"The screen's ratio {fmt(ratio_active)} counts each arm's first update, which took "
             + ", ".join(f"{a} {fmt(s)} s" for a, s in first.items())
             + (f" against {fmt(min(later))}-{fmt(max(later))} s for a later update" if later else "")
-            + f". Without the first update the ratio is {fmt(p['ratio_after_first'])} "
-            + f"({verdict(p['ratio_after_first'])} at \u2265 {fmt(t)}): "
+            + f". Without the first update the ratio is {fmt(ratio_after_first)} "
+            + f"({verdict(ratio_after_first)} at \u2265 {fmt(t)}): "
             + ("the verdict does not depend on it." if same else "the verdict depends on it."))
-    if any(r["compile_cache"] == SHARED_CACHE and str(r["device"]).startswith("cuda") for r in rows.values()):
+    if any(r.compile_cache == SHARED_CACHE and str(r.device).startswith("cuda") for r in rows.values()):
         # compiled blocks only on CUDA (kit/distributed/pipeline.py): on CPU there is no cache to share
         text += (" These arms compiled through the host's shared compile cache (their records predate one empty "
                  "cache per worker), so an arm's first update depends on the arms that ran before it on the host "
                  "(bench/study_first_update.py).")
-    if "dense" in rows and is_number(rows["dense"]["ratio_after_first"]):
-        text += (f" Dense, without its first update, runs at {fmt(rows['dense']['ratio_after_first'])}\u00d7 single; "
-                 f"PowerSGD at {fmt(p['ratio_after_first'] / rows['dense']['ratio_after_first'])}\u00d7 dense.")
-    return {"ratio_active": p["ratio_active"], "ratio_after_first": p["ratio_after_first"],
-            "verdict_active": verdict(p["ratio_active"]), "verdict_after_first": verdict(p["ratio_after_first"]),
-            "threshold": t, "text": text}
+    dense = rows.get("dense")
+    if dense is not None and dense.ratio_after_first is not None and is_number(dense.ratio_after_first):
+        text += (f" Dense, without its first update, runs at {fmt(dense.ratio_after_first)}\u00d7 single; "
+                 f"PowerSGD at {fmt(ratio_after_first / dense.ratio_after_first)}\u00d7 dense.")
+    return SpeedSensitivity(ratio_active=ratio_active, ratio_after_first=ratio_after_first,
+                            verdict_active=verdict(ratio_active), verdict_after_first=verdict(ratio_after_first),
+                            threshold=t, text=text)

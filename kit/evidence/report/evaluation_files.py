@@ -8,15 +8,16 @@ from pathlib import Path
 
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence.report.index import IndexedRun, metric
+from kit.evidence.report.sidecar_formats import EvaluationFile, sidecar
 
 
 def evaluation_items(row: IndexedRun) -> dict | None:
     """The evaluation file a final evaluation run recorded (evaluation_file.json: path and sha256), from the
     copy its run folder keeps; None when the run kept none or the copy's sha256 differs from the record."""
-    rec = metric(row, "evaluation_file")
-    if not isinstance(rec, dict) or not rec.get("path"):
+    rec = sidecar(row, EvaluationFile) if isinstance(metric(row, EvaluationFile.NAME), dict) else None
+    if rec is None or not rec.path:
         return None
-    f = row.dir / "files" / Path(rec["path"]).name
-    if not f.is_file() or (rec.get("sha256") and sha256_file(f) != rec["sha256"]):
+    f = row.dir / "files" / Path(rec.path).name
+    if not f.is_file() or (rec.sha256 and sha256_file(f) != rec.sha256):
         return None
     return load_json_strict(f)

@@ -1,10 +1,12 @@
 """Every seed each contract ran on, with its verdicts: the current runs and every kept folder of superseded
-runs (read only through kit.evidence.run_index.kept_runs, which also sees archived folders), one row per folder
+runs (read only through kit.evidence.run_index.kept_rows, which also sees archived folders), one row per folder
 of finals, each with why it was superseded (the folder's superseded.json, beside its runs)."""
 
 from __future__ import annotations
 
 import html
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +56,35 @@ def _final_groups(runs_dir: Selected) -> list[tuple[str, Selected, Path | None]]
     return groups
 
 
-def history_rows(runs_dir) -> list[dict]:
+QUALITY = "study quality screen"  # the history's column of the study's quality screen
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One folder of finals (in memory; a row of the report's history table): its seeds, where it is kept, its
+    contract versions, when its finals started and at which commits, the verdict cell of each comparison
+    (COMPARISONS) and of the study's quality screen, and why it was superseded ("current": the selection's own)."""
+    seed: str
+    kept_in: str
+    contracts: str
+    finals_from: str
+    commit: str
+    comparisons: Mapping[str, str]  # comparison -> its verdict cell
+    study_quality_screen: str
+    why_superseded: str
+
+    def cell(self, column: str) -> str:
+        """The verdict cell of a comparison, or of the quality screen (QUALITY)."""
+        return self.study_quality_screen if column == QUALITY else self.comparisons[column]
+
+    def table_row(self) -> dict:
+        """The row under the history's column names (the contracts' identifiers; LABELS reads them)."""
+        return {"seed": self.seed, "kept in": self.kept_in, "contracts": self.contracts,
+                "finals from": self.finals_from, "commit": self.commit, **self.comparisons,
+                QUALITY: self.study_quality_screen, "why superseded": self.why_superseded}
+
+
+def history_rows(runs_dir) -> list[HistoryRow]:
     """One row per folder of finals: the current selection, then each kept folder, oldest finals first."""
     out = []
     for where, d, folder in _final_groups(runs_dir):
@@ -65,14 +95,14 @@ def history_rows(runs_dir) -> list[dict]:
         seeds = {(run_contract(r) or {}).get("seed", {}).get("parameter_digest") for r in finals} - {None}
         quality = [r for r in rows.study if r.comparison == "quality screen" and r.check != "quality screen (all parts)"]
         contracts = contract_versions(finals)
-        out.append({"seed": ", ".join(s[:8] for s in sorted(seeds)) or "unrecorded", "kept in": where,
-                    "contracts": ", ".join(sorted(contracts)),
-                    "finals from": fmt_iso(min(r.started_at for r in finals)),
-                    "commit": ", ".join(sorted({r.git.get("commit", "")[:8] for r in finals})),
-                    **{c: _cell([r for r in rows.adaptive if r.comparison == c]) for c in COMPARISONS},
-                    "study quality screen": _cell(quality),
-                    "why superseded": "current" if folder is None else (_why(folder) or "not recorded")})
-    return sorted(out, key=lambda r: r["finals from"])
+        out.append(HistoryRow(
+            seed=", ".join(s[:8] for s in sorted(seeds)) or "unrecorded", kept_in=where,
+            contracts=", ".join(sorted(contracts)), finals_from=fmt_iso(min(r.started_at for r in finals)),
+            commit=", ".join(sorted({r.git.get("commit", "")[:8] for r in finals})),
+            comparisons={c: _cell([r for r in rows.adaptive if r.comparison == c]) for c in COMPARISONS},
+            study_quality_screen=_cell(quality),
+            why_superseded="current" if folder is None else (_why(folder) or "not recorded")))
+    return sorted(out, key=lambda r: r.finals_from)
 
 
 def contract_versions(finals: list[IndexedRun]) -> set[str]:
@@ -199,21 +229,37 @@ def contracts_note(history: dict[str, list[SeedVerdict]]) -> str:
             f"the seed (in {', '.join(fields)}): their verdicts come from other settings, not repetitions.")
 
 
-def kept_folder_rows(runs_dir) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class KeptFolder:
+    """A folder of kept runs (in memory; a row of the report's kept-folders table): its runs, by status, and the
+    span of their starts."""
+    kept_in: str
+    runs: int
+    statuses: str
+    first_started: str
+    last_started: str
+
+    def table_row(self) -> dict:
+        return {"kept in": self.kept_in, "runs": self.runs, "statuses": self.statuses,
+                "first started": self.first_started, "last started": self.last_started}
+
+
+def kept_folder_rows(runs_dir) -> list[KeptFolder]:
     """Every folder of kept runs (campaign folders' attempts, superseded seeds' runs): its runs by status and the
     span of their starts."""
-    out: dict[str, dict] = {}
+    statuses: dict[str, Counter[str]] = {}
+    starts: dict[str, list[str]] = {}
     for k in kept(runs_dir):
         r, folder = k.run, str(k.kept_in)
-        row = out.setdefault(folder, {"kept in": folder, "runs": 0, "statuses": {}, "starts": []})
-        row["runs"] += 1
-        row["statuses"][r.status] = row["statuses"].get(r.status, 0) + 1
+        statuses.setdefault(folder, Counter())[r.status] += 1
+        starts.setdefault(folder, [])
         if r.started_at:
-            row["starts"].append(r.started_at)
-    return [{"kept in": k, "runs": v["runs"],
-             "statuses": ", ".join(f"{n} {s}" for s, n in sorted(v["statuses"].items())),
-             "first started": fmt_iso(min(v["starts"])) if v["starts"] else "\u2014",
-             "last started": fmt_iso(max(v["starts"])) if v["starts"] else "\u2014"} for k, v in sorted(out.items())]
+            starts[folder].append(r.started_at)
+    return [KeptFolder(kept_in=folder, runs=sum(counts.values()),
+                       statuses=", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+                       first_started=fmt_iso(min(starts[folder])) if starts[folder] else "\u2014",
+                       last_started=fmt_iso(max(starts[folder])) if starts[folder] else "\u2014")
+            for folder, counts in sorted(statuses.items())]
 
 
 def show_history(runs_dir: Selected) -> None:
@@ -223,23 +269,23 @@ def show_history(runs_dir: Selected) -> None:
     rows = history_rows(selection)
     if len(rows) <= 1:
         display(HTML("<p>Every final of this evidence ran on one seed: no superseded verdicts.</p>"
-                     + (records_table(rows) if rows else "")))
+                     + (records_table([r.table_row() for r in rows]) if rows else "")))
         return
-    kept = sum(1 for r in rows if r["kept in"] != "current")
-    held = {c: sorted({r[c].split(" ")[0] for r in rows}) for c in (*COMPARISONS, "study quality screen")}
+    kept = sum(1 for r in rows if r.kept_in != "current")
+    held = {c: sorted({r.cell(c).split(" ")[0] for r in rows}) for c in (*COMPARISONS, QUALITY)}
     varied = [LABELS.get(c, c) for c, v in held.items() if len(v) > 1]
-    versions = len({r["contracts"] for r in rows})
-    text = (f"Finals were scored {len(rows)} times, on {len({r['seed'] for r in rows})} seeds, under "
+    versions = len({r.contracts for r in rows})
+    text = (f"Finals were scored {len(rows)} times, on {len({r.seed for r in rows})} seeds, under "
             + ("the same contracts" if versions == 1 else f"{versions} versions of the contracts") + f"; {kept} of those are superseded and kept as evidence. "
             + (f"Verdicts that did not hold across them: {', '.join(varied)}." if varied
                else "Every verdict held across them."))
     folders = kept_folder_rows(selection)
     # why each folder was superseded is the folder's own note (it names files and campaign steps): collapsed
-    shown = [{LABELS.get(k, k): v for k, v in r.items() if k != "why superseded"} for r in rows]
-    why = [{"seed": r["seed"], "kept in": r["kept in"], "why superseded": r["why superseded"]} for r in rows
-           if r["kept in"] != "current"]
+    shown = [{LABELS.get(k, k): v for k, v in r.table_row().items() if k != "why superseded"} for r in rows]
+    why = [{"seed": r.seed, "kept in": r.kept_in, "why superseded": r.why_superseded} for r in rows
+           if r.kept_in != "current"]
     display(HTML(f"<p>{html.escape(text)}</p>" + records_table(shown, table_id="kit-history")
                  + ('<details class="kit-why"><summary>Why each earlier seed was superseded</summary>'
                     + records_table(why, table_id="kit-history-why") + "</details>" if why else "")
-                 + (f"<p>Every kept attempt, by the folder that keeps it ({sum(f['runs'] for f in folders)} runs):</p>"
-                    + records_table(folders, table_id="kit-kept-folders") if folders else "")))
+                 + (f"<p>Every kept attempt, by the folder that keeps it ({sum(f.runs for f in folders)} runs):</p>"
+                    + records_table([f.table_row() for f in folders], table_id="kit-kept-folders") if folders else "")))

@@ -5,7 +5,6 @@ commit the run records). Everything here reads only committed evidence.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import html
 import os
@@ -15,60 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict, loads_strict, sha256_json
-from kit.evidence import run_record as records
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.format import root_html, run_link
 from kit.evidence.report.selection import Selected, Selection
-from kit.evidence.run_index import kept_runs, load_runs
+from kit.evidence.report.sidecar_formats import Commits, sidecar
+from kit.evidence.run_index import IndexedRun, KeptRun, kept_rows, load_rows, metric
 
 REPO = Path(__file__).resolve().parents[3]
+# the rows and their sidecar reader are kit.evidence.run_index's; the report's modules and kit.evidence.results
+# import them from here
+__all__ = ["REPO", "IndexedRun", "KeptRun", "RunIndex", "arm_runs", "contract_for", "gpu_names", "index", "is_cpu",
+           "is_replicate", "kept", "metric", "model_html", "producer", "recorded_contract", "run_contract"]
 
 
 # --- the runs directory as an index ----------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IndexedRun:
-    """One row of the index (in memory, not a file): the fields of a run record the report reads, with its folder.
-    A benchmark's record or a folder without a readable run.json has no parameters, contract or inputs (their
-    defaults); `record` keeps the row as JSON for readers outside the report that take a run record's JSON
-    (kit.evidence.replicates.replicate_of, kit.evidence.results.split_of)."""
-    dir: Path
-    run_id: str
-    status: str
-    reason: str | None
-    notebook: str
-    started_at: str
-    duration_s: float | None
-    error: dict | None
-    metrics: dict[str, str]  # sidecar name -> sha256 of its bytes
-    git: dict
-    device: dict
-    checkpoint_roots: dict
-    parameters: dict = dataclasses.field(default_factory=dict)
-    contract_digest: str | None = None
-    input_digests: dict[str, str] = dataclasses.field(default_factory=dict)
-    record: dict = dataclasses.field(default_factory=dict, repr=False)
-
-    @classmethod
-    def of(cls, row: dict) -> IndexedRun:
-        """The entry of a row as kit.evidence.run_index reads it (a run record's JSON with its `dir`)."""
-        return cls(dir=Path(row["dir"]), run_id=row["run_id"], status=row["status"], reason=row.get("reason"),
-                   notebook=row["notebook"], started_at=row["started_at"], duration_s=row.get("duration_s"),
-                   error=row.get("error"), metrics=row.get("metrics") or {}, git=row.get("git") or {},
-                   device=row.get("device") or {}, checkpoint_roots=row.get("checkpoint_roots") or {},
-                   parameters=row.get("parameters") or {}, contract_digest=row.get("contract_digest"),
-                   input_digests=row.get("input_digests") or {}, record=row)
-
-    @property
-    def commit(self) -> str | None:
-        """The commit the run recorded (None for a folder without a readable record)."""
-        return self.git.get("commit")
-
-    @property
-    def dirty(self) -> bool | None:
-        """Whether the run's working tree differed from that commit (None when not recorded)."""
-        return self.git.get("dirty")
-
-
 @dataclass(frozen=True, slots=True)
 class RunIndex:
     """The runs of a selection, in memory (not a file), in start order; looked up by run id, and by the checkpoint
@@ -84,36 +43,26 @@ class RunIndex:
         return tuple(r.record for r in self.runs)
 
 
-@dataclass(frozen=True, slots=True)
-class KeptRun:
-    """A run and where its record is kept: None for a run of the selection itself, else the evidence folder beside
-    it that keeps it (a superseded attempt, a GPU replay or repeat, an earlier seed's runs: kit.evidence.run_index
-    .kept_runs)."""
-    run: IndexedRun
-    kept_in: str | None
-
-
 def kept(runs_dir: Selected) -> list[KeptRun]:
-    """The runs kept in the evidence folders of a selection (kit.evidence.run_index.kept_runs), as index rows."""
-    return [KeptRun(IndexedRun.of(row), row["kept_in"]) for row in kept_runs(runs_dir)]
+    """The runs kept in the evidence folders of a selection (kit.evidence.run_index.kept_rows)."""
+    return kept_rows(runs_dir)
 
 
 @functools.lru_cache(maxsize=8)
 def _index_cached(runs_dir: str, stamp: float) -> RunIndex:
-    runs = tuple(IndexedRun.of(row) for row in load_runs(runs_dir))
+    runs = tuple(load_rows(runs_dir))
     by_id = {r.run_id: r for r in runs}
     runs_by_root: dict[str, list[str]] = {}
     parent_of_root: dict[str, str] = {}
     for r in runs:
-        for p in r.checkpoint_roots.get("produced", []):
-            runs_by_root.setdefault(p["root"], []).append(r.run_id)
-        commits = metric(r, "commits")
-        if isinstance(commits, dict) and "rows" in commits:
-            for row in commits["rows"]:
-                rec = dict(zip(commits["columns"], row))
-                for k in ("full_root", "learned_state_root"):
-                    if rec.get(k) and r.run_id not in runs_by_root.setdefault(rec[k], []):
-                        runs_by_root[rec[k]].append(r.run_id)
+        for p in r.roots.produced:
+            runs_by_root.setdefault(p.root, []).append(r.run_id)
+        commits = sidecar(r, Commits)
+        if commits is not None:
+            for full, learned in zip(commits.cells("full_root"), commits.cells("learned_state_root")):
+                for root in (full, learned):
+                    if isinstance(root, str) and root and r.run_id not in runs_by_root.setdefault(root, []):
+                        runs_by_root[root].append(r.run_id)
     for r in runs:
         if r.parameters.get("MODE") == "build" and r.parameters.get("SEED_DIR"):
             runs_by_root.setdefault("seed:" + r.parameters["SEED_DIR"], []).append(r.run_id)
@@ -124,18 +73,6 @@ def index(runs_dir: Selection | str | os.PathLike) -> RunIndex:
     selection = Selection.of(runs_dir)
     folder = selection.runs_dir
     return _index_cached(str(selection.resolved()), folder.stat().st_mtime if folder.exists() else 0.0)
-
-
-def metric(row: IndexedRun | dict, name: str):
-    """The sidecar `name` of an index row (or of a row as JSON, as kit.evidence.results passes it), or None when it
-    is not recorded or does not parse."""
-    run = row if isinstance(row, IndexedRun) else IndexedRun.of(row)
-    if name not in run.metrics:
-        return None
-    try:
-        return load_json_strict(records.metric_path(run.dir, name))
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def model_html(spec: str, idx: RunIndex) -> str:

@@ -20,12 +20,11 @@ from kit.environ import temporary_environ
 from kit.evidence import run_record as records
 from kit.evidence.archive import origin
 from kit.evidence.report.css_prune import prune_page_styles
-from kit.evidence.report.index import IndexedRun
 from kit.evidence.report.pilots import beside, pilot_records
 from kit.evidence.report.selection import GLOB_CHARACTERS, Selection
 from kit.evidence.results import results_bytes
 from kit.evidence.root import root_and_commit
-from kit.evidence.run_index import load_runs
+from kit.evidence.run_index import load_rows
 from kit.evidence.runtime import REPORT_MODULES, ensure_runtime, kernel_pythonpath
 
 REMOVE_INPUT_TAG = "remove_input"
@@ -198,7 +197,7 @@ def _run_sections(nb, selection: Selection, sel: str, where, details: dict) -> N
     runs named in one paragraph (their sections would repeat what runs/archive/ keeps)."""
     import nbformat  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
 
-    every = [IndexedRun.of(r) for r in load_runs(selection)]
+    every = load_rows(selection)
     rows = [r for r in every if origin(r.dir) is None]  # archived runs: listed, their sections in the archive
     archived = [r.run_id for r in every if origin(r.dir) is not None]
     for i, row in enumerate(rows):
@@ -284,7 +283,7 @@ def render_report(runs_dir: str | os.PathLike, out_dir: str | os.PathLike, *, ti
     if select is not None:
         if "/" in select or not any(ch in select for ch in GLOB_CHARACTERS):
             raise ValueError(f"select {select!r}: expected a glob over run ids, e.g. 'medium-*'")
-        if not load_runs(Selection(runs_dir, select)):
+        if not load_rows(Selection(runs_dir, select)):
             raise ValueError(f"{runs_dir}: no run id matches {select!r}; nothing was written")
     selection = Selection(runs_dir, select)  # the one parse of what the report reads: passed, never split again
     title = title or default_title(selection)

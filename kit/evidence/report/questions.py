@@ -22,7 +22,7 @@ from kit.evidence.replicate_analysis import robustness_by_question
 from kit.evidence.report.analysis import sign_test_p
 from kit.evidence.report.format import NONE, NOT_EVALUABLE, fmt, is_number, run_link
 from kit.evidence.report.history import contracts_note, question_key, seed_reading, seed_verdicts
-from kit.evidence.report.index import REPO, RunIndex, index, is_cpu, metric, run_contract
+from kit.evidence.report.index import REPO, RunIndex, index, is_cpu, run_contract
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.readings import (
     Numbers,
@@ -34,7 +34,7 @@ from kit.evidence.report.readings import (
 from kit.evidence.report.scope import accuracy_points
 from kit.evidence.report.seed_knew import build_record, seed_digests, training_mix
 from kit.evidence.report.selection import GLOB_CHARACTERS, Selected, Selection
-from kit.evidence.report.sidecar_formats import paired_task_changes, retention_changes
+from kit.evidence.report.sidecar_formats import SeedBuild, paired_task_changes, retention_changes, sidecar
 from kit.evidence.report.verdict_rows import VerdictRow, question_text, verdict_rows
 
 NEAR_SE = 3.0  # an estimate within this many standard errors of its threshold: the verdict may go either way
@@ -97,7 +97,17 @@ def tested(row: VerdictRow, x: Numbers) -> tuple[str, str]:
                if is_number(t) else f"{what} {_num(est, unit)}")
 
 
-def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
+@dataclass(frozen=True, slots=True)
+class Caveats:
+    """Short caveats the question rows carry (in memory), each computed from the evidence; None where it does not
+    apply: the adaptive retention baseline, whether the study's retention probes are in-distribution, and the
+    study's noise."""
+    baseline: str | None = None
+    in_distribution: str | None = None
+    study_noise: str | None = None
+
+
+def weight(row: VerdictRow, x: Numbers, context: Caveats) -> str:
     """What the verdict weighs, in one sentence: no data, a pass rate under no change or the effect needed to
     pass where the verdict is near a coin flip, the caveat its probes carry, or its distance from the threshold."""
     check, t, v = row.check, row.threshold_value, str(row.verdict)
@@ -139,33 +149,32 @@ def weight(row: VerdictRow, x: Numbers, context: dict) -> str:
                              "equal")
         else:
             parts.append(f"far from its threshold ({z:.0f} standard errors)")
-    if check == "retention" and row.experiment == "adaptive" and context.get("baseline"):
-        parts.append(context["baseline"])
-    if check == "retention" and row.experiment == "study" and context.get("in_distribution"):
-        parts.append(context["in_distribution"])
-    if check.startswith("noninferior") and context.get("study_noise"):
-        parts.append(context["study_noise"])
+    if check == "retention" and row.experiment == "adaptive" and context.baseline:
+        parts.append(context.baseline)
+    if check == "retention" and row.experiment == "study" and context.in_distribution:
+        parts.append(context.in_distribution)
+    if check.startswith("noninferior") and context.study_noise:
+        parts.append(context.study_noise)
     return "; ".join(parts) or NONE
 
 
-def _context(runs_dir, idx: RunIndex) -> dict:
+def _context(runs_dir, idx: RunIndex) -> Caveats:
     """Short caveats the rows carry, each computed from the evidence: the adaptive retention baseline, whether
     the study's retention probes are in-distribution."""
-    out = {}
     said = baseline_sentence(idx)
     m = re.match(r"The adaptive retention baseline is the seed at (\S+) nats/token", said or "")
-    if m:
-        out["baseline"] = f"the seed's own chat NLL is {m.group(1)} nats/token: it barely models chat"
+    baseline = f"the seed's own chat NLL is {m.group(1)} nats/token: it barely models chat" if m else None
+    in_distribution = None
     for r in idx.runs:
         c = run_contract(r) or {}
         probes, replay = (c.get("data") or {}).get("retention") or {}, (c.get("data") or {}).get("replay") or {}
         if retention_changes(r) is not None and probes:
             ps, rs = probes.get("source") or {}, replay.get("source") or {}
             if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
-                out["in_distribution"] = ("the chat probes come from the source every arm trains on: the bound "
-                                          "reads that training, not an absence of forgetting")
+                in_distribution = ("the chat probes come from the source every arm trains on: the bound "
+                                   "reads that training, not an absence of forgetting")
             break
-    return out
+    return Caveats(baseline=baseline, in_distribution=in_distribution)
 
 
 def _lower_bound(row: VerdictRow, idx: RunIndex) -> float | None:
@@ -256,9 +265,9 @@ def legend_html() -> str:
 # --- the scope, one sentence each -------------------------------------------------------------
 def _seed_size(idx: RunIndex, digest: str) -> int | None:
     for r in idx.runs:
-        s = metric(r, "seed_build")
-        if isinstance(s, dict) and s.get("parameter_digest") == digest and is_number(s.get("params")):
-            return int(s["params"])
+        s = sidecar(r, SeedBuild)
+        if s is not None and s.parameter_digest == digest and is_number(s.params):
+            return int(s.params)
     return None
 
 
@@ -301,8 +310,7 @@ def scope_sentences(runs_dir) -> list[str]:
     contracts = [run_contract(r) for r in idx.runs if r.contract_digest]
     contract = next((c for c in contracts if c), None)
     out = []
-    built = [s["parameter_digest"] for r in idx.runs if isinstance(s := metric(r, "seed_build"), dict)
-             and s.get("parameter_digest")]
+    built = [s.parameter_digest for r in idx.runs if (s := sidecar(r, SeedBuild)) is not None and s.parameter_digest]
     for digest in seed_digests(runs_dir) or built:  # a tiny contract pins no seed: the one its runs built
         size = _seed_size(idx, digest)
         found = build_record(runs_dir, digest)
@@ -311,17 +319,17 @@ def scope_sentences(runs_dir) -> list[str]:
         if is_number(size):
             out.append(f"Model size: the seed {digest[:8]} has {_size(size)} parameters ({size:,}).")
         if found:
-            mix = [m for m in training_mix(found[0]) if "packed rows" not in m["kind"]]
-            total = sum(m["packed"] for m in mix)
-            fams = next((m for m in mix if m["kind"].startswith("task families")), None)
+            mix = [m for m in training_mix(found[0]) if m.conversations]
+            total = sum(m.packed for m in mix)
+            fams = next((m for m in mix if m.kind.startswith("task families")), None)
             taught = set(((found[0].get("data") or {}).get("tasks") or {}).get("per_family") or {})
-            scored = {p["family"] for c in {r.contract_digest for r in idx.runs} - {None}
-                      for p in accuracy_points(idx, c) if p["split"] == "final"} - {"all"}
+            scored = {p.family for c in {r.contract_digest for r in idx.runs} - {None}
+                      for p in accuracy_points(idx, c) if p.split == "final"} - {"all"}
             same = (", the families the final tasks score" if taught and taught == scored else
                     f"; the final tasks score {', '.join(sorted(scored))}" if scored else "")
             if total and fams:
-                out.append(f"Training data: {100 * fams['packed'] / total:.0f}% of its {total:,} training "
-                           f"conversations were {fams['kind']}{same}.")
+                out.append(f"Training data: {100 * fams.packed / total:.0f}% of its {total:,} training "
+                           f"conversations were {fams.kind}{same}.")
         else:
             out.append("Training data: this evidence keeps no build record of the seed's training mix.")
         full = full_seed_size(contract)

@@ -263,7 +263,7 @@ def in_distribution_sentence(runs_dir, idx: RunIndex) -> str | None:
         arms = "; ".join(f"{a} {fmt(v.change_nats_per_token)}" for a, v in changes.items())
         where = f"{ps.get('name')} rows {ps.get('start')}\u2013{ps.get('stop')}"
         if ps.get("sha256") and ps.get("sha256") == rs.get("sha256"):
-            pairs = "; ".join(f"{p['comparison']} {fmt(p['change_nats_per_token'])} ({p['reading']})"
+            pairs = "; ".join(f"{p.comparison} {fmt(p.change.change_nats_per_token)} ({p.reading})"
                               for p in retention_pairs(runs_dir))
             return (f"The study's retention probes ({probes.get('count')} records of {where}) are in-distribution: every "
                     f"arm trains on {replay.get('count')} records of the same source ({rs.get('name')} rows "

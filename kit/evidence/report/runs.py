@@ -10,6 +10,8 @@ import dataclasses
 import html
 import math
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from kit.digest import load_json_strict
 from kit.evidence import run_record as records
@@ -17,10 +19,10 @@ from kit.evidence.report.format import fmt, fmt_iso, root_html, run_link
 from kit.evidence.report.index import IndexedRun
 from kit.evidence.report.page import PAGE_CSS
 from kit.evidence.report.selection import Selected, Selection
-from kit.evidence.run_index import kept_runs, load_runs
+from kit.evidence.run_index import kept_rows, load_rows
 
 
-def _device_text(device: dict) -> str:
+def _device_text(device: Mapping[str, Any]) -> str:
     if device.get("gpu_count"):
         return f"{device['gpu_count']} x {device['gpus'][0]['name']}"
     return device.get("cpu") or ""
@@ -35,19 +37,19 @@ def run_table(runs_dir: str | os.PathLike):
 
     rows = []
     kept = []
-    for row in kept_runs(runs_dir):
-        r, folder = IndexedRun.of(row), row["kept_in"]
+    for k in kept_rows(runs_dir):
+        r, folder = k.run, k.kept_in or ""
         kept.append(dataclasses.replace(
             r, reason=f"kept in {folder}/ (ended {r.status})" + (f": {r.reason}" if r.reason else ""),
             status="superseded" if "superseded" in folder else "kept"))
-    for r in [IndexedRun.of(row) for row in load_runs(runs_dir)] + kept:
+    for r in load_rows(runs_dir) + kept:
         commit = r.commit
         rows.append({
             "run": r.run_id, "notebook": r.notebook, "status": r.status, "reason": r.reason or "",
             "started (UTC)": r.started_at, "duration (s)": r.duration_s,
             "commit": (commit[:12] + ("+dirty" if r.dirty else "")) if commit else "",
             "device": _device_text(r.device),
-            "roots produced": " ".join(e["root"] for e in r.checkpoint_roots["produced"]),
+            "roots produced": " ".join(e.root for e in r.roots.produced),
         })
     columns = ["run", "notebook", "status", "reason", "started (UTC)", "duration (s)", "commit", "device",
                "roots produced"]
@@ -102,11 +104,10 @@ def _bench_errors(row: IndexedRun) -> list[dict]:
 def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
     """Every run that did not complete, with its recorded error: a notebook's failing cell, exception and message;
     a benchmark record's failing step and error, never its command."""
-    rows = []
-    for r in (IndexedRun.of(row) for row in load_runs(runs_dir)):
+    rows: list[dict[str, Any]] = []
+    for r in load_rows(runs_dir):
         if r.status == "completed":
             continue
-        error = r.error or {}
         bench = _bench_errors(r) if r.notebook == "(benchmark script)" else []
         if bench:
             for e in bench:
@@ -119,9 +120,10 @@ def failure_rows(runs_dir: str | os.PathLike) -> list[dict]:
                              "exception": "", "message": str(msg)})
             continue
         reason = r.reason or ""
-        rows.append({"run": r.run_id, "status": r.status, "failing cell or step": error.get("cell_index"),
-                     "In [n]": error.get("execution_count"), "exception": error.get("ename", ""),
-                     "message": error.get("evalue", "" if reason.startswith("benchmark: ") else reason)
+        error = r.error
+        rows.append({"run": r.run_id, "status": r.status, "failing cell or step": error.cell_index if error else None,
+                     "In [n]": error.execution_count if error else None, "exception": error.ename if error else "",
+                     "message": (error.evalue if error else "" if reason.startswith("benchmark: ") else reason)
                      or "no error recorded"})
     return rows
 

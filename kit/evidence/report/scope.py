@@ -6,6 +6,7 @@ evidence, each naming the runs it stands on.
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any
 
 from kit.evidence.report.format import fmt, is_number, short
@@ -105,11 +106,25 @@ def scope_paragraphs(runs_dir) -> list[str]:
     return out
 
 
-def accuracy_points(idx: RunIndex, digest: str | None) -> list[dict]:
-    """Every per-family task accuracy recorded by a run of the contract `digest`: {run, split, model,
-    family, accuracy, correct, n}; the "all" row included (family "all"). Replicates' runs are read by the noise
-    section, not here: the frozen contract's numbers are its frozen runs'."""
-    out = []
+@dataclass(frozen=True, slots=True)
+class AccuracyPoint:
+    """A per-family task accuracy a run recorded (in memory): the run, its split, the model ("seed", "baseline",
+    "candidate" or as its sidecar names it), the family ("all": the overall row), the accuracy, and the counts
+    where recorded."""
+    run: str
+    split: Any
+    model: Any
+    family: Any
+    accuracy: float
+    correct: Any
+    n: Any
+
+
+def accuracy_points(idx: RunIndex, digest: str | None) -> list[AccuracyPoint]:
+    """Every per-family task accuracy recorded by a run of the contract `digest`; the "all" row included (family
+    "all"). Replicates' runs are read by the noise section, not here: the frozen contract's numbers are its frozen
+    runs'."""
+    out: list[AccuracyPoint] = []
     for r in idx.runs:
         if r.contract_digest != digest or is_replicate(r):
             continue
@@ -124,19 +139,19 @@ def accuracy_points(idx: RunIndex, digest: str | None) -> list[dict]:
                     continue
                 for side, model in models.items():
                     if is_number(row.get(f"accuracy_{side}")):
-                        out.append({"run": r.run_id, "split": split, "model": model, "family": family,
-                                    "accuracy": row[f"accuracy_{side}"], "correct": row.get(f"correct_{side}"),
-                                    "n": row.get("n")})
+                        out.append(AccuracyPoint(run=r.run_id, split=split, model=model, family=family,
+                                                 accuracy=row[f"accuracy_{side}"], correct=row.get(f"correct_{side}"),
+                                                 n=row.get("n")))
         elif isinstance(acc, list):
-            out += [{"run": r.run_id, "split": split, "model": x.get("model"), "family": x.get("family"),
-                     "accuracy": x["accuracy"], "correct": x.get("correct"), "n": x.get("n")}
+            out += [AccuracyPoint(run=r.run_id, split=split, model=x.get("model"), family=x.get("family"),
+                                  accuracy=x["accuracy"], correct=x.get("correct"), n=x.get("n"))
                     for x in acc if isinstance(x, dict) and is_number(x.get("accuracy"))]
     return out
 
 
 def caveat_sentence(idx: RunIndex, digest: str | None, contract: dict | None) -> str | None:
     """The scope caveat the trial's seed document requires, naming the contract's task families (as scored)."""
-    families = sorted({p["family"] for p in accuracy_points(idx, digest)} - {"all"})
+    families = sorted({p.family for p in accuracy_points(idx, digest)} - {"all"})
     if not families:
         return None
     doc = (contract or {}).get("seed_document")
@@ -146,22 +161,22 @@ def caveat_sentence(idx: RunIndex, digest: str | None, contract: dict | None) ->
 
 def accuracy_sentence(idx: RunIndex, digest: str | None) -> str | None:
     """The highest task accuracy per split, with the run, model and family that reached it."""
-    points = [p for p in accuracy_points(idx, digest) if p["family"] != "all"]
+    points = [p for p in accuracy_points(idx, digest) if p.family != "all"]
     parts = []
-    for split in dict.fromkeys(p["split"] for p in points):
-        best = max((p for p in points if p["split"] == split), key=lambda p: p["accuracy"])
-        parts.append(f"{split} {fmt(best['accuracy'])} ({best['run']}, {best['model']}, {best['family']})")
+    for split in dict.fromkeys(p.split for p in points):
+        best = max((p for p in points if p.split == split), key=lambda p: p.accuracy)
+        parts.append(f"{split} {fmt(best.accuracy)} ({best.run}, {best.model}, {best.family})")
     return ("Measured: the highest task accuracy of any model and family, per split: " + "; ".join(parts) + "."
             if parts else None)
 
 
 def seed_sentence(idx: RunIndex, digest: str | None) -> str | None:
     """How many generated tasks the seed answers, per split, from its overall ("all") rows."""
-    seeds = [p for p in accuracy_points(idx, digest) if p["model"] == "seed" and p["family"] == "all"
-             and is_number(p.get("correct")) and is_number(p.get("n"))]
+    seeds = [p for p in accuracy_points(idx, digest) if p.model == "seed" and p.family == "all"
+             and is_number(p.correct) and is_number(p.n)]
     groups: dict[tuple, list[str]] = {}
     for p in seeds:
-        groups.setdefault((p["split"], p["correct"], p["n"]), []).append(p["run"])
+        groups.setdefault((p.split, p.correct, p.n), []).append(p.run)
     parts = [f"{'none' if correct == 0 else fmt(correct)} of {fmt(n)} on the {split} split ({_runs_text(runs)})"
              for (split, correct, n), runs in groups.items()]
     return "Measured: of the generated tasks, the seed answers " + "; ".join(parts) + "." if parts else None

@@ -23,8 +23,9 @@ from kit.evidence.report.format import (
     root_html,
     run_link,
 )
-from kit.evidence.report.index import IndexedRun, RunIndex, gpu_names, index, metric, producer, run_contract
+from kit.evidence.report.index import IndexedRun, RunIndex, gpu_names, index, producer, run_contract
 from kit.evidence.report.selection import Selected, Selection
+from kit.evidence.report.sidecar_formats import Commits, Throughput, sidecar
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +56,11 @@ def lineage(row: IndexedRun, idx: RunIndex) -> Lineage | None:
     if parent_row and parent_row.parameters.get("COHORT") not in (None, p.get("COHORT")):
         kinds.append(f"new cohort {p.get('COHORT')} after cohort {parent_row.parameters['COHORT']}")
     own = None
-    thr, commits = metric(row, "throughput"), metric(row, "commits")
-    if isinstance(thr, dict) and is_number(thr.get("updates")) and isinstance(commits, dict) and commits.get("rows"):
-        cols = commits["columns"]
-        last = max(dict(zip(cols, r)).get("cohort_step", 0) for r in commits["rows"])
-        own = (last - thr["updates"] + 1, last)
+    thr, commits = sidecar(row, Throughput), sidecar(row, Commits)
+    if thr is not None and is_number(thr.updates) and commits is not None and commits.rows:
+        steps: tuple[Any, ...] = commits.cells("cohort_step", default=0)  # the recorded table's cohort steps
+        last = max(steps)
+        own = (last - thr.updates + 1, last)
     return Lineage(parent=parent, root=resume, kind=", ".join(kinds), own_updates=own)
 
 
@@ -94,8 +95,8 @@ def show_run(runs_dir: Selected, run_id: str) -> None:
             a, b = lin.own_updates
             rows_html += (f"<tr><th>this run's updates</th><td>cohort updates {a}\u2013{b} (earlier updates in its "
                           f"plots belong to its parent, drawn dashed)</td></tr>")
-    used = [u["root"] for u in row.checkpoint_roots.get("used", [])]
-    produced = [u["root"] for u in row.checkpoint_roots.get("produced", [])]
+    used = [u.root for u in row.roots.used]
+    produced = [u.root for u in row.roots.produced]
     for label, roots in (("checkpoints used", used), ("checkpoints produced", produced)):
         if roots:
             rows_html += (f"<tr><th>{label}</th><td>"

@@ -1,11 +1,13 @@
 """What the seed knew: its training mix by kind and count, its accuracy by family at each difficulty and labelled
 samples, all from the seed's build record (seed_build_record.json, found by parameter digest among the kept runs:
-kit.evidence.run_index.kept_runs), and what the cohorts teach beyond it (the first final against the seed, by
+kit.evidence.run_index.kept_rows), and what the cohorts teach beyond it (the first final against the seed, by
 family, from kit.results)."""
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
+from typing import Any
 
 from kit.digest import load_json_strict
 from kit.evidence.report.format import fmt, records_table
@@ -40,36 +42,55 @@ def build_record(runs_dir: Selected, digest: str) -> tuple[dict, str] | None:
     return None
 
 
-def training_mix(rec: dict) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class MixRow:
+    """One kind of the seed's training data (in memory; a row of the report's training-mix table): examples, epochs,
+    packed conversations (rows of text for general text) and its share of the conversations."""
+    kind: str
+    examples: Any
+    epochs: Any
+    packed: Any
+    share: str
+
+    @property
+    def conversations(self) -> bool:
+        """Conversations (the general text's packed rows are not)."""
+        return "packed rows" not in self.kind
+
+    def table_row(self) -> dict:
+        return {"kind": self.kind, "examples": self.examples, "epochs": self.epochs, "packed": self.packed,
+                "share": self.share}
+
+
+def training_mix(rec: dict) -> list[MixRow]:
     """The seed's training data by kind: examples, epochs and packed conversations, from its build record."""
     data = rec.get("data") or {}
     t = data.get("tasks") or {}
-    rows = []
+    kinds: list[tuple[str, Any, Any]] = []  # (kind, examples, epochs) of the conversations
     fam = sum((t.get("per_family") or {}).values())
-    rows.append({"kind": f"task families at difficulty {t.get('difficulty')} ({', '.join(t.get('per_family') or {})})",
-                 "examples": fam, "epochs": t.get("epochs", 1)})
+    kinds.append((f"task families at difficulty {t.get('difficulty')} ({', '.join(t.get('per_family') or {})})",
+                  fam, t.get("epochs", 1)))
     for key, label in (("practice", "practice primitives"), ("reworded", "reworded tasks"),
                        ("at_dev_difficulty", "tasks at the dev difficulty")):
         x = t.get(key) or {}
         if x.get("count"):
-            rows.append({"kind": f"{label} at difficulty {x.get('difficulty')}"
-                         + (f" ({', '.join(x['per_family'])})" if x.get("per_family") else ""),
-                         "examples": x["count"], "epochs": x.get("epochs", 1)})
+            kinds.append((f"{label} at difficulty {x.get('difficulty')}"
+                          + (f" ({', '.join(x['per_family'])})" if x.get("per_family") else ""),
+                          x["count"], x.get("epochs", 1)))
     pc = data.get("public_conversations") or {}
     if pc.get("train_range"):
-        rows.append({"kind": f"public conversations ({pc.get('name')})", "examples": pc["train_range"][1] - pc["train_range"][0],
-                     "epochs": pc.get("epochs", 1)})
+        kinds.append((f"public conversations ({pc.get('name')})", pc["train_range"][1] - pc["train_range"][0],
+                      pc.get("epochs", 1)))
     if (data.get("synthetic") or {}).get("count"):
-        rows.append({"kind": "synthetic conversations", "examples": data["synthetic"]["count"], "epochs": 1})
-    for r in rows:
-        r["packed"] = r["examples"] * r["epochs"]
-    total = sum(r["packed"] for r in rows)
-    for r in rows:
-        r["share"] = f"{100 * r['packed'] / total:.2f}%" if total else "\u2014"
+        kinds.append(("synthetic conversations", data["synthetic"]["count"], 1))
+    total = sum(examples * epochs for _, examples, epochs in kinds)
+    rows = [MixRow(kind=kind, examples=examples, epochs=epochs, packed=examples * epochs,
+                   share=f"{100 * examples * epochs / total:.2f}%" if total else "\u2014")
+            for kind, examples, epochs in kinds]
     gt = data.get("general_text") or {}
     if gt.get("rows"):
-        rows.append({"kind": f"general text ({gt.get('package')}), packed rows", "examples": gt.get("documents_train"),
-                     "epochs": gt.get("epochs", 1), "packed": gt.get("rows"), "share": "(rows of text, not conversations)"})
+        rows.append(MixRow(kind=f"general text ({gt.get('package')}), packed rows", examples=gt.get("documents_train"),
+                           epochs=gt.get("epochs", 1), packed=gt.get("rows"), share="(rows of text, not conversations)"))
     return rows
 
 
@@ -83,15 +104,15 @@ def seed_html(runs_dir) -> str:
             continue
         rec, where = found
         mix = training_mix(rec)
-        conv = [r for r in mix if "packed rows" not in r["kind"]]
-        total = sum(r["packed"] for r in conv)
-        taught = sum(r["packed"] for r in conv if "task" in r["kind"] or "practice" in r["kind"])
+        conv = [r for r in mix if r.conversations]
+        total = sum(r.packed for r in conv)
+        taught = sum(r.packed for r in conv if "task" in r.kind or "practice" in r.kind)
         built = (f"The seed {digest[:12]} ({fmt(rec.get('params'))} parameters, built in "
                  f"{fmt((rec.get('seconds') or {}).get('total'))} s on {rec.get('device')}; build record {where}) "
                  f"trained on {fmt(total)} packed conversations, {100 * taught / total:.1f}% of them task or practice "
                  "examples:")
         parts.append(f"<p>{html.escape(built)}</p>"
-                     + records_table(mix))
+                     + records_table([r.table_row() for r in mix]))
         acc = (rec.get("task_accuracy") or {}).get("at_difficulty") or {}
         if acc:
             fams = sorted({f for d in acc.values() for f in d})

@@ -21,8 +21,20 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from kit.evidence import run_record as records
-from kit.evidence.report.index import IndexedRun, metric
-from kit.record import ContractError, MapOf, Omittable, Opt, Record, Seq, build, spec_field, validate
+from kit.evidence.run_index import IndexedRun, metric
+from kit.record import (
+    BYTES,
+    ContractError,
+    Either,
+    MapOf,
+    Omittable,
+    Opt,
+    Record,
+    Seq,
+    build,
+    spec_field,
+    validate,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,3 +331,98 @@ class ScreenSpeed(Sidecar):
         Omittable(MapOf(SharedGpuArm)), doc="per arm whose workers shared GPUs, how")
     thresholds: SpeedThresholds = spec_field(SpeedThresholds, doc="the contract's threshold")
     verdict: str = spec_field(str, doc="`pass`, `fail` or `not evaluable`")
+
+
+# --- commits.json and throughput.json: an adaptive training run's commits and its update time --------------------
+CELL = Opt(Either(str, float))  # a table cell: a string, a number or null
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commits(Sidecar):
+    """The checkpoints a training run committed, as a table (kit/adaptive/sidecars.py)."""
+
+    NAME: ClassVar[str] = "commits"
+
+    columns: tuple[str, ...] = spec_field(Seq(str), doc="`cohort`, `cohort_step`, `step`, `full_root`, "
+                                                          "`learned_state_root`")
+    rows: tuple[tuple[str | float | None, ...], ...] = spec_field(Seq(Seq(CELL)), doc="one row per commit")
+
+    def cells(self, column: str, default: str | float | None = None) -> tuple[str | float | None, ...]:
+        """The values of one column, a row each; `default` for every row where the table has no such column."""
+        if column not in self.columns:
+            return tuple(default for _ in self.rows)
+        at = self.columns.index(column)
+        return tuple(row[at] for row in self.rows)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Throughput(Sidecar):
+    """A training run's update time and tokens (kit/adaptive/sidecars.py)."""
+
+    NAME: ClassVar[str] = "throughput"
+
+    assistant_tokens: int = spec_field(int, doc="assistant tokens trained on")
+    assistant_tokens_per_s: float = spec_field(float, doc="those per second of update time")
+    attempt: str = spec_field(str, doc="the attempt that wrote it")
+    fetched_bytes: int = spec_field(BYTES, doc="bytes fetched from the store")
+    status: str = spec_field(str, doc="the training's status")
+    update_seconds: float = spec_field(float, doc="update time")
+    updates: int = spec_field(int, doc="updates this run did")
+    workers: int = spec_field(int, doc="workers")
+
+
+# --- seed_build.json: the seed a build run trained --------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedBuild(Sidecar):
+    NAME: ClassVar[str] = "seed_build"
+
+    kit_version: str = spec_field(str, doc="the kit's version")
+    loss_final: float = spec_field(float, doc="the training loss at the end")
+    loss_initial: float = spec_field(float, doc="the training loss at the start")
+    parameter_digest: str = spec_field(str, doc="the seed's parameter digest")
+    params: int = spec_field(BYTES, doc="its parameter count")
+    seconds: float | Mapping[str, float] = spec_field(
+        Either(float, MapOf(float)), doc="the build's wall time, or per stage (`total` among them)")
+    threads: int | None = spec_field(Omittable(int), doc="CPU threads (absent: records before the field)")
+    torch_version: str = spec_field(str, doc="the torch version")
+    updates: int = spec_field(int, doc="training updates")
+    vocab_size: int = spec_field(int, doc="the tokenizer's vocabulary")
+
+
+# --- cost.json of a study arm: the contract's prices applied to what ran -----------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArmCost(Sidecar):
+    """A study arm's projection (kit.study.cost.arm_cost); an evaluation's `cost` is a list, drawn by its shape."""
+
+    NAME: ClassVar[str] = "cost"
+
+    cross_zone_bytes: int = spec_field(BYTES, doc="every rank's estimated ring bytes")
+    cross_zone_cost_usd: float = spec_field(float, doc="their price")
+    cross_zone_gb: float = spec_field(float, doc="the same bytes in GB")
+    gpu_cost_usd: float = spec_field(float, doc="at the seed's hosts' price")
+    gpu_hours: float = spec_field(float, doc="wall seconds x GPUs / 3600")
+    gpus: int | None = spec_field(Omittable(int), doc="GPUs charged (absent: records before the field)")
+    total_usd: float = spec_field(float, doc="GPU and cross-zone cost")
+
+
+def arm_cost(row: IndexedRun) -> ArmCost | None:
+    """A study arm run's `cost` sidecar; None where it records none, or records the list form (an evaluation's)."""
+    return sidecar(row, ArmCost) if isinstance(metric(row, ArmCost.NAME), dict) else None
+
+
+# --- evaluation_file.json: where a final evaluation's record is ---------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationFile(Sidecar):
+    """The evaluation record a final evaluation run scored (kit.adaptive.sidecars.evaluation_file); its run keeps a
+    copy under files/."""
+
+    NAME: ClassVar[str] = "evaluation_file"
+
+    baseline: str = spec_field(str, doc="the baseline model")
+    candidate: str = spec_field(str, doc="the candidate model")
+    comparison: str = spec_field(str, doc="the contract's comparison")
+    path: str = spec_field(str, doc="where the evaluation record was written")
+    retention: int = spec_field(int, doc="retention probes scored")
+    sha256: str = spec_field(str, doc="sha256 of the record")
+    split: str = spec_field(str, doc="`dev` or `final`")
+    tasks: int = spec_field(int, doc="tasks scored")

@@ -15,6 +15,7 @@ import html
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,21 @@ GPU_COST_NOTE = ('<p class="kit-note">The contract\'s prices (the seed\'s L40S h
                  'not what it cost. GPU time as measured is in the study\'s cost table under the verdicts.</p>')
 
 
+@dataclass(frozen=True, slots=True)
+class ColumnTable:
+    """A sidecar shaped as a table (in memory): {"columns": [...], "rows": [[...], ...]}, drawn as one whatever its
+    name (commits, dev_curve, ...)."""
+    columns: Any
+    rows: Any
+
+    @classmethod
+    def of(cls, obj: Any) -> ColumnTable | None:
+        """The table of a sidecar of that shape (other keys beside), else None."""
+        if not (isinstance(obj, dict) and set(obj) >= {"columns", "rows"}):
+            return None
+        return cls(columns=obj["columns"], rows=obj["rows"])
+
+
 def metric_view(obj: Any) -> tuple[str, Any]:
     """("curves", (x_name, x_values, {series: values})) | ("table", DataFrame) | ("json", obj)."""
     import pandas as pd  # noqa: PLC0415 - optional: the notebook runtime (kit/evidence/runtime.py)
@@ -53,8 +69,9 @@ def metric_view(obj: Any) -> tuple[str, Any]:
                     return "curves", (x, [r[x] for r in obj], {k: [r[k] for r in obj] for k in names})
         return "table", pd.DataFrame(obj)
     if isinstance(obj, dict) and obj:
-        if set(obj) >= {"columns", "rows"} and isinstance(obj["rows"], list):
-            return "table", pd.DataFrame(obj["rows"], columns=obj["columns"])
+        table = ColumnTable.of(obj)
+        if table is not None and isinstance(table.rows, list):
+            return "table", pd.DataFrame(table.rows, columns=table.columns)
         values = list(obj.values())
         lengths = {len(v) for v in values if isinstance(v, list)}
         if all(isinstance(v, list) and all(is_number(x) for x in v) for v in values) and len(lengths) == 1 \
@@ -143,7 +160,9 @@ def _named_view(row: IndexedRun, idx: RunIndex, name: str, obj: Any, title: str)
         return "<p>Drawn with nll_change_bounds above.</p>"
     if name == "dev_curve" and isinstance(obj, dict):
         fig = dev_curve_figure(obj, title)
-        return (img_html(*fig) if fig else "") + table_html(obj["columns"], obj["rows"], runs_by_root=rbr)
+        table = ColumnTable.of(obj)
+        return (img_html(*fig) if fig else "") + (table_html(table.columns, table.rows, runs_by_root=rbr)
+                                                  if table is not None else "")
     if name == "comparison" and isinstance(obj, dict):
         note = "" if obj.get("same_parameter_names", True) else f'<p class="kit-note">{GROWTH_NOTE}</p>'
         return kv_table(obj, runs_by_root=rbr) + note
@@ -170,8 +189,9 @@ def _reviewer_shape_view(name: str, obj: Any, rbr: dict) -> str | None:
         if name == "projection" and obj.get("clock_started_at") is None:
             note = '<p class="kit-note">clock_started_at \u2014: the study clock had not started.</p>'
         return kv_table(obj, runs_by_root=rbr) + note
-    if isinstance(obj, dict) and set(obj) >= {"columns", "rows"}:
-        return table_html(obj["columns"], obj["rows"], runs_by_root=rbr)
+    table = ColumnTable.of(obj)
+    if table is not None:
+        return table_html(table.columns, table.rows, runs_by_root=rbr)
     return None
 
 

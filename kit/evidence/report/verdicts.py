@@ -109,7 +109,7 @@ def _questions(ad: list[VerdictRow], st: list[VerdictRow], idx: RunIndex, suffix
         speed_text = f"{speed[0].verdict} ({speed[0].reason})"
     elif speed:
         s = speed_sensitivity(runs_dir, speed[0].runs[0])
-        speed_text += (f"; {fmt(s['ratio_after_first'])}x, {s['verdict_after_first']}, without each arm's first "
+        speed_text += (f"; {fmt(s.ratio_after_first)}x, {s.verdict_after_first}, without each arm's first "
                        "update)" if s else ")")
     covered = {"A_vs_seed", "growth_vs_control"}
     for comparison in dict.fromkeys(r.comparison for r in ad if r.verdict == "fail"):
@@ -130,12 +130,12 @@ def _speed_html(runs_dir) -> list[str]:
     """The speed screen's measurement per arm, and its verdict with and without the first updates."""
     rows = speed_rows(runs_dir)
     parts = []
-    for evaluation in dict.fromkeys(r["evaluation"] for r in rows):
-        mine = [{k: v for k, v in r.items() if k != "evaluation"} for r in rows if r["evaluation"] == evaluation]
+    for evaluation in dict.fromkeys(r.evaluation for r in rows):
+        mine = [r.table_row() for r in rows if r.evaluation == evaluation]
         s = speed_sensitivity(runs_dir, evaluation)
         reason = speed_reason(runs_dir, evaluation)
         parts.append(f"<h4>The speed screen's measurement, per arm ({html.escape(evaluation)})</h4>"
-                     + (f"<p>{html.escape(s['text'])}</p>" if s else "")
+                     + (f"<p>{html.escape(s.text)}</p>" if s else "")
                      + (f"<p>The speed screen is {NOT_EVALUABLE}: {html.escape(reason)}. GPU time and wire traffic "
                         "below are what ran.</p>" if reason else "") + records_table(mine))
     return parts
@@ -147,10 +147,10 @@ def _cost_html(runs_dir) -> list[str]:
     if not rows:
         return []
     tot = measured_totals(rows)
-    gpu_total = tot["gpu_seconds_all_attempts"]
-    zero = sum(1 for r in rows if r["wire_GiB"] == NOT_MEASURED and not r["interface counters"].startswith("none"))
-    none_kept = sum(1 for r in rows if r["interface counters"].startswith("none"))
-    text = (f"Every attempt that ran is listed: {tot['attempts']} arm run(s), {tot['superseded_attempts']} of them "
+    gpu_total = tot.gpu_seconds_all_attempts
+    zero = sum(1 for r in rows if r.wire_GiB == NOT_MEASURED and not r.interface_counters.startswith("none"))
+    none_kept = sum(1 for r in rows if r.interface_counters.startswith("none"))
+    text = (f"Every attempt that ran is listed: {tot.attempts} arm run(s), {tot.superseded_attempts} of them "
             "superseded (kept in their campaign folder); an attempt that left no run record cannot be listed. "
             + (f"GPU time of all attempts: {fmt(gpu_total)} GPU-seconds (wall seconds x the GPUs the workers used), "
                f"{UNPRICED}. " if gpu_total is not None else "No attempt ran on a GPU: no GPU time is priced. ")
@@ -162,14 +162,16 @@ def _cost_html(runs_dir) -> list[str]:
                "over the host's own links, which no interface counts)" if zero else "")
             + (f"; {none_kept} attempt(s) kept no interface counters" if none_kept else "")
             + (f": wire traffic {NOT_MEASURED}." if zero or none_kept else "."))
-    parts = ["<h4>Cost and traffic as measured, per attempt</h4>" + f"<p>{html.escape(text)}</p>" + records_table(rows)]
+    parts = ["<h4>Cost and traffic as measured, per attempt</h4>" + f"<p>{html.escape(text)}</p>"
+             + records_table([r.table_row() for r in rows])]
     proj = projection_cost_rows(runs_dir)
     if proj:
         parts.append("<h4>Projection at the seed's prices (not what the measured runs cost)</h4>"
                      "<p>The contract's cost frame (the seed's hosts: one L40S per g6e.2xlarge host, hosts in two "
                      "zones, cross-zone transfer priced per GiB each direction) applied to each attempt's measured "
                      "wall time and to ring bytes estimated from its logical bytes. The hardware that ran was not "
-                     "that, and no byte of these runs crossed zones.</p>" + records_table(proj))
+                     "that, and no byte of these runs crossed zones.</p>"
+                     + records_table([p.table_row() for p in proj]))
     return parts
 
 
@@ -178,12 +180,12 @@ def _retention_html(runs_dir) -> list[str]:
     if not pairs:
         return []
     first = pairs[0]
-    text = (f"Token-weighted retention NLL change per token, arm against arm on the same {first['n']} probes "
-            f"({first['source']}), with a paired normal 95% interval (delta method): reported, not gated. "
-            + " ".join(f"{p['comparison']}: {fmt(p['change_nats_per_token'])} nats/token "
-                       f"(95% CI {fmt(p['lower_95'])} to {fmt(p['upper_95'])}; {p['reading']})." for p in pairs))
+    text = (f"Token-weighted retention NLL change per token, arm against arm on the same {first.change.n} probes "
+            f"({first.source}), with a paired normal 95% interval (delta method): reported, not gated. "
+            + " ".join(f"{p.comparison}: {fmt(p.change.change_nats_per_token)} nats/token "
+                       f"(95% CI {fmt(p.change.lower_95)} to {fmt(p.change.upper_95)}; {p.reading})." for p in pairs))
     return ["<h4>Retention, arm against arm (reported, not gated)</h4>" + f"<p>{html.escape(text)}</p>"
-            + records_table(pairs)]
+            + records_table([p.table_row() for p in pairs])]
 
 
 def show_verdicts(runs_dir: Selected) -> None:
@@ -204,7 +206,8 @@ def show_verdicts(runs_dir: Selected) -> None:
             parts += _speed_html(selection) + _cost_html(selection) + _retention_html(selection)
     analysed = gate_analysis_rows(selection)
     if analysed:  # a failing gate is analysed, never rescued by a re-run on final data
-        parts.append("<h4>Failing gates and screen parts, analysed</h4>" + records_table(analysed))
+        parts.append("<h4>Failing gates and screen parts, analysed</h4>"
+                     + records_table([a.table_row() for a in analysed]))
     projection = projection_html(idx)
     if projection:
         parts.append(projection)
