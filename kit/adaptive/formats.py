@@ -302,7 +302,7 @@ class PrepareSummary(Record):
     out: str = spec_field(str, doc="the prepared directory")
     job_digest: str = spec_field(str)
     prepared_sha256: str = spec_field(str)
-    ledger_sha256: str | None = spec_field(Omittable(Opt(str)), doc="the exposure ledger as read (null: absent)")
+    ledger_sha256: str | None = spec_field(Opt(str), doc="the exposure ledger as read (null: absent)")
     contract_digest: str = spec_field(str)
     parameter_digest: str | None = spec_field(Omittable(str), doc="an adaptive job's seed")
     start: StartSummary | None = spec_field(Omittable(StartSummary), doc="a continued job's start endpoint")
