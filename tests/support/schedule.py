@@ -14,30 +14,36 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# Files by their time under `make test` on a 2-core x86 box with other load (seconds of worker time,
-# setup included, from --durations=0), longest first. Paths relative to tests/.
+# Files by their worker time under `make test` on a 2-core x86 box (seconds, setup included, from --durations=0
+# on 2026-12-06 with one other job running, so about 1.2x a quiet machine's), longest first; test_type_check.py
+# as under `make test`, whose lint fills mypy's cache first. Paths relative to tests/.
 LONGEST_FIRST = (
-    "test_replay.py",                   # ~195: replays demo-seed, the tiny prepare and an arm
-    "test_examples.py",                 # ~190: both examples/*.sh end to end
-    "test_replicates_tiny.py",          # ~150: the tiny replicate path, plan to fresh finals (2026-12-05, loaded)
-    "test_newcomer_training.py",        # ~70: resume, an aborted attempt, a study arm while it trains
-    "test_report_first_screen.py",      # ~60: the medium page in headless Chromium at two widths
-    "test_adaptive_netns.py",           # ~50: two network namespaces
-    "test_report.py",                   # ~50: the report over runs/, in headless Chromium
-    "test_checkpoint_training.py",      # ~50: multi-process resume, migration, kills
-    "test_engine.py",                   # ~48: gloo workers against the oracle
-    "test_numeric_profile.py",          # ~47: the probe under several thread counts
-    "reliability/test_rank_faults.py",  # ~43
-    "test_medium_pilot.py",             # ~41
-    "test_integrity.py",                # ~35
-    "test_worker_faults.py",            # ~27
-    "test_torchrun.py",                 # ~27
-    "test_digest.py",                   # ~25
-    "test_seed.py",                     # ~24
-    "test_study.py",                    # ~21
-    "test_evidence.py",                 # ~19
-    "test_readme_python.py",            # ~17
-    "test_async_commit.py",             # ~16
+    "test_replay.py",                     # ~221: replays demo-seed, the tiny prepare and an arm
+    "test_examples.py",                   # ~177: both examples/*.sh end to end
+    "test_replicates_tiny.py",            # ~166: the tiny replicate path, plan to fresh finals
+    "reliability/test_signals.py",        # ~94: signals to training runs
+    "test_run_at_once.py",                # ~69
+    "test_medium_pilot.py",               # ~66
+    "test_checkpoint_training.py",        # ~62: multi-process resume, migration, kills
+    "test_numeric_profile.py",            # ~61: the probe under several thread counts
+    "test_report.py",                     # ~57: the report over runs/, in headless Chromium
+    "test_adaptive_netns.py",             # ~56: two network namespaces
+    "test_newcomer_training.py",          # ~55: resume, an aborted attempt, a study arm while it trains
+    "test_digest.py",                     # ~54
+    "reliability/test_rank_faults.py",    # ~53
+    "test_own_model.py",                  # ~52
+    "test_report_page.py",                # ~50
+    "test_study_pilot.py",                # ~48
+    "test_engine.py",                     # ~46: gloo workers against the oracle
+    "test_integrity.py",                  # ~42
+    "test_verify_repository.py",          # ~42
+    "test_report_first_screen.py",        # ~41: the medium page in headless Chromium at two widths
+    "test_update_levers.py",              # ~34
+    "test_readme_python.py",              # ~31
+    "reliability/test_locks_and_leftovers.py",  # ~30
+    "test_archive.py",                    # ~28
+    "test_newcomer_evidence.py",          # ~27
+    "test_seed.py",                       # ~24
 )
 
 
