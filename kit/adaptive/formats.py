@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
-from kit.evaluation.scoring import NllScore, TaskAnswer
+from kit.evaluation.scoring import FamilyAccuracy, NllScore, TaskAnswer
 from kit.model.shard import Layout
 from kit.record import BYTES, MAX_COUNT, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
@@ -856,13 +856,6 @@ def commit_cursor(manifest: Manifest) -> CommitCursor:
 
 # --- the development curve (dev-curve.json, kit.adaptive.dev_curve) ------------------------------------------------
 CURVE_FORMAT = "kit-adaptive-dev-curve/1"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FamilyAccuracy(Record):
-    n: int = spec_field(int, doc="tasks of the family")
-    correct: int = spec_field(int, doc="correct greedy replies")
-    accuracy: float = spec_field(float, doc="correct / n")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -73,7 +73,7 @@ def _runs(runs_dir: Path) -> dict[str, _Run]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FamilyAccuracy(Record):
+class PairedFamilyAccuracy(Record):
     """One family's entry (or "all", every task) of the `accuracy_by_family` sidecar of a development scoring."""
     n: int = spec_field(int, doc="tasks scored")
     correct_candidate: int = spec_field(int, doc="answered right by the candidate")
@@ -133,14 +133,14 @@ def _sidecar(run: _Run, cls: type[S]) -> S | None:
     return cls.from_json(load_json_strict(path), str(path)) if path.is_file() else None
 
 
-def _accuracy(run: _Run) -> Mapping[str, FamilyAccuracy] | None:
-    """The run's `accuracy_by_family` sidecar, family (or "all") -> FamilyAccuracy; None when not there."""
+def _accuracy(run: _Run) -> Mapping[str, PairedFamilyAccuracy] | None:
+    """The run's `accuracy_by_family` sidecar, family (or "all") -> PairedFamilyAccuracy; None when not there."""
     path = metric_path(run.dir, "accuracy_by_family")
     if not path.is_file():
         return None
     value = load_json_strict(path)
-    validate(value, MapOf(FamilyAccuracy), "", str(path))
-    return build(value, MapOf(FamilyAccuracy))
+    validate(value, MapOf(PairedFamilyAccuracy), "", str(path))
+    return build(value, MapOf(PairedFamilyAccuracy))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

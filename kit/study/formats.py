@@ -636,7 +636,7 @@ class ScreenArm(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FamilyAccuracy(Record):
+class FamilyAccuracyRow(Record):
     """One row of a model's accuracy by family (kit.stats.accuracy_by_family; the last row's family is 'all')."""
     family: str = spec_field(str, doc="the family")
     n: int = spec_field(int, doc="tasks")
@@ -648,14 +648,6 @@ class FamilyAccuracy(Record):
 class FamilyDifference(Record):
     n: int = spec_field(int, doc="the family's tasks")
     difference: float = spec_field(float, doc="candidate minus reference accuracy")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GainedLost(Record):
-    """kit.stats.gained_lost's counts."""
-    gained: int = spec_field(int, doc="right for the candidate only")
-    lost: int = spec_field(int, doc="right for the reference only")
-    net: int = spec_field(int, doc="gained - lost")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -814,8 +806,8 @@ class StudyScreens(Record):
     candidate: str = spec_field(str, doc="the candidate arm")
     controls: tuple[str, ...] = spec_field(Seq(str), doc="the control arms")
     arms: tuple[ScreenArm, ...] = spec_field(Seq(ScreenArm), doc="every contract arm, in contract order")
-    accuracy_by_family: Mapping[str, tuple[FamilyAccuracy, ...]] = spec_field(
-        MapOf(Seq(FamilyAccuracy)), doc="per model label")
+    accuracy_by_family: Mapping[str, tuple[FamilyAccuracyRow, ...]] = spec_field(
+        MapOf(Seq(FamilyAccuracyRow)), doc="per model label")
     paired_task_change: Mapping[str, Mapping[str, PairedChange]] = spec_field(
         MapOf(MapOf(PairedChange)), doc="per arm, per reference")
     retention_change: Mapping[str, RetentionChange] = spec_field(MapOf(RetentionChange), doc="per arm")

@@ -32,6 +32,7 @@ import numpy as np
 
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
+from kit.adaptive.formats import GainedLost
 from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
 from kit.evidence.ledger import ledger_path, record_exposures
@@ -41,11 +42,10 @@ from kit.study.arms import FREEZE_FILE, NON_RUN, arm_record, arm_statuses, attem
 from kit.study.cost import ArmCosts, cost_table
 from kit.study.formats import (
     Endpoint,
-    FamilyAccuracy,
+    FamilyAccuracyRow,
     FamilyDifference,
     Freeze,
     FrozenArm,
-    GainedLost,
     ModelScores,
     Noninferiority,
     NotCompletedArm,
@@ -272,10 +272,10 @@ def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: fl
 
 
 # --- the study JSON -------------------------------------------------------------------------
-def _accuracy(scores: ModelScores) -> tuple[FamilyAccuracy, ...]:
+def _accuracy(scores: ModelScores) -> tuple[FamilyAccuracyRow, ...]:
     """The model's accuracy by family (kit.stats.accuracy_by_family's table, one record a row)."""
     frame = accuracy_by_family([t.to_json() for t in scores.tasks])
-    return tuple(FamilyAccuracy.from_json({k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()},
+    return tuple(FamilyAccuracyRow.from_json({k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()},
                                           f"accuracy by family of {scores.label}")
                  for row in frame.to_dict("records"))
 
