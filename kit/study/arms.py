@@ -43,6 +43,7 @@ from kit.distributed.launch import WorkerFailure, launch
 from kit.distributed.traffic import LogicalTraffic, counter_delta, interface_counters_or_none
 from kit.engine.session import Session
 from kit.environ import temporary_environ
+from kit.evidence.report.sidecar_formats import SharedGpuArm
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
@@ -69,7 +70,6 @@ from kit.study.formats import (
     ReplicaResult,
     ReplicateOrder,
     Schedule,
-    SharedGpus,
     StudyClock,
     TrainRow,
     UpdateRow,
@@ -459,15 +459,15 @@ def availability(terms: StudyContract, arm, cuda_devices: int | None = None) -> 
     return None
 
 
-def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None) -> SharedGpus | None:
+def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None) -> SharedGpuArm | None:
     """The `shared_gpus` an admitted arm will have on this host (None: each worker has its own GPU, or
     CPU). The record keeps it only until the ranks report their own (kit.study.measurement.shared_gpus);
     a failed attempt, whose ranks reported nothing, keeps it, marked by its `source`."""
     n = _host_gpus(cuda_devices) if terms.device == "cuda" else None
     if n is None or arm.workers <= n:
         return None
-    return SharedGpus(workers=arm.workers, gpus=n, transport=STAGED_BACKEND,
-                      source="admission (this host's GPU count; the ranks reported nothing)")
+    return SharedGpuArm(workers=arm.workers, gpus=n, transport=STAGED_BACKEND,
+                        source="admission (this host's GPU count; the ranks reported nothing)")
 
 
 def _clock(study_dir: Path) -> float | None:

@@ -18,6 +18,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from kit.evidence.report.sidecar_formats import (
+    ArmCost,
+    NotCompletedArm,
+    QualityInputs,
+    QualityThresholds,
+    RetentionChange,
+    SharedGpuArm,
+    SpeedInputs,
+    SpeedThresholds,
+)
 from kit.record import BYTES, SEED, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 
 JSON_DEPTH = 12  # lists and objects nested this deep: the deepest undeclared part (hosts' interfaces) is 3
@@ -37,15 +47,6 @@ def _any_json(depth: int) -> Either:
 
 JSON_VALUE = _any_json(JSON_DEPTH)
 ARM_STATUSES = ("completed", "partial", "failed", "rejected", "unavailable")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SharedGpus(Record):
-    """Workers that shared fewer GPUs than there are workers (kit.study.measurement.shared_gpus)."""
-    workers: int = spec_field(Num(1, integer=True), doc="the arm's workers")
-    gpus: int = spec_field(Num(1, integer=True), doc="the distinct (host, device) pairs they ran on")
-    transport: str = spec_field(str, doc="the group's backend, e.g. gloo (host-staged)")
-    source: str = spec_field(str, doc="'ranks' (their reports) or the admission's count")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,18 +248,6 @@ class ArmMeasurement(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ArmCost(Record):
-    """The contract's cost frame applied to what ran (kit.study.cost.arm_cost)."""
-    gpus: int | None = spec_field(Omittable(Num(0, integer=True)), doc="GPUs charged (older records: absent)")
-    gpu_hours: float = spec_field(float, doc="wall s x gpus / 3600")
-    gpu_cost_usd: float = spec_field(float, doc="at the seed's hosts' price")
-    cross_zone_bytes: int = spec_field(BYTES, doc="every rank's estimated ring bytes")
-    cross_zone_gb: float = spec_field(float, doc="the same in GB")
-    cross_zone_cost_usd: float = spec_field(float, doc="their price")
-    total_usd: float = spec_field(float, doc="gpu and cross-zone cost")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ArmProjection(Record):
     """What an arm was projected to take and cost before it started, against the study's deadline and bound
     (kit.study.cost.project_arm); the arm record's `projection` and the `projection` sidecar."""
@@ -344,7 +333,7 @@ class ArmRecord(Record):
     measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="what ran, measured")
     traffic: ArmTraffic | None = spec_field(Opt(ArmTraffic), doc="interfaces and the ranks' logical traffic")
     cost: ArmCost | None = spec_field(Opt(ArmCost), doc="what ran, priced")
-    shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs")
+    shared_gpus: SharedGpuArm | None = spec_field(Omittable(Opt(SharedGpuArm)), doc="workers sharing GPUs")
     launcher: str | None = spec_field(Omittable(str), doc="torchrun (kit/study/hosts.py)")
     hosts: tuple[ArmHost, ...] | None = spec_field(Omittable(Seq(ArmHost)), doc="per rank under torchrun")
     replicate: ReplicateOrder | None = spec_field(Omittable(ReplicateOrder), doc="a replicate's data order")
@@ -628,7 +617,7 @@ class ScreenArm(Record):
     replicas_equal: bool | None = spec_field(Opt(bool), doc="every commit's replicas equal")
     projection: ArmProjection | None = spec_field(Opt(ArmProjection), doc="the record's projection")
     measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="the record's measurement")
-    shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs (older: "
+    shared_gpus: SharedGpuArm | None = spec_field(Omittable(Opt(SharedGpuArm)), doc="workers sharing GPUs (older: "
                                                                                 "absent)")
     logical_traffic_rank0: LogicalTrafficSummary | None = spec_field(Opt(LogicalTrafficSummary),
                                                                     doc="rank 0's logical traffic")
@@ -677,41 +666,6 @@ class PairedChange(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RetentionChange(Record):
-    """An arm's retention NLL change against the seed with its delta-method upper bound
-    (kit.study.screens.retention_change; the `retention_change` sidecar's values)."""
-    n: int = spec_field(int, doc="retention probes")
-    tokens: int = spec_field(int, doc="their assistant tokens")
-    change_nats_per_token: float = spec_field(float, doc="the arm's minus the seed's NLL per token")
-    upper: float = spec_field(float, doc="the upper bound")
-    multiplier: float = spec_field(float, doc="the normal multiplier")
-    rule: str = spec_field(str, doc="the bound, in words")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NotCompletedArm(Record):
-    """An arm a screen needs that did not complete."""
-    arm: str = spec_field(str, doc="the arm")
-    status: str = spec_field(str, doc="its status")
-    reason: str | None = spec_field(Opt(str), doc="why")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QualityInputs(Record):
-    task_gain: float | None = spec_field(Opt(float), doc="the candidate's accuracy gain over the seed")
-    retention_upper: float | None = spec_field(Opt(float), doc="its retention change's upper bound")
-    noninferiority_lower: Mapping[str, float | None] = spec_field(MapOf(Opt(float)), doc="per control, the bound")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QualityThresholds(Record):
-    min_task_gain: float = spec_field(float, doc="the contract's least task gain")
-    max_retention_upper_nats: float = spec_field(float, doc="the contract's bound on the retention change")
-    noninferiority_margin: float = spec_field(float, doc="the contract's margin")
-    normal_multiplier: float = spec_field(float, doc="the contract's normal multiplier")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class QualityScreen(Record):
     """The quality screen (kit.study.screens.quality_screen; the `screen_quality` sidecar)."""
     name: str = spec_field(OneOf("quality"), doc="quality")
@@ -726,17 +680,6 @@ class QualityScreen(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SpeedInputs(Record):
-    candidate_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the candidate's active throughput")
-    baseline_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the baseline's")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpeedThresholds(Record):
-    min_speedup: float = spec_field(float, doc="the contract's least throughput ratio")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SpeedScreen(Record):
     """The speed screen (kit.study.screens.speed_screen; the `screen_speed` sidecar). Screens made before the
     workers could share GPUs have neither `reason` nor `shared_gpus`."""
@@ -744,7 +687,7 @@ class SpeedScreen(Record):
     verdict: str = spec_field(str, doc="pass, fail or not evaluable")
     ratio: float | None = spec_field(Opt(float), doc="candidate / baseline throughput (null: not measured)")
     reason: str | None = spec_field(Omittable(Opt(str)), doc="why not measured (null: measured)")
-    shared_gpus: Mapping[str, SharedGpus] | None = spec_field(Omittable(MapOf(SharedGpus)),
+    shared_gpus: Mapping[str, SharedGpuArm] | None = spec_field(Omittable(MapOf(SharedGpuArm)),
                                                              doc="per arm whose workers shared GPUs, how")
     inputs: SpeedInputs = spec_field(SpeedInputs, doc="the throughputs compared")
     thresholds: SpeedThresholds = spec_field(SpeedThresholds, doc="the contract's threshold")
@@ -863,19 +806,6 @@ class FamilyAccuracySidecar(Record):
     n: int = spec_field(int, doc="tasks")
     correct: int = spec_field(int, doc="answered right")
     accuracy: float = spec_field(float, doc="correct / n")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskChangeSidecar(Record):
-    """One "ARM vs REFERENCE" of the `paired_task_change` sidecar (the report reads it as TaskChange)."""
-    n: int = spec_field(int, doc="tasks")
-    candidate_correct: int = spec_field(int, doc="right for the candidate")
-    reference_correct: int = spec_field(int, doc="right for the reference")
-    difference: float = spec_field(float, doc="candidate minus reference accuracy")
-    gained: int = spec_field(int, doc="right for the candidate only")
-    lost: int = spec_field(int, doc="right for the reference only")
-    net: int = spec_field(int, doc="gained - lost")
-    noninferiority_lower: float = spec_field(float, doc="the noninferiority lower bound")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

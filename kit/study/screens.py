@@ -30,12 +30,21 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from kit.adaptive.formats import GainedLost
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
-from kit.adaptive.formats import GainedLost
 from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
 from kit.evidence.ledger import ledger_path, record_exposures
+from kit.evidence.report.sidecar_formats import (
+    NotCompletedArm,
+    QualityInputs,
+    QualityThresholds,
+    RetentionChange,
+    SharedGpuArm,
+    SpeedInputs,
+    SpeedThresholds,
+)
 from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, ratio_change_normal_upper
 from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_record, arm_statuses, attempt_records
@@ -48,19 +57,12 @@ from kit.study.formats import (
     FrozenArm,
     ModelScores,
     Noninferiority,
-    NotCompletedArm,
     PairedChange,
     ProbeScore,
-    QualityInputs,
     QualityScreen,
-    QualityThresholds,
-    RetentionChange,
     ScreenArm,
     Screens,
-    SharedGpus,
-    SpeedInputs,
     SpeedScreen,
-    SpeedThresholds,
     StudyScores,
     StudyScreens,
     TaskScore,
@@ -236,7 +238,7 @@ def quality_screen(task_gain: float | None, retention_upper: float | None,
              "and, for every control, noninferiority lower bound > -margin")
 
 
-def shared_gpus_reason(shared: dict[str, SharedGpus]) -> str:
+def shared_gpus_reason(shared: dict[str, SharedGpuArm]) -> str:
     """Why the speed screen is not measured when arms' workers shared GPUs (their arm records'
     `shared_gpus`): a pair sharing one GPU time-slices it, so its throughput is not the method's."""
     gpus = {s.gpus for s in shared.values()}
@@ -247,7 +249,7 @@ def shared_gpus_reason(shared: dict[str, SharedGpus]) -> str:
 
 
 def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens,
-                 shared_gpus: dict[str, SharedGpus | None] | None = None) -> SpeedScreen:
+                 shared_gpus: dict[str, SharedGpuArm | None] | None = None) -> SpeedScreen:
     """Candidate over baseline active throughput against min_speedup (`screens`: the contract terms'
     section). `shared_gpus`: the candidate's and
     the baseline's arm records' `shared_gpus` by arm; when either shared GPUs the verdict is not
@@ -326,7 +328,7 @@ def write_screens(study_dir: str | os.PathLike) -> StudyScreens:
         return rec.measurement.active_tokens_per_s if rec and rec.measurement and rec.status == "completed" \
             else None
 
-    def shared(arm: str) -> SharedGpus | None:
+    def shared(arm: str) -> SharedGpuArm | None:
         rec = records.get(arm)
         return rec.shared_gpus if rec else None
 

@@ -27,6 +27,7 @@ from kit.record import (
     ContractError,
     Either,
     MapOf,
+    Num,
     Omittable,
     Opt,
     Record,
@@ -308,12 +309,13 @@ class SpeedThresholds(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SharedGpuArm(Record):
-    """Workers of an arm that shared fewer GPUs than there are workers (the arm record's `shared_gpus`)."""
+    """Workers of an arm that shared fewer GPUs than there are workers (the arm record's `shared_gpus`;
+    kit.study.measurement.shared_gpus and kit.study.arms.expected_sharing make it)."""
 
-    gpus: int = spec_field(int, doc="the distinct (host, device) pairs they ran on")
+    gpus: int = spec_field(Num(1, integer=True), doc="the distinct (host, device) pairs they ran on")
     source: str = spec_field(str, doc="`ranks` (their reports) or the admission's count")
-    transport: str = spec_field(str, doc="the group's backend")
-    workers: int = spec_field(int, doc="the arm's workers")
+    transport: str = spec_field(str, doc="the group's backend, e.g. gloo (host-staged)")
+    workers: int = spec_field(Num(1, integer=True), doc="the arm's workers")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -401,7 +403,7 @@ class ArmCost(Sidecar):
     cross_zone_gb: float = spec_field(float, doc="the same bytes in GB")
     gpu_cost_usd: float = spec_field(float, doc="at the seed's hosts' price")
     gpu_hours: float = spec_field(float, doc="wall seconds x GPUs / 3600")
-    gpus: int | None = spec_field(Omittable(int), doc="GPUs charged (absent: records before the field)")
+    gpus: int | None = spec_field(Omittable(Num(0, integer=True)), doc="GPUs charged (absent: records before the field)")
     total_usd: float = spec_field(float, doc="GPU and cross-zone cost")
 
 
