@@ -46,7 +46,6 @@ from kit.adaptive.formats import (
     Cursor,
     FileDigest,
     FinalRetentionReport,
-    LedgerSummary,
     PairedScores,
     PreparedContract,
     PreparedJob,
@@ -70,7 +69,7 @@ from kit.adaptive.selection import (
 from kit.data.conversations import read_jsonl, write_jsonl
 from kit.data.tasks import generate_set
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
-from kit.evidence.ledger import tasks_excluding
+from kit.evidence.ledger import LedgerSummary, tasks_excluding
 from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import input_commitments

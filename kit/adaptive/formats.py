@@ -22,8 +22,9 @@ from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
 from kit.evaluation.scoring import FamilyAccuracy, NllScore, TaskAnswer
+from kit.evidence.ledger import LedgerPin
 from kit.model.shard import Layout
-from kit.record import BYTES, MAX_COUNT, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
+from kit.record import MAX_COUNT, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 from kit.store.manifest import Manifest
 
@@ -152,24 +153,6 @@ class LedgerRead(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LedgerSummary(Record):
-    """What a preparation read of the exposure ledger (kit.evidence.ledger.ledger_summary), read once by
-    `kit.adaptive.prepare.ledger_exposure`: prepared.json's `ledger` and `locations.ledger*` are built from it."""
-
-    path: str = spec_field(str, doc="the ledger, absolute")
-    sha256: str | None = spec_field(Opt(str), doc="null: no ledger yet")
-    size: int = spec_field(BYTES, doc="its bytes (0: absent)")
-    entries: int = spec_field(int)
-    digests: Counts = spec_field(MapOf(int), doc="exposed digests per kind")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LedgerHead(Record):
-    size: int = spec_field(int, doc="bytes of the ledger as read (0: absent)")
-    sha256: str = spec_field(str)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Locations(Record):
     contract: str = spec_field(str)
     seed: str = spec_field(str)
@@ -177,7 +160,7 @@ class Locations(Record):
     public_source: str = spec_field(str)
     dev_retention: str | None = spec_field(Opt(str))
     ledger: str = spec_field(str)
-    ledger_head: LedgerHead | None = spec_field(Omittable(LedgerHead), doc="recorded since 2026-12-04")
+    ledger_head: LedgerPin | None = spec_field(Omittable(LedgerPin), doc="recorded since 2026-12-04")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,7 +172,7 @@ class ContinuedLocations(Record):
     replay: str = spec_field(str)
     public_source: str = spec_field(str)
     ledger: str = spec_field(str)
-    ledger_head: LedgerHead | None = spec_field(Omittable(LedgerHead), doc="recorded since 2026-12-04")
+    ledger_head: LedgerPin | None = spec_field(Omittable(LedgerPin), doc="recorded since 2026-12-04")
     start_evaluation: str = spec_field(str)
 
 

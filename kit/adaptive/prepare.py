@@ -33,9 +33,7 @@ from kit.adaptive.formats import (
     FileDigest,
     FinalRetentionReport,
     FinalTasksReport,
-    LedgerHead,
     LedgerRead,
-    LedgerSummary,
     Locations,
     PreparedContract,
     PreparedJob,
@@ -65,11 +63,13 @@ from kit.digest import sha256_file, sha256_json, write_canonical_json
 from kit.evidence.ledger import (
     CONVERSATION_KINDS,
     TASK_KINDS,
+    LedgerPin,
+    LedgerSummary,
     exposed_digests,
     exposure_hint,
-    ledger_head,
     ledger_path,
-    ledger_summary,
+    ledger_pin,
+    summarize_ledger,
     tasks_excluding,
 )
 from kit.inventory import check_shapes, inventory, inventory_digest, parameter_digest
@@ -393,7 +393,7 @@ def ledger_exposure(ledger, contract_digest: str,
     later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself.
     `ledger` None: ledger_path(scope), the ledger scoped to the job being prepared into `scope`."""
     ledger = Path(ledger) if ledger is not None else ledger_path(scope)
-    return (ledger, LedgerSummary.from_json(ledger_summary(ledger), f"{ledger}: the ledger's summary"), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
+    return (ledger, summarize_ledger(ledger), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
             frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract_digest)))
 
 
@@ -432,9 +432,9 @@ def ledger_record(ledger_info: LedgerSummary, exposed_tasks: frozenset, exposed_
                       rule="every digest exposed under another contract")
 
 
-def read_ledger_head(info: LedgerSummary) -> LedgerHead:
-    """prepared.json's `locations.ledger_head` of the ledger a preparation read (kit.evidence.ledger.ledger_head)."""
-    return LedgerHead.from_json(ledger_head(info.to_json()), f"{info.path}: the ledger's head")
+def read_ledger_head(info: LedgerSummary) -> LedgerPin:
+    """prepared.json's `locations.ledger_head` of the ledger a preparation read (kit.evidence.ledger.ledger_pin)."""
+    return ledger_pin(info)
 
 
 def seed_inputs(seed_dir: Path) -> dict[str, Path]:
