@@ -24,6 +24,7 @@ import numpy as np
 
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import archive
+from kit.evidence.dev_evaluation_format import DevEvaluation, ModelSource, SeedSource
 from kit.evidence.replicate_design import FinalDesign
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.sidecar_formats import (
@@ -141,53 +142,6 @@ def _accuracy(run: _Run) -> Mapping[str, PairedFamilyAccuracy] | None:
     value = load_json_strict(path)
     validate(value, MapOf(PairedFamilyAccuracy), "", str(path))
     return build(value, MapOf(PairedFamilyAccuracy))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSource(Record):
-    """A scored commit."""
-    home: str = spec_field(str, doc="its checkpoint home")
-    full_root: str = spec_field(str, doc="its full root")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SeedSource(Record):
-    """The scored seed."""
-    seed_dir: str = spec_field(str, doc="the seed folder")
-    parameter_digest: str = spec_field(str, doc="its parameter digest")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScoredTask(Record):
-    """One task's greedy reply and verdict."""
-    id: str = spec_field(str, doc="the task")
-    family: str = spec_field(str, doc="its family")
-    reply: str = spec_field(str, doc="the reply")
-    correct: bool = spec_field(bool, doc="whether it is right")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScoredNll(Record):
-    """One conversation's summed NLL over its assistant tokens."""
-    id: str = spec_field(str, doc="the conversation")
-    nll_sum: float = spec_field(float, doc="summed NLL (nats)")
-    tokens: int = spec_field(int, doc="assistant tokens")
-    family: str | None = spec_field(Omittable(str), doc="a task's family")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DevEvaluation(Record):
-    """A study pilot's development scoring (`kit.study.dev-evaluation/1`, kit/study/dev.py), as committed under a
-    pilot folder's evals/."""
-    FORMAT: ClassVar[str] = PILOT_EVAL
-    format: str = spec_field(OneOf(PILOT_EVAL), doc=PILOT_EVAL)
-    label: str = spec_field(str, doc="`seed` or `commit`")
-    source: SeedSource | ModelSource = spec_field(Either(SeedSource, ModelSource), doc="what was scored")
-    dev_tasks_sha256: str = spec_field(str, doc="the development tasks'")
-    tasks: tuple[ScoredTask, ...] = spec_field(Seq(ScoredTask), doc="per task, the reply and verdict")
-    task_nll: tuple[ScoredNll, ...] = spec_field(Seq(ScoredNll), doc="per task, the answer's NLL")
-    seconds: float = spec_field(float, doc="scoring time")
-    device: str | None = spec_field(Omittable(str), doc="where it was scored (absent: CPU)")
 
 
 # --- what it writes: kit-replicate-analysis/1 ---------------------------------------------------------------

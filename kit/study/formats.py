@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from kit.evidence.dev_evaluation_format import ProbeScore, TaskScore
 from kit.evidence.report.sidecar_formats import (
     ArmCost,
     NotCompletedArm,
@@ -551,24 +552,6 @@ def with_nulls(record: R, *keys: str) -> R:
 
 # --- evaluation/models/<label>.json: one model scored on the final tasks and retention probes ------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TaskScore(Record):
-    """One final task as a model answered it (kit.evaluation.scoring.TaskAnswer's JSON)."""
-    id: str = spec_field(str, doc="the task record")
-    family: str = spec_field(str, doc="its family")
-    reply: str = spec_field(str, doc="the greedy reply")
-    correct: bool = spec_field(bool, doc="the reply equals the answer")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeScore(Record):
-    """One retention probe's summed NLL (kit.evaluation.scoring.NllScore's JSON)."""
-    id: str = spec_field(str, doc="the probe")
-    nll_sum: float = spec_field(float, doc="summed NLL (nats) of its assistant target tokens")
-    tokens: int = spec_field(int, doc="how many")
-    family: str | None = spec_field(Omittable(str), doc="a task's family (absent for probes)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelScores(Record):
     """`evaluation/models/<label>.json`: the seed or a frozen arm's endpoint scored (kit.study.screens)."""
     FORMAT = "kit.study.evaluation/1"
@@ -577,21 +560,6 @@ class ModelScores(Record):
     source: Any = spec_field(MapOf(JSON_VALUE), doc="{seed_dir, parameter_digest} or {home, full_root}")
     tasks: tuple[TaskScore, ...] = spec_field(Seq(TaskScore), doc="the final tasks answered")
     retention: tuple[ProbeScore, ...] = spec_field(Seq(ProbeScore), doc="the retention probes scored")
-    seconds: float = spec_field(float, doc="the scoring's time")
-    device: str | None = spec_field(Omittable(str), doc="the device (absent on CPU)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DevEvaluation(Record):
-    """A development scoring (`python -m kit.study.dev --out FILE`): the seed or a commit on the study's development
-    tasks, written anywhere but STUDY/evaluation."""
-    FORMAT = "kit.study.dev-evaluation/1"
-    format: str = spec_field(OneOf("kit.study.dev-evaluation/1"), doc="kit.study.dev-evaluation/1")
-    label: str = spec_field(OneOf("seed", "commit"), doc="what was scored")
-    source: Any = spec_field(MapOf(JSON_VALUE), doc="{seed_dir, parameter_digest} or {home, full_root}")
-    dev_tasks_sha256: str = spec_field(str, doc="sha256 of prepared/dev_tasks.jsonl")
-    tasks: tuple[TaskScore, ...] = spec_field(Seq(TaskScore), doc="the development tasks answered")
-    task_nll: tuple[ProbeScore, ...] = spec_field(Seq(ProbeScore), doc="their answers' NLL, with their family")
     seconds: float = spec_field(float, doc="the scoring's time")
     device: str | None = spec_field(Omittable(str), doc="the device (absent on CPU)")
 

@@ -35,6 +35,7 @@ from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.evidence.dev_evaluation_format import ProbeScore, TaskScore
 from kit.evidence.ledger import ledger_path, record_exposures
 from kit.evidence.report.sidecar_formats import (
     NotCompletedArm,
@@ -58,14 +59,12 @@ from kit.study.formats import (
     ModelScores,
     Noninferiority,
     PairedChange,
-    ProbeScore,
     QualityScreen,
     ScreenArm,
     Screens,
     SpeedScreen,
     StudyScores,
     StudyScreens,
-    TaskScore,
     plain,
     with_nulls,
 )
