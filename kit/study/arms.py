@@ -69,8 +69,8 @@ from kit.study.formats import (
     LogicalTrafficSummary,
     ReplicaResult,
     ReplicateOrder,
-    Schedule,
     StudyClock,
+    StudySchedule,
     TrainRow,
     UpdateRow,
     plain,
@@ -386,7 +386,7 @@ def replicate_schedule(study_dir: Path, terms: StudyContract, replicate: int) ->
     """The prepared schedule's updates (ids), in replicate `replicate`'s order: the prepared order itself for 0,
     else the same documents reordered from the contract terms' `schedule.order_seed` (kit/replicate_order.py)."""
     path = Path(study_dir) / PREPARED_DIR / "schedule.json"
-    updates = [list(u) for u in Schedule.from_json(load_json_strict(path), str(path)).updates]
+    updates = [list(u) for u in StudySchedule.from_json(load_json_strict(path), str(path)).updates]
     return reorder_steps(updates, terms.schedule.order_seed, replicate)
 
 

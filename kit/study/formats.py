@@ -455,7 +455,7 @@ class TrainRow(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Schedule(Record):
+class StudySchedule(Record):
     """`prepared/schedule.json`: the global batches, document ids per update."""
     updates: tuple[tuple[str, ...], ...] = spec_field(Seq(Seq(str)), doc="per update, its documents' ids")
 

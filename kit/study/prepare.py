@@ -64,7 +64,7 @@ from kit.inventory import inventory_digest, parameter_digest
 from kit.paths import inside
 from kit.provenance import CommitmentMismatch, _check_source, kit_package_dir, source_digest
 from kit.publish import publish_dir
-from kit.study.formats import Schedule, StudyPreparedJob, TrainRow
+from kit.study.formats import StudyPreparedJob, StudySchedule, TrainRow
 from kit.study.schema import StudyContract, load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
@@ -190,7 +190,7 @@ def _dev_tasks(d, excluded: set[str]) -> list | None:
     return tasks
 
 
-def _write_files(staging: Path, contract: Contract[StudyContract], train_pairs: list, schedule: Schedule, final: list, retention_pairs: list,
+def _write_files(staging: Path, contract: Contract[StudyContract], train_pairs: list, schedule: StudySchedule, final: list, retention_pairs: list,
                  dev: list | None = None) -> None:
     """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes,
     and DEV_FILE when the contract has `data.dev`."""
@@ -251,7 +251,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     ids = [c.id for c, _ in train_pairs]
     order = np.random.default_rng(terms.schedule.order_seed).permutation(len(ids))
     per = terms.schedule.documents_per_update
-    schedule = Schedule(updates=tuple(tuple(ids[int(i)] for i in order[a:a + per]) for a in range(0, len(ids), per)))
+    schedule = StudySchedule(updates=tuple(tuple(ids[int(i)] for i in order[a:a + per]) for a in range(0, len(ids), per)))
 
     # a previous preparation that never wrote prepared.json is replaced
     with publish_dir(out, replace=True) as staging:

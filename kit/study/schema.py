@@ -91,7 +91,7 @@ class StudySeed(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Schedule(Record):
+class ScheduleTerms(Record):
     updates: int = spec_field(_COUNT)
     documents_per_update: int = spec_field(_COUNT)
     order_seed: int = spec_field(SEED)
@@ -231,7 +231,7 @@ class StudyContract(Record):
     seed: StudySeed = spec_field(StudySeed)
     device: str = spec_field(OneOf("cpu", "cuda"))
     collective_timeout_s: float = spec_field(Num(lo=1))
-    schedule: Schedule = spec_field(Schedule)
+    schedule: ScheduleTerms = spec_field(ScheduleTerms)
     data: StudyData = spec_field(StudyData)
     training: StudyTraining = spec_field(StudyTraining)
     arms: tuple[Arm, ...] = spec_field(Seq(Arm, min_len=1))
