@@ -29,6 +29,7 @@ from kit.evidence.replicate_design import FinalDesign
 from kit.evidence.replicates import replicate_of
 from kit.evidence.report.sidecar_formats import (
     BoundGate,
+    EvaluationFile,
     Gates,
     GateVerdict,
     NllChangeBound,
@@ -108,21 +109,6 @@ class GeneratedAnswers(Sidecar):
     gained: int = spec_field(int, doc="right for the candidate only")
     lost: int = spec_field(int, doc="right for the baseline only")
     net: int = spec_field(int, doc="gained - lost")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EvaluationFile(Sidecar):
-    """`evaluation_file` of an adaptive evaluation: where its per-item record was written, pinned by sha256."""
-    NAME: ClassVar[str] = "evaluation_file"
-
-    baseline: str = spec_field(str, doc="the baseline model")
-    candidate: str = spec_field(str, doc="the candidate model")
-    comparison: str = spec_field(str, doc="the contract's comparison")
-    path: str = spec_field(str, doc="the evaluation record, as written on its host")
-    retention: int = spec_field(int, doc="retention probes scored")
-    sha256: str = spec_field(str, doc="of the evaluation record")
-    split: str = spec_field(str, doc="`dev` or `final`")
-    tasks: int = spec_field(int, doc="tasks scored")
 
 
 S = TypeVar("S", bound=Sidecar)
