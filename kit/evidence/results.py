@@ -26,8 +26,6 @@ from kit.evidence.report.index import (
     producer,
     run_contract,
 )
-from kit.evidence.run_record import CheckpointRoots
-from kit.record import build
 
 COLUMNS = ["contract", "contract_digest", "seed", "kept_in", "split", "model", "model_root", "family", "metric",
            "value", "run_id", "replicate"]
@@ -88,8 +86,7 @@ def _adaptive_model(spec: str, idx: RunIndex) -> tuple[str, str]:
 
 
 def _arm_root(run_id: str | None, idx: RunIndex) -> str:
-    roots = idx.by_id[run_id].checkpoint_roots if run_id in idx.by_id else {}
-    produced = (build(roots, CheckpointRoots).produced or ()) if roots else ()
+    produced = idx.by_id[run_id].roots.produced if run_id in idx.by_id else ()
     return produced[-1].root if produced else ""
 
 
