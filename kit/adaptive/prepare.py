@@ -427,7 +427,8 @@ def _select_roles(terms: AdaptiveContract, seed_dir: Path, pool: list, seed_task
 
 def ledger_record(ledger_info: LedgerSummary, exposed_tasks: frozenset, exposed_convs: frozenset) -> LedgerRead:
     """prepared.json's "ledger": which ledger the exclusions read, and how many digests it excluded."""
-    return LedgerRead(sha256=ledger_info.sha256, entries=ledger_info.entries, digests=ledger_info.digests,
+    return LedgerRead(sha256=ledger_info.sha256, entries=ledger_info.entries,
+                      digests=types.MappingProxyType(dict(ledger_info.digests)),
                       excluded_digests=ExcludedDigests(tasks=len(exposed_tasks), conversations=len(exposed_convs)),
                       rule="every digest exposed under another contract")
 
