@@ -26,7 +26,7 @@ from kit.digest import load_json_strict, sha256_file
 from kit.evidence import archive
 from kit.evidence.dev_evaluation_format import DevEvaluation, ModelSource, SeedSource
 from kit.evidence.replicate_design import FinalDesign
-from kit.evidence.replicates import replicate_of
+from kit.evidence.replicates import replicate_number
 from kit.evidence.report.sidecar_formats import (
     BoundGate,
     EvaluationFile,
@@ -37,7 +37,7 @@ from kit.evidence.report.sidecar_formats import (
     ScreenQuality,
     Sidecar,
 )
-from kit.evidence.run_index import load_runs
+from kit.evidence.run_index import IndexedRun, load_rows
 from kit.evidence.run_record import RunRecord, metric_path, read_run_record
 from kit.record import Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, build, spec_field, validate
 from kit.replicate_stats import ANALYSIS_RULE, PairedInterval, paired_interval, reading, shared_item_variance
@@ -55,22 +55,23 @@ _R = re.compile(r"-r(\d+)$")
 # --- what the analysis reads: index rows, run records, sidecars and the study pilot's development scorings ----
 @dataclass(frozen=True, slots=True)
 class _Run:
-    """A row of the run index (kit.evidence.run_index.load_runs) as the analysis reads it, in memory."""
+    """A row of the run index (kit.evidence.run_index.load_rows) as the analysis reads it, in memory."""
     run_id: str
     dir: Path
     status: str
-    replicate: int  # kit.evidence.replicates.replicate_of
+    replicate: int  # kit.evidence.replicates.replicate_number
 
     @classmethod
-    def of(cls, row: dict) -> _Run:
-        return cls(run_id=row["run_id"], dir=Path(row["dir"]), status=row["status"], replicate=replicate_of(row))
+    def of(cls, row: IndexedRun) -> _Run:
+        return cls(run_id=row.run_id, dir=row.dir, status=row.status,
+                   replicate=replicate_number(row.run_id, row.parameters))
 
     def record(self) -> RunRecord:
         return read_run_record(self.dir)
 
 
 def _runs(runs_dir: Path) -> dict[str, _Run]:
-    runs = [_Run.of(row) for row in load_runs(runs_dir)]
+    runs = [_Run.of(row) for row in load_rows(runs_dir)]
     return {r.run_id: r for r in runs}
 
 

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kit.digest import load_json_strict
 from kit.record import MapOf, Record, Seq, spec_field
@@ -44,11 +45,16 @@ def _sidecar(row: dict, name: str) -> dict | None:
 
 
 def replicate_of(row: dict) -> int:
+    """A run's replicate index (`replicate_number`) from its row as JSON (load_runs' rows)."""
+    return replicate_number(row["run_id"], row.get("parameters") or {})
+
+
+def replicate_number(run_id: str, parameters: Mapping[str, Any]) -> int:
     """A run's replicate index: parameter REPLICATE, else the run id's `-r<k>` suffix, else 0."""
-    value = (row.get("parameters") or {}).get("REPLICATE")
+    value = parameters.get("REPLICATE")
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    m = _SUFFIX.search(row["run_id"])
+    m = _SUFFIX.search(run_id)
     return int(m.group(1)) if m else 0
 
 
