@@ -156,14 +156,14 @@ class ABPair(Mapping[str, V]):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CohortPair(Record, ABPair[Cohort]):
+class CohortPair(ABPair[Cohort], Record):
     """`cohorts`: A and B; a read-only mapping by cohort name (ABPair; the same for a continued job's cohorts)."""
     A: Cohort = spec_field(Cohort)
     B: Cohort = spec_field(Cohort)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EndpointPair(Record, ABPair[int]):
+class EndpointPair(ABPair[int], Record):
     """`endpoints`: the last update of A and of B; a read-only mapping by cohort name (ABPair)."""
     A: int = spec_field(_COUNT)
     B: int = spec_field(_COUNT)
