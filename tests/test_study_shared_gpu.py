@@ -22,7 +22,6 @@ from kit.study.formats import (
     ArmTraffic,
     LogicalTrafficSummary,
     ReplicaResult,
-    SpeedScreen,
     with_nulls,
 )
 from kit.study.measurement import shared_gpus, summarise
@@ -171,7 +170,7 @@ def _run(**fields) -> IndexedRun:
 NO_RUNS = RunIndex(runs=(), by_id={}, runs_by_root={}, parent_of_root={})
 
 
-def _speed_sidecar(screen: SpeedScreen) -> ScreenSpeed:
+def _speed_sidecar(screen: ScreenSpeed) -> ScreenSpeed:
     """The screen as its sidecar holds it: kit.study.screens.build_screens adds the arms that did not complete."""
     return ScreenSpeed.from_json(with_nulls(dataclasses.replace(screen, arms_not_completed=()), "reason").to_json(),
                                  source="screen_speed.json")

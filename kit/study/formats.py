@@ -21,13 +21,10 @@ from typing import Any, TypeVar
 from kit.evidence.dev_evaluation_format import ProbeScore, TaskScore
 from kit.evidence.report.sidecar_formats import (
     ArmCost,
-    NotCompletedArm,
-    QualityInputs,
-    QualityThresholds,
     RetentionChange,
+    ScreenQuality,
+    ScreenSpeed,
     SharedGpuArm,
-    SpeedInputs,
-    SpeedThresholds,
 )
 from kit.record import BYTES, SEED, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 
@@ -634,40 +631,9 @@ class PairedChange(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class QualityScreen(Record):
-    """The quality screen (kit.study.screens.quality_screen; the `screen_quality` sidecar)."""
-    name: str = spec_field(OneOf("quality"), doc="quality")
-    verdict: str = spec_field(str, doc="pass, fail or not evaluable")
-    checks: Mapping[str, bool | None] = spec_field(MapOf(Opt(bool)), doc="per part: passed, null when missing")
-    missing_inputs: tuple[str, ...] = spec_field(Seq(str), doc="the parts without an input")
-    inputs: QualityInputs = spec_field(QualityInputs, doc="the numbers the parts test")
-    thresholds: QualityThresholds = spec_field(QualityThresholds, doc="the contract's thresholds")
-    rule: str = spec_field(str, doc="the rule, in words")
-    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
-        Omittable(Seq(NotCompletedArm)), doc="the arms it needs that did not complete (build_screens adds it)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpeedScreen(Record):
-    """The speed screen (kit.study.screens.speed_screen; the `screen_speed` sidecar). Screens made before the
-    workers could share GPUs have neither `reason` nor `shared_gpus`."""
-    name: str = spec_field(OneOf("speed"), doc="speed")
-    verdict: str = spec_field(str, doc="pass, fail or not evaluable")
-    ratio: float | None = spec_field(Opt(float), doc="candidate / baseline throughput (null: not measured)")
-    reason: str | None = spec_field(Omittable(Opt(str)), doc="why not measured (null: measured)")
-    shared_gpus: Mapping[str, SharedGpuArm] | None = spec_field(Omittable(MapOf(SharedGpuArm)),
-                                                             doc="per arm whose workers shared GPUs, how")
-    inputs: SpeedInputs = spec_field(SpeedInputs, doc="the throughputs compared")
-    thresholds: SpeedThresholds = spec_field(SpeedThresholds, doc="the contract's threshold")
-    rule: str = spec_field(str, doc="the rule, in words")
-    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
-        Omittable(Seq(NotCompletedArm)), doc="the arms it needs that did not complete (build_screens adds it)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Screens(Record):
-    quality: QualityScreen = spec_field(QualityScreen, doc="the quality screen")
-    speed: SpeedScreen = spec_field(SpeedScreen, doc="the speed screen")
+    quality: ScreenQuality = spec_field(ScreenQuality, doc="the quality screen")
+    speed: ScreenSpeed = spec_field(ScreenSpeed, doc="the speed screen")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

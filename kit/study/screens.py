@@ -42,6 +42,8 @@ from kit.evidence.report.sidecar_formats import (
     QualityInputs,
     QualityThresholds,
     RetentionChange,
+    ScreenQuality,
+    ScreenSpeed,
     SharedGpuArm,
     SpeedInputs,
     SpeedThresholds,
@@ -59,10 +61,8 @@ from kit.study.formats import (
     ModelScores,
     Noninferiority,
     PairedChange,
-    QualityScreen,
     ScreenArm,
     Screens,
-    SpeedScreen,
     StudyScores,
     StudyScreens,
     plain,
@@ -215,7 +215,7 @@ def retention_change(cand: Sequence[ProbeScore], base: Sequence[ProbeScore], mul
 
 
 def quality_screen(task_gain: float | None, retention_upper: float | None,
-                   noninferiority_lower: dict[str, float | None], screens) -> QualityScreen:
+                   noninferiority_lower: dict[str, float | None], screens) -> ScreenQuality:
     """Pass only when every input is present and meets its threshold (`screens`: the contract terms' section);
     missing inputs: not evaluable."""
     margin = screens.noninferiority_margin
@@ -226,7 +226,7 @@ def quality_screen(task_gain: float | None, retention_upper: float | None,
     }
     missing = sorted(k for k, v in checks.items() if v is None)
     verdict = NOT_EVALUABLE if missing else ("pass" if all(checks.values()) else "fail")
-    return QualityScreen(
+    return ScreenQuality(
         name="quality", verdict=verdict, checks=checks, missing_inputs=tuple(missing),
         inputs=QualityInputs(task_gain=task_gain, retention_upper=retention_upper,
                              noninferiority_lower=noninferiority_lower),
@@ -248,7 +248,7 @@ def shared_gpus_reason(shared: dict[str, SharedGpuArm]) -> str:
 
 
 def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens,
-                 shared_gpus: dict[str, SharedGpuArm | None] | None = None) -> SpeedScreen:
+                 shared_gpus: dict[str, SharedGpuArm | None] | None = None) -> ScreenSpeed:
     """Candidate over baseline active throughput against min_speedup (`screens`: the contract terms'
     section). `shared_gpus`: the candidate's and
     the baseline's arm records' `shared_gpus` by arm; when either shared GPUs the verdict is not
@@ -263,7 +263,7 @@ def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: fl
     else:
         reason = "not measured: the candidate's or the baseline's throughput is missing (see arms_not_completed)"
     verdict = NOT_EVALUABLE if ratio is None else ("pass" if ratio >= screens.min_speedup else "fail")
-    return SpeedScreen(
+    return ScreenSpeed(
         name="speed", verdict=verdict, ratio=ratio, reason=reason, shared_gpus=shared,
         inputs=SpeedInputs(candidate_active_tokens_per_s=candidate_tokens_per_s,
                            baseline_active_tokens_per_s=baseline_tokens_per_s),

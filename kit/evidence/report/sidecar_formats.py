@@ -29,6 +29,7 @@ from kit.record import (
     MapOf,
     Num,
     Omittable,
+    OneOf,
     Opt,
     Record,
     Seq,
@@ -283,14 +284,18 @@ class QualityThresholds(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScreenQuality(Sidecar):
+    """The quality screen (kit.study.screens.quality_screen; screens.json's `screens.quality` and the
+    `screen_quality` sidecar)."""
+
     NAME: ClassVar[str] = "screen_quality"
 
-    arms_not_completed: tuple[NotCompletedArm, ...] = spec_field(Seq(NotCompletedArm), doc="arms that did not complete")
+    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
+        Omittable(Seq(NotCompletedArm)), doc="arms that did not complete (build_screens adds it: always written)")
     checks: Mapping[str, bool | None] = spec_field(
         MapOf(Opt(bool)), doc="per part (`task_gain`, `retention`, `noninferior_to_ARM`): passed, null when missing")
     inputs: QualityInputs = spec_field(QualityInputs, doc="the numbers the parts test")
     missing_inputs: tuple[str, ...] = spec_field(Seq(str), doc="the parts without an input")
-    name: str = spec_field(str, doc="`quality`")
+    name: str = spec_field(OneOf("quality"), doc="`quality`")
     rule: str = spec_field(str, doc="the rule, in words")
     thresholds: QualityThresholds = spec_field(QualityThresholds, doc="the contract's thresholds")
     verdict: str = spec_field(str, doc="`pass`, `fail` or `not evaluable`")
@@ -320,11 +325,15 @@ class SharedGpuArm(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScreenSpeed(Sidecar):
+    """The speed screen (kit.study.screens.speed_screen; screens.json's `screens.speed` and the `screen_speed`
+    sidecar)."""
+
     NAME: ClassVar[str] = "screen_speed"
 
-    arms_not_completed: tuple[NotCompletedArm, ...] = spec_field(Seq(NotCompletedArm), doc="arms that did not complete")
+    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
+        Omittable(Seq(NotCompletedArm)), doc="arms that did not complete (build_screens adds it: always written)")
     inputs: SpeedInputs = spec_field(SpeedInputs, doc="the throughputs compared")
-    name: str = spec_field(str, doc="`speed`")
+    name: str = spec_field(OneOf("speed"), doc="`speed`")
     ratio: float | None = spec_field(Opt(float), doc="candidate / baseline throughput (null: not measured)")
     # records made before the workers could share GPUs have neither field
     reason: str | None = spec_field(Omittable(Opt(str)), doc="why not measured (null: measured)")
