@@ -804,7 +804,7 @@ class ComparedRun(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Comparison(Record):
+class CommitComparison(Record):
     """Two committed runs side by side (`compare`'s result)."""
 
     a: ComparedRun = spec_field(ComparedRun, doc="the candidate")
@@ -899,7 +899,7 @@ def gate_results(values: Any) -> tuple[GateResult, ...]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GateVerdict(Record):
+class GateJudgement(Record):
     """What the sidecars read of a comparison's gate verdict (its bounds and accuracy tables are left out: read
     with `gate_verdict`, which ignores them). A continued job's verdict says whether its start was exploratory."""
 
@@ -911,8 +911,8 @@ class GateVerdict(Record):
     note: str | None = spec_field(Omittable(str))
 
 
-def gate_verdict(value: Any, source: str = "gate verdict") -> GateVerdict:
-    return GateVerdict.from_json(_declared_only(value, GateVerdict), source)
+def gate_verdict(value: Any, source: str = "gate verdict") -> GateJudgement:
+    return GateJudgement.from_json(_declared_only(value, GateJudgement), source)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
