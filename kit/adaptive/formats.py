@@ -746,7 +746,7 @@ def load_attempt(path: str | os.PathLike) -> AttemptRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateRow(Record):
+class UpdateLogRow(Record):
     """The numbers of one update in `updates.jsonl` the curves read (a row also holds the record ids, token sums
     and per-rank figures; the measures are Omittable: older logs lack some)."""
 
@@ -772,8 +772,8 @@ def timed_update(value: Any, source: str) -> TimedUpdate:
     return TimedUpdate.from_json(_declared_only(value, TimedUpdate), source)
 
 
-def update_row(value: Any, source: str) -> UpdateRow:
-    return UpdateRow.from_json(_declared_only(value, UpdateRow), source)
+def update_row(value: Any, source: str) -> UpdateLogRow:
+    return UpdateLogRow.from_json(_declared_only(value, UpdateLogRow), source)
 
 
 # --- the comparison record (kit adaptive compare --out) ----------------------------------------------------------

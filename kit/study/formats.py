@@ -459,7 +459,7 @@ class StudySchedule(Record):
 
 # --- prepared.json of a study (kit/study/prepare.py; docs/formats/study-records.md "prepared.json") ------------
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PreparedContract(Record):
+class StudyPreparedContract(Record):
     """The contract the study was prepared under."""
     path: str = spec_field(str, doc="the contract file given")
     digest: str = spec_field(str, doc="sha256 of the contract")
@@ -524,7 +524,7 @@ class StudyPreparedJob(Record):
     Fields added after the first studies were committed are Omittable."""
     FORMAT = "kit.study.prepared/1"
     format: str = spec_field(OneOf("kit.study.prepared/1"), doc="kit.study.prepared/1")
-    contract: PreparedContract = spec_field(PreparedContract, doc="the contract")
+    contract: StudyPreparedContract = spec_field(StudyPreparedContract, doc="the contract")
     seed: PreparedSeed = spec_field(PreparedSeed, doc="the seed")
     source: PreparedSource = spec_field(PreparedSource, doc="the public source")
     files: Mapping[str, str] = spec_field(MapOf(str), doc="prepared file -> sha256")
