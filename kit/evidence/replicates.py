@@ -203,7 +203,7 @@ class PlanLedger(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PlanInputs(Record):
+class CampaignInputs(Record):
     """What the re-derived inputs must equal (`kit.replicates.record_checks`)."""
     why: str = spec_field(str, doc="why they are re-derived, in words")
     ledger: PlanLedger = spec_field(PlanLedger, doc="the ledger prefix the preparations read")
@@ -219,7 +219,7 @@ class PlanBudget(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicatePlan(Record):
+class CampaignPlan(Record):
     """The executed replicate campaign's plan (`kit-replicate-plan/1`)."""
     FORMAT = PLAN_FORMAT
     format: str = spec_field(str, doc=PLAN_FORMAT)
@@ -229,13 +229,13 @@ class ReplicatePlan(Record):
     study: StudyPlan = spec_field(StudyPlan, doc="the study's replicates")
     adaptive: AdaptivePlan = spec_field(AdaptivePlan, doc="the growth pairs' replicates")
     written: str = spec_field(str, doc="when and against what it was written")
-    inputs: PlanInputs = spec_field(PlanInputs, doc="what the re-derived inputs must equal")
+    inputs: CampaignInputs = spec_field(CampaignInputs, doc="what the re-derived inputs must equal")
     modes: Mapping[str, str] = spec_field(MapOf(str), doc="part -> its GPU mode, in words")
     order_of_work: tuple[str, ...] = spec_field(Seq(str), doc="the parts in order, in words")
     budget: PlanBudget = spec_field(PlanBudget, doc="the repository's budget")
     amendments: tuple[str, ...] = spec_field(Seq(str), doc="dated sentences: what was added after a replicate ran")
 
 
-def read_plan(path: str | Path) -> ReplicatePlan:
+def read_plan(path: str | Path) -> CampaignPlan:
     """A replicate plan file, checked against its declared class (a ContractError naming the file and field)."""
-    return ReplicatePlan.from_json(load_json_strict(path), str(path))
+    return CampaignPlan.from_json(load_json_strict(path), str(path))

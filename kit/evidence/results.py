@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kit.digest import write_files_atomic
-from kit.evidence.replicates import replicate_of
+from kit.evidence.replicates import replicate_number
 from kit.evidence.report.format import is_number
 from kit.evidence.report.index import (
     IndexedRun,
@@ -149,7 +149,7 @@ def result_rows(runs_dir, kept_in: str = "") -> list[ResultRow]:
         c = run_contract(first) or {}
         seed = (c.get("seed") or {}).get("parameter_digest") or ""
         for m in accuracy_models(idx, digest):
-            replicate = replicate_of(idx.by_id[m.run].record if m.run in idx.by_id else {"run_id": m.run})
+            replicate = replicate_number(m.run, idx.by_id[m.run].parameters if m.run in idx.by_id else {})
             root = seed if m.model == "seed" and seed else m.root
             for family, (correct, n) in m.families.items():
                 values = (correct, n, correct / n if n else None)  # METRICS, in order

@@ -63,10 +63,10 @@ from kit.study.formats import (
     ArmRecord,
     ArmTraffic,
     ArmWorkerPlan,
-    CommitOutcome,
     CompressorStats,
     Endpoint,
     LogicalTrafficSummary,
+    ReplicaCommitOutcome,
     ReplicaResult,
     ReplicateOrder,
     StudyClock,
@@ -187,7 +187,7 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
     """Replica 0 commits; every replica compares its learned-state root; PowerSGD ranks save their state."""
     t0 = time.perf_counter()
     mine = learned_state_root_of(session)
-    outcome = CommitOutcome(rank=group.rank, learned=mine, full=None, error=None)
+    outcome = ReplicaCommitOutcome(rank=group.rank, learned=mine, full=None, error=None)
     if group.rank == 0:
         try:
             full, learned = session.commit()
@@ -196,7 +196,7 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
         except (ValueError, OSError) as e:
             outcome = replace(outcome, error=f"{type(e).__name__}: {e}")
     payload = canonical_json(outcome.to_json())
-    gathered = [CommitOutcome.from_json(loads_strict(b, "commit outcome"), "commit outcome")
+    gathered = [ReplicaCommitOutcome.from_json(loads_strict(b, "commit outcome"), "commit outcome")
                 for b in group.allgather_bytes(payload)]
     if group.world > 1:
         traffic.add_overhead(len(payload) * group.world, in_update=False)

@@ -96,7 +96,7 @@ class CompressionRecordRef(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CommitOutcome(Record):
+class ReplicaCommitOutcome(Record):
     """What each replica says of a commit, allgathered as JSON (kit.study.arms._commit)."""
     rank: int = spec_field(Num(0, integer=True), doc="the replica")
     learned: str = spec_field(str, doc="its own learned-state root")

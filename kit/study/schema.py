@@ -172,7 +172,7 @@ class StudyEvaluation(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Screens(Record):
+class ScreenTerms(Record):
     candidate: str = spec_field(OneOf(*ARM_NAMES))
     controls: tuple[str, ...] = spec_field(Seq(OneOf(*ARM_NAMES), min_len=1))
     speed_baseline: str = spec_field(OneOf(*ARM_NAMES))
@@ -237,7 +237,7 @@ class StudyContract(Record):
     arms: tuple[Arm, ...] = spec_field(Seq(Arm, min_len=1))
     powersgd: PowerSGD = spec_field(PowerSGD)
     evaluation: StudyEvaluation = spec_field(StudyEvaluation)
-    screens: Screens = spec_field(Screens)
+    screens: ScreenTerms = spec_field(ScreenTerms)
     projection: Projection = spec_field(Projection)
     cost: Cost = spec_field(Cost)
 
