@@ -1,6 +1,6 @@
 """The replicate design (kit/evidence/replicate_design.py, `ReplicateDesign`: kit-replicate-design/1) held against the
 field table of docs/formats/replicates.md, and its round trip: the committed design reads back to its own JSON (as
-does the committed plan, `ReplicatePlan`: kit-replicate-plan/1); a field the class does not declare, or one it lacks,
+does the committed plan, `CampaignPlan`: kit-replicate-plan/1); a field the class does not declare, or one it lacks,
 is refused naming the file and the field."""
 
 from __future__ import annotations

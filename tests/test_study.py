@@ -18,6 +18,7 @@ import torch
 from support.study import FULL, TINY
 
 from kit.distributed.traffic import LogicalTraffic, counter_delta, read_interface_counters, ring_wire_bytes
+from kit.evidence.dev_evaluation_format import ProbeScore, TaskScore
 from kit.store import commits
 from kit.store.objects import ObjectStore, fetch_objects
 from kit.study import arms as study_arms
@@ -29,7 +30,6 @@ from kit.study.compression_state import (
     record_digests,
 )
 from kit.study.cost import project_arm
-from kit.study.formats import ProbeScore, TaskScore
 from kit.study.measurement import COMPILE_CACHE
 from kit.study.prepare import PREPARED_DIR, prepare_study
 from kit.study.schema import ContractError, arm_spec, load_study_contract

@@ -12,7 +12,7 @@ from support.study import TINY
 
 from kit.distributed.group import STAGED_BACKEND, Group
 from kit.evidence.report.index import IndexedRun, RunIndex
-from kit.evidence.report.sidecar_formats import ScreenSpeed
+from kit.evidence.report.sidecar_formats import ScreenSpeed, SharedGpuArm
 from kit.evidence.report.verdict_rows import _speed_row
 from kit.study import arms as study_arms
 from kit.study.cost import arm_cost, gpu_hour_price
@@ -22,8 +22,6 @@ from kit.study.formats import (
     ArmTraffic,
     LogicalTrafficSummary,
     ReplicaResult,
-    SharedGpus,
-    SpeedScreen,
     with_nulls,
 )
 from kit.study.measurement import shared_gpus, summarise
@@ -35,7 +33,7 @@ CPU = load_study_contract(TINY).terms
 CUDA = dataclasses.replace(CPU, device="cuda")
 PAIR = arm_spec(load_study_contract(TINY), "dense")
 SCREENS = dataclasses.replace(CPU.screens, min_speedup=1.1)
-ONE = SharedGpus(workers=2, gpus=1, transport=STAGED_BACKEND, source="ranks")  # a pair on one GPU
+ONE = SharedGpuArm(workers=2, gpus=1, transport=STAGED_BACKEND, source="ranks")  # a pair on one GPU
 
 
 def test_a_cuda_pair_arm_may_share_one_gpu_but_not_run_on_none():
@@ -84,7 +82,7 @@ def _rank(rank: int, device: str, host: str = "h1", backend: str = STAGED_BACKEN
 
 
 def test_shared_gpus_is_read_from_the_ranks_devices_and_backend():
-    assert shared_gpus([_rank(0, "cuda:0"), _rank(1, "cuda:0")]) == SharedGpus(
+    assert shared_gpus([_rank(0, "cuda:0"), _rank(1, "cuda:0")]) == SharedGpuArm(
         workers=2, gpus=1, transport="gloo (host-staged)", source="ranks")
     assert shared_gpus([_rank(0, "cuda:0", backend="nccl"), _rank(1, "cuda:1", backend="nccl")]) is None
     # the same device index on two hosts is two GPUs
@@ -172,7 +170,7 @@ def _run(**fields) -> IndexedRun:
 NO_RUNS = RunIndex(runs=(), by_id={}, runs_by_root={}, parent_of_root={})
 
 
-def _speed_sidecar(screen: SpeedScreen) -> ScreenSpeed:
+def _speed_sidecar(screen: ScreenSpeed) -> ScreenSpeed:
     """The screen as its sidecar holds it: kit.study.screens.build_screens adds the arms that did not complete."""
     return ScreenSpeed.from_json(with_nulls(dataclasses.replace(screen, arms_not_completed=()), "reason").to_json(),
                                  source="screen_speed.json")

@@ -45,7 +45,7 @@ def attempt_records(home: str) -> list[dict]:
 
 
 def compare(a_home: str, a_root: str, b_home: str, b_root: str, cohort: str) -> dict:
-    """The two commits side by side (a `Comparison`, as its JSON): parameters, roots and both update curves."""
+    """The two commits side by side (a `CommitComparison`, as its JSON): parameters, roots and both update curves."""
     ma, mb = commits.read_manifest(a_home, a_root), commits.read_manifest(b_home, b_root)
     ea = {e.name: e for e in ma.learned_state.params}
     eb = {e.name: e for e in mb.learned_state.params}

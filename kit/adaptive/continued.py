@@ -46,7 +46,6 @@ from kit.adaptive.formats import (
     Cursor,
     FileDigest,
     FinalRetentionReport,
-    LedgerSummary,
     PairedScores,
     PreparedContract,
     PreparedJob,
@@ -70,7 +69,7 @@ from kit.adaptive.selection import (
 from kit.data.conversations import read_jsonl, write_jsonl
 from kit.data.tasks import generate_set
 from kit.digest import load_json_strict, sha256_file, write_canonical_json
-from kit.evidence.ledger import tasks_excluding
+from kit.evidence.ledger import LedgerSummary, tasks_excluding
 from kit.inventory import parameter_digest
 from kit.paths import inside
 from kit.provenance import input_commitments
@@ -289,4 +288,4 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                           start=StartSummary(full_root=start.full_root, gates=start.gates,
                                              gates_passed=start.gates_passed, exploratory=start.exploratory),
                           roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
-                          final_tasks_excluded={"ledger": final_skipped}).to_json()
+                          final_tasks_excluded={"ledger": final_skipped}).written()

@@ -31,13 +31,12 @@ from kit.adaptive.formats import (
     CURVE_FORMAT,
     CurvePoint,
     DevCurve,
-    FamilyAccuracy,
     commit_cursor,
     load_prepared,
 )
 from kit.data.chat import load_tokenizer
 from kit.digest import write_canonical_json
-from kit.evaluation.scoring import NllScore
+from kit.evaluation.scoring import FamilyAccuracy, NllScore
 from kit.refs import CommitRef
 from kit.stats import accuracy_by_family
 from kit.store.commits import read_manifest

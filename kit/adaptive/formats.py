@@ -13,6 +13,7 @@ exactly the fields the writers wrote (docs/formats/adaptive-preparation.md), wit
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import types
 from collections.abc import Mapping
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from kit.digest import load_json_strict, sha256_json
-from kit.evaluation.scoring import NllScore, TaskAnswer
+from kit.evaluation.scoring import FamilyAccuracy, NllScore, TaskAnswer
+from kit.evidence.ledger import LedgerPin
 from kit.model.shard import Layout
-from kit.record import BYTES, MAX_COUNT, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
+from kit.record import MAX_COUNT, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef
 from kit.store.manifest import Manifest
 
@@ -152,24 +154,6 @@ class LedgerRead(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LedgerSummary(Record):
-    """What a preparation read of the exposure ledger (kit.evidence.ledger.ledger_summary), read once by
-    `kit.adaptive.prepare.ledger_exposure`: prepared.json's `ledger` and `locations.ledger*` are built from it."""
-
-    path: str = spec_field(str, doc="the ledger, absolute")
-    sha256: str | None = spec_field(Opt(str), doc="null: no ledger yet")
-    size: int = spec_field(BYTES, doc="its bytes (0: absent)")
-    entries: int = spec_field(int)
-    digests: Counts = spec_field(MapOf(int), doc="exposed digests per kind")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LedgerHead(Record):
-    size: int = spec_field(int, doc="bytes of the ledger as read (0: absent)")
-    sha256: str = spec_field(str)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Locations(Record):
     contract: str = spec_field(str)
     seed: str = spec_field(str)
@@ -177,7 +161,7 @@ class Locations(Record):
     public_source: str = spec_field(str)
     dev_retention: str | None = spec_field(Opt(str))
     ledger: str = spec_field(str)
-    ledger_head: LedgerHead | None = spec_field(Omittable(LedgerHead), doc="recorded since 2026-12-04")
+    ledger_head: LedgerPin | None = spec_field(Omittable(LedgerPin), doc="recorded since 2026-12-04")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,7 +173,7 @@ class ContinuedLocations(Record):
     replay: str = spec_field(str)
     public_source: str = spec_field(str)
     ledger: str = spec_field(str)
-    ledger_head: LedgerHead | None = spec_field(Omittable(LedgerHead), doc="recorded since 2026-12-04")
+    ledger_head: LedgerPin | None = spec_field(Omittable(LedgerPin), doc="recorded since 2026-12-04")
     start_evaluation: str = spec_field(str)
 
 
@@ -309,6 +293,12 @@ class PrepareSummary(Record):
     roles: Mapping[str, int] = spec_field(MapOf(int), doc="records per role")
     final_retention_excluded: Mapping[str, int] = spec_field(MapOf(int))
     final_tasks_excluded: Mapping[str, int] = spec_field(MapOf(int))
+
+    def written(self) -> dict:
+        """The JSON `prepare` returns, `ledger_sha256` written even where null (no ledger): the notebooks read it
+        (`to_json` leaves out an Omittable field that is None)."""
+        present = frozenset(k for k in type(self).json_fields() if k in self) | {"ledger_sha256"}
+        return dataclasses.replace(self, _present=present).to_json()
 
 
 def prepare_summary(value: dict | PrepareSummary, source: str = "prepare summary") -> PrepareSummary:
@@ -763,7 +753,7 @@ def load_attempt(path: str | os.PathLike) -> AttemptRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateRow(Record):
+class UpdateLogRow(Record):
     """The numbers of one update in `updates.jsonl` the curves read (a row also holds the record ids, token sums
     and per-rank figures; the measures are Omittable: older logs lack some)."""
 
@@ -789,8 +779,8 @@ def timed_update(value: Any, source: str) -> TimedUpdate:
     return TimedUpdate.from_json(_declared_only(value, TimedUpdate), source)
 
 
-def update_row(value: Any, source: str) -> UpdateRow:
-    return UpdateRow.from_json(_declared_only(value, UpdateRow), source)
+def update_row(value: Any, source: str) -> UpdateLogRow:
+    return UpdateLogRow.from_json(_declared_only(value, UpdateLogRow), source)
 
 
 # --- the comparison record (kit adaptive compare --out) ----------------------------------------------------------
@@ -821,7 +811,7 @@ class ComparedRun(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Comparison(Record):
+class CommitComparison(Record):
     """Two committed runs side by side (`compare`'s result)."""
 
     a: ComparedRun = spec_field(ComparedRun, doc="the candidate")
@@ -856,13 +846,6 @@ def commit_cursor(manifest: Manifest) -> CommitCursor:
 
 # --- the development curve (dev-curve.json, kit.adaptive.dev_curve) ------------------------------------------------
 CURVE_FORMAT = "kit-adaptive-dev-curve/1"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FamilyAccuracy(Record):
-    n: int = spec_field(int, doc="tasks of the family")
-    correct: int = spec_field(int, doc="correct greedy replies")
-    accuracy: float = spec_field(float, doc="correct / n")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -923,7 +906,7 @@ def gate_results(values: Any) -> tuple[GateResult, ...]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GateVerdict(Record):
+class GateJudgement(Record):
     """What the sidecars read of a comparison's gate verdict (its bounds and accuracy tables are left out: read
     with `gate_verdict`, which ignores them). A continued job's verdict says whether its start was exploratory."""
 
@@ -935,8 +918,8 @@ class GateVerdict(Record):
     note: str | None = spec_field(Omittable(str))
 
 
-def gate_verdict(value: Any, source: str = "gate verdict") -> GateVerdict:
-    return GateVerdict.from_json(_declared_only(value, GateVerdict), source)
+def gate_verdict(value: Any, source: str = "gate verdict") -> GateJudgement:
+    return GateJudgement.from_json(_declared_only(value, GateJudgement), source)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

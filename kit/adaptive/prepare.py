@@ -33,9 +33,7 @@ from kit.adaptive.formats import (
     FileDigest,
     FinalRetentionReport,
     FinalTasksReport,
-    LedgerHead,
     LedgerRead,
-    LedgerSummary,
     Locations,
     PreparedContract,
     PreparedJob,
@@ -65,11 +63,13 @@ from kit.digest import sha256_file, sha256_json, write_canonical_json
 from kit.evidence.ledger import (
     CONVERSATION_KINDS,
     TASK_KINDS,
+    LedgerPin,
+    LedgerSummary,
     exposed_digests,
     exposure_hint,
-    ledger_head,
     ledger_path,
-    ledger_summary,
+    ledger_pin,
+    summarize_ledger,
     tasks_excluding,
 )
 from kit.inventory import check_shapes, inventory, inventory_digest, parameter_digest
@@ -393,7 +393,7 @@ def ledger_exposure(ledger, contract_digest: str,
     later contract may not reuse what any scoring exposed; the same contract re-prepared reproduces itself.
     `ledger` None: ledger_path(scope), the ledger scoped to the job being prepared into `scope`."""
     ledger = Path(ledger) if ledger is not None else ledger_path(scope)
-    return (ledger, LedgerSummary.from_json(ledger_summary(ledger), f"{ledger}: the ledger's summary"), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
+    return (ledger, summarize_ledger(ledger), frozenset(exposed_digests(TASK_KINDS, ledger, other_than=contract_digest)),
             frozenset(exposed_digests(CONVERSATION_KINDS, ledger, other_than=contract_digest)))
 
 
@@ -427,14 +427,15 @@ def _select_roles(terms: AdaptiveContract, seed_dir: Path, pool: list, seed_task
 
 def ledger_record(ledger_info: LedgerSummary, exposed_tasks: frozenset, exposed_convs: frozenset) -> LedgerRead:
     """prepared.json's "ledger": which ledger the exclusions read, and how many digests it excluded."""
-    return LedgerRead(sha256=ledger_info.sha256, entries=ledger_info.entries, digests=ledger_info.digests,
+    return LedgerRead(sha256=ledger_info.sha256, entries=ledger_info.entries,
+                      digests=types.MappingProxyType(dict(ledger_info.digests)),
                       excluded_digests=ExcludedDigests(tasks=len(exposed_tasks), conversations=len(exposed_convs)),
                       rule="every digest exposed under another contract")
 
 
-def read_ledger_head(info: LedgerSummary) -> LedgerHead:
-    """prepared.json's `locations.ledger_head` of the ledger a preparation read (kit.evidence.ledger.ledger_head)."""
-    return LedgerHead.from_json(ledger_head(info.to_json()), f"{info.path}: the ledger's head")
+def read_ledger_head(info: LedgerSummary) -> LedgerPin:
+    """prepared.json's `locations.ledger_head` of the ledger a preparation read (kit.evidence.ledger.ledger_pin)."""
+    return ledger_pin(info)
 
 
 def seed_inputs(seed_dir: Path) -> dict[str, Path]:
@@ -509,7 +510,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
                           ledger_sha256=ledger_info.sha256,  # the exposure ledger as read (None: absent)
                           contract_digest=contract.digest, parameter_digest=identity.parameter_digest,
                           roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
-                          final_tasks_excluded=task_report.excluded).to_json()
+                          final_tasks_excluded=task_report.excluded).written()
 
 
 # --- CLI ------------------------------------------------------------------------------------------

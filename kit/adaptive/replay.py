@@ -33,7 +33,7 @@ from kit.adaptive.compare import compare
 from kit.adaptive.continued_schema import job_contract
 from kit.adaptive.formats import (
     AttemptRecord,
-    Comparison,
+    CommitComparison,
     MadeCommit,
     commit_cursor,
     load_attempt,
@@ -91,7 +91,7 @@ def _lineage(home: Path, root: str, parent: str | None) -> tuple[list[Manifest],
 
 
 def _max_difference(a_home: str, a_root: str, b_home: str, b_root: str) -> float | None:
-    res = Comparison.from_json(compare(a_home, a_root, b_home, b_root, "A"), "comparison")
+    res = CommitComparison.from_json(compare(a_home, a_root, b_home, b_root, "A"), "comparison")
     return res.max_abs_parameter_difference
 
 

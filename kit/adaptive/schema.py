@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kit.contract import (
     BYTES,
@@ -128,51 +128,45 @@ class Cohort(Record):
     totals: Counts = spec_field(Counts)
 
 
+V = TypeVar("V")
+
+
+class ABPair(Mapping[str, V]):
+    """Cohorts A and B (both required) as a read-only mapping by cohort name, as the drivers look a cohort up by the
+    name they were given (`terms.cohorts[cohort]`): the mapping methods of CohortPair and EndpointPair."""
+    __slots__ = ()
+    A: V
+    B: V
+
+    def __getitem__(self, name: str) -> V:
+        if name == "A":
+            return self.A
+        if name == "B":
+            return self.B
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("A", "B"))
+
+    def __contains__(self, name: object) -> bool:  # both required: always present
+        return name in ("A", "B")
+
+    def __len__(self) -> int:
+        return 2
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CohortPair(Record, Mapping[str, Cohort]):
-    """`cohorts`: A and B. Also a read-only mapping by cohort name, as the drivers look a cohort up by the name
-    they were given (`terms.cohorts[cohort]`, the same for a continued job's cohorts)."""
+class CohortPair(ABPair[Cohort], Record):
+    """`cohorts`: A and B; a read-only mapping by cohort name (ABPair; the same for a continued job's cohorts)."""
     A: Cohort = spec_field(Cohort)
     B: Cohort = spec_field(Cohort)
 
-    def __getitem__(self, name: str) -> Cohort:
-        if name == "A":
-            return self.A
-        if name == "B":
-            return self.B
-        raise KeyError(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(("A", "B"))
-
-    def __contains__(self, name: object) -> bool:  # both required: always present
-        return name in ("A", "B")
-
-    def __len__(self) -> int:
-        return 2
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EndpointPair(Record, Mapping[str, int]):
-    """`endpoints`: the last update of A and of B; a read-only mapping by cohort name, as `CohortPair`."""
+class EndpointPair(ABPair[int], Record):
+    """`endpoints`: the last update of A and of B; a read-only mapping by cohort name (ABPair)."""
     A: int = spec_field(_COUNT)
     B: int = spec_field(_COUNT)
-
-    def __getitem__(self, name: str) -> int:
-        if name == "A":
-            return self.A
-        if name == "B":
-            return self.B
-        raise KeyError(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(("A", "B"))
-
-    def __contains__(self, name: object) -> bool:  # both required: always present
-        return name in ("A", "B")
-
-    def __len__(self) -> int:
-        return 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -54,7 +54,8 @@ from kit.digest import (
     sha256_file,
     write_canonical_json,
 )
-from kit.evidence.ledger import LedgerError, append_guard_event, bound_guard_ledger, chain_events
+from kit.evidence.ledger import LedgerError, append_guard_event, bound_guard_ledger, chain_headers
+from kit.evidence.ledger_chain import EventHeader
 from kit.evidence.notebook import record_materials
 from kit.inventory import parameter_digest
 from kit.refs import CommitRef, SeedRef
@@ -174,9 +175,9 @@ def guard_ledger(prepared_dir: Path, pj: AnyPreparedJob) -> Path:
         raise FinalRolesRefused(str(e)) from None
 
 
-def chained_accesses(prepared_dir: Path, pj: AnyPreparedJob) -> list[dict]:
+def chained_accesses(prepared_dir: Path, pj: AnyPreparedJob) -> list[EventHeader]:
     digest = prepared_digest(prepared_dir)
-    return [e for e in chain_events(guard_ledger(prepared_dir, pj), "final-access") if e.get("prepared_digest") == digest]
+    return [e for e in chain_headers(guard_ledger(prepared_dir, pj), "final-access") if e.prepared_digest == digest]
 
 
 def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict], out: str | os.PathLike,
@@ -191,7 +192,7 @@ def write_selection(prepared_dir: str | os.PathLike, candidates: dict[str, dict]
     chained = chained_accesses(prepared_dir, pj)
     if chained:
         raise FinalRolesRefused(f"{guard_ledger(prepared_dir, pj)}: its chain holds {len(chained)} final access(es) "
-                                f"for this prepared job (run {chained[0].get('run')}); a selection made after final "
+                                f"for this prepared job (run {chained[0].run}); a selection made after final "
                                 "scoring is refused")
     roots = {}
     for name, spec in sorted(candidates.items()):
@@ -298,12 +299,13 @@ def _check_chain(prepared_dir: Path, source: str, actual: str) -> None:
     """The selection's event is in the ledger chain, and no final access under another selection is."""
     pj, _ = prepared_contract(prepared_dir)
     ledger, digest = guard_ledger(prepared_dir, pj), prepared_digest(prepared_dir)
-    written = [e["selection_sha256"] for e in chain_events(ledger, "selection") if e.get("prepared_digest") == digest]
+    written = [e.selection_sha256 for e in chain_headers(ledger, "selection")
+               if e.prepared_digest == digest and e.selection_sha256 is not None]
     if actual not in written:
         raise FinalRolesRefused(f"{source}: sha256 {actual} is not a selection record `kit adaptive select` wrote for "
                                 f"{prepared_dir} (the selection events of {ledger} name: {', '.join(written) or 'none'}); "
                                 "an edited, hand-made or copied record is refused")
-    used = sorted({e["selection_sha256"] for e in chained_accesses(prepared_dir, pj)}
+    used = sorted({e.selection_sha256 for e in chained_accesses(prepared_dir, pj) if e.selection_sha256 is not None}
                   | {e["selection_sha256"] for e in access_entries(prepared_dir) if e.get("allowed")})
     if used and actual not in used:
         raise FinalRolesRefused(f"{source}: final roles were already opened under selection {', '.join(used)} "

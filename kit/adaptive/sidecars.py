@@ -17,8 +17,8 @@ from kit.adaptive.evaluation import gates, nll_change_bounds
 from kit.adaptive.formats import (
     AnsweredTasks,
     AnyPreparedJob,
+    CommitComparison,
     CommitSpec,
-    Comparison,
     ContinuedPreparedJob,
     MadeCommit,
     PairedScores,
@@ -156,9 +156,9 @@ def store_home(params: dict) -> str | None:
     return params.get("HOME") or None
 
 # --- a side-by-side comparison (notebook 12) ---------------------------------------------------
-def comparison_summary(result: dict | Comparison, cohort: str) -> dict:
+def comparison_summary(result: dict | CommitComparison, cohort: str) -> dict:
     """The `comparison` sidecar of compare()'s result: both learned-state roots and layouts, equality."""
-    c = result if isinstance(result, Comparison) else Comparison.from_json(result, "comparison")
+    c = result if isinstance(result, CommitComparison) else CommitComparison.from_json(result, "comparison")
     return {"cohort": cohort, "candidate_learned_state_root": c.a.learned_state_root,
             "control_learned_state_root": c.b.learned_state_root,
             "candidate_layout": to_json(c.a.layout), "control_layout": to_json(c.b.layout),
@@ -173,10 +173,10 @@ def _measured(value: float | None, what: str, step: int) -> float:
     return value
 
 
-def trajectories(result: dict | Comparison) -> list[dict]:
+def trajectories(result: dict | CommitComparison) -> list[dict]:
     """The `trajectories` sidecar: per update both runs made, both objectives, their difference and
     both gradient norms."""
-    c = result if isinstance(result, Comparison) else Comparison.from_json(result, "comparison")
+    c = result if isinstance(result, CommitComparison) else CommitComparison.from_json(result, "comparison")
     control = {u.cohort_step: u for u in c.b.updates}
     rows = []
     for u in c.a.updates:

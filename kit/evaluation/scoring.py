@@ -84,6 +84,21 @@ class TaskAnswer(Record):
     correct: bool = spec_field(bool, doc="the normalized reply equals the normalized answer")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilyAccuracy(Record):
+    """One family's greedy accuracy on a sample (seed_build.json's `task_accuracy.per_family`
+    values, dev-curve.json's `points[].accuracy` values)."""
+
+    n: int = spec_field(int, doc="tasks of the family in the sample")
+    correct: int = spec_field(int, doc="of them answered correctly")
+    accuracy: float = spec_field(float, doc="correct / n (0 for none)")
+
+    @classmethod
+    def of(cls, answers: list[TaskAnswer]) -> FamilyAccuracy:
+        correct = sum(a.correct for a in answers)
+        return cls(n=len(answers), correct=correct, accuracy=correct / max(1, len(answers)))
+
+
 def score_nll(model: LlamaCausalLM, tokenizer, conversations: list[Conversation], max_tokens: int,
               batch_size: int = 16) -> list[dict]:
     """`nll_scores` as the JSON the evaluation records hold: [{id, nll_sum, tokens, family?}]."""

@@ -25,8 +25,7 @@ from pathlib import Path
 
 from kit.digest import load_json_strict
 from kit.evidence.notebook import FILES_DIR_NAME
-from kit.evidence.report.index import IndexedRun
-from kit.evidence.run_index import evidence_folders, load_runs, split_selection
+from kit.evidence.run_index import evidence_folders, load_rows, split_selection
 
 LOGS = ("selections.jsonl", "final-evaluations.jsonl", "final-access.jsonl")
 
@@ -132,7 +131,7 @@ def final_scoring_files(runs_dir, run_id: str) -> dict:
     evidence folders beside the runs (a campaign folder's files brought back from a GPU host): there, a log
     only when it names the record it must list (the selection's or the evaluation's sha256)."""
     folder, _ = split_selection(runs_dir)
-    rows = {r.run_id: r for r in map(IndexedRun.of, load_runs(folder))}
+    rows = {r.run_id: r for r in load_rows(folder)}
     run = rows[run_id]
     ev_meta = load_json_strict(run.dir / "metrics" / "evaluation_file.json")
     sel_param = run.parameters.get("SELECTION")

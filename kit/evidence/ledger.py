@@ -37,7 +37,7 @@ from kit.evidence.ledger_chain import (
 from kit.evidence.notebook import current_run_dir, record_ledger_event
 from kit.evidence.run_record import SHA256_RE
 from kit.evidence.runtime import repository_root
-from kit.record import ContractError, MapOf, Opt, Record, build, spec_field
+from kit.record import BYTES, ContractError, MapOf, Opt, Record, build, spec_field
 
 LEDGER_FORMAT = "kit-exposure/2"  # kit.evidence.ledger_chain; /1 lines are still read
 LEDGER_ENV = "KIT_LEDGER"
@@ -73,7 +73,7 @@ class LedgerSummary(Record):
 
     path: str = spec_field(str, doc="the ledger file, absolute")
     sha256: str | None = spec_field(Opt(str), doc="sha256 of its bytes, null when absent")
-    size: int = spec_field(int, doc="its bytes, 0 when absent")
+    size: int = spec_field(BYTES, doc="its bytes, 0 when absent")
     entries: int = spec_field(int, doc="exposure entries")
     digests: Mapping[str, int] = spec_field(MapOf(int), doc="distinct digests per kind")
 
@@ -140,8 +140,12 @@ def ledger_head(info: LedgerSummary | dict) -> dict:
     """prepared.json's `locations.ledger_head` from a ledger_summary: {"size", "sha256"} of the bytes the
     preparation read (size 0 and the empty sha256 when the ledger was absent). The final-role guard holds the
     job to that ledger (bound_guard_ledger)."""
-    summary = info if isinstance(info, LedgerSummary) else build(info, LedgerSummary)
-    return LedgerPin(size=summary.size, sha256=read_digest(summary.sha256)).to_json()
+    return ledger_pin(info if isinstance(info, LedgerSummary) else build(info, LedgerSummary)).to_json()
+
+
+def ledger_pin(summary: LedgerSummary) -> LedgerPin:
+    """`ledger_head` declared: the head of the ledger a preparation read."""
+    return LedgerPin(size=summary.size, sha256=read_digest(summary.sha256))
 
 
 def bound_guard_ledger(prepared_dir: str | os.PathLike, locations: dict) -> Path:

@@ -24,10 +24,12 @@ import numpy as np
 
 from kit.digest import load_json_strict, sha256_file
 from kit.evidence import archive
+from kit.evidence.dev_evaluation_format import DevEvaluation, ModelSource, SeedSource
 from kit.evidence.replicate_design import FinalDesign
-from kit.evidence.replicates import replicate_of
+from kit.evidence.replicates import replicate_number
 from kit.evidence.report.sidecar_formats import (
     BoundGate,
+    EvaluationFile,
     Gates,
     GateVerdict,
     NllChangeBound,
@@ -35,7 +37,7 @@ from kit.evidence.report.sidecar_formats import (
     ScreenQuality,
     Sidecar,
 )
-from kit.evidence.run_index import load_runs
+from kit.evidence.run_index import IndexedRun, load_rows
 from kit.evidence.run_record import RunRecord, metric_path, read_run_record
 from kit.record import Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, build, spec_field, validate
 from kit.replicate_stats import ANALYSIS_RULE, PairedInterval, paired_interval, reading, shared_item_variance
@@ -53,27 +55,28 @@ _R = re.compile(r"-r(\d+)$")
 # --- what the analysis reads: index rows, run records, sidecars and the study pilot's development scorings ----
 @dataclass(frozen=True, slots=True)
 class _Run:
-    """A row of the run index (kit.evidence.run_index.load_runs) as the analysis reads it, in memory."""
+    """A row of the run index (kit.evidence.run_index.load_rows) as the analysis reads it, in memory."""
     run_id: str
     dir: Path
     status: str
-    replicate: int  # kit.evidence.replicates.replicate_of
+    replicate: int  # kit.evidence.replicates.replicate_number
 
     @classmethod
-    def of(cls, row: dict) -> _Run:
-        return cls(run_id=row["run_id"], dir=Path(row["dir"]), status=row["status"], replicate=replicate_of(row))
+    def of(cls, row: IndexedRun) -> _Run:
+        return cls(run_id=row.run_id, dir=row.dir, status=row.status,
+                   replicate=replicate_number(row.run_id, row.parameters))
 
     def record(self) -> RunRecord:
         return read_run_record(self.dir)
 
 
 def _runs(runs_dir: Path) -> dict[str, _Run]:
-    runs = [_Run.of(row) for row in load_runs(runs_dir)]
+    runs = [_Run.of(row) for row in load_rows(runs_dir)]
     return {r.run_id: r for r in runs}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FamilyAccuracy(Record):
+class PairedFamilyAccuracy(Record):
     """One family's entry (or "all", every task) of the `accuracy_by_family` sidecar of a development scoring."""
     n: int = spec_field(int, doc="tasks scored")
     correct_candidate: int = spec_field(int, doc="answered right by the candidate")
@@ -109,21 +112,6 @@ class GeneratedAnswers(Sidecar):
     net: int = spec_field(int, doc="gained - lost")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EvaluationFile(Sidecar):
-    """`evaluation_file` of an adaptive evaluation: where its per-item record was written, pinned by sha256."""
-    NAME: ClassVar[str] = "evaluation_file"
-
-    baseline: str = spec_field(str, doc="the baseline model")
-    candidate: str = spec_field(str, doc="the candidate model")
-    comparison: str = spec_field(str, doc="the contract's comparison")
-    path: str = spec_field(str, doc="the evaluation record, as written on its host")
-    retention: int = spec_field(int, doc="retention probes scored")
-    sha256: str = spec_field(str, doc="of the evaluation record")
-    split: str = spec_field(str, doc="`dev` or `final`")
-    tasks: int = spec_field(int, doc="tasks scored")
-
-
 S = TypeVar("S", bound=Sidecar)
 
 
@@ -133,61 +121,14 @@ def _sidecar(run: _Run, cls: type[S]) -> S | None:
     return cls.from_json(load_json_strict(path), str(path)) if path.is_file() else None
 
 
-def _accuracy(run: _Run) -> Mapping[str, FamilyAccuracy] | None:
-    """The run's `accuracy_by_family` sidecar, family (or "all") -> FamilyAccuracy; None when not there."""
+def _accuracy(run: _Run) -> Mapping[str, PairedFamilyAccuracy] | None:
+    """The run's `accuracy_by_family` sidecar, family (or "all") -> PairedFamilyAccuracy; None when not there."""
     path = metric_path(run.dir, "accuracy_by_family")
     if not path.is_file():
         return None
     value = load_json_strict(path)
-    validate(value, MapOf(FamilyAccuracy), "", str(path))
-    return build(value, MapOf(FamilyAccuracy))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSource(Record):
-    """A scored commit."""
-    home: str = spec_field(str, doc="its checkpoint home")
-    full_root: str = spec_field(str, doc="its full root")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SeedSource(Record):
-    """The scored seed."""
-    seed_dir: str = spec_field(str, doc="the seed folder")
-    parameter_digest: str = spec_field(str, doc="its parameter digest")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScoredTask(Record):
-    """One task's greedy reply and verdict."""
-    id: str = spec_field(str, doc="the task")
-    family: str = spec_field(str, doc="its family")
-    reply: str = spec_field(str, doc="the reply")
-    correct: bool = spec_field(bool, doc="whether it is right")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScoredNll(Record):
-    """One conversation's summed NLL over its assistant tokens."""
-    id: str = spec_field(str, doc="the conversation")
-    nll_sum: float = spec_field(float, doc="summed NLL (nats)")
-    tokens: int = spec_field(int, doc="assistant tokens")
-    family: str | None = spec_field(Omittable(str), doc="a task's family")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DevEvaluation(Record):
-    """A study pilot's development scoring (`kit.study.dev-evaluation/1`, kit/study/dev.py), as committed under a
-    pilot folder's evals/."""
-    FORMAT: ClassVar[str] = PILOT_EVAL
-    format: str = spec_field(OneOf(PILOT_EVAL), doc=PILOT_EVAL)
-    label: str = spec_field(str, doc="`seed` or `commit`")
-    source: SeedSource | ModelSource = spec_field(Either(SeedSource, ModelSource), doc="what was scored")
-    dev_tasks_sha256: str = spec_field(str, doc="the development tasks'")
-    tasks: tuple[ScoredTask, ...] = spec_field(Seq(ScoredTask), doc="per task, the reply and verdict")
-    task_nll: tuple[ScoredNll, ...] = spec_field(Seq(ScoredNll), doc="per task, the answer's NLL")
-    seconds: float = spec_field(float, doc="scoring time")
-    device: str | None = spec_field(Omittable(str), doc="where it was scored (absent: CPU)")
+    validate(value, MapOf(PairedFamilyAccuracy), "", str(path))
+    return build(value, MapOf(PairedFamilyAccuracy))
 
 
 # --- what it writes: kit-replicate-analysis/1 ---------------------------------------------------------------

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kit.digest import load_json_strict
 from kit.record import MapOf, Record, Seq, spec_field
@@ -44,11 +45,16 @@ def _sidecar(row: dict, name: str) -> dict | None:
 
 
 def replicate_of(row: dict) -> int:
+    """A run's replicate index (`replicate_number`) from its row as JSON (load_runs' rows)."""
+    return replicate_number(row["run_id"], row.get("parameters") or {})
+
+
+def replicate_number(run_id: str, parameters: Mapping[str, Any]) -> int:
     """A run's replicate index: parameter REPLICATE, else the run id's `-r<k>` suffix, else 0."""
-    value = (row.get("parameters") or {}).get("REPLICATE")
+    value = parameters.get("REPLICATE")
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    m = _SUFFIX.search(row["run_id"])
+    m = _SUFFIX.search(run_id)
     return int(m.group(1)) if m else 0
 
 
@@ -197,7 +203,7 @@ class PlanLedger(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PlanInputs(Record):
+class CampaignInputs(Record):
     """What the re-derived inputs must equal (`kit.replicates.record_checks`)."""
     why: str = spec_field(str, doc="why they are re-derived, in words")
     ledger: PlanLedger = spec_field(PlanLedger, doc="the ledger prefix the preparations read")
@@ -213,7 +219,7 @@ class PlanBudget(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicatePlan(Record):
+class CampaignPlan(Record):
     """The executed replicate campaign's plan (`kit-replicate-plan/1`)."""
     FORMAT = PLAN_FORMAT
     format: str = spec_field(str, doc=PLAN_FORMAT)
@@ -223,13 +229,13 @@ class ReplicatePlan(Record):
     study: StudyPlan = spec_field(StudyPlan, doc="the study's replicates")
     adaptive: AdaptivePlan = spec_field(AdaptivePlan, doc="the growth pairs' replicates")
     written: str = spec_field(str, doc="when and against what it was written")
-    inputs: PlanInputs = spec_field(PlanInputs, doc="what the re-derived inputs must equal")
+    inputs: CampaignInputs = spec_field(CampaignInputs, doc="what the re-derived inputs must equal")
     modes: Mapping[str, str] = spec_field(MapOf(str), doc="part -> its GPU mode, in words")
     order_of_work: tuple[str, ...] = spec_field(Seq(str), doc="the parts in order, in words")
     budget: PlanBudget = spec_field(PlanBudget, doc="the repository's budget")
     amendments: tuple[str, ...] = spec_field(Seq(str), doc="dated sentences: what was added after a replicate ran")
 
 
-def read_plan(path: str | Path) -> ReplicatePlan:
+def read_plan(path: str | Path) -> CampaignPlan:
     """A replicate plan file, checked against its declared class (a ContractError naming the file and field)."""
-    return ReplicatePlan.from_json(load_json_strict(path), str(path))
+    return CampaignPlan.from_json(load_json_strict(path), str(path))

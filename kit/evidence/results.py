@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kit.digest import write_files_atomic
-from kit.evidence.replicates import replicate_of
+from kit.evidence.replicates import replicate_number
 from kit.evidence.report.format import is_number
 from kit.evidence.report.index import (
     IndexedRun,
@@ -26,8 +26,6 @@ from kit.evidence.report.index import (
     producer,
     run_contract,
 )
-from kit.evidence.run_record import CheckpointRoots
-from kit.record import build
 
 COLUMNS = ["contract", "contract_digest", "seed", "kept_in", "split", "model", "model_root", "family", "metric",
            "value", "run_id", "replicate"]
@@ -88,8 +86,7 @@ def _adaptive_model(spec: str, idx: RunIndex) -> tuple[str, str]:
 
 
 def _arm_root(run_id: str | None, idx: RunIndex) -> str:
-    roots = idx.by_id[run_id].checkpoint_roots if run_id in idx.by_id else {}
-    produced = (build(roots, CheckpointRoots).produced or ()) if roots else ()
+    produced = idx.by_id[run_id].roots.produced if run_id in idx.by_id else ()
     return produced[-1].root if produced else ""
 
 
@@ -152,7 +149,7 @@ def result_rows(runs_dir, kept_in: str = "") -> list[ResultRow]:
         c = run_contract(first) or {}
         seed = (c.get("seed") or {}).get("parameter_digest") or ""
         for m in accuracy_models(idx, digest):
-            replicate = replicate_of(idx.by_id[m.run].record if m.run in idx.by_id else {"run_id": m.run})
+            replicate = replicate_number(m.run, idx.by_id[m.run].parameters if m.run in idx.by_id else {})
             root = seed if m.model == "seed" and seed else m.root
             for family, (correct, n) in m.families.items():
                 values = (correct, n, correct / n if n else None)  # METRICS, in order

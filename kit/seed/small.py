@@ -56,7 +56,7 @@ from kit.data.tasks import FAMILIES, TaskExample, generate_set, generate_twin_se
 from kit.data.tokenizer_build import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 from kit.digest import load_json_strict, sha256_file, sha256_json
 from kit.distributed.pipeline import EngineConfig
-from kit.evaluation.scoring import TaskAnswer, nll_scores, task_answers
+from kit.evaluation.scoring import FamilyAccuracy, TaskAnswer, nll_scores, task_answers
 from kit.flops import H200_BF16_PEAK_FLOPS, executed_flops_per_token
 from kit.model.config import LlamaShape
 from kit.model.llama import LlamaCausalLM, init_weights
@@ -377,20 +377,6 @@ def collection_paused():
     finally:
         if was:
             gc.enable()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FamilyAccuracy(Record):
-    """One family's greedy accuracy on a sample (seed_build.json's `task_accuracy.per_family` values)."""
-
-    n: int = spec_field(int, doc="tasks of the family in the sample")
-    correct: int = spec_field(int, doc="of them answered correctly")
-    accuracy: float = spec_field(float, doc="correct / n (0 for none)")
-
-    @classmethod
-    def of(cls, answers: list[TaskAnswer]) -> FamilyAccuracy:
-        correct = sum(a.correct for a in answers)
-        return cls(n=len(answers), correct=correct, accuracy=correct / max(1, len(answers)))
 
 
 @dataclass

@@ -43,6 +43,7 @@ from kit.distributed.launch import WorkerFailure, launch
 from kit.distributed.traffic import LogicalTraffic, counter_delta, interface_counters_or_none
 from kit.engine.session import Session
 from kit.environ import temporary_environ
+from kit.evidence.report.sidecar_formats import SharedGpuArm
 from kit.model.llama import LlamaCausalLM
 from kit.model.shard import Layout
 from kit.refs import CommitRef, PeerCommitRef, Ref, SeedRef, ref_from_json
@@ -62,15 +63,14 @@ from kit.study.formats import (
     ArmRecord,
     ArmTraffic,
     ArmWorkerPlan,
-    CommitOutcome,
     CompressorStats,
     Endpoint,
     LogicalTrafficSummary,
+    ReplicaCommitOutcome,
     ReplicaResult,
     ReplicateOrder,
-    Schedule,
-    SharedGpus,
     StudyClock,
+    StudySchedule,
     TrainRow,
     UpdateRow,
     plain,
@@ -187,7 +187,7 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
     """Replica 0 commits; every replica compares its learned-state root; PowerSGD ranks save their state."""
     t0 = time.perf_counter()
     mine = learned_state_root_of(session)
-    outcome = CommitOutcome(rank=group.rank, learned=mine, full=None, error=None)
+    outcome = ReplicaCommitOutcome(rank=group.rank, learned=mine, full=None, error=None)
     if group.rank == 0:
         try:
             full, learned = session.commit()
@@ -196,7 +196,7 @@ def _commit(group: Group, session: Session, home: str, compressor, traffic: Logi
         except (ValueError, OSError) as e:
             outcome = replace(outcome, error=f"{type(e).__name__}: {e}")
     payload = canonical_json(outcome.to_json())
-    gathered = [CommitOutcome.from_json(loads_strict(b, "commit outcome"), "commit outcome")
+    gathered = [ReplicaCommitOutcome.from_json(loads_strict(b, "commit outcome"), "commit outcome")
                 for b in group.allgather_bytes(payload)]
     if group.world > 1:
         traffic.add_overhead(len(payload) * group.world, in_update=False)
@@ -386,7 +386,7 @@ def replicate_schedule(study_dir: Path, terms: StudyContract, replicate: int) ->
     """The prepared schedule's updates (ids), in replicate `replicate`'s order: the prepared order itself for 0,
     else the same documents reordered from the contract terms' `schedule.order_seed` (kit/replicate_order.py)."""
     path = Path(study_dir) / PREPARED_DIR / "schedule.json"
-    updates = [list(u) for u in Schedule.from_json(load_json_strict(path), str(path)).updates]
+    updates = [list(u) for u in StudySchedule.from_json(load_json_strict(path), str(path)).updates]
     return reorder_steps(updates, terms.schedule.order_seed, replicate)
 
 
@@ -459,15 +459,15 @@ def availability(terms: StudyContract, arm, cuda_devices: int | None = None) -> 
     return None
 
 
-def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None) -> SharedGpus | None:
+def expected_sharing(terms: StudyContract, arm, cuda_devices: int | None = None) -> SharedGpuArm | None:
     """The `shared_gpus` an admitted arm will have on this host (None: each worker has its own GPU, or
     CPU). The record keeps it only until the ranks report their own (kit.study.measurement.shared_gpus);
     a failed attempt, whose ranks reported nothing, keeps it, marked by its `source`."""
     n = _host_gpus(cuda_devices) if terms.device == "cuda" else None
     if n is None or arm.workers <= n:
         return None
-    return SharedGpus(workers=arm.workers, gpus=n, transport=STAGED_BACKEND,
-                      source="admission (this host's GPU count; the ranks reported nothing)")
+    return SharedGpuArm(workers=arm.workers, gpus=n, transport=STAGED_BACKEND,
+                        source="admission (this host's GPU count; the ranks reported nothing)")
 
 
 def _clock(study_dir: Path) -> float | None:

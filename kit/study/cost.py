@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kit.distributed.traffic import ring_wire_bytes
-from kit.study.formats import ArmCost, ArmProjection, CostPrices, CostRow, CostTable
+from kit.evidence.report.sidecar_formats import ArmCost
+from kit.study.formats import ArmProjection, CostPrices, CostRow, CostTable
 from kit.study.schema import StudyContract
 
 BILLED_DIRECTIONS = 2  # out of the sending zone and into the receiving one

@@ -26,8 +26,9 @@ from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.evidence.dev_evaluation_format import DevEvaluation, ModelSource, ProbeScore, SeedSource, TaskScore
 from kit.inventory import parameter_digest
-from kit.study.formats import DevEvaluation, ProbeScore, StudyPreparedJob, TaskScore
+from kit.study.formats import StudyPreparedJob
 from kit.study.prepare import DEV_FILE, PREPARED_DIR, PreparedError, check_seed, load_prepared_job
 
 DEV_EVAL_FORMAT = "kit.study.dev-evaluation/1"
@@ -61,10 +62,11 @@ def score_dev(study_dir: str | os.PathLike, seed_dir: str | os.PathLike, out: st
     tasks = read_jsonl(path)
     t0 = time.perf_counter()
     if home is None:
-        source: dict[str, Any] = {"seed_dir": str(seed_dir), "parameter_digest": parameter_digest(seed_dir)}
+        source: SeedSource | ModelSource = SeedSource(seed_dir=str(seed_dir), parameter_digest=parameter_digest(seed_dir))
         model = load_model(seed_dir=str(seed_dir), device=device)
     else:
-        source = {"home": str(home), "full_root": root}
+        assert root is not None, "home and root come together (checked above)"
+        source = ModelSource(home=str(home), full_root=root)
         model = load_model(home=str(home), root=root, device=device)
     tokenizer = load_tokenizer(seed_dir)
     nll_batch, answer_batch = eval_batch_sizes(device)

@@ -18,6 +18,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from kit.evidence.dev_evaluation_format import ProbeScore, TaskScore
+from kit.evidence.report.sidecar_formats import (
+    ArmCost,
+    RetentionChange,
+    ScreenQuality,
+    ScreenSpeed,
+    SharedGpuArm,
+)
 from kit.record import BYTES, SEED, Either, MapOf, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 
 JSON_DEPTH = 12  # lists and objects nested this deep: the deepest undeclared part (hosts' interfaces) is 3
@@ -37,15 +45,6 @@ def _any_json(depth: int) -> Either:
 
 JSON_VALUE = _any_json(JSON_DEPTH)
 ARM_STATUSES = ("completed", "partial", "failed", "rejected", "unavailable")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SharedGpus(Record):
-    """Workers that shared fewer GPUs than there are workers (kit.study.measurement.shared_gpus)."""
-    workers: int = spec_field(Num(1, integer=True), doc="the arm's workers")
-    gpus: int = spec_field(Num(1, integer=True), doc="the distinct (host, device) pairs they ran on")
-    transport: str = spec_field(str, doc="the group's backend, e.g. gloo (host-staged)")
-    source: str = spec_field(str, doc="'ranks' (their reports) or the admission's count")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +96,7 @@ class CompressionRecordRef(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CommitOutcome(Record):
+class ReplicaCommitOutcome(Record):
     """What each replica says of a commit, allgathered as JSON (kit.study.arms._commit)."""
     rank: int = spec_field(Num(0, integer=True), doc="the replica")
     learned: str = spec_field(str, doc="its own learned-state root")
@@ -247,18 +246,6 @@ class ArmMeasurement(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ArmCost(Record):
-    """The contract's cost frame applied to what ran (kit.study.cost.arm_cost)."""
-    gpus: int | None = spec_field(Omittable(Num(0, integer=True)), doc="GPUs charged (older records: absent)")
-    gpu_hours: float = spec_field(float, doc="wall s x gpus / 3600")
-    gpu_cost_usd: float = spec_field(float, doc="at the seed's hosts' price")
-    cross_zone_bytes: int = spec_field(BYTES, doc="every rank's estimated ring bytes")
-    cross_zone_gb: float = spec_field(float, doc="the same in GB")
-    cross_zone_cost_usd: float = spec_field(float, doc="their price")
-    total_usd: float = spec_field(float, doc="gpu and cross-zone cost")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ArmProjection(Record):
     """What an arm was projected to take and cost before it started, against the study's deadline and bound
     (kit.study.cost.project_arm); the arm record's `projection` and the `projection` sidecar."""
@@ -344,7 +331,7 @@ class ArmRecord(Record):
     measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="what ran, measured")
     traffic: ArmTraffic | None = spec_field(Opt(ArmTraffic), doc="interfaces and the ranks' logical traffic")
     cost: ArmCost | None = spec_field(Opt(ArmCost), doc="what ran, priced")
-    shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs")
+    shared_gpus: SharedGpuArm | None = spec_field(Omittable(Opt(SharedGpuArm)), doc="workers sharing GPUs")
     launcher: str | None = spec_field(Omittable(str), doc="torchrun (kit/study/hosts.py)")
     hosts: tuple[ArmHost, ...] | None = spec_field(Omittable(Seq(ArmHost)), doc="per rank under torchrun")
     replicate: ReplicateOrder | None = spec_field(Omittable(ReplicateOrder), doc="a replicate's data order")
@@ -465,14 +452,14 @@ class TrainRow(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Schedule(Record):
+class StudySchedule(Record):
     """`prepared/schedule.json`: the global batches, document ids per update."""
     updates: tuple[tuple[str, ...], ...] = spec_field(Seq(Seq(str)), doc="per update, its documents' ids")
 
 
 # --- prepared.json of a study (kit/study/prepare.py; docs/formats/study-records.md "prepared.json") ------------
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PreparedContract(Record):
+class StudyPreparedContract(Record):
     """The contract the study was prepared under."""
     path: str = spec_field(str, doc="the contract file given")
     digest: str = spec_field(str, doc="sha256 of the contract")
@@ -537,7 +524,7 @@ class StudyPreparedJob(Record):
     Fields added after the first studies were committed are Omittable."""
     FORMAT = "kit.study.prepared/1"
     format: str = spec_field(OneOf("kit.study.prepared/1"), doc="kit.study.prepared/1")
-    contract: PreparedContract = spec_field(PreparedContract, doc="the contract")
+    contract: StudyPreparedContract = spec_field(StudyPreparedContract, doc="the contract")
     seed: PreparedSeed = spec_field(PreparedSeed, doc="the seed")
     source: PreparedSource = spec_field(PreparedSource, doc="the public source")
     files: Mapping[str, str] = spec_field(MapOf(str), doc="prepared file -> sha256")
@@ -562,24 +549,6 @@ def with_nulls(record: R, *keys: str) -> R:
 
 # --- evaluation/models/<label>.json: one model scored on the final tasks and retention probes ------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TaskScore(Record):
-    """One final task as a model answered it (kit.evaluation.scoring.TaskAnswer's JSON)."""
-    id: str = spec_field(str, doc="the task record")
-    family: str = spec_field(str, doc="its family")
-    reply: str = spec_field(str, doc="the greedy reply")
-    correct: bool = spec_field(bool, doc="the reply equals the answer")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeScore(Record):
-    """One retention probe's summed NLL (kit.evaluation.scoring.NllScore's JSON)."""
-    id: str = spec_field(str, doc="the probe")
-    nll_sum: float = spec_field(float, doc="summed NLL (nats) of its assistant target tokens")
-    tokens: int = spec_field(int, doc="how many")
-    family: str | None = spec_field(Omittable(str), doc="a task's family (absent for probes)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelScores(Record):
     """`evaluation/models/<label>.json`: the seed or a frozen arm's endpoint scored (kit.study.screens)."""
     FORMAT = "kit.study.evaluation/1"
@@ -588,21 +557,6 @@ class ModelScores(Record):
     source: Any = spec_field(MapOf(JSON_VALUE), doc="{seed_dir, parameter_digest} or {home, full_root}")
     tasks: tuple[TaskScore, ...] = spec_field(Seq(TaskScore), doc="the final tasks answered")
     retention: tuple[ProbeScore, ...] = spec_field(Seq(ProbeScore), doc="the retention probes scored")
-    seconds: float = spec_field(float, doc="the scoring's time")
-    device: str | None = spec_field(Omittable(str), doc="the device (absent on CPU)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DevEvaluation(Record):
-    """A development scoring (`python -m kit.study.dev --out FILE`): the seed or a commit on the study's development
-    tasks, written anywhere but STUDY/evaluation."""
-    FORMAT = "kit.study.dev-evaluation/1"
-    format: str = spec_field(OneOf("kit.study.dev-evaluation/1"), doc="kit.study.dev-evaluation/1")
-    label: str = spec_field(OneOf("seed", "commit"), doc="what was scored")
-    source: Any = spec_field(MapOf(JSON_VALUE), doc="{seed_dir, parameter_digest} or {home, full_root}")
-    dev_tasks_sha256: str = spec_field(str, doc="sha256 of prepared/dev_tasks.jsonl")
-    tasks: tuple[TaskScore, ...] = spec_field(Seq(TaskScore), doc="the development tasks answered")
-    task_nll: tuple[ProbeScore, ...] = spec_field(Seq(ProbeScore), doc="their answers' NLL, with their family")
     seconds: float = spec_field(float, doc="the scoring's time")
     device: str | None = spec_field(Omittable(str), doc="the device (absent on CPU)")
 
@@ -628,7 +582,7 @@ class ScreenArm(Record):
     replicas_equal: bool | None = spec_field(Opt(bool), doc="every commit's replicas equal")
     projection: ArmProjection | None = spec_field(Opt(ArmProjection), doc="the record's projection")
     measurement: ArmMeasurement | None = spec_field(Opt(ArmMeasurement), doc="the record's measurement")
-    shared_gpus: SharedGpus | None = spec_field(Omittable(Opt(SharedGpus)), doc="workers sharing GPUs (older: "
+    shared_gpus: SharedGpuArm | None = spec_field(Omittable(Opt(SharedGpuArm)), doc="workers sharing GPUs (older: "
                                                                                 "absent)")
     logical_traffic_rank0: LogicalTrafficSummary | None = spec_field(Opt(LogicalTrafficSummary),
                                                                     doc="rank 0's logical traffic")
@@ -636,7 +590,7 @@ class ScreenArm(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FamilyAccuracy(Record):
+class FamilyAccuracyRow(Record):
     """One row of a model's accuracy by family (kit.stats.accuracy_by_family; the last row's family is 'all')."""
     family: str = spec_field(str, doc="the family")
     n: int = spec_field(int, doc="tasks")
@@ -648,14 +602,6 @@ class FamilyAccuracy(Record):
 class FamilyDifference(Record):
     n: int = spec_field(int, doc="the family's tasks")
     difference: float = spec_field(float, doc="candidate minus reference accuracy")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GainedLost(Record):
-    """kit.stats.gained_lost's counts."""
-    gained: int = spec_field(int, doc="right for the candidate only")
-    lost: int = spec_field(int, doc="right for the reference only")
-    net: int = spec_field(int, doc="gained - lost")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -685,86 +631,9 @@ class PairedChange(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RetentionChange(Record):
-    """An arm's retention NLL change against the seed with its delta-method upper bound
-    (kit.study.screens.retention_change; the `retention_change` sidecar's values)."""
-    n: int = spec_field(int, doc="retention probes")
-    tokens: int = spec_field(int, doc="their assistant tokens")
-    change_nats_per_token: float = spec_field(float, doc="the arm's minus the seed's NLL per token")
-    upper: float = spec_field(float, doc="the upper bound")
-    multiplier: float = spec_field(float, doc="the normal multiplier")
-    rule: str = spec_field(str, doc="the bound, in words")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NotCompletedArm(Record):
-    """An arm a screen needs that did not complete."""
-    arm: str = spec_field(str, doc="the arm")
-    status: str = spec_field(str, doc="its status")
-    reason: str | None = spec_field(Opt(str), doc="why")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QualityInputs(Record):
-    task_gain: float | None = spec_field(Opt(float), doc="the candidate's accuracy gain over the seed")
-    retention_upper: float | None = spec_field(Opt(float), doc="its retention change's upper bound")
-    noninferiority_lower: Mapping[str, float | None] = spec_field(MapOf(Opt(float)), doc="per control, the bound")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QualityThresholds(Record):
-    min_task_gain: float = spec_field(float, doc="the contract's least task gain")
-    max_retention_upper_nats: float = spec_field(float, doc="the contract's bound on the retention change")
-    noninferiority_margin: float = spec_field(float, doc="the contract's margin")
-    normal_multiplier: float = spec_field(float, doc="the contract's normal multiplier")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QualityScreen(Record):
-    """The quality screen (kit.study.screens.quality_screen; the `screen_quality` sidecar)."""
-    name: str = spec_field(OneOf("quality"), doc="quality")
-    verdict: str = spec_field(str, doc="pass, fail or not evaluable")
-    checks: Mapping[str, bool | None] = spec_field(MapOf(Opt(bool)), doc="per part: passed, null when missing")
-    missing_inputs: tuple[str, ...] = spec_field(Seq(str), doc="the parts without an input")
-    inputs: QualityInputs = spec_field(QualityInputs, doc="the numbers the parts test")
-    thresholds: QualityThresholds = spec_field(QualityThresholds, doc="the contract's thresholds")
-    rule: str = spec_field(str, doc="the rule, in words")
-    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
-        Omittable(Seq(NotCompletedArm)), doc="the arms it needs that did not complete (build_screens adds it)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpeedInputs(Record):
-    candidate_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the candidate's active throughput")
-    baseline_active_tokens_per_s: float | None = spec_field(Opt(float), doc="the baseline's")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpeedThresholds(Record):
-    min_speedup: float = spec_field(float, doc="the contract's least throughput ratio")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpeedScreen(Record):
-    """The speed screen (kit.study.screens.speed_screen; the `screen_speed` sidecar). Screens made before the
-    workers could share GPUs have neither `reason` nor `shared_gpus`."""
-    name: str = spec_field(OneOf("speed"), doc="speed")
-    verdict: str = spec_field(str, doc="pass, fail or not evaluable")
-    ratio: float | None = spec_field(Opt(float), doc="candidate / baseline throughput (null: not measured)")
-    reason: str | None = spec_field(Omittable(Opt(str)), doc="why not measured (null: measured)")
-    shared_gpus: Mapping[str, SharedGpus] | None = spec_field(Omittable(MapOf(SharedGpus)),
-                                                             doc="per arm whose workers shared GPUs, how")
-    inputs: SpeedInputs = spec_field(SpeedInputs, doc="the throughputs compared")
-    thresholds: SpeedThresholds = spec_field(SpeedThresholds, doc="the contract's threshold")
-    rule: str = spec_field(str, doc="the rule, in words")
-    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
-        Omittable(Seq(NotCompletedArm)), doc="the arms it needs that did not complete (build_screens adds it)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Screens(Record):
-    quality: QualityScreen = spec_field(QualityScreen, doc="the quality screen")
-    speed: SpeedScreen = spec_field(SpeedScreen, doc="the speed screen")
+    quality: ScreenQuality = spec_field(ScreenQuality, doc="the quality screen")
+    speed: ScreenSpeed = spec_field(ScreenSpeed, doc="the speed screen")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -814,8 +683,8 @@ class StudyScreens(Record):
     candidate: str = spec_field(str, doc="the candidate arm")
     controls: tuple[str, ...] = spec_field(Seq(str), doc="the control arms")
     arms: tuple[ScreenArm, ...] = spec_field(Seq(ScreenArm), doc="every contract arm, in contract order")
-    accuracy_by_family: Mapping[str, tuple[FamilyAccuracy, ...]] = spec_field(
-        MapOf(Seq(FamilyAccuracy)), doc="per model label")
+    accuracy_by_family: Mapping[str, tuple[FamilyAccuracyRow, ...]] = spec_field(
+        MapOf(Seq(FamilyAccuracyRow)), doc="per model label")
     paired_task_change: Mapping[str, Mapping[str, PairedChange]] = spec_field(
         MapOf(MapOf(PairedChange)), doc="per arm, per reference")
     retention_change: Mapping[str, RetentionChange] = spec_field(MapOf(RetentionChange), doc="per arm")
@@ -871,19 +740,6 @@ class FamilyAccuracySidecar(Record):
     n: int = spec_field(int, doc="tasks")
     correct: int = spec_field(int, doc="answered right")
     accuracy: float = spec_field(float, doc="correct / n")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskChangeSidecar(Record):
-    """One "ARM vs REFERENCE" of the `paired_task_change` sidecar (the report reads it as TaskChange)."""
-    n: int = spec_field(int, doc="tasks")
-    candidate_correct: int = spec_field(int, doc="right for the candidate")
-    reference_correct: int = spec_field(int, doc="right for the reference")
-    difference: float = spec_field(float, doc="candidate minus reference accuracy")
-    gained: int = spec_field(int, doc="right for the candidate only")
-    lost: int = spec_field(int, doc="right for the reference only")
-    net: int = spec_field(int, doc="gained - lost")
-    noninferiority_lower: float = spec_field(float, doc="the noninferiority lower bound")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

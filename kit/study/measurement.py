@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from kit.evidence.report.sidecar_formats import SharedGpuArm
 from kit.study.cost import arm_cost
-from kit.study.formats import ArmMeasurement, ArmRecord, Endpoint, ReplicaResult, SharedGpus, with_nulls
+from kit.study.formats import ArmMeasurement, ArmRecord, Endpoint, ReplicaResult, with_nulls
 from kit.study.schema import StudyContract
 
 # Recorded in each arm's measurement: how its first update's compile was paid (kit.study.arms.own_compile_cache;
@@ -28,7 +29,7 @@ def padded_tokens(records, microbatch_size: int, bucket: int) -> int:
     return total
 
 
-def shared_gpus(results: list[ReplicaResult]) -> SharedGpus | None:
+def shared_gpus(results: list[ReplicaResult]) -> SharedGpuArm | None:
     """The workers, GPUs, transport and source "ranks" when the ranks ran on fewer GPUs than there are
     ranks, read from what each rank reported (its host, device and group backend); None when each rank had
     a GPU of its own, or on CPU. GPUs are counted as distinct (host, device) pairs."""
@@ -39,7 +40,7 @@ def shared_gpus(results: list[ReplicaResult]) -> SharedGpus | None:
     if len(used) >= len(results):
         return None
     transports = sorted({r.backend or "not reported" for r in results})
-    return SharedGpus(workers=len(results), gpus=len(used), transport=", ".join(transports), source="ranks")
+    return SharedGpuArm(workers=len(results), gpus=len(used), transport=", ".join(transports), source="ranks")
 
 
 def summarise(record: ArmRecord, results: list[ReplicaResult], wall: float, terms: StudyContract) -> ArmRecord:

@@ -54,16 +54,17 @@ from kit.evidence.environment import versions
 from kit.evidence.ledger import (
     CONVERSATION_KINDS,
     TASK_KINDS,
+    LedgerSummary,
     exposed_digests,
     ledger_path,
-    ledger_summary,
+    summarize_ledger,
     tasks_excluding,
 )
 from kit.inventory import inventory_digest, parameter_digest
 from kit.paths import inside
 from kit.provenance import CommitmentMismatch, _check_source, kit_package_dir, source_digest
 from kit.publish import publish_dir
-from kit.study.formats import Schedule, StudyPreparedJob, TrainRow
+from kit.study.formats import StudyPreparedJob, StudySchedule, TrainRow
 from kit.study.schema import StudyContract, load_study_contract
 
 PREPARED_FORMAT = "kit.study.prepared/1"
@@ -120,12 +121,12 @@ def _record_row(c: Conversation, enc, family: str | None) -> TrainRow:
                     conversation_digest=c.digest)
 
 
-def _ledger_exposure(ledger, contract_digest: str, study_dir) -> tuple[Path, dict, set[str], set[str]]:
+def _ledger_exposure(ledger, contract_digest: str, study_dir) -> tuple[Path, LedgerSummary, set[str], set[str]]:
     """(the ledger, its summary, task digests another contract exposed, every exposed conversation digest):
     final-test tasks avoid the first; exposed retention probes are drawn from the second. `ledger` None:
     ledger_path(study_dir), the ledger scoped to this study."""
     ledger = Path(ledger) if ledger is not None else ledger_path(study_dir)
-    return (ledger, ledger_summary(ledger), exposed_digests(TASK_KINDS, ledger, other_than=contract_digest),
+    return (ledger, summarize_ledger(ledger), exposed_digests(TASK_KINDS, ledger, other_than=contract_digest),
             exposed_digests(CONVERSATION_KINDS, ledger))
 
 
@@ -189,7 +190,7 @@ def _dev_tasks(d, excluded: set[str]) -> list | None:
     return tasks
 
 
-def _write_files(staging: Path, contract: Contract[StudyContract], train_pairs: list, schedule: Schedule, final: list, retention_pairs: list,
+def _write_files(staging: Path, contract: Contract[StudyContract], train_pairs: list, schedule: StudySchedule, final: list, retention_pairs: list,
                  dev: list | None = None) -> None:
     """FILES into `staging`: the contract, the encoded training documents, the schedule, finals, probes,
     and DEV_FILE when the contract has `data.dev`."""
@@ -250,7 +251,7 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
     ids = [c.id for c, _ in train_pairs]
     order = np.random.default_rng(terms.schedule.order_seed).permutation(len(ids))
     per = terms.schedule.documents_per_update
-    schedule = Schedule(updates=tuple(tuple(ids[int(i)] for i in order[a:a + per]) for a in range(0, len(ids), per)))
+    schedule = StudySchedule(updates=tuple(tuple(ids[int(i)] for i in order[a:a + per]) for a in range(0, len(ids), per)))
 
     # a previous preparation that never wrote prepared.json is replaced
     with publish_dir(out, replace=True) as staging:
@@ -272,8 +273,8 @@ def prepare_study(contract_path: str | os.PathLike, seed_dir: str | os.PathLike,
             # the library versions; `run_arm` refuses a kit whose source digest differs (check_source)
             "kit_source": {"package_dir": str(kit_package_dir()), "digest": source[0], "files": source[1]},
             "versions": versions(),
-            "ledger": {**{k: ledger_info[k] for k in ("path", "sha256", "entries", "digests")},
-                       "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
+            "ledger": {"path": ledger_info.path, "sha256": ledger_info.sha256, "entries": ledger_info.entries,
+                       "digests": dict(ledger_info.digests), "final_test_excluded": final_exposed, "retention_not_exposed": not_exposed},
             "exclusions": {"tasks": task_stats, "replay": {**replay_stats,
                                                            "skipped_empty_output": len(replay_range.skipped_empty_output)},
                            "retention": {**retention_stats, "rule": "normalised prompt or content digest matches a "

@@ -30,7 +30,8 @@ from kit.evaluation.scoring import (
     nll_scores,
     task_answers,
 )
-from kit.evidence.replicate_analysis import ModelSource, NllChange, NllChanges, SeedSource
+from kit.evidence.dev_evaluation_format import ModelSource, SeedSource
+from kit.evidence.replicate_analysis import NllChange, NllChanges
 from kit.inventory import parameter_digest
 from kit.record import SEED, Either, Num, Omittable, OneOf, Opt, Record, Seq, spec_field
 from kit.study.prepare import (

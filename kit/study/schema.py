@@ -91,7 +91,7 @@ class StudySeed(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Schedule(Record):
+class ScheduleTerms(Record):
     updates: int = spec_field(_COUNT)
     documents_per_update: int = spec_field(_COUNT)
     order_seed: int = spec_field(SEED)
@@ -172,7 +172,7 @@ class StudyEvaluation(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Screens(Record):
+class ScreenTerms(Record):
     candidate: str = spec_field(OneOf(*ARM_NAMES))
     controls: tuple[str, ...] = spec_field(Seq(OneOf(*ARM_NAMES), min_len=1))
     speed_baseline: str = spec_field(OneOf(*ARM_NAMES))
@@ -231,13 +231,13 @@ class StudyContract(Record):
     seed: StudySeed = spec_field(StudySeed)
     device: str = spec_field(OneOf("cpu", "cuda"))
     collective_timeout_s: float = spec_field(Num(lo=1))
-    schedule: Schedule = spec_field(Schedule)
+    schedule: ScheduleTerms = spec_field(ScheduleTerms)
     data: StudyData = spec_field(StudyData)
     training: StudyTraining = spec_field(StudyTraining)
     arms: tuple[Arm, ...] = spec_field(Seq(Arm, min_len=1))
     powersgd: PowerSGD = spec_field(PowerSGD)
     evaluation: StudyEvaluation = spec_field(StudyEvaluation)
-    screens: Screens = spec_field(Screens)
+    screens: ScreenTerms = spec_field(ScreenTerms)
     projection: Projection = spec_field(Projection)
     cost: Cost = spec_field(Cost)
 

@@ -30,40 +30,41 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from kit.adaptive.formats import GainedLost
 from kit.data.chat import load_tokenizer
 from kit.data.conversations import read_jsonl
 from kit.digest import canonical_json, load_json_strict, sha256_file, write_canonical_json
 from kit.evaluation.scoring import answer_tasks, eval_batch_sizes, load_model, score_nll
+from kit.evidence.dev_evaluation_format import ProbeScore, TaskScore
 from kit.evidence.ledger import ledger_path, record_exposures
+from kit.evidence.report.sidecar_formats import (
+    NotCompletedArm,
+    QualityInputs,
+    QualityThresholds,
+    RetentionChange,
+    ScreenQuality,
+    ScreenSpeed,
+    SharedGpuArm,
+    SpeedInputs,
+    SpeedThresholds,
+)
 from kit.stats import accuracy_by_family, gained_lost, normal_noninferiority, ratio_change_normal_upper
 from kit.store import commits
 from kit.study.arms import FREEZE_FILE, NON_RUN, arm_record, arm_statuses, attempt_records
 from kit.study.cost import ArmCosts, cost_table
 from kit.study.formats import (
     Endpoint,
-    FamilyAccuracy,
+    FamilyAccuracyRow,
     FamilyDifference,
     Freeze,
     FrozenArm,
-    GainedLost,
     ModelScores,
     Noninferiority,
-    NotCompletedArm,
     PairedChange,
-    ProbeScore,
-    QualityInputs,
-    QualityScreen,
-    QualityThresholds,
-    RetentionChange,
     ScreenArm,
     Screens,
-    SharedGpus,
-    SpeedInputs,
-    SpeedScreen,
-    SpeedThresholds,
     StudyScores,
     StudyScreens,
-    TaskScore,
     plain,
     with_nulls,
 )
@@ -214,7 +215,7 @@ def retention_change(cand: Sequence[ProbeScore], base: Sequence[ProbeScore], mul
 
 
 def quality_screen(task_gain: float | None, retention_upper: float | None,
-                   noninferiority_lower: dict[str, float | None], screens) -> QualityScreen:
+                   noninferiority_lower: dict[str, float | None], screens) -> ScreenQuality:
     """Pass only when every input is present and meets its threshold (`screens`: the contract terms' section);
     missing inputs: not evaluable."""
     margin = screens.noninferiority_margin
@@ -225,7 +226,7 @@ def quality_screen(task_gain: float | None, retention_upper: float | None,
     }
     missing = sorted(k for k, v in checks.items() if v is None)
     verdict = NOT_EVALUABLE if missing else ("pass" if all(checks.values()) else "fail")
-    return QualityScreen(
+    return ScreenQuality(
         name="quality", verdict=verdict, checks=checks, missing_inputs=tuple(missing),
         inputs=QualityInputs(task_gain=task_gain, retention_upper=retention_upper,
                              noninferiority_lower=noninferiority_lower),
@@ -236,7 +237,7 @@ def quality_screen(task_gain: float | None, retention_upper: float | None,
              "and, for every control, noninferiority lower bound > -margin")
 
 
-def shared_gpus_reason(shared: dict[str, SharedGpus]) -> str:
+def shared_gpus_reason(shared: dict[str, SharedGpuArm]) -> str:
     """Why the speed screen is not measured when arms' workers shared GPUs (their arm records'
     `shared_gpus`): a pair sharing one GPU time-slices it, so its throughput is not the method's."""
     gpus = {s.gpus for s in shared.values()}
@@ -247,7 +248,7 @@ def shared_gpus_reason(shared: dict[str, SharedGpus]) -> str:
 
 
 def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: float | None, screens,
-                 shared_gpus: dict[str, SharedGpus | None] | None = None) -> SpeedScreen:
+                 shared_gpus: dict[str, SharedGpuArm | None] | None = None) -> ScreenSpeed:
     """Candidate over baseline active throughput against min_speedup (`screens`: the contract terms'
     section). `shared_gpus`: the candidate's and
     the baseline's arm records' `shared_gpus` by arm; when either shared GPUs the verdict is not
@@ -262,7 +263,7 @@ def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: fl
     else:
         reason = "not measured: the candidate's or the baseline's throughput is missing (see arms_not_completed)"
     verdict = NOT_EVALUABLE if ratio is None else ("pass" if ratio >= screens.min_speedup else "fail")
-    return SpeedScreen(
+    return ScreenSpeed(
         name="speed", verdict=verdict, ratio=ratio, reason=reason, shared_gpus=shared,
         inputs=SpeedInputs(candidate_active_tokens_per_s=candidate_tokens_per_s,
                            baseline_active_tokens_per_s=baseline_tokens_per_s),
@@ -272,10 +273,10 @@ def speed_screen(candidate_tokens_per_s: float | None, baseline_tokens_per_s: fl
 
 
 # --- the study JSON -------------------------------------------------------------------------
-def _accuracy(scores: ModelScores) -> tuple[FamilyAccuracy, ...]:
+def _accuracy(scores: ModelScores) -> tuple[FamilyAccuracyRow, ...]:
     """The model's accuracy by family (kit.stats.accuracy_by_family's table, one record a row)."""
     frame = accuracy_by_family([t.to_json() for t in scores.tasks])
-    return tuple(FamilyAccuracy.from_json({k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()},
+    return tuple(FamilyAccuracyRow.from_json({k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()},
                                           f"accuracy by family of {scores.label}")
                  for row in frame.to_dict("records"))
 
@@ -326,7 +327,7 @@ def write_screens(study_dir: str | os.PathLike) -> StudyScreens:
         return rec.measurement.active_tokens_per_s if rec and rec.measurement and rec.status == "completed" \
             else None
 
-    def shared(arm: str) -> SharedGpus | None:
+    def shared(arm: str) -> SharedGpuArm | None:
         rec = records.get(arm)
         return rec.shared_gpus if rec else None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kit.evidence.report.sidecar_formats import TaskChange
 from kit.study.arms import arm_dir, attempt_records
 from kit.study.formats import (
     ArmRecord,
@@ -22,7 +23,6 @@ from kit.study.formats import (
     RankTraffic,
     StudyScores,
     StudyScreens,
-    TaskChangeSidecar,
 )
 
 
@@ -72,7 +72,7 @@ def screens_sidecars(screens: StudyScreens | dict) -> dict:
                                                      accuracy=row.accuracy).to_json()
                                for label, rows in s.accuracy_by_family.items() for row in rows],
         "paired_task_change": {
-            f"{arm} vs {ref}": TaskChangeSidecar(
+            f"{arm} vs {ref}": TaskChange(
                 n=ch.n, candidate_correct=ch.candidate_correct, reference_correct=ch.reference_correct,
                 difference=ch.difference, gained=ch.gained, lost=ch.lost, net=ch.net,
                 noninferiority_lower=ch.noninferiority.lower).to_json()

@@ -13,7 +13,7 @@ from kit.adaptive.continued import continued_gates, load_continued_contract, pre
 from kit.adaptive.continued_schema import job_contract
 from kit.adaptive.evaluation import EvaluateRequest, evaluate, gates
 from kit.adaptive.formats import (
-    Comparison,
+    CommitComparison,
     ContinuedPreparedJob,
     ContinuedStart,
     EvaluationRecord,
@@ -122,7 +122,7 @@ def cmd_compare(a) -> int:
     bh, _, br = a.b.rpartition(":")
     res = compare(ah, ar, bh, br, a.cohort)
     write_canonical_json(a.out, res)
-    result = Comparison.from_json(res, str(a.out))
+    result = CommitComparison.from_json(res, str(a.out))
     print(json.dumps({"learned_state_equal": result.learned_state_equal,
                       "parameters_differing": result.parameters_differing,
                       "max_abs_parameter_difference": result.max_abs_parameter_difference}, sort_keys=True))

@@ -166,7 +166,7 @@ class DevRetention:
 
 
 @dataclass(frozen=True, slots=True)
-class DevEvaluation:
+class CandidateDevScores:
     """A candidate's checked dev evaluation (in memory)."""
     accuracy: float
     seed_accuracy: float
@@ -183,7 +183,7 @@ class Candidate:
     status: str
     values: Mapping[str, Any]
     error: Any
-    dev: DevEvaluation | None
+    dev: CandidateDevScores | None
     records_retention: bool  # its dev object has a `retention` change (the study pilot gates none)
 
 
@@ -258,7 +258,7 @@ def _candidates(path, results: dict) -> list[dict]:
     return cands
 
 
-def _dev(path, c: dict, i: int, kind: str) -> DevEvaluation | None:
+def _dev(path, c: dict, i: int, kind: str) -> CandidateDevScores | None:
     """The candidate's checked dev evaluation, or None when it has none (failed, cut by the deadline)."""
     where = f"results.candidates[{i}].dev"
     dev = _field(path, c, f"results.candidates[{i}]", "dev", "an object", lambda v: v is None or isinstance(v, dict))
@@ -286,7 +286,7 @@ def _dev(path, c: dict, i: int, kind: str) -> DevEvaluation | None:
         if recorded != passed:
             raise _disagrees(path, f"{where}.eligible", recorded, passed)
         retention = DevRetention(change=change, upper=upper, threshold=threshold, eligible=passed)
-    return DevEvaluation(accuracy=acc, seed_accuracy=seed, families=counts, task_change=task_change,
+    return CandidateDevScores(accuracy=acc, seed_accuracy=seed, families=counts, task_change=task_change,
                          retention=retention)
 
 

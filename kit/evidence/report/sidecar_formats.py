@@ -27,7 +27,9 @@ from kit.record import (
     ContractError,
     Either,
     MapOf,
+    Num,
     Omittable,
+    OneOf,
     Opt,
     Record,
     Seq,
@@ -282,14 +284,18 @@ class QualityThresholds(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScreenQuality(Sidecar):
+    """The quality screen (kit.study.screens.quality_screen; screens.json's `screens.quality` and the
+    `screen_quality` sidecar)."""
+
     NAME: ClassVar[str] = "screen_quality"
 
-    arms_not_completed: tuple[NotCompletedArm, ...] = spec_field(Seq(NotCompletedArm), doc="arms that did not complete")
+    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
+        Omittable(Seq(NotCompletedArm)), doc="arms that did not complete (build_screens adds it: always written)")
     checks: Mapping[str, bool | None] = spec_field(
         MapOf(Opt(bool)), doc="per part (`task_gain`, `retention`, `noninferior_to_ARM`): passed, null when missing")
     inputs: QualityInputs = spec_field(QualityInputs, doc="the numbers the parts test")
     missing_inputs: tuple[str, ...] = spec_field(Seq(str), doc="the parts without an input")
-    name: str = spec_field(str, doc="`quality`")
+    name: str = spec_field(OneOf("quality"), doc="`quality`")
     rule: str = spec_field(str, doc="the rule, in words")
     thresholds: QualityThresholds = spec_field(QualityThresholds, doc="the contract's thresholds")
     verdict: str = spec_field(str, doc="`pass`, `fail` or `not evaluable`")
@@ -308,21 +314,26 @@ class SpeedThresholds(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SharedGpuArm(Record):
-    """Workers of an arm that shared fewer GPUs than there are workers (the arm record's `shared_gpus`)."""
+    """Workers of an arm that shared fewer GPUs than there are workers (the arm record's `shared_gpus`;
+    kit.study.measurement.shared_gpus and kit.study.arms.expected_sharing make it)."""
 
-    gpus: int = spec_field(int, doc="the distinct (host, device) pairs they ran on")
+    gpus: int = spec_field(Num(1, integer=True), doc="the distinct (host, device) pairs they ran on")
     source: str = spec_field(str, doc="`ranks` (their reports) or the admission's count")
-    transport: str = spec_field(str, doc="the group's backend")
-    workers: int = spec_field(int, doc="the arm's workers")
+    transport: str = spec_field(str, doc="the group's backend, e.g. gloo (host-staged)")
+    workers: int = spec_field(Num(1, integer=True), doc="the arm's workers")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScreenSpeed(Sidecar):
+    """The speed screen (kit.study.screens.speed_screen; screens.json's `screens.speed` and the `screen_speed`
+    sidecar)."""
+
     NAME: ClassVar[str] = "screen_speed"
 
-    arms_not_completed: tuple[NotCompletedArm, ...] = spec_field(Seq(NotCompletedArm), doc="arms that did not complete")
+    arms_not_completed: tuple[NotCompletedArm, ...] | None = spec_field(
+        Omittable(Seq(NotCompletedArm)), doc="arms that did not complete (build_screens adds it: always written)")
     inputs: SpeedInputs = spec_field(SpeedInputs, doc="the throughputs compared")
-    name: str = spec_field(str, doc="`speed`")
+    name: str = spec_field(OneOf("speed"), doc="`speed`")
     ratio: float | None = spec_field(Opt(float), doc="candidate / baseline throughput (null: not measured)")
     # records made before the workers could share GPUs have neither field
     reason: str | None = spec_field(Omittable(Opt(str)), doc="why not measured (null: measured)")
@@ -401,7 +412,7 @@ class ArmCost(Sidecar):
     cross_zone_gb: float = spec_field(float, doc="the same bytes in GB")
     gpu_cost_usd: float = spec_field(float, doc="at the seed's hosts' price")
     gpu_hours: float = spec_field(float, doc="wall seconds x GPUs / 3600")
-    gpus: int | None = spec_field(Omittable(int), doc="GPUs charged (absent: records before the field)")
+    gpus: int | None = spec_field(Omittable(Num(0, integer=True)), doc="GPUs charged (absent: records before the field)")
     total_usd: float = spec_field(float, doc="GPU and cross-zone cost")
 
 
