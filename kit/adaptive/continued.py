@@ -288,4 +288,4 @@ def prepare_continued(contract_path, start_prepared, start_home: str, start_root
                           start=StartSummary(full_root=start.full_root, gates=start.gates,
                                              gates_passed=start.gates_passed, exploratory=start.exploratory),
                           roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
-                          final_tasks_excluded={"ledger": final_skipped}).written()
+                          final_tasks_excluded={"ledger": final_skipped}).to_json()

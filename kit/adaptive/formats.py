@@ -13,7 +13,6 @@ exactly the fields the writers wrote (docs/formats/adaptive-preparation.md), wit
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import types
 from collections.abc import Mapping
@@ -293,12 +292,6 @@ class PrepareSummary(Record):
     roles: Mapping[str, int] = spec_field(MapOf(int), doc="records per role")
     final_retention_excluded: Mapping[str, int] = spec_field(MapOf(int))
     final_tasks_excluded: Mapping[str, int] = spec_field(MapOf(int))
-
-    def written(self) -> dict:
-        """The JSON `prepare` returns, `ledger_sha256` written even where null (no ledger): the notebooks read it
-        (`to_json` leaves out an Omittable field that is None)."""
-        present = frozenset(k for k in type(self).json_fields() if k in self) | {"ledger_sha256"}
-        return dataclasses.replace(self, _present=present).to_json()
 
 
 def prepare_summary(value: dict | PrepareSummary, source: str = "prepare summary") -> PrepareSummary:

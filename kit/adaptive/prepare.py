@@ -510,7 +510,7 @@ def prepare(contract_path, seed_dir, replay_path, dev_retention_path, public_sou
                           ledger_sha256=ledger_info.sha256,  # the exposure ledger as read (None: absent)
                           contract_digest=contract.digest, parameter_digest=identity.parameter_digest,
                           roles={r: roles[r].count for r in ROLES}, final_retention_excluded=final_report.excluded,
-                          final_tasks_excluded=task_report.excluded).written()
+                          final_tasks_excluded=task_report.excluded).to_json()
 
 
 # --- CLI ------------------------------------------------------------------------------------------
