@@ -84,10 +84,21 @@ def load_json(path):
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_exposure_ledger(tmp_path_factory):
-    """Module- and session-scoped preparations read an empty ledger of the session, never the
-    repository's ledger/exposed.jsonl."""
+    """Session-scoped preparations (`prepared`) read an empty ledger of the session, never the repository's
+    ledger/exposed.jsonl; nothing else runs under it (the module's and the test's ledgers below)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KIT_LEDGER", str(tmp_path_factory.mktemp("session-ledger") / "exposed.jsonl"))
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_exposure_ledger(tmp_path_factory):
+    """Module-scoped preparations read an empty ledger of their test file, never the repository's
+    ledger/exposed.jsonl, and never one another file's fixtures wrote to: which files share a worker
+    process depends on the schedule (tests/support/schedule.py), so a ledger shared by the session made
+    a file's fixtures depend on the files run before it on the same worker."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KIT_LEDGER", str(tmp_path_factory.mktemp("module-ledger") / "exposed.jsonl"))
         yield
 
 
