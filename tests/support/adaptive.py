@@ -99,7 +99,7 @@ def private_job(prepared_out: Path, dest: Path) -> Path:
 
     A prepared job's final roles are guarded by the ledger it was prepared against (prepared.json
     `locations.ledger` and `locations.ledger_head`; kit.evidence.ledger.bound_guard_ledger), and `select` refuses
-    a $KIT_LEDGER naming another. The shared preparation read the session's empty ledger; its copy is re-bound
+    a $KIT_LEDGER naming another. The shared preparation read an empty ledger (the session's or its file's, tests/conftest.py); its copy is re-bound
     to the test's ledger, as a preparation against that (empty) ledger would have written it, and prepared.json's
     commitment re-pinned, so that each test's selections and final accesses stay in its own ledger."""
     import os
